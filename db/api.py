@@ -1,0 +1,232 @@
+"""The DB API: every query of sharemgr lives in db/.
+
+Status changes go through ``conditional_update``, which issues
+``UPDATE ... WHERE id = :id AND <column> = :expected`` and reports whether
+this caller won. Functions take the ``Database`` first; functions whose name
+ends in ``_tx`` take an open ``Session`` so callers can group several writes
+into one transaction.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sharemgr.db import models
+from sharemgr.db.engine import Database
+from sqlalchemy.orm import Session
+
+utcnow = models.utcnow
+
+
+def _criteria(model: type, expected: dict[str, Any]) -> list:
+    out = []
+    for column, value in expected.items():
+        attr = getattr(model, column)
+        if isinstance(value, (list, tuple, set, frozenset)):
+            out.append(attr.in_(list(value)))
+        elif value is None:
+            out.append(attr.is_(None))
+        else:
+            out.append(attr == value)
+    return out
+
+
+def conditional_update_tx(
+    session: Session, model: type, ident: Any, expected: dict[str, Any], values: dict[str, Any]
+) -> bool:
+    if hasattr(model, "updated_at") and "updated_at" not in values:
+        values = {**values, "updated_at": utcnow()}
+    stmt = (
+        sa.update(model)
+        .where(model.id == ident, *_criteria(model, expected))
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return session.execute(stmt).rowcount == 1
+
+
+def conditional_update(
+    db: Database, model: type, ident: Any, expected: dict[str, Any], values: dict[str, Any]
+) -> bool:
+    """Set ``values`` on row ``ident`` only if its columns match ``expected``
+    (a value, None, or a collection of allowed values). True if this call won."""
+    with db.session() as session:
+        return conditional_update_tx(session, model, ident, expected, values)
+
+
+def get(db: Database, model: type, ident: Any, include_deleted: bool = False) -> Any:
+    with db.session() as session:
+        row = session.get(model, ident)
+        if row is None or (not include_deleted and getattr(row, "deleted_at", None)):
+            return None
+        return row
+
+
+def query(
+    db: Database,
+    model: type,
+    filters: dict[str, Any] | None = None,
+    include_deleted: bool = False,
+    order_by: str = "created_at",
+    limit: int | None = None,
+) -> list:
+    stmt = sa.select(model).where(*_criteria(model, filters or {}))
+    if not include_deleted and hasattr(model, "deleted_at"):
+        stmt = stmt.where(model.deleted_at.is_(None))
+    stmt = stmt.order_by(getattr(model, order_by), model.id if hasattr(model, "id") else None)
+    if limit:
+        stmt = stmt.limit(limit)
+    with db.session() as session:
+        return list(session.scalars(stmt))
+
+
+def add_all(db: Database, rows: Iterable[Any]) -> list:
+    rows = list(rows)
+    with db.session() as session:
+        session.add_all(rows)
+    return rows
+
+
+# Services -----------------------------------------------------------------
+
+
+def service_register(db: Database, host: str, binary: str, engine_id: str) -> models.Service:
+    now = utcnow()
+    row = models.Service(
+        host=host, binary=binary, engine_id=engine_id, started_at=now, heartbeat_at=now
+    )
+    with db.session() as session:
+        session.add(row)
+    return row
+
+
+def service_heartbeat(db: Database, engine_id: str) -> bool:
+    with db.session() as session:
+        stmt = (
+            sa.update(models.Service)
+            .where(models.Service.engine_id == engine_id)
+            .values(heartbeat_at=utcnow())
+        )
+        return session.execute(stmt).rowcount == 1
+
+
+def service_stopped(db: Database, engine_id: str) -> None:
+    with db.session() as session:
+        session.execute(
+            sa.update(models.Service)
+            .where(models.Service.engine_id == engine_id)
+            .values(stopped_at=utcnow())
+        )
+
+
+def service_list(db: Database, include_stopped: bool = True) -> list[models.Service]:
+    stmt = sa.select(models.Service).order_by(models.Service.id)
+    if not include_stopped:
+        stmt = stmt.where(models.Service.stopped_at.is_(None))
+    with db.session() as session:
+        return list(session.scalars(stmt))
+
+
+# Requests -----------------------------------------------------------------
+
+
+def request_add_tx(
+    session: Session,
+    resource_type: str,
+    resource_id: str,
+    action: str,
+    host: str | None,
+    args: dict | None = None,
+) -> models.Request:
+    row = models.Request(
+        resource_type=resource_type,
+        resource_id=resource_id,
+        action=action,
+        host=host,
+        args=args or {},
+        status="pending",
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def request_claim(
+    db: Database, hosts: Sequence[str], engine_id: str, limit: int, any_host: bool = True
+) -> list[models.Request]:
+    """Atomically move up to ``limit`` pending requests for ``hosts`` (and,
+    with ``any_host``, requests without a host) to running for this engine.
+
+    PostgreSQL/MariaDB: SELECT ... FOR UPDATE SKIP LOCKED, so concurrent engines
+    take disjoint rows without waiting. SQLite: the transaction holds the write
+    lock (BEGIN IMMEDIATE) so the select and update are one step. In both
+    cases the UPDATE is conditional on status='pending'."""
+    where = [models.Request.host.in_(list(hosts))]
+    if any_host:
+        where.append(models.Request.host.is_(None))
+    stmt = (
+        sa.select(models.Request.id)
+        .where(models.Request.status == "pending", sa.or_(*where))
+        .order_by(models.Request.id)
+        .limit(limit)
+    )
+    if db.skip_locked:
+        stmt = stmt.with_for_update(skip_locked=True)
+    now = utcnow()
+    with db.session() as session:
+        ids = list(session.scalars(stmt))
+        if not ids:
+            return []
+        session.execute(
+            sa.update(models.Request)
+            .where(models.Request.id.in_(ids), models.Request.status == "pending")
+            .values(status="running", engine_id=engine_id, claimed_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        rows = session.scalars(
+            sa.select(models.Request)
+            .where(models.Request.id.in_(ids), models.Request.engine_id == engine_id,
+                   models.Request.status == "running")
+            .order_by(models.Request.id)
+        )
+        return list(rows)
+
+
+def request_finish(
+    db: Database, request_id: int, engine_id: str, status: str, error: str | None = None
+) -> bool:
+    with db.session() as session:
+        stmt = (
+            sa.update(models.Request)
+            .where(
+                models.Request.id == request_id,
+                models.Request.engine_id == engine_id,
+                models.Request.status == "running",
+            )
+            .values(status=status, error=error, finished_at=utcnow())
+        )
+        return session.execute(stmt).rowcount == 1
+
+
+def request_list(
+    db: Database,
+    status: str | None = None,
+    resource_id: str | None = None,
+    limit: int | None = None,
+) -> list[models.Request]:
+    stmt = sa.select(models.Request).order_by(models.Request.id.desc())
+    if status:
+        stmt = stmt.where(models.Request.status == status)
+    if resource_id:
+        stmt = stmt.where(models.Request.resource_id == resource_id)
+    if limit:
+        stmt = stmt.limit(limit)
+    with db.session() as session:
+        return list(session.scalars(stmt))
+
+
+def since(seconds: float) -> datetime.datetime:
+    return utcnow() - datetime.timedelta(seconds=seconds)

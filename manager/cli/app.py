@@ -1,0 +1,73 @@
+"""``sharectl``: the command line for operators, playbooks and tests (cliff)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from cliff.app import App
+from cliff.commandmanager import CommandManager
+from sharemgr.manager.cli import commands
+
+
+class SharectlApp(App):
+    def __init__(self) -> None:
+        manager = CommandManager("sharemgr.sharectl")
+        for name, factory in commands.COMMANDS.items():
+            manager.add_command(name, factory)
+        super().__init__(
+            description="sharemgr command line: resources, stacks, reconciliation, services.",
+            version=_version(),
+            command_manager=manager,
+            deferred_help=True,
+        )
+        self._context = None
+
+    def build_option_parser(
+        self, description: str, version: str, argparse_kwargs: dict | None = None
+    ) -> argparse.ArgumentParser:
+        parser = super().build_option_parser(description, version, argparse_kwargs)
+        parser.add_argument(
+            "--config-file",
+            metavar="FILE",
+            help="sharemgr config file (default: $SHAREMGR_CONFIG, then oslo.config's "
+            "search path for sharemgr.conf).",
+        )
+        return parser
+
+    def configure_logging(self) -> None:
+        super().configure_logging()
+        if self.options.verbose_level < 2:
+            # alembic narrates every step at INFO; keep sharectl's output clean.
+            logging.getLogger("alembic").setLevel(logging.WARNING)
+
+    @property
+    def context(self):  # noqa: ANN201 - commands.Context
+        """Config, database and coordination, opened on first use so that
+        ``--help`` needs none of them."""
+        if self._context is None:
+            self._context = commands.Context(self.options.config_file)
+        return self._context
+
+    def clean_up(self, cmd, result, err) -> None:  # noqa: ANN001
+        if self._context is not None:
+            self._context.close()
+            self._context = None
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sharemgr")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return SharectlApp().run(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Shared pieces of the sharectl commands: errors, exit codes, formatting."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from typing import Any
+
+from cliff import command, lister, show
+
+EXIT_OK = 0
+EXIT_ERROR_STATUS = 1
+EXIT_BAD_INPUT = 2
+
+
+class UserError(Exception):
+    """Bad input: one clear message, nothing changed, exit code 2."""
+
+
+class OperationFailed(Exception):
+    """The operation ended in an error status: exit code 1."""
+
+
+def fmt(value: Any) -> Any:
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(timespec="seconds")
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
+class _Errors:
+    """Turn the project's exceptions into a message and an exit code."""
+
+    def run(self, parsed_args: Any) -> int:
+        from sharemgr.db.engine import DatabaseUnavailable
+        from sharemgr.manager.config import ConfigError
+        from sharemgr.manager.coordination import CoordinationUnavailable
+
+        try:
+            return super().run(parsed_args) or EXIT_OK
+        except (UserError, ConfigError) as exc:
+            sys.stderr.write(f"sharectl: error: {exc}\n")
+            return EXIT_BAD_INPUT
+        except (DatabaseUnavailable, CoordinationUnavailable) as exc:
+            sys.stderr.write(f"sharectl: error: {exc}\n")
+            return EXIT_ERROR_STATUS
+        except OperationFailed as exc:
+            sys.stderr.write(f"sharectl: {exc}\n")
+            return EXIT_ERROR_STATUS
+
+
+class Command(_Errors, command.Command):
+    pass
+
+
+class Lister(_Errors, lister.Lister):
+    pass
+
+
+class ShowOne(_Errors, show.ShowOne):
+    pass

@@ -1,0 +1,47 @@
+"""What a sharectl command works with: config, database, coordination."""
+
+from __future__ import annotations
+
+import uuid
+
+from oslo_config import cfg
+from sharemgr.db.engine import Database
+from sharemgr.manager import config
+from sharemgr.manager.coordination import Coordinator
+
+
+class Context:
+    def __init__(self, config_file: str | None) -> None:
+        self.conf = cfg.ConfigOpts()
+        config.load([], config_file=config_file, conf=self.conf, prog="sharectl")
+        self._db: Database | None = None
+        self._coordinator: Coordinator | None = None
+
+    @property
+    def db(self) -> Database:
+        if self._db is None:
+            db = Database(
+                config.database_url(self.conf),
+                connect_timeout=self.conf.database.connect_timeout,
+                pool_size=2,
+            )
+            db.check()
+            self._db = db
+        return self._db
+
+    @property
+    def coordinator(self) -> Coordinator:
+        """A coordinator that never joins the engines group (it only looks)."""
+        if self._coordinator is None:
+            coord = Coordinator(
+                config.coordination_url(self.conf), f"sharectl.{uuid.uuid4()}"
+            )
+            coord.start(heartbeat=False)
+            self._coordinator = coord
+        return self._coordinator
+
+    def close(self) -> None:
+        if self._coordinator is not None:
+            self._coordinator.stop()
+        if self._db is not None:
+            self._db.dispose()

@@ -1,0 +1,276 @@
+"""Configuration options of sharemgr (oslo.config).
+
+Every option is registered here so that ``oslo-config-generator`` (entry point
+``oslo.config.opts``, namespace ``sharemgr``) produces ``etc/sharemgr.conf.sample``.
+oslo.config validates a value only when it is read, so ``load()`` reads every
+registered option once and turns the first bad value into one clear error.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from oslo_config import cfg
+from oslo_log import log as oslo_logging
+
+CONF = cfg.CONF
+
+ENV_CONFIG_FILE = "SHAREMGR_CONFIG"
+
+default_opts = [
+    cfg.HostnameOpt(
+        "host",
+        default=socket.gethostname(),
+        sample_default="<hostname>",
+        help="Name of this host. Resources belong to '<host>@<backend>'; several "
+        "share-manager processes may serve the same host (Active/Active).",
+    ),
+    cfg.StrOpt(
+        "state_path",
+        default=os.path.join(os.getcwd(), ".state"),
+        sample_default="$PWD/.state",
+        help="Folder for the embedded default's state: the SQLite database, the "
+        "file coordination backend and the dummy driver's backend.",
+    ),
+    cfg.ListOpt(
+        "enabled_share_backends",
+        default=["dummy"],
+        help="Backends this manager serves. Each names a config group whose "
+        "'share_driver' names the driver (default: the group's own name).",
+    ),
+    cfg.FloatOpt(
+        "heartbeat_interval",
+        default=2.0,
+        min=0.1,
+        max=60.0,
+        help="Seconds between updates of this engine's row in the services table.",
+    ),
+    cfg.IntOpt(
+        "graceful_shutdown_timeout",
+        default=60,
+        min=0,
+        max=3600,
+        help="Seconds a stopping manager waits for running driver calls to finish.",
+    ),
+]
+
+database_opts = [
+    cfg.StrOpt(
+        "connection",
+        secret=True,
+        help="SQLAlchemy URL of the database. Default: SQLite file "
+        "'$state_path/sharemgr.sqlite'. Use postgresql+psycopg2:// or "
+        "mysql+pymysql:// for many machines.",
+    ),
+    cfg.IntOpt(
+        "connect_timeout",
+        default=10,
+        min=1,
+        max=600,
+        help="Seconds to wait for the database to answer when connecting.",
+    ),
+    cfg.IntOpt(
+        "max_pool_size",
+        default=10,
+        min=1,
+        max=1000,
+        help="Connections kept in the pool (PostgreSQL and MariaDB).",
+    ),
+]
+
+coordination_opts = [
+    cfg.StrOpt(
+        "backend_url",
+        secret=True,
+        help="tooz coordination URL for locks and engine membership. Default: "
+        "'file://$state_path/coordination'. Use redis://HOST:PORT for many "
+        "machines. The file backend needs '?timeout=N' for dead members to expire; "
+        "sharemgr adds it from 'membership_timeout' when absent.",
+    ),
+    cfg.IntOpt(
+        "membership_timeout",
+        default=10,
+        min=2,
+        max=600,
+        help="Seconds without heartbeat after which an engine counts as dead.",
+    ),
+]
+
+backend_opts = [
+    cfg.StrOpt(
+        "share_driver",
+        help="Entry point name (namespace 'sharemgr.share_drivers') of this "
+        "backend's driver, e.g. 'dummy'. Default: the name of the group.",
+    ),
+    cfg.BoolOpt(
+        "driver_handles_share_servers",
+        default=False,
+        help="Whether the driver creates share servers (DHSS). Shares on such a "
+        "backend need a share server.",
+    ),
+    cfg.StrOpt(
+        "share_backend_name",
+        help="Name of the backend as reported to users. Default: the group name.",
+    ),
+]
+
+manager_opts = [
+    cfg.IntOpt(
+        "request_workers",
+        default=8,
+        min=1,
+        max=256,
+        help="Threads that carry out claimed requests (driver calls).",
+    ),
+    cfg.FloatOpt(
+        "request_poll_interval",
+        default=0.2,
+        min=0.01,
+        max=60.0,
+        help="Seconds between looks for pending requests when idle.",
+    ),
+    cfg.IntOpt(
+        "backup_continue_interval",
+        default=2,
+        min=1,
+        max=3600,
+        help="Seconds between create_backup_continue/restore_backup_continue runs.",
+    ),
+]
+
+reconcile_opts = [
+    cfg.BoolOpt(
+        "startup_reconciliation_enabled",
+        default=True,
+        help="After start (once ensure-resources is done) settle every resource of "
+        "this host that a crash left in a transient status.",
+    ),
+    cfg.IntOpt(
+        "startup_reconciliation_wait_seconds",
+        default=10,
+        min=0,
+        max=86400,
+        help="Seconds to wait after ensure-resources before the startup "
+        "reconciliation pass begins.",
+    ),
+    cfg.IntOpt(
+        "reconciliation_workers",
+        default=4,
+        min=1,
+        max=64,
+        help="Resources of one stage reconciled in parallel.",
+    ),
+    cfg.IntOpt(
+        "peer_reconciliation_grace_seconds",
+        default=5,
+        min=0,
+        max=3600,
+        help="Seconds after a peer engine of this host leaves the membership "
+        "group before this engine reconciles what it left.",
+    ),
+]
+
+GROUPS: dict[str | None, list[cfg.Opt]] = {
+    None: default_opts + manager_opts + reconcile_opts,
+    "database": database_opts,
+    "coordination": coordination_opts,
+}
+
+
+def register_opts(conf: cfg.ConfigOpts = CONF) -> None:
+    """Register every static option on ``conf`` (safe to call twice)."""
+    for group, opts in GROUPS.items():
+        conf.register_opts(opts, group=group)
+
+
+def register_backend_opts(conf: cfg.ConfigOpts, backend: str) -> None:
+    conf.register_opts(backend_opts, group=backend)
+
+
+def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
+    """Options for oslo-config-generator. Backend options are shown under the
+    placeholder group ``[backend]``: copy them into each group named in
+    ``enabled_share_backends``."""
+    from sharemgr.drivers import dummy
+
+    result = [(group or "DEFAULT", list(opts)) for group, opts in GROUPS.items()]
+    result.append(("backend", backend_opts + dummy.dummy_opts))
+    return result
+
+
+class ConfigError(Exception):
+    """A user's configuration mistake: printed as one line, exit code 2."""
+
+
+def database_url(conf: cfg.ConfigOpts = CONF) -> str:
+    return conf.database.connection or "sqlite:///" + os.path.join(
+        conf.state_path, "sharemgr.sqlite"
+    )
+
+
+def coordination_url(conf: cfg.ConfigOpts = CONF) -> str:
+    url = conf.coordination.backend_url or "file://" + os.path.join(
+        conf.state_path, "coordination"
+    )
+    timeout = conf.coordination.membership_timeout
+    if url.startswith("file://") and "timeout=" not in url:
+        url += ("&" if "?" in url else "?") + f"timeout={timeout}"
+    elif url.startswith("redis") and "membership_timeout=" not in url:
+        url += ("&" if "?" in url else "?") + f"membership_timeout={timeout}"
+    return url
+
+
+def _read_all(conf: cfg.ConfigOpts) -> None:
+    """Read every registered option so that a bad value fails now, not later."""
+    for name in list(conf):
+        try:
+            value = conf[name]
+        except (cfg.ConfigFileValueError, ValueError) as exc:
+            raise ConfigError(f"invalid value for [DEFAULT] {name}: {exc}")
+        if isinstance(value, cfg.ConfigOpts.GroupAttr):
+            for opt_name in list(value):
+                try:
+                    getattr(value, opt_name)
+                except (cfg.ConfigFileValueError, ValueError) as exc:
+                    raise ConfigError(f"invalid value for [{name}] {opt_name}: {exc}")
+
+
+def load(
+    argv: list[str] | None,
+    config_file: str | None = None,
+    conf: cfg.ConfigOpts = CONF,
+    prog: str = "sharemgr",
+) -> cfg.ConfigOpts:
+    """Parse config files (``--config-file`` in argv, ``config_file`` or
+    ``$SHAREMGR_CONFIG``), register per-backend groups and validate all values.
+
+    Raises ConfigError with a one-line message on any mistake."""
+    register_opts(conf)
+    oslo_logging.register_options(conf)
+    files = None
+    if config_file:
+        files = [config_file]
+    elif os.environ.get(ENV_CONFIG_FILE) and not any(
+        a.startswith("--config-file") or a.startswith("--config-dir") for a in (argv or [])
+    ):
+        files = [os.environ[ENV_CONFIG_FILE]]
+    for f in files or []:
+        if not os.path.isfile(f):
+            raise ConfigError(f"config file not found: {f}")
+    try:
+        conf(argv or [], project="sharemgr", prog=prog, default_config_files=files)
+    except cfg.ConfigFilesNotFoundError as exc:
+        raise ConfigError(f"config file not found: {', '.join(exc.config_files)}")
+    except cfg.ConfigFileParseError as exc:
+        raise ConfigError(f"cannot parse config file {exc.config_file}: {exc.msg}")
+    except cfg.Error as exc:
+        raise ConfigError(str(exc).strip())
+    try:
+        backends = conf.enabled_share_backends
+    except (cfg.ConfigFileValueError, ValueError) as exc:
+        raise ConfigError(f"invalid value for [DEFAULT] enabled_share_backends: {exc}")
+    for backend in backends:
+        register_backend_opts(conf, backend)
+    _read_all(conf)
+    return conf

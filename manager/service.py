@@ -1,0 +1,155 @@
+"""The ``share-manager`` daemon: start-up, periodic tasks and shutdown."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import uuid
+
+import futurist
+from futurist import periodics
+from oslo_config import cfg
+from oslo_log import log as logging
+from sharemgr.db import api as db_api
+from sharemgr.db import migration
+from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
+from sharemgr.manager import config
+from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
+from sharemgr.manager.coordination import safe_url as c_url
+
+LOG = logging.getLogger(__name__)
+BINARY = "share-manager"
+
+
+class StartupError(Exception):
+    """A problem that stops the daemon at start; its message is one line."""
+
+
+def open_database(conf: cfg.ConfigOpts) -> Database:
+    db = Database(
+        config.database_url(conf),
+        connect_timeout=conf.database.connect_timeout,
+        pool_size=conf.database.max_pool_size,
+    )
+    db.check()
+    return db
+
+
+class ShareManagerService:
+    """One engine: a member of ``sharemgr-engines`` with a services row."""
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self.conf = conf
+        self.host = conf.host
+        self.engine_id = f"{conf.host}.{uuid.uuid4()}"
+        self.stopping = threading.Event()
+        self.db: Database | None = None
+        self.coordinator: Coordinator | None = None
+        self.periodic: periodics.PeriodicWorker | None = None
+        self._periodic_executor: futurist.ThreadPoolExecutor | None = None
+        self._periodic_thread: threading.Thread | None = None
+
+    # Start -----------------------------------------------------------------
+
+    def start(self) -> None:
+        LOG.info(
+            "share-manager starting: engine %s, database %s, coordination %s",
+            self.engine_id,
+            safe_url(config.database_url(self.conf)),
+            c_url(config.coordination_url(self.conf)),
+        )
+        try:
+            self.db = open_database(self.conf)
+        except DatabaseUnavailable as exc:
+            raise StartupError(str(exc))
+        if not migration.is_current(self.db):
+            raise StartupError(
+                f"database {safe_url(self.db.url)} is at revision "
+                f"{migration.current(self.db)}, not {migration.head()}: run 'sharectl db sync'"
+            )
+        self.coordinator = Coordinator(config.coordination_url(self.conf), self.engine_id)
+        try:
+            self.coordinator.start(heartbeat=True)
+            self.coordinator.join_engines()
+        except CoordinationUnavailable as exc:
+            raise StartupError(str(exc))
+        db_api.service_register(self.db, self.host, BINARY, self.engine_id)
+        self._start_periodics()
+        LOG.info("share-manager up: host %s, engine %s", self.host, self.engine_id)
+
+    def _periodic_tasks(self) -> list:
+        interval = self.conf.heartbeat_interval
+
+        @periodics.periodic(spacing=interval, run_immediately=False)
+        def heartbeat() -> None:
+            db_api.service_heartbeat(self.db, self.engine_id)
+
+        return [(heartbeat, (), {})]
+
+    def _start_periodics(self) -> None:
+        self._periodic_executor = futurist.ThreadPoolExecutor(max_workers=4)
+        self.periodic = periodics.PeriodicWorker(
+            self._periodic_tasks(), executor_factory=lambda: self._periodic_executor
+        )
+        self._periodic_thread = threading.Thread(
+            target=self.periodic.start, name="periodics", daemon=True
+        )
+        self._periodic_thread.start()
+
+    # Stop ------------------------------------------------------------------
+
+    def wait(self) -> None:
+        while not self.stopping.wait(0.5):
+            pass
+
+    def request_stop(self, signum: int | None = None, _frame: object = None) -> None:
+        if signum is not None and not self.stopping.is_set():
+            LOG.info("share-manager got signal %s, stopping", signum)
+        self.stopping.set()
+
+    def stop(self) -> None:
+        if self.periodic is not None:
+            self.periodic.stop()
+            self.periodic.wait()
+        if self._periodic_executor is not None:
+            self._periodic_executor.shutdown(wait=True)
+        if self.coordinator is not None:
+            self.coordinator.stop()
+        if self.db is not None:
+            try:
+                db_api.service_stopped(self.db, self.engine_id)
+            except Exception:  # the database may be the reason we stop
+                LOG.exception("could not mark the service row stopped")
+            self.db.dispose()
+        LOG.info("share-manager stopped: engine %s", self.engine_id)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    conf = config.CONF
+    try:
+        config.load(argv, conf=conf, prog=BINARY)
+    except config.ConfigError as exc:
+        print(f"{BINARY}: configuration error: {exc}", file=sys.stderr)
+        return 2
+    logging.set_defaults(
+        default_log_levels=logging.get_default_log_levels() + ["alembic=WARN", "tooz=WARN"]
+    )
+    logging.setup(conf, "sharemgr")
+    service = ShareManagerService(conf)
+    signal.signal(signal.SIGTERM, service.request_stop)
+    signal.signal(signal.SIGINT, service.request_stop)
+    try:
+        service.start()
+    except (StartupError, config.ConfigError) as exc:
+        LOG.error("share-manager cannot start: %s", exc)
+        service.stop()
+        return 1
+    service.wait()
+    service.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Shared fixtures: database URLs for SQLite, PostgreSQL and MariaDB, Redis.
+
+A test that needs a server skips when it is absent, except under CI=true,
+where a missing server fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+
+import pytest
+import sqlalchemy as sa
+from sharemgr.db import migration
+from sharemgr.db.engine import Database
+
+PG_ADMIN = os.environ.get("SHAREMGR_TEST_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
+MY_ADMIN = os.environ.get("SHAREMGR_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306/test")
+REDIS_URL = os.environ.get("SHAREMGR_TEST_REDIS", "redis://127.0.0.1:6379")
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def need_server(name: str, host: str, port: int) -> None:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return
+    except OSError as exc:
+        msg = f"{name} at {host}:{port} is not reachable: {exc}"
+    if IN_CI:
+        pytest.fail(msg + " (CI=true: servers are required)")
+    pytest.skip(msg)
+
+
+def _fresh_database(admin_url: str, dialect: str) -> str:
+    """Create an empty database of its own for one test; returns its URL."""
+    name = f"sm_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    engine.dispose()
+    return str(sa.engine.make_url(admin_url).set(database=name).render_as_string(False))
+
+
+def _drop_database(admin_url: str, url: str) -> None:
+    name = sa.engine.make_url(url).database
+    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        else:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_url():
+    need_server("PostgreSQL", "127.0.0.1", 5432)
+    url = _fresh_database(PG_ADMIN, "postgresql")
+    yield url
+    _drop_database(PG_ADMIN, url)
+
+
+@pytest.fixture
+def mysql_url():
+    need_server("MariaDB", "127.0.0.1", 3306)
+    url = _fresh_database(MY_ADMIN, "mysql")
+    yield url
+    _drop_database(MY_ADMIN, url)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path):
+    return f"sqlite:///{tmp_path}/sharemgr.sqlite"
+
+
+@pytest.fixture
+def redis_url():
+    need_server("Redis", "127.0.0.1", 6379)
+    return REDIS_URL
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mysql"])
+def db_url(request):
+    """The same test on every supported database."""
+    return request.getfixturevalue(
+        {"sqlite": "sqlite_url", "postgresql": "pg_url", "mysql": "mysql_url"}[request.param]
+    )
+
+
+@pytest.fixture
+def db(db_url):
+    database = Database(db_url)
+    migration.upgrade(database)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def sqlite_db(sqlite_url):
+    database = Database(sqlite_url)
+    migration.upgrade(database)
+    yield database
+    database.dispose()

@@ -1,0 +1,114 @@
+"""DB API on SQLite, PostgreSQL and MariaDB: the same tests on each."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sharemgr.db import api, migration, models
+from sharemgr.db.engine import Database, DatabaseUnavailable
+
+
+def _instance(db, status="creating", host="h@dummy"):
+    share = models.Share(size=1, share_proto="NFS", name="s")
+    inst = models.ShareInstance(share_id=share.id, host=host, status=status)
+    with db.session() as session:
+        session.add(share)
+        session.flush()
+        inst.share_id = share.id
+        session.add(inst)
+    return inst
+
+
+def test_schema_at_head(db):
+    assert migration.current(db) == migration.head()
+
+
+def test_conditional_update_wins_once(db):
+    inst = _instance(db)
+    assert api.conditional_update(
+        db, models.ShareInstance, inst.id, {"status": "creating"}, {"status": "available"}
+    )
+    # The second writer expected the old status and must learn it lost.
+    assert not api.conditional_update(
+        db, models.ShareInstance, inst.id, {"status": "creating"}, {"status": "error"}
+    )
+    assert api.get(db, models.ShareInstance, inst.id).status == "available"
+
+
+def test_conditional_update_accepts_a_set_of_statuses(db):
+    inst = _instance(db, status="deleting")
+    assert api.conditional_update(
+        db, models.ShareInstance, inst.id, {"status": ("deleting", "error_deleting")},
+        {"status": "deleted"},
+    )
+
+
+def test_soft_delete_hides_row(db):
+    inst = _instance(db)
+    api.conditional_update(
+        db, models.ShareInstance, inst.id, {"status": "creating"},
+        {"status": "deleted", "deleted_at": models.utcnow()},
+    )
+    assert api.get(db, models.ShareInstance, inst.id) is None
+    assert api.get(db, models.ShareInstance, inst.id, include_deleted=True).status == "deleted"
+    assert api.query(db, models.ShareInstance, {"host": "h@dummy"}) == []
+
+
+def test_request_claim_is_exclusive(db):
+    with db.session() as session:
+        for i in range(6):
+            api.request_add_tx(session, "share", f"r{i}", "create", "h@dummy")
+        api.request_add_tx(session, "share", "other", "create", "other@dummy")
+    first = api.request_claim(db, ["h@dummy"], "e1", limit=4)
+    second = api.request_claim(db, ["h@dummy"], "e2", limit=4)
+    assert len(first) == 4 and len(second) == 2
+    assert not {r.id for r in first} & {r.id for r in second}
+    assert api.request_claim(db, ["h@dummy"], "e3", limit=4) == []
+    assert api.request_finish(db, first[0].id, "e1", "done")
+    # Only the claiming engine may finish a request.
+    assert not api.request_finish(db, first[1].id, "e2", "done")
+
+
+def test_services(db):
+    api.service_register(db, "h", "share-manager", "h.1")
+    assert api.service_heartbeat(db, "h.1")
+    api.service_stopped(db, "h.1")
+    assert [s.engine_id for s in api.service_list(db)] == ["h.1"]
+    assert api.service_list(db, include_stopped=False) == []
+
+
+def test_unreachable_database_is_one_line():
+    db = Database("postgresql+psycopg2://nobody:secret@127.0.0.1:1/none", connect_timeout=2)
+    with pytest.raises(DatabaseUnavailable) as err:
+        db.check()
+    text = str(err.value)
+    assert "\n" not in text and "secret" not in text and "127.0.0.1:1" in text
+
+
+@pytest.mark.parametrize("writers", [8])
+def test_concurrent_conditional_updates_postgresql(pg_url, writers):
+    """Many threads race to move one row out of 'creating': exactly one wins."""
+    db = Database(pg_url, pool_size=writers)
+    migration.upgrade(db)
+    for _ in range(5):
+        inst = _instance(db)
+        barrier = threading.Barrier(writers)
+        wins = []
+
+        def race(n, inst_id=inst.id, barrier=barrier, wins=wins):
+            barrier.wait()
+            if api.conditional_update(
+                db, models.ShareInstance, inst_id, {"status": "creating"},
+                {"status": f"available-{n}"},
+            ):
+                wins.append(n)
+
+        threads = [threading.Thread(target=race, args=(n,)) for n in range(writers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(wins) == 1
+        assert api.get(db, models.ShareInstance, inst.id).status == f"available-{wins[0]}"
+    db.dispose()
