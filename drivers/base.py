@@ -1,0 +1,423 @@
+"""The share driver contract.
+
+A driver is a subclass of ``ShareDriver`` registered under the entry point
+namespace ``sharemgr.share_drivers``. The manager creates one driver object per
+enabled backend (config group) and calls the methods below, often from several
+threads at once and, on one host, from several processes (engines) at once.
+
+The manager passes plain dicts, never ORM objects (see doc/drivers.rst for every
+shape). The ids in them are the ids of the *instances* the backend holds (share
+instance, snapshot instance, ...); logical ids (``share_id``, ``snapshot_id``,
+...) come along for naming and bookkeeping.
+
+Error rules, for every method:
+
+* A failure the driver understands raises a ``ShareBackendException``
+  subclass; ``ShareResourceNotFound`` when the backend has no such object.
+* Deletes are idempotent: deleting an object that is already gone succeeds.
+* An operation the driver does not implement raises ``OperationNotSupported``
+  (what the base class does); status methods raise plain ``NotImplementedError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oslo_config import cfg
+from sharemgr.drivers.exceptions import OperationNotSupported
+
+# Type aliases for the dicts the manager passes; documented in doc/drivers.rst.
+Share = dict[str, Any]
+Snapshot = dict[str, Any]
+Replica = dict[str, Any]
+ShareServer = dict[str, Any]
+ShareGroup = dict[str, Any]
+GroupSnapshot = dict[str, Any]
+Backup = dict[str, Any]
+ExportLocation = dict[str, Any]
+
+STATUS_METHODS = (
+    "get_share_status",
+    "get_snapshot_status",
+    "get_replica_status",
+    "get_share_group_status",
+    "get_share_group_snapshot_status",
+)
+
+
+class ShareDriver:
+    """Base class of share drivers: the backend operations the manager uses.
+
+    Subclasses override what their backend supports; every other operation
+    raises ``OperationNotSupported``.
+    """
+
+    #: Options the loader registers on the backend's config group before it
+    #: constructs the driver (and validates by reading them).
+    driver_opts: list[cfg.Opt] = []
+
+    def __init__(
+        self,
+        configuration: Any,
+        *,
+        backend_name: str,
+        host: str,
+        engine_id: str,
+        state_path: str,
+    ) -> None:
+        """Keep the configuration; no backend I/O here (that is ``do_setup``).
+
+        :param configuration: the backend's config group (``conf[backend]``,
+            an oslo.config GroupAttr) with the base backend options and this
+            class's ``driver_opts`` registered.
+        :param backend_name: name of the config group, e.g. ``"dummy"``.
+        :param host: the manager's ``host``; resources belong to
+            ``<host>@<backend_name>``.
+        :param engine_id: id of the engine (process) that drives this object.
+        :param state_path: the manager's ``state_path`` folder, for drivers
+            that keep local state.
+        :raises Exception: anything; the loader reports it as a load error.
+        """
+        self.configuration = configuration
+        self.backend_name = backend_name
+        self.host = host
+        self.engine_id = engine_id
+        self.state_path = state_path
+
+    # Properties ---------------------------------------------------------
+
+    @property
+    def driver_handles_share_servers(self) -> bool:
+        """Whether this backend creates share servers (DHSS), from config."""
+        return bool(self.configuration.driver_handles_share_servers)
+
+    @property
+    def backend_host(self) -> str:
+        """``<host>@<backend>``, the host string of this backend's resources."""
+        return f"{self.host}@{self.backend_name}"
+
+    @property
+    def share_backend_name(self) -> str:
+        """Name shown to users: ``share_backend_name`` or the group name."""
+        return self.configuration.share_backend_name or self.backend_name
+
+    # Set-up -------------------------------------------------------------
+
+    def do_setup(self) -> None:
+        """Connect to the backend and prepare it; called once at start.
+
+        :raises ShareBackendException: the backend cannot be used.
+        Idempotent: calling it again must do no harm.
+        """
+
+    def check_for_setup_error(self) -> None:
+        """Check the backend is usable after ``do_setup``; called once at start.
+
+        :raises ShareBackendException: with a message saying what is wrong.
+        """
+
+    def get_backend_info(self) -> dict[str, Any]:
+        """A description of the backend's configuration for ``ensure_shares``.
+
+        The manager stores it and skips ``ensure_shares`` at start when it has
+        not changed. An empty dict means "cannot tell", so the manager always
+        runs ``ensure_shares``.
+
+        :returns: a JSON-serialisable dict. Read-only.
+        """
+        return {}
+
+    def ensure_shares(self, shares: list[Share]) -> dict[str, dict[str, Any]]:
+        """Check that existing shares are exported as recorded; fix what can be.
+
+        :param shares: share instance dicts this backend should hold.
+        :returns: ``{instance id: {"export_locations": [...], "status": ...}}``
+            for the shares whose record must change; shares left out are kept
+            as they are. The base class returns ``{}``.
+        :raises ShareBackendException: the check as a whole failed.
+        Idempotent.
+        """
+        return {}
+
+    # Shares ---------------------------------------------------------------
+
+    def create_share(
+        self, share: Share, share_server: ShareServer | None = None
+    ) -> list[ExportLocation]:
+        """Create a share of ``share["size"]`` GiB with protocol ``share_proto``.
+
+        :param share: share instance dict; its ``id`` names the backend object.
+        :param share_server: the server dict on a DHSS backend (required
+            there), ``None`` otherwise.
+        :returns: export locations, dicts ``{"path": str, "is_admin_only":
+            bool, "preferred": bool}``.
+        :raises InvalidShareRequest: e.g. no share server on a DHSS backend.
+        :raises ShareBackendException: the backend failed.
+        Called again with the same id after a crash, a driver should return
+        the existing share's export locations rather than fail.
+        """
+        raise OperationNotSupported("create_share")
+
+    def create_share_from_snapshot(
+        self, share: Share, snapshot: Snapshot, share_server: ShareServer | None = None
+    ) -> list[ExportLocation]:
+        """Create a share holding the data of ``snapshot``.
+
+        :param share: the new share instance dict (``snapshot_id`` set).
+        :param snapshot: snapshot instance dict the data comes from.
+        :param share_server: as for ``create_share``.
+        :returns: export locations, as ``create_share``.
+        :raises ShareResourceNotFound: the backend has no such snapshot.
+        :raises ShareBackendException: the backend failed.
+        """
+        raise OperationNotSupported("create_share_from_snapshot")
+
+    def delete_share(self, share: Share, share_server: ShareServer | None = None) -> None:
+        """Delete a share instance.
+
+        :raises ShareBackendException: the backend refused or failed.
+        Idempotent: a share that does not exist counts as deleted.
+        """
+        raise OperationNotSupported("delete_share")
+
+    def extend_share(
+        self, share: Share, new_size: int, share_server: ShareServer | None = None
+    ) -> None:
+        """Grow a share to ``new_size`` GiB (``share["size"]`` is the old size).
+
+        :raises ShareResourceNotFound: the backend has no such share.
+        :raises InvalidShareRequest: ``new_size`` is smaller than the size.
+        :raises ShareBackendException: the backend failed.
+        Idempotent for the same ``new_size``.
+        """
+        raise OperationNotSupported("extend_share")
+
+    def shrink_share(
+        self, share: Share, new_size: int, share_server: ShareServer | None = None
+    ) -> None:
+        """Shrink a share to ``new_size`` GiB.
+
+        :raises ShareResourceNotFound: the backend has no such share.
+        :raises InvalidShareRequest: ``new_size`` is larger than the size, or
+            the data would not fit.
+        :raises ShareBackendException: the backend failed.
+        Idempotent for the same ``new_size``.
+        """
+        raise OperationNotSupported("shrink_share")
+
+    # Snapshots --------------------------------------------------------------
+
+    def create_snapshot(
+        self, snapshot: Snapshot, share_server: ShareServer | None = None
+    ) -> dict[str, Any] | None:
+        """Snapshot the share instance ``snapshot["share_instance_id"]``.
+
+        :returns: ``None`` or a model update (``status``, ``size``,
+            ``export_locations``; the manager ignores other keys).
+        :raises ShareResourceNotFound: the backend has no such share.
+        :raises ShareBackendException: the backend failed.
+        """
+        raise OperationNotSupported("create_snapshot")
+
+    def delete_snapshot(
+        self, snapshot: Snapshot, share_server: ShareServer | None = None
+    ) -> None:
+        """Delete a snapshot instance.
+
+        Idempotent: a snapshot that does not exist counts as deleted.
+        :raises ShareBackendException: the backend refused or failed.
+        """
+        raise OperationNotSupported("delete_snapshot")
+
+    # Replicas --------------------------------------------------------------
+
+    def create_replica(
+        self,
+        replica: Replica,
+        active_replica: Replica,
+        share_server: ShareServer | None = None,
+    ) -> dict[str, Any]:
+        """Create a replica (a share instance) of ``active_replica``.
+
+        :returns: ``{"export_locations": [...], "replica_state": "in_sync" |
+            "out_of_sync" | "error"}``.
+        :raises ShareResourceNotFound: the backend has no active replica.
+        :raises ShareBackendException: the backend failed.
+        """
+        raise OperationNotSupported("create_replica")
+
+    def delete_replica(self, replica: Replica, share_server: ShareServer | None = None) -> None:
+        """Delete a replica. Idempotent: a missing replica counts as deleted.
+
+        :raises ShareBackendException: the backend refused or failed.
+        """
+        raise OperationNotSupported("delete_replica")
+
+    # Share groups ------------------------------------------------------------
+
+    def create_share_group(
+        self, group: ShareGroup, share_server: ShareServer | None = None
+    ) -> dict[str, Any] | None:
+        """Create a share group.
+
+        :returns: ``None`` or a model update (``status``).
+        :raises ShareBackendException: the backend failed.
+        """
+        raise OperationNotSupported("create_share_group")
+
+    def delete_share_group(
+        self, group: ShareGroup, share_server: ShareServer | None = None
+    ) -> None:
+        """Delete a share group. Idempotent: a missing group counts as deleted.
+
+        :raises ShareBackendException: the backend refused or failed.
+        """
+        raise OperationNotSupported("delete_share_group")
+
+    def create_share_group_snapshot(
+        self, group_snapshot: GroupSnapshot, share_server: ShareServer | None = None
+    ) -> dict[str, Any] | None:
+        """Snapshot the group ``group_snapshot["share_group_id"]``.
+
+        :returns: ``None`` or a model update (``status``).
+        :raises ShareResourceNotFound: the backend has no such group.
+        :raises ShareBackendException: the backend failed.
+        """
+        raise OperationNotSupported("create_share_group_snapshot")
+
+    def delete_share_group_snapshot(
+        self, group_snapshot: GroupSnapshot, share_server: ShareServer | None = None
+    ) -> None:
+        """Delete a group snapshot. Idempotent: a missing one counts as deleted.
+
+        :raises ShareBackendException: the backend refused or failed.
+        """
+        raise OperationNotSupported("delete_share_group_snapshot")
+
+    # Share servers (DHSS) ------------------------------------------------------
+
+    def setup_server(
+        self, server: ShareServer, network_info: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Create the share server ``server["id"]`` on a DHSS backend.
+
+        :param network_info: network allocations, when the manager has any.
+        :returns: ``backend_details``, a JSON-serialisable dict the manager
+            stores on the server and passes back in ``server["backend_details"]``.
+        :raises InvalidShareRequest: the backend does not handle share servers.
+        :raises ShareBackendException: the backend failed.
+        """
+        raise OperationNotSupported("setup_server")
+
+    def teardown_server(self, server: ShareServer, backend_details: dict[str, Any]) -> None:
+        """Delete a share server.
+
+        :param backend_details: what ``setup_server`` returned (may be empty
+            when set-up failed half-way).
+        Idempotent: a missing server counts as deleted.
+        :raises ShareBackendException: the backend refused (e.g. the server
+            still holds shares) or failed.
+        """
+        raise OperationNotSupported("teardown_server")
+
+    # Backups ---------------------------------------------------------------
+
+    def create_backup(self, share: Share, backup: Backup) -> dict[str, Any] | None:
+        """Start backing up ``share`` as ``backup``; progress comes from
+        ``create_backup_continue``.
+
+        :returns: ``None`` or a model update.
+        :raises ShareResourceNotFound: the backend has no such share.
+        :raises ShareBackendException: the backend failed.
+        """
+        raise OperationNotSupported("create_backup")
+
+    def create_backup_continue(self, share: Share, backup: Backup) -> dict[str, str]:
+        """Report (and advance) a backup started by ``create_backup``.
+
+        :returns: ``{"total_progress": "0".."100"}``; ``"100"`` means done.
+        :raises ShareResourceNotFound: the backend has no such backup.
+        :raises ShareBackendException: the backup failed.
+        """
+        raise OperationNotSupported("create_backup_continue")
+
+    def restore_backup(self, backup: Backup, share: Share) -> None:
+        """Start restoring ``backup`` into ``share``.
+
+        :raises ShareResourceNotFound: no such backup or share.
+        :raises ShareBackendException: the backend failed.
+        """
+        raise OperationNotSupported("restore_backup")
+
+    def restore_backup_continue(self, backup: Backup, share: Share) -> dict[str, str]:
+        """Report (and advance) a restore started by ``restore_backup``.
+
+        :returns: ``{"total_progress": "0".."100"}``.
+        :raises ShareResourceNotFound: no such backup.
+        :raises ShareBackendException: the restore failed.
+        """
+        raise OperationNotSupported("restore_backup_continue")
+
+    def delete_backup(self, backup: Backup) -> None:
+        """Delete a backup. Idempotent: a missing backup counts as deleted.
+
+        :raises ShareBackendException: the backend refused or failed.
+        """
+        raise OperationNotSupported("delete_backup")
+
+    # Optional status methods ------------------------------------------------
+    # Reconciliation asks these for ground truth after a crash. Each returns a
+    # dict with at least "status" ("available" when healthy, "error", or a
+    # transient Manila status) and raises ShareResourceNotFound for an object
+    # the backend does not have. A driver without one raises NotImplementedError
+    # and the manager falls back to marking the resource error. They read only.
+
+    def get_share_status(
+        self, share: Share, share_server: ShareServer | None = None
+    ) -> dict[str, Any]:
+        """:returns: ``{"status", "size", "export_locations"}`` of a share instance.
+
+        :raises ShareResourceNotFound: the backend has no such share.
+        :raises NotImplementedError: the driver cannot tell.
+        """
+        raise NotImplementedError("get_share_status")
+
+    def get_snapshot_status(
+        self, snapshot: Snapshot, share_server: ShareServer | None = None
+    ) -> dict[str, Any]:
+        """:returns: ``{"status", ...}`` of a snapshot instance.
+
+        :raises ShareResourceNotFound: the backend has no such snapshot.
+        :raises NotImplementedError: the driver cannot tell.
+        """
+        raise NotImplementedError("get_snapshot_status")
+
+    def get_replica_status(
+        self, replica: Replica, share_server: ShareServer | None = None
+    ) -> dict[str, Any]:
+        """:returns: ``{"status", "replica_state", "export_locations", ...}``.
+
+        :raises ShareResourceNotFound: the backend has no such replica.
+        :raises NotImplementedError: the driver cannot tell.
+        """
+        raise NotImplementedError("get_replica_status")
+
+    def get_share_group_status(
+        self, group: ShareGroup, share_server: ShareServer | None = None
+    ) -> dict[str, Any]:
+        """:returns: ``{"status", ...}`` of a share group.
+
+        :raises ShareResourceNotFound: the backend has no such group.
+        :raises NotImplementedError: the driver cannot tell.
+        """
+        raise NotImplementedError("get_share_group_status")
+
+    def get_share_group_snapshot_status(
+        self, group_snapshot: GroupSnapshot, share_server: ShareServer | None = None
+    ) -> dict[str, Any]:
+        """:returns: ``{"status", ...}`` of a group snapshot.
+
+        :raises ShareResourceNotFound: the backend has no such group snapshot.
+        :raises NotImplementedError: the driver cannot tell.
+        """
+        raise NotImplementedError("get_share_group_snapshot_status")

@@ -1,0 +1,36 @@
+"""Exceptions a share driver raises.
+
+The manager treats every ``ShareBackendException`` as "the backend said no":
+it records the error status the operation calls for and carries on. Any other
+exception from a driver is a bug in the driver; the manager handles it the same
+way but logs the traceback.
+"""
+
+from __future__ import annotations
+
+
+class ShareBackendException(Exception):
+    """Base of every error a driver reports on purpose."""
+
+
+class ShareResourceNotFound(ShareBackendException):
+    """The backend has no object with the given id.
+
+    Status methods raise it for an unknown object; operations that need an
+    existing object (extend, shrink, snapshot of a share, ...) raise it too.
+    Deletes never raise it: deleting what is gone succeeds.
+    """
+
+
+class InvalidShareRequest(ShareBackendException):
+    """The request cannot be carried out as asked (a share without a share
+    server on a DHSS backend, a shrink to a larger size, ...)."""
+
+
+class OperationNotSupported(ShareBackendException, NotImplementedError):
+    """The driver does not implement this operation.
+
+    The base class raises it for every operation a driver does not override.
+    It is both a ``ShareBackendException`` (the operation failed) and a
+    ``NotImplementedError`` (so capability checks can tell it apart).
+    """
