@@ -1,0 +1,497 @@
+"""The dummy driver: a real driver over a fake backend kept on disk.
+
+Its backend state (objects and a log of every call) lives in a SQLite file
+under ``dummy_state_path`` (see ``dummy_state``), so it survives a killed
+manager and can be driven by several engines on one host at once.
+Reconciliation asks it for ground truth; tests steer it with the knobs in
+``dummy_opts`` and look at it (or change it behind the manager's back) with
+the ``sharemgr-dummy-backend`` command.
+
+Every call goes through ``_op``: log the call, wait at a gate, sleep the
+configured delay, fail if told to, crash-before, change the backend in one
+transaction, crash-after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from oslo_config import cfg, types
+from sharemgr.drivers import base
+from sharemgr.drivers.dummy_knobs import Knobs
+from sharemgr.drivers.dummy_state import BackendState, Tx
+from sharemgr.drivers.exceptions import (
+    InvalidShareRequest,
+    ShareBackendException,
+    ShareResourceNotFound,
+)
+
+dummy_opts = [
+    cfg.StrOpt(
+        "dummy_state_path",
+        sample_default="$state_path/dummy/<backend>",
+        help="Folder of the dummy backend's state (objects and call log). "
+        "Default: '<state_path>/dummy/<backend group name>'.",
+    ),
+    cfg.Opt(
+        "dummy_method_delays",
+        type=types.Dict(value_type=types.Float(min=0)),
+        default={},
+        help="Seconds each driver method sleeps before changing the backend, as "
+        "'method:seconds,...', e.g. 'create_share:0.5,delete_share:0.2'. A key "
+        "'method.prefix' applies only to resources whose name starts with prefix.",
+    ),
+    cfg.ListOpt(
+        "dummy_fail_methods",
+        default=[],
+        help="Driver methods ('method' or 'method.prefix') that raise a driver "
+        "error instead of changing the backend.",
+    ),
+    cfg.ListOpt(
+        "dummy_crash_before",
+        default=[],
+        help="Driver methods ('method' or 'method.prefix') at which the whole "
+        "process exits at once (os._exit(137)) before the backend changes.",
+    ),
+    cfg.ListOpt(
+        "dummy_crash_after",
+        default=[],
+        help="Driver methods ('method' or 'method.prefix') at which the whole "
+        "process exits at once (os._exit(137)) after the backend change is on disk.",
+    ),
+    cfg.StrOpt(
+        "dummy_gate_dir",
+        help="Folder of gate files. Before changing the backend, a call waits "
+        "while a file '<method>' exists there, or '<method>.<prefix>' where the "
+        "resource's name starts with prefix. The call is in the call log before it "
+        "waits.",
+    ),
+    cfg.FloatOpt(
+        "dummy_gate_poll_interval",
+        default=0.05,
+        min=0.001,
+        max=10.0,
+        help="Seconds between looks at the gate folder while a call waits.",
+    ),
+    cfg.ListOpt(
+        "dummy_status_methods",
+        item_type=types.String(choices=base.STATUS_METHODS),
+        default=list(base.STATUS_METHODS),
+        help="Optional status methods the dummy driver implements; the others "
+        "raise NotImplementedError.",
+    ),
+]
+
+SHARE_KINDS = ("share", "replica")
+_CREATED = "available"
+
+
+class DummyDriver(base.ShareDriver):
+    """A share driver over a fake backend persisted in SQLite."""
+
+    driver_opts = dummy_opts
+
+    def __init__(
+        self,
+        configuration: Any,
+        *,
+        backend_name: str,
+        host: str,
+        engine_id: str,
+        state_path: str,
+    ) -> None:
+        super().__init__(
+            configuration,
+            backend_name=backend_name,
+            host=host,
+            engine_id=engine_id,
+            state_path=state_path,
+        )
+        conf = configuration
+        methods = [m for m in dir(base.ShareDriver) if not m.startswith("_")]
+        methods = [m for m in methods if callable(getattr(base.ShareDriver, m))]
+        self.knobs = Knobs(
+            methods,
+            delays=conf.dummy_method_delays or {},
+            fail=conf.dummy_fail_methods or [],
+            crash_before=conf.dummy_crash_before or [],
+            crash_after=conf.dummy_crash_after or [],
+            gate_dir=conf.dummy_gate_dir,
+            gate_poll_interval=conf.dummy_gate_poll_interval,
+        )
+        self.status_methods = frozenset(conf.dummy_status_methods or ())
+        self.dummy_state_path = conf.dummy_state_path or os.path.join(
+            state_path, "dummy", backend_name
+        )
+        self.state = BackendState(self.dummy_state_path, backend=backend_name)
+
+    # The one path of every call ------------------------------------------
+
+    @contextlib.contextmanager
+    def _op(self, method: str, resource: dict | None, write: bool = True) -> Iterator[Tx]:
+        resource = resource or {}
+        rid = resource.get("id")
+        name = str(resource.get("name") or rid or "")
+        self.state.log_call(method, rid, self.engine_id)
+        if method in base.STATUS_METHODS and method not in self.status_methods:
+            raise NotImplementedError(f"dummy driver: {method} is disabled by dummy_status_methods")
+        self.knobs.wait_at_gate(method, name)
+        self.knobs.delay(method, name)
+        if self.knobs.should_fail(method, name):
+            raise ShareBackendException(
+                f"dummy driver: {method} of {rid or self.backend_name} failed "
+                "(dummy_fail_methods)"
+            )
+        self.knobs.crash_if("before", method, name)
+        with self.state.transaction() if write else self.state.reading() as tx:
+            yield tx
+        self.knobs.crash_if("after", method, name)
+
+    # Helpers ------------------------------------------------------------------
+
+    def _export_locations(self, instance_id: str, server: dict | None) -> list[dict]:
+        details = (server or {}).get("backend_details") or {}
+        address = details.get("address") or f"{self.host}.{self.backend_name}.dummy"
+        return [
+            {"path": f"{address}:/shares/{instance_id}", "is_admin_only": False,
+             "preferred": True},
+            {"path": f"admin.{address}:/shares/{instance_id}", "is_admin_only": True,
+             "preferred": False},
+        ]
+
+    def _check_server(self, tx: Tx, server: dict | None, what: str) -> str | None:
+        if not self.driver_handles_share_servers:
+            return None
+        if not server:
+            raise InvalidShareRequest(
+                f"dummy backend {self.backend_name} handles share servers "
+                f"(driver_handles_share_servers = True): {what} needs a share server"
+            )
+        if tx.get(server["id"], ("share_server",)) is None:
+            raise ShareResourceNotFound(f"dummy backend has no share server {server['id']}")
+        return server["id"]
+
+    @staticmethod
+    def _size(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidShareRequest(f"size must be a positive integer, not {value!r}")
+        return value
+
+    @staticmethod
+    def _need(tx: Tx, obj_id: str | None, kinds: tuple[str, ...], what: str) -> dict:
+        obj = tx.get(obj_id, kinds)
+        if obj is None:
+            raise ShareResourceNotFound(f"dummy backend has no {what} {obj_id}")
+        return obj
+
+    def _refuse_if_used(self, tx: Tx, column: str, obj_id: str, kinds: tuple[str, ...],
+                        what: str) -> None:
+        users = tx.find(column, obj_id, kinds)
+        if users:
+            ids = ", ".join(f"{u['kind']} {u['id']}" for u in users)
+            raise InvalidShareRequest(f"dummy backend: {what} {obj_id} is in use by {ids}")
+
+    # Set-up -----------------------------------------------------------------
+
+    def do_setup(self) -> None:
+        with self._op("do_setup", None):
+            pass
+
+    def check_for_setup_error(self) -> None:
+        with self._op("check_for_setup_error", None, write=False):
+            pass
+
+    def get_backend_info(self) -> dict[str, Any]:
+        with self._op("get_backend_info", None, write=False):
+            return {
+                "driver": "dummy",
+                "version": "1",
+                "driver_handles_share_servers": self.driver_handles_share_servers,
+                "state": os.path.abspath(self.dummy_state_path),
+            }
+
+    def ensure_shares(self, shares: list[dict]) -> dict[str, dict[str, Any]]:
+        with self._op("ensure_shares", None, write=False) as tx:
+            updates = {}
+            for share in shares:
+                obj = tx.get(share["id"], SHARE_KINDS)
+                if obj is None:
+                    updates[share["id"]] = {"status": "error", "export_locations": []}
+                else:
+                    updates[share["id"]] = {
+                        "status": obj["status"],
+                        "export_locations": obj["export_locations"],
+                    }
+            return updates
+
+    # Shares -------------------------------------------------------------------
+
+    def _create_share(self, tx: Tx, share: dict, server: dict | None,
+                      snapshot_id: str | None = None, size: int | None = None) -> list[dict]:
+        server_id = self._check_server(tx, server, "a share")
+        existing = tx.get(share["id"])
+        if existing is not None:
+            if existing["kind"] != "share":
+                raise InvalidShareRequest(
+                    f"dummy backend: id {share['id']} is a {existing['kind']}"
+                )
+            return existing["export_locations"]
+        locations = self._export_locations(share["id"], server)
+        tx.insert(
+            id=share["id"], kind="share", share_id=share.get("share_id"),
+            snapshot_id=snapshot_id, share_server_id=server_id, name=share.get("name"),
+            size=size if size is not None else self._size(share.get("size")),
+            status=_CREATED, export_locations=locations,
+            details={"share_proto": share.get("share_proto")},
+        )
+        return locations
+
+    def create_share(self, share: dict, share_server: dict | None = None) -> list[dict]:
+        with self._op("create_share", share) as tx:
+            return self._create_share(tx, share, share_server)
+
+    def create_share_from_snapshot(
+        self, share: dict, snapshot: dict, share_server: dict | None = None
+    ) -> list[dict]:
+        with self._op("create_share_from_snapshot", share) as tx:
+            snap = self._need(tx, snapshot.get("id"), ("snapshot",), "snapshot")
+            size = self._size(share.get("size"))
+            if size < (snap["size"] or 0):
+                raise InvalidShareRequest(
+                    f"dummy backend: share of {size} GiB is smaller than snapshot "
+                    f"{snap['id']} ({snap['size']} GiB)"
+                )
+            snapshot_id = share.get("snapshot_id") or snapshot.get("snapshot_id") or snap["id"]
+            return self._create_share(tx, share, share_server, snapshot_id, size)
+
+    def delete_share(self, share: dict, share_server: dict | None = None) -> None:
+        with self._op("delete_share", share) as tx:
+            if tx.get(share["id"], ("share",)) is not None:
+                # A real backend cannot drop a volume that still has snapshots.
+                self._refuse_if_used(tx, "share_instance_id", share["id"], ("snapshot",),
+                                     "share")
+                tx.delete(share["id"])
+
+    def _resize(self, method: str, share: dict, new_size: int, grow: bool) -> None:
+        with self._op(method, share) as tx:
+            obj = self._need(tx, share["id"], SHARE_KINDS, "share")
+            new_size = self._size(new_size)
+            if (grow and new_size < obj["size"]) or (not grow and new_size > obj["size"]):
+                verb = "extend" if grow else "shrink"
+                raise InvalidShareRequest(
+                    f"dummy backend: cannot {verb} share {obj['id']} of {obj['size']} GiB "
+                    f"to {new_size} GiB"
+                )
+            tx.update(obj["id"], size=new_size)
+
+    def extend_share(self, share: dict, new_size: int, share_server: dict | None = None) -> None:
+        self._resize("extend_share", share, new_size, grow=True)
+
+    def shrink_share(self, share: dict, new_size: int, share_server: dict | None = None) -> None:
+        self._resize("shrink_share", share, new_size, grow=False)
+
+    # Snapshots -------------------------------------------------------------
+
+    def create_snapshot(self, snapshot: dict, share_server: dict | None = None) -> None:
+        with self._op("create_snapshot", snapshot) as tx:
+            parent = self._need(tx, snapshot.get("share_instance_id"), SHARE_KINDS, "share")
+            if tx.get(snapshot["id"], ("snapshot",)) is not None:
+                return None
+            tx.insert(
+                id=snapshot["id"], kind="snapshot", snapshot_id=snapshot.get("snapshot_id"),
+                share_id=snapshot.get("share_id") or parent["share_id"],
+                share_instance_id=parent["id"], name=snapshot.get("name"),
+                size=parent["size"], status=_CREATED,
+            )
+        return None
+
+    def delete_snapshot(self, snapshot: dict, share_server: dict | None = None) -> None:
+        with self._op("delete_snapshot", snapshot) as tx:
+            if tx.get(snapshot["id"], ("snapshot",)) is not None:
+                tx.delete(snapshot["id"])
+
+    # Replicas ---------------------------------------------------------------
+
+    def create_replica(
+        self, replica: dict, active_replica: dict, share_server: dict | None = None
+    ) -> dict[str, Any]:
+        with self._op("create_replica", replica) as tx:
+            server_id = self._check_server(tx, share_server, "a replica")
+            active = self._need(tx, active_replica.get("id"), SHARE_KINDS, "active replica")
+            existing = tx.get(replica["id"], ("replica",))
+            if existing is None:
+                existing = tx.insert(
+                    id=replica["id"], kind="replica",
+                    share_id=replica.get("share_id") or active["share_id"],
+                    share_server_id=server_id, name=replica.get("name"),
+                    size=active["size"], status=_CREATED, replica_state="in_sync",
+                    export_locations=self._export_locations(replica["id"], share_server),
+                )
+            return {
+                "export_locations": existing["export_locations"],
+                "replica_state": existing["replica_state"],
+            }
+
+    def delete_replica(self, replica: dict, share_server: dict | None = None) -> None:
+        with self._op("delete_replica", replica) as tx:
+            if tx.get(replica["id"], ("replica",)) is not None:
+                tx.delete(replica["id"])
+
+    # Share groups ---------------------------------------------------------------
+
+    def create_share_group(self, group: dict, share_server: dict | None = None) -> None:
+        with self._op("create_share_group", group) as tx:
+            server_id = share_server["id"] if share_server else None
+            if tx.get(group["id"], ("share_group",)) is None:
+                tx.insert(
+                    id=group["id"], kind="share_group", share_group_id=group["id"],
+                    share_server_id=server_id, name=group.get("name"), status=_CREATED,
+                )
+        return None
+
+    def delete_share_group(self, group: dict, share_server: dict | None = None) -> None:
+        with self._op("delete_share_group", group) as tx:
+            if tx.get(group["id"], ("share_group",)) is not None:
+                self._refuse_if_used(tx, "share_group_id", group["id"], ("group_snapshot",),
+                                     "share group")
+                tx.delete(group["id"])
+
+    def create_share_group_snapshot(
+        self, group_snapshot: dict, share_server: dict | None = None
+    ) -> None:
+        with self._op("create_share_group_snapshot", group_snapshot) as tx:
+            group = self._need(
+                tx, group_snapshot.get("share_group_id"), ("share_group",), "share group"
+            )
+            if tx.get(group_snapshot["id"], ("group_snapshot",)) is None:
+                tx.insert(
+                    id=group_snapshot["id"], kind="group_snapshot",
+                    share_group_id=group["id"], name=group_snapshot.get("name"),
+                    status=_CREATED,
+                )
+        return None
+
+    def delete_share_group_snapshot(
+        self, group_snapshot: dict, share_server: dict | None = None
+    ) -> None:
+        with self._op("delete_share_group_snapshot", group_snapshot) as tx:
+            if tx.get(group_snapshot["id"], ("group_snapshot",)) is not None:
+                tx.delete(group_snapshot["id"])
+
+    # Share servers --------------------------------------------------------------
+
+    def setup_server(self, server: dict, network_info: dict | None = None) -> dict[str, Any]:
+        with self._op("setup_server", server) as tx:
+            if not self.driver_handles_share_servers:
+                raise InvalidShareRequest(
+                    f"dummy backend {self.backend_name} does not handle share servers "
+                    "(driver_handles_share_servers = False)"
+                )
+            existing = tx.get(server["id"], ("share_server",))
+            if existing is not None:
+                return existing["details"]
+            details = {
+                "server_name": f"dummy-server-{server['id']}",
+                "address": f"{server['id'][:8]}.{self.backend_name}.dummy",
+            }
+            tx.insert(id=server["id"], kind="share_server", share_server_id=server["id"],
+                      name=details["server_name"], status=_CREATED, details=details)
+            return details
+
+    def teardown_server(self, server: dict, backend_details: dict[str, Any]) -> None:
+        with self._op("teardown_server", server) as tx:
+            if tx.get(server["id"], ("share_server",)) is not None:
+                self._refuse_if_used(tx, "share_server_id", server["id"],
+                                     ("share", "replica", "share_group"), "share server")
+                tx.delete(server["id"])
+
+    # Backups ---------------------------------------------------------------------
+    # Progress moves by half on every *_continue call, so a backup takes two
+    # periodic runs: enough to see the transient status, no clocks involved.
+
+    def create_backup(self, share: dict, backup: dict) -> None:
+        with self._op("create_backup", backup) as tx:
+            parent = self._need(tx, share.get("id"), SHARE_KINDS, "share")
+            if tx.get(backup["id"], ("backup",)) is None:
+                tx.insert(
+                    id=backup["id"], kind="backup",
+                    share_id=backup.get("share_id") or parent["share_id"],
+                    share_instance_id=parent["id"], name=backup.get("name"),
+                    size=parent["size"], status="creating", details={"progress": 0},
+                )
+        return None
+
+    def _advance(self, method: str, backup: dict, key: str, done_status: str) -> dict[str, str]:
+        with self._op(method, backup) as tx:
+            obj = self._need(tx, backup.get("id"), ("backup",), "backup")
+            details = dict(obj["details"])
+            details[key] = min(100, int(details.get(key, 0)) + 50)
+            status = done_status if details[key] == 100 else obj["status"]
+            tx.update(obj["id"], details=details, status=status)
+            return {"total_progress": str(details[key])}
+
+    def create_backup_continue(self, share: dict, backup: dict) -> dict[str, str]:
+        return self._advance("create_backup_continue", backup, "progress", _CREATED)
+
+    def restore_backup(self, backup: dict, share: dict) -> None:
+        with self._op("restore_backup", backup) as tx:
+            obj = self._need(tx, backup.get("id"), ("backup",), "backup")
+            self._need(tx, share.get("id"), SHARE_KINDS, "share")
+            if obj["status"] not in (_CREATED, "restoring"):
+                raise InvalidShareRequest(
+                    f"dummy backend: backup {obj['id']} is {obj['status']}, not available"
+                )
+            details = {**obj["details"], "restore_progress": 0, "restore_to": share["id"]}
+            tx.update(obj["id"], status="restoring", details=details)
+
+    def restore_backup_continue(self, backup: dict, share: dict) -> dict[str, str]:
+        return self._advance("restore_backup_continue", backup, "restore_progress", _CREATED)
+
+    def delete_backup(self, backup: dict) -> None:
+        with self._op("delete_backup", backup) as tx:
+            if tx.get(backup["id"], ("backup",)) is not None:
+                tx.delete(backup["id"])
+
+    # Status methods -------------------------------------------------------------
+
+    def _status(self, method: str, resource: dict, kinds: tuple[str, ...], what: str) -> dict:
+        with self._op(method, resource, write=False) as tx:
+            return self._need(tx, resource.get("id"), kinds, what)
+
+    def get_share_status(self, share: dict, share_server: dict | None = None) -> dict[str, Any]:
+        obj = self._status("get_share_status", share, SHARE_KINDS, "share")
+        return {"status": obj["status"], "size": obj["size"],
+                "export_locations": obj["export_locations"]}
+
+    def get_snapshot_status(
+        self, snapshot: dict, share_server: dict | None = None
+    ) -> dict[str, Any]:
+        obj = self._status("get_snapshot_status", snapshot, ("snapshot",), "snapshot")
+        return {"status": obj["status"], "size": obj["size"]}
+
+    def get_replica_status(
+        self, replica: dict, share_server: dict | None = None
+    ) -> dict[str, Any]:
+        obj = self._status("get_replica_status", replica, SHARE_KINDS, "replica")
+        return {
+            "status": obj["status"],
+            "size": obj["size"],
+            "replica_state": obj["replica_state"] or "active",
+            "export_locations": obj["export_locations"],
+        }
+
+    def get_share_group_status(
+        self, group: dict, share_server: dict | None = None
+    ) -> dict[str, Any]:
+        obj = self._status("get_share_group_status", group, ("share_group",), "share group")
+        return {"status": obj["status"]}
+
+    def get_share_group_snapshot_status(
+        self, group_snapshot: dict, share_server: dict | None = None
+    ) -> dict[str, Any]:
+        obj = self._status("get_share_group_snapshot_status", group_snapshot,
+                           ("group_snapshot",), "group snapshot")
+        return {"status": obj["status"]}

@@ -1,0 +1,242 @@
+"""The dummy backend's state: one SQLite file per backend folder.
+
+SQLite in WAL mode gives what the dummy driver needs: several processes (two
+engines on one host, plus the ``sharemgr-dummy-backend`` command) read and
+write the same backend safely, a committed change survives the process being
+killed the next instant, and hundreds of operations take well under a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+DB_NAME = "dummy-backend.sqlite"
+
+KINDS = (
+    "share",
+    "snapshot",
+    "replica",
+    "share_server",
+    "share_group",
+    "group_snapshot",
+    "backup",
+)
+
+# Logical ids an object may belong to; ``remove``/``set`` find objects by them.
+LOGICAL_IDS = (
+    "share_id",
+    "share_instance_id",
+    "snapshot_id",
+    "share_server_id",
+    "share_group_id",
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS objects (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    share_id TEXT,
+    share_instance_id TEXT,
+    snapshot_id TEXT,
+    share_server_id TEXT,
+    share_group_id TEXT,
+    name TEXT,
+    size INTEGER,
+    status TEXT NOT NULL,
+    replica_state TEXT,
+    export_locations TEXT NOT NULL DEFAULT '[]',
+    details TEXT NOT NULL DEFAULT '{}',
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ix_objects_share_id ON objects (share_id);
+CREATE INDEX IF NOT EXISTS ix_objects_share_instance_id ON objects (share_instance_id);
+CREATE INDEX IF NOT EXISTS ix_objects_snapshot_id ON objects (snapshot_id);
+CREATE INDEX IF NOT EXISTS ix_objects_share_server_id ON objects (share_server_id);
+CREATE INDEX IF NOT EXISTS ix_objects_share_group_id ON objects (share_group_id);
+CREATE TABLE IF NOT EXISTS calls (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    time TEXT NOT NULL,
+    method TEXT NOT NULL,
+    resource_id TEXT,
+    engine_id TEXT,
+    pid INTEGER NOT NULL
+);
+"""
+
+_JSON_COLUMNS = ("export_locations", "details")
+_COLUMNS = (
+    "id", "kind", *LOGICAL_IDS, "name", "size", "status", "replica_state",
+    "export_locations", "details", "created_at", "updated_at",
+)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
+
+
+def _row_to_object(row: sqlite3.Row) -> dict[str, Any]:
+    obj = dict(row)
+    for col in _JSON_COLUMNS:
+        obj[col] = json.loads(obj[col])
+    return obj
+
+
+class Tx:
+    """Queries inside one transaction of the backend state."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def get(self, obj_id: str | None, kinds: tuple[str, ...] | None = None) -> dict | None:
+        if obj_id is None:
+            return None
+        row = self.conn.execute("SELECT * FROM objects WHERE id = ?", (obj_id,)).fetchone()
+        if row is None or (kinds is not None and row["kind"] not in kinds):
+            return None
+        return _row_to_object(row)
+
+    def find(self, column: str, value: str, kinds: tuple[str, ...]) -> list[dict]:
+        assert column in LOGICAL_IDS
+        marks = ",".join("?" * len(kinds))
+        rows = self.conn.execute(
+            f"SELECT * FROM objects WHERE {column} = ? AND kind IN ({marks}) ORDER BY created_at",
+            (value, *kinds),
+        ).fetchall()
+        return [_row_to_object(r) for r in rows]
+
+    def insert(self, **fields: Any) -> dict[str, Any]:
+        stamp = now()
+        obj = {c: None for c in _COLUMNS}
+        obj.update(export_locations=[], details={}, created_at=stamp, updated_at=stamp)
+        obj.update(fields)
+        values = [json.dumps(obj[c]) if c in _JSON_COLUMNS else obj[c] for c in _COLUMNS]
+        self.conn.execute(
+            f"INSERT INTO objects ({','.join(_COLUMNS)}) VALUES ({','.join('?' * len(_COLUMNS))})",
+            values,
+        )
+        return obj
+
+    def update(self, obj_id: str, **fields: Any) -> None:
+        fields["updated_at"] = now()
+        for col in fields:
+            assert col in _COLUMNS and col not in ("id", "created_at"), col
+        sets = ", ".join(f"{c} = ?" for c in fields)
+        values = [json.dumps(v) if c in _JSON_COLUMNS else v for c, v in fields.items()]
+        self.conn.execute(f"UPDATE objects SET {sets} WHERE id = ?", (*values, obj_id))
+
+    def delete(self, obj_id: str) -> bool:
+        return self.conn.execute("DELETE FROM objects WHERE id = ?", (obj_id,)).rowcount > 0
+
+    def objects(self, kind: str | None = None) -> list[dict]:
+        if kind:
+            rows = self.conn.execute(
+                "SELECT * FROM objects WHERE kind = ? ORDER BY created_at, id", (kind,)
+            )
+        else:
+            rows = self.conn.execute("SELECT * FROM objects ORDER BY created_at, id")
+        return [_row_to_object(r) for r in rows]
+
+    def lookup(self, any_id: str) -> list[dict]:
+        """Objects whose id is ``any_id``, else those it is a logical id of,
+        else those named ``any_id``."""
+        obj = self.get(any_id)
+        if obj is not None:
+            return [obj]
+        where = " OR ".join(f"{c} = ?" for c in LOGICAL_IDS)
+        rows = self.conn.execute(
+            f"SELECT * FROM objects WHERE {where} ORDER BY created_at, id",
+            (any_id,) * len(LOGICAL_IDS),
+        ).fetchall()
+        if not rows:
+            rows = self.conn.execute(
+                "SELECT * FROM objects WHERE name = ? ORDER BY created_at, id", (any_id,)
+            ).fetchall()
+        return [_row_to_object(r) for r in rows]
+
+    def log_call(self, method: str, resource_id: str | None, engine_id: str | None) -> None:
+        self.conn.execute(
+            "INSERT INTO calls (time, method, resource_id, engine_id, pid) VALUES (?,?,?,?,?)",
+            (now(), method, resource_id, engine_id, os.getpid()),
+        )
+
+    def calls(self) -> list[dict]:
+        rows = self.conn.execute("SELECT * FROM calls ORDER BY seq").fetchall()
+        return [dict(r) for r in rows]
+
+    def meta(self) -> dict[str, str]:
+        return dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
+
+
+class BackendState:
+    """The state file of one dummy backend, shared by threads and processes."""
+
+    def __init__(self, folder: str, backend: str | None = None) -> None:
+        """Open (creating with ``backend`` set) the state under ``folder``."""
+        self.folder = folder
+        self.path = os.path.join(folder, DB_NAME)
+        self._local = threading.local()
+        if backend is not None:
+            os.makedirs(folder, exist_ok=True)
+        elif not os.path.exists(self.path):
+            raise FileNotFoundError(f"no dummy backend state at {self.path}")
+        conn = self._conn()
+        conn.executescript(_SCHEMA)
+        if backend is not None:
+            with self.transaction() as tx:
+                tx.conn.execute(
+                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('backend', ?)", (backend,)
+                )
+        with self.reading() as tx:
+            #: Name of the backend (config group) this state belongs to.
+            self.backend: str = tx.meta().get("backend", "")
+
+    def _conn(self) -> sqlite3.Connection:
+        # One connection per thread, and a new one after fork: sqlite3
+        # connections must not cross either.
+        conn = getattr(self._local, "conn", None)
+        if conn is None or self._local.pid != os.getpid():
+            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA busy_timeout = 60000")
+            conn.execute("PRAGMA journal_mode = WAL")
+            # FULL: a commit is on disk before the crash point after it fires.
+            conn.execute("PRAGMA synchronous = FULL")
+            self._local.conn = conn
+            self._local.pid = os.getpid()
+        return conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        """A write transaction; ``BEGIN IMMEDIATE`` takes the write lock at
+        once so two writers never deadlock upgrading read locks."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield Tx(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Tx]:
+        """A read transaction: a consistent snapshot, no write lock."""
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            yield Tx(conn)
+        finally:
+            conn.execute("ROLLBACK")
+
+    def log_call(self, method: str, resource_id: str | None, engine_id: str | None) -> None:
+        with self.transaction() as tx:
+            tx.log_call(method, resource_id, engine_id)
