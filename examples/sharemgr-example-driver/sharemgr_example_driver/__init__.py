@@ -1,0 +1,1 @@
+"""An example sharemgr share driver, shipped as its own distribution."""
