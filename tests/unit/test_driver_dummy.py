@@ -1,0 +1,345 @@
+"""The dummy driver: the conformance kit, its knobs, its state and its command."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import pytest
+from sharemgr.drivers import dummy_cli, dummy_knobs
+from sharemgr.drivers.dummy import DummyDriver
+from sharemgr.drivers.exceptions import (
+    InvalidShareRequest,
+    ShareBackendException,
+    ShareResourceNotFound,
+)
+from sharemgr.drivers.testing import DriverConformanceTests, build_driver
+
+
+class TestDummyConformance(DriverConformanceTests):
+    """The dummy driver, loaded by its entry point name, in both DHSS modes."""
+
+    dhss_modes = (False, True)
+
+    def make_driver(self, tmp_path, *, driver_handles_share_servers):
+        return build_driver("dummy", tmp_path,
+                            driver_handles_share_servers=driver_handles_share_servers)
+
+
+class TestDummyWithoutStatusMethodsConformance(DriverConformanceTests):
+    """With no status methods the kit skips what needs them and still passes."""
+
+    def make_driver(self, tmp_path, *, driver_handles_share_servers):
+        return build_driver(DummyDriver, tmp_path, dummy_status_methods=[],
+                            driver_handles_share_servers=driver_handles_share_servers)
+
+
+def wait_until(predicate, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def make(tmp_path, **options) -> DummyDriver:
+    return build_driver(DummyDriver, tmp_path, setup=True, **options)
+
+
+def share_dict(name: str = "data", size: int = 1, **extra) -> dict:
+    return {"id": str(uuid.uuid4()), "share_id": str(uuid.uuid4()), "name": name,
+            "size": size, "share_proto": "NFS", "host": "kithost@kit",
+            "share_server_id": None, "export_locations": [], "snapshot_id": None, **extra}
+
+
+def calls(drv: DummyDriver, method: str | None = None) -> list[dict]:
+    with drv.state.reading() as tx:
+        return [c for c in tx.calls() if method is None or c["method"] == method]
+
+
+def objects(drv: DummyDriver) -> list[dict]:
+    with drv.state.reading() as tx:
+        return tx.objects()
+
+
+# Behaviour -----------------------------------------------------------------------
+
+
+def test_extend_and_shrink_change_size_and_status_reports_it(tmp_path):
+    drv = make(tmp_path)
+    share = share_dict(size=2)
+    locations = drv.create_share(share)
+    drv.extend_share(share, 5)
+    assert drv.get_share_status(share) == {
+        "status": "available", "size": 5, "export_locations": locations}
+    drv.shrink_share(share, 3)
+    assert drv.get_share_status(share)["size"] == 3
+    with pytest.raises(InvalidShareRequest):
+        drv.extend_share(share, 2)
+    with pytest.raises(InvalidShareRequest):
+        drv.shrink_share(share, 4)
+
+
+def test_create_again_with_the_same_id_returns_the_same_share(tmp_path):
+    drv = make(tmp_path)
+    share = share_dict()
+    assert drv.create_share(share) == drv.create_share(share)
+    assert len(objects(drv)) == 1
+
+
+def test_delete_of_a_share_with_snapshots_is_refused(tmp_path):
+    drv = make(tmp_path)
+    share = share_dict()
+    drv.create_share(share)
+    snap = {"id": "snap-i", "snapshot_id": "snap", "share_instance_id": share["id"],
+            "share_id": share["share_id"], "name": "s", "size": 1, "share": share}
+    drv.create_snapshot(snap)
+    with pytest.raises(InvalidShareRequest, match="in use by snapshot snap-i"):
+        drv.delete_share(share)
+    drv.delete_snapshot(snap)
+    drv.delete_share(share)
+    assert objects(drv) == []
+
+
+def test_dhss_needs_a_known_share_server(tmp_path):
+    drv = make(tmp_path, driver_handles_share_servers=True)
+    with pytest.raises(InvalidShareRequest, match="needs a share server"):
+        drv.create_share(share_dict())
+    server = {"id": str(uuid.uuid4()), "host": "kithost@kit", "backend_details": {}}
+    with pytest.raises(ShareResourceNotFound):
+        drv.create_share(share_dict(), server)
+    server["backend_details"] = drv.setup_server(server)
+    share = share_dict()
+    drv.create_share(share, server)
+    kinds = sorted((o["kind"], o["share_server_id"]) for o in objects(drv))
+    assert kinds == [("share", server["id"]), ("share_server", server["id"])]
+    with pytest.raises(InvalidShareRequest, match="in use"):
+        drv.teardown_server(server, server["backend_details"])
+
+
+def test_no_share_servers_without_dhss(tmp_path):
+    drv = make(tmp_path)
+    with pytest.raises(InvalidShareRequest, match="does not handle share servers"):
+        drv.setup_server({"id": "srv", "host": "h", "backend_details": {}})
+
+
+def test_state_is_shared_by_drivers_of_two_engines(tmp_path):
+    """Two engines on one host drive one backend: each sees what the other did,
+    also when they work at the same time."""
+    first = build_driver(DummyDriver, tmp_path / "a", setup=True,
+                         dummy_state_path=str(tmp_path / "backend"))
+    second = build_driver(DummyDriver, tmp_path / "b", setup=True,
+                          dummy_state_path=str(tmp_path / "backend"))
+    first.engine_id, second.engine_id = "hostA.one", "hostA.two"
+    shares = {drv.engine_id: [share_dict(f"{drv.engine_id}-{i}") for i in range(40)]
+              for drv in (first, second)}
+
+    def work(drv):
+        for share in shares[drv.engine_id]:
+            drv.create_share(share)
+            drv.extend_share(share, 2)
+
+    threads = [threading.Thread(target=work, args=(d,)) for d in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for share in shares["hostA.one"] + shares["hostA.two"]:
+        assert second.get_share_status(share)["size"] == 2
+        assert first.get_share_status(share)["size"] == 2
+    engines = {c["engine_id"] for c in calls(first, "create_share")}
+    assert engines == {"hostA.one", "hostA.two"}
+
+
+def test_backup_progresses_and_restores(tmp_path):
+    drv = make(tmp_path)
+    share = share_dict(size=4)
+    drv.create_share(share)
+    backup = {"id": "bk", "share_id": share["share_id"], "name": "nightly", "size": 4}
+    drv.create_backup(share, backup)
+    assert [drv.create_backup_continue(share, backup)["total_progress"] for _ in range(3)] == [
+        "50", "100", "100"]
+    drv.restore_backup(backup, share)
+    assert drv.restore_backup_continue(backup, share) == {"total_progress": "50"}
+    with pytest.raises(ShareResourceNotFound):
+        drv.create_backup_continue(share, {"id": "nope"})
+
+
+# Call log --------------------------------------------------------------------------
+
+
+def test_every_call_is_logged_with_engine_and_resource(tmp_path):
+    drv = make(tmp_path, dummy_status_methods=["get_share_status"])
+    share = share_dict()
+    drv.create_share(share)
+    drv.get_share_status(share)
+    drv.delete_share(share)
+    drv.delete_share(share)  # already gone: still a call
+    with pytest.raises(NotImplementedError):
+        drv.get_snapshot_status({"id": "snap-x"})
+    with pytest.raises(ShareResourceNotFound):
+        drv.get_share_status({"id": "never"})
+    log = calls(drv)
+    assert [c["method"] for c in log] == [
+        "do_setup", "check_for_setup_error", "create_share", "get_share_status",
+        "delete_share", "delete_share", "get_snapshot_status", "get_share_status"]
+    assert [c["resource_id"] for c in log[2:]] == [share["id"]] * 4 + ["snap-x", "never"]
+    assert {c["engine_id"] for c in log} == {drv.engine_id}
+    assert all(c["time"] for c in log)
+
+
+# Knobs -------------------------------------------------------------------------------
+
+
+def test_fail_methods_raise_a_driver_error_and_change_nothing(tmp_path):
+    drv = make(tmp_path, dummy_fail_methods=["extend_share", "create_share.web-"])
+    share = share_dict("data")
+    drv.create_share(share)
+    with pytest.raises(ShareBackendException, match="dummy_fail_methods"):
+        drv.extend_share(share, 2)
+    assert drv.get_share_status(share)["size"] == 1
+    with pytest.raises(ShareBackendException):
+        drv.create_share(share_dict("web-data-1"))
+    assert len(objects(drv)) == 1
+    assert len(calls(drv, "create_share")) == 2
+
+
+def test_delays_sleep_per_method_and_prefix(tmp_path, monkeypatch):
+    slept = []
+    monkeypatch.setattr(dummy_knobs.time, "sleep", slept.append)
+    drv = make(tmp_path, dummy_method_delays={"create_share": 0.5, "create_share.big-": 2,
+                                              "delete_share": 0.25})
+    drv.create_share(share_dict("small"))
+    drv.create_share(share_dict("big-one"))
+    drv.delete_share(share_dict("gone"))
+    assert slept == [0.5, 2.0, 0.25]
+
+
+def test_status_methods_can_be_switched_off(tmp_path):
+    drv = make(tmp_path, dummy_status_methods=["get_snapshot_status"])
+    share = share_dict()
+    drv.create_share(share)
+    with pytest.raises(NotImplementedError):
+        drv.get_share_status(share)
+    with pytest.raises(ShareResourceNotFound):
+        drv.get_snapshot_status({"id": "never"})
+
+
+def test_gate_holds_the_call_until_the_file_goes(tmp_path):
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    drv = make(tmp_path, dummy_gate_dir=str(gates), dummy_gate_poll_interval=0.01)
+    (gates / "create_share.web-data-").touch()
+    other, held = share_dict("db-data-1"), share_dict("web-data-1")
+    drv.create_share(other)  # another name passes the gate
+    worker = threading.Thread(target=drv.create_share, args=(held,))
+    worker.start()
+    # A call is in the log before it waits at a gate.
+    wait_until(lambda: any(c["resource_id"] == held["id"] for c in calls(drv)),
+               what="the held call in the log")
+    assert worker.is_alive()
+    assert [o["id"] for o in objects(drv)] == [other["id"]]
+    (gates / "create_share.web-data-").unlink()
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert {o["id"] for o in objects(drv)} == {other["id"], held["id"]}
+
+
+def test_gate_without_prefix_holds_every_call_of_the_method(tmp_path):
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    drv = make(tmp_path, dummy_gate_dir=str(gates), dummy_gate_poll_interval=0.01)
+    (gates / "delete_share").touch()
+    share = share_dict("anything")
+    drv.create_share(share)
+    worker = threading.Thread(target=drv.delete_share, args=(share,))
+    worker.start()
+    wait_until(lambda: calls(drv, "delete_share"), what="delete_share in the log")
+    assert worker.is_alive() and len(objects(drv)) == 1
+    (gates / "delete_share").unlink()
+    worker.join(timeout=30)
+    assert objects(drv) == []
+
+
+# The sharemgr-dummy-backend command -------------------------------------------------
+
+
+def cli(capsys, *argv) -> tuple[int, object, str]:
+    code = dummy_cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+@pytest.fixture
+def backend(tmp_path):
+    drv = make(tmp_path)
+    share = share_dict("data", size=2)
+    drv.create_share(share)
+    drv.create_replica({**share_dict("data-r"), "share_id": share["share_id"]}, share)
+    return drv, share
+
+
+def test_cli_list_and_calls(capsys, backend):
+    drv, share = backend
+    code, listed, _ = cli(capsys, "--state-path", drv.dummy_state_path, "list")
+    assert code == 0
+    assert [(o["kind"], o["id"], o["share_id"], o["name"], o["size"], o["status"])
+            for o in listed][0] == ("share", share["id"], share["share_id"], "data", 2,
+                                    "available")
+    assert listed[0]["export_locations"][0]["path"].endswith(share["id"])
+    assert {o["backend"] for o in listed} == {"kit"}
+    code, log, _ = cli(capsys, "--state-path", drv.dummy_state_path, "calls",
+                       "--method", "create_share")
+    assert code == 0 and len(log) == 1
+    assert {"method", "resource_id", "engine_id", "time"} <= set(log[0])
+    assert (log[0]["resource_id"], log[0]["engine_id"]) == (share["id"], drv.engine_id)
+
+
+def test_cli_finds_backends_under_the_manager_state_path(capsys, backend, tmp_path):
+    drv, _ = backend
+    code, listed, _ = cli(capsys, "--state-path", str(tmp_path / "state"), "list",
+                          "--kind", "replica")
+    assert code == 0 and [o["name"] for o in listed] == ["data-r"]
+
+
+def test_cli_set_makes_drift_the_driver_reports(capsys, backend):
+    drv, share = backend
+    code, obj, _ = cli(capsys, "--state-path", drv.dummy_state_path, "set", share["id"],
+                       "status=error", "size=5")
+    assert code == 0 and (obj["status"], obj["size"]) == ("error", 5)
+    assert drv.get_share_status(share)["status"] == "error"
+    assert drv.get_share_status(share)["size"] == 5
+
+
+def test_cli_remove_by_name(capsys, backend):
+    drv, share = backend
+    code, obj, _ = cli(capsys, "--state-path", drv.dummy_state_path, "remove", "data")
+    assert code == 0 and obj["id"] == share["id"]
+    with pytest.raises(ShareResourceNotFound):
+        drv.get_share_status(share)
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["set", "SHARE_ID", "colour=red"], "cannot set 'colour'"),
+        (["set", "SHARE_ID", "size=big"], "bad value for size"),
+        (["set", "SHARE_ID", "status"], "'status' is not key=value"),
+        (["remove", "no-such-id"], "no object with id or name 'no-such-id'"),
+        (["remove", "LOGICAL_ID"], "matches several objects"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2(capsys, backend, argv, message):
+    drv, share = backend
+    argv = [a.replace("SHARE_ID", share["id"]).replace("LOGICAL_ID", share["share_id"])
+            for a in argv]
+    code, out, err = cli(capsys, "--state-path", drv.dummy_state_path, *argv)
+    assert code == 2 and out is None
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_cli_without_state_is_bad_input(capsys, tmp_path):
+    code, out, err = cli(capsys, "--state-path", str(tmp_path / "nothing"), "list")
+    assert code == 2 and "no dummy backend state under" in err
