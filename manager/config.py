@@ -8,6 +8,7 @@ registered option once and turns the first bad value into one clear error.
 
 from __future__ import annotations
 
+import configparser
 import os
 import socket
 
@@ -221,19 +222,48 @@ def coordination_url(conf: cfg.ConfigOpts = CONF) -> str:
     return url
 
 
+def _raw_value(conf: cfg.ConfigOpts, group: str, name: str) -> str | None:
+    """The text a config file gives for an option (the last file wins)."""
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    for path in conf.config_file or []:
+        try:
+            parser.read(path)
+        except configparser.Error:
+            continue
+    section = "DEFAULT" if group == "DEFAULT" else group
+    try:
+        return parser.get(section, name)
+    except (configparser.Error, KeyError):
+        return None
+
+
+def _bad_value(conf: cfg.ConfigOpts, group: str, name: str, exc: Exception) -> ConfigError:
+    reason = str(exc).split(" is not valid: ", 1)[-1].strip()
+    raw = _raw_value(conf, group, name)
+    shown = f" = {raw!r}" if raw is not None else ""
+    return ConfigError(f"invalid value for [{group}] {name}{shown}: {reason}")
+
+
+def validate_group(conf: cfg.ConfigOpts, group: str) -> None:
+    """Read every option of one group (e.g. a backend group after a driver
+    registered its options) so a bad value fails now."""
+    attr = conf[group]
+    for opt_name in list(attr):
+        try:
+            getattr(attr, opt_name)
+        except (cfg.ConfigFileValueError, ValueError) as exc:
+            raise _bad_value(conf, group, opt_name, exc)
+
+
 def _read_all(conf: cfg.ConfigOpts) -> None:
     """Read every registered option so that a bad value fails now, not later."""
     for name in list(conf):
         try:
             value = conf[name]
         except (cfg.ConfigFileValueError, ValueError) as exc:
-            raise ConfigError(f"invalid value for [DEFAULT] {name}: {exc}")
+            raise _bad_value(conf, "DEFAULT", name, exc)
         if isinstance(value, cfg.ConfigOpts.GroupAttr):
-            for opt_name in list(value):
-                try:
-                    getattr(value, opt_name)
-                except (cfg.ConfigFileValueError, ValueError) as exc:
-                    raise ConfigError(f"invalid value for [{name}] {opt_name}: {exc}")
+            validate_group(conf, name)
 
 
 def load(
@@ -269,7 +299,7 @@ def load(
     try:
         backends = conf.enabled_share_backends
     except (cfg.ConfigFileValueError, ValueError) as exc:
-        raise ConfigError(f"invalid value for [DEFAULT] enabled_share_backends: {exc}")
+        raise _bad_value(conf, "DEFAULT", "enabled_share_backends", exc)
     for backend in backends:
         register_backend_opts(conf, backend)
     _read_all(conf)

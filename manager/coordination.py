@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import socket
+import urllib.parse
 from collections.abc import Iterator
 
 from sharemgr.manager.constants import ENGINE_GROUP
@@ -40,7 +42,22 @@ class Coordinator:
             )
         self.joined = False
 
+    def _probe(self) -> None:
+        """Fail at once when a network backend refuses connections: redis-py
+        would otherwise retry with back-off for about a minute."""
+        parsed = urllib.parse.urlsplit(self.url)
+        if parsed.scheme not in ("redis", "rediss"):
+            return
+        try:
+            with socket.create_connection((parsed.hostname, parsed.port or 6379), timeout=5):
+                pass
+        except OSError as exc:
+            raise CoordinationUnavailable(
+                f"cannot connect to coordination backend {safe_url(self.url)}: {exc}"
+            )
+
     def start(self, heartbeat: bool = True) -> None:
+        self._probe()
         try:
             self._coord.start(start_heart=heartbeat)
         except Exception as exc:

@@ -14,6 +14,7 @@ from oslo_log import log as logging
 from sharemgr.db import api as db_api
 from sharemgr.db import migration
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
+from sharemgr.drivers import loader
 from sharemgr.manager import config
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.coordination import safe_url as c_url
@@ -49,6 +50,7 @@ class ShareManagerService:
         self.periodic: periodics.PeriodicWorker | None = None
         self._periodic_executor: futurist.ThreadPoolExecutor | None = None
         self._periodic_thread: threading.Thread | None = None
+        self.registered = False
 
     # Start -----------------------------------------------------------------
 
@@ -74,7 +76,12 @@ class ShareManagerService:
             self.coordinator.join_engines()
         except CoordinationUnavailable as exc:
             raise StartupError(str(exc))
+        try:
+            self.drivers = loader.load_drivers(self.conf, self.host, self.engine_id)
+        except loader.DriverLoadError as exc:
+            raise StartupError(str(exc))
         db_api.service_register(self.db, self.host, BINARY, self.engine_id)
+        self.registered = True
         self._start_periodics()
         LOG.info("share-manager up: host %s, engine %s", self.host, self.engine_id)
 
@@ -116,11 +123,12 @@ class ShareManagerService:
             self._periodic_executor.shutdown(wait=True)
         if self.coordinator is not None:
             self.coordinator.stop()
-        if self.db is not None:
+        if self.db is not None and self.registered:
             try:
                 db_api.service_stopped(self.db, self.engine_id)
             except Exception:  # the database may be the reason we stop
                 LOG.exception("could not mark the service row stopped")
+        if self.db is not None:
             self.db.dispose()
         LOG.info("share-manager stopped: engine %s", self.engine_id)
 
@@ -128,22 +136,27 @@ class ShareManagerService:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     conf = config.CONF
+    # Before load(): oslo.config caches values once read.
+    logging.set_defaults(
+        default_log_levels=logging.get_default_log_levels() + ["alembic=WARN", "tooz=WARN"]
+    )
     try:
         config.load(argv, conf=conf, prog=BINARY)
     except config.ConfigError as exc:
         print(f"{BINARY}: configuration error: {exc}", file=sys.stderr)
         return 2
-    logging.set_defaults(
-        default_log_levels=logging.get_default_log_levels() + ["alembic=WARN", "tooz=WARN"]
-    )
     logging.setup(conf, "sharemgr")
     service = ShareManagerService(conf)
     signal.signal(signal.SIGTERM, service.request_stop)
     signal.signal(signal.SIGINT, service.request_stop)
+    failure = None
     try:
         service.start()
     except (StartupError, config.ConfigError) as exc:
-        LOG.error("share-manager cannot start: %s", exc)
+        failure = str(exc)
+    if failure is not None:
+        # Logged outside the except block: oslo.log would append the exception.
+        LOG.error("share-manager cannot start: %s", failure)
         service.stop()
         return 1
     service.wait()

@@ -1,0 +1,30 @@
+# Two commands for a fresh machine with only Python:
+#   make run    run share-manager on the embedded default (SQLite + file locks under ./.state)
+#   make test   run every test CI runs (lint, unit, functional, playbooks)
+PYTHON ?= python3
+VENV ?= .venv
+BIN = $(VENV)/bin
+
+.PHONY: run test lint genconfig clean
+
+$(BIN)/.installed: setup.cfg pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
+	touch $@
+
+run: $(BIN)/.installed
+	$(BIN)/sharectl db sync
+	exec $(BIN)/share-manager $(ARGS)
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+
+test: $(BIN)/.installed lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+genconfig: $(BIN)/.installed
+	$(BIN)/oslo-config-generator --config-file etc/sharemgr-config-generator.conf
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

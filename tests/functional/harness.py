@@ -1,0 +1,175 @@
+"""Real processes for functional tests: a deployment is a config file, a
+database, a coordination backend and any number of share-manager engines."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def tool(name: str) -> str:
+    path = BIN / name
+    return str(path) if path.exists() else shutil.which(name) or name
+
+
+class Engine:
+    def __init__(self, proc: subprocess.Popen, log: Path) -> None:
+        self.proc = proc
+        self.log = log
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def wait_for_log(self, needle: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.text():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"share-manager exited {self.proc.returncode} before {needle!r}:\n"
+                    + self.text()[-3000:]
+                )
+            time.sleep(0.1)
+        raise AssertionError(f"no {needle!r} in the log after {timeout}s:\n{self.text()[-3000:]}")
+
+    def terminate(self, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(30)
+
+
+class Deployment:
+    """One config file with its state folder; runs sharectl and engines."""
+
+    def __init__(
+        self,
+        root: Path,
+        db_url: str | None = None,
+        coordination_url: str | None = None,
+        host: str = "hostA",
+        backends: dict[str, dict] | None = None,
+        extra: dict[str, dict] | None = None,
+    ) -> None:
+        self.root = root
+        self.state = root / "state"
+        self.state.mkdir(parents=True, exist_ok=True)
+        self.engines: list[Engine] = []
+        self.host = host
+        self.backends = backends if backends is not None else {"dummy": {}}
+        self.sections: dict[str, dict] = {
+            "DEFAULT": {
+                "host": host,
+                "state_path": str(self.state),
+                "enabled_share_backends": ",".join(self.backends),
+                "request_poll_interval": "0.1",
+                "heartbeat_interval": "0.5",
+            },
+            "coordination": {"membership_timeout": "3"},
+            "database": {},
+        }
+        if db_url:
+            self.sections["database"]["connection"] = db_url
+        if coordination_url:
+            self.sections["coordination"]["backend_url"] = coordination_url
+        for name, opts in self.backends.items():
+            self.sections.setdefault(name, {}).update(
+                {"dummy_state_path": str(self.state / "dummy" / name), **opts}
+            )
+        for section, opts in (extra or {}).items():
+            self.sections.setdefault(section, {}).update(opts)
+        self.config = root / "sharemgr.conf"
+        self.write_config()
+
+    def write_config(self, path: Path | None = None, **overrides: dict) -> Path:
+        sections = {k: dict(v) for k, v in self.sections.items()}
+        for section, opts in overrides.items():
+            sections.setdefault(section, {}).update(opts)
+        lines = []
+        for section, opts in sections.items():
+            lines.append(f"[{section}]")
+            lines += [f"{k} = {v}" for k, v in opts.items()]
+            lines.append("")
+        path = path or self.config
+        path.write_text("\n".join(lines))
+        return path
+
+    def sharectl(self, *args: str, check: bool = True, timeout: float = 120,
+                 config: Path | None = None) -> subprocess.CompletedProcess:
+        cmd = [tool("sharectl"), "--config-file", str(config or self.config), *args]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if check and out.returncode != 0:
+            raise AssertionError(
+                f"{' '.join(args)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}"
+            )
+        return out
+
+    def json(self, *args: str, **kw) -> object:
+        return json.loads(self.sharectl(*args, "-f", "json", **kw).stdout)
+
+    def sync(self) -> None:
+        self.sharectl("db", "sync")
+
+    def start(self, wait: bool = True, config: Path | None = None, name: str | None = None,
+              env: dict | None = None) -> Engine:
+        n = len(self.engines)
+        log = self.root / f"{name or 'engine'}-{n}.log"
+        proc = subprocess.Popen(
+            [tool("share-manager"), "--config-file", str(config or self.config)],
+            stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+        engine = Engine(proc, log)
+        self.engines.append(engine)
+        if wait:
+            engine.wait_for_log("share-manager up")
+        return engine
+
+    def run_manager(self, config: Path | None = None, timeout: float = 60,
+                    env: dict | None = None) -> subprocess.CompletedProcess:
+        """share-manager in the foreground, for start-up failures."""
+        return subprocess.run(
+            [tool("share-manager"), "--config-file", str(config or self.config)],
+            capture_output=True, text=True, timeout=timeout,
+            env={**os.environ, **(env or {})},
+        )
+
+    def backend(self, *args: str, backend: str = "dummy") -> object:
+        out = subprocess.run(
+            [tool("sharemgr-dummy-backend"), "--state-path",
+             self.sections[backend]["dummy_state_path"], *args],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout) if out.stdout.strip() else None
+
+    def stop_all(self) -> None:
+        for engine in self.engines:
+            try:
+                engine.terminate(timeout=30)
+            except subprocess.TimeoutExpired:
+                engine.kill()
+
+
+def wait_until(predicate, timeout: float = 30, interval: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")

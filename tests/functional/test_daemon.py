@@ -1,0 +1,110 @@
+"""The share-manager daemon starts, shows as alive, stops cleanly, and refuses
+bad configuration with one clear line."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.functional
+
+
+def _one_error_line(out) -> str:
+    text = out.stdout + out.stderr
+    assert "Traceback" not in text, text
+    errors = [line for line in text.splitlines() if "ERROR" in line or "error:" in line]
+    assert len(errors) == 1, text
+    return errors[0]
+
+
+def _up_and_down(d):
+    d.sync()
+    engine = d.start()
+    services = d.json("service", "list")
+    assert len(services) == 1 and services[0]["alive"] is True
+    assert services[0]["host"] == d.host
+    assert engine.terminate() == 0
+    # Stopped: gone from the group and marked stopped in the table.
+    assert d.json("service", "list") == []
+    stopped = d.json("service", "list", "--all")
+    assert stopped[0]["stopped_at"] and stopped[0]["alive"] is False
+
+
+def test_embedded_default_up_and_down(deployment):
+    _up_and_down(deployment(backends={}))
+
+
+def test_postgresql_and_redis_up_and_down(deployment, pg_url, redis_url):
+    _up_and_down(deployment(db_url=pg_url, coordination_url=redis_url, backends={}))
+
+
+def test_mariadb_up_and_down(deployment, mysql_url):
+    _up_and_down(deployment(db_url=mysql_url, backends={}))
+
+
+@pytest.mark.parametrize(
+    "section,option,value",
+    [
+        ("DEFAULT", "startup_reconciliation_wait_seconds", "abc"),
+        ("DEFAULT", "startup_reconciliation_wait_seconds", "-5"),
+        ("database", "connect_timeout", "ten"),
+        ("DEFAULT", "startup_reconciliation_enabled", "perhaps"),
+    ],
+)
+def test_bad_config_value_is_one_line(deployment, tmp_path, section, option, value):
+    d = deployment(backends={})
+    bad = d.write_config(tmp_path / "bad.conf", **{section: {option: value}})
+    out = d.run_manager(config=bad)
+    assert out.returncode == 2
+    line = _one_error_line(out)
+    assert option in line and value in line
+
+
+def test_missing_config_file(deployment, tmp_path):
+    d = deployment(backends={})
+    out = d.run_manager(config=tmp_path / "nope.conf")
+    assert out.returncode == 2
+    assert "nope.conf" in _one_error_line(out)
+
+
+def test_unreachable_database_is_one_line(deployment, tmp_path):
+    d = deployment(backends={})
+    bad = d.write_config(
+        tmp_path / "bad.conf",
+        database={"connection": "postgresql+psycopg2://sm:hunter2@127.0.0.1:1/sm",
+                  "connect_timeout": "2"},
+    )
+    out = d.run_manager(config=bad)
+    assert out.returncode == 1
+    line = _one_error_line(out)
+    assert "127.0.0.1:1" in line
+    assert "hunter2" not in out.stdout + out.stderr
+
+
+def test_unreachable_redis_is_one_line(deployment, tmp_path):
+    d = deployment(backends={})
+    d.sync()
+    bad = d.write_config(
+        tmp_path / "bad.conf", coordination={"backend_url": "redis://:s3cret@127.0.0.1:1"}
+    )
+    out = d.run_manager(config=bad)
+    assert out.returncode == 1
+    assert "127.0.0.1:1" in _one_error_line(out)
+    assert "s3cret" not in out.stdout + out.stderr
+
+
+def test_schema_not_synced(deployment):
+    d = deployment(backends={})
+    out = d.run_manager()
+    assert out.returncode == 1
+    assert "sharectl db sync" in _one_error_line(out)
+
+
+def test_sharectl_reports_unreachable_database(deployment, tmp_path):
+    d = deployment(backends={})
+    bad = d.write_config(
+        tmp_path / "bad.conf",
+        database={"connection": "postgresql+psycopg2://sm@127.0.0.1:1/sm", "connect_timeout": "2"},
+    )
+    out = d.sharectl("service", "list", config=bad, check=False)
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr and "127.0.0.1:1" in out.stderr
