@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from oslo_config import cfg
-
 from sharemgr.manager import config
 from sharemgr.manager.coordination import safe_url
 
