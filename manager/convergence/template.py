@@ -1,0 +1,633 @@
+"""Stack templates: parse, validate, resolve (ARCHITECTURE section 7).
+
+A template is YAML::
+
+    resources:
+      data:
+        type: share
+        properties: {size: 10, proto: NFS, backend: dummy}
+      snap:
+        type: snapshot
+        properties: {share: {get_resource: data}}
+        depends_on: [other]
+    outputs:
+      export: {get_attr: [data, export_locations]}
+
+Everything is checked by :func:`parse` / :meth:`Template.from_dict` before a
+caller writes anything; every problem raises one :class:`TemplateError` whose
+message names the resource (and the property). The resource types, their
+properties, how a change to each property is applied and the attributes
+``get_attr`` may read are data (:data:`RESOURCE_TYPES`), not code.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+
+class TemplateError(ValueError):
+    """The template is invalid; the message names the resource and property."""
+
+
+class ResolutionError(TemplateError):
+    """A property or output cannot be resolved from the data of the resources
+    it references (missing data, or a value of the wrong type at run time)."""
+
+
+# ---------------------------------------------------------------------------
+# The resource type table.
+
+IN_PLACE = "in_place"  # a change is applied to the existing physical resource
+REPLACE = "replace"  # a change needs a new physical resource
+
+STRING = "string"
+INTEGER = "integer"
+REF = "ref"  # the physical id of another resource (get_resource) or a literal id
+
+PROTOCOLS = ("NFS", "CIFS", "CEPHFS", "GLUSTERFS", "HDFS", "MAPRFS")
+
+
+@dataclass(frozen=True)
+class PropertySchema:
+    type: str
+    required: bool = False
+    update: str = REPLACE
+    allowed: tuple[str, ...] | None = None  # strings: case-insensitive, stored as listed
+    minimum: int | None = None  # integers
+    ref_types: tuple[str, ...] = ()  # REF: which resource types it may name
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    name: str
+    properties: Mapping[str, PropertySchema]
+    attributes: frozenset[str]
+
+
+def _p(type_: str, **kw: Any) -> PropertySchema:
+    return PropertySchema(type=type_, **kw)
+
+
+# Only share ``size`` (extend/shrink) and ``name`` change in place; any other
+# change means a new physical resource and the clean-up of the old one.
+RESOURCE_TYPES: Mapping[str, ResourceType] = {
+    rt.name: rt
+    for rt in (
+        ResourceType(
+            "share",
+            {
+                "size": _p(INTEGER, required=True, minimum=1, update=IN_PLACE),
+                "proto": _p(STRING, required=True, allowed=PROTOCOLS),
+                "name": _p(STRING, update=IN_PLACE),
+                "backend": _p(STRING),
+                "snapshot": _p(REF, ref_types=("snapshot",)),
+                "share_server": _p(REF, ref_types=("share_server",)),
+                "share_group": _p(REF, ref_types=("share_group",)),
+            },
+            frozenset({"id", "name", "size", "proto", "status", "host", "export_locations"}),
+        ),
+        ResourceType(
+            "snapshot",
+            {
+                "share": _p(REF, required=True, ref_types=("share",)),
+                "name": _p(STRING, update=IN_PLACE),
+            },
+            frozenset({"id", "name", "size", "status", "share_id"}),
+        ),
+        ResourceType(
+            "replica",
+            {"share": _p(REF, required=True, ref_types=("share",))},
+            frozenset(
+                {"id", "status", "host", "replica_state", "export_locations", "share_id"}
+            ),
+        ),
+        ResourceType(
+            "share_server",
+            {"backend": _p(STRING)},
+            frozenset({"id", "status", "host", "backend_details"}),
+        ),
+        ResourceType(
+            "share_group",
+            {"name": _p(STRING, update=IN_PLACE), "backend": _p(STRING)},
+            frozenset({"id", "name", "status", "host"}),
+        ),
+        ResourceType(
+            "group_snapshot",
+            {
+                "share_group": _p(REF, required=True, ref_types=("share_group",)),
+                "name": _p(STRING, update=IN_PLACE),
+            },
+            frozenset({"id", "name", "status", "share_group_id"}),
+        ),
+    )
+}
+
+TOP_LEVEL_KEYS = frozenset({"resources", "outputs", "description", "heat_template_version"})
+RESOURCE_KEYS = frozenset({"type", "properties", "depends_on", "description"})
+GET_RESOURCE = "get_resource"
+GET_ATTR = "get_attr"
+FUNCTIONS = frozenset({GET_RESOURCE, GET_ATTR})
+# Resource names end up in physical names and dummy-driver gate file names.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+# ---------------------------------------------------------------------------
+# Intrinsic functions.
+
+
+@dataclass(frozen=True)
+class GetResource:
+    name: str
+
+
+@dataclass(frozen=True)
+class GetAttr:
+    name: str
+    attribute: str
+    path: tuple[str | int, ...] = ()
+
+
+def _function(value: Any) -> tuple[str, Any] | None:
+    """(function name, argument) if ``value`` is an intrinsic function call."""
+    if isinstance(value, dict) and len(value) == 1:
+        ((key, arg),) = value.items()
+        if key in FUNCTIONS:
+            return key, arg
+    return None
+
+
+def _parse_function(where: str, fn: str, arg: Any) -> GetResource | GetAttr:
+    if fn == GET_RESOURCE:
+        if not isinstance(arg, str):
+            raise TemplateError(f"{where}: get_resource takes a resource name, got {arg!r}")
+        return GetResource(arg)
+    if (
+        not isinstance(arg, list)
+        or len(arg) < 2
+        or not all(isinstance(a, str) for a in arg[:2])
+        or not all(isinstance(a, (str, int)) and not isinstance(a, bool) for a in arg[2:])
+    ):
+        raise TemplateError(
+            f"{where}: get_attr takes [RESOURCE, ATTRIBUTE, key or index...], got {arg!r}"
+        )
+    return GetAttr(arg[0], arg[1], tuple(arg[2:]))
+
+
+def _references(where: str, value: Any) -> Iterable[GetResource | GetAttr]:
+    """Every function call inside ``value`` (nested lists and maps included)."""
+    call = _function(value)
+    if call is not None:
+        yield _parse_function(where, *call)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _references(where, v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _references(where, v)
+
+
+# ---------------------------------------------------------------------------
+# Parsed template.
+
+
+@dataclass(frozen=True)
+class ResourceDefinition:
+    name: str
+    type: str
+    properties: Mapping[str, Any]  # as written: may hold get_resource/get_attr
+    depends_on: tuple[str, ...] = ()
+    requires: frozenset[str] = frozenset()  # depends_on + every referenced resource
+
+    @property
+    def schema(self) -> ResourceType:
+        return RESOURCE_TYPES[self.type]
+
+
+@dataclass(frozen=True)
+class Template:
+    """A validated template. ``resources`` keeps the template's order."""
+
+    resources: Mapping[str, ResourceDefinition]
+    outputs: Mapping[str, Any] = field(default_factory=dict)
+    description: str | None = None
+
+    @classmethod
+    def empty(cls) -> Template:
+        """The template a stack delete converges to."""
+        return cls(resources={})
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Template:
+        return _validate(data)
+
+    def to_dict(self) -> dict:
+        """The JSON-able form stored in ``stack_templates`` (``from_dict`` reads it)."""
+        out: dict[str, Any] = {"resources": {}}
+        for d in self.resources.values():
+            r: dict[str, Any] = {"type": d.type, "properties": dict(d.properties)}
+            if d.depends_on:
+                r["depends_on"] = list(d.depends_on)
+            out["resources"][d.name] = r
+        if self.outputs:
+            out["outputs"] = dict(self.outputs)
+        if self.description is not None:
+            out["description"] = self.description
+        return out
+
+    def dependencies(self) -> dict[str, frozenset[str]]:
+        """name -> names it requires (must exist before it)."""
+        return {n: d.requires for n, d in self.resources.items()}
+
+    def dependency_order(self) -> list[str]:
+        """Names, each after everything it requires (template order breaks ties)."""
+        return _toposort(self.dependencies())
+
+
+def parse(text: str | bytes) -> Template:
+    """Parse and validate a YAML template. Raises :class:`TemplateError`."""
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise TemplateError(f"malformed YAML{where}: {exc.problem or exc}")
+    except yaml.YAMLError as exc:
+        raise TemplateError(f"malformed YAML: {exc}")
+    return _validate(data)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys: PyYAML keeps the last one
+    silently, which would make two resources of the same name one."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _validate(data: Any) -> Template:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise TemplateError("a template must be a mapping with a 'resources' section")
+    unknown = sorted(set(map(str, data)) - TOP_LEVEL_KEYS)
+    if unknown:
+        raise TemplateError(
+            f"unknown top-level section {unknown[0]!r} "
+            f"(allowed: {', '.join(sorted(TOP_LEVEL_KEYS))})"
+        )
+    raw_resources = data.get("resources") or {}
+    if not isinstance(raw_resources, dict):
+        raise TemplateError("'resources' must be a mapping of resource names")
+    for name in raw_resources:
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise TemplateError(
+                f"resource name {name!r} is invalid: use letters, digits, '_', '-', '.' "
+                "(at most 128, starting with a letter or digit)"
+            )
+    # Shapes and types first, so a property may reference a resource that
+    # comes later in the template and still be checked against its type.
+    for name, raw in raw_resources.items():
+        _check_shape(name, raw)
+    resources = {n: _validate_resource(n, r, raw_resources) for n, r in raw_resources.items()}
+
+    raw_outputs = data.get("outputs") or {}
+    if not isinstance(raw_outputs, dict):
+        raise TemplateError("'outputs' must be a mapping of output names")
+    outputs = {}
+    for name, value in raw_outputs.items():
+        # Heat's form {value: ..., description: ...} and the short form both work.
+        if isinstance(value, dict) and "value" in value and set(value) <= {"value", "description"}:
+            value = value["value"]
+        for ref in _references(f"output {name!r}", value):
+            _check_reference(f"output {name!r}", ref, resources)
+        outputs[str(name)] = value
+
+    description = data.get("description")
+    if description is not None and not isinstance(description, str):
+        raise TemplateError("'description' must be a string")
+
+    _toposort({n: d.requires for n, d in resources.items()})  # raises on a cycle
+    return Template(resources=resources, outputs=outputs, description=description)
+
+
+def _check_shape(name: str, raw: Any) -> None:
+    where = f"resource {name!r}"
+    if not isinstance(raw, dict):
+        raise TemplateError(f"{where}: must be a mapping with 'type' and 'properties'")
+    unknown = sorted(set(map(str, raw)) - RESOURCE_KEYS)
+    if unknown:
+        raise TemplateError(f"{where}: unknown key {unknown[0]!r}")
+    type_ = raw.get("type")
+    if not isinstance(type_, str) or type_ not in RESOURCE_TYPES:
+        raise TemplateError(
+            f"{where}: unknown type {type_!r} (known: {', '.join(sorted(RESOURCE_TYPES))})"
+        )
+
+
+def _validate_resource(name: str, raw: dict, all_raw: Mapping[str, Any]) -> ResourceDefinition:
+    where = f"resource {name!r}"
+    type_ = raw["type"]
+    schema = RESOURCE_TYPES[type_]
+    props = raw.get("properties") or {}
+    if not isinstance(props, dict):
+        raise TemplateError(f"{where}: 'properties' must be a mapping")
+
+    requires: set[str] = set()
+    for prop, value in props.items():
+        pwhere = f"{where} property {prop!r}"
+        if prop not in schema.properties:
+            raise TemplateError(
+                f"{pwhere}: unknown property of type {type_} "
+                f"(known: {', '.join(sorted(schema.properties))})"
+            )
+        if value is None:
+            continue  # an explicit null is the same as leaving it out
+        ps = schema.properties[prop]
+        call = _function(value)
+        if call is None:
+            _check_value(pwhere, ps, value)
+            continue
+        ref = _parse_function(pwhere, *call)
+        _check_reference(pwhere, ref, all_raw)
+        if ps.type == REF:
+            if isinstance(ref, GetAttr) and (ref.attribute != "id" or ref.path):
+                raise TemplateError(
+                    f"{pwhere}: needs the id of a {'/'.join(ps.ref_types)} "
+                    f"({{get_resource: NAME}}), not attribute {ref.attribute!r}"
+                )
+            target = all_raw[ref.name].get("type")
+            if target not in ps.ref_types:
+                raise TemplateError(
+                    f"{pwhere}: must reference a {' or '.join(ps.ref_types)}, "
+                    f"but {ref.name!r} is a {target}"
+                )
+        elif isinstance(ref, GetResource):
+            raise TemplateError(f"{pwhere}: get_resource gives an id, but this is a {ps.type}")
+        requires.add(ref.name)
+
+    for prop, ps in schema.properties.items():
+        if ps.required and props.get(prop) is None:
+            raise TemplateError(f"{where}: missing required property {prop!r}")
+
+    depends_on = raw.get("depends_on") or []
+    if isinstance(depends_on, str):
+        depends_on = [depends_on]
+    if not isinstance(depends_on, list) or not all(isinstance(d, str) for d in depends_on):
+        raise TemplateError(f"{where}: 'depends_on' must be a list of resource names")
+    for dep in depends_on:
+        if dep not in all_raw:
+            raise TemplateError(f"{where}: depends_on names unknown resource {dep!r}")
+        if dep == name:
+            raise TemplateError(f"{where}: depends_on names the resource itself")
+    requires.update(depends_on)
+    return ResourceDefinition(
+        name=name,
+        type=type_,
+        properties=dict(props),
+        depends_on=tuple(depends_on),
+        requires=frozenset(requires),
+    )
+
+
+def _check_value(where: str, ps: PropertySchema, value: Any) -> None:
+    """Type and range of a literal value (also used on resolved values)."""
+    if ps.type == INTEGER:
+        # bool is an int in Python; "size: true" is still a mistake.
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TemplateError(f"{where}: must be an integer, got {value!r}")
+        if ps.minimum is not None and value < ps.minimum:
+            raise TemplateError(f"{where}: must be at least {ps.minimum}, got {value}")
+    else:  # STRING and REF (a literal physical id)
+        if not isinstance(value, str) or not value:
+            raise TemplateError(f"{where}: must be a non-empty string, got {value!r}")
+        if ps.allowed is not None and value.upper() not in {a.upper() for a in ps.allowed}:
+            raise TemplateError(
+                f"{where}: must be one of {', '.join(ps.allowed)}, got {value!r}"
+            )
+
+
+def _check_reference(where: str, ref: GetResource | GetAttr, resources: Mapping[str, Any]) -> None:
+    if ref.name not in resources:
+        raise TemplateError(f"{where}: references unknown resource {ref.name!r}")
+    if isinstance(ref, GetAttr):
+        target = resources[ref.name]
+        type_ = target.type if isinstance(target, ResourceDefinition) else target.get("type")
+        attrs = RESOURCE_TYPES[type_].attributes
+        if ref.attribute not in attrs:
+            raise TemplateError(
+                f"{where}: resource {ref.name!r} ({type_}) has no attribute "
+                f"{ref.attribute!r} (known: {', '.join(sorted(attrs))})"
+            )
+
+
+def _toposort(requires: Mapping[str, Iterable[str]]) -> list[str]:
+    """Kahn's algorithm, O(n + e). On a cycle, name the resources in it."""
+    indegree = {n: 0 for n in requires}
+    dependants: dict[str, list[str]] = {n: [] for n in requires}
+    for n, reqs in requires.items():
+        for r in reqs:
+            indegree[n] += 1
+            dependants[r].append(n)
+    ready = [n for n in requires if indegree[n] == 0]
+    ready.reverse()  # pop() from the end keeps the template's order
+    order = []
+    while ready:
+        n = ready.pop()
+        order.append(n)
+        for d in reversed(dependants[n]):
+            indegree[d] -= 1
+            if indegree[d] == 0:
+                ready.append(d)
+    if len(order) != len(requires):
+        cycle = _find_cycle(requires, indegree)
+        raise TemplateError(
+            f"resource {cycle[0]!r}: dependency cycle: "
+            + " requires ".join(repr(n) for n in cycle)
+        )
+    return order
+
+
+def _find_cycle(requires: Mapping[str, Iterable[str]], indegree: Mapping[str, int]) -> list[str]:
+    """One cycle among the nodes Kahn's algorithm could not order: every such
+    node has a requirement that is also unordered, so walking requirements
+    must come back to a node already on the path."""
+    left = {n for n, d in indegree.items() if d > 0}
+    start = min(left)
+    path, index = [start], {start: 0}
+    while True:
+        nxt = min(r for r in requires[path[-1]] if r in left)
+        if nxt in index:
+            return path[index[nxt]:] + [nxt]  # each element requires the next
+        index[nxt] = len(path)
+        path.append(nxt)
+
+
+# ---------------------------------------------------------------------------
+# Resolution: turn properties and outputs into plain values, given the data
+# of the resources they reference.
+
+
+@dataclass(frozen=True)
+class ResourceData:
+    """What a resource tells the resources that reference it (this is what
+    travels in SyncPoint input data): ``physical_id`` for get_resource and
+    ``attributes`` for get_attr."""
+
+    name: str
+    resource_id: int | None = None  # the stack_resources row (maybe a replacement)
+    physical_id: str | None = None
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "resource_id": self.resource_id,
+            "physical_id": self.physical_id,
+            "attributes": dict(self.attributes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ResourceData:
+        return cls(
+            name=data["name"],
+            resource_id=data.get("resource_id"),
+            physical_id=data.get("physical_id"),
+            attributes=data.get("attributes") or {},
+        )
+
+
+def data_by_name(input_data: Mapping[str, Any]) -> dict[str, ResourceData]:
+    """SyncPoint input data ({sender key: ResourceData dict or None}) keyed
+    by resource name, ready for :func:`resolve_properties`. Senders without
+    data (clean-up nodes) are skipped."""
+    out = {}
+    for value in input_data.values():
+        if isinstance(value, Mapping) and "name" in value:
+            rd = ResourceData.from_dict(value)
+            out[rd.name] = rd
+    return out
+
+
+def _resolve(where: str, value: Any, resources: Mapping[str, ResourceData]) -> Any:
+    call = _function(value)
+    if call is not None:
+        ref = _parse_function(where, *call)
+        rd = resources.get(ref.name)
+        if rd is None:
+            raise ResolutionError(f"{where}: no data for resource {ref.name!r}")
+        if isinstance(ref, GetResource) or ref.attribute == "id":
+            if rd.physical_id is None:
+                raise ResolutionError(f"{where}: resource {ref.name!r} has no physical id yet")
+            result: Any = rd.physical_id
+        elif ref.attribute in rd.attributes:
+            result = rd.attributes[ref.attribute]
+        else:
+            raise ResolutionError(
+                f"{where}: resource {ref.name!r} has no value for attribute {ref.attribute!r}"
+            )
+        for step in getattr(ref, "path", ()):
+            try:
+                result = result[step]
+            except (KeyError, IndexError, TypeError):
+                raise ResolutionError(
+                    f"{where}: get_attr path {step!r} not found in {ref.name}.{ref.attribute}"
+                )
+        return result
+    if isinstance(value, dict):
+        return {k: _resolve(where, v, resources) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(where, v, resources) for v in value]
+    return value
+
+
+def resolve_properties(
+    defn: ResourceDefinition, resources: Mapping[str, ResourceData]
+) -> dict[str, Any]:
+    """The definition's properties as plain values: get_resource becomes the
+    referenced physical id, get_attr the attribute's value. Values are
+    checked against the schema again (a get_attr may yield anything) and
+    strings with a fixed set of values take the listed spelling (``nfs`` ->
+    ``NFS``), so comparing with stored properties is exact."""
+    out = {}
+    for prop, value in defn.properties.items():
+        if value is None:
+            continue
+        where = f"resource {defn.name!r} property {prop!r}"
+        ps = defn.schema.properties[prop]
+        resolved = _resolve(where, value, resources)
+        try:
+            _check_value(where, ps, resolved)
+        except TemplateError as exc:
+            raise ResolutionError(str(exc))
+        if ps.allowed is not None:
+            resolved = next(a for a in ps.allowed if a.upper() == resolved.upper())
+        out[prop] = resolved
+    return out
+
+
+def resolve_outputs(template: Template, resources: Mapping[str, ResourceData]) -> dict[str, Any]:
+    """Output values; an output that cannot be resolved yet (its resource is
+    missing or failed) maps to None rather than failing the whole lot."""
+    out = {}
+    for name, value in template.outputs.items():
+        try:
+            out[name] = _resolve(f"output {name!r}", value, resources)
+        except ResolutionError:
+            out[name] = None
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Updates.
+
+
+@dataclass(frozen=True)
+class PropertyDiff:
+    """How to go from the properties a physical resource has to new ones."""
+
+    changed: frozenset[str]  # every property whose value differs
+    in_place: Mapping[str, Any]  # changes applied to the existing resource
+    replace: bool  # True: some change needs a new physical resource
+
+    @property
+    def unchanged(self) -> bool:
+        return not self.changed
+
+
+def diff_properties(
+    type_: str, old: Mapping[str, Any], new: Mapping[str, Any]
+) -> PropertyDiff:
+    """Compare resolved properties (``old`` as stored on the resource row,
+    ``new`` from :func:`resolve_properties`). A property left out counts as
+    None, so removing one is a change too."""
+    schema = RESOURCE_TYPES[type_]
+    changed = frozenset(
+        p for p in set(old) | set(new) if old.get(p) != new.get(p) and p in schema.properties
+    )
+    replace = any(schema.properties[p].update == REPLACE for p in changed)
+    in_place = {p: new.get(p) for p in changed if schema.properties[p].update == IN_PLACE}
+    return PropertyDiff(changed=changed, in_place=in_place, replace=replace)
+
+
+def physical_name(stack_name: str, resource_name: str, suffix: str | None = None) -> str:
+    """``<stack>-<resource>-<short random suffix>``, as Heat names physical
+    resources, so an object on the backend tells which stack made it."""
+    return f"{stack_name}-{resource_name}-{suffix or secrets.token_hex(4)}"

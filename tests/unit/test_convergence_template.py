@@ -1,0 +1,282 @@
+"""Stack templates: parsing, validation (one clear message), resolution, diffs."""
+
+from __future__ import annotations
+
+import pytest
+from sharemgr.manager.convergence import template as T
+
+EXAMPLE = """
+resources:
+  data:
+    type: share
+    properties: {size: 10, proto: NFS, backend: dummy}
+  snap:
+    type: snapshot
+    properties: {share: {get_resource: data}}
+  copy:
+    type: share
+    properties: {size: 10, proto: NFS, snapshot: {get_resource: snap}}
+    depends_on: [other]
+  other:
+    type: share_server
+outputs:
+  export: {get_attr: [data, export_locations]}
+"""
+
+
+def test_architecture_example_parses():
+    tmpl = T.parse(EXAMPLE)
+    assert list(tmpl.resources) == ["data", "snap", "copy", "other"]
+    assert tmpl.dependencies() == {
+        "data": frozenset(),
+        "snap": frozenset({"data"}),
+        "copy": frozenset({"snap", "other"}),
+        "other": frozenset(),
+    }
+    order = tmpl.dependency_order()
+    assert order.index("data") < order.index("snap") < order.index("copy")
+    assert order.index("other") < order.index("copy")
+    assert tmpl.outputs == {"export": {"get_attr": ["data", "export_locations"]}}
+
+
+def test_round_trip_through_the_stored_form():
+    tmpl = T.parse(EXAMPLE)
+    again = T.Template.from_dict(tmpl.to_dict())
+    assert again == tmpl
+    assert T.Template.from_dict(T.Template.empty().to_dict()).resources == {}
+
+
+def test_every_type_of_the_table_is_usable():
+    tmpl = T.parse(
+        """
+resources:
+  srv: {type: share_server, properties: {backend: b}}
+  grp: {type: share_group, properties: {name: g, backend: b}}
+  sh:
+    type: share
+    properties:
+      size: 1
+      proto: cephfs
+      name: n
+      share_server: {get_resource: srv}
+      share_group: {get_resource: grp}
+  rep: {type: replica, properties: {share: {get_resource: sh}}}
+  gs: {type: group_snapshot, properties: {share_group: {get_resource: grp}, name: x}}
+"""
+    )
+    assert tmpl.resources["sh"].requires == {"srv", "grp"}
+    # Every reference property names types that exist.
+    for rt in T.RESOURCE_TYPES.values():
+        for ps in rt.properties.values():
+            assert all(t in T.RESOURCE_TYPES for t in ps.ref_types)
+            assert ps.update in (T.IN_PLACE, T.REPLACE)
+
+
+def test_heat_style_outputs_and_single_depends_on():
+    tmpl = T.parse(
+        """
+resources:
+  a: {type: share_server}
+  b: {type: share_group, depends_on: a}
+outputs:
+  o: {value: {get_resource: a}, description: the server}
+"""
+    )
+    assert tmpl.resources["b"].depends_on == ("a",)
+    assert tmpl.outputs == {"o": {"get_resource": "a"}}
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("resources: [", ["malformed YAML", "line 1"]),
+        ("- a\n- b\n", ["mapping"]),
+        ("resources: {}\nparameters: {}\n", ["parameters"]),
+        ("resources: {a: {type: volume}}", ["'a'", "unknown type 'volume'"]),
+        ("resources: {a: [1]}", ["'a'", "mapping"]),
+        ("resources: {a: {type: share, propertys: {}}}", ["'a'", "propertys"]),
+        ("resources: {a: {type: share, properties: {size: 1}}}", ["'a'", "missing", "'proto'"]),
+        (
+            "resources: {a: {type: share, properties: {size: 1, proto: NFS, colour: red}}}",
+            ["'a'", "'colour'", "unknown property"],
+        ),
+        (
+            "resources: {a: {type: share, properties: {size: '10', proto: NFS}}}",
+            ["'a'", "'size'", "integer"],
+        ),
+        (
+            "resources: {a: {type: share, properties: {size: true, proto: NFS}}}",
+            ["'a'", "'size'", "integer"],
+        ),
+        (
+            "resources: {a: {type: share, properties: {size: 0, proto: NFS}}}",
+            ["'a'", "'size'", "at least 1"],
+        ),
+        (
+            "resources: {a: {type: share, properties: {size: 1, proto: XFS}}}",
+            ["'a'", "'proto'", "NFS"],
+        ),
+        (
+            "resources: {a: {type: share, properties: {size: 1, proto: NFS, name: 5}}}",
+            ["'a'", "'name'", "string"],
+        ),
+        (
+            "resources: {a: {type: snapshot, properties: {share: {get_resource: nope}}}}",
+            ["'a'", "'share'", "unknown resource 'nope'"],
+        ),
+        (
+            "resources: {a: {type: share_server, depends_on: [nope]}}",
+            ["'a'", "unknown resource 'nope'"],
+        ),
+        (
+            "resources: {a: {type: share_server}, b: {type: snapshot, "
+            "properties: {share: {get_resource: a}}}}",
+            ["'b'", "'share'", "must reference a share", "share_server"],
+        ),
+        (
+            "resources: {a: {type: share, properties: {size: 1, proto: NFS}}, "
+            "b: {type: share, properties: {size: {get_attr: [a, colour]}, proto: NFS}}}",
+            ["'b'", "'size'", "no attribute 'colour'"],
+        ),
+        (
+            "resources: {a: {type: share, properties: {size: 1, proto: NFS}}, "
+            "b: {type: share, properties: {size: 1, proto: {get_resource: a}}}}",
+            ["'b'", "'proto'", "get_resource"],
+        ),
+        (
+            "resources: {a: {type: share_server}}\noutputs: {o: {get_attr: [zz, id]}}",
+            ["output 'o'", "unknown resource 'zz'"],
+        ),
+        ("resources: {a: {type: share_server, depends_on: [a]}}", ["'a'", "itself"]),
+        ("resources: {a: {type: share_server}, a: {type: share_group}}", ["duplicate key 'a'"]),
+        ("resources: {'a b': {type: share_server}}", ["'a b'", "invalid"]),
+    ],
+)
+def test_invalid_templates_raise_one_clear_error(text, words):
+    with pytest.raises(T.TemplateError) as info:
+        T.parse(text)
+    message = str(info.value)
+    for word in words:
+        assert word in message, message
+
+
+def test_cycle_names_the_resources():
+    text = """
+resources:
+  a: {type: share, properties: {size: 1, proto: NFS, snapshot: {get_resource: s}}}
+  s: {type: snapshot, properties: {share: {get_resource: b}}}
+  b: {type: share, properties: {size: 1, proto: NFS}, depends_on: [a]}
+  free: {type: share_server}
+"""
+    with pytest.raises(T.TemplateError) as info:
+        T.parse(text)
+    message = str(info.value)
+    assert "cycle" in message
+    for name in ("'a'", "'s'", "'b'"):
+        assert name in message
+    assert "'free'" not in message
+
+
+def test_property_may_reference_a_later_resource():
+    tmpl = T.parse(
+        "resources: {s: {type: snapshot, properties: {share: {get_resource: d}}}, "
+        "d: {type: share, properties: {size: 1, proto: NFS}}}"
+    )
+    assert tmpl.dependency_order() == ["d", "s"]
+
+
+# Resolution -----------------------------------------------------------------
+
+
+def _data(**kw):
+    return {
+        "data": T.ResourceData("data", 1, "phys-data", {"size": 10, "export_locations": [
+            {"path": "10.0.0.1:/data", "preferred": True}]}),
+        "snap": T.ResourceData("snap", 2, "phys-snap", {}),
+        **kw,
+    }
+
+
+def test_resolve_properties_and_outputs():
+    tmpl = T.parse(
+        """
+resources:
+  data: {type: share, properties: {size: 10, proto: nfs}}
+  snap: {type: snapshot, properties: {share: {get_resource: data}}}
+  copy:
+    type: share
+    properties: {size: {get_attr: [data, size]}, proto: NFS, snapshot: {get_resource: snap}}
+outputs:
+  path: {get_attr: [data, export_locations, 0, path]}
+  all: [{get_resource: data}, {get_attr: [snap, id]}]
+"""
+    )
+    assert T.resolve_properties(tmpl.resources["data"], {}) == {"size": 10, "proto": "NFS"}
+    assert T.resolve_properties(tmpl.resources["copy"], _data()) == {
+        "size": 10, "proto": "NFS", "snapshot": "phys-snap"}
+    assert T.resolve_outputs(tmpl, _data()) == {
+        "path": "10.0.0.1:/data", "all": ["phys-data", "phys-snap"]}
+    # An output whose resource is missing is None; the others still resolve.
+    assert T.resolve_outputs(tmpl, {"data": _data()["data"]})["all"] is None
+
+
+def test_resolution_errors():
+    tmpl = T.parse(
+        """
+resources:
+  data: {type: share, properties: {size: 1, proto: NFS}}
+  copy: {type: share, properties: {size: {get_attr: [data, status]}, proto: NFS}}
+  snap: {type: snapshot, properties: {share: {get_resource: data}}}
+"""
+    )
+    with pytest.raises(T.ResolutionError, match="no data for resource 'data'"):
+        T.resolve_properties(tmpl.resources["snap"], {})
+    with pytest.raises(T.ResolutionError, match="no physical id"):
+        T.resolve_properties(tmpl.resources["snap"], {"data": T.ResourceData("data")})
+    bad = {"data": T.ResourceData("data", 1, "p", {"status": "available"})}
+    with pytest.raises(T.ResolutionError, match="'copy' property 'size'.*integer"):
+        T.resolve_properties(tmpl.resources["copy"], bad)
+
+
+def test_data_by_name_reads_sync_point_input_data():
+    rd = T.ResourceData("data", 7, "phys", {"size": 3})
+    input_data = {"7:update": rd.to_dict(), "9:cleanup": None}
+    assert T.data_by_name(input_data) == {"data": rd}
+
+
+# Updates ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "old, new, changed, replace, in_place",
+    [
+        ({"size": 1, "proto": "NFS"}, {"size": 1, "proto": "NFS"}, set(), False, {}),
+        ({"size": 1, "proto": "NFS"}, {"size": 2, "proto": "NFS"}, {"size"}, False, {"size": 2}),
+        ({"size": 5, "proto": "NFS"}, {"size": 2, "proto": "NFS"}, {"size"}, False, {"size": 2}),
+        ({"size": 1, "proto": "NFS"}, {"size": 1, "proto": "NFS", "name": "x"}, {"name"}, False,
+         {"name": "x"}),
+        ({"size": 1, "proto": "NFS"}, {"size": 1, "proto": "CIFS"}, {"proto"}, True, {}),
+        ({"size": 1, "proto": "NFS", "backend": "a"}, {"size": 2, "proto": "NFS"},
+         {"size", "backend"}, True, {"size": 2}),
+    ],
+)
+def test_diff_share_properties(old, new, changed, replace, in_place):
+    diff = T.diff_properties("share", old, new)
+    assert diff.changed == changed
+    assert diff.replace is replace
+    assert dict(diff.in_place) == in_place
+    assert diff.unchanged is (not changed)
+
+
+def test_diff_other_types():
+    assert T.diff_properties("snapshot", {"share": "a"}, {"share": "b"}).replace
+    assert not T.diff_properties("snapshot", {"share": "a"}, {"share": "a", "name": "n"}).replace
+    assert T.diff_properties("replica", {"share": "a"}, {"share": "b"}).replace
+    assert T.diff_properties("share_group", {"backend": "a"}, {"backend": "b"}).replace
+
+
+def test_physical_name():
+    assert T.physical_name("web", "data", "abcd") == "web-data-abcd"
+    name = T.physical_name("web", "data")
+    assert name.startswith("web-data-") and len(name) > len("web-data-")
+    assert T.physical_name("web", "data") != name
