@@ -1,0 +1,283 @@
+"""SyncPoints (spec 004): the progress of a traversal, one row per graph node.
+
+A SyncPoint is keyed by ``(entity_id, traversal_id, is_update)`` — the graph
+node (a resource row id as a string, or the stack id for the stack's own
+point) and the traversal — and collects the input data the node's
+predecessors send it: ``{sender key: data}``. When every predecessor has
+reported, the node is ready and its ``check_resource`` request is enqueued.
+
+Writes are compare-and-swap on ``atomic_key``::
+
+    UPDATE sync_points SET input_data=:new, atomic_key=:k+1
+     WHERE entity_id=:e AND traversal_id=:t AND is_update=:u AND atomic_key=:k
+
+A writer that loses (0 rows) re-reads and retries after a jittered back-off;
+after ``lock_after`` lost races it reads the row ``FOR UPDATE`` (PostgreSQL,
+MariaDB), so a wide fan-in cannot starve a writer. On SQLite the transaction
+already holds the write lock (``BEGIN IMMEDIATE``), so the CAS never loses.
+
+:func:`sync` runs the caller's ``on_ready(session, input_data)`` inside the
+transaction of the CAS that made the point complete: the enqueue of the
+successor commits with that write or not at all, and exactly one writer sees
+the transition from incomplete to complete. A missing SyncPoint means the
+traversal was superseded (a new preparation deletes the old points in the
+transaction that swaps the stack's traversal), see spec 001.
+
+Lock order, to stay deadlock-free with traversal preparation: a transaction
+that touches a SyncPoint row locks it before the ``stacks`` row and before
+``stack_resources`` rows (preparation deletes the old points first).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sharemgr.db import models
+from sharemgr.db.engine import Database
+from sqlalchemy.orm import Session
+
+SP = models.SyncPoint
+
+# Back-off between CAS attempts: "full jitter" — a uniform draw from
+# [0, min(cap, base * 2**attempt)] — so writers that collided spread out.
+BACKOFF_BASE = 0.002
+BACKOFF_CAP = 0.25
+LOCK_AFTER = 3  # lost races before a locking read; None: never lock
+MAX_ATTEMPTS = 200
+
+
+class SyncPointContention(Exception):
+    """The CAS lost ``max_attempts`` times in a row."""
+
+
+@dataclass(frozen=True)
+class SyncPoint:
+    """A detached snapshot of a row."""
+
+    entity_id: str
+    traversal_id: str
+    is_update: bool
+    stack_id: str
+    atomic_key: int
+    input_data: dict = field(default_factory=dict)
+
+    def is_ready(self, required: Collection[str]) -> bool:
+        return is_ready(self.input_data, required)
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    found: bool  # False: no such point — the traversal was superseded
+    ready: bool = False  # every required sender has now reported
+    fired: bool = False  # this call made it ready (on_ready ran and committed)
+    input_data: dict = field(default_factory=dict)
+    attempts: int = 0
+
+
+def is_ready(input_data: Mapping[str, Any], required: Collection[str]) -> bool:
+    """All ``required`` sender keys are present in ``input_data``."""
+    return all(k in input_data for k in required)
+
+
+def _pk(entity_id: Any, traversal_id: str, is_update: bool) -> list:
+    return [
+        SP.entity_id == str(entity_id),
+        SP.traversal_id == traversal_id,
+        SP.is_update == bool(is_update),
+    ]
+
+
+def _snapshot(row: Any) -> SyncPoint:
+    return SyncPoint(
+        entity_id=row.entity_id,
+        traversal_id=row.traversal_id,
+        is_update=bool(row.is_update),
+        stack_id=row.stack_id,
+        atomic_key=row.atomic_key,
+        input_data=dict(row.input_data or {}),
+    )
+
+
+# Create / read / delete ----------------------------------------------------------
+
+
+def create_tx(
+    session: Session,
+    stack_id: str,
+    traversal_id: str,
+    nodes: Iterable[tuple[Any, bool]],
+    include_stack: bool = True,
+) -> int:
+    """One point per ``(entity_id, is_update)`` node, plus, with
+    ``include_stack``, the stack's own point ``(stack_id, True)``. One
+    multi-row INSERT, so thousands of nodes cost one round trip."""
+    now = models.utcnow()
+
+    def row(entity: Any, is_update: bool) -> dict:
+        return {
+            "entity_id": str(entity),
+            "traversal_id": traversal_id,
+            "is_update": bool(is_update),
+            "stack_id": stack_id,
+            "atomic_key": 0,
+            "input_data": {},
+            "created_at": now,
+        }
+
+    rows = [row(entity, is_update) for entity, is_update in nodes]
+    if include_stack:
+        rows.append(row(stack_id, True))
+    if rows:
+        session.execute(sa.insert(SP), rows)
+    return len(rows)
+
+
+def create(
+    db: Database,
+    stack_id: str,
+    traversal_id: str,
+    nodes: Iterable[tuple[Any, bool]],
+    include_stack: bool = True,
+) -> int:
+    with db.session() as session:
+        return create_tx(session, stack_id, traversal_id, nodes, include_stack)
+
+
+def get_tx(
+    session: Session, entity_id: Any, traversal_id: str, is_update: bool, lock: bool = False
+) -> SyncPoint | None:
+    stmt = sa.select(SP).where(*_pk(entity_id, traversal_id, is_update))
+    if lock:
+        stmt = stmt.with_for_update()
+    row = session.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
+    return None if row is None else _snapshot(row)
+
+
+def get(db: Database, entity_id: Any, traversal_id: str, is_update: bool) -> SyncPoint | None:
+    """The point of a graph node in a traversal (a primary-key lookup)."""
+    with db.session() as session:
+        return get_tx(session, entity_id, traversal_id, is_update)
+
+
+def list_for_traversal(db: Database, stack_id: str, traversal_id: str) -> list[SyncPoint]:
+    with db.session() as session:
+        rows = session.scalars(
+            sa.select(SP)
+            .where(SP.stack_id == stack_id, SP.traversal_id == traversal_id)
+            .order_by(SP.entity_id, SP.is_update)
+        )
+        return [_snapshot(r) for r in rows]
+
+
+def delete_all_tx(session: Session, stack_id: str, traversal_id: str | None = None) -> int:
+    """Delete the points of one traversal of a stack (all of the stack's
+    points when ``traversal_id`` is None)."""
+    stmt = sa.delete(SP).where(SP.stack_id == stack_id)
+    if traversal_id is not None:
+        stmt = stmt.where(SP.traversal_id == traversal_id)
+    return session.execute(stmt.execution_options(synchronize_session=False)).rowcount
+
+
+def delete_all(db: Database, stack_id: str, traversal_id: str | None = None) -> int:
+    with db.session() as session:
+        return delete_all_tx(session, stack_id, traversal_id)
+
+
+# Compare-and-swap -------------------------------------------------------------------
+
+
+def cas_tx(
+    session: Session,
+    entity_id: Any,
+    traversal_id: str,
+    is_update: bool,
+    expected_key: int,
+    input_data: dict,
+) -> bool:
+    """One compare-and-swap: store ``input_data`` if the point's key is still
+    ``expected_key`` (and bump it). False if another writer got there first
+    or the point is gone."""
+    stmt = (
+        sa.update(SP)
+        .where(*_pk(entity_id, traversal_id, is_update), SP.atomic_key == expected_key)
+        .values(input_data=input_data, atomic_key=expected_key + 1, updated_at=models.utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    return session.execute(stmt).rowcount == 1
+
+
+def sync(
+    db: Database,
+    entity_id: Any,
+    traversal_id: str,
+    is_update: bool,
+    sender: str,
+    data: Any,
+    required: Collection[str] = (),
+    on_ready: Callable[[Session, dict], None] | None = None,
+    *,
+    lock_after: int | None = LOCK_AFTER,
+    max_attempts: int = MAX_ATTEMPTS,
+    backoff_base: float = BACKOFF_BASE,
+    backoff_cap: float = BACKOFF_CAP,
+) -> SyncResult:
+    """Merge ``{sender: data}`` into the point's input data (CAS, retried).
+
+    ``required`` are the sender keys the point waits for (the node's
+    predecessors in the graph). If this write makes the point complete —
+    every required key present now, not all present before — ``on_ready``
+    is called with the open session and the merged input data, in the
+    transaction of the CAS; if it raises, the write is rolled back and the
+    exception propagates. A sender reporting again after completion merges
+    its data but fires nothing: the successor is enqueued exactly once.
+
+    Returns ``SyncResult(found=False)`` if the point does not exist.
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        locking = lock_after is not None and attempt > lock_after
+        with db.session() as session:
+            point = get_tx(session, entity_id, traversal_id, is_update, lock=locking)
+            if point is None:
+                return SyncResult(found=False, attempts=attempt)
+            was_ready = is_ready(point.input_data, required)
+            merged = {**point.input_data, sender: data}
+            if cas_tx(session, entity_id, traversal_id, is_update, point.atomic_key, merged):
+                ready = is_ready(merged, required)
+                fired = ready and not was_ready
+                if fired and on_ready is not None:
+                    on_ready(session, merged)
+                result = SyncResult(
+                    found=True, ready=ready, fired=fired, input_data=merged, attempts=attempt
+                )
+            else:
+                result = None
+        if result is not None:
+            return result
+        if attempt >= max_attempts:
+            raise SyncPointContention(
+                f"SyncPoint {entity_id}/{traversal_id}/{is_update}: "
+                f"lost the compare-and-swap {attempt} times"
+            )
+        time.sleep(random.uniform(0, min(backoff_cap, backoff_base * 2 ** attempt)))
+
+
+def update_input_data(
+    db: Database,
+    entity_id: Any,
+    traversal_id: str,
+    is_update: bool,
+    sender: str,
+    data: Any,
+    **kwargs: Any,
+) -> dict | None:
+    """Merge ``{sender: data}`` atomically; the merged input data, or None if
+    the point does not exist. (:func:`sync` without readiness.)"""
+    result = sync(db, entity_id, traversal_id, is_update, sender, data, **kwargs)
+    return result.input_data if result.found else None

@@ -1,0 +1,188 @@
+"""SyncPoints (spec 004) on SQLite, PostgreSQL and MariaDB."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+import sqlalchemy as sa
+from sharemgr.db import api, migration, models, stacks, sync_points
+from sharemgr.db.engine import Database
+
+T1 = str(uuid.uuid4())
+T2 = str(uuid.uuid4())
+
+
+@pytest.fixture
+def stack(db):
+    return stacks.stack_create(db, f"s-{uuid.uuid4().hex[:6]}")
+
+
+def _requests(db, resource_id):
+    return [r for r in api.request_list(db, resource_id=resource_id)]
+
+
+def test_create_one_point_per_node_plus_the_stack(db, stack):
+    n = sync_points.create(db, stack.id, T1, [(1, True), (1, False), (2, True)])
+    assert n == 4
+    points = sync_points.list_for_traversal(db, stack.id, T1)
+    assert {(p.entity_id, p.is_update) for p in points} == {
+        ("1", True), ("1", False), ("2", True), (stack.id, True)}
+    assert all(p.atomic_key == 0 and p.input_data == {} for p in points)
+    point = sync_points.get(db, 1, T1, False)
+    assert point.stack_id == stack.id and point.traversal_id == T1 and not point.is_update
+    assert sync_points.get(db, 1, T2, False) is None
+    assert sync_points.get(db, 3, T1, True) is None
+
+
+def test_update_input_data_merges_and_bumps_the_key(db, stack):
+    sync_points.create(db, stack.id, T1, [(5, True)], include_stack=False)
+    assert sync_points.update_input_data(db, 5, T1, True, "1:update", {"a": 1}) == {
+        "1:update": {"a": 1}}
+    merged = sync_points.update_input_data(db, 5, T1, True, "2:update", None)
+    assert merged == {"1:update": {"a": 1}, "2:update": None}
+    point = sync_points.get(db, 5, T1, True)
+    assert point.atomic_key == 2 and point.input_data == merged
+    assert sync_points.update_input_data(db, 6, T1, True, "x", 1) is None
+
+
+def test_compare_and_swap_loses_on_a_stale_key(db, stack):
+    sync_points.create(db, stack.id, T1, [(5, True)], include_stack=False)
+    stale = sync_points.get(db, 5, T1, True)
+    sync_points.update_input_data(db, 5, T1, True, "1:update", 1)
+    with db.session() as session:
+        assert not sync_points.cas_tx(session, 5, T1, True, stale.atomic_key, {"lost": 1})
+    with db.session() as session:
+        assert sync_points.cas_tx(session, 5, T1, True, stale.atomic_key + 1, {"won": 1})
+    assert sync_points.get(db, 5, T1, True).input_data == {"won": 1}
+
+
+def test_sync_fires_once_in_the_transaction_of_the_write(db, stack):
+    sync_points.create(db, stack.id, T1, [(9, True)], include_stack=False)
+    required = {"1:update", "2:update"}
+    calls = []
+
+    def on_ready(session, data):
+        calls.append(dict(data))
+        api.request_add_tx(session, "stack_resource", "9", "check_resource", None, {"d": data})
+
+    r1 = sync_points.sync(db, 9, T1, True, "1:update", {"x": 1}, required, on_ready)
+    assert r1.found and not r1.ready and not r1.fired and calls == []
+    r2 = sync_points.sync(db, 9, T1, True, "2:update", {"x": 2}, required, on_ready)
+    assert r2.ready and r2.fired
+    assert calls == [{"1:update": {"x": 1}, "2:update": {"x": 2}}]
+    assert len(_requests(db, "9")) == 1
+    # A sender reporting again (a retriggered node) merges but fires nothing.
+    r3 = sync_points.sync(db, 9, T1, True, "2:update", {"x": 3}, required, on_ready)
+    assert r3.ready and not r3.fired and len(calls) == 1
+    assert r3.input_data["2:update"] == {"x": 3}
+    assert len(_requests(db, "9")) == 1
+
+
+def test_sync_rolls_back_the_write_when_on_ready_fails(db, stack):
+    sync_points.create(db, stack.id, T1, [(9, True)], include_stack=False)
+
+    def on_ready(session, data):
+        api.request_add_tx(session, "stack_resource", "9", "check_resource", None, {})
+        raise RuntimeError("enqueue failed")
+
+    with pytest.raises(RuntimeError):
+        sync_points.sync(db, 9, T1, True, "1:update", 1, {"1:update"}, on_ready)
+    point = sync_points.get(db, 9, T1, True)
+    assert point.input_data == {} and point.atomic_key == 0
+    assert _requests(db, "9") == []
+    # Retrying the report then fires.
+    result = sync_points.sync(db, 9, T1, True, "1:update", 1, {"1:update"})
+    assert result.fired
+
+
+def test_sync_on_a_missing_point_reports_a_superseded_traversal(db, stack):
+    called = []
+    result = sync_points.sync(db, 9, T1, True, "1:update", 1, {"1:update"},
+                              lambda s, d: called.append(d))
+    assert not result.found and not result.fired and called == []
+
+
+def test_delete_all_of_one_traversal(db, stack):
+    sync_points.create(db, stack.id, T1, [(1, True), (2, True)])
+    sync_points.create(db, stack.id, T2, [(1, True)])
+    assert sync_points.delete_all(db, stack.id, T1) == 3
+    assert sync_points.list_for_traversal(db, stack.id, T1) == []
+    assert len(sync_points.list_for_traversal(db, stack.id, T2)) == 2
+    assert sync_points.delete_all(db, stack.id) == 2
+
+
+def test_is_ready():
+    assert sync_points.is_ready({}, ())
+    assert sync_points.is_ready({"a": 1, "b": None}, {"a", "b"})
+    assert not sync_points.is_ready({"a": 1}, {"a", "b"})
+
+
+def _fan_in(url, lock_after, writers=50):
+    """``writers`` threads report to one SyncPoint at once, each as its own
+    sender; on_ready enqueues the successor's request in the CAS transaction."""
+    db = Database(url, pool_size=writers)
+    try:
+        migration.upgrade(db)
+        stack = stacks.stack_create(db, f"fan-{uuid.uuid4().hex[:6]}")
+        sync_points.create(db, stack.id, T1, [(42, True)], include_stack=False)
+        senders = [f"{i}:update" for i in range(writers)]
+        barrier = threading.Barrier(writers)
+        results, errors, fired_in = [], [], []
+        guard = threading.Lock()
+
+        def on_ready(session, data):
+            with guard:
+                fired_in.append(threading.get_ident())
+            api.request_add_tx(session, "stack_resource", "42", "check_resource", None,
+                               {"input_data": data})
+
+        def writer(i):
+            try:
+                barrier.wait()
+                r = sync_points.sync(db, 42, T1, True, senders[i], {"from": i}, senders,
+                                     on_ready, lock_after=lock_after, max_attempts=10_000)
+                with guard:
+                    results.append(r)
+            except Exception as exc:  # pragma: no cover - reported below
+                with guard:
+                    errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(writers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert len(results) == writers and all(r.found for r in results)
+        point = sync_points.get(db, 42, T1, True)
+        # No lost input data: every sender's entry is there with its own value.
+        assert point.input_data == {s: {"from": i} for i, s in enumerate(senders)}
+        assert point.atomic_key == writers
+        # The successor was triggered exactly once.
+        assert sum(r.fired for r in results) == 1
+        assert len(fired_in) == 1
+        with db.session() as session:
+            rows = list(session.scalars(sa.select(models.Request).where(
+                models.Request.resource_id == "42")))
+        assert len(rows) == 1
+        assert set(rows[0].args["input_data"]) == set(senders)
+        return results
+    finally:
+        db.dispose()
+
+
+def test_fifty_concurrent_writers_on_postgresql(pg_url):
+    _fan_in(pg_url, lock_after=sync_points.LOCK_AFTER)
+
+
+def test_fifty_concurrent_writers_on_postgresql_with_compare_and_swap_alone(pg_url):
+    # No locking read at all: the atomic_key CAS and its retries alone keep
+    # every sender's data. Some writers must have lost a race and retried.
+    results = _fan_in(pg_url, lock_after=None)
+    assert max(r.attempts for r in results) > 1
+
+
+def test_fifty_concurrent_writers(db_url):
+    _fan_in(db_url, lock_after=sync_points.LOCK_AFTER)
