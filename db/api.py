@@ -230,3 +230,63 @@ def request_list(
 
 def since(seconds: float) -> datetime.datetime:
     return utcnow() - datetime.timedelta(seconds=seconds)
+
+
+# Intake: a resource change and its request in one transaction ---------------
+
+
+def add_with_request(db: Database, rows: Sequence[Any], request: dict | None) -> int | None:
+    """Insert ``rows`` and, if given, a request (``request_add_tx`` keywords)
+    in one transaction. Returns the request id."""
+    with db.session() as session:
+        session.add_all(list(rows))
+        session.flush()
+        if request:
+            return request_add_tx(session, **request).id
+    return None
+
+
+def transition_with_request(
+    db: Database,
+    changes: Sequence[tuple[type, Any, dict[str, Any], dict[str, Any]]],
+    request: dict | None,
+    rows: Sequence[Any] = (),
+) -> bool:
+    """Apply conditional updates ``(model, id, expected, values)``, insert
+    ``rows`` and add a request, all or nothing: if any update loses, the
+    transaction rolls back and False is returned."""
+
+    class _Lost(Exception):
+        pass
+
+    try:
+        with db.session() as session:
+            for model, ident, expected, values in changes:
+                if not conditional_update_tx(session, model, ident, expected, values):
+                    raise _Lost()
+            if rows:
+                session.add_all(list(rows))
+                session.flush()
+            if request:
+                request_add_tx(session, **request)
+    except _Lost:
+        return False
+    return True
+
+
+def count(db: Database, model: type, filters: dict[str, Any]) -> int:
+    stmt = sa.select(sa.func.count()).select_from(model).where(*_criteria(model, filters))
+    if hasattr(model, "deleted_at"):
+        stmt = stmt.where(model.deleted_at.is_(None))
+    with db.session() as session:
+        return session.scalar(stmt)
+
+
+def pending_request_exists(db: Database, resource_type: str, resource_id: str) -> bool:
+    stmt = sa.select(sa.func.count()).select_from(models.Request).where(
+        models.Request.resource_type == resource_type,
+        models.Request.resource_id == resource_id,
+        models.Request.status == "pending",
+    )
+    with db.session() as session:
+        return session.scalar(stmt) > 0

@@ -15,12 +15,30 @@ from sharemgr.db import api as db_api
 from sharemgr.db import migration
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
 from sharemgr.drivers import loader
-from sharemgr.manager import config
+from sharemgr.manager import config, ensure
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.coordination import safe_url as c_url
+from sharemgr.manager.operations import Operations
+from sharemgr.manager.runner import RequestRunner
 
 LOG = logging.getLogger(__name__)
 BINARY = "share-manager"
+
+
+class Handlers(dict):
+    """(resource_type, action) → handler of a claimed request."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hostless: set[str] = set()
+
+    def add(self, rtype: str, action: str, handler: object, hostless: bool = False) -> None:
+        self[(rtype, action)] = handler
+        if hostless:
+            self.hostless.add(rtype)
+
+    def get_handler(self, req: object) -> object:
+        return self.get((req.resource_type, req.action))
 
 
 class StartupError(Exception):
@@ -51,6 +69,11 @@ class ShareManagerService:
         self._periodic_executor: futurist.ThreadPoolExecutor | None = None
         self._periodic_thread: threading.Thread | None = None
         self.registered = False
+        self.drivers: dict = {}
+        self.hosts: list[str] = []
+        self.handlers = Handlers()
+        self.operations: Operations | None = None
+        self.runner: RequestRunner | None = None
 
     # Start -----------------------------------------------------------------
 
@@ -80,10 +103,35 @@ class ShareManagerService:
             self.drivers = loader.load_drivers(self.conf, self.host, self.engine_id)
         except loader.DriverLoadError as exc:
             raise StartupError(str(exc))
+        self.hosts = [f"{self.host}@{backend}" for backend in self.drivers]
+        self.operations = Operations(self.db, self.drivers, self.coordinator, self.engine_id)
+        self.handlers.update(self.operations.handlers)
         db_api.service_register(self.db, self.host, BINARY, self.engine_id)
         self.registered = True
+        self.ensure_driver_resources()
+        self.runner = RequestRunner(
+            self.db,
+            self.engine_id,
+            # 'host@backend' for resource requests; plain 'host' for requests to
+            # any engine of this host (e.g. sharectl reconcile run).
+            self.hosts + [self.host],
+            self.handlers.get_handler,
+            workers=self.conf.request_workers,
+            poll_interval=self.conf.request_poll_interval,
+            any_host=bool(self.handlers.hostless),
+        )
+        self.runner.start()
         self._start_periodics()
-        LOG.info("share-manager up: host %s, engine %s", self.host, self.engine_id)
+        LOG.info("share-manager up: host %s, engine %s, backends %s", self.host,
+                 self.engine_id, ", ".join(self.drivers) or "none")
+
+    def ensure_driver_resources(self) -> None:
+        for backend, driver in self.drivers.items():
+            host = f"{self.host}@{backend}"
+            try:
+                ensure.ensure_backend(self.db, host, driver)
+            except Exception:  # one backend's trouble must not stop the others
+                LOG.exception("%s: ensure_driver_resources failed", host)
 
     def _periodic_tasks(self) -> list:
         interval = self.conf.heartbeat_interval
@@ -92,7 +140,11 @@ class ShareManagerService:
         def heartbeat() -> None:
             db_api.service_heartbeat(self.db, self.engine_id)
 
-        return [(heartbeat, (), {})]
+        @periodics.periodic(spacing=self.conf.backup_continue_interval, run_immediately=False)
+        def backup_continue() -> None:
+            self.operations.continue_backups(self.hosts)
+
+        return [(heartbeat, (), {}), (backup_continue, (), {})]
 
     def _start_periodics(self) -> None:
         self._periodic_executor = futurist.ThreadPoolExecutor(max_workers=4)
@@ -116,6 +168,11 @@ class ShareManagerService:
         self.stopping.set()
 
     def stop(self) -> None:
+        if self.runner is not None:
+            if not self.runner.stop(self.conf.graceful_shutdown_timeout):
+                LOG.warning("driver calls still running after graceful_shutdown_timeout "
+                            "(%ss); their resources stay transient until reconciled",
+                            self.conf.graceful_shutdown_timeout)
         if self.periodic is not None:
             self.periodic.stop()
             self.periodic.wait()

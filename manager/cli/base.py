@@ -25,9 +25,16 @@ class OperationFailed(Exception):
 def fmt(value: Any) -> Any:
     if isinstance(value, datetime.datetime):
         return value.isoformat(timespec="seconds")
+    return value
+
+
+def _flat(value: Any) -> Any:
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True)
     return value
+
+
+STRUCTURED_FORMATS = ("json", "yaml")
 
 
 class _Errors:
@@ -56,8 +63,15 @@ class Command(_Errors, command.Command):
 
 
 class Lister(_Errors, lister.Lister):
-    pass
+    def produce_output(self, parsed_args: Any, column_names: Any, data: Any) -> int:
+        # Lists and dicts stay structured in json/yaml, one JSON string elsewhere.
+        if parsed_args.formatter not in STRUCTURED_FORMATS:
+            data = [tuple(_flat(v) for v in row) for row in data]
+        return super().produce_output(parsed_args, column_names, data)
 
 
 class ShowOne(_Errors, show.ShowOne):
-    pass
+    def produce_output(self, parsed_args: Any, column_names: Any, data: Any) -> int:
+        if parsed_args.formatter not in STRUCTURED_FORMATS:
+            data = tuple(_flat(v) for v in data)
+        return super().produce_output(parsed_args, column_names, data)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sharemgr.manager.cli import db_cmds, service_cmds
+from sharemgr.manager.cli import db_cmds, resource_cmds, service_cmds
 from sharemgr.manager.cli.context import Context
 
 __all__ = ["COMMANDS", "Context"]
@@ -11,4 +11,5 @@ COMMANDS: dict[str, type] = {
     "db sync": db_cmds.DbSync,
     "db version": db_cmds.DbVersion,
     "service list": service_cmds.ServiceList,
+    **resource_cmds.commands_for(),
 }

@@ -1,0 +1,158 @@
+"""Queries about share resources that the manager and the CLI need."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sharemgr.db import models
+from sharemgr.db.engine import Database
+
+M = models
+
+
+def primary_instance(db: Database, share_id: str) -> models.ShareInstance | None:
+    """The share's primary instance: the oldest live one that is not a
+    secondary replica."""
+    stmt = (
+        sa.select(M.ShareInstance)
+        .where(
+            M.ShareInstance.share_id == share_id,
+            M.ShareInstance.deleted_at.is_(None),
+            sa.or_(M.ShareInstance.replica_state.is_(None),
+                   M.ShareInstance.replica_state == "active"),
+        )
+        .order_by(M.ShareInstance.created_at, M.ShareInstance.id)
+        .limit(1)
+    )
+    with db.session() as session:
+        return session.scalars(stmt).first()
+
+
+def snapshot_instance_of(db: Database, snapshot_id: str) -> models.ShareSnapshotInstance | None:
+    stmt = (
+        sa.select(M.ShareSnapshotInstance)
+        .where(M.ShareSnapshotInstance.snapshot_id == snapshot_id,
+               M.ShareSnapshotInstance.deleted_at.is_(None))
+        .order_by(M.ShareSnapshotInstance.created_at)
+        .limit(1)
+    )
+    with db.session() as session:
+        return session.scalars(stmt).first()
+
+
+def shares_with_status(db: Database) -> list[tuple[models.Share, models.ShareInstance | None]]:
+    """Every live share with its primary instance (for listings)."""
+    with db.session() as session:
+        shares = list(session.scalars(
+            sa.select(M.Share).where(M.Share.deleted_at.is_(None)).order_by(M.Share.created_at)
+        ))
+        instances = list(session.scalars(
+            sa.select(M.ShareInstance)
+            .where(M.ShareInstance.deleted_at.is_(None),
+                   sa.or_(M.ShareInstance.replica_state.is_(None),
+                          M.ShareInstance.replica_state == "active"))
+            .order_by(M.ShareInstance.created_at.desc())
+        ))
+    by_share = {i.share_id: i for i in instances}
+    return [(s, by_share.get(s.id)) for s in shares]
+
+
+def snapshots_with_status(
+    db: Database,
+) -> list[tuple[models.ShareSnapshot, models.ShareSnapshotInstance | None]]:
+    with db.session() as session:
+        snaps = list(session.scalars(
+            sa.select(M.ShareSnapshot).where(M.ShareSnapshot.deleted_at.is_(None))
+            .order_by(M.ShareSnapshot.created_at)
+        ))
+        insts = list(session.scalars(
+            sa.select(M.ShareSnapshotInstance)
+            .where(M.ShareSnapshotInstance.deleted_at.is_(None))
+        ))
+    by_snap = {i.snapshot_id: i for i in insts}
+    return [(s, by_snap.get(s.id)) for s in snaps]
+
+
+def live_count(db: Database, model: type, **filters: Any) -> int:
+    stmt = sa.select(sa.func.count()).select_from(model).where(model.deleted_at.is_(None))
+    for column, value in filters.items():
+        stmt = stmt.where(getattr(model, column) == value)
+    with db.session() as session:
+        return session.scalar(stmt)
+
+
+def snapshot_instances_on_host(
+    db: Database, host: str, statuses: list[str] | None = None
+) -> list[tuple[models.ShareSnapshotInstance, models.ShareInstance]]:
+    """Snapshot instances whose share instance lives on ``host`` (exactly)."""
+    stmt = (
+        sa.select(M.ShareSnapshotInstance, M.ShareInstance)
+        .join(M.ShareInstance, M.ShareSnapshotInstance.share_instance_id == M.ShareInstance.id)
+        .where(M.ShareInstance.host == host, M.ShareSnapshotInstance.deleted_at.is_(None))
+    )
+    if statuses is not None:
+        stmt = stmt.where(M.ShareSnapshotInstance.status.in_(statuses))
+    with db.session() as session:
+        return [tuple(r) for r in session.execute(stmt)]
+
+
+def group_snapshots_on_host(
+    db: Database, host: str, statuses: list[str] | None = None
+) -> list[tuple[models.ShareGroupSnapshot, models.ShareGroup]]:
+    stmt = (
+        sa.select(M.ShareGroupSnapshot, M.ShareGroup)
+        .join(M.ShareGroup, M.ShareGroupSnapshot.share_group_id == M.ShareGroup.id)
+        .where(M.ShareGroup.host == host, M.ShareGroupSnapshot.deleted_at.is_(None))
+    )
+    if statuses is not None:
+        stmt = stmt.where(M.ShareGroupSnapshot.status.in_(statuses))
+    with db.session() as session:
+        return [tuple(r) for r in session.execute(stmt)]
+
+
+def backend_info_hash(db: Database, host: str) -> str | None:
+    with db.session() as session:
+        row = session.get(M.BackendInfo, host)
+        return row.info_hash if row else None
+
+
+def set_backend_info_hash(db: Database, host: str, info_hash: str) -> None:
+    with db.session() as session:
+        row = session.get(M.BackendInfo, host)
+        if row is None:
+            session.add(M.BackendInfo(host=host, info_hash=info_hash))
+        else:
+            row.info_hash = info_hash
+
+
+def on_host(
+    db: Database, model: type, host: str, statuses: list[str] | tuple[str, ...] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> list:
+    """Live rows of ``model`` on ``host`` ('host@backend'), pools included,
+    and never 'host@backend2'."""
+    stmt = sa.select(model).where(
+        model.deleted_at.is_(None),
+        sa.or_(model.host == host, model.host.like(host.replace("%", r"\%") + "#%")),
+    )
+    if statuses is not None:
+        stmt = stmt.where(model.status.in_(list(statuses)))
+    for column, value in (extra or {}).items():
+        stmt = stmt.where(getattr(model, column) == value)
+    with db.session() as session:
+        return list(session.scalars(stmt.order_by(model.created_at)))
+
+
+def backups_to_continue(db: Database, hosts: list[str], status: str, progress_column: str
+                        ) -> list[models.ShareBackup]:
+    """Backups in ``status`` whose driver call has started (progress set)."""
+    column = getattr(M.ShareBackup, progress_column)
+    stmt = sa.select(M.ShareBackup).where(
+        M.ShareBackup.deleted_at.is_(None),
+        M.ShareBackup.host.in_(hosts),
+        M.ShareBackup.status == status,
+        column.is_not(None),
+    )
+    with db.session() as session:
+        return list(session.scalars(stmt))

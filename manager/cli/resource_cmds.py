@@ -1,0 +1,373 @@
+"""sharectl resource commands: create/list/show/delete, resize, reset-state,
+backup restore, request list; ``--wait`` for a terminal status."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sharemgr.db import api as db_api
+from sharemgr.manager import constants as C
+from sharemgr.manager.cli import base
+from sharemgr.manager.cli.kinds import KINDS, Kind
+from sharemgr.manager.intake import Intake, InvalidRequest
+
+
+def _intake(app: Any) -> Intake:
+    return Intake(app.context.db, app.context.conf)
+
+
+def _columns_values(row: dict[str, Any]) -> tuple[tuple, tuple]:
+    return tuple(row), tuple(base.fmt(v) for v in row.values())
+
+
+def wait_for(app: Any, kind: Kind, ident: str, timeout: float, deleting: bool = False) -> str:
+    """Poll until the resource leaves its transient status; show progress on a
+    terminal. Returns the final status."""
+    db = app.context.db
+    tty = sys.stderr.isatty()
+    start = time.monotonic()
+    last = None
+    while True:
+        status = kind.status(db, ident)
+        if status != last and tty:
+            sys.stderr.write(f"\r{kind.noun} {ident}: {status} "
+                             f"({time.monotonic() - start:.1f}s)\033[K")
+            sys.stderr.flush()
+        last = status
+        if status not in C.TRANSIENT_STATUSES and not (deleting and status == C.DELETING):
+            break
+        if time.monotonic() - start > timeout:
+            if tty:
+                sys.stderr.write("\n")
+            raise base.OperationFailed(
+                f"{kind.noun} {ident} still {status} after {timeout:.0f}s"
+            )
+        time.sleep(0.2)
+    if tty:
+        sys.stderr.write("\n")
+    return status
+
+
+def _finish(app: Any, kind: Kind, ident: str, status: str, ok: tuple[str, ...]) -> None:
+    if status not in ok:
+        raise base.OperationFailed(f"{kind.noun} {ident} ended in status {status}")
+
+
+def add_wait(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wait", action="store_true",
+                        help="block until a terminal status; exit 1 if it is an error")
+    parser.add_argument("--timeout", type=float, default=600, metavar="SECONDS",
+                        help="with --wait: give up after this long (default 600)")
+
+
+def integer(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}")
+    return value
+
+
+# Generic commands, one class per kind made by ``commands_for``. ----------------
+
+
+class ResourceList(base.Lister):
+    kind: Kind
+
+    def take_action(self, parsed_args: Any) -> tuple:
+        rows = self.kind.rows(self.app.context.db)
+        cols = self.kind.columns
+        return cols, [tuple(base.fmt(r[c]) for c in cols) for r in rows]
+
+
+class ResourceShow(base.ShowOne):
+    kind: Kind
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("id", help=f"{self.kind.noun} id")
+        return parser
+
+    def take_action(self, parsed_args: Any) -> tuple:
+        try:
+            return _columns_values(self.kind.show(self.app.context.db, parsed_args.id))
+        except InvalidRequest as exc:
+            raise base.UserError(str(exc))
+
+
+class ResourceDelete(base.Command):
+    kind: Kind
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("id", help=f"{self.kind.noun} id")
+        add_wait(parser)
+        return parser
+
+    def take_action(self, parsed_args: Any) -> int:
+        try:
+            self.kind.delete(_intake(self.app), parsed_args.id)
+        except InvalidRequest as exc:
+            raise base.UserError(str(exc))
+        if parsed_args.wait:
+            status = wait_for(self.app, self.kind, parsed_args.id, parsed_args.timeout,
+                              deleting=True)
+            _finish(self.app, self.kind, parsed_args.id, status, (C.DELETED,))
+            self.app.stdout.write(f"{self.kind.noun} {parsed_args.id} deleted\n")
+        else:
+            self.app.stdout.write(f"{self.kind.noun} {parsed_args.id}: delete requested\n")
+        return 0
+
+
+class ResourceResetState(base.Command):
+    """Set a resource's status (admin): any valid status of its type."""
+
+    kind: Kind
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("id", help=f"{self.kind.noun} id")
+        parser.add_argument("--state", required=True, metavar="STATUS",
+                            help="one of: " + ", ".join(C.VALID_STATUSES[self.kind.rtype]))
+        return parser
+
+    def take_action(self, parsed_args: Any) -> int:
+        try:
+            _intake(self.app).reset_state(self.kind.rtype, parsed_args.id, parsed_args.state)
+        except InvalidRequest as exc:
+            raise base.UserError(str(exc))
+        self.app.stdout.write(f"{self.kind.noun} {parsed_args.id}: {parsed_args.state}\n")
+        return 0
+
+
+class _Create(base.ShowOne):
+    """A create command: subclasses add arguments and call the intake."""
+
+    kind: Kind
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        self.add_arguments(parser)
+        add_wait(parser)
+        return parser
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        pass
+
+    def submit(self, intake: Intake, args: Any) -> str:
+        raise NotImplementedError
+
+    def take_action(self, parsed_args: Any) -> tuple:
+        try:
+            ident = self.submit(_intake(self.app), parsed_args)
+        except InvalidRequest as exc:
+            raise base.UserError(str(exc))
+        return self.show_after(ident, parsed_args, self.kind.ok_statuses)
+
+    def show_after(self, ident: str, parsed_args: Any, ok: tuple[str, ...]) -> tuple:
+        status = None
+        if parsed_args.wait:
+            status = wait_for(self.app, self.kind, ident, parsed_args.timeout)
+        result = _columns_values(self.kind.show(self.app.context.db, ident))
+        if status is not None and status not in ok:
+            # Show the row, then exit 1.
+            self.produce_output(parsed_args, *result)
+            raise base.OperationFailed(f"{self.kind.noun} {ident} ended in status {status}")
+        return result
+
+
+class ShareCreate(_Create):
+    """Create a share: SIZE in GiB."""
+
+    kind = KINDS["share"]
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("size", type=integer, help="size in GiB")
+        parser.add_argument("--proto", required=True, help="NFS, CIFS, CEPHFS, ...")
+        parser.add_argument("--name")
+        parser.add_argument("--backend", help="backend (config group); default: the first")
+        parser.add_argument("--share-server", metavar="ID",
+                            help="share server (backends that handle share servers)")
+        parser.add_argument("--snapshot", metavar="ID", help="create from this snapshot")
+        parser.add_argument("--share-group", metavar="ID", help="member of this group")
+
+    def submit(self, intake: Intake, a: Any) -> str:
+        return intake.create_share(a.size, a.proto, a.name, a.backend, a.share_server,
+                                   a.snapshot, a.share_group).id
+
+
+class _Resize(_Create):
+    extend = True
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("id", help="share id")
+        parser.add_argument("new_size", type=integer, help="new size in GiB")
+
+    def submit(self, intake: Intake, a: Any) -> str:
+        return intake.resize_share(a.id, a.new_size, extend=self.extend).id
+
+
+class ShareExtend(_Resize):
+    """Grow a share to NEW_SIZE GiB."""
+
+    kind = KINDS["share"]
+    extend = True
+
+
+class ShareShrink(_Resize):
+    """Shrink a share to NEW_SIZE GiB."""
+
+    kind = KINDS["share"]
+    extend = False
+
+
+class SnapshotCreate(_Create):
+    """Snapshot a share."""
+
+    kind = KINDS["snapshot"]
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("share", metavar="SHARE_ID")
+        parser.add_argument("--name")
+
+    def submit(self, intake: Intake, a: Any) -> str:
+        return intake.create_snapshot(a.share, a.name).id
+
+
+class ReplicaCreate(_Create):
+    """Add a replica of a share (on --backend, default the share's own)."""
+
+    kind = KINDS["replica"]
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("share", metavar="SHARE_ID")
+        parser.add_argument("--backend")
+
+    def submit(self, intake: Intake, a: Any) -> str:
+        return intake.create_replica(a.share, a.backend).id
+
+
+class ShareServerCreate(_Create):
+    """Set up a share server on a backend that handles share servers."""
+
+    kind = KINDS["share-server"]
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--backend")
+
+    def submit(self, intake: Intake, a: Any) -> str:
+        return intake.create_share_server(a.backend).id
+
+
+class ShareGroupCreate(_Create):
+    """Create a share group."""
+
+    kind = KINDS["share-group"]
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--name")
+        parser.add_argument("--backend")
+        parser.add_argument("--share-server", metavar="ID")
+
+    def submit(self, intake: Intake, a: Any) -> str:
+        return intake.create_share_group(a.name, a.backend, a.share_server).id
+
+
+class GroupSnapshotCreate(_Create):
+    """Snapshot a share group."""
+
+    kind = KINDS["group-snapshot"]
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("group", metavar="SHARE_GROUP_ID")
+        parser.add_argument("--name")
+
+    def submit(self, intake: Intake, a: Any) -> str:
+        return intake.create_group_snapshot(a.group, a.name).id
+
+
+class BackupCreate(_Create):
+    """Back up a share (two-phase: the backup is available when complete)."""
+
+    kind = KINDS["backup"]
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("share", metavar="SHARE_ID")
+        parser.add_argument("--name")
+
+    def submit(self, intake: Intake, a: Any) -> str:
+        return intake.create_backup(a.share, a.name).id
+
+
+class BackupRestore(_Create):
+    """Restore a backup into its share."""
+
+    kind = KINDS["backup"]
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("id", metavar="BACKUP_ID")
+
+    def submit(self, intake: Intake, a: Any) -> str:
+        return intake.restore_backup(a.id).id
+
+    def take_action(self, parsed_args: Any) -> tuple:
+        try:
+            backup = _intake(self.app).restore_backup(parsed_args.id)
+        except InvalidRequest as exc:
+            raise base.UserError(str(exc))
+        result = self.show_after(backup.id, parsed_args, (C.AVAILABLE,))
+        if parsed_args.wait:
+            share = KINDS["share"].status(self.app.context.db, backup.share_id)
+            if share != C.AVAILABLE:
+                self.produce_output(parsed_args, *result)
+                raise base.OperationFailed(f"share {backup.share_id} ended in status {share}")
+        return result
+
+
+class RequestList(base.Lister):
+    """List requests, newest first."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("--status", choices=("pending", "running", "done", "failed",
+                                                 "abandoned"))
+        parser.add_argument("--resource", metavar="ID")
+        parser.add_argument("--limit", type=int, default=None)
+        return parser
+
+    def take_action(self, parsed_args: Any) -> tuple:
+        rows = db_api.request_list(self.app.context.db, parsed_args.status,
+                                   parsed_args.resource, parsed_args.limit)
+        cols = ("id", "created_at", "resource_type", "resource_id", "action", "host",
+                "status", "engine_id", "error")
+        return cols, [tuple(base.fmt(getattr(r, c)) for c in cols) for r in rows]
+
+
+def commands_for() -> dict[str, type]:
+    table: dict[str, type] = {}
+
+    def make(base_cls: type, kind: Kind, doc: str) -> type:
+        return type(f"{base_cls.__name__}_{kind.rtype}", (base_cls,), {"kind": kind,
+                                                                         "__doc__": doc})
+
+    for noun, kind in KINDS.items():
+        table[f"{noun} list"] = make(ResourceList, kind, f"List {noun}s.")
+        table[f"{noun} show"] = make(ResourceShow, kind, f"Show one {noun}.")
+        table[f"{noun} reset-state"] = make(
+            ResourceResetState, kind, f"Set a {noun}'s status (admin).")
+        if kind.delete is not None:
+            table[f"{noun} delete"] = make(ResourceDelete, kind, f"Delete a {noun}.")
+    creators: dict[str, Callable] = {
+        "share create": ShareCreate, "share extend": ShareExtend,
+        "share shrink": ShareShrink, "snapshot create": SnapshotCreate,
+        "replica create": ReplicaCreate, "share-server create": ShareServerCreate,
+        "share-group create": ShareGroupCreate, "group-snapshot create": GroupSnapshotCreate,
+        "backup create": BackupCreate, "backup restore": BackupRestore,
+        "request list": RequestList,
+    }
+    table.update(creators)
+    return table

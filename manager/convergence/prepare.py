@@ -1,0 +1,409 @@
+"""Traversal preparation (spec 003).
+
+:func:`prepare_traversal` starts a CREATE, UPDATE, DELETE or ROLLBACK of a
+stack, in one transaction:
+
+1. delete the stack's old SyncPoints (first, for the lock order — see
+   ``db/sync_points.py``): an engine still working on the old traversal then
+   finds its points gone and knows it was superseded (spec 001);
+2. lock the stack row and check that its ``current_traversal`` is still the
+   one the caller saw (else :class:`TraversalLost`);
+3. store the template (a rollback reuses the stored one);
+4. load every extant resource row, choose for each resource of the template
+   the most up-to-date row in a valid state, create rows for new names;
+5. build the traversal graph (``graph.build_traversal_graph``);
+6. a SyncPoint per node plus one for the stack;
+7. swap ``current_traversal`` (``WHERE current_traversal = :previous``) and
+   store ``current_deps``, the template ids, action and status;
+8. enqueue a ``check_resource`` request for each leaf.
+
+All of it commits together or not at all: the loser of a race leaves no row
+behind (the work runs in a SAVEPOINT, rolled back before
+:class:`TraversalLost` is raised, so this holds even inside a caller's
+transaction), and a prepared traversal is durable — its first triggers are
+request rows, not messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sharemgr.db import api, models, sync_points
+from sharemgr.db import stacks as db_stacks
+from sharemgr.db.engine import Database
+from sharemgr.db.stacks import (
+    COMPLETE,
+    CREATE,
+    DELETE,
+    FAILED,
+    IN_PROGRESS,
+    INIT,
+    ROLLBACK,
+    UPDATE,
+)
+from sharemgr.manager.convergence.graph import (
+    ExistingResource,
+    Graph,
+    Node,
+    build_traversal_graph,
+)
+from sharemgr.manager.convergence.template import Template
+from sqlalchemy.orm import Session
+
+LOG = logging.getLogger(__name__)
+
+# The request rows that trigger graph nodes.
+REQUEST_RESOURCE_TYPE = "stack_resource"
+CHECK_RESOURCE = "check_resource"
+
+ACTIONS = (CREATE, UPDATE, DELETE, ROLLBACK)
+_ANY = None
+# The stack states (action, status; None = any) each action refuses to start from.
+REFUSED_FROM: Mapping[str, tuple[tuple[str | None, str | None], ...]] = {
+    CREATE: (),  # checked apart: only a stack that never had a traversal
+    UPDATE: ((INIT, _ANY), (DELETE, IN_PROGRESS)),
+    ROLLBACK: ((INIT, _ANY), (DELETE, IN_PROGRESS)),
+    DELETE: (),
+}
+
+
+class PrepareError(Exception):
+    pass
+
+
+class TraversalLost(PrepareError):
+    """Another preparation changed the stack's traversal first; nothing of
+    this one was kept."""
+
+
+class InvalidStackAction(PrepareError):
+    pass
+
+
+@dataclass(frozen=True)
+class Traversal:
+    """What a preparation produced. ``graph`` is also stored in
+    ``stacks.current_deps`` (``Graph.from_json`` reads it back)."""
+
+    stack_id: str
+    traversal_id: str
+    previous_traversal: str | None
+    action: str
+    template_id: int
+    template: Template
+    graph: Graph
+    names: Mapping[int, str]  # resource row id -> resource name, for every node
+    chosen: Mapping[str, int]  # resource name -> row id of its update node
+    created: tuple[int, ...]  # rows this preparation inserted
+    leaves: tuple[Node, ...]  # triggered (requests enqueued) in the same transaction
+    complete: bool  # empty graph: the stack was marked COMPLETE at once
+
+
+# Triggers ------------------------------------------------------------------------
+
+
+def check_request_args(
+    stack_id: str, traversal_id: str, node: tuple[int, bool], input_data: Mapping | None
+) -> dict[str, Any]:
+    """The ``args`` of a ``check_resource`` request for a graph node."""
+    return {
+        "stack_id": stack_id,
+        "traversal": traversal_id,
+        "resource_id": int(node[0]),
+        "is_update": bool(node[1]),
+        "input_data": dict(input_data or {}),
+    }
+
+
+def enqueue_check_tx(
+    session: Session,
+    stack_id: str,
+    traversal_id: str,
+    node: tuple[int, bool],
+    input_data: Mapping | None = None,
+) -> models.Request:
+    """Add the ``check_resource`` request of a node in the caller's
+    transaction — from a preparation for the leaves, and from a SyncPoint's
+    ``on_ready`` for a successor whose predecessors have all reported. Any
+    engine may claim it (host None)."""
+    return api.request_add_tx(
+        session,
+        REQUEST_RESOURCE_TYPE,
+        str(int(node[0])),
+        CHECK_RESOURCE,
+        None,
+        check_request_args(stack_id, traversal_id, node, input_data),
+    )
+
+
+# Choosing rows ----------------------------------------------------------------------
+
+
+def _usable(row: Any) -> bool:
+    # A row being (or already) deleted is never updated again: its resource
+    # gets a fresh row. This is spec 001's "an update node whose resource is
+    # DELETE_IN_PROGRESS gets a replacement", decided here once instead of
+    # by every engine that meets the row.
+    return row.action != DELETE
+
+
+def choose_rows(
+    rows: Sequence[Any],
+    template: Template,
+    new_template_id: int | None,
+    current_template_id: int | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """For each resource of ``template``, the row its update node works on.
+
+    Among the usable rows of the same name and type, the best is, in order:
+    of the new template (a rollback finds the row it left), not FAILED, not
+    replaced by another extant row, of the stack's current template, newest.
+    Returns (chosen name -> row, replaced name -> row): the second lists
+    resources with no usable row of the right type but a usable row of
+    another type (a type change), which a new row is to replace.
+    O(rows), not O(rows x names): rows are grouped by name first.
+    """
+    by_name: dict[str, list[Any]] = defaultdict(list)
+    for row in rows:
+        by_name[row.name].append(row)
+    extant = {row.id for row in rows}
+    superseded = {r.replaces for r in rows if r.replaces in extant}
+    superseded |= {r.id for r in rows if r.replaced_by in extant}
+
+    def rank(row: Any) -> tuple:
+        return (
+            new_template_id is not None and row.template_id == new_template_id,
+            row.status != FAILED,
+            row.id not in superseded,
+            current_template_id is not None and row.template_id == current_template_id,
+            row.id,
+        )
+
+    chosen: dict[str, Any] = {}
+    replaced: dict[str, Any] = {}
+    for name, defn in template.resources.items():
+        usable = [r for r in by_name.get(name, ()) if _usable(r)]
+        same_type = [r for r in usable if r.type == defn.type]
+        if same_type:
+            chosen[name] = max(same_type, key=rank)
+        elif usable:
+            replaced[name] = max(usable, key=rank)
+    return chosen, replaced
+
+
+# Preparation ----------------------------------------------------------------------------
+
+
+def _check_action(stack: models.Stack, action: str) -> None:
+    if action not in ACTIONS:
+        raise InvalidStackAction(f"unknown stack action {action!r}")
+    if action == CREATE:
+        if stack.current_traversal is not None or stack.action != INIT:
+            raise InvalidStackAction(
+                f"stack {stack.name!r} was created already ({stack.action} {stack.status})"
+            )
+        return
+    for refused_action, refused_status in REFUSED_FROM[action]:
+        if stack.action == refused_action and refused_status in (None, stack.status):
+            raise InvalidStackAction(
+                f"cannot {action.lower()} stack {stack.name!r} while it is "
+                f"{stack.action} {stack.status}"
+            )
+
+
+def _target_template(
+    session: Session, stack: models.Stack, action: str, template: Template | None
+) -> tuple[Template, int]:
+    """The template to converge to and its id (stored now unless it is a
+    rollback to a template kept from before)."""
+    if action in (CREATE, UPDATE):
+        if template is None:
+            raise InvalidStackAction(f"{action} needs a template")
+    elif action == DELETE:
+        template = Template.empty()
+    else:  # ROLLBACK: to the last template that completed
+        target = stack.template_id if stack.status == COMPLETE else stack.prev_template_id
+        if target is not None:
+            stored = db_stacks.template_get_tx(session, target)
+            if stored is not None:
+                return Template.from_dict(stored), target
+        template = Template.empty()  # nothing ever completed: roll back to nothing
+    return template, db_stacks.template_create_tx(session, template.to_dict(), stack.id)
+
+
+def prepare_traversal_tx(
+    session: Session,
+    stack: models.Stack,
+    action: str,
+    template: Template | None = None,
+) -> Traversal:
+    """Prepare a traversal in the caller's transaction (see the module doc).
+
+    ``stack`` is the row as the caller saw it: its ``current_traversal`` is
+    the one this preparation expects to replace. ``template`` is a validated
+    template for CREATE and UPDATE; DELETE converges to the empty template
+    and ROLLBACK to the last template that completed (both ignore it).
+    Raises :class:`TraversalLost` (nothing written), InvalidStackAction,
+    StackNotFound.
+    """
+    previous = stack.current_traversal
+    with session.begin_nested():
+        sync_points.delete_all_tx(session, stack.id)
+        locked = db_stacks.stack_get_tx(session, stack.id, lock="update")
+        if locked is None:
+            raise db_stacks.StackNotFound(f"stack {stack.id} does not exist")
+        if locked.current_traversal != previous:
+            raise TraversalLost(
+                f"stack {locked.name!r} moved to traversal {locked.current_traversal} "
+                f"before this {action} could replace {previous}"
+            )
+        _check_action(locked, action)
+        result = _prepare_locked(session, locked, action, template, previous)
+    return result
+
+
+def prepare_traversal(
+    db: Database, stack: models.Stack, action: str, template: Template | None = None
+) -> Traversal:
+    """:func:`prepare_traversal_tx` in a transaction of its own."""
+    with db.session() as session:
+        return prepare_traversal_tx(session, stack, action, template)
+
+
+def _prepare_locked(
+    session: Session,
+    stack: models.Stack,
+    action: str,
+    template: Template | None,
+    previous: str | None,
+) -> Traversal:
+    template, template_id = _target_template(session, stack, action, template)
+    if action == ROLLBACK:
+        prev_template_id = stack.prev_template_id
+    else:
+        # The last template that completed stays the rollback target while
+        # updates that have not completed come and go.
+        prev_template_id = (
+            stack.template_id if stack.status == COMPLETE else stack.prev_template_id
+        )
+
+    rows = [
+        r for r in db_stacks.resource_list_tx(session, stack.id)
+        if not (r.action == DELETE and r.status == COMPLETE)  # done, waiting for purge
+    ]
+    chosen_rows, replaced_rows = choose_rows(rows, template, template_id, stack.template_id)
+
+    # Rows for resources without a usable row; a type change replaces the old row.
+    new_rows = {
+        name: db_stacks.resource_new(
+            stack.id,
+            name,
+            defn.type,
+            template_id,
+            replaces=replaced_rows[name].id if name in replaced_rows else None,
+        )
+        for name, defn in template.resources.items()
+        if name not in chosen_rows
+    }
+    if new_rows:
+        db_stacks.resources_add_tx(session, new_rows.values())
+    chosen = {name: row.id for name, row in chosen_rows.items()}
+    chosen.update({name: row.id for name, row in new_rows.items()})
+    deps = template.dependencies()
+    if new_rows:
+        # A new row requires what its resource requires, so that should this
+        # traversal be cut short, the next one still cleans up in order.
+        for name, row in new_rows.items():
+            row.requires = sorted(chosen[d] for d in deps[name])
+        session.flush()
+    for name, old in replaced_rows.items():
+        db_stacks.resource_update_tx(
+            session, old.id, {"replaced_by": None}, {"replaced_by": chosen[name]}
+        )
+
+    all_rows = rows + list(new_rows.values())
+    graph = build_traversal_graph(
+        {chosen[name]: [chosen[d] for d in deps[name]] for name in template.resources},
+        [ExistingResource(r.id, tuple(r.requires or ()), r.replaces) for r in all_rows],
+    )
+
+    traversal_id = str(uuid.uuid4())
+    values: dict[str, Any] = {
+        "action": action,
+        "template_id": template_id,
+        "prev_template_id": prev_template_id,
+        "current_deps": graph.to_json(),
+    }
+    complete = len(graph) == 0
+    if complete:
+        # Nothing to do, and no node would ever report: finish here, or the
+        # stack would wait IN_PROGRESS forever.
+        values.update(status=COMPLETE, status_reason=f"Stack {action} completed (nothing to do)")
+        if action == DELETE:
+            values["deleted_at"] = models.utcnow()
+    else:
+        values.update(status=IN_PROGRESS, status_reason=f"Stack {action} started")
+        sync_points.create_tx(
+            session, stack.id, traversal_id, ((n.resource_id, n.is_update) for n in graph)
+        )
+    if not db_stacks.stack_swap_traversal_tx(session, stack.id, previous, traversal_id, values):
+        # Not reachable while the stack row is locked above; kept because the
+        # swap, not the lock, is what the design promises.
+        raise TraversalLost(f"stack {stack.id}: traversal {previous} was replaced concurrently")
+    if complete:
+        db_stacks.purge_tx(session, stack.id)
+
+    leaves = tuple(sorted(graph.leaves(), key=lambda n: (not n.is_update, n.resource_id)))
+    for leaf in leaves:
+        enqueue_check_tx(session, stack.id, traversal_id, leaf)
+    LOG.info(
+        "stack %s: %s traversal %s prepared: %d nodes, %d leaves, %d new rows",
+        stack.name, action, traversal_id, len(graph), len(leaves), len(new_rows),
+    )
+    return Traversal(
+        stack_id=stack.id,
+        traversal_id=traversal_id,
+        previous_traversal=previous,
+        action=action,
+        template_id=template_id,
+        template=template,
+        graph=graph,
+        names={r.id: r.name for r in all_rows},
+        chosen=chosen,
+        created=tuple(sorted(r.id for r in new_rows.values())),
+        leaves=leaves,
+        complete=complete,
+    )
+
+
+def load_traversal_graph(stack: models.Stack) -> Graph:
+    """The graph of the stack's current traversal, from ``current_deps``."""
+    return Graph.from_json(stack.current_deps)
+
+
+def node_ready(graph: Graph, node: tuple[int, bool], input_data: Mapping | None) -> bool:
+    """Whether every predecessor of ``node`` has reported (spec 001's check
+    before retriggering a node in a newer traversal)."""
+    return sync_points.is_ready(input_data or {}, graph.requires_keys(node))
+
+
+__all__ = [
+    "CHECK_RESOURCE",
+    "REQUEST_RESOURCE_TYPE",
+    "InvalidStackAction",
+    "PrepareError",
+    "Traversal",
+    "TraversalLost",
+    "check_request_args",
+    "choose_rows",
+    "enqueue_check_tx",
+    "load_traversal_graph",
+    "node_ready",
+    "prepare_traversal",
+    "prepare_traversal_tx",
+]

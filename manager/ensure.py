@@ -1,0 +1,65 @@
+"""ensure_driver_resources: at start, let each driver re-check the shares it
+holds in available/ensuring, unless its backend info is unchanged since the
+last start (as Manila does)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from oslo_log import log as logging
+from sharemgr.db import api as db_api
+from sharemgr.db import models as M
+from sharemgr.db import resources
+from sharemgr.db.engine import Database
+from sharemgr.manager import constants as C
+from sharemgr.manager import views
+
+LOG = logging.getLogger(__name__)
+
+
+def info_hash(info: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(info, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def ensure_backend(db: Database, host: str, driver: Any) -> int:
+    """Ensure one backend's shares; returns how many were ensured (0 when
+    skipped because the backend info is unchanged)."""
+    try:
+        new_hash = info_hash(driver.get_backend_info() or {})
+    except Exception as exc:
+        LOG.warning("%s: get_backend_info failed (%s); ensuring all shares", host, exc)
+        new_hash = None
+    if new_hash is not None and resources.backend_info_hash(db, host) == new_hash:
+        LOG.info("%s: backend info unchanged since the last start; ensure skipped", host)
+        return 0
+    rows = resources.on_host(db, M.ShareInstance, host, (C.AVAILABLE, C.ENSURING))
+    mine = []
+    for inst in rows:
+        # Only what we moved to ensuring is ours to finish.
+        if inst.status == C.ENSURING or db_api.conditional_update(
+            db, M.ShareInstance, inst.id, {"status": C.AVAILABLE}, {"status": C.ENSURING}
+        ):
+            mine.append(inst)
+    if mine:
+        dicts = []
+        for inst in mine:
+            share = db_api.get(db, M.Share, inst.share_id, include_deleted=True)
+            dicts.append(views.share(inst, share))
+        try:
+            updates = driver.ensure_shares(dicts) or {}
+        except Exception as exc:
+            LOG.error("%s: ensure_shares failed: %s", host, exc)
+            updates = {}
+        for inst in mine:
+            update = updates.get(inst.id) or {}
+            values: dict[str, Any] = {"status": update.get("status") or C.AVAILABLE}
+            if update.get("export_locations") is not None:
+                values["export_locations"] = views.export_locations(update["export_locations"])
+            db_api.conditional_update(db, M.ShareInstance, inst.id, {"status": C.ENSURING},
+                                      values)
+    if new_hash is not None:
+        resources.set_backend_info_hash(db, host, new_hash)
+    LOG.info("%s: ensured %d share instance(s)", host, len(mine))
+    return len(mine)

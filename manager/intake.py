@@ -1,0 +1,409 @@
+"""Request intake: validate a user's request, then write the resource in its
+transient status and a request row in one transaction.
+
+Nothing here talks to a driver or a daemon: a manager serving the target host
+claims the request. A status change is a conditional update, so two users
+racing for one resource cannot both start an operation on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oslo_config import cfg
+from sharemgr.db import api as db_api
+from sharemgr.db import models as M
+from sharemgr.db import resources
+from sharemgr.db.engine import Database
+from sharemgr.manager import constants as C
+from sharemgr.manager import views
+
+PROTOCOLS = ("NFS", "CIFS", "CEPHFS", "GLUSTERFS", "HDFS", "MAPRFS")
+
+# Statuses from which a delete may start (everything settled).
+DELETABLE = (
+    C.AVAILABLE, C.ERROR, C.ERROR_DELETING, C.EXTENDING_ERROR, C.SHRINKING_ERROR,
+    C.SHRINKING_POSSIBLE_DATA_LOSS_ERROR, C.MANAGE_ERROR, C.UNMANAGE_ERROR,
+    C.REVERTING_ERROR, C.BACKUP_RESTORING_ERROR, C.INACTIVE,
+)
+SERVER_DELETABLE = (C.ACTIVE, C.ERROR, C.INACTIVE, C.MANAGE_ERROR, C.UNMANAGE_ERROR)
+
+# How a resource type's status is stored: reset-state on a share sets its
+# primary instance, on a snapshot its instance.
+STATUS_MODEL = {
+    C.SHARE_INSTANCE: M.ShareInstance,
+    C.REPLICA: M.ShareInstance,
+    C.SNAPSHOT_INSTANCE: M.ShareSnapshotInstance,
+    C.SHARE_SERVER: M.ShareServer,
+    C.SHARE_GROUP: M.ShareGroup,
+    C.GROUP_SNAPSHOT: M.ShareGroupSnapshot,
+    C.BACKUP: M.ShareBackup,
+}
+
+
+class InvalidRequest(Exception):
+    """Bad input or a resource not in a state for the operation. Nothing was
+    written."""
+
+
+def _request(rtype: str, rid: str, action: str, host: str, **args: Any) -> dict:
+    return {"resource_type": rtype, "resource_id": rid, "action": action, "host": host,
+            "args": args}
+
+
+class Intake:
+    def __init__(self, db: Database, conf: cfg.ConfigOpts) -> None:
+        self.db = db
+        self.conf = conf
+
+    # Helpers ---------------------------------------------------------------
+
+    def host_for(self, backend: str | None) -> str:
+        backends = list(self.conf.enabled_share_backends)
+        if not backends:
+            raise InvalidRequest("no backend is enabled (enabled_share_backends is empty)")
+        backend = backend or backends[0]
+        if backend not in backends:
+            raise InvalidRequest(
+                f"unknown backend {backend!r}; enabled backends: {', '.join(backends)}"
+            )
+        return f"{self.conf.host}@{backend}"
+
+    def dhss(self, host: str) -> bool:
+        backend = views.backend_of(host)
+        try:
+            return bool(self.conf[backend].driver_handles_share_servers)
+        except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
+            return False
+
+    def _get(self, model: type, ident: str, what: str) -> Any:
+        row = db_api.get(self.db, model, ident) if ident else None
+        if row is None:
+            raise InvalidRequest(f"no {what} with id {ident!r}")
+        return row
+
+    def share(self, share_id: str) -> tuple[M.Share, M.ShareInstance]:
+        share = self._get(M.Share, share_id, "share")
+        inst = resources.primary_instance(self.db, share.id)
+        if inst is None:
+            raise InvalidRequest(f"share {share_id} has no instance")
+        return share, inst
+
+    def snapshot(self, snapshot_id: str) -> tuple[M.ShareSnapshot, M.ShareSnapshotInstance]:
+        snap = self._get(M.ShareSnapshot, snapshot_id, "snapshot")
+        inst = resources.snapshot_instance_of(self.db, snap.id)
+        if inst is None:
+            raise InvalidRequest(f"snapshot {snapshot_id} has no instance")
+        return snap, inst
+
+    @staticmethod
+    def _need(status: str, allowed: tuple[str, ...], what: str, op: str) -> None:
+        if status not in allowed:
+            raise InvalidRequest(
+                f"cannot {op} {what}: its status is {status!r} (needs {' or '.join(allowed)})"
+            )
+
+    def _transition(self, model: type, ident: str, current: str, allowed: tuple[str, ...],
+                    new: str, what: str, op: str, request: dict | None,
+                    extra: list | None = None, values: dict | None = None) -> None:
+        """Move ``ident`` from one of ``allowed`` to ``new`` and add the request,
+        atomically; a concurrent change makes it fail with a clear message."""
+        self._need(current, allowed, what, op)
+        changes = [(model, ident, {"status": allowed}, {"status": new, **(values or {})})]
+        changes += extra or []
+        if not db_api.transition_with_request(self.db, changes, request):
+            raise InvalidRequest(f"cannot {op} {what}: it changed meanwhile, try again")
+
+    # Shares ----------------------------------------------------------------
+
+    def create_share(
+        self,
+        size: int,
+        proto: str,
+        name: str | None = None,
+        backend: str | None = None,
+        share_server_id: str | None = None,
+        snapshot_id: str | None = None,
+        share_group_id: str | None = None,
+        project_id: str | None = None,
+    ) -> M.Share:
+        if not isinstance(size, int) or size <= 0:
+            raise InvalidRequest(f"size must be a positive integer (GiB), got {size!r}")
+        proto = (proto or "").upper()
+        if proto not in PROTOCOLS:
+            raise InvalidRequest(f"unknown protocol {proto!r}; one of {', '.join(PROTOCOLS)}")
+        status = C.CREATING
+        if snapshot_id:
+            snap, snap_inst = self.snapshot(snapshot_id)
+            self._need(snap_inst.status, (C.AVAILABLE,), f"snapshot {snapshot_id}",
+                       "create a share from")
+            if size < snap.size:
+                raise InvalidRequest(
+                    f"size {size} is smaller than snapshot {snapshot_id} ({snap.size})"
+                )
+            source = db_api.get(self.db, M.ShareInstance, snap_inst.share_instance_id)
+            host = source.host if backend is None else self.host_for(backend)
+            if views.host_of(host) != views.host_of(source.host):
+                raise InvalidRequest("a share from a snapshot must be on the snapshot's backend")
+            status = C.CREATING_FROM_SNAPSHOT
+        else:
+            host = self.host_for(backend)
+        if self.dhss(host):
+            if not share_server_id:
+                raise InvalidRequest(
+                    f"backend {views.backend_of(host)!r} handles share servers: "
+                    "give --share-server ID"
+                )
+            server = self._get(M.ShareServer, share_server_id, "share server")
+            self._need(server.status, (C.ACTIVE,), f"share server {share_server_id}",
+                       "place a share on")
+            if server.host != views.host_of(host):
+                raise InvalidRequest(
+                    f"share server {share_server_id} is on {server.host}, not {host}"
+                )
+        elif share_server_id:
+            raise InvalidRequest(
+                f"backend {views.backend_of(host)!r} does not handle share servers "
+                "(driver_handles_share_servers = False)"
+            )
+        if share_group_id:
+            group = self._get(M.ShareGroup, share_group_id, "share group")
+            self._need(group.status, (C.AVAILABLE,), f"share group {share_group_id}",
+                       "add a share to")
+            if group.host != views.host_of(host):
+                raise InvalidRequest(f"share group {share_group_id} is on {group.host}")
+        share = M.Share(id=M.new_id(), name=name, size=size, share_proto=proto,
+                        project_id=project_id, snapshot_id=snapshot_id,
+                        share_group_id=share_group_id)
+        inst = M.ShareInstance(id=M.new_id(), share_id=share.id, host=host, status=status,
+                               share_server_id=share_server_id, export_locations=[])
+        db_api.add_with_request(
+            self.db, [share, inst], _request(C.SHARE_INSTANCE, inst.id, "create", host)
+        )
+        return share
+
+    def delete_share(self, share_id: str) -> M.Share:
+        share, inst = self.share(share_id)
+        if resources.live_count(self.db, M.ShareSnapshot, share_id=share.id):
+            raise InvalidRequest(f"share {share_id} has snapshots: delete them first")
+        replicas = [i for i in db_api.query(self.db, M.ShareInstance, {"share_id": share.id})
+                    if i.id != inst.id]
+        if replicas:
+            raise InvalidRequest(f"share {share_id} has replicas: delete them first")
+        self._transition(M.ShareInstance, inst.id, inst.status, DELETABLE, C.DELETING,
+                         f"share {share_id}", "delete",
+                         _request(C.SHARE_INSTANCE, inst.id, "delete", inst.host))
+        return share
+
+    def resize_share(self, share_id: str, new_size: int, extend: bool) -> M.Share:
+        share, inst = self.share(share_id)
+        op = "extend" if extend else "shrink"
+        if not isinstance(new_size, int) or new_size <= 0:
+            raise InvalidRequest(f"new size must be a positive integer, got {new_size!r}")
+        if extend and new_size <= share.size:
+            raise InvalidRequest(
+                f"cannot extend share {share_id} to {new_size}: it is already {share.size}"
+            )
+        if not extend and new_size >= share.size:
+            raise InvalidRequest(
+                f"cannot shrink share {share_id} to {new_size}: it is only {share.size}"
+            )
+        self._transition(M.ShareInstance, inst.id, inst.status, (C.AVAILABLE,),
+                         C.EXTENDING if extend else C.SHRINKING, f"share {share_id}", op,
+                         _request(C.SHARE_INSTANCE, inst.id, op, inst.host, new_size=new_size))
+        return share
+
+    # Snapshots -------------------------------------------------------------
+
+    def create_snapshot(self, share_id: str, name: str | None = None) -> M.ShareSnapshot:
+        share, inst = self.share(share_id)
+        self._need(inst.status, (C.AVAILABLE,), f"share {share_id}", "snapshot")
+        snap = M.ShareSnapshot(id=M.new_id(), share_id=share.id, name=name, size=share.size,
+                               project_id=share.project_id)
+        snap_inst = M.ShareSnapshotInstance(id=M.new_id(), snapshot_id=snap.id,
+                                            share_instance_id=inst.id, status=C.CREATING)
+        db_api.add_with_request(
+            self.db, [snap, snap_inst],
+            _request(C.SNAPSHOT_INSTANCE, snap_inst.id, "create", inst.host),
+        )
+        return snap
+
+    def delete_snapshot(self, snapshot_id: str) -> M.ShareSnapshot:
+        snap, snap_inst = self.snapshot(snapshot_id)
+        inst = db_api.get(self.db, M.ShareInstance, snap_inst.share_instance_id,
+                          include_deleted=True)
+        self._transition(M.ShareSnapshotInstance, snap_inst.id, snap_inst.status,
+                         (C.AVAILABLE, C.ERROR, C.ERROR_DELETING, C.MANAGE_ERROR,
+                          C.UNMANAGE_ERROR),
+                         C.DELETING, f"snapshot {snapshot_id}", "delete",
+                         _request(C.SNAPSHOT_INSTANCE, snap_inst.id, "delete", inst.host))
+        return snap
+
+    # Replicas --------------------------------------------------------------
+
+    def create_replica(self, share_id: str, backend: str | None = None) -> M.ShareInstance:
+        share, inst = self.share(share_id)
+        self._need(inst.status, (C.AVAILABLE,), f"share {share_id}", "replicate")
+        host = self.host_for(backend) if backend else inst.host
+        if self.dhss(host):
+            raise InvalidRequest("replicas on backends that handle share servers are not "
+                                 "supported")
+        replica = M.ShareInstance(id=M.new_id(), share_id=share.id, host=host,
+                                  status=C.CREATING, replica_state=C.REPLICA_OUT_OF_SYNC,
+                                  export_locations=[])
+        extra = []
+        if inst.replica_state is None:
+            # The first replica makes the original instance the active replica.
+            extra.append((M.ShareInstance, inst.id, {"replica_state": None},
+                          {"replica_state": C.REPLICA_ACTIVE}))
+        if not db_api.transition_with_request(
+            self.db, extra, _request(C.REPLICA, replica.id, "create", host), rows=[replica]
+        ):
+            raise InvalidRequest(f"cannot replicate share {share_id}: it changed meanwhile")
+        return replica
+
+    def replica(self, replica_id: str) -> M.ShareInstance:
+        row = self._get(M.ShareInstance, replica_id, "replica")
+        if row.replica_state in (None, C.REPLICA_ACTIVE):
+            raise InvalidRequest(f"{replica_id} is the active instance of its share, "
+                                 "not a secondary replica")
+        return row
+
+    def delete_replica(self, replica_id: str) -> M.ShareInstance:
+        row = self.replica(replica_id)
+        self._transition(M.ShareInstance, row.id, row.status, DELETABLE, C.DELETING,
+                         f"replica {replica_id}", "delete",
+                         _request(C.REPLICA, row.id, "delete", row.host))
+        return row
+
+    # Share servers -----------------------------------------------------------
+
+    def create_share_server(self, backend: str | None = None) -> M.ShareServer:
+        host = self.host_for(backend)
+        if not self.dhss(host):
+            raise InvalidRequest(
+                f"backend {views.backend_of(host)!r} does not handle share servers "
+                "(driver_handles_share_servers = False)"
+            )
+        server = M.ShareServer(id=M.new_id(), host=host, status=C.CREATING, backend_details={})
+        db_api.add_with_request(
+            self.db, [server], _request(C.SHARE_SERVER, server.id, "create", host)
+        )
+        return server
+
+    def delete_share_server(self, server_id: str) -> M.ShareServer:
+        server = self._get(M.ShareServer, server_id, "share server")
+        if resources.live_count(self.db, M.ShareInstance, share_server_id=server.id) or \
+                resources.live_count(self.db, M.ShareGroup, share_server_id=server.id):
+            raise InvalidRequest(f"share server {server_id} is in use by shares or groups")
+        self._transition(M.ShareServer, server.id, server.status, SERVER_DELETABLE,
+                         C.DELETING, f"share server {server_id}", "delete",
+                         _request(C.SHARE_SERVER, server.id, "delete", server.host))
+        return server
+
+    # Share groups and group snapshots ------------------------------------------
+
+    def create_share_group(self, name: str | None = None, backend: str | None = None,
+                           share_server_id: str | None = None) -> M.ShareGroup:
+        host = self.host_for(backend)
+        if share_server_id:
+            server = self._get(M.ShareServer, share_server_id, "share server")
+            self._need(server.status, (C.ACTIVE,), f"share server {share_server_id}", "use")
+        group = M.ShareGroup(id=M.new_id(), name=name, host=host, status=C.CREATING,
+                             share_server_id=share_server_id)
+        db_api.add_with_request(
+            self.db, [group], _request(C.SHARE_GROUP, group.id, "create", host)
+        )
+        return group
+
+    def delete_share_group(self, group_id: str) -> M.ShareGroup:
+        group = self._get(M.ShareGroup, group_id, "share group")
+        if resources.live_count(self.db, M.Share, share_group_id=group.id):
+            raise InvalidRequest(f"share group {group_id} has shares: delete them first")
+        if resources.live_count(self.db, M.ShareGroupSnapshot, share_group_id=group.id):
+            raise InvalidRequest(f"share group {group_id} has snapshots: delete them first")
+        self._transition(M.ShareGroup, group.id, group.status, (C.AVAILABLE, C.ERROR),
+                         C.DELETING, f"share group {group_id}", "delete",
+                         _request(C.SHARE_GROUP, group.id, "delete", group.host))
+        return group
+
+    def create_group_snapshot(self, group_id: str, name: str | None = None
+                              ) -> M.ShareGroupSnapshot:
+        group = self._get(M.ShareGroup, group_id, "share group")
+        self._need(group.status, (C.AVAILABLE,), f"share group {group_id}", "snapshot")
+        gsnap = M.ShareGroupSnapshot(id=M.new_id(), share_group_id=group.id, name=name,
+                                     status=C.CREATING)
+        db_api.add_with_request(
+            self.db, [gsnap], _request(C.GROUP_SNAPSHOT, gsnap.id, "create", group.host)
+        )
+        return gsnap
+
+    def delete_group_snapshot(self, gsnap_id: str) -> M.ShareGroupSnapshot:
+        gsnap = self._get(M.ShareGroupSnapshot, gsnap_id, "group snapshot")
+        group = db_api.get(self.db, M.ShareGroup, gsnap.share_group_id, include_deleted=True)
+        self._transition(M.ShareGroupSnapshot, gsnap.id, gsnap.status, (C.AVAILABLE, C.ERROR),
+                         C.DELETING, f"group snapshot {gsnap_id}", "delete",
+                         _request(C.GROUP_SNAPSHOT, gsnap.id, "delete", group.host))
+        return gsnap
+
+    # Backups -----------------------------------------------------------------
+
+    def create_backup(self, share_id: str, name: str | None = None) -> M.ShareBackup:
+        share, inst = self.share(share_id)
+        backup = M.ShareBackup(id=M.new_id(), share_id=share.id, name=name,
+                               host=views.host_of(inst.host), status=C.CREATING,
+                               size=share.size)
+        # The share is busy (backup_creating) until the backup is done.
+        self._need(inst.status, (C.AVAILABLE,), f"share {share_id}", "back up")
+        if not db_api.transition_with_request(
+            self.db,
+            [(M.ShareInstance, inst.id, {"status": C.AVAILABLE},
+              {"status": C.BACKUP_CREATING})],
+            _request(C.BACKUP, backup.id, "create", backup.host),
+            rows=[backup],
+        ):
+            raise InvalidRequest(f"cannot back up share {share_id}: it changed meanwhile")
+        return backup
+
+    def delete_backup(self, backup_id: str) -> M.ShareBackup:
+        backup = self._get(M.ShareBackup, backup_id, "backup")
+        self._transition(M.ShareBackup, backup.id, backup.status, (C.AVAILABLE, C.ERROR),
+                         C.DELETING, f"backup {backup_id}", "delete",
+                         _request(C.BACKUP, backup.id, "delete", backup.host))
+        return backup
+
+    def restore_backup(self, backup_id: str) -> M.ShareBackup:
+        backup = self._get(M.ShareBackup, backup_id, "backup")
+        share, inst = self.share(backup.share_id)
+        self._need(inst.status, (C.AVAILABLE,), f"share {share.id}", "restore into")
+        self._transition(
+            M.ShareBackup, backup.id, backup.status, (C.AVAILABLE,), C.RESTORING,
+            f"backup {backup_id}", "restore",
+            _request(C.BACKUP, backup.id, "restore", backup.host),
+            extra=[(M.ShareInstance, inst.id, {"status": C.AVAILABLE},
+                    {"status": C.BACKUP_RESTORING})],
+            values={"restore_progress": None},
+        )
+        return backup
+
+    # Admin -----------------------------------------------------------------
+
+    def reset_state(self, rtype: str, ident: str, status: str) -> Any:
+        """Set any valid status of the type, unconditionally (admin)."""
+        valid = C.VALID_STATUSES[rtype]
+        if status not in valid:
+            raise InvalidRequest(
+                f"invalid status {status!r} for {rtype.replace('_', ' ')}; valid: "
+                + ", ".join(valid)
+            )
+        if rtype == C.SHARE:
+            _, row = self.share(ident)
+        elif rtype == C.SNAPSHOT:
+            _, row = self.snapshot(ident)
+        elif rtype == C.REPLICA:
+            row = self.replica(ident)
+        else:
+            row = self._get(STATUS_MODEL[rtype], ident, rtype.replace("_", " "))
+        model = type(row)
+        db_api.conditional_update(self.db, model, row.id, {}, {"status": status})
+        return row

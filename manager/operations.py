@@ -1,0 +1,510 @@
+"""Carrying out claimed requests: lock, call the driver, write the outcome.
+
+Every operation holds the resource's tooz lock (the lock the reconciler
+try-locks) while it calls the driver, re-reads the row under the lock, and
+writes the terminal status with a conditional update on the transient status
+it expects, in one transaction with any other row the outcome touches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from oslo_log import log as logging
+from sharemgr.db import api as db_api
+from sharemgr.db import models as M
+from sharemgr.db import resources
+from sharemgr.db.engine import Database
+from sharemgr.manager import constants as C
+from sharemgr.manager import views
+from sharemgr.manager.coordination import Coordinator, resource_lock_name
+
+LOG = logging.getLogger(__name__)
+
+Change = tuple[type, Any, dict[str, Any], dict[str, Any]]
+
+# Replicas are share instances: one lock per row, whatever the request calls it.
+LOCK_TYPE = {C.REPLICA: C.SHARE_INSTANCE}
+
+
+class OperationFailed(Exception):
+    """The driver call failed; the resource is in its error status."""
+
+
+class Stale(Exception):
+    """The resource is no longer in the status the request expects (an admin
+    reset it, or it was settled by someone else): nothing to do."""
+
+
+def lock_name(rtype: str, ident: str) -> bytes:
+    return resource_lock_name(LOCK_TYPE.get(rtype, rtype), ident)
+
+
+def _deleted() -> dict[str, Any]:
+    return {"status": C.DELETED, "deleted_at": M.utcnow()}
+
+
+class Operations:
+    def __init__(
+        self,
+        db: Database,
+        drivers: dict[str, Any],
+        coordinator: Coordinator,
+        engine_id: str,
+    ) -> None:
+        self.db = db
+        self.drivers = drivers
+        self.coordinator = coordinator
+        self.engine_id = engine_id
+        self.handlers: dict[tuple[str, str], Callable[[M.Request], None]] = {
+            (C.SHARE_INSTANCE, "create"): self.create_share,
+            (C.SHARE_INSTANCE, "delete"): self.delete_share,
+            (C.SHARE_INSTANCE, "extend"): self.resize_share,
+            (C.SHARE_INSTANCE, "shrink"): self.resize_share,
+            (C.SNAPSHOT_INSTANCE, "create"): self.create_snapshot,
+            (C.SNAPSHOT_INSTANCE, "delete"): self.delete_snapshot,
+            (C.REPLICA, "create"): self.create_replica,
+            (C.REPLICA, "delete"): self.delete_replica,
+            (C.SHARE_SERVER, "create"): self.create_share_server,
+            (C.SHARE_SERVER, "delete"): self.delete_share_server,
+            (C.SHARE_GROUP, "create"): self.create_share_group,
+            (C.SHARE_GROUP, "delete"): self.delete_share_group,
+            (C.GROUP_SNAPSHOT, "create"): self.create_group_snapshot,
+            (C.GROUP_SNAPSHOT, "delete"): self.delete_group_snapshot,
+            (C.BACKUP, "create"): self.create_backup,
+            (C.BACKUP, "delete"): self.delete_backup,
+            (C.BACKUP, "restore"): self.restore_backup,
+        }
+
+    # Plumbing --------------------------------------------------------------
+
+    def run(self, req: M.Request) -> None:
+        handler = self.handlers.get((req.resource_type, req.action))
+        if handler is None:
+            raise OperationFailed(f"unknown request {req.resource_type} {req.action}")
+        handler(req)
+
+    def driver_for(self, host: str) -> Any:
+        backend = views.backend_of(host)
+        try:
+            return self.drivers[backend]
+        except KeyError:
+            raise OperationFailed(f"this engine does not serve backend {backend!r}")
+
+    @contextlib.contextmanager
+    def locked(self, rtype: str, ident: str) -> Iterator[None]:
+        with self.coordinator.hold(lock_name(rtype, ident)):
+            yield
+
+    def _fresh(self, model: type, ident: str, expected: tuple[str, ...]) -> Any:
+        row = db_api.get(self.db, model, ident)
+        if row is None or row.status not in expected:
+            raise Stale(
+                f"{model.__tablename__} {ident} is "
+                f"{getattr(row, 'status', 'gone')}, not {'/'.join(expected)}"
+            )
+        return row
+
+    def _commit(self, changes: list[Change], what: str) -> None:
+        if not db_api.transition_with_request(self.db, changes, None):
+            raise Stale(f"{what} changed while the driver worked; outcome not written")
+
+    def _perform(
+        self,
+        rtype: str,
+        model: type,
+        ident: str,
+        expected: tuple[str, ...],
+        call: Callable[[Any], Any],
+        on_success: Callable[[Any, Any], list[Change]],
+        error_values: dict[str, Any] | Callable[[Any], list[Change]],
+        what: str,
+    ) -> None:
+        """Lock, re-read, call the driver, write success or error atomically."""
+        with self.locked(rtype, ident):
+            row = self._fresh(model, ident, expected)
+            try:
+                result = call(row)
+            except Stale:
+                raise
+            except Exception as exc:
+                LOG.warning("%s failed: %s", what, exc)
+                if callable(error_values):
+                    changes = error_values(row)
+                else:
+                    changes = [(model, ident, {"status": row.status}, error_values)]
+                self._commit(changes, what)
+                raise OperationFailed(f"{what} failed: {exc}")
+            self._commit(on_success(row, result), what)
+
+    # Row loading -------------------------------------------------------------
+
+    def _share_parts(self, inst: M.ShareInstance) -> tuple[dict, dict | None]:
+        share = db_api.get(self.db, M.Share, inst.share_id, include_deleted=True)
+        return views.share(inst, share), self._server(inst.share_server_id)
+
+    def _server(self, server_id: str | None) -> dict | None:
+        if not server_id:
+            return None
+        row = db_api.get(self.db, M.ShareServer, server_id, include_deleted=True)
+        return views.server(row) if row else None
+
+    def _snapshot_dict(self, snap_inst: M.ShareSnapshotInstance) -> tuple[dict, dict | None]:
+        snap = db_api.get(self.db, M.ShareSnapshot, snap_inst.snapshot_id, include_deleted=True)
+        inst = db_api.get(self.db, M.ShareInstance, snap_inst.share_instance_id,
+                          include_deleted=True)
+        share = db_api.get(self.db, M.Share, inst.share_id, include_deleted=True)
+        return views.snapshot(snap_inst, snap, inst, share), self._server(inst.share_server_id)
+
+    def _share_gone_changes(self, inst: M.ShareInstance) -> list[Change]:
+        """The instance is deleted; the logical share goes with its last instance."""
+        changes: list[Change] = [(M.ShareInstance, inst.id, {"status": inst.status}, _deleted())]
+        others = [i for i in db_api.query(self.db, M.ShareInstance, {"share_id": inst.share_id})
+                  if i.id != inst.id]
+        if not others:
+            changes.append((M.Share, inst.share_id, {"deleted_at": None},
+                            {"deleted_at": M.utcnow()}))
+        return changes
+
+    # Shares ------------------------------------------------------------------
+
+    def create_share(self, req: M.Request) -> None:
+        inst0 = db_api.get(self.db, M.ShareInstance, req.resource_id)
+        if inst0 is None:
+            raise Stale(f"share instance {req.resource_id} is gone")
+        driver = self.driver_for(inst0.host)
+
+        def call(inst: M.ShareInstance) -> Any:
+            share_d, server = self._share_parts(inst)
+            share = db_api.get(self.db, M.Share, inst.share_id)
+            if share.snapshot_id:
+                snap_inst = resources.snapshot_instance_of(self.db, share.snapshot_id)
+                if snap_inst is None:
+                    raise OperationFailed(f"snapshot {share.snapshot_id} is gone")
+                snap_d, _ = self._snapshot_dict(snap_inst)
+                return driver.create_share_from_snapshot(share_d, snap_d, server)
+            return driver.create_share(share_d, server)
+
+        self._perform(
+            C.SHARE_INSTANCE, M.ShareInstance, inst0.id,
+            (C.CREATING, C.CREATING_FROM_SNAPSHOT), call,
+            lambda inst, locs: [(M.ShareInstance, inst.id, {"status": inst.status},
+                                 {"status": C.AVAILABLE,
+                                  "export_locations": views.export_locations(locs)})],
+            {"status": C.ERROR}, f"create of share instance {inst0.id}",
+        )
+
+    def delete_share(self, req: M.Request) -> None:
+        inst0 = db_api.get(self.db, M.ShareInstance, req.resource_id)
+        if inst0 is None:
+            raise Stale(f"share instance {req.resource_id} is gone")
+        driver = self.driver_for(inst0.host)
+        self._perform(
+            C.SHARE_INSTANCE, M.ShareInstance, inst0.id, (C.DELETING, C.DEFERRED_DELETING),
+            lambda inst: driver.delete_share(*self._share_parts(inst)),
+            lambda inst, _r: self._share_gone_changes(inst),
+            {"status": C.ERROR_DELETING}, f"delete of share instance {inst0.id}",
+        )
+
+    def resize_share(self, req: M.Request) -> None:
+        inst0 = db_api.get(self.db, M.ShareInstance, req.resource_id)
+        if inst0 is None:
+            raise Stale(f"share instance {req.resource_id} is gone")
+        driver = self.driver_for(inst0.host)
+        new_size = int(req.args["new_size"])
+        extend = req.action == "extend"
+        method = driver.extend_share if extend else driver.shrink_share
+
+        def call(inst: M.ShareInstance) -> Any:
+            share_d, server = self._share_parts(inst)
+            return method(share_d, new_size, server)
+
+        self._perform(
+            C.SHARE_INSTANCE, M.ShareInstance, inst0.id,
+            (C.EXTENDING if extend else C.SHRINKING,), call,
+            lambda inst, _r: [
+                (M.ShareInstance, inst.id, {"status": inst.status}, {"status": C.AVAILABLE}),
+                (M.Share, inst.share_id, {}, {"size": new_size}),
+            ],
+            {"status": C.EXTENDING_ERROR if extend else C.SHRINKING_ERROR},
+            f"{req.action} of share instance {inst0.id} to {new_size}",
+        )
+
+    # Snapshots -----------------------------------------------------------------
+
+    def _snap_host(self, ident: str) -> tuple[M.ShareSnapshotInstance, str]:
+        snap_inst = db_api.get(self.db, M.ShareSnapshotInstance, ident)
+        if snap_inst is None:
+            raise Stale(f"snapshot instance {ident} is gone")
+        inst = db_api.get(self.db, M.ShareInstance, snap_inst.share_instance_id,
+                          include_deleted=True)
+        return snap_inst, inst.host
+
+    def create_snapshot(self, req: M.Request) -> None:
+        snap0, host = self._snap_host(req.resource_id)
+        driver = self.driver_for(host)
+
+        def ok(row: M.ShareSnapshotInstance, update: Any) -> list[Change]:
+            values: dict[str, Any] = {"status": C.AVAILABLE, "progress": "100%"}
+            if isinstance(update, dict) and update.get("provider_location"):
+                values["provider_location"] = str(update["provider_location"])
+            return [(M.ShareSnapshotInstance, row.id, {"status": row.status}, values)]
+
+        self._perform(
+            C.SNAPSHOT_INSTANCE, M.ShareSnapshotInstance, snap0.id, (C.CREATING,),
+            lambda row: driver.create_snapshot(*self._snapshot_dict(row)),
+            ok, {"status": C.ERROR}, f"create of snapshot instance {snap0.id}",
+        )
+
+    def delete_snapshot(self, req: M.Request) -> None:
+        snap0, host = self._snap_host(req.resource_id)
+        driver = self.driver_for(host)
+
+        def gone(row: M.ShareSnapshotInstance, _r: Any) -> list[Change]:
+            return [
+                (M.ShareSnapshotInstance, row.id, {"status": row.status}, _deleted()),
+                (M.ShareSnapshot, row.snapshot_id, {"deleted_at": None},
+                 {"deleted_at": M.utcnow()}),
+            ]
+
+        self._perform(
+            C.SNAPSHOT_INSTANCE, M.ShareSnapshotInstance, snap0.id, (C.DELETING,),
+            lambda row: driver.delete_snapshot(*self._snapshot_dict(row)),
+            gone, {"status": C.ERROR_DELETING}, f"delete of snapshot instance {snap0.id}",
+        )
+
+    # Replicas ------------------------------------------------------------------
+
+    def create_replica(self, req: M.Request) -> None:
+        rep0 = db_api.get(self.db, M.ShareInstance, req.resource_id)
+        if rep0 is None:
+            raise Stale(f"replica {req.resource_id} is gone")
+        driver = self.driver_for(rep0.host)
+
+        def call(rep: M.ShareInstance) -> Any:
+            rep_d, server = self._share_parts(rep)
+            active = resources.primary_instance(self.db, rep.share_id)
+            active_d, _ = self._share_parts(active)
+            return driver.create_replica(rep_d, active_d, server)
+
+        def ok(rep: M.ShareInstance, result: Any) -> list[Change]:
+            result = result or {}
+            return [(M.ShareInstance, rep.id, {"status": rep.status}, {
+                "status": C.AVAILABLE,
+                "replica_state": result.get("replica_state") or C.REPLICA_IN_SYNC,
+                "export_locations": views.export_locations(result.get("export_locations")),
+            })]
+
+        self._perform(
+            C.REPLICA, M.ShareInstance, rep0.id, (C.CREATING,), call, ok,
+            {"status": C.ERROR, "replica_state": C.REPLICA_ERROR},
+            f"create of replica {rep0.id}",
+        )
+
+    def delete_replica(self, req: M.Request) -> None:
+        rep0 = db_api.get(self.db, M.ShareInstance, req.resource_id)
+        if rep0 is None:
+            raise Stale(f"replica {req.resource_id} is gone")
+        driver = self.driver_for(rep0.host)
+        self._perform(
+            C.REPLICA, M.ShareInstance, rep0.id, (C.DELETING,),
+            lambda rep: driver.delete_replica(*self._share_parts(rep)),
+            lambda rep, _r: self._share_gone_changes(rep),
+            {"status": C.ERROR_DELETING}, f"delete of replica {rep0.id}",
+        )
+
+    # Share servers -------------------------------------------------------------
+
+    def create_share_server(self, req: M.Request) -> None:
+        row0 = db_api.get(self.db, M.ShareServer, req.resource_id)
+        if row0 is None:
+            raise Stale(f"share server {req.resource_id} is gone")
+        driver = self.driver_for(row0.host)
+        self._perform(
+            C.SHARE_SERVER, M.ShareServer, row0.id, (C.CREATING,),
+            lambda row: driver.setup_server(views.server(row)),
+            lambda row, details: [(M.ShareServer, row.id, {"status": row.status},
+                                   {"status": C.ACTIVE, "backend_details": details or {}})],
+            {"status": C.ERROR}, f"setup of share server {row0.id}",
+        )
+
+    def delete_share_server(self, req: M.Request) -> None:
+        row0 = db_api.get(self.db, M.ShareServer, req.resource_id)
+        if row0 is None:
+            raise Stale(f"share server {req.resource_id} is gone")
+        driver = self.driver_for(row0.host)
+        self._perform(
+            C.SHARE_SERVER, M.ShareServer, row0.id, (C.DELETING,),
+            lambda row: driver.teardown_server(views.server(row), dict(row.backend_details or {})),
+            lambda row, _r: [(M.ShareServer, row.id, {"status": row.status}, _deleted())],
+            {"status": C.ERROR}, f"teardown of share server {row0.id}",
+        )
+
+    # Share groups and group snapshots -----------------------------------------
+
+    def create_share_group(self, req: M.Request) -> None:
+        row0 = db_api.get(self.db, M.ShareGroup, req.resource_id)
+        if row0 is None:
+            raise Stale(f"share group {req.resource_id} is gone")
+        driver = self.driver_for(row0.host)
+        self._perform(
+            C.SHARE_GROUP, M.ShareGroup, row0.id, (C.CREATING,),
+            lambda row: driver.create_share_group(views.group(row),
+                                                  self._server(row.share_server_id)),
+            lambda row, _r: [(M.ShareGroup, row.id, {"status": row.status},
+                              {"status": C.AVAILABLE})],
+            {"status": C.ERROR}, f"create of share group {row0.id}",
+        )
+
+    def delete_share_group(self, req: M.Request) -> None:
+        row0 = db_api.get(self.db, M.ShareGroup, req.resource_id)
+        if row0 is None:
+            raise Stale(f"share group {req.resource_id} is gone")
+        driver = self.driver_for(row0.host)
+        self._perform(
+            C.SHARE_GROUP, M.ShareGroup, row0.id, (C.DELETING,),
+            lambda row: driver.delete_share_group(views.group(row),
+                                                  self._server(row.share_server_id)),
+            lambda row, _r: [(M.ShareGroup, row.id, {"status": row.status}, _deleted())],
+            {"status": C.ERROR}, f"delete of share group {row0.id}",
+        )
+
+    def _gsnap(self, ident: str) -> tuple[M.ShareGroupSnapshot, M.ShareGroup]:
+        row = db_api.get(self.db, M.ShareGroupSnapshot, ident)
+        if row is None:
+            raise Stale(f"group snapshot {ident} is gone")
+        return row, db_api.get(self.db, M.ShareGroup, row.share_group_id, include_deleted=True)
+
+    def create_group_snapshot(self, req: M.Request) -> None:
+        row0, group = self._gsnap(req.resource_id)
+        driver = self.driver_for(group.host)
+        self._perform(
+            C.GROUP_SNAPSHOT, M.ShareGroupSnapshot, row0.id, (C.CREATING,),
+            lambda row: driver.create_share_group_snapshot(
+                views.group_snapshot(row, group), self._server(group.share_server_id)),
+            lambda row, _r: [(M.ShareGroupSnapshot, row.id, {"status": row.status},
+                              {"status": C.AVAILABLE})],
+            {"status": C.ERROR}, f"create of group snapshot {row0.id}",
+        )
+
+    def delete_group_snapshot(self, req: M.Request) -> None:
+        row0, group = self._gsnap(req.resource_id)
+        driver = self.driver_for(group.host)
+        self._perform(
+            C.GROUP_SNAPSHOT, M.ShareGroupSnapshot, row0.id, (C.DELETING,),
+            lambda row: driver.delete_share_group_snapshot(
+                views.group_snapshot(row, group), self._server(group.share_server_id)),
+            lambda row, _r: [(M.ShareGroupSnapshot, row.id, {"status": row.status},
+                              _deleted())],
+            {"status": C.ERROR}, f"delete of group snapshot {row0.id}",
+        )
+
+    # Backups (two-phase, as Manila: the periodic *_continue tasks finish them) ---
+
+    def _backup(self, ident: str) -> M.ShareBackup:
+        row = db_api.get(self.db, M.ShareBackup, ident)
+        if row is None:
+            raise Stale(f"backup {ident} is gone")
+        return row
+
+    def _backup_share(self, backup: M.ShareBackup) -> tuple[dict, M.ShareInstance]:
+        inst = resources.primary_instance(self.db, backup.share_id)
+        if inst is None:
+            raise OperationFailed(f"share {backup.share_id} of backup {backup.id} is gone")
+        share_d, _ = self._share_parts(inst)
+        return share_d, inst
+
+    def create_backup(self, req: M.Request) -> None:
+        row0 = self._backup(req.resource_id)
+        driver = self.driver_for(row0.host)
+        share_d, inst = self._backup_share(row0)
+
+        def failed(row: M.ShareBackup) -> list[Change]:
+            return [(M.ShareBackup, row.id, {"status": row.status}, {"status": C.ERROR}),
+                    (M.ShareInstance, inst.id, {"status": C.BACKUP_CREATING},
+                     {"status": C.AVAILABLE})]
+
+        self._perform(
+            C.BACKUP, M.ShareBackup, row0.id, (C.CREATING,),
+            lambda row: driver.create_backup(share_d, views.backup(row)),
+            lambda row, _r: [(M.ShareBackup, row.id, {"status": row.status},
+                              {"progress": "0"})],
+            failed, f"create of backup {row0.id}",
+        )
+
+    def restore_backup(self, req: M.Request) -> None:
+        row0 = self._backup(req.resource_id)
+        driver = self.driver_for(row0.host)
+        share_d, inst = self._backup_share(row0)
+
+        def failed(row: M.ShareBackup) -> list[Change]:
+            return [(M.ShareBackup, row.id, {"status": row.status}, {"status": C.AVAILABLE}),
+                    (M.ShareInstance, inst.id, {"status": C.BACKUP_RESTORING},
+                     {"status": C.BACKUP_RESTORING_ERROR})]
+
+        self._perform(
+            C.BACKUP, M.ShareBackup, row0.id, (C.RESTORING,),
+            lambda row: driver.restore_backup(views.backup(row), share_d),
+            lambda row, _r: [(M.ShareBackup, row.id, {"status": row.status},
+                              {"restore_progress": "0"})],
+            failed, f"restore of backup {row0.id}",
+        )
+
+    def delete_backup(self, req: M.Request) -> None:
+        row0 = self._backup(req.resource_id)
+        driver = self.driver_for(row0.host)
+        self._perform(
+            C.BACKUP, M.ShareBackup, row0.id, (C.DELETING,),
+            lambda row: driver.delete_backup(views.backup(row)),
+            lambda row, _r: [(M.ShareBackup, row.id, {"status": row.status}, _deleted())],
+            {"status": C.ERROR}, f"delete of backup {row0.id}",
+        )
+
+    def continue_backups(self, hosts: list[str]) -> None:
+        """Periodic: drive create_backup_continue / restore_backup_continue
+        for started backups of these hosts (any engine of the host may; the
+        try-lock keeps it to one at a time)."""
+        for status, column in ((C.CREATING, "progress"), (C.RESTORING, "restore_progress")):
+            for backup in resources.backups_to_continue(self.db, hosts, status, column):
+                with self.coordinator.try_lock(lock_name(C.BACKUP, backup.id)) as got:
+                    if not got:
+                        continue
+                    try:
+                        self._continue_one(backup.id, status, column)
+                    except Exception:
+                        LOG.exception("backup %s: continue task failed", backup.id)
+
+    def _continue_one(self, ident: str, status: str, column: str) -> None:
+        backup = db_api.get(self.db, M.ShareBackup, ident)
+        if backup is None or backup.status != status or getattr(backup, column) is None:
+            return
+        driver = self.driver_for(backup.host)
+        share_d, inst = self._backup_share(backup)
+        creating = status == C.CREATING
+        share_busy = C.BACKUP_CREATING if creating else C.BACKUP_RESTORING
+        try:
+            if creating:
+                result = driver.create_backup_continue(share_d, views.backup(backup))
+            else:
+                result = driver.restore_backup_continue(views.backup(backup), share_d)
+        except Exception as exc:
+            LOG.warning("backup %s: %s failed: %s", ident,
+                        "create_backup_continue" if creating else "restore_backup_continue", exc)
+            self._commit([
+                (M.ShareBackup, ident, {"status": status},
+                 {"status": C.ERROR if creating else C.AVAILABLE}),
+                (M.ShareInstance, inst.id, {"status": share_busy},
+                 {"status": C.AVAILABLE if creating else C.BACKUP_RESTORING_ERROR}),
+            ], f"backup {ident}")
+            return
+        progress = str((result or {}).get("total_progress", "0"))
+        if progress != "100":
+            db_api.conditional_update(self.db, M.ShareBackup, ident, {"status": status},
+                                      {column: progress})
+            return
+        self._commit([
+            (M.ShareBackup, ident, {"status": status}, {"status": C.AVAILABLE, column: "100"}),
+            (M.ShareInstance, inst.id, {"status": share_busy}, {"status": C.AVAILABLE}),
+        ], f"backup {ident}")

@@ -1,0 +1,117 @@
+"""The request loop: claim pending requests for this engine's hosts and run
+them on a futurist thread pool."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import futurist
+from futurist import waiters
+from oslo_log import log as logging
+from sharemgr.db import api as db_api
+from sharemgr.db import models as M
+from sharemgr.db.engine import Database
+from sharemgr.manager import constants as C
+from sharemgr.manager.operations import OperationFailed, Stale
+
+LOG = logging.getLogger(__name__)
+
+Handler = Callable[[M.Request], None]
+
+
+class RequestRunner:
+    def __init__(
+        self,
+        db: Database,
+        engine_id: str,
+        hosts: list[str],
+        dispatch: Callable[[M.Request], Handler | None],
+        workers: int,
+        poll_interval: float,
+        any_host: bool,
+    ) -> None:
+        self.db = db
+        self.engine_id = engine_id
+        self.hosts = hosts
+        self.dispatch = dispatch
+        self.workers = workers
+        self.poll_interval = poll_interval
+        self.any_host = any_host
+        self.executor = futurist.ThreadPoolExecutor(max_workers=workers)
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._inflight: set[Any] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="requests", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Look for requests now (e.g. after this engine queued one)."""
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            with self._lock:
+                free = self.workers - len(self._inflight)
+            claimed: list[M.Request] = []
+            if free > 0:
+                try:
+                    claimed = db_api.request_claim(
+                        self.db, self.hosts, self.engine_id, free, any_host=self.any_host
+                    )
+                except Exception:
+                    LOG.exception("claiming requests failed; retrying")
+            for req in claimed:
+                fut = self.executor.submit(self._execute, req)
+                with self._lock:
+                    self._inflight.add(fut)
+                fut.add_done_callback(self._done)
+            if not claimed or free <= len(claimed):
+                self._wake.wait(self.poll_interval)
+                self._wake.clear()
+
+    def _done(self, fut: Any) -> None:
+        with self._lock:
+            self._inflight.discard(fut)
+        self._wake.set()
+
+    def _execute(self, req: M.Request) -> None:
+        handler = self.dispatch(req)
+        status, error = C.REQUEST_DONE, None
+        try:
+            if handler is None:
+                raise OperationFailed(f"no handler for {req.resource_type} {req.action}")
+            handler(req)
+        except Stale as exc:
+            LOG.info("request %s (%s %s %s): nothing to do: %s", req.id, req.action,
+                     req.resource_type, req.resource_id, exc)
+            error = f"stale: {exc}"
+        except OperationFailed as exc:
+            status, error = C.REQUEST_FAILED, str(exc)
+        except Exception as exc:  # a bug or an unreachable service: keep serving
+            LOG.exception("request %s (%s %s %s) failed", req.id, req.action,
+                          req.resource_type, req.resource_id)
+            status, error = C.REQUEST_FAILED, f"{type(exc).__name__}: {exc}"
+        try:
+            db_api.request_finish(self.db, req.id, self.engine_id, status, error)
+        except Exception:
+            LOG.exception("could not record the outcome of request %s", req.id)
+
+    def stop(self, timeout: float) -> bool:
+        """Stop claiming; wait up to ``timeout`` for running requests.
+        Returns True if all finished."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            pending = list(self._inflight)
+        done = waiters.wait_for_all(pending, timeout=timeout) if pending else None
+        finished = done is None or not done.not_done
+        self.executor.shutdown(wait=finished)
+        return finished

@@ -1,0 +1,97 @@
+"""Rows → the plain dicts drivers receive (doc/drivers.rst has the shapes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sharemgr.db import models
+
+
+def backend_of(host: str) -> str:
+    """'host@backend#pool' → 'backend'."""
+    return host.split("@", 1)[1].split("#", 1)[0] if "@" in host else ""
+
+
+def host_of(host: str) -> str:
+    """'host@backend#pool' → 'host@backend' (pools belong to their backend)."""
+    return host.split("#", 1)[0]
+
+
+def share(inst: models.ShareInstance, logical: models.Share) -> dict[str, Any]:
+    return {
+        "id": inst.id,
+        "share_id": logical.id,
+        "name": logical.name or f"share-{logical.id}",
+        "size": logical.size,
+        "share_proto": logical.share_proto,
+        "host": inst.host,
+        "share_server_id": inst.share_server_id,
+        "export_locations": list(inst.export_locations or []),
+        "snapshot_id": logical.snapshot_id,
+        "replica_state": inst.replica_state,
+    }
+
+
+def snapshot(
+    snap_inst: models.ShareSnapshotInstance,
+    snap: models.ShareSnapshot,
+    inst: models.ShareInstance,
+    logical: models.Share,
+) -> dict[str, Any]:
+    return {
+        "id": snap_inst.id,
+        "snapshot_id": snap.id,
+        "share_instance_id": inst.id,
+        "share_id": logical.id,
+        "name": snap.name or f"snapshot-{snap.id}",
+        "size": snap.size,
+        "share": share(inst, logical),
+    }
+
+
+def server(row: models.ShareServer) -> dict[str, Any]:
+    return {"id": row.id, "host": row.host, "backend_details": dict(row.backend_details or {})}
+
+
+def group(row: models.ShareGroup) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "name": row.name or f"group-{row.id}",
+        "host": row.host,
+        "share_server_id": row.share_server_id,
+    }
+
+
+def group_snapshot(row: models.ShareGroupSnapshot, grp: models.ShareGroup) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "name": row.name or f"group-snapshot-{row.id}",
+        "share_group_id": grp.id,
+        "share_group": group(grp),
+    }
+
+
+def backup(row: models.ShareBackup) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "share_id": row.share_id,
+        "name": row.name or f"backup-{row.id}",
+        "size": row.size,
+    }
+
+
+def export_locations(raw: Any) -> list[dict[str, Any]]:
+    """Manila's shape: path, is_admin_only, preferred. Drivers may return
+    plain path strings."""
+    out = []
+    for item in raw or []:
+        if isinstance(item, str):
+            item = {"path": item}
+        out.append(
+            {
+                "path": item["path"],
+                "is_admin_only": bool(item.get("is_admin_only", False)),
+                "preferred": bool(item.get("preferred", False)),
+            }
+        )
+    return out
