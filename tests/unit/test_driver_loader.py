@@ -8,6 +8,7 @@ The helpers here are shared with the other driver test modules.
 from __future__ import annotations
 
 import configparser
+import contextlib
 import shutil
 import sys
 import textwrap
@@ -99,20 +100,26 @@ def example_site(root: Path) -> Path:
     return site
 
 
-@pytest.fixture
-def on_sys_path(monkeypatch):
-    """Put plugin folders on sys.path for one test; forget their modules and
-    stevedore's cached entry points afterwards."""
+@contextlib.contextmanager
+def plugins_on_path(monkeypatch, *sites: Path):
+    """Put plugin folders on sys.path; afterwards forget their modules and
+    stevedore's cached entry points."""
     before = set(sys.modules)
-
-    def add(site: Path) -> None:
+    for site in sites:
         monkeypatch.syspath_prepend(str(site))
+    try:
+        yield
+    finally:
+        for name in set(sys.modules) - before:
+            if name.startswith(("sm_bad_plugins", "sharemgr_example_driver")):
+                del sys.modules[name]
+        stevedore_ext.ExtensionManager.ENTRY_POINT_CACHE.pop(loader.NAMESPACE, None)
 
-    yield add
-    for name in set(sys.modules) - before:
-        if name.startswith(("sm_bad_plugins", "sharemgr_example_driver")):
-            del sys.modules[name]
-    stevedore_ext.ExtensionManager.ENTRY_POINT_CACHE.pop(loader.NAMESPACE, None)
+
+@pytest.fixture
+def bad_plugins(tmp_path, monkeypatch):
+    with plugins_on_path(monkeypatch, bad_plugins_site(tmp_path)):
+        yield
 
 
 def make_conf(tmp_path: Path, backends: dict[str, dict[str, str]]) -> cfg.ConfigOpts:
@@ -182,16 +189,14 @@ def test_default_name_is_the_group_name(tmp_path):
         ("not_a_driver", "is not a subclass of sharemgr.drivers.base.ShareDriver"),
     ],
 )
-def test_bad_plugin_is_one_line(tmp_path, on_sys_path, entry_point, cause):
-    on_sys_path(bad_plugins_site(tmp_path))
+def test_bad_plugin_is_one_line(tmp_path, bad_plugins, entry_point, cause):
     message = load_error(tmp_path, {"gold": {"share_driver": entry_point}})
     assert message.startswith("backend [gold]: driver "), message
     assert entry_point in message
     assert cause in message
 
 
-def test_entry_point_target_is_named_for_import_errors(tmp_path, on_sys_path):
-    on_sys_path(bad_plugins_site(tmp_path))
+def test_entry_point_target_is_named_for_import_errors(tmp_path, bad_plugins):
     message = load_error(tmp_path, {"gold": {"share_driver": "missing_class"}})
     assert "'missing_class = sm_bad_plugins.good:NoSuchDriver'" in message
 
@@ -222,16 +227,16 @@ def test_first_failing_backend_is_reported(tmp_path):
     assert message.startswith("backend [broken]")
 
 
-def test_plugin_added_after_stevedore_cached_the_namespace(tmp_path, on_sys_path):
+def test_plugin_added_after_stevedore_cached_the_namespace(tmp_path, monkeypatch):
     """stevedore caches a namespace's entry points for the whole process: a
     plugin that appears later is invisible to it, but not to the loader."""
     with pytest.raises(stevedore_exc.NoMatches):
         stevedore_driver.DriverManager(loader.NAMESPACE, "example")
-    on_sys_path(example_site(tmp_path))
-    # Still cached: stevedore alone does not see the new plugin.
-    with pytest.raises(stevedore_exc.NoMatches):
-        stevedore_driver.DriverManager(loader.NAMESPACE, "example")
-    conf = make_conf(tmp_path, {"files": {"share_driver": "example"}})
-    drivers = loader.load_drivers(conf, "hostA", "hostA.e1")
+    with plugins_on_path(monkeypatch, example_site(tmp_path)):
+        # Still cached: stevedore alone does not see the new plugin.
+        with pytest.raises(stevedore_exc.NoMatches):
+            stevedore_driver.DriverManager(loader.NAMESPACE, "example")
+        conf = make_conf(tmp_path, {"files": {"share_driver": "example"}})
+        drivers = loader.load_drivers(conf, "hostA", "hostA.e1")
     assert type(drivers["files"]).__name__ == "ExampleDriver"
     assert type(drivers["files"]).__module__ == "sharemgr_example_driver.driver"
