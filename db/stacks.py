@@ -1,0 +1,556 @@
+"""Stacks, their templates and their resource rows (the convergence DB API).
+
+Conventions (as db/api.py): functions take the ``Database`` first; ``_tx``
+variants take an open ``Session`` so a caller can group writes into one
+transaction. Every state change is a conditional UPDATE that reports whether
+this caller won.
+
+Resource lock (Heat's model): ``stack_resources.engine_id`` names the engine
+working on the row, ``atomic_key`` counts lock changes. Acquire is
+``UPDATE ... SET engine_id=:me, atomic_key=atomic_key+1 WHERE id=:id AND
+engine_id IS NULL``; a dead engine's lock is stolen with ``... WHERE
+engine_id=:dead``; release clears it only if it is still ours. Release and the
+holder's writes are conditional on ``engine_id`` alone, never on
+``atomic_key``: Heat conditioned them on the key, so any other write that
+bumped it made the release fail and left the resource looking locked forever.
+
+Lock order (deadlock freedom): ``sync_points`` rows, then the ``stacks`` row,
+then ``stack_resources`` rows. :func:`traversal_is_current_tx` takes a
+shared lock on the stack row and traversal preparation an exclusive one, so a
+worker that checks "my traversal is still current" and then starts an action
+in the same transaction cannot interleave with a preparation that is about to
+supersede it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sharemgr.db import api, models
+from sharemgr.db.engine import Database
+from sqlalchemy.orm import Session
+
+Stack = models.Stack
+Resource = models.StackResource
+
+# Actions and statuses: Heat's vocabulary, for stacks and their resources.
+INIT = "INIT"
+CREATE = "CREATE"
+UPDATE = "UPDATE"
+DELETE = "DELETE"
+ROLLBACK = "ROLLBACK"
+IN_PROGRESS = "IN_PROGRESS"
+COMPLETE = "COMPLETE"
+FAILED = "FAILED"
+STACK_ACTIONS = (INIT, CREATE, UPDATE, DELETE, ROLLBACK)
+RESOURCE_ACTIONS = (INIT, CREATE, UPDATE, DELETE)
+STATUSES = (IN_PROGRESS, COMPLETE, FAILED)
+
+# stack_templates.stack_id comes with migration 0002; a Core view of the
+# table lets this module use it whether or not the ORM model declares it.
+_templates = sa.table(
+    "stack_templates",
+    sa.column("id", sa.Integer),
+    sa.column("stack_id", sa.String),
+)
+
+
+class StackNotFound(LookupError):
+    pass
+
+
+class StackExists(ValueError):
+    pass
+
+
+# Stacks ----------------------------------------------------------------------
+
+
+def stack_create_tx(session: Session, name: str, disable_rollback: bool = False) -> Stack:
+    """A new stack row in ``INIT COMPLETE``, without template or traversal;
+    preparing its CREATE traversal stores both. Raises StackExists if a
+    stack of that name exists (deleted stacks excepted)."""
+    exists = session.execute(
+        sa.select(Stack.id).where(Stack.name == name, Stack.deleted_at.is_(None)).limit(1)
+    ).first()
+    if exists:
+        raise StackExists(f"a stack named {name!r} exists already ({exists[0]})")
+    stack = Stack(
+        name=name,
+        action=INIT,
+        status=COMPLETE,
+        current_deps={},
+        disable_rollback=disable_rollback,
+    )
+    session.add(stack)
+    session.flush()
+    return stack
+
+
+def stack_create(db: Database, name: str, disable_rollback: bool = False) -> Stack:
+    with db.session() as session:
+        return stack_create_tx(session, name, disable_rollback)
+
+
+def stack_get_tx(
+    session: Session, stack_id: str, lock: str | None = None, include_deleted: bool = False
+) -> Stack | None:
+    """``lock``: None, ``"share"`` (FOR SHARE) or ``"update"`` (FOR UPDATE);
+    ignored on SQLite, whose transactions are serialised anyway."""
+    stmt = sa.select(Stack).where(Stack.id == stack_id)
+    if not include_deleted:
+        stmt = stmt.where(Stack.deleted_at.is_(None))
+    if lock:
+        stmt = stmt.with_for_update(read=lock == "share")
+    return session.execute(
+        stmt.execution_options(populate_existing=True)
+    ).scalar_one_or_none()
+
+
+def stack_get(db: Database, stack_id: str, include_deleted: bool = False) -> Stack | None:
+    with db.session() as session:
+        return stack_get_tx(session, stack_id, include_deleted=include_deleted)
+
+
+def stack_get_by_name(db: Database, name: str) -> Stack | None:
+    with db.session() as session:
+        return session.execute(
+            sa.select(Stack)
+            .where(Stack.name == name, Stack.deleted_at.is_(None))
+            .order_by(Stack.created_at.desc())
+            .limit(1)
+        ).scalar_one_or_none()
+
+
+def stack_lookup(db: Database, name_or_id: str) -> Stack:
+    """By name first, then by id. Raises StackNotFound."""
+    stack = stack_get_by_name(db, name_or_id) or stack_get(db, name_or_id)
+    if stack is None:
+        raise StackNotFound(f"no stack named or with id {name_or_id!r}")
+    return stack
+
+
+def stack_list(db: Database, include_deleted: bool = False) -> list[Stack]:
+    stmt = sa.select(Stack).order_by(Stack.created_at, Stack.id)
+    if not include_deleted:
+        stmt = stmt.where(Stack.deleted_at.is_(None))
+    with db.session() as session:
+        return list(session.scalars(stmt))
+
+
+def stack_swap_traversal_tx(
+    session: Session,
+    stack_id: str,
+    previous: str | None,
+    new: str,
+    values: Mapping[str, Any] | None = None,
+) -> bool:
+    """``UPDATE stacks SET current_traversal=:new, <values> WHERE id=:id AND
+    current_traversal=:previous`` (IS NULL for a stack that never had one).
+    True if this caller won."""
+    return api.conditional_update_tx(
+        session,
+        Stack,
+        stack_id,
+        {"current_traversal": previous, "deleted_at": None},
+        {**(values or {}), "current_traversal": new},
+    )
+
+
+def traversal_is_current_tx(session: Session, stack_id: str, traversal_id: str) -> bool:
+    """Whether ``traversal_id`` is the stack's current traversal, holding a
+    shared lock on the stack row until the transaction ends: a write made
+    after this check in the same transaction cannot race a preparation that
+    would supersede the traversal."""
+    stack = stack_get_tx(session, stack_id, lock="share")
+    return stack is not None and stack.current_traversal == traversal_id
+
+
+def traversal_is_current(db: Database, stack_id: str, traversal_id: str) -> bool:
+    with db.session() as session:
+        stack = stack_get_tx(session, stack_id)
+        return stack is not None and stack.current_traversal == traversal_id
+
+
+def stack_set_status_tx(
+    session: Session,
+    stack_id: str,
+    traversal_id: str,
+    status: str,
+    reason: str | None = None,
+    expected_status: str | Iterable[str] = IN_PROGRESS,
+) -> bool:
+    """End (or fail) the stack's current traversal: set ``status`` only if
+    ``traversal_id`` is still current and the status is ``expected_status``.
+    A DELETE that completes also soft-deletes the stack row. True if won."""
+    now = models.utcnow()
+    values: dict[str, Any] = {"status": status, "status_reason": reason}
+    if status == COMPLETE:
+        values["deleted_at"] = sa.case((Stack.action == DELETE, now), else_=None)
+    expected = expected_status if isinstance(expected_status, str) else tuple(expected_status)
+    return api.conditional_update_tx(
+        session,
+        Stack,
+        stack_id,
+        {"current_traversal": traversal_id, "status": expected, "deleted_at": None},
+        values,
+    )
+
+
+def stack_set_status(
+    db: Database,
+    stack_id: str,
+    traversal_id: str,
+    status: str,
+    reason: str | None = None,
+    expected_status: str | Iterable[str] = IN_PROGRESS,
+) -> bool:
+    with db.session() as session:
+        return stack_set_status_tx(
+            session, stack_id, traversal_id, status, reason, expected_status
+        )
+
+
+# Templates ---------------------------------------------------------------------
+
+
+def template_create_tx(session: Session, template: dict, stack_id: str | None = None) -> int:
+    row = models.StackTemplate(template=template)
+    session.add(row)
+    session.flush()
+    if stack_id is not None:
+        session.execute(
+            sa.update(_templates).where(_templates.c.id == row.id).values(stack_id=stack_id)
+        )
+    return row.id
+
+
+def template_get_tx(session: Session, template_id: int) -> dict | None:
+    return session.execute(
+        sa.select(models.StackTemplate.template).where(models.StackTemplate.id == template_id)
+    ).scalar_one_or_none()
+
+
+def template_get(db: Database, template_id: int) -> dict | None:
+    with db.session() as session:
+        return template_get_tx(session, template_id)
+
+
+def purge_templates_tx(session: Session, stack_id: str) -> int:
+    """Delete the stack's templates that neither the stack row nor any of its
+    resource rows refers to any more (earlier updates, superseded ones)."""
+    stack = session.execute(
+        sa.select(Stack.template_id, Stack.prev_template_id).where(Stack.id == stack_id)
+    ).first()
+    keep = {t for t in (stack or ()) if t is not None}
+    used = sa.select(Resource.template_id).where(
+        Resource.stack_id == stack_id, Resource.template_id.is_not(None)
+    )
+    stmt = sa.delete(_templates).where(
+        _templates.c.stack_id == stack_id, _templates.c.id.not_in(used)
+    )
+    if keep:
+        stmt = stmt.where(_templates.c.id.not_in(keep))
+    return session.execute(stmt.execution_options(synchronize_session=False)).rowcount
+
+
+# Resource rows -------------------------------------------------------------------
+
+
+def resource_new(
+    stack_id: str,
+    name: str,
+    type_: str,
+    template_id: int | None,
+    requires: Iterable[int] = (),
+    replaces: int | None = None,
+    engine_id: str | None = None,
+) -> Resource:
+    """An unsaved row in ``INIT COMPLETE``: not created on a backend yet."""
+    return Resource(
+        stack_id=stack_id,
+        name=name,
+        type=type_,
+        template_id=template_id,
+        properties={},
+        attributes={},
+        action=INIT,
+        status=COMPLETE,
+        atomic_key=0 if engine_id is None else 1,
+        engine_id=engine_id,
+        requires=sorted(set(requires)),
+        replaces=replaces,
+    )
+
+
+def resources_add_tx(session: Session, rows: Iterable[Resource]) -> list[Resource]:
+    """Insert rows made by :func:`resource_new` with one flush (the ORM
+    batches the INSERTs); their ids are set on return."""
+    rows = list(rows)
+    session.add_all(rows)
+    session.flush()
+    return rows
+
+
+def resource_create_tx(
+    session: Session,
+    stack_id: str,
+    name: str,
+    type_: str,
+    template_id: int | None,
+    requires: Iterable[int] = (),
+    replaces: int | None = None,
+) -> Resource:
+    return resources_add_tx(
+        session, [resource_new(stack_id, name, type_, template_id, requires, replaces)]
+    )[0]
+
+
+def resource_get_tx(session: Session, resource_id: int, lock: bool = False) -> Resource | None:
+    stmt = sa.select(Resource).where(Resource.id == resource_id, Resource.deleted_at.is_(None))
+    if lock:
+        stmt = stmt.with_for_update()
+    return session.execute(
+        stmt.execution_options(populate_existing=True)
+    ).scalar_one_or_none()
+
+
+def resource_get(db: Database, resource_id: int) -> Resource | None:
+    with db.session() as session:
+        return resource_get_tx(session, resource_id)
+
+
+def resource_list_tx(session: Session, stack_id: str) -> list[Resource]:
+    """Every extant row of the stack (all versions of each name), by id."""
+    return list(
+        session.scalars(
+            sa.select(Resource)
+            .where(Resource.stack_id == stack_id, Resource.deleted_at.is_(None))
+            .order_by(Resource.id)
+            .execution_options(populate_existing=True)
+        )
+    )
+
+
+def resource_list(db: Database, stack_id: str) -> list[Resource]:
+    with db.session() as session:
+        return resource_list_tx(session, stack_id)
+
+
+def resource_update_tx(
+    session: Session, resource_id: int, expected: Mapping[str, Any], values: Mapping[str, Any]
+) -> bool:
+    """Conditional update: ``values`` only if the row matches ``expected``
+    (e.g. ``{"engine_id": me, "action": "CREATE", "status": "IN_PROGRESS"}``)."""
+    return api.conditional_update_tx(
+        session, Resource, resource_id, {**expected, "deleted_at": None}, dict(values)
+    )
+
+
+def resource_update(
+    db: Database, resource_id: int, expected: Mapping[str, Any], values: Mapping[str, Any]
+) -> bool:
+    with db.session() as session:
+        return resource_update_tx(session, resource_id, expected, values)
+
+
+def resource_set_state_tx(
+    session: Session,
+    resource_id: int,
+    engine_id: str,
+    action: str,
+    status: str,
+    reason: str | None = None,
+    values: Mapping[str, Any] | None = None,
+    expected: Mapping[str, Any] | None = None,
+) -> bool:
+    """Set action/status (and ``values``) as the lock holder: the write
+    happens only while ``engine_id`` holds the row's lock (and it matches
+    ``expected``)."""
+    return resource_update_tx(
+        session,
+        resource_id,
+        {**(expected or {}), "engine_id": engine_id},
+        {**(values or {}), "action": action, "status": status, "status_reason": reason},
+    )
+
+
+def resource_set_state(
+    db: Database,
+    resource_id: int,
+    engine_id: str,
+    action: str,
+    status: str,
+    reason: str | None = None,
+    values: Mapping[str, Any] | None = None,
+    expected: Mapping[str, Any] | None = None,
+) -> bool:
+    with db.session() as session:
+        return resource_set_state_tx(
+            session, resource_id, engine_id, action, status, reason, values, expected
+        )
+
+
+def resource_begin_tx(
+    session: Session,
+    resource_id: int,
+    engine_id: str,
+    stack_id: str,
+    traversal_id: str,
+    action: str,
+    values: Mapping[str, Any] | None = None,
+) -> bool:
+    """Start ``action`` (``action IN_PROGRESS``) on a row this engine has
+    locked, only if ``traversal_id`` is still the stack's current traversal
+    — checked under a shared lock on the stack row, so an older traversal
+    can never begin deleting a row a newer preparation has just chosen."""
+    if not traversal_is_current_tx(session, stack_id, traversal_id):
+        return False
+    return resource_set_state_tx(
+        session, resource_id, engine_id, action, IN_PROGRESS, None,
+        {**(values or {}), "current_traversal": traversal_id},
+    )
+
+
+def resource_begin(
+    db: Database,
+    resource_id: int,
+    engine_id: str,
+    stack_id: str,
+    traversal_id: str,
+    action: str,
+    values: Mapping[str, Any] | None = None,
+) -> bool:
+    with db.session() as session:
+        return resource_begin_tx(
+            session, resource_id, engine_id, stack_id, traversal_id, action, values
+        )
+
+
+def resource_replace_tx(
+    session: Session,
+    resource_id: int,
+    engine_id: str,
+    stack_id: str,
+    traversal_id: str,
+    template_id: int | None,
+    requires: Iterable[int] = (),
+    lock: bool = True,
+) -> Resource | None:
+    """Make a replacement row for a row this engine has locked, atomically:
+    the traversal must still be current and the row not replaced yet; the
+    new row gets ``replaces`` = old id, the old row ``replaced_by`` = new id,
+    both in this transaction (Heat did these in separate steps and could
+    leave a replacement nobody pointed at). With ``lock`` the new row is
+    born locked by this engine. None if any condition fails."""
+    if not traversal_is_current_tx(session, stack_id, traversal_id):
+        return None
+    old = resource_get_tx(session, resource_id, lock=True)
+    if old is None or old.engine_id != engine_id or old.replaced_by is not None:
+        return None
+    new = resources_add_tx(
+        session,
+        [
+            resource_new(
+                stack_id, old.name, old.type, template_id, requires, replaces=old.id,
+                engine_id=engine_id if lock else None,
+            )
+        ],
+    )[0]
+    if not resource_update_tx(
+        session, old.id, {"engine_id": engine_id, "replaced_by": None}, {"replaced_by": new.id}
+    ):
+        # Cannot happen: the row is locked FOR UPDATE above (and SQLite
+        # serialises transactions); raising rolls the insert back with it.
+        raise RuntimeError(f"resource {old.id} changed while its holder replaced it")
+    return new
+
+
+# Resource locks ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockResult:
+    acquired: bool
+    holder: str | None  # the engine holding the lock now (us if acquired)
+    atomic_key: int | None = None
+    found: bool = True  # False: the row does not exist (purged)
+
+
+def _lock_tx(
+    session: Session, resource_id: int, engine_id: str, expected_holder: str | None
+) -> LockResult:
+    won = resource_update_tx(
+        session,
+        resource_id,
+        {"engine_id": expected_holder},
+        {"engine_id": engine_id, "atomic_key": Resource.atomic_key + 1},
+    )
+    row = session.execute(
+        sa.select(Resource.engine_id, Resource.atomic_key).where(
+            Resource.id == resource_id, Resource.deleted_at.is_(None)
+        )
+    ).first()
+    if row is None:
+        return LockResult(acquired=False, holder=None, found=False)
+    return LockResult(acquired=won, holder=row.engine_id, atomic_key=row.atomic_key)
+
+
+def resource_lock_acquire(db: Database, resource_id: int, engine_id: str) -> LockResult:
+    """Take the row's lock if nobody holds it. On failure ``holder`` says who
+    does (maybe this engine itself, from another thread: treat that as busy
+    too), so the caller can check whether that engine is alive."""
+    with db.session() as session:
+        return _lock_tx(session, resource_id, engine_id, None)
+
+
+def resource_lock_steal(
+    db: Database, resource_id: int, engine_id: str, dead_engine_id: str
+) -> LockResult:
+    """Take the lock from ``dead_engine_id`` (the caller has checked it is not
+    a member of the engine group); fails if anyone else holds it by now."""
+    with db.session() as session:
+        return _lock_tx(session, resource_id, engine_id, dead_engine_id)
+
+
+def resource_lock_release_tx(session: Session, resource_id: int, engine_id: str) -> bool:
+    return api.conditional_update_tx(
+        session,
+        Resource,
+        resource_id,
+        {"engine_id": engine_id},
+        {"engine_id": None, "atomic_key": Resource.atomic_key + 1},
+    )
+
+
+def resource_lock_release(db: Database, resource_id: int, engine_id: str) -> bool:
+    """Release only if still ours (a lock stolen from us stays with the thief)."""
+    with db.session() as session:
+        return resource_lock_release_tx(session, resource_id, engine_id)
+
+
+# Purge ------------------------------------------------------------------------------
+
+
+def purge_resources_tx(session: Session, stack_id: str) -> int:
+    """Delete the rows whose clean-up finished (``DELETE COMPLETE``): replaced
+    rows and rows of removed resources. Their ids may linger in other rows'
+    ``requires``/``replaces``; the graph ignores ids that are not extant."""
+    stmt = sa.delete(Resource).where(
+        Resource.stack_id == stack_id, Resource.action == DELETE, Resource.status == COMPLETE
+    )
+    return session.execute(stmt.execution_options(synchronize_session=False)).rowcount
+
+
+def purge_tx(session: Session, stack_id: str) -> tuple[int, int]:
+    """Purge finished rows, then templates nothing refers to any more.
+    Returns (resource rows, templates) deleted."""
+    return purge_resources_tx(session, stack_id), purge_templates_tx(session, stack_id)
+
+
+def purge(db: Database, stack_id: str) -> tuple[int, int]:
+    with db.session() as session:
+        return purge_tx(session, stack_id)

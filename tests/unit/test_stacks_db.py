@@ -1,0 +1,161 @@
+"""The stack / template / stack-resource DB API on SQLite, PostgreSQL and MariaDB."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sharemgr.db import stacks
+
+ME, OTHER, DEAD = "host-a.1", "host-b.2", "host-c.3"
+
+
+@pytest.fixture
+def stack(db):
+    return stacks.stack_create(db, f"s-{uuid.uuid4().hex[:6]}")
+
+
+def _resource(db, stack, name="data", type_="share"):
+    with db.session() as session:
+        return stacks.resource_create_tx(session, stack.id, name, type_, None)
+
+
+def test_stack_create_get_list(db):
+    s = stacks.stack_create(db, "web", disable_rollback=True)
+    assert (s.action, s.status, s.current_traversal) == ("INIT", "COMPLETE", None)
+    assert stacks.stack_get(db, s.id).name == "web"
+    assert stacks.stack_get_by_name(db, "web").id == s.id
+    assert stacks.stack_lookup(db, "web").id == s.id
+    assert stacks.stack_lookup(db, s.id).disable_rollback is True
+    with pytest.raises(stacks.StackExists):
+        stacks.stack_create(db, "web")
+    with pytest.raises(stacks.StackNotFound):
+        stacks.stack_lookup(db, "nope")
+    stacks.stack_create(db, "db")
+    assert [x.name for x in stacks.stack_list(db)] == ["web", "db"]
+
+
+def test_traversal_swap_wins_once(db, stack):
+    t1, t2, t3 = (str(uuid.uuid4()) for _ in range(3))
+    with db.session() as session:
+        assert stacks.stack_swap_traversal_tx(session, stack.id, None, t1, {"action": "CREATE"})
+    with db.session() as session:
+        # A second swap from "no traversal" lost: the stack moved on.
+        assert not stacks.stack_swap_traversal_tx(session, stack.id, None, t2)
+        assert stacks.stack_swap_traversal_tx(session, stack.id, t1, t3)
+    assert stacks.stack_get(db, stack.id).current_traversal == t3
+    assert stacks.traversal_is_current(db, stack.id, t3)
+    assert not stacks.traversal_is_current(db, stack.id, t1)
+
+
+def test_stack_set_status_and_delete_complete(db, stack):
+    t = str(uuid.uuid4())
+    with db.session() as session:
+        stacks.stack_swap_traversal_tx(session, stack.id, None, t,
+                                       {"action": "DELETE", "status": "IN_PROGRESS"})
+    assert not stacks.stack_set_status(db, stack.id, "old", "COMPLETE")
+    assert stacks.stack_set_status(db, stack.id, t, "COMPLETE", "done")
+    assert stacks.stack_get(db, stack.id) is None  # a completed delete soft-deletes
+    gone = stacks.stack_get(db, stack.id, include_deleted=True)
+    assert gone.status == "COMPLETE" and gone.deleted_at is not None
+    # Once not IN_PROGRESS, a second completion does not win.
+    assert not stacks.stack_set_status(db, stack.id, t, "FAILED")
+
+
+def test_resource_lock_acquire_release_steal(db, stack):
+    r = _resource(db, stack)
+    first = stacks.resource_lock_acquire(db, r.id, ME)
+    assert first.acquired and first.holder == ME and first.atomic_key == 1
+    busy = stacks.resource_lock_acquire(db, r.id, OTHER)
+    assert not busy.acquired and busy.holder == ME and busy.atomic_key == 1
+    assert not stacks.resource_lock_release(db, r.id, OTHER)  # not the holder
+    assert stacks.resource_lock_release(db, r.id, ME)
+    assert stacks.resource_get(db, r.id).engine_id is None
+    assert stacks.resource_get(db, r.id).atomic_key == 2
+
+    assert stacks.resource_lock_acquire(db, r.id, DEAD).acquired
+    # Stealing names the dead holder; a stale idea of who holds it fails.
+    assert not stacks.resource_lock_steal(db, r.id, ME, OTHER).acquired
+    stolen = stacks.resource_lock_steal(db, r.id, ME, DEAD)
+    assert stolen.acquired and stolen.holder == ME
+    assert not stacks.resource_lock_release(db, r.id, DEAD)  # the old holder woke up
+    assert stacks.resource_get(db, r.id).engine_id == ME
+
+    missing = stacks.resource_lock_acquire(db, 999_999, ME)
+    assert not missing.acquired and not missing.found
+
+
+def test_other_writes_do_not_make_a_lock_look_held(db, stack):
+    # Heat conditioned release on atomic_key; any write that bumped the key
+    # made the release fail. Here a holder's own writes never block release.
+    r = _resource(db, stack)
+    assert stacks.resource_lock_acquire(db, r.id, ME).acquired
+    assert stacks.resource_set_state(db, r.id, ME, "CREATE", "IN_PROGRESS")
+    assert stacks.resource_update(db, r.id, {"engine_id": ME}, {"atomic_key": 40})
+    assert stacks.resource_lock_release(db, r.id, ME)
+    assert stacks.resource_lock_acquire(db, r.id, OTHER).acquired
+
+
+def test_state_changes_need_the_lock(db, stack):
+    r = _resource(db, stack)
+    assert not stacks.resource_set_state(db, r.id, ME, "CREATE", "IN_PROGRESS")
+    stacks.resource_lock_acquire(db, r.id, ME)
+    assert stacks.resource_set_state(
+        db, r.id, ME, "CREATE", "COMPLETE", "created",
+        values={"physical_id": "p1"}, expected={"action": "INIT"})
+    row = stacks.resource_get(db, r.id)
+    assert (row.action, row.status, row.status_reason, row.physical_id) == (
+        "CREATE", "COMPLETE", "created", "p1")
+    assert not stacks.resource_set_state(
+        db, r.id, ME, "UPDATE", "IN_PROGRESS", expected={"action": "INIT"})
+
+
+def test_begin_needs_the_current_traversal(db, stack):
+    t1, t2 = str(uuid.uuid4()), str(uuid.uuid4())
+    with db.session() as session:
+        stacks.stack_swap_traversal_tx(session, stack.id, None, t1)
+    r = _resource(db, stack)
+    stacks.resource_lock_acquire(db, r.id, ME)
+    assert not stacks.resource_begin(db, r.id, ME, stack.id, t2, "DELETE")
+    assert stacks.resource_begin(db, r.id, ME, stack.id, t1, "DELETE")
+    row = stacks.resource_get(db, r.id)
+    assert (row.action, row.status, row.current_traversal) == ("DELETE", "IN_PROGRESS", t1)
+
+
+def test_replace_is_atomic_and_once(db, stack):
+    t = str(uuid.uuid4())
+    with db.session() as session:
+        stacks.stack_swap_traversal_tx(session, stack.id, None, t)
+    old = _resource(db, stack)
+    with db.session() as session:
+        assert stacks.resource_replace_tx(session, old.id, ME, stack.id, t, None) is None
+    stacks.resource_lock_acquire(db, old.id, ME)
+    with db.session() as session:
+        assert stacks.resource_replace_tx(session, old.id, ME, stack.id, "stale", None) is None
+    with db.session() as session:
+        new = stacks.resource_replace_tx(session, old.id, ME, stack.id, t, None, requires=[5])
+    assert new is not None
+    new = stacks.resource_get(db, new.id)
+    assert (new.name, new.type, new.replaces, new.engine_id, new.requires) == (
+        "data", "share", old.id, ME, [5])
+    assert stacks.resource_get(db, old.id).replaced_by == new.id
+    with db.session() as session:
+        assert stacks.resource_replace_tx(session, old.id, ME, stack.id, t, None) is None
+
+
+def test_purge_rows_and_templates(db, stack):
+    with db.session() as session:
+        t_old = stacks.template_create_tx(session, {"resources": {}}, stack.id)
+        t_cur = stacks.template_create_tx(session, {"resources": {"a": {}}}, stack.id)
+        t_row = stacks.template_create_tx(session, {"resources": {"b": {}}}, stack.id)
+        other = stacks.template_create_tx(session, {"resources": {}}, None)
+        stacks.resource_create_tx(session, stack.id, "keep", "share", t_row)
+        done = stacks.resource_create_tx(session, stack.id, "gone", "share", t_old)
+        stacks.resource_update_tx(session, done.id, {}, {"action": "DELETE", "status": "COMPLETE"})
+    with db.session() as session:
+        stacks.stack_swap_traversal_tx(session, stack.id, None, "t", {"template_id": t_cur})
+    assert stacks.purge(db, stack.id) == (1, 1)
+    assert [r.name for r in stacks.resource_list(db, stack.id)] == ["keep"]
+    assert stacks.template_get(db, t_old) is None
+    for kept in (t_cur, t_row, other):
+        assert stacks.template_get(db, kept) is not None
