@@ -381,15 +381,70 @@ def _prepare_locked(
     )
 
 
+# Helpers for the check-resource workflow ---------------------------------------------
+
+
 def load_traversal_graph(stack: models.Stack) -> Graph:
     """The graph of the stack's current traversal, from ``current_deps``."""
     return Graph.from_json(stack.current_deps)
+
+
+def graph_dot(db: Database, stack: models.Stack) -> str:
+    """DOT source of the stack's current traversal (``sharectl stack graph``)."""
+    names = {r.id: r.name for r in db_stacks.resource_list(db, stack.id)}
+    return load_traversal_graph(stack).to_dot(names, title=stack.name)
 
 
 def node_ready(graph: Graph, node: tuple[int, bool], input_data: Mapping | None) -> bool:
     """Whether every predecessor of ``node`` has reported (spec 001's check
     before retriggering a node in a newer traversal)."""
     return sync_points.is_ready(input_data or {}, graph.requires_keys(node))
+
+
+def retrigger_tx(session: Session, stack_id: str, resource_id: int) -> models.Request | None:
+    """Spec 001: an engine found its traversal superseded (a SyncPoint was
+    missing) after working on ``resource_id``. If the resource has a node in
+    the stack's current traversal — the update node, else the clean-up node
+    — and that node's SyncPoint has heard from all its predecessors, enqueue
+    its check with the point's input data and return the request. Several
+    engines may do this for one node; the resource lock lets one proceed."""
+    stack = db_stacks.stack_get_tx(session, stack_id)
+    if stack is None or stack.current_traversal is None:
+        return None
+    graph = load_traversal_graph(stack)
+    node = next((n for n in (Node(resource_id, True), Node(resource_id, False)) if n in graph),
+                None)
+    if node is None:
+        return None
+    point = sync_points.get_tx(session, resource_id, stack.current_traversal, node.is_update)
+    if point is None or not node_ready(graph, node, point.input_data):
+        return None
+    return enqueue_check_tx(session, stack.id, stack.current_traversal, node, point.input_data)
+
+
+def retrigger(db: Database, stack_id: str, resource_id: int) -> models.Request | None:
+    with db.session() as session:
+        return retrigger_tx(session, stack_id, resource_id)
+
+
+def finish_traversal_tx(
+    session: Session, stack_id: str, traversal_id: str, status: str, reason: str | None = None
+) -> bool:
+    """End a traversal as ``COMPLETE`` or ``FAILED`` if it is still current.
+
+    COMPLETE (from the stack SyncPoint's ``on_ready``, when every root has
+    reported): delete the traversal's SyncPoints — first, keeping the lock
+    order SyncPoints, stack, resources — then set the status (a DELETE that
+    completes soft-deletes the stack) and purge finished rows and unused
+    templates. FAILED only sets the status: the points stay, so engines still
+    finishing nodes of this traversal are not mistaken for superseded ones.
+    True if this call ended the traversal."""
+    if status == COMPLETE:
+        sync_points.delete_all_tx(session, stack_id, traversal_id)
+    won = db_stacks.stack_set_status_tx(session, stack_id, traversal_id, status, reason)
+    if won and status == COMPLETE:
+        db_stacks.purge_tx(session, stack_id)
+    return won
 
 
 __all__ = [
@@ -402,8 +457,12 @@ __all__ = [
     "check_request_args",
     "choose_rows",
     "enqueue_check_tx",
+    "finish_traversal_tx",
+    "graph_dot",
     "load_traversal_graph",
     "node_ready",
     "prepare_traversal",
     "prepare_traversal_tx",
+    "retrigger",
+    "retrigger_tx",
 ]
