@@ -11,6 +11,13 @@ from sharemgr.db.engine import Database
 M = models
 
 
+def host_match(column: Any, host: str) -> Any:
+    """'host@backend' itself or one of its pools ('host@backend#pool'), never
+    'host@backend2'."""
+    escaped = host.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return sa.or_(column == host, column.like(escaped + "#%", escape="\\"))
+
+
 def primary_instance(db: Database, share_id: str) -> models.ShareInstance | None:
     """The share's primary instance: the oldest live one that is not a
     secondary replica."""
@@ -85,11 +92,12 @@ def live_count(db: Database, model: type, **filters: Any) -> int:
 def snapshot_instances_on_host(
     db: Database, host: str, statuses: list[str] | None = None
 ) -> list[tuple[models.ShareSnapshotInstance, models.ShareInstance]]:
-    """Snapshot instances whose share instance lives on ``host`` (exactly)."""
+    """Snapshot instances whose share instance lives on ``host``."""
     stmt = (
         sa.select(M.ShareSnapshotInstance, M.ShareInstance)
         .join(M.ShareInstance, M.ShareSnapshotInstance.share_instance_id == M.ShareInstance.id)
-        .where(M.ShareInstance.host == host, M.ShareSnapshotInstance.deleted_at.is_(None))
+        .where(host_match(M.ShareInstance.host, host),
+               M.ShareSnapshotInstance.deleted_at.is_(None))
     )
     if statuses is not None:
         stmt = stmt.where(M.ShareSnapshotInstance.status.in_(statuses))
@@ -103,7 +111,8 @@ def group_snapshots_on_host(
     stmt = (
         sa.select(M.ShareGroupSnapshot, M.ShareGroup)
         .join(M.ShareGroup, M.ShareGroupSnapshot.share_group_id == M.ShareGroup.id)
-        .where(M.ShareGroup.host == host, M.ShareGroupSnapshot.deleted_at.is_(None))
+        .where(host_match(M.ShareGroup.host, host),
+               M.ShareGroupSnapshot.deleted_at.is_(None))
     )
     if statuses is not None:
         stmt = stmt.where(M.ShareGroupSnapshot.status.in_(statuses))
@@ -132,10 +141,7 @@ def on_host(
 ) -> list:
     """Live rows of ``model`` on ``host`` ('host@backend'), pools included,
     and never 'host@backend2'."""
-    stmt = sa.select(model).where(
-        model.deleted_at.is_(None),
-        sa.or_(model.host == host, model.host.like(host.replace("%", r"\%") + "#%")),
-    )
+    stmt = sa.select(model).where(model.deleted_at.is_(None), host_match(model.host, host))
     if statuses is not None:
         stmt = stmt.where(model.status.in_(list(statuses)))
     for column, value in (extra or {}).items():
@@ -156,3 +162,18 @@ def backups_to_continue(db: Database, hosts: list[str], status: str, progress_co
     )
     with db.session() as session:
         return list(session.scalars(stmt))
+
+
+def backup_in_progress(db: Database, share_id: str) -> bool:
+    """A live backup of the share whose create or restore has started."""
+    stmt = sa.select(sa.func.count()).select_from(M.ShareBackup).where(
+        M.ShareBackup.share_id == share_id,
+        M.ShareBackup.deleted_at.is_(None),
+        sa.or_(
+            sa.and_(M.ShareBackup.status == "creating", M.ShareBackup.progress.is_not(None)),
+            sa.and_(M.ShareBackup.status == "restoring",
+                    M.ShareBackup.restore_progress.is_not(None)),
+        ),
+    )
+    with db.session() as session:
+        return session.scalar(stmt) > 0

@@ -118,6 +118,14 @@ class Coordinator:
             with contextlib.suppress(coordination.ToozError):
                 lock.release()
 
+    def watch_leave(self, callback: object) -> None:
+        """Call ``callback(event)`` from ``run_watchers`` when an engine leaves
+        the group (or its membership expires)."""
+        self._coord.watch_leave_group(ENGINE_GROUP, callback)
+
+    def run_watchers(self) -> None:
+        self._coord.run_watchers()
+
     def heartbeat(self) -> None:
         self._coord.heartbeat()
 

@@ -9,6 +9,7 @@ it expects, in one transaction with any other row the outcome touches.
 from __future__ import annotations
 
 import contextlib
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -86,6 +87,13 @@ class Operations:
             raise OperationFailed(f"unknown request {req.resource_type} {req.action}")
         handler(req)
 
+    def retry_delete(self, rtype: str, ident: str) -> None:
+        """Run the delete of a resource stuck in deleting again, as a request
+        would (the caller holds the resource lock)."""
+        req = types.SimpleNamespace(resource_type=rtype, resource_id=ident, action="delete",
+                                    args={})
+        self.handlers[(rtype, "delete")](req, held=True)
+
     def driver_for(self, host: str) -> Any:
         backend = views.backend_of(host)
         try:
@@ -121,9 +129,11 @@ class Operations:
         on_success: Callable[[Any, Any], list[Change]],
         error_values: dict[str, Any] | Callable[[Any], list[Change]],
         what: str,
+        held: bool = False,
     ) -> None:
-        """Lock, re-read, call the driver, write success or error atomically."""
-        with self.locked(rtype, ident):
+        """Lock, re-read, call the driver, write success or error atomically.
+        ``held``: the caller (the reconciler) already holds the lock."""
+        with contextlib.nullcontext() if held else self.locked(rtype, ident):
             row = self._fresh(model, ident, expected)
             try:
                 result = call(row)
@@ -141,22 +151,22 @@ class Operations:
 
     # Row loading -------------------------------------------------------------
 
-    def _share_parts(self, inst: M.ShareInstance) -> tuple[dict, dict | None]:
+    def share_parts(self, inst: M.ShareInstance) -> tuple[dict, dict | None]:
         share = db_api.get(self.db, M.Share, inst.share_id, include_deleted=True)
-        return views.share(inst, share), self._server(inst.share_server_id)
+        return views.share(inst, share), self.server_dict(inst.share_server_id)
 
-    def _server(self, server_id: str | None) -> dict | None:
+    def server_dict(self, server_id: str | None) -> dict | None:
         if not server_id:
             return None
         row = db_api.get(self.db, M.ShareServer, server_id, include_deleted=True)
         return views.server(row) if row else None
 
-    def _snapshot_dict(self, snap_inst: M.ShareSnapshotInstance) -> tuple[dict, dict | None]:
+    def snapshot_parts(self, snap_inst: M.ShareSnapshotInstance) -> tuple[dict, dict | None]:
         snap = db_api.get(self.db, M.ShareSnapshot, snap_inst.snapshot_id, include_deleted=True)
         inst = db_api.get(self.db, M.ShareInstance, snap_inst.share_instance_id,
                           include_deleted=True)
         share = db_api.get(self.db, M.Share, inst.share_id, include_deleted=True)
-        return views.snapshot(snap_inst, snap, inst, share), self._server(inst.share_server_id)
+        return views.snapshot(snap_inst, snap, inst, share), self.server_dict(inst.share_server_id)
 
     def _share_gone_changes(self, inst: M.ShareInstance) -> list[Change]:
         """The instance is deleted; the logical share goes with its last instance."""
@@ -177,13 +187,13 @@ class Operations:
         driver = self.driver_for(inst0.host)
 
         def call(inst: M.ShareInstance) -> Any:
-            share_d, server = self._share_parts(inst)
+            share_d, server = self.share_parts(inst)
             share = db_api.get(self.db, M.Share, inst.share_id)
             if share.snapshot_id:
                 snap_inst = resources.snapshot_instance_of(self.db, share.snapshot_id)
                 if snap_inst is None:
                     raise OperationFailed(f"snapshot {share.snapshot_id} is gone")
-                snap_d, _ = self._snapshot_dict(snap_inst)
+                snap_d, _ = self.snapshot_parts(snap_inst)
                 return driver.create_share_from_snapshot(share_d, snap_d, server)
             return driver.create_share(share_d, server)
 
@@ -196,16 +206,17 @@ class Operations:
             {"status": C.ERROR}, f"create of share instance {inst0.id}",
         )
 
-    def delete_share(self, req: M.Request) -> None:
+    def delete_share(self, req: M.Request, held: bool = False) -> None:
         inst0 = db_api.get(self.db, M.ShareInstance, req.resource_id)
         if inst0 is None:
             raise Stale(f"share instance {req.resource_id} is gone")
         driver = self.driver_for(inst0.host)
         self._perform(
             C.SHARE_INSTANCE, M.ShareInstance, inst0.id, (C.DELETING, C.DEFERRED_DELETING),
-            lambda inst: driver.delete_share(*self._share_parts(inst)),
+            lambda inst: driver.delete_share(*self.share_parts(inst)),
             lambda inst, _r: self._share_gone_changes(inst),
             {"status": C.ERROR_DELETING}, f"delete of share instance {inst0.id}",
+            held=held,
         )
 
     def resize_share(self, req: M.Request) -> None:
@@ -218,7 +229,7 @@ class Operations:
         method = driver.extend_share if extend else driver.shrink_share
 
         def call(inst: M.ShareInstance) -> Any:
-            share_d, server = self._share_parts(inst)
+            share_d, server = self.share_parts(inst)
             return method(share_d, new_size, server)
 
         self._perform(
@@ -254,11 +265,11 @@ class Operations:
 
         self._perform(
             C.SNAPSHOT_INSTANCE, M.ShareSnapshotInstance, snap0.id, (C.CREATING,),
-            lambda row: driver.create_snapshot(*self._snapshot_dict(row)),
+            lambda row: driver.create_snapshot(*self.snapshot_parts(row)),
             ok, {"status": C.ERROR}, f"create of snapshot instance {snap0.id}",
         )
 
-    def delete_snapshot(self, req: M.Request) -> None:
+    def delete_snapshot(self, req: M.Request, held: bool = False) -> None:
         snap0, host = self._snap_host(req.resource_id)
         driver = self.driver_for(host)
 
@@ -271,8 +282,9 @@ class Operations:
 
         self._perform(
             C.SNAPSHOT_INSTANCE, M.ShareSnapshotInstance, snap0.id, (C.DELETING,),
-            lambda row: driver.delete_snapshot(*self._snapshot_dict(row)),
+            lambda row: driver.delete_snapshot(*self.snapshot_parts(row)),
             gone, {"status": C.ERROR_DELETING}, f"delete of snapshot instance {snap0.id}",
+            held=held,
         )
 
     # Replicas ------------------------------------------------------------------
@@ -284,9 +296,9 @@ class Operations:
         driver = self.driver_for(rep0.host)
 
         def call(rep: M.ShareInstance) -> Any:
-            rep_d, server = self._share_parts(rep)
+            rep_d, server = self.share_parts(rep)
             active = resources.primary_instance(self.db, rep.share_id)
-            active_d, _ = self._share_parts(active)
+            active_d, _ = self.share_parts(active)
             return driver.create_replica(rep_d, active_d, server)
 
         def ok(rep: M.ShareInstance, result: Any) -> list[Change]:
@@ -303,16 +315,17 @@ class Operations:
             f"create of replica {rep0.id}",
         )
 
-    def delete_replica(self, req: M.Request) -> None:
+    def delete_replica(self, req: M.Request, held: bool = False) -> None:
         rep0 = db_api.get(self.db, M.ShareInstance, req.resource_id)
         if rep0 is None:
             raise Stale(f"replica {req.resource_id} is gone")
         driver = self.driver_for(rep0.host)
         self._perform(
             C.REPLICA, M.ShareInstance, rep0.id, (C.DELETING,),
-            lambda rep: driver.delete_replica(*self._share_parts(rep)),
+            lambda rep: driver.delete_replica(*self.share_parts(rep)),
             lambda rep, _r: self._share_gone_changes(rep),
             {"status": C.ERROR_DELETING}, f"delete of replica {rep0.id}",
+            held=held,
         )
 
     # Share servers -------------------------------------------------------------
@@ -330,7 +343,7 @@ class Operations:
             {"status": C.ERROR}, f"setup of share server {row0.id}",
         )
 
-    def delete_share_server(self, req: M.Request) -> None:
+    def delete_share_server(self, req: M.Request, held: bool = False) -> None:
         row0 = db_api.get(self.db, M.ShareServer, req.resource_id)
         if row0 is None:
             raise Stale(f"share server {req.resource_id} is gone")
@@ -340,6 +353,7 @@ class Operations:
             lambda row: driver.teardown_server(views.server(row), dict(row.backend_details or {})),
             lambda row, _r: [(M.ShareServer, row.id, {"status": row.status}, _deleted())],
             {"status": C.ERROR}, f"teardown of share server {row0.id}",
+            held=held,
         )
 
     # Share groups and group snapshots -----------------------------------------
@@ -352,13 +366,13 @@ class Operations:
         self._perform(
             C.SHARE_GROUP, M.ShareGroup, row0.id, (C.CREATING,),
             lambda row: driver.create_share_group(views.group(row),
-                                                  self._server(row.share_server_id)),
+                                                  self.server_dict(row.share_server_id)),
             lambda row, _r: [(M.ShareGroup, row.id, {"status": row.status},
                               {"status": C.AVAILABLE})],
             {"status": C.ERROR}, f"create of share group {row0.id}",
         )
 
-    def delete_share_group(self, req: M.Request) -> None:
+    def delete_share_group(self, req: M.Request, held: bool = False) -> None:
         row0 = db_api.get(self.db, M.ShareGroup, req.resource_id)
         if row0 is None:
             raise Stale(f"share group {req.resource_id} is gone")
@@ -366,9 +380,10 @@ class Operations:
         self._perform(
             C.SHARE_GROUP, M.ShareGroup, row0.id, (C.DELETING,),
             lambda row: driver.delete_share_group(views.group(row),
-                                                  self._server(row.share_server_id)),
+                                                  self.server_dict(row.share_server_id)),
             lambda row, _r: [(M.ShareGroup, row.id, {"status": row.status}, _deleted())],
             {"status": C.ERROR}, f"delete of share group {row0.id}",
+            held=held,
         )
 
     def _gsnap(self, ident: str) -> tuple[M.ShareGroupSnapshot, M.ShareGroup]:
@@ -383,22 +398,23 @@ class Operations:
         self._perform(
             C.GROUP_SNAPSHOT, M.ShareGroupSnapshot, row0.id, (C.CREATING,),
             lambda row: driver.create_share_group_snapshot(
-                views.group_snapshot(row, group), self._server(group.share_server_id)),
+                views.group_snapshot(row, group), self.server_dict(group.share_server_id)),
             lambda row, _r: [(M.ShareGroupSnapshot, row.id, {"status": row.status},
                               {"status": C.AVAILABLE})],
             {"status": C.ERROR}, f"create of group snapshot {row0.id}",
         )
 
-    def delete_group_snapshot(self, req: M.Request) -> None:
+    def delete_group_snapshot(self, req: M.Request, held: bool = False) -> None:
         row0, group = self._gsnap(req.resource_id)
         driver = self.driver_for(group.host)
         self._perform(
             C.GROUP_SNAPSHOT, M.ShareGroupSnapshot, row0.id, (C.DELETING,),
             lambda row: driver.delete_share_group_snapshot(
-                views.group_snapshot(row, group), self._server(group.share_server_id)),
+                views.group_snapshot(row, group), self.server_dict(group.share_server_id)),
             lambda row, _r: [(M.ShareGroupSnapshot, row.id, {"status": row.status},
                               _deleted())],
             {"status": C.ERROR}, f"delete of group snapshot {row0.id}",
+            held=held,
         )
 
     # Backups (two-phase, as Manila: the periodic *_continue tasks finish them) ---
@@ -413,7 +429,7 @@ class Operations:
         inst = resources.primary_instance(self.db, backup.share_id)
         if inst is None:
             raise OperationFailed(f"share {backup.share_id} of backup {backup.id} is gone")
-        share_d, _ = self._share_parts(inst)
+        share_d, _ = self.share_parts(inst)
         return share_d, inst
 
     def create_backup(self, req: M.Request) -> None:
@@ -452,7 +468,7 @@ class Operations:
             failed, f"restore of backup {row0.id}",
         )
 
-    def delete_backup(self, req: M.Request) -> None:
+    def delete_backup(self, req: M.Request, held: bool = False) -> None:
         row0 = self._backup(req.resource_id)
         driver = self.driver_for(row0.host)
         self._perform(
@@ -460,6 +476,7 @@ class Operations:
             lambda row: driver.delete_backup(views.backup(row)),
             lambda row, _r: [(M.ShareBackup, row.id, {"status": row.status}, _deleted())],
             {"status": C.ERROR}, f"delete of backup {row0.id}",
+            held=held,
         )
 
     def continue_backups(self, hosts: list[str]) -> None:

@@ -20,6 +20,8 @@ from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.coordination import safe_url as c_url
 from sharemgr.manager.operations import Operations
 from sharemgr.manager.runner import RequestRunner
+from sharemgr.reconcile.reconciler import Reconciler
+from sharemgr.reconcile.runner import RECONCILE, PassRunner, run_watchers
 
 LOG = logging.getLogger(__name__)
 BINARY = "share-manager"
@@ -74,6 +76,8 @@ class ShareManagerService:
         self.handlers = Handlers()
         self.operations: Operations | None = None
         self.runner: RequestRunner | None = None
+        self.reconciler: Reconciler | None = None
+        self.passes: PassRunner | None = None
 
     # Start -----------------------------------------------------------------
 
@@ -109,6 +113,7 @@ class ShareManagerService:
         db_api.service_register(self.db, self.host, BINARY, self.engine_id)
         self.registered = True
         self.ensure_driver_resources()
+        self._start_reconciliation()
         self.runner = RequestRunner(
             self.db,
             self.engine_id,
@@ -124,6 +129,21 @@ class ShareManagerService:
         self._start_periodics()
         LOG.info("share-manager up: host %s, engine %s, backends %s", self.host,
                  self.engine_id, ", ".join(self.drivers) or "none")
+
+    def _start_reconciliation(self) -> None:
+        self.reconciler = Reconciler(
+            self.db, self.drivers, self.coordinator, self.operations, self.host,
+            self.engine_id, self.conf.reconciliation_workers,
+        )
+        self.passes = PassRunner(self.reconciler, self.stopping)
+        self.handlers.add(RECONCILE, "run", self.passes.handle_request)
+        self.passes.watch_peers(self.coordinator, self.host, self.engine_id,
+                                self.conf.peer_reconciliation_grace_seconds)
+        if self.conf.startup_reconciliation_enabled:
+            # Deferred: the daemon takes requests while the pass waits and runs.
+            self.passes.defer_startup(self.conf.startup_reconciliation_wait_seconds)
+        else:
+            LOG.info("startup reconciliation disabled")
 
     def ensure_driver_resources(self) -> None:
         for backend, driver in self.drivers.items():
@@ -144,7 +164,11 @@ class ShareManagerService:
         def backup_continue() -> None:
             self.operations.continue_backups(self.hosts)
 
-        return [(heartbeat, (), {}), (backup_continue, (), {})]
+        @periodics.periodic(spacing=1.0, run_immediately=False)
+        def membership() -> None:
+            run_watchers(self.coordinator)
+
+        return [(heartbeat, (), {}), (backup_continue, (), {}), (membership, (), {})]
 
     def _start_periodics(self) -> None:
         self._periodic_executor = futurist.ThreadPoolExecutor(max_workers=4)
@@ -173,6 +197,9 @@ class ShareManagerService:
                 LOG.warning("driver calls still running after graceful_shutdown_timeout "
                             "(%ss); their resources stay transient until reconciled",
                             self.conf.graceful_shutdown_timeout)
+        self.stopping.set()
+        if self.passes is not None:
+            self.passes.stop()
         if self.periodic is not None:
             self.periodic.stop()
             self.periodic.wait()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sharemgr.manager.cli import db_cmds, resource_cmds, service_cmds
+from sharemgr.manager.cli import db_cmds, reconcile_cmds, resource_cmds, service_cmds
 from sharemgr.manager.cli.context import Context
 
 __all__ = ["COMMANDS", "Context"]
@@ -12,4 +12,7 @@ COMMANDS: dict[str, type] = {
     "db version": db_cmds.DbVersion,
     "service list": service_cmds.ServiceList,
     **resource_cmds.commands_for(),
+    "reconcile run": reconcile_cmds.ReconcileRun,
+    "reconcile show": reconcile_cmds.ReconcileShow,
+    "reconcile list": reconcile_cmds.ReconcileList,
 }

@@ -1,0 +1,61 @@
+"""Queries of the reconciliation pass: open requests, abandonment, records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sharemgr.db import models as M
+from sharemgr.db.engine import Database
+
+
+def open_requests(db: Database, hosts: list[str]) -> list[M.Request]:
+    """Pending and running requests for these hosts (and host-less ones)."""
+    stmt = sa.select(M.Request).where(
+        M.Request.status.in_(("pending", "running")),
+        sa.or_(M.Request.host.in_(hosts), M.Request.host.is_(None)),
+    )
+    with db.session() as session:
+        return list(session.scalars(stmt.order_by(M.Request.id)))
+
+
+def abandon_request(db: Database, request_id: int, dead_engine: str, note: str) -> bool:
+    """running → abandoned, only if the dead engine still owns it."""
+    stmt = (
+        sa.update(M.Request)
+        .where(M.Request.id == request_id, M.Request.status == "running",
+               M.Request.engine_id == dead_engine)
+        .values(status="abandoned", finished_at=M.utcnow(), error=note)
+    )
+    with db.session() as session:
+        return session.execute(stmt).rowcount == 1
+
+
+def pass_start(db: Database, host: str, engine_id: str, trigger: str, dry_run: bool
+               ) -> M.ReconcilePass:
+    row = M.ReconcilePass(host=host, engine_id=engine_id, trigger=trigger, dry_run=dry_run,
+                          started_at=M.utcnow(), summary={})
+    with db.session() as session:
+        session.add(row)
+    return row
+
+
+def pass_finish(db: Database, pass_id: int, summary: dict[str, Any]) -> None:
+    with db.session() as session:
+        session.execute(
+            sa.update(M.ReconcilePass).where(M.ReconcilePass.id == pass_id)
+            .values(summary=summary, finished_at=M.utcnow())
+        )
+
+
+def passes(db: Database, host: str | None = None, limit: int = 1,
+           pass_id: int | None = None, trigger: str | None = None) -> list[M.ReconcilePass]:
+    stmt = sa.select(M.ReconcilePass).order_by(M.ReconcilePass.id.desc()).limit(limit)
+    if trigger:
+        stmt = stmt.where(M.ReconcilePass.trigger == trigger)
+    if host:
+        stmt = stmt.where(M.ReconcilePass.host == host)
+    if pass_id is not None:
+        stmt = stmt.where(M.ReconcilePass.id == pass_id)
+    with db.session() as session:
+        return list(session.scalars(stmt))

@@ -1,0 +1,292 @@
+"""A reconciliation pass: settle this host's resources that a crash left in a
+transient status (spec 002).
+
+Per resource: skip what must be left alone, take the non-blocking tooz
+try-lock the operations hold (skip when held), re-read the row (skip when it
+changed), act by the rule of ``rules.RULES``, write the outcome with a
+conditional update. Stages run in dependency order; resources of one stage
+run in parallel on a bounded futurist pool. One failing resource never stops
+the pass.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any
+
+import futurist
+from futurist import waiters
+from oslo_log import log as logging
+from sharemgr.db import api as db_api
+from sharemgr.db import models as M
+from sharemgr.db import reconcile as db_rec
+from sharemgr.db.engine import Database
+from sharemgr.drivers.exceptions import ShareResourceNotFound
+from sharemgr.manager import constants as C
+from sharemgr.manager import views
+from sharemgr.manager.coordination import Coordinator
+from sharemgr.manager.operations import OperationFailed, Operations, Stale, lock_name
+from sharemgr.reconcile import rules, scan
+from sharemgr.reconcile.scan import Candidate
+
+LOG = logging.getLogger(__name__)
+
+
+class Summary:
+    """Counts per type and outcome, skips and why, duration; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.outcomes: dict[str, collections.Counter] = collections.defaultdict(
+            collections.Counter)
+        self.skipped: collections.Counter = collections.Counter()
+        self.abandoned = 0
+        self.failures = 0
+        self.plan: list[dict[str, Any]] = []
+
+    def outcome(self, rtype: str, status: str) -> None:
+        with self._lock:
+            self.outcomes[rtype][status] += 1
+
+    def skip(self, reason: str) -> None:
+        with self._lock:
+            self.skipped[reason] += 1
+
+    def failed(self) -> None:
+        with self._lock:
+            self.failures += 1
+
+    def planned(self, item: dict[str, Any]) -> None:
+        with self._lock:
+            self.plan.append(item)
+
+    def as_dict(self, duration: float) -> dict[str, Any]:
+        return {
+            "outcomes": {t: dict(c) for t, c in self.outcomes.items()},
+            "skipped": dict(self.skipped),
+            "abandoned_requests": self.abandoned,
+            "failures": self.failures,
+            "duration_seconds": round(duration, 3),
+            "plan": self.plan,
+        }
+
+    def line(self, duration: float) -> str:
+        acted = ", ".join(
+            f"{t}: " + " ".join(f"{s}={n}" for s, n in sorted(c.items()))
+            for t, c in sorted(self.outcomes.items())
+        ) or "nothing to settle"
+        skipped = ", ".join(f"{r}={n}" for r, n in sorted(self.skipped.items())) or "none"
+        return (f"{acted}; skipped: {skipped}; abandoned requests: {self.abandoned}; "
+                f"failures: {self.failures}; {duration:.2f}s")
+
+
+def _classify(answer: Any) -> tuple[bool, str, dict[str, Any]]:
+    """A status method's answer → (healthy, reason, answer dict)."""
+    if not isinstance(answer, dict) or not answer.get("status"):
+        return False, f"status method returned {answer!r} (no status)", {}
+    if answer["status"] in (C.AVAILABLE, C.ACTIVE):
+        return True, "healthy on the backend", answer
+    return False, f"backend status {answer['status']}", answer
+
+
+class Reconciler:
+    def __init__(
+        self,
+        db: Database,
+        drivers: dict[str, Any],
+        coordinator: Coordinator,
+        operations: Operations,
+        host: str,
+        engine_id: str,
+        workers: int,
+    ) -> None:
+        self.db = db
+        self.drivers = drivers
+        self.coordinator = coordinator
+        self.operations = operations
+        self.host = host
+        self.engine_id = engine_id
+        self.workers = workers
+
+    @property
+    def hosts(self) -> list[str]:
+        return [f"{self.host}@{b}" for b in self.drivers]
+
+    # The pass ----------------------------------------------------------------
+
+    def run(self, trigger: str = "startup", dry_run: bool = False) -> dict[str, Any]:
+        started = time.monotonic()
+        record = db_rec.pass_start(self.db, self.host, self.engine_id, trigger, dry_run)
+        summary = Summary()
+        alive = self.coordinator.engines()
+        requests = self._open_requests(alive, summary, dry_run)
+        executor = futurist.ThreadPoolExecutor(max_workers=self.workers)
+        try:
+            for rtype in rules.STAGES:
+                cands = self._stage(rtype)
+                futures = [executor.submit(self._one, c, requests, alive, summary, dry_run)
+                           for c in cands]
+                if futures:
+                    waiters.wait_for_all(futures)
+        finally:
+            executor.shutdown(wait=True)
+        duration = time.monotonic() - started
+        result = summary.as_dict(duration)
+        db_rec.pass_finish(self.db, record.id, result)
+        LOG.info("reconciliation pass %s (%s%s) on %s: %s", record.id, trigger,
+                 ", dry run" if dry_run else "", self.host, summary.line(duration))
+        result["id"] = record.id
+        return result
+
+    def _stage(self, rtype: str) -> list[Candidate]:
+        cands: list[Candidate] = []
+        for backend, driver in self.drivers.items():
+            if rtype == C.SHARE_SERVER and not driver.driver_handles_share_servers:
+                continue
+            cands.extend(scan.scan(self.db, rtype, f"{self.host}@{backend}"))
+        return cands
+
+    def _open_requests(self, alive: set[str], summary: Summary, dry_run: bool
+                       ) -> dict[str, M.Request]:
+        """Pending/running requests by resource id; requests claimed by dead
+        engines become abandoned (not in a dry run)."""
+        by_resource: dict[str, M.Request] = {}
+        for req in db_rec.open_requests(self.db, self.hosts):
+            if req.status == C.REQUEST_RUNNING and req.engine_id not in alive:
+                if req.host is None:
+                    continue  # host-less requests (stacks) are resumed by the engine
+                if not dry_run and db_rec.abandon_request(
+                        self.db, req.id, req.engine_id,
+                        f"engine {req.engine_id} died; reconciled by {self.engine_id}"):
+                    summary.abandoned += 1
+                continue
+            by_resource[req.resource_id] = req
+        return by_resource
+
+    # One resource ----------------------------------------------------------------
+
+    def _one(self, cand: Candidate, requests: dict[str, M.Request], alive: set[str],
+             summary: Summary, dry_run: bool) -> None:
+        try:
+            self._settle(cand, requests, summary, dry_run)
+        except Exception:
+            summary.failed()
+            LOG.exception("reconciliation of %s %s (%s) failed", cand.rtype, cand.id,
+                          cand.status)
+
+    def _skip(self, cand: Candidate, reason: str, summary: Summary, dry_run: bool) -> None:
+        LOG.debug("reconciliation skips %s %s (%s): %s", cand.rtype, cand.id, cand.status,
+                  reason)
+        summary.skip(reason.split(" on ")[0] if reason.startswith("in progress") else reason)
+        if dry_run:
+            summary.planned({"type": cand.rtype, "id": cand.id, "status": cand.status,
+                             "action": "skip", "reason": reason})
+
+    def _settle(self, cand: Candidate, requests: dict[str, M.Request], summary: Summary,
+                dry_run: bool) -> None:
+        reason = scan.left_alone(self.db, cand)
+        req = requests.get(cand.id)
+        if reason is None and req is not None:
+            reason = ("request pending" if req.status == C.REQUEST_PENDING
+                      else f"in progress on {req.engine_id}")
+        if reason is None and views.backend_of(cand.host) not in self.drivers:
+            reason = "backend not served by this engine"
+        if reason is not None:
+            self._skip(cand, reason, summary, dry_run)
+            return
+        rule = rules.RULES[cand.rtype][cand.status]
+        if dry_run:
+            target = {rules.QUERY: f"{rule.ok} or {rule.error}",
+                      rules.DELETE: f"{rule.ok} or {rule.error}",
+                      rules.MARK: rule.error}[rule.action]
+            summary.planned({"type": cand.rtype, "id": cand.id, "status": cand.status,
+                             "action": rule.action + (f" {rule.method}" if rule.method else ""),
+                             "outcome": target})
+            return
+        with self.coordinator.try_lock(lock_name(cand.rtype, cand.id)) as got:
+            if not got:
+                self._skip(cand, "locked by another engine", summary, dry_run)
+                return
+            row = db_api.get(self.db, cand.model, cand.id)
+            if row is None or row.status != cand.status:
+                self._skip(cand, "changed meanwhile", summary, dry_run)
+                return
+            cand.row = row
+            outcome = self._act(cand, rule)
+        if outcome is not None:
+            summary.outcome(cand.rtype, outcome)
+
+    def _act(self, cand: Candidate, rule: rules.Rule) -> str | None:
+        if rule.action == rules.MARK:
+            LOG.warning("%s %s stuck in %s cannot be resumed: %s", cand.rtype, cand.id,
+                        cand.status, rule.error)
+            return self._set(cand, [], rule.error)
+        if rule.action == rules.DELETE:
+            try:
+                self.operations.retry_delete(cand.rtype, cand.id)
+            except OperationFailed as exc:
+                LOG.warning("%s %s: delete retry failed: %s", cand.rtype, cand.id, exc)
+                return rule.error
+            except Stale:
+                return None
+            return rule.ok
+        return self._query(cand, rule)
+
+    def _set(self, cand: Candidate, extra: list, status: str,
+             values: dict[str, Any] | None = None) -> str | None:
+        changes = [(cand.model, cand.id, {"status": cand.status},
+                    {"status": status, **(values or {})})] + extra
+        if not db_api.transition_with_request(self.db, changes, None):
+            LOG.info("%s %s changed while being reconciled", cand.rtype, cand.id)
+            return None
+        return status
+
+    # Query and converge ---------------------------------------------------------
+
+    def _query(self, cand: Candidate, rule: rules.Rule) -> str | None:
+        driver = self.drivers[views.backend_of(cand.host)]
+        try:
+            args = self._status_args(cand)
+            answer = getattr(driver, rule.method)(*args)
+            healthy, reason, answer = _classify(answer)
+        except NotImplementedError:
+            healthy, reason, answer = False, f"driver does not implement {rule.method}", {}
+        except ShareResourceNotFound as exc:
+            healthy, reason, answer = False, f"missing on the backend ({exc})", {}
+        except Exception as exc:
+            healthy, reason, answer = False, f"{rule.method} raised {exc!r}", {}
+        if not healthy:
+            LOG.warning("%s %s (%s) → %s: %s", cand.rtype, cand.id, cand.status, rule.error,
+                        reason)
+            values = {"replica_state": C.REPLICA_ERROR} if cand.rtype == C.REPLICA else {}
+            return self._set(cand, [], rule.error, values)
+        LOG.info("%s %s (%s) → %s: %s", cand.rtype, cand.id, cand.status, rule.ok, reason)
+        values, extra = self._healthy_values(cand, answer)
+        return self._set(cand, extra, rule.ok, values)
+
+    def _status_args(self, cand: Candidate) -> tuple:
+        ops = self.operations
+        if cand.rtype in (C.SHARE_INSTANCE, C.REPLICA):
+            return ops.share_parts(cand.row)
+        if cand.rtype == C.SNAPSHOT_INSTANCE:
+            return ops.snapshot_parts(cand.row)
+        if cand.rtype == C.SHARE_GROUP:
+            return views.group(cand.row), ops.server_dict(cand.row.share_server_id)
+        grp = db_api.get(self.db, M.ShareGroup, cand.row.share_group_id, include_deleted=True)
+        return views.group_snapshot(cand.row, grp), ops.server_dict(grp.share_server_id)
+
+    def _healthy_values(self, cand: Candidate, answer: dict[str, Any]
+                        ) -> tuple[dict[str, Any], list]:
+        values: dict[str, Any] = {}
+        extra: list = []
+        if cand.rtype in (C.SHARE_INSTANCE, C.REPLICA):
+            if answer.get("export_locations") is not None:
+                values["export_locations"] = views.export_locations(answer["export_locations"])
+            if cand.rtype == C.REPLICA:
+                values["replica_state"] = answer.get("replica_state") or C.REPLICA_IN_SYNC
+            if cand.status in (C.EXTENDING, C.SHRINKING) and answer.get("size") is not None:
+                # The backend's size is the truth, whichever way the resize went.
+                extra.append((M.Share, cand.row.share_id, {}, {"size": int(answer["size"])}))
+        return values, extra

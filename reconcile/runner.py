@@ -1,0 +1,74 @@
+"""When passes run: deferred after start, on request, after a peer's death.
+
+Passes of one engine run one at a time on a single futurist worker, so a
+startup pass, a manual one and a peer one never overlap in one process (the
+per-resource try-locks keep engines apart).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import futurist
+from oslo_log import log as logging
+from sharemgr.reconcile.reconciler import Reconciler
+from tooz import coordination
+
+LOG = logging.getLogger(__name__)
+
+RECONCILE = "reconcile"
+
+
+def engine_host(engine_id: str) -> str:
+    """'<host>.<uuid4>' → '<host>' (hosts may contain dots; uuids have 36 chars)."""
+    return engine_id[:-37] if len(engine_id) > 37 and engine_id[-37] == "." else ""
+
+
+class PassRunner:
+    def __init__(self, reconciler: Reconciler, stopping: threading.Event) -> None:
+        self.reconciler = reconciler
+        self.stopping = stopping
+        self.executor = futurist.ThreadPoolExecutor(max_workers=1)
+
+    def _after(self, delay: float, trigger: str, dry_run: bool = False) -> dict | None:
+        if delay and self.stopping.wait(delay):
+            return None
+        if self.stopping.is_set():
+            return None
+        return self.reconciler.run(trigger, dry_run)
+
+    def defer_startup(self, wait_seconds: int) -> Any:
+        LOG.info("startup reconciliation in %ss", wait_seconds)
+        return self.executor.submit(self._after, wait_seconds, "startup")
+
+    def handle_request(self, req: Any) -> None:
+        """Handler of a 'reconcile run' request (sharectl reconcile run)."""
+        dry_run = bool((req.args or {}).get("dry_run"))
+        fut = self.executor.submit(self._after, 0, f"manual:{req.id}", dry_run)
+        fut.result()
+
+    def watch_peers(self, coordinator: Any, host: str, engine_id: str, grace: int) -> None:
+        """Reconcile what a peer of this host leaves behind when it drops out
+        of the engines group (a crash without restart)."""
+
+        def left(event: Any) -> None:
+            member = event.member_id.decode() if isinstance(event.member_id, bytes) \
+                else event.member_id
+            if member != engine_id and engine_host(member) == host:
+                LOG.warning("engine %s of this host left the group; reconciling what it "
+                            "left in %ss", member, grace)
+                self.executor.submit(self._after, grace, f"peer:{member}")
+
+        coordinator.watch_leave(left)
+
+    def stop(self) -> None:
+        self.executor.shutdown(wait=True)
+
+
+def run_watchers(coordinator: Any) -> None:
+    try:
+        coordinator.run_watchers()
+    except coordination.ToozError as exc:
+        LOG.warning("membership watch failed: %s", exc)
+
