@@ -211,8 +211,10 @@ class ReconcilePass(Base):
 class StackTemplate(Base):
     __tablename__ = "stack_templates"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    stack_id: Mapped[str | None] = mapped_column(String(36))
     template: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
+    __table_args__ = (Index("ix_stack_templates_stack", "stack_id"),)
 
 
 class Stack(TimestampMixin, Base):

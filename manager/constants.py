@@ -72,6 +72,7 @@ SNAPSHOT_INSTANCE = "snapshot_instance"
 SHARE_GROUP = "share_group"
 GROUP_SNAPSHOT = "group_snapshot"
 BACKUP = "backup"
+RECONCILE = "reconcile"  # requests for a reconciliation pass
 
 # Every status each resource type may take; reset-state accepts these.
 VALID_STATUSES: dict[str, tuple[str, ...]] = {

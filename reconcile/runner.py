@@ -12,12 +12,13 @@ from typing import Any
 
 import futurist
 from oslo_log import log as logging
+from sharemgr.manager import constants as C
 from sharemgr.reconcile.reconciler import Reconciler
 from tooz import coordination
 
 LOG = logging.getLogger(__name__)
 
-RECONCILE = "reconcile"
+RECONCILE = C.RECONCILE
 
 
 def engine_host(engine_id: str) -> str:

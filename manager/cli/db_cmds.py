@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sharemgr.db import migration
 from sharemgr.manager.cli import base
 
 
@@ -12,6 +11,8 @@ class DbSync(base.Command):
     """Create or upgrade the database schema to the newest revision."""
 
     def take_action(self, parsed_args: Any) -> int:
+        from sharemgr.db import migration  # alembic is slow to import: only here
+
         db = self.app.context.db
         before = migration.current(db)
         migration.upgrade(db)
@@ -25,6 +26,8 @@ class DbVersion(base.ShowOne):
     """Show the schema revision of the database and the newest one."""
 
     def take_action(self, parsed_args: Any) -> tuple:
+        from sharemgr.db import migration
+
         db = self.app.context.db
         current = migration.current(db)
         head = migration.head()

@@ -12,7 +12,6 @@ from sharemgr.db import models as M
 from sharemgr.db import reconcile as db_rec
 from sharemgr.manager import constants as C
 from sharemgr.manager.cli import base
-from sharemgr.reconcile.runner import RECONCILE
 
 
 def _summary_row(p: M.ReconcilePass) -> tuple[tuple, tuple]:
@@ -41,7 +40,7 @@ class ReconcileRun(base.Lister):
         ctx = self.app.context
         host = ctx.conf.host
         req_id = db_api.add_with_request(ctx.db, [], {
-            "resource_type": RECONCILE, "resource_id": str(uuid.uuid4()), "action": "run",
+            "resource_type": C.RECONCILE, "resource_id": str(uuid.uuid4()), "action": "run",
             "host": host, "args": {"dry_run": parsed_args.dry_run},
         })
         deadline = time.monotonic() + parsed_args.timeout

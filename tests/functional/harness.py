@@ -157,6 +157,9 @@ class Deployment:
         return json.loads(out.stdout) if out.stdout.strip() else None
 
     def stop_all(self) -> None:
+        for engine in self.engines:  # signal all first: they stop in parallel
+            if engine.proc.poll() is None:
+                engine.proc.send_signal(signal.SIGTERM)
         for engine in self.engines:
             try:
                 engine.terminate(timeout=30)
@@ -173,3 +176,67 @@ def wait_until(predicate, timeout: float = 30, interval: float = 0.2, what: str 
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+def database(d: Deployment):
+    """The deployment's database, for checks a user would make with SQL."""
+    from oslo_config import cfg
+    from sharemgr.db.engine import Database
+    from sharemgr.manager import config
+
+    conf = config.load([], config_file=str(d.config), conf=cfg.ConfigOpts())
+    return Database(config.database_url(conf), pool_size=2), conf
+
+
+def intake(d: Deployment):
+    """The request intake sharectl uses, for writing many requests quickly."""
+    from sharemgr.manager.intake import Intake
+
+    db, conf = database(d)
+    return Intake(db, conf)
+
+
+def db_objects(d: Deployment) -> dict[str, set[tuple[str, str]]]:
+    """Live physical objects per backend, as the database sees them:
+    {backend: {(kind, id)}} with the dummy backend's kind names."""
+    from sharemgr.db import api, resources
+    from sharemgr.db import models as M
+    from sharemgr.manager import views
+
+    db, _ = database(d)
+    out: dict[str, set[tuple[str, str]]] = {b: set() for b in d.backends}
+    try:
+        for inst in api.query(db, M.ShareInstance):
+            kind = "replica" if inst.replica_state not in (None, "active") else "share"
+            out[views.backend_of(inst.host)].add((kind, inst.id))
+        for backend in d.backends:
+            host = f"{d.host}@{backend}"
+            for snap, _inst in resources.snapshot_instances_on_host(db, host):
+                out[backend].add(("snapshot", snap.id))
+            for gsnap, _g in resources.group_snapshots_on_host(db, host):
+                out[backend].add(("group_snapshot", gsnap.id))
+        for row in api.query(db, M.ShareServer):
+            out[views.backend_of(row.host)].add(("share_server", row.id))
+        for row in api.query(db, M.ShareGroup):
+            out[views.backend_of(row.host)].add(("share_group", row.id))
+        for row in api.query(db, M.ShareBackup):
+            out[views.backend_of(row.host)].add(("backup", row.id))
+    finally:
+        db.dispose()
+    return out
+
+
+def backend_objects(d: Deployment) -> dict[str, set[tuple[str, str]]]:
+    return {b: {(o["kind"], o["id"]) for o in d.backend("list", backend=b)}
+            for b in d.backends}
+
+
+def assert_backend_agrees(d: Deployment) -> None:
+    db_side, backend_side = db_objects(d), backend_objects(d)
+    for backend in d.backends:
+        only_db = db_side[backend] - backend_side[backend]
+        only_backend = backend_side[backend] - db_side[backend]
+        assert not only_db and not only_backend, (
+            f"backend {backend}: in the database only: {sorted(only_db)}; "
+            f"on the backend only: {sorted(only_backend)}"
+        )

@@ -112,3 +112,13 @@ def test_concurrent_conditional_updates_postgresql(pg_url, writers):
         assert len(wins) == 1
         assert api.get(db, models.ShareInstance, inst.id).status == f"available-{wins[0]}"
     db.dispose()
+
+
+def test_migrations_match_models(db):
+    """The schema alembic builds is the schema the models describe."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    with db.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), models.Base.metadata)
+    assert diff == []
