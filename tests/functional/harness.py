@@ -78,7 +78,9 @@ class Deployment:
                 "request_poll_interval": "0.1",
                 "heartbeat_interval": "0.5",
             },
-            "coordination": {"membership_timeout": "3"},
+            # Short liveness so a crashed engine is known dead before the
+            # startup pass of its successor (wait >= membership_timeout).
+            "coordination": {"membership_timeout": "2"},
             "database": {},
         }
         if db_url:
@@ -196,30 +198,39 @@ def intake(d: Deployment):
     return Intake(db, conf)
 
 
-def db_objects(d: Deployment) -> dict[str, set[tuple[str, str]]]:
+def db_objects(d: Deployment, settled_only: bool = False) -> dict[str, set[tuple[str, str]]]:
     """Live physical objects per backend, as the database sees them:
-    {backend: {(kind, id)}} with the dummy backend's kind names."""
+    {backend: {(kind, id)}} with the dummy backend's kind names. With
+    ``settled_only``, rows in an error status (which may have no backend
+    object: a create that never reached the backend) are left out."""
     from sharemgr.db import api, resources
     from sharemgr.db import models as M
+    from sharemgr.manager import constants as C
     from sharemgr.manager import views
 
     db, _ = database(d)
     out: dict[str, set[tuple[str, str]]] = {b: set() for b in d.backends}
+
+    def keep(row) -> bool:
+        return not (settled_only and row.status in C.ERROR_STATUSES)
+
     try:
-        for inst in api.query(db, M.ShareInstance):
+        for inst in filter(keep, api.query(db, M.ShareInstance)):
             kind = "replica" if inst.replica_state not in (None, "active") else "share"
             out[views.backend_of(inst.host)].add((kind, inst.id))
         for backend in d.backends:
             host = f"{d.host}@{backend}"
             for snap, _inst in resources.snapshot_instances_on_host(db, host):
-                out[backend].add(("snapshot", snap.id))
+                if keep(snap):
+                    out[backend].add(("snapshot", snap.id))
             for gsnap, _g in resources.group_snapshots_on_host(db, host):
-                out[backend].add(("group_snapshot", gsnap.id))
-        for row in api.query(db, M.ShareServer):
+                if keep(gsnap):
+                    out[backend].add(("group_snapshot", gsnap.id))
+        for row in filter(keep, api.query(db, M.ShareServer)):
             out[views.backend_of(row.host)].add(("share_server", row.id))
-        for row in api.query(db, M.ShareGroup):
+        for row in filter(keep, api.query(db, M.ShareGroup)):
             out[views.backend_of(row.host)].add(("share_group", row.id))
-        for row in api.query(db, M.ShareBackup):
+        for row in filter(keep, api.query(db, M.ShareBackup)):
             out[views.backend_of(row.host)].add(("backup", row.id))
     finally:
         db.dispose()
@@ -232,10 +243,13 @@ def backend_objects(d: Deployment) -> dict[str, set[tuple[str, str]]]:
 
 
 def assert_backend_agrees(d: Deployment) -> None:
-    db_side, backend_side = db_objects(d), backend_objects(d)
+    """Every settled object of the database is on the backend, and every
+    backend object is in the database (error rows may lack a backend object)."""
+    everything, settled = db_objects(d), db_objects(d, settled_only=True)
+    backend_side = backend_objects(d)
     for backend in d.backends:
-        only_db = db_side[backend] - backend_side[backend]
-        only_backend = backend_side[backend] - db_side[backend]
+        only_db = settled[backend] - backend_side[backend]
+        only_backend = backend_side[backend] - everything[backend]
         assert not only_db and not only_backend, (
             f"backend {backend}: in the database only: {sorted(only_db)}; "
             f"on the backend only: {sorted(only_backend)}"
