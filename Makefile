@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: run test lint genconfig clean
+.PHONY: run test lint genconfig bench clean
 
 $(BIN)/.installed: setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ lint: $(BIN)/.installed
 
 test: $(BIN)/.installed lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: $(BIN)/.installed
+	$(BIN)/python benchmarks/bench_reconcile.py
 
 genconfig: $(BIN)/.installed
 	$(BIN)/oslo-config-generator --config-file etc/sharemgr-config-generator.conf
