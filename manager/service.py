@@ -16,6 +16,7 @@ from sharemgr.db import migration
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
 from sharemgr.drivers import loader
 from sharemgr.manager import config, ensure
+from sharemgr.manager.convergence.engine import StackEngine
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.coordination import safe_url as c_url
 from sharemgr.manager.operations import Operations
@@ -78,6 +79,7 @@ class ShareManagerService:
         self.runner: RequestRunner | None = None
         self.reconciler: Reconciler | None = None
         self.passes: PassRunner | None = None
+        self.stacks: StackEngine | None = None
 
     # Start -----------------------------------------------------------------
 
@@ -110,6 +112,9 @@ class ShareManagerService:
         self.hosts = [f"{self.host}@{backend}" for backend in self.drivers]
         self.operations = Operations(self.db, self.drivers, self.coordinator, self.engine_id)
         self.handlers.update(self.operations.handlers)
+        self.stacks = StackEngine(self.db, self.operations, self.coordinator, self.engine_id,
+                                  self.host, self.drivers)
+        self.stacks.register(self.handlers)
         db_api.service_register(self.db, self.host, BINARY, self.engine_id)
         self.registered = True
         self.ensure_driver_resources()
@@ -119,7 +124,7 @@ class ShareManagerService:
             self.engine_id,
             # 'host@backend' for resource requests; plain 'host' for requests to
             # any engine of this host (e.g. sharectl reconcile run).
-            self.hosts + [self.host],
+            self.hosts + [self.host] + self.stacks.claim_hosts(),
             self.handlers.get_handler,
             workers=self.conf.request_workers,
             poll_interval=self.conf.request_poll_interval,
@@ -144,6 +149,9 @@ class ShareManagerService:
             self.passes.defer_startup(self.conf.startup_reconciliation_wait_seconds)
         else:
             LOG.info("startup reconciliation disabled")
+        # Cut stack traversals resume once the pass has settled their resources.
+        self.stacks.start(self.passes if self.conf.startup_reconciliation_enabled else None,
+                          self.stopping)
 
     def ensure_driver_resources(self) -> None:
         for backend, driver in self.drivers.items():

@@ -1,0 +1,286 @@
+"""SQL of the check-resource workflow (manager/convergence/worker.py) and of
+stack resumption: starting and ending a resource's action together with its
+physical rows, operation requests, forwarding and resuming check requests.
+
+Conventions as in db/stacks.py: ``_tx`` functions take an open session, the
+others open their own transaction; status changes are conditional updates.
+Lock order (see db/stacks.py): the ``stacks`` row (shared, in
+``resource_begin_tx``), then ``stack_resources`` rows, then physical rows —
+which the share operations and the reconciler lock on their own, never
+together with stack rows, so no cycle can form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sharemgr.db import api, models
+from sharemgr.db import stacks as db_stacks
+from sharemgr.db.engine import Database
+from sqlalchemy.orm import Session, defer
+
+M = models
+Change = tuple[type, Any, dict[str, Any], dict[str, Any]]
+
+CHECK_TYPE = "stack_resource"
+CHECK_ACTION = "check_resource"
+# The note a resumed request gets; the prefix marks it as handled.
+RESUMED_PREFIX = "resumed as request "
+
+
+class _Lost(Exception):
+    """A conditional update lost: roll the whole transaction back."""
+
+
+# Stacks ------------------------------------------------------------------------
+
+
+def stack_head(db: Database, stack_id: str, include_deleted: bool = False) -> M.Stack | None:
+    """The stack row without ``current_deps`` (the traversal graph can be
+    large; a check loads it once per traversal, not once per node)."""
+    stmt = sa.select(M.Stack).options(defer(M.Stack.current_deps)).where(M.Stack.id == stack_id)
+    if not include_deleted:
+        stmt = stmt.where(M.Stack.deleted_at.is_(None))
+    with db.session() as session:
+        row = session.execute(stmt).scalar_one_or_none()
+        if row is not None:
+            session.expunge(row)
+        return row
+
+
+def stack_deps(db: Database, stack_id: str, traversal_id: str) -> dict | None:
+    """``current_deps`` if ``traversal_id`` is still the stack's traversal."""
+    with db.session() as session:
+        row = session.execute(
+            sa.select(M.Stack.current_deps).where(
+                M.Stack.id == stack_id, M.Stack.current_traversal == traversal_id
+            )
+        ).first()
+        return None if row is None else (row[0] or {})
+
+
+# Starting and ending an action on a locked resource row ---------------------------
+
+
+@dataclass
+class Begin:
+    """What starting an action writes besides the row's IN_PROGRESS: physical
+    rows to insert (a create), conditional changes of physical rows (the
+    transient status of an update or delete, a rename) and the operation's
+    request, recorded ``running`` for this engine so that reconciliation
+    leaves the resource alone while this engine lives and settles it (and
+    abandons the request) if it dies."""
+
+    action: str
+    values: dict[str, Any] = field(default_factory=dict)
+    add: Sequence[Any] = ()
+    changes: Sequence[Change] = ()
+    op: Mapping[str, Any] | None = None  # resource_type, resource_id, action, host, args
+
+
+@dataclass(frozen=True)
+class Begun:
+    resource_id: int  # the row the action runs on (a replacement's when replacing)
+    op_request_id: int | None
+
+
+def begin(
+    db: Database,
+    resource_id: int,
+    engine_id: str,
+    stack_id: str,
+    traversal_id: str,
+    work: Begin,
+    replace_template_id: int | None = None,
+    replace_requires: Iterable[int] = (),
+    replace: bool = False,
+) -> Begun | None:
+    """Start ``work`` on a row this engine has locked, in one transaction.
+
+    With ``replace`` a replacement row is made first (``resource_replace_tx``,
+    born locked by this engine) and the action starts on it. None if the
+    traversal is no longer current or the row's lock is no longer ours; a
+    physical change that finds its row changed rolls everything back and
+    returns None too."""
+    try:
+        with db.session() as session:
+            rid = resource_id
+            if replace:
+                new = db_stacks.resource_replace_tx(
+                    session, resource_id, engine_id, stack_id, traversal_id,
+                    replace_template_id, replace_requires,
+                )
+                if new is None:
+                    return None
+                rid = new.id
+            if not db_stacks.resource_begin_tx(
+                session, rid, engine_id, stack_id, traversal_id, work.action, work.values
+            ):
+                raise _Lost()
+            if work.add:
+                session.add_all(list(work.add))
+                session.flush()
+            for model, ident, expected, values in work.changes:
+                if not api.conditional_update_tx(session, model, ident, expected, values):
+                    raise _Lost()
+            op_id = None
+            if work.op is not None:
+                op_id = _running_request_tx(session, engine_id, **work.op).id
+            return Begun(rid, op_id)
+    except _Lost:
+        return None
+
+
+def _running_request_tx(
+    session: Session,
+    engine_id: str,
+    resource_type: str,
+    resource_id: str,
+    action: str,
+    host: str | None,
+    args: dict | None = None,
+) -> M.Request:
+    now = M.utcnow()
+    row = M.Request(
+        resource_type=resource_type, resource_id=resource_id, action=action, host=host,
+        args=args or {}, status="running", engine_id=engine_id, created_at=now, claimed_at=now,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def end(
+    db: Database,
+    resource_id: int,
+    engine_id: str,
+    action: str,
+    status: str,
+    reason: str | None = None,
+    values: Mapping[str, Any] | None = None,
+    op_request_id: int | None = None,
+    op_error: str | None = None,
+    changes: Sequence[Change] = (),
+) -> bool:
+    """End the row's action (as the lock holder) and record the outcome of
+    its operation request, together. False if the lock is no longer ours."""
+    with db.session() as session:
+        if op_request_id is not None:
+            finish_request_tx(session, op_request_id, engine_id,
+                              "failed" if op_error else "done", op_error)
+        for model, ident, expected, vals in changes:
+            api.conditional_update_tx(session, model, ident, expected, vals)
+        return db_stacks.resource_set_state_tx(
+            session, resource_id, engine_id, action, status, reason, values
+        )
+
+
+def finish_request_tx(
+    session: Session, request_id: int, engine_id: str, status: str, error: str | None = None
+) -> bool:
+    return session.execute(
+        sa.update(M.Request)
+        .where(M.Request.id == request_id, M.Request.engine_id == engine_id,
+               M.Request.status == "running")
+        .values(status=status, error=error, finished_at=M.utcnow())
+        .execution_options(synchronize_session=False)
+    ).rowcount == 1
+
+
+def unreplace(db: Database, resource_id: int, engine_id: str, replaced_by: int) -> bool:
+    """Make a replaced row current again (a rollback back to it): clear its
+    ``replaced_by`` as its lock holder. Its replacement's clean-up then
+    deletes the replacement instead of this row."""
+    return db_stacks.resource_update(
+        db, resource_id, {"engine_id": engine_id, "replaced_by": replaced_by},
+        {"replaced_by": None},
+    )
+
+
+# Requests: forwarding and resuming checks -------------------------------------------
+
+
+def forward_check(db: Database, request: M.Request, host: str, note: str) -> int:
+    """A copy of a check request for ``host`` (the engines that serve it)."""
+    with db.session() as session:
+        args = {**(request.args or {}), "forwarded_from": request.id, "note": note}
+        return api.request_add_tx(
+            session, request.resource_type, request.resource_id, request.action, host, args
+        ).id
+
+
+def _resumed_filter() -> Any:
+    return sa.or_(M.Request.error.is_(None),
+                  sa.not_(M.Request.error.like(RESUMED_PREFIX + "%")))
+
+
+def checks_to_resume(db: Database) -> list[M.Request]:
+    """Check requests that may have lost their engine: ``running`` ones (the
+    caller compares their engine with the membership) and ``abandoned`` ones
+    not resumed yet."""
+    stmt = sa.select(M.Request).where(
+        M.Request.resource_type == CHECK_TYPE,
+        M.Request.action == CHECK_ACTION,
+        sa.or_(M.Request.status == "running",
+               sa.and_(M.Request.status == "abandoned", _resumed_filter())),
+    ).order_by(M.Request.id)
+    with db.session() as session:
+        return list(session.scalars(stmt))
+
+
+def resume_check(db: Database, request: M.Request, note: str) -> int | None:
+    """Queue a copy of ``request`` (pending, same host and args) and mark the
+    old row ``abandoned`` with ``resumed as request N: note`` — both or
+    neither, and only if the old row is still as the caller saw it (status
+    and engine), so two engines resuming at once queue one copy."""
+    try:
+        with db.session() as session:
+            args = {**(request.args or {}), "resumes": request.id}
+            new = api.request_add_tx(session, request.resource_type, request.resource_id,
+                                     request.action, request.host, args)
+            old_note = f"; {request.error}" if request.error else ""
+            won = session.execute(
+                sa.update(M.Request)
+                .where(M.Request.id == request.id, M.Request.status == request.status,
+                       M.Request.engine_id == request.engine_id, _resumed_filter())
+                .values(status="abandoned", finished_at=request.finished_at or M.utcnow(),
+                        error=f"{RESUMED_PREFIX}{new.id}: {note}{old_note}")
+                .execution_options(synchronize_session=False)
+            ).rowcount == 1
+            if not won:
+                raise _Lost()
+            return new.id
+    except _Lost:
+        return None
+
+
+def failed_checks(db: Database, limit: int = 200) -> list[M.Request]:
+    """The newest ``failed`` check requests: a check records its own failures
+    on the stack, so these are checks that could not (a database error, a
+    bug); the caller fails their stack if it still waits for them."""
+    stmt = (
+        sa.select(M.Request)
+        .where(M.Request.resource_type == CHECK_TYPE, M.Request.action == CHECK_ACTION,
+               M.Request.status == "failed")
+        .order_by(M.Request.id.desc())
+        .limit(limit)
+    )
+    with db.session() as session:
+        return list(session.scalars(stmt))
+
+
+def stack_requests(db: Database, stack_id: str, traversal_id: str | None = None
+                   ) -> list[M.Request]:
+    """The check requests of a stack (one traversal's, if given), oldest first.
+    Filtered in Python: ``args`` is JSON, queried the same way on every
+    database; callers are tests and ``sharectl``."""
+    stmt = sa.select(M.Request).where(
+        M.Request.resource_type == CHECK_TYPE, M.Request.action == CHECK_ACTION
+    ).order_by(M.Request.id)
+    with db.session() as session:
+        rows = list(session.scalars(stmt))
+    return [r for r in rows if (r.args or {}).get("stack_id") == stack_id
+            and (traversal_id is None or r.args.get("traversal") == traversal_id)]

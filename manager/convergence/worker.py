@@ -1,0 +1,561 @@
+"""The check-resource workflow (spec 001; ARCHITECTURE section 7, steps 2-4).
+
+A ``check_resource`` request names a graph node ``(resource row, is_update)``
+of a traversal. :class:`Worker` handles one, in the engine's request thread:
+
+1. *Route.* The node's physical work needs the driver of one backend: an
+   update node that creates or replaces goes where the new resource goes
+   (its parent's ``host@backend``, or any engine serving its ``backend``:
+   ``*@backend``), any other node to the ``host@backend`` of the existing
+   physical resource. An engine that cannot serve it forwards a copy of the
+   request there (decided before taking any lock).
+2. *Lock* the row (``engine_id`` + ``atomic_key``). Held by a live engine
+   (this one included): bail out, trigger nothing — the holder retriggers
+   (step 5). Held by a dead engine: break the lock, unless the physical
+   resource is still in a transient status: then reconciliation settles it
+   first and the dead engine's own check request is resumed afterwards
+   (``resume.py``), which retriggers.
+3. *Act* through the share operations, synchronously: create, update in
+   place (share size: extend/shrink; name), replace (a new row and physical
+   resource first; the old one is deleted by its clean-up node, later), or
+   delete. Every action starts with one transaction that checks the
+   traversal is current (shared lock on the stack row), marks the row
+   ``<action> IN_PROGRESS`` with its physical id and writes the physical
+   rows in their transient status plus the operation's request (running,
+   owned by this engine): a crash leaves a row and a physical resource that
+   reconciliation settles and the resumed check finds — a physical resource
+   is never created twice.
+4. *Release* the lock(s), then propagate: merge this node's data into each
+   successor's SyncPoint; the write that completes a point enqueues the
+   successor in its transaction; a root reports to the stack's point, whose
+   completion marks the stack COMPLETE and purges.
+5. *Retrigger.* Whoever held a lock checks afterwards whether its traversal
+   is still current (a SyncPoint missing, or the stack row says so): if not,
+   it retriggers the row's node in the newest traversal when that node is
+   ready (spec 001). Releasing before this check closes the race with a
+   check that bailed on our lock: the newer traversal existed before it
+   looked at the lock, so we see it.
+
+A node that fails marks its row FAILED and the stack FAILED with the reason
+— or, unless ``disable_rollback``, starts the rollback in the same
+transaction — so a failure can never leave the stack waiting for a node that
+will not report (Heat's hang). Any unexpected exception takes the same path.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from oslo_log import log as logging
+from sharemgr.db import stack_work as ws
+from sharemgr.db import stacks
+from sharemgr.db import sync_points as SP
+from sharemgr.db.engine import Database
+from sharemgr.db.stacks import (
+    COMPLETE,
+    CREATE,
+    DELETE,
+    FAILED,
+    IN_PROGRESS,
+    INIT,
+    ROLLBACK,
+    UPDATE,
+)
+from sharemgr.manager.convergence import physical as phys
+from sharemgr.manager.convergence import prepare as P
+from sharemgr.manager.convergence.graph import Graph, Node
+from sharemgr.manager.convergence.template import (
+    ResourceData,
+    Template,
+    TemplateError,
+    data_by_name,
+    diff_properties,
+    resolve_properties,
+)
+from sharemgr.manager.coordination import Coordinator
+from sharemgr.manager.operations import OperationFailed, Operations, Stale
+
+LOG = logging.getLogger(__name__)
+
+ROLLING_BACK = "rolling back: "  # status_reason prefix of a rollback after a failure
+
+
+class Skip(Stale):
+    """The check did nothing (bailed out, forwarded, superseded); the runner
+    records the note on the request, which ends ``done``."""
+
+
+@dataclass
+class _Ctx:
+    req_id: int
+    stack_id: str
+    stack_name: str
+    traversal: str
+    node: Node
+    graph: Graph
+    input_data: Mapping[str, Any]
+    held: list[int] = field(default_factory=list)  # rows locked by this check
+
+
+@dataclass
+class _Outcome:
+    data: dict | None = None  # what an update node passes on
+    failed: str | None = None  # the node failed: why
+    superseded: bool = False  # the traversal is no longer current
+    ended: bool = False  # the traversal ended (stack FAILED): stop quietly
+    bailed: str | None = None  # a row was locked by a live engine
+
+
+@dataclass
+class _Decision:
+    kind: str  # noop | create | update | replace | busy
+    props: dict
+    observed: phys.Observed
+    in_place: Mapping[str, Any]
+    host: str | None  # where the work runs ('host@backend', '*@backend', None: anywhere)
+
+
+class _Cache:
+    """A small thread-safe LRU (templates by id, graphs by traversal)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, load: Any) -> Any:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = load()
+        if value is not None:
+            with self._lock:
+                self._items[key] = value
+                while len(self._items) > self.size:
+                    self._items.popitem(last=False)
+        return value
+
+
+class Worker:
+    """The ``check_resource`` handler of one engine."""
+
+    def __init__(
+        self,
+        db: Database,
+        operations: Operations,
+        coordinator: Coordinator,
+        engine_id: str,
+        placement: phys.Placement,
+    ) -> None:
+        self.db = db
+        self.operations = operations
+        self.coordinator = coordinator
+        self.engine_id = engine_id
+        self.placement = placement
+        self._templates = _Cache(64)
+        self._graphs = _Cache(16)
+        self._inflight: set[int] = set()
+        self._inflight_lock = threading.Lock()
+
+    def __call__(self, req: Any) -> None:
+        with self._inflight_lock:
+            self._inflight.add(req.id)
+        try:
+            self.check(req)
+        finally:
+            with self._inflight_lock:
+                self._inflight.discard(req.id)
+
+    def inflight(self) -> set[int]:
+        """Ids of the check requests this engine is running now."""
+        with self._inflight_lock:
+            return set(self._inflight)
+
+    # Loading -------------------------------------------------------------------------
+
+    def template(self, template_id: int) -> Template:
+        def load() -> Template:
+            return Template.from_dict(stacks.template_get(self.db, template_id) or {})
+
+        return self._templates.get(template_id, load)
+
+    def graph(self, stack_id: str, traversal: str) -> Graph | None:
+        """The traversal's graph (parsed once per engine and traversal), or
+        None if the traversal is no longer current."""
+
+        def load() -> Graph | None:
+            deps = ws.stack_deps(self.db, stack_id, traversal)
+            return None if deps is None else Graph.from_json(deps)
+
+        return self._graphs.get(traversal, load)
+
+    # The check ----------------------------------------------------------------------
+
+    def check(self, req: Any) -> None:
+        args = req.args or {}
+        node = Node(int(args["resource_id"]), bool(args["is_update"]))
+        traversal, stack_id = args["traversal"], args["stack_id"]
+        stack = ws.stack_head(self.db, stack_id)
+        if stack is None:
+            raise Skip(f"stack {stack_id} is gone")
+        if stack.current_traversal != traversal:
+            raise Skip(f"traversal {traversal} was superseded by {stack.current_traversal}")
+        if stack.status != IN_PROGRESS:
+            raise Skip(f"traversal {traversal} ended: stack {stack.action} {stack.status}")
+        row = stacks.resource_get(self.db, node.resource_id)
+        graph = self.graph(stack_id, traversal)
+        if row is None or graph is None or node not in graph:
+            raise Skip(f"node {node} is not in traversal {traversal} any more")
+        input_data = args.get("input_data") or {}
+
+        target = self._route(stack, row, node, graph, input_data)
+        if not self.placement.serves(target):
+            new = ws.forward_check(self.db, req, target, f"{self.engine_id} does not serve it")
+            raise Skip(f"forwarded to {target} as request {new}")
+
+        busy = self._take(row.id, row)
+        if busy is not None:
+            raise Skip(busy)
+        ctx = _Ctx(req.id, stack_id, stack.name, traversal, node, graph, input_data, [row.id])
+        try:
+            outcome = self._act(ctx)
+        except Exception as exc:  # a bug or a lost database: fail the stack, never hang it
+            LOG.exception("check of node %s (traversal %s) failed", node, traversal)
+            outcome = _Outcome(failed=f"{type(exc).__name__}: {exc}")
+            self._mark_failed(ctx.held[-1], outcome.failed)
+        finally:
+            for rid in ctx.held:
+                stacks.resource_lock_release(self.db, rid, self.engine_id)
+        self._after(ctx, outcome)
+        if outcome.bailed:
+            raise Skip(outcome.bailed)
+
+    # Routing and locks ------------------------------------------------------------------
+
+    def _route(self, stack: Any, row: Any, node: Node, graph: Graph,
+               input_data: Mapping[str, Any]) -> str | None:
+        """Where this node's physical work must run (see the module doc);
+        None: any engine. A failure to tell is decided under the lock, here."""
+        try:
+            if not node.is_update:
+                if (row.id, True) in graph and row.replaced_by is None:
+                    return None
+                return phys.observe(self.db, row.type, row.physical_id).host
+            effective, _ = self._effective(stack, row)
+            decision = self._decide(stack, row, effective, input_data)
+            return decision.host
+        except Exception as exc:
+            LOG.debug("node %s: no route (%s); deciding here", node, exc)
+            return None
+
+    def _take(self, rid: int, row: Any) -> str | None:
+        """Lock ``rid``: None when held now, else why not (the caller bails)."""
+        got = stacks.resource_lock_acquire(self.db, rid, self.engine_id)
+        if got.acquired:
+            return None
+        if not got.found:
+            return f"resource {rid} is gone"
+        holder = got.holder
+        if holder == self.engine_id or self.coordinator.is_alive(holder):
+            return (f"resource {rid} is locked by live engine {holder}, which retriggers "
+                    "this node when it is done")
+        observed = phys.observe(self.db, row.type, row.physical_id)
+        if observed.state == phys.BUSY:
+            return (f"resource {rid} is locked by dead engine {holder} and its physical "
+                    f"resource is {observed.status}: reconciliation settles it, then "
+                    "that engine's check is resumed")
+        stolen = stacks.resource_lock_steal(self.db, rid, self.engine_id, holder)
+        if not stolen.acquired:
+            return f"resource {rid} is locked by engine {stolen.holder}"
+        LOG.warning("resource %s: broke the lock of dead engine %s", rid, holder)
+        return None
+
+    # Acting ------------------------------------------------------------------------------
+
+    def _act(self, ctx: _Ctx) -> _Outcome:
+        stack = ws.stack_head(self.db, ctx.stack_id)
+        if stack is None or stack.current_traversal != ctx.traversal:
+            return _Outcome(superseded=True)
+        if stack.status != IN_PROGRESS:
+            return _Outcome(ended=True)
+        row = stacks.resource_get(self.db, ctx.node.resource_id)
+        if row is None:
+            return _Outcome(superseded=True)
+        if ctx.node.is_update:
+            return self._update(ctx, stack, row)
+        return self._cleanup(ctx, stack, row)
+
+    def _effective(self, stack: Any, row: Any) -> tuple[Any, bool]:
+        """The row an update node works on: its replacement if a check of this
+        traversal made one before it was cut short (same template, not being
+        deleted), else the row itself. The flag says whether the row's
+        ``replaced_by`` points elsewhere and must be cleared (a rollback back
+        to this row: its replacement is cleaned up instead)."""
+        if row.replaced_by is None:
+            return row, False
+        new = stacks.resource_get(self.db, row.replaced_by)
+        if new is not None and new.action != DELETE and new.template_id == stack.template_id:
+            return new, False
+        return row, True
+
+    def _decide(self, stack: Any, row: Any, effective: Any,
+                input_data: Mapping[str, Any]) -> _Decision:
+        defn = self.template(stack.template_id).resources[row.name]
+        props = resolve_properties(defn, data_by_name(input_data))
+        observed = phys.observe(self.db, effective.type, effective.physical_id)
+        kind, in_place = "replace", {}
+        if effective.action == DELETE:
+            kind = "replace"  # spec 001: an update node whose row is being deleted
+        elif observed.state == phys.GONE:
+            kind = "create"
+        elif observed.state == phys.BUSY:
+            kind = "busy"
+        elif observed.state == phys.OK:
+            current = {**(effective.properties or {}), **observed.actual}
+            diff = diff_properties(effective.type, current, props)
+            if not diff.replace:
+                kind, in_place = ("update", diff.in_place) if diff.changed else ("noop", {})
+        if kind in ("create", "replace"):
+            host = phys.target_host(self.db, effective.type, props)
+        else:
+            host = observed.host
+        return _Decision(kind, props, observed, in_place, host)
+
+    def _update(self, ctx: _Ctx, stack: Any, row: Any) -> _Outcome:
+        effective, unreplace = self._effective(stack, row)
+        if effective.id != row.id:
+            busy = self._take(effective.id, effective)
+            if busy is not None:
+                return _Outcome(bailed=busy)
+            ctx.held.append(effective.id)
+        elif unreplace:
+            ws.unreplace(self.db, row.id, self.engine_id, row.replaced_by)
+        try:
+            d = self._decide(stack, row, effective, ctx.input_data)
+        except TemplateError as exc:
+            return self._failed(effective, _nominal(effective), str(exc))
+        if d.kind == "busy":
+            return self._failed(effective, _nominal(effective),
+                                f"physical resource {effective.physical_id} "
+                                f"is {d.observed.status}: another operation is under way")
+        defn = self.template(stack.template_id).resources[row.name]
+        data = data_by_name(ctx.input_data)
+        deps = sorted({d_.resource_id for d_ in data.values()
+                       if d_.name in defn.requires and d_.resource_id is not None})
+        final = {"template_id": stack.template_id, "requires": deps}
+        start = {"properties": d.props, "status_reason": None,
+                 "requires": sorted(set(effective.requires or ()) | set(deps))}
+        name = phys.new_name(ctx.stack_name, row.name, d.props)
+
+        if d.kind == "noop":
+            return self._noop(ctx, row, effective, d, final)
+        try:
+            if d.kind == "update":
+                plan = phys.plan_update(self.db, effective.type, effective.physical_id,
+                                        d.in_place, name)
+            else:
+                plan = phys.plan_create(self.db, effective.type, d.props, name, self.placement)
+        except phys.CheckError as exc:
+            return self._failed(effective, UPDATE if d.kind == "update" else CREATE, str(exc))
+        action = UPDATE if d.kind == "update" else CREATE
+        if plan.physical_id is not None:
+            start["physical_id"] = plan.physical_id
+        work = ws.Begin(action, start, plan.add, plan.changes,
+                        plan.op.request({"stack_id": ctx.stack_id}) if plan.op else None)
+        begun = ws.begin(self.db, effective.id, self.engine_id, ctx.stack_id, ctx.traversal,
+                         work, replace=d.kind == "replace",
+                         replace_template_id=stack.template_id, replace_requires=deps)
+        if begun is None:
+            return _Outcome(superseded=True)
+        if begun.resource_id != effective.id:
+            ctx.held.append(begun.resource_id)  # the replacement, born locked by us
+            LOG.info("stack %s: %s (row %s) replaced by row %s", ctx.stack_name, row.name,
+                     effective.id, begun.resource_id)
+        return self._carry_out(ctx, row.name, begun, action, plan, final)
+
+    def _noop(self, ctx: _Ctx, row: Any, effective: Any, d: _Decision,
+              final: dict) -> _Outcome:
+        """Nothing to change: record the template and dependencies (and finish
+        an action a dead engine left IN_PROGRESS whose resource turned out
+        fine)."""
+        if effective.status == COMPLETE and effective.action != INIT:
+            action, status = effective.action, COMPLETE
+        else:
+            action = CREATE if effective.action in (INIT, CREATE) else UPDATE
+            status = COMPLETE
+        values = {**final, "properties": d.props, "attributes": dict(d.observed.attributes)}
+        stacks.resource_set_state(self.db, effective.id, self.engine_id, action, status,
+                                  None, values)
+        return _Outcome(data=self._data(row.name, effective.id, effective.type,
+                                        effective.physical_id))
+
+    def _carry_out(self, ctx: _Ctx, name: str, begun: ws.Begun, action: str,
+                   plan: phys.Plan, final: dict) -> _Outcome:
+        row = stacks.resource_get(self.db, begun.resource_id)
+        if plan.op is not None:
+            try:
+                phys.run(self.operations, plan.op, begun.op_request_id)
+            except (OperationFailed, Stale) as exc:
+                reason = f"{name}: {exc}"
+                ws.end(self.db, row.id, self.engine_id, action, FAILED, reason,
+                       op_request_id=begun.op_request_id, op_error=str(exc))
+                return _Outcome(failed=reason)
+        observed = phys.observe(self.db, row.type, row.physical_id)
+        ws.end(self.db, row.id, self.engine_id, action, COMPLETE, None,
+               {**final, "attributes": dict(observed.attributes)},
+               op_request_id=begun.op_request_id)
+        return _Outcome(data=ResourceData(name, row.id, row.physical_id,
+                                          observed.attributes).to_dict())
+
+    def _cleanup(self, ctx: _Ctx, stack: Any, row: Any) -> _Outcome:
+        if (row.id, True) in ctx.graph and row.replaced_by is None:
+            return _Outcome()  # still wanted: nothing to clean up
+        if row.action == DELETE and row.status == COMPLETE:
+            return _Outcome()
+        observed = phys.observe(self.db, row.type, row.physical_id)
+        if observed.state == phys.BUSY:
+            return self._failed(row, DELETE, f"physical resource {row.physical_id} is "
+                                f"{observed.status}: another operation is under way")
+        try:
+            plan = phys.plan_delete(self.db, row.type, row.physical_id) or phys.Plan()
+        except phys.CheckError as exc:
+            return self._failed(row, DELETE, str(exc))
+        work = ws.Begin(DELETE, {"status_reason": None}, (), plan.changes,
+                        plan.op.request({"stack_id": ctx.stack_id}) if plan.op else None)
+        begun = ws.begin(self.db, row.id, self.engine_id, ctx.stack_id, ctx.traversal, work)
+        if begun is None:
+            return _Outcome(superseded=True)
+        outcome = self._carry_out(ctx, row.name, begun, DELETE, plan, {})
+        outcome.data = None  # clean-up nodes pass nothing on
+        return outcome
+
+    def _failed(self, row: Any, action: str, reason: str) -> _Outcome:
+        reason = f"{row.name}: {reason}"
+        self._mark_failed(row.id, reason, action)
+        return _Outcome(failed=reason)
+
+    def _mark_failed(self, rid: int, reason: str, action: str | None = None) -> None:
+        try:
+            row = stacks.resource_get(self.db, rid)
+            if row is not None:
+                stacks.resource_set_state(self.db, rid, self.engine_id,
+                                          action or row.action, FAILED, reason)
+        except Exception:  # the stack's failure matters more than the row's
+            LOG.exception("could not mark resource %s FAILED", rid)
+
+    def _data(self, name: str, rid: int, type_: str, physical_id: str | None) -> dict:
+        observed = phys.observe(self.db, type_, physical_id)
+        return ResourceData(name, rid, physical_id, observed.attributes).to_dict()
+
+    # After the node ------------------------------------------------------------------------
+
+    def _after(self, ctx: _Ctx, outcome: _Outcome) -> None:
+        """Report the node's outcome; whenever that finds the traversal
+        superseded, retrigger (spec 001). Runs after the locks are released."""
+        if outcome.failed is not None:
+            handled = self.fail_stack(ctx.stack_id, ctx.traversal, outcome.failed)
+        elif outcome.superseded or outcome.bailed or outcome.ended:
+            handled = False
+        else:
+            handled = self._propagate(ctx, outcome.data)
+        if not handled:
+            self._retrigger(ctx)
+
+    def _propagate(self, ctx: _Ctx, data: dict | None) -> bool:
+        """Report to every successor's SyncPoint and, from a root, to the
+        stack's. False if a point is missing (a newer traversal exists)."""
+        node, graph, traversal = ctx.node, ctx.graph, ctx.traversal
+        for succ in sorted(graph.required_by(node)):
+            def ready(session: Any, input_data: dict, succ: Node = succ) -> None:
+                P.enqueue_check_tx(session, ctx.stack_id, traversal, succ, input_data)
+
+            result = SP.sync(self.db, succ.resource_id, traversal, succ.is_update, node.key,
+                             data, graph.requires_keys(succ), ready)
+            if not result.found:
+                return False
+        if graph.is_root(node):
+            def complete(session: Any, _input: dict) -> None:
+                self._complete_tx(session, ctx.stack_id, traversal)
+
+            result = SP.sync(self.db, ctx.stack_id, traversal, True, node.key, None,
+                             graph.root_keys(), complete)
+            if not result.found:
+                return False
+        return True
+
+    def _complete_tx(self, session: Any, stack_id: str, traversal: str) -> None:
+        stack = stacks.stack_get_tx(session, stack_id)
+        if stack is None:
+            return
+        reason = f"Stack {stack.action} completed"
+        if stack.action == ROLLBACK and (stack.status_reason or "").startswith(ROLLING_BACK):
+            reason += f"; rolled back because {stack.status_reason[len(ROLLING_BACK):]}"
+        if P.finish_traversal_tx(session, stack_id, traversal, COMPLETE, reason):
+            LOG.info("stack %s: %s", stack.name, reason)
+
+    def _retrigger(self, ctx: _Ctx) -> None:
+        """Spec 001: a check that held a lock and finds its traversal
+        superseded retriggers the rows' nodes in the newest traversal when
+        they are ready (a check of theirs may have bailed on our lock). While
+        the traversal is current nothing is needed: a check that bailed on a
+        live lock in it was a duplicate, one that bailed on a dead engine's
+        lock is covered by resuming that engine's check."""
+        stack = ws.stack_head(self.db, ctx.stack_id)
+        if stack is None or stack.current_traversal == ctx.traversal:
+            return
+        for rid in dict.fromkeys(ctx.held):
+            if P.retrigger(self.db, ctx.stack_id, rid) is not None:
+                LOG.info("stack %s: retriggered resource %s in traversal %s",
+                         ctx.stack_name, rid, stack.current_traversal)
+
+    # Failure -----------------------------------------------------------------------------------
+
+    def fail_stack(self, stack_id: str, traversal: str, reason: str) -> bool:
+        """Mark the traversal FAILED (and start the rollback unless it is
+        disabled, or the traversal was a delete or a rollback itself), in one
+        transaction. False if the traversal is no longer current."""
+        try:
+            with self.db.session() as session:
+                return self._fail_tx(session, stack_id, traversal, reason)
+        except _Lost:
+            return False
+
+    def _fail_tx(self, session: Any, stack_id: str, traversal: str, reason: str) -> bool:
+        stack = stacks.stack_get_tx(session, stack_id)
+        if stack is None or stack.current_traversal != traversal:
+            return False
+        if stack.status != IN_PROGRESS:
+            return True  # failed already (another node)
+        full = f"Resource {stack.action} failed: {reason}"
+        rollback = not stack.disable_rollback and stack.action in (CREATE, UPDATE)
+        if rollback:
+            SP.delete_all_tx(session, stack_id)  # SyncPoints before the stack row
+        if not stacks.stack_set_status_tx(session, stack_id, traversal, FAILED, full):
+            raise _Lost()
+        LOG.warning("stack %s: %s", stack.name, full)
+        if rollback:
+            failed = stacks.stack_get_tx(session, stack_id, lock="update")
+            tr = P.prepare_traversal_tx(session, failed, ROLLBACK)
+            expected = COMPLETE if tr.complete else IN_PROGRESS
+            note = (f"Stack ROLLBACK completed (nothing to do); rolled back because {full}"
+                    if tr.complete else ROLLING_BACK + full)
+            stacks.stack_set_status_tx(session, stack_id, tr.traversal_id, expected, note,
+                                       expected_status=expected)
+            LOG.warning("stack %s: rolling back (traversal %s)", stack.name, tr.traversal_id)
+        return True
+
+
+class _Lost(Exception):
+    pass
+
+
+def _nominal(row: Any) -> str:
+    """The action an update node performs on ``row``, for its FAILED state."""
+    if row.action == INIT or (row.action == CREATE and row.status != COMPLETE):
+        return CREATE
+    return UPDATE
