@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from sharemgr.manager.cli import db_cmds, reconcile_cmds, resource_cmds, service_cmds
+from sharemgr.manager.cli import (
+    db_cmds,
+    reconcile_cmds,
+    resource_cmds,
+    service_cmds,
+    stack_cmds,
+)
 from sharemgr.manager.cli.context import Context
 
 __all__ = ["COMMANDS", "Context"]
@@ -15,4 +21,5 @@ COMMANDS: dict[str, type] = {
     "reconcile run": reconcile_cmds.ReconcileRun,
     "reconcile show": reconcile_cmds.ReconcileShow,
     "reconcile list": reconcile_cmds.ReconcileList,
+    **stack_cmds.COMMANDS,
 }

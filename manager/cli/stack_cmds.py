@@ -1,0 +1,235 @@
+"""sharectl stack commands: create, update, delete, rollback (each with
+``--wait``), show, list, resource list, graph."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Any
+
+from sharemgr.db import stacks
+from sharemgr.db.stacks import COMPLETE, DELETE, IN_PROGRESS, ROLLBACK, StackExists, StackNotFound
+from sharemgr.manager.cli import base
+from sharemgr.manager.cli.resource_cmds import add_wait
+from sharemgr.manager.convergence import actions
+from sharemgr.manager.convergence import prepare as P
+from sharemgr.manager.convergence.prepare import InvalidStackAction, TraversalLost
+from sharemgr.manager.convergence.template import TemplateError
+
+POLL = 0.3
+
+
+# Bad input: exit 2, nothing written.
+USER_ERRORS = (TemplateError, StackExists, StackNotFound, InvalidStackAction)
+
+
+def _lookup(app: Any, name: str) -> Any:
+    try:
+        return stacks.stack_lookup(app.context.db, name)
+    except StackNotFound as exc:
+        raise base.UserError(str(exc))
+
+
+def _template(app: Any, path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError as exc:
+        raise base.UserError(f"cannot read template {path}: {exc.strerror or exc}")
+    try:
+        return actions.load_template(text, app.context.conf.enabled_share_backends)
+    except TemplateError as exc:
+        raise base.UserError(f"invalid template {path}: {exc}")
+
+
+def _show(app: Any, stack: Any) -> tuple[tuple, tuple]:
+    row = actions.show(app.context.db, stack)
+    return tuple(row), tuple(base.fmt(v) for v in row.values())
+
+
+def wait_for_stack(app: Any, stack_id: str, traversal: str, timeout: float) -> tuple[Any, bool]:
+    """Poll until the traversal (or the rollback that replaced it) ends; show
+    progress on a terminal. Returns (stack row, rolled back)."""
+    db = app.context.db
+    tty = sys.stderr.isatty()
+    start = time.monotonic()
+    rolled_back = False
+    try:
+        while True:
+            stack = stacks.stack_get(db, stack_id, include_deleted=True)
+            if stack.current_traversal != traversal:
+                if stack.action != ROLLBACK:
+                    raise base.OperationFailed(
+                        f"stack {stack.name}: superseded by a {stack.action} "
+                        f"(traversal {stack.current_traversal})")
+                traversal, rolled_back = stack.current_traversal, True
+            if tty:
+                sys.stderr.write(f"\rstack {stack.name}: {stack.action} {stack.status} "
+                                 f"{actions.progress(db, stack)} resources "
+                                 f"({time.monotonic() - start:.1f}s)\033[K")
+                sys.stderr.flush()
+            if stack.status != IN_PROGRESS:
+                return stack, rolled_back
+            if time.monotonic() - start > timeout:
+                raise base.OperationFailed(
+                    f"stack {stack.name} still {stack.action} {stack.status} after "
+                    f"{timeout:.0f}s")
+            time.sleep(POLL)
+    finally:
+        if tty:
+            sys.stderr.write("\n")
+
+
+class _Start(base.ShowOne):
+    """Start a traversal; with --wait, block until it ends."""
+
+    action = ""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+        self.add_arguments(parser)
+        add_wait(parser)
+        return parser
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        pass
+
+    def begin(self, args: Any) -> Any:
+        return actions.start(self.app.context.db, args.name, self.action,
+                             self.template(args))
+
+    def template(self, args: Any) -> Any:
+        return None
+
+    def take_action(self, parsed_args: Any) -> tuple:
+        if self.app.options.verbose_level < 2:
+            # Preparation narrates at INFO for the daemon's log; keep output clean.
+            logging.getLogger(P.__name__).setLevel(logging.WARNING)
+        try:
+            tr = self.begin(parsed_args)
+        except USER_ERRORS as exc:
+            raise base.UserError(str(exc))
+        except TraversalLost as exc:
+            raise base.OperationFailed(f"{exc}; nothing was changed, try again")
+        db = self.app.context.db
+        if not parsed_args.wait:
+            stack = stacks.stack_get(db, tr.stack_id, include_deleted=True)
+            return _show(self.app, stack)
+        stack, rolled_back = wait_for_stack(self.app, tr.stack_id, tr.traversal_id,
+                                            parsed_args.timeout)
+        result = _show(self.app, stack)
+        if stack.status != COMPLETE or rolled_back:
+            self.produce_output(parsed_args, *result)
+            raise base.OperationFailed(
+                f"stack {stack.name} {stack.action} {stack.status}: {stack.status_reason}")
+        if stack.action == DELETE:
+            self.app.stderr.write(f"stack {stack.name} deleted\n")
+        return result
+
+
+class StackCreate(_Start):
+    """Create a stack from a template."""
+
+    action = "CREATE"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("-t", "--template", required=True, metavar="FILE",
+                            help="YAML template")
+        parser.add_argument("--disable-rollback", action="store_true",
+                            help="on failure leave the stack FAILED instead of rolling back")
+
+    def begin(self, args: Any) -> Any:
+        template = _template(self.app, args.template)
+        return actions.create(self.app.context.db, args.name, template, args.disable_rollback)
+
+
+class StackUpdate(_Start):
+    """Update a stack to a new template."""
+
+    action = "UPDATE"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("-t", "--template", required=True, metavar="FILE",
+                            help="YAML template")
+
+    def begin(self, args: Any) -> Any:
+        template = _template(self.app, args.template)
+        return actions.start(self.app.context.db, args.name, self.action, template)
+
+
+class StackDelete(_Start):
+    """Delete a stack and its resources."""
+
+    action = "DELETE"
+
+
+class StackRollback(_Start):
+    """Roll a stack back to the last template that completed."""
+
+    action = "ROLLBACK"
+
+
+class StackShow(base.ShowOne):
+    """Show a stack, its outputs resolved."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+        return parser
+
+    def take_action(self, parsed_args: Any) -> tuple:
+        return _show(self.app, _lookup(self.app, parsed_args.name))
+
+
+class StackList(base.Lister):
+    """List stacks."""
+
+    def take_action(self, parsed_args: Any) -> tuple:
+        cols = ("id", "name", "action", "status", "created_at", "updated_at")
+        rows = stacks.stack_list(self.app.context.db)
+        return cols, [tuple(base.fmt(getattr(s, c)) for c in cols) for s in rows]
+
+
+class StackResourceList(base.Lister):
+    """List a stack's resource rows (a replaced resource has two while the
+    replacement is under way)."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+        return parser
+
+    def take_action(self, parsed_args: Any) -> tuple:
+        stack = _lookup(self.app, parsed_args.name)
+        rows = actions.resource_rows(self.app.context.db, stack)
+        cols = ("id", "name", "type", "physical_id", "action", "status", "status_reason")
+        return cols, [tuple(r[c] for c in cols) for r in rows]
+
+
+class StackGraph(base.Command):
+    """Print the stack's current traversal graph as Graphviz DOT."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+        return parser
+
+    def take_action(self, parsed_args: Any) -> int:
+        stack = _lookup(self.app, parsed_args.name)
+        self.app.stdout.write(actions.graph_dot(self.app.context.db, stack))
+        return 0
+
+
+COMMANDS: dict[str, type] = {
+    "stack create": StackCreate,
+    "stack update": StackUpdate,
+    "stack delete": StackDelete,
+    "stack rollback": StackRollback,
+    "stack show": StackShow,
+    "stack list": StackList,
+    "stack resource list": StackResourceList,
+    "stack graph": StackGraph,
+}

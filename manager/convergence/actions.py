@@ -1,0 +1,143 @@
+"""Starting stack traversals and describing stacks: what ``sharectl stack``
+does, kept apart from the command line so tests and tools can call it.
+
+Starting writes nothing unless everything is valid: the template is parsed
+and checked first (``TemplateError``), a create inserts the stack row and
+prepares its traversal in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sharemgr.db import models as M
+from sharemgr.db import stacks
+from sharemgr.db import sync_points as SP
+from sharemgr.db.engine import Database
+from sharemgr.db.stacks import COMPLETE, CREATE, DELETE, IN_PROGRESS
+from sharemgr.manager.convergence import physical as phys
+from sharemgr.manager.convergence import prepare as P
+from sharemgr.manager.convergence.template import (
+    ResourceData,
+    Template,
+    TemplateError,
+    parse,
+    resolve_outputs,
+)
+
+
+def load_template(text: str | bytes, backends: Iterable[str]) -> Template:
+    """Parse and validate; a literal ``backend`` must be one of ``backends``
+    (the enabled ones), like ``sharectl share create --backend``."""
+    template = parse(text)
+    known = list(backends)
+    for name, defn in template.resources.items():
+        backend = defn.properties.get("backend")
+        if isinstance(backend, str) and backend not in known:
+            raise TemplateError(
+                f"resource {name!r} property 'backend': unknown backend {backend!r}; "
+                f"enabled backends: {', '.join(known) or 'none'}"
+            )
+    return template
+
+
+def create(db: Database, name: str, template: Template,
+           disable_rollback: bool = False) -> P.Traversal:
+    """A new stack and its CREATE traversal, together or not at all."""
+    with db.session() as session:
+        stack = stacks.stack_create_tx(session, name, disable_rollback)
+        return P.prepare_traversal_tx(session, stack, CREATE, template)
+
+
+def start(db: Database, name_or_id: str, action: str,
+          template: Template | None = None) -> P.Traversal:
+    """UPDATE (to ``template``), DELETE or ROLLBACK an existing stack.
+    Raises StackNotFound, InvalidStackAction, TraversalLost (another
+    traversal started first: nothing written)."""
+    stack = stacks.stack_lookup(db, name_or_id)
+    return P.prepare_traversal(db, stack, action, template)
+
+
+# Describing ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int
+    total: int
+
+    def __str__(self) -> str:
+        return f"{self.done}/{self.total}"
+
+
+def progress(db: Database, stack: M.Stack) -> Progress:
+    """Resources of the current traversal whose every node has reported (a
+    node has reported once its key is in a SyncPoint's input data). A
+    finished traversal counts all of them."""
+    graph = P.load_traversal_graph(stack)
+    resources = graph.resource_ids()
+    if stack.status != IN_PROGRESS or not stack.current_traversal:
+        return Progress(len(resources) if stack.status == COMPLETE else 0, len(resources))
+    reported: set[str] = set()
+    for point in SP.list_for_traversal(db, stack.id, stack.current_traversal):
+        reported.update(point.input_data)
+    pending = {n.resource_id for n in graph if n.key not in reported}
+    return Progress(len(resources - pending), len(resources))
+
+
+def current_rows(db: Database, stack: M.Stack) -> dict[str, M.StackResource]:
+    """Name -> the row that embodies each resource of the stack's template."""
+    if stack.template_id is None:
+        return {}
+    template = Template.from_dict(stacks.template_get(db, stack.template_id) or {})
+    rows = [r for r in stacks.resource_list(db, stack.id)
+            if not (r.action == DELETE and r.status == COMPLETE)]
+    chosen, _ = P.choose_rows(rows, template, stack.template_id, stack.template_id)
+    return chosen
+
+
+def outputs(db: Database, stack: M.Stack) -> dict[str, Any]:
+    """The template's outputs from the resources as they are now (an output
+    whose resource is missing or failed is None)."""
+    if stack.template_id is None:
+        return {}
+    template = Template.from_dict(stacks.template_get(db, stack.template_id) or {})
+    data = {}
+    for name, row in current_rows(db, stack).items():
+        observed = phys.observe(db, row.type, row.physical_id)
+        if observed.state != phys.GONE:
+            data[name] = ResourceData(name, row.id, row.physical_id, observed.attributes)
+    return resolve_outputs(template, data)
+
+
+def show(db: Database, stack: M.Stack) -> dict[str, Any]:
+    rows = stacks.resource_list(db, stack.id)
+    return {
+        "id": stack.id,
+        "name": stack.name,
+        "action": stack.action,
+        "status": stack.status,
+        "status_reason": stack.status_reason,
+        "disable_rollback": stack.disable_rollback,
+        "resources": len({r.name for r in rows}),
+        "progress": str(progress(db, stack)),
+        "outputs": outputs(db, stack),
+        "current_traversal": stack.current_traversal,
+        "template_id": stack.template_id,
+        "created_at": stack.created_at,
+        "updated_at": stack.updated_at,
+    }
+
+
+def resource_rows(db: Database, stack: M.Stack) -> list[dict[str, Any]]:
+    return [
+        {"id": r.id, "name": r.name, "type": r.type, "physical_id": r.physical_id,
+         "action": r.action, "status": r.status, "status_reason": r.status_reason}
+        for r in stacks.resource_list(db, stack.id)
+    ]
+
+
+def graph_dot(db: Database, stack: M.Stack) -> str:
+    return P.graph_dot(db, stack)
