@@ -1,0 +1,182 @@
+"""An in-process convergence engine for unit tests: real database, real tooz
+file coordinator, real dummy driver and Operations, real Worker and Resumer —
+only the request loop is replaced by :meth:`Engine.pump`, which runs pending
+check requests one at a time in the calling thread, so a test decides
+exactly what runs when."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+from oslo_config import cfg
+from sharemgr.db import api, migration, stacks
+from sharemgr.db import models as M
+from sharemgr.db.engine import Database
+from sharemgr.drivers import loader
+from sharemgr.drivers.dummy_state import BackendState
+from sharemgr.manager import config
+from sharemgr.manager.convergence import actions
+from sharemgr.manager.convergence import prepare as P
+from sharemgr.manager.convergence.engine import StackEngine
+from sharemgr.manager.coordination import Coordinator
+from sharemgr.manager.operations import OperationFailed, Operations, Stale
+
+HOST = "hostA"
+
+
+class Rig:
+    """One database, coordination folder, backend state and gate folder;
+    engines made with :meth:`engine` share them."""
+
+    def __init__(self, root: Path, db_url: str | None = None, backends: dict | None = None,
+                 coordination_url: str | None = None) -> None:
+        self.root = root
+        self.gates = root / "gates"
+        self.gates.mkdir(parents=True, exist_ok=True)
+        self.backends = backends if backends is not None else {"dummy": {}}
+        self.db_url = db_url or f"sqlite:///{root}/sharemgr.sqlite"
+        self.coordination_url = coordination_url or f"file://{root}/coordination?timeout=3"
+        self.db = Database(self.db_url)
+        migration.upgrade(self.db)
+        self.engines: list[Engine] = []
+
+    def config(self, name: str, host: str, backends: dict) -> cfg.ConfigOpts:
+        lines = ["[DEFAULT]", f"host = {host}", f"state_path = {self.root}/state",
+                 f"enabled_share_backends = {','.join(backends)}",
+                 "[database]", f"connection = {self.db_url}"]
+        for backend, opts in backends.items():
+            lines += [f"[{backend}]", f"dummy_state_path = {self.root}/dummy/{backend}",
+                      f"dummy_gate_dir = {self.gates}", "dummy_gate_poll_interval = 0.02"]
+            lines += [f"{k} = {v}" for k, v in opts.items()]
+        path = self.root / f"{name}.conf"
+        path.write_text("\n".join(lines) + "\n")
+        return config.load([], config_file=str(path), conf=cfg.ConfigOpts())
+
+    def engine(self, host: str = HOST, backends: dict | None = None) -> Engine:
+        engine = Engine(self, host, backends if backends is not None else self.backends)
+        self.engines.append(engine)
+        return engine
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.stop()
+        self.db.dispose()
+
+    # Stacks --------------------------------------------------------------------
+
+    def create(self, name: str, text: str, disable_rollback: bool = False) -> P.Traversal:
+        return actions.create(self.db, name, actions.load_template(text, self.backends),
+                              disable_rollback)
+
+    def update(self, name: str, text: str) -> P.Traversal:
+        return actions.start(self.db, name, "UPDATE",
+                             actions.load_template(text, self.backends))
+
+    def start(self, name: str, action: str) -> P.Traversal:
+        return actions.start(self.db, name, action)
+
+    def stack(self, name: str) -> M.Stack:
+        stack = stacks.stack_get_by_name(self.db, name)
+        if stack is None:
+            deleted = [s for s in stacks.stack_list(self.db, include_deleted=True)
+                       if s.name == name]
+            stack = deleted[-1]
+        return stack
+
+    def rows(self, name: str) -> dict[str, list[M.StackResource]]:
+        out: dict[str, list] = {}
+        for row in stacks.resource_list(self.db, self.stack(name).id):
+            out.setdefault(row.name, []).append(row)
+        return out
+
+    def backend(self, backend: str = "dummy") -> BackendState:
+        return BackendState(str(self.root / "dummy" / backend), backend=backend)
+
+    def objects(self, backend: str = "dummy") -> list[dict]:
+        with self.backend(backend).reading() as tx:
+            return tx.objects()
+
+    def calls(self, backend: str = "dummy") -> list[dict]:
+        with self.backend(backend).reading() as tx:
+            return tx.calls()
+
+    def gate(self, name: str) -> Path:
+        path = self.gates / name
+        path.write_text("")
+        return path
+
+    def checks(self, status: str | None = None) -> list[M.Request]:
+        return [r for r in api.request_list(self.db, status=status)
+                if r.action == P.CHECK_RESOURCE]
+
+
+class Engine:
+    """One engine: its own id, coordinator membership, drivers and worker."""
+
+    def __init__(self, rig: Rig, host: str, backends: dict) -> None:
+        self.rig = rig
+        self.engine_id = f"{host}.{uuid.uuid4()}"
+        self.conf = rig.config(self.engine_id, host, backends)
+        self.coordinator = Coordinator(rig.coordination_url, self.engine_id)
+        self.coordinator.start(heartbeat=True)
+        self.coordinator.join_engines()
+        self.drivers = loader.load_drivers(self.conf, host, self.engine_id)
+        self.operations = Operations(rig.db, self.drivers, self.coordinator, self.engine_id)
+        self.stacks = StackEngine(rig.db, self.operations, self.coordinator, self.engine_id,
+                                  host, self.drivers)
+        self.worker = self.stacks.worker
+        self.resumer = self.stacks.resumer
+        self.hosts = [f"{host}@{b}" for b in self.drivers] + self.stacks.claim_hosts()
+
+    def claim(self, limit: int = 1) -> list[M.Request]:
+        return [r for r in api.request_claim(self.rig.db, self.hosts, self.engine_id, limit)
+                if r.action == P.CHECK_RESOURCE]
+
+    def run(self, req: M.Request) -> str:
+        """Run one claimed request as the daemon's runner would; returns the
+        request's final status."""
+        status, error = "done", None
+        try:
+            self.worker(req)
+        except Stale as exc:
+            error = f"stale: {exc}"
+        except OperationFailed as exc:
+            status, error = "failed", str(exc)
+        except Exception as exc:
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+        api.request_finish(self.rig.db, req.id, self.engine_id, status, error)
+        return status
+
+    def step(self, count: int = 1) -> int:
+        """Run up to ``count`` pending check requests; returns how many ran."""
+        for ran in range(count):
+            claimed = self.claim()
+            if not claimed:
+                return ran
+            self.run(claimed[0])
+        return count
+
+    def pump(self, limit: int = 500) -> int:
+        """Run pending check requests until there are none; returns how many."""
+        ran = self.step(limit)
+        if ran == limit:
+            raise AssertionError(f"still pending after {limit} checks")
+        return ran
+
+    def run_in_thread(self) -> tuple[threading.Thread, list]:
+        """Claim one request and run it in a thread (it may wait at a gate)."""
+        claimed = self.claim()
+        assert claimed, "nothing to claim"
+        out: list = []
+        thread = threading.Thread(target=lambda: out.append(self.run(claimed[0])))
+        thread.start()
+        return thread, claimed
+
+    def die(self) -> None:
+        """Leave the engines group: to the others this engine is dead."""
+        self.coordinator.stop()
+
+    def stop(self) -> None:
+        self.coordinator.stop()

@@ -1,0 +1,294 @@
+"""The check-resource workflow in one process (tests/unit/stack_rig.py): real
+database, coordination, dummy driver and share operations; the test decides
+which engine runs which check when."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from sharemgr.db import api, stacks
+from sharemgr.db import stack_work as ws
+from sharemgr.manager.convergence import physical as phys
+from sharemgr.manager.convergence.resume import Resumer
+from sharemgr.reconcile.reconciler import Reconciler
+
+from tests.unit.stack_rig import HOST, Rig
+
+V1 = """
+resources:
+  data: {type: share, properties: {size: 1, proto: NFS}}
+  snap: {type: snapshot, properties: {share: {get_resource: data}}}
+outputs:
+  path: {get_attr: [data, export_locations, 0, path]}
+"""
+
+
+@pytest.fixture
+def rig(tmp_path):
+    r = Rig(tmp_path)
+    yield r
+    r.close()
+
+
+def _add(template, line):
+    """The template with one more resource (a line of YAML)."""
+    return template.replace("outputs:", f"  {line}\noutputs:")
+
+
+def _status(rig, name):
+    s = rig.stack(name)
+    return s.action, s.status
+
+
+def _creates(rig):
+    """(method, name) of every backend change of a create or delete."""
+    by_id = {o["id"]: o["name"] for o in rig.objects()}
+    return [(c["method"], by_id.get(c["resource_id"])) for c in rig.calls()
+            if c["method"].startswith(("create_", "delete_"))]
+
+
+def _one_each(rig, kinds=("share", "snapshot")):
+    """Exactly one backend object per live stack resource, and nothing else."""
+    objects = rig.objects()
+    names = collections.Counter(o["name"].rsplit("-", 1)[0] for o in objects)
+    assert all(n == 1 for n in names.values()), names
+    return sorted(names)
+
+
+def test_create_update_in_place_replace_and_delete(rig):
+    e = rig.engine()
+    rig.create("web", V1)
+    e.pump()
+    assert _status(rig, "web") == ("CREATE", "COMPLETE")
+    rows = rig.rows("web")
+    share = rows["data"][0]
+    assert {r["kind"] for r in rig.objects()} == {"share", "snapshot"}
+    assert rig.objects()[0]["name"].startswith("web-data-")
+
+    # Grow the share in place, add a resource.
+    rig.update("web", _add(V1.replace("size: 1", "size: 3"),
+                           "logs: {type: share, properties: {size: 1, proto: CIFS}}"))
+    e.pump()
+    assert _status(rig, "web") == ("UPDATE", "COMPLETE")
+    rows = rig.rows("web")
+    assert rows["data"][0].id == share.id and rows["data"][0].physical_id == share.physical_id
+    assert rows["data"][0].properties["size"] == 3
+    assert [m for m, _ in _creates(rig)].count("create_share") == 2
+    assert any(c["method"] == "extend_share" for c in rig.calls())
+
+    # proto changes: replace (new share first), the snapshot follows its share.
+    rig.update("web", V1.replace("proto: NFS", "proto: CIFS"))
+    e.pump()
+    assert _status(rig, "web") == ("UPDATE", "COMPLETE")
+    rows = rig.rows("web")
+    assert set(rows) == {"data", "snap"} and all(len(v) == 1 for v in rows.values())
+    assert rows["data"][0].physical_id != share.physical_id
+    methods = [c["method"] for c in rig.calls()]
+    last_create = max(i for i, m in enumerate(methods) if m == "create_share")
+    assert methods.index("delete_share") > last_create  # old share deleted after the new one
+    assert _one_each(rig) == ["web-data", "web-snap"]
+
+    rig.start("web", "DELETE")
+    e.pump()
+    assert _status(rig, "web") == ("DELETE", "COMPLETE")
+    assert rig.objects() == []
+    assert stacks.stack_get_by_name(rig.db, "web") is None
+
+
+def test_outputs_and_progress(rig):
+    from sharemgr.manager.convergence import actions
+
+    e = rig.engine()
+    rig.create("web", V1)
+    stack = rig.stack("web")
+    assert str(actions.progress(rig.db, stack)) == "0/2"
+    e.step(1)
+    assert str(actions.progress(rig.db, rig.stack("web"))) == "0/2"  # data's clean-up is left
+    e.pump()
+    shown = actions.show(rig.db, rig.stack("web"))
+    assert shown["progress"] == "2/2"
+    instance = phys.observe(rig.db, "share", rig.rows("web")["data"][0].physical_id)
+    assert shown["outputs"]["path"] == instance.attributes["export_locations"][0]["path"]
+
+
+def test_update_while_create_is_held_at_a_gate(rig):
+    """The create of 'data' waits at a gate while the stack is updated to a
+    template without 'snap' and with 'logs'; the holder finishes, retriggers
+    'data' in the new traversal, which extends it: every resource once."""
+    a, b = rig.engine(), rig.engine()
+    gate = rig.gate("create_share.web-data-")
+    rig.create("web", V1)
+    thread, _ = a.run_in_thread()
+    _wait(lambda: any(c["method"] == "create_share" for c in rig.calls()))
+
+    rig.update("web", """
+resources:
+  data: {type: share, properties: {size: 2, proto: NFS}}
+  logs: {type: share, properties: {size: 1, proto: NFS}}
+""")
+    b.pump()  # data's new check bails (a holds it), snap's row is cleaned up, logs made
+    bailed = [r for r in rig.checks() if "locked by live engine" in (r.error or "")]
+    assert len(bailed) == 1 and bailed[0].args["resource_id"] == rig.rows("web")["data"][0].id
+    assert _status(rig, "web") == ("UPDATE", "IN_PROGRESS")
+
+    gate.unlink()
+    thread.join(30)
+    b.pump()
+    assert _status(rig, "web") == ("UPDATE", "COMPLETE")
+    assert _one_each(rig) == ["web-data", "web-logs"]
+    assert {o["name"].rsplit("-", 1)[0]: o["size"] for o in rig.objects()}["web-data"] == 2
+    assert not any(c["method"] == "create_snapshot" for c in rig.calls())
+    assert set(rig.rows("web")) == {"data", "logs"}
+
+
+def test_dead_engines_lock_is_broken(rig):
+    e = rig.engine()
+    rig.create("web", V1)
+    e.pump()
+    data = rig.rows("web")["data"][0]
+    ghost = f"{HOST}.00000000-0000-0000-0000-000000000000"
+    assert stacks.resource_lock_acquire(rig.db, data.id, ghost).acquired
+    rig.update("web", V1.replace("size: 1", "size: 2"))
+    e.pump()
+    assert _status(rig, "web") == ("UPDATE", "COMPLETE")
+    row = stacks.resource_get(rig.db, data.id)
+    assert row.engine_id is None and row.properties["size"] == 2
+
+
+def test_crash_after_begin_is_settled_then_resumed(rig):
+    """What a SIGKILL leaves after a check started a create: the row CREATE
+    IN_PROGRESS locked by the dead engine, the share 'creating', its
+    operation and the check request running for the dead engine. The resumer
+    waits for reconciliation, then resumes; the share is made once."""
+    e = rig.engine()
+    rig.create("web", V1)
+    ghost = f"{HOST}.11111111-1111-1111-1111-111111111111"
+    (leaf,) = api.request_claim(rig.db, e.hosts, ghost, 1)
+    data = rig.rows("web")["data"][0]
+    assert stacks.resource_lock_acquire(rig.db, data.id, ghost).acquired
+    stack = rig.stack("web")
+    props = {"size": 1, "proto": "NFS"}
+    plan = phys.plan_create(rig.db, "share", props, "web-data-dead", e.worker.placement)
+    begun = ws.begin(rig.db, data.id, ghost, stack.id, stack.current_traversal,
+                     ws.Begin("CREATE", {"physical_id": plan.physical_id, "properties": props},
+                              plan.add, plan.changes, plan.op.request({})))
+    assert begun is not None
+
+    # Another check of the node bails: dead holder, physical still creating.
+    with rig.db.session() as session:
+        from sharemgr.manager.convergence import prepare as P
+        P.enqueue_check_tx(session, stack.id, stack.current_traversal, (data.id, True), {})
+    e.pump()
+    assert "reconciliation settles it" in rig.checks()[0].error
+    resumer = Resumer(rig.db, e.coordinator, e.engine_id, e.worker)
+    assert resumer.run_once()["waiting"] == 1
+
+    Reconciler(rig.db, e.drivers, e.coordinator, e.operations, HOST, e.engine_id, 2).run()
+    counts = resumer.run_once()
+    assert counts["resumed"] == 1
+    assert resumer.run_once()["resumed"] == 0  # once
+    old = api.request_list(rig.db, resource_id=str(data.id))
+    assert any(r.id == leaf.id and r.status == "abandoned" and
+               r.error.startswith("resumed as request") for r in old)
+    e.pump()
+    assert _status(rig, "web") == ("CREATE", "COMPLETE")
+    assert _one_each(rig) == ["web-data", "web-snap"]
+    # The errored share of the dead engine was replaced and cleaned up.
+    assert len(rig.rows("web")["data"]) == 1
+    assert rig.rows("web")["data"][0].physical_id != plan.physical_id
+
+
+def test_failure_without_rollback_stops_the_traversal(tmp_path):
+    rig = Rig(tmp_path, backends={"dummy": {"dummy_fail_methods": "create_snapshot"}})
+    try:
+        e = rig.engine()
+        rig.create("web", _add(V1, "more: {type: share, properties: {size: 1, proto: NFS}}"),
+                   disable_rollback=True)
+        e.pump()
+        stack = rig.stack("web")
+        assert (stack.action, stack.status) == ("CREATE", "FAILED")
+        assert "create_snapshot" in stack.status_reason and "snap" in stack.status_reason
+        rows = rig.rows("web")
+        failed = [r for v in rows.values() for r in v if r.status == "FAILED"]
+        assert failed and failed[0].status_reason
+        assert not rig.checks("pending")
+        # On demand: roll back to nothing (no template ever completed).
+        rig.start("web", "ROLLBACK")
+        e.pump()
+        assert _status(rig, "web") == ("ROLLBACK", "COMPLETE")
+        assert rig.objects() == []
+    finally:
+        rig.close()
+
+
+def test_failed_update_rolls_back_to_the_replaced_row(tmp_path):
+    rig = Rig(tmp_path, backends={"dummy": {"dummy_fail_methods": "create_share.web-bad-"}})
+    try:
+        e = rig.engine()
+        rig.create("web", V1)
+        e.pump()
+        before = {n: (v[0].id, v[0].physical_id) for n, v in rig.rows("web").items()}
+        rig.update("web", _add(V1.replace("proto: NFS", "proto: CIFS"),
+                               "bad: {type: share, properties: {size: 1, proto: NFS}, "
+                               "depends_on: [snap]}"))
+        e.pump()
+        stack = rig.stack("web")
+        assert (stack.action, stack.status) == ("ROLLBACK", "COMPLETE")
+        assert "bad" in stack.status_reason
+        after = {n: (v[0].id, v[0].physical_id) for n, v in rig.rows("web").items()}
+        assert after == before  # the original rows and physical resources are back
+        assert _one_each(rig) == ["web-data", "web-snap"]
+        assert {o["kind"]: o["status"] for o in rig.objects()} == {
+            "share": "available", "snapshot": "available"}
+    finally:
+        rig.close()
+
+
+def test_unexpected_error_fails_the_stack(rig, monkeypatch):
+    e = rig.engine()
+
+    def boom(*a, **k):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(phys, "plan_create", boom)
+    rig.create("web", V1, disable_rollback=True)
+    e.pump()
+    stack = rig.stack("web")
+    assert stack.status == "FAILED" and "a bug" in stack.status_reason
+
+
+def test_check_goes_to_an_engine_of_the_backend(tmp_path):
+    backends = {"b1": {"share_driver": "dummy"}, "b2": {"share_driver": "dummy"}}
+    rig = Rig(tmp_path, backends=backends)
+    try:
+        one = rig.engine(backends={"b1": backends["b1"]})
+        two = rig.engine(host="hostB", backends={"b2": backends["b2"]})
+        rig.create("web", """
+resources:
+  x: {type: share, properties: {size: 1, proto: NFS, backend: b2}}
+  y: {type: snapshot, properties: {share: {get_resource: x}}}
+""")
+        assert one.pump() == 1  # forwarded, not run
+        forwarded = rig.checks()[-1]  # oldest: the leaf
+        assert forwarded.error.startswith("stale: forwarded to *@b2")
+        assert one.pump() == 0
+        two.pump()
+        assert _status(rig, "web") == ("CREATE", "COMPLETE")
+        assert {o["kind"] for o in rig.objects("b2")} == {"share", "snapshot"}
+        assert rig.objects("b1") == []
+        data = rig.rows("web")["x"][0]
+        assert phys.observe(rig.db, "share", data.physical_id).host == "hostB@b2"
+    finally:
+        rig.close()
+
+
+def _wait(predicate, timeout=20):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")
