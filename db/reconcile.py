@@ -7,13 +7,15 @@ from typing import Any
 import sqlalchemy as sa
 from sharemgr.db import models as M
 from sharemgr.db.engine import Database
+from sharemgr.db.resources import host_match
 
 
 def open_requests(db: Database, hosts: list[str]) -> list[M.Request]:
-    """Pending and running requests for these hosts (and host-less ones)."""
+    """Pending and running requests for these hosts, pools included (and
+    host-less ones)."""
     stmt = sa.select(M.Request).where(
         M.Request.status.in_(("pending", "running")),
-        sa.or_(M.Request.host.in_(hosts), M.Request.host.is_(None)),
+        sa.or_(*[host_match(M.Request.host, h) for h in hosts], M.Request.host.is_(None)),
     )
     with db.session() as session:
         return list(session.scalars(stmt.order_by(M.Request.id)))

@@ -82,6 +82,38 @@ class Summary:
                 f"failures: {self.failures}; {duration:.2f}s")
 
 
+SECONDARY_STATES = (C.REPLICA_IN_SYNC, C.REPLICA_OUT_OF_SYNC, C.REPLICA_ERROR)
+
+
+class Unusable(Exception):
+    """A healthy status answer whose details cannot be recorded."""
+
+
+def _size(answer: dict[str, Any]) -> int:
+    """A whole, positive number of GiB (``8``, ``8.0``, ``"8"``): shares
+    have at least 1 GiB."""
+    size = answer.get("size")
+    value: int | None = None
+    if isinstance(size, int) and not isinstance(size, bool):
+        value = size
+    elif isinstance(size, float) and size.is_integer():
+        value = int(size)
+    elif isinstance(size, str) and size.strip().isdigit():
+        value = int(size)
+    if value is None or value < 1:
+        raise Unusable(f"no usable size ({size!r})")
+    return value
+
+
+def _export_locations(raw: Any) -> list[dict[str, Any]]:
+    if not isinstance(raw, (list, tuple)):
+        raise Unusable(f"export locations that are not a list ({raw!r})")
+    if not all(isinstance(i, str) or (isinstance(i, dict) and isinstance(i.get("path"), str))
+               for i in raw):
+        raise Unusable(f"export locations without paths ({raw!r})")
+    return views.export_locations(raw)
+
+
 def _classify(answer: Any) -> tuple[bool, str, dict[str, Any]]:
     """A status method's answer → (healthy, reason, answer dict)."""
     if not isinstance(answer, dict) or not answer.get("status"):
@@ -120,18 +152,23 @@ class Reconciler:
         started = time.monotonic()
         record = db_rec.pass_start(self.db, self.host, self.engine_id, trigger, dry_run)
         summary = Summary()
-        alive = self.coordinator.engines()
-        requests = self._open_requests(alive, summary, dry_run)
+        requests = self._open_requests(summary, dry_run)
         executor = futurist.ThreadPoolExecutor(max_workers=self.workers)
+        futures: list = []
         try:
             for rtype in rules.STAGES:
                 cands = self._stage(rtype)
-                futures = [executor.submit(self._one, c, requests, alive, summary, dry_run)
+                futures = [executor.submit(self._one, c, requests, summary, dry_run)
                            for c in cands]
                 if futures:
                     waiters.wait_for_all(futures)
         finally:
-            executor.shutdown(wait=True)
+            # Every resource of the stage is done before the pass ends;
+            # shutdown(wait=True) would add futurist's idle poll (1 s) to
+            # every pass, and its duration.
+            if futures:
+                waiters.wait_for_all(futures)
+            executor.shutdown(wait=False)
         duration = time.monotonic() - started
         result = summary.as_dict(duration)
         db_rec.pass_finish(self.db, record.id, result)
@@ -148,12 +185,18 @@ class Reconciler:
             cands.extend(scan.scan(self.db, rtype, f"{self.host}@{backend}"))
         return cands
 
-    def _open_requests(self, alive: set[str], summary: Summary, dry_run: bool
-                       ) -> dict[str, M.Request]:
+    def _open_requests(self, summary: Summary, dry_run: bool) -> dict[str, M.Request]:
         """Pending/running requests by resource id; requests claimed by dead
-        engines become abandoned (not in a dry run)."""
+        engines become abandoned (not in a dry run).
+
+        The requests are read before the membership: an engine that joins and
+        claims a request in between is then seen with a pending request, never
+        as a claimant missing from an older member list (which would abandon
+        the request of an alive engine)."""
         by_resource: dict[str, M.Request] = {}
-        for req in db_rec.open_requests(self.db, self.hosts):
+        open_requests = db_rec.open_requests(self.db, self.hosts)
+        alive = self.coordinator.engines()
+        for req in open_requests:
             if req.status == C.REQUEST_RUNNING and req.engine_id not in alive:
                 if req.host is None:
                     continue  # host-less requests (stacks) are resumed by the engine
@@ -167,8 +210,8 @@ class Reconciler:
 
     # One resource ----------------------------------------------------------------
 
-    def _one(self, cand: Candidate, requests: dict[str, M.Request], alive: set[str],
-             summary: Summary, dry_run: bool) -> None:
+    def _one(self, cand: Candidate, requests: dict[str, M.Request], summary: Summary,
+             dry_run: bool) -> None:
         try:
             self._settle(cand, requests, summary, dry_run)
         except Exception:
@@ -187,7 +230,7 @@ class Reconciler:
     def _settle(self, cand: Candidate, requests: dict[str, M.Request], summary: Summary,
                 dry_run: bool) -> None:
         reason = scan.left_alone(self.db, cand)
-        req = requests.get(cand.id)
+        req = requests.get(cand.id) or self._backup_request(cand, requests)
         if reason is None and req is not None:
             reason = ("request pending" if req.status == C.REQUEST_PENDING
                       else f"in progress on {req.engine_id}")
@@ -218,11 +261,25 @@ class Reconciler:
         if outcome is not None:
             summary.outcome(cand.rtype, outcome)
 
+    def _backup_request(self, cand: Candidate, requests: dict[str, M.Request]
+                        ) -> M.Request | None:
+        """A share instance in backup_creating/backup_restoring belongs to its
+        backup's request (keyed by the backup's id): while that request is
+        pending or running, the backup workflow brings the share back."""
+        if cand.rtype not in (C.SHARE_INSTANCE, C.REPLICA) or \
+                cand.status not in (C.BACKUP_CREATING, C.BACKUP_RESTORING):
+            return None
+        for backup in db_api.query(self.db, M.ShareBackup, {"share_id": cand.row.share_id}):
+            if backup.id in requests:
+                return requests[backup.id]
+        return None
+
     def _act(self, cand: Candidate, rule: rules.Rule) -> str | None:
         if rule.action == rules.MARK:
             LOG.warning("%s %s stuck in %s cannot be resumed: %s", cand.rtype, cand.id,
                         cand.status, rule.error)
-            return self._set(cand, [], rule.error)
+            values = {"replica_state": C.REPLICA_ERROR} if cand.rtype == C.REPLICA else {}
+            return self._set(cand, [], rule.error, values)
         if rule.action == rules.DELETE:
             try:
                 self.operations.retry_delete(cand.rtype, cand.id)
@@ -247,6 +304,8 @@ class Reconciler:
 
     def _query(self, cand: Candidate, rule: rules.Rule) -> str | None:
         driver = self.drivers[views.backend_of(cand.host)]
+        values: dict[str, Any] = {}
+        extra: list = []
         try:
             args = self._status_args(cand)
             answer = getattr(driver, rule.method)(*args)
@@ -257,13 +316,17 @@ class Reconciler:
             healthy, reason, answer = False, f"missing on the backend ({exc})", {}
         except Exception as exc:
             healthy, reason, answer = False, f"{rule.method} raised {exc!r}", {}
+        if healthy:
+            try:
+                values, extra = self._healthy_values(cand, answer)
+            except Unusable as exc:
+                healthy, reason = False, f"{rule.method} answered {exc}"
         if not healthy:
             LOG.warning("%s %s (%s) → %s: %s", cand.rtype, cand.id, cand.status, rule.error,
                         reason)
             values = {"replica_state": C.REPLICA_ERROR} if cand.rtype == C.REPLICA else {}
             return self._set(cand, [], rule.error, values)
         LOG.info("%s %s (%s) → %s: %s", cand.rtype, cand.id, cand.status, rule.ok, reason)
-        values, extra = self._healthy_values(cand, answer)
         return self._set(cand, extra, rule.ok, values)
 
     def _status_args(self, cand: Candidate) -> tuple:
@@ -279,14 +342,24 @@ class Reconciler:
 
     def _healthy_values(self, cand: Candidate, answer: dict[str, Any]
                         ) -> tuple[dict[str, Any], list]:
+        """The columns a healthy answer sets; Unusable when the answer cannot
+        be recorded (the error outcome, not a crash that leaves the resource
+        transient for every later pass too)."""
         values: dict[str, Any] = {}
         extra: list = []
         if cand.rtype in (C.SHARE_INSTANCE, C.REPLICA):
             if answer.get("export_locations") is not None:
-                values["export_locations"] = views.export_locations(answer["export_locations"])
+                values["export_locations"] = _export_locations(answer["export_locations"])
             if cand.rtype == C.REPLICA:
-                values["replica_state"] = answer.get("replica_state") or C.REPLICA_IN_SYNC
-            if cand.status in (C.EXTENDING, C.SHRINKING) and answer.get("size") is not None:
-                # The backend's size is the truth, whichever way the resize went.
-                extra.append((M.Share, cand.row.share_id, {}, {"size": int(answer["size"])}))
+                # A secondary being created is never the active replica (that
+                # takes a promotion); anything else is out of sync until proven.
+                state = answer.get("replica_state") or C.REPLICA_IN_SYNC
+                values["replica_state"] = state if state in SECONDARY_STATES \
+                    else C.REPLICA_OUT_OF_SYNC
+            if cand.status in (C.EXTENDING, C.SHRINKING):
+                # The backend's size is the truth, whichever way the resize
+                # went; without it the database cannot be made to match.
+                extra.append((M.Share, cand.row.share_id, {}, {"size": _size(answer)}))
+        if cand.rtype == C.SNAPSHOT_INSTANCE:
+            values["progress"] = "100%"  # as a completed create records it
         return values, extra

@@ -3,7 +3,8 @@ status (spec 002, ARCHITECTURE §6), as data.
 
 ``query``: ask the backend with the optional status method; healthy →
 ``ok``, anything else (error, missing, not implemented, None, no status,
-an exception) → ``error``. ``delete``: retry the idempotent driver delete;
+an exception, a healthy answer the manager cannot record such as a resize
+without a usable size) → ``error``. ``delete``: retry the idempotent driver delete;
 success → deleted, failure → ``error``. ``mark``: the operation cannot be
 resumed: set ``error``.
 """
@@ -62,9 +63,20 @@ RULES: dict[str, dict[str, Rule]] = {
         C.BACKUP_CREATING: mark(C.ERROR),
         C.BACKUP_RESTORING: mark(C.ERROR),
     },
+    # A replica is a share instance: the share-instance rows that need no
+    # driver apply to it (a promotion leaves the secondary being promoted in
+    # replication_change, a revert leaves every replica in reverting); only
+    # its create has a status method of its own.
     C.REPLICA: {
         C.CREATING: query("get_replica_status"),
         C.DELETING: delete(C.ERROR_DELETING),
+        C.MANAGING: mark(C.MANAGE_ERROR),
+        C.UNMANAGING: mark(C.UNMANAGE_ERROR),
+        C.RESTORING: mark(C.ERROR),
+        C.REVERTING: mark(C.ERROR),
+        C.REPLICATION_CHANGE: mark(C.ERROR),
+        C.BACKUP_CREATING: mark(C.ERROR),
+        C.BACKUP_RESTORING: mark(C.ERROR),
     },
     C.SNAPSHOT_INSTANCE: {
         C.CREATING: query("get_snapshot_status"),

@@ -1,0 +1,462 @@
+"""What the reconciliation unit tests share: a fake driver programmed per test,
+row builders for every resource type, and an engine (real tooz file
+coordinator, real Operations, real Reconciler) around a real database.
+
+Only the driver is fake. The expected outcomes (``EXPECTED``, ``EXCLUDED``)
+are written here from ARCHITECTURE §6 and the spec, never taken from
+``reconcile/rules.py``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sharemgr.db import api, migration
+from sharemgr.db import models as M
+from sharemgr.db.engine import Database
+from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
+from sharemgr.manager import constants as C
+from sharemgr.manager.coordination import Coordinator
+from sharemgr.manager.operations import Operations
+from sharemgr.reconcile.reconciler import Reconciler
+
+HOST = "hostA"
+BACKEND = "be"
+HOSTBE = f"{HOST}@{BACKEND}"
+
+# What a status method may answer (the issue's list).
+HEALTHY = "healthy"
+ANSWERS = (HEALTHY, "error", "missing", "not_implemented", "none", "no_status", "raises")
+
+BACKEND_SIZE = 8  # what the backend reports as a share's size when healthy
+
+STATUS_METHOD = {
+    C.SHARE_INSTANCE: "get_share_status",
+    C.REPLICA: "get_replica_status",
+    C.SNAPSHOT_INSTANCE: "get_snapshot_status",
+    C.SHARE_GROUP: "get_share_group_status",
+    C.GROUP_SNAPSHOT: "get_share_group_snapshot_status",
+}
+DELETE_METHOD = {
+    C.SHARE_SERVER: "teardown_server",
+    C.SHARE_INSTANCE: "delete_share",
+    C.REPLICA: "delete_replica",
+    C.SNAPSHOT_INSTANCE: "delete_snapshot",
+    C.SHARE_GROUP: "delete_share_group",
+    C.GROUP_SNAPSHOT: "delete_share_group_snapshot",
+    C.BACKUP: "delete_backup",
+}
+
+# The spec's table -------------------------------------------------------------------
+
+Q, D, K = "query", "delete", "mark"
+
+# (action, error status) per type and transient status: ARCHITECTURE §6 and the
+# spec. Success is 'available' for a query and 'deleted' for a delete. A
+# replica is a share instance: the share-instance rows that need no driver
+# (mark) apply to it too; its create asks get_replica_status.
+INSTANCE_MARKS = {
+    C.MANAGING: (K, C.MANAGE_ERROR),
+    C.UNMANAGING: (K, C.UNMANAGE_ERROR),
+    C.RESTORING: (K, C.ERROR),
+    C.REVERTING: (K, C.ERROR),
+    C.REPLICATION_CHANGE: (K, C.ERROR),
+    C.BACKUP_CREATING: (K, C.ERROR),
+    C.BACKUP_RESTORING: (K, C.ERROR),
+}
+EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
+    C.SHARE_SERVER: {
+        C.CREATING: (K, C.ERROR),
+        C.MANAGING: (K, C.MANAGE_ERROR),
+        C.UNMANAGING: (K, C.UNMANAGE_ERROR),
+        C.SERVER_NETWORK_CHANGE: (K, C.ERROR),
+        C.DELETING: (D, C.ERROR),
+    },
+    C.SHARE_INSTANCE: {
+        C.CREATING: (Q, C.ERROR),
+        C.CREATING_FROM_SNAPSHOT: (Q, C.ERROR),
+        C.EXTENDING: (Q, C.EXTENDING_ERROR),
+        C.SHRINKING: (Q, C.SHRINKING_ERROR),
+        C.DELETING: (D, C.ERROR_DELETING),
+        C.DEFERRED_DELETING: (D, C.ERROR_DELETING),
+        **INSTANCE_MARKS,
+    },
+    C.REPLICA: {
+        C.CREATING: (Q, C.ERROR),
+        C.DELETING: (D, C.ERROR_DELETING),
+        **INSTANCE_MARKS,
+    },
+    C.SNAPSHOT_INSTANCE: {
+        C.CREATING: (Q, C.ERROR),
+        C.DELETING: (D, C.ERROR_DELETING),
+        C.MANAGING: (K, C.MANAGE_ERROR),
+        C.UNMANAGING: (K, C.UNMANAGE_ERROR),
+        C.RESTORING: (K, C.ERROR),
+    },
+    C.SHARE_GROUP: {C.CREATING: (Q, C.ERROR), C.DELETING: (D, C.ERROR)},
+    C.GROUP_SNAPSHOT: {C.CREATING: (Q, C.ERROR), C.DELETING: (D, C.ERROR)},
+    # Backups: delete only; creating/restoring whose driver call never started
+    # (no progress) cannot be continued: creating fails, restoring returns the
+    # intact backup to available.
+    C.BACKUP: {C.DELETING: (D, C.ERROR), C.CREATING: (K, C.ERROR),
+               C.RESTORING: (K, C.AVAILABLE)},
+}
+# Transient statuses a pass leaves to another workflow (spec: "Excluded").
+EXCLUDED = {
+    C.SHARE_SERVER: {C.SERVER_MIGRATING, C.SERVER_MIGRATING_TO},
+    C.SHARE_INSTANCE: {C.SERVER_MIGRATING, C.SERVER_MIGRATING_TO, C.ENSURING},
+    # Statuses Manila never gives a secondary replica (resize, deferred
+    # deletion and create-from-snapshot act on the active instance).
+    C.REPLICA: {C.SERVER_MIGRATING, C.SERVER_MIGRATING_TO, C.ENSURING, C.EXTENDING,
+                C.SHRINKING, C.CREATING_FROM_SNAPSHOT, C.DEFERRED_DELETING},
+    C.SNAPSHOT_INSTANCE: set(),
+    C.SHARE_GROUP: set(),
+    C.GROUP_SNAPSHOT: set(),
+    C.BACKUP: set(),
+}
+STAGE_ORDER = (C.SHARE_SERVER, C.SHARE_INSTANCE, C.REPLICA, C.SNAPSHOT_INSTANCE,
+               C.SHARE_GROUP, C.GROUP_SNAPSHOT, C.BACKUP)
+
+# Operations reconciliation must never start again (a crash left them
+# half-done; redoing them risks duplicates on the backend).
+FORBIDDEN = (
+    "create_share", "create_share_from_snapshot", "extend_share", "shrink_share",
+    "create_snapshot", "create_replica", "setup_server", "create_share_group",
+    "create_share_group_snapshot", "create_backup", "restore_backup",
+    "create_backup_continue", "restore_backup_continue",
+)
+
+
+@dataclass(frozen=True)
+class Literal:
+    """A status method answer returned as it is."""
+
+    value: Any
+
+
+def export_path(ident: str) -> str:
+    return f"10.0.0.1:/shares/{ident}"
+
+
+class FakeDriver:
+    """The ShareDriver methods reconciliation may call, programmed per test.
+
+    ``answer`` is what every status method answers unless ``answers`` has an
+    entry for the object's id; ``delete_fails`` holds ids (or ``"*"``) whose
+    delete raises ShareBackendException. ``calls`` records (method, id) in
+    call order.
+    """
+
+    def __init__(self, dhss: bool = True) -> None:
+        self.driver_handles_share_servers = dhss
+        self.answer = HEALTHY
+        self.answers: dict[str, Any] = {}
+        self.delete_fails: set[str] = set()
+        self.replica_state: str | None = C.REPLICA_OUT_OF_SYNC
+        self.calls: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def _record(self, method: str, ident: str) -> None:
+        with self._lock:
+            self.calls.append((method, ident))
+
+    def methods(self) -> list[str]:
+        return [m for m, _ in self.calls]
+
+    def _status(self, method: str, obj: dict, healthy: dict) -> Any:
+        ident = obj["id"]
+        self._record(method, ident)
+        answer = self.answers.get(ident, self.answer)
+        if isinstance(answer, Literal):
+            return answer.value
+        if answer == HEALTHY:
+            return {"status": C.AVAILABLE, **healthy}
+        if answer == "error":
+            return {"status": C.ERROR}
+        if answer == "missing":
+            raise ShareResourceNotFound(f"no such object {ident}")
+        if answer == "not_implemented":
+            raise NotImplementedError(method)
+        if answer == "none":
+            return None
+        if answer == "no_status":
+            return {"size": BACKEND_SIZE}
+        if answer == "raises":
+            raise RuntimeError("backend exploded")
+        raise AssertionError(f"unknown programmed answer {answer!r}")
+
+    # Status methods -----------------------------------------------------------
+
+    def get_share_status(self, share: dict, share_server: dict | None = None) -> Any:
+        return self._status("get_share_status", share, {
+            "size": BACKEND_SIZE,
+            "export_locations": [{"path": export_path(share["id"]), "is_admin_only": False,
+                                  "preferred": True}],
+        })
+
+    def get_replica_status(self, replica: dict, share_server: dict | None = None) -> Any:
+        healthy: dict[str, Any] = {
+            "size": BACKEND_SIZE,
+            "export_locations": [{"path": export_path(replica["id"]), "is_admin_only": False,
+                                  "preferred": False}],
+        }
+        if self.replica_state is not None:
+            healthy["replica_state"] = self.replica_state
+        return self._status("get_replica_status", replica, healthy)
+
+    def get_snapshot_status(self, snapshot: dict, share_server: dict | None = None) -> Any:
+        return self._status("get_snapshot_status", snapshot, {"size": 1})
+
+    def get_share_group_status(self, group: dict, share_server: dict | None = None) -> Any:
+        return self._status("get_share_group_status", group, {})
+
+    def get_share_group_snapshot_status(self, group_snapshot: dict,
+                                        share_server: dict | None = None) -> Any:
+        return self._status("get_share_group_snapshot_status", group_snapshot, {})
+
+    # Deletes ------------------------------------------------------------------
+
+    def _delete(self, method: str, ident: str) -> None:
+        self._record(method, ident)
+        if ident in self.delete_fails or "*" in self.delete_fails:
+            raise ShareBackendException(f"backend refused to delete {ident}")
+
+    def delete_share(self, share: dict, share_server: dict | None = None) -> None:
+        self._delete("delete_share", share["id"])
+
+    def delete_replica(self, replica: dict, share_server: dict | None = None) -> None:
+        self._delete("delete_replica", replica["id"])
+
+    def delete_snapshot(self, snapshot: dict, share_server: dict | None = None) -> None:
+        self._delete("delete_snapshot", snapshot["id"])
+
+    def delete_share_group(self, group: dict, share_server: dict | None = None) -> None:
+        self._delete("delete_share_group", group["id"])
+
+    def delete_share_group_snapshot(self, group_snapshot: dict,
+                                    share_server: dict | None = None) -> None:
+        self._delete("delete_share_group_snapshot", group_snapshot["id"])
+
+    def teardown_server(self, server: dict, backend_details: dict) -> None:
+        self._delete("teardown_server", server["id"])
+
+    def delete_backup(self, backup: dict) -> None:
+        self._delete("delete_backup", backup["id"])
+
+    # What must never be called -------------------------------------------------
+
+    def __getattr__(self, name: str) -> Any:
+        if name in FORBIDDEN:
+            def forbidden(*args: Any, **kwargs: Any) -> None:
+                self._record(name, "?")
+                raise AssertionError(f"reconciliation called {name}")
+            return forbidden
+        raise AttributeError(name)
+
+
+# Databases ---------------------------------------------------------------------------
+
+
+def migrated_template(folder: Path) -> Path:
+    """An SQLite database file at the head revision (the migrations, run once)."""
+    path = folder / "template.sqlite"
+    db = Database(f"sqlite:///{path}")
+    migration.upgrade(db)
+    db.dispose()
+    return path
+
+
+def sqlite_copy(template: Path, folder: Path) -> Database:
+    """A real SQLite database of the test's own: a copy of the template
+    (running the migrations for each of some hundred cases costs more than
+    the cases themselves)."""
+    dest = folder / "sharemgr.sqlite"
+    for suffix in ("", "-wal"):
+        if Path(f"{template}{suffix}").exists():
+            shutil.copyfile(f"{template}{suffix}", f"{dest}{suffix}")
+    db = Database(f"sqlite:///{dest}")
+    assert migration.is_current(db)
+    return db
+
+
+# Rows ---------------------------------------------------------------------------
+
+
+def add(db: Any, *rows: Any) -> None:
+    """Insert in order (foreign keys are enforced)."""
+    with db.session() as session:
+        for row in rows:
+            session.add(row)
+            session.flush()
+
+
+def make_share(db: Any, status: str = C.AVAILABLE, host: str = HOSTBE, size: int = 5,
+               replica_state: str | None = None, task_state: str | None = None,
+               server_id: str | None = None) -> M.ShareInstance:
+    share = M.Share(id=M.new_id(), size=size, share_proto="NFS", name="s")
+    inst = M.ShareInstance(id=M.new_id(), share_id=share.id, host=host, status=status,
+                           replica_state=replica_state, task_state=task_state,
+                           share_server_id=server_id, export_locations=[])
+    add(db, share, inst)
+    return inst
+
+
+def make_replica(db: Any, status: str, host: str = HOSTBE,
+                 task_state: str | None = None) -> M.ShareInstance:
+    active = make_share(db, C.AVAILABLE, host, replica_state=C.REPLICA_ACTIVE)
+    rep = M.ShareInstance(id=M.new_id(), share_id=active.share_id, host=host, status=status,
+                          replica_state=C.REPLICA_OUT_OF_SYNC, task_state=task_state,
+                          export_locations=[])
+    add(db, rep)
+    return rep
+
+
+def make_server(db: Any, status: str, host: str = HOSTBE) -> M.ShareServer:
+    row = M.ShareServer(id=M.new_id(), host=host, status=status, backend_details={"k": "v"})
+    add(db, row)
+    return row
+
+
+def make_snapshot(db: Any, status: str, host: str = HOSTBE) -> M.ShareSnapshotInstance:
+    inst = make_share(db, C.AVAILABLE, host)
+    snap = M.ShareSnapshot(id=M.new_id(), share_id=inst.share_id, size=5, name="snap")
+    snap_inst = M.ShareSnapshotInstance(id=M.new_id(), snapshot_id=snap.id,
+                                        share_instance_id=inst.id, status=status,
+                                        progress="0%")
+    add(db, snap, snap_inst)
+    return snap_inst
+
+
+def make_group(db: Any, status: str, host: str = HOSTBE) -> M.ShareGroup:
+    row = M.ShareGroup(id=M.new_id(), host=host, status=status, name="g")
+    add(db, row)
+    return row
+
+
+def make_group_snapshot(db: Any, status: str, host: str = HOSTBE) -> M.ShareGroupSnapshot:
+    grp = make_group(db, C.AVAILABLE, host)
+    row = M.ShareGroupSnapshot(id=M.new_id(), share_group_id=grp.id, status=status, name="gs")
+    add(db, row)
+    return row
+
+
+def make_backup(db: Any, status: str, host: str = HOSTBE, progress: str | None = None,
+                restore_progress: str | None = None,
+                share_status: str = C.AVAILABLE) -> M.ShareBackup:
+    inst = make_share(db, share_status, host)
+    row = M.ShareBackup(id=M.new_id(), share_id=inst.share_id, host=host, status=status,
+                        size=5, progress=progress, restore_progress=restore_progress)
+    add(db, row)
+    return row
+
+
+MAKE = {
+    C.SHARE_SERVER: make_server,
+    C.SHARE_INSTANCE: make_share,
+    C.REPLICA: make_replica,
+    C.SNAPSHOT_INSTANCE: make_snapshot,
+    C.SHARE_GROUP: make_group,
+    C.GROUP_SNAPSHOT: make_group_snapshot,
+    C.BACKUP: make_backup,
+}
+MODEL = {
+    C.SHARE_SERVER: M.ShareServer,
+    C.SHARE_INSTANCE: M.ShareInstance,
+    C.REPLICA: M.ShareInstance,
+    C.SNAPSHOT_INSTANCE: M.ShareSnapshotInstance,
+    C.SHARE_GROUP: M.ShareGroup,
+    C.GROUP_SNAPSHOT: M.ShareGroupSnapshot,
+    C.BACKUP: M.ShareBackup,
+}
+
+
+def make(db: Any, rtype: str, status: str, host: str = HOSTBE) -> Any:
+    return MAKE[rtype](db, status, host=host)
+
+
+def fetch(db: Any, rtype: str, ident: str) -> Any:
+    return api.get(db, MODEL[rtype], ident, include_deleted=True)
+
+
+def host_of_row(db: Any, rtype: str, row: Any) -> str:
+    """The 'host@backend' a request for this resource names (as intake does)."""
+    if rtype == C.SNAPSHOT_INSTANCE:
+        return api.get(db, M.ShareInstance, row.share_instance_id).host
+    if rtype == C.GROUP_SNAPSHOT:
+        return api.get(db, M.ShareGroup, row.share_group_id).host
+    return row.host
+
+
+def add_request(db: Any, rtype: str, ident: str, host: str, status: str = C.REQUEST_PENDING,
+                engine_id: str | None = None, action: str = "create") -> int:
+    req = M.Request(resource_type=rtype, resource_id=ident, action=action, host=host,
+                    status=status, engine_id=engine_id, args={},
+                    claimed_at=M.utcnow() if engine_id else None)
+    add(db, req)
+    return req.id
+
+
+def request_row(db: Any, request_id: int) -> M.Request:
+    return api.get(db, M.Request, request_id)
+
+
+# An engine ------------------------------------------------------------------------
+
+
+def coord_url(tmp_path: Any, threaded: bool = False) -> str:
+    """A tooz file coordinator in the test's folder. tooz runs group calls on
+    a futurist thread whose stop() idles for a second; the synchronous
+    executor runs them in the caller (locks are the same either way).
+    ``threaded``: the service's URL as it is."""
+    return f"file://{tmp_path}/coord?timeout=5" + ("" if threaded else "&executor=synchronous")
+
+
+def engine_id(host: str = HOST) -> str:
+    return f"{host}.{uuid.uuid4()}"
+
+
+class Engine:
+    """One share-manager engine's reconciliation parts, driver faked."""
+
+    def __init__(self, db: Any, coord_url: str, drivers: dict[str, Any] | None = None,
+                 workers: int = 4) -> None:
+        self.db = db
+        self.coord_url = coord_url
+        self.engine_id = engine_id()
+        self.coordinator = Coordinator(coord_url, self.engine_id)
+        self.coordinator.start()
+        self.coordinator.join_engines()
+        self.drivers = drivers if drivers is not None else {BACKEND: FakeDriver(dhss=True)}
+        self.operations = Operations(db, self.drivers, self.coordinator, self.engine_id)
+        self.reconciler = Reconciler(db, self.drivers, self.coordinator, self.operations, HOST,
+                                     self.engine_id, workers)
+        self._peers: list[Coordinator] = []
+
+    @property
+    def driver(self) -> FakeDriver:
+        return self.drivers[BACKEND]
+
+    def run(self, **kwargs: Any) -> dict[str, Any]:
+        return self.reconciler.run(**kwargs)
+
+    def peer(self, join: bool = True, host: str = HOST) -> Coordinator:
+        """Another engine's coordinator (a different member id)."""
+        coord = Coordinator(self.coord_url, engine_id(host))
+        coord.start()
+        if join:
+            coord.join_engines()
+        self._peers.append(coord)
+        return coord
+
+    def forbidden_calls(self) -> list[tuple[str, str]]:
+        return [c for d in self.drivers.values() for c in d.calls if c[0] in FORBIDDEN]
+
+    def close(self) -> None:
+        for coord in self._peers:
+            coord.stop()
+        self.coordinator.stop()

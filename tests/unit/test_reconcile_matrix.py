@@ -1,0 +1,440 @@
+"""Startup reconciliation (spec 002, ARCHITECTURE §6): every resource type ×
+every transient status of its row × every backend answer, against a real
+database, a real tooz file coordinator, real Operations and Reconciler, and a
+fake driver programmed per test.
+
+The expected outcomes are the spec's table as the harness writes it
+(``EXPECTED``), not read from ``reconcile/rules.py``: the first tests check
+that the rules data says the same thing, the others that a pass does it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sharemgr.db import api
+from sharemgr.db import models as M
+from sharemgr.db import reconcile as db_rec
+from sharemgr.manager import constants as C
+from sharemgr.reconcile import rules
+
+from tests.unit.reconcile_harness import (
+    ANSWERS,
+    BACKEND_SIZE,
+    DELETE_METHOD,
+    EXCLUDED,
+    EXPECTED,
+    HEALTHY,
+    HOST,
+    HOSTBE,
+    STAGE_ORDER,
+    STATUS_METHOD,
+    D,
+    Engine,
+    K,
+    Literal,
+    Q,
+    add_request,
+    coord_url,
+    engine_id,
+    export_path,
+    fetch,
+    make,
+    make_share,
+    migrated_template,
+    request_row,
+    sqlite_copy,
+)
+
+QUERY_CASES = [(t, s) for t, rows in EXPECTED.items() for s, (a, _) in rows.items() if a == Q]
+DELETE_CASES = [(t, s) for t, rows in EXPECTED.items() for s, (a, _) in rows.items() if a == D]
+MARK_CASES = [(t, s) for t, rows in EXPECTED.items() for s, (a, _) in rows.items() if a == K]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    return migrated_template(tmp_path_factory.mktemp("schema"))
+
+
+@pytest.fixture
+def engine(template, tmp_path):
+    """An engine on an SQLite database of its own (a migrated copy)."""
+    db = sqlite_copy(template, tmp_path)
+    eng = Engine(db, coord_url(tmp_path))
+    yield eng
+    eng.close()
+    db.dispose()
+    assert eng.forbidden_calls() == []
+
+
+@pytest.fixture
+def any_engine(db, tmp_path):
+    """The same engine on SQLite, PostgreSQL and MariaDB."""
+    eng = Engine(db, coord_url(tmp_path))
+    yield eng
+    eng.close()
+    assert eng.forbidden_calls() == []
+
+
+def _nothing_else(result, failures=0):
+    assert result["skipped"] == {}
+    assert result["failures"] == failures
+    assert result["abandoned_requests"] == 0
+
+
+# The rules data ------------------------------------------------------------------
+
+
+def test_rules_data_is_the_spec_table():
+    got = {t: {s: (r.action, r.error) for s, r in rows.items()} for t, rows in rules.RULES.items()}
+    assert got == EXPECTED
+    for rtype, rows in rules.RULES.items():
+        for status, rule in rows.items():
+            if rule.action == rules.QUERY:
+                assert (rule.ok, rule.method) == (C.AVAILABLE, STATUS_METHOD[rtype]), \
+                    (rtype, status)
+            elif rule.action == rules.DELETE:
+                assert rule.ok == C.DELETED, (rtype, status)
+    assert tuple(rules.STAGES) == STAGE_ORDER
+
+
+@pytest.mark.parametrize("rtype", STAGE_ORDER)
+def test_every_transient_status_is_settled_or_excluded(rtype):
+    transient = {s for s in C.VALID_STATUSES[rtype] if s in C.TRANSIENT_STATUSES}
+    assert transient == set(EXPECTED[rtype]) | EXCLUDED[rtype]
+    assert not set(EXPECTED[rtype]) & EXCLUDED[rtype]
+
+
+# Query the backend and converge ---------------------------------------------------
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+@pytest.mark.parametrize("rtype,status", QUERY_CASES)
+def test_query_rule(engine, rtype, status, answer):
+    db = engine.db
+    row = make(db, rtype, status)
+    other = make(db, rtype, C.AVAILABLE)  # settled: never looked at
+    engine.driver.answer = answer
+
+    result = engine.run()
+
+    after = fetch(db, rtype, row.id)
+    healthy = answer == HEALTHY
+    expected = C.AVAILABLE if healthy else EXPECTED[rtype][status][1]
+    assert after.status == expected
+    assert after.deleted_at is None
+    assert engine.driver.calls == [(STATUS_METHOD[rtype], row.id)]
+    assert fetch(db, rtype, other.id).status == C.AVAILABLE
+    assert result["outcomes"] == {rtype: {expected: 1}}
+    _nothing_else(result)
+
+    if rtype in (C.SHARE_INSTANCE, C.REPLICA):
+        share = api.get(db, M.Share, after.share_id)
+        resized = healthy and status in (C.EXTENDING, C.SHRINKING)
+        assert share.size == (BACKEND_SIZE if resized else 5)
+        if healthy:
+            assert after.export_locations == [{
+                "path": export_path(row.id), "is_admin_only": False,
+                "preferred": rtype == C.SHARE_INSTANCE,
+            }]
+        else:
+            assert after.export_locations == []
+    if rtype == C.REPLICA:
+        # The backend's replica state when healthy; error otherwise.
+        assert after.replica_state == (C.REPLICA_OUT_OF_SYNC if healthy else C.REPLICA_ERROR)
+    if rtype == C.SNAPSHOT_INSTANCE:
+        assert after.progress == ("100%" if healthy else "0%")
+
+
+@pytest.mark.parametrize("status,error", [(C.EXTENDING, C.EXTENDING_ERROR),
+                                          (C.SHRINKING, C.SHRINKING_ERROR)])
+@pytest.mark.parametrize("size,written", [(3, 3), (12, 12), ("12", 12), (12.0, 12), (1, 1)])
+def test_resize_writes_the_backend_size_whichever_way_it_went(engine, status, error, size,
+                                                              written):
+    inst = make_share(engine.db, status, size=5)
+    engine.driver.answers[inst.id] = Literal({"status": C.AVAILABLE, "size": size,
+                                              "export_locations": []})
+    engine.run()
+    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == C.AVAILABLE
+    assert api.get(engine.db, M.Share, inst.share_id).size == written
+
+
+@pytest.mark.parametrize("status,error", [(C.EXTENDING, C.EXTENDING_ERROR),
+                                          (C.SHRINKING, C.SHRINKING_ERROR)])
+@pytest.mark.parametrize("size", [None, "lots", -1, 0, 12.5, True, [12]])
+def test_resize_without_a_usable_size_is_the_error_outcome(engine, status, error, size):
+    """The size is what a resize query is for: without it the database cannot be
+    made to match the backend."""
+    inst = make_share(engine.db, status, size=5)
+    answer = {"status": C.AVAILABLE, "export_locations": []}
+    if size is not None:
+        answer["size"] = size
+    engine.driver.answers[inst.id] = Literal(answer)
+    result = engine.run()
+    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == error
+    assert api.get(engine.db, M.Share, inst.share_id).size == 5
+    assert result["outcomes"] == {C.SHARE_INSTANCE: {error: 1}}
+    assert result["failures"] == 0
+
+
+@pytest.mark.parametrize("rtype", [C.SHARE_INSTANCE, C.REPLICA])
+@pytest.mark.parametrize("locations", [
+    [{"no_path": "x"}], 7, [None], "10.0.0.1:/x",
+], ids=["dict-without-path", "not-a-list", "none-item", "bare-string"])
+def test_unusable_export_locations_are_the_error_outcome(engine, rtype, locations):
+    """A healthy status with export locations the manager cannot record is an
+    unusable answer: the error outcome, not a crash that leaves the resource
+    in creating for ever."""
+    row = make(engine.db, rtype, C.CREATING)
+    engine.driver.answers[row.id] = Literal({"status": C.AVAILABLE, "size": 5,
+                                             "export_locations": locations})
+    result = engine.run()
+    assert fetch(engine.db, rtype, row.id).status == C.ERROR
+    assert result["outcomes"] == {rtype: {C.ERROR: 1}}
+    assert result["failures"] == 0
+
+
+def test_export_locations_as_plain_paths_are_recorded(engine):
+    inst = make_share(engine.db, C.CREATING)
+    engine.driver.answers[inst.id] = Literal({"status": C.AVAILABLE, "size": 5,
+                                              "export_locations": ["10.0.0.9:/p"]})
+    engine.run()
+    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).export_locations == [
+        {"path": "10.0.0.9:/p", "is_admin_only": False, "preferred": False}]
+
+
+@pytest.mark.parametrize("reported,written", [
+    (None, C.REPLICA_IN_SYNC),
+    (C.REPLICA_IN_SYNC, C.REPLICA_IN_SYNC),
+    (C.REPLICA_OUT_OF_SYNC, C.REPLICA_OUT_OF_SYNC),
+    # A secondary being created never becomes the active replica: that is a
+    # promotion, and two active instances would break the share.
+    (C.REPLICA_ACTIVE, C.REPLICA_OUT_OF_SYNC),
+    ("bogus", C.REPLICA_OUT_OF_SYNC),
+])
+def test_replica_state_of_a_created_replica(engine, reported, written):
+    rep = make(engine.db, C.REPLICA, C.CREATING)
+    engine.driver.replica_state = reported
+    engine.run()
+    after = fetch(engine.db, C.REPLICA, rep.id)
+    assert (after.status, after.replica_state) == (C.AVAILABLE, written)
+
+
+@pytest.mark.parametrize("status", ["creating", "extending", "deleting", "", 0])
+def test_a_backend_status_other_than_healthy_is_the_error_outcome(engine, status):
+    inst = make_share(engine.db, C.CREATING)
+    engine.driver.answers[inst.id] = Literal({"status": status, "size": 5,
+                                              "export_locations": ["p"]})
+    engine.run()
+    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == C.ERROR
+
+
+# Retry the delete ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("succeeds", [True, False], ids=["succeeds", "fails"])
+@pytest.mark.parametrize("rtype,status", DELETE_CASES)
+def test_delete_rule(engine, rtype, status, succeeds):
+    db = engine.db
+    row = make(db, rtype, status)
+    if not succeeds:
+        engine.driver.delete_fails.add(row.id)
+
+    result = engine.run()
+
+    after = fetch(db, rtype, row.id)
+    assert engine.driver.calls == [(DELETE_METHOD[rtype], row.id)]
+    expected = C.DELETED if succeeds else EXPECTED[rtype][status][1]
+    assert after.status == expected
+    assert (after.deleted_at is not None) == succeeds
+    assert (api.get(db, type(after), row.id) is None) == succeeds
+    assert result["outcomes"] == {rtype: {expected: 1}}
+    _nothing_else(result)
+    if rtype == C.SHARE_INSTANCE:
+        # Its only instance: the logical share goes with it.
+        share = api.get(db, M.Share, after.share_id, include_deleted=True)
+        assert (share.deleted_at is not None) == succeeds
+    if rtype == C.REPLICA:
+        # The active instance remains: the share stays.
+        assert api.get(db, M.Share, after.share_id) is not None
+    if rtype == C.SNAPSHOT_INSTANCE:
+        snap = api.get(db, M.ShareSnapshot, after.snapshot_id, include_deleted=True)
+        assert (snap.deleted_at is not None) == succeeds
+
+
+def test_deleting_one_of_two_instances_keeps_the_share(engine):
+    db = engine.db
+    inst = make_share(db, C.DELETING)
+    sibling = M.ShareInstance(id=M.new_id(), share_id=inst.share_id, host=HOSTBE,
+                              status=C.AVAILABLE, export_locations=[])
+    api.add_all(db, [sibling])
+    engine.run()
+    assert fetch(db, C.SHARE_INSTANCE, inst.id).status == C.DELETED
+    assert api.get(db, M.Share, inst.share_id) is not None
+
+
+def test_delete_retry_passes_the_server_and_its_details(engine):
+    """teardown_server gets the stored backend_details back."""
+    seen = []
+    row = make(engine.db, C.SHARE_SERVER, C.DELETING)
+    engine.driver.teardown_server = lambda server, details: seen.append((server, details))
+    engine.run()
+    assert seen == [({"id": row.id, "host": HOSTBE, "backend_details": {"k": "v"}},
+                     {"k": "v"})]
+    assert fetch(engine.db, C.SHARE_SERVER, row.id).status == C.DELETED
+
+
+# Mark error -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rtype,status", MARK_CASES)
+def test_mark_rule(engine, rtype, status):
+    db = engine.db
+    row = make(db, rtype, status)
+    result = engine.run()
+    after = fetch(db, rtype, row.id)
+    expected = EXPECTED[rtype][status][1]
+    assert after.status == expected
+    assert after.deleted_at is None
+    assert engine.driver.calls == []  # nothing to ask: the operation cannot resume
+    assert result["outcomes"] == {rtype: {expected: 1}}
+    _nothing_else(result)
+    if rtype == C.REPLICA:
+        assert after.replica_state == C.REPLICA_ERROR
+
+
+# The whole table in one pass, on every database -----------------------------------
+
+
+def _whole_table(eng):
+    rows = {}
+    for rtype, statuses in EXPECTED.items():
+        for status in statuses:
+            rows[(rtype, status)] = make(eng.db, rtype, status).id
+    return rows
+
+
+@pytest.mark.parametrize("backend_ok", [True, False], ids=["backend-ok", "backend-fails"])
+def test_whole_table_in_one_pass(any_engine, backend_ok):
+    eng = any_engine
+    rows = _whole_table(eng)
+    if not backend_ok:
+        eng.driver.answer = "missing"
+        eng.driver.delete_fails.add("*")
+
+    result = eng.run()
+
+    want: dict[str, dict[str, int]] = {}
+    for (rtype, status), ident in rows.items():
+        action, error = EXPECTED[rtype][status]
+        expected = error
+        if backend_ok and action == Q:
+            expected = C.AVAILABLE
+        elif backend_ok and action == D:
+            expected = C.DELETED
+        assert fetch(eng.db, rtype, ident).status == expected, (rtype, status)
+        want.setdefault(rtype, {}).setdefault(expected, 0)
+        want[rtype][expected] += 1
+    assert result["outcomes"] == want
+    _nothing_else(result)
+    calls = eng.driver.calls
+    assert len(calls) == len(QUERY_CASES) + len(DELETE_CASES)
+    assert len(set(calls)) == len(calls)  # each resource acted on once
+
+    # A second pass finds nothing left to settle.
+    eng.driver.calls.clear()
+    again = eng.run()
+    assert again["outcomes"] == {}
+    assert eng.driver.calls == []
+
+
+# Stages, dry run, the pass record ----------------------------------------------------
+
+
+def test_stages_run_in_dependency_order(sqlite_db, tmp_path):
+    eng = Engine(sqlite_db, coord_url(tmp_path), workers=8)
+    try:
+        # Two resources per stage, each needing a driver call; created in
+        # reverse order so that creation order cannot explain the call order.
+        wanted = {
+            C.SHARE_SERVER: C.DELETING, C.SHARE_INSTANCE: C.CREATING,
+            C.REPLICA: C.CREATING, C.SNAPSHOT_INSTANCE: C.CREATING,
+            C.SHARE_GROUP: C.CREATING, C.GROUP_SNAPSHOT: C.CREATING,
+            C.BACKUP: C.DELETING,
+        }
+        stage_of = {}
+        for rtype in reversed(STAGE_ORDER):
+            for _ in range(2):
+                stage_of[make(eng.db, rtype, wanted[rtype]).id] = STAGE_ORDER.index(rtype)
+        eng.run()
+        order = [stage_of[ident] for _, ident in eng.driver.calls]
+        assert len(order) == 2 * len(STAGE_ORDER)
+        assert order == sorted(order)
+        # Servers first: every server was settled before any share was asked.
+        first_share = next(i for i, (m, _) in enumerate(eng.driver.calls)
+                           if m == "get_share_status")
+        assert all(m == "teardown_server" for m, _ in eng.driver.calls[:first_share])
+    finally:
+        eng.close()
+
+
+def test_dry_run_changes_nothing_and_returns_the_plan(engine):
+    db = engine.db
+    rows = _whole_table(engine)
+    dead = engine_id()
+    inst = make_share(db, C.CREATING)
+    dead_req = add_request(db, C.SHARE_INSTANCE, inst.id, HOSTBE, C.REQUEST_RUNNING, dead)
+    pending = make_share(db, C.CREATING)
+    add_request(db, C.SHARE_INSTANCE, pending.id, HOSTBE)
+
+    result = engine.run(dry_run=True)
+
+    for (rtype, status), ident in rows.items():
+        assert fetch(db, rtype, ident).status == status
+    assert fetch(db, C.SHARE_INSTANCE, inst.id).status == C.CREATING
+    assert request_row(db, dead_req).status == C.REQUEST_RUNNING
+    assert engine.driver.calls == []
+    assert result["outcomes"] == {}
+    assert result["abandoned_requests"] == 0
+    plan = {p["id"]: p for p in result["plan"]}
+    assert set(plan) == set(rows.values()) | {inst.id, pending.id}
+    for (rtype, status), ident in rows.items():
+        action, error = EXPECTED[rtype][status]
+        item = plan[ident]
+        assert (item["type"], item["status"]) == (rtype, status)
+        assert item["action"].split()[0] == action
+        assert error in item["outcome"]
+        if action == Q:
+            assert item["action"] == f"query {STATUS_METHOD[rtype]}"
+    # The dead engine's resource would be settled; the pending one skipped.
+    assert plan[inst.id]["action"] == "query get_share_status"
+    assert (plan[pending.id]["action"], plan[pending.id]["reason"]) == ("skip", "request pending")
+    record = db_rec.passes(db, pass_id=result["id"])[0]
+    assert record.dry_run is True
+    assert record.summary["plan"] == result["plan"]
+
+
+def test_the_pass_record_holds_the_summary(engine):
+    db = engine.db
+    a = make_share(db, C.CREATING)
+    b = make_share(db, C.DELETING)
+    c = make_share(db, C.CREATING, task_state="migration_in_progress")
+    engine.driver.answers[a.id] = "missing"
+    dead = engine_id()
+    add_request(db, C.SHARE_INSTANCE, b.id, HOSTBE, C.REQUEST_RUNNING, dead, action="delete")
+
+    result = engine.run(trigger="manual:7")
+
+    record = db_rec.passes(db, host=HOST)[0]
+    assert record.id == result["id"]
+    assert (record.host, record.engine_id, record.trigger, record.dry_run) == (
+        HOST, engine.engine_id, "manual:7", False)
+    assert record.finished_at is not None and record.finished_at >= record.started_at
+    summary = record.summary
+    assert summary["outcomes"] == {C.SHARE_INSTANCE: {C.ERROR: 1, C.DELETED: 1}}
+    assert summary["skipped"] == {"busy task_state migration_in_progress": 1}
+    assert summary["abandoned_requests"] == 1
+    assert summary["failures"] == 0
+    assert summary["duration_seconds"] >= 0
+    assert summary["plan"] == []
+    assert {k: v for k, v in result.items() if k != "id"} == summary
+    assert fetch(db, C.SHARE_INSTANCE, c.id).status == C.CREATING

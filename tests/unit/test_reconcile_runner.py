@@ -1,0 +1,97 @@
+"""When passes run (reconcile/runner.py): deferred startup, stop during the
+wait, manual requests (dry run), and a pass for what a dead peer of this host
+left behind."""
+
+from __future__ import annotations
+
+import threading
+import types
+import uuid
+
+import pytest
+from sharemgr.db import reconcile as db_rec
+from sharemgr.manager import constants as C
+from sharemgr.reconcile.runner import PassRunner, engine_host
+
+from tests.unit.reconcile_harness import HOST, Engine, coord_url, fetch, make_share
+
+
+@pytest.fixture
+def engine(sqlite_db, tmp_path):
+    eng = Engine(sqlite_db, coord_url(tmp_path))
+    yield eng
+    eng.close()
+
+
+@pytest.fixture
+def runner(engine):
+    stopping = threading.Event()
+    passes = PassRunner(engine.reconciler, stopping)
+    yield passes
+    stopping.set()
+    passes.executor.shutdown(wait=False)
+
+
+def _drain(passes):
+    """Wait for what was submitted before (one worker, first in first out)."""
+    passes.executor.submit(lambda: None).result(timeout=60)
+
+
+@pytest.mark.parametrize("member,host", [
+    (f"hostA.{uuid.UUID(int=1)}", "hostA"),
+    (f"node-1.example.com.{uuid.UUID(int=2)}", "node-1.example.com"),
+    (str(uuid.UUID(int=3)), ""),
+    ("hostA", ""),
+    (f"hostA-{uuid.UUID(int=4)}", ""),
+])
+def test_engine_host(member, host):
+    assert engine_host(member) == host
+
+
+def test_startup_pass_runs_after_the_wait(engine, runner):
+    inst = make_share(engine.db, C.CREATING)
+    result = runner.defer_startup(0).result(timeout=60)
+    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == C.AVAILABLE
+    (record,) = db_rec.passes(engine.db, host=HOST, limit=10)
+    assert (record.id, record.trigger, record.dry_run) == (result["id"], "startup", False)
+
+
+def test_stopping_during_the_wait_runs_no_pass(engine, runner):
+    inst = make_share(engine.db, C.CREATING)
+    runner.stopping.set()
+    assert runner.defer_startup(3600).result(timeout=60) is None
+    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == C.CREATING
+    assert db_rec.passes(engine.db, host=HOST, limit=10) == []
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_manual_request_runs_a_pass(engine, runner, dry_run):
+    inst = make_share(engine.db, C.CREATING)
+    runner.handle_request(types.SimpleNamespace(id=42, args={"dry_run": dry_run}))
+    (record,) = db_rec.passes(engine.db, host=HOST, limit=10)
+    assert (record.trigger, record.dry_run) == ("manual:42", dry_run)
+    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == (
+        C.CREATING if dry_run else C.AVAILABLE)
+    if dry_run:
+        assert [p["id"] for p in record.summary["plan"]] == [inst.id]
+
+
+def test_a_peer_of_this_host_leaving_starts_a_pass(engine, runner):
+    inst = make_share(engine.db, C.CREATING)
+    runner.watch_peers(engine.coordinator, HOST, engine.engine_id, 0)
+    same_host = engine.peer()
+    other_host = engine.peer(host="hostB")
+    engine.coordinator.run_watchers()  # learn the members
+
+    other_host.leave_engines()
+    engine.coordinator.run_watchers()
+    _drain(runner)
+    assert db_rec.passes(engine.db, host=HOST, limit=10) == []
+    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == C.CREATING
+
+    same_host.leave_engines()
+    engine.coordinator.run_watchers()
+    _drain(runner)
+    (record,) = db_rec.passes(engine.db, host=HOST, limit=10)
+    assert record.trigger == f"peer:{same_host.member_id}"
+    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == C.AVAILABLE
