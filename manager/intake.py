@@ -47,8 +47,10 @@ class InvalidRequest(Exception):
 
 
 def _request(rtype: str, rid: str, action: str, host: str, **args: Any) -> dict:
-    return {"resource_type": rtype, "resource_id": rid, "action": action, "host": host,
-            "args": args}
+    # Requests go to 'host@backend' (an engine serves a backend and all its
+    # pools), so claims can match the host exactly.
+    return {"resource_type": rtype, "resource_id": rid, "action": action,
+            "host": views.host_of(host), "args": args}
 
 
 class Intake:

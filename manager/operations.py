@@ -18,6 +18,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models as M
 from sharemgr.db import resources
 from sharemgr.db.engine import Database
+from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import constants as C
 from sharemgr.manager import views
 from sharemgr.manager.coordination import Coordinator, resource_lock_name
@@ -136,7 +137,14 @@ class Operations:
         with contextlib.nullcontext() if held else self.locked(rtype, ident):
             row = self._fresh(model, ident, expected)
             try:
-                result = call(row)
+                try:
+                    result = call(row)
+                except ShareResourceNotFound as exc:
+                    if C.DELETING not in expected:
+                        raise
+                    # Deletes are idempotent: gone is success, whatever the driver says.
+                    LOG.info("%s: already gone on the backend (%s)", what, exc)
+                    result = None
             except Stale:
                 raise
             except Exception as exc:
@@ -509,19 +517,25 @@ class Operations:
         except Exception as exc:
             LOG.warning("backup %s: %s failed: %s", ident,
                         "create_backup_continue" if creating else "restore_backup_continue", exc)
-            self._commit([
-                (M.ShareBackup, ident, {"status": status},
-                 {"status": C.ERROR if creating else C.AVAILABLE}),
-                (M.ShareInstance, inst.id, {"status": share_busy},
-                 {"status": C.AVAILABLE if creating else C.BACKUP_RESTORING_ERROR}),
-            ], f"backup {ident}")
+            self._settle_backup(ident, status, inst.id, share_busy,
+                                {"status": C.ERROR if creating else C.AVAILABLE},
+                                C.AVAILABLE if creating else C.BACKUP_RESTORING_ERROR)
             return
         progress = str((result or {}).get("total_progress", "0"))
         if progress != "100":
             db_api.conditional_update(self.db, M.ShareBackup, ident, {"status": status},
                                       {column: progress})
             return
-        self._commit([
-            (M.ShareBackup, ident, {"status": status}, {"status": C.AVAILABLE, column: "100"}),
-            (M.ShareInstance, inst.id, {"status": share_busy}, {"status": C.AVAILABLE}),
-        ], f"backup {ident}")
+        self._settle_backup(ident, status, inst.id, share_busy,
+                            {"status": C.AVAILABLE, column: "100"}, C.AVAILABLE)
+
+    def _settle_backup(self, ident: str, status: str, inst_id: str, share_busy: str,
+                       backup_values: dict[str, Any], share_status: str) -> None:
+        """The backup's outcome first; the share follows only if it is still
+        held by the backup (an admin may have reset it), so a moved share never
+        keeps the backup from settling."""
+        if not db_api.conditional_update(self.db, M.ShareBackup, ident, {"status": status},
+                                         backup_values):
+            return
+        db_api.conditional_update(self.db, M.ShareInstance, inst_id, {"status": share_busy},
+                                  {"status": share_status})
