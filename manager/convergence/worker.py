@@ -178,11 +178,15 @@ class Worker:
 
     # Loading -------------------------------------------------------------------------
 
-    def template(self, template_id: int) -> Template:
+    def template(self, stack: Any) -> Template:
+        """The template of the stack's current traversal. Cached by traversal,
+        not by template id: SQLite reuses the id of a purged template."""
+        template_id = stack.template_id
+
         def load() -> Template:
             return Template.from_dict(stacks.template_get(self.db, template_id) or {})
 
-        return self._templates.get(template_id, load)
+        return self._templates.get((stack.current_traversal, template_id), load)
 
     def graph(self, stack_id: str, traversal: str) -> Graph | None:
         """The traversal's graph (parsed once per engine and traversal), or
@@ -305,7 +309,7 @@ class Worker:
 
     def _decide(self, stack: Any, row: Any, effective: Any,
                 input_data: Mapping[str, Any]) -> _Decision:
-        defn = self.template(stack.template_id).resources[row.name]
+        defn = self.template(stack).resources[row.name]
         props = resolve_properties(defn, data_by_name(input_data))
         observed = phys.observe(self.db, effective.type, effective.physical_id)
         kind, in_place = "replace", {}
@@ -343,7 +347,7 @@ class Worker:
             return self._failed(effective, _nominal(effective),
                                 f"physical resource {effective.physical_id} "
                                 f"is {d.observed.status}: another operation is under way")
-        defn = self.template(stack.template_id).resources[row.name]
+        defn = self.template(stack).resources[row.name]
         data = data_by_name(ctx.input_data)
         deps = sorted({d_.resource_id for d_ in data.values()
                        if d_.name in defn.requires and d_.resource_id is not None})

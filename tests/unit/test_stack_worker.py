@@ -241,6 +241,11 @@ def test_failed_update_rolls_back_to_the_replaced_row(tmp_path):
         assert _one_each(rig) == ["web-data", "web-snap"]
         assert {o["kind"]: o["status"] for o in rig.objects()} == {
             "share": "available", "snapshot": "available"}
+        # The rollback purged the failed update's template; SQLite gives its
+        # id to the next one, which must not be mistaken for it.
+        rig.create("other", V1.replace("data", "main"))
+        e.pump()
+        assert _status(rig, "other") == ("CREATE", "COMPLETE")
     finally:
         rig.close()
 
