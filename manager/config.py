@@ -215,6 +215,10 @@ def coordination_url(conf: cfg.ConfigOpts = CONF) -> str:
         conf.state_path, "coordination"
     )
     timeout = conf.coordination.membership_timeout
+    if url.startswith(("file://", "redis")) and "executor=" not in url:
+        # sharemgr waits on every tooz result at once; tooz's default thread
+        # pool only adds a 1 s idle wait to every coordinator stop.
+        url += ("&" if "?" in url else "?") + "executor=synchronous"
     if url.startswith("file://") and "timeout=" not in url:
         url += ("&" if "?" in url else "?") + f"timeout={timeout}"
     elif url.startswith("redis") and "membership_timeout=" not in url:

@@ -69,7 +69,7 @@ class ShareManagerService:
         self.db: Database | None = None
         self.coordinator: Coordinator | None = None
         self.periodic: periodics.PeriodicWorker | None = None
-        self._periodic_executor: futurist.ThreadPoolExecutor | None = None
+        self._periodic_executor: futurist.SynchronousExecutor | None = None
         self._periodic_thread: threading.Thread | None = None
         self.registered = False
         self.drivers: dict = {}
@@ -179,7 +179,9 @@ class ShareManagerService:
         return [(heartbeat, (), {}), (backup_continue, (), {}), (membership, (), {})]
 
     def _start_periodics(self) -> None:
-        self._periodic_executor = futurist.ThreadPoolExecutor(max_workers=4)
+        # Periodic tasks run one after another in the worker's thread: they are
+        # short, and a synchronous executor stops at once.
+        self._periodic_executor = futurist.SynchronousExecutor()
         self.periodic = periodics.PeriodicWorker(
             self._periodic_tasks(), executor_factory=lambda: self._periodic_executor
         )

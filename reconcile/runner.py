@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 import futurist
+from futurist import waiters
 from oslo_log import log as logging
 from sharemgr.manager import constants as C
 from sharemgr.reconcile.reconciler import Reconciler
@@ -31,6 +32,7 @@ class PassRunner:
         self.reconciler = reconciler
         self.stopping = stopping
         self.executor = futurist.ThreadPoolExecutor(max_workers=1)
+        self._futures: list = []
 
     def _after(self, delay: float, trigger: str, dry_run: bool = False) -> dict | None:
         if delay and self.stopping.wait(delay):
@@ -41,12 +43,12 @@ class PassRunner:
 
     def defer_startup(self, wait_seconds: int) -> Any:
         LOG.info("startup reconciliation in %ss", wait_seconds)
-        return self.executor.submit(self._after, wait_seconds, "startup")
+        return self._submit(self._after, wait_seconds, "startup")
 
     def handle_request(self, req: Any) -> None:
         """Handler of a 'reconcile run' request (sharectl reconcile run)."""
         dry_run = bool((req.args or {}).get("dry_run"))
-        fut = self.executor.submit(self._after, 0, f"manual:{req.id}", dry_run)
+        fut = self._submit(self._after, 0, f"manual:{req.id}", dry_run)
         fut.result()
 
     def watch_peers(self, coordinator: Any, host: str, engine_id: str, grace: int) -> None:
@@ -59,12 +61,23 @@ class PassRunner:
             if member != engine_id and engine_host(member) == host:
                 LOG.warning("engine %s of this host left the group; reconciling what it "
                             "left in %ss", member, grace)
-                self.executor.submit(self._after, grace, f"peer:{member}")
+                self._submit(self._after, grace, f"peer:{member}")
 
         coordinator.watch_leave(left)
 
+    def _submit(self, *args: Any) -> Any:
+        fut = self.executor.submit(*args)
+        self._futures = [f for f in self._futures if not f.done()] + [fut]
+        return fut
+
     def stop(self) -> None:
-        self.executor.shutdown(wait=True)
+        """Let a running pass finish (a waiting one returns at once: the
+        stopping event is set), then drop the idle worker without futurist's
+        1 s idle wait."""
+        pending = [f for f in self._futures if not f.done()]
+        if pending:
+            waiters.wait_for_all(pending)
+        self.executor.shutdown(wait=False)
 
 
 def run_watchers(coordinator: Any) -> None:
