@@ -41,7 +41,8 @@ def _load(tmp_path, text):
 def test_defaults_are_embedded(tmp_path):
     conf = _load(tmp_path, f"[DEFAULT]\nstate_path = {tmp_path}\n")
     assert config.database_url(conf) == f"sqlite:///{tmp_path}/sharemgr.sqlite"
-    assert config.coordination_url(conf) == f"file://{tmp_path}/coordination?timeout=10"
+    assert config.coordination_url(conf) == (
+        f"file://{tmp_path}/coordination?executor=synchronous&timeout=10")
     assert conf.enabled_share_backends == ["dummy"]
     assert conf.startup_reconciliation_enabled is True
     assert conf.startup_reconciliation_wait_seconds == 10
@@ -73,5 +74,6 @@ def test_bad_values_fail_at_load(tmp_path, text, needle):
 
 def test_redis_url_gets_membership_timeout(tmp_path):
     conf = _load(tmp_path, "[coordination]\nbackend_url = redis://:pw@h:6379\n")
-    assert config.coordination_url(conf) == "redis://:pw@h:6379?membership_timeout=10"
-    assert safe_url(config.coordination_url(conf)) == "redis://:***@h:6379?membership_timeout=10"
+    url = "redis://:pw@h:6379?executor=synchronous&membership_timeout=10"
+    assert config.coordination_url(conf) == url
+    assert safe_url(url) == "redis://:***@h:6379?executor=synchronous&membership_timeout=10"
