@@ -4,6 +4,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
+# Two workers: the functional tests mostly wait on processes they started.
+PYTEST_ARGS ?= -n 2
 
 .PHONY: run test lint genconfig bench clean
 

@@ -11,6 +11,7 @@ import pytest
 from tests.functional.harness import (
     assert_backend_agrees,
     database,
+    db_objects,
     intake,
     wait_until,
 )
@@ -42,50 +43,45 @@ def _id(d, *args):
     return d.sharectl(*args, "--wait", "-f", "value", "-c", "id").stdout.strip()
 
 
-def _status(d, noun, ident):
-    return d.sharectl(noun, "show", ident, "-f", "value", "-c", "status").stdout.strip()
+def _make(d, *args, status="available"):
+    """Create through sharectl --wait; the row it prints has reached ``status``."""
+    row = d.json(*args, "--wait")
+    assert row["status"] == status, row
+    return row["id"]
 
 
 def test_every_operation(setup):
     d = setup
     d.start()
-    share = _id(d, "share", "create", "1", "--proto", "NFS", "--name", "data")
-    shown = d.json("share", "show", share)
-    assert shown["status"] == "available" and shown["export_locations"]
-    assert any(loc["preferred"] for loc in shown["export_locations"])
+    share = d.json("share", "create", "1", "--proto", "NFS", "--name", "data", "--wait")
+    assert share["status"] == "available" and share["export_locations"]
+    assert any(loc["preferred"] for loc in share["export_locations"])
+    share = share["id"]
     assert_backend_agrees(d)
 
-    snap = _id(d, "snapshot", "create", share, "--name", "s1")
-    assert _status(d, "snapshot", snap) == "available"
-    clone = _id(d, "share", "create", "2", "--proto", "NFS", "--snapshot", snap)
-    assert _status(d, "share", clone) == "available"
-    replica = _id(d, "replica", "create", share)
-    rep = d.json("replica", "show", replica)
+    snap = _make(d, "snapshot", "create", share, "--name", "s1")
+    clone = _make(d, "share", "create", "2", "--proto", "NFS", "--snapshot", snap)
+    rep = d.json("replica", "create", share, "--wait")
     assert rep["status"] == "available" and rep["replica_state"] == "in_sync"
+    replica = rep["id"]
     assert_backend_agrees(d)
 
-    d.sharectl("share", "extend", share, "4", "--wait")
-    assert d.json("share", "show", share)["size"] == 4
-    d.sharectl("share", "shrink", share, "3", "--wait")
-    assert d.json("share", "show", share)["size"] == 3
+    assert d.json("share", "extend", share, "4", "--wait")["size"] == 4
+    shrunk = d.json("share", "shrink", share, "3", "--wait")
+    assert shrunk["size"] == 3 and shrunk["status"] == "available"
     sizes = {o["id"]: o["size"] for o in d.backend("list")}
-    assert sizes[d.json("share", "show", share)["instance_id"]] == 3
+    assert sizes[shrunk["instance_id"]] == 3
 
-    backup = _id(d, "backup", "create", share, "--name", "b1")
-    assert _status(d, "backup", backup) == "available"
-    assert _status(d, "share", share) == "available"
-    d.sharectl("backup", "restore", backup, "--wait")
-    assert _status(d, "share", share) == "available"
-
-    server = _id(d, "share-server", "create", "--backend", "dhss")
-    assert _status(d, "share-server", server) == "active"
-    on_server = _id(d, "share", "create", "1", "--proto", "CIFS", "--backend", "dhss",
-                    "--share-server", server)
-    assert _status(d, "share", on_server) == "available"
-    group = _id(d, "share-group", "create", "--name", "g")
-    member = _id(d, "share", "create", "1", "--proto", "NFS", "--share-group", group)
-    gsnap = _id(d, "group-snapshot", "create", group)
-    assert _status(d, "group-snapshot", gsnap) == "available"
+    backup = _make(d, "backup", "create", share, "--name", "b1")
+    _make(d, "backup", "restore", backup)
+    server = _make(d, "share-server", "create", "--backend", "dhss", status="active")
+    on_server = _make(d, "share", "create", "1", "--proto", "CIFS", "--backend", "dhss",
+                      "--share-server", server)
+    group = _make(d, "share-group", "create", "--name", "g")
+    member = _make(d, "share", "create", "1", "--proto", "NFS", "--share-group", group)
+    gsnap = _make(d, "group-snapshot", "create", group)
+    statuses = {r["id"]: r["status"] for r in d.json("share", "list")}
+    assert statuses[share] == "available"  # the backup and restore gave it back
     assert_backend_agrees(d)
 
     # Tear everything down, children first.
@@ -93,10 +89,12 @@ def test_every_operation(setup):
                         ("share", on_server), ("share-server", server), ("backup", backup),
                         ("replica", replica), ("share", clone), ("snapshot", snap),
                         ("share", share)]:
-        d.sharectl(noun, "delete", ident, "--wait")
-        out = d.sharectl(noun, "show", ident, check=False)
-        assert out.returncode == 2 and "no " in out.stderr
+        out = d.sharectl(noun, "delete", ident, "--wait")
+        assert f"{noun} {ident} deleted" in out.stdout
+    out = d.sharectl("share", "show", share, check=False)
+    assert out.returncode == 2 and "no share" in out.stderr
     assert_backend_agrees(d)
+    assert all(not objs for objs in db_objects(d).values())
     assert all(not objs for objs in (d.backend("list", backend=b) for b in BACKENDS))
     reqs = d.json("request", "list")
     assert reqs and all(r["status"] == "done" for r in reqs), reqs
