@@ -1,0 +1,160 @@
+"""The ansible playbooks: every playbook passes ``ansible-playbook
+--syntax-check`` (the lint step), and the functional reconciliation playbook
+passes against real share-manager processes — and fails, naming each resource
+left in its transient status, when startup reconciliation is disabled in its
+config."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import IN_CI
+
+pytestmark = pytest.mark.functional
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOKS = REPO / "playbooks"
+RECONCILIATION = PLAYBOOKS / "functional-reconciliation.yaml"
+# The commands of the virtualenv the tests run in: sharectl, share-manager,
+# sharemgr-dummy-backend and ansible-playbook (ansible-core is a test extra).
+BIN = Path(sys.executable).parent
+RUN_TIMEOUT = 1200
+
+
+def ansible_playbook() -> str:
+    path = BIN / "ansible-playbook"
+    if path.exists():
+        return str(path)
+    found = shutil.which("ansible-playbook")
+    if found:
+        return found
+    msg = "ansible-playbook is not installed (ansible-core is in the test extras)"
+    if IN_CI:
+        pytest.fail(msg + " (CI=true)")
+    pytest.skip(msg)
+
+
+def ansible_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a run: this venv first on PATH, ansible's own files
+    under tmp_path, and no ansible.cfg of the user or the current folder."""
+    cfg = tmp_path / "ansible.cfg"
+    cfg.write_text("[defaults]\n")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("ANSIBLE_") and k != "SHAREMGR_CONFIG"}
+    env.update(
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        ANSIBLE_CONFIG=str(cfg),
+        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_RETRY_FILES_ENABLED="0",
+        ANSIBLE_LOCALHOST_WARNING="0",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+    )
+    return env
+
+
+@pytest.mark.parametrize("playbook", sorted(p.name for p in PLAYBOOKS.glob("*.yaml")))
+def test_syntax_check(playbook, tmp_path):
+    out = subprocess.run(
+        [ansible_playbook(), "--syntax-check", str(PLAYBOOKS / playbook)],
+        capture_output=True, text=True, env=ansible_env(tmp_path), timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_playbooks_found():
+    assert RECONCILIATION.exists()
+    assert (PLAYBOOKS / "roles" / "share_manager" / "tasks" / "main.yaml").exists()
+
+
+class Run:
+    """One ansible-playbook run of the reconciliation playbook, in the background."""
+
+    def __init__(self, tmp_path: Path, name: str, extra: dict) -> None:
+        self.root = tmp_path / name
+        self.root.mkdir()
+        self.log = self.root / "ansible.out"
+        vars_ = {"sm_root": str(self.root / "deployment"), "sm_bin_dir": str(BIN), **extra}
+        self.proc = subprocess.Popen(
+            [ansible_playbook(), str(RECONCILIATION), "-e", json.dumps(vars_)],
+            stdout=open(self.log, "wb"), stderr=subprocess.STDOUT,
+            env=ansible_env(self.root), cwd=self.root, start_new_session=True,
+        )
+
+    def wait(self) -> tuple[int, str]:
+        try:
+            rc = self.proc.wait(RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(60)
+            rc = None
+        return rc, self.log.read_text(errors="replace")
+
+    def cleanup(self) -> None:
+        """Stop what the run left running (it stops share-manager itself
+        unless it was killed)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(60)
+        ctl = self.root / "deployment" / "share-manager-ctl"
+        if ctl.exists():
+            subprocess.run([str(ctl), "stop"], capture_output=True, timeout=120,
+                           env={**os.environ, "STOP_TIMEOUT": "30"})
+
+
+def scenario() -> tuple[list[dict], dict[str, str]]:
+    """The playbook's cases and, for the crashes, the status each leaves."""
+    play = yaml.safe_load(RECONCILIATION.read_text())[0]
+    transient = {c["name"]: c["transient"] for c in play["vars"]["sm_crashes"]}
+    return play["vars"]["sm_cases"], transient
+
+
+def test_reconciliation_playbook(tmp_path):
+    """The playbook passes; with startup reconciliation disabled in its config
+    it fails, naming every resource, its expected and its actual status. The
+    two runs go on at the same time, each with a deployment of its own."""
+    runs = {
+        "enabled": Run(tmp_path, "enabled", {}),
+        "disabled": Run(tmp_path, "disabled",
+                        {"sm_reconciliation_enabled": False, "sm_settle_bound": 10}),
+    }
+    try:
+        results = {name: run.wait() for name, run in runs.items()}
+    finally:
+        for run in runs.values():
+            run.cleanup()
+
+    rc, out = results["enabled"]
+    assert rc == 0, f"the playbook failed (exit {rc}):\n{out[-6000:]}"
+    assert "TASK [Every resource reached its expected status]" in out
+    assert re.search(r"localhost\s+: ok=\d+ .*failed=0", out), out[-3000:]
+
+    rc, out = results["disabled"]
+    assert rc not in (0, None), (
+        f"the playbook did not fail without reconciliation (exit {rc}):\n{out[-6000:]}")
+    cases, crash_transient = scenario()
+    unsettled = [c for c in cases if "reset" in c or c.get("crash")]
+    assert unsettled
+    for case in unsettled:
+        actual = case.get("reset") or crash_transient[case["name"]]
+        pattern = (rf"{re.escape(case['noun'])} {re.escape(case['name'])} \([0-9a-f-]{{36}}\)"
+                   rf"[^\n]*: expected {case['expect']}[^\n]*, actual {actual}\b")
+        assert re.search(pattern, out), (
+            f"no readable failure for {case['noun']} {case['name']} "
+            f"(expected {case['expect']}, actual {actual}):\n{out[-6000:]}")
+    # The resources nobody touched are fine either way.
+    for case in cases:
+        if case not in unsettled:
+            assert f"{case['noun']} {case['name']} (" not in out
