@@ -12,6 +12,7 @@ together with stack rows, so no cycle can form.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ Change = tuple[type, Any, dict[str, Any], dict[str, Any]]
 
 CHECK_TYPE = "stack_resource"
 CHECK_ACTION = "check_resource"
+RECONCILE = "reconcile"  # the requests of reconciliation passes (constants.RECONCILE)
 # The note a resumed request gets; the prefix marks it as handled.
 RESUMED_PREFIX = "resumed as request "
 
@@ -255,6 +257,23 @@ def resume_check(db: Database, request: M.Request, note: str) -> int | None:
             return new.id
     except _Lost:
         return None
+
+
+def request_reconcile(db: Database, host: str, note: str) -> bool:
+    """Ask the engines of ``host`` for a reconciliation pass (the request
+    ``sharectl reconcile run`` writes), unless one is pending already."""
+    with db.session() as session:
+        pending = session.execute(
+            sa.select(M.Request.id).where(
+                M.Request.resource_type == RECONCILE, M.Request.action == "run",
+                M.Request.host == host, M.Request.status == "pending",
+            ).limit(1)
+        ).first()
+        if pending:
+            return False
+        api.request_add_tx(session, RECONCILE, str(uuid.uuid4()), "run", host,
+                           {"dry_run": False, "note": note})
+        return True
 
 
 def failed_checks(db: Database, limit: int = 200) -> list[M.Request]:

@@ -14,8 +14,11 @@ request is resumed only when none of its rows' physical resources is in a
 transient status — on the engine's start that is after the startup
 reconciliation pass (:meth:`Resumer.after_startup` queues the first run on
 the pass runner's single worker, behind the pass), later after a peer's
-pass, since :meth:`Resumer.run_once` also runs periodically. Requests whose
-physical resource stays transient (its host is down) wait for its host.
+pass, since :meth:`Resumer.run_once` also runs periodically. While a
+request waits on a transient resource, the resumer asks that resource's host
+for another reconciliation pass now and then: a pass skips a resource whose
+tooz lock the dead engine still holds (Redis keeps it until the lock times
+out). Requests whose host is down wait for it.
 
 The periodic run is also the safety net of the check workflow: a check that
 could not even record its failure (the database went away) ends ``failed``;
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
 from typing import Any
 
 from oslo_log import log as logging
@@ -44,6 +48,7 @@ LOG = logging.getLogger(__name__)
 
 INTERVAL = 5.0  # seconds between periodic runs
 OWN_STALE_AFTER = 60.0  # a check of this engine not in flight this long after its claim is lost
+PASS_INTERVAL = 10.0  # seconds between reconciliation passes asked of one host
 
 
 class Resumer:
@@ -54,29 +59,34 @@ class Resumer:
         self.engine_id = engine_id
         self.worker = worker
         self._lock = threading.Lock()  # one run at a time per engine
+        self._passes_asked: dict[str, float] = {}
 
     def run_once(self) -> dict[str, int]:
         """Resume what can be resumed; returns counts for the log and tests."""
         with self._lock:
-            counts = {"resumed": 0, "waiting": 0, "failed_stacks": 0}
+            counts = {"resumed": 0, "waiting": 0, "passes_requested": 0, "failed_stacks": 0}
             # Requests first, membership second: an engine that joins and
             # claims in between is seen alive, never as a missing claimant.
             candidates = ws.checks_to_resume(self.db)
             alive = self.coordinator.engines()
             inflight = self.worker.inflight()
+            busy_hosts: set[str] = set()
             for req in candidates:
                 note = self._lost(req, alive, inflight)
                 if note is None:
                     continue
-                if not self._settled(req):
+                busy = self._busy_hosts(req)
+                if busy:
                     counts["waiting"] += 1
+                    busy_hosts |= busy
                     continue
                 new = ws.resume_check(self.db, req, note)
                 if new is not None:
                     counts["resumed"] += 1
                     LOG.info("check request %s (%s): resumed as request %s", req.id, note, new)
+            counts["passes_requested"] = self._request_passes(busy_hosts)
             counts["failed_stacks"] = self._fail_orphans()
-            if counts["resumed"] or counts["failed_stacks"]:
+            if counts["resumed"] or counts["failed_stacks"] or counts["passes_requested"]:
                 LOG.info("stack resumption: %s", counts)
             return counts
 
@@ -92,8 +102,9 @@ class Resumer:
                 return "its outcome was lost"
         return None
 
-    def _settled(self, req: M.Request) -> bool:
-        """No physical resource of the request's rows is mid-operation."""
+    def _busy_hosts(self, req: M.Request) -> set[str]:
+        """Hosts ('host@backend') of the request's rows' physical resources
+        that are mid-operation: the request waits until they are settled."""
         rid = (req.args or {}).get("resource_id")
         row = stacks.resource_get(self.db, int(rid)) if rid is not None else None
         rows = [row] if row is not None else []
@@ -101,8 +112,30 @@ class Resumer:
             new = stacks.resource_get(self.db, row.replaced_by)
             if new is not None:
                 rows.append(new)
-        return all(phys.observe(self.db, r.type, r.physical_id).state != phys.BUSY
-                   for r in rows)
+        busy = set()
+        for r in rows:
+            observed = phys.observe(self.db, r.type, r.physical_id)
+            if observed.state == phys.BUSY:
+                busy.add(observed.host or "")
+        return busy
+
+    def _request_passes(self, hosts: set[str]) -> int:
+        """Ask each host for a reconciliation pass (as ``sharectl reconcile
+        run`` does), at most every PASS_INTERVAL seconds. Its startup or peer
+        pass may have skipped the resource: the dead engine's tooz lock can
+        outlive it (Redis keeps it until ``lock_timeout``)."""
+        now = time.monotonic()
+        asked = 0
+        for host in sorted({h.split("@", 1)[0] for h in hosts if h}):
+            if now - self._passes_asked.get(host, -PASS_INTERVAL) < PASS_INTERVAL:
+                continue
+            self._passes_asked[host] = now
+            if ws.request_reconcile(self.db, host, "stack resumption waits for "
+                                    "a transient resource"):
+                asked += 1
+                LOG.info("asked host %s for a reconciliation pass: a cut stack check "
+                         "waits for a resource in a transient status", host)
+        return asked
 
     def _fail_orphans(self) -> int:
         failed = 0

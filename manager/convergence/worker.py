@@ -161,6 +161,8 @@ class Worker:
         self._graphs = _Cache(16)
         self._inflight: set[int] = set()
         self._inflight_lock = threading.Lock()
+        # Rows this engine's checks hold or are taking, with how many checks.
+        self._claims: collections.Counter[int] = collections.Counter()
 
     def __call__(self, req: Any) -> None:
         with self._inflight_lock:
@@ -234,7 +236,7 @@ class Worker:
             self._mark_failed(ctx.held[-1], outcome.failed)
         finally:
             for rid in ctx.held:
-                stacks.resource_lock_release(self.db, rid, self.engine_id)
+                self._release(rid)
         self._after(ctx, outcome)
         if outcome.bailed:
             raise Skip(outcome.bailed)
@@ -259,12 +261,48 @@ class Worker:
 
     def _take(self, rid: int, row: Any) -> str | None:
         """Lock ``rid``: None when held now, else why not (the caller bails)."""
+        with self._inflight_lock:
+            self._claims[rid] += 1
+        try:
+            why = self._try_take(rid, row)
+        except BaseException:
+            why = "error"
+            raise
+        finally:
+            if why is not None:
+                self._untake(rid)
+        return why
+
+    def _untake(self, rid: int) -> None:
+        with self._inflight_lock:
+            self._claims[rid] -= 1
+            if self._claims[rid] <= 0:
+                del self._claims[rid]
+
+    def _release(self, rid: int) -> None:
+        try:
+            stacks.resource_lock_release(self.db, rid, self.engine_id)
+        finally:
+            self._untake(rid)
+
+    def _try_take(self, rid: int, row: Any) -> str | None:
         got = stacks.resource_lock_acquire(self.db, rid, self.engine_id)
         if got.acquired:
             return None
         if not got.found:
             return f"resource {rid} is gone"
         holder = got.holder
+        if holder == self.engine_id:
+            with self._inflight_lock:
+                ours = self._claims[rid] > 1  # another thread of ours holds or takes it
+            if not ours:
+                # Our own lock, but no check of ours holds it: its release was
+                # lost (a database error). Left alone, every later check would
+                # bail on a "live" holder forever.
+                stolen = stacks.resource_lock_steal(self.db, rid, self.engine_id, holder)
+                if stolen.acquired:
+                    LOG.warning("resource %s: took over a lock this engine leaked", rid)
+                    return None
         if holder == self.engine_id or self.coordinator.is_alive(holder):
             return (f"resource {rid} is locked by live engine {holder}, which retriggers "
                     "this node when it is done")
@@ -377,7 +415,9 @@ class Worker:
         if begun is None:
             return _Outcome(superseded=True)
         if begun.resource_id != effective.id:
-            ctx.held.append(begun.resource_id)  # the replacement, born locked by us
+            with self._inflight_lock:  # the replacement, born locked by us
+                self._claims[begun.resource_id] += 1
+            ctx.held.append(begun.resource_id)
             LOG.info("stack %s: %s (row %s) replaced by row %s", ctx.stack_name, row.name,
                      effective.id, begun.resource_id)
         return self._carry_out(ctx, row.name, begun, action, plan, final)

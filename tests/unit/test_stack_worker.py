@@ -297,3 +297,31 @@ def _wait(predicate, timeout=20):
             return
         time.sleep(0.05)
     raise AssertionError("timed out")
+
+
+def test_a_lock_this_engine_leaked_is_taken_over(rig):
+    """A lock whose release was lost (a database error) belongs to a live
+    engine — this one — but no check of it holds the row: taken over, not
+    waited for forever."""
+    e = rig.engine()
+    rig.create("web", V1)
+    e.pump()
+    data = rig.rows("web")["data"][0]
+    assert stacks.resource_lock_acquire(rig.db, data.id, e.engine_id).acquired
+    rig.update("web", V1.replace("size: 1", "size: 2"))
+    e.pump()
+    assert _status(rig, "web") == ("UPDATE", "COMPLETE")
+    assert stacks.resource_get(rig.db, data.id).engine_id is None
+
+
+def test_a_live_engines_lock_is_not_taken(rig):
+    a, b = rig.engine(), rig.engine()
+    rig.create("web", V1)
+    a.pump()
+    data = rig.rows("web")["data"][0]
+    assert stacks.resource_lock_acquire(rig.db, data.id, a.engine_id).acquired
+    rig.update("web", V1.replace("size: 1", "size: 2"))
+    b.pump()
+    assert _status(rig, "web") == ("UPDATE", "IN_PROGRESS")
+    assert "locked by live engine" in rig.checks()[0].error
+    assert stacks.resource_get(rig.db, data.id).engine_id == a.engine_id
