@@ -94,9 +94,10 @@ class Placement:
 
     def serves(self, target: str | None) -> bool:
         """Whether this engine can act on ``target`` ('host@backend',
-        '*@backend' or None for any engine with a backend)."""
+        '*@backend' or None: any engine — one without backends fails a node
+        that needs one, rather than passing it around)."""
         if target is None:
-            return bool(self.backends)
+            return True
         host, _, backend = views.host_of(target).partition("@")
         return backend in self.backends and host in (ANY_HOST, self.host)
 
