@@ -145,7 +145,9 @@ reconcile_opts = [
         "startup_reconciliation_enabled",
         default=True,
         help="After start (once ensure-resources is done) settle every resource of "
-        "this host that a crash left in a transient status.",
+        "this host that a crash left in a transient status; also what a dead peer "
+        "engine of this host left. False: no automatic pass ('sharectl reconcile "
+        "run' still works).",
     ),
     cfg.IntOpt(
         "startup_reconciliation_wait_seconds",

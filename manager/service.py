@@ -142,12 +142,13 @@ class ShareManagerService:
         )
         self.passes = PassRunner(self.reconciler, self.stopping)
         self.handlers.add(RECONCILE, "run", self.passes.handle_request)
-        self.passes.watch_peers(self.coordinator, self.host, self.engine_id,
-                                self.conf.peer_reconciliation_grace_seconds)
         if self.conf.startup_reconciliation_enabled:
             # Deferred: the daemon takes requests while the pass waits and runs.
             self.passes.defer_startup(self.conf.startup_reconciliation_wait_seconds)
+            self.passes.watch_peers(self.coordinator, self.host, self.engine_id,
+                                    self.conf.peer_reconciliation_grace_seconds)
         else:
+            # No automatic pass at all (startup or peer); 'reconcile run' still works.
             LOG.info("startup reconciliation disabled")
         # Cut stack traversals resume once the pass has settled their resources.
         self.stacks.start(self.passes if self.conf.startup_reconciliation_enabled else None,
