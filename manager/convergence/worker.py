@@ -282,6 +282,8 @@ class Worker:
     def _release(self, rid: int) -> None:
         try:
             stacks.resource_lock_release(self.db, rid, self.engine_id)
+        except Exception:  # leaked: the next check of this engine takes it over
+            LOG.exception("resource %s: could not release its lock", rid)
         finally:
             self._untake(rid)
 

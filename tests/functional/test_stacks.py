@@ -359,12 +359,15 @@ def test_update_while_create_runs_and_live_lock_retrigger(deployment, servers):
 def test_racing_updates_one_wins(deployment, setup):
     """Two updates prepared from the same view of the stack: exactly one
     traversal wins, the loser leaves no rows, the winner converges."""
-    d = _setup(deployment, setup)
+    d, gates = _gated(deployment, setup)
     d.sync()
     d.start()
     d.sharectl("stack", "create", "web", "-t", _write(d, "v1", V1), "--wait")
     db, conf = database(d)
     seen = stacks.stack_lookup(db, "web")
+    # Hold the winner's traversal (both templates extend data) while the rows
+    # are counted: its completion would delete its SyncPoints.
+    (gates / "extend_share").write_text("")
     templates = {"a": V2, "b": V2.replace("size: 1, proto: CIFS", "size: 3, proto: NFS")}
 
     def count():
@@ -402,6 +405,7 @@ def test_racing_updates_one_wins(deployment, setup):
     assert after["sync_points"] == len(winner.graph) + 1
     assert after["requests"] - before["requests"] >= len(winner.leaves)
     assert stacks.stack_get(db, winner.stack_id).current_traversal == winner.traversal_id
+    (gates / "extend_share").unlink()
     wait_until(lambda: _settled(d, "web", "UPDATE"), timeout=60, what="the winner")
     logs = _by_stack_resource(d)["web-logs"]
     assert [o["size"] for o in logs] == [1 if won == ["a"] else 3]
