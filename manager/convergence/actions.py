@@ -19,6 +19,7 @@ from sharemgr.db.engine import Database
 from sharemgr.db.stacks import COMPLETE, CREATE, DELETE, IN_PROGRESS
 from sharemgr.manager.convergence import physical as phys
 from sharemgr.manager.convergence import prepare as P
+from sharemgr.manager.convergence.graph import Node
 from sharemgr.manager.convergence.template import (
     ResourceData,
     Template,
@@ -73,9 +74,10 @@ class Progress:
 
 
 def progress(db: Database, stack: M.Stack) -> Progress:
-    """Resources of the current traversal whose every node has reported (a
-    node has reported once its key is in a SyncPoint's input data). A
-    finished traversal counts all of them."""
+    """Resources of the current traversal that are done: a resource the
+    template keeps when its update node has reported, one being removed when
+    its clean-up node has (a node has reported once its key is in a
+    SyncPoint's input data). A finished traversal counts all of them."""
     graph = P.load_traversal_graph(stack)
     resources = graph.resource_ids()
     if stack.status != IN_PROGRESS or not stack.current_traversal:
@@ -83,8 +85,9 @@ def progress(db: Database, stack: M.Stack) -> Progress:
     reported: set[str] = set()
     for point in SP.list_for_traversal(db, stack.id, stack.current_traversal):
         reported.update(point.input_data)
-    pending = {n.resource_id for n in graph if n.key not in reported}
-    return Progress(len(resources - pending), len(resources))
+    done = sum(1 for rid in resources
+               if Node(rid, (rid, True) in graph).key in reported)
+    return Progress(done, len(resources))
 
 
 def current_rows(db: Database, stack: M.Stack) -> dict[str, M.StackResource]:

@@ -207,6 +207,8 @@ def test_create_update_replace_delete_and_failures(deployment, setup):
 
     dot = d.sharectl("stack", "graph", "web").stdout
     assert dot.startswith('digraph "web"') and "->" in dot
+    assert [(s["name"], s["action"], s["status"]) for s in d.json("stack", "list")] == [
+        ("web", "UPDATE", "COMPLETE")]
 
     _failures(d, final)
 

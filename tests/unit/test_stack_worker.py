@@ -104,7 +104,7 @@ def test_outputs_and_progress(rig):
     stack = rig.stack("web")
     assert str(actions.progress(rig.db, stack)) == "0/2"
     e.step(1)
-    assert str(actions.progress(rig.db, rig.stack("web"))) == "0/2"  # data's clean-up is left
+    assert str(actions.progress(rig.db, rig.stack("web"))) == "1/2"  # data made, snap not yet
     e.pump()
     shown = actions.show(rig.db, rig.stack("web"))
     assert shown["progress"] == "2/2"
