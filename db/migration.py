@@ -30,9 +30,24 @@ def current(db: Database) -> str | None:
 
 def upgrade(db: Database, revision: str = "head") -> None:
     cfg = _config()
-    with db.engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+    with db.engine.connect() as conn:
+        sqlite = db.dialect == "sqlite"
+        if sqlite:
+            # Batch migrations rebuild tables (copy, drop, rename); with foreign
+            # keys enforced the drop of a referenced table fails. The pragma
+            # only works outside a transaction, so on the raw connection.
+            conn.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with conn.begin():
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+                if sqlite:
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        raise RuntimeError(f"migration broke foreign keys: {broken[:5]}")
+        finally:
+            if sqlite:
+                conn.connection.driver_connection.execute("PRAGMA foreign_keys=ON")
 
 
 def is_current(db: Database) -> bool:

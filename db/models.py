@@ -214,7 +214,10 @@ class StackTemplate(Base):
     stack_id: Mapped[str | None] = mapped_column(String(36))
     template: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
-    __table_args__ = (Index("ix_stack_templates_stack", "stack_id"),)
+    # Purged rows' ids must never come back (a stale reference would point at
+    # a new row): SQLite reuses the largest id without AUTOINCREMENT.
+    __table_args__ = (Index("ix_stack_templates_stack", "stack_id"),
+                      {"sqlite_autoincrement": True})
 
 
 class Stack(TimestampMixin, Base):
@@ -253,7 +256,8 @@ class StackResource(TimestampMixin, Base):
     replaces: Mapped[int | None] = mapped_column(Integer)
     replaced_by: Mapped[int | None] = mapped_column(Integer)
     current_traversal: Mapped[str | None] = mapped_column(String(36))
-    __table_args__ = (Index("ix_stack_resources_stack", "stack_id"),)
+    __table_args__ = (Index("ix_stack_resources_stack", "stack_id"),
+                      {"sqlite_autoincrement": True})
 
 
 class SyncPoint(Base):

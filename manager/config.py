@@ -223,8 +223,14 @@ def coordination_url(conf: cfg.ConfigOpts = CONF) -> str:
         url += ("&" if "?" in url else "?") + "executor=synchronous"
     if url.startswith("file://") and "timeout=" not in url:
         url += ("&" if "?" in url else "?") + f"timeout={timeout}"
-    elif url.startswith("redis") and "membership_timeout=" not in url:
-        url += ("&" if "?" in url else "?") + f"membership_timeout={timeout}"
+    elif url.startswith("redis"):
+        if "membership_timeout=" not in url:
+            url += ("&" if "?" in url else "?") + f"membership_timeout={timeout}"
+        if "lock_timeout=" not in url:
+            # A dead engine's Redis locks expire with its membership (tooz
+            # refreshes held locks on every heartbeat), so the pass that finds
+            # the engine dead also finds its locks free.
+            url += f"&lock_timeout={timeout}"
     return url
 
 
