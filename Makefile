@@ -21,6 +21,7 @@ run: $(BIN)/.installed
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
+	ANSIBLE_LOCALHOST_WARNING=False $(BIN)/ansible-playbook --syntax-check playbooks/*.yaml
 
 test: $(BIN)/.installed lint
 	$(BIN)/pytest $(PYTEST_ARGS)
