@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 # Two workers: the functional tests mostly wait on processes they started.
-PYTEST_ARGS ?= -n 2
+PYTEST_ARGS ?= -n 2 --durations=15
 
 .PHONY: run test lint genconfig bench clean
 

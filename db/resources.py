@@ -89,35 +89,35 @@ def live_count(db: Database, model: type, **filters: Any) -> int:
         return session.scalar(stmt)
 
 
+def _children_on_host(db: Database, child: type, parent: type, link: Any, host: str,
+                      statuses: list[str] | None) -> list[tuple]:
+    """Live ``child`` rows whose ``parent`` (which carries the host) is on
+    ``host``, as (child, parent) pairs."""
+    stmt = (
+        sa.select(child, parent)
+        .join(parent, link == parent.id)
+        .where(host_match(parent.host, host), child.deleted_at.is_(None))
+    )
+    if statuses is not None:
+        stmt = stmt.where(child.status.in_(statuses))
+    with db.session() as session:
+        return [tuple(r) for r in session.execute(stmt)]
+
+
 def snapshot_instances_on_host(
     db: Database, host: str, statuses: list[str] | None = None
 ) -> list[tuple[models.ShareSnapshotInstance, models.ShareInstance]]:
     """Snapshot instances whose share instance lives on ``host``."""
-    stmt = (
-        sa.select(M.ShareSnapshotInstance, M.ShareInstance)
-        .join(M.ShareInstance, M.ShareSnapshotInstance.share_instance_id == M.ShareInstance.id)
-        .where(host_match(M.ShareInstance.host, host),
-               M.ShareSnapshotInstance.deleted_at.is_(None))
-    )
-    if statuses is not None:
-        stmt = stmt.where(M.ShareSnapshotInstance.status.in_(statuses))
-    with db.session() as session:
-        return [tuple(r) for r in session.execute(stmt)]
+    return _children_on_host(db, M.ShareSnapshotInstance, M.ShareInstance,
+                             M.ShareSnapshotInstance.share_instance_id, host, statuses)
 
 
 def group_snapshots_on_host(
     db: Database, host: str, statuses: list[str] | None = None
 ) -> list[tuple[models.ShareGroupSnapshot, models.ShareGroup]]:
-    stmt = (
-        sa.select(M.ShareGroupSnapshot, M.ShareGroup)
-        .join(M.ShareGroup, M.ShareGroupSnapshot.share_group_id == M.ShareGroup.id)
-        .where(host_match(M.ShareGroup.host, host),
-               M.ShareGroupSnapshot.deleted_at.is_(None))
-    )
-    if statuses is not None:
-        stmt = stmt.where(M.ShareGroupSnapshot.status.in_(statuses))
-    with db.session() as session:
-        return [tuple(r) for r in session.execute(stmt)]
+    """Group snapshots whose share group lives on ``host``."""
+    return _children_on_host(db, M.ShareGroupSnapshot, M.ShareGroup,
+                             M.ShareGroupSnapshot.share_group_id, host, statuses)
 
 
 def backend_info_hash(db: Database, host: str) -> str | None:
