@@ -54,20 +54,31 @@ def _drop_database(admin_url: str, url: str) -> None:
     engine.dispose()
 
 
+@pytest.fixture(scope="session")
+def _databases_to_drop():
+    """Test databases are dropped when the session ends, after every
+    function-scoped fixture (e.g. the engines a deployment started, whatever
+    the order a test names its fixtures in) has finished with them."""
+    made: list[tuple[str, str]] = []
+    yield made
+    for admin, url in made:
+        _drop_database(admin, url)
+
+
 @pytest.fixture
-def pg_url():
+def pg_url(_databases_to_drop):
     need_server("PostgreSQL", "127.0.0.1", 5432)
     url = _fresh_database(PG_ADMIN, "postgresql")
-    yield url
-    _drop_database(PG_ADMIN, url)
+    _databases_to_drop.append((PG_ADMIN, url))
+    return url
 
 
 @pytest.fixture
-def mysql_url():
+def mysql_url(_databases_to_drop):
     need_server("MariaDB", "127.0.0.1", 3306)
     url = _fresh_database(MY_ADMIN, "mysql")
-    yield url
-    _drop_database(MY_ADMIN, url)
+    _databases_to_drop.append((MY_ADMIN, url))
+    return url
 
 
 @pytest.fixture
