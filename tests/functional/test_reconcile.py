@@ -244,7 +244,9 @@ def test_status_methods_not_implemented_mean_error(deployment):
 
 
 def test_disabled_changes_nothing_and_wait_is_honoured(deployment, tmp_path):
-    d = deployment(extra={"DEFAULT": {"startup_reconciliation_wait_seconds": "6"}})
+    # No peer pass either: only the startup pass, after its wait, may act.
+    d = deployment(extra={"DEFAULT": {"startup_reconciliation_wait_seconds": "6",
+                                      "peer_reconciliation_grace_seconds": "3600"}})
     d.sync()
     api = intake(d)
     db, _ = database(d)
@@ -281,7 +283,10 @@ def test_disabled_changes_nothing_and_wait_is_honoured(deployment, tmp_path):
 
 
 def test_resource_locked_by_live_engine_is_untouched(deployment):
-    d = deployment(extra=FAST)
+    # No peer pass (the first engine's leave would trigger one): only the
+    # manual pass below may settle the resource once the holder is done.
+    d = deployment(extra={"DEFAULT": {"startup_reconciliation_wait_seconds": "2",
+                                      "peer_reconciliation_grace_seconds": "3600"}})
     d.sync()
     api = intake(d)
     db, conf = database(d)
