@@ -200,7 +200,7 @@ class ReconcilePass(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     host: Mapped[str] = mapped_column(String(255))
     engine_id: Mapped[str] = mapped_column(String(320))
-    trigger: Mapped[str] = mapped_column(String(32))
+    trigger: Mapped[str] = mapped_column(String(400))  # 'peer:<engine id>' fits
     dry_run: Mapped[bool] = mapped_column(Boolean, default=False)
     started_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
     finished_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
@@ -234,6 +234,8 @@ class Stack(TimestampMixin, Base):
     current_traversal: Mapped[str | None] = mapped_column(String(36))
     current_deps: Mapped[dict] = mapped_column(JSON, default=dict)
     disable_rollback: Mapped[bool] = mapped_column(Boolean, default=False)
+    timeout_mins: Mapped[int | None] = mapped_column(Integer)  # None: no timeout
+    traversal_started_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
     __table_args__ = (Index("ix_stacks_name", "name"),)
 
 
