@@ -29,12 +29,6 @@ Change = tuple[type, Any, dict[str, Any], dict[str, Any]]
 CHECK_TYPE = "stack_resource"
 CHECK_ACTION = "check_resource"
 RECONCILE = "reconcile"  # the requests of reconciliation passes (constants.RECONCILE)
-# The note a resumed request gets; the prefix marks it as handled.
-RESUMED_PREFIX = "resumed as request "
-
-
-class _Lost(Exception):
-    """A conditional update lost: roll the whole transaction back."""
 
 
 # Stacks ------------------------------------------------------------------------
@@ -89,6 +83,18 @@ class Begun:
     op_request_id: int | None
 
 
+# Why ``begin`` started nothing: the caller acts differently on each.
+SUPERSEDED = "superseded"  # the traversal is no longer current, or it ended
+LOCK_LOST = "lock lost"  # another engine took the row's lock (it thought us dead)
+CONFLICT = "conflict"  # a physical row changed since the work was planned: plan again
+
+
+class _NotBegun(Exception):
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
 def begin(
     db: Database,
     resource_id: int,
@@ -99,41 +105,47 @@ def begin(
     replace_template_id: int | None = None,
     replace_requires: Iterable[int] = (),
     replace: bool = False,
-) -> Begun | None:
+) -> Begun | str:
     """Start ``work`` on a row this engine has locked, in one transaction.
 
     With ``replace`` a replacement row is made first (``resource_replace_tx``,
-    born locked by this engine) and the action starts on it. None if the
-    traversal is no longer current or the row's lock is no longer ours; a
-    physical change that finds its row changed rolls everything back and
-    returns None too."""
+    born locked by this engine) and the action starts on it. Returns
+    :class:`Begun`, or why nothing was started (SUPERSEDED, LOCK_LOST,
+    CONFLICT); then nothing at all was written."""
     try:
         with db.session() as session:
+            if not db_stacks.traversal_is_current_tx(session, stack_id, traversal_id):
+                raise _NotBegun(SUPERSEDED)
             rid = resource_id
             if replace:
+                old = db_stacks.resource_get_tx(session, resource_id, lock=True)
+                if old is None or old.engine_id != engine_id:
+                    raise _NotBegun(LOCK_LOST)
+                if old.replaced_by is not None:
+                    raise _NotBegun(CONFLICT)
                 new = db_stacks.resource_replace_tx(
                     session, resource_id, engine_id, stack_id, traversal_id,
                     replace_template_id, replace_requires,
                 )
                 if new is None:
-                    return None
+                    raise _NotBegun(CONFLICT)
                 rid = new.id
-            if not db_stacks.resource_begin_tx(
-                session, rid, engine_id, stack_id, traversal_id, work.action, work.values
+            if not db_stacks.resource_start_tx(
+                session, rid, engine_id, traversal_id, work.action, work.values
             ):
-                raise _Lost()
+                raise _NotBegun(LOCK_LOST)
             if work.add:
                 session.add_all(list(work.add))
                 session.flush()
             for model, ident, expected, values in work.changes:
                 if not api.conditional_update_tx(session, model, ident, expected, values):
-                    raise _Lost()
+                    raise _NotBegun(CONFLICT)
             op_id = None
             if work.op is not None:
                 op_id = _running_request_tx(session, engine_id, **work.op).id
             return Begun(rid, op_id)
-    except _Lost:
-        return None
+    except _NotBegun as exc:
+        return exc.why
 
 
 def _running_request_tx(
@@ -214,49 +226,43 @@ def forward_check(db: Database, request: M.Request, host: str, note: str) -> int
         ).id
 
 
-def _resumed_filter() -> Any:
-    return sa.or_(M.Request.error.is_(None),
-                  sa.not_(M.Request.error.like(RESUMED_PREFIX + "%")))
+def active_stacks(db: Database) -> list[M.Stack]:
+    """Stacks with a traversal IN_PROGRESS, without their graphs (one indexed
+    query; what the watchdog reads when there is nothing to do)."""
+    stmt = (sa.select(M.Stack).options(defer(M.Stack.current_deps))
+            .where(M.Stack.status == "IN_PROGRESS", M.Stack.deleted_at.is_(None)))
+    with db.session() as session:
+        rows = list(session.scalars(stmt))
+        for row in rows:
+            session.expunge(row)
+        return rows
 
 
-def checks_to_resume(db: Database) -> list[M.Request]:
-    """Check requests that may have lost their engine: ``running`` ones (the
-    caller compares their engine with the membership) and ``abandoned`` ones
-    not resumed yet."""
+def live_checks(db: Database) -> list[M.Request]:
+    """Check requests that are ``pending`` or ``running``."""
     stmt = sa.select(M.Request).where(
-        M.Request.resource_type == CHECK_TYPE,
-        M.Request.action == CHECK_ACTION,
-        sa.or_(M.Request.status == "running",
-               sa.and_(M.Request.status == "abandoned", _resumed_filter())),
+        M.Request.resource_type == CHECK_TYPE, M.Request.action == CHECK_ACTION,
+        M.Request.status.in_(("pending", "running")),
     ).order_by(M.Request.id)
     with db.session() as session:
         return list(session.scalars(stmt))
 
 
-def resume_check(db: Database, request: M.Request, note: str) -> int | None:
-    """Queue a copy of ``request`` (pending, same host and args) and mark the
-    old row ``abandoned`` with ``resumed as request N: note`` — both or
-    neither, and only if the old row is still as the caller saw it (status
-    and engine), so two engines resuming at once queue one copy."""
-    try:
-        with db.session() as session:
-            args = {**(request.args or {}), "resumes": request.id}
-            new = api.request_add_tx(session, request.resource_type, request.resource_id,
-                                     request.action, request.host, args)
-            old_note = f"; {request.error}" if request.error else ""
-            won = session.execute(
+def abandon_checks(db: Database, requests: Iterable[M.Request], note: str) -> int:
+    """Mark ``running`` check requests ``abandoned`` with ``note``, each only
+    if it is still running for the engine the caller saw (engines doing this
+    at once abandon each request once). Returns how many this call did."""
+    done = 0
+    with db.session() as session:
+        for req in requests:
+            done += session.execute(
                 sa.update(M.Request)
-                .where(M.Request.id == request.id, M.Request.status == request.status,
-                       M.Request.engine_id == request.engine_id, _resumed_filter())
-                .values(status="abandoned", finished_at=request.finished_at or M.utcnow(),
-                        error=f"{RESUMED_PREFIX}{new.id}: {note}{old_note}")
+                .where(M.Request.id == req.id, M.Request.status == "running",
+                       M.Request.engine_id == req.engine_id)
+                .values(status="abandoned", finished_at=M.utcnow(), error=note)
                 .execution_options(synchronize_session=False)
-            ).rowcount == 1
-            if not won:
-                raise _Lost()
-            return new.id
-    except _Lost:
-        return None
+            ).rowcount
+    return done
 
 
 def request_reconcile(db: Database, host: str, note: str) -> bool:

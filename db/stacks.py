@@ -166,7 +166,10 @@ def traversal_is_current_tx(session: Session, stack_id: str, traversal_id: str) 
     after this check in the same transaction cannot race a preparation that
     would supersede the traversal."""
     stack = stack_get_tx(session, stack_id, lock="share")
-    return stack is not None and stack.current_traversal == traversal_id
+    # A traversal that ended FAILED (a timeout, a cancel without rollback) is
+    # not current either: its checks stop at their next step.
+    return (stack is not None and stack.current_traversal == traversal_id
+            and stack.status == IN_PROGRESS)
 
 
 def traversal_is_current(db: Database, stack_id: str, traversal_id: str) -> bool:
@@ -409,6 +412,19 @@ def resource_begin_tx(
     can never begin deleting a row a newer preparation has just chosen."""
     if not traversal_is_current_tx(session, stack_id, traversal_id):
         return False
+    return resource_start_tx(session, resource_id, engine_id, traversal_id, action, values)
+
+
+def resource_start_tx(
+    session: Session,
+    resource_id: int,
+    engine_id: str,
+    traversal_id: str,
+    action: str,
+    values: Mapping[str, Any] | None = None,
+) -> bool:
+    """``action IN_PROGRESS`` on a row this engine holds; the caller has
+    checked the traversal. False if the lock is no longer ours."""
     return resource_set_state_tx(
         session, resource_id, engine_id, action, IN_PROGRESS, None,
         {**(values or {}), "current_traversal": traversal_id},

@@ -174,8 +174,31 @@ reconcile_opts = [
     ),
 ]
 
+stack_opts = [
+    cfg.IntOpt(
+        "stack_timeout_minutes",
+        default=60,
+        min=0,
+        max=525600,
+        help="Timeout of a stack traversal (create, update, delete, rollback) when "
+        "neither 'sharectl stack create/update --timeout' nor the template's "
+        "'timeout' gives one, as Heat's stack_action_timeout. On expiry the "
+        "traversal fails ('timed out') and rolls back unless the stack disables "
+        "rollback. 0: no timeout.",
+    ),
+    cfg.FloatOpt(
+        "stack_watchdog_interval",
+        default=5.0,
+        min=0.5,
+        max=3600,
+        help="Seconds between the stack watchdog's runs: it fails traversals past "
+        "their timeout and retriggers graph nodes that are ready but have no live "
+        "check request (a crash, a dead engine's lock).",
+    ),
+]
+
 GROUPS: dict[str | None, list[cfg.Opt]] = {
-    None: default_opts + manager_opts + reconcile_opts,
+    None: default_opts + manager_opts + reconcile_opts + stack_opts,
     "database": database_opts,
     "coordination": coordination_opts,
 }

@@ -150,9 +150,8 @@ class ShareManagerService:
         else:
             # No automatic pass at all (startup or peer); 'reconcile run' still works.
             LOG.info("startup reconciliation disabled")
-        # Cut stack traversals resume once the pass has settled their resources.
-        self.stacks.start(self.passes if self.conf.startup_reconciliation_enabled else None,
-                          self.stopping)
+        # The stack watchdog starts once the pass has settled what a crash left.
+        self.stacks.start(self.passes if self.conf.startup_reconciliation_enabled else None)
 
     def ensure_driver_resources(self) -> None:
         for backend, driver in self.drivers.items():
@@ -177,7 +176,13 @@ class ShareManagerService:
         def membership() -> None:
             run_watchers(self.coordinator)
 
-        return [(heartbeat, (), {}), (backup_continue, (), {}), (membership, (), {})]
+        @periodics.periodic(spacing=self.conf.stack_watchdog_interval, run_immediately=False)
+        def stack_watchdog() -> None:
+            if not self.stopping.is_set():
+                self.stacks.watchdog.run_safely()
+
+        return [(heartbeat, (), {}), (backup_continue, (), {}), (membership, (), {}),
+                (stack_watchdog, (), {})]
 
     def _start_periodics(self) -> None:
         # Periodic tasks run one after another in the worker's thread: they are

@@ -1,5 +1,5 @@
 """sharectl stack commands: create, update, delete, rollback (each with
-``--wait``), show, list, resource list, graph."""
+``--wait``), cancel, show, list, resource list, graph."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 from sharemgr.db import stacks
 from sharemgr.db.stacks import COMPLETE, DELETE, IN_PROGRESS, ROLLBACK, StackExists, StackNotFound
 from sharemgr.manager.cli import base
-from sharemgr.manager.cli.resource_cmds import add_wait
-from sharemgr.manager.convergence import actions
+from sharemgr.manager.cli.resource_cmds import integer
+from sharemgr.manager.convergence import actions, lifecycle
 from sharemgr.manager.convergence import prepare as P
 from sharemgr.manager.convergence.prepare import InvalidStackAction, TraversalLost
-from sharemgr.manager.convergence.template import TemplateError
+from sharemgr.manager.convergence.template import MAX_TIMEOUT_MINUTES, TemplateError
 
 POLL = 0.3
 
@@ -49,9 +49,12 @@ def _show(app: Any, stack: Any) -> tuple[tuple, tuple]:
     return tuple(row), tuple(base.fmt(v) for v in row.values())
 
 
-def wait_for_stack(app: Any, stack_id: str, traversal: str, timeout: float) -> tuple[Any, bool]:
+def wait_for_stack(app: Any, stack_id: str, traversal: str,
+                   timeout: float | None) -> tuple[Any, bool]:
     """Poll until the traversal (or the rollback that replaced it) ends; show
-    progress on a terminal. Returns (stack row, rolled back)."""
+    progress on a terminal. Returns (stack row, rolled back). ``timeout``
+    None: until it ends (every traversal ends: the watchdog and the stack's
+    timeout see to it)."""
     db = app.context.db
     tty = sys.stderr.isatty()
     start = time.monotonic()
@@ -72,7 +75,7 @@ def wait_for_stack(app: Any, stack_id: str, traversal: str, timeout: float) -> t
                 sys.stderr.flush()
             if stack.status != IN_PROGRESS:
                 return stack, rolled_back
-            if time.monotonic() - start > timeout:
+            if timeout is not None and time.monotonic() - start > timeout:
                 raise base.OperationFailed(
                     f"stack {stack.name} still {stack.action} {stack.status} after "
                     f"{timeout:.0f}s")
@@ -91,7 +94,12 @@ class _Start(base.ShowOne):
         parser = super().get_parser(prog_name)
         parser.add_argument("name", metavar="NAME", help="stack name (or id)")
         self.add_arguments(parser)
-        add_wait(parser)
+        parser.add_argument("--wait", action="store_true",
+                            help="block until the traversal (or its rollback) ends; exit 1 "
+                            "unless it completed")
+        parser.add_argument("--wait-timeout", type=float, default=None, metavar="SECONDS",
+                            help="with --wait: give up after this long (default: until the "
+                            "traversal ends)")
         return parser
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -119,7 +127,7 @@ class _Start(base.ShowOne):
             stack = stacks.stack_get(db, tr.stack_id, include_deleted=True)
             return _show(self.app, stack)
         stack, rolled_back = wait_for_stack(self.app, tr.stack_id, tr.traversal_id,
-                                            parsed_args.timeout)
+                                            parsed_args.wait_timeout)
         result = _show(self.app, stack)
         if stack.status != COMPLETE or rolled_back:
             self.produce_output(parsed_args, *result)
@@ -130,20 +138,39 @@ class _Start(base.ShowOne):
         return result
 
 
+def minutes(text: str) -> int:
+    value = integer(text)
+    if not 0 <= value <= MAX_TIMEOUT_MINUTES:
+        raise argparse.ArgumentTypeError(
+            f"must be from 0 to {MAX_TIMEOUT_MINUTES} minutes, got {value}")
+    return value
+
+
+def _template_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-t", "--template", required=True, metavar="FILE",
+                        help="YAML template")
+    parser.add_argument("--timeout", type=minutes, default=None, metavar="MINUTES",
+                        help="fail (and roll back) the traversal if it runs longer; 0: no "
+                        "timeout (default: the template's 'timeout', else the "
+                        "stack_timeout_minutes option)")
+
+
 class StackCreate(_Start):
     """Create a stack from a template."""
 
     action = "CREATE"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("-t", "--template", required=True, metavar="FILE",
-                            help="YAML template")
+        _template_args(parser)
         parser.add_argument("--disable-rollback", action="store_true",
                             help="on failure leave the stack FAILED instead of rolling back")
 
     def begin(self, args: Any) -> Any:
         template = _template(self.app, args.template)
-        return actions.create(self.app.context.db, args.name, template, args.disable_rollback)
+        timeout = actions.timeout_for(template, args.timeout,
+                                      self.app.context.conf.stack_timeout_minutes)
+        return actions.create(self.app.context.db, args.name, template, args.disable_rollback,
+                              timeout)
 
 
 class StackUpdate(_Start):
@@ -152,12 +179,13 @@ class StackUpdate(_Start):
     action = "UPDATE"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("-t", "--template", required=True, metavar="FILE",
-                            help="YAML template")
+        _template_args(parser)
 
     def begin(self, args: Any) -> Any:
         template = _template(self.app, args.template)
-        return actions.start(self.app.context.db, args.name, self.action, template)
+        timeout = actions.timeout_for(template, args.timeout,
+                                      self.app.context.conf.stack_timeout_minutes)
+        return actions.start(self.app.context.db, args.name, self.action, template, timeout)
 
 
 class StackDelete(_Start):
@@ -170,6 +198,39 @@ class StackRollback(_Start):
     """Roll a stack back to the last template that completed."""
 
     action = "ROLLBACK"
+
+
+class StackCancel(base.ShowOne):
+    """Cancel a stack's traversal (Heat's cancel-update): stop it and roll
+    back, or with --no-rollback leave the stack FAILED. Checks already
+    running finish their current step (a driver call is not interrupted)."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+        parser.add_argument("--no-rollback", action="store_true",
+                            help="leave the stack FAILED instead of rolling back")
+        parser.add_argument("--wait", action="store_true",
+                            help="block until the rollback ends (exit 1 unless it completed)")
+        return parser
+
+    def take_action(self, parsed_args: Any) -> tuple:
+        stack = _lookup(self.app, parsed_args.name)
+        db = self.app.context.db
+        if stack.status != IN_PROGRESS:
+            raise base.UserError(f"stack {stack.name} is {stack.action} {stack.status}: "
+                                 "nothing to cancel")
+        if not lifecycle.cancel(db, stack, rollback=not parsed_args.no_rollback):
+            raise base.UserError(f"stack {stack.name}: its traversal ended or changed "
+                                 "meanwhile; nothing was cancelled")
+        stack = stacks.stack_get(db, stack.id, include_deleted=True)
+        if parsed_args.wait and stack.status == IN_PROGRESS:
+            stack, _ = wait_for_stack(self.app, stack.id, stack.current_traversal, None)
+            if stack.status != COMPLETE:
+                self.produce_output(parsed_args, *_show(self.app, stack))
+                raise base.OperationFailed(f"stack {stack.name} {stack.action} "
+                                           f"{stack.status}: {stack.status_reason}")
+        return _show(self.app, stack)
 
 
 class StackShow(base.ShowOne):
@@ -228,6 +289,7 @@ COMMANDS: dict[str, type] = {
     "stack update": StackUpdate,
     "stack delete": StackDelete,
     "stack rollback": StackRollback,
+    "stack cancel": StackCancel,
     "stack show": StackShow,
     "stack list": StackList,
     "stack resource list": StackResourceList,

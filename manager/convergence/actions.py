@@ -44,21 +44,33 @@ def load_template(text: str | bytes, backends: Iterable[str]) -> Template:
     return template
 
 
+def timeout_for(template: Template | None, given: int | None, default: int) -> int | None:
+    """The timeout of a CREATE or UPDATE in minutes (0: none): ``--timeout``,
+    else the template's ``timeout``, else the ``stack_timeout_minutes``
+    option."""
+    if given is not None:
+        return given
+    if template is not None and template.timeout is not None:
+        return template.timeout
+    return default
+
+
 def create(db: Database, name: str, template: Template,
-           disable_rollback: bool = False) -> P.Traversal:
+           disable_rollback: bool = False, timeout_mins: int | None = None) -> P.Traversal:
     """A new stack and its CREATE traversal, together or not at all."""
     with db.session() as session:
         stack = stacks.stack_create_tx(session, name, disable_rollback)
-        return P.prepare_traversal_tx(session, stack, CREATE, template)
+        return P.prepare_traversal_tx(session, stack, CREATE, template, timeout_mins)
 
 
 def start(db: Database, name_or_id: str, action: str,
-          template: Template | None = None) -> P.Traversal:
-    """UPDATE (to ``template``), DELETE or ROLLBACK an existing stack.
-    Raises StackNotFound, InvalidStackAction, TraversalLost (another
-    traversal started first: nothing written)."""
+          template: Template | None = None, timeout_mins: int | None = None) -> P.Traversal:
+    """UPDATE (to ``template``), DELETE or ROLLBACK an existing stack
+    (``timeout_mins`` None keeps the stack's timeout). Raises StackNotFound,
+    InvalidStackAction, TraversalLost (another traversal started first:
+    nothing written)."""
     stack = stacks.stack_lookup(db, name_or_id)
-    return P.prepare_traversal(db, stack, action, template)
+    return P.prepare_traversal(db, stack, action, template, timeout_mins)
 
 
 # Describing ------------------------------------------------------------------------
@@ -124,6 +136,7 @@ def show(db: Database, stack: M.Stack) -> dict[str, Any]:
         "status": stack.status,
         "status_reason": stack.status_reason,
         "disable_rollback": stack.disable_rollback,
+        "timeout_mins": stack.timeout_mins,
         "resources": len({r.name for r in rows}),
         "progress": str(progress(db, stack)),
         "outputs": outputs(db, stack),

@@ -1,15 +1,14 @@
 """The convergence engine inside ``share-manager``: the ``check_resource``
-handler, the hosts it claims check requests for, and resumption."""
+handler, the hosts it claims check requests for, and the watchdog."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from sharemgr.db.engine import Database
 from sharemgr.manager.convergence import prepare as P
 from sharemgr.manager.convergence.physical import ANY_HOST, Placement
-from sharemgr.manager.convergence.resume import Resumer
+from sharemgr.manager.convergence.watchdog import Watchdog
 from sharemgr.manager.convergence.worker import Worker
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import Operations
@@ -22,7 +21,7 @@ class StackEngine:
         placement = Placement(host, {b: bool(getattr(d, "driver_handles_share_servers", False))
                                      for b, d in drivers.items()})
         self.worker = Worker(db, operations, coordinator, engine_id, placement)
-        self.resumer = Resumer(db, coordinator, engine_id, self.worker)
+        self.watchdog = Watchdog(db, coordinator, engine_id, self.worker)
 
     def register(self, handlers: Any) -> None:
         """Check requests without a host are for any engine (hostless)."""
@@ -33,11 +32,12 @@ class StackEngine:
         on a backend, wherever its host."""
         return [f"{ANY_HOST}@{backend}" for backend in self.drivers]
 
-    def start(self, passes: Any, stopping: threading.Event) -> None:
-        """Resume cut traversals after the startup reconciliation pass (at once
-        if there is none), then periodically."""
+    def start(self, passes: Any) -> None:
+        """Arm the watchdog once the startup reconciliation pass has settled
+        what a crash left (the pass runner has one worker: this runs after
+        the pass), at once if there is no pass. It runs as a periodic task
+        of the service (``run_safely``)."""
         if passes is not None:
-            self.resumer.after_startup(passes)
+            passes.executor.submit(self.watchdog.arm)
         else:
-            threading.Thread(target=self.resumer.run_safely, daemon=True).start()
-        self.resumer.start_periodic(stopping)
+            self.watchdog.arm()

@@ -241,6 +241,7 @@ def prepare_traversal_tx(
     stack: models.Stack,
     action: str,
     template: Template | None = None,
+    timeout_mins: int | None = None,
 ) -> Traversal:
     """Prepare a traversal in the caller's transaction (see the module doc).
 
@@ -248,6 +249,7 @@ def prepare_traversal_tx(
     the one this preparation expects to replace. ``template`` is a validated
     template for CREATE and UPDATE; DELETE converges to the empty template
     and ROLLBACK to the last template that completed (both ignore it).
+    ``timeout_mins`` replaces the stack's timeout (0: none; None: keep it).
     Raises :class:`TraversalLost` (nothing written), InvalidStackAction,
     StackNotFound.
     """
@@ -263,16 +265,17 @@ def prepare_traversal_tx(
                 f"before this {action} could replace {previous}"
             )
         _check_action(locked, action)
-        result = _prepare_locked(session, locked, action, template, previous)
+        result = _prepare_locked(session, locked, action, template, previous, timeout_mins)
     return result
 
 
 def prepare_traversal(
-    db: Database, stack: models.Stack, action: str, template: Template | None = None
+    db: Database, stack: models.Stack, action: str, template: Template | None = None,
+    timeout_mins: int | None = None,
 ) -> Traversal:
     """:func:`prepare_traversal_tx` in a transaction of its own."""
     with db.session() as session:
-        return prepare_traversal_tx(session, stack, action, template)
+        return prepare_traversal_tx(session, stack, action, template, timeout_mins)
 
 
 def _prepare_locked(
@@ -281,6 +284,7 @@ def _prepare_locked(
     action: str,
     template: Template | None,
     previous: str | None,
+    timeout_mins: int | None = None,
 ) -> Traversal:
     template, template_id = _target_template(session, stack, action, template)
     if action == ROLLBACK:
@@ -338,7 +342,10 @@ def _prepare_locked(
         "template_id": template_id,
         "prev_template_id": prev_template_id,
         "current_deps": graph.to_json(),
+        "traversal_started_at": models.utcnow(),
     }
+    if timeout_mins is not None:
+        values["timeout_mins"] = timeout_mins or None
     complete = len(graph) == 0
     if complete:
         # Nothing to do, and no node would ever report: finish here, or the
@@ -401,52 +408,6 @@ def node_ready(graph: Graph, node: tuple[int, bool], input_data: Mapping | None)
     return sync_points.is_ready(input_data or {}, graph.requires_keys(node))
 
 
-def retrigger_tx(session: Session, stack_id: str, resource_id: int) -> models.Request | None:
-    """Spec 001: an engine found its traversal superseded (a SyncPoint was
-    missing) after working on ``resource_id``. If the resource has a node in
-    the stack's current traversal — the update node, else the clean-up node
-    — and that node's SyncPoint has heard from all its predecessors, enqueue
-    its check with the point's input data and return the request. Several
-    engines may do this for one node; the resource lock lets one proceed."""
-    stack = db_stacks.stack_get_tx(session, stack_id)
-    if stack is None or stack.current_traversal is None:
-        return None
-    graph = load_traversal_graph(stack)
-    node = next((n for n in (Node(resource_id, True), Node(resource_id, False)) if n in graph),
-                None)
-    if node is None:
-        return None
-    point = sync_points.get_tx(session, resource_id, stack.current_traversal, node.is_update)
-    if point is None or not node_ready(graph, node, point.input_data):
-        return None
-    return enqueue_check_tx(session, stack.id, stack.current_traversal, node, point.input_data)
-
-
-def retrigger(db: Database, stack_id: str, resource_id: int) -> models.Request | None:
-    with db.session() as session:
-        return retrigger_tx(session, stack_id, resource_id)
-
-
-def finish_traversal_tx(
-    session: Session, stack_id: str, traversal_id: str, status: str, reason: str | None = None
-) -> bool:
-    """End a traversal as ``COMPLETE`` or ``FAILED`` if it is still current.
-
-    COMPLETE (from the stack SyncPoint's ``on_ready``, when every root has
-    reported): delete the traversal's SyncPoints — first, keeping the lock
-    order SyncPoints, stack, resources — then set the status (a DELETE that
-    completes soft-deletes the stack) and purge finished rows and unused
-    templates. FAILED only sets the status: the points stay, so engines still
-    finishing nodes of this traversal are not mistaken for superseded ones.
-    True if this call ended the traversal."""
-    if status == COMPLETE:
-        sync_points.delete_all_tx(session, stack_id, traversal_id)
-    won = db_stacks.stack_set_status_tx(session, stack_id, traversal_id, status, reason)
-    if won and status == COMPLETE:
-        db_stacks.purge_tx(session, stack_id)
-    return won
-
-
 __all__ = [
     "CHECK_RESOURCE",
     "REQUEST_RESOURCE_TYPE",
@@ -457,12 +418,9 @@ __all__ = [
     "check_request_args",
     "choose_rows",
     "enqueue_check_tx",
-    "finish_traversal_tx",
     "graph_dot",
     "load_traversal_graph",
     "node_ready",
     "prepare_traversal",
     "prepare_traversal_tx",
-    "retrigger",
-    "retrigger_tx",
 ]

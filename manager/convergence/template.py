@@ -128,7 +128,9 @@ RESOURCE_TYPES: Mapping[str, ResourceType] = {
     )
 }
 
-TOP_LEVEL_KEYS = frozenset({"resources", "outputs", "description", "heat_template_version"})
+TOP_LEVEL_KEYS = frozenset({"resources", "outputs", "description", "heat_template_version",
+                            "timeout"})
+MAX_TIMEOUT_MINUTES = 525600  # a year: the same bound as the stack_timeout_minutes option
 RESOURCE_KEYS = frozenset({"type", "properties", "depends_on", "description"})
 GET_RESOURCE = "get_resource"
 GET_ATTR = "get_attr"
@@ -216,6 +218,7 @@ class Template:
     resources: Mapping[str, ResourceDefinition]
     outputs: Mapping[str, Any] = field(default_factory=dict)
     description: str | None = None
+    timeout: int | None = None  # minutes, as Heat's timeout_mins; 0: none
 
     @classmethod
     def empty(cls) -> Template:
@@ -238,6 +241,8 @@ class Template:
             out["outputs"] = dict(self.outputs)
         if self.description is not None:
             out["description"] = self.description
+        if self.timeout is not None:
+            out["timeout"] = self.timeout
         return out
 
     def dependencies(self) -> dict[str, frozenset[str]]:
@@ -324,8 +329,15 @@ def _validate(data: Any) -> Template:
     if description is not None and not isinstance(description, str):
         raise TemplateError("'description' must be a string")
 
+    timeout = data.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int)
+                                or not 0 <= timeout <= MAX_TIMEOUT_MINUTES):
+        raise TemplateError(f"'timeout' must be a whole number of minutes from 0 to "
+                            f"{MAX_TIMEOUT_MINUTES}, got {timeout!r}")
+
     _toposort({n: d.requires for n, d in resources.items()})  # raises on a cycle
-    return Template(resources=resources, outputs=outputs, description=description)
+    return Template(resources=resources, outputs=outputs, description=description,
+                    timeout=timeout)
 
 
 def _check_shape(name: str, raw: Any) -> None:

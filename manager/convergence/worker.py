@@ -62,9 +62,9 @@ from sharemgr.db.stacks import (
     FAILED,
     IN_PROGRESS,
     INIT,
-    ROLLBACK,
     UPDATE,
 )
+from sharemgr.manager.convergence import lifecycle as L
 from sharemgr.manager.convergence import physical as phys
 from sharemgr.manager.convergence import prepare as P
 from sharemgr.manager.convergence.graph import Graph, Node
@@ -81,7 +81,9 @@ from sharemgr.manager.operations import OperationFailed, Operations, Stale
 
 LOG = logging.getLogger(__name__)
 
-ROLLING_BACK = "rolling back: "  # status_reason prefix of a rollback after a failure
+# A physical row changed between planning and starting (another check of a
+# sibling made the share's first replica, say): plan again, this many times.
+REPLAN_ATTEMPTS = 5
 
 
 class Skip(Stale):
@@ -172,6 +174,11 @@ class Worker:
         finally:
             with self._inflight_lock:
                 self._inflight.discard(req.id)
+
+    def holds(self, rid: int) -> bool:
+        """Whether a check of this engine holds (or is taking) row ``rid``'s lock."""
+        with self._inflight_lock:
+            return self._claims[rid] > 0
 
     def inflight(self) -> set[int]:
         """Ids of the check requests this engine is running now."""
@@ -312,7 +319,7 @@ class Worker:
         if observed.state == phys.BUSY:
             return (f"resource {rid} is locked by dead engine {holder} and its physical "
                     f"resource is {observed.status}: reconciliation settles it, then "
-                    "that engine's check is resumed")
+                    "the watchdog retriggers this node")
         stolen = stacks.resource_lock_steal(self.db, rid, self.engine_id, holder)
         if not stolen.acquired:
             return f"resource {rid} is locked by engine {stolen.holder}"
@@ -347,6 +354,24 @@ class Worker:
             return new, False
         return row, True
 
+    def _orphan(self, ctx: _Ctx, row: Any) -> Any | None:
+        """A replacement of ``row`` that this node must delete itself before
+        it goes on: one made by a check of this traversal that a crash cut
+        short (hence not in the graph, so no clean-up node will come for
+        it), whose physical resource failed or is being deleted. Deleting it
+        first is safe: nothing depends on it yet, its dependants run after
+        this node."""
+        if row.replaced_by is None:
+            return None
+        new = stacks.resource_get(self.db, row.replaced_by)
+        if new is None or (new.id, False) in ctx.graph or \
+                (new.action == DELETE and new.status == COMPLETE):
+            return None
+        if new.action == DELETE:
+            return new
+        return new if phys.observe(self.db, new.type, new.physical_id).state == phys.ERROR \
+            else None
+
     def _decide(self, stack: Any, row: Any, effective: Any,
                 input_data: Mapping[str, Any]) -> _Decision:
         defn = self.template(stack).resources[row.name]
@@ -371,8 +396,40 @@ class Worker:
         return _Decision(kind, props, observed, in_place, host)
 
     def _update(self, ctx: _Ctx, stack: Any, row: Any) -> _Outcome:
+        orphan = self._orphan(ctx, row)
+        if orphan is not None:
+            outcome = self._delete_orphan(ctx, orphan)
+            if outcome is not None:
+                return outcome
+            row = stacks.resource_get(self.db, row.id)
+        for _attempt in range(REPLAN_ATTEMPTS):
+            outcome = self._update_once(ctx, stack, row)
+            if outcome is not None:
+                return outcome
+            row = stacks.resource_get(self.db, row.id)
+            if row is None:
+                return _Outcome(superseded=True)
+        return self._failed(row, _nominal(row), "its physical resources kept changing "
+                            f"while it was planned ({REPLAN_ATTEMPTS} attempts)")
+
+    def _delete_orphan(self, ctx: _Ctx, orphan: Any) -> _Outcome | None:
+        """Delete a cut replacement (see ``_orphan``); None when it is gone."""
+        if orphan.id not in ctx.held:
+            busy = self._take(orphan.id, orphan)
+            if busy is not None:
+                return _Outcome(bailed=busy)
+            ctx.held.append(orphan.id)
+        LOG.info("stack %s: %s: deleting replacement row %s, cut short by a crash",
+                 ctx.stack_name, orphan.name, orphan.id)
+        outcome = self._delete_row(ctx, orphan)
+        return None if outcome.failed is None and not outcome.superseded \
+            and not outcome.bailed else outcome
+
+    def _update_once(self, ctx: _Ctx, stack: Any, row: Any) -> _Outcome | None:
+        """One try at the update node; None: a physical row changed since it
+        was planned, plan again."""
         effective, unreplace = self._effective(stack, row)
-        if effective.id != row.id:
+        if effective.id != row.id and effective.id not in ctx.held:
             busy = self._take(effective.id, effective)
             if busy is not None:
                 return _Outcome(bailed=busy)
@@ -414,8 +471,8 @@ class Worker:
         begun = ws.begin(self.db, effective.id, self.engine_id, ctx.stack_id, ctx.traversal,
                          work, replace=d.kind == "replace",
                          replace_template_id=stack.template_id, replace_requires=deps)
-        if begun is None:
-            return _Outcome(superseded=True)
+        if isinstance(begun, str):
+            return _not_begun(begun, effective.id)
         if begun.resource_id != effective.id:
             with self._inflight_lock:  # the replacement, born locked by us
                 self._claims[begun.resource_id] += 1
@@ -461,6 +518,23 @@ class Worker:
     def _cleanup(self, ctx: _Ctx, stack: Any, row: Any) -> _Outcome:
         if (row.id, True) in ctx.graph and row.replaced_by is None:
             return _Outcome()  # still wanted: nothing to clean up
+        return self._delete_row(ctx, row)
+
+    def _delete_row(self, ctx: _Ctx, row: Any) -> _Outcome:
+        """Delete the physical resource of a row this check holds, then mark
+        the row DELETE COMPLETE; a physical row that changed meanwhile is
+        planned again."""
+        for _attempt in range(REPLAN_ATTEMPTS):
+            outcome = self._delete_once(ctx, row)
+            if outcome is not None:
+                return outcome
+            row = stacks.resource_get(self.db, row.id)
+            if row is None:
+                return _Outcome()
+        return self._failed(row, DELETE, "its physical resources kept changing while "
+                            f"its delete was planned ({REPLAN_ATTEMPTS} attempts)")
+
+    def _delete_once(self, ctx: _Ctx, row: Any) -> _Outcome | None:
         if row.action == DELETE and row.status == COMPLETE:
             return _Outcome()
         observed = phys.observe(self.db, row.type, row.physical_id)
@@ -474,8 +548,8 @@ class Worker:
         work = ws.Begin(DELETE, {"status_reason": None}, (), plan.changes,
                         plan.op.request({"stack_id": ctx.stack_id}) if plan.op else None)
         begun = ws.begin(self.db, row.id, self.engine_id, ctx.stack_id, ctx.traversal, work)
-        if begun is None:
-            return _Outcome(superseded=True)
+        if isinstance(begun, str):
+            return _not_begun(begun, row.id)
         outcome = self._carry_out(ctx, row.name, begun, DELETE, plan, {})
         outcome.data = None  # clean-up nodes pass nothing on
         return outcome
@@ -526,7 +600,7 @@ class Worker:
                 return False
         if graph.is_root(node):
             def complete(session: Any, _input: dict) -> None:
-                self._complete_tx(session, ctx.stack_id, traversal)
+                L.complete_tx(session, ctx.stack_id, traversal)
 
             result = SP.sync(self.db, ctx.stack_id, traversal, True, node.key, None,
                              graph.root_keys(), complete)
@@ -534,70 +608,38 @@ class Worker:
                 return False
         return True
 
-    def _complete_tx(self, session: Any, stack_id: str, traversal: str) -> None:
-        stack = stacks.stack_get_tx(session, stack_id)
-        if stack is None:
-            return
-        reason = f"Stack {stack.action} completed"
-        if stack.action == ROLLBACK and (stack.status_reason or "").startswith(ROLLING_BACK):
-            reason += f"; rolled back because {stack.status_reason[len(ROLLING_BACK):]}"
-        if P.finish_traversal_tx(session, stack_id, traversal, COMPLETE, reason):
-            LOG.info("stack %s: %s", stack.name, reason)
-
     def _retrigger(self, ctx: _Ctx) -> None:
         """Spec 001: a check that held a lock and finds its traversal
         superseded retriggers the rows' nodes in the newest traversal when
         they are ready (a check of theirs may have bailed on our lock). While
         the traversal is current nothing is needed: a check that bailed on a
         live lock in it was a duplicate, one that bailed on a dead engine's
-        lock is covered by resuming that engine's check."""
+        lock is the watchdog's (``watchdog.py``)."""
         stack = ws.stack_head(self.db, ctx.stack_id)
         if stack is None or stack.current_traversal == ctx.traversal:
             return
         for rid in dict.fromkeys(ctx.held):
-            if P.retrigger(self.db, ctx.stack_id, rid) is not None:
+            if L.retrigger(self.db, ctx.stack_id, rid):
                 LOG.info("stack %s: retriggered resource %s in traversal %s",
                          ctx.stack_name, rid, stack.current_traversal)
 
     # Failure -----------------------------------------------------------------------------------
 
     def fail_stack(self, stack_id: str, traversal: str, reason: str) -> bool:
-        """Mark the traversal FAILED (and start the rollback unless it is
-        disabled, or the traversal was a delete or a rollback itself), in one
-        transaction. False if the traversal is no longer current."""
-        try:
-            with self.db.session() as session:
-                return self._fail_tx(session, stack_id, traversal, reason)
-        except _Lost:
-            return False
-
-    def _fail_tx(self, session: Any, stack_id: str, traversal: str, reason: str) -> bool:
-        stack = stacks.stack_get_tx(session, stack_id)
-        if stack is None or stack.current_traversal != traversal:
-            return False
-        if stack.status != IN_PROGRESS:
-            return True  # failed already (another node)
-        full = f"Resource {stack.action} failed: {reason}"
-        rollback = not stack.disable_rollback and stack.action in (CREATE, UPDATE)
-        if rollback:
-            SP.delete_all_tx(session, stack_id)  # SyncPoints before the stack row
-        if not stacks.stack_set_status_tx(session, stack_id, traversal, FAILED, full):
-            raise _Lost()
-        LOG.warning("stack %s: %s", stack.name, full)
-        if rollback:
-            failed = stacks.stack_get_tx(session, stack_id, lock="update")
-            tr = P.prepare_traversal_tx(session, failed, ROLLBACK)
-            expected = COMPLETE if tr.complete else IN_PROGRESS
-            note = (f"Stack ROLLBACK completed (nothing to do); rolled back because {full}"
-                    if tr.complete else ROLLING_BACK + full)
-            stacks.stack_set_status_tx(session, stack_id, tr.traversal_id, expected, note,
-                                       expected_status=expected)
-            LOG.warning("stack %s: rolling back (traversal %s)", stack.name, tr.traversal_id)
-        return True
+        """A node failed: the traversal FAILED (rolling back unless disabled,
+        see ``lifecycle.fail``). False if it is no longer current."""
+        stack = ws.stack_head(self.db, stack_id)
+        action = stack.action if stack is not None else "?"
+        return L.fail(self.db, stack_id, traversal, L.node_failure(action, reason))
 
 
-class _Lost(Exception):
-    pass
+def _not_begun(why: str, rid: int) -> _Outcome | None:
+    """What a node does when ``ws.begin`` started nothing; None: plan again."""
+    if why == ws.CONFLICT:
+        return None
+    if why == ws.LOCK_LOST:
+        return _Outcome(bailed=f"resource {rid}: its lock was taken by another engine")
+    return _Outcome(superseded=True)
 
 
 def _nominal(row: Any) -> str:

@@ -1,5 +1,5 @@
 """An in-process convergence engine for unit tests: real database, real tooz
-file coordinator, real dummy driver and Operations, real Worker and Resumer —
+file coordinator, real dummy driver and Operations, real Worker and Watchdog —
 only the request loop is replaced by :meth:`Engine.pump`, which runs pending
 check requests one at a time in the calling thread, so a test decides
 exactly what runs when."""
@@ -127,7 +127,8 @@ class Engine:
         self.stacks = StackEngine(rig.db, self.operations, self.coordinator, self.engine_id,
                                   host, self.drivers)
         self.worker = self.stacks.worker
-        self.resumer = self.stacks.resumer
+        self.watchdog = self.stacks.watchdog
+        self.watchdog.arm()
         self.hosts = [f"{host}@{b}" for b in self.drivers] + self.stacks.claim_hosts()
 
     def claim(self, limit: int = 1) -> list[M.Request]:

@@ -8,6 +8,7 @@ import pytest
 import sqlalchemy as sa
 from sharemgr.db import api, migration, models, stacks, sync_points
 from sharemgr.db.engine import Database
+from sharemgr.manager.convergence import lifecycle as L
 from sharemgr.manager.convergence import prepare as P
 from sharemgr.manager.convergence import template as T
 from sharemgr.manager.convergence.graph import Graph, Node
@@ -346,23 +347,41 @@ resources:
 )
 
 
+def _one(requests):
+    assert len(requests) == 1, requests
+    return requests[0]
+
+
 def test_retrigger_in_the_newer_traversal_when_ready(db):
     first = _create(db)
     stack = _finish(db, first)
     tr = P.prepare_traversal(db, stack, "UPDATE", V1_BIGGER)
     d, s = tr.chosen["data"], tr.chosen["snap"]
     # snap's update waits for data's update in the new traversal: not ready.
-    assert P.retrigger(db, stack.id, s) is None
+    assert L.retrigger(db, stack.id, s) == []
     payload = T.ResourceData("data", d, "p-data", {"size": 20}).to_dict()
     sync_points.sync(db, s, tr.traversal_id, True, Node(d, U).key, payload,
                      tr.graph.requires_keys(Node(s, U)))
-    request = P.retrigger(db, stack.id, s)
+    request = _one(L.retrigger(db, stack.id, s))
     assert request.args["traversal"] == tr.traversal_id
     assert request.args["resource_id"] == s and request.args["is_update"] is True
     assert request.args["input_data"] == {Node(d, U).key: payload}
-    # data is a leaf of the new traversal: always ready.
-    assert P.retrigger(db, stack.id, d).args["input_data"] == {}
-    assert P.retrigger(db, stack.id, 999_999) is None
+    # data is a leaf of the new traversal: always ready; but it has reported
+    # to snap's point, and only to it: its clean-up node waits for it too.
+    assert _one(L.retrigger(db, stack.id, d)).args["input_data"] == {}
+    assert L.retrigger(db, stack.id, 999_999) == []
+
+
+def test_retrigger_skips_nodes_that_reported(db):
+    first = _create(db)
+    stack = _finish(db, first)
+    tr = P.prepare_traversal(db, stack, "UPDATE", V1_BIGGER)
+    d = tr.chosen["data"]
+    node = Node(d, U)
+    for succ in tr.graph.required_by(node):
+        sync_points.sync(db, succ.resource_id, tr.traversal_id, succ.is_update, node.key,
+                         None, tr.graph.requires_keys(succ))
+    assert L.retrigger(db, stack.id, d, only=[node]) == []
 
 
 def test_retrigger_a_resource_that_is_only_cleaned_up(db):
@@ -370,27 +389,28 @@ def test_retrigger_a_resource_that_is_only_cleaned_up(db):
     stack = _finish(db, first)
     tr = P.prepare_traversal(db, stack, "DELETE")
     c = first.chosen["copy"]
-    request = P.retrigger(db, stack.id, c)
+    request = _one(L.retrigger(db, stack.id, c))
     assert (request.args["resource_id"], request.args["is_update"]) == (c, False)
-    assert P.retrigger(db, stack.id, first.chosen["data"]) is None  # waits for snap
+    assert L.retrigger(db, stack.id, first.chosen["data"]) == []  # waits for snap
     assert tr.leaves == (Node(c, C),)
 
 
-def test_finish_traversal(db):
+def test_complete_and_fail(db):
     tr = _create(db)
     with db.session() as session:
-        assert not P.finish_traversal_tx(session, tr.stack_id, "stale", "COMPLETE")
-    with db.session() as session:
-        assert P.finish_traversal_tx(session, tr.stack_id, tr.traversal_id, "FAILED", "boom")
+        assert not L.complete_tx(session, tr.stack_id, "stale")
+    assert not L.fail(db, tr.stack_id, "stale", "boom")
+    assert L.fail(db, tr.stack_id, tr.traversal_id, "boom", rollback=False)
     stack = stacks.stack_get(db, tr.stack_id)
     assert (stack.status, stack.status_reason) == ("FAILED", "boom")
+    # A failed traversal keeps its points: its running checks are not superseded.
     assert len(sync_points.list_for_traversal(db, tr.stack_id, tr.traversal_id)) == 7
 
     second = P.prepare_traversal(db, stack, "DELETE")
     for rid in second.names:
         stacks.resource_update(db, rid, {}, {"action": "DELETE", "status": "COMPLETE"})
     with db.session() as session:
-        assert P.finish_traversal_tx(session, tr.stack_id, second.traversal_id, "COMPLETE")
+        assert L.complete_tx(session, tr.stack_id, second.traversal_id)
     assert stacks.stack_get(db, tr.stack_id) is None
     assert sync_points.list_for_traversal(db, tr.stack_id, second.traversal_id) == []
     assert stacks.resource_list(db, tr.stack_id) == []

@@ -10,7 +10,6 @@ import pytest
 from sharemgr.db import api, stacks
 from sharemgr.db import stack_work as ws
 from sharemgr.manager.convergence import physical as phys
-from sharemgr.manager.convergence.resume import Resumer
 from sharemgr.reconcile.reconciler import Reconciler
 
 from tests.unit.stack_rig import HOST, Rig
@@ -156,11 +155,12 @@ def test_dead_engines_lock_is_broken(rig):
     assert row.engine_id is None and row.properties["size"] == 2
 
 
-def test_crash_after_begin_is_settled_then_resumed(rig):
+def test_crash_after_begin_is_settled_then_retriggered(rig):
     """What a SIGKILL leaves after a check started a create: the row CREATE
     IN_PROGRESS locked by the dead engine, the share 'creating', its
-    operation and the check request running for the dead engine. The resumer
-    waits for reconciliation, then resumes; the share is made once."""
+    operation and the check request running for the dead engine. The
+    watchdog waits for reconciliation (and asks for a pass), abandons the
+    dead engine's request, then retriggers the node; the share is made once."""
     e = rig.engine()
     rig.create("web", V1)
     ghost = f"{HOST}.11111111-1111-1111-1111-111111111111"
@@ -173,7 +173,7 @@ def test_crash_after_begin_is_settled_then_resumed(rig):
     begun = ws.begin(rig.db, data.id, ghost, stack.id, stack.current_traversal,
                      ws.Begin("CREATE", {"physical_id": plan.physical_id, "properties": props},
                               plan.add, plan.changes, plan.op.request({})))
-    assert begun is not None
+    assert isinstance(begun, ws.Begun)
 
     # Another check of the node bails: dead holder, physical still creating.
     with rig.db.session() as session:
@@ -181,16 +181,15 @@ def test_crash_after_begin_is_settled_then_resumed(rig):
         P.enqueue_check_tx(session, stack.id, stack.current_traversal, (data.id, True), {})
     e.pump()
     assert "reconciliation settles it" in rig.checks()[0].error
-    resumer = Resumer(rig.db, e.coordinator, e.engine_id, e.worker)
-    assert resumer.run_once()["waiting"] == 1
+    counts = e.watchdog.run_once()
+    assert (counts["waiting"], counts["retriggered"], counts["abandoned"]) == (1, 0, 1)
+    assert counts["passes_requested"] == 1
 
     Reconciler(rig.db, e.drivers, e.coordinator, e.operations, HOST, e.engine_id, 2).run()
-    counts = resumer.run_once()
-    assert counts["resumed"] == 1
-    assert resumer.run_once()["resumed"] == 0  # once
+    assert e.watchdog.run_once()["retriggered"] == 1
+    assert e.watchdog.run_once()["retriggered"] == 0  # its request is pending: live
     old = api.request_list(rig.db, resource_id=str(data.id))
-    assert any(r.id == leaf.id and r.status == "abandoned" and
-               r.error.startswith("resumed as request") for r in old)
+    assert any(r.id == leaf.id and r.status == "abandoned" for r in old)
     e.pump()
     assert _status(rig, "web") == ("CREATE", "COMPLETE")
     assert _one_each(rig) == ["web-data", "web-snap"]

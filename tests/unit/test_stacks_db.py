@@ -113,19 +113,22 @@ def test_state_changes_need_the_lock(db, stack):
 def test_begin_needs_the_current_traversal(db, stack):
     t1, t2 = str(uuid.uuid4()), str(uuid.uuid4())
     with db.session() as session:
-        stacks.stack_swap_traversal_tx(session, stack.id, None, t1)
+        stacks.stack_swap_traversal_tx(session, stack.id, None, t1, {"status": "IN_PROGRESS"})
     r = _resource(db, stack)
     stacks.resource_lock_acquire(db, r.id, ME)
     assert not stacks.resource_begin(db, r.id, ME, stack.id, t2, "DELETE")
     assert stacks.resource_begin(db, r.id, ME, stack.id, t1, "DELETE")
     row = stacks.resource_get(db, r.id)
     assert (row.action, row.status, row.current_traversal) == ("DELETE", "IN_PROGRESS", t1)
+    # A traversal that ended (timed out, cancelled without rollback) starts nothing.
+    assert stacks.stack_set_status(db, stack.id, t1, "FAILED", "timed out")
+    assert not stacks.resource_begin(db, r.id, ME, stack.id, t1, "UPDATE")
 
 
 def test_replace_is_atomic_and_once(db, stack):
     t = str(uuid.uuid4())
     with db.session() as session:
-        stacks.stack_swap_traversal_tx(session, stack.id, None, t)
+        stacks.stack_swap_traversal_tx(session, stack.id, None, t, {"status": "IN_PROGRESS"})
     old = _resource(db, stack)
     with db.session() as session:
         assert stacks.resource_replace_tx(session, old.id, ME, stack.id, t, None) is None

@@ -1,0 +1,233 @@
+"""How a traversal ends, and how a stalled one is set going again.
+
+Preparation (``prepare.py``) starts a traversal; everything after that which
+changes the stack row as a whole lives here, so that each rule is written
+once:
+
+* :func:`complete_tx` — the stack's SyncPoint heard from every root;
+* :func:`fail` — a node failed, the traversal timed out, or a user cancelled
+  it: the traversal is marked FAILED and, unless rollback is off (or the
+  traversal was a DELETE or a ROLLBACK), the ROLLBACK traversal is prepared
+  in the same transaction;
+* :func:`retrigger_tx` — spec 001: enqueue a resource's nodes in the current
+  traversal when they are ready and have not reported yet (a check that found
+  its traversal superseded, and the watchdog, call it);
+* :func:`stalled_nodes` — what the watchdog looks for: nodes that are ready,
+  have not reported, and have no live request.
+
+A node has *reported* once its key is in the input data of every successor's
+SyncPoint (the stack's point for a root): reporting is the last thing a check
+does, so a node that has reported needs nothing more.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from oslo_log import log as logging
+from sharemgr.db import models as M
+from sharemgr.db import stacks
+from sharemgr.db import sync_points as SP
+from sharemgr.db.engine import Database
+from sharemgr.db.stacks import COMPLETE, CREATE, FAILED, IN_PROGRESS, ROLLBACK, UPDATE
+from sharemgr.manager.convergence import prepare as P
+from sharemgr.manager.convergence.graph import Graph, Node
+from sqlalchemy.orm import Session
+
+LOG = logging.getLogger(__name__)
+
+ROLLING_BACK = "rolling back: "  # status_reason prefix of a rollback after a failure
+
+
+class Lost(Exception):
+    """The traversal is no longer current: nothing was written."""
+
+
+# Completion --------------------------------------------------------------------------
+
+
+def complete_tx(session: Session, stack_id: str, traversal_id: str) -> bool:
+    """The stack's SyncPoint is complete: delete the traversal's points
+    (first, for the lock order points, stack, resources), mark the stack
+    COMPLETE (a DELETE soft-deletes it) and purge finished rows and unused
+    templates. True if this call ended the traversal."""
+    stack = stacks.stack_get_tx(session, stack_id)
+    if stack is None:
+        return False
+    reason = f"Stack {stack.action} completed"
+    if stack.action == ROLLBACK and (stack.status_reason or "").startswith(ROLLING_BACK):
+        reason += f"; rolled back because {stack.status_reason[len(ROLLING_BACK):]}"
+    SP.delete_all_tx(session, stack_id, traversal_id)
+    if not stacks.stack_set_status_tx(session, stack_id, traversal_id, COMPLETE, reason):
+        return False
+    stacks.purge_tx(session, stack_id)
+    LOG.info("stack %s: %s", stack.name, reason)
+    return True
+
+
+# Failure, timeout, cancel -------------------------------------------------------------
+
+
+def fail(db: Database, stack_id: str, traversal_id: str, reason: str,
+         rollback: bool | None = None) -> bool:
+    """Mark the traversal FAILED with ``reason`` and start the rollback
+    (``rollback`` None: unless the stack disables it), in one transaction.
+    False if the traversal is no longer current; True if it is FAILED (or
+    rolling back) now, by this call or an earlier one."""
+    try:
+        with db.session() as session:
+            return fail_tx(session, stack_id, traversal_id, reason, rollback)
+    except Lost:
+        return False
+
+
+def fail_tx(session: Session, stack_id: str, traversal_id: str, reason: str,
+            rollback: bool | None = None) -> bool:
+    stack = stacks.stack_get_tx(session, stack_id)
+    if stack is None or stack.current_traversal != traversal_id:
+        return False
+    if stack.status != IN_PROGRESS:
+        return True  # failed already (another node, the watchdog)
+    if rollback is None:
+        rollback = not stack.disable_rollback
+    rollback = rollback and stack.action in (CREATE, UPDATE)
+    if rollback:
+        SP.delete_all_tx(session, stack_id)  # SyncPoints before the stack row
+    if not stacks.stack_set_status_tx(session, stack_id, traversal_id, FAILED, reason):
+        raise Lost()
+    LOG.warning("stack %s: %s", stack.name, reason)
+    if rollback:
+        failed = stacks.stack_get_tx(session, stack_id, lock="update")
+        tr = P.prepare_traversal_tx(session, failed, ROLLBACK)
+        expected = COMPLETE if tr.complete else IN_PROGRESS
+        note = (f"Stack ROLLBACK completed (nothing to do); rolled back because {reason}"
+                if tr.complete else ROLLING_BACK + reason)
+        stacks.stack_set_status_tx(session, stack_id, tr.traversal_id, expected, note,
+                                   expected_status=expected)
+        LOG.warning("stack %s: rolling back (traversal %s)", stack.name, tr.traversal_id)
+    return True
+
+
+def node_failure(action: str, reason: str) -> str:
+    """The status reason of a traversal one of whose nodes failed."""
+    return f"Resource {action} failed: {reason}"
+
+
+def cancel(db: Database, stack: M.Stack, rollback: bool = True) -> bool:
+    """Heat's cancel-update: stop the stack's traversal and roll back (or,
+    without ``rollback``, leave it FAILED). Checks still running stop at
+    their next step: they find the traversal superseded or ended. False if
+    the stack was not IN_PROGRESS (or moved on meanwhile)."""
+    if stack.status != IN_PROGRESS or stack.current_traversal is None:
+        return False
+    return fail(db, stack.id, stack.current_traversal,
+                f"Stack {stack.action} cancelled by the user", rollback)
+
+
+def deadline(stack: M.Stack) -> datetime.datetime | None:
+    if not stack.timeout_mins or stack.traversal_started_at is None:
+        return None
+    return stack.traversal_started_at + datetime.timedelta(minutes=stack.timeout_mins)
+
+
+def fail_if_timed_out(db: Database, stack: M.Stack, now: datetime.datetime | None = None
+                      ) -> bool:
+    """Fail (and roll back, as for a failed node) a traversal that has run
+    longer than the stack's timeout. True if this call did."""
+    end = deadline(stack)
+    if stack.status != IN_PROGRESS or end is None or (now or M.utcnow()) < end:
+        return False
+    reason = f"Stack {stack.action} timed out after {stack.timeout_mins} minute(s)"
+    return fail(db, stack.id, stack.current_traversal, reason)
+
+
+# Retriggering ------------------------------------------------------------------------
+
+
+def reported(graph: Graph, points: Mapping[tuple[str, bool], Mapping], stack_id: str,
+             node: Node) -> bool:
+    """Whether ``node`` has reported to every successor (and, from a root,
+    to the stack's point). A missing point counts as not reported."""
+    targets = [(str(s.resource_id), s.is_update) for s in graph.required_by(node)]
+    if graph.is_root(node):
+        targets.append((stack_id, True))
+    return all(node.key in (points.get(t) or {}) for t in targets)
+
+
+def ready(graph: Graph, points: Mapping[tuple[str, bool], Mapping], node: Node) -> bool:
+    point = points.get((str(node.resource_id), node.is_update))
+    return point is not None and SP.is_ready(point, graph.requires_keys(node))
+
+
+def _points_tx(session: Session, stack_id: str, traversal_id: str, nodes: Iterable[Node],
+               graph: Graph) -> dict[tuple[str, bool], dict]:
+    """The points a readiness-and-reported test of ``nodes`` reads."""
+    keys: set[tuple[str, bool]] = set()
+    for node in nodes:
+        keys.add((str(node.resource_id), node.is_update))
+        keys.update((str(s.resource_id), s.is_update) for s in graph.required_by(node))
+        if graph.is_root(node):
+            keys.add((stack_id, True))
+    out = {}
+    for entity, is_update in keys:
+        point = SP.get_tx(session, entity, traversal_id, is_update)
+        if point is not None:
+            out[(entity, is_update)] = point.input_data
+    return out
+
+
+def retrigger_tx(session: Session, stack_id: str, resource_id: int,
+                 only: Collection[Node] | None = None) -> list[M.Request]:
+    """Spec 001: enqueue the checks of ``resource_id``'s nodes (``only``
+    those, if given) in the stack's current traversal that are ready and
+    have not reported, each with its point's input data. Several engines may
+    do this for one node; the resource lock lets one proceed and a SyncPoint
+    fires once, so a duplicate costs a check, never a wrong result."""
+    stack = stacks.stack_get_tx(session, stack_id)
+    if stack is None or stack.current_traversal is None or stack.status != IN_PROGRESS:
+        return []
+    graph = P.load_traversal_graph(stack)
+    nodes = [n for n in (Node(resource_id, True), Node(resource_id, False))
+             if n in graph and (only is None or n in only)]
+    if not nodes:
+        return []
+    points = _points_tx(session, stack_id, stack.current_traversal, nodes, graph)
+    out = []
+    for node in nodes:
+        if ready(graph, points, node) and not reported(graph, points, stack_id, node):
+            data = points[(str(node.resource_id), node.is_update)]
+            out.append(P.enqueue_check_tx(session, stack_id, stack.current_traversal, node,
+                                          data))
+    return out
+
+
+def retrigger(db: Database, stack_id: str, resource_id: int,
+              only: Collection[Node] | None = None) -> list[M.Request]:
+    with db.session() as session:
+        return retrigger_tx(session, stack_id, resource_id, only)
+
+
+# What the watchdog looks for --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stalled:
+    node: Node
+    input_data: dict
+
+
+def stalled_nodes(graph: Graph, points: Mapping[tuple[str, bool], Mapping], stack_id: str,
+                  live: Collection[Node]) -> list[Stalled]:
+    """Nodes that are ready, have not reported, and have no live check
+    request. ``live`` must be read before ``points``: a check that ended
+    before the requests were read has reported in the points read after."""
+    out = []
+    for node in graph:
+        if node in live or not ready(graph, points, node):
+            continue
+        if reported(graph, points, stack_id, node):
+            continue
+        out.append(Stalled(node, dict(points[(str(node.resource_id), node.is_update)])))
+    return out

@@ -1,0 +1,219 @@
+"""The watchdog: no traversal waits forever.
+
+Every engine runs :meth:`Watchdog.run_once` periodically (after its startup
+reconciliation pass has settled what a crash left). It looks at every stack
+IN_PROGRESS and
+
+* fails a traversal that outlived the stack's timeout (rolling back unless
+  rollback is off: ``lifecycle.fail_if_timed_out``);
+* marks check requests that will never finish ``abandoned``: running for an
+  engine that is no longer a member of ``sharemgr-engines``, or for this
+  engine while no check of its runs them (their outcome was lost);
+* finds *stalled* nodes — ready (every predecessor reported), not reported
+  themselves, and without a live request (pending, or running for a live
+  engine) — and retriggers each with its SyncPoint's input data.
+
+Whatever cut a traversal short — a crash at any point, a check that bailed
+on a dead engine's lock, a superseded check that never got to retrigger, a
+check request that failed — ends as a stalled node, so this one rule covers
+them all; the faster paths (a check retriggering what it held) only save
+time. A stalled node is left alone while waiting is right:
+
+* its row (or the row's replacement) is locked by a live engine: that check
+  retriggers the node when it is done (spec 001). A lock this engine holds
+  while none of its checks does (a lost release) is released here;
+* its physical resource is in a transient status: an operation is under way,
+  or a dead engine's operation waits for reconciliation, which the watchdog
+  asks that resource's host for (``sharectl reconcile run``'s request), at
+  most every PASS_INTERVAL seconds: a pass skips a resource whose tooz lock
+  a dead engine still holds (Redis keeps it until ``lock_timeout``).
+
+A node whose checks failed MAX_CHECK_FAILURES times (unexpected errors the
+check could not even record) fails its stack instead of being retried again.
+A stack whose backend host never comes back waits for it until its timeout.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import threading
+import time
+from typing import Any
+
+from oslo_log import log as logging
+from sharemgr.db import models as M
+from sharemgr.db import stack_work as ws
+from sharemgr.db import stacks
+from sharemgr.db import sync_points as SP
+from sharemgr.db.engine import Database
+from sharemgr.manager.convergence import lifecycle as L
+from sharemgr.manager.convergence import physical as phys
+from sharemgr.manager.convergence.graph import Node
+from sharemgr.manager.convergence.worker import Worker
+from sharemgr.manager.coordination import Coordinator
+
+LOG = logging.getLogger(__name__)
+
+OWN_STALE_AFTER = 30.0  # a check of this engine not in flight this long after its claim is lost
+PASS_INTERVAL = 10.0  # seconds between reconciliation passes asked of one host
+MAX_CHECK_FAILURES = 3  # failed checks of one node before its stack fails
+
+Key = tuple[str, str]  # (stack id, traversal id)
+
+
+class Watchdog:
+    def __init__(self, db: Database, coordinator: Coordinator, engine_id: str,
+                 worker: Worker) -> None:
+        self.db = db
+        self.coordinator = coordinator
+        self.engine_id = engine_id
+        self.worker = worker
+        self._armed = threading.Event()
+        self._lock = threading.Lock()  # one run at a time per engine
+        self._passes_asked: dict[str, float] = {}
+
+    def arm(self) -> None:
+        """Start watching (after the startup reconciliation pass)."""
+        self._armed.set()
+
+    @property
+    def armed(self) -> bool:
+        return self._armed.is_set()
+
+    def run_safely(self) -> None:
+        """The periodic task: never raises (the next run tries again)."""
+        if not self.armed:
+            return
+        try:
+            self.run_once()
+        except Exception:
+            LOG.exception("stack watchdog run failed")
+
+    def run_once(self) -> dict[str, int]:
+        """One look at every stack IN_PROGRESS; returns counts for the log and
+        tests."""
+        with self._lock:
+            counts = collections.Counter(retriggered=0, waiting=0, abandoned=0,
+                                         timed_out=0, failed_stacks=0, passes_requested=0)
+            active = ws.active_stacks(self.db)
+            if not active:
+                return dict(counts)
+            # Requests first, then membership, then points: a check that ended
+            # before the requests were read has reported in what is read after,
+            # and an engine that joins in between is seen alive.
+            requests = ws.live_checks(self.db)
+            alive = self.coordinator.engines()
+            inflight = self.worker.inflight()
+            lost = [r for r in requests if self._lost(r, alive, inflight)]
+            if lost:
+                counts["abandoned"] = ws.abandon_checks(
+                    self.db, lost, "abandoned: its engine died or lost it; the stack "
+                    "watchdog retriggers the node")
+            live: dict[Key, set[Node]] = collections.defaultdict(set)
+            lost_ids = {r.id for r in lost}
+            for req in requests:
+                if req.id not in lost_ids:
+                    args = req.args or {}
+                    live[(args.get("stack_id"), args.get("traversal"))].add(
+                        Node(int(args.get("resource_id", 0)), bool(args.get("is_update"))))
+            busy_hosts: set[str] = set()
+            now = M.utcnow()
+            for stack in active:
+                if L.fail_if_timed_out(self.db, stack, now):
+                    counts["timed_out"] += 1
+                    continue
+                self._scan(stack, live[(stack.id, stack.current_traversal)], alive,
+                           busy_hosts, counts)
+            counts["passes_requested"] = self._request_passes(busy_hosts)
+            if any(v for k, v in counts.items() if k != "waiting"):
+                LOG.info("stack watchdog: %s", dict(counts))
+            return dict(counts)
+
+    def _lost(self, req: M.Request, alive: set[str], inflight: set[int]) -> bool:
+        if req.status != "running":
+            return False
+        if req.engine_id not in alive:
+            return True
+        if req.engine_id == self.engine_id and req.id not in inflight:
+            claimed = req.claimed_at or M.utcnow()
+            return M.utcnow() - claimed > datetime.timedelta(seconds=OWN_STALE_AFTER)
+        return False
+
+    def _scan(self, stack: M.Stack, live: set[Node], alive: set[str], busy_hosts: set[str],
+              counts: collections.Counter) -> None:
+        traversal = stack.current_traversal
+        graph = self.worker.graph(stack.id, traversal)
+        if graph is None:
+            return
+        points = {(p.entity_id, p.is_update): p.input_data
+                  for p in SP.list_for_traversal(self.db, stack.id, traversal)}
+        stalled = L.stalled_nodes(graph, points, stack.id, live)
+        if not stalled:
+            return
+        rows = {r.id: r for r in stacks.resource_list(self.db, stack.id)}
+        failures = self._failures(stack.id, traversal)
+        for item in stalled:
+            node = item.node
+            errors = failures.get(node, [])
+            if len(errors) >= MAX_CHECK_FAILURES:
+                reason = (f"check of resource {node.resource_id} failed "
+                          f"{len(errors)} times: {errors[0]}")
+                if L.fail(self.db, stack.id, traversal, reason):
+                    counts["failed_stacks"] += 1
+                return
+            why = self._wait_reason(rows.get(node.resource_id), rows, alive, busy_hosts)
+            if why is not None:
+                counts["waiting"] += 1
+                LOG.debug("stack %s: node %s waits: %s", stack.name, node, why)
+                continue
+            if L.retrigger(self.db, stack.id, node.resource_id, only=[node]):
+                counts["retriggered"] += 1
+                LOG.info("stack %s: node %s of traversal %s was stalled; retriggered",
+                         stack.name, node, traversal)
+
+    def _failures(self, stack_id: str, traversal: str) -> dict[Node, list[str]]:
+        out: dict[Node, list[str]] = collections.defaultdict(list)
+        for req in ws.failed_checks(self.db):
+            args = req.args or {}
+            if args.get("stack_id") == stack_id and args.get("traversal") == traversal:
+                node = Node(int(args.get("resource_id", 0)), bool(args.get("is_update")))
+                out[node].append(req.error or "unknown error")
+        return out
+
+    def _wait_reason(self, row: Any, rows: dict[int, Any], alive: set[str],
+                     busy_hosts: set[str]) -> str | None:
+        """Why a stalled node must wait (see the module doc), or None."""
+        if row is None:
+            return None  # the check finds the row gone and ends
+        held = [row] + ([rows[row.replaced_by]] if row.replaced_by in rows else [])
+        for r in held:
+            holder = r.engine_id
+            if holder == self.engine_id and not self.worker.holds(r.id):
+                if stacks.resource_lock_release(self.db, r.id, self.engine_id):
+                    LOG.warning("resource %s: released a lock this engine leaked", r.id)
+                continue
+            if holder is not None and holder in alive:
+                return f"resource {r.id} is locked by live engine {holder}"
+            observed = phys.observe(self.db, r.type, r.physical_id)
+            if observed.state == phys.BUSY:
+                busy_hosts.add(observed.host or "")
+                return (f"physical resource {r.physical_id} of resource {r.id} is "
+                        f"{observed.status}")
+        return None
+
+    def _request_passes(self, hosts: set[str]) -> int:
+        """Ask each host for a reconciliation pass, at most every
+        PASS_INTERVAL seconds (see the module doc)."""
+        now = time.monotonic()
+        asked = 0
+        for host in sorted({h.split("@", 1)[0] for h in hosts if h}):
+            if now - self._passes_asked.get(host, -PASS_INTERVAL) < PASS_INTERVAL:
+                continue
+            self._passes_asked[host] = now
+            if ws.request_reconcile(self.db, host, "a stalled stack node waits for a "
+                                    "resource in a transient status"):
+                asked += 1
+                LOG.info("asked host %s for a reconciliation pass: a stalled stack node "
+                         "waits for a resource in a transient status", host)
+        return asked
