@@ -234,7 +234,7 @@ class Stack(TimestampMixin, Base):
     current_traversal: Mapped[str | None] = mapped_column(String(36))
     current_deps: Mapped[dict] = mapped_column(JSON, default=dict)
     disable_rollback: Mapped[bool] = mapped_column(Boolean, default=False)
-    timeout_mins: Mapped[int | None] = mapped_column(Integer)  # None: no timeout
+    timeout_seconds: Mapped[int | None] = mapped_column(Integer)  # None: no timeout
     traversal_started_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
     __table_args__ = (Index("ix_stacks_name", "name"),)
 

@@ -12,7 +12,6 @@ from typing import Any
 from sharemgr.db import stacks
 from sharemgr.db.stacks import COMPLETE, DELETE, IN_PROGRESS, ROLLBACK, StackExists, StackNotFound
 from sharemgr.manager.cli import base
-from sharemgr.manager.cli.resource_cmds import integer
 from sharemgr.manager.convergence import actions, lifecycle
 from sharemgr.manager.convergence import prepare as P
 from sharemgr.manager.convergence.prepare import InvalidStackAction, TraversalLost
@@ -138,9 +137,12 @@ class _Start(base.ShowOne):
         return result
 
 
-def minutes(text: str) -> int:
-    value = integer(text)
-    if not 0 <= value <= MAX_TIMEOUT_MINUTES:
+def minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of minutes: {text!r}")
+    if not 0 <= value <= MAX_TIMEOUT_MINUTES:  # also refuses nan
         raise argparse.ArgumentTypeError(
             f"must be from 0 to {MAX_TIMEOUT_MINUTES} minutes, got {value}")
     return value

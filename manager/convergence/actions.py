@@ -44,33 +44,33 @@ def load_template(text: str | bytes, backends: Iterable[str]) -> Template:
     return template
 
 
-def timeout_for(template: Template | None, given: int | None, default: int) -> int | None:
-    """The timeout of a CREATE or UPDATE in minutes (0: none): ``--timeout``,
-    else the template's ``timeout``, else the ``stack_timeout_minutes``
-    option."""
-    if given is not None:
-        return given
-    if template is not None and template.timeout is not None:
-        return template.timeout
-    return default
+def timeout_for(template: Template | None, given: float | None, default: float) -> int:
+    """The timeout of a CREATE or UPDATE in seconds (0: none), from minutes:
+    ``--timeout``, else the template's ``timeout``, else the
+    ``stack_timeout_minutes`` option. Minutes may have decimals (a test's
+    ``0.05`` is three seconds); a timeout is at least one second."""
+    if given is None:
+        given = template.timeout if template is not None and template.timeout is not None \
+            else default
+    return 0 if not given else max(1, round(given * 60))
 
 
 def create(db: Database, name: str, template: Template,
-           disable_rollback: bool = False, timeout_mins: int | None = None) -> P.Traversal:
+           disable_rollback: bool = False, timeout_seconds: int | None = None) -> P.Traversal:
     """A new stack and its CREATE traversal, together or not at all."""
     with db.session() as session:
         stack = stacks.stack_create_tx(session, name, disable_rollback)
-        return P.prepare_traversal_tx(session, stack, CREATE, template, timeout_mins)
+        return P.prepare_traversal_tx(session, stack, CREATE, template, timeout_seconds)
 
 
 def start(db: Database, name_or_id: str, action: str,
-          template: Template | None = None, timeout_mins: int | None = None) -> P.Traversal:
+          template: Template | None = None, timeout_seconds: int | None = None) -> P.Traversal:
     """UPDATE (to ``template``), DELETE or ROLLBACK an existing stack
-    (``timeout_mins`` None keeps the stack's timeout). Raises StackNotFound,
+    (``timeout_seconds`` None keeps the stack's timeout). Raises StackNotFound,
     InvalidStackAction, TraversalLost (another traversal started first:
     nothing written)."""
     stack = stacks.stack_lookup(db, name_or_id)
-    return P.prepare_traversal(db, stack, action, template, timeout_mins)
+    return P.prepare_traversal(db, stack, action, template, timeout_seconds)
 
 
 # Describing ------------------------------------------------------------------------
@@ -136,7 +136,8 @@ def show(db: Database, stack: M.Stack) -> dict[str, Any]:
         "status": stack.status,
         "status_reason": stack.status_reason,
         "disable_rollback": stack.disable_rollback,
-        "timeout_mins": stack.timeout_mins,
+        "timeout_minutes": None if not stack.timeout_seconds
+        else float(f"{stack.timeout_seconds / 60:g}"),
         "resources": len({r.name for r in rows}),
         "progress": str(progress(db, stack)),
         "outputs": outputs(db, stack),

@@ -127,9 +127,14 @@ def cancel(db: Database, stack: M.Stack, rollback: bool = True) -> bool:
 
 
 def deadline(stack: M.Stack) -> datetime.datetime | None:
-    if not stack.timeout_mins or stack.traversal_started_at is None:
+    if not stack.timeout_seconds or stack.traversal_started_at is None:
         return None
-    return stack.traversal_started_at + datetime.timedelta(minutes=stack.timeout_mins)
+    return stack.traversal_started_at + datetime.timedelta(seconds=stack.timeout_seconds)
+
+
+def minutes(seconds: int) -> str:
+    """Seconds as the minutes a user gave (``1``, ``0.05``)."""
+    return f"{seconds / 60:g}"
 
 
 def fail_if_timed_out(db: Database, stack: M.Stack, now: datetime.datetime | None = None
@@ -139,7 +144,7 @@ def fail_if_timed_out(db: Database, stack: M.Stack, now: datetime.datetime | Non
     end = deadline(stack)
     if stack.status != IN_PROGRESS or end is None or (now or M.utcnow()) < end:
         return False
-    reason = f"Stack {stack.action} timed out after {stack.timeout_mins} minute(s)"
+    reason = f"Stack {stack.action} timed out after {minutes(stack.timeout_seconds)} minute(s)"
     return fail(db, stack.id, stack.current_traversal, reason)
 
 

@@ -241,7 +241,7 @@ def prepare_traversal_tx(
     stack: models.Stack,
     action: str,
     template: Template | None = None,
-    timeout_mins: int | None = None,
+    timeout_seconds: int | None = None,
 ) -> Traversal:
     """Prepare a traversal in the caller's transaction (see the module doc).
 
@@ -249,7 +249,7 @@ def prepare_traversal_tx(
     the one this preparation expects to replace. ``template`` is a validated
     template for CREATE and UPDATE; DELETE converges to the empty template
     and ROLLBACK to the last template that completed (both ignore it).
-    ``timeout_mins`` replaces the stack's timeout (0: none; None: keep it).
+    ``timeout_seconds`` replaces the stack's timeout (0: none; None: keep it).
     Raises :class:`TraversalLost` (nothing written), InvalidStackAction,
     StackNotFound.
     """
@@ -265,17 +265,17 @@ def prepare_traversal_tx(
                 f"before this {action} could replace {previous}"
             )
         _check_action(locked, action)
-        result = _prepare_locked(session, locked, action, template, previous, timeout_mins)
+        result = _prepare_locked(session, locked, action, template, previous, timeout_seconds)
     return result
 
 
 def prepare_traversal(
     db: Database, stack: models.Stack, action: str, template: Template | None = None,
-    timeout_mins: int | None = None,
+    timeout_seconds: int | None = None,
 ) -> Traversal:
     """:func:`prepare_traversal_tx` in a transaction of its own."""
     with db.session() as session:
-        return prepare_traversal_tx(session, stack, action, template, timeout_mins)
+        return prepare_traversal_tx(session, stack, action, template, timeout_seconds)
 
 
 def _prepare_locked(
@@ -284,7 +284,7 @@ def _prepare_locked(
     action: str,
     template: Template | None,
     previous: str | None,
-    timeout_mins: int | None = None,
+    timeout_seconds: int | None = None,
 ) -> Traversal:
     template, template_id = _target_template(session, stack, action, template)
     if action == ROLLBACK:
@@ -344,8 +344,8 @@ def _prepare_locked(
         "current_deps": graph.to_json(),
         "traversal_started_at": models.utcnow(),
     }
-    if timeout_mins is not None:
-        values["timeout_mins"] = timeout_mins or None
+    if timeout_seconds is not None:
+        values["timeout_seconds"] = timeout_seconds or None
     complete = len(graph) == 0
     if complete:
         # Nothing to do, and no node would ever report: finish here, or the

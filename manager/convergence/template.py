@@ -218,7 +218,7 @@ class Template:
     resources: Mapping[str, ResourceDefinition]
     outputs: Mapping[str, Any] = field(default_factory=dict)
     description: str | None = None
-    timeout: int | None = None  # minutes, as Heat's timeout_mins; 0: none
+    timeout: float | None = None  # minutes, as Heat's timeout_mins; 0: none
 
     @classmethod
     def empty(cls) -> Template:
@@ -330,9 +330,10 @@ def _validate(data: Any) -> Template:
         raise TemplateError("'description' must be a string")
 
     timeout = data.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int)
+    if timeout is not None and (isinstance(timeout, bool)
+                                or not isinstance(timeout, (int, float))
                                 or not 0 <= timeout <= MAX_TIMEOUT_MINUTES):
-        raise TemplateError(f"'timeout' must be a whole number of minutes from 0 to "
+        raise TemplateError(f"'timeout' must be a number of minutes from 0 to "
                             f"{MAX_TIMEOUT_MINUTES}, got {timeout!r}")
 
     _toposort({n: d.requires for n, d in resources.items()})  # raises on a cycle

@@ -1,6 +1,6 @@
 """Stack timeouts; reconcile_passes.trigger fits any engine id
 
-``stacks.timeout_mins`` (nullable: no timeout) and
+``stacks.timeout_seconds`` (nullable: no timeout) and
 ``stacks.traversal_started_at`` (when the current traversal was prepared)
 let every engine's watchdog fail a traversal that outlives its timeout.
 
@@ -24,7 +24,7 @@ depends_on = None
 
 def upgrade():
     with op.batch_alter_table("stacks", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("timeout_mins", sa.Integer(), nullable=True))
+        batch_op.add_column(sa.Column("timeout_seconds", sa.Integer(), nullable=True))
         batch_op.add_column(sa.Column("traversal_started_at", sa.DateTime(), nullable=True))
     with op.batch_alter_table("reconcile_passes", schema=None) as batch_op:
         batch_op.alter_column("trigger", existing_type=sa.String(length=32),
@@ -37,4 +37,4 @@ def downgrade():
                               type_=sa.String(length=32), existing_nullable=False)
     with op.batch_alter_table("stacks", schema=None) as batch_op:
         batch_op.drop_column("traversal_started_at")
-        batch_op.drop_column("timeout_mins")
+        batch_op.drop_column("timeout_seconds")
