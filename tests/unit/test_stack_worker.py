@@ -324,3 +324,40 @@ def test_a_live_engines_lock_is_not_taken(rig):
     assert _status(rig, "web") == ("UPDATE", "IN_PROGRESS")
     assert "locked by live engine" in rig.checks()[0].error
     assert stacks.resource_get(rig.db, data.id).engine_id == a.engine_id
+
+
+def test_watchdog_releases_a_leaked_lock_and_retriggers(rig):
+    """A lock this engine holds while none of its checks does (a release lost
+    to a database error) makes every check bail on a 'live' holder; the
+    watchdog releases it and retriggers the stalled node."""
+    e, other = rig.engine(), rig.engine()
+    rig.create("web", V1)
+    data = rig.rows("web")["data"][0]
+    assert stacks.resource_lock_acquire(rig.db, data.id, e.engine_id).acquired
+    other.pump()
+    assert "locked by live engine" in rig.checks()[0].error
+    assert other.watchdog.run_once()["waiting"] == 1  # another engine's lock: wait
+    counts = e.watchdog.run_once()
+    assert counts["retriggered"] == 1
+    assert stacks.resource_get(rig.db, data.id).engine_id is None
+    assert e.watchdog.run_once()["retriggered"] == 0  # its check is pending now
+    other.pump()
+    assert _status(rig, "web") == ("CREATE", "COMPLETE")
+
+
+def test_watchdog_fails_a_node_whose_checks_keep_failing(rig):
+    """Three failed check requests of one node (errors a check could not even
+    record) fail the stack instead of another retry."""
+    e = rig.engine()
+    rig.create("web", V1.replace("size: 1", "size: 1, name: x"))
+    runs = []
+    for _ in range(3):
+        (req,) = e.claim()
+        api.request_finish(rig.db, req.id, e.engine_id, "failed", "OperationalError: gone")
+        runs.append(e.watchdog.run_once())
+    assert [(r["retriggered"], r["failed_stacks"]) for r in runs] == [(1, 0), (1, 0), (0, 1)]
+    stack = rig.stack("web")
+    assert (stack.action, stack.status) == ("ROLLBACK", "IN_PROGRESS")
+    assert "failed 3 times: OperationalError: gone" in stack.status_reason
+    e.pump()
+    assert _status(rig, "web") == ("ROLLBACK", "COMPLETE")
