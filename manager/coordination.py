@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import re
 import socket
 import urllib.parse
 from collections.abc import Iterator
 
+from oslo_log import log as logging
 from sharemgr.manager.constants import ENGINE_GROUP
 from tooz import coordination
 

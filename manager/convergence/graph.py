@@ -24,10 +24,11 @@ Everything here is O(nodes + edges): no per-node scans of the whole graph.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from oslo_log import log as logging
 
 LOG = logging.getLogger(__name__)
 

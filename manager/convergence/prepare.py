@@ -26,13 +26,13 @@ request rows, not messages.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from oslo_log import log as logging
 from sharemgr.db import api, models, sync_points
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
