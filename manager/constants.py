@@ -129,3 +129,9 @@ REQUEST_FAILED = "failed"
 REQUEST_ABANDONED = "abandoned"
 
 ENGINE_GROUP = b"sharemgr-engines"
+
+# The largest share size, in GiB, that sharemgr accepts: the largest number
+# the size columns (a 32-bit signed INTEGER) hold on SQLite, PostgreSQL and
+# MariaDB alike, so a size valid on one database is valid on all. Larger
+# sizes are refused before anything is written or any driver is called.
+MAX_SHARE_SIZE_GB = 2**31 - 1  # 2147483647 GiB, about 2 EiB

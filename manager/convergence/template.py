@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from sharemgr.manager import constants as C
 
 
 class TemplateError(ValueError):
@@ -60,6 +61,7 @@ class PropertySchema:
     update: str = REPLACE
     allowed: tuple[str, ...] | None = None  # strings: case-insensitive, stored as listed
     minimum: int | None = None  # integers
+    maximum: int | None = None  # integers
     ref_types: tuple[str, ...] = ()  # REF: which resource types it may name
 
 
@@ -82,7 +84,8 @@ RESOURCE_TYPES: Mapping[str, ResourceType] = {
         ResourceType(
             "share",
             {
-                "size": _p(INTEGER, required=True, minimum=1, update=IN_PLACE),
+                "size": _p(INTEGER, required=True, minimum=1, maximum=C.MAX_SHARE_SIZE_GB,
+                           update=IN_PLACE),
                 "proto": _p(STRING, required=True, allowed=PROTOCOLS),
                 "name": _p(STRING, update=IN_PLACE),
                 "backend": _p(STRING),
@@ -428,6 +431,8 @@ def _check_value(where: str, ps: PropertySchema, value: Any) -> None:
             raise TemplateError(f"{where}: must be an integer, got {value!r}")
         if ps.minimum is not None and value < ps.minimum:
             raise TemplateError(f"{where}: must be at least {ps.minimum}, got {value}")
+        if ps.maximum is not None and value > ps.maximum:
+            raise TemplateError(f"{where}: must be at most {ps.maximum}, got {value}")
     else:  # STRING and REF (a literal physical id)
         if not isinstance(value, str) or not value:
             raise TemplateError(f"{where}: must be a non-empty string, got {value!r}")

@@ -113,6 +113,12 @@ outputs:
             ["'a'", "'size'", "at least 1"],
         ),
         (
+            "resources: {a: {type: share, properties: {size: 99999999999999999999, proto: NFS}}}",
+            ["'a'", "'size'", "at most 2147483647"],
+        ),
+        ("timeout: -1\nresources: {}", ["'timeout'", "minutes"]),
+        ("timeout: soon\nresources: {}", ["'timeout'", "minutes"]),
+        (
             "resources: {a: {type: share, properties: {size: 1, proto: XFS}}}",
             ["'a'", "'proto'", "NFS"],
         ),
