@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import Iterator
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -41,6 +43,100 @@ def _sqlite_begin(conn) -> None:  # noqa: ANN001
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+# Column limits on SQLite ------------------------------------------------------
+#
+# SQLite stores a 400-character string in a VARCHAR(32) column and a 64-bit
+# number in an INTEGER one; PostgreSQL and MariaDB (strict mode) refuse both.
+# The test suite runs mostly on SQLite, so without this check a value that
+# cannot fit is only found in production (e.g. 'peer:<engine id>' in a
+# VARCHAR(32): the peer takeover failed on PostgreSQL and MariaDB only).
+
+INT_RANGES = {  # (minimum, maximum) the column types hold on PostgreSQL/MariaDB
+    "small": (-(2**15), 2**15 - 1),
+    "int": (-(2**31), 2**31 - 1),
+    "big": (-(2**63), 2**63 - 1),
+}
+
+
+class ColumnLimitError(ValueError):
+    """A value does not fit its column (SQLite only; the servers refuse it
+    themselves). Raised wrapped in ``sqlalchemy.exc.DataError``, as
+    PostgreSQL's and MariaDB's refusals are."""
+
+
+def column_limit(type_: Any) -> tuple[str, int, int] | None:
+    """('str', 0, length) for a String with a length, ('int', min, max) for an
+    integer column, else None."""
+    if isinstance(type_, sa.String) and type_.length:
+        return ("str", 0, type_.length)
+    if isinstance(type_, sa.Integer):
+        size = ("big" if isinstance(type_, sa.BigInteger)
+                else "small" if isinstance(type_, sa.SmallInteger) else "int")
+        return ("int", *INT_RANGES[size])
+    return None
+
+
+# The written (INSERT VALUES / UPDATE SET) parameters of a compiled statement
+# and their limits; compiled statements are cached and reused, so are these.
+_LIMITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _written_limits(compiled: Any) -> list[tuple[str, str, tuple[str, int, int]]]:
+    try:
+        return _LIMITS[compiled]
+    except KeyError:
+        pass
+    table = getattr(getattr(compiled, "statement", None), "table", None)
+    limits = []
+    for bind in compiled.binds.values():
+        # Only binds SQLAlchemy made for a column's new value ("crud" binds),
+        # never those of a WHERE clause.
+        limit = column_limit(bind.type) if bind._is_crud else None
+        if limit is not None:
+            name = compiled.bind_names.get(bind, bind.key)
+            limits.append((name, _column_name(table, bind), limit))
+    _LIMITS[compiled] = limits
+    return limits
+
+
+def _column_name(table: Any, bind: Any) -> str:
+    """'table.column' for the message. A value given to ``.values()`` has an
+    anonymous bind name, but the column's own type object."""
+    columns = getattr(table, "c", None)
+    if columns is None:
+        return str(bind.key)
+    column = columns.get(bind.key) if isinstance(bind.key, str) else None
+    if column is None:
+        column = next((c for c in columns if c.type is bind.type), None)
+    return f"{table.name}.{column.name if column is not None else '?'}"
+
+
+def _refuse(column: str, limit: tuple[str, int, int], value: Any) -> str | None:
+    kind, low, high = limit
+    if kind == "str":
+        if isinstance(value, str) and len(value) > high:
+            return (f"value too long for column {column} (VARCHAR({high})): "
+                    f"{len(value)} characters, starting {value[:40]!r}")
+    elif isinstance(value, int) and not isinstance(value, bool) and not low <= value <= high:
+        return f"value out of range for column {column} ({low}..{high}): {value}"
+    return None
+
+
+def _sqlite_check_limits(conn: Any, cursor: Any, statement: str, parameters: Any,
+                         context: Any, executemany: bool) -> None:
+    compiled = getattr(context, "compiled", None)
+    if not (getattr(compiled, "isinsert", False) or getattr(compiled, "isupdate", False)):
+        return
+    limits = _written_limits(compiled)
+    if not limits:
+        return
+    for params in context.compiled_parameters or ():
+        for name, column, limit in limits:
+            problem = _refuse(column, limit, params.get(name))
+            if problem:
+                raise sa.exc.DataError(statement, parameters, ColumnLimitError(problem))
+
+
 class Database:
     """One engine and its session factory."""
 
@@ -69,6 +165,7 @@ class Database:
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
             event.listen(self.engine, "begin", _sqlite_begin)
+            event.listen(self.engine, "before_cursor_execute", _sqlite_check_limits)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @property

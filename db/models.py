@@ -36,6 +36,14 @@ class Base(DeclarativeBase):
     pass
 
 
+# A backend host: '<host>@<backend>' (and '#<pool>' on share instances). The
+# host is a hostname (oslo.config's HostnameOpt: at most 253 characters), the
+# backend a config group name: 255 would not even hold the host with a long
+# backend name (migration 0005). Plain hosts (services, reconcile passes)
+# stay 255.
+BACKEND_HOST = 512
+
+
 class TimestampMixin:
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
     updated_at: Mapped[datetime.datetime | None] = mapped_column(
@@ -66,7 +74,7 @@ class Request(Base):
     action: Mapped[str] = mapped_column(String(64))
     args: Mapped[dict] = mapped_column(JSON, default=dict)
     # 'host@backend' the request is for; NULL means any engine may take it.
-    host: Mapped[str | None] = mapped_column(String(255))
+    host: Mapped[str | None] = mapped_column(String(BACKEND_HOST))
     status: Mapped[str] = mapped_column(String(16), default="pending")
     engine_id: Mapped[str | None] = mapped_column(String(320))
     claimed_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
@@ -82,7 +90,7 @@ class Request(Base):
 class ShareServer(TimestampMixin, Base):
     __tablename__ = "share_servers"
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
-    host: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str] = mapped_column(String(BACKEND_HOST))
     status: Mapped[str] = mapped_column(String(32))
     task_state: Mapped[str | None] = mapped_column(String(64))
     backend_details: Mapped[dict] = mapped_column(JSON, default=dict)
@@ -106,7 +114,7 @@ class ShareInstance(TimestampMixin, Base):
     __tablename__ = "share_instances"
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     share_id: Mapped[str] = mapped_column(String(36), ForeignKey("shares.id"))
-    host: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str] = mapped_column(String(BACKEND_HOST))
     status: Mapped[str] = mapped_column(String(40))
     share_server_id: Mapped[str | None] = mapped_column(
         String(36), ForeignKey("share_servers.id")
@@ -143,7 +151,9 @@ class ShareSnapshotInstance(TimestampMixin, Base):
     )
     status: Mapped[str] = mapped_column(String(32))
     progress: Mapped[str | None] = mapped_column(String(32))
-    provider_location: Mapped[str | None] = mapped_column(String(255))
+    # The driver's own text (Manila: VARCHAR(255)); drivers' locations may be
+    # longer, and a snapshot the backend made must not fail on its record.
+    provider_location: Mapped[str | None] = mapped_column(Text)
     __table_args__ = (
         Index("ix_snapshot_instances_status", "status"),
         Index("ix_snapshot_instances_share_instance", "share_instance_id"),
@@ -154,7 +164,7 @@ class ShareGroup(TimestampMixin, Base):
     __tablename__ = "share_groups"
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     name: Mapped[str | None] = mapped_column(String(255))
-    host: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str] = mapped_column(String(BACKEND_HOST))
     status: Mapped[str] = mapped_column(String(32))
     project_id: Mapped[str | None] = mapped_column(String(255))
     share_server_id: Mapped[str | None] = mapped_column(
@@ -178,7 +188,7 @@ class ShareBackup(TimestampMixin, Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     share_id: Mapped[str] = mapped_column(String(36), ForeignKey("shares.id"))
     name: Mapped[str | None] = mapped_column(String(255))
-    host: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str] = mapped_column(String(BACKEND_HOST))
     status: Mapped[str] = mapped_column(String(32))
     size: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[str | None] = mapped_column(String(32))
@@ -190,7 +200,7 @@ class BackendInfo(Base):
     """Hash of a backend's get_backend_info() at the last ensure-resources."""
 
     __tablename__ = "backend_info"
-    host: Mapped[str] = mapped_column(String(255), primary_key=True)
+    host: Mapped[str] = mapped_column(String(BACKEND_HOST), primary_key=True)
     info_hash: Mapped[str | None] = mapped_column(String(64))
     updated_at: Mapped[datetime.datetime | None] = mapped_column(DateTime, onupdate=utcnow)
 

@@ -42,12 +42,34 @@ def pass_start(db: Database, host: str, engine_id: str, trigger: str, dry_run: b
     return row
 
 
-def pass_finish(db: Database, pass_id: int, summary: dict[str, Any]) -> None:
+def pass_finish(db: Database, pass_id: int, summary: dict[str, Any]) -> bool:
+    """Record the outcome of a running pass (finished_at NULL → set); True
+    if this call recorded it."""
+    stmt = (
+        sa.update(M.ReconcilePass)
+        .where(M.ReconcilePass.id == pass_id, M.ReconcilePass.finished_at.is_(None))
+        .values(summary=summary, finished_at=M.utcnow())
+    )
     with db.session() as session:
-        session.execute(
-            sa.update(M.ReconcilePass).where(M.ReconcilePass.id == pass_id)
-            .values(summary=summary, finished_at=M.utcnow())
-        )
+        return session.execute(stmt).rowcount == 1
+
+
+def pass_failed(db: Database, pass_id: int | None, host: str, engine_id: str, trigger: str,
+                dry_run: bool, summary: dict[str, Any]) -> int:
+    """Record a pass that failed: finish its row, or, when it failed before
+    its row was written (``pass_id`` None), add a finished one. The trigger
+    is cut to its column if needed: a trigger that does not fit must not
+    also lose the record of why. Returns the row's id."""
+    if pass_id is not None:
+        pass_finish(db, pass_id, summary)  # a row already finished keeps its record
+        return pass_id
+    limit = M.ReconcilePass.__table__.c.trigger.type.length
+    now = M.utcnow()
+    row = M.ReconcilePass(host=host, engine_id=engine_id, trigger=trigger[:limit],
+                          dry_run=dry_run, started_at=now, finished_at=now, summary=summary)
+    with db.session() as session:
+        session.add(row)
+    return row.id
 
 
 def passes(db: Database, host: str | None = None, limit: int = 1,

@@ -7,6 +7,7 @@ from typing import Any
 import sqlalchemy as sa
 from sharemgr.db import models
 from sharemgr.db.engine import Database
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 M = models
 
@@ -127,12 +128,22 @@ def backend_info_hash(db: Database, host: str) -> str | None:
 
 
 def set_backend_info_hash(db: Database, host: str, info_hash: str) -> None:
+    """Insert or update ``host``'s row in one statement (an upsert): engines
+    of one host starting together all write it, and a read-then-insert
+    lets two of them insert (IntegrityError on the primary key)."""
+    values = {"host": host, "info_hash": info_hash, "updated_at": M.utcnow()}
+    changed = {"info_hash": info_hash, "updated_at": values["updated_at"]}
+    table = M.BackendInfo.__table__
+    if db.dialect == "postgresql":
+        stmt = postgresql.insert(table).values(**values).on_conflict_do_update(
+            index_elements=[table.c.host], set_=changed)
+    elif db.dialect == "mysql":
+        stmt = mysql.insert(table).values(**values).on_duplicate_key_update(**changed)
+    else:
+        stmt = sqlite.insert(table).values(**values).on_conflict_do_update(
+            index_elements=[table.c.host], set_=changed)
     with db.session() as session:
-        row = session.get(M.BackendInfo, host)
-        if row is None:
-            session.add(M.BackendInfo(host=host, info_hash=info_hash))
-        else:
-            row.info_hash = info_hash
+        session.execute(stmt)
 
 
 def on_host(

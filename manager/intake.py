@@ -46,6 +46,25 @@ class InvalidRequest(Exception):
     written."""
 
 
+def check_size(size: object, what: str = "size") -> int:
+    """A share size in GiB: a whole number from 1 to ``MAX_SHARE_SIZE_GB``
+    (what the size columns hold on every database). Checked before anything
+    is written, so a size no database can store never reaches a driver."""
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        raise InvalidRequest(f"{what} must be a positive integer (GiB), got {size!r}")
+    if size > C.MAX_SHARE_SIZE_GB:
+        raise InvalidRequest(f"{what} {size} GiB is larger than the maximum share size, "
+                             f"{C.MAX_SHARE_SIZE_GB} GiB")
+    return size
+
+
+def check_name(name: str | None, model: type, what: str) -> None:
+    """A name must fit its column (the same limit on every database)."""
+    limit = model.__table__.c.name.type.length
+    if name is not None and len(name) > limit:
+        raise InvalidRequest(f"{what} name is {len(name)} characters long; at most {limit}")
+
+
 def _request(rtype: str, rid: str, action: str, host: str, **args: Any) -> dict:
     # Requests go to 'host@backend' (an engine serves a backend and all its
     # pools), so claims can match the host exactly.
@@ -69,7 +88,11 @@ class Intake:
             raise InvalidRequest(
                 f"unknown backend {backend!r}; enabled backends: {', '.join(backends)}"
             )
-        return f"{self.conf.host}@{backend}"
+        host = f"{self.conf.host}@{backend}"
+        if len(host) > M.BACKEND_HOST:
+            raise InvalidRequest(f"'{host}' is longer than {M.BACKEND_HOST} characters: "
+                                 "use a shorter backend name")
+        return host
 
     def dhss(self, host: str) -> bool:
         backend = views.backend_of(host)
@@ -129,8 +152,8 @@ class Intake:
         share_group_id: str | None = None,
         project_id: str | None = None,
     ) -> M.Share:
-        if not isinstance(size, int) or size <= 0:
-            raise InvalidRequest(f"size must be a positive integer (GiB), got {size!r}")
+        check_size(size)
+        check_name(name, M.Share, "share")
         proto = (proto or "").upper()
         if proto not in PROTOCOLS:
             raise InvalidRequest(f"unknown protocol {proto!r}; one of {', '.join(PROTOCOLS)}")
@@ -198,10 +221,9 @@ class Intake:
         return share
 
     def resize_share(self, share_id: str, new_size: int, extend: bool) -> M.Share:
+        check_size(new_size, "new size")
         share, inst = self.share(share_id)
         op = "extend" if extend else "shrink"
-        if not isinstance(new_size, int) or new_size <= 0:
-            raise InvalidRequest(f"new size must be a positive integer, got {new_size!r}")
         if extend and new_size <= share.size:
             raise InvalidRequest(
                 f"cannot extend share {share_id} to {new_size}: it is already {share.size}"
@@ -218,6 +240,7 @@ class Intake:
     # Snapshots -------------------------------------------------------------
 
     def create_snapshot(self, share_id: str, name: str | None = None) -> M.ShareSnapshot:
+        check_name(name, M.ShareSnapshot, "snapshot")
         share, inst = self.share(share_id)
         self._need(inst.status, (C.AVAILABLE,), f"share {share_id}", "snapshot")
         snap = M.ShareSnapshot(id=M.new_id(), share_id=share.id, name=name, size=share.size,
@@ -307,6 +330,7 @@ class Intake:
 
     def create_share_group(self, name: str | None = None, backend: str | None = None,
                            share_server_id: str | None = None) -> M.ShareGroup:
+        check_name(name, M.ShareGroup, "share group")
         host = self.host_for(backend)
         if share_server_id:
             server = self._get(M.ShareServer, share_server_id, "share server")
@@ -331,6 +355,7 @@ class Intake:
 
     def create_group_snapshot(self, group_id: str, name: str | None = None
                               ) -> M.ShareGroupSnapshot:
+        check_name(name, M.ShareGroupSnapshot, "group snapshot")
         group = self._get(M.ShareGroup, group_id, "share group")
         self._need(group.status, (C.AVAILABLE,), f"share group {group_id}", "snapshot")
         gsnap = M.ShareGroupSnapshot(id=M.new_id(), share_group_id=group.id, name=name,
@@ -351,6 +376,7 @@ class Intake:
     # Backups -----------------------------------------------------------------
 
     def create_backup(self, share_id: str, name: str | None = None) -> M.ShareBackup:
+        check_name(name, M.ShareBackup, "backup")
         share, inst = self.share(share_id)
         backup = M.ShareBackup(id=M.new_id(), share_id=share.id, name=name,
                                host=views.host_of(inst.host), status=C.CREATING,

@@ -14,6 +14,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models as M
 from sharemgr.db.engine import Database
 from sharemgr.manager import constants as C
+from sharemgr.manager import tasks
 from sharemgr.manager.operations import OperationFailed, Stale
 
 LOG = logging.getLogger(__name__)
@@ -47,8 +48,7 @@ class RequestRunner:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="requests", daemon=True)
-        self._thread.start()
+        self._thread = tasks.start_thread(self._loop, name="requests")
 
     def wake(self) -> None:
         """Look for requests now (e.g. after this engine queued one)."""
@@ -56,24 +56,37 @@ class RequestRunner:
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
-            with self._lock:
-                free = self.workers - len(self._inflight)
-            claimed: list[M.Request] = []
-            if free > 0:
-                try:
-                    claimed = db_api.request_claim(
-                        self.db, self.hosts, self.engine_id, free, any_host=self.any_host
-                    )
-                except Exception:
-                    LOG.exception("claiming requests failed; retrying")
-            for req in claimed:
-                fut = self.executor.submit(self._execute, req)
-                with self._lock:
-                    self._inflight.add(fut)
-                fut.add_done_callback(self._done)
-            if not claimed or free <= len(claimed):
+            try:
+                busy = self._claim_and_submit()
+            except Exception:  # a dead loop would leave the daemon up, claiming nothing
+                LOG.exception("request loop failed; retrying")
+                busy = False
+            if not busy:
                 self._wake.wait(self.poll_interval)
                 self._wake.clear()
+
+    def _claim_and_submit(self) -> bool:
+        """Claim what the free workers can take and submit it; True to look
+        again at once (some were claimed and workers are still free), False
+        to wait for a wake-up or the poll interval."""
+        with self._lock:
+            free = self.workers - len(self._inflight)
+        claimed: list[M.Request] = []
+        if free > 0:
+            try:
+                claimed = db_api.request_claim(
+                    self.db, self.hosts, self.engine_id, free, any_host=self.any_host
+                )
+            except Exception:
+                LOG.exception("claiming requests failed; retrying")
+        for req in claimed:
+            fut = tasks.submit_logged(
+                self.executor, self._execute, req,
+                what=f"request {req.id} ({req.action} {req.resource_type} {req.resource_id})")
+            with self._lock:
+                self._inflight.add(fut)
+            fut.add_done_callback(self._done)
+        return bool(claimed) and free > len(claimed)
 
     def _done(self, fut: Any) -> None:
         with self._lock:

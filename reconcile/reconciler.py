@@ -25,7 +25,7 @@ from sharemgr.db import reconcile as db_rec
 from sharemgr.db.engine import Database
 from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import constants as C
-from sharemgr.manager import views
+from sharemgr.manager import tasks, views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale, lock_name
 from sharemgr.reconcile import rules, scan
@@ -82,6 +82,9 @@ class Summary:
                 f"failures: {self.failures}; {duration:.2f}s")
 
 
+# Longest error text a failed pass's record keeps (its first line only).
+ERROR_LIMIT = 2000
+
 SECONDARY_STATES = (C.REPLICA_IN_SYNC, C.REPLICA_OUT_OF_SYNC, C.REPLICA_ERROR)
 
 
@@ -91,7 +94,7 @@ class Unusable(Exception):
 
 def _size(answer: dict[str, Any]) -> int:
     """A whole, positive number of GiB (``8``, ``8.0``, ``"8"``): shares
-    have at least 1 GiB."""
+    have at least 1 GiB and at most ``MAX_SHARE_SIZE_GB``."""
     size = answer.get("size")
     value: int | None = None
     if isinstance(size, int) and not isinstance(size, bool):
@@ -102,6 +105,8 @@ def _size(answer: dict[str, Any]) -> int:
         value = int(size)
     if value is None or value < 1:
         raise Unusable(f"no usable size ({size!r})")
+    if value > C.MAX_SHARE_SIZE_GB:
+        raise Unusable(f"a size above the maximum of {C.MAX_SHARE_SIZE_GB} GiB ({value})")
     return value
 
 
@@ -149,16 +154,37 @@ class Reconciler:
     # The pass ----------------------------------------------------------------
 
     def run(self, trigger: str = "startup", dry_run: bool = False) -> dict[str, Any]:
+        """One pass; its record says what it did. A pass that fails (the
+        database, a bug) is recorded as failed, with the error, before the
+        exception goes on to the caller."""
         started = time.monotonic()
-        record = db_rec.pass_start(self.db, self.host, self.engine_id, trigger, dry_run)
         summary = Summary()
+        record_id = None
+        try:
+            record_id = db_rec.pass_start(self.db, self.host, self.engine_id, trigger,
+                                          dry_run).id
+            self._stages(summary, dry_run)
+            duration = time.monotonic() - started
+            result = summary.as_dict(duration)
+            db_rec.pass_finish(self.db, record_id, result)
+        except Exception as exc:
+            self._record_failure(record_id, trigger, dry_run, summary, started, exc)
+            raise
+        LOG.info("reconciliation pass %s (%s%s) on %s: %s", record_id, trigger,
+                 ", dry run" if dry_run else "", self.host, summary.line(duration))
+        result["id"] = record_id
+        return result
+
+    def _stages(self, summary: Summary, dry_run: bool) -> None:
         requests = self._open_requests(summary, dry_run)
         executor = futurist.ThreadPoolExecutor(max_workers=self.workers)
         futures: list = []
         try:
             for rtype in rules.STAGES:
                 cands = self._stage(rtype)
-                futures = [executor.submit(self._one, c, requests, summary, dry_run)
+                futures = [tasks.submit_logged(executor, self._one, c, requests, summary,
+                                               dry_run, what=f"reconciliation of {c.rtype} "
+                                               f"{c.id}")
                            for c in cands]
                 if futures:
                     waiters.wait_for_all(futures)
@@ -169,13 +195,23 @@ class Reconciler:
             if futures:
                 waiters.wait_for_all(futures)
             executor.shutdown(wait=False)
-        duration = time.monotonic() - started
-        result = summary.as_dict(duration)
-        db_rec.pass_finish(self.db, record.id, result)
-        LOG.info("reconciliation pass %s (%s%s) on %s: %s", record.id, trigger,
-                 ", dry run" if dry_run else "", self.host, summary.line(duration))
-        result["id"] = record.id
-        return result
+
+    def _record_failure(self, record_id: int | None, trigger: str, dry_run: bool,
+                        summary: Summary, started: float, exc: BaseException) -> None:
+        """Finish the pass's record as failed (what it did so far, the pass
+        counted among the failures, and why), so 'sharectl reconcile show'
+        and 'reconcile list' tell a failed pass from a running one."""
+        result = summary.as_dict(time.monotonic() - started)
+        lines = str(exc).strip().splitlines()  # a DBAPIError goes on with SQL
+        error = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+        result.update(failures=result["failures"] + 1, failed=True,
+                      error=error[:ERROR_LIMIT])
+        try:
+            db_rec.pass_failed(self.db, record_id, self.host, self.engine_id, trigger,
+                               dry_run, result)
+        except Exception as again:  # e.g. the database is what failed
+            LOG.error("reconciliation pass (%s) on %s failed and could not be recorded: "
+                      "%s: %s", trigger, self.host, type(again).__name__, again)
 
     def _stage(self, rtype: str) -> list[Candidate]:
         cands: list[Candidate] = []

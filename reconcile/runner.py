@@ -14,6 +14,8 @@ import futurist
 from futurist import waiters
 from oslo_log import log as logging
 from sharemgr.manager import constants as C
+from sharemgr.manager import tasks
+from sharemgr.manager.operations import OperationFailed
 from sharemgr.reconcile.reconciler import Reconciler
 from tooz import coordination
 
@@ -43,13 +45,19 @@ class PassRunner:
 
     def defer_startup(self, wait_seconds: int) -> Any:
         LOG.info("startup reconciliation in %ss", wait_seconds)
-        return self._submit(self._after, wait_seconds, "startup")
+        return self._submit(wait_seconds, "startup")
 
     def handle_request(self, req: Any) -> None:
         """Handler of a 'reconcile run' request (sharectl reconcile run)."""
         dry_run = bool((req.args or {}).get("dry_run"))
-        fut = self._submit(self._after, 0, f"manual:{req.id}", dry_run)
-        fut.result()
+        fut = self._submit(0, f"manual:{req.id}", dry_run)
+        try:
+            fut.result()
+        except Exception as exc:
+            # Logged with its traceback and recorded as a failed pass already:
+            # the request only needs the reason (sharectl prints it).
+            lines = str(exc).strip().splitlines()
+            raise OperationFailed(f"{type(exc).__name__}: {lines[0] if lines else ''}")
 
     def watch_peers(self, coordinator: Any, host: str, engine_id: str, grace: int) -> None:
         """Reconcile what a peer of this host leaves behind when it drops out
@@ -59,14 +67,20 @@ class PassRunner:
             member = event.member_id.decode() if isinstance(event.member_id, bytes) \
                 else event.member_id
             if member != engine_id and engine_host(member) == host:
+                if self.stopping.is_set():
+                    return  # this engine stops too; the next start's pass settles it
                 LOG.warning("engine %s of this host left the group; reconciling what it "
                             "left in %ss", member, grace)
-                self._submit(self._after, grace, f"peer:{member}")
+                self._submit(grace, f"peer:{member}")
 
         coordinator.watch_leave(left)
 
-    def _submit(self, *args: Any) -> Any:
-        fut = self.executor.submit(*args)
+    def _submit(self, delay: float, trigger: str, dry_run: bool = False) -> Any:
+        # A pass that fails is logged with its traceback here, whether or not
+        # anyone waits for it (a peer pass has nobody), and recorded as
+        # failed by the reconciler.
+        fut = tasks.submit_logged(self.executor, self._after, delay, trigger, dry_run,
+                                  what=f"reconciliation pass ({trigger})")
         self._futures = [f for f in self._futures if not f.done()] + [fut]
         return fut
 

@@ -186,7 +186,8 @@ class ShareCreate(_Create):
     kind = KINDS["share"]
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("size", type=integer, help="size in GiB")
+        parser.add_argument("size", type=integer,
+                            help=f"size in GiB, 1 to {C.MAX_SHARE_SIZE_GB}")
         parser.add_argument("--proto", required=True, help="NFS, CIFS, CEPHFS, ...")
         parser.add_argument("--name")
         parser.add_argument("--backend", help="backend (config group); default: the first")
@@ -205,7 +206,8 @@ class _Resize(_Create):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("id", help="share id")
-        parser.add_argument("new_size", type=integer, help="new size in GiB")
+        parser.add_argument("new_size", type=integer,
+                            help=f"new size in GiB, at most {C.MAX_SHARE_SIZE_GB}")
 
     def submit(self, intake: Intake, a: Any) -> str:
         return intake.resize_share(a.id, a.new_size, extend=self.extend).id

@@ -20,8 +20,17 @@ from tests.functional.harness import (
     intake,
     wait_until,
 )
+from tests.functional.test_reconcile_parity import DATABASES, deployment_servers
 
 pytestmark = pytest.mark.functional
+
+
+@pytest.fixture(params=DATABASES)
+def servers(request) -> dict:
+    """The representative tests run on SQLite + file locks and on
+    PostgreSQL/MariaDB + Redis (the peer takeover: test_reconcile_parity)."""
+    return deployment_servers(request, request.param)
+
 
 BACKENDS = {
     "dummy": {},
@@ -83,10 +92,10 @@ def _settle(d, db, resources_by_type):
         _wait_statuses(db, rtype, ids)
 
 
-def test_every_type_and_transient_status(deployment):
+def test_every_type_and_transient_status(deployment, servers):
     """reset-state puts resources of every type into every transient status of
     the reconciliation table; after a restart each ends where the table says."""
-    d = deployment(backends=BACKENDS, extra=FAST)
+    d = deployment(backends=BACKENDS, extra=FAST, **servers)
     d.sync()
     api = intake(d)
     db, _ = database(d)
@@ -321,8 +330,8 @@ def resources_instance(db, share_id):
     return resources.primary_instance(db, share_id).id
 
 
-def test_dry_run_prints_the_plan_and_changes_nothing(deployment):
-    d = deployment(extra={"DEFAULT": {"startup_reconciliation_enabled": "False"}})
+def test_dry_run_prints_the_plan_and_changes_nothing(deployment, servers):
+    d = deployment(extra={"DEFAULT": {"startup_reconciliation_enabled": "False"}}, **servers)
     d.sync()
     api = intake(d)
     db, _ = database(d)

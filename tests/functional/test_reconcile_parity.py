@@ -1,0 +1,90 @@
+"""Reconciliation passes and the peer takeover on PostgreSQL and MariaDB (with
+Redis), as on SQLite (with file locks).
+
+The peer takeover once worked on SQLite only: its pass's trigger
+'peer:<engine id>' did not fit its column on the servers, the insert failed
+inside the pass's future and nothing was logged. Here the host name is the
+longest the configuration accepts, so every host, engine id and trigger
+column holds the longest value the daemon writes, on every database.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sharemgr.manager import constants as C
+
+from tests.functional.harness import database, intake, wait_until
+
+pytestmark = pytest.mark.functional
+
+# 253 characters: what oslo.config's HostnameOpt accepts at most.
+LONGEST_HOST = ".".join(["a" * 63] * 3 + ["b" * 61])
+
+
+DATABASES = ["sqlite", "postgresql", "mysql"]
+
+
+def deployment_servers(request, name: str) -> dict:
+    """Deployment keywords for database ``name``: SQLite with file locks (the
+    embedded default), or PostgreSQL/MariaDB with Redis (many machines)."""
+    if name == "sqlite":
+        return {}
+    url = request.getfixturevalue({"postgresql": "pg_url", "mysql": "mysql_url"}[name])
+    return {"db_url": url, "coordination_url": request.getfixturevalue("redis_url")}
+
+
+@pytest.fixture(params=DATABASES)
+def servers(request) -> dict:
+    return deployment_servers(request, request.param)
+
+
+def _status(db, share_id: str) -> str:
+    from sharemgr.manager.cli.kinds import KINDS
+
+    return KINDS["share"].status(db, share_id)
+
+
+def test_peer_takeover_and_passes_with_the_longest_host(deployment, tmp_path, servers):
+    d = deployment(host=LONGEST_HOST, **servers,
+                   extra={"DEFAULT": {"peer_reconciliation_grace_seconds": "1",
+                                      "startup_reconciliation_wait_seconds": "0"}})
+    d.sync()
+    api = intake(d)
+    db, _ = database(d)
+    # Engine A dies (os._exit, as SIGKILL) right after the backend made the
+    # share, before the database knows: the share stays 'creating'.
+    crashing = d.write_config(tmp_path / "a.conf", dummy={
+        "dummy_crash_after": "create_share.peer-", "dummy_method_delays": "create_share:2"})
+    a = d.start(config=crashing, name="a")
+    share = api.create_share(1, "NFS", name="peer-1").id
+    started = wait_until(lambda: [c for c in d.backend("calls") if c["method"] == "create_share"],
+                         what="A to start the create")
+    dead = started[0]["engine_id"]
+    b = d.start(name="b")
+    assert a.proc.wait(30) == 137
+
+    # B, a peer of the same host, settles it without a restart.
+    wait_until(lambda: _status(db, share) not in C.TRANSIENT_STATUSES, timeout=60,
+               what="the share settled")
+    assert _status(db, share) == "available"
+    trigger = f"peer:{dead}"
+    peer = wait_until(lambda: [p for p in d.json("reconcile", "list")
+                               if p["trigger"] == trigger and p["finished_at"]],
+                      what="the peer pass recorded")[0]
+    alive = {s["engine_id"] for s in d.json("service", "list")}
+    assert peer["engine_id"] in alive and peer["engine_id"] != dead
+    assert peer["outcomes"] == {"share_instance": {"available": 1}}
+    assert (peer["abandoned_requests"], peer["failures"]) == (1, 0)
+    shown = d.json("reconcile", "show", "--id", str(peer["id"]))
+    assert (shown["trigger"], shown["host"]) == (trigger, LONGEST_HOST)
+    assert "Traceback" not in b.text()
+
+    # A pass on demand, then 'reconcile show' reports it as the newest.
+    d.sharectl("share", "reset-state", share, "--state", "extending")
+    (ran,) = d.json("reconcile", "run")
+    assert ran["outcomes"] == {"share_instance": {"available": 1}}
+    newest = d.json("reconcile", "show")
+    assert newest["id"] == ran["id"] and newest["trigger"].startswith("manual:")
+    assert (newest["host"], newest["failures"]) == (LONGEST_HOST, 0)
+    assert _status(db, share) == "available"
+    db.dispose()
