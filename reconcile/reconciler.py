@@ -176,12 +176,16 @@ class Reconciler:
         return result
 
     def _stages(self, summary: Summary, dry_run: bool) -> None:
-        requests = self._open_requests(summary, dry_run)
         executor = futurist.ThreadPoolExecutor(max_workers=self.workers)
         futures: list = []
         try:
             for rtype in rules.STAGES:
                 cands = self._stage(rtype)
+                # Requests after the scan: an operation writes its request with
+                # the transient status, so every candidate's request is seen
+                # (read before, a request begun in between was missed and the
+                # resource settled under a live engine's feet).
+                requests = self._open_requests(summary, dry_run) if cands else {}
                 futures = [tasks.submit_logged(executor, self._one, c, requests, summary,
                                                dry_run, what=f"reconciliation of {c.rtype} "
                                                f"{c.id}")
