@@ -15,7 +15,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import migration
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
 from sharemgr.drivers import loader
-from sharemgr.manager import config, ensure
+from sharemgr.manager import config, ensure, tasks
 from sharemgr.manager.convergence.engine import StackEngine
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.coordination import safe_url as c_url
@@ -189,12 +189,10 @@ class ShareManagerService:
         # short, and a synchronous executor stops at once.
         self._periodic_executor = futurist.SynchronousExecutor()
         self.periodic = periodics.PeriodicWorker(
-            self._periodic_tasks(), executor_factory=lambda: self._periodic_executor
+            self._periodic_tasks(), executor_factory=lambda: self._periodic_executor,
+            on_failure=tasks.log_periodic_failure,
         )
-        self._periodic_thread = threading.Thread(
-            target=self.periodic.start, name="periodics", daemon=True
-        )
-        self._periodic_thread.start()
+        self._periodic_thread = tasks.start_thread(self.periodic.start, name="periodics")
 
     # Stop ------------------------------------------------------------------
 

@@ -16,11 +16,14 @@ from sharemgr.manager.cli import base
 
 def _summary_row(p: M.ReconcilePass) -> tuple[tuple, tuple]:
     s = p.summary or {}
-    cols = ("id", "host", "engine_id", "trigger", "dry_run", "started_at", "finished_at",
-            "duration_seconds", "outcomes", "skipped", "abandoned_requests", "failures")
-    vals = (p.id, p.host, p.engine_id, p.trigger, p.dry_run, base.fmt(p.started_at),
+    status = "failed" if s.get("failed") else "finished" if p.finished_at else "running"
+    cols = ("id", "host", "engine_id", "trigger", "dry_run", "status", "started_at",
+            "finished_at", "duration_seconds", "outcomes", "skipped", "abandoned_requests",
+            "failures", "error")
+    vals = (p.id, p.host, p.engine_id, p.trigger, p.dry_run, status, base.fmt(p.started_at),
             base.fmt(p.finished_at), s.get("duration_seconds"), s.get("outcomes", {}),
-            s.get("skipped", {}), s.get("abandoned_requests", 0), s.get("failures", 0))
+            s.get("skipped", {}), s.get("abandoned_requests", 0), s.get("failures", 0),
+            s.get("error"))
     return cols, vals
 
 

@@ -24,6 +24,7 @@ from sharemgr.manager.convergence.template import (
     ResourceData,
     Template,
     TemplateError,
+    check_stack_name,
     parse,
     resolve_outputs,
 )
@@ -58,6 +59,7 @@ def timeout_for(template: Template | None, given: float | None, default: float) 
 def create(db: Database, name: str, template: Template,
            disable_rollback: bool = False, timeout_seconds: int | None = None) -> P.Traversal:
     """A new stack and its CREATE traversal, together or not at all."""
+    check_stack_name(name)
     with db.session() as session:
         stack = stacks.stack_create_tx(session, name, disable_rollback)
         return P.prepare_traversal_tx(session, stack, CREATE, template, timeout_seconds)

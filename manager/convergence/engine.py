@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sharemgr.db.engine import Database
+from sharemgr.manager import tasks
 from sharemgr.manager.convergence import prepare as P
 from sharemgr.manager.convergence.physical import ANY_HOST, Placement
 from sharemgr.manager.convergence.watchdog import Watchdog
@@ -38,6 +39,7 @@ class StackEngine:
         the pass), at once if there is no pass. It runs as a periodic task
         of the service (``run_safely``)."""
         if passes is not None:
-            passes.executor.submit(self.watchdog.arm)
+            tasks.submit_logged(passes.executor, self.watchdog.arm,
+                                what="arming the stack watchdog")
         else:
             self.watchdog.arm()

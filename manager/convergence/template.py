@@ -62,6 +62,7 @@ class PropertySchema:
     allowed: tuple[str, ...] | None = None  # strings: case-insensitive, stored as listed
     minimum: int | None = None  # integers
     maximum: int | None = None  # integers
+    max_length: int = 255  # strings: what their columns hold
     ref_types: tuple[str, ...] = ()  # REF: which resource types it may name
 
 
@@ -70,6 +71,19 @@ class ResourceType:
     name: str
     properties: Mapping[str, PropertySchema]
     attributes: frozenset[str]
+
+
+# A physical name is '<stack>-<resource>-<name property>' and must fit the
+# 255 characters of a share's name: 60 + 1 + 128 + 1 + 64 = 254.
+STACK_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,59}$")
+NAME_PROPERTY_MAX = 64
+
+
+def check_stack_name(name: str) -> None:
+    """Raise TemplateError unless ``name`` can name a stack."""
+    if not STACK_NAME_RE.match(name):
+        raise TemplateError(f"stack name {name!r} is invalid: use letters, digits, '_', "
+                            "'-', '.' (at most 60, starting with a letter)")
 
 
 def _p(type_: str, **kw: Any) -> PropertySchema:
@@ -87,7 +101,7 @@ RESOURCE_TYPES: Mapping[str, ResourceType] = {
                 "size": _p(INTEGER, required=True, minimum=1, maximum=C.MAX_SHARE_SIZE_GB,
                            update=IN_PLACE),
                 "proto": _p(STRING, required=True, allowed=PROTOCOLS),
-                "name": _p(STRING, update=IN_PLACE),
+                "name": _p(STRING, update=IN_PLACE, max_length=NAME_PROPERTY_MAX),
                 "backend": _p(STRING),
                 "snapshot": _p(REF, ref_types=("snapshot",)),
                 "share_server": _p(REF, ref_types=("share_server",)),
@@ -99,7 +113,7 @@ RESOURCE_TYPES: Mapping[str, ResourceType] = {
             "snapshot",
             {
                 "share": _p(REF, required=True, ref_types=("share",)),
-                "name": _p(STRING, update=IN_PLACE),
+                "name": _p(STRING, update=IN_PLACE, max_length=NAME_PROPERTY_MAX),
             },
             frozenset({"id", "name", "size", "status", "share_id"}),
         ),
@@ -117,14 +131,15 @@ RESOURCE_TYPES: Mapping[str, ResourceType] = {
         ),
         ResourceType(
             "share_group",
-            {"name": _p(STRING, update=IN_PLACE), "backend": _p(STRING)},
+            {"name": _p(STRING, update=IN_PLACE, max_length=NAME_PROPERTY_MAX),
+             "backend": _p(STRING)},
             frozenset({"id", "name", "status", "host"}),
         ),
         ResourceType(
             "group_snapshot",
             {
                 "share_group": _p(REF, required=True, ref_types=("share_group",)),
-                "name": _p(STRING, update=IN_PLACE),
+                "name": _p(STRING, update=IN_PLACE, max_length=NAME_PROPERTY_MAX),
             },
             frozenset({"id", "name", "status", "share_group_id"}),
         ),
@@ -436,6 +451,9 @@ def _check_value(where: str, ps: PropertySchema, value: Any) -> None:
     else:  # STRING and REF (a literal physical id)
         if not isinstance(value, str) or not value:
             raise TemplateError(f"{where}: must be a non-empty string, got {value!r}")
+        if len(value) > ps.max_length:
+            raise TemplateError(f"{where}: at most {ps.max_length} characters, got "
+                                f"{len(value)}")
         if ps.allowed is not None and value.upper() not in {a.upper() for a in ps.allowed}:
             raise TemplateError(
                 f"{where}: must be one of {', '.join(ps.allowed)}, got {value!r}"

@@ -116,6 +116,11 @@ outputs:
             "resources: {a: {type: share, properties: {size: 99999999999999999999, proto: NFS}}}",
             ["'a'", "'size'", "at most 2147483647"],
         ),
+        (
+            "resources: {a: {type: share, properties: {size: 1, proto: NFS, name: %s}}}"
+            % ("n" * 65),
+            ["'a'", "'name'", "at most 64 characters"],
+        ),
         ("timeout: -1\nresources: {}", ["'timeout'", "minutes"]),
         ("timeout: soon\nresources: {}", ["'timeout'", "minutes"]),
         (
@@ -286,3 +291,15 @@ def test_physical_name():
     name = T.physical_name("web", "data")
     assert name.startswith("web-data-") and len(name) > len("web-data-")
     assert T.physical_name("web", "data") != name
+
+
+@pytest.mark.parametrize("name", ["", "1web", "w" * 61, "web/1", "web stack"])
+def test_stack_names_that_cannot_name_physical_resources(name):
+    with pytest.raises(T.TemplateError, match="stack name"):
+        T.check_stack_name(name)
+
+
+def test_longest_names_fit_a_share_name():
+    T.check_stack_name("w" * 60)
+    name = T.physical_name("w" * 60, "r" * 128, "n" * T.NAME_PROPERTY_MAX)
+    assert len(name) <= 255
