@@ -336,6 +336,10 @@ def load(
     except (cfg.ConfigFileValueError, ValueError) as exc:
         raise _bad_value(conf, "DEFAULT", "enabled_share_backends", exc)
     for backend in backends:
+        # '<host>@<backend>#<pool>' must fit the 512 characters of a host column.
+        if not 1 <= len(backend) <= 128:
+            raise ConfigError("[DEFAULT] enabled_share_backends: a backend name must "
+                              f"have 1 to 128 characters, got {len(backend)}")
         register_backend_opts(conf, backend)
     _read_all(conf)
     return conf

@@ -521,7 +521,7 @@ class Operations:
                                 {"status": C.ERROR if creating else C.AVAILABLE},
                                 C.AVAILABLE if creating else C.BACKUP_RESTORING_ERROR)
             return
-        progress = str((result or {}).get("total_progress", "0"))
+        progress = _progress((result or {}).get("total_progress", "0"))
         if progress != "100":
             db_api.conditional_update(self.db, M.ShareBackup, ident, {"status": status},
                                       {column: progress})
@@ -539,3 +539,12 @@ class Operations:
             return
         db_api.conditional_update(self.db, M.ShareInstance, inst_id, {"status": share_busy},
                                   {"status": share_status})
+
+
+def _progress(value: object) -> str:
+    """A driver's ``total_progress`` as the backup's progress column holds
+    it: a whole percentage when it is a number, else its text cut to fit."""
+    try:
+        return str(max(0, min(100, int(float(str(value).rstrip("%"))))))
+    except (ValueError, OverflowError):  # 'abc', 'nan', 'inf'
+        return str(value)[:32]

@@ -77,3 +77,10 @@ def test_redis_url_gets_membership_timeout(tmp_path):
     url = "redis://:pw@h:6379?executor=synchronous&membership_timeout=10&lock_timeout=10"
     assert config.coordination_url(conf) == url
     assert safe_url(url).startswith("redis://:***@h:6379?")
+
+
+def test_backend_names_must_fit_host_columns(tmp_path):
+    path = tmp_path / "sm.conf"
+    path.write_text(f"[DEFAULT]\nenabled_share_backends = {'b' * 129}\n")
+    with pytest.raises(config.ConfigError, match="1 to 128 characters, got 129"):
+        config.load([], config_file=str(path), conf=cfg.ConfigOpts())

@@ -91,3 +91,11 @@ def test_a_backend_size_above_the_maximum_is_unusable(reported):
     with pytest.raises(reconciler.Unusable, match="above the maximum"):
         reconciler._size({"size": reported})
     assert reconciler._size({"size": MAX}) == MAX
+
+
+@pytest.mark.parametrize("given, stored", [("0", "0"), ("55", "55"), ("55.5%", "55"),
+                                           (150, "100"), ("nan", "nan"), ("x" * 40, "x" * 32)])
+def test_backup_progress_fits_its_column(given, stored):
+    from sharemgr.manager.operations import _progress
+
+    assert _progress(given) == stored
