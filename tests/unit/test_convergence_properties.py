@@ -39,8 +39,13 @@ is pending. Then (:func:`_judge`):
   and parents;
 * no SyncPoint of the stack is left, nor a row of another (deleted) stack.
 
-Run longer with SHAREMGR_HYPOTHESIS_EXAMPLES=500 (and SHAREMGR_HYPOTHESIS_SEED
-to explore other examples than CI's fixed ones).
+The default run is derandomized (the same examples every time, so CI is
+stable): 25 examples on SQLite, 4 on PostgreSQL (skipped without a server).
+Run longer with SHAREMGR_HYPOTHESIS_EXAMPLES=500 (PostgreSQL: a sixth of it,
+or SHAREMGR_HYPOTHESIS_PG_EXAMPLES), and with SHAREMGR_HYPOTHESIS_SEED=N to
+explore other examples than CI's. ``FOUND`` keeps the shrunk scenarios of the
+bugs the property found, each a test of its own; a test also kills the engine
+at every transaction boundary of a create in turn.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from __future__ import annotations
 import collections
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,7 +83,7 @@ from tests.unit.property_rig import (
 STACK = "web"
 NAMES = "abcdef"
 FAILING = "b"  # the resource whose creates fail, when a scenario injects a failure
-EXAMPLES = int(os.environ.get("SHAREMGR_HYPOTHESIS_EXAMPLES", "30"))
+EXAMPLES = int(os.environ.get("SHAREMGR_HYPOTHESIS_EXAMPLES", "25"))
 PG_EXAMPLES = int(os.environ.get("SHAREMGR_HYPOTHESIS_PG_EXAMPLES", str(max(4, EXAMPLES // 6))))
 SEED = os.environ.get("SHAREMGR_HYPOTHESIS_SEED")
 SETTLE_ROUNDS = 12
@@ -694,6 +700,7 @@ def _run(scenario: Scenario, url: str | None) -> None:
         Runner(rig, scenario).run()
     finally:
         rig.close()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 _ROOT = tempfile.mkdtemp(prefix="sharemgr-props-")
@@ -703,6 +710,7 @@ _ROOT = tempfile.mkdtemp(prefix="sharemgr-props-")
 def _coordinators_stopped():
     yield
     join_stopping()
+    shutil.rmtree(_ROOT, ignore_errors=True)
 
 
 @_seeded
@@ -743,6 +751,20 @@ FOUND = {
     "crash-cut-check-then-stack-failed-keeps-dead-lock": Scenario(
         ({"resources": {"a": _SHARE_A, "b": _SNAP_B, "c": _SHARE_A}},),
         (Run(), Run(0, 0, 10, True), Run()), fail=True, disable_rollback=True),
+    # Engine 1 claims a's check and dies at once; an update supersedes the
+    # traversal and completes before any watchdog run. The watchdog only
+    # looks for lost checks while some stack is IN_PROGRESS: the dead
+    # engine's request stays 'running' forever.
+    "dead-engines-check-stays-running-once-no-stack-is-in-progress": Scenario(
+        ({"resources": {"a": _SHARE_A}},),
+        (Start(), Run(0, 0, 1, True), Act("update"))),
+    # The engine dies after the share operation committed 'available' and
+    # before ws.end finished the row and the operation's request: nothing is
+    # transient, so reconciliation never looks at that request, the watchdog
+    # only abandons check requests, and the retriggered check's no-op path
+    # does not close it: 'running' for a dead engine forever.
+    "operation-request-of-a-dead-engine-stays-running": Scenario(
+        ({"resources": {"a": _SHARE_A}},), (Run(0, 0, 15, True),)),
 }
 
 
@@ -757,17 +779,18 @@ def test_found_scenarios(name, tmp_path):
 
 
 def test_a_crash_at_every_boundary_of_a_create(tmp_path):
-    """Not random: the engine dies at each transaction boundary of the first
-    check of a small stack in turn; the stack always comes home."""
-    sc = Scenario(templates=({"resources": {"a": _SHARE_A, "b": _SNAP_B}},), steps=())
+    """Not random: the engine dies at each transaction boundary of a share's
+    create in turn; the stack always comes home."""
+    templates = ({"resources": {"a": _SHARE_A}},)
     at, crashed = 0, True
     while crashed:
+        sc = Scenario(templates, (Run(0, 0, at, True),))
         rig = PropertyRig(tmp_path / f"at{at}", backends=_backends(sc))
         try:
-            runner = Runner(rig, Scenario(sc.templates, (Run(0, 0, at, True),)))
+            runner = Runner(rig, sc)
             runner.run()
             crashed = any("crashed" in line for line in runner.model.log)
         finally:
             rig.close()
         at += 1
-    assert at > 5
+    assert at > 10  # a create has that many boundaries at least
