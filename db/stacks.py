@@ -476,8 +476,14 @@ def resource_replace_tx(
             )
         ],
     )[0]
+    values: dict[str, Any] = {"replaced_by": new.id}
+    if old.status == IN_PROGRESS:
+        # Its action was cut short (a crash) and its physical resource
+        # failed: that action is over, whatever happens to the replacement.
+        values.update(status=FAILED, status_reason=f"{old.action} cut short; replaced by "
+                      f"resource {new.id}")
     if not resource_update_tx(
-        session, old.id, {"engine_id": engine_id, "replaced_by": None}, {"replaced_by": new.id}
+        session, old.id, {"engine_id": engine_id, "replaced_by": None}, values
     ):
         # Cannot happen: the row is locked FOR UPDATE above (and SQLite
         # serialises transactions); raising rolls the insert back with it.

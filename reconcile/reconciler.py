@@ -185,7 +185,7 @@ class Reconciler:
                 # the transient status, so every candidate's request is seen
                 # (read before, a request begun in between was missed and the
                 # resource settled under a live engine's feet).
-                requests = self._open_requests(summary, dry_run) if cands else {}
+                requests = self._open_requests(summary, dry_run)
                 futures = [tasks.submit_logged(executor, self._one, c, requests, summary,
                                                dry_run, what=f"reconciliation of {c.rtype} "
                                                f"{c.id}")

@@ -287,14 +287,11 @@ def _prepare_locked(
     timeout_seconds: int | None = None,
 ) -> Traversal:
     template, template_id = _target_template(session, stack, action, template)
-    if action == ROLLBACK:
-        prev_template_id = stack.prev_template_id
-    else:
-        # The last template that completed stays the rollback target while
-        # updates that have not completed come and go.
-        prev_template_id = (
-            stack.template_id if stack.status == COMPLETE else stack.prev_template_id
-        )
+    # The last template that completed stays the rollback target while
+    # traversals that have not completed come and go — a rollback included:
+    # a rollback of a COMPLETE stack that is superseded (by another rollback,
+    # say) must still lead back to that stack's template, not past it.
+    prev_template_id = stack.template_id if stack.status == COMPLETE else stack.prev_template_id
 
     rows = [
         r for r in db_stacks.resource_list_tx(session, stack.id)

@@ -96,13 +96,14 @@ class Watchdog:
         with self._lock:
             counts = collections.Counter(retriggered=0, waiting=0, abandoned=0,
                                          timed_out=0, failed_stacks=0, passes_requested=0)
-            active = ws.active_stacks(self.db)
-            if not active:
-                return dict(counts)
             # Requests first, then membership, then points: a check that ended
             # before the requests were read has reported in what is read after,
-            # and an engine that joins in between is seen alive.
+            # and an engine that joins in between is seen alive. Lost requests
+            # are abandoned even when no stack is IN_PROGRESS any more.
             requests = ws.live_checks(self.db)
+            active = ws.active_stacks(self.db)
+            if not requests and not active:
+                return dict(counts)
             alive = self.coordinator.engines()
             inflight = self.worker.inflight()
             lost = [r for r in requests if self._lost(r, alive, inflight)]
