@@ -238,6 +238,21 @@ def active_stacks(db: Database) -> list[M.Stack]:
         return rows
 
 
+def rows_left_in_progress(db: Database) -> list[M.StackResource]:
+    """Locked rows IN_PROGRESS of stacks whose traversal has ended: a check
+    cut short by an engine's death, on a stack that failed before the
+    node's retrigger ran."""
+    stmt = (
+        sa.select(M.StackResource)
+        .join(M.Stack, M.Stack.id == M.StackResource.stack_id)
+        .where(M.StackResource.status == "IN_PROGRESS",
+               M.StackResource.engine_id.is_not(None),
+               M.Stack.status != "IN_PROGRESS", M.Stack.deleted_at.is_(None))
+    )
+    with db.session() as session:
+        return list(session.scalars(stmt))
+
+
 def live_checks(db: Database) -> list[M.Request]:
     """Check requests that are ``pending`` or ``running``."""
     stmt = sa.select(M.Request).where(

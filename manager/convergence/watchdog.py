@@ -9,6 +9,10 @@ IN_PROGRESS and
 * marks check requests that will never finish ``abandoned``: running for an
   engine that is no longer a member of ``sharemgr-engines``, or for this
   engine while no check of its runs them (their outcome was lost);
+* (every TIDY_EVERY runs) ends the action of rows that a dead engine left
+  IN_PROGRESS on a stack whose traversal has ended since (FAILED): they are
+  marked FAILED and unlocked, so they do not look busy until the next user
+  action;
 * finds *stalled* nodes — ready (every predecessor reported), not reported
   themselves, and without a live request (pending, or running for a live
   engine) — and retriggers each with its SyncPoint's input data.
@@ -58,6 +62,7 @@ LOG = logging.getLogger(__name__)
 OWN_STALE_AFTER = 30.0  # a check of this engine not in flight this long after its claim is lost
 PASS_INTERVAL = 10.0  # seconds between reconciliation passes asked of one host
 MAX_CHECK_FAILURES = 3  # failed checks of one node before its stack fails
+TIDY_EVERY = 12  # runs between looks for rows a dead engine left on ended traversals
 
 Key = tuple[str, str]  # (stack id, traversal id)
 
@@ -72,6 +77,7 @@ class Watchdog:
         self._armed = threading.Event()
         self._lock = threading.Lock()  # one run at a time per engine
         self._passes_asked: dict[str, float] = {}
+        self._runs = 0
 
     def arm(self) -> None:
         """Start watching (after the startup reconciliation pass)."""
@@ -95,7 +101,12 @@ class Watchdog:
         tests."""
         with self._lock:
             counts = collections.Counter(retriggered=0, waiting=0, abandoned=0,
-                                         timed_out=0, failed_stacks=0, passes_requested=0)
+                                         timed_out=0, failed_stacks=0, passes_requested=0,
+                                         tidied=0)
+            self._runs += 1
+            if self._runs % TIDY_EVERY == 1:
+                counts["tidied"] = sum(self.worker.tidy(row)
+                                       for row in ws.rows_left_in_progress(self.db))
             # Requests first, then membership, then points: a check that ended
             # before the requests were read has reported in what is read after,
             # and an engine that joins in between is seen alive. Lost requests

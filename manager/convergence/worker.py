@@ -219,7 +219,7 @@ class Worker:
         if stack.current_traversal != traversal:
             raise Skip(f"traversal {traversal} was superseded by {stack.current_traversal}")
         if stack.status != IN_PROGRESS:
-            self._tidy(stacks.resource_get(self.db, node.resource_id))
+            self.tidy(stacks.resource_get(self.db, node.resource_id))
             raise Skip(f"traversal {traversal} ended: stack {stack.action} {stack.status}")
         row = stacks.resource_get(self.db, node.resource_id)
         graph = self.graph(stack_id, traversal)
@@ -249,24 +249,29 @@ class Worker:
         if outcome.bailed:
             raise Skip(outcome.bailed)
 
-    def _tidy(self, row: Any) -> None:
+    def tidy(self, row: Any) -> bool:
         """The traversal ended (FAILED) while a dead engine's check of this
         row was cut short: end the row's action and drop the dead lock, so
         the row does not look busy until the next user action. A row whose
-        physical resource is still transient waits for reconciliation."""
+        physical resource is still transient waits for reconciliation. True
+        if this call tidied it."""
         holder = None if row is None else row.engine_id
         if row is None or row.status != IN_PROGRESS or holder is None or \
                 holder == self.engine_id or self.coordinator.is_alive(holder):
-            return
+            return False
         if phys.observe(self.db, row.type, row.physical_id).state == phys.BUSY:
-            return
-        if stacks.resource_lock_steal(self.db, row.id, self.engine_id, holder).acquired:
-            try:
-                stacks.resource_set_state(self.db, row.id, self.engine_id, row.action, FAILED,
-                                          f"{row.action} cut short by the death of engine "
-                                          f"{holder}; the stack's traversal had ended")
-            finally:
-                stacks.resource_lock_release(self.db, row.id, self.engine_id)
+            return False
+        if not stacks.resource_lock_steal(self.db, row.id, self.engine_id, holder).acquired:
+            return False
+        try:
+            stacks.resource_set_state(self.db, row.id, self.engine_id, row.action, FAILED,
+                                      f"{row.action} cut short by the death of engine "
+                                      f"{holder}; the stack's traversal had ended")
+        finally:
+            stacks.resource_lock_release(self.db, row.id, self.engine_id)
+        LOG.info("resource %s: %s cut short by dead engine %s on an ended traversal; "
+                 "marked FAILED", row.id, row.action, holder)
+        return True
 
     # Routing and locks ------------------------------------------------------------------
 

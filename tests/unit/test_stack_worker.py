@@ -9,6 +9,7 @@ import collections
 import pytest
 from sharemgr.db import api, stacks
 from sharemgr.db import stack_work as ws
+from sharemgr.manager.convergence import lifecycle as L
 from sharemgr.manager.convergence import physical as phys
 from sharemgr.reconcile.reconciler import Reconciler
 
@@ -361,3 +362,21 @@ def test_watchdog_fails_a_node_whose_checks_keep_failing(rig):
     assert "failed 3 times: OperationalError: gone" in stack.status_reason
     e.pump()
     assert _status(rig, "web") == ("ROLLBACK", "COMPLETE")
+
+
+def test_watchdog_tidies_a_dead_engines_row_on_a_failed_stack(rig):
+    """A dead engine's check was cut short (row CREATE IN_PROGRESS, locked)
+    and the stack failed before anything retriggered it: the watchdog marks
+    the row FAILED and drops the dead lock."""
+    e = rig.engine()
+    rig.create("web", V1)
+    data = rig.rows("web")["data"][0]
+    ghost = f"{HOST}.22222222-2222-2222-2222-222222222222"
+    assert stacks.resource_lock_acquire(rig.db, data.id, ghost).acquired
+    assert stacks.resource_set_state(rig.db, data.id, ghost, "CREATE", "IN_PROGRESS")
+    stack = rig.stack("web")
+    assert L.fail(rig.db, stack.id, stack.current_traversal, "boom", rollback=False)
+    assert e.watchdog.run_once()["tidied"] == 1
+    row = stacks.resource_get(rig.db, data.id)
+    assert (row.action, row.status, row.engine_id) == ("CREATE", "FAILED", None)
+    assert "cut short by the death of engine" in row.status_reason
