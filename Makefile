@@ -34,3 +34,16 @@ genconfig: $(BIN)/.installed
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
+
+# Crash chaos, long version (doc/chaos.rst): KILLS kills on SQLite + file locks
+# (one engine), SERVER_KILLS on PostgreSQL + Redis (two engines); SEED fixes
+# the seed (default: random, printed). Each run prints a JSON summary.
+KILLS ?= 1000
+SERVER_KILLS ?= 300
+SEED ?=
+.PHONY: chaos
+chaos: $(BIN)/.installed
+	rc=0; \
+	$(BIN)/python -m tests.functional.chaos --setup sqlite --kills $(KILLS) $(if $(SEED),--seed $(SEED)) || rc=1; \
+	$(BIN)/python -m tests.functional.chaos --setup servers --kills $(SERVER_KILLS) $(if $(SEED),--seed $(SEED)) || rc=1; \
+	exit $$rc
