@@ -178,8 +178,14 @@ class Result:
 
 
 def reproduce_command(opts: Options, seed: int) -> str:
-    return (f"{sys.executable} -m tests.functional.chaos --kills {opts.kills} --seed {seed} "
-            f"--setup {opts.setup}")
+    cmd = (f"{sys.executable} -m tests.functional.chaos --kills {opts.kills} --seed {seed} "
+           f"--setup {opts.setup}")
+    default = Options()
+    if tuple(opts.kill_interval) != default.kill_interval:
+        cmd += f" --kill-interval {opts.kill_interval[0]:g} {opts.kill_interval[1]:g}"
+    if opts.workers != default.workers:
+        cmd += f" --workers {opts.workers}"
+    return cmd
 
 
 # ---------------------------------------------------------------------------
@@ -970,9 +976,16 @@ class Operator:
 # Settling and the invariants
 
 
+def stale_rows(world: dict) -> list[dict]:
+    """Rows IN_PROGRESS in a stack whose traversal is over."""
+    over = {s["id"] for s in world["stacks"] if s["status"] != "IN_PROGRESS"}
+    return [r for r in world["rows"] if r["status"] == "IN_PROGRESS" and r["stack_id"] in over]
+
+
 def settle(reader: Reader, fleet: Fleet, timeout: float, log: Any) -> tuple[bool, float]:
-    """Wait (bounded) until nothing is transient, no stack is IN_PROGRESS and
-    no request is pending, steadily for 3 s."""
+    """Wait (bounded) until nothing is transient, no stack is IN_PROGRESS, no
+    row is IN_PROGRESS in a stack that is not, and no request is pending,
+    steadily for 3 s."""
     started = time.monotonic()
     calm_since = None
     last = None
@@ -987,10 +1000,10 @@ def settle(reader: Reader, fleet: Fleet, timeout: float, log: Any) -> tuple[bool
         busy = (len(transient_resources(world)),
                 sum(1 for s in world["stacks"] if s["status"] == "IN_PROGRESS"
                     and s["deleted_at"] is None),
-                world["requests"].get("pending", 0))
+                world["requests"].get("pending", 0), len(stale_rows(world)))
         if busy != last:
             log(f"settle: transient {busy[0]}, stacks in progress {busy[1]}, "
-                f"pending requests {busy[2]}")
+                f"pending requests {busy[2]}, rows left in progress {busy[3]}")
             last = busy
         if not any(busy):
             calm_since = calm_since or time.monotonic()
@@ -1093,8 +1106,9 @@ class Checker:
                 continue
             for r in rows:
                 if r["status"] == "IN_PROGRESS":
-                    self.notes.append(f"stack {name} ({state}): row {r['name']} #{r['id']} "
-                                      f"left {r['action']} IN_PROGRESS")
+                    self.bad(f"stack {name} ({state}): row {r['name']} #{r['id']} left "
+                             f"{r['action']} IN_PROGRESS (lock {r['engine_id']}, physical "
+                             f"{self.physical_status(r) if r['physical_id'] else 'none'})")
                 if r["action"] in ("CREATE", "UPDATE") and r["status"] == "COMPLETE" and \
                         r["physical_id"] and not self.physical_exists(r):
                     self.bad(f"stack {name} ({state}): row {r['name']} #{r['id']} is "
@@ -1657,6 +1671,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, help="folder for state, logs and the report "
                                              "(default: a new temporary folder)")
     p.add_argument("--workers", type=int, default=3, help="parallel sharectl threads")
+    p.add_argument("--kill-interval", type=float, nargs=2, default=(1.0, 4.0),
+                   metavar=("MIN", "MAX"), help="seconds between two kills (default 1 4)")
     p.add_argument("--settle-timeout", type=float, default=180.0,
                    help="seconds to wait for everything to settle at the end")
     p.add_argument("--db-url", help="servers: an empty database (default: a new one on "
@@ -1671,6 +1687,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     opts = Options(kills=args.kills, seed=args.seed, setup=args.setup, root=args.root,
                    workers=args.workers, settle_timeout=args.settle_timeout,
+                   kill_interval=tuple(args.kill_interval),
                    db_url=args.db_url, redis_url=args.redis_url, keep=not args.no_keep,
                    teardown=not args.no_teardown,
                    echo=args.verbose)
