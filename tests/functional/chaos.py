@@ -1041,7 +1041,8 @@ class Checker:
 
     def run_all(self) -> None:
         for check in (self.check_transient, self.check_stacks, self.check_orphans,
-                      self.check_backend, self.check_made_but_error, self.check_calls,
+                      self.check_backend, self.check_sizes, self.check_made_but_error,
+                      self.check_calls,
                       self.check_requests, self.check_logs):
             try:
                 check()
@@ -1356,6 +1357,31 @@ class Checker:
                          "but not in the database (orphaned backend object)")
                 self.diagnostics.setdefault("backend_orphans", []).append(
                     {"object": obj, "requests": self.reader.requests(resource_id=ident)})
+
+    def check_sizes(self) -> None:
+        """Settled shares and snapshots have the same size in the database and
+        on the backend."""
+        backend = {o["id"]: o for o in self.d.backend("list")}
+        for share in self.shares.values():
+            obj = backend.get(share["instance_id"])
+            if share["status"] == C.AVAILABLE and obj and obj["size"] != share["size"]:
+                self.bad(f"size: share {share['id']} ({share['name']}) is {share['size']} GiB "
+                         f"in the database but {obj['size']} GiB on the backend")
+        for snap in self.snapshots.values():
+            obj = backend.get(snap["instance_id"])
+            if snap["status"] == C.AVAILABLE and obj and obj["size"] != snap["size"]:
+                self.bad(f"size: snapshot {snap['id']} ({snap['name']}) is {snap['size']} GiB "
+                         f"in the database but {obj['size']} GiB on the backend")
+                self.diagnostics.setdefault("sizes", []).append({
+                    "snapshot": snap, "backend": obj,
+                    "requests": self.reader.requests(resource_id=[
+                        snap["instance_id"], self.share_instance_of(snap)])})
+
+    def share_instance_of(self, snap: dict) -> str:
+        for row in self.world["snapshot_instances"]:
+            if row["id"] == snap["instance_id"]:
+                return row["share_instance_id"]
+        return ""
 
     def check_made_but_error(self) -> None:
         """Rows marked error while their driver call ran: seen now, or by the

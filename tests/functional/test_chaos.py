@@ -94,7 +94,7 @@ def test_checker_finds_planted_violations(tmp_path):
             d.sharectl("stack", "create", name, "-t", str(template), "--wait")
         made = {name: d.json("share", "create", "1", "--proto", "NFS", "--name", name,
                              "--wait")
-                for name in ("m1", "m2", "m3", "s1-data1-orphan")}
+                for name in ("m1", "m2", "m3", "m4", "s1-data1-orphan")}
     finally:
         assert engine.terminate() == 0
     url = f"sqlite:///{d.state}/sharemgr.sqlite"
@@ -107,9 +107,11 @@ def test_checker_finds_planted_violations(tmp_path):
         # A resource stuck transient, a backend object lost, a stack stuck
         # IN_PROGRESS, a create done twice, a stack that completed another
         # template than the one accepted, a row marked error although the
-        # backend made it (now, and seen by the audit during the chaos).
+        # backend made it (now, and seen by the audit during the chaos), a
+        # share whose size differs on the backend.
         d.sharectl("share", "reset-state", made["m1"]["id"], "--state", "creating")
         d.sharectl("share", "reset-state", made["m3"]["id"], "--state", "error")
+        d.backend("set", made["m4"]["instance_id"], "size=7")
         d.backend("remove", made["m2"]["instance_id"])
         with reader.engine.begin() as conn:
             conn.execute(sa.text("UPDATE stacks SET status = 'IN_PROGRESS' WHERE name = 's2'"))
@@ -142,6 +144,7 @@ def test_checker_finds_planted_violations(tmp_path):
         "template": "stack s3: CREATE COMPLETE with template",
         "made-but-error": f"made-but-error: share instance {made['m3']['instance_id']} (m3)",
         "made-but-error during": "made-but-error: snapshot instance 0123 (s9-snap1-x), seen",
+        "size": f"size: share {made['m4']['id']} (m4) is 1 GiB in the database but 7 GiB",
     }
     missing = {k: v for k, v in expected.items() if v not in found}
     assert not missing, (missing, found)
