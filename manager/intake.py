@@ -232,6 +232,15 @@ class Intake:
             raise InvalidRequest(
                 f"cannot shrink share {share_id} to {new_size}: it is only {share.size}"
             )
+        # A snapshot being made records the share's size when it is asked
+        # for, the backend when its driver call runs: resizing in between
+        # would leave the two disagreeing.
+        busy = sorted({si.status for si in db_api.query(self.db, M.ShareSnapshotInstance,
+                                                         {"share_instance_id": inst.id})
+                       if si.status in C.TRANSIENT_STATUSES})
+        if busy:
+            raise InvalidRequest(f"cannot {op} share {share_id}: it has a snapshot that is "
+                                 f"{', '.join(busy)}; try again when it is done")
         self._transition(M.ShareInstance, inst.id, inst.status, (C.AVAILABLE,),
                          C.EXTENDING if extend else C.SHRINKING, f"share {share_id}", op,
                          _request(C.SHARE_INSTANCE, inst.id, op, inst.host, new_size=new_size))

@@ -99,3 +99,23 @@ def test_backup_progress_fits_its_column(given, stored):
     from sharemgr.manager.operations import _progress
 
     assert _progress(given) == stored
+
+
+@pytest.mark.parametrize("extend", [True, False])
+def test_no_resize_while_a_snapshot_is_being_made(intake, db, extend):
+    """The snapshot records the share's size at its request and the backend
+    at its driver call: a resize in between would make them disagree."""
+    share = intake.create_share(5, "NFS")
+    inst = api.query(db, M.ShareInstance, {"share_id": share.id})[0]
+    api.conditional_update(db, M.ShareInstance, inst.id, {}, {"status": C.AVAILABLE})
+    snap = intake.create_snapshot(share.id)
+    before = _written(db)
+    with pytest.raises(InvalidRequest, match="has a snapshot that is creating"):
+        intake.resize_share(share.id, 8 if extend else 2, extend=extend)
+    assert _written(db) == before
+    snap_inst = api.query(db, M.ShareSnapshotInstance, {"snapshot_id": snap.id})[0]
+    api.conditional_update(db, M.ShareSnapshotInstance, snap_inst.id, {},
+                           {"status": C.AVAILABLE})
+    intake.resize_share(share.id, 8 if extend else 2, extend=extend)
+    assert api.get(db, M.ShareInstance, inst.id).status == (
+        C.EXTENDING if extend else C.SHRINKING)
