@@ -57,7 +57,7 @@ outputs:
 V3 = V2.replace("proto: NFS, backend", "proto: CIFS, backend")
 
 
-EMBEDDED, SERVERS = "embedded", "postgresql+redis"
+EMBEDDED, SERVERS, MARIADB = "embedded", "postgresql+redis", "mariadb+redis"
 
 
 def _setup(deployment, setup, redis_options="", **kw):
@@ -65,11 +65,11 @@ def _setup(deployment, setup, redis_options="", **kw):
     kind, request = setup
     if kind == EMBEDDED:
         return deployment(**kw)
-    pg = request.getfixturevalue("pg_url")
+    url = request.getfixturevalue("mysql_url" if kind == MARIADB else "pg_url")
     redis = request.getfixturevalue("redis_url")
     if redis_options:
         redis += "?" + redis_options
-    return deployment(db_url=pg, coordination_url=redis, **kw)
+    return deployment(db_url=url, coordination_url=redis, **kw)
 
 
 @pytest.fixture(params=[EMBEDDED, SERVERS])

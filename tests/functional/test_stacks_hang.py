@@ -1,7 +1,7 @@
 """Stacks that never hang: the cases that once left a stack IN_PROGRESS
 forever, each through real share-manager processes and sharectl; stack
-timeouts and ``stack cancel``. On SQLite + file locks and on PostgreSQL +
-Redis."""
+timeouts and ``stack cancel``. On SQLite + file locks, PostgreSQL + Redis
+and MariaDB + Redis."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from sharemgr.db import stacks
 from tests.functional.harness import assert_backend_agrees, database, wait_until
 from tests.functional.test_stacks import (
     EMBEDDED,
+    MARIADB,
     SERVERS,
     _by_stack_resource,
     _create_calls,
@@ -42,7 +43,7 @@ FAST = {"DEFAULT": {"startup_reconciliation_wait_seconds": "2",
                     "stack_watchdog_interval": "0.5"}}
 
 
-@pytest.fixture(params=[EMBEDDED, SERVERS])
+@pytest.fixture(params=[EMBEDDED, SERVERS, MARIADB])
 def setup(request):
     return request.param, request
 
@@ -184,25 +185,32 @@ def test_sibling_replicas_of_many_stacks(deployment, setup):
 def test_timeout_fails_and_rolls_back(deployment, setup):
     """A create held at a gate outlives its --timeout: the watchdog fails it
     ('timed out') and rolls back; once the held call returns, the rollback
-    deletes what was made. With --disable-rollback it stays FAILED."""
+    deletes what was made (within the same timeout, which a rollback keeps).
+    With --disable-rollback it stays FAILED."""
     d, gates = _deployment(deployment, setup)
     d.sync()
     d.start()
-    (gates / "create_snapshot").write_text("")
+    web_gate, keep_gate = gates / "create_snapshot.web-snap-", gates / "create_snapshot.keep-"
+    web_gate.write_text("")
+    keep_gate.write_text("")
     template = _write(d, "snapped", SNAPPED)
-    d.sharectl("stack", "create", "web", "-t", template, "--timeout", "0.05")
+    d.sharectl("stack", "create", "web", "-t", template, "--timeout", "0.25")
     d.sharectl("stack", "create", "keep", "-t", template, "--timeout", "0.05",
                "--disable-rollback")
-    wait_until(lambda: _stack(d, "web").action == "ROLLBACK", timeout=60,
-               what="the timeout of web")
     wait_until(lambda: _settled(d, "keep", "CREATE"), timeout=60, what="the timeout of keep")
     assert "timed out after 0.05 minute(s)" in _stack(d, "keep").status_reason
-    (gates / "create_snapshot").unlink()
+    keep_gate.unlink()
+    wait_until(lambda: _stack(d, "web").action == "ROLLBACK", timeout=60,
+               what="the timeout of web")
+    web_gate.unlink()
     wait_until(lambda: _settled(d, "web", "ROLLBACK"), timeout=60, what="the rollback")
     web = _stack(d, "web")
-    assert web.status == "COMPLETE" and "timed out" in web.status_reason
+    assert web.status == "COMPLETE", web.status_reason
+    assert "timed out after 0.25 minute(s)" in web.status_reason
     keep = _stack(d, "keep")
     assert (keep.action, keep.status) == ("CREATE", "FAILED")
+    wait_until(lambda: _rows(d, "keep")["snap"].status != "IN_PROGRESS",
+               what="keep's held create to end")
     assert sorted(_by_stack_resource(d)) == ["keep-data", "keep-snap"]
     assert_backend_agrees(d)
 
