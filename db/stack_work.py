@@ -5,7 +5,7 @@ physical rows, operation requests, forwarding and resuming check requests.
 Conventions as in db/stacks.py: ``_tx`` functions take an open session, the
 others open their own transaction; status changes are conditional updates.
 Lock order (see db/stacks.py): the ``stacks`` row (shared, in
-``resource_begin_tx``), then ``stack_resources`` rows, then physical rows —
+``begin``), then ``stack_resources`` rows, then physical rows —
 which the share operations and the reconciler lock on their own, never
 together with stack rows, so no cycle can form.
 """
@@ -300,7 +300,7 @@ def request_reconcile(db: Database, host: str, note: str) -> bool:
 def failed_checks(db: Database, limit: int = 200) -> list[M.Request]:
     """The newest ``failed`` check requests: a check records its own failures
     on the stack, so these are checks that could not (a database error, a
-    bug); the caller fails their stack if it still waits for them."""
+    bug); the watchdog counts them per node before retrying it again."""
     stmt = (
         sa.select(M.Request)
         .where(M.Request.resource_type == CHECK_TYPE, M.Request.action == CHECK_ACTION,

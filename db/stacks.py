@@ -397,24 +397,6 @@ def resource_set_state(
         )
 
 
-def resource_begin_tx(
-    session: Session,
-    resource_id: int,
-    engine_id: str,
-    stack_id: str,
-    traversal_id: str,
-    action: str,
-    values: Mapping[str, Any] | None = None,
-) -> bool:
-    """Start ``action`` (``action IN_PROGRESS``) on a row this engine has
-    locked, only if ``traversal_id`` is still the stack's current traversal
-    — checked under a shared lock on the stack row, so an older traversal
-    can never begin deleting a row a newer preparation has just chosen."""
-    if not traversal_is_current_tx(session, stack_id, traversal_id):
-        return False
-    return resource_start_tx(session, resource_id, engine_id, traversal_id, action, values)
-
-
 def resource_start_tx(
     session: Session,
     resource_id: int,
@@ -423,27 +405,14 @@ def resource_start_tx(
     action: str,
     values: Mapping[str, Any] | None = None,
 ) -> bool:
-    """``action IN_PROGRESS`` on a row this engine holds; the caller has
-    checked the traversal. False if the lock is no longer ours."""
+    """``action IN_PROGRESS`` on a row this engine holds; the caller checked
+    in the same transaction that the traversal is current
+    (``traversal_is_current_tx``, as ``stack_work.begin`` does). False if
+    the lock is no longer ours."""
     return resource_set_state_tx(
         session, resource_id, engine_id, action, IN_PROGRESS, None,
         {**(values or {}), "current_traversal": traversal_id},
     )
-
-
-def resource_begin(
-    db: Database,
-    resource_id: int,
-    engine_id: str,
-    stack_id: str,
-    traversal_id: str,
-    action: str,
-    values: Mapping[str, Any] | None = None,
-) -> bool:
-    with db.session() as session:
-        return resource_begin_tx(
-            session, resource_id, engine_id, stack_id, traversal_id, action, values
-        )
 
 
 def resource_replace_tx(

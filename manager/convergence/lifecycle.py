@@ -71,25 +71,28 @@ def complete_tx(session: Session, stack_id: str, traversal_id: str) -> bool:
 
 
 def fail(db: Database, stack_id: str, traversal_id: str, reason: str,
-         rollback: bool | None = None) -> bool:
-    """Mark the traversal FAILED with ``reason`` and start the rollback
+         rollback: bool | None = None, node: bool = False) -> bool:
+    """Mark the traversal FAILED with ``reason`` (with ``node``, a node's
+    failure: ``Resource <ACTION> failed: <reason>``) and start the rollback
     (``rollback`` None: unless the stack disables it), in one transaction.
     False if the traversal is no longer current; True if it is FAILED (or
     rolling back) now, by this call or an earlier one."""
     try:
         with db.session() as session:
-            return fail_tx(session, stack_id, traversal_id, reason, rollback)
+            return fail_tx(session, stack_id, traversal_id, reason, rollback, node)
     except Lost:
         return False
 
 
 def fail_tx(session: Session, stack_id: str, traversal_id: str, reason: str,
-            rollback: bool | None = None) -> bool:
+            rollback: bool | None = None, node: bool = False) -> bool:
     stack = stacks.stack_get_tx(session, stack_id)
     if stack is None or stack.current_traversal != traversal_id:
         return False
     if stack.status != IN_PROGRESS:
         return True  # failed already (another node, the watchdog)
+    if node:
+        reason = f"Resource {stack.action} failed: {reason}"
     if rollback is None:
         rollback = not stack.disable_rollback
     rollback = rollback and stack.action in (CREATE, UPDATE)
@@ -108,11 +111,6 @@ def fail_tx(session: Session, stack_id: str, traversal_id: str, reason: str,
                                    expected_status=expected)
         LOG.warning("stack %s: rolling back (traversal %s)", stack.name, tr.traversal_id)
     return True
-
-
-def node_failure(action: str, reason: str) -> str:
-    """The status reason of a traversal one of whose nodes failed."""
-    return f"Resource {action} failed: {reason}"
 
 
 def cancel(db: Database, stack: M.Stack, rollback: bool = True) -> bool:

@@ -204,7 +204,7 @@ class Watchdog:
             if holder == self.engine_id and not self.worker.holds(r.id):
                 if stacks.resource_lock_release(self.db, r.id, self.engine_id):
                     LOG.warning("resource %s: released a lock this engine leaked", r.id)
-                continue
+                holder = None
             if holder is not None and holder in alive:
                 return f"resource {r.id} is locked by live engine {holder}"
             observed = phys.observe(self.db, r.type, r.physical_id)

@@ -653,9 +653,7 @@ class Worker:
     def fail_stack(self, stack_id: str, traversal: str, reason: str) -> bool:
         """A node failed: the traversal FAILED (rolling back unless disabled,
         see ``lifecycle.fail``). False if it is no longer current."""
-        stack = ws.stack_head(self.db, stack_id)
-        action = stack.action if stack is not None else "?"
-        return L.fail(self.db, stack_id, traversal, L.node_failure(action, reason))
+        return L.fail(self.db, stack_id, traversal, reason, node=True)
 
 
 def _not_begun(why: str, rid: int) -> _Outcome | None:
