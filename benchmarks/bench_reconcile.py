@@ -17,8 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from sharemgr.db import migration
-from sharemgr.db import models as M
+from sharemgr.db import migration, models
 from sharemgr.db.engine import Database
 from sharemgr.drivers.testing import build_driver
 from sharemgr.manager.coordination import Coordinator
@@ -34,9 +33,10 @@ def one_pass(root: Path, resources: int, workers: int) -> float:
     shares = []
     rows = []
     for i in range(resources):
-        share = M.Share(id=M.new_id(), name=f"b{i}", size=1, share_proto="NFS")
-        inst = M.ShareInstance(id=M.new_id(), share_id=share.id, host=host, status="creating",
-                               export_locations=[])
+        share = models.Share(id=models.new_id(), name=f"b{i}", size=1, share_proto="NFS")
+        inst = models.ShareInstance(
+            id=models.new_id(), share_id=share.id, host=host, status="creating", export_locations=[]
+        )
         rows += [share, inst]
         shares.append((share, inst))
     with db.session() as session:

@@ -1,4 +1,4 @@
-"""SQL of the check-resource workflow (manager/convergence/worker.py) and of
+"""SQL of the check-resource workflow (convergence/worker.py) and of
 stack resumption: starting and ending a resource's action together with its
 physical rows, operation requests, forwarding and resuming check requests.
 

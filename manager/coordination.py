@@ -9,7 +9,7 @@ import urllib.parse
 from collections.abc import Iterator
 
 from oslo_log import log as logging
-from sharemgr.manager.constants import ENGINE_GROUP
+from sharemgr.common.vocab import ENGINE_GROUP
 from tooz import coordination
 
 LOG = logging.getLogger(__name__)

@@ -9,11 +9,10 @@ import json
 from typing import Any
 
 from oslo_log import log as logging
+from sharemgr.common import vocab
 from sharemgr.db import api as db_api
-from sharemgr.db import models as M
-from sharemgr.db import resources
+from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
-from sharemgr.manager import constants as C
 from sharemgr.manager import views
 
 LOG = logging.getLogger(__name__)
@@ -34,18 +33,22 @@ def ensure_backend(db: Database, host: str, driver: Any) -> int:
     if new_hash is not None and resources.backend_info_hash(db, host) == new_hash:
         LOG.info("%s: backend info unchanged since the last start; ensure skipped", host)
         return 0
-    rows = resources.on_host(db, M.ShareInstance, host, (C.AVAILABLE, C.ENSURING))
+    rows = resources.on_host(db, models.ShareInstance, host, (vocab.AVAILABLE, vocab.ENSURING))
     mine = []
     for inst in rows:
         # Only what we moved to ensuring is ours to finish.
-        if inst.status == C.ENSURING or db_api.conditional_update(
-            db, M.ShareInstance, inst.id, {"status": C.AVAILABLE}, {"status": C.ENSURING}
+        if inst.status == vocab.ENSURING or db_api.conditional_update(
+            db,
+            models.ShareInstance,
+            inst.id,
+            {"status": vocab.AVAILABLE},
+            {"status": vocab.ENSURING},
         ):
             mine.append(inst)
     if mine:
         dicts = []
         for inst in mine:
-            share = db_api.get(db, M.Share, inst.share_id, include_deleted=True)
+            share = db_api.get(db, models.Share, inst.share_id, include_deleted=True)
             dicts.append(views.share(inst, share))
         try:
             updates = driver.ensure_shares(dicts) or {}
@@ -54,10 +57,10 @@ def ensure_backend(db: Database, host: str, driver: Any) -> int:
             updates = {}
         for inst in mine:
             update = updates.get(inst.id) or {}
-            values: dict[str, Any] = {"status": update.get("status") or C.AVAILABLE}
+            values: dict[str, Any] = {"status": update.get("status") or vocab.AVAILABLE}
             if update.get("export_locations") is not None:
                 values["export_locations"] = views.export_locations(update["export_locations"])
-            db_api.conditional_update(db, M.ShareInstance, inst.id, {"status": C.ENSURING},
+            db_api.conditional_update(db, models.ShareInstance, inst.id, {"status": vocab.ENSURING},
                                       values)
     if new_hash is not None:
         resources.set_backend_info_hash(db, host, new_hash)

@@ -14,12 +14,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from oslo_log import log as logging
+from sharemgr.common import vocab
 from sharemgr.db import api as db_api
-from sharemgr.db import models as M
-from sharemgr.db import resources
+from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
 from sharemgr.drivers.exceptions import ShareResourceNotFound
-from sharemgr.manager import constants as C
 from sharemgr.manager import views
 from sharemgr.manager.coordination import Coordinator, resource_lock_name
 
@@ -28,7 +27,7 @@ LOG = logging.getLogger(__name__)
 Change = tuple[type, Any, dict[str, Any], dict[str, Any]]
 
 # Replicas are share instances: one lock per row, whatever the request calls it.
-LOCK_TYPE = {C.REPLICA: C.SHARE_INSTANCE}
+LOCK_TYPE = {vocab.REPLICA: vocab.SHARE_INSTANCE}
 
 
 class OperationFailed(Exception):
@@ -45,7 +44,7 @@ def lock_name(rtype: str, ident: str) -> bytes:
 
 
 def _deleted() -> dict[str, Any]:
-    return {"status": C.DELETED, "deleted_at": M.utcnow()}
+    return {"status": vocab.DELETED, "deleted_at": models.utcnow()}
 
 
 class Operations:
@@ -60,29 +59,29 @@ class Operations:
         self.drivers = drivers
         self.coordinator = coordinator
         self.engine_id = engine_id
-        self.handlers: dict[tuple[str, str], Callable[[M.Request], None]] = {
-            (C.SHARE_INSTANCE, "create"): self.create_share,
-            (C.SHARE_INSTANCE, "delete"): self.delete_share,
-            (C.SHARE_INSTANCE, "extend"): self.resize_share,
-            (C.SHARE_INSTANCE, "shrink"): self.resize_share,
-            (C.SNAPSHOT_INSTANCE, "create"): self.create_snapshot,
-            (C.SNAPSHOT_INSTANCE, "delete"): self.delete_snapshot,
-            (C.REPLICA, "create"): self.create_replica,
-            (C.REPLICA, "delete"): self.delete_replica,
-            (C.SHARE_SERVER, "create"): self.create_share_server,
-            (C.SHARE_SERVER, "delete"): self.delete_share_server,
-            (C.SHARE_GROUP, "create"): self.create_share_group,
-            (C.SHARE_GROUP, "delete"): self.delete_share_group,
-            (C.GROUP_SNAPSHOT, "create"): self.create_group_snapshot,
-            (C.GROUP_SNAPSHOT, "delete"): self.delete_group_snapshot,
-            (C.BACKUP, "create"): self.create_backup,
-            (C.BACKUP, "delete"): self.delete_backup,
-            (C.BACKUP, "restore"): self.restore_backup,
+        self.handlers: dict[tuple[str, str], Callable[[models.Request], None]] = {
+            (vocab.SHARE_INSTANCE, "create"): self.create_share,
+            (vocab.SHARE_INSTANCE, "delete"): self.delete_share,
+            (vocab.SHARE_INSTANCE, "extend"): self.resize_share,
+            (vocab.SHARE_INSTANCE, "shrink"): self.resize_share,
+            (vocab.SNAPSHOT_INSTANCE, "create"): self.create_snapshot,
+            (vocab.SNAPSHOT_INSTANCE, "delete"): self.delete_snapshot,
+            (vocab.REPLICA, "create"): self.create_replica,
+            (vocab.REPLICA, "delete"): self.delete_replica,
+            (vocab.SHARE_SERVER, "create"): self.create_share_server,
+            (vocab.SHARE_SERVER, "delete"): self.delete_share_server,
+            (vocab.SHARE_GROUP, "create"): self.create_share_group,
+            (vocab.SHARE_GROUP, "delete"): self.delete_share_group,
+            (vocab.GROUP_SNAPSHOT, "create"): self.create_group_snapshot,
+            (vocab.GROUP_SNAPSHOT, "delete"): self.delete_group_snapshot,
+            (vocab.BACKUP, "create"): self.create_backup,
+            (vocab.BACKUP, "delete"): self.delete_backup,
+            (vocab.BACKUP, "restore"): self.restore_backup,
         }
 
     # Plumbing --------------------------------------------------------------
 
-    def run(self, req: M.Request) -> None:
+    def run(self, req: models.Request) -> None:
         handler = self.handlers.get((req.resource_type, req.action))
         if handler is None:
             raise OperationFailed(f"unknown request {req.resource_type} {req.action}")
@@ -140,7 +139,7 @@ class Operations:
                 try:
                     result = call(row)
                 except ShareResourceNotFound as exc:
-                    if C.DELETING not in expected:
+                    if vocab.DELETING not in expected:
                         raise
                     # Deletes are idempotent: gone is success, whatever the driver says.
                     LOG.info("%s: already gone on the backend (%s)", what, exc)
@@ -159,44 +158,49 @@ class Operations:
 
     # Row loading -------------------------------------------------------------
 
-    def share_parts(self, inst: M.ShareInstance) -> tuple[dict, dict | None]:
-        share = db_api.get(self.db, M.Share, inst.share_id, include_deleted=True)
+    def share_parts(self, inst: models.ShareInstance) -> tuple[dict, dict | None]:
+        share = db_api.get(self.db, models.Share, inst.share_id, include_deleted=True)
         return views.share(inst, share), self.server_dict(inst.share_server_id)
 
     def server_dict(self, server_id: str | None) -> dict | None:
         if not server_id:
             return None
-        row = db_api.get(self.db, M.ShareServer, server_id, include_deleted=True)
+        row = db_api.get(self.db, models.ShareServer, server_id, include_deleted=True)
         return views.server(row) if row else None
 
-    def snapshot_parts(self, snap_inst: M.ShareSnapshotInstance) -> tuple[dict, dict | None]:
-        snap = db_api.get(self.db, M.ShareSnapshot, snap_inst.snapshot_id, include_deleted=True)
-        inst = db_api.get(self.db, M.ShareInstance, snap_inst.share_instance_id,
+    def snapshot_parts(self, snap_inst: models.ShareSnapshotInstance) -> tuple[dict, dict | None]:
+        snap = db_api.get(self.db, models.ShareSnapshot, snap_inst.snapshot_id,
                           include_deleted=True)
-        share = db_api.get(self.db, M.Share, inst.share_id, include_deleted=True)
+        inst = db_api.get(self.db, models.ShareInstance, snap_inst.share_instance_id,
+                          include_deleted=True)
+        share = db_api.get(self.db, models.Share, inst.share_id, include_deleted=True)
         return views.snapshot(snap_inst, snap, inst, share), self.server_dict(inst.share_server_id)
 
-    def _share_gone_changes(self, inst: M.ShareInstance) -> list[Change]:
+    def _share_gone_changes(self, inst: models.ShareInstance) -> list[Change]:
         """The instance is deleted; the logical share goes with its last instance."""
-        changes: list[Change] = [(M.ShareInstance, inst.id, {"status": inst.status}, _deleted())]
-        others = [i for i in db_api.query(self.db, M.ShareInstance, {"share_id": inst.share_id})
-                  if i.id != inst.id]
+        changes: list[Change] = [(models.ShareInstance, inst.id, {"status": inst.status},
+                                  _deleted())]
+        others = [
+            i
+            for i in db_api.query(self.db, models.ShareInstance, {"share_id": inst.share_id})
+            if i.id != inst.id
+        ]
         if not others:
-            changes.append((M.Share, inst.share_id, {"deleted_at": None},
-                            {"deleted_at": M.utcnow()}))
+            changes.append((models.Share, inst.share_id, {"deleted_at": None},
+                            {"deleted_at": models.utcnow()}))
         return changes
 
     # Shares ------------------------------------------------------------------
 
-    def create_share(self, req: M.Request) -> None:
-        inst0 = db_api.get(self.db, M.ShareInstance, req.resource_id)
+    def create_share(self, req: models.Request) -> None:
+        inst0 = db_api.get(self.db, models.ShareInstance, req.resource_id)
         if inst0 is None:
             raise Stale(f"share instance {req.resource_id} is gone")
         driver = self.driver_for(inst0.host)
 
-        def call(inst: M.ShareInstance) -> Any:
+        def call(inst: models.ShareInstance) -> Any:
             share_d, server = self.share_parts(inst)
-            share = db_api.get(self.db, M.Share, inst.share_id)
+            share = db_api.get(self.db, models.Share, inst.share_id)
             if share.snapshot_id:
                 snap_inst = resources.snapshot_instance_of(self.db, share.snapshot_id)
                 if snap_inst is None:
@@ -206,29 +210,33 @@ class Operations:
             return driver.create_share(share_d, server)
 
         self._perform(
-            C.SHARE_INSTANCE, M.ShareInstance, inst0.id,
-            (C.CREATING, C.CREATING_FROM_SNAPSHOT), call,
-            lambda inst, locs: [(M.ShareInstance, inst.id, {"status": inst.status},
-                                 {"status": C.AVAILABLE,
+            vocab.SHARE_INSTANCE, models.ShareInstance, inst0.id,
+            (vocab.CREATING, vocab.CREATING_FROM_SNAPSHOT), call,
+            lambda inst, locs: [(models.ShareInstance, inst.id, {"status": inst.status},
+                                 {"status": vocab.AVAILABLE,
                                   "export_locations": views.export_locations(locs)})],
-            {"status": C.ERROR}, f"create of share instance {inst0.id}",
+            {"status": vocab.ERROR}, f"create of share instance {inst0.id}",
         )
 
-    def delete_share(self, req: M.Request, held: bool = False) -> None:
-        inst0 = db_api.get(self.db, M.ShareInstance, req.resource_id)
+    def delete_share(self, req: models.Request, held: bool = False) -> None:
+        inst0 = db_api.get(self.db, models.ShareInstance, req.resource_id)
         if inst0 is None:
             raise Stale(f"share instance {req.resource_id} is gone")
         driver = self.driver_for(inst0.host)
         self._perform(
-            C.SHARE_INSTANCE, M.ShareInstance, inst0.id, (C.DELETING, C.DEFERRED_DELETING),
+            vocab.SHARE_INSTANCE,
+            models.ShareInstance,
+            inst0.id,
+            (vocab.DELETING, vocab.DEFERRED_DELETING),
             lambda inst: driver.delete_share(*self.share_parts(inst)),
             lambda inst, _r: self._share_gone_changes(inst),
-            {"status": C.ERROR_DELETING}, f"delete of share instance {inst0.id}",
+            {"status": vocab.ERROR_DELETING},
+            f"delete of share instance {inst0.id}",
             held=held,
         )
 
-    def resize_share(self, req: M.Request) -> None:
-        inst0 = db_api.get(self.db, M.ShareInstance, req.resource_id)
+    def resize_share(self, req: models.Request) -> None:
+        inst0 = db_api.get(self.db, models.ShareInstance, req.resource_id)
         if inst0 is None:
             raise Stale(f"share instance {req.resource_id} is gone")
         driver = self.driver_for(inst0.host)
@@ -236,254 +244,268 @@ class Operations:
         extend = req.action == "extend"
         method = driver.extend_share if extend else driver.shrink_share
 
-        def call(inst: M.ShareInstance) -> Any:
+        def call(inst: models.ShareInstance) -> Any:
             share_d, server = self.share_parts(inst)
             return method(share_d, new_size, server)
 
         self._perform(
-            C.SHARE_INSTANCE, M.ShareInstance, inst0.id,
-            (C.EXTENDING if extend else C.SHRINKING,), call,
+            vocab.SHARE_INSTANCE,
+            models.ShareInstance,
+            inst0.id,
+            (vocab.EXTENDING if extend else vocab.SHRINKING,),
+            call,
             lambda inst, _r: [
-                (M.ShareInstance, inst.id, {"status": inst.status}, {"status": C.AVAILABLE}),
-                (M.Share, inst.share_id, {}, {"size": new_size}),
+                (
+                    models.ShareInstance,
+                    inst.id,
+                    {"status": inst.status},
+                    {"status": vocab.AVAILABLE},
+                ),
+                (models.Share, inst.share_id, {}, {"size": new_size}),
             ],
-            {"status": C.EXTENDING_ERROR if extend else C.SHRINKING_ERROR},
+            {"status": vocab.EXTENDING_ERROR if extend else vocab.SHRINKING_ERROR},
             f"{req.action} of share instance {inst0.id} to {new_size}",
         )
 
     # Snapshots -----------------------------------------------------------------
 
-    def _snap_host(self, ident: str) -> tuple[M.ShareSnapshotInstance, str]:
-        snap_inst = db_api.get(self.db, M.ShareSnapshotInstance, ident)
+    def _snap_host(self, ident: str) -> tuple[models.ShareSnapshotInstance, str]:
+        snap_inst = db_api.get(self.db, models.ShareSnapshotInstance, ident)
         if snap_inst is None:
             raise Stale(f"snapshot instance {ident} is gone")
-        inst = db_api.get(self.db, M.ShareInstance, snap_inst.share_instance_id,
+        inst = db_api.get(self.db, models.ShareInstance, snap_inst.share_instance_id,
                           include_deleted=True)
         return snap_inst, inst.host
 
-    def create_snapshot(self, req: M.Request) -> None:
+    def create_snapshot(self, req: models.Request) -> None:
         snap0, host = self._snap_host(req.resource_id)
         driver = self.driver_for(host)
 
-        def ok(row: M.ShareSnapshotInstance, update: Any) -> list[Change]:
-            values: dict[str, Any] = {"status": C.AVAILABLE, "progress": "100%"}
+        def ok(row: models.ShareSnapshotInstance, update: Any) -> list[Change]:
+            values: dict[str, Any] = {"status": vocab.AVAILABLE, "progress": "100%"}
             if isinstance(update, dict) and update.get("provider_location"):
                 values["provider_location"] = str(update["provider_location"])
-            return [(M.ShareSnapshotInstance, row.id, {"status": row.status}, values)]
+            return [(models.ShareSnapshotInstance, row.id, {"status": row.status}, values)]
 
         self._perform(
-            C.SNAPSHOT_INSTANCE, M.ShareSnapshotInstance, snap0.id, (C.CREATING,),
+            vocab.SNAPSHOT_INSTANCE, models.ShareSnapshotInstance, snap0.id, (vocab.CREATING,),
             lambda row: driver.create_snapshot(*self.snapshot_parts(row)),
-            ok, {"status": C.ERROR}, f"create of snapshot instance {snap0.id}",
+            ok, {"status": vocab.ERROR}, f"create of snapshot instance {snap0.id}",
         )
 
-    def delete_snapshot(self, req: M.Request, held: bool = False) -> None:
+    def delete_snapshot(self, req: models.Request, held: bool = False) -> None:
         snap0, host = self._snap_host(req.resource_id)
         driver = self.driver_for(host)
 
-        def gone(row: M.ShareSnapshotInstance, _r: Any) -> list[Change]:
+        def gone(row: models.ShareSnapshotInstance, _r: Any) -> list[Change]:
             return [
-                (M.ShareSnapshotInstance, row.id, {"status": row.status}, _deleted()),
-                (M.ShareSnapshot, row.snapshot_id, {"deleted_at": None},
-                 {"deleted_at": M.utcnow()}),
+                (models.ShareSnapshotInstance, row.id, {"status": row.status}, _deleted()),
+                (models.ShareSnapshot, row.snapshot_id, {"deleted_at": None},
+                 {"deleted_at": models.utcnow()}),
             ]
 
         self._perform(
-            C.SNAPSHOT_INSTANCE, M.ShareSnapshotInstance, snap0.id, (C.DELETING,),
+            vocab.SNAPSHOT_INSTANCE, models.ShareSnapshotInstance, snap0.id, (vocab.DELETING,),
             lambda row: driver.delete_snapshot(*self.snapshot_parts(row)),
-            gone, {"status": C.ERROR_DELETING}, f"delete of snapshot instance {snap0.id}",
+            gone, {"status": vocab.ERROR_DELETING}, f"delete of snapshot instance {snap0.id}",
             held=held,
         )
 
     # Replicas ------------------------------------------------------------------
 
-    def create_replica(self, req: M.Request) -> None:
-        rep0 = db_api.get(self.db, M.ShareInstance, req.resource_id)
+    def create_replica(self, req: models.Request) -> None:
+        rep0 = db_api.get(self.db, models.ShareInstance, req.resource_id)
         if rep0 is None:
             raise Stale(f"replica {req.resource_id} is gone")
         driver = self.driver_for(rep0.host)
 
-        def call(rep: M.ShareInstance) -> Any:
+        def call(rep: models.ShareInstance) -> Any:
             rep_d, server = self.share_parts(rep)
             active = resources.primary_instance(self.db, rep.share_id)
             active_d, _ = self.share_parts(active)
             return driver.create_replica(rep_d, active_d, server)
 
-        def ok(rep: M.ShareInstance, result: Any) -> list[Change]:
+        def ok(rep: models.ShareInstance, result: Any) -> list[Change]:
             result = result or {}
-            return [(M.ShareInstance, rep.id, {"status": rep.status}, {
-                "status": C.AVAILABLE,
-                "replica_state": result.get("replica_state") or C.REPLICA_IN_SYNC,
+            return [(models.ShareInstance, rep.id, {"status": rep.status}, {
+                "status": vocab.AVAILABLE,
+                "replica_state": result.get("replica_state") or vocab.REPLICA_IN_SYNC,
                 "export_locations": views.export_locations(result.get("export_locations")),
             })]
 
         self._perform(
-            C.REPLICA, M.ShareInstance, rep0.id, (C.CREATING,), call, ok,
-            {"status": C.ERROR, "replica_state": C.REPLICA_ERROR},
+            vocab.REPLICA, models.ShareInstance, rep0.id, (vocab.CREATING,), call, ok,
+            {"status": vocab.ERROR, "replica_state": vocab.REPLICA_ERROR},
             f"create of replica {rep0.id}",
         )
 
-    def delete_replica(self, req: M.Request, held: bool = False) -> None:
-        rep0 = db_api.get(self.db, M.ShareInstance, req.resource_id)
+    def delete_replica(self, req: models.Request, held: bool = False) -> None:
+        rep0 = db_api.get(self.db, models.ShareInstance, req.resource_id)
         if rep0 is None:
             raise Stale(f"replica {req.resource_id} is gone")
         driver = self.driver_for(rep0.host)
         self._perform(
-            C.REPLICA, M.ShareInstance, rep0.id, (C.DELETING,),
+            vocab.REPLICA, models.ShareInstance, rep0.id, (vocab.DELETING,),
             lambda rep: driver.delete_replica(*self.share_parts(rep)),
             lambda rep, _r: self._share_gone_changes(rep),
-            {"status": C.ERROR_DELETING}, f"delete of replica {rep0.id}",
+            {"status": vocab.ERROR_DELETING}, f"delete of replica {rep0.id}",
             held=held,
         )
 
     # Share servers -------------------------------------------------------------
 
-    def create_share_server(self, req: M.Request) -> None:
-        row0 = db_api.get(self.db, M.ShareServer, req.resource_id)
+    def create_share_server(self, req: models.Request) -> None:
+        row0 = db_api.get(self.db, models.ShareServer, req.resource_id)
         if row0 is None:
             raise Stale(f"share server {req.resource_id} is gone")
         driver = self.driver_for(row0.host)
         self._perform(
-            C.SHARE_SERVER, M.ShareServer, row0.id, (C.CREATING,),
+            vocab.SHARE_SERVER, models.ShareServer, row0.id, (vocab.CREATING,),
             lambda row: driver.setup_server(views.server(row)),
-            lambda row, details: [(M.ShareServer, row.id, {"status": row.status},
-                                   {"status": C.ACTIVE, "backend_details": details or {}})],
-            {"status": C.ERROR}, f"setup of share server {row0.id}",
+            lambda row, details: [(models.ShareServer, row.id, {"status": row.status},
+                                   {"status": vocab.ACTIVE, "backend_details": details or {}})],
+            {"status": vocab.ERROR}, f"setup of share server {row0.id}",
         )
 
-    def delete_share_server(self, req: M.Request, held: bool = False) -> None:
-        row0 = db_api.get(self.db, M.ShareServer, req.resource_id)
+    def delete_share_server(self, req: models.Request, held: bool = False) -> None:
+        row0 = db_api.get(self.db, models.ShareServer, req.resource_id)
         if row0 is None:
             raise Stale(f"share server {req.resource_id} is gone")
         driver = self.driver_for(row0.host)
         self._perform(
-            C.SHARE_SERVER, M.ShareServer, row0.id, (C.DELETING,),
+            vocab.SHARE_SERVER, models.ShareServer, row0.id, (vocab.DELETING,),
             lambda row: driver.teardown_server(views.server(row), dict(row.backend_details or {})),
-            lambda row, _r: [(M.ShareServer, row.id, {"status": row.status}, _deleted())],
-            {"status": C.ERROR}, f"teardown of share server {row0.id}",
+            lambda row, _r: [(models.ShareServer, row.id, {"status": row.status}, _deleted())],
+            {"status": vocab.ERROR}, f"teardown of share server {row0.id}",
             held=held,
         )
 
     # Share groups and group snapshots -----------------------------------------
 
-    def create_share_group(self, req: M.Request) -> None:
-        row0 = db_api.get(self.db, M.ShareGroup, req.resource_id)
+    def create_share_group(self, req: models.Request) -> None:
+        row0 = db_api.get(self.db, models.ShareGroup, req.resource_id)
         if row0 is None:
             raise Stale(f"share group {req.resource_id} is gone")
         driver = self.driver_for(row0.host)
         self._perform(
-            C.SHARE_GROUP, M.ShareGroup, row0.id, (C.CREATING,),
+            vocab.SHARE_GROUP, models.ShareGroup, row0.id, (vocab.CREATING,),
             lambda row: driver.create_share_group(views.group(row),
                                                   self.server_dict(row.share_server_id)),
-            lambda row, _r: [(M.ShareGroup, row.id, {"status": row.status},
-                              {"status": C.AVAILABLE})],
-            {"status": C.ERROR}, f"create of share group {row0.id}",
+            lambda row, _r: [(models.ShareGroup, row.id, {"status": row.status},
+                              {"status": vocab.AVAILABLE})],
+            {"status": vocab.ERROR}, f"create of share group {row0.id}",
         )
 
-    def delete_share_group(self, req: M.Request, held: bool = False) -> None:
-        row0 = db_api.get(self.db, M.ShareGroup, req.resource_id)
+    def delete_share_group(self, req: models.Request, held: bool = False) -> None:
+        row0 = db_api.get(self.db, models.ShareGroup, req.resource_id)
         if row0 is None:
             raise Stale(f"share group {req.resource_id} is gone")
         driver = self.driver_for(row0.host)
         self._perform(
-            C.SHARE_GROUP, M.ShareGroup, row0.id, (C.DELETING,),
+            vocab.SHARE_GROUP, models.ShareGroup, row0.id, (vocab.DELETING,),
             lambda row: driver.delete_share_group(views.group(row),
                                                   self.server_dict(row.share_server_id)),
-            lambda row, _r: [(M.ShareGroup, row.id, {"status": row.status}, _deleted())],
-            {"status": C.ERROR}, f"delete of share group {row0.id}",
+            lambda row, _r: [(models.ShareGroup, row.id, {"status": row.status}, _deleted())],
+            {"status": vocab.ERROR}, f"delete of share group {row0.id}",
             held=held,
         )
 
-    def _gsnap(self, ident: str) -> tuple[M.ShareGroupSnapshot, M.ShareGroup]:
-        row = db_api.get(self.db, M.ShareGroupSnapshot, ident)
+    def _gsnap(self, ident: str) -> tuple[models.ShareGroupSnapshot, models.ShareGroup]:
+        row = db_api.get(self.db, models.ShareGroupSnapshot, ident)
         if row is None:
             raise Stale(f"group snapshot {ident} is gone")
-        return row, db_api.get(self.db, M.ShareGroup, row.share_group_id, include_deleted=True)
+        return row, db_api.get(self.db, models.ShareGroup, row.share_group_id, include_deleted=True)
 
-    def create_group_snapshot(self, req: M.Request) -> None:
+    def create_group_snapshot(self, req: models.Request) -> None:
         row0, group = self._gsnap(req.resource_id)
         driver = self.driver_for(group.host)
         self._perform(
-            C.GROUP_SNAPSHOT, M.ShareGroupSnapshot, row0.id, (C.CREATING,),
+            vocab.GROUP_SNAPSHOT, models.ShareGroupSnapshot, row0.id, (vocab.CREATING,),
             lambda row: driver.create_share_group_snapshot(
                 views.group_snapshot(row, group), self.server_dict(group.share_server_id)),
-            lambda row, _r: [(M.ShareGroupSnapshot, row.id, {"status": row.status},
-                              {"status": C.AVAILABLE})],
-            {"status": C.ERROR}, f"create of group snapshot {row0.id}",
+            lambda row, _r: [(models.ShareGroupSnapshot, row.id, {"status": row.status},
+                              {"status": vocab.AVAILABLE})],
+            {"status": vocab.ERROR}, f"create of group snapshot {row0.id}",
         )
 
-    def delete_group_snapshot(self, req: M.Request, held: bool = False) -> None:
+    def delete_group_snapshot(self, req: models.Request, held: bool = False) -> None:
         row0, group = self._gsnap(req.resource_id)
         driver = self.driver_for(group.host)
         self._perform(
-            C.GROUP_SNAPSHOT, M.ShareGroupSnapshot, row0.id, (C.DELETING,),
+            vocab.GROUP_SNAPSHOT, models.ShareGroupSnapshot, row0.id, (vocab.DELETING,),
             lambda row: driver.delete_share_group_snapshot(
                 views.group_snapshot(row, group), self.server_dict(group.share_server_id)),
-            lambda row, _r: [(M.ShareGroupSnapshot, row.id, {"status": row.status},
+            lambda row, _r: [(models.ShareGroupSnapshot, row.id, {"status": row.status},
                               _deleted())],
-            {"status": C.ERROR}, f"delete of group snapshot {row0.id}",
+            {"status": vocab.ERROR}, f"delete of group snapshot {row0.id}",
             held=held,
         )
 
     # Backups (two-phase, as Manila: the periodic *_continue tasks finish them) ---
 
-    def _backup(self, ident: str) -> M.ShareBackup:
-        row = db_api.get(self.db, M.ShareBackup, ident)
+    def _backup(self, ident: str) -> models.ShareBackup:
+        row = db_api.get(self.db, models.ShareBackup, ident)
         if row is None:
             raise Stale(f"backup {ident} is gone")
         return row
 
-    def _backup_share(self, backup: M.ShareBackup) -> tuple[dict, M.ShareInstance]:
+    def _backup_share(self, backup: models.ShareBackup) -> tuple[dict, models.ShareInstance]:
         inst = resources.primary_instance(self.db, backup.share_id)
         if inst is None:
             raise OperationFailed(f"share {backup.share_id} of backup {backup.id} is gone")
         share_d, _ = self.share_parts(inst)
         return share_d, inst
 
-    def create_backup(self, req: M.Request) -> None:
+    def create_backup(self, req: models.Request) -> None:
         row0 = self._backup(req.resource_id)
         driver = self.driver_for(row0.host)
         share_d, inst = self._backup_share(row0)
 
-        def failed(row: M.ShareBackup) -> list[Change]:
-            return [(M.ShareBackup, row.id, {"status": row.status}, {"status": C.ERROR}),
-                    (M.ShareInstance, inst.id, {"status": C.BACKUP_CREATING},
-                     {"status": C.AVAILABLE})]
+        def failed(row: models.ShareBackup) -> list[Change]:
+            return [(models.ShareBackup, row.id, {"status": row.status}, {"status": vocab.ERROR}),
+                    (models.ShareInstance, inst.id, {"status": vocab.BACKUP_CREATING},
+                     {"status": vocab.AVAILABLE})]
 
         self._perform(
-            C.BACKUP, M.ShareBackup, row0.id, (C.CREATING,),
+            vocab.BACKUP, models.ShareBackup, row0.id, (vocab.CREATING,),
             lambda row: driver.create_backup(share_d, views.backup(row)),
-            lambda row, _r: [(M.ShareBackup, row.id, {"status": row.status},
+            lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status},
                               {"progress": "0"})],
             failed, f"create of backup {row0.id}",
         )
 
-    def restore_backup(self, req: M.Request) -> None:
+    def restore_backup(self, req: models.Request) -> None:
         row0 = self._backup(req.resource_id)
         driver = self.driver_for(row0.host)
         share_d, inst = self._backup_share(row0)
 
-        def failed(row: M.ShareBackup) -> list[Change]:
-            return [(M.ShareBackup, row.id, {"status": row.status}, {"status": C.AVAILABLE}),
-                    (M.ShareInstance, inst.id, {"status": C.BACKUP_RESTORING},
-                     {"status": C.BACKUP_RESTORING_ERROR})]
+        def failed(row: models.ShareBackup) -> list[Change]:
+            return [
+                (models.ShareBackup, row.id, {"status": row.status}, {"status": vocab.AVAILABLE}),
+                (
+                    models.ShareInstance,
+                    inst.id,
+                    {"status": vocab.BACKUP_RESTORING},
+                    {"status": vocab.BACKUP_RESTORING_ERROR},
+                ),
+            ]
 
         self._perform(
-            C.BACKUP, M.ShareBackup, row0.id, (C.RESTORING,),
+            vocab.BACKUP, models.ShareBackup, row0.id, (vocab.RESTORING,),
             lambda row: driver.restore_backup(views.backup(row), share_d),
-            lambda row, _r: [(M.ShareBackup, row.id, {"status": row.status},
+            lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status},
                               {"restore_progress": "0"})],
             failed, f"restore of backup {row0.id}",
         )
 
-    def delete_backup(self, req: M.Request, held: bool = False) -> None:
+    def delete_backup(self, req: models.Request, held: bool = False) -> None:
         row0 = self._backup(req.resource_id)
         driver = self.driver_for(row0.host)
         self._perform(
-            C.BACKUP, M.ShareBackup, row0.id, (C.DELETING,),
+            vocab.BACKUP, models.ShareBackup, row0.id, (vocab.DELETING,),
             lambda row: driver.delete_backup(views.backup(row)),
-            lambda row, _r: [(M.ShareBackup, row.id, {"status": row.status}, _deleted())],
-            {"status": C.ERROR}, f"delete of backup {row0.id}",
+            lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status}, _deleted())],
+            {"status": vocab.ERROR}, f"delete of backup {row0.id}",
             held=held,
         )
 
@@ -491,9 +513,9 @@ class Operations:
         """Periodic: drive create_backup_continue / restore_backup_continue
         for started backups of these hosts (any engine of the host may; the
         try-lock keeps it to one at a time)."""
-        for status, column in ((C.CREATING, "progress"), (C.RESTORING, "restore_progress")):
+        for status, column in ((vocab.CREATING, "progress"), (vocab.RESTORING, "restore_progress")):
             for backup in resources.backups_to_continue(self.db, hosts, status, column):
-                with self.coordinator.try_lock(lock_name(C.BACKUP, backup.id)) as got:
+                with self.coordinator.try_lock(lock_name(vocab.BACKUP, backup.id)) as got:
                     if not got:
                         continue
                     try:
@@ -502,13 +524,13 @@ class Operations:
                         LOG.exception("backup %s: continue task failed", backup.id)
 
     def _continue_one(self, ident: str, status: str, column: str) -> None:
-        backup = db_api.get(self.db, M.ShareBackup, ident)
+        backup = db_api.get(self.db, models.ShareBackup, ident)
         if backup is None or backup.status != status or getattr(backup, column) is None:
             return
         driver = self.driver_for(backup.host)
         share_d, inst = self._backup_share(backup)
-        creating = status == C.CREATING
-        share_busy = C.BACKUP_CREATING if creating else C.BACKUP_RESTORING
+        creating = status == vocab.CREATING
+        share_busy = vocab.BACKUP_CREATING if creating else vocab.BACKUP_RESTORING
         try:
             if creating:
                 result = driver.create_backup_continue(share_d, views.backup(backup))
@@ -518,26 +540,26 @@ class Operations:
             LOG.warning("backup %s: %s failed: %s", ident,
                         "create_backup_continue" if creating else "restore_backup_continue", exc)
             self._settle_backup(ident, status, inst.id, share_busy,
-                                {"status": C.ERROR if creating else C.AVAILABLE},
-                                C.AVAILABLE if creating else C.BACKUP_RESTORING_ERROR)
+                                {"status": vocab.ERROR if creating else vocab.AVAILABLE},
+                                vocab.AVAILABLE if creating else vocab.BACKUP_RESTORING_ERROR)
             return
         progress = _progress((result or {}).get("total_progress", "0"))
         if progress != "100":
-            db_api.conditional_update(self.db, M.ShareBackup, ident, {"status": status},
+            db_api.conditional_update(self.db, models.ShareBackup, ident, {"status": status},
                                       {column: progress})
             return
         self._settle_backup(ident, status, inst.id, share_busy,
-                            {"status": C.AVAILABLE, column: "100"}, C.AVAILABLE)
+                            {"status": vocab.AVAILABLE, column: "100"}, vocab.AVAILABLE)
 
     def _settle_backup(self, ident: str, status: str, inst_id: str, share_busy: str,
                        backup_values: dict[str, Any], share_status: str) -> None:
         """The backup's outcome first; the share follows only if it is still
         held by the backup (an admin may have reset it), so a moved share never
         keeps the backup from settling."""
-        if not db_api.conditional_update(self.db, M.ShareBackup, ident, {"status": status},
+        if not db_api.conditional_update(self.db, models.ShareBackup, ident, {"status": status},
                                          backup_values):
             return
-        db_api.conditional_update(self.db, M.ShareInstance, inst_id, {"status": share_busy},
+        db_api.conditional_update(self.db, models.ShareInstance, inst_id, {"status": share_busy},
                                   {"status": share_status})
 
 

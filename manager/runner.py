@@ -10,16 +10,15 @@ from typing import Any
 import futurist
 from futurist import waiters
 from oslo_log import log as logging
+from sharemgr.common import tasks, vocab
 from sharemgr.db import api as db_api
-from sharemgr.db import models as M
+from sharemgr.db import models
 from sharemgr.db.engine import Database
-from sharemgr.manager import constants as C
-from sharemgr.manager import tasks
 from sharemgr.manager.operations import OperationFailed, Stale
 
 LOG = logging.getLogger(__name__)
 
-Handler = Callable[[M.Request], None]
+Handler = Callable[[models.Request], None]
 
 
 class RequestRunner:
@@ -28,7 +27,7 @@ class RequestRunner:
         db: Database,
         engine_id: str,
         hosts: list[str],
-        dispatch: Callable[[M.Request], Handler | None],
+        dispatch: Callable[[models.Request], Handler | None],
         workers: int,
         poll_interval: float,
         any_host: bool,
@@ -71,7 +70,7 @@ class RequestRunner:
         to wait for a wake-up or the poll interval."""
         with self._lock:
             free = self.workers - len(self._inflight)
-        claimed: list[M.Request] = []
+        claimed: list[models.Request] = []
         if free > 0:
             try:
                 claimed = db_api.request_claim(
@@ -93,9 +92,9 @@ class RequestRunner:
             self._inflight.discard(fut)
         self._wake.set()
 
-    def _execute(self, req: M.Request) -> None:
+    def _execute(self, req: models.Request) -> None:
         handler = self.dispatch(req)
-        status, error = C.REQUEST_DONE, None
+        status, error = vocab.REQUEST_DONE, None
         try:
             if handler is None:
                 raise OperationFailed(f"no handler for {req.resource_type} {req.action}")
@@ -105,11 +104,11 @@ class RequestRunner:
                      req.resource_type, req.resource_id, exc)
             error = f"stale: {exc}"
         except OperationFailed as exc:
-            status, error = C.REQUEST_FAILED, str(exc)
+            status, error = vocab.REQUEST_FAILED, str(exc)
         except Exception as exc:  # a bug or an unreachable service: keep serving
             LOG.exception("request %s (%s %s %s) failed", req.id, req.action,
                           req.resource_type, req.resource_id)
-            status, error = C.REQUEST_FAILED, f"{type(exc).__name__}: {exc}"
+            status, error = vocab.REQUEST_FAILED, f"{type(exc).__name__}: {exc}"
         try:
             db_api.request_finish(self.db, req.id, self.engine_id, status, error)
         except Exception:

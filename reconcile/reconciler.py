@@ -19,13 +19,13 @@ from typing import Any
 import futurist
 from futurist import waiters
 from oslo_log import log as logging
+from sharemgr.common import tasks, vocab
 from sharemgr.db import api as db_api
-from sharemgr.db import models as M
+from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db.engine import Database
 from sharemgr.drivers.exceptions import ShareResourceNotFound
-from sharemgr.manager import constants as C
-from sharemgr.manager import tasks, views
+from sharemgr.manager import views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale, lock_name
 from sharemgr.reconcile import rules, scan
@@ -85,7 +85,7 @@ class Summary:
 # Longest error text a failed pass's record keeps (its first line only).
 ERROR_LIMIT = 2000
 
-SECONDARY_STATES = (C.REPLICA_IN_SYNC, C.REPLICA_OUT_OF_SYNC, C.REPLICA_ERROR)
+SECONDARY_STATES = (vocab.REPLICA_IN_SYNC, vocab.REPLICA_OUT_OF_SYNC, vocab.REPLICA_ERROR)
 
 
 class Unusable(Exception):
@@ -105,8 +105,8 @@ def _size(answer: dict[str, Any]) -> int:
         value = int(size)
     if value is None or value < 1:
         raise Unusable(f"no usable size ({size!r})")
-    if value > C.MAX_SHARE_SIZE_GB:
-        raise Unusable(f"a size above the maximum of {C.MAX_SHARE_SIZE_GB} GiB ({value})")
+    if value > vocab.MAX_SHARE_SIZE_GB:
+        raise Unusable(f"a size above the maximum of {vocab.MAX_SHARE_SIZE_GB} GiB ({value})")
     return value
 
 
@@ -123,7 +123,7 @@ def _classify(answer: Any) -> tuple[bool, str, dict[str, Any]]:
     """A status method's answer → (healthy, reason, answer dict)."""
     if not isinstance(answer, dict) or not answer.get("status"):
         return False, f"status method returned {answer!r} (no status)", {}
-    if answer["status"] in (C.AVAILABLE, C.ACTIVE):
+    if answer["status"] in (vocab.AVAILABLE, vocab.ACTIVE):
         return True, "healthy on the backend", answer
     return False, f"backend status {answer['status']}", answer
 
@@ -220,12 +220,12 @@ class Reconciler:
     def _stage(self, rtype: str) -> list[Candidate]:
         cands: list[Candidate] = []
         for backend, driver in self.drivers.items():
-            if rtype == C.SHARE_SERVER and not driver.driver_handles_share_servers:
+            if rtype == vocab.SHARE_SERVER and not driver.driver_handles_share_servers:
                 continue
             cands.extend(scan.scan(self.db, rtype, f"{self.host}@{backend}"))
         return cands
 
-    def _open_requests(self, summary: Summary, dry_run: bool) -> dict[str, M.Request]:
+    def _open_requests(self, summary: Summary, dry_run: bool) -> dict[str, models.Request]:
         """Pending/running requests by resource id; requests claimed by dead
         engines become abandoned (not in a dry run).
 
@@ -233,11 +233,11 @@ class Reconciler:
         claims a request in between is then seen with a pending request, never
         as a claimant missing from an older member list (which would abandon
         the request of an alive engine)."""
-        by_resource: dict[str, M.Request] = {}
+        by_resource: dict[str, models.Request] = {}
         open_requests = db_rec.open_requests(self.db, self.hosts)
         alive = self.coordinator.engines()
         for req in open_requests:
-            if req.status == C.REQUEST_RUNNING and req.engine_id not in alive:
+            if req.status == vocab.REQUEST_RUNNING and req.engine_id not in alive:
                 if req.host is None:
                     continue  # host-less requests (stacks) are resumed by the engine
                 if not dry_run and db_rec.abandon_request(
@@ -250,7 +250,7 @@ class Reconciler:
 
     # One resource ----------------------------------------------------------------
 
-    def _one(self, cand: Candidate, requests: dict[str, M.Request], summary: Summary,
+    def _one(self, cand: Candidate, requests: dict[str, models.Request], summary: Summary,
              dry_run: bool) -> None:
         try:
             self._settle(cand, requests, summary, dry_run)
@@ -267,12 +267,12 @@ class Reconciler:
             summary.planned({"type": cand.rtype, "id": cand.id, "status": cand.status,
                              "action": "skip", "reason": reason})
 
-    def _settle(self, cand: Candidate, requests: dict[str, M.Request], summary: Summary,
+    def _settle(self, cand: Candidate, requests: dict[str, models.Request], summary: Summary,
                 dry_run: bool) -> None:
         reason = scan.left_alone(self.db, cand)
         req = requests.get(cand.id) or self._backup_request(cand, requests)
         if reason is None and req is not None:
-            reason = ("request pending" if req.status == C.REQUEST_PENDING
+            reason = ("request pending" if req.status == vocab.REQUEST_PENDING
                       else f"in progress on {req.engine_id}")
         if reason is None and views.backend_of(cand.host) not in self.drivers:
             reason = "backend not served by this engine"
@@ -301,15 +301,15 @@ class Reconciler:
         if outcome is not None:
             summary.outcome(cand.rtype, outcome)
 
-    def _backup_request(self, cand: Candidate, requests: dict[str, M.Request]
-                        ) -> M.Request | None:
+    def _backup_request(self, cand: Candidate, requests: dict[str, models.Request]
+                        ) -> models.Request | None:
         """A share instance in backup_creating/backup_restoring belongs to its
         backup's request (keyed by the backup's id): while that request is
         pending or running, the backup workflow brings the share back."""
-        if cand.rtype not in (C.SHARE_INSTANCE, C.REPLICA) or \
-                cand.status not in (C.BACKUP_CREATING, C.BACKUP_RESTORING):
+        if cand.rtype not in (vocab.SHARE_INSTANCE, vocab.REPLICA) or \
+                cand.status not in (vocab.BACKUP_CREATING, vocab.BACKUP_RESTORING):
             return None
-        for backup in db_api.query(self.db, M.ShareBackup, {"share_id": cand.row.share_id}):
+        for backup in db_api.query(self.db, models.ShareBackup, {"share_id": cand.row.share_id}):
             if backup.id in requests:
                 return requests[backup.id]
         return None
@@ -318,7 +318,7 @@ class Reconciler:
         if rule.action == rules.MARK:
             LOG.warning("%s %s stuck in %s cannot be resumed: %s", cand.rtype, cand.id,
                         cand.status, rule.error)
-            values = {"replica_state": C.REPLICA_ERROR} if cand.rtype == C.REPLICA else {}
+            values = {"replica_state": vocab.REPLICA_ERROR} if cand.rtype == vocab.REPLICA else {}
             return self._set(cand, [], rule.error, values)
         if rule.action == rules.DELETE:
             try:
@@ -364,20 +364,20 @@ class Reconciler:
         if not healthy:
             LOG.warning("%s %s (%s) → %s: %s", cand.rtype, cand.id, cand.status, rule.error,
                         reason)
-            values = {"replica_state": C.REPLICA_ERROR} if cand.rtype == C.REPLICA else {}
+            values = {"replica_state": vocab.REPLICA_ERROR} if cand.rtype == vocab.REPLICA else {}
             return self._set(cand, [], rule.error, values)
         LOG.info("%s %s (%s) → %s: %s", cand.rtype, cand.id, cand.status, rule.ok, reason)
         return self._set(cand, extra, rule.ok, values)
 
     def _status_args(self, cand: Candidate) -> tuple:
         ops = self.operations
-        if cand.rtype in (C.SHARE_INSTANCE, C.REPLICA):
+        if cand.rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA):
             return ops.share_parts(cand.row)
-        if cand.rtype == C.SNAPSHOT_INSTANCE:
+        if cand.rtype == vocab.SNAPSHOT_INSTANCE:
             return ops.snapshot_parts(cand.row)
-        if cand.rtype == C.SHARE_GROUP:
+        if cand.rtype == vocab.SHARE_GROUP:
             return views.group(cand.row), ops.server_dict(cand.row.share_server_id)
-        grp = db_api.get(self.db, M.ShareGroup, cand.row.share_group_id, include_deleted=True)
+        grp = db_api.get(self.db, models.ShareGroup, cand.row.share_group_id, include_deleted=True)
         return views.group_snapshot(cand.row, grp), ops.server_dict(grp.share_server_id)
 
     def _healthy_values(self, cand: Candidate, answer: dict[str, Any]
@@ -387,19 +387,19 @@ class Reconciler:
         transient for every later pass too)."""
         values: dict[str, Any] = {}
         extra: list = []
-        if cand.rtype in (C.SHARE_INSTANCE, C.REPLICA):
+        if cand.rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA):
             if answer.get("export_locations") is not None:
                 values["export_locations"] = _export_locations(answer["export_locations"])
-            if cand.rtype == C.REPLICA:
+            if cand.rtype == vocab.REPLICA:
                 # A secondary being created is never the active replica (that
                 # takes a promotion); anything else is out of sync until proven.
-                state = answer.get("replica_state") or C.REPLICA_IN_SYNC
+                state = answer.get("replica_state") or vocab.REPLICA_IN_SYNC
                 values["replica_state"] = state if state in SECONDARY_STATES \
-                    else C.REPLICA_OUT_OF_SYNC
-            if cand.status in (C.EXTENDING, C.SHRINKING):
+                    else vocab.REPLICA_OUT_OF_SYNC
+            if cand.status in (vocab.EXTENDING, vocab.SHRINKING):
                 # The backend's size is the truth, whichever way the resize
                 # went; without it the database cannot be made to match.
-                extra.append((M.Share, cand.row.share_id, {}, {"size": _size(answer)}))
-        if cand.rtype == C.SNAPSHOT_INSTANCE:
+                extra.append((models.Share, cand.row.share_id, {}, {"size": _size(answer)}))
+        if cand.rtype == vocab.SNAPSHOT_INSTANCE:
             values["progress"] = "100%"  # as a completed create records it
         return values, extra

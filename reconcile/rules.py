@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sharemgr.manager import constants as C
+from sharemgr.common import vocab
 
 QUERY = "query"
 DELETE = "delete"
@@ -28,12 +28,12 @@ class Rule:
     method: str | None = None  # the driver's status method for QUERY
 
 
-def query(method: str, error: str = C.ERROR, ok: str = C.AVAILABLE) -> Rule:
+def query(method: str, error: str = vocab.ERROR, ok: str = vocab.AVAILABLE) -> Rule:
     return Rule(QUERY, error, ok, method)
 
 
 def delete(error: str) -> Rule:
-    return Rule(DELETE, error, C.DELETED)
+    return Rule(DELETE, error, vocab.DELETED)
 
 
 def mark(error: str) -> Rule:
@@ -41,76 +41,76 @@ def mark(error: str) -> Rule:
 
 
 RULES: dict[str, dict[str, Rule]] = {
-    C.SHARE_SERVER: {
-        C.CREATING: mark(C.ERROR),
-        C.MANAGING: mark(C.MANAGE_ERROR),
-        C.UNMANAGING: mark(C.UNMANAGE_ERROR),
-        C.SERVER_NETWORK_CHANGE: mark(C.ERROR),
-        C.DELETING: delete(C.ERROR),
+    vocab.SHARE_SERVER: {
+        vocab.CREATING: mark(vocab.ERROR),
+        vocab.MANAGING: mark(vocab.MANAGE_ERROR),
+        vocab.UNMANAGING: mark(vocab.UNMANAGE_ERROR),
+        vocab.SERVER_NETWORK_CHANGE: mark(vocab.ERROR),
+        vocab.DELETING: delete(vocab.ERROR),
     },
-    C.SHARE_INSTANCE: {
-        C.CREATING: query("get_share_status"),
-        C.CREATING_FROM_SNAPSHOT: query("get_share_status"),
-        C.EXTENDING: query("get_share_status", C.EXTENDING_ERROR),
-        C.SHRINKING: query("get_share_status", C.SHRINKING_ERROR),
-        C.DELETING: delete(C.ERROR_DELETING),
-        C.DEFERRED_DELETING: delete(C.ERROR_DELETING),
-        C.MANAGING: mark(C.MANAGE_ERROR),
-        C.UNMANAGING: mark(C.UNMANAGE_ERROR),
-        C.RESTORING: mark(C.ERROR),
-        C.REVERTING: mark(C.ERROR),
-        C.REPLICATION_CHANGE: mark(C.ERROR),
-        C.BACKUP_CREATING: mark(C.ERROR),
-        C.BACKUP_RESTORING: mark(C.ERROR),
+    vocab.SHARE_INSTANCE: {
+        vocab.CREATING: query("get_share_status"),
+        vocab.CREATING_FROM_SNAPSHOT: query("get_share_status"),
+        vocab.EXTENDING: query("get_share_status", vocab.EXTENDING_ERROR),
+        vocab.SHRINKING: query("get_share_status", vocab.SHRINKING_ERROR),
+        vocab.DELETING: delete(vocab.ERROR_DELETING),
+        vocab.DEFERRED_DELETING: delete(vocab.ERROR_DELETING),
+        vocab.MANAGING: mark(vocab.MANAGE_ERROR),
+        vocab.UNMANAGING: mark(vocab.UNMANAGE_ERROR),
+        vocab.RESTORING: mark(vocab.ERROR),
+        vocab.REVERTING: mark(vocab.ERROR),
+        vocab.REPLICATION_CHANGE: mark(vocab.ERROR),
+        vocab.BACKUP_CREATING: mark(vocab.ERROR),
+        vocab.BACKUP_RESTORING: mark(vocab.ERROR),
     },
     # A replica is a share instance: the share-instance rows that need no
     # driver apply to it (a promotion leaves the secondary being promoted in
     # replication_change, a revert leaves every replica in reverting); only
     # its create has a status method of its own.
-    C.REPLICA: {
-        C.CREATING: query("get_replica_status"),
-        C.DELETING: delete(C.ERROR_DELETING),
-        C.MANAGING: mark(C.MANAGE_ERROR),
-        C.UNMANAGING: mark(C.UNMANAGE_ERROR),
-        C.RESTORING: mark(C.ERROR),
-        C.REVERTING: mark(C.ERROR),
-        C.REPLICATION_CHANGE: mark(C.ERROR),
-        C.BACKUP_CREATING: mark(C.ERROR),
-        C.BACKUP_RESTORING: mark(C.ERROR),
+    vocab.REPLICA: {
+        vocab.CREATING: query("get_replica_status"),
+        vocab.DELETING: delete(vocab.ERROR_DELETING),
+        vocab.MANAGING: mark(vocab.MANAGE_ERROR),
+        vocab.UNMANAGING: mark(vocab.UNMANAGE_ERROR),
+        vocab.RESTORING: mark(vocab.ERROR),
+        vocab.REVERTING: mark(vocab.ERROR),
+        vocab.REPLICATION_CHANGE: mark(vocab.ERROR),
+        vocab.BACKUP_CREATING: mark(vocab.ERROR),
+        vocab.BACKUP_RESTORING: mark(vocab.ERROR),
     },
-    C.SNAPSHOT_INSTANCE: {
-        C.CREATING: query("get_snapshot_status"),
-        C.DELETING: delete(C.ERROR_DELETING),
-        C.MANAGING: mark(C.MANAGE_ERROR),
-        C.UNMANAGING: mark(C.UNMANAGE_ERROR),
-        C.RESTORING: mark(C.ERROR),
+    vocab.SNAPSHOT_INSTANCE: {
+        vocab.CREATING: query("get_snapshot_status"),
+        vocab.DELETING: delete(vocab.ERROR_DELETING),
+        vocab.MANAGING: mark(vocab.MANAGE_ERROR),
+        vocab.UNMANAGING: mark(vocab.UNMANAGE_ERROR),
+        vocab.RESTORING: mark(vocab.ERROR),
     },
-    C.SHARE_GROUP: {
-        C.CREATING: query("get_share_group_status"),
-        C.DELETING: delete(C.ERROR),
+    vocab.SHARE_GROUP: {
+        vocab.CREATING: query("get_share_group_status"),
+        vocab.DELETING: delete(vocab.ERROR),
     },
-    C.GROUP_SNAPSHOT: {
-        C.CREATING: query("get_share_group_snapshot_status"),
-        C.DELETING: delete(C.ERROR),
+    vocab.GROUP_SNAPSHOT: {
+        vocab.CREATING: query("get_share_group_snapshot_status"),
+        vocab.DELETING: delete(vocab.ERROR),
     },
     # Backups in creating/restoring belong to the *_continue periodic tasks
     # once the driver call has started (progress set, see scan.left_alone);
     # one whose first call never happened can only be failed (creating) or
     # returned to available (restoring: the backup itself is intact).
-    C.BACKUP: {
-        C.DELETING: delete(C.ERROR),
-        C.CREATING: mark(C.ERROR),
-        C.RESTORING: mark(C.AVAILABLE),
+    vocab.BACKUP: {
+        vocab.DELETING: delete(vocab.ERROR),
+        vocab.CREATING: mark(vocab.ERROR),
+        vocab.RESTORING: mark(vocab.AVAILABLE),
     },
 }
 
 # Dependency order: servers first (shares need them), backups last.
 STAGES = (
-    C.SHARE_SERVER,
-    C.SHARE_INSTANCE,
-    C.REPLICA,
-    C.SNAPSHOT_INSTANCE,
-    C.SHARE_GROUP,
-    C.GROUP_SNAPSHOT,
-    C.BACKUP,
+    vocab.SHARE_SERVER,
+    vocab.SHARE_INSTANCE,
+    vocab.REPLICA,
+    vocab.SNAPSHOT_INSTANCE,
+    vocab.SHARE_GROUP,
+    vocab.GROUP_SNAPSHOT,
+    vocab.BACKUP,
 )

@@ -13,15 +13,14 @@ from typing import Any
 import futurist
 from futurist import waiters
 from oslo_log import log as logging
-from sharemgr.manager import constants as C
-from sharemgr.manager import tasks
+from sharemgr.common import tasks, vocab
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.reconcile.reconciler import Reconciler
 from tooz import coordination
 
 LOG = logging.getLogger(__name__)
 
-RECONCILE = C.RECONCILE
+RECONCILE = vocab.RECONCILE
 
 
 def engine_host(engine_id: str) -> str:

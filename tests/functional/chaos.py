@@ -57,9 +57,9 @@ from typing import Any
 
 import sqlalchemy as sa
 import yaml
-from sharemgr.db import models as M
+from sharemgr.common import vocab
+from sharemgr.db import models
 from sharemgr.drivers.dummy_state import DB_NAME
-from sharemgr.manager import constants as C
 from sqlalchemy.orm import Session
 
 from tests.functional.harness import Deployment, Engine, backend_objects, db_objects
@@ -112,7 +112,7 @@ MANUAL_SHARE = re.compile(r"^m\d+$")
 STACK_NAME = re.compile(r"^s\d+$")
 STACK_MADE = re.compile(r"^(s\d+)-([a-z]+\d*)-")
 ENGINE_ID = re.compile(r"share-manager starting: engine (\S+?),")
-ERROR_STATUSES = C.ERROR_STATUSES
+ERROR_STATUSES = vocab.ERROR_STATUSES
 
 
 def utcnow() -> datetime.datetime:
@@ -325,13 +325,13 @@ class Reader:
                 return list(s.scalars(sa.select(model).where(model.deleted_at.is_(None))))
 
             instances = [_row(i, "id", "share_id", "host", "status", "replica_state",
-                              "share_server_id", "created_at") for i in live(M.ShareInstance)]
+                              "share_server_id", "created_at") for i in live(models.ShareInstance)]
             shares = {}
             primaries: dict[str, dict] = {}
             for inst in sorted(instances, key=lambda i: (i["created_at"], i["id"])):
-                if inst["replica_state"] in (None, C.REPLICA_ACTIVE):
+                if inst["replica_state"] in (None, vocab.REPLICA_ACTIVE):
                     primaries.setdefault(inst["share_id"], inst)
-            for sh in live(M.Share):
+            for sh in live(models.Share):
                 inst = primaries.get(sh.id)
                 shares[sh.id] = {**_row(sh, "id", "name", "size", "share_proto", "snapshot_id",
                                         "share_group_id"),
@@ -339,9 +339,9 @@ class Reader:
                                  "instance_id": inst["id"] if inst else None}
             snap_insts = {i.snapshot_id: _row(i, "id", "snapshot_id", "share_instance_id",
                                               "status")
-                          for i in live(M.ShareSnapshotInstance)}
+                          for i in live(models.ShareSnapshotInstance)}
             snapshots = {}
-            for sn in live(M.ShareSnapshot):
+            for sn in live(models.ShareSnapshot):
                 inst = snap_insts.get(sn.id)
                 snapshots[sn.id] = {**_row(sn, "id", "share_id", "name", "size"),
                                     "status": inst["status"] if inst else None,
@@ -351,23 +351,62 @@ class Reader:
                 "shares": shares,
                 "snapshots": snapshots,
                 "snapshot_instances": list(snap_insts.values()),
-                "groups": [_row(g, "id", "name", "host", "status") for g in live(M.ShareGroup)],
-                "group_snapshots": [_row(g, "id", "name", "share_group_id", "status")
-                                    for g in live(M.ShareGroupSnapshot)],
-                "backups": [_row(b, "id", "name", "share_id", "status", "progress")
-                            for b in live(M.ShareBackup)],
-                "servers": [_row(v, "id", "host", "status") for v in live(M.ShareServer)],
-                "stacks": [_row(st, "id", "name", "action", "status", "status_reason",
-                                "template_id", "prev_template_id", "current_traversal",
-                                "disable_rollback", "deleted_at", "created_at")
-                           for st in s.scalars(sa.select(M.Stack).order_by(M.Stack.created_at))],
-                "rows": [_row(r, "id", "stack_id", "name", "type", "template_id", "physical_id",
-                              "action", "status", "status_reason", "engine_id", "replaces",
-                              "replaced_by", "properties", "current_traversal")
-                         for r in live(M.StackResource)],
-                "requests": dict(s.execute(
-                    sa.select(M.Request.status, sa.func.count()).group_by(M.Request.status)
-                ).all()),
+                "groups": [
+                    _row(g, "id", "name", "host", "status") for g in live(models.ShareGroup)
+                ],
+                "group_snapshots": [
+                    _row(g, "id", "name", "share_group_id", "status")
+                    for g in live(models.ShareGroupSnapshot)
+                ],
+                "backups": [
+                    _row(b, "id", "name", "share_id", "status", "progress")
+                    for b in live(models.ShareBackup)
+                ],
+                "servers": [_row(v, "id", "host", "status") for v in live(models.ShareServer)],
+                "stacks": [
+                    _row(
+                        st,
+                        "id",
+                        "name",
+                        "action",
+                        "status",
+                        "status_reason",
+                        "template_id",
+                        "prev_template_id",
+                        "current_traversal",
+                        "disable_rollback",
+                        "deleted_at",
+                        "created_at",
+                    )
+                    for st in s.scalars(sa.select(models.Stack).order_by(models.Stack.created_at))
+                ],
+                "rows": [
+                    _row(
+                        r,
+                        "id",
+                        "stack_id",
+                        "name",
+                        "type",
+                        "template_id",
+                        "physical_id",
+                        "action",
+                        "status",
+                        "status_reason",
+                        "engine_id",
+                        "replaces",
+                        "replaced_by",
+                        "properties",
+                        "current_traversal",
+                    )
+                    for r in live(models.StackResource)
+                ],
+                "requests": dict(
+                    s.execute(
+                        sa.select(models.Request.status, sa.func.count()).group_by(
+                            models.Request.status
+                        )
+                    ).all()
+                ),
             }
         return world
 
@@ -375,13 +414,13 @@ class Reader:
         if template_id is None:
             return None
         with Session(self.engine) as s:
-            row = s.get(M.StackTemplate, template_id)
+            row = s.get(models.StackTemplate, template_id)
             return dict(row.template) if row is not None else None
 
     def requests(self, **filters: Any) -> list[dict[str, Any]]:
-        stmt = sa.select(M.Request).order_by(M.Request.id)
+        stmt = sa.select(models.Request).order_by(models.Request.id)
         for key, value in filters.items():
-            column = getattr(M.Request, key)
+            column = getattr(models.Request, key)
             stmt = stmt.where(column.in_(value) if isinstance(value, list | tuple | set)
                               else column == value)
         with Session(self.engine) as s:
@@ -393,7 +432,7 @@ class Reader:
         with Session(self.engine) as s:
             return [_row(p, "entity_id", "traversal_id", "is_update", "atomic_key",
                          "input_data") for p in s.scalars(
-                sa.select(M.SyncPoint).where(M.SyncPoint.stack_id == stack_id))]
+                sa.select(models.SyncPoint).where(models.SyncPoint.stack_id == stack_id))]
 
 
 def transient_resources(world: dict) -> list[tuple[str, dict]]:
@@ -404,7 +443,7 @@ def transient_resources(world: dict) -> list[tuple[str, dict]]:
                        ("group snapshot", world["group_snapshots"]),
                        ("backup", world["backups"]),
                        ("share server", world["servers"])):
-        out += [(kind, r) for r in rows if r["status"] in C.TRANSIENT_STATUSES]
+        out += [(kind, r) for r in rows if r["status"] in vocab.TRANSIENT_STATUSES]
     return out
 
 
@@ -433,13 +472,15 @@ def made_but_error(world: dict, backend: dict[str, dict], reader: Reader
     table), and a healthy share may well be behind those."""
     out = []
     for inst in world["instances"]:
-        if inst["status"] == C.ERROR and backend.get(inst["id"], {}).get("status") == "available":
+        if inst["status"] == vocab.ERROR and backend.get(inst["id"],
+                                                         {}).get("status") == "available":
             share = world["shares"].get(inst["share_id"]) or {}
-            kind = "replica" if inst["replica_state"] not in (None, C.REPLICA_ACTIVE) else "share"
+            kind = "replica" if inst["replica_state"] not in (None,
+                                                              vocab.REPLICA_ACTIVE) else "share"
             out.append((inst["id"], f"{kind} instance {inst['id']} ({share.get('name')})"))
     for snap in world["snapshots"].values():
         iid = snap["instance_id"]
-        if snap["status"] == C.ERROR and backend.get(iid, {}).get("status") == "available":
+        if snap["status"] == vocab.ERROR and backend.get(iid, {}).get("status") == "available":
             out.append((iid, f"snapshot instance {iid} ({snap['name']})"))
     if not out:
         return out
@@ -778,19 +819,19 @@ class Operator:
             return None
         shares = [s for s in w["shares"].values() if MANUAL_SHARE.match(s["name"] or "")]
         manual_ids = {s["id"] for s in shares}
-        available = [s for s in shares if s["status"] == C.AVAILABLE]
+        available = [s for s in shares if s["status"] == vocab.AVAILABLE]
         snaps = [s for s in w["snapshots"].values() if s["share_id"] in manual_ids]
         snap_count = collections.Counter(s["share_id"] for s in snaps)
         replicas = [i for i in w["instances"] if i["share_id"] in manual_ids
-                    and i["replica_state"] not in (None, C.REPLICA_ACTIVE)]
+                    and i["replica_state"] not in (None, vocab.REPLICA_ACTIVE)]
         rep_count = collections.Counter(r["share_id"] for r in replicas)
         groups = [g for g in w["groups"] if (g["name"] or "").startswith("mg")]
         gsnaps = [g for g in w["group_snapshots"]
                   if g["share_group_id"] in {x["id"] for x in groups}]
         backups = [b for b in w["backups"] if b["share_id"] in manual_ids]
         with self.lock:
-            models = list(self.stacks.values())
-        live_stacks = [m for m in models if not m.deleted]
+            stack_models = list(self.stacks.values())
+        live_stacks = [m for m in stack_models if not m.deleted]
         full = len(shares) >= self.opts.max_manual_shares
         weights = {
             "share create": 2 if full else 8,
@@ -820,7 +861,7 @@ class Operator:
         if label == "share create":
             args = ["share", "create", str(rng.randint(1, 3)), "--proto",
                     rng.choice(("NFS", "CIFS")), "--name", f"m{n}"]
-            from_snap = [s for s in snaps if s["status"] == C.AVAILABLE]
+            from_snap = [s for s in snaps if s["status"] == vocab.AVAILABLE]
             if from_snap and rng.random() < 0.25:
                 snap = rng.choice(from_snap)
                 args[2] = str(snap["size"] + rng.randint(0, 1))
@@ -1202,7 +1243,7 @@ class Checker:
             if share is None:
                 self.bad(f"{where}: share {pid} does not exist")
                 return
-            if share["status"] != C.AVAILABLE:
+            if share["status"] != vocab.AVAILABLE:
                 self.bad(f"{where}: share {pid} is {share['status']}")
             if share["size"] != props.get("size"):
                 self.bad(f"{where}: share {pid} is {share['size']} GiB, template says "
@@ -1219,7 +1260,7 @@ class Checker:
             if snap is None:
                 self.bad(f"{where}: snapshot {pid} does not exist")
                 return
-            if snap["status"] != C.AVAILABLE:
+            if snap["status"] != vocab.AVAILABLE:
                 self.bad(f"{where}: snapshot {pid} is {snap['status']}")
             if snap["share_id"] != ref("share"):
                 self.bad(f"{where}: snapshot {pid} is of share {snap['share_id']}, the "
@@ -1230,7 +1271,8 @@ class Checker:
             if inst is None:
                 self.bad(f"{where}: replica {pid} does not exist")
                 return
-            if inst["status"] != C.AVAILABLE or inst["replica_state"] in (None, C.REPLICA_ACTIVE):
+            if inst["status"] != vocab.AVAILABLE or inst["replica_state"] in (None,
+                                                                              vocab.REPLICA_ACTIVE):
                 self.bad(f"{where}: replica {pid} is {inst['status']} "
                          f"(replica_state {inst['replica_state']})")
             if inst["share_id"] != ref("share"):
@@ -1329,7 +1371,7 @@ class Checker:
         for sid, snap in self.snapshots.items():
             owner_ok(snap["name"], sid, "snapshot")
         for inst in self.world["instances"]:
-            if inst["replica_state"] in (None, C.REPLICA_ACTIVE):
+            if inst["replica_state"] in (None, vocab.REPLICA_ACTIVE):
                 continue
             share = self.shares.get(inst["share_id"])
             if share is not None:
@@ -1373,12 +1415,12 @@ class Checker:
         backend = {o["id"]: o for o in self.d.backend("list")}
         for share in self.shares.values():
             obj = backend.get(share["instance_id"])
-            if share["status"] == C.AVAILABLE and obj and obj["size"] != share["size"]:
+            if share["status"] == vocab.AVAILABLE and obj and obj["size"] != share["size"]:
                 self.bad(f"size: share {share['id']} ({share['name']}) is {share['size']} GiB "
                          f"in the database but {obj['size']} GiB on the backend")
         for snap in self.snapshots.values():
             obj = backend.get(snap["instance_id"])
-            if snap["status"] == C.AVAILABLE and obj and obj["size"] != snap["size"]:
+            if snap["status"] == vocab.AVAILABLE and obj and obj["size"] != snap["size"]:
                 self.bad(f"size: snapshot {snap['id']} ({snap['name']}) is {snap['size']} GiB "
                          f"in the database but {obj['size']} GiB on the backend")
                 self.diagnostics.setdefault("sizes", []).append({

@@ -203,19 +203,18 @@ def db_objects(d: Deployment, settled_only: bool = False) -> dict[str, set[tuple
     {backend: {(kind, id)}} with the dummy backend's kind names. With
     ``settled_only``, rows in an error status (which may have no backend
     object: a create that never reached the backend) are left out."""
-    from sharemgr.db import api, resources
-    from sharemgr.db import models as M
-    from sharemgr.manager import constants as C
+    from sharemgr.common import vocab
+    from sharemgr.db import api, models, resources
     from sharemgr.manager import views
 
     db, _ = database(d)
     out: dict[str, set[tuple[str, str]]] = {b: set() for b in d.backends}
 
     def keep(row) -> bool:
-        return not (settled_only and row.status in C.ERROR_STATUSES)
+        return not (settled_only and row.status in vocab.ERROR_STATUSES)
 
     try:
-        for inst in filter(keep, api.query(db, M.ShareInstance)):
+        for inst in filter(keep, api.query(db, models.ShareInstance)):
             kind = "replica" if inst.replica_state not in (None, "active") else "share"
             out[views.backend_of(inst.host)].add((kind, inst.id))
         for backend in d.backends:
@@ -226,11 +225,11 @@ def db_objects(d: Deployment, settled_only: bool = False) -> dict[str, set[tuple
             for gsnap, _g in resources.group_snapshots_on_host(db, host):
                 if keep(gsnap):
                     out[backend].add(("group_snapshot", gsnap.id))
-        for row in filter(keep, api.query(db, M.ShareServer)):
+        for row in filter(keep, api.query(db, models.ShareServer)):
             out[views.backend_of(row.host)].add(("share_server", row.id))
-        for row in filter(keep, api.query(db, M.ShareGroup)):
+        for row in filter(keep, api.query(db, models.ShareGroup)):
             out[views.backend_of(row.host)].add(("share_group", row.id))
-        for row in filter(keep, api.query(db, M.ShareBackup)):
+        for row in filter(keep, api.query(db, models.ShareBackup)):
             out[views.backend_of(row.host)].add(("backup", row.id))
     finally:
         db.dispose()

@@ -61,7 +61,7 @@ def test_random_templates_and_changes_are_valid():
     """What the chaos fires is valid input: every generated template and every
     change to it passes sharectl's validation (a refused template would test
     nothing)."""
-    from sharemgr.manager.convergence import actions
+    from sharemgr.convergence import actions
 
     rng = random.Random(11)
     kinds = set()

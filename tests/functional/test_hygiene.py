@@ -19,11 +19,10 @@ from pathlib import Path
 import futurist
 import pytest
 from futurist import periodics
-from sharemgr.db import models as M
+from sharemgr.common import tasks, vocab
+from sharemgr.db import models, resources
 from sharemgr.db import reconcile as db_rec
-from sharemgr.db import resources
-from sharemgr.manager import constants as C
-from sharemgr.manager import ensure, tasks
+from sharemgr.manager import ensure
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.reconcile import scan
 from sharemgr.reconcile.runner import PassRunner
@@ -33,7 +32,7 @@ from tests.unit.reconcile_harness import HOST, Engine, coord_url, make_share
 
 pytestmark = pytest.mark.functional
 
-MAX = C.MAX_SHARE_SIZE_GB
+MAX = vocab.MAX_SHARE_SIZE_GB
 HUGE = "99999999999999999999"
 
 
@@ -188,13 +187,14 @@ def test_engines_ensuring_together_on_a_fresh_database(db):
     """Two engines of one host run ensure-resources at once where no
     backend_info row exists yet: neither raises, every share ends available."""
     host = "hostA@dummy"
-    insts = [make_share(db, C.AVAILABLE, host=host) for _ in range(3)]
+    insts = [make_share(db, vocab.AVAILABLE, host=host) for _ in range(3)]
     driver = _EnsureDriver(threading.Barrier(2))
     counts: list[int] = []
     assert _race(2, lambda i: counts.append(ensure.ensure_backend(db, host, driver))) == []
     assert len(counts) == 2 and sum(counts) >= len(insts)
     assert {i for batch in driver.ensured for i in batch} == {i.id for i in insts}
-    assert {s.status for s in resources.on_host(db, M.ShareInstance, host)} == {C.AVAILABLE}
+    assert {s.status for s in resources.on_host(db, models.ShareInstance,
+                                                host)} == {vocab.AVAILABLE}
     assert resources.backend_info_hash(db, host) == ensure.info_hash(
         {"driver": "fake", "version": "1"})
 
@@ -268,11 +268,11 @@ def runner(engine):
 def test_a_failed_pass_is_logged_and_recorded_as_failed(engine, runner, monkeypatch, caplog):
     """A peer pass has nobody waiting for its future: its failure must still
     reach the log (with the traceback) and 'reconcile show'."""
-    make_share(engine.db, C.CREATING)
+    make_share(engine.db, vocab.CREATING)
     settled = scan.scan
 
     def broken(db, rtype, host):
-        if rtype == C.SNAPSHOT_INSTANCE:
+        if rtype == vocab.SNAPSHOT_INSTANCE:
             raise RuntimeError("scan broke")
         return settled(db, rtype, host)
 

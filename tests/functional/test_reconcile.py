@@ -8,9 +8,9 @@ import collections
 import time
 
 import pytest
+from sharemgr.common import vocab
 from sharemgr.db import api as db_api
-from sharemgr.db import models as M
-from sharemgr.manager import constants as C
+from sharemgr.db import models
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import lock_name
 
@@ -75,14 +75,14 @@ SERVER_CASES = {
 
 def _status(db, rtype, ident):
     """What `sharectl <noun> show` reports as the status."""
-    from sharemgr.manager.cli.kinds import KINDS
+    from sharemgr.cli.kinds import KINDS
 
     return KINDS[rtype.replace("_", "-")].status(db, ident)
 
 
 def _wait_statuses(db, rtype, ids, timeout=60):
     wait_until(
-        lambda: all(_status(db, rtype, i) not in C.TRANSIENT_STATUSES for i in ids),
+        lambda: all(_status(db, rtype, i) not in vocab.TRANSIENT_STATUSES for i in ids),
         timeout=timeout, what=f"{rtype}s settled",
     )
 
@@ -108,42 +108,42 @@ def test_every_type_and_transient_status(deployment, servers):
     backup_share = api.create_share(1, "NFS", name="bk").id
     _wait_statuses(db, "share", [*shares.values(), *snap_shares.values(), rep_share,
                                  backup_share])
-    _wait_statuses(db, C.SHARE_SERVER, servers.values())
-    _wait_statuses(db, C.SHARE_GROUP, groups.values())
+    _wait_statuses(db, vocab.SHARE_SERVER, servers.values())
+    _wait_statuses(db, vocab.SHARE_GROUP, groups.values())
     snaps = {s: api.create_snapshot(snap_shares[s]).id for s in SNAPSHOT_CASES}
     replicas = {s: api.create_replica(rep_share).id for s in ("creating", "deleting")}
     gsnap_group = api.create_share_group(name="gs").id
-    _wait_statuses(db, C.SHARE_GROUP, [gsnap_group])
+    _wait_statuses(db, vocab.SHARE_GROUP, [gsnap_group])
     gsnaps = {s: api.create_group_snapshot(gsnap_group).id for s in ("creating", "deleting")}
     lost = api.create_share(1, "NFS", name="lost").id
-    _wait_statuses(db, C.SHARE, [lost])
+    _wait_statuses(db, vocab.SHARE, [lost])
     backup = api.create_backup(backup_share).id
-    for rtype, ids in ((C.SNAPSHOT, snaps.values()), (C.REPLICA, replicas.values()),
-                       (C.GROUP_SNAPSHOT, gsnaps.values()), (C.BACKUP, [backup])):
+    for rtype, ids in ((vocab.SNAPSHOT, snaps.values()), (vocab.REPLICA, replicas.values()),
+                       (vocab.GROUP_SNAPSHOT, gsnaps.values()), (vocab.BACKUP, [backup])):
         _wait_statuses(db, rtype, ids)
     assert engine.terminate() == 0
 
     # Into the transient statuses, the first through sharectl as a user would.
     first = next(iter(SHARE_CASES))
     d.sharectl("share", "reset-state", shares[first], "--state", first)
-    plan = [(C.SHARE, shares, SHARE_CASES), (C.SNAPSHOT, snaps, SNAPSHOT_CASES),
-            (C.SHARE_SERVER, servers, SERVER_CASES),
-            (C.SHARE_GROUP, groups, {"creating": "available", "deleting": "deleted"}),
-            (C.GROUP_SNAPSHOT, gsnaps, {"creating": "available", "deleting": "deleted"}),
-            (C.REPLICA, replicas, {"creating": "available", "deleting": "deleted"}),
-            (C.BACKUP, {"deleting": backup}, {"deleting": "deleted"})]
+    plan = [(vocab.SHARE, shares, SHARE_CASES), (vocab.SNAPSHOT, snaps, SNAPSHOT_CASES),
+            (vocab.SHARE_SERVER, servers, SERVER_CASES),
+            (vocab.SHARE_GROUP, groups, {"creating": "available", "deleting": "deleted"}),
+            (vocab.GROUP_SNAPSHOT, gsnaps, {"creating": "available", "deleting": "deleted"}),
+            (vocab.REPLICA, replicas, {"creating": "available", "deleting": "deleted"}),
+            (vocab.BACKUP, {"deleting": backup}, {"deleting": "deleted"})]
     for rtype, ids, _ in plan:
         for status, ident in ids.items():
             api.reset_state(rtype, ident, status)
     # Drift: the backend lost one share; that one must end in error.
-    api.reset_state(C.SHARE, lost, "creating")
+    api.reset_state(vocab.SHARE, lost, "creating")
     inst = resources_instance(db, lost)
     d.backend("remove", inst)
 
     d.start()
     for rtype, ids, _ in plan:
         _wait_statuses(db, rtype, ids.values())
-    _wait_statuses(db, C.SHARE, [lost])
+    _wait_statuses(db, vocab.SHARE, [lost])
     wrong = []
     for rtype, ids, expected in plan:
         for status, ident in ids.items():
@@ -152,7 +152,7 @@ def test_every_type_and_transient_status(deployment, servers):
                 wrong.append(f"{rtype} {ident} from {status}: expected {expected[status]}, "
                              f"got {got}")
     assert not wrong, "\n".join(wrong)
-    assert _status(db, C.SHARE, lost) == "error"
+    assert _status(db, vocab.SHARE, lost) == "error"
     # The extend/shrink outcome carries the backend's size.
     assert d.json("share", "show", shares["extending"])["size"] == 3
     assert_backend_agrees(d)
@@ -165,15 +165,15 @@ def test_every_type_and_transient_status(deployment, servers):
 # change; after a restart the pass settles the resource from the backend's
 # ground truth.
 CRASHES = [
-    ("create_share", "before", C.SHARE, "error"),
-    ("create_share", "after", C.SHARE, "available"),
-    ("delete_share", "before", C.SHARE, "deleted"),
-    ("extend_share", "after", C.SHARE, "available"),
-    ("create_snapshot", "after", C.SNAPSHOT, "available"),
-    ("create_replica", "after", C.REPLICA, "available"),
-    ("setup_server", "after", C.SHARE_SERVER, "error"),
-    ("create_share_group_snapshot", "before", C.GROUP_SNAPSHOT, "error"),
-    ("delete_backup", "before", C.BACKUP, "deleted"),
+    ("create_share", "before", vocab.SHARE, "error"),
+    ("create_share", "after", vocab.SHARE, "available"),
+    ("delete_share", "before", vocab.SHARE, "deleted"),
+    ("extend_share", "after", vocab.SHARE, "available"),
+    ("create_snapshot", "after", vocab.SNAPSHOT, "available"),
+    ("create_replica", "after", vocab.REPLICA, "available"),
+    ("setup_server", "after", vocab.SHARE_SERVER, "error"),
+    ("create_share_group_snapshot", "before", vocab.GROUP_SNAPSHOT, "error"),
+    ("delete_backup", "before", vocab.BACKUP, "deleted"),
 ]
 
 
@@ -187,10 +187,10 @@ def _prepare_crash(api, db, method):
         return lambda: api.create_share_group(name="crash").id
     if method == "create_share_group_snapshot":
         group = api.create_share_group(name="g").id
-        _wait_statuses(db, C.SHARE_GROUP, [group])
+        _wait_statuses(db, vocab.SHARE_GROUP, [group])
         return lambda: api.create_group_snapshot(group).id
     share = api.create_share(2, "NFS", name="crash").id
-    _wait_statuses(db, C.SHARE, [share])
+    _wait_statuses(db, vocab.SHARE, [share])
     if method == "delete_share":
         return lambda: api.delete_share(share).id
     if method == "extend_share":
@@ -201,7 +201,7 @@ def _prepare_crash(api, db, method):
         return lambda: api.create_replica(share).id
     if method == "delete_backup":
         backup = api.create_backup(share).id
-        _wait_statuses(db, C.BACKUP, [backup])
+        _wait_statuses(db, vocab.BACKUP, [backup])
         return lambda: api.delete_backup(backup).id
     raise AssertionError(method)
 
@@ -221,7 +221,7 @@ def test_real_crash_is_settled(deployment, tmp_path, method, when, rtype, expect
     engine = d.start(config=crashing, name="crashing")
     ident = issue()
     assert engine.proc.wait(60) == 137, engine.text()[-2000:]
-    assert _status(db, rtype, ident) in C.TRANSIENT_STATUSES
+    assert _status(db, rtype, ident) in vocab.TRANSIENT_STATUSES
     d.start()
     _wait_statuses(db, rtype, [ident])
     assert _status(db, rtype, ident) == expected
@@ -241,12 +241,12 @@ def test_status_methods_not_implemented_mean_error(deployment):
     db, _ = database(d)
     d.start()
     share = api.create_share(1, "NFS").id
-    _wait_statuses(db, C.SHARE, [share])
+    _wait_statuses(db, vocab.SHARE, [share])
     d.stop_all()
-    api.reset_state(C.SHARE, share, "creating")
+    api.reset_state(vocab.SHARE, share, "creating")
     engine = d.start()
-    _wait_statuses(db, C.SHARE, [share])
-    assert _status(db, C.SHARE, share) == "error"
+    _wait_statuses(db, vocab.SHARE, [share])
+    assert _status(db, vocab.SHARE, share) == "error"
     wait_until(lambda: "does not implement get_share_status" in engine.text(),
                what="the reason in the log")
     db.dispose()
@@ -261,10 +261,10 @@ def test_disabled_changes_nothing_and_wait_is_honoured(deployment, tmp_path):
     db, _ = database(d)
     d.start()
     stuck = [api.create_share(1, "NFS").id for _ in range(3)]
-    _wait_statuses(db, C.SHARE, stuck)
+    _wait_statuses(db, vocab.SHARE, stuck)
     d.stop_all()
     for share in stuck:
-        api.reset_state(C.SHARE, share, "creating")
+        api.reset_state(vocab.SHARE, share, "creating")
 
     disabled = d.write_config(tmp_path / "off.conf",
                               DEFAULT={"startup_reconciliation_enabled": "False",
@@ -272,9 +272,9 @@ def test_disabled_changes_nothing_and_wait_is_honoured(deployment, tmp_path):
     engine = d.start(config=disabled, name="disabled")
     # The daemon serves requests meanwhile.
     fresh = api.create_share(1, "NFS").id
-    _wait_statuses(db, C.SHARE, [fresh])
+    _wait_statuses(db, vocab.SHARE, [fresh])
     time.sleep(3)
-    assert {_status(db, C.SHARE, s) for s in stuck} == {"creating"}
+    assert {_status(db, vocab.SHARE, s) for s in stuck} == {"creating"}
     assert "startup reconciliation disabled" in engine.text()
     assert d.json("reconcile", "list") == []
     engine.terminate()
@@ -283,11 +283,11 @@ def test_disabled_changes_nothing_and_wait_is_honoured(deployment, tmp_path):
     engine = d.start()
     # Not before the wait: the daemon is up and serving, the stuck ones untouched.
     other = api.create_share(1, "NFS").id
-    _wait_statuses(db, C.SHARE, [other])
+    _wait_statuses(db, vocab.SHARE, [other])
     if time.monotonic() - started < 5:
-        assert {_status(db, C.SHARE, s) for s in stuck} == {"creating"}
-    _wait_statuses(db, C.SHARE, stuck, timeout=30)
-    assert {_status(db, C.SHARE, s) for s in stuck} == {"available"}
+        assert {_status(db, vocab.SHARE, s) for s in stuck} == {"creating"}
+    _wait_statuses(db, vocab.SHARE, stuck, timeout=30)
+    assert {_status(db, vocab.SHARE, s) for s in stuck} == {"available"}
     db.dispose()
 
 
@@ -301,26 +301,26 @@ def test_resource_locked_by_live_engine_is_untouched(deployment):
     db, conf = database(d)
     d.start()
     shares = [api.create_share(1, "NFS").id for _ in range(4)]
-    _wait_statuses(db, C.SHARE, shares)
+    _wait_statuses(db, vocab.SHARE, shares)
     d.stop_all()
     for share in shares:
-        api.reset_state(C.SHARE, share, "creating")
+        api.reset_state(vocab.SHARE, share, "creating")
     from sharemgr.manager import config
 
     holder = Coordinator(config.coordination_url(conf), "hostA.holder")
     holder.start(heartbeat=True)
     held = resources_instance(db, shares[0])
-    with holder.hold(lock_name(C.SHARE_INSTANCE, held)):
+    with holder.hold(lock_name(vocab.SHARE_INSTANCE, held)):
         d.start()
-        _wait_statuses(db, C.SHARE, shares[1:])
+        _wait_statuses(db, vocab.SHARE, shares[1:])
         rec = wait_until(lambda: (d.json("reconcile", "list") or [None])[0], what="a pass")
         assert rec["skipped"] == {"locked by another engine": 1}
-        assert _status(db, C.SHARE, shares[0]) == "creating"
+        assert _status(db, vocab.SHARE, shares[0]) == "creating"
     holder.stop()
     # Once the holder is done, an on-demand pass settles it.
     out = d.json("reconcile", "run")
     assert out[0]["outcomes"] == {"share_instance": {"available": 1}}
-    assert _status(db, C.SHARE, shares[0]) == "available"
+    assert _status(db, vocab.SHARE, shares[0]) == "available"
     db.dispose()
 
 
@@ -337,13 +337,13 @@ def test_dry_run_prints_the_plan_and_changes_nothing(deployment, servers):
     db, _ = database(d)
     d.start()
     share = api.create_share(1, "NFS").id
-    _wait_statuses(db, C.SHARE, [share])
+    _wait_statuses(db, vocab.SHARE, [share])
     d.sharectl("share", "reset-state", share, "--state", "extending")
     plan = d.json("reconcile", "run", "--dry-run")
     assert plan == [{"type": "share_instance", "id": resources_instance(db, share),
                      "status": "extending", "action": "query get_share_status",
                      "outcome": "available or extending_error"}]
-    assert _status(db, C.SHARE, share) == "extending"
+    assert _status(db, vocab.SHARE, share) == "extending"
     db.dispose()
 
 
@@ -362,14 +362,14 @@ def test_two_engines_settle_300_resources_once(deployment, pg_url, redis_url):
     plan = {}
     for i, share in enumerate(shares):
         status = ("creating", "deleting", "extending")[i % 3]
-        api.reset_state(C.SHARE, share, status)
+        api.reset_state(vocab.SHARE, share, status)
         plan[resources_instance(db, share)] = status
     before = len(d.backend("calls"))
     d.start(wait=False)
     d.start(wait=False)
     for engine in d.engines[-2:]:
         engine.wait_for_log("share-manager up")
-    wait_until(lambda: not db_api.query(db, M.ShareInstance, {"status": ["creating",
+    wait_until(lambda: not db_api.query(db, models.ShareInstance, {"status": ["creating",
                "deleting", "extending"]}), timeout=180, interval=1, what="all settled")
     calls = d.backend("calls")[before:]
     acted = collections.Counter(
@@ -406,8 +406,8 @@ def test_peer_crash_is_reconciled_without_restart(deployment, tmp_path):
                what="A to start the create")
     d.start(name="b")
     assert a.proc.wait(30) == 137
-    _wait_statuses(db, C.SHARE, [share], timeout=60)
-    assert _status(db, C.SHARE, share) == "available"
+    _wait_statuses(db, vocab.SHARE, [share], timeout=60)
+    assert _status(db, vocab.SHARE, share) == "available"
     triggers = [p["trigger"] for p in d.json("reconcile", "list")]
     assert any(t.startswith("peer:") for t in triggers), triggers
     db.dispose()

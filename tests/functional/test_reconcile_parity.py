@@ -11,7 +11,7 @@ column holds the longest value the daemon writes, on every database.
 from __future__ import annotations
 
 import pytest
-from sharemgr.manager import constants as C
+from sharemgr.common import vocab
 
 from tests.functional.harness import database, intake, wait_until
 
@@ -39,7 +39,7 @@ def servers(request) -> dict:
 
 
 def _status(db, share_id: str) -> str:
-    from sharemgr.manager.cli.kinds import KINDS
+    from sharemgr.cli.kinds import KINDS
 
     return KINDS["share"].status(db, share_id)
 
@@ -64,7 +64,7 @@ def test_peer_takeover_and_passes_with_the_longest_host(deployment, tmp_path, se
     assert a.proc.wait(30) == 137
 
     # B, a peer of the same host, settles it without a restart.
-    wait_until(lambda: _status(db, share) not in C.TRANSIENT_STATUSES, timeout=60,
+    wait_until(lambda: _status(db, share) not in vocab.TRANSIENT_STATUSES, timeout=60,
                what="the share settled")
     assert _status(db, share) == "available"
     trigger = f"peer:{dead}"

@@ -11,11 +11,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from sharemgr.db import api, models, resources, stacks
-from sharemgr.db import stack_work as ws
-from sharemgr.manager.convergence import actions
-from sharemgr.manager.convergence import physical as phys
-from sharemgr.manager.convergence import prepare as P
+from sharemgr.convergence import actions, prepare
+from sharemgr.convergence import physical as phys
+from sharemgr.db import api, models, resources, stack_work, stacks
 from sqlalchemy import func, select
 
 from tests.functional.harness import assert_backend_agrees, database, wait_until
@@ -335,7 +333,7 @@ def test_update_while_create_runs_and_live_lock_retrigger(deployment, servers):
     stack = _stack(d, "web")
 
     def bailed():
-        return [r for r in ws.stack_requests(db, stack.id, stack.current_traversal)
+        return [r for r in stack_work.stack_requests(db, stack.id, stack.current_traversal)
                 if "locked by live engine" in (r.error or "")]
 
     wait_until(bailed, what="the update's check of data to bail out")
@@ -343,7 +341,7 @@ def test_update_while_create_runs_and_live_lock_retrigger(deployment, servers):
     wait_until(lambda: _settled(d, "web", "UPDATE"), timeout=60, what="the update")
     assert _stack(d, "web").status == "COMPLETE"
     data_id = str(stacks.resource_list(db, stack.id)[0].id)
-    ran = [r for r in ws.stack_requests(db, stack.id, stack.current_traversal)
+    ran = [r for r in stack_work.stack_requests(db, stack.id, stack.current_traversal)
            if r.resource_id == data_id and r.args["is_update"] and not r.error]
     assert ran and ran[-1].id > bailed()[0].id  # retriggered after the holder finished
     db.dispose()
@@ -386,8 +384,8 @@ def test_racing_updates_one_wins(deployment, setup):
         template = actions.load_template(templates[key], conf.enabled_share_backends)
         barrier.wait()
         try:
-            results[key] = P.prepare_traversal(db, seen, "UPDATE", template)
-        except P.TraversalLost as exc:
+            results[key] = prepare.prepare_traversal(db, seen, "UPDATE", template)
+        except prepare.TraversalLost as exc:
             results[key] = exc
 
     threads = [threading.Thread(target=race, args=(k,)) for k in templates]
@@ -395,8 +393,8 @@ def test_racing_updates_one_wins(deployment, setup):
         t.start()
     for t in threads:
         t.join(60)
-    won = [k for k, v in results.items() if isinstance(v, P.Traversal)]
-    lost = [k for k, v in results.items() if isinstance(v, P.TraversalLost)]
+    won = [k for k, v in results.items() if isinstance(v, prepare.Traversal)]
+    lost = [k for k, v in results.items() if isinstance(v, prepare.TraversalLost)]
     assert len(won) == 1 and len(lost) == 1, results
     winner = results[won[0]]
     after = count()
@@ -480,7 +478,7 @@ def test_killed_manager_resumes_after_restart(deployment, request, crash, kind):
     assert all(r["status"] == "COMPLETE" for r in rows)
     db, _ = database(d)
     abandoned = [r for r in api.request_list(db) if r.status == "abandoned"
-                 and r.action == P.CHECK_RESOURCE]
+                 and r.action == prepare.CHECK_RESOURCE]
     db.dispose()
     assert abandoned  # the dead engine's check, retriggered by the watchdog
     assert_backend_agrees(d)

@@ -143,9 +143,8 @@ def test_replacement_cut_by_a_crash_is_cleaned_up(deployment, setup):
         (rows["data"].physical_id, "available")]
     db, _ = database(d)
     try:
-        from sharemgr.db import api
-        from sharemgr.db import models as M
-        live = [s.id for s in api.query(db, M.Share)]
+        from sharemgr.db import api, models
+        live = [s.id for s in api.query(db, models.Share)]
     finally:
         db.dispose()
     assert live == [rows["data"].physical_id]  # the cut replacement's share is gone too

@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sharemgr.db import api, migration
-from sharemgr.db import models as M
+from sharemgr.common import vocab
+from sharemgr.convergence import prepare
+from sharemgr.convergence.engine import StackEngine
+from sharemgr.db import api, migration, models
 from sharemgr.db.engine import Database
 from sharemgr.drivers import loader
-from sharemgr.manager import constants as C
-from sharemgr.manager.convergence import prepare as P
-from sharemgr.manager.convergence.engine import StackEngine
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import Operations
 from sharemgr.reconcile.reconciler import Reconciler
@@ -387,37 +386,43 @@ class PropertyRig(Rig):
         self.db.dispose()
 
 
-def claim_request(db: Database, request_id: int, engine_id: str) -> M.Request | None:
+def claim_request(db: Database, request_id: int, engine_id: str) -> models.Request | None:
     """Claim one pending request (by id), as ``api.request_claim`` would."""
     with db.session() as session:
         won = session.execute(
-            sa.update(M.Request)
-            .where(M.Request.id == request_id, M.Request.status == "pending")
-            .values(status="running", engine_id=engine_id, claimed_at=M.utcnow())
+            sa.update(models.Request)
+            .where(models.Request.id == request_id, models.Request.status == "pending")
+            .values(status="running", engine_id=engine_id, claimed_at=models.utcnow())
             .execution_options(synchronize_session=False)
         ).rowcount == 1
         if not won:
             return None
-        row = session.get(M.Request, request_id)
+        row = session.get(models.Request, request_id)
         session.expunge(row)
         return row
 
 
-def pending_checks(db: Database) -> list[M.Request]:
+def pending_checks(db: Database) -> list[models.Request]:
     with db.session() as session:
-        return list(session.scalars(
-            sa.select(M.Request).where(M.Request.resource_type == P.REQUEST_RESOURCE_TYPE,
-                                       M.Request.action == P.CHECK_RESOURCE,
-                                       M.Request.status == "pending")
-            .order_by(M.Request.id)))
+        return list(
+            session.scalars(
+                sa.select(models.Request)
+                .where(
+                    models.Request.resource_type == prepare.REQUEST_RESOURCE_TYPE,
+                    models.Request.action == prepare.CHECK_RESOURCE,
+                    models.Request.status == "pending",
+                )
+                .order_by(models.Request.id)
+            )
+        )
 
 
-def open_requests(db: Database) -> list[M.Request]:
+def open_requests(db: Database) -> list[models.Request]:
     """Requests of any kind that are pending or running."""
     with db.session() as session:
         return list(session.scalars(
-            sa.select(M.Request).where(M.Request.status.in_(("pending", "running")))
-            .order_by(M.Request.id)))
+            sa.select(models.Request).where(models.Request.status.in_(("pending", "running")))
+            .order_by(models.Request.id)))
 
 
 def wipe(url: str) -> None:
@@ -426,7 +431,7 @@ def wipe(url: str) -> None:
     db = Database(url)
     try:
         migration.upgrade(db)
-        tables = [t for t in M.Base.metadata.sorted_tables]
+        tables = [t for t in models.Base.metadata.sorted_tables]
         with db.session() as session:
             if db.dialect == "postgresql":
                 names = ", ".join(t.name for t in tables)
@@ -438,4 +443,4 @@ def wipe(url: str) -> None:
         db.dispose()
 
 
-TRANSIENT = C.TRANSIENT_STATUSES
+TRANSIENT = vocab.TRANSIENT_STATUSES

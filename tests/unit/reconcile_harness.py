@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sharemgr.db import api, migration
-from sharemgr.db import models as M
+from sharemgr.common import vocab
+from sharemgr.db import api, migration, models
 from sharemgr.db.engine import Database
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
-from sharemgr.manager import constants as C
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import Operations
 from sharemgr.reconcile.reconciler import Reconciler
@@ -36,20 +35,20 @@ ANSWERS = (HEALTHY, "error", "missing", "not_implemented", "none", "no_status", 
 BACKEND_SIZE = 8  # what the backend reports as a share's size when healthy
 
 STATUS_METHOD = {
-    C.SHARE_INSTANCE: "get_share_status",
-    C.REPLICA: "get_replica_status",
-    C.SNAPSHOT_INSTANCE: "get_snapshot_status",
-    C.SHARE_GROUP: "get_share_group_status",
-    C.GROUP_SNAPSHOT: "get_share_group_snapshot_status",
+    vocab.SHARE_INSTANCE: "get_share_status",
+    vocab.REPLICA: "get_replica_status",
+    vocab.SNAPSHOT_INSTANCE: "get_snapshot_status",
+    vocab.SHARE_GROUP: "get_share_group_status",
+    vocab.GROUP_SNAPSHOT: "get_share_group_snapshot_status",
 }
 DELETE_METHOD = {
-    C.SHARE_SERVER: "teardown_server",
-    C.SHARE_INSTANCE: "delete_share",
-    C.REPLICA: "delete_replica",
-    C.SNAPSHOT_INSTANCE: "delete_snapshot",
-    C.SHARE_GROUP: "delete_share_group",
-    C.GROUP_SNAPSHOT: "delete_share_group_snapshot",
-    C.BACKUP: "delete_backup",
+    vocab.SHARE_SERVER: "teardown_server",
+    vocab.SHARE_INSTANCE: "delete_share",
+    vocab.REPLICA: "delete_replica",
+    vocab.SNAPSHOT_INSTANCE: "delete_snapshot",
+    vocab.SHARE_GROUP: "delete_share_group",
+    vocab.GROUP_SNAPSHOT: "delete_share_group_snapshot",
+    vocab.BACKUP: "delete_backup",
 }
 
 # The spec's table -------------------------------------------------------------------
@@ -61,66 +60,73 @@ Q, D, K = "query", "delete", "mark"
 # replica is a share instance: the share-instance rows that need no driver
 # (mark) apply to it too; its create asks get_replica_status.
 INSTANCE_MARKS = {
-    C.MANAGING: (K, C.MANAGE_ERROR),
-    C.UNMANAGING: (K, C.UNMANAGE_ERROR),
-    C.RESTORING: (K, C.ERROR),
-    C.REVERTING: (K, C.ERROR),
-    C.REPLICATION_CHANGE: (K, C.ERROR),
-    C.BACKUP_CREATING: (K, C.ERROR),
-    C.BACKUP_RESTORING: (K, C.ERROR),
+    vocab.MANAGING: (K, vocab.MANAGE_ERROR),
+    vocab.UNMANAGING: (K, vocab.UNMANAGE_ERROR),
+    vocab.RESTORING: (K, vocab.ERROR),
+    vocab.REVERTING: (K, vocab.ERROR),
+    vocab.REPLICATION_CHANGE: (K, vocab.ERROR),
+    vocab.BACKUP_CREATING: (K, vocab.ERROR),
+    vocab.BACKUP_RESTORING: (K, vocab.ERROR),
 }
 EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
-    C.SHARE_SERVER: {
-        C.CREATING: (K, C.ERROR),
-        C.MANAGING: (K, C.MANAGE_ERROR),
-        C.UNMANAGING: (K, C.UNMANAGE_ERROR),
-        C.SERVER_NETWORK_CHANGE: (K, C.ERROR),
-        C.DELETING: (D, C.ERROR),
+    vocab.SHARE_SERVER: {
+        vocab.CREATING: (K, vocab.ERROR),
+        vocab.MANAGING: (K, vocab.MANAGE_ERROR),
+        vocab.UNMANAGING: (K, vocab.UNMANAGE_ERROR),
+        vocab.SERVER_NETWORK_CHANGE: (K, vocab.ERROR),
+        vocab.DELETING: (D, vocab.ERROR),
     },
-    C.SHARE_INSTANCE: {
-        C.CREATING: (Q, C.ERROR),
-        C.CREATING_FROM_SNAPSHOT: (Q, C.ERROR),
-        C.EXTENDING: (Q, C.EXTENDING_ERROR),
-        C.SHRINKING: (Q, C.SHRINKING_ERROR),
-        C.DELETING: (D, C.ERROR_DELETING),
-        C.DEFERRED_DELETING: (D, C.ERROR_DELETING),
+    vocab.SHARE_INSTANCE: {
+        vocab.CREATING: (Q, vocab.ERROR),
+        vocab.CREATING_FROM_SNAPSHOT: (Q, vocab.ERROR),
+        vocab.EXTENDING: (Q, vocab.EXTENDING_ERROR),
+        vocab.SHRINKING: (Q, vocab.SHRINKING_ERROR),
+        vocab.DELETING: (D, vocab.ERROR_DELETING),
+        vocab.DEFERRED_DELETING: (D, vocab.ERROR_DELETING),
         **INSTANCE_MARKS,
     },
-    C.REPLICA: {
-        C.CREATING: (Q, C.ERROR),
-        C.DELETING: (D, C.ERROR_DELETING),
+    vocab.REPLICA: {
+        vocab.CREATING: (Q, vocab.ERROR),
+        vocab.DELETING: (D, vocab.ERROR_DELETING),
         **INSTANCE_MARKS,
     },
-    C.SNAPSHOT_INSTANCE: {
-        C.CREATING: (Q, C.ERROR),
-        C.DELETING: (D, C.ERROR_DELETING),
-        C.MANAGING: (K, C.MANAGE_ERROR),
-        C.UNMANAGING: (K, C.UNMANAGE_ERROR),
-        C.RESTORING: (K, C.ERROR),
+    vocab.SNAPSHOT_INSTANCE: {
+        vocab.CREATING: (Q, vocab.ERROR),
+        vocab.DELETING: (D, vocab.ERROR_DELETING),
+        vocab.MANAGING: (K, vocab.MANAGE_ERROR),
+        vocab.UNMANAGING: (K, vocab.UNMANAGE_ERROR),
+        vocab.RESTORING: (K, vocab.ERROR),
     },
-    C.SHARE_GROUP: {C.CREATING: (Q, C.ERROR), C.DELETING: (D, C.ERROR)},
-    C.GROUP_SNAPSHOT: {C.CREATING: (Q, C.ERROR), C.DELETING: (D, C.ERROR)},
+    vocab.SHARE_GROUP: {vocab.CREATING: (Q, vocab.ERROR), vocab.DELETING: (D, vocab.ERROR)},
+    vocab.GROUP_SNAPSHOT: {vocab.CREATING: (Q, vocab.ERROR), vocab.DELETING: (D, vocab.ERROR)},
     # Backups: delete only; creating/restoring whose driver call never started
     # (no progress) cannot be continued: creating fails, restoring returns the
     # intact backup to available.
-    C.BACKUP: {C.DELETING: (D, C.ERROR), C.CREATING: (K, C.ERROR),
-               C.RESTORING: (K, C.AVAILABLE)},
+    vocab.BACKUP: {vocab.DELETING: (D, vocab.ERROR), vocab.CREATING: (K, vocab.ERROR),
+               vocab.RESTORING: (K, vocab.AVAILABLE)},
 }
 # Transient statuses a pass leaves to another workflow (spec: "Excluded").
 EXCLUDED = {
-    C.SHARE_SERVER: {C.SERVER_MIGRATING, C.SERVER_MIGRATING_TO},
-    C.SHARE_INSTANCE: {C.SERVER_MIGRATING, C.SERVER_MIGRATING_TO, C.ENSURING},
+    vocab.SHARE_SERVER: {vocab.SERVER_MIGRATING, vocab.SERVER_MIGRATING_TO},
+    vocab.SHARE_INSTANCE: {vocab.SERVER_MIGRATING, vocab.SERVER_MIGRATING_TO, vocab.ENSURING},
     # Statuses Manila never gives a secondary replica (resize, deferred
     # deletion and create-from-snapshot act on the active instance).
-    C.REPLICA: {C.SERVER_MIGRATING, C.SERVER_MIGRATING_TO, C.ENSURING, C.EXTENDING,
-                C.SHRINKING, C.CREATING_FROM_SNAPSHOT, C.DEFERRED_DELETING},
-    C.SNAPSHOT_INSTANCE: set(),
-    C.SHARE_GROUP: set(),
-    C.GROUP_SNAPSHOT: set(),
-    C.BACKUP: set(),
+    vocab.REPLICA: {
+        vocab.SERVER_MIGRATING,
+        vocab.SERVER_MIGRATING_TO,
+        vocab.ENSURING,
+        vocab.EXTENDING,
+        vocab.SHRINKING,
+        vocab.CREATING_FROM_SNAPSHOT,
+        vocab.DEFERRED_DELETING,
+    },
+    vocab.SNAPSHOT_INSTANCE: set(),
+    vocab.SHARE_GROUP: set(),
+    vocab.GROUP_SNAPSHOT: set(),
+    vocab.BACKUP: set(),
 }
-STAGE_ORDER = (C.SHARE_SERVER, C.SHARE_INSTANCE, C.REPLICA, C.SNAPSHOT_INSTANCE,
-               C.SHARE_GROUP, C.GROUP_SNAPSHOT, C.BACKUP)
+STAGE_ORDER = (vocab.SHARE_SERVER, vocab.SHARE_INSTANCE, vocab.REPLICA, vocab.SNAPSHOT_INSTANCE,
+               vocab.SHARE_GROUP, vocab.GROUP_SNAPSHOT, vocab.BACKUP)
 
 # Operations reconciliation must never start again (a crash left them
 # half-done; redoing them risks duplicates on the backend).
@@ -157,7 +163,7 @@ class FakeDriver:
         self.answer = HEALTHY
         self.answers: dict[str, Any] = {}
         self.delete_fails: set[str] = set()
-        self.replica_state: str | None = C.REPLICA_OUT_OF_SYNC
+        self.replica_state: str | None = vocab.REPLICA_OUT_OF_SYNC
         self.calls: list[tuple[str, str]] = []
         self._lock = threading.Lock()
 
@@ -175,9 +181,9 @@ class FakeDriver:
         if isinstance(answer, Literal):
             return answer.value
         if answer == HEALTHY:
-            return {"status": C.AVAILABLE, **healthy}
+            return {"status": vocab.AVAILABLE, **healthy}
         if answer == "error":
-            return {"status": C.ERROR}
+            return {"status": vocab.ERROR}
         if answer == "missing":
             raise ShareResourceNotFound(f"no such object {ident}")
         if answer == "not_implemented":
@@ -295,11 +301,11 @@ def add(db: Any, *rows: Any) -> None:
             session.flush()
 
 
-def make_share(db: Any, status: str = C.AVAILABLE, host: str = HOSTBE, size: int = 5,
+def make_share(db: Any, status: str = vocab.AVAILABLE, host: str = HOSTBE, size: int = 5,
                replica_state: str | None = None, task_state: str | None = None,
-               server_id: str | None = None) -> M.ShareInstance:
-    share = M.Share(id=M.new_id(), size=size, share_proto="NFS", name="s")
-    inst = M.ShareInstance(id=M.new_id(), share_id=share.id, host=host, status=status,
+               server_id: str | None = None) -> models.ShareInstance:
+    share = models.Share(id=models.new_id(), size=size, share_proto="NFS", name="s")
+    inst = models.ShareInstance(id=models.new_id(), share_id=share.id, host=host, status=status,
                            replica_state=replica_state, task_state=task_state,
                            share_server_id=server_id, export_locations=[])
     add(db, share, inst)
@@ -307,71 +313,79 @@ def make_share(db: Any, status: str = C.AVAILABLE, host: str = HOSTBE, size: int
 
 
 def make_replica(db: Any, status: str, host: str = HOSTBE,
-                 task_state: str | None = None) -> M.ShareInstance:
-    active = make_share(db, C.AVAILABLE, host, replica_state=C.REPLICA_ACTIVE)
-    rep = M.ShareInstance(id=M.new_id(), share_id=active.share_id, host=host, status=status,
-                          replica_state=C.REPLICA_OUT_OF_SYNC, task_state=task_state,
-                          export_locations=[])
+                 task_state: str | None = None) -> models.ShareInstance:
+    active = make_share(db, vocab.AVAILABLE, host, replica_state=vocab.REPLICA_ACTIVE)
+    rep = models.ShareInstance(
+        id=models.new_id(),
+        share_id=active.share_id,
+        host=host,
+        status=status,
+        replica_state=vocab.REPLICA_OUT_OF_SYNC,
+        task_state=task_state,
+        export_locations=[],
+    )
     add(db, rep)
     return rep
 
 
-def make_server(db: Any, status: str, host: str = HOSTBE) -> M.ShareServer:
-    row = M.ShareServer(id=M.new_id(), host=host, status=status, backend_details={"k": "v"})
+def make_server(db: Any, status: str, host: str = HOSTBE) -> models.ShareServer:
+    row = models.ShareServer(id=models.new_id(), host=host, status=status,
+                             backend_details={"k": "v"})
     add(db, row)
     return row
 
 
-def make_snapshot(db: Any, status: str, host: str = HOSTBE) -> M.ShareSnapshotInstance:
-    inst = make_share(db, C.AVAILABLE, host)
-    snap = M.ShareSnapshot(id=M.new_id(), share_id=inst.share_id, size=5, name="snap")
-    snap_inst = M.ShareSnapshotInstance(id=M.new_id(), snapshot_id=snap.id,
+def make_snapshot(db: Any, status: str, host: str = HOSTBE) -> models.ShareSnapshotInstance:
+    inst = make_share(db, vocab.AVAILABLE, host)
+    snap = models.ShareSnapshot(id=models.new_id(), share_id=inst.share_id, size=5, name="snap")
+    snap_inst = models.ShareSnapshotInstance(id=models.new_id(), snapshot_id=snap.id,
                                         share_instance_id=inst.id, status=status,
                                         progress="0%")
     add(db, snap, snap_inst)
     return snap_inst
 
 
-def make_group(db: Any, status: str, host: str = HOSTBE) -> M.ShareGroup:
-    row = M.ShareGroup(id=M.new_id(), host=host, status=status, name="g")
+def make_group(db: Any, status: str, host: str = HOSTBE) -> models.ShareGroup:
+    row = models.ShareGroup(id=models.new_id(), host=host, status=status, name="g")
     add(db, row)
     return row
 
 
-def make_group_snapshot(db: Any, status: str, host: str = HOSTBE) -> M.ShareGroupSnapshot:
-    grp = make_group(db, C.AVAILABLE, host)
-    row = M.ShareGroupSnapshot(id=M.new_id(), share_group_id=grp.id, status=status, name="gs")
+def make_group_snapshot(db: Any, status: str, host: str = HOSTBE) -> models.ShareGroupSnapshot:
+    grp = make_group(db, vocab.AVAILABLE, host)
+    row = models.ShareGroupSnapshot(id=models.new_id(), share_group_id=grp.id, status=status,
+                                    name="gs")
     add(db, row)
     return row
 
 
 def make_backup(db: Any, status: str, host: str = HOSTBE, progress: str | None = None,
                 restore_progress: str | None = None,
-                share_status: str = C.AVAILABLE) -> M.ShareBackup:
+                share_status: str = vocab.AVAILABLE) -> models.ShareBackup:
     inst = make_share(db, share_status, host)
-    row = M.ShareBackup(id=M.new_id(), share_id=inst.share_id, host=host, status=status,
+    row = models.ShareBackup(id=models.new_id(), share_id=inst.share_id, host=host, status=status,
                         size=5, progress=progress, restore_progress=restore_progress)
     add(db, row)
     return row
 
 
 MAKE = {
-    C.SHARE_SERVER: make_server,
-    C.SHARE_INSTANCE: make_share,
-    C.REPLICA: make_replica,
-    C.SNAPSHOT_INSTANCE: make_snapshot,
-    C.SHARE_GROUP: make_group,
-    C.GROUP_SNAPSHOT: make_group_snapshot,
-    C.BACKUP: make_backup,
+    vocab.SHARE_SERVER: make_server,
+    vocab.SHARE_INSTANCE: make_share,
+    vocab.REPLICA: make_replica,
+    vocab.SNAPSHOT_INSTANCE: make_snapshot,
+    vocab.SHARE_GROUP: make_group,
+    vocab.GROUP_SNAPSHOT: make_group_snapshot,
+    vocab.BACKUP: make_backup,
 }
 MODEL = {
-    C.SHARE_SERVER: M.ShareServer,
-    C.SHARE_INSTANCE: M.ShareInstance,
-    C.REPLICA: M.ShareInstance,
-    C.SNAPSHOT_INSTANCE: M.ShareSnapshotInstance,
-    C.SHARE_GROUP: M.ShareGroup,
-    C.GROUP_SNAPSHOT: M.ShareGroupSnapshot,
-    C.BACKUP: M.ShareBackup,
+    vocab.SHARE_SERVER: models.ShareServer,
+    vocab.SHARE_INSTANCE: models.ShareInstance,
+    vocab.REPLICA: models.ShareInstance,
+    vocab.SNAPSHOT_INSTANCE: models.ShareSnapshotInstance,
+    vocab.SHARE_GROUP: models.ShareGroup,
+    vocab.GROUP_SNAPSHOT: models.ShareGroupSnapshot,
+    vocab.BACKUP: models.ShareBackup,
 }
 
 
@@ -385,24 +399,24 @@ def fetch(db: Any, rtype: str, ident: str) -> Any:
 
 def host_of_row(db: Any, rtype: str, row: Any) -> str:
     """The 'host@backend' a request for this resource names (as intake does)."""
-    if rtype == C.SNAPSHOT_INSTANCE:
-        return api.get(db, M.ShareInstance, row.share_instance_id).host
-    if rtype == C.GROUP_SNAPSHOT:
-        return api.get(db, M.ShareGroup, row.share_group_id).host
+    if rtype == vocab.SNAPSHOT_INSTANCE:
+        return api.get(db, models.ShareInstance, row.share_instance_id).host
+    if rtype == vocab.GROUP_SNAPSHOT:
+        return api.get(db, models.ShareGroup, row.share_group_id).host
     return row.host
 
 
-def add_request(db: Any, rtype: str, ident: str, host: str, status: str = C.REQUEST_PENDING,
+def add_request(db: Any, rtype: str, ident: str, host: str, status: str = vocab.REQUEST_PENDING,
                 engine_id: str | None = None, action: str = "create") -> int:
-    req = M.Request(resource_type=rtype, resource_id=ident, action=action, host=host,
+    req = models.Request(resource_type=rtype, resource_id=ident, action=action, host=host,
                     status=status, engine_id=engine_id, args={},
-                    claimed_at=M.utcnow() if engine_id else None)
+                    claimed_at=models.utcnow() if engine_id else None)
     add(db, req)
     return req.id
 
 
-def request_row(db: Any, request_id: int) -> M.Request:
-    return api.get(db, M.Request, request_id)
+def request_row(db: Any, request_id: int) -> models.Request:
+    return api.get(db, models.Request, request_id)
 
 
 # An engine ------------------------------------------------------------------------

@@ -11,15 +11,13 @@ import uuid
 from pathlib import Path
 
 from oslo_config import cfg
-from sharemgr.db import api, migration, stacks
-from sharemgr.db import models as M
+from sharemgr.convergence import actions, prepare
+from sharemgr.convergence.engine import StackEngine
+from sharemgr.db import api, migration, models, stacks
 from sharemgr.db.engine import Database
 from sharemgr.drivers import loader
 from sharemgr.drivers.dummy_state import BackendState
 from sharemgr.manager import config
-from sharemgr.manager.convergence import actions
-from sharemgr.manager.convergence import prepare as P
-from sharemgr.manager.convergence.engine import StackEngine
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale
 
@@ -66,18 +64,18 @@ class Rig:
 
     # Stacks --------------------------------------------------------------------
 
-    def create(self, name: str, text: str, disable_rollback: bool = False) -> P.Traversal:
+    def create(self, name: str, text: str, disable_rollback: bool = False) -> prepare.Traversal:
         return actions.create(self.db, name, actions.load_template(text, self.backends),
                               disable_rollback)
 
-    def update(self, name: str, text: str) -> P.Traversal:
+    def update(self, name: str, text: str) -> prepare.Traversal:
         return actions.start(self.db, name, "UPDATE",
                              actions.load_template(text, self.backends))
 
-    def start(self, name: str, action: str) -> P.Traversal:
+    def start(self, name: str, action: str) -> prepare.Traversal:
         return actions.start(self.db, name, action)
 
-    def stack(self, name: str) -> M.Stack:
+    def stack(self, name: str) -> models.Stack:
         stack = stacks.stack_get_by_name(self.db, name)
         if stack is None:
             deleted = [s for s in stacks.stack_list(self.db, include_deleted=True)
@@ -85,7 +83,7 @@ class Rig:
             stack = deleted[-1]
         return stack
 
-    def rows(self, name: str) -> dict[str, list[M.StackResource]]:
+    def rows(self, name: str) -> dict[str, list[models.StackResource]]:
         out: dict[str, list] = {}
         for row in stacks.resource_list(self.db, self.stack(name).id):
             out.setdefault(row.name, []).append(row)
@@ -107,9 +105,9 @@ class Rig:
         path.write_text("")
         return path
 
-    def checks(self, status: str | None = None) -> list[M.Request]:
+    def checks(self, status: str | None = None) -> list[models.Request]:
         return [r for r in api.request_list(self.db, status=status)
-                if r.action == P.CHECK_RESOURCE]
+                if r.action == prepare.CHECK_RESOURCE]
 
 
 class Engine:
@@ -131,11 +129,11 @@ class Engine:
         self.watchdog.arm()
         self.hosts = [f"{host}@{b}" for b in self.drivers] + self.stacks.claim_hosts()
 
-    def claim(self, limit: int = 1) -> list[M.Request]:
+    def claim(self, limit: int = 1) -> list[models.Request]:
         return [r for r in api.request_claim(self.rig.db, self.hosts, self.engine_id, limit)
-                if r.action == P.CHECK_RESOURCE]
+                if r.action == prepare.CHECK_RESOURCE]
 
-    def run(self, req: M.Request) -> str:
+    def run(self, req: models.Request) -> str:
         """Run one claimed request as the daemon's runner would; returns the
         request's final status."""
         status, error = "done", None

@@ -15,12 +15,11 @@ import uuid
 import pytest
 import sqlalchemy as sa
 from oslo_config import types
-from sharemgr.db import api, resources
-from sharemgr.db import models as M
+from sharemgr.common import vocab
+from sharemgr.db import api, models, resources
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import ColumnLimitError, Database
-from sharemgr.manager import constants as C
 from sharemgr.manager import intake as intake_mod
 
 # The longest host oslo.config's HostnameOpt accepts (253), padded to 255 as
@@ -45,41 +44,52 @@ def test_the_longest_hostname_is_what_the_config_accepts():
 
 # (model, column, the longest value the code writes there, where from)
 LONGEST = [
-    (M.Service, "host", HOST, "[DEFAULT] host"),
-    (M.Service, "engine_id", ENGINE_ID, "<host>.<uuid4>"),
-    (M.Request, "engine_id", ENGINE_ID, "claiming engine"),
-    (M.StackResource, "engine_id", ENGINE_ID, "resource lock holder"),
-    (M.ReconcilePass, "engine_id", ENGINE_ID, "pass runner"),
-    (M.ReconcilePass, "host", HOST, "pass runner"),
-    (M.ReconcilePass, "trigger", f"peer:{ENGINE_ID}", "peer takeover"),
-    (M.ReconcilePass, "trigger", f"manual:{2**63 - 1}", "sharectl reconcile run"),
-    (M.Request, "host", BACKEND_HOST, "intake"),
-    (M.Request, "host", f"*@{BACKEND}", "convergence claim host"),
-    (M.ShareServer, "host", BACKEND_HOST, "intake"),
-    (M.ShareInstance, "host", BACKEND_HOST, "intake"),
-    (M.ShareGroup, "host", BACKEND_HOST, "intake"),
-    (M.ShareBackup, "host", BACKEND_HOST, "intake"),
-    (M.BackendInfo, "host", BACKEND_HOST, "ensure-resources"),
-    (M.BackendInfo, "info_hash", "0" * 64, "sha256 hex digest"),
-    (M.Request, "resource_id", str(uuid.uuid4()), "resource ids"),
-    (M.Request, "resource_id", str(2**63 - 1), "stack resource ids"),
-    (M.Request, "resource_type", "stack_resource", "convergence checks"),
-    (M.Request, "action", "check_resource", "convergence checks"),
-    (M.ShareSnapshotInstance, "progress", "100%", "operations"),
-    (M.Service, "binary", "share-manager", "service"),
+    (models.Service, "host", HOST, "[DEFAULT] host"),
+    (models.Service, "engine_id", ENGINE_ID, "<host>.<uuid4>"),
+    (models.Request, "engine_id", ENGINE_ID, "claiming engine"),
+    (models.StackResource, "engine_id", ENGINE_ID, "resource lock holder"),
+    (models.ReconcilePass, "engine_id", ENGINE_ID, "pass runner"),
+    (models.ReconcilePass, "host", HOST, "pass runner"),
+    (models.ReconcilePass, "trigger", f"peer:{ENGINE_ID}", "peer takeover"),
+    (models.ReconcilePass, "trigger", f"manual:{2**63 - 1}", "sharectl reconcile run"),
+    (models.Request, "host", BACKEND_HOST, "intake"),
+    (models.Request, "host", f"*@{BACKEND}", "convergence claim host"),
+    (models.ShareServer, "host", BACKEND_HOST, "intake"),
+    (models.ShareInstance, "host", BACKEND_HOST, "intake"),
+    (models.ShareGroup, "host", BACKEND_HOST, "intake"),
+    (models.ShareBackup, "host", BACKEND_HOST, "intake"),
+    (models.BackendInfo, "host", BACKEND_HOST, "ensure-resources"),
+    (models.BackendInfo, "info_hash", "0" * 64, "sha256 hex digest"),
+    (models.Request, "resource_id", str(uuid.uuid4()), "resource ids"),
+    (models.Request, "resource_id", str(2**63 - 1), "stack resource ids"),
+    (models.Request, "resource_type", "stack_resource", "convergence checks"),
+    (models.Request, "action", "check_resource", "convergence checks"),
+    (models.ShareSnapshotInstance, "progress", "100%", "operations"),
+    (models.Service, "binary", "share-manager", "service"),
 ]
-LONGEST += [(M.Request, "resource_type", t, "resource types")
-            for t in (C.SHARE_SERVER, C.SHARE_INSTANCE, C.REPLICA, C.SNAPSHOT_INSTANCE,
-                      C.SHARE_GROUP, C.GROUP_SNAPSHOT, C.BACKUP, C.RECONCILE)]
-LONGEST += [(M.Request, "status", s, "request statuses")
-            for s in (C.REQUEST_PENDING, C.REQUEST_RUNNING, C.REQUEST_DONE,
-                      C.REQUEST_FAILED, C.REQUEST_ABANDONED)]
+LONGEST += [
+    (models.Request, "resource_type", t, "resource types")
+    for t in (
+        vocab.SHARE_SERVER,
+        vocab.SHARE_INSTANCE,
+        vocab.REPLICA,
+        vocab.SNAPSHOT_INSTANCE,
+        vocab.SHARE_GROUP,
+        vocab.GROUP_SNAPSHOT,
+        vocab.BACKUP,
+        vocab.RECONCILE,
+    )
+]
+LONGEST += [(models.Request, "status", s, "request statuses")
+            for s in (vocab.REQUEST_PENDING, vocab.REQUEST_RUNNING, vocab.REQUEST_DONE,
+                      vocab.REQUEST_FAILED, vocab.REQUEST_ABANDONED)]
 LONGEST += [(intake_mod.STATUS_MODEL[rtype], "status", status, f"{rtype} statuses")
-            for rtype in intake_mod.STATUS_MODEL for status in C.VALID_STATUSES[rtype]]
-LONGEST += [(M.ShareInstance, "replica_state", s, "replica states") for s in C.REPLICA_STATES]
-LONGEST += [(M.ShareInstance, "task_state", s, "task states") for s in C.BUSY_TASK_STATES]
+            for rtype in intake_mod.STATUS_MODEL for status in vocab.VALID_STATUSES[rtype]]
+LONGEST += [(models.ShareInstance, "replica_state", s,
+             "replica states") for s in vocab.REPLICA_STATES]
+LONGEST += [(models.ShareInstance, "task_state", s, "task states") for s in vocab.BUSY_TASK_STATES]
 LONGEST += [(model, column, value, "stack statuses")
-            for model in (M.Stack, M.StackResource) for column, values in (
+            for model in (models.Stack, models.StackResource) for column, values in (
                 ("action", (db_stacks.INIT, db_stacks.CREATE, db_stacks.UPDATE,
                             db_stacks.DELETE, db_stacks.ROLLBACK)),
                 ("status", (db_stacks.IN_PROGRESS, db_stacks.COMPLETE, db_stacks.FAILED)))
@@ -111,15 +121,15 @@ def test_sqlite_refuses_an_overlong_insert(sqlite_db):
 
 
 def test_sqlite_refuses_an_overlong_update_and_keeps_the_row(sqlite_db):
-    share = M.Share(size=1, share_proto="NFS", name="n")
+    share = models.Share(size=1, share_proto="NFS", name="n")
     api.add_all(sqlite_db, [share])
     message = _refused(lambda: api.conditional_update(
-        sqlite_db, M.Share, share.id, {}, {"name": "n" * 256}))
+        sqlite_db, models.Share, share.id, {}, {"name": "n" * 256}))
     assert "shares.name" in message
-    assert api.get(sqlite_db, M.Share, share.id).name == "n"
+    assert api.get(sqlite_db, models.Share, share.id).name == "n"
     # At the limit it is stored; a WHERE clause is no write and has no limit.
-    assert api.conditional_update(sqlite_db, M.Share, share.id, {}, {"name": "n" * 255})
-    assert not api.conditional_update(sqlite_db, M.Share, share.id, {"name": "m" * 300},
+    assert api.conditional_update(sqlite_db, models.Share, share.id, {}, {"name": "n" * 255})
+    assert not api.conditional_update(sqlite_db, models.Share, share.id, {"name": "m" * 300},
                                       {"name": "x"})
 
 
@@ -128,7 +138,7 @@ def test_sqlite_refuses_an_orm_update_of_a_loaded_row(sqlite_db):
 
     def change() -> None:
         with sqlite_db.session() as session:
-            session.get(M.BackendInfo, "h@b").info_hash = "0" * 65
+            session.get(models.BackendInfo, "h@b").info_hash = "0" * 65
 
     assert "backend_info.info_hash" in _refused(change)
     assert resources.backend_info_hash(sqlite_db, "h@b") == "0" * 64
@@ -136,10 +146,10 @@ def test_sqlite_refuses_an_orm_update_of_a_loaded_row(sqlite_db):
 
 @pytest.mark.parametrize("value", [2**31, -(2**31) - 1, 99999999999999999999])
 def test_sqlite_refuses_integers_a_32_bit_column_cannot_hold(sqlite_db, value):
-    message = _refused(lambda: api.add_all(sqlite_db, [M.Share(size=value,
+    message = _refused(lambda: api.add_all(sqlite_db, [models.Share(size=value,
                                                                  share_proto="NFS")]))
     assert "shares.size" in message and "out of range" in message
-    assert api.query(sqlite_db, M.Share) == []
+    assert api.query(sqlite_db, models.Share) == []
 
 
 def test_sqlite_limits_leave_other_databases_to_themselves(pg_url):
@@ -158,8 +168,8 @@ def test_an_overlong_value_is_refused_everywhere(db):
     with pytest.raises(sa.exc.DataError):
         db_rec.pass_start(db, "h", "e", "x" * 401, False)
     with pytest.raises(sa.exc.DataError):
-        api.add_all(db, [M.Share(size=2**31, share_proto="NFS")])
-    assert db_rec.passes(db, limit=10) == [] and api.query(db, M.Share) == []
+        api.add_all(db, [models.Share(size=2**31, share_proto="NFS")])
+    assert db_rec.passes(db, limit=10) == [] and api.query(db, models.Share) == []
 
 
 def test_a_peer_pass_of_the_longest_engine_id_is_stored(db):
@@ -174,13 +184,13 @@ def test_a_peer_pass_of_the_longest_engine_id_is_stored(db):
 def test_the_longest_backend_host_is_stored(db):
     resources.set_backend_info_hash(db, BACKEND_HOST, "0" * 64)
     assert resources.backend_info_hash(db, BACKEND_HOST) == "0" * 64
-    share = M.Share(id=M.new_id(), size=C.MAX_SHARE_SIZE_GB, share_proto="NFS",
+    share = models.Share(id=models.new_id(), size=vocab.MAX_SHARE_SIZE_GB, share_proto="NFS",
                     name="n" * 255)
-    inst = M.ShareInstance(id=M.new_id(), share_id=share.id, host=BACKEND_HOST,
-                           status=C.CREATING)
+    inst = models.ShareInstance(id=models.new_id(), share_id=share.id, host=BACKEND_HOST,
+                           status=vocab.CREATING)
     api.add_with_request(db, [share, inst], {
-        "resource_type": C.SHARE_INSTANCE, "resource_id": inst.id, "action": "create",
+        "resource_type": vocab.SHARE_INSTANCE, "resource_id": inst.id, "action": "create",
         "host": BACKEND_HOST})
-    assert [i.id for i in resources.on_host(db, M.ShareInstance, BACKEND_HOST)] == [inst.id]
+    assert [i.id for i in resources.on_host(db, models.ShareInstance, BACKEND_HOST)] == [inst.id]
     (claimed,) = api.request_claim(db, [BACKEND_HOST], ENGINE_ID, 1)
     assert (claimed.host, claimed.engine_id) == (BACKEND_HOST, ENGINE_ID)

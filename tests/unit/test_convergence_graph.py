@@ -6,7 +6,7 @@ import json
 import logging
 
 import pytest
-from sharemgr.manager.convergence.graph import (
+from sharemgr.convergence.graph import (
     ExistingResource,
     Graph,
     GraphCycleError,

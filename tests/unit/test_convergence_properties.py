@@ -65,11 +65,10 @@ import yaml
 from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
+from sharemgr.convergence import prepare
 from sharemgr.db import api as db_api
-from sharemgr.db import models as M
-from sharemgr.db import resources, stacks
+from sharemgr.db import models, resources, stacks
 from sharemgr.db.stacks import COMPLETE, DELETE, FAILED, IN_PROGRESS, INIT, ROLLBACK
-from sharemgr.manager.convergence import prepare as P
 
 from tests.unit.property_rig import (
     TRANSIENT,
@@ -259,7 +258,7 @@ class Model:
     def rollback_target(self) -> dict:
         return self.last_completed if self.last_completed is not None else EMPTY
 
-    def observe(self, rig: PropertyRig) -> M.Stack | None:
+    def observe(self, rig: PropertyRig) -> models.Stack | None:
         """Learn which traversals completed; a traversal this model did not
         start is the rollback the engine started after a failure."""
         stack = stacks.stack_get_by_name(rig.db, STACK)
@@ -308,7 +307,7 @@ class Runner:
             else:
                 target = model.rollback_target()
                 tr = rig.start(STACK, "ROLLBACK")
-        except P.InvalidStackAction as exc:
+        except prepare.InvalidStackAction as exc:
             # The one refusal a stack that exists may give: it is being deleted.
             assert (stack.action, stack.status) == (DELETE, IN_PROGRESS), \
                 f"{kind} refused while the stack is {stack.action} {stack.status}: {exc}"
@@ -474,7 +473,7 @@ def _judge(rig: PropertyRig, model: Model, sc: Scenario) -> list[str]:
     return problems + _state(rig, stack, expected)
 
 
-def _args(req: M.Request) -> dict:
+def _args(req: models.Request) -> dict:
     args = dict(req.args or {})
     args.pop("input_data", None)
     return args
@@ -489,16 +488,16 @@ def _expected_props(defn: dict, pids: dict[str, str | None]) -> dict:
     return out
 
 
-def _state(rig: PropertyRig, stack: M.Stack | None, template: dict | None) -> list[str]:
+def _state(rig: PropertyRig, stack: models.Stack | None, template: dict | None) -> list[str]:
     """The stack's rows and every physical resource against ``template``
     (None: only what must hold in any settled state)."""
     db = rig.db
     problems: list[str] = []
     rows = stacks.resource_list(db, stack.id) if stack is not None else []
     with db.session() as session:
-        all_rows = list(session.scalars(sa.select(M.StackResource)
-                                        .where(M.StackResource.deleted_at.is_(None))))
-        points = list(session.scalars(sa.select(M.SyncPoint)))
+        all_rows = list(session.scalars(sa.select(models.StackResource)
+                                        .where(models.StackResource.deleted_at.is_(None))))
+        points = list(session.scalars(sa.select(models.SyncPoint)))
     strays = [r for r in all_rows if stack is None or r.stack_id != stack.id]
     if strays:
         problems.append("rows of no live stack: " + ", ".join(_row(r) for r in strays))
@@ -578,8 +577,8 @@ def _state(rig: PropertyRig, stack: M.Stack | None, template: dict | None) -> li
     return problems
 
 
-_LIVE = (("share", M.Share), ("share_instance", M.ShareInstance),
-         ("snapshot", M.ShareSnapshot), ("snapshot_instance", M.ShareSnapshotInstance))
+_LIVE = (("share", models.Share), ("share_instance", models.ShareInstance),
+         ("snapshot", models.ShareSnapshot), ("snapshot_instance", models.ShareSnapshotInstance))
 
 
 def _live_physical(db: Any) -> dict[str, dict[str, str]]:
@@ -592,7 +591,7 @@ def _live_physical(db: Any) -> dict[str, dict[str, str]]:
     return out
 
 
-def _physical(db: Any, stack: str, name: str, defn: dict, row: M.StackResource, want: dict,
+def _physical(db: Any, stack: str, name: str, defn: dict, row: models.StackResource, want: dict,
               backend: dict, expect_db: dict, expect_backend: dict) -> list[str]:
     problems: list[str] = []
     pid = row.physical_id
@@ -605,7 +604,7 @@ def _physical(db: Any, stack: str, name: str, defn: dict, row: M.StackResource, 
         return db_api.get(db, model, ident, include_deleted=True)
 
     if row.type == "share":
-        share = get(M.Share, pid)
+        share = get(models.Share, pid)
         inst = resources.primary_instance(db, pid)
         if share is None or share.deleted_at is not None or inst is None:
             return [f"{where}: the share is gone"]
@@ -628,7 +627,7 @@ def _physical(db: Any, stack: str, name: str, defn: dict, row: M.StackResource, 
             problems.append(f"{where}: on the backend {obj['size']} GiB "
                             f"{obj.get('details')} {obj['status']}")
     elif row.type == "snapshot":
-        snap = get(M.ShareSnapshot, pid)
+        snap = get(models.ShareSnapshot, pid)
         inst = resources.snapshot_instance_of(db, pid)
         if snap is None or snap.deleted_at is not None or inst is None:
             return [f"{where}: the snapshot is gone"]
@@ -642,7 +641,7 @@ def _physical(db: Any, stack: str, name: str, defn: dict, row: M.StackResource, 
                             f"{want['share']}")
         problems += _name(where, snap.name, prefix, want.get("name"))
     else:  # replica
-        inst = get(M.ShareInstance, pid)
+        inst = get(models.ShareInstance, pid)
         if inst is None or inst.deleted_at is not None:
             return [f"{where}: the replica is gone"]
         expect_db["share_instance"].add(inst.id)
@@ -664,7 +663,7 @@ def _name(where: str, actual: str | None, prefix: str, label: str | None) -> lis
                           f"{prefix}{label or '<random>'}"]
 
 
-def _row(row: M.StackResource) -> str:
+def _row(row: models.StackResource) -> str:
     return (f"{row.name}#{row.id} {row.type} {row.action} {row.status} "
             f"engine={row.engine_id and row.engine_id[-6:]} pid={row.physical_id}")
 

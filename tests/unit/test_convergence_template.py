@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sharemgr.manager.convergence import template as T
+from sharemgr.convergence import template
 
 EXAMPLE = """
 resources:
@@ -25,7 +25,7 @@ outputs:
 
 
 def test_architecture_example_parses():
-    tmpl = T.parse(EXAMPLE)
+    tmpl = template.parse(EXAMPLE)
     assert list(tmpl.resources) == ["data", "snap", "copy", "other"]
     assert tmpl.dependencies() == {
         "data": frozenset(),
@@ -40,14 +40,14 @@ def test_architecture_example_parses():
 
 
 def test_round_trip_through_the_stored_form():
-    tmpl = T.parse(EXAMPLE)
-    again = T.Template.from_dict(tmpl.to_dict())
+    tmpl = template.parse(EXAMPLE)
+    again = template.Template.from_dict(tmpl.to_dict())
     assert again == tmpl
-    assert T.Template.from_dict(T.Template.empty().to_dict()).resources == {}
+    assert template.Template.from_dict(template.Template.empty().to_dict()).resources == {}
 
 
 def test_every_type_of_the_table_is_usable():
-    tmpl = T.parse(
+    tmpl = template.parse(
         """
 resources:
   srv: {type: share_server, properties: {backend: b}}
@@ -66,14 +66,14 @@ resources:
     )
     assert tmpl.resources["sh"].requires == {"srv", "grp"}
     # Every reference property names types that exist.
-    for rt in T.RESOURCE_TYPES.values():
+    for rt in template.RESOURCE_TYPES.values():
         for ps in rt.properties.values():
-            assert all(t in T.RESOURCE_TYPES for t in ps.ref_types)
-            assert ps.update in (T.IN_PLACE, T.REPLACE)
+            assert all(t in template.RESOURCE_TYPES for t in ps.ref_types)
+            assert ps.update in (template.IN_PLACE, template.REPLACE)
 
 
 def test_heat_style_outputs_and_single_depends_on():
-    tmpl = T.parse(
+    tmpl = template.parse(
         """
 resources:
   a: {type: share_server}
@@ -164,8 +164,8 @@ outputs:
     ],
 )
 def test_invalid_templates_raise_one_clear_error(text, words):
-    with pytest.raises(T.TemplateError) as info:
-        T.parse(text)
+    with pytest.raises(template.TemplateError) as info:
+        template.parse(text)
     message = str(info.value)
     for word in words:
         assert word in message, message
@@ -179,8 +179,8 @@ resources:
   b: {type: share, properties: {size: 1, proto: NFS}, depends_on: [a]}
   free: {type: share_server}
 """
-    with pytest.raises(T.TemplateError) as info:
-        T.parse(text)
+    with pytest.raises(template.TemplateError) as info:
+        template.parse(text)
     message = str(info.value)
     assert "cycle" in message
     for name in ("'a'", "'s'", "'b'"):
@@ -189,7 +189,7 @@ resources:
 
 
 def test_property_may_reference_a_later_resource():
-    tmpl = T.parse(
+    tmpl = template.parse(
         "resources: {s: {type: snapshot, properties: {share: {get_resource: d}}}, "
         "d: {type: share, properties: {size: 1, proto: NFS}}}"
     )
@@ -201,15 +201,15 @@ def test_property_may_reference_a_later_resource():
 
 def _data(**kw):
     return {
-        "data": T.ResourceData("data", 1, "phys-data", {"size": 10, "export_locations": [
+        "data": template.ResourceData("data", 1, "phys-data", {"size": 10, "export_locations": [
             {"path": "10.0.0.1:/data", "preferred": True}]}),
-        "snap": T.ResourceData("snap", 2, "phys-snap", {}),
+        "snap": template.ResourceData("snap", 2, "phys-snap", {}),
         **kw,
     }
 
 
 def test_resolve_properties_and_outputs():
-    tmpl = T.parse(
+    tmpl = template.parse(
         """
 resources:
   data: {type: share, properties: {size: 10, proto: nfs}}
@@ -222,17 +222,17 @@ outputs:
   all: [{get_resource: data}, {get_attr: [snap, id]}]
 """
     )
-    assert T.resolve_properties(tmpl.resources["data"], {}) == {"size": 10, "proto": "NFS"}
-    assert T.resolve_properties(tmpl.resources["copy"], _data()) == {
+    assert template.resolve_properties(tmpl.resources["data"], {}) == {"size": 10, "proto": "NFS"}
+    assert template.resolve_properties(tmpl.resources["copy"], _data()) == {
         "size": 10, "proto": "NFS", "snapshot": "phys-snap"}
-    assert T.resolve_outputs(tmpl, _data()) == {
+    assert template.resolve_outputs(tmpl, _data()) == {
         "path": "10.0.0.1:/data", "all": ["phys-data", "phys-snap"]}
     # An output whose resource is missing is None; the others still resolve.
-    assert T.resolve_outputs(tmpl, {"data": _data()["data"]})["all"] is None
+    assert template.resolve_outputs(tmpl, {"data": _data()["data"]})["all"] is None
 
 
 def test_resolution_errors():
-    tmpl = T.parse(
+    tmpl = template.parse(
         """
 resources:
   data: {type: share, properties: {size: 1, proto: NFS}}
@@ -240,19 +240,19 @@ resources:
   snap: {type: snapshot, properties: {share: {get_resource: data}}}
 """
     )
-    with pytest.raises(T.ResolutionError, match="no data for resource 'data'"):
-        T.resolve_properties(tmpl.resources["snap"], {})
-    with pytest.raises(T.ResolutionError, match="no physical id"):
-        T.resolve_properties(tmpl.resources["snap"], {"data": T.ResourceData("data")})
-    bad = {"data": T.ResourceData("data", 1, "p", {"status": "available"})}
-    with pytest.raises(T.ResolutionError, match="'copy' property 'size'.*integer"):
-        T.resolve_properties(tmpl.resources["copy"], bad)
+    with pytest.raises(template.ResolutionError, match="no data for resource 'data'"):
+        template.resolve_properties(tmpl.resources["snap"], {})
+    with pytest.raises(template.ResolutionError, match="no physical id"):
+        template.resolve_properties(tmpl.resources["snap"], {"data": template.ResourceData("data")})
+    bad = {"data": template.ResourceData("data", 1, "p", {"status": "available"})}
+    with pytest.raises(template.ResolutionError, match="'copy' property 'size'.*integer"):
+        template.resolve_properties(tmpl.resources["copy"], bad)
 
 
 def test_data_by_name_reads_sync_point_input_data():
-    rd = T.ResourceData("data", 7, "phys", {"size": 3})
+    rd = template.ResourceData("data", 7, "phys", {"size": 3})
     input_data = {"7:update": rd.to_dict(), "9:cleanup": None}
-    assert T.data_by_name(input_data) == {"data": rd}
+    assert template.data_by_name(input_data) == {"data": rd}
 
 
 # Updates ----------------------------------------------------------------------
@@ -272,7 +272,7 @@ def test_data_by_name_reads_sync_point_input_data():
     ],
 )
 def test_diff_share_properties(old, new, changed, replace, in_place):
-    diff = T.diff_properties("share", old, new)
+    diff = template.diff_properties("share", old, new)
     assert diff.changed == changed
     assert diff.replace is replace
     assert dict(diff.in_place) == in_place
@@ -280,26 +280,27 @@ def test_diff_share_properties(old, new, changed, replace, in_place):
 
 
 def test_diff_other_types():
-    assert T.diff_properties("snapshot", {"share": "a"}, {"share": "b"}).replace
-    assert not T.diff_properties("snapshot", {"share": "a"}, {"share": "a", "name": "n"}).replace
-    assert T.diff_properties("replica", {"share": "a"}, {"share": "b"}).replace
-    assert T.diff_properties("share_group", {"backend": "a"}, {"backend": "b"}).replace
+    assert template.diff_properties("snapshot", {"share": "a"}, {"share": "b"}).replace
+    assert not template.diff_properties("snapshot", {"share": "a"}, {"share": "a",
+                                                                     "name": "n"}).replace
+    assert template.diff_properties("replica", {"share": "a"}, {"share": "b"}).replace
+    assert template.diff_properties("share_group", {"backend": "a"}, {"backend": "b"}).replace
 
 
 def test_physical_name():
-    assert T.physical_name("web", "data", "abcd") == "web-data-abcd"
-    name = T.physical_name("web", "data")
+    assert template.physical_name("web", "data", "abcd") == "web-data-abcd"
+    name = template.physical_name("web", "data")
     assert name.startswith("web-data-") and len(name) > len("web-data-")
-    assert T.physical_name("web", "data") != name
+    assert template.physical_name("web", "data") != name
 
 
 @pytest.mark.parametrize("name", ["", "1web", "w" * 61, "web/1", "web stack"])
 def test_stack_names_that_cannot_name_physical_resources(name):
-    with pytest.raises(T.TemplateError, match="stack name"):
-        T.check_stack_name(name)
+    with pytest.raises(template.TemplateError, match="stack name"):
+        template.check_stack_name(name)
 
 
 def test_longest_names_fit_a_share_name():
-    T.check_stack_name("w" * 60)
-    name = T.physical_name("w" * 60, "r" * 128, "n" * T.NAME_PROPERTY_MAX)
+    template.check_stack_name("w" * 60)
+    name = template.physical_name("w" * 60, "r" * 128, "n" * template.NAME_PROPERTY_MAX)
     assert len(name) <= 255

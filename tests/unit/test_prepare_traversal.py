@@ -6,16 +6,14 @@ import threading
 
 import pytest
 import sqlalchemy as sa
+from sharemgr.convergence import lifecycle, prepare, template
+from sharemgr.convergence.graph import Graph, Node
 from sharemgr.db import api, migration, models, stacks, sync_points
 from sharemgr.db.engine import Database
-from sharemgr.manager.convergence import lifecycle as L
-from sharemgr.manager.convergence import prepare as P
-from sharemgr.manager.convergence import template as T
-from sharemgr.manager.convergence.graph import Graph, Node
 
 U, C = True, False
 
-V1 = T.parse(
+V1 = template.parse(
     """
 resources:
   data: {type: share, properties: {size: 10, proto: NFS}}
@@ -24,7 +22,7 @@ resources:
 """
 )
 # data grows (in place), snap goes, copy no longer depends on it, logs is new.
-V2 = T.parse(
+V2 = template.parse(
     """
 resources:
   data: {type: share, properties: {size: 20, proto: NFS}}
@@ -51,7 +49,7 @@ def _check_requests(db, traversal_id):
     return sorted(
         (r.args["resource_id"], r.args["is_update"])
         for r in api.request_list(db)
-        if r.action == P.CHECK_RESOURCE and r.args.get("traversal") == traversal_id
+        if r.action == prepare.CHECK_RESOURCE and r.args.get("traversal") == traversal_id
     )
 
 
@@ -72,7 +70,7 @@ def _finish(db, tr, status="COMPLETE"):
 
 def _create(db, name="web", tmpl=V1):
     stack = stacks.stack_create(db, name)
-    return P.prepare_traversal(db, stack, "CREATE", tmpl)
+    return prepare.prepare_traversal(db, stack, "CREATE", tmpl)
 
 
 def test_create(db):
@@ -91,8 +89,8 @@ def test_create(db):
     assert stack.current_traversal == tr.traversal_id
     assert stack.template_id == tr.template_id and stack.prev_template_id is None
     assert Graph.from_json(stack.current_deps) == tr.graph
-    assert P.load_traversal_graph(stack) == tr.graph
-    assert T.Template.from_dict(stacks.template_get(db, tr.template_id)) == V1
+    assert prepare.load_traversal_graph(stack) == tr.graph
+    assert template.Template.from_dict(stacks.template_get(db, tr.template_id)) == V1
 
     assert tr.leaves == (Node(d, U),)
     assert _check_requests(db, tr.traversal_id) == [(d, True)]
@@ -106,14 +104,14 @@ def test_create(db):
     assert len(points) == len(tr.graph) + 1 == 7
     assert (tr.stack_id, True) in {(p.entity_id, p.is_update) for p in points}
 
-    with pytest.raises(P.InvalidStackAction):
-        P.prepare_traversal(db, stack, "CREATE", V1)
+    with pytest.raises(prepare.InvalidStackAction):
+        prepare.prepare_traversal(db, stack, "CREATE", V1)
 
 
 def test_update_keeps_rows_adds_new_ones_and_cleans_up_removed(db):
     first = _create(db)
     stack = _finish(db, first)
-    tr = P.prepare_traversal(db, stack, "UPDATE", V2)
+    tr = prepare.prepare_traversal(db, stack, "UPDATE", V2)
     rows = _rows(db, stack.id)
     d, s, c = (first.chosen[n] for n in ("data", "snap", "copy"))
     assert tr.chosen["data"] == d and tr.chosen["copy"] == c  # same rows, updated in place
@@ -139,8 +137,8 @@ def test_update_keeps_rows_adds_new_ones_and_cleans_up_removed(db):
 def test_update_while_an_update_is_in_progress_keeps_the_rollback_target(db):
     first = _create(db)
     stack = _finish(db, first)
-    second = P.prepare_traversal(db, stack, "UPDATE", V2)
-    third = P.prepare_traversal(db, stacks.stack_get(db, stack.id), "UPDATE", V1)
+    second = prepare.prepare_traversal(db, stack, "UPDATE", V2)
+    third = prepare.prepare_traversal(db, stacks.stack_get(db, stack.id), "UPDATE", V1)
     stack = stacks.stack_get(db, stack.id)
     assert stack.prev_template_id == first.template_id
     assert stack.template_id == third.template_id
@@ -150,9 +148,10 @@ def test_update_while_an_update_is_in_progress_keeps_the_rollback_target(db):
 
 
 def test_type_change_replaces_the_row(db):
-    first = _create(db, tmpl=T.parse("resources: {x: {type: share_server}}"))
+    first = _create(db, tmpl=template.parse("resources: {x: {type: share_server}}"))
     stack = _finish(db, first)
-    tr = P.prepare_traversal(db, stack, "UPDATE", T.parse("resources: {x: {type: share_group}}"))
+    tr = prepare.prepare_traversal(db, stack, "UPDATE",
+                                   template.parse("resources: {x: {type: share_group}}"))
     old, new = first.chosen["x"], tr.chosen["x"]
     assert new != old
     rows = _rows(db, stack.id)
@@ -163,17 +162,18 @@ def test_type_change_replaces_the_row(db):
 def test_a_row_being_deleted_gets_a_replacement(db):
     # Spec 001: an update node whose resource is DELETE_IN_PROGRESS gets a
     # replacement; preparation decides it once.
-    first = _create(db, tmpl=T.parse("resources: {x: {type: share_server}}"))
+    first = _create(db, tmpl=template.parse("resources: {x: {type: share_server}}"))
     stack = _finish(db, first)
     old = first.chosen["x"]
     stacks.resource_update(db, old, {}, {"action": "DELETE", "status": "IN_PROGRESS"})
-    tr = P.prepare_traversal(db, stack, "UPDATE", T.parse("resources: {x: {type: share_server}}"))
+    tr = prepare.prepare_traversal(db, stack, "UPDATE",
+                                   template.parse("resources: {x: {type: share_server}}"))
     assert tr.chosen["x"] != old and tr.created == (tr.chosen["x"],)
     assert Node(old, C) in tr.graph and Node(old, U) not in tr.graph
 
 
 def test_choose_prefers_a_healthy_row_over_a_failed_replacement(db):
-    first = _create(db, tmpl=T.parse("resources: {x: {type: share_server}}"))
+    first = _create(db, tmpl=template.parse("resources: {x: {type: share_server}}"))
     stack = _finish(db, first)
     old = first.chosen["x"]
     # An earlier traversal replaced x and the replacement failed to create.
@@ -183,7 +183,8 @@ def test_choose_prefers_a_healthy_row_over_a_failed_replacement(db):
         stacks.resource_update_tx(session, failed.id, {}, {"action": "CREATE",
                                                            "status": "FAILED"})
         stacks.resource_update_tx(session, old, {}, {"replaced_by": failed.id})
-    tr = P.prepare_traversal(db, stack, "UPDATE", T.parse("resources: {x: {type: share_server}}"))
+    tr = prepare.prepare_traversal(db, stack, "UPDATE",
+                                   template.parse("resources: {x: {type: share_server}}"))
     assert tr.chosen["x"] == old and tr.created == ()
     assert Node(failed.id, C) in tr.graph and Node(failed.id, U) not in tr.graph
 
@@ -193,11 +194,11 @@ def test_choose_prefers_an_in_progress_replacement_over_the_replaced_row(db):
         _Row(1, "x", "share", template_id=1, replaced_by=2),
         _Row(2, "x", "share", template_id=2, action="CREATE", status="IN_PROGRESS", replaces=1),
     ]
-    tmpl = T.parse("resources: {x: {type: share, properties: {size: 1, proto: NFS}}}")
-    chosen, replaced = P.choose_rows(rows, tmpl, new_template_id=3, current_template_id=2)
+    tmpl = template.parse("resources: {x: {type: share, properties: {size: 1, proto: NFS}}}")
+    chosen, replaced = prepare.choose_rows(rows, tmpl, new_template_id=3, current_template_id=2)
     assert chosen["x"].id == 2 and replaced == {}
     # Rolling back to template 1 picks the row it left.
-    chosen, _ = P.choose_rows(rows, tmpl, new_template_id=1, current_template_id=2)
+    chosen, _ = prepare.choose_rows(rows, tmpl, new_template_id=1, current_template_id=2)
     assert chosen["x"].id == 1
 
 
@@ -212,10 +213,10 @@ class _Row:
 def test_rollback_after_a_failed_update_reuses_the_completed_template(db):
     first = _create(db)
     stack = _finish(db, first)
-    second = P.prepare_traversal(db, stack, "UPDATE", V2)
+    second = prepare.prepare_traversal(db, stack, "UPDATE", V2)
     stack = _finish(db, second, status="FAILED")
     before = _counts(db)["stack_templates"]
-    tr = P.prepare_traversal(db, stack, "ROLLBACK")
+    tr = prepare.prepare_traversal(db, stack, "ROLLBACK")
     assert tr.template_id == first.template_id and tr.template == V1
     assert _counts(db)["stack_templates"] == before  # no new template row
     stack = stacks.stack_get(db, stack.id)
@@ -233,7 +234,7 @@ def test_rollback_after_a_failed_update_reuses_the_completed_template(db):
 def test_rollback_of_a_failed_create_removes_everything(db):
     first = _create(db)
     stack = _finish(db, first, status="FAILED")
-    tr = P.prepare_traversal(db, stack, "ROLLBACK")
+    tr = prepare.prepare_traversal(db, stack, "ROLLBACK")
     assert tr.template.resources == {} and tr.chosen == {}
     assert all(not n.is_update for n in tr.graph) and len(tr.graph) == 3
 
@@ -241,24 +242,24 @@ def test_rollback_of_a_failed_create_removes_everything(db):
 def test_delete(db):
     first = _create(db)
     stack = _finish(db, first)
-    tr = P.prepare_traversal(db, stack, "DELETE")
+    tr = prepare.prepare_traversal(db, stack, "DELETE")
     d, s, c = (first.chosen[n] for n in ("data", "snap", "copy"))
     assert tr.graph.topological_order() == [Node(c, C), Node(s, C), Node(d, C)]
     assert tr.leaves == (Node(c, C),) and _check_requests(db, tr.traversal_id) == [(c, False)]
     assert stacks.stack_get(db, stack.id).action == "DELETE"
-    with pytest.raises(P.InvalidStackAction):
-        P.prepare_traversal(db, stacks.stack_get(db, stack.id), "UPDATE", V1)
+    with pytest.raises(prepare.InvalidStackAction):
+        prepare.prepare_traversal(db, stacks.stack_get(db, stack.id), "UPDATE", V1)
     # Deleting again while deleting is allowed (it restarts the traversal).
-    P.prepare_traversal(db, stacks.stack_get(db, stack.id), "DELETE")
+    prepare.prepare_traversal(db, stacks.stack_get(db, stack.id), "DELETE")
 
 
 def test_nothing_to_do_completes_at_once(db):
-    tr = _create(db, tmpl=T.Template.empty())
+    tr = _create(db, tmpl=template.Template.empty())
     assert tr.complete and len(tr.graph) == 0 and tr.leaves == ()
     stack = stacks.stack_get(db, tr.stack_id)
     assert (stack.action, stack.status) == ("CREATE", "COMPLETE")
     assert _counts(db)["sync_points"] == 0 and _counts(db)["requests"] == 0
-    P.prepare_traversal(db, stack, "DELETE")
+    prepare.prepare_traversal(db, stack, "DELETE")
     assert stacks.stack_get(db, tr.stack_id) is None  # deleted, nothing left to wait for
 
 
@@ -266,22 +267,22 @@ def test_a_stale_stack_loses_and_writes_nothing(db):
     first = _create(db)
     stale = stacks.stack_get(db, first.stack_id)
     stack = _finish(db, first)
-    P.prepare_traversal(db, stack, "UPDATE", V2)
+    prepare.prepare_traversal(db, stack, "UPDATE", V2)
     before = _counts(db)
-    with pytest.raises(P.TraversalLost):
-        P.prepare_traversal(db, stale, "UPDATE", V1)
+    with pytest.raises(prepare.TraversalLost):
+        prepare.prepare_traversal(db, stale, "UPDATE", V1)
     assert _counts(db) == before
 
 
 def test_a_lost_race_inside_a_callers_transaction_keeps_the_callers_writes(db):
     first = _create(db)
     stale = stacks.stack_get(db, first.stack_id)
-    P.prepare_traversal(db, _finish(db, first), "UPDATE", V2)
+    prepare.prepare_traversal(db, _finish(db, first), "UPDATE", V2)
     before = _counts(db)
     with db.session() as session:
         api.request_add_tx(session, "share", "s1", "create", "h@b", {})
-        with pytest.raises(P.TraversalLost):
-            P.prepare_traversal_tx(session, stale, "UPDATE", V1)
+        with pytest.raises(prepare.TraversalLost):
+            prepare.prepare_traversal_tx(session, stale, "UPDATE", V1)
     after = _counts(db)
     assert after == {**before, "requests": before["requests"] + 1}
 
@@ -295,8 +296,8 @@ def _race(db, stack, templates):
     def run(i, tmpl):
         try:
             barrier.wait()
-            outcome[i] = P.prepare_traversal(db, stack, "UPDATE", tmpl)
-        except P.TraversalLost:
+            outcome[i] = prepare.prepare_traversal(db, stack, "UPDATE", tmpl)
+        except prepare.TraversalLost:
             outcome[i] = None
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
@@ -337,7 +338,7 @@ def test_two_preparations_racing_one_wins_and_the_loser_leaves_no_rows(db_url):
     finally:
         db.dispose()
 
-V1_BIGGER = T.parse(
+V1_BIGGER = template.parse(
     """
 resources:
   data: {type: share, properties: {size: 20, proto: NFS}}
@@ -355,62 +356,62 @@ def _one(requests):
 def test_retrigger_in_the_newer_traversal_when_ready(db):
     first = _create(db)
     stack = _finish(db, first)
-    tr = P.prepare_traversal(db, stack, "UPDATE", V1_BIGGER)
+    tr = prepare.prepare_traversal(db, stack, "UPDATE", V1_BIGGER)
     d, s = tr.chosen["data"], tr.chosen["snap"]
     # snap's update waits for data's update in the new traversal: not ready.
-    assert L.retrigger(db, stack.id, s) == []
-    payload = T.ResourceData("data", d, "p-data", {"size": 20}).to_dict()
+    assert lifecycle.retrigger(db, stack.id, s) == []
+    payload = template.ResourceData("data", d, "p-data", {"size": 20}).to_dict()
     sync_points.sync(db, s, tr.traversal_id, True, Node(d, U).key, payload,
                      tr.graph.requires_keys(Node(s, U)))
-    request = _one(L.retrigger(db, stack.id, s))
+    request = _one(lifecycle.retrigger(db, stack.id, s))
     assert request.args["traversal"] == tr.traversal_id
     assert request.args["resource_id"] == s and request.args["is_update"] is True
     assert request.args["input_data"] == {Node(d, U).key: payload}
     # data is a leaf of the new traversal: always ready; but it has reported
     # to snap's point, and only to it: its clean-up node waits for it too.
-    assert _one(L.retrigger(db, stack.id, d)).args["input_data"] == {}
-    assert L.retrigger(db, stack.id, 999_999) == []
+    assert _one(lifecycle.retrigger(db, stack.id, d)).args["input_data"] == {}
+    assert lifecycle.retrigger(db, stack.id, 999_999) == []
 
 
 def test_retrigger_skips_nodes_that_reported(db):
     first = _create(db)
     stack = _finish(db, first)
-    tr = P.prepare_traversal(db, stack, "UPDATE", V1_BIGGER)
+    tr = prepare.prepare_traversal(db, stack, "UPDATE", V1_BIGGER)
     d = tr.chosen["data"]
     node = Node(d, U)
     for succ in tr.graph.required_by(node):
         sync_points.sync(db, succ.resource_id, tr.traversal_id, succ.is_update, node.key,
                          None, tr.graph.requires_keys(succ))
-    assert L.retrigger(db, stack.id, d, only=[node]) == []
+    assert lifecycle.retrigger(db, stack.id, d, only=[node]) == []
 
 
 def test_retrigger_a_resource_that_is_only_cleaned_up(db):
     first = _create(db)
     stack = _finish(db, first)
-    tr = P.prepare_traversal(db, stack, "DELETE")
+    tr = prepare.prepare_traversal(db, stack, "DELETE")
     c = first.chosen["copy"]
-    request = _one(L.retrigger(db, stack.id, c))
+    request = _one(lifecycle.retrigger(db, stack.id, c))
     assert (request.args["resource_id"], request.args["is_update"]) == (c, False)
-    assert L.retrigger(db, stack.id, first.chosen["data"]) == []  # waits for snap
+    assert lifecycle.retrigger(db, stack.id, first.chosen["data"]) == []  # waits for snap
     assert tr.leaves == (Node(c, C),)
 
 
 def test_complete_and_fail(db):
     tr = _create(db)
     with db.session() as session:
-        assert not L.complete_tx(session, tr.stack_id, "stale")
-    assert not L.fail(db, tr.stack_id, "stale", "boom")
-    assert L.fail(db, tr.stack_id, tr.traversal_id, "boom", rollback=False)
+        assert not lifecycle.complete_tx(session, tr.stack_id, "stale")
+    assert not lifecycle.fail(db, tr.stack_id, "stale", "boom")
+    assert lifecycle.fail(db, tr.stack_id, tr.traversal_id, "boom", rollback=False)
     stack = stacks.stack_get(db, tr.stack_id)
     assert (stack.status, stack.status_reason) == ("FAILED", "boom")
     # A failed traversal keeps its points: its running checks are not superseded.
     assert len(sync_points.list_for_traversal(db, tr.stack_id, tr.traversal_id)) == 7
 
-    second = P.prepare_traversal(db, stack, "DELETE")
+    second = prepare.prepare_traversal(db, stack, "DELETE")
     for rid in second.names:
         stacks.resource_update(db, rid, {}, {"action": "DELETE", "status": "COMPLETE"})
     with db.session() as session:
-        assert L.complete_tx(session, tr.stack_id, second.traversal_id)
+        assert lifecycle.complete_tx(session, tr.stack_id, second.traversal_id)
     assert stacks.stack_get(db, tr.stack_id) is None
     assert sync_points.list_for_traversal(db, tr.stack_id, second.traversal_id) == []
     assert stacks.resource_list(db, tr.stack_id) == []
@@ -418,7 +419,7 @@ def test_complete_and_fail(db):
 
 def test_graph_dot(db):
     tr = _create(db)
-    dot = P.graph_dot(db, stacks.stack_get(db, tr.stack_id))
+    dot = prepare.graph_dot(db, stacks.stack_get(db, tr.stack_id))
     assert dot.startswith('digraph "web" {')
     assert f'label="data\\nupdate #{tr.chosen["data"]}"' in dot
 
@@ -429,8 +430,8 @@ def test_losing_at_the_swap_rolls_back_every_row_created(db, monkeypatch):
     first = _create(db)
     stack = _finish(db, first)
     before = _counts(db)
-    monkeypatch.setattr(P.db_stacks, "stack_swap_traversal_tx", lambda *a, **k: False)
-    with pytest.raises(P.TraversalLost):
-        P.prepare_traversal(db, stack, "UPDATE", V2)  # would add a template, a row, points
+    monkeypatch.setattr(prepare.db_stacks, "stack_swap_traversal_tx", lambda *a, **k: False)
+    with pytest.raises(prepare.TraversalLost):
+        prepare.prepare_traversal(db, stack, "UPDATE", V2)  # would add a template, a row, points
     assert _counts(db) == before
     assert stacks.stack_get(db, stack.id).current_traversal == first.traversal_id

@@ -11,10 +11,9 @@ that the rules data says the same thing, the others that a pass does it.
 from __future__ import annotations
 
 import pytest
-from sharemgr.db import api
-from sharemgr.db import models as M
+from sharemgr.common import vocab
+from sharemgr.db import api, models
 from sharemgr.db import reconcile as db_rec
-from sharemgr.manager import constants as C
 from sharemgr.reconcile import rules
 
 from tests.unit.reconcile_harness import (
@@ -90,16 +89,16 @@ def test_rules_data_is_the_spec_table():
     for rtype, rows in rules.RULES.items():
         for status, rule in rows.items():
             if rule.action == rules.QUERY:
-                assert (rule.ok, rule.method) == (C.AVAILABLE, STATUS_METHOD[rtype]), \
+                assert (rule.ok, rule.method) == (vocab.AVAILABLE, STATUS_METHOD[rtype]), \
                     (rtype, status)
             elif rule.action == rules.DELETE:
-                assert rule.ok == C.DELETED, (rtype, status)
+                assert rule.ok == vocab.DELETED, (rtype, status)
     assert tuple(rules.STAGES) == STAGE_ORDER
 
 
 @pytest.mark.parametrize("rtype", STAGE_ORDER)
 def test_every_transient_status_is_settled_or_excluded(rtype):
-    transient = {s for s in C.VALID_STATUSES[rtype] if s in C.TRANSIENT_STATUSES}
+    transient = {s for s in vocab.VALID_STATUSES[rtype] if s in vocab.TRANSIENT_STATUSES}
     assert transient == set(EXPECTED[rtype]) | EXCLUDED[rtype]
     assert not set(EXPECTED[rtype]) & EXCLUDED[rtype]
 
@@ -112,71 +111,72 @@ def test_every_transient_status_is_settled_or_excluded(rtype):
 def test_query_rule(engine, rtype, status, answer):
     db = engine.db
     row = make(db, rtype, status)
-    other = make(db, rtype, C.AVAILABLE)  # settled: never looked at
+    other = make(db, rtype, vocab.AVAILABLE)  # settled: never looked at
     engine.driver.answer = answer
 
     result = engine.run()
 
     after = fetch(db, rtype, row.id)
     healthy = answer == HEALTHY
-    expected = C.AVAILABLE if healthy else EXPECTED[rtype][status][1]
+    expected = vocab.AVAILABLE if healthy else EXPECTED[rtype][status][1]
     assert after.status == expected
     assert after.deleted_at is None
     assert engine.driver.calls == [(STATUS_METHOD[rtype], row.id)]
-    assert fetch(db, rtype, other.id).status == C.AVAILABLE
+    assert fetch(db, rtype, other.id).status == vocab.AVAILABLE
     assert result["outcomes"] == {rtype: {expected: 1}}
     _nothing_else(result)
 
-    if rtype in (C.SHARE_INSTANCE, C.REPLICA):
-        share = api.get(db, M.Share, after.share_id)
-        resized = healthy and status in (C.EXTENDING, C.SHRINKING)
+    if rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA):
+        share = api.get(db, models.Share, after.share_id)
+        resized = healthy and status in (vocab.EXTENDING, vocab.SHRINKING)
         assert share.size == (BACKEND_SIZE if resized else 5)
         if healthy:
             assert after.export_locations == [{
                 "path": export_path(row.id), "is_admin_only": False,
-                "preferred": rtype == C.SHARE_INSTANCE,
+                "preferred": rtype == vocab.SHARE_INSTANCE,
             }]
         else:
             assert after.export_locations == []
-    if rtype == C.REPLICA:
+    if rtype == vocab.REPLICA:
         # The backend's replica state when healthy; error otherwise.
-        assert after.replica_state == (C.REPLICA_OUT_OF_SYNC if healthy else C.REPLICA_ERROR)
-    if rtype == C.SNAPSHOT_INSTANCE:
+        expected = vocab.REPLICA_OUT_OF_SYNC if healthy else vocab.REPLICA_ERROR
+        assert after.replica_state == expected
+    if rtype == vocab.SNAPSHOT_INSTANCE:
         assert after.progress == ("100%" if healthy else "0%")
 
 
-@pytest.mark.parametrize("status,error", [(C.EXTENDING, C.EXTENDING_ERROR),
-                                          (C.SHRINKING, C.SHRINKING_ERROR)])
+@pytest.mark.parametrize("status,error", [(vocab.EXTENDING, vocab.EXTENDING_ERROR),
+                                          (vocab.SHRINKING, vocab.SHRINKING_ERROR)])
 @pytest.mark.parametrize("size,written", [(3, 3), (12, 12), ("12", 12), (12.0, 12), (1, 1)])
 def test_resize_writes_the_backend_size_whichever_way_it_went(engine, status, error, size,
                                                               written):
     inst = make_share(engine.db, status, size=5)
-    engine.driver.answers[inst.id] = Literal({"status": C.AVAILABLE, "size": size,
+    engine.driver.answers[inst.id] = Literal({"status": vocab.AVAILABLE, "size": size,
                                               "export_locations": []})
     engine.run()
-    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == C.AVAILABLE
-    assert api.get(engine.db, M.Share, inst.share_id).size == written
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.AVAILABLE
+    assert api.get(engine.db, models.Share, inst.share_id).size == written
 
 
-@pytest.mark.parametrize("status,error", [(C.EXTENDING, C.EXTENDING_ERROR),
-                                          (C.SHRINKING, C.SHRINKING_ERROR)])
+@pytest.mark.parametrize("status,error", [(vocab.EXTENDING, vocab.EXTENDING_ERROR),
+                                          (vocab.SHRINKING, vocab.SHRINKING_ERROR)])
 @pytest.mark.parametrize("size", [None, "lots", -1, 0, 12.5, True, [12]])
 def test_resize_without_a_usable_size_is_the_error_outcome(engine, status, error, size):
     """The size is what a resize query is for: without it the database cannot be
     made to match the backend."""
     inst = make_share(engine.db, status, size=5)
-    answer = {"status": C.AVAILABLE, "export_locations": []}
+    answer = {"status": vocab.AVAILABLE, "export_locations": []}
     if size is not None:
         answer["size"] = size
     engine.driver.answers[inst.id] = Literal(answer)
     result = engine.run()
-    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == error
-    assert api.get(engine.db, M.Share, inst.share_id).size == 5
-    assert result["outcomes"] == {C.SHARE_INSTANCE: {error: 1}}
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == error
+    assert api.get(engine.db, models.Share, inst.share_id).size == 5
+    assert result["outcomes"] == {vocab.SHARE_INSTANCE: {error: 1}}
     assert result["failures"] == 0
 
 
-@pytest.mark.parametrize("rtype", [C.SHARE_INSTANCE, C.REPLICA])
+@pytest.mark.parametrize("rtype", [vocab.SHARE_INSTANCE, vocab.REPLICA])
 @pytest.mark.parametrize("locations", [
     [{"no_path": "x"}], 7, [None], "10.0.0.1:/x",
 ], ids=["dict-without-path", "not-a-list", "none-item", "bare-string"])
@@ -184,48 +184,48 @@ def test_unusable_export_locations_are_the_error_outcome(engine, rtype, location
     """A healthy status with export locations the manager cannot record is an
     unusable answer: the error outcome, not a crash that leaves the resource
     in creating for ever."""
-    row = make(engine.db, rtype, C.CREATING)
-    engine.driver.answers[row.id] = Literal({"status": C.AVAILABLE, "size": 5,
+    row = make(engine.db, rtype, vocab.CREATING)
+    engine.driver.answers[row.id] = Literal({"status": vocab.AVAILABLE, "size": 5,
                                              "export_locations": locations})
     result = engine.run()
-    assert fetch(engine.db, rtype, row.id).status == C.ERROR
-    assert result["outcomes"] == {rtype: {C.ERROR: 1}}
+    assert fetch(engine.db, rtype, row.id).status == vocab.ERROR
+    assert result["outcomes"] == {rtype: {vocab.ERROR: 1}}
     assert result["failures"] == 0
 
 
 def test_export_locations_as_plain_paths_are_recorded(engine):
-    inst = make_share(engine.db, C.CREATING)
-    engine.driver.answers[inst.id] = Literal({"status": C.AVAILABLE, "size": 5,
+    inst = make_share(engine.db, vocab.CREATING)
+    engine.driver.answers[inst.id] = Literal({"status": vocab.AVAILABLE, "size": 5,
                                               "export_locations": ["10.0.0.9:/p"]})
     engine.run()
-    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).export_locations == [
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).export_locations == [
         {"path": "10.0.0.9:/p", "is_admin_only": False, "preferred": False}]
 
 
 @pytest.mark.parametrize("reported,written", [
-    (None, C.REPLICA_IN_SYNC),
-    (C.REPLICA_IN_SYNC, C.REPLICA_IN_SYNC),
-    (C.REPLICA_OUT_OF_SYNC, C.REPLICA_OUT_OF_SYNC),
+    (None, vocab.REPLICA_IN_SYNC),
+    (vocab.REPLICA_IN_SYNC, vocab.REPLICA_IN_SYNC),
+    (vocab.REPLICA_OUT_OF_SYNC, vocab.REPLICA_OUT_OF_SYNC),
     # A secondary being created never becomes the active replica: that is a
     # promotion, and two active instances would break the share.
-    (C.REPLICA_ACTIVE, C.REPLICA_OUT_OF_SYNC),
-    ("bogus", C.REPLICA_OUT_OF_SYNC),
+    (vocab.REPLICA_ACTIVE, vocab.REPLICA_OUT_OF_SYNC),
+    ("bogus", vocab.REPLICA_OUT_OF_SYNC),
 ])
 def test_replica_state_of_a_created_replica(engine, reported, written):
-    rep = make(engine.db, C.REPLICA, C.CREATING)
+    rep = make(engine.db, vocab.REPLICA, vocab.CREATING)
     engine.driver.replica_state = reported
     engine.run()
-    after = fetch(engine.db, C.REPLICA, rep.id)
-    assert (after.status, after.replica_state) == (C.AVAILABLE, written)
+    after = fetch(engine.db, vocab.REPLICA, rep.id)
+    assert (after.status, after.replica_state) == (vocab.AVAILABLE, written)
 
 
 @pytest.mark.parametrize("status", ["creating", "extending", "deleting", "", 0])
 def test_a_backend_status_other_than_healthy_is_the_error_outcome(engine, status):
-    inst = make_share(engine.db, C.CREATING)
+    inst = make_share(engine.db, vocab.CREATING)
     engine.driver.answers[inst.id] = Literal({"status": status, "size": 5,
                                               "export_locations": ["p"]})
     engine.run()
-    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == C.ERROR
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.ERROR
 
 
 # Retry the delete ------------------------------------------------------------------
@@ -243,44 +243,44 @@ def test_delete_rule(engine, rtype, status, succeeds):
 
     after = fetch(db, rtype, row.id)
     assert engine.driver.calls == [(DELETE_METHOD[rtype], row.id)]
-    expected = C.DELETED if succeeds else EXPECTED[rtype][status][1]
+    expected = vocab.DELETED if succeeds else EXPECTED[rtype][status][1]
     assert after.status == expected
     assert (after.deleted_at is not None) == succeeds
     assert (api.get(db, type(after), row.id) is None) == succeeds
     assert result["outcomes"] == {rtype: {expected: 1}}
     _nothing_else(result)
-    if rtype == C.SHARE_INSTANCE:
+    if rtype == vocab.SHARE_INSTANCE:
         # Its only instance: the logical share goes with it.
-        share = api.get(db, M.Share, after.share_id, include_deleted=True)
+        share = api.get(db, models.Share, after.share_id, include_deleted=True)
         assert (share.deleted_at is not None) == succeeds
-    if rtype == C.REPLICA:
+    if rtype == vocab.REPLICA:
         # The active instance remains: the share stays.
-        assert api.get(db, M.Share, after.share_id) is not None
-    if rtype == C.SNAPSHOT_INSTANCE:
-        snap = api.get(db, M.ShareSnapshot, after.snapshot_id, include_deleted=True)
+        assert api.get(db, models.Share, after.share_id) is not None
+    if rtype == vocab.SNAPSHOT_INSTANCE:
+        snap = api.get(db, models.ShareSnapshot, after.snapshot_id, include_deleted=True)
         assert (snap.deleted_at is not None) == succeeds
 
 
 def test_deleting_one_of_two_instances_keeps_the_share(engine):
     db = engine.db
-    inst = make_share(db, C.DELETING)
-    sibling = M.ShareInstance(id=M.new_id(), share_id=inst.share_id, host=HOSTBE,
-                              status=C.AVAILABLE, export_locations=[])
+    inst = make_share(db, vocab.DELETING)
+    sibling = models.ShareInstance(id=models.new_id(), share_id=inst.share_id, host=HOSTBE,
+                              status=vocab.AVAILABLE, export_locations=[])
     api.add_all(db, [sibling])
     engine.run()
-    assert fetch(db, C.SHARE_INSTANCE, inst.id).status == C.DELETED
-    assert api.get(db, M.Share, inst.share_id) is not None
+    assert fetch(db, vocab.SHARE_INSTANCE, inst.id).status == vocab.DELETED
+    assert api.get(db, models.Share, inst.share_id) is not None
 
 
 def test_delete_retry_passes_the_server_and_its_details(engine):
     """teardown_server gets the stored backend_details back."""
     seen = []
-    row = make(engine.db, C.SHARE_SERVER, C.DELETING)
+    row = make(engine.db, vocab.SHARE_SERVER, vocab.DELETING)
     engine.driver.teardown_server = lambda server, details: seen.append((server, details))
     engine.run()
     assert seen == [({"id": row.id, "host": HOSTBE, "backend_details": {"k": "v"}},
                      {"k": "v"})]
-    assert fetch(engine.db, C.SHARE_SERVER, row.id).status == C.DELETED
+    assert fetch(engine.db, vocab.SHARE_SERVER, row.id).status == vocab.DELETED
 
 
 # Mark error -------------------------------------------------------------------------
@@ -298,8 +298,8 @@ def test_mark_rule(engine, rtype, status):
     assert engine.driver.calls == []  # nothing to ask: the operation cannot resume
     assert result["outcomes"] == {rtype: {expected: 1}}
     _nothing_else(result)
-    if rtype == C.REPLICA:
-        assert after.replica_state == C.REPLICA_ERROR
+    if rtype == vocab.REPLICA:
+        assert after.replica_state == vocab.REPLICA_ERROR
 
 
 # The whole table in one pass, on every database -----------------------------------
@@ -328,9 +328,9 @@ def test_whole_table_in_one_pass(any_engine, backend_ok):
         action, error = EXPECTED[rtype][status]
         expected = error
         if backend_ok and action == Q:
-            expected = C.AVAILABLE
+            expected = vocab.AVAILABLE
         elif backend_ok and action == D:
-            expected = C.DELETED
+            expected = vocab.DELETED
         assert fetch(eng.db, rtype, ident).status == expected, (rtype, status)
         want.setdefault(rtype, {}).setdefault(expected, 0)
         want[rtype][expected] += 1
@@ -356,10 +356,10 @@ def test_stages_run_in_dependency_order(sqlite_db, tmp_path):
         # Two resources per stage, each needing a driver call; created in
         # reverse order so that creation order cannot explain the call order.
         wanted = {
-            C.SHARE_SERVER: C.DELETING, C.SHARE_INSTANCE: C.CREATING,
-            C.REPLICA: C.CREATING, C.SNAPSHOT_INSTANCE: C.CREATING,
-            C.SHARE_GROUP: C.CREATING, C.GROUP_SNAPSHOT: C.CREATING,
-            C.BACKUP: C.DELETING,
+            vocab.SHARE_SERVER: vocab.DELETING, vocab.SHARE_INSTANCE: vocab.CREATING,
+            vocab.REPLICA: vocab.CREATING, vocab.SNAPSHOT_INSTANCE: vocab.CREATING,
+            vocab.SHARE_GROUP: vocab.CREATING, vocab.GROUP_SNAPSHOT: vocab.CREATING,
+            vocab.BACKUP: vocab.DELETING,
         }
         stage_of = {}
         for rtype in reversed(STAGE_ORDER):
@@ -381,17 +381,17 @@ def test_dry_run_changes_nothing_and_returns_the_plan(engine):
     db = engine.db
     rows = _whole_table(engine)
     dead = engine_id()
-    inst = make_share(db, C.CREATING)
-    dead_req = add_request(db, C.SHARE_INSTANCE, inst.id, HOSTBE, C.REQUEST_RUNNING, dead)
-    pending = make_share(db, C.CREATING)
-    add_request(db, C.SHARE_INSTANCE, pending.id, HOSTBE)
+    inst = make_share(db, vocab.CREATING)
+    dead_req = add_request(db, vocab.SHARE_INSTANCE, inst.id, HOSTBE, vocab.REQUEST_RUNNING, dead)
+    pending = make_share(db, vocab.CREATING)
+    add_request(db, vocab.SHARE_INSTANCE, pending.id, HOSTBE)
 
     result = engine.run(dry_run=True)
 
     for (rtype, status), ident in rows.items():
         assert fetch(db, rtype, ident).status == status
-    assert fetch(db, C.SHARE_INSTANCE, inst.id).status == C.CREATING
-    assert request_row(db, dead_req).status == C.REQUEST_RUNNING
+    assert fetch(db, vocab.SHARE_INSTANCE, inst.id).status == vocab.CREATING
+    assert request_row(db, dead_req).status == vocab.REQUEST_RUNNING
     assert engine.driver.calls == []
     assert result["outcomes"] == {}
     assert result["abandoned_requests"] == 0
@@ -415,12 +415,13 @@ def test_dry_run_changes_nothing_and_returns_the_plan(engine):
 
 def test_the_pass_record_holds_the_summary(engine):
     db = engine.db
-    a = make_share(db, C.CREATING)
-    b = make_share(db, C.DELETING)
-    c = make_share(db, C.CREATING, task_state="migration_in_progress")
+    a = make_share(db, vocab.CREATING)
+    b = make_share(db, vocab.DELETING)
+    c = make_share(db, vocab.CREATING, task_state="migration_in_progress")
     engine.driver.answers[a.id] = "missing"
     dead = engine_id()
-    add_request(db, C.SHARE_INSTANCE, b.id, HOSTBE, C.REQUEST_RUNNING, dead, action="delete")
+    add_request(db, vocab.SHARE_INSTANCE, b.id, HOSTBE, vocab.REQUEST_RUNNING, dead,
+                action="delete")
 
     result = engine.run(trigger="manual:7")
 
@@ -430,11 +431,11 @@ def test_the_pass_record_holds_the_summary(engine):
         HOST, engine.engine_id, "manual:7", False)
     assert record.finished_at is not None and record.finished_at >= record.started_at
     summary = record.summary
-    assert summary["outcomes"] == {C.SHARE_INSTANCE: {C.ERROR: 1, C.DELETED: 1}}
+    assert summary["outcomes"] == {vocab.SHARE_INSTANCE: {vocab.ERROR: 1, vocab.DELETED: 1}}
     assert summary["skipped"] == {"busy task_state migration_in_progress": 1}
     assert summary["abandoned_requests"] == 1
     assert summary["failures"] == 0
     assert summary["duration_seconds"] >= 0
     assert summary["plan"] == []
     assert {k: v for k, v in result.items() if k != "id"} == summary
-    assert fetch(db, C.SHARE_INSTANCE, c.id).status == C.CREATING
+    assert fetch(db, vocab.SHARE_INSTANCE, c.id).status == vocab.CREATING

@@ -9,8 +9,8 @@ import types
 import uuid
 
 import pytest
+from sharemgr.common import vocab
 from sharemgr.db import reconcile as db_rec
-from sharemgr.manager import constants as C
 from sharemgr.reconcile.runner import PassRunner, engine_host
 
 from tests.unit.reconcile_harness import HOST, Engine, coord_url, fetch, make_share
@@ -49,35 +49,35 @@ def test_engine_host(member, host):
 
 
 def test_startup_pass_runs_after_the_wait(engine, runner):
-    inst = make_share(engine.db, C.CREATING)
+    inst = make_share(engine.db, vocab.CREATING)
     result = runner.defer_startup(0).result(timeout=60)
-    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == C.AVAILABLE
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.AVAILABLE
     (record,) = db_rec.passes(engine.db, host=HOST, limit=10)
     assert (record.id, record.trigger, record.dry_run) == (result["id"], "startup", False)
 
 
 def test_stopping_during_the_wait_runs_no_pass(engine, runner):
-    inst = make_share(engine.db, C.CREATING)
+    inst = make_share(engine.db, vocab.CREATING)
     runner.stopping.set()
     assert runner.defer_startup(3600).result(timeout=60) is None
-    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == C.CREATING
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.CREATING
     assert db_rec.passes(engine.db, host=HOST, limit=10) == []
 
 
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_manual_request_runs_a_pass(engine, runner, dry_run):
-    inst = make_share(engine.db, C.CREATING)
+    inst = make_share(engine.db, vocab.CREATING)
     runner.handle_request(types.SimpleNamespace(id=42, args={"dry_run": dry_run}))
     (record,) = db_rec.passes(engine.db, host=HOST, limit=10)
     assert (record.trigger, record.dry_run) == ("manual:42", dry_run)
-    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == (
-        C.CREATING if dry_run else C.AVAILABLE)
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == (
+        vocab.CREATING if dry_run else vocab.AVAILABLE)
     if dry_run:
         assert [p["id"] for p in record.summary["plan"]] == [inst.id]
 
 
 def test_a_peer_of_this_host_leaving_starts_a_pass(engine, runner):
-    inst = make_share(engine.db, C.CREATING)
+    inst = make_share(engine.db, vocab.CREATING)
     runner.watch_peers(engine.coordinator, HOST, engine.engine_id, 0)
     same_host = engine.peer()
     other_host = engine.peer(host="hostB")
@@ -87,11 +87,11 @@ def test_a_peer_of_this_host_leaving_starts_a_pass(engine, runner):
     engine.coordinator.run_watchers()
     _drain(runner)
     assert db_rec.passes(engine.db, host=HOST, limit=10) == []
-    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == C.CREATING
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.CREATING
 
     same_host.leave_engines()
     engine.coordinator.run_watchers()
     _drain(runner)
     (record,) = db_rec.passes(engine.db, host=HOST, limit=10)
     assert record.trigger == f"peer:{same_host.member_id}"
-    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == C.AVAILABLE
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.AVAILABLE

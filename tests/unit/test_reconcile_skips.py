@@ -11,10 +11,9 @@ import contextlib
 import threading
 
 import pytest
-from sharemgr.db import api
-from sharemgr.db import models as M
+from sharemgr.common import vocab
+from sharemgr.db import api, models
 from sharemgr.db import reconcile as db_rec
-from sharemgr.manager import constants as C
 from sharemgr.manager.operations import lock_name
 from tooz import coordination
 
@@ -46,13 +45,13 @@ from tests.unit.reconcile_harness import (
 # One status per type that the pass settles without help (a mark, a query
 # answered healthy, or a delete), and what it becomes.
 SETTLE = {
-    C.SHARE_SERVER: (C.CREATING, C.ERROR),
-    C.SHARE_INSTANCE: (C.CREATING, C.AVAILABLE),
-    C.REPLICA: (C.CREATING, C.AVAILABLE),
-    C.SNAPSHOT_INSTANCE: (C.CREATING, C.AVAILABLE),
-    C.SHARE_GROUP: (C.CREATING, C.AVAILABLE),
-    C.GROUP_SNAPSHOT: (C.CREATING, C.AVAILABLE),
-    C.BACKUP: (C.DELETING, C.DELETED),
+    vocab.SHARE_SERVER: (vocab.CREATING, vocab.ERROR),
+    vocab.SHARE_INSTANCE: (vocab.CREATING, vocab.AVAILABLE),
+    vocab.REPLICA: (vocab.CREATING, vocab.AVAILABLE),
+    vocab.SNAPSHOT_INSTANCE: (vocab.CREATING, vocab.AVAILABLE),
+    vocab.SHARE_GROUP: (vocab.CREATING, vocab.AVAILABLE),
+    vocab.GROUP_SNAPSHOT: (vocab.CREATING, vocab.AVAILABLE),
+    vocab.BACKUP: (vocab.DELETING, vocab.DELETED),
 }
 
 
@@ -90,11 +89,11 @@ def _settled(eng, rtype, row):
 # Busy task_state, excluded statuses ------------------------------------------------
 
 
-@pytest.mark.parametrize("task_state", sorted(C.BUSY_TASK_STATES))
-@pytest.mark.parametrize("rtype", [C.SHARE_INSTANCE, C.REPLICA])
+@pytest.mark.parametrize("task_state", sorted(vocab.BUSY_TASK_STATES))
+@pytest.mark.parametrize("rtype", [vocab.SHARE_INSTANCE, vocab.REPLICA])
 def test_busy_task_state_is_left_alone(engine, rtype, task_state):
-    maker = make_share if rtype == C.SHARE_INSTANCE else make_replica
-    busy = maker(engine.db, C.CREATING, task_state=task_state)
+    maker = make_share if rtype == vocab.SHARE_INSTANCE else make_replica
+    busy = maker(engine.db, vocab.CREATING, task_state=task_state)
     result = engine.run()
     _untouched(engine, rtype, busy)
     assert engine.driver.calls == []
@@ -105,9 +104,9 @@ def test_busy_task_state_is_left_alone(engine, rtype, task_state):
 @pytest.mark.parametrize("task_state", ["migration_success", "migration_error",
                                         "data_copying_error", None])
 def test_a_finished_task_state_does_not_protect_the_instance(engine, task_state):
-    inst = make_share(engine.db, C.CREATING, task_state=task_state)
+    inst = make_share(engine.db, vocab.CREATING, task_state=task_state)
     result = engine.run()
-    assert fetch(engine.db, C.SHARE_INSTANCE, inst.id).status == C.AVAILABLE
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.AVAILABLE
     assert result["skipped"] == {}
 
 
@@ -123,9 +122,9 @@ def test_excluded_statuses_are_left_alone(engine, rtype, status):
     assert result["outcomes"] == {}
     assert sum(result["skipped"].values()) == 1
     (reason,) = result["skipped"]
-    if status in (C.SERVER_MIGRATING, C.SERVER_MIGRATING_TO):
+    if status in (vocab.SERVER_MIGRATING, vocab.SERVER_MIGRATING_TO):
         assert "migration" in reason
-    if status == C.ENSURING:
+    if status == vocab.ENSURING:
         assert "ensure" in reason
 
 
@@ -133,8 +132,8 @@ def test_excluded_statuses_are_left_alone(engine, rtype, status):
 
 
 @pytest.mark.parametrize("status,column,settled", [
-    (C.CREATING, "progress", C.ERROR),
-    (C.RESTORING, "restore_progress", C.AVAILABLE),
+    (vocab.CREATING, "progress", vocab.ERROR),
+    (vocab.RESTORING, "restore_progress", vocab.AVAILABLE),
 ])
 @pytest.mark.parametrize("started", [True, False], ids=["started", "not-started"])
 def test_backup_in_creating_or_restoring(engine, status, column, settled, started):
@@ -144,7 +143,7 @@ def test_backup_in_creating_or_restoring(engine, status, column, settled, starte
     # The other operation's progress column must not count.
     backup = make_backup(engine.db, status, **{column: "40" if started else None, other: "40"})
     result = engine.run()
-    after = fetch(engine.db, C.BACKUP, backup.id)
+    after = fetch(engine.db, vocab.BACKUP, backup.id)
     assert engine.driver.calls == []
     if started:
         assert after.status == status
@@ -152,36 +151,36 @@ def test_backup_in_creating_or_restoring(engine, status, column, settled, starte
         assert len(result["skipped"]) == 1 and "continue" in next(iter(result["skipped"]))
     else:
         assert after.status == settled
-        assert result["outcomes"] == {C.BACKUP: {settled: 1}}
+        assert result["outcomes"] == {vocab.BACKUP: {settled: 1}}
 
 
 @pytest.mark.parametrize("share_status,backup_status,column", [
-    (C.BACKUP_CREATING, C.CREATING, "progress"),
-    (C.BACKUP_RESTORING, C.RESTORING, "restore_progress"),
+    (vocab.BACKUP_CREATING, vocab.CREATING, "progress"),
+    (vocab.BACKUP_RESTORING, vocab.RESTORING, "restore_progress"),
 ])
 @pytest.mark.parametrize("started", [True, False], ids=["backup-started", "not-started"])
 def test_share_instance_held_by_a_backup(engine, share_status, backup_status, column, started):
     db = engine.db
     backup = make_backup(db, backup_status, share_status=share_status,
                          **{column: "10" if started else None})
-    inst = api.query(db, M.ShareInstance, {"share_id": backup.share_id})[0]
+    inst = api.query(db, models.ShareInstance, {"share_id": backup.share_id})[0]
     # A backup of another share in progress changes nothing for this one.
     make_backup(db, backup_status, **{column: "10"})
     result = engine.run()
-    after = fetch(db, C.SHARE_INSTANCE, inst.id)
+    after = fetch(db, vocab.SHARE_INSTANCE, inst.id)
     if started:
         assert after.status == share_status
         assert result["skipped"]["backup in progress (continue task)"] == 1
-        assert C.SHARE_INSTANCE not in result["outcomes"]
+        assert vocab.SHARE_INSTANCE not in result["outcomes"]
     else:
-        assert after.status == C.ERROR
-        assert result["outcomes"][C.SHARE_INSTANCE] == {C.ERROR: 1}
+        assert after.status == vocab.ERROR
+        assert result["outcomes"][vocab.SHARE_INSTANCE] == {vocab.ERROR: 1}
 
 
 @pytest.mark.parametrize("request_state", ["pending", "alive"])
 @pytest.mark.parametrize("share_status,backup_status,action", [
-    (C.BACKUP_CREATING, C.CREATING, "create"),
-    (C.BACKUP_RESTORING, C.RESTORING, "restore"),
+    (vocab.BACKUP_CREATING, vocab.CREATING, "create"),
+    (vocab.BACKUP_RESTORING, vocab.RESTORING, "restore"),
 ])
 def test_share_instance_whose_backup_request_is_open_is_left_alone(
         engine, share_status, backup_status, action, request_state):
@@ -191,31 +190,38 @@ def test_share_instance_whose_backup_request_is_open_is_left_alone(
     fail to write for ever."""
     db = engine.db
     backup = make_backup(db, backup_status, share_status=share_status)
-    inst = api.query(db, M.ShareInstance, {"share_id": backup.share_id})[0]
+    inst = api.query(db, models.ShareInstance, {"share_id": backup.share_id})[0]
     if request_state == "pending":
-        req = add_request(db, C.BACKUP, backup.id, HOSTBE, action=action)
+        req = add_request(db, vocab.BACKUP, backup.id, HOSTBE, action=action)
     else:
         peer = engine.peer()
-        req = add_request(db, C.BACKUP, backup.id, HOSTBE, C.REQUEST_RUNNING, peer.member_id,
-                          action=action)
+        req = add_request(
+            db,
+            vocab.BACKUP,
+            backup.id,
+            HOSTBE,
+            vocab.REQUEST_RUNNING,
+            peer.member_id,
+            action=action,
+        )
     result = engine.run()
-    assert fetch(db, C.SHARE_INSTANCE, inst.id).status == share_status
-    assert fetch(db, C.BACKUP, backup.id).status == backup_status
-    assert request_row(db, req).status == (C.REQUEST_PENDING if request_state == "pending"
-                                           else C.REQUEST_RUNNING)
+    assert fetch(db, vocab.SHARE_INSTANCE, inst.id).status == share_status
+    assert fetch(db, vocab.BACKUP, backup.id).status == backup_status
+    assert request_row(db, req).status == (vocab.REQUEST_PENDING if request_state == "pending"
+                                           else vocab.REQUEST_RUNNING)
     assert result["outcomes"] == {}
     assert sum(result["skipped"].values()) == 2
 
 
 def test_share_instance_whose_backup_request_died_is_settled(engine):
     db = engine.db
-    backup = make_backup(db, C.CREATING, share_status=C.BACKUP_CREATING)
-    inst = api.query(db, M.ShareInstance, {"share_id": backup.share_id})[0]
-    req = add_request(db, C.BACKUP, backup.id, HOSTBE, C.REQUEST_RUNNING, engine_id())
+    backup = make_backup(db, vocab.CREATING, share_status=vocab.BACKUP_CREATING)
+    inst = api.query(db, models.ShareInstance, {"share_id": backup.share_id})[0]
+    req = add_request(db, vocab.BACKUP, backup.id, HOSTBE, vocab.REQUEST_RUNNING, engine_id())
     result = engine.run()
-    assert request_row(db, req).status == C.REQUEST_ABANDONED
-    assert fetch(db, C.SHARE_INSTANCE, inst.id).status == C.ERROR
-    assert fetch(db, C.BACKUP, backup.id).status == C.ERROR
+    assert request_row(db, req).status == vocab.REQUEST_ABANDONED
+    assert fetch(db, vocab.SHARE_INSTANCE, inst.id).status == vocab.ERROR
+    assert fetch(db, vocab.BACKUP, backup.id).status == vocab.ERROR
     assert result["abandoned_requests"] == 1
 
 
@@ -240,11 +246,11 @@ def test_only_this_hosts_backends_and_their_pools(engine, rtype):
 def test_like_wildcards_in_a_backend_name_match_nothing_else(sqlite_db, tmp_path):
     eng = Engine(sqlite_db, coord_url(tmp_path), drivers={"b_1": FakeDriver()})
     try:
-        mine = make_share(sqlite_db, C.CREATING, host=f"{HOST}@b_1#p")
-        other = make_share(sqlite_db, C.CREATING, host=f"{HOST}@bx1#p")
+        mine = make_share(sqlite_db, vocab.CREATING, host=f"{HOST}@b_1#p")
+        other = make_share(sqlite_db, vocab.CREATING, host=f"{HOST}@bx1#p")
         eng.run()
-        assert fetch(sqlite_db, C.SHARE_INSTANCE, mine.id).status == C.AVAILABLE
-        assert fetch(sqlite_db, C.SHARE_INSTANCE, other.id).status == C.CREATING
+        assert fetch(sqlite_db, vocab.SHARE_INSTANCE, mine.id).status == vocab.AVAILABLE
+        assert fetch(sqlite_db, vocab.SHARE_INSTANCE, other.id).status == vocab.CREATING
     finally:
         eng.close()
 
@@ -253,20 +259,21 @@ def test_share_servers_only_on_dhss_backends(sqlite_db, tmp_path):
     drivers = {BACKEND: FakeDriver(dhss=False), "dh": FakeDriver(dhss=True)}
     eng = Engine(sqlite_db, coord_url(tmp_path), drivers=drivers)
     try:
-        plain = [make_server(sqlite_db, s) for s in (C.CREATING, C.DELETING)]
-        dhss = [make_server(sqlite_db, s, host=f"{HOST}@dh") for s in (C.CREATING, C.DELETING)]
-        share = make_share(sqlite_db, C.CREATING)  # a non-DHSS backend still has shares
+        plain = [make_server(sqlite_db, s) for s in (vocab.CREATING, vocab.DELETING)]
+        dhss = [make_server(sqlite_db, s, host=f"{HOST}@dh") for s in (vocab.CREATING,
+                                                                       vocab.DELETING)]
+        share = make_share(sqlite_db, vocab.CREATING)  # a non-DHSS backend still has shares
         result = eng.run()
         for row in plain:
-            _untouched(eng, C.SHARE_SERVER, row)
-        assert [fetch(sqlite_db, C.SHARE_SERVER, r.id).status for r in dhss] == [
-            C.ERROR, C.DELETED]
-        assert fetch(sqlite_db, C.SHARE_INSTANCE, share.id).status == C.AVAILABLE
+            _untouched(eng, vocab.SHARE_SERVER, row)
+        assert [fetch(sqlite_db, vocab.SHARE_SERVER, r.id).status for r in dhss] == [
+            vocab.ERROR, vocab.DELETED]
+        assert fetch(sqlite_db, vocab.SHARE_INSTANCE, share.id).status == vocab.AVAILABLE
         assert drivers[BACKEND].calls == [("get_share_status", share.id)]
         assert drivers["dh"].calls == [("teardown_server", dhss[1].id)]
         # Not scanned at all: nothing skipped.
         assert result["skipped"] == {}
-        assert result["outcomes"][C.SHARE_SERVER] == {C.ERROR: 1, C.DELETED: 1}
+        assert result["outcomes"][vocab.SHARE_SERVER] == {vocab.ERROR: 1, vocab.DELETED: 1}
     finally:
         eng.close()
 
@@ -284,7 +291,7 @@ def test_pending_request_leaves_the_resource_alone(engine, rtype, host):
     result = engine.run()
     _untouched(engine, rtype, row)
     _settled(engine, rtype, settled)
-    assert request_row(engine.db, req).status == C.REQUEST_PENDING
+    assert request_row(engine.db, req).status == vocab.REQUEST_PENDING
     assert result["skipped"] == {"request pending": 1}
 
 
@@ -293,10 +300,10 @@ def test_running_request_of_an_alive_engine_leaves_the_resource_alone(engine, rt
     peer = engine.peer()
     row = _stuck(engine, rtype)
     req = add_request(engine.db, rtype, row.id, host_of_row(engine.db, rtype, row),
-                      C.REQUEST_RUNNING, peer.member_id)
+                      vocab.REQUEST_RUNNING, peer.member_id)
     result = engine.run()
     _untouched(engine, rtype, row)
-    assert request_row(engine.db, req).status == C.REQUEST_RUNNING
+    assert request_row(engine.db, req).status == vocab.REQUEST_RUNNING
     assert result["skipped"] == {"in progress": 1}
     assert result["abandoned_requests"] == 0
 
@@ -308,11 +315,11 @@ def test_running_request_of_a_dead_engine_is_abandoned_and_the_resource_settled(
     dead = engine_id()
     row = _stuck(engine, rtype, host)
     req = add_request(engine.db, rtype, row.id, host_of_row(engine.db, rtype, row),
-                      C.REQUEST_RUNNING, dead)
+                      vocab.REQUEST_RUNNING, dead)
     result = engine.run()
     _settled(engine, rtype, row)
     after = request_row(engine.db, req)
-    assert after.status == C.REQUEST_ABANDONED
+    assert after.status == vocab.REQUEST_ABANDONED
     assert after.finished_at is not None
     assert dead in after.error and engine.engine_id in after.error
     assert result["abandoned_requests"] == 1
@@ -321,14 +328,14 @@ def test_running_request_of_a_dead_engine_is_abandoned_and_the_resource_settled(
 
 def test_requests_of_a_dead_engine_elsewhere_are_not_ours(engine):
     dead = engine_id()
-    other_host = add_request(engine.db, C.SHARE_INSTANCE, M.new_id(), "hostB@be",
-                             C.REQUEST_RUNNING, dead)
-    other_backend = add_request(engine.db, C.SHARE_INSTANCE, M.new_id(), f"{HOSTBE}2",
-                                C.REQUEST_RUNNING, dead)
-    hostless = add_request(engine.db, "stack", M.new_id(), None, C.REQUEST_RUNNING, dead)
+    other_host = add_request(engine.db, vocab.SHARE_INSTANCE, models.new_id(), "hostB@be",
+                             vocab.REQUEST_RUNNING, dead)
+    other_backend = add_request(engine.db, vocab.SHARE_INSTANCE, models.new_id(), f"{HOSTBE}2",
+                                vocab.REQUEST_RUNNING, dead)
+    hostless = add_request(engine.db, "stack", models.new_id(), None, vocab.REQUEST_RUNNING, dead)
     result = engine.run()
     for req in (other_host, other_backend, hostless):
-        assert request_row(engine.db, req).status == C.REQUEST_RUNNING
+        assert request_row(engine.db, req).status == vocab.REQUEST_RUNNING
     assert result["abandoned_requests"] == 0
 
 
@@ -337,8 +344,8 @@ def test_an_engine_that_joins_and_claims_during_the_pass_is_not_taken_for_dead(e
     pending request while the pass reads membership and requests. Its claim
     must not be abandoned whichever read comes first."""
     db = engine.db
-    inst = make_share(db, C.CREATING)
-    req = add_request(db, C.SHARE_INSTANCE, inst.id, HOSTBE)
+    inst = make_share(db, vocab.CREATING)
+    req = add_request(db, vocab.SHARE_INSTANCE, inst.id, HOSTBE)
     newcomer = engine.peer(join=False)
     real_engines = engine.coordinator.engines
 
@@ -355,9 +362,9 @@ def test_an_engine_that_joins_and_claims_during_the_pass_is_not_taken_for_dead(e
     engine.coordinator.engines = engines_then_newcomer_claims
     result = engine.run()
     after = request_row(db, req)
-    assert (after.status, after.engine_id) == (C.REQUEST_RUNNING, newcomer.member_id)
+    assert (after.status, after.engine_id) == (vocab.REQUEST_RUNNING, newcomer.member_id)
     assert result["abandoned_requests"] == 0
-    _untouched(engine, C.SHARE_INSTANCE, inst)
+    _untouched(engine, vocab.SHARE_INSTANCE, inst)
 
 
 # Locks -----------------------------------------------------------------------------------
@@ -384,12 +391,12 @@ def test_resource_locked_by_another_engine_is_skipped(engine, rtype):
 def test_a_replica_shares_the_share_instance_lock(engine):
     """Operations lock a replica under its share-instance name; holding that
     lock must keep the pass away."""
-    rep = make_replica(engine.db, C.CREATING)
+    rep = make_replica(engine.db, vocab.CREATING)
     peer = engine.peer()
-    with peer.try_lock(lock_name(C.SHARE_INSTANCE, rep.id)) as got:
+    with peer.try_lock(lock_name(vocab.SHARE_INSTANCE, rep.id)) as got:
         assert got
         result = engine.run()
-    _untouched(engine, C.REPLICA, rep)
+    _untouched(engine, vocab.REPLICA, rep)
     assert result["skipped"] == {"locked by another engine": 1}
 
 
@@ -399,32 +406,33 @@ def test_service_coordinator_url_alive_engine_and_lock(sqlite_db, tmp_path):
     eng = Engine(sqlite_db, coord_url(tmp_path, threaded=True))
     try:
         peer = eng.peer()
-        busy = make_share(sqlite_db, C.CREATING)
-        locked = make_share(sqlite_db, C.DELETING)
-        free = make_share(sqlite_db, C.CREATING)
-        add_request(sqlite_db, C.SHARE_INSTANCE, busy.id, HOSTBE, C.REQUEST_RUNNING,
+        busy = make_share(sqlite_db, vocab.CREATING)
+        locked = make_share(sqlite_db, vocab.DELETING)
+        free = make_share(sqlite_db, vocab.CREATING)
+        add_request(sqlite_db, vocab.SHARE_INSTANCE, busy.id, HOSTBE, vocab.REQUEST_RUNNING,
                     peer.member_id)
-        with peer.try_lock(lock_name(C.SHARE_INSTANCE, locked.id)) as got:
+        with peer.try_lock(lock_name(vocab.SHARE_INSTANCE, locked.id)) as got:
             assert got
             result = eng.run()
-        assert [fetch(sqlite_db, C.SHARE_INSTANCE, r.id).status for r in (busy, locked, free)] \
-            == [C.CREATING, C.DELETING, C.AVAILABLE]
+        assert [fetch(sqlite_db, vocab.SHARE_INSTANCE, r.id).status for r in (busy, locked, free)] \
+            == [vocab.CREATING, vocab.DELETING, vocab.AVAILABLE]
         assert result["skipped"] == {"in progress": 1, "locked by another engine": 1}
     finally:
         eng.close()
 
 
 CHANGES = {
-    "reset-to-available": {"status": C.AVAILABLE},
-    "another-transient-status": {"status": C.DELETING},
-    "soft-deleted": {"status": C.DELETED, "deleted_at": M.utcnow()},
+    "reset-to-available": {"status": vocab.AVAILABLE},
+    "another-transient-status": {"status": vocab.DELETING},
+    "soft-deleted": {"status": vocab.DELETED, "deleted_at": models.utcnow()},
 }
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
-@pytest.mark.parametrize("rtype", [C.SHARE_INSTANCE, C.SNAPSHOT_INSTANCE, C.SHARE_SERVER])
+@pytest.mark.parametrize("rtype", [vocab.SHARE_INSTANCE, vocab.SNAPSHOT_INSTANCE,
+                                   vocab.SHARE_SERVER])
 def test_row_changed_between_scan_and_lock_is_skipped(engine, rtype, change):
-    row = make(engine.db, rtype, C.CREATING)
+    row = make(engine.db, rtype, vocab.CREATING)
     values = CHANGES[change]
     real_try_lock = engine.coordinator.try_lock
 
@@ -433,7 +441,7 @@ def test_row_changed_between_scan_and_lock_is_skipped(engine, rtype, change):
         if name == lock_name(rtype, row.id):
             # Someone (an admin's reset-state, another engine) got there first.
             assert api.conditional_update(engine.db, type(row), row.id,
-                                          {"status": C.CREATING}, values)
+                                          {"status": vocab.CREATING}, values)
         with real_try_lock(name) as got:
             yield got
 
@@ -450,17 +458,17 @@ def test_row_changed_between_scan_and_lock_is_skipped(engine, rtype, change):
 
 
 def test_a_status_method_that_raises_fails_only_its_resource(engine):
-    rows = [make_share(engine.db, C.CREATING) for _ in range(4)]
+    rows = [make_share(engine.db, vocab.CREATING) for _ in range(4)]
     engine.driver.answers[rows[1].id] = "raises"
     result = engine.run()
-    statuses = [fetch(engine.db, C.SHARE_INSTANCE, r.id).status for r in rows]
-    assert statuses == [C.AVAILABLE, C.ERROR, C.AVAILABLE, C.AVAILABLE]
-    assert result["outcomes"] == {C.SHARE_INSTANCE: {C.AVAILABLE: 3, C.ERROR: 1}}
+    statuses = [fetch(engine.db, vocab.SHARE_INSTANCE, r.id).status for r in rows]
+    assert statuses == [vocab.AVAILABLE, vocab.ERROR, vocab.AVAILABLE, vocab.AVAILABLE]
+    assert result["outcomes"] == {vocab.SHARE_INSTANCE: {vocab.AVAILABLE: 3, vocab.ERROR: 1}}
     assert result["failures"] == 0
 
 
 def test_a_delete_that_raises_something_unexpected_fails_only_its_resource(engine):
-    rows = [make_share(engine.db, C.DELETING) for _ in range(3)]
+    rows = [make_share(engine.db, vocab.DELETING) for _ in range(3)]
     target = rows[0].id
     real_delete = engine.driver.delete_share
 
@@ -471,9 +479,9 @@ def test_a_delete_that_raises_something_unexpected_fails_only_its_resource(engin
 
     engine.driver.delete_share = delete_share
     result = engine.run()
-    statuses = [fetch(engine.db, C.SHARE_INSTANCE, r.id).status for r in rows]
-    assert statuses == [C.ERROR_DELETING, C.DELETED, C.DELETED]
-    assert result["outcomes"] == {C.SHARE_INSTANCE: {C.DELETED: 2, C.ERROR_DELETING: 1}}
+    statuses = [fetch(engine.db, vocab.SHARE_INSTANCE, r.id).status for r in rows]
+    assert statuses == [vocab.ERROR_DELETING, vocab.DELETED, vocab.DELETED]
+    assert result["outcomes"] == {vocab.SHARE_INSTANCE: {vocab.DELETED: 2, vocab.ERROR_DELETING: 1}}
 
 
 def test_an_unexpected_error_on_one_resource_does_not_stop_the_pass(engine):
@@ -481,18 +489,18 @@ def test_an_unexpected_error_on_one_resource_does_not_stop_the_pass(engine):
     is a failure of the pass, every other one (of every stage) is settled and
     the pass is recorded."""
     db = engine.db
-    broken = make_share(db, C.CREATING)
+    broken = make_share(db, vocab.CREATING)
     others = {rtype: _stuck(engine, rtype) for rtype in STAGE_ORDER}
     real_try_lock = engine.coordinator.try_lock
 
     def try_lock(name):
-        if name == lock_name(C.SHARE_INSTANCE, broken.id):
+        if name == lock_name(vocab.SHARE_INSTANCE, broken.id):
             raise coordination.ToozError("lock backend unavailable")
         return real_try_lock(name)
 
     engine.coordinator.try_lock = try_lock
     result = engine.run()
-    _untouched(engine, C.SHARE_INSTANCE, broken)
+    _untouched(engine, vocab.SHARE_INSTANCE, broken)
     for rtype, row in others.items():
         _settled(engine, rtype, row)
     assert result["failures"] == 1
@@ -520,32 +528,37 @@ def test_requests_locks_and_hosts_on_every_database(db, tmp_path):
     eng = Engine(db, coord_url(tmp_path))
     try:
         peer = eng.peer()
-        pending = make_share(db, C.CREATING, host=f"{HOSTBE}#p")
-        add_request(db, C.SHARE_INSTANCE, pending.id, f"{HOSTBE}#p")
-        alive = make_share(db, C.DELETING)
-        alive_req = add_request(db, C.SHARE_INSTANCE, alive.id, HOSTBE, C.REQUEST_RUNNING,
+        pending = make_share(db, vocab.CREATING, host=f"{HOSTBE}#p")
+        add_request(db, vocab.SHARE_INSTANCE, pending.id, f"{HOSTBE}#p")
+        alive = make_share(db, vocab.DELETING)
+        alive_req = add_request(db, vocab.SHARE_INSTANCE, alive.id, HOSTBE, vocab.REQUEST_RUNNING,
                                 peer.member_id, action="delete")
-        dead = make_share(db, C.EXTENDING)
-        dead_req = add_request(db, C.SHARE_INSTANCE, dead.id, HOSTBE, C.REQUEST_RUNNING,
+        dead = make_share(db, vocab.EXTENDING)
+        dead_req = add_request(db, vocab.SHARE_INSTANCE, dead.id, HOSTBE, vocab.REQUEST_RUNNING,
                                engine_id(), action="extend")
-        locked = make(db, C.SNAPSHOT_INSTANCE, C.CREATING)
-        elsewhere = make_share(db, C.CREATING, host=f"{HOSTBE}2")
-        free = make(db, C.REPLICA, C.CREATING)
-        with peer.try_lock(lock_name(C.SNAPSHOT_INSTANCE, locked.id)) as got:
+        locked = make(db, vocab.SNAPSHOT_INSTANCE, vocab.CREATING)
+        elsewhere = make_share(db, vocab.CREATING, host=f"{HOSTBE}2")
+        free = make(db, vocab.REPLICA, vocab.CREATING)
+        with peer.try_lock(lock_name(vocab.SNAPSHOT_INSTANCE, locked.id)) as got:
             assert got
             result = eng.run()
-        status = {r.id: fetch(db, C.SHARE_INSTANCE, r.id).status
+        status = {r.id: fetch(db, vocab.SHARE_INSTANCE, r.id).status
                   for r in (pending, alive, dead, elsewhere, free)}
-        assert status == {pending.id: C.CREATING, alive.id: C.DELETING, dead.id: C.AVAILABLE,
-                          elsewhere.id: C.CREATING, free.id: C.AVAILABLE}
-        assert fetch(db, C.SNAPSHOT_INSTANCE, locked.id).status == C.CREATING
-        assert api.get(db, M.Share, dead.share_id).size == BACKEND_SIZE
-        assert request_row(db, alive_req).status == C.REQUEST_RUNNING
-        assert request_row(db, dead_req).status == C.REQUEST_ABANDONED
+        assert status == {
+            pending.id: vocab.CREATING,
+            alive.id: vocab.DELETING,
+            dead.id: vocab.AVAILABLE,
+            elsewhere.id: vocab.CREATING,
+            free.id: vocab.AVAILABLE,
+        }
+        assert fetch(db, vocab.SNAPSHOT_INSTANCE, locked.id).status == vocab.CREATING
+        assert api.get(db, models.Share, dead.share_id).size == BACKEND_SIZE
+        assert request_row(db, alive_req).status == vocab.REQUEST_RUNNING
+        assert request_row(db, dead_req).status == vocab.REQUEST_ABANDONED
         assert result["skipped"] == {"request pending": 1, "in progress": 1,
                                      "locked by another engine": 1}
-        assert result["outcomes"] == {C.SHARE_INSTANCE: {C.AVAILABLE: 1},
-                                      C.REPLICA: {C.AVAILABLE: 1}}
+        assert result["outcomes"] == {vocab.SHARE_INSTANCE: {vocab.AVAILABLE: 1},
+                                      vocab.REPLICA: {vocab.AVAILABLE: 1}}
         assert result["abandoned_requests"] == 1
         assert db_rec.passes(db, pass_id=result["id"])[0].summary["skipped"] == \
             result["skipped"]
@@ -563,7 +576,7 @@ def test_two_engines_at_once_act_on_each_resource_exactly_once(sqlite_db, tmp_pa
         rows = []
         for rtype in STAGE_ORDER:
             rows += [(rtype, _stuck(engines[0], rtype)) for _ in range(4)]
-        rows += [(C.SHARE_INSTANCE, make_share(sqlite_db, C.DELETING)) for _ in range(4)]
+        rows += [(vocab.SHARE_INSTANCE, make_share(sqlite_db, vocab.DELETING)) for _ in range(4)]
         start = threading.Barrier(2)
         results = [None, None]
 
@@ -578,7 +591,7 @@ def test_two_engines_at_once_act_on_each_resource_exactly_once(sqlite_db, tmp_pa
             t.join()
 
         for rtype, row in rows:
-            assert fetch(sqlite_db, rtype, row.id).status not in C.TRANSIENT_STATUSES
+            assert fetch(sqlite_db, rtype, row.id).status not in vocab.TRANSIENT_STATUSES
         calls = [c for e in engines for c in e.driver.calls]
         assert len(calls) == len(set(calls))  # nothing asked or deleted twice
         acted = [n for r in results for per_type in r["outcomes"].values()

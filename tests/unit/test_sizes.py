@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import pytest
 from oslo_config import cfg
-from sharemgr.db import api
-from sharemgr.db import models as M
+from sharemgr.common import vocab
+from sharemgr.db import api, models
 from sharemgr.manager import config
-from sharemgr.manager import constants as C
 from sharemgr.manager.intake import Intake, InvalidRequest, check_size
 from sharemgr.reconcile import reconciler
 
-MAX = C.MAX_SHARE_SIZE_GB
+MAX = vocab.MAX_SHARE_SIZE_GB
 HUGE = 99999999999999999999
 
 
 def test_the_maximum_fits_a_32_bit_signed_integer():
     assert MAX == 2**31 - 1
-    for model in (M.Share, M.ShareSnapshot, M.ShareBackup):
+    for model in (models.Share, models.ShareSnapshot, models.ShareBackup):
         assert type(model.__table__.c.size.type).__name__ == "Integer"
 
 
@@ -35,7 +34,7 @@ def intake(db, tmp_path):
 
 
 def _written(db) -> tuple[int, int, int]:
-    return (len(api.query(db, M.Share)), len(api.query(db, M.ShareInstance)),
+    return (len(api.query(db, models.Share)), len(api.query(db, models.ShareInstance)),
             len(api.request_list(db)))
 
 
@@ -50,14 +49,14 @@ def test_bad_sizes_are_refused(size):
 def test_the_maximum_is_stored_on_every_database(intake, db):
     """Create at the maximum, then extend an ordinary share to it."""
     big = intake.create_share(MAX, "NFS", name="big")
-    assert api.get(db, M.Share, big.id).size == MAX
+    assert api.get(db, models.Share, big.id).size == MAX
     share = intake.create_share(1, "NFS")
-    inst = api.query(db, M.ShareInstance, {"share_id": share.id})[0]
-    api.conditional_update(db, M.ShareInstance, inst.id, {}, {"status": C.AVAILABLE})
+    inst = api.query(db, models.ShareInstance, {"share_id": share.id})[0]
+    api.conditional_update(db, models.ShareInstance, inst.id, {}, {"status": vocab.AVAILABLE})
     intake.resize_share(share.id, MAX, extend=True)
     # What the operation writes when the driver is done.
-    assert api.conditional_update(db, M.Share, share.id, {}, {"size": MAX})
-    assert api.get(db, M.Share, share.id).size == MAX
+    assert api.conditional_update(db, models.Share, share.id, {}, {"size": MAX})
+    assert api.get(db, models.Share, share.id).size == MAX
 
 
 @pytest.mark.parametrize("size", [MAX + 1, HUGE])
@@ -70,14 +69,14 @@ def test_create_above_the_maximum_writes_nothing(intake, db, size):
 @pytest.mark.parametrize("extend", [True, False])
 def test_resize_above_the_maximum_writes_nothing(intake, db, extend):
     share = intake.create_share(5, "NFS")
-    inst = api.query(db, M.ShareInstance, {"share_id": share.id})[0]
-    api.conditional_update(db, M.ShareInstance, inst.id, {}, {"status": C.AVAILABLE})
+    inst = api.query(db, models.ShareInstance, {"share_id": share.id})[0]
+    api.conditional_update(db, models.ShareInstance, inst.id, {}, {"status": vocab.AVAILABLE})
     before = _written(db)
     with pytest.raises(InvalidRequest, match="new size .* larger than the maximum"):
         intake.resize_share(share.id, HUGE, extend=extend)
     assert _written(db) == before
-    assert api.get(db, M.ShareInstance, inst.id).status == C.AVAILABLE
-    assert api.get(db, M.Share, share.id).size == 5
+    assert api.get(db, models.ShareInstance, inst.id).status == vocab.AVAILABLE
+    assert api.get(db, models.Share, share.id).size == 5
 
 
 def test_an_unknown_share_with_a_huge_size_is_one_clear_error(intake):
@@ -106,16 +105,16 @@ def test_no_resize_while_a_snapshot_is_being_made(intake, db, extend):
     """The snapshot records the share's size at its request and the backend
     at its driver call: a resize in between would make them disagree."""
     share = intake.create_share(5, "NFS")
-    inst = api.query(db, M.ShareInstance, {"share_id": share.id})[0]
-    api.conditional_update(db, M.ShareInstance, inst.id, {}, {"status": C.AVAILABLE})
+    inst = api.query(db, models.ShareInstance, {"share_id": share.id})[0]
+    api.conditional_update(db, models.ShareInstance, inst.id, {}, {"status": vocab.AVAILABLE})
     snap = intake.create_snapshot(share.id)
     before = _written(db)
     with pytest.raises(InvalidRequest, match="has a snapshot that is creating"):
         intake.resize_share(share.id, 8 if extend else 2, extend=extend)
     assert _written(db) == before
-    snap_inst = api.query(db, M.ShareSnapshotInstance, {"snapshot_id": snap.id})[0]
-    api.conditional_update(db, M.ShareSnapshotInstance, snap_inst.id, {},
-                           {"status": C.AVAILABLE})
+    snap_inst = api.query(db, models.ShareSnapshotInstance, {"snapshot_id": snap.id})[0]
+    api.conditional_update(db, models.ShareSnapshotInstance, snap_inst.id, {},
+                           {"status": vocab.AVAILABLE})
     intake.resize_share(share.id, 8 if extend else 2, extend=extend)
-    assert api.get(db, M.ShareInstance, inst.id).status == (
-        C.EXTENDING if extend else C.SHRINKING)
+    assert api.get(db, models.ShareInstance, inst.id).status == (
+        vocab.EXTENDING if extend else vocab.SHRINKING)

@@ -7,10 +7,9 @@ from __future__ import annotations
 import collections
 
 import pytest
-from sharemgr.db import api, stacks
-from sharemgr.db import stack_work as ws
-from sharemgr.manager.convergence import lifecycle as L
-from sharemgr.manager.convergence import physical as phys
+from sharemgr.convergence import lifecycle
+from sharemgr.convergence import physical as phys
+from sharemgr.db import api, stack_work, stacks
 from sharemgr.reconcile.reconciler import Reconciler
 
 from tests.unit.stack_rig import HOST, Rig
@@ -97,7 +96,7 @@ def test_create_update_in_place_replace_and_delete(rig):
 
 
 def test_outputs_and_progress(rig):
-    from sharemgr.manager.convergence import actions
+    from sharemgr.convergence import actions
 
     e = rig.engine()
     rig.create("web", V1)
@@ -171,15 +170,26 @@ def test_crash_after_begin_is_settled_then_retriggered(rig):
     stack = rig.stack("web")
     props = {"size": 1, "proto": "NFS"}
     plan = phys.plan_create(rig.db, "share", props, "web-data-dead", e.worker.placement)
-    begun = ws.begin(rig.db, data.id, ghost, stack.id, stack.current_traversal,
-                     ws.Begin("CREATE", {"physical_id": plan.physical_id, "properties": props},
-                              plan.add, plan.changes, plan.op.request({})))
-    assert isinstance(begun, ws.Begun)
+    begun = stack_work.begin(
+        rig.db,
+        data.id,
+        ghost,
+        stack.id,
+        stack.current_traversal,
+        stack_work.Begin(
+            "CREATE",
+            {"physical_id": plan.physical_id, "properties": props},
+            plan.add,
+            plan.changes,
+            plan.op.request({}),
+        ),
+    )
+    assert isinstance(begun, stack_work.Begun)
 
     # Another check of the node bails: dead holder, physical still creating.
     with rig.db.session() as session:
-        from sharemgr.manager.convergence import prepare as P
-        P.enqueue_check_tx(session, stack.id, stack.current_traversal, (data.id, True), {})
+        from sharemgr.convergence import prepare
+        prepare.enqueue_check_tx(session, stack.id, stack.current_traversal, (data.id, True), {})
     e.pump()
     assert "reconciliation settles it" in rig.checks()[0].error
     counts = e.watchdog.run_once()
@@ -375,7 +385,7 @@ def test_watchdog_tidies_a_dead_engines_row_on_a_failed_stack(rig):
     assert stacks.resource_lock_acquire(rig.db, data.id, ghost).acquired
     assert stacks.resource_set_state(rig.db, data.id, ghost, "CREATE", "IN_PROGRESS")
     stack = rig.stack("web")
-    assert L.fail(rig.db, stack.id, stack.current_traversal, "boom", rollback=False)
+    assert lifecycle.fail(rig.db, stack.id, stack.current_traversal, "boom", rollback=False)
     assert e.watchdog.run_once()["tidied"] == 1
     row = stacks.resource_get(rig.db, data.id)
     assert (row.action, row.status, row.engine_id) == ("CREATE", "FAILED", None)

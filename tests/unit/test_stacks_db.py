@@ -5,8 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from sharemgr.db import stack_work as ws
-from sharemgr.db import stacks
+from sharemgr.db import stack_work, stacks
 
 ME, OTHER, DEAD = "host-a.1", "host-b.2", "host-c.3"
 
@@ -117,14 +116,18 @@ def test_begin_needs_the_current_traversal(db, stack):
         stacks.stack_swap_traversal_tx(session, stack.id, None, t1, {"status": "IN_PROGRESS"})
     r = _resource(db, stack)
     stacks.resource_lock_acquire(db, r.id, ME)
-    assert ws.begin(db, r.id, ME, stack.id, t2, ws.Begin("DELETE")) == ws.SUPERSEDED
-    assert isinstance(ws.begin(db, r.id, ME, stack.id, t1, ws.Begin("DELETE")), ws.Begun)
+    assert stack_work.begin(db, r.id, ME, stack.id, t2,
+                            stack_work.Begin("DELETE")) == stack_work.SUPERSEDED
+    assert isinstance(stack_work.begin(db, r.id, ME, stack.id, t1, stack_work.Begin("DELETE")),
+                      stack_work.Begun)
     row = stacks.resource_get(db, r.id)
     assert (row.action, row.status, row.current_traversal) == ("DELETE", "IN_PROGRESS", t1)
-    assert ws.begin(db, r.id, "other", stack.id, t1, ws.Begin("DELETE")) == ws.LOCK_LOST
+    assert stack_work.begin(db, r.id, "other", stack.id, t1,
+                            stack_work.Begin("DELETE")) == stack_work.LOCK_LOST
     # A traversal that ended (timed out, cancelled without rollback) starts nothing.
     assert stacks.stack_set_status(db, stack.id, t1, "FAILED", "timed out")
-    assert ws.begin(db, r.id, ME, stack.id, t1, ws.Begin("UPDATE")) == ws.SUPERSEDED
+    assert stack_work.begin(db, r.id, ME, stack.id, t1,
+                            stack_work.Begin("UPDATE")) == stack_work.SUPERSEDED
 
 
 def test_replace_is_atomic_and_once(db, stack):

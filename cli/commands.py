@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from sharemgr.manager.cli import (
+from sharemgr.cli import (
     db_cmds,
     reconcile_cmds,
     resource_cmds,
     service_cmds,
     stack_cmds,
 )
-from sharemgr.manager.cli.context import Context
+from sharemgr.cli.context import Context
 
 __all__ = ["COMMANDS", "Context"]
 

@@ -11,12 +11,13 @@ import futurist
 from futurist import periodics
 from oslo_config import cfg
 from oslo_log import log as logging
+from sharemgr.common import tasks
+from sharemgr.convergence.engine import StackEngine
 from sharemgr.db import api as db_api
 from sharemgr.db import migration
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
 from sharemgr.drivers import loader
-from sharemgr.manager import config, ensure, tasks
-from sharemgr.manager.convergence.engine import StackEngine
+from sharemgr.manager import config, ensure
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.coordination import safe_url as c_url
 from sharemgr.manager.operations import Operations

@@ -10,11 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sharemgr.common import vocab
 from sharemgr.db import api as db_api
-from sharemgr.db import models as M
-from sharemgr.db import resources
+from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
-from sharemgr.manager import constants as C
 from sharemgr.manager.intake import Intake, InvalidRequest
 
 
@@ -26,11 +25,11 @@ class Kind:
     rows: Callable[[Database], list[dict[str, Any]]]
     one: Callable[[Database, str], dict[str, Any] | None]
     delete: Callable[[Intake, str], Any] | None
-    ok_statuses: tuple[str, ...] = (C.AVAILABLE,)
+    ok_statuses: tuple[str, ...] = (vocab.AVAILABLE,)
 
     def status(self, db: Database, ident: str) -> str:
         row = self.one(db, ident)
-        return C.DELETED if row is None else row["status"]
+        return vocab.DELETED if row is None else row["status"]
 
     def show(self, db: Database, ident: str) -> dict[str, Any]:
         row = self.one(db, ident)
@@ -39,10 +38,10 @@ class Kind:
         return row
 
 
-def _share_row(share: M.Share, inst: M.ShareInstance | None) -> dict[str, Any]:
+def _share_row(share: models.Share, inst: models.ShareInstance | None) -> dict[str, Any]:
     return {
         "id": share.id, "name": share.name, "size": share.size, "proto": share.share_proto,
-        "status": inst.status if inst else C.ERROR, "host": inst.host if inst else None,
+        "status": inst.status if inst else vocab.ERROR, "host": inst.host if inst else None,
         "instance_id": inst.id if inst else None,
         "export_locations": inst.export_locations if inst else [],
         "share_server_id": inst.share_server_id if inst else None,
@@ -52,13 +51,13 @@ def _share_row(share: M.Share, inst: M.ShareInstance | None) -> dict[str, Any]:
 
 
 def _share_one(db: Database, ident: str) -> dict[str, Any] | None:
-    share = db_api.get(db, M.Share, ident)
+    share = db_api.get(db, models.Share, ident)
     if share is None:
         return None
     return _share_row(share, resources.primary_instance(db, share.id))
 
 
-def _instance_row(inst: M.ShareInstance) -> dict[str, Any]:
+def _instance_row(inst: models.ShareInstance) -> dict[str, Any]:
     return {
         "id": inst.id, "share_id": inst.share_id, "host": inst.host, "status": inst.status,
         "replica_state": inst.replica_state, "task_state": inst.task_state,
@@ -67,25 +66,25 @@ def _instance_row(inst: M.ShareInstance) -> dict[str, Any]:
     }
 
 
-def _snapshot_row(snap: M.ShareSnapshot, inst: M.ShareSnapshotInstance | None
+def _snapshot_row(snap: models.ShareSnapshot, inst: models.ShareSnapshotInstance | None
                   ) -> dict[str, Any]:
     return {
         "id": snap.id, "share_id": snap.share_id, "name": snap.name, "size": snap.size,
-        "status": inst.status if inst else C.ERROR, "instance_id": inst.id if inst else None,
+        "status": inst.status if inst else vocab.ERROR, "instance_id": inst.id if inst else None,
         "share_instance_id": inst.share_instance_id if inst else None,
         "created_at": snap.created_at,
     }
 
 
 def _snapshot_one(db: Database, ident: str) -> dict[str, Any] | None:
-    snap = db_api.get(db, M.ShareSnapshot, ident)
+    snap = db_api.get(db, models.ShareSnapshot, ident)
     if snap is None:
         return None
     return _snapshot_row(snap, resources.snapshot_instance_of(db, snap.id))
 
 
 def _replica_one(db: Database, ident: str) -> dict[str, Any] | None:
-    inst = db_api.get(db, M.ShareInstance, ident)
+    inst = db_api.get(db, models.ShareInstance, ident)
     return _instance_row(inst) if inst is not None and inst.replica_state else None
 
 
@@ -104,42 +103,42 @@ def _plain(model: type, fields: tuple[str, ...]) -> tuple[Callable, Callable]:
 
 
 _server_rows, _server_one = _plain(
-    M.ShareServer, ("id", "host", "status", "backend_details", "created_at"))
+    models.ShareServer, ("id", "host", "status", "backend_details", "created_at"))
 _group_rows, _group_one = _plain(
-    M.ShareGroup, ("id", "name", "host", "status", "share_server_id", "created_at"))
+    models.ShareGroup, ("id", "name", "host", "status", "share_server_id", "created_at"))
 _gsnap_rows, _gsnap_one = _plain(
-    M.ShareGroupSnapshot, ("id", "name", "share_group_id", "status", "created_at"))
+    models.ShareGroupSnapshot, ("id", "name", "share_group_id", "status", "created_at"))
 _backup_rows, _backup_one = _plain(
-    M.ShareBackup, ("id", "name", "share_id", "host", "status", "size", "progress",
+    models.ShareBackup, ("id", "name", "share_id", "host", "status", "size", "progress",
                     "restore_progress", "created_at"))
-_inst_rows = lambda db: [_instance_row(i) for i in db_api.query(db, M.ShareInstance)]  # noqa: E731
+_inst_rows = lambda db: [_instance_row(i) for i in db_api.query(db, models.ShareInstance)]  # noqa: E731
 
 KINDS: dict[str, Kind] = {
     k.noun: k
     for k in (
-        Kind("share", C.SHARE,
+        Kind("share", vocab.SHARE,
              ("id", "name", "size", "proto", "status", "host"),
              lambda db: [_share_row(s, i) for s, i in resources.shares_with_status(db)],
              _share_one, Intake.delete_share),
-        Kind("share-instance", C.SHARE_INSTANCE,
+        Kind("share-instance", vocab.SHARE_INSTANCE,
              ("id", "share_id", "host", "status", "replica_state"),
              _inst_rows,
              lambda db, i: (lambda r: _instance_row(r) if r else None)(
-                 db_api.get(db, M.ShareInstance, i)),
+                 db_api.get(db, models.ShareInstance, i)),
              None),
-        Kind("snapshot", C.SNAPSHOT, ("id", "share_id", "name", "size", "status"),
+        Kind("snapshot", vocab.SNAPSHOT, ("id", "share_id", "name", "size", "status"),
              lambda db: [_snapshot_row(s, i) for s, i in resources.snapshots_with_status(db)],
              _snapshot_one, Intake.delete_snapshot),
-        Kind("replica", C.REPLICA, ("id", "share_id", "host", "status", "replica_state"),
+        Kind("replica", vocab.REPLICA, ("id", "share_id", "host", "status", "replica_state"),
              lambda db: [r for r in _inst_rows(db) if r["replica_state"]],
              _replica_one, Intake.delete_replica),
-        Kind("share-server", C.SHARE_SERVER, ("id", "host", "status"),
-             _server_rows, _server_one, Intake.delete_share_server, (C.ACTIVE,)),
-        Kind("share-group", C.SHARE_GROUP, ("id", "name", "host", "status"),
+        Kind("share-server", vocab.SHARE_SERVER, ("id", "host", "status"),
+             _server_rows, _server_one, Intake.delete_share_server, (vocab.ACTIVE,)),
+        Kind("share-group", vocab.SHARE_GROUP, ("id", "name", "host", "status"),
              _group_rows, _group_one, Intake.delete_share_group),
-        Kind("group-snapshot", C.GROUP_SNAPSHOT, ("id", "name", "share_group_id", "status"),
+        Kind("group-snapshot", vocab.GROUP_SNAPSHOT, ("id", "name", "share_group_id", "status"),
              _gsnap_rows, _gsnap_one, Intake.delete_group_snapshot),
-        Kind("backup", C.BACKUP, ("id", "name", "share_id", "status", "progress"),
+        Kind("backup", vocab.BACKUP, ("id", "name", "share_id", "status", "progress"),
              _backup_rows, _backup_one, Intake.delete_backup),
     )
 }

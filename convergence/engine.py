@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from sharemgr.common import tasks
+from sharemgr.convergence import prepare
+from sharemgr.convergence.physical import ANY_HOST, Placement
+from sharemgr.convergence.watchdog import Watchdog
+from sharemgr.convergence.worker import Worker
 from sharemgr.db.engine import Database
-from sharemgr.manager import tasks
-from sharemgr.manager.convergence import prepare as P
-from sharemgr.manager.convergence.physical import ANY_HOST, Placement
-from sharemgr.manager.convergence.watchdog import Watchdog
-from sharemgr.manager.convergence.worker import Worker
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import Operations
 
@@ -26,7 +26,8 @@ class StackEngine:
 
     def register(self, handlers: Any) -> None:
         """Check requests without a host are for any engine (hostless)."""
-        handlers.add(P.REQUEST_RESOURCE_TYPE, P.CHECK_RESOURCE, self.worker, hostless=True)
+        handlers.add(prepare.REQUEST_RESOURCE_TYPE, prepare.CHECK_RESOURCE, self.worker,
+                     hostless=True)
 
     def claim_hosts(self) -> list[str]:
         """'*@backend' for each backend served: checks that create a resource

@@ -9,13 +9,12 @@ import sys
 import time
 from typing import Any
 
+from sharemgr.cli import base
+from sharemgr.convergence import actions, lifecycle, prepare
+from sharemgr.convergence.prepare import InvalidStackAction, TraversalLost
+from sharemgr.convergence.template import MAX_TIMEOUT_MINUTES, TemplateError
 from sharemgr.db import stacks
 from sharemgr.db.stacks import COMPLETE, DELETE, IN_PROGRESS, ROLLBACK, StackExists, StackNotFound
-from sharemgr.manager.cli import base
-from sharemgr.manager.convergence import actions, lifecycle
-from sharemgr.manager.convergence import prepare as P
-from sharemgr.manager.convergence.prepare import InvalidStackAction, TraversalLost
-from sharemgr.manager.convergence.template import MAX_TIMEOUT_MINUTES, TemplateError
 
 POLL = 0.3
 
@@ -114,7 +113,7 @@ class _Start(base.ShowOne):
     def take_action(self, parsed_args: Any) -> tuple:
         if self.app.options.verbose_level < 2:
             # Preparation narrates at INFO for the daemon's log; keep output clean.
-            logging.getLogger(P.__name__).setLevel(logging.WARNING)
+            logging.getLogger(prepare.__name__).setLevel(logging.WARNING)
         try:
             tr = self.begin(parsed_args)
         except USER_ERRORS as exc:

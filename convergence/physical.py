@@ -23,13 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sharemgr.common import vocab
+from sharemgr.convergence.template import physical_name
 from sharemgr.db import api as db_api
-from sharemgr.db import models as M
-from sharemgr.db import resources
+from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
-from sharemgr.manager import constants as C
 from sharemgr.manager import views
-from sharemgr.manager.convergence.template import physical_name
 from sharemgr.manager.intake import DELETABLE, SERVER_DELETABLE
 from sharemgr.manager.operations import Operations
 
@@ -40,9 +39,9 @@ BUSY = "busy"  # in a transient status: an operation is under way
 ERROR = "error"  # any other status (error, extending_error, ...): unusable
 
 ANY_HOST = "*"  # "*@backend": any engine that serves the backend
-SNAPSHOT_DELETABLE = (C.AVAILABLE, C.ERROR, C.ERROR_DELETING, C.MANAGE_ERROR,
-                      C.UNMANAGE_ERROR)
-GROUP_DELETABLE = (C.AVAILABLE, C.ERROR)
+SNAPSHOT_DELETABLE = (vocab.AVAILABLE, vocab.ERROR, vocab.ERROR_DELETING, vocab.MANAGE_ERROR,
+                      vocab.UNMANAGE_ERROR)
+GROUP_DELETABLE = (vocab.AVAILABLE, vocab.ERROR)
 
 
 class CheckError(Exception):
@@ -112,11 +111,11 @@ class Placement:
 
 
 def _state(status: str | None) -> str:
-    if status is None or status == C.DELETED:
+    if status is None or status == vocab.DELETED:
         return GONE
-    if status in (C.AVAILABLE, C.ACTIVE):
+    if status in (vocab.AVAILABLE, vocab.ACTIVE):
         return OK
-    if status in C.TRANSIENT_STATUSES:
+    if status in vocab.TRANSIENT_STATUSES:
         return BUSY
     return ERROR
 
@@ -142,7 +141,7 @@ def observe(db: Database, type_: str, physical_id: str | None) -> Observed:
 
 
 def _observe_share(db: Database, pid: str) -> Observed:
-    share = _get(db, M.Share, pid)
+    share = _get(db, models.Share, pid)
     inst = resources.primary_instance(db, pid) if share else None
     if share is None or inst is None:
         return Observed(GONE)
@@ -153,18 +152,18 @@ def _observe_share(db: Database, pid: str) -> Observed:
 
 
 def _observe_snapshot(db: Database, pid: str) -> Observed:
-    snap = _get(db, M.ShareSnapshot, pid)
+    snap = _get(db, models.ShareSnapshot, pid)
     inst = resources.snapshot_instance_of(db, pid) if snap else None
     if snap is None or inst is None:
         return Observed(GONE)
-    parent = db_api.get(db, M.ShareInstance, inst.share_instance_id, include_deleted=True)
+    parent = db_api.get(db, models.ShareInstance, inst.share_instance_id, include_deleted=True)
     attrs = {"id": snap.id, "name": snap.name, "size": snap.size, "status": inst.status,
              "share_id": snap.share_id}
     return _obs(inst.status, parent.host if parent else None, attrs)
 
 
 def _observe_replica(db: Database, pid: str) -> Observed:
-    inst = _get(db, M.ShareInstance, pid)
+    inst = _get(db, models.ShareInstance, pid)
     if inst is None:
         return Observed(GONE)
     attrs = {"id": inst.id, "status": inst.status, "host": inst.host,
@@ -174,7 +173,7 @@ def _observe_replica(db: Database, pid: str) -> Observed:
 
 
 def _observe_server(db: Database, pid: str) -> Observed:
-    row = _get(db, M.ShareServer, pid)
+    row = _get(db, models.ShareServer, pid)
     if row is None:
         return Observed(GONE)
     attrs = {"id": row.id, "status": row.status, "host": row.host,
@@ -183,7 +182,7 @@ def _observe_server(db: Database, pid: str) -> Observed:
 
 
 def _observe_group(db: Database, pid: str) -> Observed:
-    row = _get(db, M.ShareGroup, pid)
+    row = _get(db, models.ShareGroup, pid)
     if row is None:
         return Observed(GONE)
     attrs = {"id": row.id, "name": row.name, "status": row.status, "host": row.host}
@@ -191,10 +190,10 @@ def _observe_group(db: Database, pid: str) -> Observed:
 
 
 def _observe_group_snapshot(db: Database, pid: str) -> Observed:
-    row = _get(db, M.ShareGroupSnapshot, pid)
+    row = _get(db, models.ShareGroupSnapshot, pid)
     if row is None:
         return Observed(GONE)
-    group = db_api.get(db, M.ShareGroup, row.share_group_id, include_deleted=True)
+    group = db_api.get(db, models.ShareGroup, row.share_group_id, include_deleted=True)
     attrs = {"id": row.id, "name": row.name, "status": row.status,
              "share_group_id": row.share_group_id}
     return _obs(row.status, group.host if group else None, attrs)
@@ -214,11 +213,11 @@ _OBSERVERS = {
 
 
 def _parent_host(db: Database, model: type, ident: str, what: str) -> str:
-    if model is M.ShareSnapshot:
+    if model is models.ShareSnapshot:
         inst = resources.snapshot_instance_of(db, ident)
-        parent = db_api.get(db, M.ShareInstance, inst.share_instance_id) if inst else None
+        parent = db_api.get(db, models.ShareInstance, inst.share_instance_id) if inst else None
         host = parent.host if parent else None
-    elif model is M.Share:
+    elif model is models.Share:
         inst = resources.primary_instance(db, ident)
         host = inst.host if inst else None
     else:
@@ -236,14 +235,14 @@ def target_host(db: Database, type_: str, props: Mapping[str, Any]) -> str | Non
     with that one), else '*@backend' for the ``backend`` property, else None
     (the default backend of whichever engine runs the check)."""
     parent = {
-        "snapshot": (M.Share, props.get("share"), "share"),
-        "replica": (M.Share, props.get("share"), "share"),
-        "group_snapshot": (M.ShareGroup, props.get("share_group"), "share group"),
+        "snapshot": (models.Share, props.get("share"), "share"),
+        "replica": (models.Share, props.get("share"), "share"),
+        "group_snapshot": (models.ShareGroup, props.get("share_group"), "share group"),
     }.get(type_)
     if type_ == "share":
-        for prop, model, what in (("snapshot", M.ShareSnapshot, "snapshot"),
-                                  ("share_group", M.ShareGroup, "share group"),
-                                  ("share_server", M.ShareServer, "share server")):
+        for prop, model, what in (("snapshot", models.ShareSnapshot, "snapshot"),
+                                  ("share_group", models.ShareGroup, "share group"),
+                                  ("share_server", models.ShareServer, "share server")):
             if props.get(prop):
                 parent = (model, props[prop], what)
                 break
@@ -266,12 +265,12 @@ def _need(status: str, allowed: tuple[str, ...], what: str) -> None:
         raise CheckError(f"{what} is {status} (needs {' or '.join(allowed)})")
 
 
-def _available_share(db: Database, share_id: str) -> tuple[M.Share, M.ShareInstance]:
-    share = _get(db, M.Share, share_id)
+def _available_share(db: Database, share_id: str) -> tuple[models.Share, models.ShareInstance]:
+    share = _get(db, models.Share, share_id)
     inst = resources.primary_instance(db, share_id) if share else None
     if share is None or inst is None:
         raise CheckError(f"share {share_id} does not exist")
-    _need(inst.status, (C.AVAILABLE,), f"share {share_id}")
+    _need(inst.status, (vocab.AVAILABLE,), f"share {share_id}")
     return share, inst
 
 
@@ -285,16 +284,16 @@ def plan_create(db: Database, type_: str, props: Mapping[str, Any], name: str,
 
 def _create_share(db: Database, p: Mapping[str, Any], name: str, host: str,
                   placement: Placement) -> Plan:
-    status = C.CREATING
+    status = vocab.CREATING
     if p.get("snapshot"):
-        snap = _get(db, M.ShareSnapshot, p["snapshot"])
+        snap = _get(db, models.ShareSnapshot, p["snapshot"])
         snap_inst = resources.snapshot_instance_of(db, snap.id) if snap else None
         if snap is None or snap_inst is None:
             raise CheckError(f"snapshot {p['snapshot']} does not exist")
-        _need(snap_inst.status, (C.AVAILABLE,), f"snapshot {snap.id}")
+        _need(snap_inst.status, (vocab.AVAILABLE,), f"snapshot {snap.id}")
         if p["size"] < snap.size:
             raise CheckError(f"size {p['size']} is smaller than snapshot {snap.id} ({snap.size})")
-        status = C.CREATING_FROM_SNAPSHOT
+        status = vocab.CREATING_FROM_SNAPSHOT
     dhss = placement.backends.get(views.backend_of(host), False)
     server_id = p.get("share_server")
     if dhss and not server_id:
@@ -303,31 +302,31 @@ def _create_share(db: Database, p: Mapping[str, Any], name: str, host: str,
     if server_id:
         if not dhss:
             raise CheckError(f"backend {views.backend_of(host)!r} does not handle share servers")
-        server = _get(db, M.ShareServer, server_id)
+        server = _get(db, models.ShareServer, server_id)
         if server is None:
             raise CheckError(f"share server {server_id} does not exist")
-        _need(server.status, (C.ACTIVE,), f"share server {server_id}")
+        _need(server.status, (vocab.ACTIVE,), f"share server {server_id}")
     if p.get("share_group"):
-        group = _get(db, M.ShareGroup, p["share_group"])
+        group = _get(db, models.ShareGroup, p["share_group"])
         if group is None:
             raise CheckError(f"share group {p['share_group']} does not exist")
-        _need(group.status, (C.AVAILABLE,), f"share group {group.id}")
-    share = M.Share(id=M.new_id(), name=name, size=p["size"], share_proto=p["proto"],
+        _need(group.status, (vocab.AVAILABLE,), f"share group {group.id}")
+    share = models.Share(id=models.new_id(), name=name, size=p["size"], share_proto=p["proto"],
                     snapshot_id=p.get("snapshot"), share_group_id=p.get("share_group"))
-    inst = M.ShareInstance(id=M.new_id(), share_id=share.id, host=host, status=status,
+    inst = models.ShareInstance(id=models.new_id(), share_id=share.id, host=host, status=status,
                            share_server_id=server_id, export_locations=[])
-    return Plan(share.id, [share, inst], [], Op(C.SHARE_INSTANCE, inst.id, "create", host))
+    return Plan(share.id, [share, inst], [], Op(vocab.SHARE_INSTANCE, inst.id, "create", host))
 
 
 def _create_snapshot(db: Database, p: Mapping[str, Any], name: str, host: str,
                      placement: Placement) -> Plan:
     share, inst = _available_share(db, p["share"])
-    snap = M.ShareSnapshot(id=M.new_id(), share_id=share.id, name=name, size=share.size,
+    snap = models.ShareSnapshot(id=models.new_id(), share_id=share.id, name=name, size=share.size,
                            project_id=share.project_id)
-    snap_inst = M.ShareSnapshotInstance(id=M.new_id(), snapshot_id=snap.id,
-                                        share_instance_id=inst.id, status=C.CREATING)
+    snap_inst = models.ShareSnapshotInstance(id=models.new_id(), snapshot_id=snap.id,
+                                        share_instance_id=inst.id, status=vocab.CREATING)
     return Plan(snap.id, [snap, snap_inst], [],
-                Op(C.SNAPSHOT_INSTANCE, snap_inst.id, "create", inst.host))
+                Op(vocab.SNAPSHOT_INSTANCE, snap_inst.id, "create", inst.host))
 
 
 def _create_replica(db: Database, p: Mapping[str, Any], name: str, host: str,
@@ -335,41 +334,42 @@ def _create_replica(db: Database, p: Mapping[str, Any], name: str, host: str,
     share, inst = _available_share(db, p["share"])
     if placement.backends.get(views.backend_of(inst.host), False):
         raise CheckError("replicas on backends that handle share servers are not supported")
-    replica = M.ShareInstance(id=M.new_id(), share_id=share.id, host=inst.host,
-                              status=C.CREATING, replica_state=C.REPLICA_OUT_OF_SYNC,
+    replica = models.ShareInstance(id=models.new_id(), share_id=share.id, host=inst.host,
+                              status=vocab.CREATING, replica_state=vocab.REPLICA_OUT_OF_SYNC,
                               export_locations=[])
     changes = []
     if inst.replica_state is None:
         # The first replica makes the original instance the active replica.
-        changes.append((M.ShareInstance, inst.id, {"replica_state": None},
-                        {"replica_state": C.REPLICA_ACTIVE}))
+        changes.append((models.ShareInstance, inst.id, {"replica_state": None},
+                        {"replica_state": vocab.REPLICA_ACTIVE}))
     return Plan(replica.id, [replica], changes,
-                Op(C.REPLICA, replica.id, "create", inst.host))
+                Op(vocab.REPLICA, replica.id, "create", inst.host))
 
 
 def _create_server(db: Database, p: Mapping[str, Any], name: str, host: str,
                    placement: Placement) -> Plan:
     if not placement.backends.get(views.backend_of(host), False):
         raise CheckError(f"backend {views.backend_of(host)!r} does not handle share servers")
-    server = M.ShareServer(id=M.new_id(), host=host, status=C.CREATING, backend_details={})
-    return Plan(server.id, [server], [], Op(C.SHARE_SERVER, server.id, "create", host))
+    server = models.ShareServer(id=models.new_id(), host=host, status=vocab.CREATING,
+                                backend_details={})
+    return Plan(server.id, [server], [], Op(vocab.SHARE_SERVER, server.id, "create", host))
 
 
 def _create_group(db: Database, p: Mapping[str, Any], name: str, host: str,
                   placement: Placement) -> Plan:
-    group = M.ShareGroup(id=M.new_id(), name=name, host=host, status=C.CREATING)
-    return Plan(group.id, [group], [], Op(C.SHARE_GROUP, group.id, "create", host))
+    group = models.ShareGroup(id=models.new_id(), name=name, host=host, status=vocab.CREATING)
+    return Plan(group.id, [group], [], Op(vocab.SHARE_GROUP, group.id, "create", host))
 
 
 def _create_group_snapshot(db: Database, p: Mapping[str, Any], name: str, host: str,
                            placement: Placement) -> Plan:
-    group = _get(db, M.ShareGroup, p["share_group"])
+    group = _get(db, models.ShareGroup, p["share_group"])
     if group is None:
         raise CheckError(f"share group {p['share_group']} does not exist")
-    _need(group.status, (C.AVAILABLE,), f"share group {group.id}")
-    gsnap = M.ShareGroupSnapshot(id=M.new_id(), share_group_id=group.id, name=name,
-                                 status=C.CREATING)
-    return Plan(gsnap.id, [gsnap], [], Op(C.GROUP_SNAPSHOT, gsnap.id, "create", group.host))
+    _need(group.status, (vocab.AVAILABLE,), f"share group {group.id}")
+    gsnap = models.ShareGroupSnapshot(id=models.new_id(), share_group_id=group.id, name=name,
+                                 status=vocab.CREATING)
+    return Plan(gsnap.id, [gsnap], [], Op(vocab.GROUP_SNAPSHOT, gsnap.id, "create", group.host))
 
 
 _CREATORS = {
@@ -381,8 +381,8 @@ _CREATORS = {
     "group_snapshot": _create_group_snapshot,
 }
 
-_NAMED = {"share": M.Share, "snapshot": M.ShareSnapshot, "share_group": M.ShareGroup,
-          "group_snapshot": M.ShareGroupSnapshot}
+_NAMED = {"share": models.Share, "snapshot": models.ShareSnapshot, "share_group": models.ShareGroup,
+          "group_snapshot": models.ShareGroupSnapshot}
 
 
 def plan_update(db: Database, type_: str, physical_id: str, changes: Mapping[str, Any],
@@ -395,18 +395,18 @@ def plan_update(db: Database, type_: str, physical_id: str, changes: Mapping[str
     if "name" in changes and type_ in _NAMED:
         plan.changes.append((_NAMED[type_], physical_id, {}, {"name": name}))
     if "size" in changes and type_ == "share":
-        share = _get(db, M.Share, physical_id)
+        share = _get(db, models.Share, physical_id)
         inst = resources.primary_instance(db, physical_id) if share else None
         if share is None or inst is None:
             raise CheckError(f"share {physical_id} does not exist")
         new_size = int(changes["size"])
         if new_size != share.size:
-            _need(inst.status, (C.AVAILABLE,), f"share {physical_id}")
+            _need(inst.status, (vocab.AVAILABLE,), f"share {physical_id}")
             action = "extend" if new_size > share.size else "shrink"
-            status = C.EXTENDING if action == "extend" else C.SHRINKING
-            plan.changes.append((M.ShareInstance, inst.id, {"status": C.AVAILABLE},
+            status = vocab.EXTENDING if action == "extend" else vocab.SHRINKING
+            plan.changes.append((models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
                                  {"status": status}))
-            plan.op = Op(C.SHARE_INSTANCE, inst.id, action, inst.host, {"new_size": new_size})
+            plan.op = Op(vocab.SHARE_INSTANCE, inst.id, action, inst.host, {"new_size": new_size})
     return plan
 
 
@@ -420,56 +420,57 @@ def plan_delete(db: Database, type_: str, physical_id: str) -> Plan | None:
 def _deleting(model: type, ident: str, status: str, allowed: tuple[str, ...], what: str,
               op: Op) -> Plan:
     _need(status, allowed, what)
-    return Plan(None, [], [(model, ident, {"status": status}, {"status": C.DELETING})], op)
+    return Plan(None, [], [(model, ident, {"status": status}, {"status": vocab.DELETING})], op)
 
 
 def _delete_share(db: Database, pid: str) -> Plan:
     inst = resources.primary_instance(db, pid)
-    if resources.live_count(db, M.ShareSnapshot, share_id=pid):
+    if resources.live_count(db, models.ShareSnapshot, share_id=pid):
         raise CheckError(f"share {pid} has snapshots that are not part of the stack")
-    others = [i for i in db_api.query(db, M.ShareInstance, {"share_id": pid}) if i.id != inst.id]
+    others = [i for i in db_api.query(db, models.ShareInstance,
+                                      {"share_id": pid}) if i.id != inst.id]
     if others:
         raise CheckError(f"share {pid} has replicas that are not part of the stack")
-    return _deleting(M.ShareInstance, inst.id, inst.status, DELETABLE, f"share {pid}",
-                     Op(C.SHARE_INSTANCE, inst.id, "delete", inst.host))
+    return _deleting(models.ShareInstance, inst.id, inst.status, DELETABLE, f"share {pid}",
+                     Op(vocab.SHARE_INSTANCE, inst.id, "delete", inst.host))
 
 
 def _delete_snapshot(db: Database, pid: str) -> Plan:
     inst = resources.snapshot_instance_of(db, pid)
-    parent = db_api.get(db, M.ShareInstance, inst.share_instance_id, include_deleted=True)
-    return _deleting(M.ShareSnapshotInstance, inst.id, inst.status, SNAPSHOT_DELETABLE,
-                     f"snapshot {pid}", Op(C.SNAPSHOT_INSTANCE, inst.id, "delete", parent.host))
+    parent = db_api.get(db, models.ShareInstance, inst.share_instance_id, include_deleted=True)
+    return _deleting(models.ShareSnapshotInstance, inst.id, inst.status, SNAPSHOT_DELETABLE,
+                     f"snapshot {pid}", Op(vocab.SNAPSHOT_INSTANCE, inst.id, "delete", parent.host))
 
 
 def _delete_replica(db: Database, pid: str) -> Plan:
-    inst = db_api.get(db, M.ShareInstance, pid)
-    return _deleting(M.ShareInstance, pid, inst.status, DELETABLE, f"replica {pid}",
-                     Op(C.REPLICA, pid, "delete", inst.host))
+    inst = db_api.get(db, models.ShareInstance, pid)
+    return _deleting(models.ShareInstance, pid, inst.status, DELETABLE, f"replica {pid}",
+                     Op(vocab.REPLICA, pid, "delete", inst.host))
 
 
 def _delete_server(db: Database, pid: str) -> Plan:
-    row = db_api.get(db, M.ShareServer, pid)
-    if resources.live_count(db, M.ShareInstance, share_server_id=pid) or \
-            resources.live_count(db, M.ShareGroup, share_server_id=pid):
+    row = db_api.get(db, models.ShareServer, pid)
+    if resources.live_count(db, models.ShareInstance, share_server_id=pid) or \
+            resources.live_count(db, models.ShareGroup, share_server_id=pid):
         raise CheckError(f"share server {pid} is in use by shares or groups outside the stack")
-    return _deleting(M.ShareServer, pid, row.status, SERVER_DELETABLE, f"share server {pid}",
-                     Op(C.SHARE_SERVER, pid, "delete", row.host))
+    return _deleting(models.ShareServer, pid, row.status, SERVER_DELETABLE, f"share server {pid}",
+                     Op(vocab.SHARE_SERVER, pid, "delete", row.host))
 
 
 def _delete_group(db: Database, pid: str) -> Plan:
-    row = db_api.get(db, M.ShareGroup, pid)
-    if resources.live_count(db, M.Share, share_group_id=pid) or \
-            resources.live_count(db, M.ShareGroupSnapshot, share_group_id=pid):
+    row = db_api.get(db, models.ShareGroup, pid)
+    if resources.live_count(db, models.Share, share_group_id=pid) or \
+            resources.live_count(db, models.ShareGroupSnapshot, share_group_id=pid):
         raise CheckError(f"share group {pid} has shares or snapshots outside the stack")
-    return _deleting(M.ShareGroup, pid, row.status, GROUP_DELETABLE, f"share group {pid}",
-                     Op(C.SHARE_GROUP, pid, "delete", row.host))
+    return _deleting(models.ShareGroup, pid, row.status, GROUP_DELETABLE, f"share group {pid}",
+                     Op(vocab.SHARE_GROUP, pid, "delete", row.host))
 
 
 def _delete_group_snapshot(db: Database, pid: str) -> Plan:
-    row = db_api.get(db, M.ShareGroupSnapshot, pid)
-    group = db_api.get(db, M.ShareGroup, row.share_group_id, include_deleted=True)
-    return _deleting(M.ShareGroupSnapshot, pid, row.status, GROUP_DELETABLE,
-                     f"group snapshot {pid}", Op(C.GROUP_SNAPSHOT, pid, "delete", group.host))
+    row = db_api.get(db, models.ShareGroupSnapshot, pid)
+    group = db_api.get(db, models.ShareGroup, row.share_group_id, include_deleted=True)
+    return _deleting(models.ShareGroupSnapshot, pid, row.status, GROUP_DELETABLE,
+                     f"group snapshot {pid}", Op(vocab.GROUP_SNAPSHOT, pid, "delete", group.host))
 
 
 _DELETERS = {

@@ -51,9 +51,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oslo_log import log as logging
-from sharemgr.db import stack_work as ws
-from sharemgr.db import stacks
-from sharemgr.db import sync_points as SP
+from sharemgr.convergence import lifecycle, prepare
+from sharemgr.convergence import physical as phys
+from sharemgr.convergence.graph import Graph, Node
+from sharemgr.convergence.template import (
+    ResourceData,
+    Template,
+    TemplateError,
+    data_by_name,
+    diff_properties,
+    resolve_properties,
+)
+from sharemgr.db import stack_work, stacks, sync_points
 from sharemgr.db.engine import Database
 from sharemgr.db.stacks import (
     COMPLETE,
@@ -63,18 +72,6 @@ from sharemgr.db.stacks import (
     IN_PROGRESS,
     INIT,
     UPDATE,
-)
-from sharemgr.manager.convergence import lifecycle as L
-from sharemgr.manager.convergence import physical as phys
-from sharemgr.manager.convergence import prepare as P
-from sharemgr.manager.convergence.graph import Graph, Node
-from sharemgr.manager.convergence.template import (
-    ResourceData,
-    Template,
-    TemplateError,
-    data_by_name,
-    diff_properties,
-    resolve_properties,
 )
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale
@@ -202,7 +199,7 @@ class Worker:
         None if the traversal is no longer current."""
 
         def load() -> Graph | None:
-            deps = ws.stack_deps(self.db, stack_id, traversal)
+            deps = stack_work.stack_deps(self.db, stack_id, traversal)
             return None if deps is None else Graph.from_json(deps)
 
         return self._graphs.get(traversal, load)
@@ -213,7 +210,7 @@ class Worker:
         args = req.args or {}
         node = Node(int(args["resource_id"]), bool(args["is_update"]))
         traversal, stack_id = args["traversal"], args["stack_id"]
-        stack = ws.stack_head(self.db, stack_id)
+        stack = stack_work.stack_head(self.db, stack_id)
         if stack is None:
             raise Skip(f"stack {stack_id} is gone")
         if stack.current_traversal != traversal:
@@ -229,7 +226,8 @@ class Worker:
 
         target = self._route(stack, row, node, graph, input_data)
         if not self.placement.serves(target):
-            new = ws.forward_check(self.db, req, target, f"{self.engine_id} does not serve it")
+            new = stack_work.forward_check(self.db, req, target,
+                                           f"{self.engine_id} does not serve it")
             raise Skip(f"forwarded to {target} as request {new}")
 
         busy = self._take(row.id, row)
@@ -354,7 +352,7 @@ class Worker:
     # Acting ------------------------------------------------------------------------------
 
     def _act(self, ctx: _Ctx) -> _Outcome:
-        stack = ws.stack_head(self.db, ctx.stack_id)
+        stack = stack_work.stack_head(self.db, ctx.stack_id)
         if stack is None or stack.current_traversal != ctx.traversal:
             return _Outcome(superseded=True)
         if stack.status != IN_PROGRESS:
@@ -460,7 +458,7 @@ class Worker:
                 return _Outcome(bailed=busy)
             ctx.held.append(effective.id)
         elif unreplace:
-            ws.unreplace(self.db, row.id, self.engine_id, row.replaced_by)
+            stack_work.unreplace(self.db, row.id, self.engine_id, row.replaced_by)
         try:
             d = self._decide(stack, row, effective, ctx.input_data)
         except TemplateError as exc:
@@ -491,9 +489,9 @@ class Worker:
         action = UPDATE if d.kind == "update" else CREATE
         if plan.physical_id is not None:
             start["physical_id"] = plan.physical_id
-        work = ws.Begin(action, start, plan.add, plan.changes,
+        work = stack_work.Begin(action, start, plan.add, plan.changes,
                         plan.op.request({"stack_id": ctx.stack_id}) if plan.op else None)
-        begun = ws.begin(self.db, effective.id, self.engine_id, ctx.stack_id, ctx.traversal,
+        begun = stack_work.begin(self.db, effective.id, self.engine_id, ctx.stack_id, ctx.traversal,
                          work, replace=d.kind == "replace",
                          replace_template_id=stack.template_id, replace_requires=deps)
         if isinstance(begun, str):
@@ -522,7 +520,7 @@ class Worker:
         return _Outcome(data=self._data(row.name, effective.id, effective.type,
                                         effective.physical_id))
 
-    def _carry_out(self, ctx: _Ctx, name: str, begun: ws.Begun, action: str,
+    def _carry_out(self, ctx: _Ctx, name: str, begun: stack_work.Begun, action: str,
                    plan: phys.Plan, final: dict) -> _Outcome:
         row = stacks.resource_get(self.db, begun.resource_id)
         if plan.op is not None:
@@ -530,11 +528,11 @@ class Worker:
                 phys.run(self.operations, plan.op, begun.op_request_id)
             except (OperationFailed, Stale) as exc:
                 reason = f"{name}: {exc}"
-                ws.end(self.db, row.id, self.engine_id, action, FAILED, reason,
+                stack_work.end(self.db, row.id, self.engine_id, action, FAILED, reason,
                        op_request_id=begun.op_request_id, op_error=str(exc))
                 return _Outcome(failed=reason)
         observed = phys.observe(self.db, row.type, row.physical_id)
-        ws.end(self.db, row.id, self.engine_id, action, COMPLETE, None,
+        stack_work.end(self.db, row.id, self.engine_id, action, COMPLETE, None,
                {**final, "attributes": dict(observed.attributes)},
                op_request_id=begun.op_request_id)
         return _Outcome(data=ResourceData(name, row.id, row.physical_id,
@@ -570,9 +568,9 @@ class Worker:
             plan = phys.plan_delete(self.db, row.type, row.physical_id) or phys.Plan()
         except phys.CheckError as exc:
             return self._failed(row, DELETE, str(exc))
-        work = ws.Begin(DELETE, {"status_reason": None}, (), plan.changes,
+        work = stack_work.Begin(DELETE, {"status_reason": None}, (), plan.changes,
                         plan.op.request({"stack_id": ctx.stack_id}) if plan.op else None)
-        begun = ws.begin(self.db, row.id, self.engine_id, ctx.stack_id, ctx.traversal, work)
+        begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id, ctx.traversal, work)
         if isinstance(begun, str):
             return _not_begun(begun, row.id)
         outcome = self._carry_out(ctx, row.name, begun, DELETE, plan, {})
@@ -617,17 +615,25 @@ class Worker:
         node, graph, traversal = ctx.node, ctx.graph, ctx.traversal
         for succ in sorted(graph.required_by(node)):
             def ready(session: Any, input_data: dict, succ: Node = succ) -> None:
-                P.enqueue_check_tx(session, ctx.stack_id, traversal, succ, input_data)
+                prepare.enqueue_check_tx(session, ctx.stack_id, traversal, succ, input_data)
 
-            result = SP.sync(self.db, succ.resource_id, traversal, succ.is_update, node.key,
-                             data, graph.requires_keys(succ), ready)
+            result = sync_points.sync(
+                self.db,
+                succ.resource_id,
+                traversal,
+                succ.is_update,
+                node.key,
+                data,
+                graph.requires_keys(succ),
+                ready,
+            )
             if not result.found:
                 return False
         if graph.is_root(node):
             def complete(session: Any, _input: dict) -> None:
-                L.complete_tx(session, ctx.stack_id, traversal)
+                lifecycle.complete_tx(session, ctx.stack_id, traversal)
 
-            result = SP.sync(self.db, ctx.stack_id, traversal, True, node.key, None,
+            result = sync_points.sync(self.db, ctx.stack_id, traversal, True, node.key, None,
                              graph.root_keys(), complete)
             if not result.found:
                 return False
@@ -640,11 +646,11 @@ class Worker:
         the traversal is current nothing is needed: a check that bailed on a
         live lock in it was a duplicate, one that bailed on a dead engine's
         lock is the watchdog's (``watchdog.py``)."""
-        stack = ws.stack_head(self.db, ctx.stack_id)
+        stack = stack_work.stack_head(self.db, ctx.stack_id)
         if stack is None or stack.current_traversal == ctx.traversal:
             return
         for rid in dict.fromkeys(ctx.held):
-            if L.retrigger(self.db, ctx.stack_id, rid):
+            if lifecycle.retrigger(self.db, ctx.stack_id, rid):
                 LOG.info("stack %s: retriggered resource %s in traversal %s",
                          ctx.stack_name, rid, stack.current_traversal)
 
@@ -653,14 +659,14 @@ class Worker:
     def fail_stack(self, stack_id: str, traversal: str, reason: str) -> bool:
         """A node failed: the traversal FAILED (rolling back unless disabled,
         see ``lifecycle.fail``). False if it is no longer current."""
-        return L.fail(self.db, stack_id, traversal, reason, node=True)
+        return lifecycle.fail(self.db, stack_id, traversal, reason, node=True)
 
 
 def _not_begun(why: str, rid: int) -> _Outcome | None:
     """What a node does when ``ws.begin`` started nothing; None: plan again."""
-    if why == ws.CONFLICT:
+    if why == stack_work.CONFLICT:
         return None
-    if why == ws.LOCK_LOST:
+    if why == stack_work.LOCK_LOST:
         return _Outcome(bailed=f"resource {rid}: its lock was taken by another engine")
     return _Outcome(superseded=True)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sharemgr.cli import base
 from sharemgr.db import api as db_api
-from sharemgr.manager.cli import base
 
 
 class ServiceList(base.Lister):

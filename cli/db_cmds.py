@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sharemgr.manager.cli import base
+from sharemgr.cli import base
 
 
 class DbSync(base.Command):

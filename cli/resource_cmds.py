@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sharemgr.cli import base
+from sharemgr.cli.kinds import KINDS, Kind
+from sharemgr.common import vocab
 from sharemgr.db import api as db_api
-from sharemgr.manager import constants as C
-from sharemgr.manager.cli import base
-from sharemgr.manager.cli.kinds import KINDS, Kind
 from sharemgr.manager.intake import Intake, InvalidRequest
 
 
@@ -38,7 +38,7 @@ def wait_for(app: Any, kind: Kind, ident: str, timeout: float, deleting: bool = 
                              f"({time.monotonic() - start:.1f}s)\033[K")
             sys.stderr.flush()
         last = status
-        if status not in C.TRANSIENT_STATUSES and not (deleting and status == C.DELETING):
+        if status not in vocab.TRANSIENT_STATUSES and not (deleting and status == vocab.DELETING):
             break
         if time.monotonic() - start > timeout:
             if tty:
@@ -116,7 +116,7 @@ class ResourceDelete(base.Command):
         if parsed_args.wait:
             status = wait_for(self.app, self.kind, parsed_args.id, parsed_args.timeout,
                               deleting=True)
-            _finish(self.app, self.kind, parsed_args.id, status, (C.DELETED,))
+            _finish(self.app, self.kind, parsed_args.id, status, (vocab.DELETED,))
             self.app.stdout.write(f"{self.kind.noun} {parsed_args.id} deleted\n")
         else:
             self.app.stdout.write(f"{self.kind.noun} {parsed_args.id}: delete requested\n")
@@ -132,7 +132,7 @@ class ResourceResetState(base.Command):
         parser = super().get_parser(prog_name)
         parser.add_argument("id", help=f"{self.kind.noun} id")
         parser.add_argument("--state", required=True, metavar="STATUS",
-                            help="one of: " + ", ".join(C.VALID_STATUSES[self.kind.rtype]))
+                            help="one of: " + ", ".join(vocab.VALID_STATUSES[self.kind.rtype]))
         return parser
 
     def take_action(self, parsed_args: Any) -> int:
@@ -187,7 +187,7 @@ class ShareCreate(_Create):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("size", type=integer,
-                            help=f"size in GiB, 1 to {C.MAX_SHARE_SIZE_GB}")
+                            help=f"size in GiB, 1 to {vocab.MAX_SHARE_SIZE_GB}")
         parser.add_argument("--proto", required=True, help="NFS, CIFS, CEPHFS, ...")
         parser.add_argument("--name")
         parser.add_argument("--backend", help="backend (config group); default: the first")
@@ -207,7 +207,7 @@ class _Resize(_Create):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("id", help="share id")
         parser.add_argument("new_size", type=integer,
-                            help=f"new size in GiB, at most {C.MAX_SHARE_SIZE_GB}")
+                            help=f"new size in GiB, at most {vocab.MAX_SHARE_SIZE_GB}")
 
     def submit(self, intake: Intake, a: Any) -> str:
         return intake.resize_share(a.id, a.new_size, extend=self.extend).id
@@ -321,10 +321,10 @@ class BackupRestore(_Create):
             backup = _intake(self.app).restore_backup(parsed_args.id)
         except InvalidRequest as exc:
             raise base.UserError(str(exc))
-        result = self.show_after(backup.id, parsed_args, (C.AVAILABLE,))
+        result = self.show_after(backup.id, parsed_args, (vocab.AVAILABLE,))
         if parsed_args.wait:
             share = KINDS["share"].status(self.app.context.db, backup.share_id)
-            if share != C.AVAILABLE:
+            if share != vocab.AVAILABLE:
                 self.produce_output(parsed_args, *result)
                 raise base.OperationFailed(f"share {backup.share_id} ended in status {share}")
         return result

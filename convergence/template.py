@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from sharemgr.manager import constants as C
+from sharemgr.common import vocab
 
 
 class TemplateError(ValueError):
@@ -98,7 +98,7 @@ RESOURCE_TYPES: Mapping[str, ResourceType] = {
         ResourceType(
             "share",
             {
-                "size": _p(INTEGER, required=True, minimum=1, maximum=C.MAX_SHARE_SIZE_GB,
+                "size": _p(INTEGER, required=True, minimum=1, maximum=vocab.MAX_SHARE_SIZE_GB,
                            update=IN_PLACE),
                 "proto": _p(STRING, required=True, allowed=PROTOCOLS),
                 "name": _p(STRING, update=IN_PLACE, max_length=NAME_PROPERTY_MAX),

@@ -7,14 +7,14 @@ import time
 import uuid
 from typing import Any
 
+from sharemgr.cli import base
+from sharemgr.common import vocab
 from sharemgr.db import api as db_api
-from sharemgr.db import models as M
+from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
-from sharemgr.manager import constants as C
-from sharemgr.manager.cli import base
 
 
-def _summary_row(p: M.ReconcilePass) -> tuple[tuple, tuple]:
+def _summary_row(p: models.ReconcilePass) -> tuple[tuple, tuple]:
     s = p.summary or {}
     status = "failed" if s.get("failed") else "finished" if p.finished_at else "running"
     cols = ("id", "host", "engine_id", "trigger", "dry_run", "status", "started_at",
@@ -43,18 +43,18 @@ class ReconcileRun(base.Lister):
         ctx = self.app.context
         host = ctx.conf.host
         req_id = db_api.add_with_request(ctx.db, [], {
-            "resource_type": C.RECONCILE, "resource_id": str(uuid.uuid4()), "action": "run",
+            "resource_type": vocab.RECONCILE, "resource_id": str(uuid.uuid4()), "action": "run",
             "host": host, "args": {"dry_run": parsed_args.dry_run},
         })
         deadline = time.monotonic() + parsed_args.timeout
         while True:
-            req = db_api.get(ctx.db, M.Request, req_id)
-            if req.status in (C.REQUEST_DONE, C.REQUEST_FAILED, C.REQUEST_ABANDONED):
+            req = db_api.get(ctx.db, models.Request, req_id)
+            if req.status in (vocab.REQUEST_DONE, vocab.REQUEST_FAILED, vocab.REQUEST_ABANDONED):
                 break
             if time.monotonic() > deadline:
-                if req.status == C.REQUEST_PENDING and db_api.conditional_update(
-                    ctx.db, M.Request, req_id, {"status": C.REQUEST_PENDING},
-                    {"status": C.REQUEST_ABANDONED, "error": "no manager took it"},
+                if req.status == vocab.REQUEST_PENDING and db_api.conditional_update(
+                    ctx.db, models.Request, req_id, {"status": vocab.REQUEST_PENDING},
+                    {"status": vocab.REQUEST_ABANDONED, "error": "no manager took it"},
                 ):
                     raise base.OperationFailed(
                         f"no share-manager of host {host} took the request in "
@@ -62,7 +62,7 @@ class ReconcileRun(base.Lister):
                 raise base.OperationFailed(f"the pass did not finish in "
                                            f"{parsed_args.timeout:.0f}s")
             time.sleep(0.2)
-        if req.status != C.REQUEST_DONE:
+        if req.status != vocab.REQUEST_DONE:
             raise base.OperationFailed(f"the pass failed: {req.error}")
         found = db_rec.passes(ctx.db, host, trigger=f"manual:{req_id}")
         if not found:
@@ -108,5 +108,5 @@ class ReconcileList(base.Lister):
     def take_action(self, parsed_args: Any) -> tuple:
         rows = db_rec.passes(self.app.context.db, None, limit=parsed_args.limit)
         if not rows:
-            return _summary_row(M.ReconcilePass(id=0, summary={}))[0], []
+            return _summary_row(models.ReconcilePass(id=0, summary={}))[0], []
         return _summary_row(rows[0])[0], [_summary_row(r)[1] for r in rows]

@@ -8,7 +8,7 @@ import sys
 
 from cliff.app import App
 from cliff.commandmanager import CommandManager
-from sharemgr.manager.cli import commands
+from sharemgr.cli import commands
 
 
 class SharectlApp(App):

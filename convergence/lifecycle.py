@@ -27,13 +27,11 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from oslo_log import log as logging
-from sharemgr.db import models as M
-from sharemgr.db import stacks
-from sharemgr.db import sync_points as SP
+from sharemgr.convergence import prepare
+from sharemgr.convergence.graph import Graph, Node
+from sharemgr.db import models, stacks, sync_points
 from sharemgr.db.engine import Database
 from sharemgr.db.stacks import COMPLETE, CREATE, FAILED, IN_PROGRESS, ROLLBACK, UPDATE
-from sharemgr.manager.convergence import prepare as P
-from sharemgr.manager.convergence.graph import Graph, Node
 from sqlalchemy.orm import Session
 
 LOG = logging.getLogger(__name__)
@@ -59,7 +57,7 @@ def complete_tx(session: Session, stack_id: str, traversal_id: str) -> bool:
     reason = f"Stack {stack.action} completed"
     if stack.action == ROLLBACK and (stack.status_reason or "").startswith(ROLLING_BACK):
         reason += f"; rolled back because {stack.status_reason[len(ROLLING_BACK):]}"
-    SP.delete_all_tx(session, stack_id, traversal_id)
+    sync_points.delete_all_tx(session, stack_id, traversal_id)
     if not stacks.stack_set_status_tx(session, stack_id, traversal_id, COMPLETE, reason):
         return False
     stacks.purge_tx(session, stack_id)
@@ -97,13 +95,13 @@ def fail_tx(session: Session, stack_id: str, traversal_id: str, reason: str,
         rollback = not stack.disable_rollback
     rollback = rollback and stack.action in (CREATE, UPDATE)
     if rollback:
-        SP.delete_all_tx(session, stack_id)  # SyncPoints before the stack row
+        sync_points.delete_all_tx(session, stack_id)  # SyncPoints before the stack row
     if not stacks.stack_set_status_tx(session, stack_id, traversal_id, FAILED, reason):
         raise Lost()
     LOG.warning("stack %s: %s", stack.name, reason)
     if rollback:
         failed = stacks.stack_get_tx(session, stack_id, lock="update")
-        tr = P.prepare_traversal_tx(session, failed, ROLLBACK)
+        tr = prepare.prepare_traversal_tx(session, failed, ROLLBACK)
         expected = COMPLETE if tr.complete else IN_PROGRESS
         note = (f"Stack ROLLBACK completed (nothing to do); rolled back because {reason}"
                 if tr.complete else ROLLING_BACK + reason)
@@ -113,7 +111,7 @@ def fail_tx(session: Session, stack_id: str, traversal_id: str, reason: str,
     return True
 
 
-def cancel(db: Database, stack: M.Stack, rollback: bool = True) -> bool:
+def cancel(db: Database, stack: models.Stack, rollback: bool = True) -> bool:
     """Heat's cancel-update: stop the stack's traversal and roll back (or,
     without ``rollback``, leave it FAILED). Checks still running stop at
     their next step: they find the traversal superseded or ended. False if
@@ -124,7 +122,7 @@ def cancel(db: Database, stack: M.Stack, rollback: bool = True) -> bool:
                 f"Stack {stack.action} cancelled by the user", rollback)
 
 
-def deadline(stack: M.Stack) -> datetime.datetime | None:
+def deadline(stack: models.Stack) -> datetime.datetime | None:
     if not stack.timeout_seconds or stack.traversal_started_at is None:
         return None
     return stack.traversal_started_at + datetime.timedelta(seconds=stack.timeout_seconds)
@@ -135,12 +133,12 @@ def minutes(seconds: int) -> str:
     return f"{seconds / 60:g}"
 
 
-def fail_if_timed_out(db: Database, stack: M.Stack, now: datetime.datetime | None = None
+def fail_if_timed_out(db: Database, stack: models.Stack, now: datetime.datetime | None = None
                       ) -> bool:
     """Fail (and roll back, as for a failed node) a traversal that has run
     longer than the stack's timeout. True if this call did."""
     end = deadline(stack)
-    if stack.status != IN_PROGRESS or end is None or (now or M.utcnow()) < end:
+    if stack.status != IN_PROGRESS or end is None or (now or models.utcnow()) < end:
         return False
     reason = f"Stack {stack.action} timed out after {minutes(stack.timeout_seconds)} minute(s)"
     return fail(db, stack.id, stack.current_traversal, reason)
@@ -161,7 +159,7 @@ def reported(graph: Graph, points: Mapping[tuple[str, bool], Mapping], stack_id:
 
 def ready(graph: Graph, points: Mapping[tuple[str, bool], Mapping], node: Node) -> bool:
     point = points.get((str(node.resource_id), node.is_update))
-    return point is not None and SP.is_ready(point, graph.requires_keys(node))
+    return point is not None and sync_points.is_ready(point, graph.requires_keys(node))
 
 
 def _points_tx(session: Session, stack_id: str, traversal_id: str, nodes: Iterable[Node],
@@ -175,14 +173,14 @@ def _points_tx(session: Session, stack_id: str, traversal_id: str, nodes: Iterab
             keys.add((stack_id, True))
     out = {}
     for entity, is_update in keys:
-        point = SP.get_tx(session, entity, traversal_id, is_update)
+        point = sync_points.get_tx(session, entity, traversal_id, is_update)
         if point is not None:
             out[(entity, is_update)] = point.input_data
     return out
 
 
 def retrigger_tx(session: Session, stack_id: str, resource_id: int,
-                 only: Collection[Node] | None = None) -> list[M.Request]:
+                 only: Collection[Node] | None = None) -> list[models.Request]:
     """Spec 001: enqueue the checks of ``resource_id``'s nodes (``only``
     those, if given) in the stack's current traversal that are ready and
     have not reported, each with its point's input data. Several engines may
@@ -191,7 +189,7 @@ def retrigger_tx(session: Session, stack_id: str, resource_id: int,
     stack = stacks.stack_get_tx(session, stack_id)
     if stack is None or stack.current_traversal is None or stack.status != IN_PROGRESS:
         return []
-    graph = P.load_traversal_graph(stack)
+    graph = prepare.load_traversal_graph(stack)
     nodes = [n for n in (Node(resource_id, True), Node(resource_id, False))
              if n in graph and (only is None or n in only)]
     if not nodes:
@@ -201,13 +199,13 @@ def retrigger_tx(session: Session, stack_id: str, resource_id: int,
     for node in nodes:
         if ready(graph, points, node) and not reported(graph, points, stack_id, node):
             data = points[(str(node.resource_id), node.is_update)]
-            out.append(P.enqueue_check_tx(session, stack_id, stack.current_traversal, node,
+            out.append(prepare.enqueue_check_tx(session, stack_id, stack.current_traversal, node,
                                           data))
     return out
 
 
 def retrigger(db: Database, stack_id: str, resource_id: int,
-              only: Collection[Node] | None = None) -> list[M.Request]:
+              only: Collection[Node] | None = None) -> list[models.Request]:
     with db.session() as session:
         return retrigger_tx(session, stack_id, resource_id, only)
 

@@ -33,6 +33,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from oslo_log import log as logging
+from sharemgr.convergence.graph import (
+    ExistingResource,
+    Graph,
+    Node,
+    build_traversal_graph,
+)
+from sharemgr.convergence.template import Template
 from sharemgr.db import api, models, sync_points
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
@@ -46,13 +53,6 @@ from sharemgr.db.stacks import (
     ROLLBACK,
     UPDATE,
 )
-from sharemgr.manager.convergence.graph import (
-    ExistingResource,
-    Graph,
-    Node,
-    build_traversal_graph,
-)
-from sharemgr.manager.convergence.template import Template
 from sqlalchemy.orm import Session
 
 LOG = logging.getLogger(__name__)

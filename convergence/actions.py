@@ -12,15 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sharemgr.db import models as M
-from sharemgr.db import stacks
-from sharemgr.db import sync_points as SP
-from sharemgr.db.engine import Database
-from sharemgr.db.stacks import COMPLETE, CREATE, DELETE, IN_PROGRESS
-from sharemgr.manager.convergence import physical as phys
-from sharemgr.manager.convergence import prepare as P
-from sharemgr.manager.convergence.graph import Node
-from sharemgr.manager.convergence.template import (
+from sharemgr.convergence import physical as phys
+from sharemgr.convergence import prepare
+from sharemgr.convergence.graph import Node
+from sharemgr.convergence.template import (
     ResourceData,
     Template,
     TemplateError,
@@ -28,6 +23,9 @@ from sharemgr.manager.convergence.template import (
     parse,
     resolve_outputs,
 )
+from sharemgr.db import models, stacks, sync_points
+from sharemgr.db.engine import Database
+from sharemgr.db.stacks import COMPLETE, CREATE, DELETE, IN_PROGRESS
 
 
 def load_template(text: str | bytes, backends: Iterable[str]) -> Template:
@@ -57,22 +55,27 @@ def timeout_for(template: Template | None, given: float | None, default: float) 
 
 
 def create(db: Database, name: str, template: Template,
-           disable_rollback: bool = False, timeout_seconds: int | None = None) -> P.Traversal:
+           disable_rollback: bool = False, timeout_seconds: int | None = None) -> prepare.Traversal:
     """A new stack and its CREATE traversal, together or not at all."""
     check_stack_name(name)
     with db.session() as session:
         stack = stacks.stack_create_tx(session, name, disable_rollback)
-        return P.prepare_traversal_tx(session, stack, CREATE, template, timeout_seconds)
+        return prepare.prepare_traversal_tx(session, stack, CREATE, template, timeout_seconds)
 
 
-def start(db: Database, name_or_id: str, action: str,
-          template: Template | None = None, timeout_seconds: int | None = None) -> P.Traversal:
+def start(
+    db: Database,
+    name_or_id: str,
+    action: str,
+    template: Template | None = None,
+    timeout_seconds: int | None = None,
+) -> prepare.Traversal:
     """UPDATE (to ``template``), DELETE or ROLLBACK an existing stack
     (``timeout_seconds`` None keeps the stack's timeout). Raises StackNotFound,
     InvalidStackAction, TraversalLost (another traversal started first:
     nothing written)."""
     stack = stacks.stack_lookup(db, name_or_id)
-    return P.prepare_traversal(db, stack, action, template, timeout_seconds)
+    return prepare.prepare_traversal(db, stack, action, template, timeout_seconds)
 
 
 # Describing ------------------------------------------------------------------------
@@ -87,35 +90,35 @@ class Progress:
         return f"{self.done}/{self.total}"
 
 
-def progress(db: Database, stack: M.Stack) -> Progress:
+def progress(db: Database, stack: models.Stack) -> Progress:
     """Resources of the current traversal that are done: a resource the
     template keeps when its update node has reported, one being removed when
     its clean-up node has (a node has reported once its key is in a
     SyncPoint's input data). A finished traversal counts all of them."""
-    graph = P.load_traversal_graph(stack)
+    graph = prepare.load_traversal_graph(stack)
     resources = graph.resource_ids()
     if stack.status != IN_PROGRESS or not stack.current_traversal:
         return Progress(len(resources) if stack.status == COMPLETE else 0, len(resources))
     reported: set[str] = set()
-    for point in SP.list_for_traversal(db, stack.id, stack.current_traversal):
+    for point in sync_points.list_for_traversal(db, stack.id, stack.current_traversal):
         reported.update(point.input_data)
     done = sum(1 for rid in resources
                if Node(rid, (rid, True) in graph).key in reported)
     return Progress(done, len(resources))
 
 
-def current_rows(db: Database, stack: M.Stack) -> dict[str, M.StackResource]:
+def current_rows(db: Database, stack: models.Stack) -> dict[str, models.StackResource]:
     """Name -> the row that embodies each resource of the stack's template."""
     if stack.template_id is None:
         return {}
     template = Template.from_dict(stacks.template_get(db, stack.template_id) or {})
     rows = [r for r in stacks.resource_list(db, stack.id)
             if not (r.action == DELETE and r.status == COMPLETE)]
-    chosen, _ = P.choose_rows(rows, template, stack.template_id, stack.template_id)
+    chosen, _ = prepare.choose_rows(rows, template, stack.template_id, stack.template_id)
     return chosen
 
 
-def outputs(db: Database, stack: M.Stack) -> dict[str, Any]:
+def outputs(db: Database, stack: models.Stack) -> dict[str, Any]:
     """The template's outputs from the resources as they are now (an output
     whose resource is missing or failed is None)."""
     if stack.template_id is None:
@@ -129,7 +132,7 @@ def outputs(db: Database, stack: M.Stack) -> dict[str, Any]:
     return resolve_outputs(template, data)
 
 
-def show(db: Database, stack: M.Stack) -> dict[str, Any]:
+def show(db: Database, stack: models.Stack) -> dict[str, Any]:
     rows = stacks.resource_list(db, stack.id)
     return {
         "id": stack.id,
@@ -150,7 +153,7 @@ def show(db: Database, stack: M.Stack) -> dict[str, Any]:
     }
 
 
-def resource_rows(db: Database, stack: M.Stack) -> list[dict[str, Any]]:
+def resource_rows(db: Database, stack: models.Stack) -> list[dict[str, Any]]:
     return [
         {"id": r.id, "name": r.name, "type": r.type, "physical_id": r.physical_id,
          "action": r.action, "status": r.status, "status_reason": r.status_reason}
@@ -158,5 +161,5 @@ def resource_rows(db: Database, stack: M.Stack) -> list[dict[str, Any]]:
     ]
 
 
-def graph_dot(db: Database, stack: M.Stack) -> str:
-    return P.graph_dot(db, stack)
+def graph_dot(db: Database, stack: models.Stack) -> str:
+    return prepare.graph_dot(db, stack)

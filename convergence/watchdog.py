@@ -46,15 +46,12 @@ import time
 from typing import Any
 
 from oslo_log import log as logging
-from sharemgr.db import models as M
-from sharemgr.db import stack_work as ws
-from sharemgr.db import stacks
-from sharemgr.db import sync_points as SP
+from sharemgr.convergence import lifecycle
+from sharemgr.convergence import physical as phys
+from sharemgr.convergence.graph import Node
+from sharemgr.convergence.worker import Worker
+from sharemgr.db import models, stack_work, stacks, sync_points
 from sharemgr.db.engine import Database
-from sharemgr.manager.convergence import lifecycle as L
-from sharemgr.manager.convergence import physical as phys
-from sharemgr.manager.convergence.graph import Node
-from sharemgr.manager.convergence.worker import Worker
 from sharemgr.manager.coordination import Coordinator
 
 LOG = logging.getLogger(__name__)
@@ -106,20 +103,20 @@ class Watchdog:
             self._runs += 1
             if self._runs % TIDY_EVERY == 1:
                 counts["tidied"] = sum(self.worker.tidy(row)
-                                       for row in ws.rows_left_in_progress(self.db))
+                                       for row in stack_work.rows_left_in_progress(self.db))
             # Requests first, then membership, then points: a check that ended
             # before the requests were read has reported in what is read after,
             # and an engine that joins in between is seen alive. Lost requests
             # are abandoned even when no stack is IN_PROGRESS any more.
-            requests = ws.live_checks(self.db)
-            active = ws.active_stacks(self.db)
+            requests = stack_work.live_checks(self.db)
+            active = stack_work.active_stacks(self.db)
             if not requests and not active:
                 return dict(counts)
             alive = self.coordinator.engines()
             inflight = self.worker.inflight()
             lost = [r for r in requests if self._lost(r, alive, inflight)]
             if lost:
-                counts["abandoned"] = ws.abandon_checks(
+                counts["abandoned"] = stack_work.abandon_checks(
                     self.db, lost, "abandoned: its engine died or lost it; the stack "
                     "watchdog retriggers the node")
             live: dict[Key, set[Node]] = collections.defaultdict(set)
@@ -130,9 +127,9 @@ class Watchdog:
                     live[(args.get("stack_id"), args.get("traversal"))].add(
                         Node(int(args.get("resource_id", 0)), bool(args.get("is_update"))))
             busy_hosts: set[str] = set()
-            now = M.utcnow()
+            now = models.utcnow()
             for stack in active:
-                if L.fail_if_timed_out(self.db, stack, now):
+                if lifecycle.fail_if_timed_out(self.db, stack, now):
                     counts["timed_out"] += 1
                     continue
                 self._scan(stack, live[(stack.id, stack.current_traversal)], alive,
@@ -142,25 +139,25 @@ class Watchdog:
                 LOG.info("stack watchdog: %s", dict(counts))
             return dict(counts)
 
-    def _lost(self, req: M.Request, alive: set[str], inflight: set[int]) -> bool:
+    def _lost(self, req: models.Request, alive: set[str], inflight: set[int]) -> bool:
         if req.status != "running":
             return False
         if req.engine_id not in alive:
             return True
         if req.engine_id == self.engine_id and req.id not in inflight:
-            claimed = req.claimed_at or M.utcnow()
-            return M.utcnow() - claimed > datetime.timedelta(seconds=OWN_STALE_AFTER)
+            claimed = req.claimed_at or models.utcnow()
+            return models.utcnow() - claimed > datetime.timedelta(seconds=OWN_STALE_AFTER)
         return False
 
-    def _scan(self, stack: M.Stack, live: set[Node], alive: set[str], busy_hosts: set[str],
+    def _scan(self, stack: models.Stack, live: set[Node], alive: set[str], busy_hosts: set[str],
               counts: collections.Counter) -> None:
         traversal = stack.current_traversal
         graph = self.worker.graph(stack.id, traversal)
         if graph is None:
             return
         points = {(p.entity_id, p.is_update): p.input_data
-                  for p in SP.list_for_traversal(self.db, stack.id, traversal)}
-        stalled = L.stalled_nodes(graph, points, stack.id, live)
+                  for p in sync_points.list_for_traversal(self.db, stack.id, traversal)}
+        stalled = lifecycle.stalled_nodes(graph, points, stack.id, live)
         if not stalled:
             return
         rows = {r.id: r for r in stacks.resource_list(self.db, stack.id)}
@@ -171,7 +168,7 @@ class Watchdog:
             if len(errors) >= MAX_CHECK_FAILURES:
                 reason = (f"check of resource {node.resource_id} failed "
                           f"{len(errors)} times: {errors[0]}")
-                if L.fail(self.db, stack.id, traversal, reason):
+                if lifecycle.fail(self.db, stack.id, traversal, reason):
                     counts["failed_stacks"] += 1
                 return
             why = self._wait_reason(rows.get(node.resource_id), rows, alive, busy_hosts)
@@ -179,14 +176,14 @@ class Watchdog:
                 counts["waiting"] += 1
                 LOG.debug("stack %s: node %s waits: %s", stack.name, node, why)
                 continue
-            if L.retrigger(self.db, stack.id, node.resource_id, only=[node]):
+            if lifecycle.retrigger(self.db, stack.id, node.resource_id, only=[node]):
                 counts["retriggered"] += 1
                 LOG.info("stack %s: node %s of traversal %s was stalled; retriggered",
                          stack.name, node, traversal)
 
     def _failures(self, stack_id: str, traversal: str) -> dict[Node, list[str]]:
         out: dict[Node, list[str]] = collections.defaultdict(list)
-        for req in ws.failed_checks(self.db):
+        for req in stack_work.failed_checks(self.db):
             args = req.args or {}
             if args.get("stack_id") == stack_id and args.get("traversal") == traversal:
                 node = Node(int(args.get("resource_id", 0)), bool(args.get("is_update")))
@@ -223,7 +220,7 @@ class Watchdog:
             if now - self._passes_asked.get(host, -PASS_INTERVAL) < PASS_INTERVAL:
                 continue
             self._passes_asked[host] = now
-            if ws.request_reconcile(self.db, host, "a stalled stack node waits for a "
+            if stack_work.request_reconcile(self.db, host, "a stalled stack node waits for a "
                                     "resource in a transient status"):
                 asked += 1
                 LOG.info("asked host %s for a reconciliation pass: a stalled stack node "
