@@ -13,8 +13,8 @@ import importlib.metadata
 import sys
 
 from oslo_config import cfg
+from sharemgr.drivers import options
 from sharemgr.drivers.base import ShareDriver
-from sharemgr.manager import config
 from stevedore import driver as stevedore_driver
 from stevedore import exception as stevedore_exc
 from stevedore import extension as stevedore_ext
@@ -159,7 +159,7 @@ def construct_driver(
 
     :raises DriverLoadError: with a one-line message.
     """
-    config.register_backend_opts(conf, backend)
+    options.register_backend_opts(conf, backend)
     where = (
         f"backend [{backend}]: driver {label or repr(cls.__name__)} "
         f"({cls.__module__}.{cls.__qualname__})"
@@ -192,7 +192,7 @@ def load_driver(
 
     :raises DriverLoadError: with a one-line message.
     """
-    config.register_backend_opts(conf, backend)
+    options.register_backend_opts(conf, backend)
     name = conf[backend].share_driver or backend
     cls = _load_class(backend, name)
     return construct_driver(conf, backend, cls, host, engine_id, setup=setup, label=f"'{name}'")

@@ -28,9 +28,9 @@ from typing import Any, NoReturn
 import pytest
 from oslo_config import cfg
 from sharemgr.drivers import loader
+from sharemgr.drivers import options as driver_options
 from sharemgr.drivers.base import STATUS_METHODS, ShareDriver
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
-from sharemgr.manager import config
 
 KIT_HOST = "kithost"
 KIT_ENGINE = "kithost.conformance"
@@ -94,7 +94,7 @@ def build_driver(
     conf_file = tmp_path / f"{backend}.conf"
     conf_file.write_text("\n".join(lines) + "\n")
     conf = cfg.ConfigOpts()
-    config.register_opts(conf)
+    driver_options.register_common_opts(conf)
     conf(["--config-file", str(conf_file)], project="sharemgr", default_config_files=[])
     if isinstance(driver, str):
         return loader.load_driver(conf, backend, KIT_HOST, KIT_ENGINE, setup=setup)

@@ -14,6 +14,7 @@ import socket
 
 from oslo_config import cfg
 from oslo_log import log as oslo_logging
+from sharemgr.drivers import options as driver_options
 
 CONF = cfg.CONF
 
@@ -27,19 +28,7 @@ default_opts = [
         help="Name of this host. Resources belong to '<host>@<backend>'; several "
         "share-manager processes may serve the same host (Active/Active).",
     ),
-    cfg.StrOpt(
-        "state_path",
-        default=os.path.join(os.getcwd(), ".state"),
-        sample_default="$PWD/.state",
-        help="Folder for the embedded default's state: the SQLite database, the "
-        "file coordination backend and the dummy driver's backend.",
-    ),
-    cfg.ListOpt(
-        "enabled_share_backends",
-        default=["dummy"],
-        help="Backends this manager serves. Each names a config group whose "
-        "'share_driver' names the driver (default: the group's own name).",
-    ),
+    *driver_options.common_opts,
     cfg.FloatOpt(
         "heartbeat_interval",
         default=2.0,
@@ -95,24 +84,6 @@ coordination_opts = [
         min=2,
         max=600,
         help="Seconds without heartbeat after which an engine counts as dead.",
-    ),
-]
-
-backend_opts = [
-    cfg.StrOpt(
-        "share_driver",
-        help="Entry point name (namespace 'sharemgr.share_drivers') of this "
-        "backend's driver, e.g. 'dummy'. Default: the name of the group.",
-    ),
-    cfg.BoolOpt(
-        "driver_handles_share_servers",
-        default=False,
-        help="Whether the driver creates share servers (DHSS). Shares on such a "
-        "backend need a share server.",
-    ),
-    cfg.StrOpt(
-        "share_backend_name",
-        help="Name of the backend as reported to users. Default: the group name.",
     ),
 ]
 
@@ -210,10 +181,6 @@ def register_opts(conf: cfg.ConfigOpts = CONF) -> None:
         conf.register_opts(opts, group=group)
 
 
-def register_backend_opts(conf: cfg.ConfigOpts, backend: str) -> None:
-    conf.register_opts(backend_opts, group=backend)
-
-
 def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
     """Options for oslo-config-generator. Backend options are shown under the
     placeholder group ``[backend]``: copy them into each group named in
@@ -221,7 +188,7 @@ def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
     from sharemgr.drivers import dummy
 
     result = [(group or "DEFAULT", list(opts)) for group, opts in GROUPS.items()]
-    result.append(("backend", backend_opts + dummy.dummy_opts))
+    result.append(("backend", driver_options.backend_opts + dummy.dummy_opts))
     return result
 
 
@@ -340,6 +307,6 @@ def load(
         if not 1 <= len(backend) <= 128:
             raise ConfigError("[DEFAULT] enabled_share_backends: a backend name must "
                               f"have 1 to 128 characters, got {len(backend)}")
-        register_backend_opts(conf, backend)
+        driver_options.register_backend_opts(conf, backend)
     _read_all(conf)
     return conf

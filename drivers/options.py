@@ -1,0 +1,54 @@
+"""The options drivers read: two of [DEFAULT] and those of each backend group.
+
+They live with the drivers so the loader and the conformance kit need nothing
+from the manager; ``sharemgr.manager.config`` registers them with the rest.
+"""
+
+from __future__ import annotations
+
+import os
+
+from oslo_config import cfg
+
+common_opts = [
+    cfg.StrOpt(
+        "state_path",
+        default=os.path.join(os.getcwd(), ".state"),
+        sample_default="$PWD/.state",
+        help="Folder for the embedded default's state: the SQLite database, the "
+        "file coordination backend and the dummy driver's backend.",
+    ),
+    cfg.ListOpt(
+        "enabled_share_backends",
+        default=["dummy"],
+        help="Backends this manager serves. Each names a config group whose "
+        "'share_driver' names the driver (default: the group's own name).",
+    ),
+]
+
+backend_opts = [
+    cfg.StrOpt(
+        "share_driver",
+        help="Entry point name (namespace 'sharemgr.share_drivers') of this "
+        "backend's driver, e.g. 'dummy'. Default: the name of the group.",
+    ),
+    cfg.BoolOpt(
+        "driver_handles_share_servers",
+        default=False,
+        help="Whether the driver creates share servers (DHSS). Shares on such a "
+        "backend need a share server.",
+    ),
+    cfg.StrOpt(
+        "share_backend_name",
+        help="Name of the backend as reported to users. Default: the group name.",
+    ),
+]
+
+
+
+def register_common_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_opts(common_opts)
+
+
+def register_backend_opts(conf: cfg.ConfigOpts, backend: str) -> None:
+    conf.register_opts(backend_opts, group=backend)
