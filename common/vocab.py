@@ -1,8 +1,10 @@
-"""Manila's status strings and the tables built from them.
+"""The words sharemgr's rows and requests are written in, in one place.
 
-The strings are Manila's (manila/common/constants.py), so operators see the
-statuses they know. The tables are data: which statuses each resource type may
-take (``reset-state`` accepts exactly these) and which are transient.
+Resource statuses are Manila's strings, so operators see the statuses they
+know; the tables built from them are data (which statuses each resource type
+may take, which are transient). Then the request vocabulary (types, actions,
+statuses) and the stack vocabulary (Heat's actions and statuses). This module
+imports nothing from sharemgr: every layer may use it.
 """
 
 # Generic statuses.
@@ -73,6 +75,7 @@ SHARE_GROUP = "share_group"
 GROUP_SNAPSHOT = "group_snapshot"
 BACKUP = "backup"
 RECONCILE = "reconcile"  # requests for a reconciliation pass
+STACK_RESOURCE = "stack_resource"  # check requests of a stack traversal
 
 # Every status each resource type may take; reset-state accepts these.
 VALID_STATUSES: dict[str, tuple[str, ...]] = {
@@ -127,6 +130,31 @@ REQUEST_RUNNING = "running"
 REQUEST_DONE = "done"
 REQUEST_FAILED = "failed"
 REQUEST_ABANDONED = "abandoned"
+REQUEST_OPEN = (REQUEST_PENDING, REQUEST_RUNNING)
+REQUEST_STATUSES = (REQUEST_PENDING, REQUEST_RUNNING, REQUEST_DONE, REQUEST_FAILED,
+                    REQUEST_ABANDONED)
+
+# Request actions (requests.action).
+ACTION_CREATE = "create"
+ACTION_DELETE = "delete"
+ACTION_EXTEND = "extend"
+ACTION_SHRINK = "shrink"
+ACTION_RESTORE = "restore"
+ACTION_RUN = "run"  # a reconciliation pass
+ACTION_CHECK = "check_resource"  # a stack node's check
+
+# Stack actions and statuses (Heat's), for stacks and their resources.
+STACK_INIT = "INIT"
+STACK_CREATE = "CREATE"
+STACK_UPDATE = "UPDATE"
+STACK_DELETE = "DELETE"
+STACK_ROLLBACK = "ROLLBACK"
+STACK_IN_PROGRESS = "IN_PROGRESS"
+STACK_COMPLETE = "COMPLETE"
+STACK_FAILED = "FAILED"
+STACK_ACTIONS = (STACK_INIT, STACK_CREATE, STACK_UPDATE, STACK_DELETE, STACK_ROLLBACK)
+RESOURCE_ACTIONS = (STACK_INIT, STACK_CREATE, STACK_UPDATE, STACK_DELETE)
+STACK_STATUSES = (STACK_IN_PROGRESS, STACK_COMPLETE, STACK_FAILED)
 
 ENGINE_GROUP = b"sharemgr-engines"
 
