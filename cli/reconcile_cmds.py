@@ -43,8 +43,8 @@ class ReconcileRun(base.Lister):
         ctx = self.app.context
         host = ctx.conf.host
         req_id = db_api.add_with_request(ctx.db, [], {
-            "resource_type": vocab.RECONCILE, "resource_id": str(uuid.uuid4()), "action": "run",
-            "host": host, "args": {"dry_run": parsed_args.dry_run},
+            "resource_type": vocab.RECONCILE, "resource_id": str(uuid.uuid4()),
+            "action": vocab.ACTION_RUN, "host": host, "args": {"dry_run": parsed_args.dry_run},
         })
         deadline = time.monotonic() + parsed_args.timeout
         while True:

@@ -10,11 +10,12 @@ import time
 from typing import Any
 
 from sharemgr.cli import base
+from sharemgr.common import vocab
 from sharemgr.convergence import actions, lifecycle, prepare
 from sharemgr.convergence.prepare import InvalidStackAction, TraversalLost
 from sharemgr.convergence.template import MAX_TIMEOUT_MINUTES, TemplateError
 from sharemgr.db import stacks
-from sharemgr.db.stacks import COMPLETE, DELETE, IN_PROGRESS, ROLLBACK, StackExists, StackNotFound
+from sharemgr.db.stacks import StackExists, StackNotFound
 
 POLL = 0.3
 
@@ -61,7 +62,7 @@ def wait_for_stack(app: Any, stack_id: str, traversal: str,
         while True:
             stack = stacks.stack_get(db, stack_id, include_deleted=True)
             if stack.current_traversal != traversal:
-                if stack.action != ROLLBACK:
+                if stack.action != vocab.STACK_ROLLBACK:
                     raise base.OperationFailed(
                         f"stack {stack.name}: superseded by a {stack.action} "
                         f"(traversal {stack.current_traversal})")
@@ -71,7 +72,7 @@ def wait_for_stack(app: Any, stack_id: str, traversal: str,
                                  f"{actions.progress(db, stack)} resources "
                                  f"({time.monotonic() - start:.1f}s)\033[K")
                 sys.stderr.flush()
-            if stack.status != IN_PROGRESS:
+            if stack.status != vocab.STACK_IN_PROGRESS:
                 return stack, rolled_back
             if timeout is not None and time.monotonic() - start > timeout:
                 raise base.OperationFailed(
@@ -127,11 +128,11 @@ class _Start(base.ShowOne):
         stack, rolled_back = wait_for_stack(self.app, tr.stack_id, tr.traversal_id,
                                             parsed_args.wait_timeout)
         result = _show(self.app, stack)
-        if stack.status != COMPLETE or rolled_back:
+        if stack.status != vocab.STACK_COMPLETE or rolled_back:
             self.produce_output(parsed_args, *result)
             raise base.OperationFailed(
                 f"stack {stack.name} {stack.action} {stack.status}: {stack.status_reason}")
-        if stack.action == DELETE:
+        if stack.action == vocab.STACK_DELETE:
             self.app.stderr.write(f"stack {stack.name} deleted\n")
         return result
 
@@ -159,7 +160,7 @@ def _template_args(parser: argparse.ArgumentParser) -> None:
 class StackCreate(_Start):
     """Create a stack from a template."""
 
-    action = "CREATE"
+    action = vocab.STACK_CREATE
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         _template_args(parser)
@@ -177,7 +178,7 @@ class StackCreate(_Start):
 class StackUpdate(_Start):
     """Update a stack to a new template."""
 
-    action = "UPDATE"
+    action = vocab.STACK_UPDATE
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         _template_args(parser)
@@ -192,13 +193,13 @@ class StackUpdate(_Start):
 class StackDelete(_Start):
     """Delete a stack and its resources."""
 
-    action = "DELETE"
+    action = vocab.STACK_DELETE
 
 
 class StackRollback(_Start):
     """Roll a stack back to the last template that completed."""
 
-    action = "ROLLBACK"
+    action = vocab.STACK_ROLLBACK
 
 
 class StackCancel(base.ShowOne):
@@ -218,16 +219,16 @@ class StackCancel(base.ShowOne):
     def take_action(self, parsed_args: Any) -> tuple:
         stack = _lookup(self.app, parsed_args.name)
         db = self.app.context.db
-        if stack.status != IN_PROGRESS:
+        if stack.status != vocab.STACK_IN_PROGRESS:
             raise base.UserError(f"stack {stack.name} is {stack.action} {stack.status}: "
                                  "nothing to cancel")
         if not lifecycle.cancel(db, stack, rollback=not parsed_args.no_rollback):
             raise base.UserError(f"stack {stack.name}: its traversal ended or changed "
                                  "meanwhile; nothing was cancelled")
         stack = stacks.stack_get(db, stack.id, include_deleted=True)
-        if parsed_args.wait and stack.status == IN_PROGRESS:
+        if parsed_args.wait and stack.status == vocab.STACK_IN_PROGRESS:
             stack, _ = wait_for_stack(self.app, stack.id, stack.current_traversal, None)
-            if stack.status != COMPLETE:
+            if stack.status != vocab.STACK_COMPLETE:
                 self.produce_output(parsed_args, *_show(self.app, stack))
                 raise base.OperationFailed(f"stack {stack.name} {stack.action} "
                                            f"{stack.status}: {stack.status_reason}")

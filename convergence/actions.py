@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from sharemgr.common import vocab
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence import prepare
 from sharemgr.convergence.graph import Node
@@ -25,7 +26,6 @@ from sharemgr.convergence.template import (
 )
 from sharemgr.db import models, stacks, sync_points
 from sharemgr.db.engine import Database
-from sharemgr.db.stacks import COMPLETE, CREATE, DELETE, IN_PROGRESS
 
 
 def load_template(text: str | bytes, backends: Iterable[str]) -> Template:
@@ -60,7 +60,8 @@ def create(db: Database, name: str, template: Template,
     check_stack_name(name)
     with db.session() as session:
         stack = stacks.stack_create_tx(session, name, disable_rollback)
-        return prepare.prepare_traversal_tx(session, stack, CREATE, template, timeout_seconds)
+        return prepare.prepare_traversal_tx(session, stack, vocab.STACK_CREATE, template,
+                                            timeout_seconds)
 
 
 def start(
@@ -97,8 +98,9 @@ def progress(db: Database, stack: models.Stack) -> Progress:
     SyncPoint's input data). A finished traversal counts all of them."""
     graph = prepare.load_traversal_graph(stack)
     resources = graph.resource_ids()
-    if stack.status != IN_PROGRESS or not stack.current_traversal:
-        return Progress(len(resources) if stack.status == COMPLETE else 0, len(resources))
+    if stack.status != vocab.STACK_IN_PROGRESS or not stack.current_traversal:
+        done = len(resources) if stack.status == vocab.STACK_COMPLETE else 0
+        return Progress(done, len(resources))
     reported: set[str] = set()
     for point in sync_points.list_for_traversal(db, stack.id, stack.current_traversal):
         reported.update(point.input_data)
@@ -113,7 +115,7 @@ def current_rows(db: Database, stack: models.Stack) -> dict[str, models.StackRes
         return {}
     template = Template.from_dict(stacks.template_get(db, stack.template_id) or {})
     rows = [r for r in stacks.resource_list(db, stack.id)
-            if not (r.action == DELETE and r.status == COMPLETE)]
+            if not (r.action == vocab.STACK_DELETE and r.status == vocab.STACK_COMPLETE)]
     chosen, _ = prepare.choose_rows(rows, template, stack.template_id, stack.template_id)
     return chosen
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sharemgr.common import tasks
-from sharemgr.convergence import prepare
+from sharemgr.common import tasks, vocab
 from sharemgr.convergence.physical import ANY_HOST, Placement
 from sharemgr.convergence.watchdog import Watchdog
 from sharemgr.convergence.worker import Worker
@@ -26,7 +25,7 @@ class StackEngine:
 
     def register(self, handlers: Any) -> None:
         """Check requests without a host are for any engine (hostless)."""
-        handlers.add(prepare.REQUEST_RESOURCE_TYPE, prepare.CHECK_RESOURCE, self.worker,
+        handlers.add(vocab.STACK_RESOURCE, vocab.ACTION_CHECK, self.worker,
                      hostless=True)
 
     def claim_hosts(self) -> list[str]:

@@ -27,11 +27,11 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from oslo_log import log as logging
+from sharemgr.common import vocab
 from sharemgr.convergence import prepare
 from sharemgr.convergence.graph import Graph, Node
 from sharemgr.db import models, stacks, sync_points
 from sharemgr.db.engine import Database
-from sharemgr.db.stacks import COMPLETE, CREATE, FAILED, IN_PROGRESS, ROLLBACK, UPDATE
 from sqlalchemy.orm import Session
 
 LOG = logging.getLogger(__name__)
@@ -55,10 +55,12 @@ def complete_tx(session: Session, stack_id: str, traversal_id: str) -> bool:
     if stack is None:
         return False
     reason = f"Stack {stack.action} completed"
-    if stack.action == ROLLBACK and (stack.status_reason or "").startswith(ROLLING_BACK):
+    if stack.action == vocab.STACK_ROLLBACK and \
+            (stack.status_reason or "").startswith(ROLLING_BACK):
         reason += f"; rolled back because {stack.status_reason[len(ROLLING_BACK):]}"
     sync_points.delete_all_tx(session, stack_id, traversal_id)
-    if not stacks.stack_set_status_tx(session, stack_id, traversal_id, COMPLETE, reason):
+    if not stacks.stack_set_status_tx(session, stack_id, traversal_id, vocab.STACK_COMPLETE,
+                                      reason):
         return False
     stacks.purge_tx(session, stack_id)
     LOG.info("stack %s: %s", stack.name, reason)
@@ -87,22 +89,22 @@ def fail_tx(session: Session, stack_id: str, traversal_id: str, reason: str,
     stack = stacks.stack_get_tx(session, stack_id)
     if stack is None or stack.current_traversal != traversal_id:
         return False
-    if stack.status != IN_PROGRESS:
+    if stack.status != vocab.STACK_IN_PROGRESS:
         return True  # failed already (another node, the watchdog)
     if node:
         reason = f"Resource {stack.action} failed: {reason}"
     if rollback is None:
         rollback = not stack.disable_rollback
-    rollback = rollback and stack.action in (CREATE, UPDATE)
+    rollback = rollback and stack.action in (vocab.STACK_CREATE, vocab.STACK_UPDATE)
     if rollback:
         sync_points.delete_all_tx(session, stack_id)  # SyncPoints before the stack row
-    if not stacks.stack_set_status_tx(session, stack_id, traversal_id, FAILED, reason):
+    if not stacks.stack_set_status_tx(session, stack_id, traversal_id, vocab.STACK_FAILED, reason):
         raise Lost()
     LOG.warning("stack %s: %s", stack.name, reason)
     if rollback:
         failed = stacks.stack_get_tx(session, stack_id, lock="update")
-        tr = prepare.prepare_traversal_tx(session, failed, ROLLBACK)
-        expected = COMPLETE if tr.complete else IN_PROGRESS
+        tr = prepare.prepare_traversal_tx(session, failed, vocab.STACK_ROLLBACK)
+        expected = vocab.STACK_COMPLETE if tr.complete else vocab.STACK_IN_PROGRESS
         note = (f"Stack ROLLBACK completed (nothing to do); rolled back because {reason}"
                 if tr.complete else ROLLING_BACK + reason)
         stacks.stack_set_status_tx(session, stack_id, tr.traversal_id, expected, note,
@@ -116,7 +118,7 @@ def cancel(db: Database, stack: models.Stack, rollback: bool = True) -> bool:
     without ``rollback``, leave it FAILED). Checks still running stop at
     their next step: they find the traversal superseded or ended. False if
     the stack was not IN_PROGRESS (or moved on meanwhile)."""
-    if stack.status != IN_PROGRESS or stack.current_traversal is None:
+    if stack.status != vocab.STACK_IN_PROGRESS or stack.current_traversal is None:
         return False
     return fail(db, stack.id, stack.current_traversal,
                 f"Stack {stack.action} cancelled by the user", rollback)
@@ -138,7 +140,7 @@ def fail_if_timed_out(db: Database, stack: models.Stack, now: datetime.datetime 
     """Fail (and roll back, as for a failed node) a traversal that has run
     longer than the stack's timeout. True if this call did."""
     end = deadline(stack)
-    if stack.status != IN_PROGRESS or end is None or (now or models.utcnow()) < end:
+    if stack.status != vocab.STACK_IN_PROGRESS or end is None or (now or models.utcnow()) < end:
         return False
     reason = f"Stack {stack.action} timed out after {minutes(stack.timeout_seconds)} minute(s)"
     return fail(db, stack.id, stack.current_traversal, reason)
@@ -187,7 +189,7 @@ def retrigger_tx(session: Session, stack_id: str, resource_id: int,
     do this for one node; the resource lock lets one proceed and a SyncPoint
     fires once, so a duplicate costs a check, never a wrong result."""
     stack = stacks.stack_get_tx(session, stack_id)
-    if stack is None or stack.current_traversal is None or stack.status != IN_PROGRESS:
+    if stack is None or stack.current_traversal is None or stack.status != vocab.STACK_IN_PROGRESS:
         return []
     graph = prepare.load_traversal_graph(stack)
     nodes = [n for n in (Node(resource_id, True), Node(resource_id, False))

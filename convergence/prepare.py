@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oslo_log import log as logging
+from sharemgr.common import vocab
 from sharemgr.convergence.graph import (
     ExistingResource,
     Graph,
@@ -43,32 +44,22 @@ from sharemgr.convergence.template import Template
 from sharemgr.db import api, models, sync_points
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
-from sharemgr.db.stacks import (
-    COMPLETE,
-    CREATE,
-    DELETE,
-    FAILED,
-    IN_PROGRESS,
-    INIT,
-    ROLLBACK,
-    UPDATE,
-)
 from sqlalchemy.orm import Session
 
 LOG = logging.getLogger(__name__)
 
-# The request rows that trigger graph nodes.
-REQUEST_RESOURCE_TYPE = "stack_resource"
-CHECK_RESOURCE = "check_resource"
+# The old names of vocab's check request type and action, which
+# tests/unit/property_rig.py, stack_rig.py and tests/functional/test_stacks.py use.
+REQUEST_RESOURCE_TYPE = vocab.STACK_RESOURCE
+CHECK_RESOURCE = vocab.ACTION_CHECK
 
-ACTIONS = (CREATE, UPDATE, DELETE, ROLLBACK)
 _ANY = None
 # The stack states (action, status; None = any) each action refuses to start from.
 REFUSED_FROM: Mapping[str, tuple[tuple[str | None, str | None], ...]] = {
-    CREATE: (),  # checked apart: only a stack that never had a traversal
-    UPDATE: ((INIT, _ANY), (DELETE, IN_PROGRESS)),
-    ROLLBACK: ((INIT, _ANY), (DELETE, IN_PROGRESS)),
-    DELETE: (),
+    vocab.STACK_CREATE: (),  # checked apart: only a stack that never had a traversal
+    vocab.STACK_UPDATE: ((vocab.STACK_INIT, _ANY), (vocab.STACK_DELETE, vocab.STACK_IN_PROGRESS)),
+    vocab.STACK_ROLLBACK: ((vocab.STACK_INIT, _ANY), (vocab.STACK_DELETE, vocab.STACK_IN_PROGRESS)),
+    vocab.STACK_DELETE: (),
 }
 
 
@@ -133,9 +124,9 @@ def enqueue_check_tx(
     engine may claim it (host None)."""
     return api.request_add_tx(
         session,
-        REQUEST_RESOURCE_TYPE,
+        vocab.STACK_RESOURCE,
         str(int(node[0])),
-        CHECK_RESOURCE,
+        vocab.ACTION_CHECK,
         None,
         check_request_args(stack_id, traversal_id, node, input_data),
     )
@@ -149,7 +140,7 @@ def _usable(row: Any) -> bool:
     # gets a fresh row. This is spec 001's "an update node whose resource is
     # DELETE_IN_PROGRESS gets a replacement", decided here once instead of
     # by every engine that meets the row.
-    return row.action != DELETE
+    return row.action != vocab.STACK_DELETE
 
 
 def choose_rows(
@@ -178,7 +169,7 @@ def choose_rows(
     def rank(row: Any) -> tuple:
         return (
             new_template_id is not None and row.template_id == new_template_id,
-            row.status != FAILED,
+            row.status != vocab.STACK_FAILED,
             row.id not in superseded,
             current_template_id is not None and row.template_id == current_template_id,
             row.id,
@@ -200,10 +191,10 @@ def choose_rows(
 
 
 def _check_action(stack: models.Stack, action: str) -> None:
-    if action not in ACTIONS:
+    if action == vocab.STACK_INIT or action not in vocab.STACK_ACTIONS:  # INIT: never started
         raise InvalidStackAction(f"unknown stack action {action!r}")
-    if action == CREATE:
-        if stack.current_traversal is not None or stack.action != INIT:
+    if action == vocab.STACK_CREATE:
+        if stack.current_traversal is not None or stack.action != vocab.STACK_INIT:
             raise InvalidStackAction(
                 f"stack {stack.name!r} was created already ({stack.action} {stack.status})"
             )
@@ -221,13 +212,14 @@ def _target_template(
 ) -> tuple[Template, int]:
     """The template to converge to and its id (stored now unless it is a
     rollback to a template kept from before)."""
-    if action in (CREATE, UPDATE):
+    if action in (vocab.STACK_CREATE, vocab.STACK_UPDATE):
         if template is None:
             raise InvalidStackAction(f"{action} needs a template")
-    elif action == DELETE:
+    elif action == vocab.STACK_DELETE:
         template = Template.empty()
     else:  # ROLLBACK: to the last template that completed
-        target = stack.template_id if stack.status == COMPLETE else stack.prev_template_id
+        completed = stack.status == vocab.STACK_COMPLETE
+        target = stack.template_id if completed else stack.prev_template_id
         if target is not None:
             stored = db_stacks.template_get_tx(session, target)
             if stored is not None:
@@ -291,11 +283,13 @@ def _prepare_locked(
     # traversals that have not completed come and go — a rollback included:
     # a rollback of a COMPLETE stack that is superseded (by another rollback,
     # say) must still lead back to that stack's template, not past it.
-    prev_template_id = stack.template_id if stack.status == COMPLETE else stack.prev_template_id
+    completed = stack.status == vocab.STACK_COMPLETE
+    prev_template_id = stack.template_id if completed else stack.prev_template_id
 
     rows = [
         r for r in db_stacks.resource_list_tx(session, stack.id)
-        if not (r.action == DELETE and r.status == COMPLETE)  # done, waiting for purge
+        # done, waiting for purge
+        if not (r.action == vocab.STACK_DELETE and r.status == vocab.STACK_COMPLETE)
     ]
     chosen_rows, replaced_rows = choose_rows(rows, template, template_id, stack.template_id)
 
@@ -347,11 +341,12 @@ def _prepare_locked(
     if complete:
         # Nothing to do, and no node would ever report: finish here, or the
         # stack would wait IN_PROGRESS forever.
-        values.update(status=COMPLETE, status_reason=f"Stack {action} completed (nothing to do)")
-        if action == DELETE:
+        values.update(status=vocab.STACK_COMPLETE,
+                      status_reason=f"Stack {action} completed (nothing to do)")
+        if action == vocab.STACK_DELETE:
             values["deleted_at"] = models.utcnow()
     else:
-        values.update(status=IN_PROGRESS, status_reason=f"Stack {action} started")
+        values.update(status=vocab.STACK_IN_PROGRESS, status_reason=f"Stack {action} started")
         sync_points.create_tx(
             session, stack.id, traversal_id, ((n.resource_id, n.is_update) for n in graph)
         )

@@ -46,6 +46,7 @@ import time
 from typing import Any
 
 from oslo_log import log as logging
+from sharemgr.common import vocab
 from sharemgr.convergence import lifecycle
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.graph import Node
@@ -140,7 +141,7 @@ class Watchdog:
             return dict(counts)
 
     def _lost(self, req: models.Request, alive: set[str], inflight: set[int]) -> bool:
-        if req.status != "running":
+        if req.status != vocab.REQUEST_RUNNING:
             return False
         if req.engine_id not in alive:
             return True

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oslo_log import log as logging
+from sharemgr.common import vocab
 from sharemgr.convergence import lifecycle, prepare
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.graph import Graph, Node
@@ -64,15 +65,6 @@ from sharemgr.convergence.template import (
 )
 from sharemgr.db import stack_work, stacks, sync_points
 from sharemgr.db.engine import Database
-from sharemgr.db.stacks import (
-    COMPLETE,
-    CREATE,
-    DELETE,
-    FAILED,
-    IN_PROGRESS,
-    INIT,
-    UPDATE,
-)
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale
 
@@ -215,7 +207,7 @@ class Worker:
             raise Skip(f"stack {stack_id} is gone")
         if stack.current_traversal != traversal:
             raise Skip(f"traversal {traversal} was superseded by {stack.current_traversal}")
-        if stack.status != IN_PROGRESS:
+        if stack.status != vocab.STACK_IN_PROGRESS:
             self.tidy(stacks.resource_get(self.db, node.resource_id))
             raise Skip(f"traversal {traversal} ended: stack {stack.action} {stack.status}")
         row = stacks.resource_get(self.db, node.resource_id)
@@ -254,7 +246,7 @@ class Worker:
         physical resource is still transient waits for reconciliation. True
         if this call tidied it."""
         holder = None if row is None else row.engine_id
-        if row is None or row.status != IN_PROGRESS or holder is None or \
+        if row is None or row.status != vocab.STACK_IN_PROGRESS or holder is None or \
                 holder == self.engine_id or self.coordinator.is_alive(holder):
             return False
         if phys.observe(self.db, row.type, row.physical_id).state == phys.BUSY:
@@ -262,7 +254,8 @@ class Worker:
         if not stacks.resource_lock_steal(self.db, row.id, self.engine_id, holder).acquired:
             return False
         try:
-            stacks.resource_set_state(self.db, row.id, self.engine_id, row.action, FAILED,
+            stacks.resource_set_state(self.db, row.id, self.engine_id, row.action,
+                                      vocab.STACK_FAILED,
                                       f"{row.action} cut short by the death of engine "
                                       f"{holder}; the stack's traversal had ended")
         finally:
@@ -355,7 +348,7 @@ class Worker:
         stack = stack_work.stack_head(self.db, ctx.stack_id)
         if stack is None or stack.current_traversal != ctx.traversal:
             return _Outcome(superseded=True)
-        if stack.status != IN_PROGRESS:
+        if stack.status != vocab.STACK_IN_PROGRESS:
             return _Outcome(ended=True)
         row = stacks.resource_get(self.db, ctx.node.resource_id)
         if row is None:
@@ -373,7 +366,8 @@ class Worker:
         if row.replaced_by is None:
             return row, False
         new = stacks.resource_get(self.db, row.replaced_by)
-        if new is not None and new.action != DELETE and new.template_id == stack.template_id:
+        if new is not None and new.action != vocab.STACK_DELETE \
+                and new.template_id == stack.template_id:
             return new, False
         return row, True
 
@@ -388,9 +382,9 @@ class Worker:
             return None
         new = stacks.resource_get(self.db, row.replaced_by)
         if new is None or (new.id, False) in ctx.graph or \
-                (new.action == DELETE and new.status == COMPLETE):
+                (new.action == vocab.STACK_DELETE and new.status == vocab.STACK_COMPLETE):
             return None
-        if new.action == DELETE:
+        if new.action == vocab.STACK_DELETE:
             return new
         return new if phys.observe(self.db, new.type, new.physical_id).state == phys.ERROR \
             else None
@@ -401,7 +395,7 @@ class Worker:
         props = resolve_properties(defn, data_by_name(input_data))
         observed = phys.observe(self.db, effective.type, effective.physical_id)
         kind, in_place = "replace", {}
-        if effective.action == DELETE:
+        if effective.action == vocab.STACK_DELETE:
             kind = "replace"  # spec 001: an update node whose row is being deleted
         elif observed.state == phys.GONE:
             kind = "create"
@@ -485,8 +479,9 @@ class Worker:
             else:
                 plan = phys.plan_create(self.db, effective.type, d.props, name, self.placement)
         except phys.CheckError as exc:
-            return self._failed(effective, UPDATE if d.kind == "update" else CREATE, str(exc))
-        action = UPDATE if d.kind == "update" else CREATE
+            return self._failed(effective, vocab.STACK_UPDATE if d.kind == "update"
+                                else vocab.STACK_CREATE, str(exc))
+        action = vocab.STACK_UPDATE if d.kind == "update" else vocab.STACK_CREATE
         if plan.physical_id is not None:
             start["physical_id"] = plan.physical_id
         work = stack_work.Begin(action, start, plan.add, plan.changes,
@@ -509,11 +504,12 @@ class Worker:
         """Nothing to change: record the template and dependencies (and finish
         an action a dead engine left IN_PROGRESS whose resource turned out
         fine)."""
-        if effective.status == COMPLETE and effective.action != INIT:
-            action, status = effective.action, COMPLETE
+        if effective.status == vocab.STACK_COMPLETE and effective.action != vocab.STACK_INIT:
+            action, status = effective.action, vocab.STACK_COMPLETE
         else:
-            action = CREATE if effective.action in (INIT, CREATE) else UPDATE
-            status = COMPLETE
+            created = effective.action in (vocab.STACK_INIT, vocab.STACK_CREATE)
+            action = vocab.STACK_CREATE if created else vocab.STACK_UPDATE
+            status = vocab.STACK_COMPLETE
         values = {**final, "properties": d.props, "attributes": dict(d.observed.attributes)}
         stacks.resource_set_state(self.db, effective.id, self.engine_id, action, status,
                                   None, values)
@@ -528,11 +524,11 @@ class Worker:
                 phys.run(self.operations, plan.op, begun.op_request_id)
             except (OperationFailed, Stale) as exc:
                 reason = f"{name}: {exc}"
-                stack_work.end(self.db, row.id, self.engine_id, action, FAILED, reason,
+                stack_work.end(self.db, row.id, self.engine_id, action, vocab.STACK_FAILED, reason,
                        op_request_id=begun.op_request_id, op_error=str(exc))
                 return _Outcome(failed=reason)
         observed = phys.observe(self.db, row.type, row.physical_id)
-        stack_work.end(self.db, row.id, self.engine_id, action, COMPLETE, None,
+        stack_work.end(self.db, row.id, self.engine_id, action, vocab.STACK_COMPLETE, None,
                {**final, "attributes": dict(observed.attributes)},
                op_request_id=begun.op_request_id)
         return _Outcome(data=ResourceData(name, row.id, row.physical_id,
@@ -554,26 +550,26 @@ class Worker:
             row = stacks.resource_get(self.db, row.id)
             if row is None:
                 return _Outcome()
-        return self._failed(row, DELETE, "its physical resources kept changing while "
+        return self._failed(row, vocab.STACK_DELETE, "its physical resources kept changing while "
                             f"its delete was planned ({REPLAN_ATTEMPTS} attempts)")
 
     def _delete_once(self, ctx: _Ctx, row: Any) -> _Outcome | None:
-        if row.action == DELETE and row.status == COMPLETE:
+        if row.action == vocab.STACK_DELETE and row.status == vocab.STACK_COMPLETE:
             return _Outcome()
         observed = phys.observe(self.db, row.type, row.physical_id)
         if observed.state == phys.BUSY:
-            return self._failed(row, DELETE, f"physical resource {row.physical_id} is "
+            return self._failed(row, vocab.STACK_DELETE, f"physical resource {row.physical_id} is "
                                 f"{observed.status}: another operation is under way")
         try:
             plan = phys.plan_delete(self.db, row.type, row.physical_id) or phys.Plan()
         except phys.CheckError as exc:
-            return self._failed(row, DELETE, str(exc))
-        work = stack_work.Begin(DELETE, {"status_reason": None}, (), plan.changes,
+            return self._failed(row, vocab.STACK_DELETE, str(exc))
+        work = stack_work.Begin(vocab.STACK_DELETE, {"status_reason": None}, (), plan.changes,
                         plan.op.request({"stack_id": ctx.stack_id}) if plan.op else None)
         begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id, ctx.traversal, work)
         if isinstance(begun, str):
             return _not_begun(begun, row.id)
-        outcome = self._carry_out(ctx, row.name, begun, DELETE, plan, {})
+        outcome = self._carry_out(ctx, row.name, begun, vocab.STACK_DELETE, plan, {})
         outcome.data = None  # clean-up nodes pass nothing on
         return outcome
 
@@ -587,7 +583,7 @@ class Worker:
             row = stacks.resource_get(self.db, rid)
             if row is not None:
                 stacks.resource_set_state(self.db, rid, self.engine_id,
-                                          action or row.action, FAILED, reason)
+                                          action or row.action, vocab.STACK_FAILED, reason)
         except Exception:  # the stack's failure matters more than the row's
             LOG.exception("could not mark resource %s FAILED", rid)
 
@@ -673,6 +669,7 @@ def _not_begun(why: str, rid: int) -> _Outcome | None:
 
 def _nominal(row: Any) -> str:
     """The action an update node performs on ``row``, for its FAILED state."""
-    if row.action == INIT or (row.action == CREATE and row.status != COMPLETE):
-        return CREATE
-    return UPDATE
+    if row.action == vocab.STACK_INIT or \
+            (row.action == vocab.STACK_CREATE and row.status != vocab.STACK_COMPLETE):
+        return vocab.STACK_CREATE
+    return vocab.STACK_UPDATE

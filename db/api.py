@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sharemgr.common import vocab
 from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
@@ -147,7 +148,7 @@ def request_add_tx(
         action=action,
         host=host,
         args=args or {},
-        status="pending",
+        status=vocab.REQUEST_PENDING,
     )
     session.add(row)
     session.flush()
@@ -169,7 +170,7 @@ def request_claim(
         where.append(models.Request.host.is_(None))
     stmt = (
         sa.select(models.Request.id)
-        .where(models.Request.status == "pending", sa.or_(*where))
+        .where(models.Request.status == vocab.REQUEST_PENDING, sa.or_(*where))
         .order_by(models.Request.id)
         .limit(limit)
     )
@@ -182,14 +183,14 @@ def request_claim(
             return []
         session.execute(
             sa.update(models.Request)
-            .where(models.Request.id.in_(ids), models.Request.status == "pending")
-            .values(status="running", engine_id=engine_id, claimed_at=now)
+            .where(models.Request.id.in_(ids), models.Request.status == vocab.REQUEST_PENDING)
+            .values(status=vocab.REQUEST_RUNNING, engine_id=engine_id, claimed_at=now)
             .execution_options(synchronize_session=False)
         )
         rows = session.scalars(
             sa.select(models.Request)
             .where(models.Request.id.in_(ids), models.Request.engine_id == engine_id,
-                   models.Request.status == "running")
+                   models.Request.status == vocab.REQUEST_RUNNING)
             .order_by(models.Request.id)
         )
         return list(rows)
@@ -204,7 +205,7 @@ def request_finish(
             .where(
                 models.Request.id == request_id,
                 models.Request.engine_id == engine_id,
-                models.Request.status == "running",
+                models.Request.status == vocab.REQUEST_RUNNING,
             )
             .values(status=status, error=error, finished_at=utcnow())
         )
@@ -286,7 +287,7 @@ def pending_request_exists(db: Database, resource_type: str, resource_id: str) -
     stmt = sa.select(sa.func.count()).select_from(models.Request).where(
         models.Request.resource_type == resource_type,
         models.Request.resource_id == resource_id,
-        models.Request.status == "pending",
+        models.Request.status == vocab.REQUEST_PENDING,
     )
     with db.session() as session:
         return session.scalar(stmt) > 0

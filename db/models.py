@@ -7,6 +7,7 @@ import datetime
 import uuid
 
 import sqlalchemy as sa
+from sharemgr.common import vocab
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -75,7 +76,7 @@ class Request(Base):
     args: Mapped[dict] = mapped_column(JSON, default=dict)
     # 'host@backend' the request is for; NULL means any engine may take it.
     host: Mapped[str | None] = mapped_column(String(BACKEND_HOST))
-    status: Mapped[str] = mapped_column(String(16), default="pending")
+    status: Mapped[str] = mapped_column(String(16), default=vocab.REQUEST_PENDING)
     engine_id: Mapped[str | None] = mapped_column(String(320))
     claimed_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
     finished_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
@@ -259,8 +260,8 @@ class StackResource(TimestampMixin, Base):
     properties: Mapped[dict] = mapped_column(JSON, default=dict)
     attributes: Mapped[dict] = mapped_column(JSON, default=dict)
     physical_id: Mapped[str | None] = mapped_column(String(64))
-    action: Mapped[str] = mapped_column(String(16), default="INIT")
-    status: Mapped[str] = mapped_column(String(16), default="COMPLETE")
+    action: Mapped[str] = mapped_column(String(16), default=vocab.STACK_INIT)
+    status: Mapped[str] = mapped_column(String(16), default=vocab.STACK_COMPLETE)
     status_reason: Mapped[str | None] = mapped_column(Text)
     engine_id: Mapped[str | None] = mapped_column(String(320))
     atomic_key: Mapped[int] = mapped_column(Integer, default=0)

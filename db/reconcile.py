@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
+from sharemgr.common import vocab
 from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sharemgr.db.resources import host_match
@@ -14,7 +15,7 @@ def open_requests(db: Database, hosts: list[str]) -> list[models.Request]:
     """Pending and running requests for these hosts, pools included (and
     host-less ones)."""
     stmt = sa.select(models.Request).where(
-        models.Request.status.in_(("pending", "running")),
+        models.Request.status.in_(vocab.REQUEST_OPEN),
         sa.or_(*[host_match(models.Request.host, h) for h in hosts], models.Request.host.is_(None)),
     )
     with db.session() as session:
@@ -25,9 +26,9 @@ def abandon_request(db: Database, request_id: int, dead_engine: str, note: str) 
     """running → abandoned, only if the dead engine still owns it."""
     stmt = (
         sa.update(models.Request)
-        .where(models.Request.id == request_id, models.Request.status == "running",
+        .where(models.Request.id == request_id, models.Request.status == vocab.REQUEST_RUNNING,
                models.Request.engine_id == dead_engine)
-        .values(status="abandoned", finished_at=models.utcnow(), error=note)
+        .values(status=vocab.REQUEST_ABANDONED, finished_at=models.utcnow(), error=note)
     )
     with db.session() as session:
         return session.execute(stmt).rowcount == 1

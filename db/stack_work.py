@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
+from sharemgr.common import vocab
 from sharemgr.db import api, models
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
@@ -25,11 +26,6 @@ from sqlalchemy.orm import Session, defer
 
 M = models
 Change = tuple[type, Any, dict[str, Any], dict[str, Any]]
-
-CHECK_TYPE = "stack_resource"
-CHECK_ACTION = "check_resource"
-RECONCILE = "reconcile"  # the requests of reconciliation passes (constants.RECONCILE)
-
 
 # Stacks ------------------------------------------------------------------------
 
@@ -160,7 +156,8 @@ def _running_request_tx(
     now = M.utcnow()
     row = M.Request(
         resource_type=resource_type, resource_id=resource_id, action=action, host=host,
-        args=args or {}, status="running", engine_id=engine_id, created_at=now, claimed_at=now,
+        args=args or {}, status=vocab.REQUEST_RUNNING, engine_id=engine_id, created_at=now,
+        claimed_at=now,
     )
     session.add(row)
     session.flush()
@@ -184,7 +181,7 @@ def end(
     with db.session() as session:
         if op_request_id is not None:
             finish_request_tx(session, op_request_id, engine_id,
-                              "failed" if op_error else "done", op_error)
+                              vocab.REQUEST_FAILED if op_error else vocab.REQUEST_DONE, op_error)
         for model, ident, expected, vals in changes:
             api.conditional_update_tx(session, model, ident, expected, vals)
         return db_stacks.resource_set_state_tx(
@@ -198,7 +195,7 @@ def finish_request_tx(
     return session.execute(
         sa.update(M.Request)
         .where(M.Request.id == request_id, M.Request.engine_id == engine_id,
-               M.Request.status == "running")
+               M.Request.status == vocab.REQUEST_RUNNING)
         .values(status=status, error=error, finished_at=M.utcnow())
         .execution_options(synchronize_session=False)
     ).rowcount == 1
@@ -230,7 +227,7 @@ def active_stacks(db: Database) -> list[M.Stack]:
     """Stacks with a traversal IN_PROGRESS, without their graphs (one indexed
     query; what the watchdog reads when there is nothing to do)."""
     stmt = (sa.select(M.Stack).options(defer(M.Stack.current_deps))
-            .where(M.Stack.status == "IN_PROGRESS", M.Stack.deleted_at.is_(None)))
+            .where(M.Stack.status == vocab.STACK_IN_PROGRESS, M.Stack.deleted_at.is_(None)))
     with db.session() as session:
         rows = list(session.scalars(stmt))
         for row in rows:
@@ -245,9 +242,9 @@ def rows_left_in_progress(db: Database) -> list[M.StackResource]:
     stmt = (
         sa.select(M.StackResource)
         .join(M.Stack, M.Stack.id == M.StackResource.stack_id)
-        .where(M.StackResource.status == "IN_PROGRESS",
+        .where(M.StackResource.status == vocab.STACK_IN_PROGRESS,
                M.StackResource.engine_id.is_not(None),
-               M.Stack.status != "IN_PROGRESS", M.Stack.deleted_at.is_(None))
+               M.Stack.status != vocab.STACK_IN_PROGRESS, M.Stack.deleted_at.is_(None))
     )
     with db.session() as session:
         return list(session.scalars(stmt))
@@ -256,8 +253,8 @@ def rows_left_in_progress(db: Database) -> list[M.StackResource]:
 def live_checks(db: Database) -> list[M.Request]:
     """Check requests that are ``pending`` or ``running``."""
     stmt = sa.select(M.Request).where(
-        M.Request.resource_type == CHECK_TYPE, M.Request.action == CHECK_ACTION,
-        M.Request.status.in_(("pending", "running")),
+        M.Request.resource_type == vocab.STACK_RESOURCE, M.Request.action == vocab.ACTION_CHECK,
+        M.Request.status.in_(vocab.REQUEST_OPEN),
     ).order_by(M.Request.id)
     with db.session() as session:
         return list(session.scalars(stmt))
@@ -272,9 +269,9 @@ def abandon_checks(db: Database, requests: Iterable[M.Request], note: str) -> in
         for req in requests:
             done += session.execute(
                 sa.update(M.Request)
-                .where(M.Request.id == req.id, M.Request.status == "running",
+                .where(M.Request.id == req.id, M.Request.status == vocab.REQUEST_RUNNING,
                        M.Request.engine_id == req.engine_id)
-                .values(status="abandoned", finished_at=M.utcnow(), error=note)
+                .values(status=vocab.REQUEST_ABANDONED, finished_at=M.utcnow(), error=note)
                 .execution_options(synchronize_session=False)
             ).rowcount
     return done
@@ -286,13 +283,13 @@ def request_reconcile(db: Database, host: str, note: str) -> bool:
     with db.session() as session:
         pending = session.execute(
             sa.select(M.Request.id).where(
-                M.Request.resource_type == RECONCILE, M.Request.action == "run",
-                M.Request.host == host, M.Request.status == "pending",
+                M.Request.resource_type == vocab.RECONCILE, M.Request.action == vocab.ACTION_RUN,
+                M.Request.host == host, M.Request.status == vocab.REQUEST_PENDING,
             ).limit(1)
         ).first()
         if pending:
             return False
-        api.request_add_tx(session, RECONCILE, str(uuid.uuid4()), "run", host,
+        api.request_add_tx(session, vocab.RECONCILE, str(uuid.uuid4()), vocab.ACTION_RUN, host,
                            {"dry_run": False, "note": note})
         return True
 
@@ -303,8 +300,9 @@ def failed_checks(db: Database, limit: int = 200) -> list[M.Request]:
     bug); the watchdog counts them per node before retrying it again."""
     stmt = (
         sa.select(M.Request)
-        .where(M.Request.resource_type == CHECK_TYPE, M.Request.action == CHECK_ACTION,
-               M.Request.status == "failed")
+        .where(M.Request.resource_type == vocab.STACK_RESOURCE,
+               M.Request.action == vocab.ACTION_CHECK,
+               M.Request.status == vocab.REQUEST_FAILED)
         .order_by(M.Request.id.desc())
         .limit(limit)
     )
@@ -318,7 +316,7 @@ def stack_requests(db: Database, stack_id: str, traversal_id: str | None = None
     Filtered in Python: ``args`` is JSON, queried the same way on every
     database; callers are tests and ``sharectl``."""
     stmt = sa.select(M.Request).where(
-        M.Request.resource_type == CHECK_TYPE, M.Request.action == CHECK_ACTION
+        M.Request.resource_type == vocab.STACK_RESOURCE, M.Request.action == vocab.ACTION_CHECK
     ).order_by(M.Request.id)
     with db.session() as session:
         rows = list(session.scalars(stmt))

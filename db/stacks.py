@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sharemgr.common import vocab
 from sharemgr.db import api, models
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
@@ -36,18 +37,16 @@ from sqlalchemy.orm import Session
 Stack = models.Stack
 Resource = models.StackResource
 
-# Actions and statuses: Heat's vocabulary, for stacks and their resources.
-INIT = "INIT"
-CREATE = "CREATE"
-UPDATE = "UPDATE"
-DELETE = "DELETE"
-ROLLBACK = "ROLLBACK"
-IN_PROGRESS = "IN_PROGRESS"
-COMPLETE = "COMPLETE"
-FAILED = "FAILED"
-STACK_ACTIONS = (INIT, CREATE, UPDATE, DELETE, ROLLBACK)
-RESOURCE_ACTIONS = (INIT, CREATE, UPDATE, DELETE)
-STATUSES = (IN_PROGRESS, COMPLETE, FAILED)
+# The old names of vocab's stack actions and statuses, which
+# tests/unit/test_column_lengths.py and test_convergence_properties.py use.
+INIT = vocab.STACK_INIT
+CREATE = vocab.STACK_CREATE
+UPDATE = vocab.STACK_UPDATE
+DELETE = vocab.STACK_DELETE
+ROLLBACK = vocab.STACK_ROLLBACK
+IN_PROGRESS = vocab.STACK_IN_PROGRESS
+COMPLETE = vocab.STACK_COMPLETE
+FAILED = vocab.STACK_FAILED
 
 # stack_templates.stack_id comes with migration 0002; a Core view of the
 # table lets this module use it whether or not the ORM model declares it.
@@ -80,8 +79,8 @@ def stack_create_tx(session: Session, name: str, disable_rollback: bool = False)
         raise StackExists(f"a stack named {name!r} exists already ({exists[0]})")
     stack = Stack(
         name=name,
-        action=INIT,
-        status=COMPLETE,
+        action=vocab.STACK_INIT,
+        status=vocab.STACK_COMPLETE,
         current_deps={},
         disable_rollback=disable_rollback,
     )
@@ -169,7 +168,7 @@ def traversal_is_current_tx(session: Session, stack_id: str, traversal_id: str) 
     # A traversal that ended FAILED (a timeout, a cancel without rollback) is
     # not current either: its checks stop at their next step.
     return (stack is not None and stack.current_traversal == traversal_id
-            and stack.status == IN_PROGRESS)
+            and stack.status == vocab.STACK_IN_PROGRESS)
 
 
 def traversal_is_current(db: Database, stack_id: str, traversal_id: str) -> bool:
@@ -184,15 +183,15 @@ def stack_set_status_tx(
     traversal_id: str,
     status: str,
     reason: str | None = None,
-    expected_status: str | Iterable[str] = IN_PROGRESS,
+    expected_status: str | Iterable[str] = vocab.STACK_IN_PROGRESS,
 ) -> bool:
     """End (or fail) the stack's current traversal: set ``status`` only if
     ``traversal_id`` is still current and the status is ``expected_status``.
     A DELETE that completes also soft-deletes the stack row. True if won."""
     now = models.utcnow()
     values: dict[str, Any] = {"status": status, "status_reason": reason}
-    if status == COMPLETE:
-        values["deleted_at"] = sa.case((Stack.action == DELETE, now), else_=None)
+    if status == vocab.STACK_COMPLETE:
+        values["deleted_at"] = sa.case((Stack.action == vocab.STACK_DELETE, now), else_=None)
     expected = expected_status if isinstance(expected_status, str) else tuple(expected_status)
     return api.conditional_update_tx(
         session,
@@ -209,7 +208,7 @@ def stack_set_status(
     traversal_id: str,
     status: str,
     reason: str | None = None,
-    expected_status: str | Iterable[str] = IN_PROGRESS,
+    expected_status: str | Iterable[str] = vocab.STACK_IN_PROGRESS,
 ) -> bool:
     with db.session() as session:
         return stack_set_status_tx(
@@ -280,8 +279,8 @@ def resource_new(
         template_id=template_id,
         properties={},
         attributes={},
-        action=INIT,
-        status=COMPLETE,
+        action=vocab.STACK_INIT,
+        status=vocab.STACK_COMPLETE,
         atomic_key=0 if engine_id is None else 1,
         engine_id=engine_id,
         requires=sorted(set(requires)),
@@ -410,7 +409,7 @@ def resource_start_tx(
     (``traversal_is_current_tx``, as ``stack_work.begin`` does). False if
     the lock is no longer ours."""
     return resource_set_state_tx(
-        session, resource_id, engine_id, action, IN_PROGRESS, None,
+        session, resource_id, engine_id, action, vocab.STACK_IN_PROGRESS, None,
         {**(values or {}), "current_traversal": traversal_id},
     )
 
@@ -446,11 +445,11 @@ def resource_replace_tx(
         ],
     )[0]
     values: dict[str, Any] = {"replaced_by": new.id}
-    if old.status == IN_PROGRESS:
+    if old.status == vocab.STACK_IN_PROGRESS:
         # Its action was cut short (a crash) and its physical resource
         # failed: that action is over, whatever happens to the replacement.
-        values.update(status=FAILED, status_reason=f"{old.action} cut short; replaced by "
-                      f"resource {new.id}")
+        values.update(status=vocab.STACK_FAILED, status_reason=f"{old.action} cut short; "
+                      f"replaced by resource {new.id}")
     if not resource_update_tx(
         session, old.id, {"engine_id": engine_id, "replaced_by": None}, values
     ):
@@ -531,7 +530,8 @@ def purge_resources_tx(session: Session, stack_id: str) -> int:
     rows and rows of removed resources. Their ids may linger in other rows'
     ``requires``/``replaces``; the graph ignores ids that are not extant."""
     stmt = sa.delete(Resource).where(
-        Resource.stack_id == stack_id, Resource.action == DELETE, Resource.status == COMPLETE
+        Resource.stack_id == stack_id, Resource.action == vocab.STACK_DELETE,
+        Resource.status == vocab.STACK_COMPLETE,
     )
     return session.execute(stmt.execution_options(synchronize_session=False)).rowcount
 
