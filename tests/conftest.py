@@ -114,3 +114,51 @@ def sqlite_db(sqlite_url):
     migration.upgrade(database)
     yield database
     database.dispose()
+
+
+# A reconciliation engine (tests/unit/reconcile_harness.py) -------------------------------
+# Unit tests (test_reconcile_*) and functional ones (test_hygiene) drive the same
+# in-process engine. tests/unit/conftest.py puts it on a copy of a migrated SQLite
+# file; a module may override ``engine_db`` (test_hygiene: every database).
+
+
+def _reconcile_engine(database, tmp_path):
+    from tests.unit.reconcile_harness import Engine, coord_url
+
+    eng = Engine(database, coord_url(tmp_path))
+    yield eng
+    eng.close()
+    assert eng.forbidden_calls() == []
+
+
+@pytest.fixture
+def engine_db(sqlite_db):
+    """The database the ``engine`` fixture runs on."""
+    return sqlite_db
+
+
+@pytest.fixture
+def engine(engine_db, tmp_path):
+    """One engine's reconciliation parts (real coordinator, Operations and
+    Reconciler; fake driver) on ``engine_db``; it never called a forbidden method."""
+    yield from _reconcile_engine(engine_db, tmp_path)
+
+
+@pytest.fixture
+def any_engine(db, tmp_path):
+    """The same engine on SQLite, PostgreSQL and MariaDB."""
+    yield from _reconcile_engine(db, tmp_path)
+
+
+@pytest.fixture
+def runner(engine):
+    """The engine's PassRunner (reconcile/runner.py), stopped afterwards."""
+    import threading
+
+    from sharemgr.reconcile.runner import PassRunner
+
+    stopping = threading.Event()
+    passes = PassRunner(engine.reconciler, stopping)
+    yield passes
+    stopping.set()
+    passes.executor.shutdown(wait=False)

@@ -25,10 +25,9 @@ from sharemgr.db import reconcile as db_rec
 from sharemgr.manager import ensure
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.reconcile import scan
-from sharemgr.reconcile.runner import PassRunner
 
 from tests.functional.harness import database, wait_until
-from tests.unit.reconcile_harness import HOST, Engine, coord_url, make_share
+from tests.unit.reconcile_harness import HOST, make_share
 
 pytestmark = pytest.mark.functional
 
@@ -250,19 +249,9 @@ def test_a_failing_periodic_task_is_logged(caplog):
 
 
 @pytest.fixture
-def engine(db, tmp_path):
-    eng = Engine(db, coord_url(tmp_path))
-    yield eng
-    eng.close()
-
-
-@pytest.fixture
-def runner(engine):
-    stopping = threading.Event()
-    passes = PassRunner(engine.reconciler, stopping)
-    yield passes
-    stopping.set()
-    passes.executor.shutdown(wait=False)
+def engine_db(db):
+    """``engine`` and ``runner`` (tests/conftest.py) on every database."""
+    return db
 
 
 def test_a_failed_pass_is_logged_and_recorded_as_failed(engine, runner, monkeypatch, caplog):

@@ -22,7 +22,6 @@ import os
 import shutil
 import tempfile
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,15 +29,12 @@ from typing import Any
 import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.convergence import prepare
-from sharemgr.convergence.engine import StackEngine
 from sharemgr.db import api, migration, models
 from sharemgr.db.engine import Database
-from sharemgr.drivers import loader
 from sharemgr.manager.coordination import Coordinator
-from sharemgr.manager.operations import Operations
 from sharemgr.reconcile.reconciler import Reconciler
 
-from tests.unit.stack_rig import HOST, Engine, Rig
+from tests.unit.stack_rig import Engine, Rig
 
 TASK_TIMEOUT = 60.0  # seconds a task may run between two boundaries before we call it stuck
 
@@ -224,27 +220,21 @@ class _CountingCoordinator:
 class PEngine(Engine):
     """stack_rig's Engine without a heartbeat thread (the coordination URL's
     membership timeout is long instead), so that an engine starts and dies in
-    milliseconds; its tooz locks are counted per thread."""
+    milliseconds; its tooz locks are counted per thread; its watchdog is armed
+    when the rig starts it (:meth:`PropertyRig.start_engine`)."""
+
+    heartbeat = False
+    arm_watchdog = False
+    rig: PropertyRig
 
     def __init__(self, rig: PropertyRig, host: str, backends: dict) -> None:  # noqa: D107
-        self.rig = rig
-        self.engine_id = f"{host}.{uuid.uuid4()}"
-        self.conf = rig.config(self.engine_id, host, backends)
-        self.raw_coordinator = Coordinator(rig.coordination_url, self.engine_id)
-        self.raw_coordinator.start(heartbeat=False)
-        self.raw_coordinator.join_engines()
-        self.coordinator = _CountingCoordinator(self.raw_coordinator, rig.db.local)
-        self.drivers = loader.load_drivers(self.conf, host, self.engine_id)
-        self.operations = Operations(rig.db, self.drivers, self.coordinator, self.engine_id)
-        self.stacks = StackEngine(rig.db, self.operations, self.coordinator, self.engine_id,
-                                  host, self.drivers)
-        self.worker = self.stacks.worker
-        self.watchdog = self.stacks.watchdog
-        self.hosts = [f"{host}@{b}" for b in self.drivers] + self.stacks.claim_hosts()
-        self.host = host
+        super().__init__(rig, host, backends)
         self.alive = True
         self.tasks: list[Task] = []
         self.number = 0
+
+    def wrap_coordinator(self, coordinator: Coordinator) -> _CountingCoordinator:
+        return _CountingCoordinator(coordinator, self.rig.db.local)
 
     def reconciler(self) -> Reconciler:
         return Reconciler(self.rig.db, self.drivers, self.coordinator, self.operations,
@@ -297,30 +287,30 @@ def join_stopping() -> None:
 class PropertyRig(Rig):
     """A Rig over a :class:`SteppedDatabase` whose engines are PEngines."""
 
+    db: SteppedDatabase
+    engines: list[PEngine]  # type: ignore[assignment]
+
     def __init__(self, root: Path, db_url: str | None = None,
                  backends: dict | None = None) -> None:
-        # Rig.__init__ without its migration run: alembic costs a quarter of
-        # a second even with nothing to do, and examples are many. SQLite
-        # databases are copies of one migrated file; a server database is
-        # migrated and wiped by the caller (wipe()).
-        self.root = root
-        self.gates = root / "gates"
-        self.gates.mkdir(parents=True, exist_ok=True)
-        self.backends = backends if backends is not None else {"dummy": {}}
+        # SQLite databases are copies of one migrated file; a server database
+        # is migrated and wiped by the caller (wipe()).
         if db_url is None:
+            root.mkdir(parents=True, exist_ok=True)
             db_url = f"sqlite:///{root}/sharemgr.sqlite"
             shutil.copyfile(_migrated_sqlite(), root / "sharemgr.sqlite")
-        self.db_url = db_url
-        self.coordination_url = f"file://{root}/coordination?timeout=36000"
-        self.db = SteppedDatabase(self.db_url)
-        self.engines: list[PEngine] = []  # type: ignore[assignment]
         self.started = 0
+        super().__init__(root, db_url, backends,
+                         coordination_url=f"file://{root}/coordination?timeout=36000")
 
-    def engine(self, host: str = HOST, backends: dict | None = None) -> PEngine:
-        engine = PEngine(self, host, backends if backends is not None else self.backends)
+    def open_database(self, url: str) -> SteppedDatabase:
+        # No migration run: alembic costs a quarter of a second even with
+        # nothing to do, and examples are many.
+        return SteppedDatabase(url)
+
+    def new_engine(self, host: str, backends: dict) -> PEngine:
         self.started += 1
+        engine = PEngine(self, host, backends)
         engine.number = self.started
-        self.engines.append(engine)
         return engine
 
     def live(self) -> list[PEngine]:
@@ -382,8 +372,7 @@ class PropertyRig(Rig):
             for task in engine.tasks:
                 with contextlib.suppress(BaseException):
                     task.kill()
-            engine.stop()
-        self.db.dispose()
+        super().close()
 
 
 def claim_request(db: Database, request_id: int, engine_id: str) -> models.Request | None:

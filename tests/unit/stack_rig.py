@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
 from oslo_config import cfg
 from sharemgr.convergence import actions, prepare
@@ -36,9 +37,14 @@ class Rig:
         self.backends = backends if backends is not None else {"dummy": {}}
         self.db_url = db_url or f"sqlite:///{root}/sharemgr.sqlite"
         self.coordination_url = coordination_url or f"file://{root}/coordination?timeout=3"
-        self.db = Database(self.db_url)
-        migration.upgrade(self.db)
+        self.db = self.open_database(self.db_url)
         self.engines: list[Engine] = []
+
+    def open_database(self, url: str) -> Database:
+        """The rig's database, migrated to the head revision."""
+        db = Database(url)
+        migration.upgrade(db)
+        return db
 
     def config(self, name: str, host: str, backends: dict) -> cfg.ConfigOpts:
         lines = ["[DEFAULT]", f"host = {host}", f"state_path = {self.root}/state",
@@ -53,9 +59,12 @@ class Rig:
         return config.load([], config_file=str(path), conf=cfg.ConfigOpts())
 
     def engine(self, host: str = HOST, backends: dict | None = None) -> Engine:
-        engine = Engine(self, host, backends if backends is not None else self.backends)
+        engine = self.new_engine(host, backends if backends is not None else self.backends)
         self.engines.append(engine)
         return engine
+
+    def new_engine(self, host: str, backends: dict) -> Engine:
+        return Engine(self, host, backends)
 
     def close(self) -> None:
         for engine in self.engines:
@@ -113,21 +122,31 @@ class Rig:
 class Engine:
     """One engine: its own id, coordinator membership, drivers and worker."""
 
+    heartbeat = True  # the coordinator's heartbeat thread
+    arm_watchdog = True  # the watchdog is armed at once
+
     def __init__(self, rig: Rig, host: str, backends: dict) -> None:
         self.rig = rig
+        self.host = host
         self.engine_id = f"{host}.{uuid.uuid4()}"
         self.conf = rig.config(self.engine_id, host, backends)
-        self.coordinator = Coordinator(rig.coordination_url, self.engine_id)
-        self.coordinator.start(heartbeat=True)
-        self.coordinator.join_engines()
+        self.raw_coordinator = Coordinator(rig.coordination_url, self.engine_id)
+        self.raw_coordinator.start(heartbeat=self.heartbeat)
+        self.raw_coordinator.join_engines()
+        self.coordinator = self.wrap_coordinator(self.raw_coordinator)
         self.drivers = loader.load_drivers(self.conf, host, self.engine_id)
         self.operations = Operations(rig.db, self.drivers, self.coordinator, self.engine_id)
         self.stacks = StackEngine(rig.db, self.operations, self.coordinator, self.engine_id,
                                   host, self.drivers)
         self.worker = self.stacks.worker
         self.watchdog = self.stacks.watchdog
-        self.watchdog.arm()
+        if self.arm_watchdog:
+            self.watchdog.arm()
         self.hosts = [f"{host}@{b}" for b in self.drivers] + self.stacks.claim_hosts()
+
+    def wrap_coordinator(self, coordinator: Coordinator) -> Any:
+        """What the engine's parts use as their coordinator (here: itself)."""
+        return coordinator
 
     def claim(self, limit: int = 1) -> list[models.Request]:
         return [r for r in api.request_claim(self.rig.db, self.hosts, self.engine_id, limit)
@@ -179,3 +198,4 @@ class Engine:
 
     def stop(self) -> None:
         self.coordinator.stop()
+

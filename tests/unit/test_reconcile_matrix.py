@@ -39,30 +39,12 @@ from tests.unit.reconcile_harness import (
     fetch,
     make,
     make_share,
-    migrated_template,
     request_row,
-    sqlite_copy,
 )
 
 QUERY_CASES = [(t, s) for t, rows in EXPECTED.items() for s, (a, _) in rows.items() if a == Q]
 DELETE_CASES = [(t, s) for t, rows in EXPECTED.items() for s, (a, _) in rows.items() if a == D]
 MARK_CASES = [(t, s) for t, rows in EXPECTED.items() for s, (a, _) in rows.items() if a == K]
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    return migrated_template(tmp_path_factory.mktemp("schema"))
-
-
-@pytest.fixture
-def engine(template, tmp_path):
-    """An engine on an SQLite database of its own (a migrated copy)."""
-    db = sqlite_copy(template, tmp_path)
-    eng = Engine(db, coord_url(tmp_path))
-    yield eng
-    eng.close()
-    db.dispose()
-    assert eng.forbidden_calls() == []
 
 
 @pytest.fixture

@@ -4,32 +4,17 @@ left behind."""
 
 from __future__ import annotations
 
-import threading
 import types
 import uuid
 
 import pytest
 from sharemgr.common import vocab
 from sharemgr.db import reconcile as db_rec
-from sharemgr.reconcile.runner import PassRunner, engine_host
+from sharemgr.reconcile.runner import engine_host
 
-from tests.unit.reconcile_harness import HOST, Engine, coord_url, fetch, make_share
+from tests.unit.reconcile_harness import HOST, fetch, make_share
 
-
-@pytest.fixture
-def engine(sqlite_db, tmp_path):
-    eng = Engine(sqlite_db, coord_url(tmp_path))
-    yield eng
-    eng.close()
-
-
-@pytest.fixture
-def runner(engine):
-    stopping = threading.Event()
-    passes = PassRunner(engine.reconciler, stopping)
-    yield passes
-    stopping.set()
-    passes.executor.shutdown(wait=False)
+# ``engine`` and ``runner``: tests/conftest.py (on an SQLite copy: tests/unit/conftest.py).
 
 
 def _drain(passes):

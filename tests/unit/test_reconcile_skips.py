@@ -37,9 +37,7 @@ from tests.unit.reconcile_harness import (
     make_replica,
     make_server,
     make_share,
-    migrated_template,
     request_row,
-    sqlite_copy,
 )
 
 # One status per type that the pass settles without help (a mark, a query
@@ -53,22 +51,6 @@ SETTLE = {
     vocab.GROUP_SNAPSHOT: (vocab.CREATING, vocab.AVAILABLE),
     vocab.BACKUP: (vocab.DELETING, vocab.DELETED),
 }
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    return migrated_template(tmp_path_factory.mktemp("schema"))
-
-
-@pytest.fixture
-def engine(template, tmp_path):
-    """An engine on an SQLite database of its own (a migrated copy)."""
-    db = sqlite_copy(template, tmp_path)
-    eng = Engine(db, coord_url(tmp_path))
-    yield eng
-    eng.close()
-    db.dispose()
-    assert eng.forbidden_calls() == []
 
 
 def _stuck(eng, rtype, host=HOSTBE):
