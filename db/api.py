@@ -9,7 +9,6 @@ into one transaction.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -229,10 +228,6 @@ def request_list(
         return list(session.scalars(stmt))
 
 
-def since(seconds: float) -> datetime.datetime:
-    return utcnow() - datetime.timedelta(seconds=seconds)
-
-
 # Intake: a resource change and its request in one transaction ---------------
 
 
@@ -273,21 +268,3 @@ def transition_with_request(
     except _Lost:
         return False
     return True
-
-
-def count(db: Database, model: type, filters: dict[str, Any]) -> int:
-    stmt = sa.select(sa.func.count()).select_from(model).where(*_criteria(model, filters))
-    if hasattr(model, "deleted_at"):
-        stmt = stmt.where(model.deleted_at.is_(None))
-    with db.session() as session:
-        return session.scalar(stmt)
-
-
-def pending_request_exists(db: Database, resource_type: str, resource_id: str) -> bool:
-    stmt = sa.select(sa.func.count()).select_from(models.Request).where(
-        models.Request.resource_type == resource_type,
-        models.Request.resource_id == resource_id,
-        models.Request.status == vocab.REQUEST_PENDING,
-    )
-    with db.session() as session:
-        return session.scalar(stmt) > 0

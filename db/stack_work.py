@@ -205,10 +205,11 @@ def unreplace(db: Database, resource_id: int, engine_id: str, replaced_by: int) 
     """Make a replaced row current again (a rollback back to it): clear its
     ``replaced_by`` as its lock holder. Its replacement's clean-up then
     deletes the replacement instead of this row."""
-    return db_stacks.resource_update(
-        db, resource_id, {"engine_id": engine_id, "replaced_by": replaced_by},
-        {"replaced_by": None},
-    )
+    with db.session() as session:
+        return db_stacks.resource_update_tx(
+            session, resource_id, {"engine_id": engine_id, "replaced_by": replaced_by},
+            {"replaced_by": None},
+        )
 
 
 # Requests: forwarding and resuming checks -------------------------------------------

@@ -89,11 +89,6 @@ def stack_create_tx(session: Session, name: str, disable_rollback: bool = False)
     return stack
 
 
-def stack_create(db: Database, name: str, disable_rollback: bool = False) -> Stack:
-    with db.session() as session:
-        return stack_create_tx(session, name, disable_rollback)
-
-
 def stack_get_tx(
     session: Session, stack_id: str, lock: str | None = None, include_deleted: bool = False
 ) -> Stack | None:
@@ -171,12 +166,6 @@ def traversal_is_current_tx(session: Session, stack_id: str, traversal_id: str) 
             and stack.status == vocab.STACK_IN_PROGRESS)
 
 
-def traversal_is_current(db: Database, stack_id: str, traversal_id: str) -> bool:
-    with db.session() as session:
-        stack = stack_get_tx(session, stack_id)
-        return stack is not None and stack.current_traversal == traversal_id
-
-
 def stack_set_status_tx(
     session: Session,
     stack_id: str,
@@ -200,20 +189,6 @@ def stack_set_status_tx(
         {"current_traversal": traversal_id, "status": expected, "deleted_at": None},
         values,
     )
-
-
-def stack_set_status(
-    db: Database,
-    stack_id: str,
-    traversal_id: str,
-    status: str,
-    reason: str | None = None,
-    expected_status: str | Iterable[str] = vocab.STACK_IN_PROGRESS,
-) -> bool:
-    with db.session() as session:
-        return stack_set_status_tx(
-            session, stack_id, traversal_id, status, reason, expected_status
-        )
 
 
 # Templates ---------------------------------------------------------------------
@@ -297,20 +272,6 @@ def resources_add_tx(session: Session, rows: Iterable[Resource]) -> list[Resourc
     return rows
 
 
-def resource_create_tx(
-    session: Session,
-    stack_id: str,
-    name: str,
-    type_: str,
-    template_id: int | None,
-    requires: Iterable[int] = (),
-    replaces: int | None = None,
-) -> Resource:
-    return resources_add_tx(
-        session, [resource_new(stack_id, name, type_, template_id, requires, replaces)]
-    )[0]
-
-
 def resource_get_tx(session: Session, resource_id: int, lock: bool = False) -> Resource | None:
     stmt = sa.select(Resource).where(Resource.id == resource_id, Resource.deleted_at.is_(None))
     if lock:
@@ -350,13 +311,6 @@ def resource_update_tx(
     return api.conditional_update_tx(
         session, Resource, resource_id, {**expected, "deleted_at": None}, dict(values)
     )
-
-
-def resource_update(
-    db: Database, resource_id: int, expected: Mapping[str, Any], values: Mapping[str, Any]
-) -> bool:
-    with db.session() as session:
-        return resource_update_tx(session, resource_id, expected, values)
 
 
 def resource_set_state_tx(
@@ -506,20 +460,16 @@ def resource_lock_steal(
         return _lock_tx(session, resource_id, engine_id, dead_engine_id)
 
 
-def resource_lock_release_tx(session: Session, resource_id: int, engine_id: str) -> bool:
-    return api.conditional_update_tx(
-        session,
-        Resource,
-        resource_id,
-        {"engine_id": engine_id},
-        {"engine_id": None, "atomic_key": Resource.atomic_key + 1},
-    )
-
-
 def resource_lock_release(db: Database, resource_id: int, engine_id: str) -> bool:
     """Release only if still ours (a lock stolen from us stays with the thief)."""
     with db.session() as session:
-        return resource_lock_release_tx(session, resource_id, engine_id)
+        return api.conditional_update_tx(
+            session,
+            Resource,
+            resource_id,
+            {"engine_id": engine_id},
+            {"engine_id": None, "atomic_key": Resource.atomic_key + 1},
+        )
 
 
 # Purge ------------------------------------------------------------------------------
@@ -540,8 +490,3 @@ def purge_tx(session: Session, stack_id: str) -> tuple[int, int]:
     """Purge finished rows, then templates nothing refers to any more.
     Returns (resource rows, templates) deleted."""
     return purge_resources_tx(session, stack_id), purge_templates_tx(session, stack_id)
-
-
-def purge(db: Database, stack_id: str) -> tuple[int, int]:
-    with db.session() as session:
-        return purge_tx(session, stack_id)

@@ -137,17 +137,6 @@ def create_tx(
     return len(rows)
 
 
-def create(
-    db: Database,
-    stack_id: str,
-    traversal_id: str,
-    nodes: Iterable[tuple[Any, bool]],
-    include_stack: bool = True,
-) -> int:
-    with db.session() as session:
-        return create_tx(session, stack_id, traversal_id, nodes, include_stack)
-
-
 def get_tx(
     session: Session, entity_id: Any, traversal_id: str, is_update: bool, lock: bool = False
 ) -> SyncPoint | None:
@@ -156,12 +145,6 @@ def get_tx(
         stmt = stmt.with_for_update()
     row = session.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
     return None if row is None else _snapshot(row)
-
-
-def get(db: Database, entity_id: Any, traversal_id: str, is_update: bool) -> SyncPoint | None:
-    """The point of a graph node in a traversal (a primary-key lookup)."""
-    with db.session() as session:
-        return get_tx(session, entity_id, traversal_id, is_update)
 
 
 def list_for_traversal(db: Database, stack_id: str, traversal_id: str) -> list[SyncPoint]:
@@ -181,11 +164,6 @@ def delete_all_tx(session: Session, stack_id: str, traversal_id: str | None = No
     if traversal_id is not None:
         stmt = stmt.where(SP.traversal_id == traversal_id)
     return session.execute(stmt.execution_options(synchronize_session=False)).rowcount
-
-
-def delete_all(db: Database, stack_id: str, traversal_id: str | None = None) -> int:
-    with db.session() as session:
-        return delete_all_tx(session, stack_id, traversal_id)
 
 
 # Compare-and-swap -------------------------------------------------------------------
@@ -266,18 +244,3 @@ def sync(
                 f"lost the compare-and-swap {attempt} times"
             )
         time.sleep(random.uniform(0, min(backoff_cap, backoff_base * 2 ** attempt)))
-
-
-def update_input_data(
-    db: Database,
-    entity_id: Any,
-    traversal_id: str,
-    is_update: bool,
-    sender: str,
-    data: Any,
-    **kwargs: Any,
-) -> dict | None:
-    """Merge ``{sender: data}`` atomically; the merged input data, or None if
-    the point does not exist. (:func:`sync` without readiness.)"""
-    result = sync(db, entity_id, traversal_id, is_update, sender, data, **kwargs)
-    return result.input_data if result.found else None

@@ -53,23 +53,31 @@ def _check_requests(db, traversal_id):
     )
 
 
+def _update(db, rid, values):
+    with db.session() as session:
+        stacks.resource_update_tx(session, rid, {}, values)
+
+
 def _finish(db, tr, status="COMPLETE"):
     """Stand in for the check-resource workflow: every chosen row now has its
     template's definition, every other row was cleaned up, stack complete."""
     for rid in tr.chosen.values():
-        stacks.resource_update(db, rid, {}, {
+        _update(db, rid, {
             "action": "CREATE", "status": "COMPLETE", "template_id": tr.template_id,
             "physical_id": f"p{rid}"})
     for rid in set(tr.names) - set(tr.chosen.values()):
-        stacks.resource_update(db, rid, {}, {"action": "DELETE", "status": "COMPLETE"})
-    assert stacks.stack_set_status(db, tr.stack_id, tr.traversal_id, status)
+        _update(db, rid, {"action": "DELETE", "status": "COMPLETE"})
+    with db.session() as session:
+        assert stacks.stack_set_status_tx(session, tr.stack_id, tr.traversal_id, status)
     if status == "COMPLETE":
-        stacks.purge(db, tr.stack_id)
+        with db.session() as session:
+            stacks.purge_tx(session, tr.stack_id)
     return stacks.stack_get(db, tr.stack_id)
 
 
 def _create(db, name="web", tmpl=V1):
-    stack = stacks.stack_create(db, name)
+    with db.session() as session:
+        stack = stacks.stack_create_tx(session, name)
     return prepare.prepare_traversal(db, stack, "CREATE", tmpl)
 
 
@@ -165,7 +173,7 @@ def test_a_row_being_deleted_gets_a_replacement(db):
     first = _create(db, tmpl=template.parse("resources: {x: {type: share_server}}"))
     stack = _finish(db, first)
     old = first.chosen["x"]
-    stacks.resource_update(db, old, {}, {"action": "DELETE", "status": "IN_PROGRESS"})
+    _update(db, old, {"action": "DELETE", "status": "IN_PROGRESS"})
     tr = prepare.prepare_traversal(db, stack, "UPDATE",
                                    template.parse("resources: {x: {type: share_server}}"))
     assert tr.chosen["x"] != old and tr.created == (tr.chosen["x"],)
@@ -178,8 +186,8 @@ def test_choose_prefers_a_healthy_row_over_a_failed_replacement(db):
     old = first.chosen["x"]
     # An earlier traversal replaced x and the replacement failed to create.
     with db.session() as session:
-        failed = stacks.resource_create_tx(session, stack.id, "x", "share_server",
-                                           first.template_id, replaces=old)
+        failed = stacks.resources_add_tx(session, [stacks.resource_new(
+            stack.id, "x", "share_server", first.template_id, replaces=old)])[0]
         stacks.resource_update_tx(session, failed.id, {}, {"action": "CREATE",
                                                            "status": "FAILED"})
         stacks.resource_update_tx(session, old, {}, {"replaced_by": failed.id})
@@ -318,7 +326,8 @@ def test_two_preparations_racing_one_wins_and_the_loser_leaves_no_rows(db_url):
         for round_ in range(3):
             first = _create(db, name=f"race{round_}")
             stack = _finish(db, first)
-            sync_points.delete_all(db, stack.id)  # as completing the traversal does
+            with db.session() as session:  # as completing the traversal does
+                sync_points.delete_all_tx(session, stack.id)
             before = _counts(db)
             outcome = _race(db, stack, [V2, V1])
             winners = [tr for tr in outcome.values() if tr is not None]
@@ -409,7 +418,7 @@ def test_complete_and_fail(db):
 
     second = prepare.prepare_traversal(db, stack, "DELETE")
     for rid in second.names:
-        stacks.resource_update(db, rid, {}, {"action": "DELETE", "status": "COMPLETE"})
+        _update(db, rid, {"action": "DELETE", "status": "COMPLETE"})
     with db.session() as session:
         assert lifecycle.complete_tx(session, tr.stack_id, second.traversal_id)
     assert stacks.stack_get(db, tr.stack_id) is None

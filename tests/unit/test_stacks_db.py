@@ -10,28 +10,43 @@ from sharemgr.db import stack_work, stacks
 ME, OTHER, DEAD = "host-a.1", "host-b.2", "host-c.3"
 
 
+def _stack(db, name, disable_rollback=False):
+    with db.session() as session:
+        return stacks.stack_create_tx(session, name, disable_rollback)
+
+
 @pytest.fixture
 def stack(db):
-    return stacks.stack_create(db, f"s-{uuid.uuid4().hex[:6]}")
+    return _stack(db, f"s-{uuid.uuid4().hex[:6]}")
+
+
+def _new_row(session, stack_id, name, type_, template_id):
+    return stacks.resources_add_tx(
+        session, [stacks.resource_new(stack_id, name, type_, template_id)])[0]
 
 
 def _resource(db, stack, name="data", type_="share"):
     with db.session() as session:
-        return stacks.resource_create_tx(session, stack.id, name, type_, None)
+        return _new_row(session, stack.id, name, type_, None)
+
+
+def _set_status(db, *args):
+    with db.session() as session:
+        return stacks.stack_set_status_tx(session, *args)
 
 
 def test_stack_create_get_list(db):
-    s = stacks.stack_create(db, "web", disable_rollback=True)
+    s = _stack(db, "web", disable_rollback=True)
     assert (s.action, s.status, s.current_traversal) == ("INIT", "COMPLETE", None)
     assert stacks.stack_get(db, s.id).name == "web"
     assert stacks.stack_get_by_name(db, "web").id == s.id
     assert stacks.stack_lookup(db, "web").id == s.id
     assert stacks.stack_lookup(db, s.id).disable_rollback is True
     with pytest.raises(stacks.StackExists):
-        stacks.stack_create(db, "web")
+        _stack(db, "web")
     with pytest.raises(stacks.StackNotFound):
         stacks.stack_lookup(db, "nope")
-    stacks.stack_create(db, "db")
+    _stack(db, "db")
     assert [x.name for x in stacks.stack_list(db)] == ["web", "db"]
 
 
@@ -44,8 +59,7 @@ def test_traversal_swap_wins_once(db, stack):
         assert not stacks.stack_swap_traversal_tx(session, stack.id, None, t2)
         assert stacks.stack_swap_traversal_tx(session, stack.id, t1, t3)
     assert stacks.stack_get(db, stack.id).current_traversal == t3
-    assert stacks.traversal_is_current(db, stack.id, t3)
-    assert not stacks.traversal_is_current(db, stack.id, t1)
+    assert stacks.stack_get(db, stack.id).current_traversal != t1
 
 
 def test_stack_set_status_and_delete_complete(db, stack):
@@ -53,13 +67,13 @@ def test_stack_set_status_and_delete_complete(db, stack):
     with db.session() as session:
         stacks.stack_swap_traversal_tx(session, stack.id, None, t,
                                        {"action": "DELETE", "status": "IN_PROGRESS"})
-    assert not stacks.stack_set_status(db, stack.id, "old", "COMPLETE")
-    assert stacks.stack_set_status(db, stack.id, t, "COMPLETE", "done")
+    assert not _set_status(db, stack.id, "old", "COMPLETE")
+    assert _set_status(db, stack.id, t, "COMPLETE", "done")
     assert stacks.stack_get(db, stack.id) is None  # a completed delete soft-deletes
     gone = stacks.stack_get(db, stack.id, include_deleted=True)
     assert gone.status == "COMPLETE" and gone.deleted_at is not None
     # Once not IN_PROGRESS, a second completion does not win.
-    assert not stacks.stack_set_status(db, stack.id, t, "FAILED")
+    assert not _set_status(db, stack.id, t, "FAILED")
 
 
 def test_resource_lock_acquire_release_steal(db, stack):
@@ -91,7 +105,8 @@ def test_other_writes_do_not_make_a_lock_look_held(db, stack):
     r = _resource(db, stack)
     assert stacks.resource_lock_acquire(db, r.id, ME).acquired
     assert stacks.resource_set_state(db, r.id, ME, "CREATE", "IN_PROGRESS")
-    assert stacks.resource_update(db, r.id, {"engine_id": ME}, {"atomic_key": 40})
+    with db.session() as session:
+        assert stacks.resource_update_tx(session, r.id, {"engine_id": ME}, {"atomic_key": 40})
     assert stacks.resource_lock_release(db, r.id, ME)
     assert stacks.resource_lock_acquire(db, r.id, OTHER).acquired
 
@@ -125,7 +140,7 @@ def test_begin_needs_the_current_traversal(db, stack):
     assert stack_work.begin(db, r.id, "other", stack.id, t1,
                             stack_work.Begin("DELETE")) == stack_work.LOCK_LOST
     # A traversal that ended (timed out, cancelled without rollback) starts nothing.
-    assert stacks.stack_set_status(db, stack.id, t1, "FAILED", "timed out")
+    assert _set_status(db, stack.id, t1, "FAILED", "timed out")
     assert stack_work.begin(db, r.id, ME, stack.id, t1,
                             stack_work.Begin("UPDATE")) == stack_work.SUPERSEDED
 
@@ -157,12 +172,13 @@ def test_purge_rows_and_templates(db, stack):
         t_cur = stacks.template_create_tx(session, {"resources": {"a": {}}}, stack.id)
         t_row = stacks.template_create_tx(session, {"resources": {"b": {}}}, stack.id)
         other = stacks.template_create_tx(session, {"resources": {}}, None)
-        stacks.resource_create_tx(session, stack.id, "keep", "share", t_row)
-        done = stacks.resource_create_tx(session, stack.id, "gone", "share", t_old)
+        _new_row(session, stack.id, "keep", "share", t_row)
+        done = _new_row(session, stack.id, "gone", "share", t_old)
         stacks.resource_update_tx(session, done.id, {}, {"action": "DELETE", "status": "COMPLETE"})
     with db.session() as session:
         stacks.stack_swap_traversal_tx(session, stack.id, None, "t", {"template_id": t_cur})
-    assert stacks.purge(db, stack.id) == (1, 1)
+    with db.session() as session:
+        assert stacks.purge_tx(session, stack.id) == (1, 1)
     assert [r.name for r in stacks.resource_list(db, stack.id)] == ["keep"]
     assert stacks.template_get(db, t_old) is None
     for kept in (t_cur, t_row, other):

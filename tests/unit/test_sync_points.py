@@ -14,9 +14,24 @@ T1 = str(uuid.uuid4())
 T2 = str(uuid.uuid4())
 
 
+def _stack(db, name):
+    with db.session() as session:
+        return stacks.stack_create_tx(session, name)
+
+
 @pytest.fixture
 def stack(db):
-    return stacks.stack_create(db, f"s-{uuid.uuid4().hex[:6]}")
+    return _stack(db, f"s-{uuid.uuid4().hex[:6]}")
+
+
+def _create(db, *args, **kwargs):
+    with db.session() as session:
+        return sync_points.create_tx(session, *args, **kwargs)
+
+
+def _get(db, *args):
+    with db.session() as session:
+        return sync_points.get_tx(session, *args)
 
 
 def _requests(db, resource_id):
@@ -24,42 +39,42 @@ def _requests(db, resource_id):
 
 
 def test_create_one_point_per_node_plus_the_stack(db, stack):
-    n = sync_points.create(db, stack.id, T1, [(1, True), (1, False), (2, True)])
+    n = _create(db, stack.id, T1, [(1, True), (1, False), (2, True)])
     assert n == 4
     points = sync_points.list_for_traversal(db, stack.id, T1)
     assert {(p.entity_id, p.is_update) for p in points} == {
         ("1", True), ("1", False), ("2", True), (stack.id, True)}
     assert all(p.atomic_key == 0 and p.input_data == {} for p in points)
-    point = sync_points.get(db, 1, T1, False)
+    point = _get(db, 1, T1, False)
     assert point.stack_id == stack.id and point.traversal_id == T1 and not point.is_update
-    assert sync_points.get(db, 1, T2, False) is None
-    assert sync_points.get(db, 3, T1, True) is None
+    assert _get(db, 1, T2, False) is None
+    assert _get(db, 3, T1, True) is None
 
 
-def test_update_input_data_merges_and_bumps_the_key(db, stack):
-    sync_points.create(db, stack.id, T1, [(5, True)], include_stack=False)
-    assert sync_points.update_input_data(db, 5, T1, True, "1:update", {"a": 1}) == {
+def test_sync_merges_and_bumps_the_key(db, stack):
+    _create(db, stack.id, T1, [(5, True)], include_stack=False)
+    assert sync_points.sync(db, 5, T1, True, "1:update", {"a": 1}).input_data == {
         "1:update": {"a": 1}}
-    merged = sync_points.update_input_data(db, 5, T1, True, "2:update", None)
+    merged = sync_points.sync(db, 5, T1, True, "2:update", None).input_data
     assert merged == {"1:update": {"a": 1}, "2:update": None}
-    point = sync_points.get(db, 5, T1, True)
+    point = _get(db, 5, T1, True)
     assert point.atomic_key == 2 and point.input_data == merged
-    assert sync_points.update_input_data(db, 6, T1, True, "x", 1) is None
+    assert not sync_points.sync(db, 6, T1, True, "x", 1).found
 
 
 def test_compare_and_swap_loses_on_a_stale_key(db, stack):
-    sync_points.create(db, stack.id, T1, [(5, True)], include_stack=False)
-    stale = sync_points.get(db, 5, T1, True)
-    sync_points.update_input_data(db, 5, T1, True, "1:update", 1)
+    _create(db, stack.id, T1, [(5, True)], include_stack=False)
+    stale = _get(db, 5, T1, True)
+    sync_points.sync(db, 5, T1, True, "1:update", 1)
     with db.session() as session:
         assert not sync_points.cas_tx(session, 5, T1, True, stale.atomic_key, {"lost": 1})
     with db.session() as session:
         assert sync_points.cas_tx(session, 5, T1, True, stale.atomic_key + 1, {"won": 1})
-    assert sync_points.get(db, 5, T1, True).input_data == {"won": 1}
+    assert _get(db, 5, T1, True).input_data == {"won": 1}
 
 
 def test_sync_fires_once_in_the_transaction_of_the_write(db, stack):
-    sync_points.create(db, stack.id, T1, [(9, True)], include_stack=False)
+    _create(db, stack.id, T1, [(9, True)], include_stack=False)
     required = {"1:update", "2:update"}
     calls = []
 
@@ -81,7 +96,7 @@ def test_sync_fires_once_in_the_transaction_of_the_write(db, stack):
 
 
 def test_sync_rolls_back_the_write_when_on_ready_fails(db, stack):
-    sync_points.create(db, stack.id, T1, [(9, True)], include_stack=False)
+    _create(db, stack.id, T1, [(9, True)], include_stack=False)
 
     def on_ready(session, data):
         api.request_add_tx(session, "stack_resource", "9", "check_resource", None, {})
@@ -89,7 +104,7 @@ def test_sync_rolls_back_the_write_when_on_ready_fails(db, stack):
 
     with pytest.raises(RuntimeError):
         sync_points.sync(db, 9, T1, True, "1:update", 1, {"1:update"}, on_ready)
-    point = sync_points.get(db, 9, T1, True)
+    point = _get(db, 9, T1, True)
     assert point.input_data == {} and point.atomic_key == 0
     assert _requests(db, "9") == []
     # Retrying the report then fires.
@@ -105,12 +120,14 @@ def test_sync_on_a_missing_point_reports_a_superseded_traversal(db, stack):
 
 
 def test_delete_all_of_one_traversal(db, stack):
-    sync_points.create(db, stack.id, T1, [(1, True), (2, True)])
-    sync_points.create(db, stack.id, T2, [(1, True)])
-    assert sync_points.delete_all(db, stack.id, T1) == 3
+    _create(db, stack.id, T1, [(1, True), (2, True)])
+    _create(db, stack.id, T2, [(1, True)])
+    with db.session() as session:
+        assert sync_points.delete_all_tx(session, stack.id, T1) == 3
     assert sync_points.list_for_traversal(db, stack.id, T1) == []
     assert len(sync_points.list_for_traversal(db, stack.id, T2)) == 2
-    assert sync_points.delete_all(db, stack.id) == 2
+    with db.session() as session:
+        assert sync_points.delete_all_tx(session, stack.id) == 2
 
 
 def test_is_ready():
@@ -125,8 +142,8 @@ def _fan_in(url, lock_after, writers=50):
     db = Database(url, pool_size=writers)
     try:
         migration.upgrade(db)
-        stack = stacks.stack_create(db, f"fan-{uuid.uuid4().hex[:6]}")
-        sync_points.create(db, stack.id, T1, [(42, True)], include_stack=False)
+        stack = _stack(db, f"fan-{uuid.uuid4().hex[:6]}")
+        _create(db, stack.id, T1, [(42, True)], include_stack=False)
         senders = [f"{i}:update" for i in range(writers)]
         barrier = threading.Barrier(writers)
         results, errors, fired_in = [], [], []
@@ -156,7 +173,7 @@ def _fan_in(url, lock_after, writers=50):
             t.join()
         assert errors == []
         assert len(results) == writers and all(r.found for r in results)
-        point = sync_points.get(db, 42, T1, True)
+        point = _get(db, 42, T1, True)
         # No lost input data: every sender's entry is there with its own value.
         assert point.input_data == {s: {"from": i} for i, s in enumerate(senders)}
         assert point.atomic_key == writers
