@@ -8,7 +8,8 @@ import pytest
 pytestmark = pytest.mark.functional
 
 
-def _one_error_line(out) -> str:
+def one_error_line(out) -> str:
+    """The one error line of a command's output (no traceback); test_driver_manager too."""
     text = out.stdout + out.stderr
     assert "Traceback" not in text, text
     errors = [line for line in text.splitlines() if "ERROR" in line or "error:" in line]
@@ -55,7 +56,7 @@ def test_bad_config_value_is_one_line(deployment, tmp_path, section, option, val
     bad = d.write_config(tmp_path / "bad.conf", **{section: {option: value}})
     out = d.run_manager(config=bad)
     assert out.returncode == 2
-    line = _one_error_line(out)
+    line = one_error_line(out)
     assert option in line and value in line
 
 
@@ -63,19 +64,23 @@ def test_missing_config_file(deployment, tmp_path):
     d = deployment(backends={})
     out = d.run_manager(config=tmp_path / "nope.conf")
     assert out.returncode == 2
-    assert "nope.conf" in _one_error_line(out)
+    assert "nope.conf" in one_error_line(out)
+
+
+def _unreachable_database(d, tmp_path, user: str):
+    """A config file naming a PostgreSQL server nobody listens for."""
+    return d.write_config(
+        tmp_path / "bad.conf",
+        database={"connection": f"postgresql+psycopg2://{user}@127.0.0.1:1/sm",
+                  "connect_timeout": "2"},
+    )
 
 
 def test_unreachable_database_is_one_line(deployment, tmp_path):
     d = deployment(backends={})
-    bad = d.write_config(
-        tmp_path / "bad.conf",
-        database={"connection": "postgresql+psycopg2://sm:hunter2@127.0.0.1:1/sm",
-                  "connect_timeout": "2"},
-    )
-    out = d.run_manager(config=bad)
+    out = d.run_manager(config=_unreachable_database(d, tmp_path, "sm:hunter2"))
     assert out.returncode == 1
-    line = _one_error_line(out)
+    line = one_error_line(out)
     assert "127.0.0.1:1" in line
     assert "hunter2" not in out.stdout + out.stderr
 
@@ -88,7 +93,7 @@ def test_unreachable_redis_is_one_line(deployment, tmp_path):
     )
     out = d.run_manager(config=bad)
     assert out.returncode == 1
-    assert "127.0.0.1:1" in _one_error_line(out)
+    assert "127.0.0.1:1" in one_error_line(out)
     assert "s3cret" not in out.stdout + out.stderr
 
 
@@ -96,15 +101,12 @@ def test_schema_not_synced(deployment):
     d = deployment(backends={})
     out = d.run_manager()
     assert out.returncode == 1
-    assert "sharectl db sync" in _one_error_line(out)
+    assert "sharectl db sync" in one_error_line(out)
 
 
 def test_sharectl_reports_unreachable_database(deployment, tmp_path):
     d = deployment(backends={})
-    bad = d.write_config(
-        tmp_path / "bad.conf",
-        database={"connection": "postgresql+psycopg2://sm@127.0.0.1:1/sm", "connect_timeout": "2"},
-    )
+    bad = _unreachable_database(d, tmp_path, "sm")
     out = d.sharectl("service", "list", config=bad, check=False)
     assert out.returncode == 1
     assert "Traceback" not in out.stderr and "127.0.0.1:1" in out.stderr

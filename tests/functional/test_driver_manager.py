@@ -6,17 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tests.functional.harness import Deployment
+from tests.functional.test_daemon import one_error_line
 from tests.unit.test_driver_loader import bad_plugins_site, example_site
 
 pytestmark = pytest.mark.functional
-
-
-def error_line(out) -> str:
-    text = out.stdout + out.stderr
-    assert "Traceback" not in text, text
-    errors = [line for line in text.splitlines() if "ERROR" in line or "error:" in line]
-    assert len(errors) == 1, text
-    return errors[0]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +50,7 @@ def test_bad_driver_stops_share_manager_with_one_line(synced, tmp_path, options,
     config = d.write_config(tmp_path / "bad.conf", gold=options)
     out = d.run_manager(config=config, env={"PYTHONPATH": str(site)})
     assert out.returncode == 1, out.stdout + out.stderr
-    line = error_line(out)
+    line = one_error_line(out)
     assert "share-manager cannot start" in line
     for word in words:
         assert word in line, line

@@ -20,7 +20,12 @@ from tests.functional.harness import (
     intake,
     wait_until,
 )
-from tests.functional.test_reconcile_parity import DATABASES, deployment_servers
+from tests.functional.test_reconcile_parity import (
+    DATABASES,
+    PEER_PASSES,
+    crash_a_peer,
+    deployment_servers,
+)
 
 pytestmark = pytest.mark.functional
 
@@ -92,13 +97,32 @@ def _settle(d, db, resources_by_type):
         _wait_statuses(db, rtype, ids)
 
 
+def _synced(d):
+    """Sync the deployment's schema; its database and configuration."""
+    d.sync()
+    return database(d)
+
+
+def _stuck_shares(d, count):
+    """``count`` shares an engine made, put back to 'creating' once every
+    engine stopped (what a crash mid-create leaves)."""
+    db, conf = _synced(d)
+    api = intake(d)
+    d.start()
+    shares = [api.create_share(1, "NFS").id for _ in range(count)]
+    _wait_statuses(db, vocab.SHARE, shares)
+    d.stop_all()
+    for share in shares:
+        api.reset_state(vocab.SHARE, share, "creating")
+    return api, db, conf, shares
+
+
 def test_every_type_and_transient_status(deployment, servers):
     """reset-state puts resources of every type into every transient status of
     the reconciliation table; after a restart each ends where the table says."""
     d = deployment(backends=BACKENDS, extra=FAST, **servers)
-    d.sync()
+    db, _ = _synced(d)
     api = intake(d)
-    db, _ = database(d)
     engine = d.start()
     shares = {s: api.create_share(3, "NFS", name=f"s-{s}").id for s in SHARE_CASES}
     snap_shares = {s: api.create_share(1, "NFS", name=f"p-{s}").id for s in SNAPSHOT_CASES}
@@ -210,9 +234,8 @@ def _prepare_crash(api, db, method):
                          ids=[f"{m}-{w}" for m, w, _, _ in CRASHES])
 def test_real_crash_is_settled(deployment, tmp_path, method, when, rtype, expected):
     d = deployment(backends=BACKENDS, extra=FAST)
-    d.sync()
+    db, _ = _synced(d)
     api = intake(d)
-    db, _ = database(d)
     d.start()
     issue = _prepare_crash(api, db, method)
     d.stop_all()
@@ -236,14 +259,7 @@ def test_real_crash_is_settled(deployment, tmp_path, method, when, rtype, expect
 
 def test_status_methods_not_implemented_mean_error(deployment):
     d = deployment(backends={"dummy": {"dummy_status_methods": ""}}, extra=FAST)
-    d.sync()
-    api = intake(d)
-    db, _ = database(d)
-    d.start()
-    share = api.create_share(1, "NFS").id
-    _wait_statuses(db, vocab.SHARE, [share])
-    d.stop_all()
-    api.reset_state(vocab.SHARE, share, "creating")
+    _, db, _, (share,) = _stuck_shares(d, 1)
     engine = d.start()
     _wait_statuses(db, vocab.SHARE, [share])
     assert _status(db, vocab.SHARE, share) == "error"
@@ -256,15 +272,7 @@ def test_disabled_changes_nothing_and_wait_is_honoured(deployment, tmp_path):
     # No peer pass either: only the startup pass, after its wait, may act.
     d = deployment(extra={"DEFAULT": {"startup_reconciliation_wait_seconds": "6",
                                       "peer_reconciliation_grace_seconds": "3600"}})
-    d.sync()
-    api = intake(d)
-    db, _ = database(d)
-    d.start()
-    stuck = [api.create_share(1, "NFS").id for _ in range(3)]
-    _wait_statuses(db, vocab.SHARE, stuck)
-    d.stop_all()
-    for share in stuck:
-        api.reset_state(vocab.SHARE, share, "creating")
+    api, db, _, stuck = _stuck_shares(d, 3)
 
     disabled = d.write_config(tmp_path / "off.conf",
                               DEFAULT={"startup_reconciliation_enabled": "False",
@@ -296,15 +304,7 @@ def test_resource_locked_by_live_engine_is_untouched(deployment):
     # manual pass below may settle the resource once the holder is done.
     d = deployment(extra={"DEFAULT": {"startup_reconciliation_wait_seconds": "2",
                                       "peer_reconciliation_grace_seconds": "3600"}})
-    d.sync()
-    api = intake(d)
-    db, conf = database(d)
-    d.start()
-    shares = [api.create_share(1, "NFS").id for _ in range(4)]
-    _wait_statuses(db, vocab.SHARE, shares)
-    d.stop_all()
-    for share in shares:
-        api.reset_state(vocab.SHARE, share, "creating")
+    _, db, conf, shares = _stuck_shares(d, 4)
     from sharemgr.manager import config
 
     holder = Coordinator(config.coordination_url(conf), "hostA.holder")
@@ -332,9 +332,8 @@ def resources_instance(db, share_id):
 
 def test_dry_run_prints_the_plan_and_changes_nothing(deployment, servers):
     d = deployment(extra={"DEFAULT": {"startup_reconciliation_enabled": "False"}}, **servers)
-    d.sync()
+    db, _ = _synced(d)
     api = intake(d)
-    db, _ = database(d)
     d.start()
     share = api.create_share(1, "NFS").id
     _wait_statuses(db, vocab.SHARE, [share])
@@ -351,9 +350,8 @@ def test_two_engines_settle_300_resources_once(deployment, pg_url, redis_url):
     d = deployment(db_url=pg_url, coordination_url=redis_url,
                    extra={"DEFAULT": {"startup_reconciliation_wait_seconds": "2",
                                       "reconciliation_workers": "8"}})
-    d.sync()
+    db, _ = _synced(d)
     api = intake(d)
-    db, _ = database(d)
     shares = [api.create_share(1, "NFS", name=f"r{i}").id for i in range(300)]
     d.start()
     wait_until(lambda: all(s["status"] == "available" for s in d.json("share", "list")),
@@ -393,19 +391,9 @@ def engines_of(d):
 
 
 def test_peer_crash_is_reconciled_without_restart(deployment, tmp_path):
-    d = deployment(extra={"DEFAULT": {"peer_reconciliation_grace_seconds": "1",
-                                      "startup_reconciliation_wait_seconds": "0"}})
-    d.sync()
-    api = intake(d)
-    db, _ = database(d)
-    crashing = d.write_config(tmp_path / "a.conf", dummy={
-        "dummy_crash_after": "create_share.peer-", "dummy_method_delays": "create_share:2"})
-    a = d.start(config=crashing, name="a")
-    share = api.create_share(1, "NFS", name="peer-1").id
-    wait_until(lambda: any(c["method"] == "create_share" for c in d.backend("calls")),
-               what="A to start the create")
-    d.start(name="b")
-    assert a.proc.wait(30) == 137
+    d = deployment(extra=PEER_PASSES)
+    db, _ = _synced(d)
+    share, _, _ = crash_a_peer(d, tmp_path)
     _wait_statuses(db, vocab.SHARE, [share], timeout=60)
     assert _status(db, vocab.SHARE, share) == "available"
     triggers = [p["trigger"] for p in d.json("reconcile", "list")]

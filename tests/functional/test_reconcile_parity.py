@@ -44,24 +44,33 @@ def _status(db, share_id: str) -> str:
     return KINDS["share"].status(db, share_id)
 
 
-def test_peer_takeover_and_passes_with_the_longest_host(deployment, tmp_path, servers):
-    d = deployment(host=LONGEST_HOST, **servers,
-                   extra={"DEFAULT": {"peer_reconciliation_grace_seconds": "1",
-                                      "startup_reconciliation_wait_seconds": "0"}})
-    d.sync()
+# A peer pass comes soon after a peer's death, and no startup wait holds it back.
+PEER_PASSES = {"DEFAULT": {"peer_reconciliation_grace_seconds": "1",
+                           "startup_reconciliation_wait_seconds": "0"}}
+
+
+def crash_a_peer(d, tmp_path):
+    """Engine A dies (os._exit, as SIGKILL) right after the backend made a
+    share, before the database knows: the share stays 'creating'. Engine B,
+    a peer of the same host, started meanwhile, is left to settle it.
+    Returns the share's id, A's engine id and B."""
     api = intake(d)
-    db, _ = database(d)
-    # Engine A dies (os._exit, as SIGKILL) right after the backend made the
-    # share, before the database knows: the share stays 'creating'.
     crashing = d.write_config(tmp_path / "a.conf", dummy={
         "dummy_crash_after": "create_share.peer-", "dummy_method_delays": "create_share:2"})
     a = d.start(config=crashing, name="a")
     share = api.create_share(1, "NFS", name="peer-1").id
     started = wait_until(lambda: [c for c in d.backend("calls") if c["method"] == "create_share"],
                          what="A to start the create")
-    dead = started[0]["engine_id"]
     b = d.start(name="b")
     assert a.proc.wait(30) == 137
+    return share, started[0]["engine_id"], b
+
+
+def test_peer_takeover_and_passes_with_the_longest_host(deployment, tmp_path, servers):
+    d = deployment(host=LONGEST_HOST, **servers, extra=PEER_PASSES)
+    d.sync()
+    db, _ = database(d)
+    share, dead, b = crash_a_peer(d, tmp_path)
 
     # B, a peer of the same host, settles it without a restart.
     wait_until(lambda: _status(db, share) not in vocab.TRANSIENT_STATUSES, timeout=60,
