@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sharemgr.common import vocab
+from sharemgr.convergence import lifecycle, prepare
 from sharemgr.convergence import physical as phys
-from sharemgr.convergence import prepare
 from sharemgr.convergence.graph import Node
 from sharemgr.convergence.template import (
     ResourceData,
@@ -58,10 +58,7 @@ def create(db: Database, name: str, template: Template,
            disable_rollback: bool = False, timeout_seconds: int | None = None) -> prepare.Traversal:
     """A new stack and its CREATE traversal, together or not at all."""
     check_stack_name(name)
-    with db.session() as session:
-        stack = stacks.stack_create_tx(session, name, disable_rollback)
-        return prepare.prepare_traversal_tx(session, stack, vocab.STACK_CREATE, template,
-                                            timeout_seconds)
+    return lifecycle.create_stack(db, name, template, disable_rollback, timeout_seconds)
 
 
 def start(
@@ -76,7 +73,7 @@ def start(
     InvalidStackAction, TraversalLost (another traversal started first:
     nothing written)."""
     stack = stacks.stack_lookup(db, name_or_id)
-    return prepare.prepare_traversal(db, stack, action, template, timeout_seconds)
+    return lifecycle.prepare_traversal(db, stack, action, template, timeout_seconds)
 
 
 # Describing ------------------------------------------------------------------------

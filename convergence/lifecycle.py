@@ -1,8 +1,9 @@
-"""How a traversal ends, and how a stalled one is set going again.
+"""How a traversal starts and ends, and how a stalled one is set going again.
 
-Preparation (``prepare.py``) starts a traversal; everything after that which
-changes the stack row as a whole lives here, so that each rule is written
-once:
+Preparation (``prepare.py``) builds a traversal in the caller's transaction;
+the transactions that start one (:func:`create_stack`,
+:func:`prepare_traversal`) and everything after that which changes the stack
+row as a whole live here, so that each rule is written once:
 
 * :func:`complete_tx` — the stack's SyncPoint heard from every root;
 * :func:`fail` — a node failed, the traversal timed out, or a user cancelled
@@ -30,6 +31,7 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence import prepare
 from sharemgr.convergence.graph import Graph, Node
+from sharemgr.convergence.template import Template
 from sharemgr.db import models, stacks, sync_points
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
@@ -41,6 +43,28 @@ ROLLING_BACK = "rolling back: "  # status_reason prefix of a rollback after a fa
 
 class Lost(Exception):
     """The traversal is no longer current: nothing was written."""
+
+
+# Starting ----------------------------------------------------------------------------
+
+
+def create_stack(db: Database, name: str, template: Template, disable_rollback: bool = False,
+                 timeout_seconds: int | None = None) -> prepare.Traversal:
+    """A new stack row and its CREATE traversal, in one transaction: together
+    or not at all."""
+    with db.session() as session:
+        stack = stacks.stack_create_tx(session, name, disable_rollback)
+        return prepare.prepare_traversal_tx(session, stack, vocab.STACK_CREATE, template,
+                                            timeout_seconds)
+
+
+def prepare_traversal(
+    db: Database, stack: models.Stack, action: str, template: Template | None = None,
+    timeout_seconds: int | None = None,
+) -> prepare.Traversal:
+    """:func:`prepare.prepare_traversal_tx` in a transaction of its own."""
+    with db.session() as session:
+        return prepare.prepare_traversal_tx(session, stack, action, template, timeout_seconds)
 
 
 # Completion --------------------------------------------------------------------------

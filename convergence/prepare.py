@@ -265,9 +265,11 @@ def prepare_traversal(
     db: Database, stack: models.Stack, action: str, template: Template | None = None,
     timeout_seconds: int | None = None,
 ) -> Traversal:
-    """:func:`prepare_traversal_tx` in a transaction of its own."""
-    with db.session() as session:
-        return prepare_traversal_tx(session, stack, action, template, timeout_seconds)
+    """The old name of :func:`lifecycle.prepare_traversal`, which opens the
+    transaction; tests/functional/test_stacks.py calls it."""
+    from sharemgr.convergence import lifecycle  # lifecycle imports this module
+
+    return lifecycle.prepare_traversal(db, stack, action, template, timeout_seconds)
 
 
 def _prepare_locked(

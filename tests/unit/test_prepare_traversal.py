@@ -78,7 +78,7 @@ def _finish(db, tr, status="COMPLETE"):
 def _create(db, name="web", tmpl=V1):
     with db.session() as session:
         stack = stacks.stack_create_tx(session, name)
-    return prepare.prepare_traversal(db, stack, "CREATE", tmpl)
+    return lifecycle.prepare_traversal(db, stack, "CREATE", tmpl)
 
 
 def test_create(db):
@@ -113,13 +113,13 @@ def test_create(db):
     assert (tr.stack_id, True) in {(p.entity_id, p.is_update) for p in points}
 
     with pytest.raises(prepare.InvalidStackAction):
-        prepare.prepare_traversal(db, stack, "CREATE", V1)
+        lifecycle.prepare_traversal(db, stack, "CREATE", V1)
 
 
 def test_update_keeps_rows_adds_new_ones_and_cleans_up_removed(db):
     first = _create(db)
     stack = _finish(db, first)
-    tr = prepare.prepare_traversal(db, stack, "UPDATE", V2)
+    tr = lifecycle.prepare_traversal(db, stack, "UPDATE", V2)
     rows = _rows(db, stack.id)
     d, s, c = (first.chosen[n] for n in ("data", "snap", "copy"))
     assert tr.chosen["data"] == d and tr.chosen["copy"] == c  # same rows, updated in place
@@ -145,8 +145,8 @@ def test_update_keeps_rows_adds_new_ones_and_cleans_up_removed(db):
 def test_update_while_an_update_is_in_progress_keeps_the_rollback_target(db):
     first = _create(db)
     stack = _finish(db, first)
-    second = prepare.prepare_traversal(db, stack, "UPDATE", V2)
-    third = prepare.prepare_traversal(db, stacks.stack_get(db, stack.id), "UPDATE", V1)
+    second = lifecycle.prepare_traversal(db, stack, "UPDATE", V2)
+    third = lifecycle.prepare_traversal(db, stacks.stack_get(db, stack.id), "UPDATE", V1)
     stack = stacks.stack_get(db, stack.id)
     assert stack.prev_template_id == first.template_id
     assert stack.template_id == third.template_id
@@ -158,7 +158,7 @@ def test_update_while_an_update_is_in_progress_keeps_the_rollback_target(db):
 def test_type_change_replaces_the_row(db):
     first = _create(db, tmpl=template.parse("resources: {x: {type: share_server}}"))
     stack = _finish(db, first)
-    tr = prepare.prepare_traversal(db, stack, "UPDATE",
+    tr = lifecycle.prepare_traversal(db, stack, "UPDATE",
                                    template.parse("resources: {x: {type: share_group}}"))
     old, new = first.chosen["x"], tr.chosen["x"]
     assert new != old
@@ -174,7 +174,7 @@ def test_a_row_being_deleted_gets_a_replacement(db):
     stack = _finish(db, first)
     old = first.chosen["x"]
     _update(db, old, {"action": "DELETE", "status": "IN_PROGRESS"})
-    tr = prepare.prepare_traversal(db, stack, "UPDATE",
+    tr = lifecycle.prepare_traversal(db, stack, "UPDATE",
                                    template.parse("resources: {x: {type: share_server}}"))
     assert tr.chosen["x"] != old and tr.created == (tr.chosen["x"],)
     assert Node(old, C) in tr.graph and Node(old, U) not in tr.graph
@@ -191,7 +191,7 @@ def test_choose_prefers_a_healthy_row_over_a_failed_replacement(db):
         stacks.resource_update_tx(session, failed.id, {}, {"action": "CREATE",
                                                            "status": "FAILED"})
         stacks.resource_update_tx(session, old, {}, {"replaced_by": failed.id})
-    tr = prepare.prepare_traversal(db, stack, "UPDATE",
+    tr = lifecycle.prepare_traversal(db, stack, "UPDATE",
                                    template.parse("resources: {x: {type: share_server}}"))
     assert tr.chosen["x"] == old and tr.created == ()
     assert Node(failed.id, C) in tr.graph and Node(failed.id, U) not in tr.graph
@@ -221,10 +221,10 @@ class _Row:
 def test_rollback_after_a_failed_update_reuses_the_completed_template(db):
     first = _create(db)
     stack = _finish(db, first)
-    second = prepare.prepare_traversal(db, stack, "UPDATE", V2)
+    second = lifecycle.prepare_traversal(db, stack, "UPDATE", V2)
     stack = _finish(db, second, status="FAILED")
     before = _counts(db)["stack_templates"]
-    tr = prepare.prepare_traversal(db, stack, "ROLLBACK")
+    tr = lifecycle.prepare_traversal(db, stack, "ROLLBACK")
     assert tr.template_id == first.template_id and tr.template == V1
     assert _counts(db)["stack_templates"] == before  # no new template row
     stack = stacks.stack_get(db, stack.id)
@@ -242,7 +242,7 @@ def test_rollback_after_a_failed_update_reuses_the_completed_template(db):
 def test_rollback_of_a_failed_create_removes_everything(db):
     first = _create(db)
     stack = _finish(db, first, status="FAILED")
-    tr = prepare.prepare_traversal(db, stack, "ROLLBACK")
+    tr = lifecycle.prepare_traversal(db, stack, "ROLLBACK")
     assert tr.template.resources == {} and tr.chosen == {}
     assert all(not n.is_update for n in tr.graph) and len(tr.graph) == 3
 
@@ -250,15 +250,15 @@ def test_rollback_of_a_failed_create_removes_everything(db):
 def test_delete(db):
     first = _create(db)
     stack = _finish(db, first)
-    tr = prepare.prepare_traversal(db, stack, "DELETE")
+    tr = lifecycle.prepare_traversal(db, stack, "DELETE")
     d, s, c = (first.chosen[n] for n in ("data", "snap", "copy"))
     assert tr.graph.topological_order() == [Node(c, C), Node(s, C), Node(d, C)]
     assert tr.leaves == (Node(c, C),) and _check_requests(db, tr.traversal_id) == [(c, False)]
     assert stacks.stack_get(db, stack.id).action == "DELETE"
     with pytest.raises(prepare.InvalidStackAction):
-        prepare.prepare_traversal(db, stacks.stack_get(db, stack.id), "UPDATE", V1)
+        lifecycle.prepare_traversal(db, stacks.stack_get(db, stack.id), "UPDATE", V1)
     # Deleting again while deleting is allowed (it restarts the traversal).
-    prepare.prepare_traversal(db, stacks.stack_get(db, stack.id), "DELETE")
+    lifecycle.prepare_traversal(db, stacks.stack_get(db, stack.id), "DELETE")
 
 
 def test_nothing_to_do_completes_at_once(db):
@@ -267,7 +267,7 @@ def test_nothing_to_do_completes_at_once(db):
     stack = stacks.stack_get(db, tr.stack_id)
     assert (stack.action, stack.status) == ("CREATE", "COMPLETE")
     assert _counts(db)["sync_points"] == 0 and _counts(db)["requests"] == 0
-    prepare.prepare_traversal(db, stack, "DELETE")
+    lifecycle.prepare_traversal(db, stack, "DELETE")
     assert stacks.stack_get(db, tr.stack_id) is None  # deleted, nothing left to wait for
 
 
@@ -275,17 +275,17 @@ def test_a_stale_stack_loses_and_writes_nothing(db):
     first = _create(db)
     stale = stacks.stack_get(db, first.stack_id)
     stack = _finish(db, first)
-    prepare.prepare_traversal(db, stack, "UPDATE", V2)
+    lifecycle.prepare_traversal(db, stack, "UPDATE", V2)
     before = _counts(db)
     with pytest.raises(prepare.TraversalLost):
-        prepare.prepare_traversal(db, stale, "UPDATE", V1)
+        lifecycle.prepare_traversal(db, stale, "UPDATE", V1)
     assert _counts(db) == before
 
 
 def test_a_lost_race_inside_a_callers_transaction_keeps_the_callers_writes(db):
     first = _create(db)
     stale = stacks.stack_get(db, first.stack_id)
-    prepare.prepare_traversal(db, _finish(db, first), "UPDATE", V2)
+    lifecycle.prepare_traversal(db, _finish(db, first), "UPDATE", V2)
     before = _counts(db)
     with db.session() as session:
         api.request_add_tx(session, "share", "s1", "create", "h@b", {})
@@ -304,7 +304,7 @@ def _race(db, stack, templates):
     def run(i, tmpl):
         try:
             barrier.wait()
-            outcome[i] = prepare.prepare_traversal(db, stack, "UPDATE", tmpl)
+            outcome[i] = lifecycle.prepare_traversal(db, stack, "UPDATE", tmpl)
         except prepare.TraversalLost:
             outcome[i] = None
         except Exception as exc:  # pragma: no cover - reported below
@@ -365,7 +365,7 @@ def _one(requests):
 def test_retrigger_in_the_newer_traversal_when_ready(db):
     first = _create(db)
     stack = _finish(db, first)
-    tr = prepare.prepare_traversal(db, stack, "UPDATE", V1_BIGGER)
+    tr = lifecycle.prepare_traversal(db, stack, "UPDATE", V1_BIGGER)
     d, s = tr.chosen["data"], tr.chosen["snap"]
     # snap's update waits for data's update in the new traversal: not ready.
     assert lifecycle.retrigger(db, stack.id, s) == []
@@ -385,7 +385,7 @@ def test_retrigger_in_the_newer_traversal_when_ready(db):
 def test_retrigger_skips_nodes_that_reported(db):
     first = _create(db)
     stack = _finish(db, first)
-    tr = prepare.prepare_traversal(db, stack, "UPDATE", V1_BIGGER)
+    tr = lifecycle.prepare_traversal(db, stack, "UPDATE", V1_BIGGER)
     d = tr.chosen["data"]
     node = Node(d, U)
     for succ in tr.graph.required_by(node):
@@ -397,7 +397,7 @@ def test_retrigger_skips_nodes_that_reported(db):
 def test_retrigger_a_resource_that_is_only_cleaned_up(db):
     first = _create(db)
     stack = _finish(db, first)
-    tr = prepare.prepare_traversal(db, stack, "DELETE")
+    tr = lifecycle.prepare_traversal(db, stack, "DELETE")
     c = first.chosen["copy"]
     request = _one(lifecycle.retrigger(db, stack.id, c))
     assert (request.args["resource_id"], request.args["is_update"]) == (c, False)
@@ -416,7 +416,7 @@ def test_complete_and_fail(db):
     # A failed traversal keeps its points: its running checks are not superseded.
     assert len(sync_points.list_for_traversal(db, tr.stack_id, tr.traversal_id)) == 7
 
-    second = prepare.prepare_traversal(db, stack, "DELETE")
+    second = lifecycle.prepare_traversal(db, stack, "DELETE")
     for rid in second.names:
         _update(db, rid, {"action": "DELETE", "status": "COMPLETE"})
     with db.session() as session:
@@ -441,6 +441,6 @@ def test_losing_at_the_swap_rolls_back_every_row_created(db, monkeypatch):
     before = _counts(db)
     monkeypatch.setattr(prepare.db_stacks, "stack_swap_traversal_tx", lambda *a, **k: False)
     with pytest.raises(prepare.TraversalLost):
-        prepare.prepare_traversal(db, stack, "UPDATE", V2)  # would add a template, a row, points
+        lifecycle.prepare_traversal(db, stack, "UPDATE", V2)  # would add a template, a row, points
     assert _counts(db) == before
     assert stacks.stack_get(db, stack.id).current_traversal == first.traversal_id
