@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from tests.functional.harness import (
+    Deployment,
     assert_backend_agrees,
     database,
     db_objects,
@@ -100,30 +101,51 @@ def test_every_operation(setup):
     assert reqs and all(r["status"] == "done" for r in reqs), reqs
 
 
-def test_bad_input_changes_nothing(deployment):
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory):
+    """One running deployment for the bad-input cases: a share of 2 GiB with
+    a snapshot, and the requests written so far."""
+    d = Deployment(tmp_path_factory.mktemp("bad-input") / "d", backends=BACKENDS)
+    try:
+        d.sync()
+        d.start()
+        share = _id(d, "share", "create", "2", "--proto", "NFS")
+        _id(d, "snapshot", "create", share)
+        yield d, share, d.json("request", "list")
+    finally:
+        d.stop_all()
+
+
+BAD_INPUT = [
+    (("share", "create", "-1", "--proto", "NFS"), "positive"),
+    (("share", "create", "1", "--proto", "FTP"), "unknown protocol"),
+    (("share", "create", "1", "--proto", "NFS", "--backend", "nope"), "unknown backend"),
+    (("share", "create", "1", "--proto", "NFS", "--backend", "dhss"), "--share-server"),
+    (("share", "shrink", "{share}", "5"), "only 2"),
+    (("share", "extend", "{share}", "1"), "already 2"),
+    (("share", "delete", "{share}"), "has snapshots"),
+    (("share", "show", "no-such-id"), "no share"),
+    (("share", "reset-state", "{share}", "--state", "bogus"), "valid: creating"),
+    (("snapshot", "create", "no-such-id"), "no share"),
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD_INPUT, ids=[n for _, n in BAD_INPUT])
+def test_bad_input_changes_nothing(refusing, args, needle):
+    d, share, before = refusing
+    args = tuple(a.format(share=share) for a in args)
+    out = d.sharectl(*args, check=False)
+    assert out.returncode == 2, (args, out.stdout, out.stderr)
+    assert needle in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+    assert d.json("request", "list") == before
+
+
+def test_an_operation_in_a_transient_status_changes_nothing(deployment):
     d = deployment(backends=BACKENDS)
     d.sync()
     d.start()
     share = _id(d, "share", "create", "2", "--proto", "NFS")
-    _id(d, "snapshot", "create", share)
     before = d.json("request", "list")
-    cases = [
-        (("share", "create", "-1", "--proto", "NFS"), "positive"),
-        (("share", "create", "1", "--proto", "FTP"), "unknown protocol"),
-        (("share", "create", "1", "--proto", "NFS", "--backend", "nope"), "unknown backend"),
-        (("share", "create", "1", "--proto", "NFS", "--backend", "dhss"), "--share-server"),
-        (("share", "shrink", share, "5"), "only 2"),
-        (("share", "extend", share, "1"), "already 2"),
-        (("share", "delete", share), "has snapshots"),
-        (("share", "show", "no-such-id"), "no share"),
-        (("share", "reset-state", share, "--state", "bogus"), "valid: creating"),
-        (("snapshot", "create", "no-such-id"), "no share"),
-    ]
-    for args, needle in cases:
-        out = d.sharectl(*args, check=False)
-        assert out.returncode == 2, (args, out.stdout, out.stderr)
-        assert needle in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
-    # An operation on a resource in a transient status is refused too.
     d.sharectl("share", "reset-state", share, "--state", "extending")
     out = d.sharectl("share", "extend", share, "5", check=False)
     assert out.returncode == 2 and "'extending'" in out.stderr

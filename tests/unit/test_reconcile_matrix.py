@@ -10,6 +10,8 @@ that the rules data says the same thing, the others that a pass does it.
 
 from __future__ import annotations
 
+import types
+
 import pytest
 from sharemgr.common import vocab
 from sharemgr.db import api, models
@@ -359,25 +361,35 @@ def test_stages_run_in_dependency_order(sqlite_db, tmp_path):
         eng.close()
 
 
-def test_dry_run_changes_nothing_and_returns_the_plan(engine):
+@pytest.fixture
+def dry_run(engine):
+    """A dry run over the whole table, a dead engine's resource and a pending
+    one: the rows and the result."""
     db = engine.db
-    rows = _whole_table(engine)
-    dead = engine_id()
-    inst = make_share(db, vocab.CREATING)
-    dead_req = add_request(db, vocab.SHARE_INSTANCE, inst.id, HOSTBE, vocab.REQUEST_RUNNING, dead)
-    pending = make_share(db, vocab.CREATING)
-    add_request(db, vocab.SHARE_INSTANCE, pending.id, HOSTBE)
+    run = types.SimpleNamespace(engine=engine, db=db, rows=_whole_table(engine))
+    run.inst = make_share(db, vocab.CREATING)
+    run.dead_req = add_request(db, vocab.SHARE_INSTANCE, run.inst.id, HOSTBE,
+                               vocab.REQUEST_RUNNING, engine_id())
+    run.pending = make_share(db, vocab.CREATING)
+    add_request(db, vocab.SHARE_INSTANCE, run.pending.id, HOSTBE)
+    run.result = engine.run(dry_run=True)
+    return run
 
-    result = engine.run(dry_run=True)
 
-    for (rtype, status), ident in rows.items():
+def test_dry_run_changes_nothing(dry_run):
+    db, result = dry_run.db, dry_run.result
+    for (rtype, status), ident in dry_run.rows.items():
         assert fetch(db, rtype, ident).status == status
-    assert fetch(db, vocab.SHARE_INSTANCE, inst.id).status == vocab.CREATING
-    assert request_row(db, dead_req).status == vocab.REQUEST_RUNNING
-    assert engine.driver.calls == []
+    assert fetch(db, vocab.SHARE_INSTANCE, dry_run.inst.id).status == vocab.CREATING
+    assert request_row(db, dry_run.dead_req).status == vocab.REQUEST_RUNNING
+    assert dry_run.engine.driver.calls == []
     assert result["outcomes"] == {}
     assert result["abandoned_requests"] == 0
-    plan = {p["id"]: p for p in result["plan"]}
+
+
+def test_dry_run_returns_the_plan(dry_run):
+    rows, inst, pending = dry_run.rows, dry_run.inst, dry_run.pending
+    plan = {p["id"]: p for p in dry_run.result["plan"]}
     assert set(plan) == set(rows.values()) | {inst.id, pending.id}
     for (rtype, status), ident in rows.items():
         action, error = EXPECTED[rtype][status]
@@ -390,34 +402,51 @@ def test_dry_run_changes_nothing_and_returns_the_plan(engine):
     # The dead engine's resource would be settled; the pending one skipped.
     assert plan[inst.id]["action"] == "query get_share_status"
     assert (plan[pending.id]["action"], plan[pending.id]["reason"]) == ("skip", "request pending")
-    record = db_rec.passes(db, pass_id=result["id"])[0]
+
+
+def test_dry_run_is_recorded_with_its_plan(dry_run):
+    result = dry_run.result
+    record = db_rec.passes(dry_run.db, pass_id=result["id"])[0]
     assert record.dry_run is True
     assert record.summary["plan"] == result["plan"]
 
 
-def test_the_pass_record_holds_the_summary(engine):
+@pytest.fixture
+def recorded(engine):
+    """A pass (trigger 'manual:7') that settles two shares, one to error and
+    one a dead engine's delete, and skips a busy one: the shares, the result
+    and the pass record."""
     db = engine.db
+    run = types.SimpleNamespace(engine=engine, db=db)
     a = make_share(db, vocab.CREATING)
     b = make_share(db, vocab.DELETING)
-    c = make_share(db, vocab.CREATING, task_state="migration_in_progress")
+    run.busy = make_share(db, vocab.CREATING, task_state="migration_in_progress")
     engine.driver.answers[a.id] = "missing"
-    dead = engine_id()
-    add_request(db, vocab.SHARE_INSTANCE, b.id, HOSTBE, vocab.REQUEST_RUNNING, dead,
+    add_request(db, vocab.SHARE_INSTANCE, b.id, HOSTBE, vocab.REQUEST_RUNNING, engine_id(),
                 action="delete")
+    run.result = engine.run(trigger="manual:7")
+    run.record = db_rec.passes(db, host=HOST)[0]
+    return run
 
-    result = engine.run(trigger="manual:7")
 
-    record = db_rec.passes(db, host=HOST)[0]
-    assert record.id == result["id"]
+def test_the_pass_record_names_the_pass(recorded):
+    record = recorded.record
+    assert record.id == recorded.result["id"]
     assert (record.host, record.engine_id, record.trigger, record.dry_run) == (
-        HOST, engine.engine_id, "manual:7", False)
+        HOST, recorded.engine.engine_id, "manual:7", False)
     assert record.finished_at is not None and record.finished_at >= record.started_at
-    summary = record.summary
+
+
+def test_the_pass_record_holds_the_summary(recorded):
+    summary = recorded.record.summary
     assert summary["outcomes"] == {vocab.SHARE_INSTANCE: {vocab.ERROR: 1, vocab.DELETED: 1}}
     assert summary["skipped"] == {"busy task_state migration_in_progress": 1}
     assert summary["abandoned_requests"] == 1
     assert summary["failures"] == 0
     assert summary["duration_seconds"] >= 0
     assert summary["plan"] == []
-    assert {k: v for k, v in result.items() if k != "id"} == summary
-    assert fetch(db, vocab.SHARE_INSTANCE, c.id).status == vocab.CREATING
+    assert {k: v for k, v in recorded.result.items() if k != "id"} == summary
+
+
+def test_the_recorded_pass_left_the_busy_share_alone(recorded):
+    assert fetch(recorded.db, vocab.SHARE_INSTANCE, recorded.busy.id).status == vocab.CREATING

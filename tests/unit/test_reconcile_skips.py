@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import types
 
 import pytest
 from sharemgr.common import vocab
@@ -504,48 +505,61 @@ def test_every_rule_is_reachable_by_the_scan(engine):
 # The same on every database ----------------------------------------------------------------
 
 
-def test_requests_locks_and_hosts_on_every_database(db, tmp_path):
+@pytest.fixture
+def mixed_pass(any_engine):
     """Pending, alive, dead, locked, another backend's and a settled one in
-    one pass, on SQLite, PostgreSQL and MariaDB."""
-    eng = Engine(db, coord_url(tmp_path))
-    try:
-        peer = eng.peer()
-        pending = make_share(db, vocab.CREATING, host=f"{HOSTBE}#p")
-        add_request(db, vocab.SHARE_INSTANCE, pending.id, f"{HOSTBE}#p")
-        alive = make_share(db, vocab.DELETING)
-        alive_req = add_request(db, vocab.SHARE_INSTANCE, alive.id, HOSTBE, vocab.REQUEST_RUNNING,
-                                peer.member_id, action="delete")
-        dead = make_share(db, vocab.EXTENDING)
-        dead_req = add_request(db, vocab.SHARE_INSTANCE, dead.id, HOSTBE, vocab.REQUEST_RUNNING,
-                               engine_id(), action="extend")
-        locked = make(db, vocab.SNAPSHOT_INSTANCE, vocab.CREATING)
-        elsewhere = make_share(db, vocab.CREATING, host=f"{HOSTBE}2")
-        free = make(db, vocab.REPLICA, vocab.CREATING)
-        with peer.try_lock(lock_name(vocab.SNAPSHOT_INSTANCE, locked.id)) as got:
-            assert got
-            result = eng.run()
-        status = {r.id: fetch(db, vocab.SHARE_INSTANCE, r.id).status
-                  for r in (pending, alive, dead, elsewhere, free)}
-        assert status == {
-            pending.id: vocab.CREATING,
-            alive.id: vocab.DELETING,
-            dead.id: vocab.AVAILABLE,
-            elsewhere.id: vocab.CREATING,
-            free.id: vocab.AVAILABLE,
-        }
-        assert fetch(db, vocab.SNAPSHOT_INSTANCE, locked.id).status == vocab.CREATING
-        assert api.get(db, models.Share, dead.share_id).size == BACKEND_SIZE
-        assert request_row(db, alive_req).status == vocab.REQUEST_RUNNING
-        assert request_row(db, dead_req).status == vocab.REQUEST_ABANDONED
-        assert result["skipped"] == {"request pending": 1, "in progress": 1,
-                                     "locked by another engine": 1}
-        assert result["outcomes"] == {vocab.SHARE_INSTANCE: {vocab.AVAILABLE: 1},
-                                      vocab.REPLICA: {vocab.AVAILABLE: 1}}
-        assert result["abandoned_requests"] == 1
-        assert db_rec.passes(db, pass_id=result["id"])[0].summary["skipped"] == \
-            result["skipped"]
-    finally:
-        eng.close()
+    one pass, on SQLite, PostgreSQL and MariaDB: the rows and the result."""
+    eng = any_engine
+    db = eng.db
+    peer = eng.peer()
+    rows = types.SimpleNamespace(db=db)
+    rows.pending = make_share(db, vocab.CREATING, host=f"{HOSTBE}#p")
+    add_request(db, vocab.SHARE_INSTANCE, rows.pending.id, f"{HOSTBE}#p")
+    rows.alive = make_share(db, vocab.DELETING)
+    rows.alive_req = add_request(db, vocab.SHARE_INSTANCE, rows.alive.id, HOSTBE,
+                                 vocab.REQUEST_RUNNING, peer.member_id, action="delete")
+    rows.dead = make_share(db, vocab.EXTENDING)
+    rows.dead_req = add_request(db, vocab.SHARE_INSTANCE, rows.dead.id, HOSTBE,
+                                vocab.REQUEST_RUNNING, engine_id(), action="extend")
+    rows.locked = make(db, vocab.SNAPSHOT_INSTANCE, vocab.CREATING)
+    rows.elsewhere = make_share(db, vocab.CREATING, host=f"{HOSTBE}2")
+    rows.free = make(db, vocab.REPLICA, vocab.CREATING)
+    with peer.try_lock(lock_name(vocab.SNAPSHOT_INSTANCE, rows.locked.id)) as got:
+        assert got
+        rows.result = eng.run()
+    return rows
+
+
+def test_requests_locks_and_hosts_on_every_database(mixed_pass):
+    r, db = mixed_pass, mixed_pass.db
+    status = {row.id: fetch(db, vocab.SHARE_INSTANCE, row.id).status
+              for row in (r.pending, r.alive, r.dead, r.elsewhere, r.free)}
+    assert status == {
+        r.pending.id: vocab.CREATING,
+        r.alive.id: vocab.DELETING,
+        r.dead.id: vocab.AVAILABLE,
+        r.elsewhere.id: vocab.CREATING,
+        r.free.id: vocab.AVAILABLE,
+    }
+    assert fetch(db, vocab.SNAPSHOT_INSTANCE, r.locked.id).status == vocab.CREATING
+    assert api.get(db, models.Share, r.dead.share_id).size == BACKEND_SIZE
+
+
+def test_requests_of_alive_and_dead_engines_on_every_database(mixed_pass):
+    r, db = mixed_pass, mixed_pass.db
+    assert request_row(db, r.alive_req).status == vocab.REQUEST_RUNNING
+    assert request_row(db, r.dead_req).status == vocab.REQUEST_ABANDONED
+
+
+def test_the_mixed_pass_summary_on_every_database(mixed_pass):
+    result = mixed_pass.result
+    assert result["skipped"] == {"request pending": 1, "in progress": 1,
+                                 "locked by another engine": 1}
+    assert result["outcomes"] == {vocab.SHARE_INSTANCE: {vocab.AVAILABLE: 1},
+                                  vocab.REPLICA: {vocab.AVAILABLE: 1}}
+    assert result["abandoned_requests"] == 1
+    assert db_rec.passes(mixed_pass.db, pass_id=result["id"])[0].summary["skipped"] == \
+        result["skipped"]
 
 
 # Two engines of one host, one pass each, at the same time ------------------------------------
