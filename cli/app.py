@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any
 
 from cliff.app import App
 from cliff.commandmanager import CommandManager
@@ -43,14 +44,14 @@ class SharectlApp(App):
             logging.getLogger("alembic").setLevel(logging.WARNING)
 
     @property
-    def context(self):  # noqa: ANN201 - commands.Context
+    def context(self) -> commands.Context:
         """Config, database and coordination, opened on first use so that
         ``--help`` needs none of them."""
         if self._context is None:
             self._context = commands.Context(self.options.config_file)
         return self._context
 
-    def clean_up(self, cmd, result, err) -> None:  # noqa: ANN001
+    def clean_up(self, cmd: Any, result: int, err: BaseException | None) -> None:
         if self._context is not None:
             self._context.close()
             self._context = None

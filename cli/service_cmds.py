@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from sharemgr.cli import base
@@ -11,7 +12,7 @@ from sharemgr.db import api as db_api
 class ServiceList(base.Lister):
     """List share-manager engines; 'alive' is tooz group membership."""
 
-    def get_parser(self, prog_name: str):  # noqa: ANN201
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("--all", action="store_true", help="include stopped engines")
         return parser

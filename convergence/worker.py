@@ -45,8 +45,9 @@ will not report (Heat's hang). Any unexpected exception takes the same path.
 from __future__ import annotations
 
 import collections
+import enum
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,10 +64,11 @@ from sharemgr.convergence.template import (
     diff_properties,
     resolve_properties,
 )
-from sharemgr.db import stack_work, stacks, sync_points
+from sharemgr.db import models, stack_work, stacks, sync_points
 from sharemgr.db.engine import Database
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale
+from sqlalchemy.orm import Session
 
 LOG = logging.getLogger(__name__)
 
@@ -101,9 +103,19 @@ class _Outcome:
     bailed: str | None = None  # a row was locked by a live engine
 
 
+class Kind(enum.StrEnum):
+    """What an update node does to its resource."""
+
+    NOOP = "noop"
+    CREATE = "create"
+    UPDATE = "update"
+    REPLACE = "replace"
+    BUSY = "busy"  # another operation is under way on it
+
+
 @dataclass
 class _Decision:
-    kind: str  # noop | create | update | replace | busy
+    kind: Kind
     props: dict
     observed: phys.Observed
     in_place: Mapping[str, Any]
@@ -118,7 +130,7 @@ class _Cache:
         self._items: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: Any, load: Any) -> Any:
+    def get(self, key: Hashable, load: Callable[[], Any]) -> Any:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -155,7 +167,7 @@ class Worker:
         # Rows this engine's checks hold or are taking, with how many checks.
         self._claims: collections.Counter[int] = collections.Counter()
 
-    def __call__(self, req: Any) -> None:
+    def __call__(self, req: models.Request) -> None:
         with self._inflight_lock:
             self._inflight.add(req.id)
         try:
@@ -176,7 +188,7 @@ class Worker:
 
     # Loading -------------------------------------------------------------------------
 
-    def template(self, stack: Any) -> Template:
+    def template(self, stack: models.Stack) -> Template:
         """The template of the stack's current traversal. Cached by traversal,
         not by template id: SQLite reuses the id of a purged template."""
         template_id = stack.template_id
@@ -198,7 +210,7 @@ class Worker:
 
     # The check ----------------------------------------------------------------------
 
-    def check(self, req: Any) -> None:
+    def check(self, req: models.Request) -> None:
         args = req.args or {}
         node = Node(int(args["resource_id"]), bool(args["is_update"]))
         traversal, stack_id = args["traversal"], args["stack_id"]
@@ -239,7 +251,7 @@ class Worker:
         if outcome.bailed:
             raise Skip(outcome.bailed)
 
-    def tidy(self, row: Any) -> bool:
+    def tidy(self, row: models.StackResource | None) -> bool:
         """The traversal ended (FAILED) while a dead engine's check of this
         row was cut short: end the row's action and drop the dead lock, so
         the row does not look busy until the next user action. A row whose
@@ -266,7 +278,7 @@ class Worker:
 
     # Routing and locks ------------------------------------------------------------------
 
-    def _route(self, stack: Any, row: Any, node: Node, graph: Graph,
+    def _route(self, stack: models.Stack, row: models.StackResource, node: Node, graph: Graph,
                input_data: Mapping[str, Any]) -> str | None:
         """Where this node's physical work must run (see the module doc);
         None: any engine. A failure to tell is decided under the lock, here."""
@@ -282,7 +294,7 @@ class Worker:
             LOG.debug("node %s: no route (%s); deciding here", node, exc)
             return None
 
-    def _take(self, rid: int, row: Any) -> str | None:
+    def _take(self, rid: int, row: models.StackResource) -> str | None:
         """Lock ``rid``: None when held now, else why not (the caller bails)."""
         with self._inflight_lock:
             self._claims[rid] += 1
@@ -310,7 +322,7 @@ class Worker:
         finally:
             self._untake(rid)
 
-    def _try_take(self, rid: int, row: Any) -> str | None:
+    def _try_take(self, rid: int, row: models.StackResource) -> str | None:
         got = stacks.resource_lock_acquire(self.db, rid, self.engine_id)
         if got.acquired:
             return None
@@ -357,7 +369,8 @@ class Worker:
             return self._update(ctx, stack, row)
         return self._cleanup(ctx, stack, row)
 
-    def _effective(self, stack: Any, row: Any) -> tuple[Any, bool]:
+    def _effective(self, stack: models.Stack, row: models.StackResource
+                   ) -> tuple[models.StackResource, bool]:
         """The row an update node works on: its replacement if a check of this
         traversal made one before it was cut short (same template, not being
         deleted), else the row itself. The flag says whether the row's
@@ -371,7 +384,7 @@ class Worker:
             return new, False
         return row, True
 
-    def _orphan(self, ctx: _Ctx, row: Any) -> Any | None:
+    def _orphan(self, ctx: _Ctx, row: models.StackResource) -> models.StackResource | None:
         """A replacement of ``row`` that this node must delete itself before
         it goes on: one made by a check of this traversal that a crash cut
         short (hence not in the graph, so no clean-up node will come for
@@ -389,30 +402,31 @@ class Worker:
         return new if phys.observe(self.db, new.type, new.physical_id).state == phys.ERROR \
             else None
 
-    def _decide(self, stack: Any, row: Any, effective: Any,
-                input_data: Mapping[str, Any]) -> _Decision:
+    def _decide(self, stack: models.Stack, row: models.StackResource,
+                effective: models.StackResource, input_data: Mapping[str, Any]) -> _Decision:
         defn = self.template(stack).resources[row.name]
         props = resolve_properties(defn, data_by_name(input_data))
         observed = phys.observe(self.db, effective.type, effective.physical_id)
-        kind, in_place = "replace", {}
+        kind, in_place = Kind.REPLACE, {}
         if effective.action == vocab.STACK_DELETE:
-            kind = "replace"  # spec 001: an update node whose row is being deleted
+            kind = Kind.REPLACE  # spec 001: an update node whose row is being deleted
         elif observed.state == phys.GONE:
-            kind = "create"
+            kind = Kind.CREATE
         elif observed.state == phys.BUSY:
-            kind = "busy"
+            kind = Kind.BUSY
         elif observed.state == phys.OK:
             current = {**(effective.properties or {}), **observed.actual}
             diff = diff_properties(effective.type, current, props)
             if not diff.replace:
-                kind, in_place = ("update", diff.in_place) if diff.changed else ("noop", {})
-        if kind in ("create", "replace"):
+                kind, in_place = (Kind.UPDATE, diff.in_place) if diff.changed \
+                    else (Kind.NOOP, {})
+        if kind in (Kind.CREATE, Kind.REPLACE):
             host = phys.target_host(self.db, effective.type, props)
         else:
             host = observed.host
         return _Decision(kind, props, observed, in_place, host)
 
-    def _update(self, ctx: _Ctx, stack: Any, row: Any) -> _Outcome:
+    def _update(self, ctx: _Ctx, stack: models.Stack, row: models.StackResource) -> _Outcome:
         orphan = self._orphan(ctx, row)
         if orphan is not None:
             outcome = self._delete_orphan(ctx, orphan)
@@ -429,7 +443,7 @@ class Worker:
         return self._failed(row, _nominal(row), "its physical resources kept changing "
                             f"while it was planned ({REPLAN_ATTEMPTS} attempts)")
 
-    def _delete_orphan(self, ctx: _Ctx, orphan: Any) -> _Outcome | None:
+    def _delete_orphan(self, ctx: _Ctx, orphan: models.StackResource) -> _Outcome | None:
         """Delete a cut replacement (see ``_orphan``); None when it is gone."""
         if orphan.id not in ctx.held:
             busy = self._take(orphan.id, orphan)
@@ -442,7 +456,8 @@ class Worker:
         return None if outcome.failed is None and not outcome.superseded \
             and not outcome.bailed else outcome
 
-    def _update_once(self, ctx: _Ctx, stack: Any, row: Any) -> _Outcome | None:
+    def _update_once(self, ctx: _Ctx, stack: models.Stack, row: models.StackResource
+                     ) -> _Outcome | None:
         """One try at the update node; None: a physical row changed since it
         was planned, plan again."""
         effective, unreplace = self._effective(stack, row)
@@ -457,7 +472,7 @@ class Worker:
             d = self._decide(stack, row, effective, ctx.input_data)
         except TemplateError as exc:
             return self._failed(effective, _nominal(effective), str(exc))
-        if d.kind == "busy":
+        if d.kind == Kind.BUSY:
             return self._failed(effective, _nominal(effective),
                                 f"physical resource {effective.physical_id} "
                                 f"is {d.observed.status}: another operation is under way")
@@ -470,24 +485,24 @@ class Worker:
                  "requires": sorted(set(effective.requires or ()) | set(deps))}
         name = phys.new_name(ctx.stack_name, row.name, d.props)
 
-        if d.kind == "noop":
+        if d.kind == Kind.NOOP:
             return self._noop(ctx, row, effective, d, final)
         try:
-            if d.kind == "update":
+            if d.kind == Kind.UPDATE:
                 plan = phys.plan_update(self.db, effective.type, effective.physical_id,
                                         d.in_place, name)
             else:
                 plan = phys.plan_create(self.db, effective.type, d.props, name, self.placement)
         except phys.CheckError as exc:
-            return self._failed(effective, vocab.STACK_UPDATE if d.kind == "update"
+            return self._failed(effective, vocab.STACK_UPDATE if d.kind == Kind.UPDATE
                                 else vocab.STACK_CREATE, str(exc))
-        action = vocab.STACK_UPDATE if d.kind == "update" else vocab.STACK_CREATE
+        action = vocab.STACK_UPDATE if d.kind == Kind.UPDATE else vocab.STACK_CREATE
         if plan.physical_id is not None:
             start["physical_id"] = plan.physical_id
         work = stack_work.Begin(action, start, plan.add, plan.changes,
                         plan.op.request({"stack_id": ctx.stack_id}) if plan.op else None)
         begun = stack_work.begin(self.db, effective.id, self.engine_id, ctx.stack_id, ctx.traversal,
-                         work, replace=d.kind == "replace",
+                         work, replace=d.kind == Kind.REPLACE,
                          replace_template_id=stack.template_id, replace_requires=deps)
         if isinstance(begun, str):
             return _not_begun(begun, effective.id)
@@ -499,8 +514,8 @@ class Worker:
                      effective.id, begun.resource_id)
         return self._carry_out(ctx, row.name, begun, action, plan, final)
 
-    def _noop(self, ctx: _Ctx, row: Any, effective: Any, d: _Decision,
-              final: dict) -> _Outcome:
+    def _noop(self, ctx: _Ctx, row: models.StackResource, effective: models.StackResource,
+              d: _Decision, final: dict) -> _Outcome:
         """Nothing to change: record the template and dependencies (and finish
         an action a dead engine left IN_PROGRESS whose resource turned out
         fine)."""
@@ -534,12 +549,12 @@ class Worker:
         return _Outcome(data=ResourceData(name, row.id, row.physical_id,
                                           observed.attributes).to_dict())
 
-    def _cleanup(self, ctx: _Ctx, stack: Any, row: Any) -> _Outcome:
+    def _cleanup(self, ctx: _Ctx, stack: models.Stack, row: models.StackResource) -> _Outcome:
         if (row.id, True) in ctx.graph and row.replaced_by is None:
             return _Outcome()  # still wanted: nothing to clean up
         return self._delete_row(ctx, row)
 
-    def _delete_row(self, ctx: _Ctx, row: Any) -> _Outcome:
+    def _delete_row(self, ctx: _Ctx, row: models.StackResource) -> _Outcome:
         """Delete the physical resource of a row this check holds, then mark
         the row DELETE COMPLETE; a physical row that changed meanwhile is
         planned again."""
@@ -553,7 +568,7 @@ class Worker:
         return self._failed(row, vocab.STACK_DELETE, "its physical resources kept changing while "
                             f"its delete was planned ({REPLAN_ATTEMPTS} attempts)")
 
-    def _delete_once(self, ctx: _Ctx, row: Any) -> _Outcome | None:
+    def _delete_once(self, ctx: _Ctx, row: models.StackResource) -> _Outcome | None:
         if row.action == vocab.STACK_DELETE and row.status == vocab.STACK_COMPLETE:
             return _Outcome()
         observed = phys.observe(self.db, row.type, row.physical_id)
@@ -573,7 +588,7 @@ class Worker:
         outcome.data = None  # clean-up nodes pass nothing on
         return outcome
 
-    def _failed(self, row: Any, action: str, reason: str) -> _Outcome:
+    def _failed(self, row: models.StackResource, action: str, reason: str) -> _Outcome:
         reason = f"{row.name}: {reason}"
         self._mark_failed(row.id, reason, action)
         return _Outcome(failed=reason)
@@ -610,7 +625,7 @@ class Worker:
         stack's. False if a point is missing (a newer traversal exists)."""
         node, graph, traversal = ctx.node, ctx.graph, ctx.traversal
         for succ in sorted(graph.required_by(node)):
-            def ready(session: Any, input_data: dict, succ: Node = succ) -> None:
+            def ready(session: Session, input_data: dict, succ: Node = succ) -> None:
                 prepare.enqueue_check_tx(session, ctx.stack_id, traversal, succ, input_data)
 
             result = sync_points.sync(
@@ -626,7 +641,7 @@ class Worker:
             if not result.found:
                 return False
         if graph.is_root(node):
-            def complete(session: Any, _input: dict) -> None:
+            def complete(session: Session, _input: dict) -> None:
                 lifecycle.complete_tx(session, ctx.stack_id, traversal)
 
             result = sync_points.sync(self.db, ctx.stack_id, traversal, True, node.key, None,
@@ -667,7 +682,7 @@ def _not_begun(why: str, rid: int) -> _Outcome | None:
     return _Outcome(superseded=True)
 
 
-def _nominal(row: Any) -> str:
+def _nominal(row: models.StackResource) -> str:
     """The action an update node performs on ``row``, for its FAILED state."""
     if row.action == vocab.STACK_INIT or \
             (row.action == vocab.STACK_CREATE and row.status != vocab.STACK_COMPLETE):

@@ -26,7 +26,7 @@ def safe_url(url: str) -> str:
         return "<unparsable database URL>"
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     # Autocommit at the driver level; SQLAlchemy's "begin" event below issues
     # BEGIN IMMEDIATE so that a read-then-write transaction never fails to
     # upgrade its lock when another process wrote in between.
@@ -39,7 +39,7 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
     cur.close()
 
 
-def _sqlite_begin(conn) -> None:  # noqa: ANN001
+def _sqlite_begin(conn: Any) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
