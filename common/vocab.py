@@ -41,6 +41,9 @@ BACKUP_CREATING = "backup_creating"
 BACKUP_RESTORING = "backup_restoring"
 BACKUP_RESTORING_ERROR = "backup_restoring_error"
 
+# Share protocols, as Manila names them.
+PROTOCOLS = ("NFS", "CIFS", "CEPHFS", "GLUSTERFS", "HDFS", "MAPRFS")
+
 # Replica states (share_instances.replica_state).
 REPLICA_ACTIVE = "active"
 REPLICA_IN_SYNC = "in_sync"

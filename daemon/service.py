@@ -17,7 +17,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import migration
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
 from sharemgr.drivers import loader
-from sharemgr.manager import config, ensure
+from sharemgr.manager import config, ensure, operations
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.coordination import safe_url as c_url
 from sharemgr.manager.operations import Operations
@@ -112,7 +112,8 @@ class ShareManagerService:
             raise StartupError(str(exc))
         self.hosts = [f"{self.host}@{backend}" for backend in self.drivers]
         self.operations = Operations(self.db, self.drivers, self.coordinator, self.engine_id)
-        self.handlers.update(self.operations.handlers)
+        for rtype, action in operations.HANDLERS:
+            self.handlers.add(rtype, action, self.operations.handle)
         self.stacks = StackEngine(self.db, self.operations, self.coordinator, self.engine_id,
                                   self.host, self.drivers)
         self.stacks.register(self.handlers)

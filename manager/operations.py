@@ -9,7 +9,6 @@ it expects, in one transaction with any other row the outcome touches.
 from __future__ import annotations
 
 import contextlib
-import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,15 +18,11 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
 from sharemgr.drivers.exceptions import ShareResourceNotFound
-from sharemgr.manager import views
-from sharemgr.manager.coordination import Coordinator, resource_lock_name
+from sharemgr.manager import kinds, views
+from sharemgr.manager.coordination import Coordinator
+from sharemgr.manager.plans import Change, Op
 
 LOG = logging.getLogger(__name__)
-
-Change = tuple[type, Any, dict[str, Any], dict[str, Any]]
-
-# Replicas are share instances: one lock per row, whatever the request calls it.
-LOCK_TYPE = {vocab.REPLICA: vocab.SHARE_INSTANCE}
 
 
 class OperationFailed(Exception):
@@ -40,7 +35,7 @@ class Stale(Exception):
 
 
 def lock_name(rtype: str, ident: str) -> bytes:
-    return resource_lock_name(LOCK_TYPE.get(rtype, rtype), ident)
+    return kinds.kind(rtype).lock_name(ident)
 
 
 def _deleted() -> dict[str, Any]:
@@ -59,40 +54,23 @@ class Operations:
         self.drivers = drivers
         self.coordinator = coordinator
         self.engine_id = engine_id
-        self.handlers: dict[tuple[str, str], Callable[[models.Request], None]] = {
-            (vocab.SHARE_INSTANCE, "create"): self.create_share,
-            (vocab.SHARE_INSTANCE, "delete"): self.delete_share,
-            (vocab.SHARE_INSTANCE, "extend"): self.resize_share,
-            (vocab.SHARE_INSTANCE, "shrink"): self.resize_share,
-            (vocab.SNAPSHOT_INSTANCE, "create"): self.create_snapshot,
-            (vocab.SNAPSHOT_INSTANCE, "delete"): self.delete_snapshot,
-            (vocab.REPLICA, "create"): self.create_replica,
-            (vocab.REPLICA, "delete"): self.delete_replica,
-            (vocab.SHARE_SERVER, "create"): self.create_share_server,
-            (vocab.SHARE_SERVER, "delete"): self.delete_share_server,
-            (vocab.SHARE_GROUP, "create"): self.create_share_group,
-            (vocab.SHARE_GROUP, "delete"): self.delete_share_group,
-            (vocab.GROUP_SNAPSHOT, "create"): self.create_group_snapshot,
-            (vocab.GROUP_SNAPSHOT, "delete"): self.delete_group_snapshot,
-            (vocab.BACKUP, "create"): self.create_backup,
-            (vocab.BACKUP, "delete"): self.delete_backup,
-            (vocab.BACKUP, "restore"): self.restore_backup,
-        }
 
     # Plumbing --------------------------------------------------------------
 
-    def run(self, req: models.Request) -> None:
-        handler = self.handlers.get((req.resource_type, req.action))
-        if handler is None:
-            raise OperationFailed(f"unknown request {req.resource_type} {req.action}")
-        handler(req)
+    def perform(self, op: Op, held: bool = False) -> None:
+        """Carry out ``op`` in this thread: the one entry for the request
+        runner, the reconciler and stacks. ``held``: the caller (the
+        reconciler) already holds the resource's lock. Raises
+        ``OperationFailed`` (the resource is in its error status) or
+        ``Stale``."""
+        name = HANDLERS.get((op.kind, op.action))
+        if name is None:
+            raise OperationFailed(f"unknown request {op.kind} {op.action}")
+        getattr(self, name)(op, held)
 
-    def retry_delete(self, rtype: str, ident: str) -> None:
-        """Run the delete of a resource stuck in deleting again, as a request
-        would (the caller holds the resource lock)."""
-        req = types.SimpleNamespace(resource_type=rtype, resource_id=ident, action="delete",
-                                    args={})
-        self.handlers[(rtype, "delete")](req, held=True)
+    def handle(self, req: models.Request) -> None:
+        """The request runner's handler for a claimed request."""
+        self.perform(Op.of_request(req))
 
     def driver_for(self, host: str) -> Any:
         backend = views.backend_of(host)
@@ -192,10 +170,10 @@ class Operations:
 
     # Shares ------------------------------------------------------------------
 
-    def create_share(self, req: models.Request) -> None:
-        inst0 = db_api.get(self.db, models.ShareInstance, req.resource_id)
+    def create_share(self, op: Op, held: bool = False) -> None:
+        inst0 = db_api.get(self.db, models.ShareInstance, op.ident)
         if inst0 is None:
-            raise Stale(f"share instance {req.resource_id} is gone")
+            raise Stale(f"share instance {op.ident} is gone")
         driver = self.driver_for(inst0.host)
 
         def call(inst: models.ShareInstance) -> Any:
@@ -216,12 +194,13 @@ class Operations:
                                  {"status": vocab.AVAILABLE,
                                   "export_locations": views.export_locations(locs)})],
             {"status": vocab.ERROR}, f"create of share instance {inst0.id}",
+            held=held,
         )
 
-    def delete_share(self, req: models.Request, held: bool = False) -> None:
-        inst0 = db_api.get(self.db, models.ShareInstance, req.resource_id)
+    def delete_share(self, op: Op, held: bool = False) -> None:
+        inst0 = db_api.get(self.db, models.ShareInstance, op.ident)
         if inst0 is None:
-            raise Stale(f"share instance {req.resource_id} is gone")
+            raise Stale(f"share instance {op.ident} is gone")
         driver = self.driver_for(inst0.host)
         self._perform(
             vocab.SHARE_INSTANCE,
@@ -235,13 +214,13 @@ class Operations:
             held=held,
         )
 
-    def resize_share(self, req: models.Request) -> None:
-        inst0 = db_api.get(self.db, models.ShareInstance, req.resource_id)
+    def resize_share(self, op: Op, held: bool = False) -> None:
+        inst0 = db_api.get(self.db, models.ShareInstance, op.ident)
         if inst0 is None:
-            raise Stale(f"share instance {req.resource_id} is gone")
+            raise Stale(f"share instance {op.ident} is gone")
         driver = self.driver_for(inst0.host)
-        new_size = int(req.args["new_size"])
-        extend = req.action == "extend"
+        new_size = int(op.args["new_size"])
+        extend = op.action == vocab.ACTION_EXTEND
         method = driver.extend_share if extend else driver.shrink_share
 
         def call(inst: models.ShareInstance) -> Any:
@@ -264,7 +243,8 @@ class Operations:
                 (models.Share, inst.share_id, {}, {"size": new_size}),
             ],
             {"status": vocab.EXTENDING_ERROR if extend else vocab.SHRINKING_ERROR},
-            f"{req.action} of share instance {inst0.id} to {new_size}",
+            f"{op.action} of share instance {inst0.id} to {new_size}",
+            held=held,
         )
 
     # Snapshots -----------------------------------------------------------------
@@ -277,8 +257,8 @@ class Operations:
                           include_deleted=True)
         return snap_inst, inst.host
 
-    def create_snapshot(self, req: models.Request) -> None:
-        snap0, host = self._snap_host(req.resource_id)
+    def create_snapshot(self, op: Op, held: bool = False) -> None:
+        snap0, host = self._snap_host(op.ident)
         driver = self.driver_for(host)
 
         def ok(row: models.ShareSnapshotInstance, update: Any) -> list[Change]:
@@ -291,10 +271,11 @@ class Operations:
             vocab.SNAPSHOT_INSTANCE, models.ShareSnapshotInstance, snap0.id, (vocab.CREATING,),
             lambda row: driver.create_snapshot(*self.snapshot_parts(row)),
             ok, {"status": vocab.ERROR}, f"create of snapshot instance {snap0.id}",
+            held=held,
         )
 
-    def delete_snapshot(self, req: models.Request, held: bool = False) -> None:
-        snap0, host = self._snap_host(req.resource_id)
+    def delete_snapshot(self, op: Op, held: bool = False) -> None:
+        snap0, host = self._snap_host(op.ident)
         driver = self.driver_for(host)
 
         def gone(row: models.ShareSnapshotInstance, _r: Any) -> list[Change]:
@@ -313,10 +294,10 @@ class Operations:
 
     # Replicas ------------------------------------------------------------------
 
-    def create_replica(self, req: models.Request) -> None:
-        rep0 = db_api.get(self.db, models.ShareInstance, req.resource_id)
+    def create_replica(self, op: Op, held: bool = False) -> None:
+        rep0 = db_api.get(self.db, models.ShareInstance, op.ident)
         if rep0 is None:
-            raise Stale(f"replica {req.resource_id} is gone")
+            raise Stale(f"replica {op.ident} is gone")
         driver = self.driver_for(rep0.host)
 
         def call(rep: models.ShareInstance) -> Any:
@@ -337,12 +318,13 @@ class Operations:
             vocab.REPLICA, models.ShareInstance, rep0.id, (vocab.CREATING,), call, ok,
             {"status": vocab.ERROR, "replica_state": vocab.REPLICA_ERROR},
             f"create of replica {rep0.id}",
+            held=held,
         )
 
-    def delete_replica(self, req: models.Request, held: bool = False) -> None:
-        rep0 = db_api.get(self.db, models.ShareInstance, req.resource_id)
+    def delete_replica(self, op: Op, held: bool = False) -> None:
+        rep0 = db_api.get(self.db, models.ShareInstance, op.ident)
         if rep0 is None:
-            raise Stale(f"replica {req.resource_id} is gone")
+            raise Stale(f"replica {op.ident} is gone")
         driver = self.driver_for(rep0.host)
         self._perform(
             vocab.REPLICA, models.ShareInstance, rep0.id, (vocab.DELETING,),
@@ -354,10 +336,10 @@ class Operations:
 
     # Share servers -------------------------------------------------------------
 
-    def create_share_server(self, req: models.Request) -> None:
-        row0 = db_api.get(self.db, models.ShareServer, req.resource_id)
+    def create_share_server(self, op: Op, held: bool = False) -> None:
+        row0 = db_api.get(self.db, models.ShareServer, op.ident)
         if row0 is None:
-            raise Stale(f"share server {req.resource_id} is gone")
+            raise Stale(f"share server {op.ident} is gone")
         driver = self.driver_for(row0.host)
         self._perform(
             vocab.SHARE_SERVER, models.ShareServer, row0.id, (vocab.CREATING,),
@@ -365,12 +347,13 @@ class Operations:
             lambda row, details: [(models.ShareServer, row.id, {"status": row.status},
                                    {"status": vocab.ACTIVE, "backend_details": details or {}})],
             {"status": vocab.ERROR}, f"setup of share server {row0.id}",
+            held=held,
         )
 
-    def delete_share_server(self, req: models.Request, held: bool = False) -> None:
-        row0 = db_api.get(self.db, models.ShareServer, req.resource_id)
+    def delete_share_server(self, op: Op, held: bool = False) -> None:
+        row0 = db_api.get(self.db, models.ShareServer, op.ident)
         if row0 is None:
-            raise Stale(f"share server {req.resource_id} is gone")
+            raise Stale(f"share server {op.ident} is gone")
         driver = self.driver_for(row0.host)
         self._perform(
             vocab.SHARE_SERVER, models.ShareServer, row0.id, (vocab.DELETING,),
@@ -382,10 +365,10 @@ class Operations:
 
     # Share groups and group snapshots -----------------------------------------
 
-    def create_share_group(self, req: models.Request) -> None:
-        row0 = db_api.get(self.db, models.ShareGroup, req.resource_id)
+    def create_share_group(self, op: Op, held: bool = False) -> None:
+        row0 = db_api.get(self.db, models.ShareGroup, op.ident)
         if row0 is None:
-            raise Stale(f"share group {req.resource_id} is gone")
+            raise Stale(f"share group {op.ident} is gone")
         driver = self.driver_for(row0.host)
         self._perform(
             vocab.SHARE_GROUP, models.ShareGroup, row0.id, (vocab.CREATING,),
@@ -394,12 +377,13 @@ class Operations:
             lambda row, _r: [(models.ShareGroup, row.id, {"status": row.status},
                               {"status": vocab.AVAILABLE})],
             {"status": vocab.ERROR}, f"create of share group {row0.id}",
+            held=held,
         )
 
-    def delete_share_group(self, req: models.Request, held: bool = False) -> None:
-        row0 = db_api.get(self.db, models.ShareGroup, req.resource_id)
+    def delete_share_group(self, op: Op, held: bool = False) -> None:
+        row0 = db_api.get(self.db, models.ShareGroup, op.ident)
         if row0 is None:
-            raise Stale(f"share group {req.resource_id} is gone")
+            raise Stale(f"share group {op.ident} is gone")
         driver = self.driver_for(row0.host)
         self._perform(
             vocab.SHARE_GROUP, models.ShareGroup, row0.id, (vocab.DELETING,),
@@ -416,8 +400,8 @@ class Operations:
             raise Stale(f"group snapshot {ident} is gone")
         return row, db_api.get(self.db, models.ShareGroup, row.share_group_id, include_deleted=True)
 
-    def create_group_snapshot(self, req: models.Request) -> None:
-        row0, group = self._gsnap(req.resource_id)
+    def create_group_snapshot(self, op: Op, held: bool = False) -> None:
+        row0, group = self._gsnap(op.ident)
         driver = self.driver_for(group.host)
         self._perform(
             vocab.GROUP_SNAPSHOT, models.ShareGroupSnapshot, row0.id, (vocab.CREATING,),
@@ -426,10 +410,11 @@ class Operations:
             lambda row, _r: [(models.ShareGroupSnapshot, row.id, {"status": row.status},
                               {"status": vocab.AVAILABLE})],
             {"status": vocab.ERROR}, f"create of group snapshot {row0.id}",
+            held=held,
         )
 
-    def delete_group_snapshot(self, req: models.Request, held: bool = False) -> None:
-        row0, group = self._gsnap(req.resource_id)
+    def delete_group_snapshot(self, op: Op, held: bool = False) -> None:
+        row0, group = self._gsnap(op.ident)
         driver = self.driver_for(group.host)
         self._perform(
             vocab.GROUP_SNAPSHOT, models.ShareGroupSnapshot, row0.id, (vocab.DELETING,),
@@ -456,8 +441,8 @@ class Operations:
         share_d, _ = self.share_parts(inst)
         return share_d, inst
 
-    def create_backup(self, req: models.Request) -> None:
-        row0 = self._backup(req.resource_id)
+    def create_backup(self, op: Op, held: bool = False) -> None:
+        row0 = self._backup(op.ident)
         driver = self.driver_for(row0.host)
         share_d, inst = self._backup_share(row0)
 
@@ -472,10 +457,11 @@ class Operations:
             lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status},
                               {"progress": "0"})],
             failed, f"create of backup {row0.id}",
+            held=held,
         )
 
-    def restore_backup(self, req: models.Request) -> None:
-        row0 = self._backup(req.resource_id)
+    def restore_backup(self, op: Op, held: bool = False) -> None:
+        row0 = self._backup(op.ident)
         driver = self.driver_for(row0.host)
         share_d, inst = self._backup_share(row0)
 
@@ -496,10 +482,11 @@ class Operations:
             lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status},
                               {"restore_progress": "0"})],
             failed, f"restore of backup {row0.id}",
+            held=held,
         )
 
-    def delete_backup(self, req: models.Request, held: bool = False) -> None:
-        row0 = self._backup(req.resource_id)
+    def delete_backup(self, op: Op, held: bool = False) -> None:
+        row0 = self._backup(op.ident)
         driver = self.driver_for(row0.host)
         self._perform(
             vocab.BACKUP, models.ShareBackup, row0.id, (vocab.DELETING,),
@@ -570,3 +557,25 @@ def _progress(value: object) -> str:
         return str(max(0, min(100, int(float(str(value).rstrip("%"))))))
     except (ValueError, OverflowError):  # 'abc', 'nan', 'inf'
         return str(value)[:32]
+
+
+# (kind, action) -> the Operations method that carries it out.
+HANDLERS: dict[tuple[str, str], str] = {
+    (vocab.SHARE_INSTANCE, vocab.ACTION_CREATE): "create_share",
+    (vocab.SHARE_INSTANCE, vocab.ACTION_DELETE): "delete_share",
+    (vocab.SHARE_INSTANCE, vocab.ACTION_EXTEND): "resize_share",
+    (vocab.SHARE_INSTANCE, vocab.ACTION_SHRINK): "resize_share",
+    (vocab.SNAPSHOT_INSTANCE, vocab.ACTION_CREATE): "create_snapshot",
+    (vocab.SNAPSHOT_INSTANCE, vocab.ACTION_DELETE): "delete_snapshot",
+    (vocab.REPLICA, vocab.ACTION_CREATE): "create_replica",
+    (vocab.REPLICA, vocab.ACTION_DELETE): "delete_replica",
+    (vocab.SHARE_SERVER, vocab.ACTION_CREATE): "create_share_server",
+    (vocab.SHARE_SERVER, vocab.ACTION_DELETE): "delete_share_server",
+    (vocab.SHARE_GROUP, vocab.ACTION_CREATE): "create_share_group",
+    (vocab.SHARE_GROUP, vocab.ACTION_DELETE): "delete_share_group",
+    (vocab.GROUP_SNAPSHOT, vocab.ACTION_CREATE): "create_group_snapshot",
+    (vocab.GROUP_SNAPSHOT, vocab.ACTION_DELETE): "delete_group_snapshot",
+    (vocab.BACKUP, vocab.ACTION_CREATE): "create_backup",
+    (vocab.BACKUP, vocab.ACTION_DELETE): "delete_backup",
+    (vocab.BACKUP, vocab.ACTION_RESTORE): "restore_backup",
+}

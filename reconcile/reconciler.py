@@ -28,6 +28,7 @@ from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale, lock_name
+from sharemgr.manager.plans import Op
 from sharemgr.reconcile import rules, scan
 from sharemgr.reconcile.scan import Candidate
 
@@ -322,7 +323,8 @@ class Reconciler:
             return self._set(cand, [], rule.error, values)
         if rule.action == rules.DELETE:
             try:
-                self.operations.retry_delete(cand.rtype, cand.id)
+                self.operations.perform(Op(cand.rtype, cand.id, vocab.ACTION_DELETE),
+                                        held=True)
             except OperationFailed as exc:
                 LOG.warning("%s %s: delete retry failed: %s", cand.rtype, cand.id, exc)
                 return rule.error

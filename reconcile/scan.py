@@ -8,6 +8,7 @@ from typing import Any
 from sharemgr.common import vocab
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
+from sharemgr.manager import kinds
 from sharemgr.reconcile.rules import RULES
 
 # Transient statuses the pass leaves to their own workflow, and why.
@@ -21,17 +22,6 @@ BACKUP_LEFT_ALONE = {
     vocab.RESTORING: "backup restore (restore_backup_continue)",
 }
 
-MODEL = {
-    vocab.SHARE_SERVER: models.ShareServer,
-    vocab.SHARE_INSTANCE: models.ShareInstance,
-    vocab.REPLICA: models.ShareInstance,
-    vocab.SNAPSHOT_INSTANCE: models.ShareSnapshotInstance,
-    vocab.SHARE_GROUP: models.ShareGroup,
-    vocab.GROUP_SNAPSHOT: models.ShareGroupSnapshot,
-    vocab.BACKUP: models.ShareBackup,
-}
-
-
 @dataclass
 class Candidate:
     rtype: str
@@ -42,24 +32,16 @@ class Candidate:
 
     @property
     def model(self) -> type:
-        return MODEL[self.rtype]
-
-
-def _transient(rtype: str) -> list[str]:
-    return [s for s in vocab.VALID_STATUSES[rtype] if s in vocab.TRANSIENT_STATUSES]
-
-
-def _is_secondary(inst: models.ShareInstance) -> bool:
-    return inst.replica_state not in (None, vocab.REPLICA_ACTIVE)
+        return kinds.kind(self.rtype).model
 
 
 def scan(db: Database, rtype: str, host: str) -> list[Candidate]:
     """Every live resource of ``rtype`` on ``host`` ('host@backend', pools
     included) in a transient status."""
-    statuses = _transient(rtype)
+    statuses = list(kinds.kind(rtype).transient)
     if rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA):
         rows = resources.on_host(db, models.ShareInstance, host, statuses)
-        rows = [r for r in rows if _is_secondary(r) == (rtype == vocab.REPLICA)]
+        rows = [r for r in rows if kinds.is_secondary(r) == (rtype == vocab.REPLICA)]
         return [Candidate(rtype, r.id, r.status, r.host, r) for r in rows]
     if rtype == vocab.SNAPSHOT_INSTANCE:
         pairs = resources.snapshot_instances_on_host(db, host, statuses)
@@ -67,7 +49,7 @@ def scan(db: Database, rtype: str, host: str) -> list[Candidate]:
     if rtype == vocab.GROUP_SNAPSHOT:
         pairs = resources.group_snapshots_on_host(db, host, statuses)
         return [Candidate(rtype, s.id, s.status, g.host, s) for s, g in pairs]
-    rows = resources.on_host(db, MODEL[rtype], host, statuses)
+    rows = resources.on_host(db, kinds.kind(rtype).model, host, statuses)
     return [Candidate(rtype, r.id, r.status, r.host, r) for r in rows]
 
 

@@ -20,7 +20,7 @@ from sharemgr.db import api, models, resources
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import ColumnLimitError, Database
-from sharemgr.manager import intake as intake_mod
+from sharemgr.manager import kinds
 
 # The longest host oslo.config's HostnameOpt accepts (253), padded to 255 as
 # the issue states hosts; a backend name as long again.
@@ -83,8 +83,8 @@ LONGEST += [
 LONGEST += [(models.Request, "status", s, "request statuses")
             for s in (vocab.REQUEST_PENDING, vocab.REQUEST_RUNNING, vocab.REQUEST_DONE,
                       vocab.REQUEST_FAILED, vocab.REQUEST_ABANDONED)]
-LONGEST += [(intake_mod.STATUS_MODEL[rtype], "status", status, f"{rtype} statuses")
-            for rtype in intake_mod.STATUS_MODEL for status in vocab.VALID_STATUSES[rtype]]
+LONGEST += [(kind.model, "status", status, f"{kind.name} statuses")
+            for kind in kinds.KINDS.values() for status in kind.statuses]
 LONGEST += [(models.ShareInstance, "replica_state", s,
              "replica states") for s in vocab.REPLICA_STATES]
 LONGEST += [(models.ShareInstance, "task_state", s, "task states") for s in vocab.BUSY_TASK_STATES]

@@ -1,0 +1,341 @@
+"""What starting an operation writes, planned once for every caller.
+
+A :class:`Plan` is the new rows in their transient status, the conditional
+updates of existing rows, and the :class:`Op` that finishes the job on the
+backend. A user's request (``intake``) writes it with a pending request row; a
+stack (``convergence.physical``) writes it with a running one and carries the
+op out itself. Either way the checks are these: a plan that cannot be carried
+out raises :class:`Refused` with the reason, before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sharemgr.common import vocab
+from sharemgr.db import api as db_api
+from sharemgr.db import models, resources
+from sharemgr.db.engine import Database
+from sharemgr.manager import kinds, views
+
+Change = tuple[type, Any, dict[str, Any], dict[str, Any]]  # model, id, expected, values
+
+
+class Refused(Exception):
+    """The operation cannot be done as asked; nothing was written."""
+
+
+@dataclass(frozen=True)
+class Op:
+    """One share operation: the typed form of a request row, and what
+    ``Operations.perform`` carries out."""
+
+    kind: str  # a kinds.KINDS name
+    ident: str
+    action: str  # vocab.ACTION_*
+    host: str | None = None  # 'host@backend' that serves it
+    args: Mapping[str, Any] = field(default_factory=dict)
+    request_id: int | None = None
+
+    @classmethod
+    def of_request(cls, req: models.Request) -> Op:
+        return cls(req.resource_type, req.resource_id, req.action, req.host,
+                   dict(req.args or {}), req.id)
+
+    def request(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The request row's values (requests go to 'host@backend', pools
+        stripped, so claims match the host exactly)."""
+        return {"resource_type": self.kind, "resource_id": self.ident, "action": self.action,
+                "host": views.host_of(self.host) if self.host else None,
+                "args": {**self.args, **(extra or {})}}
+
+
+@dataclass
+class Plan:
+    physical_id: str | None = None  # the id users and stacks know it by
+    add: list = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+    op: Op | None = None
+
+
+def need(status: str, allowed: tuple[str, ...], what: str, doing: str) -> None:
+    if status not in allowed:
+        raise Refused(f"cannot {doing} {what}: its status is {status!r} "
+                      f"(needs {' or '.join(allowed)})")
+
+
+def get(db: Database, model: type, ident: str | None, what: str) -> Any:
+    row = db_api.get(db, model, ident) if ident else None
+    if row is None:
+        raise Refused(f"no {what} with id {ident!r}")
+    return row
+
+
+def share(db: Database, share_id: str | None) -> tuple[models.Share, models.ShareInstance]:
+    row = get(db, models.Share, share_id, "share")
+    inst = resources.primary_instance(db, row.id)
+    if inst is None:
+        raise Refused(f"share {share_id} has no instance")
+    return row, inst
+
+
+def snapshot(db: Database, snapshot_id: str | None
+             ) -> tuple[models.ShareSnapshot, models.ShareSnapshotInstance]:
+    row = get(db, models.ShareSnapshot, snapshot_id, "snapshot")
+    inst = resources.snapshot_instance_of(db, row.id)
+    if inst is None:
+        raise Refused(f"snapshot {snapshot_id} has no instance")
+    return row, inst
+
+
+def replica(db: Database, replica_id: str) -> models.ShareInstance:
+    row = get(db, models.ShareInstance, replica_id, "replica")
+    if not kinds.is_secondary(row):
+        raise Refused(f"{replica_id} is the active instance of its share, "
+                      "not a secondary replica")
+    return row
+
+
+def _no_dhss(host: str) -> Refused:
+    return Refused(f"backend {views.backend_of(host)!r} does not handle share servers "
+                   "(driver_handles_share_servers = False)")
+
+
+# Creates ------------------------------------------------------------------------------
+
+
+def create_share(db: Database, host: str, dhss: bool, size: int, proto: str,
+                 name: str | None = None, snapshot_id: str | None = None,
+                 share_server_id: str | None = None, share_group_id: str | None = None,
+                 project_id: str | None = None) -> Plan:
+    status = vocab.CREATING
+    if snapshot_id:
+        snap, snap_inst = snapshot(db, snapshot_id)
+        need(snap_inst.status, (vocab.AVAILABLE,), f"snapshot {snapshot_id}",
+             "create a share from")
+        if size < snap.size:
+            raise Refused(f"size {size} is smaller than snapshot {snapshot_id} ({snap.size})")
+        source = kinds.SNAPSHOT_INSTANCE.host_of(db, snap_inst)
+        if views.host_of(host) != views.host_of(source):
+            raise Refused("a share from a snapshot must be on the snapshot's backend")
+        status = vocab.CREATING_FROM_SNAPSHOT
+    if dhss:
+        if not share_server_id:
+            raise Refused(f"backend {views.backend_of(host)!r} handles share servers: "
+                          "the share needs a share server (sharectl: --share-server ID; "
+                          "a stack: the share_server property)")
+        server = get(db, models.ShareServer, share_server_id, "share server")
+        need(server.status, (vocab.ACTIVE,), f"share server {share_server_id}",
+             "place a share on")
+        if server.host != views.host_of(host):
+            raise Refused(f"share server {share_server_id} is on {server.host}, not {host}")
+    elif share_server_id:
+        raise _no_dhss(host)
+    if share_group_id:
+        group = get(db, models.ShareGroup, share_group_id, "share group")
+        need(group.status, (vocab.AVAILABLE,), f"share group {share_group_id}",
+             "add a share to")
+        if group.host != views.host_of(host):
+            raise Refused(f"share group {share_group_id} is on {group.host}")
+    row = models.Share(id=models.new_id(), name=name, size=size, share_proto=proto,
+                       project_id=project_id, snapshot_id=snapshot_id,
+                       share_group_id=share_group_id)
+    inst = models.ShareInstance(id=models.new_id(), share_id=row.id, host=host, status=status,
+                                share_server_id=share_server_id, export_locations=[])
+    return Plan(row.id, [row, inst], [],
+                Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_CREATE, host))
+
+
+def create_snapshot(db: Database, share_id: str, name: str | None = None) -> Plan:
+    row, inst = share(db, share_id)
+    need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", "snapshot")
+    snap = models.ShareSnapshot(id=models.new_id(), share_id=row.id, name=name, size=row.size,
+                                project_id=row.project_id)
+    snap_inst = models.ShareSnapshotInstance(id=models.new_id(), snapshot_id=snap.id,
+                                             share_instance_id=inst.id, status=vocab.CREATING)
+    return Plan(snap.id, [snap, snap_inst], [],
+                Op(vocab.SNAPSHOT_INSTANCE, snap_inst.id, vocab.ACTION_CREATE, inst.host))
+
+
+def create_replica(db: Database, share_id: str, host: str | None, dhss: bool) -> Plan:
+    """A secondary replica on ``host`` (None: the share's own backend)."""
+    row, inst = share(db, share_id)
+    need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", "replicate")
+    if dhss:
+        raise Refused("replicas on backends that handle share servers are not supported")
+    host = host or inst.host
+    rep = models.ShareInstance(id=models.new_id(), share_id=row.id, host=host,
+                               status=vocab.CREATING, replica_state=vocab.REPLICA_OUT_OF_SYNC,
+                               export_locations=[])
+    changes: list[Change] = []
+    if inst.replica_state is None:
+        # The first replica makes the original instance the active replica.
+        changes.append((models.ShareInstance, inst.id, {"replica_state": None},
+                        {"replica_state": vocab.REPLICA_ACTIVE}))
+    return Plan(rep.id, [rep], changes, Op(vocab.REPLICA, rep.id, vocab.ACTION_CREATE, host))
+
+
+def create_share_server(host: str, dhss: bool) -> Plan:
+    if not dhss:
+        raise _no_dhss(host)
+    server = models.ShareServer(id=models.new_id(), host=host, status=vocab.CREATING,
+                                backend_details={})
+    return Plan(server.id, [server], [],
+                Op(vocab.SHARE_SERVER, server.id, vocab.ACTION_CREATE, host))
+
+
+def create_share_group(db: Database, host: str, name: str | None = None,
+                       share_server_id: str | None = None) -> Plan:
+    if share_server_id:
+        server = get(db, models.ShareServer, share_server_id, "share server")
+        need(server.status, (vocab.ACTIVE,), f"share server {share_server_id}", "use")
+    group = models.ShareGroup(id=models.new_id(), name=name, host=host, status=vocab.CREATING,
+                              share_server_id=share_server_id)
+    return Plan(group.id, [group], [],
+                Op(vocab.SHARE_GROUP, group.id, vocab.ACTION_CREATE, host))
+
+
+def create_group_snapshot(db: Database, group_id: str, name: str | None = None) -> Plan:
+    group = get(db, models.ShareGroup, group_id, "share group")
+    need(group.status, (vocab.AVAILABLE,), f"share group {group_id}", "snapshot")
+    gsnap = models.ShareGroupSnapshot(id=models.new_id(), share_group_id=group.id, name=name,
+                                      status=vocab.CREATING)
+    return Plan(gsnap.id, [gsnap], [],
+                Op(vocab.GROUP_SNAPSHOT, gsnap.id, vocab.ACTION_CREATE, group.host))
+
+
+def create_backup(db: Database, share_id: str, name: str | None = None) -> Plan:
+    """The share is busy (backup_creating) until the backup is done."""
+    row, inst = share(db, share_id)
+    need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", "back up")
+    backup = models.ShareBackup(id=models.new_id(), share_id=row.id, name=name,
+                                host=views.host_of(inst.host), status=vocab.CREATING,
+                                size=row.size)
+    return Plan(backup.id, [backup],
+                [(models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
+                  {"status": vocab.BACKUP_CREATING})],
+                Op(vocab.BACKUP, backup.id, vocab.ACTION_CREATE, backup.host))
+
+
+# Changes ------------------------------------------------------------------------------
+
+
+def resize_share(db: Database, share_id: str, new_size: int) -> Plan:
+    """Extend or shrink to ``new_size``; no op when the share has that size
+    already (a resize cut short by a crash and settled by reconciliation)."""
+    row, inst = share(db, share_id)
+    plan = Plan(row.id)
+    if new_size == row.size:
+        return plan
+    action = vocab.ACTION_EXTEND if new_size > row.size else vocab.ACTION_SHRINK
+    # A snapshot being made records the share's size when it is asked for,
+    # the backend when its driver call runs: resizing in between would leave
+    # the two disagreeing.
+    busy = sorted({si.status for si in db_api.query(db, models.ShareSnapshotInstance,
+                                                     {"share_instance_id": inst.id})
+                   if si.status in vocab.TRANSIENT_STATUSES})
+    if busy:
+        raise Refused(f"cannot {action} share {share_id}: it has a snapshot that is "
+                      f"{', '.join(busy)}; try again when it is done")
+    need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", action)
+    status = vocab.EXTENDING if action == vocab.ACTION_EXTEND else vocab.SHRINKING
+    plan.changes.append((models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
+                         {"status": status}))
+    plan.op = Op(vocab.SHARE_INSTANCE, inst.id, action, inst.host, {"new_size": new_size})
+    return plan
+
+
+def restore_backup(db: Database, backup_id: str) -> Plan:
+    backup = get(db, models.ShareBackup, backup_id, "backup")
+    row, inst = share(db, backup.share_id)
+    need(inst.status, (vocab.AVAILABLE,), f"share {row.id}", "restore into")
+    need(backup.status, (vocab.AVAILABLE,), f"backup {backup_id}", "restore")
+    return Plan(backup.id, [], [
+        (models.ShareBackup, backup.id, {"status": backup.status},
+         {"status": vocab.RESTORING, "restore_progress": None}),
+        (models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
+         {"status": vocab.BACKUP_RESTORING}),
+    ], Op(vocab.BACKUP, backup.id, vocab.ACTION_RESTORE, backup.host))
+
+
+# Deletes ------------------------------------------------------------------------------
+
+
+def _deleting(kind: kinds.Kind, row: Any, what: str, host: str | None) -> Plan:
+    need(row.status, kind.deletable, what, "delete")
+    return Plan(None, [], [(kind.model, row.id, {"status": row.status},
+                            {"status": vocab.DELETING})],
+                Op(kind.name, row.id, vocab.ACTION_DELETE, host))
+
+
+def _in_use(db: Database, checks: tuple[tuple[type, str], ...], ident: str) -> bool:
+    return any(resources.live_count(db, model, **{column: ident}) for model, column in checks)
+
+
+def delete(db: Database, type_: str, ident: str) -> Plan:
+    """The deleting status and the delete operation of a user-facing type's
+    resource, refused while something that is not being deleted with it
+    still needs it."""
+    return _DELETERS[type_](db, ident)
+
+
+def _delete_share(db: Database, ident: str) -> Plan:
+    row, inst = share(db, ident)
+    if _in_use(db, ((models.ShareSnapshot, "share_id"),), row.id):
+        raise Refused(f"share {ident} has snapshots: delete them first")
+    if any(i.id != inst.id for i in db_api.query(db, models.ShareInstance,
+                                                  {"share_id": row.id})):
+        raise Refused(f"share {ident} has replicas: delete them first")
+    return _deleting(kinds.SHARE_INSTANCE, inst, f"share {ident}", inst.host)
+
+
+def _delete_snapshot(db: Database, ident: str) -> Plan:
+    _, inst = snapshot(db, ident)
+    return _deleting(kinds.SNAPSHOT_INSTANCE, inst, f"snapshot {ident}",
+                     kinds.SNAPSHOT_INSTANCE.host_of(db, inst))
+
+
+def _delete_replica(db: Database, ident: str) -> Plan:
+    row = replica(db, ident)
+    return _deleting(kinds.REPLICA, row, f"replica {ident}", row.host)
+
+
+def _delete_server(db: Database, ident: str) -> Plan:
+    row = get(db, models.ShareServer, ident, "share server")
+    if _in_use(db, ((models.ShareInstance, "share_server_id"),
+                    (models.ShareGroup, "share_server_id")), row.id):
+        raise Refused(f"share server {ident} is in use by shares or groups")
+    return _deleting(kinds.SHARE_SERVER, row, f"share server {ident}", row.host)
+
+
+def _delete_group(db: Database, ident: str) -> Plan:
+    row = get(db, models.ShareGroup, ident, "share group")
+    if _in_use(db, ((models.Share, "share_group_id"),), row.id):
+        raise Refused(f"share group {ident} has shares: delete them first")
+    if _in_use(db, ((models.ShareGroupSnapshot, "share_group_id"),), row.id):
+        raise Refused(f"share group {ident} has snapshots: delete them first")
+    return _deleting(kinds.SHARE_GROUP, row, f"share group {ident}", row.host)
+
+
+def _delete_group_snapshot(db: Database, ident: str) -> Plan:
+    row = get(db, models.ShareGroupSnapshot, ident, "group snapshot")
+    return _deleting(kinds.GROUP_SNAPSHOT, row, f"group snapshot {ident}",
+                     kinds.GROUP_SNAPSHOT.host_of(db, row))
+
+
+def _delete_backup(db: Database, ident: str) -> Plan:
+    row = get(db, models.ShareBackup, ident, "backup")
+    return _deleting(kinds.BACKUP, row, f"backup {ident}", row.host)
+
+
+_DELETERS = {
+    vocab.SHARE: _delete_share,
+    vocab.SNAPSHOT: _delete_snapshot,
+    vocab.REPLICA: _delete_replica,
+    vocab.SHARE_SERVER: _delete_server,
+    vocab.SHARE_GROUP: _delete_group,
+    vocab.GROUP_SNAPSHOT: _delete_group_snapshot,
+    vocab.BACKUP: _delete_backup,
+}
