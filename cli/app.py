@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import logging  # cliff configures the stdlib root logger; this tunes that
 import sys
 from typing import Any
 

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 from typing import Any
 
+from oslo_log import log as logging
 from sharemgr.cli import base
 from sharemgr.common import vocab
 from sharemgr.convergence import actions, lifecycle, prepare
@@ -114,7 +114,7 @@ class _Start(base.ShowOne):
     def take_action(self, parsed_args: Any) -> tuple:
         if self.app.options.verbose_level < 2:
             # Preparation narrates at INFO for the daemon's log; keep output clean.
-            logging.getLogger(prepare.__name__).setLevel(logging.WARNING)
+            logging.getLogger(prepare.__name__).logger.setLevel(logging.WARNING)
         try:
             tr = self.begin(parsed_args)
         except USER_ERRORS as exc:
