@@ -7,12 +7,10 @@ import sys
 import threading
 import uuid
 
-import futurist
-from futurist import periodics
 from oslo_config import cfg
 from oslo_log import log as logging
-from sharemgr.common import tasks
 from sharemgr.convergence.engine import StackEngine
+from sharemgr.daemon.background import Background
 from sharemgr.db import api as db_api
 from sharemgr.db import migration
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
@@ -69,9 +67,7 @@ class ShareManagerService:
         self.stopping = threading.Event()
         self.db: Database | None = None
         self.coordinator: Coordinator | None = None
-        self.periodic: periodics.PeriodicWorker | None = None
-        self._periodic_executor: futurist.SynchronousExecutor | None = None
-        self._periodic_thread: threading.Thread | None = None
+        self.background = Background()
         self.registered = False
         self.drivers: dict = {}
         self.hosts: list[str] = []
@@ -120,6 +116,7 @@ class ShareManagerService:
         db_api.service_register(self.db, self.host, BINARY, self.engine_id)
         self.registered = True
         self.ensure_driver_resources()
+        self._start_periodics()
         self._start_reconciliation()
         self.runner = RequestRunner(
             self.db,
@@ -133,7 +130,7 @@ class ShareManagerService:
             any_host=bool(self.handlers.hostless),
         )
         self.runner.start()
-        self._start_periodics()
+        self.background.own("request runner", self._stop_runner)
         LOG.info("share-manager up: host %s, engine %s, backends %s", self.host,
                  self.engine_id, ", ".join(self.drivers) or "none")
 
@@ -143,6 +140,7 @@ class ShareManagerService:
             self.engine_id, self.conf.reconciliation_workers,
         )
         self.passes = PassRunner(self.reconciler, self.stopping)
+        self.background.own("pass runner", self._stop_passes)
         self.handlers.add(RECONCILE, "run", self.passes.handle_request)
         if self.conf.startup_reconciliation_enabled:
             # Deferred: the daemon takes requests while the pass waits and runs.
@@ -163,38 +161,19 @@ class ShareManagerService:
             except Exception:  # one backend's trouble must not stop the others
                 LOG.exception("%s: ensure_driver_resources failed", host)
 
-    def _periodic_tasks(self) -> list:
-        interval = self.conf.heartbeat_interval
-
-        @periodics.periodic(spacing=interval, run_immediately=False)
-        def heartbeat() -> None:
-            db_api.service_heartbeat(self.db, self.engine_id)
-
-        @periodics.periodic(spacing=self.conf.backup_continue_interval, run_immediately=False)
-        def backup_continue() -> None:
-            self.operations.continue_backups(self.hosts)
-
-        @periodics.periodic(spacing=1.0, run_immediately=False)
-        def membership() -> None:
-            run_watchers(self.coordinator)
-
-        @periodics.periodic(spacing=self.conf.stack_watchdog_interval, run_immediately=False)
-        def stack_watchdog() -> None:
-            if not self.stopping.is_set():
-                self.stacks.watchdog.run_safely()
-
-        return [(heartbeat, (), {}), (backup_continue, (), {}), (membership, (), {}),
-                (stack_watchdog, (), {})]
-
     def _start_periodics(self) -> None:
-        # Periodic tasks run one after another in the worker's thread: they are
-        # short, and a synchronous executor stops at once.
-        self._periodic_executor = futurist.SynchronousExecutor()
-        self.periodic = periodics.PeriodicWorker(
-            self._periodic_tasks(), executor_factory=lambda: self._periodic_executor,
-            on_failure=tasks.log_periodic_failure,
-        )
-        self._periodic_thread = tasks.start_thread(self.periodic.start, name="periodics")
+        bg = self.background
+        bg.every(self.conf.heartbeat_interval, "heartbeat",
+                 lambda: db_api.service_heartbeat(self.db, self.engine_id))
+        bg.every(self.conf.backup_continue_interval, "backup_continue",
+                 lambda: self.operations.continue_backups(self.hosts))
+        bg.every(1.0, "membership", lambda: run_watchers(self.coordinator))
+        bg.every(self.conf.stack_watchdog_interval, "stack_watchdog", self._stack_watchdog)
+        bg.start_periodics()
+
+    def _stack_watchdog(self) -> None:
+        if not self.stopping.is_set():
+            self.stacks.watchdog.run_safely()
 
     # Stop ------------------------------------------------------------------
 
@@ -207,20 +186,21 @@ class ShareManagerService:
             LOG.info("share-manager got signal %s, stopping", signum)
         self.stopping.set()
 
+    def _stop_runner(self) -> None:
+        if not self.runner.stop(self.conf.graceful_shutdown_timeout):
+            LOG.warning("driver calls still running after graceful_shutdown_timeout "
+                        "(%ss); their resources stay transient until reconciled",
+                        self.conf.graceful_shutdown_timeout)
+
+    def _stop_passes(self) -> None:
+        self.stopping.set()  # a pass still waiting for its start returns at once
+        self.passes.stop()
+
     def stop(self) -> None:
-        if self.runner is not None:
-            if not self.runner.stop(self.conf.graceful_shutdown_timeout):
-                LOG.warning("driver calls still running after graceful_shutdown_timeout "
-                            "(%ss); their resources stay transient until reconciled",
-                            self.conf.graceful_shutdown_timeout)
-        self.stopping.set()
-        if self.passes is not None:
-            self.passes.stop()
-        if self.periodic is not None:
-            self.periodic.stop()
-            self.periodic.wait()
-        if self._periodic_executor is not None:
-            self._periodic_executor.shutdown(wait=True)
+        # The request runner first (its driver calls may finish while the
+        # heartbeat still runs), then the pass runner, then the periodics.
+        self.background.stop()
+        self.stopping.set()  # also when start failed before the pass runner
         if self.coordinator is not None:
             self.coordinator.stop()
         if self.db is not None and self.registered:

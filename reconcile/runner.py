@@ -46,6 +46,12 @@ class PassRunner:
         LOG.info("startup reconciliation in %ss", wait_seconds)
         return self._submit(wait_seconds, "startup")
 
+    def then(self, fn: Any, what: str) -> None:
+        """Run ``fn`` once the passes asked for so far are done (the worker
+        is single: it runs after them), e.g. arming the stack watchdog after
+        the startup pass."""
+        self._futures.append(tasks.submit_logged(self.executor, fn, what=what))
+
     def handle_request(self, req: Any) -> None:
         """Handler of a 'reconcile run' request (sharectl reconcile run)."""
         dry_run = bool((req.args or {}).get("dry_run"))
