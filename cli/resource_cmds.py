@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sharemgr.cli import base
-from sharemgr.cli.kinds import KINDS, Kind
+from sharemgr.cli.nouns import NOUNS, Noun
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.manager.intake import Intake, InvalidRequest
@@ -24,7 +24,7 @@ def _columns_values(row: dict[str, Any]) -> tuple[tuple, tuple]:
     return tuple(row), tuple(base.fmt(v) for v in row.values())
 
 
-def wait_for(app: Any, kind: Kind, ident: str, timeout: float, deleting: bool = False) -> str:
+def wait_for(app: Any, kind: Noun, ident: str, timeout: float, deleting: bool = False) -> str:
     """Poll until the resource leaves its transient status; show progress on a
     terminal. Returns the final status."""
     db = app.context.db
@@ -52,7 +52,7 @@ def wait_for(app: Any, kind: Kind, ident: str, timeout: float, deleting: bool = 
     return status
 
 
-def _finish(app: Any, kind: Kind, ident: str, status: str, ok: tuple[str, ...]) -> None:
+def _finish(app: Any, kind: Noun, ident: str, status: str, ok: tuple[str, ...]) -> None:
     if status not in ok:
         raise base.OperationFailed(f"{kind.noun} {ident} ended in status {status}")
 
@@ -76,7 +76,7 @@ def integer(text: str) -> int:
 
 
 class ResourceList(base.Lister):
-    kind: Kind
+    kind: Noun
 
     def take_action(self, parsed_args: Any) -> tuple:
         rows = self.kind.rows(self.app.context.db)
@@ -85,7 +85,7 @@ class ResourceList(base.Lister):
 
 
 class ResourceShow(base.ShowOne):
-    kind: Kind
+    kind: Noun
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -100,7 +100,7 @@ class ResourceShow(base.ShowOne):
 
 
 class ResourceDelete(base.Command):
-    kind: Kind
+    kind: Noun
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -126,7 +126,7 @@ class ResourceDelete(base.Command):
 class ResourceResetState(base.Command):
     """Set a resource's status (admin): any valid status of its type."""
 
-    kind: Kind
+    kind: Noun
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -147,7 +147,7 @@ class ResourceResetState(base.Command):
 class _Create(base.ShowOne):
     """A create command: subclasses add arguments and call the intake."""
 
-    kind: Kind
+    kind: Noun
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -183,7 +183,7 @@ class _Create(base.ShowOne):
 class ShareCreate(_Create):
     """Create a share: SIZE in GiB."""
 
-    kind = KINDS["share"]
+    kind = NOUNS["share"]
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("size", type=integer,
@@ -216,21 +216,21 @@ class _Resize(_Create):
 class ShareExtend(_Resize):
     """Grow a share to NEW_SIZE GiB."""
 
-    kind = KINDS["share"]
+    kind = NOUNS["share"]
     extend = True
 
 
 class ShareShrink(_Resize):
     """Shrink a share to NEW_SIZE GiB."""
 
-    kind = KINDS["share"]
+    kind = NOUNS["share"]
     extend = False
 
 
 class SnapshotCreate(_Create):
     """Snapshot a share."""
 
-    kind = KINDS["snapshot"]
+    kind = NOUNS["snapshot"]
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("share", metavar="SHARE_ID")
@@ -243,7 +243,7 @@ class SnapshotCreate(_Create):
 class ReplicaCreate(_Create):
     """Add a replica of a share (on --backend, default the share's own)."""
 
-    kind = KINDS["replica"]
+    kind = NOUNS["replica"]
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("share", metavar="SHARE_ID")
@@ -256,7 +256,7 @@ class ReplicaCreate(_Create):
 class ShareServerCreate(_Create):
     """Set up a share server on a backend that handles share servers."""
 
-    kind = KINDS["share-server"]
+    kind = NOUNS["share-server"]
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--backend")
@@ -268,7 +268,7 @@ class ShareServerCreate(_Create):
 class ShareGroupCreate(_Create):
     """Create a share group."""
 
-    kind = KINDS["share-group"]
+    kind = NOUNS["share-group"]
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--name")
@@ -282,7 +282,7 @@ class ShareGroupCreate(_Create):
 class GroupSnapshotCreate(_Create):
     """Snapshot a share group."""
 
-    kind = KINDS["group-snapshot"]
+    kind = NOUNS["group-snapshot"]
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("group", metavar="SHARE_GROUP_ID")
@@ -295,7 +295,7 @@ class GroupSnapshotCreate(_Create):
 class BackupCreate(_Create):
     """Back up a share (two-phase: the backup is available when complete)."""
 
-    kind = KINDS["backup"]
+    kind = NOUNS["backup"]
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("share", metavar="SHARE_ID")
@@ -308,7 +308,7 @@ class BackupCreate(_Create):
 class BackupRestore(_Create):
     """Restore a backup into its share."""
 
-    kind = KINDS["backup"]
+    kind = NOUNS["backup"]
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("id", metavar="BACKUP_ID")
@@ -323,7 +323,7 @@ class BackupRestore(_Create):
             raise base.UserError(str(exc))
         result = self.show_after(backup.id, parsed_args, (vocab.AVAILABLE,))
         if parsed_args.wait:
-            share = KINDS["share"].status(self.app.context.db, backup.share_id)
+            share = NOUNS["share"].status(self.app.context.db, backup.share_id)
             if share != vocab.AVAILABLE:
                 self.produce_output(parsed_args, *result)
                 raise base.OperationFailed(f"share {backup.share_id} ended in status {share}")
@@ -352,11 +352,11 @@ class RequestList(base.Lister):
 def commands_for() -> dict[str, type]:
     table: dict[str, type] = {}
 
-    def make(base_cls: type, kind: Kind, doc: str) -> type:
+    def make(base_cls: type, kind: Noun, doc: str) -> type:
         return type(f"{base_cls.__name__}_{kind.rtype}", (base_cls,), {"kind": kind,
                                                                          "__doc__": doc})
 
-    for noun, kind in KINDS.items():
+    for noun, kind in NOUNS.items():
         table[f"{noun} list"] = make(ResourceList, kind, f"List {noun}s.")
         table[f"{noun} show"] = make(ResourceShow, kind, f"Show one {noun}.")
         table[f"{noun} reset-state"] = make(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sharemgr.common import tasks, vocab
+from sharemgr.common import vocab
 from sharemgr.convergence.physical import ANY_HOST, Placement
 from sharemgr.convergence.watchdog import Watchdog
 from sharemgr.convergence.worker import Worker
@@ -39,7 +39,6 @@ class StackEngine:
         the pass), at once if there is no pass. It runs as a periodic task
         of the service (``run_safely``)."""
         if passes is not None:
-            tasks.submit_logged(passes.executor, self.watchdog.arm,
-                                what="arming the stack watchdog")
+            passes.then(self.watchdog.arm, "arming the stack watchdog")
         else:
             self.watchdog.arm()

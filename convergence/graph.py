@@ -1,4 +1,4 @@
-"""The traversal graph of a stack (spec 003).
+"""The traversal graph of a stack (doc/specs.rst, spec 003).
 
 A node is ``(resource_id, is_update)``: the *update* node of a resource row
 creates or updates it, its *clean-up* node deletes it when it is no longer

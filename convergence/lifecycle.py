@@ -10,7 +10,7 @@ row as a whole live here, so that each rule is written once:
   it: the traversal is marked FAILED and, unless rollback is off (or the
   traversal was a DELETE or a ROLLBACK), the ROLLBACK traversal is prepared
   in the same transaction;
-* :func:`retrigger_tx` — spec 001: enqueue a resource's nodes in the current
+* :func:`retrigger_tx` — doc/specs.rst, spec 001: enqueue a resource's nodes in the current
   traversal when they are ready and have not reported yet (a check that found
   its traversal superseded, and the watchdog, call it);
 * :func:`stalled_nodes` — what the watchdog looks for: nodes that are ready,

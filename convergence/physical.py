@@ -23,7 +23,6 @@ from sharemgr.convergence.template import physical_name
 from sharemgr.db.engine import Database
 from sharemgr.manager import kinds, plans, views
 from sharemgr.manager.kinds import BUSY, ERROR, GONE, OK, Observed, observe
-from sharemgr.manager.operations import Operations
 from sharemgr.manager.plans import Op, Plan
 
 __all__ = ["BUSY", "ERROR", "GONE", "OK", "Observed", "Op", "Plan", "observe"]
@@ -152,10 +151,3 @@ def new_name(stack_name: str, resource_name: str, props: Mapping[str, Any]) -> s
     the ``name`` property when given (so a rename keeps the prefix that tells
     which stack and resource an object belongs to), else random."""
     return physical_name(stack_name, resource_name, props.get("name"))
-
-
-def run(operations: Operations, op: Op, request_id: int | None) -> None:
-    """Carry out ``op`` in this thread through the share operation (its tooz
-    lock, driver call and terminal status). Raises ``OperationFailed`` (the
-    resource is in its error status) or ``Stale``."""
-    operations.perform(Op(op.kind, op.ident, op.action, op.host, op.args, request_id))

@@ -1,11 +1,11 @@
-"""Traversal preparation (spec 003).
+"""Traversal preparation (doc/specs.rst, spec 003).
 
 :func:`prepare_traversal` starts a CREATE, UPDATE, DELETE or ROLLBACK of a
 stack, in one transaction:
 
 1. delete the stack's old SyncPoints (first, for the lock order — see
    ``db/sync_points.py``): an engine still working on the old traversal then
-   finds its points gone and knows it was superseded (spec 001);
+   finds its points gone and knows it was superseded (doc/specs.rst, spec 001);
 2. lock the stack row and check that its ``current_traversal`` is still the
    one the caller saw (else :class:`TraversalLost`);
 3. store the template (a rollback reuses the stored one);
@@ -47,11 +47,6 @@ from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
 
 LOG = logging.getLogger(__name__)
-
-# The old names of vocab's check request type and action, which
-# tests/unit/property_rig.py, stack_rig.py and tests/functional/test_stacks.py use.
-REQUEST_RESOURCE_TYPE = vocab.STACK_RESOURCE
-CHECK_RESOURCE = vocab.ACTION_CHECK
 
 _ANY = None
 # The stack states (action, status; None = any) each action refuses to start from.
@@ -137,7 +132,7 @@ def enqueue_check_tx(
 
 def _usable(row: Any) -> bool:
     # A row being (or already) deleted is never updated again: its resource
-    # gets a fresh row. This is spec 001's "an update node whose resource is
+    # gets a fresh row. This is doc/specs.rst, spec 001: "an update node whose resource is
     # DELETE_IN_PROGRESS gets a replacement", decided here once instead of
     # by every engine that meets the row.
     return row.action != vocab.STACK_DELETE
@@ -259,17 +254,6 @@ def prepare_traversal_tx(
         _check_action(locked, action)
         result = _prepare_locked(session, locked, action, template, previous, timeout_seconds)
     return result
-
-
-def prepare_traversal(
-    db: Database, stack: models.Stack, action: str, template: Template | None = None,
-    timeout_seconds: int | None = None,
-) -> Traversal:
-    """The old name of :func:`lifecycle.prepare_traversal`, which opens the
-    transaction; tests/functional/test_stacks.py calls it."""
-    from sharemgr.convergence import lifecycle  # lifecycle imports this module
-
-    return lifecycle.prepare_traversal(db, stack, action, template, timeout_seconds)
 
 
 def _prepare_locked(
@@ -397,14 +381,12 @@ def graph_dot(db: Database, stack: models.Stack) -> str:
 
 
 def node_ready(graph: Graph, node: tuple[int, bool], input_data: Mapping | None) -> bool:
-    """Whether every predecessor of ``node`` has reported (spec 001's check
+    """Whether every predecessor of ``node`` has reported (doc/specs.rst, spec 001: the check
     before retriggering a node in a newer traversal)."""
     return sync_points.is_ready(input_data or {}, graph.requires_keys(node))
 
 
 __all__ = [
-    "CHECK_RESOURCE",
-    "REQUEST_RESOURCE_TYPE",
     "InvalidStackAction",
     "PrepareError",
     "Traversal",
@@ -415,6 +397,5 @@ __all__ = [
     "graph_dot",
     "load_traversal_graph",
     "node_ready",
-    "prepare_traversal",
     "prepare_traversal_tx",
 ]

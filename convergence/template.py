@@ -1,4 +1,4 @@
-"""Stack templates: parse, validate, resolve (ARCHITECTURE section 7).
+"""Stack templates: parse, validate, resolve (doc/convergence.rst, "Templates").
 
 A template is YAML::
 
@@ -51,7 +51,6 @@ STRING = "string"
 INTEGER = "integer"
 REF = "ref"  # the physical id of another resource (get_resource) or a literal id
 
-PROTOCOLS = ("NFS", "CIFS", "CEPHFS", "GLUSTERFS", "HDFS", "MAPRFS")
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ RESOURCE_TYPES: Mapping[str, ResourceType] = {
             {
                 "size": _p(INTEGER, required=True, minimum=1, maximum=vocab.MAX_SHARE_SIZE_GB,
                            update=IN_PLACE),
-                "proto": _p(STRING, required=True, allowed=PROTOCOLS),
+                "proto": _p(STRING, required=True, allowed=vocab.PROTOCOLS),
                 "name": _p(STRING, update=IN_PLACE, max_length=NAME_PROPERTY_MAX),
                 "backend": _p(STRING),
                 "snapshot": _p(REF, ref_types=("snapshot",)),

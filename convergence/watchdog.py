@@ -24,7 +24,7 @@ them all; the faster paths (a check retriggering what it held) only save
 time. A stalled node is left alone while waiting is right:
 
 * its row (or the row's replacement) is locked by a live engine: that check
-  retriggers the node when it is done (spec 001). A lock this engine holds
+  retriggers the node when it is done (doc/specs.rst, spec 001). A lock this engine holds
   while none of its checks does (a lost release) is released here;
 * its physical resource is in a transient status: an operation is under way,
   or a dead engine's operation waits for reconciliation, which the watchdog

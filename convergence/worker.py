@@ -1,4 +1,4 @@
-"""The check-resource workflow (spec 001; ARCHITECTURE section 7, steps 2-4).
+"""The check-resource workflow (doc/specs.rst: spec 001; architecture §7, steps 2-4).
 
 A ``check_resource`` request names a graph node ``(resource row, is_update)``
 of a traversal. :class:`Worker` handles one, in the engine's request thread:
@@ -32,7 +32,7 @@ of a traversal. :class:`Worker` handles one, in the engine's request thread:
 5. *Retrigger.* Whoever held a lock checks afterwards whether its traversal
    is still current (a SyncPoint missing, or the stack row says so): if not,
    it retriggers the row's node in the newest traversal when that node is
-   ready (spec 001). Releasing before this check closes the race with a
+   ready (doc/specs.rst, spec 001). Releasing before this check closes the race with a
    check that bailed on our lock: the newer traversal existed before it
    looked at the lock, so we see it.
 
@@ -48,7 +48,7 @@ import collections
 import enum
 import threading
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from oslo_log import log as logging
@@ -409,7 +409,7 @@ class Worker:
         observed = phys.observe(self.db, effective.type, effective.physical_id)
         kind, in_place = Kind.REPLACE, {}
         if effective.action == vocab.STACK_DELETE:
-            kind = Kind.REPLACE  # spec 001: an update node whose row is being deleted
+            kind = Kind.REPLACE  # doc/specs.rst, spec 001: update node whose row is being deleted
         elif observed.state == phys.GONE:
             kind = Kind.CREATE
         elif observed.state == phys.BUSY:
@@ -536,7 +536,7 @@ class Worker:
         row = stacks.resource_get(self.db, begun.resource_id)
         if plan.op is not None:
             try:
-                phys.run(self.operations, plan.op, begun.op_request_id)
+                self.operations.perform(replace(plan.op, request_id=begun.op_request_id))
             except (OperationFailed, Stale) as exc:
                 reason = f"{name}: {exc}"
                 stack_work.end(self.db, row.id, self.engine_id, action, vocab.STACK_FAILED, reason,
@@ -610,7 +610,7 @@ class Worker:
 
     def _after(self, ctx: _Ctx, outcome: _Outcome) -> None:
         """Report the node's outcome; whenever that finds the traversal
-        superseded, retrigger (spec 001). Runs after the locks are released."""
+        superseded, retrigger (doc/specs.rst, spec 001). Runs after the locks are released."""
         if outcome.failed is not None:
             handled = self.fail_stack(ctx.stack_id, ctx.traversal, outcome.failed)
         elif outcome.superseded or outcome.bailed or outcome.ended:

@@ -242,9 +242,13 @@ def add_with_request(db: Database, rows: Sequence[Any], request: dict | None) ->
     return None
 
 
+# One conditional update: (model, id, expected column values, new values).
+Change = tuple[type, Any, dict[str, Any], dict[str, Any]]
+
+
 def transition_with_request(
     db: Database,
-    changes: Sequence[tuple[type, Any, dict[str, Any], dict[str, Any]]],
+    changes: Sequence[Change],
     request: dict | None,
     rows: Sequence[Any] = (),
 ) -> bool:

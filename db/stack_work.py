@@ -25,7 +25,7 @@ from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session, defer
 
 M = models
-Change = tuple[type, Any, dict[str, Any], dict[str, Any]]
+Change = api.Change
 
 # Stacks ------------------------------------------------------------------------
 

@@ -37,17 +37,6 @@ from sqlalchemy.orm import Session
 Stack = models.Stack
 Resource = models.StackResource
 
-# The old names of vocab's stack actions and statuses, which
-# tests/unit/test_column_lengths.py and test_convergence_properties.py use.
-INIT = vocab.STACK_INIT
-CREATE = vocab.STACK_CREATE
-UPDATE = vocab.STACK_UPDATE
-DELETE = vocab.STACK_DELETE
-ROLLBACK = vocab.STACK_ROLLBACK
-IN_PROGRESS = vocab.STACK_IN_PROGRESS
-COMPLETE = vocab.STACK_COMPLETE
-FAILED = vocab.STACK_FAILED
-
 # stack_templates.stack_id comes with migration 0002; a Core view of the
 # table lets this module use it whether or not the ORM model declares it.
 _templates = sa.table(

@@ -1,4 +1,4 @@
-"""SyncPoints (spec 004): the progress of a traversal, one row per graph node.
+"""SyncPoints (doc/specs.rst, spec 004): the progress of a traversal, one row per graph node.
 
 A SyncPoint is keyed by ``(entity_id, traversal_id, is_update)`` — the graph
 node (a resource row id as a string, or the stack id for the stack's own
@@ -21,7 +21,7 @@ transaction of the CAS that made the point complete: the enqueue of the
 successor commits with that write or not at all, and exactly one writer sees
 the transition from incomplete to complete. A missing SyncPoint means the
 traversal was superseded (a new preparation deletes the old points in the
-transaction that swaps the stack's traversal), see spec 001.
+transaction that swaps the stack's traversal), see doc/specs.rst, spec 001.
 
 Lock order, to stay deadlock-free with traversal preparation: a transaction
 that touches a SyncPoint row locks it before the ``stacks`` row and before

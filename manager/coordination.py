@@ -91,7 +91,7 @@ class Coordinator:
 
     def lock(self, name: bytes):  # noqa: ANN201 - a tooz Lock
         """A fresh lock object: tooz's file driver keeps a stale count on a lock
-        object reused after a failed non-blocking acquire (ARCHITECTURE §10)."""
+        object reused after a failed non-blocking acquire (doc/specs.rst, architecture §10)."""
         return self._coord.get_lock(name)
 
     @contextlib.contextmanager

@@ -20,7 +20,7 @@ from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
 from sharemgr.manager import kinds, views
 
-Change = tuple[type, Any, dict[str, Any], dict[str, Any]]  # model, id, expected, values
+Change = db_api.Change
 
 
 class Refused(Exception):

@@ -1,5 +1,5 @@
 """A reconciliation pass: settle this host's resources that a crash left in a
-transient status (spec 002).
+transient status (doc/specs.rst, spec 002).
 
 Per resource: skip what must be left alone, take the non-blocking tooz
 try-lock the operations hold (skip when held), re-read the row (skip when it

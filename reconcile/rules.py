@@ -1,5 +1,5 @@
 """What startup reconciliation does for each resource type and transient
-status (spec 002, ARCHITECTURE §6), as data.
+status (doc/specs.rst, spec 002 and architecture §6), as data.
 
 ``query``: ask the backend with the optional status method; healthy →
 ``ok``, anything else (error, missing, not implemented, None, no status,

@@ -80,9 +80,9 @@ SERVER_CASES = {
 
 def _status(db, rtype, ident):
     """What `sharectl <noun> show` reports as the status."""
-    from sharemgr.cli.kinds import KINDS
+    from sharemgr.cli.nouns import NOUNS
 
-    return KINDS[rtype.replace("_", "-")].status(db, ident)
+    return NOUNS[rtype.replace("_", "-")].status(db, ident)
 
 
 def _wait_statuses(db, rtype, ids, timeout=60):

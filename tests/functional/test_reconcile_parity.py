@@ -39,9 +39,9 @@ def servers(request) -> dict:
 
 
 def _status(db, share_id: str) -> str:
-    from sharemgr.cli.kinds import KINDS
+    from sharemgr.cli.nouns import NOUNS
 
-    return KINDS["share"].status(db, share_id)
+    return NOUNS["share"].status(db, share_id)
 
 
 # A peer pass comes soon after a peer's death, and no startup wait holds it back.

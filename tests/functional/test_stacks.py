@@ -11,7 +11,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from sharemgr.convergence import actions, prepare
+from sharemgr.common import vocab
+from sharemgr.convergence import actions, lifecycle, prepare
 from sharemgr.convergence import physical as phys
 from sharemgr.db import api, models, resources, stack_work, stacks
 from sqlalchemy import func, select
@@ -384,7 +385,7 @@ def test_racing_updates_one_wins(deployment, setup):
         template = actions.load_template(templates[key], conf.enabled_share_backends)
         barrier.wait()
         try:
-            results[key] = prepare.prepare_traversal(db, seen, "UPDATE", template)
+            results[key] = lifecycle.prepare_traversal(db, seen, "UPDATE", template)
         except prepare.TraversalLost as exc:
             results[key] = exc
 
@@ -478,7 +479,7 @@ def test_killed_manager_resumes_after_restart(deployment, request, crash, kind):
     assert all(r["status"] == "COMPLETE" for r in rows)
     db, _ = database(d)
     abandoned = [r for r in api.request_list(db) if r.status == "abandoned"
-                 and r.action == prepare.CHECK_RESOURCE]
+                 and r.action == vocab.ACTION_CHECK]
     db.dispose()
     assert abandoned  # the dead engine's check, retriggered by the watchdog
     assert_backend_agrees(d)

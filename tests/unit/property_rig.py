@@ -28,7 +28,6 @@ from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
-from sharemgr.convergence import prepare
 from sharemgr.db import api, migration, models
 from sharemgr.db.engine import Database
 from sharemgr.manager.coordination import Coordinator
@@ -397,8 +396,8 @@ def pending_checks(db: Database) -> list[models.Request]:
             session.scalars(
                 sa.select(models.Request)
                 .where(
-                    models.Request.resource_type == prepare.REQUEST_RESOURCE_TYPE,
-                    models.Request.action == prepare.CHECK_RESOURCE,
+                    models.Request.resource_type == vocab.STACK_RESOURCE,
+                    models.Request.action == vocab.ACTION_CHECK,
                     models.Request.status == "pending",
                 )
                 .order_by(models.Request.id)

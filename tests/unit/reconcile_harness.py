@@ -3,7 +3,7 @@ row builders for every resource type, and an engine (real tooz file
 coordinator, real Operations, real Reconciler) around a real database.
 
 Only the driver is fake. The expected outcomes (``EXPECTED``, ``EXCLUDED``)
-are written here from ARCHITECTURE §6 and the spec, never taken from
+are written here from doc/specs.rst (architecture §6, spec 002), never taken from
 ``reconcile/rules.py``.
 """
 
@@ -20,6 +20,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api, migration, models
 from sharemgr.db.engine import Database
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
+from sharemgr.manager import kinds
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import Operations
 from sharemgr.reconcile.reconciler import Reconciler
@@ -55,7 +56,7 @@ DELETE_METHOD = {
 
 Q, D, K = "query", "delete", "mark"
 
-# (action, error status) per type and transient status: ARCHITECTURE §6 and the
+# (action, error status) per type and transient status: doc/specs.rst, architecture §6 and
 # spec. Success is 'available' for a query and 'deleted' for a delete. A
 # replica is a share instance: the share-instance rows that need no driver
 # (mark) apply to it too; its create asks get_replica_status.
@@ -378,15 +379,6 @@ MAKE = {
     vocab.GROUP_SNAPSHOT: make_group_snapshot,
     vocab.BACKUP: make_backup,
 }
-MODEL = {
-    vocab.SHARE_SERVER: models.ShareServer,
-    vocab.SHARE_INSTANCE: models.ShareInstance,
-    vocab.REPLICA: models.ShareInstance,
-    vocab.SNAPSHOT_INSTANCE: models.ShareSnapshotInstance,
-    vocab.SHARE_GROUP: models.ShareGroup,
-    vocab.GROUP_SNAPSHOT: models.ShareGroupSnapshot,
-    vocab.BACKUP: models.ShareBackup,
-}
 
 
 def make(db: Any, rtype: str, status: str, host: str = HOSTBE) -> Any:
@@ -394,7 +386,7 @@ def make(db: Any, rtype: str, status: str, host: str = HOSTBE) -> Any:
 
 
 def fetch(db: Any, rtype: str, ident: str) -> Any:
-    return api.get(db, MODEL[rtype], ident, include_deleted=True)
+    return api.get(db, kinds.kind(rtype).model, ident, include_deleted=True)
 
 
 def host_of_row(db: Any, rtype: str, row: Any) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from oslo_config import cfg
+from sharemgr.common import vocab
 from sharemgr.convergence import actions, prepare
 from sharemgr.convergence.engine import StackEngine
 from sharemgr.db import api, migration, models, stacks
@@ -116,7 +117,7 @@ class Rig:
 
     def checks(self, status: str | None = None) -> list[models.Request]:
         return [r for r in api.request_list(self.db, status=status)
-                if r.action == prepare.CHECK_RESOURCE]
+                if r.action == vocab.ACTION_CHECK]
 
 
 class Engine:
@@ -150,7 +151,7 @@ class Engine:
 
     def claim(self, limit: int = 1) -> list[models.Request]:
         return [r for r in api.request_claim(self.rig.db, self.hosts, self.engine_id, limit)
-                if r.action == prepare.CHECK_RESOURCE]
+                if r.action == vocab.ACTION_CHECK]
 
     def run(self, req: models.Request) -> str:
         """Run one claimed request as the daemon's runner would; returns the

@@ -18,7 +18,6 @@ from oslo_config import types
 from sharemgr.common import vocab
 from sharemgr.db import api, models, resources
 from sharemgr.db import reconcile as db_rec
-from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import ColumnLimitError, Database
 from sharemgr.manager import kinds
 
@@ -90,9 +89,8 @@ LONGEST += [(models.ShareInstance, "replica_state", s,
 LONGEST += [(models.ShareInstance, "task_state", s, "task states") for s in vocab.BUSY_TASK_STATES]
 LONGEST += [(model, column, value, "stack statuses")
             for model in (models.Stack, models.StackResource) for column, values in (
-                ("action", (db_stacks.INIT, db_stacks.CREATE, db_stacks.UPDATE,
-                            db_stacks.DELETE, db_stacks.ROLLBACK)),
-                ("status", (db_stacks.IN_PROGRESS, db_stacks.COMPLETE, db_stacks.FAILED)))
+                ("action", vocab.STACK_ACTIONS),
+                ("status", vocab.STACK_STATUSES))
             for value in values]
 
 

@@ -1,4 +1,4 @@
-"""The traversal graph (spec 003): rules, queries, JSON, DOT, large stacks."""
+"""The traversal graph (doc/specs.rst, spec 003): rules, queries, JSON, DOT, large stacks."""
 
 from __future__ import annotations
 

@@ -65,10 +65,15 @@ import yaml
 from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
+from sharemgr.common.vocab import STACK_COMPLETE as COMPLETE
+from sharemgr.common.vocab import STACK_DELETE as DELETE
+from sharemgr.common.vocab import STACK_FAILED as FAILED
+from sharemgr.common.vocab import STACK_IN_PROGRESS as IN_PROGRESS
+from sharemgr.common.vocab import STACK_INIT as INIT
+from sharemgr.common.vocab import STACK_ROLLBACK as ROLLBACK
 from sharemgr.convergence import prepare
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources, stacks
-from sharemgr.db.stacks import COMPLETE, DELETE, FAILED, IN_PROGRESS, INIT, ROLLBACK
 
 from tests.unit.property_rig import (
     TRANSIENT,

@@ -1,4 +1,4 @@
-"""Traversal preparation (spec 003) on SQLite, PostgreSQL and MariaDB."""
+"""Traversal preparation (doc/specs.rst, spec 003) on SQLite, PostgreSQL and MariaDB."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import threading
 
 import pytest
 import sqlalchemy as sa
+from sharemgr.common import vocab
 from sharemgr.convergence import lifecycle, prepare, template
 from sharemgr.convergence.graph import Graph, Node
 from sharemgr.db import api, migration, models, stacks, sync_points
@@ -49,7 +50,7 @@ def _check_requests(db, traversal_id):
     return sorted(
         (r.args["resource_id"], r.args["is_update"])
         for r in api.request_list(db)
-        if r.action == prepare.CHECK_RESOURCE and r.args.get("traversal") == traversal_id
+        if r.action == vocab.ACTION_CHECK and r.args.get("traversal") == traversal_id
     )
 
 

@@ -1,4 +1,4 @@
-"""Startup reconciliation (spec 002, ARCHITECTURE §6): every resource type ×
+"""Startup reconciliation (doc/specs.rst, spec 002 and architecture §6): every resource type ×
 every transient status of its row × every backend answer, against a real
 database, a real tooz file coordinator, real Operations and Reconciler, and a
 fake driver programmed per test.

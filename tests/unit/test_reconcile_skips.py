@@ -1,4 +1,4 @@
-"""Startup reconciliation (spec 002): what a pass must leave alone, and how it
+"""Startup reconciliation (doc/specs.rst, spec 002): what a pass must leave alone, and how it
 stays out of the way of other engines — busy task states, excluded statuses,
 backups with their own workflow, other hosts, open requests, dead engines,
 DHSS, lock contention, rows that change under it, and failures that must

@@ -1,4 +1,4 @@
-"""SyncPoints (spec 004) on SQLite, PostgreSQL and MariaDB."""
+"""SyncPoints (doc/specs.rst, spec 004) on SQLite, PostgreSQL and MariaDB."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """How sharectl shows each resource type: its columns, rows and status.
 
-One ``Kind`` per CLI noun; the generic list/show/delete/reset-state commands
-and ``--wait`` work from these.
+One ``Noun`` per CLI noun; the generic list/show/delete/reset-state commands
+and ``--wait`` work from these. What each resource kind is (its row, lock and
+statuses) is in ``manager/kinds.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from sharemgr.manager.intake import Intake, InvalidRequest
 
 
 @dataclass(frozen=True)
-class Kind:
+class Noun:
     noun: str  # CLI noun, e.g. "share-server"
     rtype: str  # constants resource type (reset-state, valid statuses)
     columns: tuple[str, ...]
@@ -113,32 +114,32 @@ _backup_rows, _backup_one = _plain(
                     "restore_progress", "created_at"))
 _inst_rows = lambda db: [_instance_row(i) for i in db_api.query(db, models.ShareInstance)]  # noqa: E731
 
-KINDS: dict[str, Kind] = {
+NOUNS: dict[str, Noun] = {
     k.noun: k
     for k in (
-        Kind("share", vocab.SHARE,
+        Noun("share", vocab.SHARE,
              ("id", "name", "size", "proto", "status", "host"),
              lambda db: [_share_row(s, i) for s, i in resources.shares_with_status(db)],
              _share_one, Intake.delete_share),
-        Kind("share-instance", vocab.SHARE_INSTANCE,
+        Noun("share-instance", vocab.SHARE_INSTANCE,
              ("id", "share_id", "host", "status", "replica_state"),
              _inst_rows,
              lambda db, i: (lambda r: _instance_row(r) if r else None)(
                  db_api.get(db, models.ShareInstance, i)),
              None),
-        Kind("snapshot", vocab.SNAPSHOT, ("id", "share_id", "name", "size", "status"),
+        Noun("snapshot", vocab.SNAPSHOT, ("id", "share_id", "name", "size", "status"),
              lambda db: [_snapshot_row(s, i) for s, i in resources.snapshots_with_status(db)],
              _snapshot_one, Intake.delete_snapshot),
-        Kind("replica", vocab.REPLICA, ("id", "share_id", "host", "status", "replica_state"),
+        Noun("replica", vocab.REPLICA, ("id", "share_id", "host", "status", "replica_state"),
              lambda db: [r for r in _inst_rows(db) if r["replica_state"]],
              _replica_one, Intake.delete_replica),
-        Kind("share-server", vocab.SHARE_SERVER, ("id", "host", "status"),
+        Noun("share-server", vocab.SHARE_SERVER, ("id", "host", "status"),
              _server_rows, _server_one, Intake.delete_share_server, (vocab.ACTIVE,)),
-        Kind("share-group", vocab.SHARE_GROUP, ("id", "name", "host", "status"),
+        Noun("share-group", vocab.SHARE_GROUP, ("id", "name", "host", "status"),
              _group_rows, _group_one, Intake.delete_share_group),
-        Kind("group-snapshot", vocab.GROUP_SNAPSHOT, ("id", "name", "share_group_id", "status"),
+        Noun("group-snapshot", vocab.GROUP_SNAPSHOT, ("id", "name", "share_group_id", "status"),
              _gsnap_rows, _gsnap_one, Intake.delete_group_snapshot),
-        Kind("backup", vocab.BACKUP, ("id", "name", "share_id", "status", "progress"),
+        Noun("backup", vocab.BACKUP, ("id", "name", "share_id", "status", "progress"),
              _backup_rows, _backup_one, Intake.delete_backup),
     )
 }
