@@ -9,6 +9,7 @@ import uuid
 
 from oslo_config import cfg
 from oslo_log import log as logging
+from sharemgr.common import vocab
 from sharemgr.convergence.engine import StackEngine
 from sharemgr.daemon.background import Background
 from sharemgr.db import api as db_api
@@ -21,7 +22,7 @@ from sharemgr.manager.coordination import safe_url as c_url
 from sharemgr.manager.operations import Operations
 from sharemgr.manager.runner import RequestRunner
 from sharemgr.reconcile.reconciler import Reconciler
-from sharemgr.reconcile.runner import RECONCILE, PassRunner, run_watchers
+from sharemgr.reconcile.runner import PassRunner, run_watchers
 
 LOG = logging.getLogger(__name__)
 BINARY = "share-manager"
@@ -141,7 +142,7 @@ class ShareManagerService:
         )
         self.passes = PassRunner(self.reconciler, self.stopping)
         self.background.own("pass runner", self._stop_passes)
-        self.handlers.add(RECONCILE, "run", self.passes.handle_request)
+        self.handlers.add(vocab.RECONCILE, vocab.ACTION_RUN, self.passes.handle_request)
         if self.conf.startup_reconciliation_enabled:
             # Deferred: the daemon takes requests while the pass waits and runs.
             self.passes.defer_startup(self.conf.startup_reconciliation_wait_seconds)

@@ -13,14 +13,13 @@ from typing import Any
 import futurist
 from futurist import waiters
 from oslo_log import log as logging
-from sharemgr.common import tasks, vocab
+from sharemgr.common import tasks
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.reconcile.reconciler import Reconciler
 from tooz import coordination
 
 LOG = logging.getLogger(__name__)
 
-RECONCILE = vocab.RECONCILE
 
 
 def engine_host(engine_id: str) -> str:

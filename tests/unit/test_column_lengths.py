@@ -66,19 +66,8 @@ LONGEST = [
     (models.ShareSnapshotInstance, "progress", "100%", "operations"),
     (models.Service, "binary", "share-manager", "service"),
 ]
-LONGEST += [
-    (models.Request, "resource_type", t, "resource types")
-    for t in (
-        vocab.SHARE_SERVER,
-        vocab.SHARE_INSTANCE,
-        vocab.REPLICA,
-        vocab.SNAPSHOT_INSTANCE,
-        vocab.SHARE_GROUP,
-        vocab.GROUP_SNAPSHOT,
-        vocab.BACKUP,
-        vocab.RECONCILE,
-    )
-]
+LONGEST += [(models.Request, "resource_type", t, "resource types")
+            for t in (*kinds.KINDS, vocab.RECONCILE, vocab.STACK_RESOURCE)]
 LONGEST += [(models.Request, "status", s, "request statuses")
             for s in (vocab.REQUEST_PENDING, vocab.REQUEST_RUNNING, vocab.REQUEST_DONE,
                       vocab.REQUEST_FAILED, vocab.REQUEST_ABANDONED)]
