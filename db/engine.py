@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
+from sharemgr.db import stats
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -167,6 +168,7 @@ class Database:
             event.listen(self.engine, "begin", _sqlite_begin)
             event.listen(self.engine, "before_cursor_execute", _sqlite_check_limits)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.stats = stats.from_environment(self.engine)
 
     @property
     def skip_locked(self) -> bool:
@@ -192,4 +194,6 @@ class Database:
             yield session
 
     def dispose(self) -> None:
+        if self.stats is not None:
+            self.stats.write()
         self.engine.dispose()

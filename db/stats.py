@@ -1,0 +1,89 @@
+"""Counting what a process asks of its database, for the benchmarks.
+
+Off unless asked for: ``SHAREMGR_SQL_STATS=<file>`` in a process's
+environment makes each of its databases count statements (by verb and
+table), commits and rollbacks, and write the counts to ``<file>`` as JSON
+when the database is disposed (the daemon does on shutdown) and every
+``FLUSH_SECONDS``, so a benchmark reads what a daemon did without a
+profiler. doc/performance.rst says how the figures are made.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import threading
+import time
+from typing import Any
+
+from sqlalchemy import event
+
+ENV = "SHAREMGR_SQL_STATS"
+FLUSH_SECONDS = 1.0
+
+_VERB_TABLE = re.compile(
+    r"^\s*(SELECT|INSERT|UPDATE|DELETE)\b.*?\b(?:FROM|INTO|UPDATE)\s+[`\"]?(\w+)",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def _key(statement: str) -> str:
+    m = _VERB_TABLE.match(statement)
+    if m:
+        return f"{m.group(1).upper()} {m.group(2)}"
+    return statement.split(None, 1)[0].upper() if statement.strip() else "?"
+
+
+class SqlStats:
+    def __init__(self, engine: Any, path: str | None = None) -> None:
+        self.path = path
+        self.started = time.time()
+        self.statements: collections.Counter = collections.Counter()
+        self.commits = 0
+        self.rollbacks = 0
+        self._lock = threading.Lock()
+        self._flushed = 0.0
+        event.listen(engine, "before_cursor_execute", self._statement)
+        event.listen(engine, "commit", self._commit)
+        event.listen(engine, "rollback", self._rollback)
+
+    def _statement(self, conn: Any, cursor: Any, statement: str, parameters: Any,
+                   context: Any, executemany: bool) -> None:
+        with self._lock:
+            self.statements[_key(statement)] += 1
+        self._maybe_flush()
+
+    def _commit(self, conn: Any) -> None:
+        with self._lock:
+            self.commits += 1
+
+    def _rollback(self, conn: Any) -> None:
+        with self._lock:
+            self.rollbacks += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {"pid": os.getpid(), "seconds": round(time.time() - self.started, 3),
+                    "statements": sum(self.statements.values()), "commits": self.commits,
+                    "rollbacks": self.rollbacks, "by_kind": dict(self.statements)}
+
+    def _maybe_flush(self) -> None:
+        now = time.monotonic()
+        if self.path and now - self._flushed >= FLUSH_SECONDS:
+            self._flushed = now
+            self.write()
+
+    def write(self) -> None:
+        if not self.path:
+            return
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.snapshot(), f)
+        os.replace(tmp, self.path)
+
+
+def from_environment(engine: Any) -> SqlStats | None:
+    path = os.environ.get(ENV)
+    return SqlStats(engine, path) if path else None
