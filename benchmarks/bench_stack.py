@@ -1,0 +1,247 @@
+"""Benchmark: converging stacks with the real daemon (dummy driver, no delay).
+
+Starts ``share-manager`` engines (as tests/functional/harness.py does), then
+for each shape creates a stack with ``sharectl stack create NAME -t FILE
+--wait`` and measures the nodes of its traversal per second, with the SQL
+statements and commits per node the engines made (``SHAREMGR_SQL_STATS``,
+db/stats.py: the idle engines' rate over the same time is subtracted).
+
+Shapes: ``independent`` (N shares), ``chain`` (share i depends on share
+i-1), ``fanin`` (N shares, then one that depends on all of them).
+
+The reference, measured in the same run, is the raw commit rate of the same
+database: single-row INSERTs into a scratch table, one commit each.
+
+    .venv/bin/python benchmarks/bench_stack.py [--setup sqlite|servers]
+        [--engines 1|2|1,2] [--shapes independent,chain,fanin]
+        [--independent 300] [--chain 100] [--fanin 200]
+
+Prints one JSON line per (engines, shape) and a summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.functional.harness import Deployment  # noqa: E402
+
+PG_ADMIN = os.environ.get("SHAREMGR_TEST_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("SHAREMGR_TEST_REDIS", "redis://127.0.0.1:6379")
+
+ENGINE_OPTIONS = {
+    "DEFAULT": {
+        "startup_reconciliation_wait_seconds": "0",
+        "graceful_shutdown_timeout": "5",
+        "request_workers": "4",
+        "request_poll_interval": "0.1",
+    },
+}
+
+SHARE = "{type: share, properties: {size: 1, proto: NFS}%s}"
+
+
+def template(shape: str, n: int) -> tuple[str, int]:
+    """YAML of the shape and its number of resources."""
+    lines = ["resources:"]
+    if shape == "independent":
+        lines += [f"  s{i}: " + SHARE % "" for i in range(n)]
+    elif shape == "chain":
+        lines.append("  s0: " + SHARE % "")
+        lines += [f"  s{i}: " + SHARE % f", depends_on: [s{i - 1}]" for i in range(1, n)]
+    elif shape == "fanin":
+        lines += [f"  s{i}: " + SHARE % "" for i in range(n)]
+        deps = ", ".join(f"s{i}" for i in range(n))
+        lines.append("  sink: " + SHARE % f", depends_on: [{deps}]")
+        n += 1
+    else:
+        raise ValueError(shape)
+    return "\n".join(lines) + "\n", n
+
+
+def commit_rate(url: str, commits: int) -> float:
+    """Tiny single-row commits per second into a scratch table."""
+    engine = sa.create_engine(url)
+    table = f"bench_scratch_{uuid.uuid4().hex[:8]}"
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, v INTEGER)")
+        with engine.connect() as conn:
+            started = time.perf_counter()
+            for i in range(commits):
+                conn.exec_driver_sql(f"INSERT INTO {table} (id, v) VALUES ({i}, {i})")
+                conn.commit()
+            elapsed = time.perf_counter() - started
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP TABLE {table}")
+    finally:
+        engine.dispose()
+    return commits / elapsed
+
+
+class Stats:
+    """The SQL counts of the running engines (files written by db/stats.py)."""
+
+    def __init__(self, files: list[Path]) -> None:
+        self.files = files
+
+    def read(self) -> dict:
+        time.sleep(1.2)  # the engines flush every second while they run statements
+        total = {"statements": 0, "commits": 0, "seconds": 0.0, "by_kind": {}}
+        for f in self.files:
+            s = json.loads(f.read_text())
+            total["statements"] += s["statements"]
+            total["commits"] += s["commits"]
+            total["seconds"] = max(total["seconds"], s["seconds"])
+            for k, v in s["by_kind"].items():
+                total["by_kind"][k] = total["by_kind"].get(k, 0) + v
+        return total
+
+
+def diff(a: dict, b: dict) -> dict:
+    kinds = {k: b["by_kind"].get(k, 0) - a["by_kind"].get(k, 0)
+             for k in set(a["by_kind"]) | set(b["by_kind"])}
+    return {"statements": b["statements"] - a["statements"], "commits": b["commits"] - a["commits"],
+            "seconds": b["seconds"] - a["seconds"],
+            "by_kind": {k: v for k, v in kinds.items() if v}}
+
+
+def graph_nodes(url: str, name: str) -> int:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(sa.text("SELECT current_deps FROM stacks WHERE name = :n"),
+                               {"n": name}).first()
+    finally:
+        engine.dispose()
+    deps = row[0]
+    if isinstance(deps, str):
+        deps = json.loads(deps)
+    return len((deps or {}).get("nodes", []))
+
+
+def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[str, int],
+                idle_seconds: float, tag: str) -> list[dict]:
+    files = [root / f"sqlstats-{tag}-{i}.json" for i in range(engines)]
+    for i in range(engines):
+        d.start(env={"SHAREMGR_SQL_STATS": str(files[i])}, name=f"{tag}-engine")
+    out = []
+    try:
+        stats = Stats(files)
+        a = stats.read()
+        time.sleep(idle_seconds)
+        idle = diff(a, stats.read())
+        idle_stmt = idle["statements"] / idle["seconds"]
+        idle_commits = idle["commits"] / idle["seconds"]
+        for shape, n in shapes.items():
+            text, resources = template(shape, n)
+            path = root / f"{tag}-{shape}.yaml"
+            path.write_text(text)
+            name = f"b{tag}{shape}"
+            before = stats.read()
+            started = time.perf_counter()
+            proc = d.sharectl("stack", "create", name, "-t", str(path), "--wait",
+                              check=False, timeout=3600)
+            elapsed = time.perf_counter() - started
+            after = stats.read()
+            if proc.returncode != 0:
+                raise RuntimeError(f"stack create {name} failed:\n{proc.stdout}\n{proc.stderr}")
+            work = diff(before, after)
+            nodes = graph_nodes(url, name)
+            stmts = work["statements"] - idle_stmt * work["seconds"]
+            commits = work["commits"] - idle_commits * work["seconds"]
+            out.append({
+                "shape": shape, "engines": engines, "resources": resources, "nodes": nodes,
+                "seconds": round(elapsed, 3), "nodes_per_s": round(nodes / elapsed, 1),
+                "statements_per_node": round(stmts / nodes, 2),
+                "commits_per_node": round(commits / nodes, 2),
+                "raw_statements_per_node": round(work["statements"] / nodes, 2),
+                "raw_commits_per_node": round(work["commits"] / nodes, 2),
+                "idle_statements_per_s": round(idle_stmt, 1),
+                "by_kind_per_node": {k: round(v / nodes, 2)
+                                     for k, v in sorted(work["by_kind"].items())},
+            })
+            print(json.dumps(out[-1]), flush=True)
+    finally:
+        d.stop_all()
+        d.engines.clear()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--setup", choices=("sqlite", "servers"), default="sqlite")
+    p.add_argument("--engines", default=None,
+                   help="engine counts to run, comma separated (default: 1; servers: 1,2)")
+    p.add_argument("--shapes", default="independent,chain,fanin")
+    p.add_argument("--independent", type=int, default=300, help="shares of 'independent'")
+    p.add_argument("--chain", type=int, default=100, help="length of 'chain'")
+    p.add_argument("--fanin", type=int, default=200, help="N of the N->1 'fanin'")
+    p.add_argument("--idle-seconds", type=float, default=3.0)
+    p.add_argument("--reference-commits", type=int, default=2000)
+    p.add_argument("--root", help="work folder (default: a fresh temporary one)")
+    args = p.parse_args()
+    engines = [int(e) for e in (args.engines or ("1,2" if args.setup == "servers" else "1"))
+               .split(",")]
+    sizes = {"independent": args.independent, "chain": args.chain, "fanin": args.fanin}
+    shapes = {s: sizes[s] for s in args.shapes.split(",")}
+
+    root = Path(args.root or tempfile.mkdtemp(prefix=f"bench-stack-{args.setup}-"))
+    made_db = None
+    if args.setup == "servers":
+        name = f"sm_bench_{uuid.uuid4().hex[:10]}"
+        admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"CREATE DATABASE {name}")
+        admin.dispose()
+        url = made_db = sa.engine.make_url(PG_ADMIN).set(database=name).render_as_string(False)
+        d = Deployment(root / "deployment", db_url=url, coordination_url=REDIS_URL,
+                       host=f"bench{uuid.uuid4().hex[:6]}", extra=ENGINE_OPTIONS)
+    else:
+        d = Deployment(root / "deployment", host=f"bench{uuid.uuid4().hex[:6]}",
+                       extra=ENGINE_OPTIONS)
+        url = f"sqlite:///{d.state}/sharemgr.sqlite"
+    try:
+        d.sync()
+        reference = commit_rate(url, args.reference_commits)
+        results = []
+        for n in engines:
+            results += run_engines(d, url, root, n, shapes, args.idle_seconds, f"e{n}")
+        for r in results:
+            r["reference_commits_per_s"] = round(reference, 1)
+            r["nodes_per_s_per_1000_commits_per_s"] = round(r["nodes_per_s"] / reference * 1000,
+                                                           3)
+        summary: dict = {"setup": args.setup, "reference_commits_per_s": round(reference, 1),
+                         "inputs": {"engines": engines, "shapes": shapes,
+                                    "idle_seconds": args.idle_seconds,
+                                    "reference_commits": args.reference_commits},
+                         "results": {f"{r['shape']}/{r['engines']}": {
+                             k: r[k] for k in ("nodes", "nodes_per_s", "statements_per_node",
+                                               "commits_per_node")} for r in results}}
+        if 1 in engines and 2 in engines:
+            summary["two_engines_speedup"] = {
+                s: round(summary["results"][f"{s}/2"]["nodes_per_s"]
+                         / summary["results"][f"{s}/1"]["nodes_per_s"], 2) for s in shapes}
+        print(json.dumps(summary), flush=True)
+    finally:
+        d.stop_all()
+        if made_db:
+            admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+            with admin.connect() as conn:
+                conn.exec_driver_sql(
+                    f"DROP DATABASE IF EXISTS {sa.engine.make_url(made_db).database} WITH (FORCE)")
+            admin.dispose()
+
+
+if __name__ == "__main__":
+    main()
