@@ -6,6 +6,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
+from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sharemgr.db.resources import host_match
@@ -32,6 +33,62 @@ def abandon_request(db: Database, request_id: int, dead_engine: str, note: str) 
     )
     with db.session() as session:
         return session.execute(stmt).rowcount == 1
+
+
+def _prepared(cache: dict, model: type, expected: dict[str, Any], values: dict[str, Any]
+              ) -> Any:
+    """One ``UPDATE … WHERE id = :id AND <col> = :seen`` statement per shape
+    (model, expected columns, set columns), built once per batch: building
+    and caching a new statement per row costs more than running it."""
+    key = (model, tuple(expected), tuple(values))
+    stmt = cache.get(key)
+    if stmt is None:
+        stmt = (
+            sa.update(model)
+            .where(model.id == sa.bindparam("w_id"),
+                   *[getattr(model, c) == sa.bindparam(f"w_{c}") for c in expected])
+            .values({c: sa.bindparam(f"v_{c}") for c in values})
+            .execution_options(synchronize_session=False)
+        )
+        cache[key] = stmt
+    return stmt
+
+
+def _conditional(session: Any, cache: dict, change: db_api.Change) -> bool:
+    model, ident, expected, values = change
+    if any(v is None or isinstance(v, (list, tuple, set, frozenset))
+           for v in expected.values()):
+        return db_api.conditional_update_tx(session, model, ident, expected, values)
+    if hasattr(model, "updated_at") and "updated_at" not in values:
+        values = {**values, "updated_at": models.utcnow()}
+    params = {"w_id": ident, **{f"w_{c}": v for c, v in expected.items()},
+              **{f"v_{c}": v for c, v in values.items()}}
+    return session.execute(_prepared(cache, model, expected, values), params).rowcount == 1
+
+
+def transitions(db: Database, groups: list[list[db_api.Change]]) -> list[bool]:
+    """Apply many resources' outcomes in one transaction: each group is one
+    resource's conditional updates ``(model, id, expected, values)`` (its
+    status first, ``WHERE id = :id AND status = :seen``), all or nothing on
+    its own. A group that loses (the row changed meanwhile) changes nothing
+    and the others still apply. Returns, per group, whether it applied."""
+    applied: list[bool] = []
+    cache: dict = {}
+    with db.session() as session:
+        for group in groups:
+            if len(group) == 1:
+                applied.append(_conditional(session, cache, group[0]))
+                continue
+            # A savepoint: the status may win and a later change (the share's
+            # size) lose; then neither may stay.
+            nested = session.begin_nested()
+            ok = all(_conditional(session, cache, change) for change in group)
+            if ok:
+                nested.commit()
+            else:
+                nested.rollback()
+            applied.append(ok)
+    return applied
 
 
 def pass_start(db: Database, host: str, engine_id: str, trigger: str, dry_run: bool

@@ -188,3 +188,19 @@ def backup_in_progress(db: Database, share_id: str) -> bool:
     )
     with db.session() as session:
         return session.scalar(stmt) > 0
+
+
+def rows_by_id(db: Database, model: type, ids: list[str] | set[str],
+               include_deleted: bool = False, chunk: int = 500) -> dict[str, Any]:
+    """Rows of ``model`` with these ids, by id, in one query per ``chunk``
+    ids (the reconciliation pass reads a batch at once); soft-deleted rows
+    only with ``include_deleted``."""
+    ids = list(dict.fromkeys(i for i in ids if i is not None))
+    found: dict[str, Any] = {}
+    with db.session() as session:
+        for start in range(0, len(ids), chunk):
+            stmt = sa.select(model).where(model.id.in_(ids[start:start + chunk]))
+            if not include_deleted and hasattr(model, "deleted_at"):
+                stmt = stmt.where(model.deleted_at.is_(None))
+            found.update((row.id, row) for row in session.scalars(stmt))
+    return found

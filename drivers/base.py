@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from oslo_config import cfg
-from sharemgr.drivers.exceptions import OperationNotSupported
+from sharemgr.drivers.exceptions import OperationNotSupported, ShareResourceNotFound
 
 # Type aliases for the dicts the manager passes; documented in doc/drivers.rst.
 Share = dict[str, Any]
@@ -43,6 +43,20 @@ STATUS_METHODS = (
     "get_share_group_status",
     "get_share_group_snapshot_status",
 )
+
+# The optional batch form of each status method: one backend call for many
+# resources (reconciliation after a crash asks about thousands at once).
+BATCH_STATUS_METHODS: dict[str, str] = {
+    "get_share_status": "get_share_statuses",
+    "get_snapshot_status": "get_snapshot_statuses",
+    "get_replica_status": "get_replica_statuses",
+    "get_share_group_status": "get_share_group_statuses",
+    "get_share_group_snapshot_status": "get_share_group_snapshot_statuses",
+}
+
+# A batch status method's answer for one resource: what the single method
+# returns, or the ShareResourceNotFound it raises.
+StatusAnswer = dict[str, Any] | ShareResourceNotFound
 
 
 class ShareDriver:
@@ -421,3 +435,44 @@ class ShareDriver:
         :raises NotImplementedError: the driver cannot tell.
         """
         raise NotImplementedError("get_share_group_snapshot_status")
+
+    # Optional batch status methods ------------------------------------------
+    # Each takes a list of (resource, share_server) pairs, the arguments of
+    # its single method, and answers for many resources in one backend call:
+    # ``{id: answer}`` where answer is what the single method returns for that
+    # resource, or the ShareResourceNotFound it raises. Ids left out are asked
+    # one by one with the single method; NotImplementedError (the default) or
+    # any other exception means the manager asks every resource one by one.
+
+    def get_share_statuses(
+        self, shares: list[tuple[Share, ShareServer | None]]
+    ) -> dict[str, StatusAnswer]:
+        """:returns: ``{share instance id: get_share_status answer}``.
+
+        :raises NotImplementedError: the driver has no batch form.
+        """
+        raise NotImplementedError("get_share_statuses")
+
+    def get_snapshot_statuses(
+        self, snapshots: list[tuple[Snapshot, ShareServer | None]]
+    ) -> dict[str, StatusAnswer]:
+        """:returns: ``{snapshot instance id: get_snapshot_status answer}``."""
+        raise NotImplementedError("get_snapshot_statuses")
+
+    def get_replica_statuses(
+        self, replicas: list[tuple[Replica, ShareServer | None]]
+    ) -> dict[str, StatusAnswer]:
+        """:returns: ``{replica id: get_replica_status answer}``."""
+        raise NotImplementedError("get_replica_statuses")
+
+    def get_share_group_statuses(
+        self, groups: list[tuple[ShareGroup, ShareServer | None]]
+    ) -> dict[str, StatusAnswer]:
+        """:returns: ``{group id: get_share_group_status answer}``."""
+        raise NotImplementedError("get_share_group_statuses")
+
+    def get_share_group_snapshot_statuses(
+        self, group_snapshots: list[tuple[GroupSnapshot, ShareServer | None]]
+    ) -> dict[str, StatusAnswer]:
+        """:returns: ``{group snapshot id: get_share_group_snapshot_status answer}``."""
+        raise NotImplementedError("get_share_group_snapshot_statuses")

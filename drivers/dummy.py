@@ -78,10 +78,12 @@ dummy_opts = [
     ),
     cfg.ListOpt(
         "dummy_status_methods",
-        item_type=types.String(choices=base.STATUS_METHODS),
-        default=list(base.STATUS_METHODS),
-        help="Optional status methods the dummy driver implements; the others "
-        "raise NotImplementedError.",
+        item_type=types.String(
+            choices=base.STATUS_METHODS + tuple(base.BATCH_STATUS_METHODS.values())),
+        default=list(base.STATUS_METHODS) + list(base.BATCH_STATUS_METHODS.values()),
+        help="Optional status methods (single and batch) the dummy driver "
+        "implements; the others raise NotImplementedError. A batch method "
+        "answers only while its single method is enabled too.",
     ),
 ]
 
@@ -461,37 +463,92 @@ class DummyDriver(base.ShareDriver):
         with self._op(method, resource, write=False) as tx:
             return self._need(tx, resource.get("id"), kinds, what)
 
+    def _statuses(self, single: str, items: list[tuple[dict, dict | None]],
+                  kinds: tuple[str, ...], what: str) -> dict[str, Any]:
+        """The batch form of a status method: one call log transaction, one
+        read; knobs apply once per call under the batch method's name."""
+        method = base.BATCH_STATUS_METHODS[single]
+        ids = [(resource or {}).get("id") for resource, _ in items]
+        self.state.log_calls(method, ids, self.engine_id)
+        if method not in self.status_methods or single not in self.status_methods:
+            raise NotImplementedError(f"dummy driver: {method} is disabled by dummy_status_methods")
+        self.knobs.wait_at_gate(method, "")
+        self.knobs.delay(method, "")
+        if self.knobs.should_fail(method, ""):
+            raise ShareBackendException(
+                f"dummy driver: {method} of {self.backend_name} failed (dummy_fail_methods)")
+        with self.state.reading() as tx:
+            found = tx.get_many(ids, kinds)
+        answers: dict[str, Any] = {}
+        for rid in ids:
+            obj = found.get(rid)
+            answers[rid] = (_ANSWER[single](obj) if obj is not None else
+                            ShareResourceNotFound(f"dummy backend has no {what} {rid}"))
+        return answers
+
     def get_share_status(self, share: dict, share_server: dict | None = None) -> dict[str, Any]:
         obj = self._status("get_share_status", share, SHARE_KINDS, "share")
-        return {"status": obj["status"], "size": obj["size"],
-                "export_locations": obj["export_locations"]}
+        return _ANSWER["get_share_status"](obj)
+
+    def get_share_statuses(self, shares: list[tuple[dict, dict | None]]) -> dict[str, Any]:
+        return self._statuses("get_share_status", shares, SHARE_KINDS, "share")
+
+    def get_snapshot_statuses(self, snapshots: list[tuple[dict, dict | None]]
+                              ) -> dict[str, Any]:
+        return self._statuses("get_snapshot_status", snapshots, ("snapshot",), "snapshot")
+
+    def get_replica_statuses(self, replicas: list[tuple[dict, dict | None]]) -> dict[str, Any]:
+        return self._statuses("get_replica_status", replicas, SHARE_KINDS, "replica")
+
+    def get_share_group_statuses(self, groups: list[tuple[dict, dict | None]]
+                                 ) -> dict[str, Any]:
+        return self._statuses("get_share_group_status", groups, ("share_group",),
+                              "share group")
+
+    def get_share_group_snapshot_statuses(
+        self, group_snapshots: list[tuple[dict, dict | None]]
+    ) -> dict[str, Any]:
+        return self._statuses("get_share_group_snapshot_status", group_snapshots,
+                              ("group_snapshot",), "group snapshot")
 
     def get_snapshot_status(
         self, snapshot: dict, share_server: dict | None = None
     ) -> dict[str, Any]:
         obj = self._status("get_snapshot_status", snapshot, ("snapshot",), "snapshot")
-        return {"status": obj["status"], "size": obj["size"]}
+        return _ANSWER["get_snapshot_status"](obj)
 
     def get_replica_status(
         self, replica: dict, share_server: dict | None = None
     ) -> dict[str, Any]:
         obj = self._status("get_replica_status", replica, SHARE_KINDS, "replica")
-        return {
-            "status": obj["status"],
-            "size": obj["size"],
-            "replica_state": obj["replica_state"] or "active",
-            "export_locations": obj["export_locations"],
-        }
+        return _ANSWER["get_replica_status"](obj)
 
     def get_share_group_status(
         self, group: dict, share_server: dict | None = None
     ) -> dict[str, Any]:
         obj = self._status("get_share_group_status", group, ("share_group",), "share group")
-        return {"status": obj["status"]}
+        return _ANSWER["get_share_group_status"](obj)
 
     def get_share_group_snapshot_status(
         self, group_snapshot: dict, share_server: dict | None = None
     ) -> dict[str, Any]:
         obj = self._status("get_share_group_snapshot_status", group_snapshot,
                            ("group_snapshot",), "group snapshot")
-        return {"status": obj["status"]}
+        return _ANSWER["get_share_group_snapshot_status"](obj)
+
+
+# What each status method answers for a backend object: one definition for
+# the single and the batch form, so they cannot disagree.
+_ANSWER = {
+    "get_share_status": lambda obj: {"status": obj["status"], "size": obj["size"],
+                                     "export_locations": obj["export_locations"]},
+    "get_snapshot_status": lambda obj: {"status": obj["status"], "size": obj["size"]},
+    "get_replica_status": lambda obj: {
+        "status": obj["status"],
+        "size": obj["size"],
+        "replica_state": obj["replica_state"] or "active",
+        "export_locations": obj["export_locations"],
+    },
+    "get_share_group_status": lambda obj: {"status": obj["status"]},
+    "get_share_group_snapshot_status": lambda obj: {"status": obj["status"]},
+}

@@ -104,6 +104,18 @@ class Tx:
             return None
         return _row_to_object(row)
 
+    def get_many(self, obj_ids: list[str], kinds: tuple[str, ...]) -> dict[str, dict]:
+        """Objects of ``kinds`` with these ids, by id (a batch status call)."""
+        found: dict[str, dict] = {}
+        ids = [i for i in obj_ids if i is not None]
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            rows = self.conn.execute(
+                f"SELECT * FROM objects WHERE id IN ({','.join('?' * len(chunk))})", chunk
+            ).fetchall()
+            found.update((r["id"], _row_to_object(r)) for r in rows if r["kind"] in kinds)
+        return found
+
     def find(self, column: str, value: str, kinds: tuple[str, ...]) -> list[dict]:
         assert column in LOGICAL_IDS
         marks = ",".join("?" * len(kinds))
@@ -240,3 +252,10 @@ class BackendState:
     def log_call(self, method: str, resource_id: str | None, engine_id: str | None) -> None:
         with self.transaction() as tx:
             tx.log_call(method, resource_id, engine_id)
+
+    def log_calls(self, method: str, resource_ids: list[str | None],
+                  engine_id: str | None) -> None:
+        """One call log row per resource of a batch call, in one transaction."""
+        with self.transaction() as tx:
+            for resource_id in resource_ids:
+                tx.log_call(method, resource_id, engine_id)

@@ -29,7 +29,7 @@ import pytest
 from oslo_config import cfg
 from sharemgr.drivers import loader
 from sharemgr.drivers import options as driver_options
-from sharemgr.drivers.base import STATUS_METHODS, ShareDriver
+from sharemgr.drivers.base import BATCH_STATUS_METHODS, STATUS_METHODS, ShareDriver
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 
 KIT_HOST = "kithost"
@@ -441,6 +441,47 @@ class DriverConformanceTests:
         obj = kit.never_created(STATUS_KIND[method])
         kit.expect_not_found(method, obj, kit.server,
                              what=f"a {STATUS_KIND[method]} the backend never had")
+
+    # Batch status methods -----------------------------------------------------------
+
+    @pytest.mark.parametrize("method", STATUS_METHODS)
+    def test_batch_status_agrees_with_single(self, kit: _Kit, method: str) -> None:
+        """The optional batch form answers ``{id: what the single method
+        answers}`` (or the ShareResourceNotFound it raises), only for the ids
+        it was given."""
+        batch = BATCH_STATUS_METHODS[method]
+        kind = STATUS_KIND[method]
+        objs = [kit.create(kind), kit.create(kind)]
+        missing = kit.never_created(kind)
+        try:
+            answers = kit.call(batch, [(o, kit.server) for o in [*objs, missing]])
+        except NotImplementedError:
+            _unsupported(kit.driver, batch)
+        except ShareBackendException as exc:
+            _fail(f"{_name(kit.driver, batch)} of {len(objs)} {kind}s and one the backend "
+                  f"never had failed: {type(exc).__name__}: {exc}")
+        name = _name(kit.driver, batch)
+        if not isinstance(answers, dict):
+            _fail(f"{name} returned {answers!r}; it must return a dict keyed by resource id")
+        given = {o["id"] for o in [*objs, missing]}
+        if set(answers) - given:
+            _fail(f"{name} returned answers for ids it was not given: "
+                  f"{sorted(set(answers) - given)}")
+        if missing["id"] in answers and not isinstance(answers[missing["id"]],
+                                                       ShareResourceNotFound):
+            _fail(f"{name} answers {answers[missing['id']]!r} for a {kind} the backend never "
+                  "had; the answer must be a ShareResourceNotFound (or the id left out)")
+        for obj in objs:
+            if obj["id"] not in answers:
+                continue  # left out: the manager asks the single method
+            answer = answers[obj["id"]]
+            single = kit.status(method, obj, f"a {kind} just created")
+            if single is None:
+                _fail(f"{name} answers for a {kind} but {_name(kit.driver, method)} raises "
+                      "NotImplementedError; a batch method needs its single method")
+            if answer != single:
+                _fail(f"{name} answers {answer!r} for a {kind} just created but "
+                      f"{_name(kit.driver, method)} answers {single!r}; they must agree")
 
     # Deletes are idempotent -----------------------------------------------------------
 

@@ -4,7 +4,11 @@ transient status (doc/specs.rst, spec 002).
 Per resource: skip what must be left alone, take the non-blocking tooz
 try-lock the operations hold (skip when held), re-read the row (skip when it
 changed), act by the rule of ``rules.RULES``, write the outcome with a
-conditional update. Stages run in dependency order; resources of one stage
+conditional update. The work is done in batches: a batch try-locks each of
+its resources, re-reads them in one query, asks the driver's batch status
+method (one backend call; the single method when the driver has none), writes
+every outcome in one transaction (each row still ``WHERE status = :seen``) and
+releases its locks. Stages run in dependency order; the batches of one stage
 run in parallel on a bounded futurist pool. One failing resource never stops
 the pass.
 """
@@ -12,6 +16,8 @@ the pass.
 from __future__ import annotations
 
 import collections
+import contextlib
+import math
 import threading
 import time
 from typing import Any
@@ -23,7 +29,9 @@ from sharemgr.common import tasks, vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
+from sharemgr.db import resources as db_res
 from sharemgr.db.engine import Database
+from sharemgr.drivers.base import BATCH_STATUS_METHODS
 from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import views
 from sharemgr.manager.coordination import Coordinator
@@ -86,7 +94,21 @@ class Summary:
 # Longest error text a failed pass's record keeps (its first line only).
 ERROR_LIMIT = 2000
 
+# Most resources one batch holds: one re-read, one driver call, one
+# transaction each. A batch holds the try-locks of its resources while it
+# acts; with a file coordinator each held lock is an open file, so the pool
+# together holds at most LOCKS_HELD_LIMIT.
+BATCH_SIZE = 200
+LOCKS_HELD_LIMIT = 1024
+
 SECONDARY_STATES = (vocab.REPLICA_IN_SYNC, vocab.REPLICA_OUT_OF_SYNC, vocab.REPLICA_ERROR)
+
+
+def batch_size(resources: int, workers: int) -> int:
+    """Resources per batch: every worker gets a batch (a slow driver's calls
+    spread over the whole pool), within BATCH_SIZE and the lock limit."""
+    return max(1, min(BATCH_SIZE, LOCKS_HELD_LIMIT // max(1, workers),
+                      math.ceil(resources / max(1, workers))))
 
 
 class Unusable(Exception):
@@ -187,10 +209,12 @@ class Reconciler:
                 # (read before, a request begun in between was missed and the
                 # resource settled under a live engine's feet).
                 requests = self._open_requests(summary, dry_run)
-                futures = [tasks.submit_logged(executor, self._one, c, requests, summary,
-                                               dry_run, what=f"reconciliation of {c.rtype} "
-                                               f"{c.id}")
-                           for c in cands]
+                size = batch_size(len(cands), self.workers)
+                futures = [tasks.submit_logged(executor, self._batch, cands[i:i + size],
+                                               requests, summary, dry_run,
+                                               what=f"reconciliation of {rtype} batch "
+                                               f"{i // size}")
+                           for i in range(0, len(cands), size)]
                 if futures:
                     waiters.wait_for_all(futures)
         finally:
@@ -249,16 +273,11 @@ class Reconciler:
             by_resource[req.resource_id] = req
         return by_resource
 
-    # One resource ----------------------------------------------------------------
+    # A batch of resources ---------------------------------------------------------
 
-    def _one(self, cand: Candidate, requests: dict[str, models.Request], summary: Summary,
-             dry_run: bool) -> None:
-        try:
-            self._settle(cand, requests, summary, dry_run)
-        except Exception:
-            summary.failed()
-            LOG.exception("reconciliation of %s %s (%s) failed", cand.rtype, cand.id,
-                          cand.status)
+    def _failed(self, cand: Candidate, summary: Summary) -> None:
+        summary.failed()
+        LOG.exception("reconciliation of %s %s (%s) failed", cand.rtype, cand.id, cand.status)
 
     def _skip(self, cand: Candidate, reason: str, summary: Summary, dry_run: bool) -> None:
         LOG.debug("reconciliation skips %s %s (%s): %s", cand.rtype, cand.id, cand.status,
@@ -268,8 +287,44 @@ class Reconciler:
             summary.planned({"type": cand.rtype, "id": cand.id, "status": cand.status,
                              "action": "skip", "reason": reason})
 
-    def _settle(self, cand: Candidate, requests: dict[str, models.Request], summary: Summary,
-                dry_run: bool) -> None:
+    def _batch(self, cands: list[Candidate], requests: dict[str, models.Request],
+               summary: Summary, dry_run: bool) -> None:
+        """Settle a batch of one stage's resources. A failure of one resource
+        (its checks, its lock, its action) fails only that resource; one of
+        the batch's shared steps (the re-read, the write) fails the resources
+        it was for."""
+        todo: list[tuple[Candidate, rules.Rule]] = []
+        for cand in cands:
+            try:
+                rule = self._check(cand, requests, summary, dry_run)
+            except Exception:
+                self._failed(cand, summary)
+                continue
+            if rule is not None:
+                todo.append((cand, rule))
+        if dry_run or not todo:
+            return
+        # Every try-lock of the batch is held until its outcomes are written.
+        with contextlib.ExitStack() as locks:
+            held: list[tuple[Candidate, rules.Rule]] = []
+            for cand, rule in todo:
+                try:
+                    got = locks.enter_context(
+                        self.coordinator.try_lock(lock_name(cand.rtype, cand.id)))
+                except Exception:
+                    self._failed(cand, summary)
+                    continue
+                if not got:
+                    self._skip(cand, "locked by another engine", summary, dry_run)
+                    continue
+                held.append((cand, rule))
+            if held:
+                self._locked(held, summary)
+
+    def _check(self, cand: Candidate, requests: dict[str, models.Request], summary: Summary,
+               dry_run: bool) -> rules.Rule | None:
+        """The rule to apply, or None when the resource is skipped (or, in a
+        dry run, planned)."""
         reason = scan.left_alone(self.db, cand)
         req = requests.get(cand.id) or self._backup_request(cand, requests)
         if reason is None and req is not None:
@@ -279,7 +334,7 @@ class Reconciler:
             reason = "backend not served by this engine"
         if reason is not None:
             self._skip(cand, reason, summary, dry_run)
-            return
+            return None
         rule = rules.RULES[cand.rtype][cand.status]
         if dry_run:
             target = {rules.QUERY: f"{rule.ok} or {rule.error}",
@@ -288,19 +343,56 @@ class Reconciler:
             summary.planned({"type": cand.rtype, "id": cand.id, "status": cand.status,
                              "action": rule.action + (f" {rule.method}" if rule.method else ""),
                              "outcome": target})
+            return None
+        return rule
+
+    def _locked(self, held: list[tuple[Candidate, rules.Rule]], summary: Summary) -> None:
+        """Under the batch's locks: re-read, act, write the outcomes."""
+        try:
+            rows = db_res.rows_by_id(self.db, held[0][0].model, [c.id for c, _ in held])
+        except Exception:
+            for cand, _ in held:
+                self._failed(cand, summary)
             return
-        with self.coordinator.try_lock(lock_name(cand.rtype, cand.id)) as got:
-            if not got:
-                self._skip(cand, "locked by another engine", summary, dry_run)
-                return
-            row = db_api.get(self.db, cand.model, cand.id)
+        live: list[tuple[Candidate, rules.Rule]] = []
+        for cand, rule in held:
+            row = rows.get(cand.id)
             if row is None or row.status != cand.status:
-                self._skip(cand, "changed meanwhile", summary, dry_run)
-                return
+                self._skip(cand, "changed meanwhile", summary, False)
+                continue
             cand.row = row
-            outcome = self._act(cand, rule)
-        if outcome is not None:
-            summary.outcome(cand.rtype, outcome)
+            live.append((cand, rule))
+        answers = self._answers([(c, r) for c, r in live if r.action == rules.QUERY])
+        writes: list[tuple[Candidate, str, list]] = []
+        for cand, rule in live:
+            try:
+                if rule.action == rules.DELETE:
+                    # The delete retry is an operation of its own (driver
+                    # call, its own transaction): one by one.
+                    outcome = self._delete(cand, rule)
+                    if outcome is not None:
+                        summary.outcome(cand.rtype, outcome)
+                    continue
+                if rule.action == rules.MARK:
+                    status, changes = self._mark(cand, rule)
+                else:
+                    status, changes = self._converge(cand, rule, answers[cand.id])
+                writes.append((cand, status, changes))
+            except Exception:
+                self._failed(cand, summary)
+        if not writes:
+            return
+        try:
+            applied = db_rec.transitions(self.db, [changes for _, _, changes in writes])
+        except Exception:
+            for cand, _, _ in writes:
+                self._failed(cand, summary)
+            return
+        for (cand, status, _), won in zip(writes, applied, strict=True):
+            if won:
+                summary.outcome(cand.rtype, status)
+            else:
+                LOG.info("%s %s changed while being reconciled", cand.rtype, cand.id)
 
     def _backup_request(self, cand: Candidate, requests: dict[str, models.Request]
                         ) -> models.Request | None:
@@ -315,49 +407,107 @@ class Reconciler:
                 return requests[backup.id]
         return None
 
-    def _act(self, cand: Candidate, rule: rules.Rule) -> str | None:
-        if rule.action == rules.MARK:
-            LOG.warning("%s %s stuck in %s cannot be resumed: %s", cand.rtype, cand.id,
-                        cand.status, rule.error)
-            values = {"replica_state": vocab.REPLICA_ERROR} if cand.rtype == vocab.REPLICA else {}
-            return self._set(cand, [], rule.error, values)
-        if rule.action == rules.DELETE:
-            try:
-                self.operations.perform(Op(cand.rtype, cand.id, vocab.ACTION_DELETE),
-                                        held=True)
-            except OperationFailed as exc:
-                LOG.warning("%s %s: delete retry failed: %s", cand.rtype, cand.id, exc)
-                return rule.error
-            except Stale:
-                return None
-            return rule.ok
-        return self._query(cand, rule)
+    def _changes(self, cand: Candidate, status: str, values: dict[str, Any] | None = None,
+                 extra: list | None = None) -> tuple[str, list]:
+        """The outcome's conditional updates: the row's status first, written
+        only if it still has the status it was read with."""
+        return status, [(cand.model, cand.id, {"status": cand.status},
+                         {"status": status, **(values or {})})] + (extra or [])
 
-    def _set(self, cand: Candidate, extra: list, status: str,
-             values: dict[str, Any] | None = None) -> str | None:
-        changes = [(cand.model, cand.id, {"status": cand.status},
-                    {"status": status, **(values or {})})] + extra
-        if not db_api.transition_with_request(self.db, changes, None):
-            LOG.info("%s %s changed while being reconciled", cand.rtype, cand.id)
+    def _mark(self, cand: Candidate, rule: rules.Rule) -> tuple[str, list]:
+        LOG.warning("%s %s stuck in %s cannot be resumed: %s", cand.rtype, cand.id,
+                    cand.status, rule.error)
+        values = {"replica_state": vocab.REPLICA_ERROR} if cand.rtype == vocab.REPLICA else {}
+        return self._changes(cand, rule.error, values)
+
+    def _delete(self, cand: Candidate, rule: rules.Rule) -> str | None:
+        try:
+            self.operations.perform(Op(cand.rtype, cand.id, vocab.ACTION_DELETE), held=True)
+        except OperationFailed as exc:
+            LOG.warning("%s %s: delete retry failed: %s", cand.rtype, cand.id, exc)
+            return rule.error
+        except Stale:
             return None
-        return status
+        return rule.ok
 
     # Query and converge ---------------------------------------------------------
 
-    def _query(self, cand: Candidate, rule: rules.Rule) -> str | None:
-        driver = self.drivers[views.backend_of(cand.host)]
+    def _answers(self, queries: list[tuple[Candidate, rules.Rule]]
+                 ) -> dict[str, tuple[bool, str, dict[str, Any]]]:
+        """(healthy, reason, answer) per resource: one batch call per driver
+        and method where the driver has the batch form, the single method
+        for the resources it leaves out (or when it has none or fails)."""
+        results: dict[str, tuple[bool, str, dict[str, Any]]] = {}
+        groups: dict[tuple[str, str], list[tuple[Candidate, tuple]]] = collections.defaultdict(
+            list)
+        parts = self._share_parts([c for c, _ in queries])
+        for cand, rule in queries:
+            try:
+                args = parts[cand.id] if cand.id in parts else self._status_args(cand)
+            except Exception as exc:
+                results[cand.id] = (False, f"{rule.method} raised {exc!r}", {})
+                continue
+            groups[(views.backend_of(cand.host), rule.method)].append((cand, args))
+        for (backend, method), items in groups.items():
+            driver = self.drivers[backend]
+            batch = self._batch_answers(driver, method, items)
+            for cand, args in items:
+                if cand.id in batch:
+                    results[cand.id] = batch[cand.id]
+                else:
+                    results[cand.id] = self._single_answer(driver, method, args)
+        return results
+
+    def _batch_answers(self, driver: Any, method: str, items: list[tuple[Candidate, tuple]]
+                       ) -> dict[str, tuple[bool, str, dict[str, Any]]]:
+        """The batch method's answers by id; {} when the driver has no batch
+        method or it fails (every resource is then asked one by one, so the
+        outcome is what the single method says)."""
+        batch_method = getattr(driver, BATCH_STATUS_METHODS[method], None)
+        if batch_method is None:
+            return {}
+        try:
+            answers = batch_method([args for _, args in items])
+        except NotImplementedError:
+            return {}
+        except Exception as exc:
+            LOG.warning("%s failed (%r); asking %s resource by resource",
+                        BATCH_STATUS_METHODS[method], exc, method)
+            return {}
+        if not isinstance(answers, dict):
+            LOG.warning("%s returned %r, not a dict by id; asking %s resource by resource",
+                        BATCH_STATUS_METHODS[method], type(answers).__name__, method)
+            return {}
+        results: dict[str, tuple[bool, str, dict[str, Any]]] = {}
+        for cand, _ in items:
+            if cand.id not in answers:
+                continue
+            answer = answers[cand.id]
+            if isinstance(answer, ShareResourceNotFound):
+                results[cand.id] = (False, f"missing on the backend ({answer})", {})
+            elif isinstance(answer, BaseException):
+                results[cand.id] = (False, f"{method} raised {answer!r}", {})
+            else:
+                results[cand.id] = _classify(answer)
+        return results
+
+    @staticmethod
+    def _single_answer(driver: Any, method: str, args: tuple
+                       ) -> tuple[bool, str, dict[str, Any]]:
+        try:
+            return _classify(getattr(driver, method)(*args))
+        except NotImplementedError:
+            return False, f"driver does not implement {method}", {}
+        except ShareResourceNotFound as exc:
+            return False, f"missing on the backend ({exc})", {}
+        except Exception as exc:
+            return False, f"{method} raised {exc!r}", {}
+
+    def _converge(self, cand: Candidate, rule: rules.Rule,
+                  answered: tuple[bool, str, dict[str, Any]]) -> tuple[str, list]:
+        healthy, reason, answer = answered
         values: dict[str, Any] = {}
         extra: list = []
-        try:
-            args = self._status_args(cand)
-            answer = getattr(driver, rule.method)(*args)
-            healthy, reason, answer = _classify(answer)
-        except NotImplementedError:
-            healthy, reason, answer = False, f"driver does not implement {rule.method}", {}
-        except ShareResourceNotFound as exc:
-            healthy, reason, answer = False, f"missing on the backend ({exc})", {}
-        except Exception as exc:
-            healthy, reason, answer = False, f"{rule.method} raised {exc!r}", {}
         if healthy:
             try:
                 values, extra = self._healthy_values(cand, answer)
@@ -367,9 +517,29 @@ class Reconciler:
             LOG.warning("%s %s (%s) → %s: %s", cand.rtype, cand.id, cand.status, rule.error,
                         reason)
             values = {"replica_state": vocab.REPLICA_ERROR} if cand.rtype == vocab.REPLICA else {}
-            return self._set(cand, [], rule.error, values)
+            return self._changes(cand, rule.error, values)
         LOG.info("%s %s (%s) → %s: %s", cand.rtype, cand.id, cand.status, rule.ok, reason)
-        return self._set(cand, extra, rule.ok, values)
+        return self._changes(cand, rule.ok, values, extra)
+
+    def _share_parts(self, cands: list[Candidate]) -> dict[str, tuple]:
+        """The status arguments of the batch's share instances and replicas,
+        their shares and servers read in one query each (the other kinds are
+        read one by one: few of them get stuck)."""
+        insts = [c.row for c in cands if c.rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA)]
+        if not insts:
+            return {}
+        shares = db_res.rows_by_id(self.db, models.Share, {i.share_id for i in insts},
+                                   include_deleted=True)
+        servers = db_res.rows_by_id(self.db, models.ShareServer,
+                                    {i.share_server_id for i in insts}, include_deleted=True)
+        parts: dict[str, tuple] = {}
+        for inst in insts:
+            share = shares.get(inst.share_id)
+            if share is None:
+                continue  # the single path reports it as the status call raising
+            server = servers.get(inst.share_server_id)
+            parts[inst.id] = (views.share(inst, share), views.server(server) if server else None)
+        return parts
 
     def _status_args(self, cand: Candidate) -> tuple:
         ops = self.operations

@@ -80,6 +80,11 @@ EXPECTED_FAILURES = {
         "test_status_of_unknown_object_is_not_found[dhss=False-get_snapshot_status]":
             "StatusReturnsNone.get_snapshot_status of a snapshot the backend never had "
             "returned None; it must raise ShareResourceNotFound",
+        # The batch form (inherited) answers a dict: the kit compares it
+        # with the single method, whose broken answer it reports.
+        "test_batch_status_agrees_with_single[dhss=False-get_snapshot_status]":
+            "StatusReturnsNone.get_snapshot_status of a snapshot just created returned None; "
+            "a status method returns a dict with at least a 'status' string",
         "test_delete_twice_succeeds[dhss=False-snapshot]":
             "StatusReturnsNone.get_snapshot_status answers None for a snapshot after "
             "StatusReturnsNone.delete_snapshot succeeded; it must raise ShareResourceNotFound",
