@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import logging  # cliff configures the stdlib root logger; this tunes that
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cliff.app import App
 from cliff.commandmanager import CommandManager
 from sharemgr.cli import commands
+
+if TYPE_CHECKING:
+    from sharemgr.cli.context import Context
 
 
 class SharectlApp(App):
@@ -40,15 +43,19 @@ class SharectlApp(App):
     def configure_logging(self) -> None:
         super().configure_logging()
         if self.options.verbose_level < 2:
-            # alembic narrates every step at INFO; keep sharectl's output clean.
-            logging.getLogger("alembic").setLevel(logging.WARNING)
+            # alembic and stack preparation narrate at INFO (for the daemon's
+            # log); keep sharectl's output clean.
+            for name in ("alembic", "sharemgr.convergence.prepare"):
+                logging.getLogger(name).setLevel(logging.WARNING)
 
     @property
-    def context(self) -> commands.Context:
+    def context(self) -> Context:
         """Config, database and coordination, opened on first use so that
         ``--help`` needs none of them."""
         if self._context is None:
-            self._context = commands.Context(self.options.config_file)
+            from sharemgr.cli.context import Context
+
+            self._context = Context(self.options.config_file)
         return self._context
 
     def clean_up(self, cmd: Any, result: int, err: BaseException | None) -> None:

@@ -37,25 +37,38 @@ def _flat(value: Any) -> Any:
 STRUCTURED_FORMATS = ("json", "yaml")
 
 
+# The project's exceptions a command may end with, by module: looked up only
+# in modules already imported (one that is not cannot have raised), so a
+# command imports just what it uses (SQLAlchemy, tooz) and no more.
+_BAD_INPUT = (("sharemgr.manager.plans", "Refused"), ("sharemgr.manager.config", "ConfigError"),
+              ("sharemgr.convergence.template", "TemplateError"),
+              ("sharemgr.convergence.prepare", "InvalidStackAction"),
+              ("sharemgr.db.stacks", "StackExists"), ("sharemgr.db.stacks", "StackNotFound"))
+_UNAVAILABLE = (("sharemgr.db.engine", "DatabaseUnavailable"),
+                ("sharemgr.manager.coordination", "CoordinationUnavailable"))
+
+
+def _loaded(names: tuple[tuple[str, str], ...]) -> tuple[type, ...]:
+    return tuple(getattr(sys.modules[m], c) for m, c in names if m in sys.modules)
+
+
 class _Errors:
     """Turn the project's exceptions into a message and an exit code."""
 
     def run(self, parsed_args: Any) -> int:
-        from sharemgr.db.engine import DatabaseUnavailable
-        from sharemgr.manager.config import ConfigError
-        from sharemgr.manager.coordination import CoordinationUnavailable
-
         try:
             return super().run(parsed_args) or EXIT_OK
-        except (UserError, ConfigError) as exc:
-            sys.stderr.write(f"sharectl: error: {exc}\n")
-            return EXIT_BAD_INPUT
-        except (DatabaseUnavailable, CoordinationUnavailable) as exc:
-            sys.stderr.write(f"sharectl: error: {exc}\n")
-            return EXIT_ERROR_STATUS
         except OperationFailed as exc:
             sys.stderr.write(f"sharectl: {exc}\n")
             return EXIT_ERROR_STATUS
+        except Exception as exc:
+            if isinstance(exc, (UserError, *_loaded(_BAD_INPUT))):
+                sys.stderr.write(f"sharectl: error: {exc}\n")
+                return EXIT_BAD_INPUT
+            if isinstance(exc, _loaded(_UNAVAILABLE)):
+                sys.stderr.write(f"sharectl: error: {exc}\n")
+                return EXIT_ERROR_STATUS
+            raise
 
 
 class Command(_Errors, command.Command):

@@ -9,9 +9,8 @@ from sharemgr.cli import (
     service_cmds,
     stack_cmds,
 )
-from sharemgr.cli.context import Context
 
-__all__ = ["COMMANDS", "Context"]
+__all__ = ["COMMANDS"]
 
 COMMANDS: dict[str, type] = {
     "db sync": db_cmds.DbSync,

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 from oslo_config import cfg
-from sharemgr.db.engine import Database
 from sharemgr.manager import config
-from sharemgr.manager.coordination import Coordinator
+
+if TYPE_CHECKING:
+    from sharemgr.db.engine import Database
+    from sharemgr.manager.coordination import Coordinator
+
+# The database (SQLAlchemy) and coordination (tooz) modules are imported on
+# first use: most commands need one of them, none needs both.
 
 
 class Context:
@@ -20,6 +26,8 @@ class Context:
     @property
     def db(self) -> Database:
         if self._db is None:
+            from sharemgr.db.engine import Database
+
             db = Database(
                 config.database_url(self.conf),
                 connect_timeout=self.conf.database.connect_timeout,
@@ -33,6 +41,8 @@ class Context:
     def coordinator(self) -> Coordinator:
         """A coordinator that never joins the engines group (it only looks)."""
         if self._coordinator is None:
+            from sharemgr.manager.coordination import Coordinator
+
             coord = Coordinator(
                 config.coordination_url(self.conf), f"sharectl.{uuid.uuid4()}"
             )

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sharemgr.common import vocab
-from sharemgr.db import api as db_api
-from sharemgr.db import models, resources
-from sharemgr.db.engine import Database
-from sharemgr.manager.intake import Intake, InvalidRequest
+
+if TYPE_CHECKING:
+    from sharemgr.db import models
+    from sharemgr.db.engine import Database
+
+# The database modules (SQLAlchemy) are imported by the functions that query:
+# 'sharectl --help' loads every command and needs none of them.
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ class Noun:
     columns: tuple[str, ...]
     rows: Callable[[Database], list[dict[str, Any]]]
     one: Callable[[Database, str], dict[str, Any] | None]
-    delete: Callable[[Intake, str], Any] | None
+    delete: str | None  # the Intake method that deletes one
     ok_statuses: tuple[str, ...] = (vocab.AVAILABLE,)
 
     def status(self, db: Database, ident: str) -> str:
@@ -33,6 +36,8 @@ class Noun:
         return vocab.DELETED if row is None else row["status"]
 
     def show(self, db: Database, ident: str) -> dict[str, Any]:
+        from sharemgr.manager.intake import InvalidRequest
+
         row = self.one(db, ident)
         if row is None:
             raise InvalidRequest(f"no {self.noun} with id {ident!r}")
@@ -52,6 +57,9 @@ def _share_row(share: models.Share, inst: models.ShareInstance | None) -> dict[s
 
 
 def _share_one(db: Database, ident: str) -> dict[str, Any] | None:
+    from sharemgr.db import api as db_api
+    from sharemgr.db import models, resources
+
     share = db_api.get(db, models.Share, ident)
     if share is None:
         return None
@@ -78,6 +86,9 @@ def _snapshot_row(snap: models.ShareSnapshot, inst: models.ShareSnapshotInstance
 
 
 def _snapshot_one(db: Database, ident: str) -> dict[str, Any] | None:
+    from sharemgr.db import api as db_api
+    from sharemgr.db import models, resources
+
     snap = db_api.get(db, models.ShareSnapshot, ident)
     if snap is None:
         return None
@@ -85,61 +96,94 @@ def _snapshot_one(db: Database, ident: str) -> dict[str, Any] | None:
 
 
 def _replica_one(db: Database, ident: str) -> dict[str, Any] | None:
-    inst = db_api.get(db, models.ShareInstance, ident)
+    inst = _instance(db, ident)
     return _instance_row(inst) if inst is not None and inst.replica_state else None
 
 
-def _plain(model: type, fields: tuple[str, ...]) -> tuple[Callable, Callable]:
+def _instance(db: Database, ident: str) -> models.ShareInstance | None:
+    from sharemgr.db import api as db_api
+    from sharemgr.db import models
+
+    return db_api.get(db, models.ShareInstance, ident)
+
+
+def _instance_one(db: Database, ident: str) -> dict[str, Any] | None:
+    inst = _instance(db, ident)
+    return _instance_row(inst) if inst is not None else None
+
+
+def _inst_rows(db: Database) -> list[dict[str, Any]]:
+    from sharemgr.db import api as db_api
+    from sharemgr.db import models
+
+    return [_instance_row(i) for i in db_api.query(db, models.ShareInstance)]
+
+
+def _share_rows(db: Database) -> list[dict[str, Any]]:
+    from sharemgr.db import resources
+
+    return [_share_row(s, i) for s, i in resources.shares_with_status(db)]
+
+
+def _snapshot_rows(db: Database) -> list[dict[str, Any]]:
+    from sharemgr.db import resources
+
+    return [_snapshot_row(s, i) for s, i in resources.snapshots_with_status(db)]
+
+
+def _plain(model_name: str, fields: tuple[str, ...]) -> tuple[Callable, Callable]:
+    """rows/one of a model whose own row holds everything shown."""
+
     def row(r: Any) -> dict[str, Any]:
         return {f: getattr(r, f) for f in fields}
 
     def rows(db: Database) -> list[dict[str, Any]]:
-        return [row(r) for r in db_api.query(db, model)]
+        from sharemgr.db import api as db_api
+        from sharemgr.db import models
+
+        return [row(r) for r in db_api.query(db, getattr(models, model_name))]
 
     def one(db: Database, ident: str) -> dict[str, Any] | None:
-        r = db_api.get(db, model, ident)
+        from sharemgr.db import api as db_api
+        from sharemgr.db import models
+
+        r = db_api.get(db, getattr(models, model_name), ident)
         return row(r) if r is not None else None
 
     return rows, one
 
 
 _server_rows, _server_one = _plain(
-    models.ShareServer, ("id", "host", "status", "backend_details", "created_at"))
+    "ShareServer", ("id", "host", "status", "backend_details", "created_at"))
 _group_rows, _group_one = _plain(
-    models.ShareGroup, ("id", "name", "host", "status", "share_server_id", "created_at"))
+    "ShareGroup", ("id", "name", "host", "status", "share_server_id", "created_at"))
 _gsnap_rows, _gsnap_one = _plain(
-    models.ShareGroupSnapshot, ("id", "name", "share_group_id", "status", "created_at"))
+    "ShareGroupSnapshot", ("id", "name", "share_group_id", "status", "created_at"))
 _backup_rows, _backup_one = _plain(
-    models.ShareBackup, ("id", "name", "share_id", "host", "status", "size", "progress",
+    "ShareBackup", ("id", "name", "share_id", "host", "status", "size", "progress",
                     "restore_progress", "created_at"))
-_inst_rows = lambda db: [_instance_row(i) for i in db_api.query(db, models.ShareInstance)]  # noqa: E731
 
 NOUNS: dict[str, Noun] = {
     k.noun: k
     for k in (
         Noun("share", vocab.SHARE,
              ("id", "name", "size", "proto", "status", "host"),
-             lambda db: [_share_row(s, i) for s, i in resources.shares_with_status(db)],
-             _share_one, Intake.delete_share),
+             _share_rows, _share_one, "delete_share"),
         Noun("share-instance", vocab.SHARE_INSTANCE,
              ("id", "share_id", "host", "status", "replica_state"),
-             _inst_rows,
-             lambda db, i: (lambda r: _instance_row(r) if r else None)(
-                 db_api.get(db, models.ShareInstance, i)),
-             None),
+             _inst_rows, _instance_one, None),
         Noun("snapshot", vocab.SNAPSHOT, ("id", "share_id", "name", "size", "status"),
-             lambda db: [_snapshot_row(s, i) for s, i in resources.snapshots_with_status(db)],
-             _snapshot_one, Intake.delete_snapshot),
+             _snapshot_rows, _snapshot_one, "delete_snapshot"),
         Noun("replica", vocab.REPLICA, ("id", "share_id", "host", "status", "replica_state"),
              lambda db: [r for r in _inst_rows(db) if r["replica_state"]],
-             _replica_one, Intake.delete_replica),
+             _replica_one, "delete_replica"),
         Noun("share-server", vocab.SHARE_SERVER, ("id", "host", "status"),
-             _server_rows, _server_one, Intake.delete_share_server, (vocab.ACTIVE,)),
+             _server_rows, _server_one, "delete_share_server", (vocab.ACTIVE,)),
         Noun("share-group", vocab.SHARE_GROUP, ("id", "name", "host", "status"),
-             _group_rows, _group_one, Intake.delete_share_group),
+             _group_rows, _group_one, "delete_share_group"),
         Noun("group-snapshot", vocab.GROUP_SNAPSHOT, ("id", "name", "share_group_id", "status"),
-             _gsnap_rows, _gsnap_one, Intake.delete_group_snapshot),
+             _gsnap_rows, _gsnap_one, "delete_group_snapshot"),
         Noun("backup", vocab.BACKUP, ("id", "name", "share_id", "status", "progress"),
-             _backup_rows, _backup_one, Intake.delete_backup),
+             _backup_rows, _backup_one, "delete_backup"),
     )
 }

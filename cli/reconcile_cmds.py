@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sharemgr.cli import base
 from sharemgr.common import vocab
-from sharemgr.db import api as db_api
-from sharemgr.db import models
-from sharemgr.db import reconcile as db_rec
+
+if TYPE_CHECKING:
+    from sharemgr.db import models
 
 
 def _summary_row(p: models.ReconcilePass) -> tuple[tuple, tuple]:
@@ -40,6 +40,10 @@ class ReconcileRun(base.Lister):
         return parser
 
     def take_action(self, parsed_args: Any) -> tuple:
+        from sharemgr.db import api as db_api
+        from sharemgr.db import models
+        from sharemgr.db import reconcile as db_rec
+
         ctx = self.app.context
         host = ctx.conf.host
         req_id = db_api.add_with_request(ctx.db, [], {
@@ -88,6 +92,8 @@ class ReconcileShow(base.ShowOne):
         return parser
 
     def take_action(self, parsed_args: Any) -> tuple:
+        from sharemgr.db import reconcile as db_rec
+
         ctx = self.app.context
         host = None if parsed_args.any_host or parsed_args.id else ctx.conf.host
         found = db_rec.passes(ctx.db, host, pass_id=parsed_args.id)
@@ -106,6 +112,9 @@ class ReconcileList(base.Lister):
         return parser
 
     def take_action(self, parsed_args: Any) -> tuple:
+        from sharemgr.db import models
+        from sharemgr.db import reconcile as db_rec
+
         rows = db_rec.passes(self.app.context.db, None, limit=parsed_args.limit)
         if not rows:
             return _summary_row(models.ReconcilePass(id=0, summary={}))[0], []

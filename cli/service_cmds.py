@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 from sharemgr.cli import base
-from sharemgr.db import api as db_api
 
 
 class ServiceList(base.Lister):
@@ -18,6 +17,8 @@ class ServiceList(base.Lister):
         return parser
 
     def take_action(self, parsed_args: Any) -> tuple:
+        from sharemgr.db import api as db_api
+
         ctx = self.app.context
         rows = db_api.service_list(ctx.db, include_stopped=parsed_args.all)
         alive = ctx.coordinator.engines()

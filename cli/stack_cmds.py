@@ -8,23 +8,16 @@ import sys
 import time
 from typing import Any
 
-from oslo_log import log as logging
 from sharemgr.cli import base
 from sharemgr.common import vocab
-from sharemgr.convergence import actions, lifecycle, prepare
-from sharemgr.convergence.prepare import InvalidStackAction, TraversalLost
-from sharemgr.convergence.template import MAX_TIMEOUT_MINUTES, TemplateError
-from sharemgr.db import stacks
-from sharemgr.db.stacks import StackExists, StackNotFound
 
 POLL = 0.3
 
 
-# Bad input: exit 2, nothing written.
-USER_ERRORS = (TemplateError, StackExists, StackNotFound, InvalidStackAction)
-
-
 def _lookup(app: Any, name: str) -> Any:
+    from sharemgr.db import stacks
+    from sharemgr.db.stacks import StackNotFound
+
     try:
         return stacks.stack_lookup(app.context.db, name)
     except StackNotFound as exc:
@@ -32,6 +25,9 @@ def _lookup(app: Any, name: str) -> Any:
 
 
 def _template(app: Any, path: str) -> Any:
+    from sharemgr.convergence import actions
+    from sharemgr.convergence.template import TemplateError
+
     try:
         with open(path, "rb") as f:
             text = f.read()
@@ -44,6 +40,8 @@ def _template(app: Any, path: str) -> Any:
 
 
 def _show(app: Any, stack: Any) -> tuple[tuple, tuple]:
+    from sharemgr.convergence import actions
+
     row = actions.show(app.context.db, stack)
     return tuple(row), tuple(base.fmt(v) for v in row.values())
 
@@ -54,6 +52,9 @@ def wait_for_stack(app: Any, stack_id: str, traversal: str,
     progress on a terminal. Returns (stack row, rolled back). ``timeout``
     None: until it ends (every traversal ends: the watchdog and the stack's
     timeout see to it)."""
+    from sharemgr.convergence import actions
+    from sharemgr.db import stacks
+
     db = app.context.db
     tty = sys.stderr.isatty()
     start = time.monotonic()
@@ -105,6 +106,8 @@ class _Start(base.ShowOne):
         pass
 
     def begin(self, args: Any) -> Any:
+        from sharemgr.convergence import actions
+
         return actions.start(self.app.context.db, args.name, self.action,
                              self.template(args))
 
@@ -112,13 +115,11 @@ class _Start(base.ShowOne):
         return None
 
     def take_action(self, parsed_args: Any) -> tuple:
-        if self.app.options.verbose_level < 2:
-            # Preparation narrates at INFO for the daemon's log; keep output clean.
-            logging.getLogger(prepare.__name__).logger.setLevel(logging.WARNING)
+        from sharemgr.convergence.prepare import TraversalLost
+        from sharemgr.db import stacks
+
         try:
             tr = self.begin(parsed_args)
-        except USER_ERRORS as exc:
-            raise base.UserError(str(exc))
         except TraversalLost as exc:
             raise base.OperationFailed(f"{exc}; nothing was changed, try again")
         db = self.app.context.db
@@ -138,6 +139,8 @@ class _Start(base.ShowOne):
 
 
 def minutes(text: str) -> float:
+    from sharemgr.convergence.template import MAX_TIMEOUT_MINUTES
+
     try:
         value = float(text)
     except ValueError:
@@ -168,6 +171,8 @@ class StackCreate(_Start):
                             help="on failure leave the stack FAILED instead of rolling back")
 
     def begin(self, args: Any) -> Any:
+        from sharemgr.convergence import actions
+
         template = _template(self.app, args.template)
         timeout = actions.timeout_for(template, args.timeout,
                                       self.app.context.conf.stack_timeout_minutes)
@@ -184,6 +189,8 @@ class StackUpdate(_Start):
         _template_args(parser)
 
     def begin(self, args: Any) -> Any:
+        from sharemgr.convergence import actions
+
         template = _template(self.app, args.template)
         timeout = actions.timeout_for(template, args.timeout,
                                       self.app.context.conf.stack_timeout_minutes)
@@ -217,6 +224,9 @@ class StackCancel(base.ShowOne):
         return parser
 
     def take_action(self, parsed_args: Any) -> tuple:
+        from sharemgr.convergence import lifecycle
+        from sharemgr.db import stacks
+
         stack = _lookup(self.app, parsed_args.name)
         db = self.app.context.db
         if stack.status != vocab.STACK_IN_PROGRESS:
@@ -251,6 +261,8 @@ class StackList(base.Lister):
     """List stacks."""
 
     def take_action(self, parsed_args: Any) -> tuple:
+        from sharemgr.db import stacks
+
         cols = ("id", "name", "action", "status", "created_at", "updated_at")
         rows = stacks.stack_list(self.app.context.db)
         return cols, [tuple(base.fmt(getattr(s, c)) for c in cols) for s in rows]
@@ -266,6 +278,8 @@ class StackResourceList(base.Lister):
         return parser
 
     def take_action(self, parsed_args: Any) -> tuple:
+        from sharemgr.convergence import actions
+
         stack = _lookup(self.app, parsed_args.name)
         rows = actions.resource_rows(self.app.context.db, stack)
         cols = ("id", "name", "type", "physical_id", "action", "status", "status_reason")
@@ -281,6 +295,8 @@ class StackGraph(base.Command):
         return parser
 
     def take_action(self, parsed_args: Any) -> int:
+        from sharemgr.convergence import actions
+
         stack = _lookup(self.app, parsed_args.name)
         self.app.stdout.write(actions.graph_dot(self.app.context.db, stack))
         return 0
