@@ -24,7 +24,7 @@ does, so a node that has reported needs nothing more.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from oslo_log import log as logging
@@ -70,21 +70,30 @@ def prepare_traversal(
 # Completion --------------------------------------------------------------------------
 
 
-def complete_tx(session: Session, stack_id: str, traversal_id: str) -> bool:
+def complete_tx(session: Session, stack_id: str, traversal_id: str,
+                before_purge: Callable[[], None] | None = None) -> bool:
     """The stack's SyncPoint is complete: delete the traversal's points
     (first, for the lock order points, stack, resources), mark the stack
     COMPLETE (a DELETE soft-deletes it) and purge finished rows and unused
-    templates. True if this call ended the traversal."""
+    templates. True if this call ended the traversal. ``before_purge`` runs
+    after the stack row is written and before the purge, whatever the
+    outcome: the last node's own row writes (after the stack row, in lock
+    order; before the purge, which must see them)."""
     stack = stacks.stack_get_tx(session, stack_id)
     if stack is None:
+        if before_purge is not None:
+            before_purge()
         return False
     reason = f"Stack {stack.action} completed"
     if stack.action == vocab.STACK_ROLLBACK and \
             (stack.status_reason or "").startswith(ROLLING_BACK):
         reason += f"; rolled back because {stack.status_reason[len(ROLLING_BACK):]}"
     sync_points.delete_all_tx(session, stack_id, traversal_id)
-    if not stacks.stack_set_status_tx(session, stack_id, traversal_id, vocab.STACK_COMPLETE,
-                                      reason):
+    done = stacks.stack_set_status_tx(session, stack_id, traversal_id, vocab.STACK_COMPLETE,
+                                      reason)
+    if before_purge is not None:
+        before_purge()
+    if not done:
         return False
     stacks.purge_tx(session, stack_id)
     LOG.info("stack %s: %s", stack.name, reason)

@@ -75,6 +75,11 @@ LOG = logging.getLogger(__name__)
 # A physical row changed between planning and starting (another check of a
 # sibling made the share's first replica, say): plan again, this many times.
 REPLAN_ATTEMPTS = 5
+# Successors one request's thread runs after its node (a chain of checks);
+# bounded so that a long chain does not hold a request thread (and a
+# graceful stop) for ever. The rest are left to the request loop.
+CHAIN_LIMIT = 50
+_SLOW = object()  # a fast path declined: take the general one
 
 
 class Skip(Stale):
@@ -92,6 +97,20 @@ class _Ctx:
     graph: Graph
     input_data: Mapping[str, Any]
     held: list[int] = field(default_factory=list)  # rows locked by this check
+    own: bool = False  # the check claimed its request itself: its report finishes it
+    chain: int = 0  # how many more successors this thread may run after this one
+    args: Mapping[str, Any] = field(default_factory=dict)
+    # The row's end, left to the report's transaction: (row, action, values, op request)
+    end: tuple[int, str, dict, int | None] | None = None
+
+
+@dataclass(frozen=True)
+class _Claimed:
+    """A successor's check this engine claimed as it made the node ready."""
+
+    req_id: int
+    args: dict
+    head: tuple[models.Stack | None, models.StackResource | None]
 
 
 @dataclass
@@ -211,33 +230,97 @@ class Worker:
     # The check ----------------------------------------------------------------------
 
     def check(self, req: models.Request) -> None:
-        args = req.args or {}
+        """Run the claimed request's node, then, in this thread, each
+        successor it made ready and claimed (``_report``), up to
+        ``CHAIN_LIMIT`` of them; the rest wait for the request loop."""
+        nxt, _ = self._check(req.id, req.args or {}, own=False, chain=CHAIN_LIMIT)
+        hops = 0
+        while nxt is not None:
+            hops += 1
+            nxt = self._chained(nxt.req_id, nxt.args, CHAIN_LIMIT - hops, nxt.head)
+
+    def _chained(self, req_id: int, args: dict, chain: int,
+                 head: tuple[models.Stack | None, models.StackResource | None] | None = None
+                 ) -> _Claimed | None:
+        """A check this engine claimed as it made the node ready: run it and
+        record its request's outcome as the request loop would."""
+        status: str | None = vocab.REQUEST_DONE
+        error, nxt = None, None
+        try:
+            nxt, finished = self._check(req_id, args, own=True, chain=chain, head=head)
+        except Stale as exc:
+            LOG.info("request %s (check_resource): nothing to do: %s", req_id, exc)
+            status, error = vocab.REQUEST_DONE, f"stale: {exc}"
+        except Exception as exc:  # recorded on the request: the watchdog counts these
+            LOG.exception("request %s (check_resource) failed", req_id)
+            status, error = vocab.REQUEST_FAILED, f"{type(exc).__name__}: {exc}"
+        else:
+            if finished:  # its report recorded it
+                status = None
+        try:
+            if status is not None:
+                stack_work.finish_request(self.db, req_id, self.engine_id, status, error)
+        except Exception:
+            LOG.exception("could not record the outcome of request %s", req_id)
+        finally:
+            with self._inflight_lock:
+                self._inflight.discard(req_id)
+        return nxt
+
+    def _check(self, req_id: int, args: dict, own: bool, chain: int,
+               head: tuple[models.Stack | None, models.StackResource | None] | None = None
+               ) -> tuple[_Claimed | None, bool]:
+        """One node. ``own``: this check claimed the request itself (a
+        chained successor) and records its outcome in its report; ``head``:
+        the stack and row as the transaction that claimed it read them (the
+        fast paths re-check both in their own transactions: ``begin``
+        under the stack's shared lock and the row's ``atomic_key``, a
+        report by its SyncPoint). Returns the successor it claimed to run
+        next, if any, and whether the request's outcome is recorded
+        already."""
         node = Node(int(args["resource_id"]), bool(args["is_update"]))
         traversal, stack_id = args["traversal"], args["stack_id"]
-        stack = stack_work.stack_head(self.db, stack_id)
+        stack, row = head if head is not None and head[0] is not None \
+            else stack_work.check_head(self.db, stack_id, node.resource_id)
         if stack is None:
             raise Skip(f"stack {stack_id} is gone")
         if stack.current_traversal != traversal:
             raise Skip(f"traversal {traversal} was superseded by {stack.current_traversal}")
         if stack.status != vocab.STACK_IN_PROGRESS:
-            self.tidy(stacks.resource_get(self.db, node.resource_id))
+            self.tidy(row)
             raise Skip(f"traversal {traversal} ended: stack {stack.action} {stack.status}")
-        row = stacks.resource_get(self.db, node.resource_id)
         graph = self.graph(stack_id, traversal)
         if row is None or graph is None or node not in graph:
             raise Skip(f"node {node} is not in traversal {traversal} any more")
         input_data = args.get("input_data") or {}
+        ctx = _Ctx(req_id, stack_id, stack.name, traversal, node, graph, input_data, [],
+                   own=own, chain=chain, args=args)
+
+        # Fast paths: nobody holds the row and the work is plain.
+        if row.engine_id is None:
+            if not node.is_update and (row.id, True) in graph and row.replaced_by is None:
+                # A clean-up node whose row is still wanted does nothing: no
+                # lock to take (its update node has reported; nothing else of
+                # this traversal writes the row), just report.
+                return self._report(ctx, _Outcome())
+            if node.is_update and row.replaced_by is None:
+                fast = self._fast_update(ctx, stack, row)
+                if fast is not _SLOW:
+                    return fast
 
         target = self._route(stack, row, node, graph, input_data)
         if not self.placement.serves(target):
-            new = stack_work.forward_check(self.db, req, target,
+            fake = models.Request(id=req_id, resource_type=vocab.STACK_RESOURCE,
+                                  resource_id=str(node.resource_id),
+                                  action=vocab.ACTION_CHECK, args=args)
+            new = stack_work.forward_check(self.db, fake, target,
                                            f"{self.engine_id} does not serve it")
             raise Skip(f"forwarded to {target} as request {new}")
 
         busy = self._take(row.id, row)
         if busy is not None:
             raise Skip(busy)
-        ctx = _Ctx(req.id, stack_id, stack.name, traversal, node, graph, input_data, [row.id])
+        ctx.held.append(row.id)
         try:
             outcome = self._act(ctx)
         except Exception as exc:  # a bug or a lost database: fail the stack, never hang it
@@ -250,6 +333,7 @@ class Worker:
         self._after(ctx, outcome)
         if outcome.bailed:
             raise Skip(outcome.bailed)
+        return None, False
 
     def tidy(self, row: models.StackResource | None) -> bool:
         """The traversal ended (FAILED) while a dead engine's check of this
@@ -275,6 +359,162 @@ class Worker:
         LOG.info("resource %s: %s cut short by dead engine %s on an ended traversal; "
                  "marked FAILED", row.id, row.action, holder)
         return True
+
+    # Fast paths ----------------------------------------------------------------------------
+
+    def _fast_update(self, ctx: _Ctx, stack: models.Stack, row: models.StackResource
+                     ) -> Any:
+        """An update node that creates its resource on a row nobody holds:
+        plan from the row as read, take the lock and begin in one
+        transaction (``begin(lock_key=…)``: only if the row's lock did not
+        move since it was read), carry out, then end, release and report in
+        one more (``_report``). Anything else — another kind of work, a
+        lock that moved, a plan refused — returns ``_SLOW`` before anything
+        is written, and the general path decides again under the lock."""
+        try:
+            d = self._decide(stack, row, row, ctx.input_data)
+        except Exception:  # the general path fails the node with the reason
+            return _SLOW
+        if d.kind != Kind.CREATE or not self.placement.serves(d.host):
+            return _SLOW
+        defn = self.template(stack).resources[row.name]
+        data = data_by_name(ctx.input_data)
+        deps = sorted({d_.resource_id for d_ in data.values()
+                       if d_.name in defn.requires and d_.resource_id is not None})
+        final = {"template_id": stack.template_id, "requires": deps}
+        start = {"properties": d.props, "status_reason": None,
+                 "requires": sorted(set(row.requires or ()) | set(deps))}
+        try:
+            plan = phys.plan_create(self.db, row.type, d.props,
+                                    phys.new_name(ctx.stack_name, row.name, d.props),
+                                    self.placement)
+        except Exception:  # refused, or a bug: the general path fails the node with it
+            return _SLOW
+        if plan.physical_id is not None:
+            start["physical_id"] = plan.physical_id
+        work = stack_work.Begin(vocab.STACK_CREATE, start, plan.add, plan.changes,
+                                plan.op.request({"stack_id": ctx.stack_id}) if plan.op else None)
+        with self._inflight_lock:
+            self._claims[row.id] += 1
+        try:
+            begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id,
+                                     ctx.traversal, work, lock_key=row.atomic_key)
+        except BaseException:
+            self._untake(row.id)
+            raise
+        if isinstance(begun, str):  # nothing was written, the lock not taken
+            self._untake(row.id)
+            return _SLOW
+        ctx.held.append(row.id)
+        try:
+            outcome = self._carry_out(ctx, row.name, begun, vocab.STACK_CREATE, plan, final,
+                                      known=(row.id, row.type, plan.physical_id), defer=True)
+        except Exception as exc:  # a bug or a lost database: fail the stack, never hang it
+            LOG.exception("check of node %s (traversal %s) failed", ctx.node, ctx.traversal)
+            outcome = _Outcome(failed=f"{type(exc).__name__}: {exc}")
+            ctx.end = None
+            self._mark_failed(row.id, outcome.failed)
+        if outcome.failed is None and ctx.end is not None:
+            return self._report(ctx, outcome)
+        for rid in ctx.held:
+            self._release(rid)
+        self._after(ctx, outcome)
+        return None, False
+
+    def _report(self, ctx: _Ctx, outcome: _Outcome) -> tuple[_Claimed | None, bool]:
+        """End the node in one transaction: report to its first successor's
+        SyncPoint (or, from a root, to the stack's) — the point first, for
+        the lock order —, end the row's action and release its lock, and
+        record the check's own request. The successor made ready is
+        enqueued in it, or claimed by this engine to run next in this thread
+        (its request row, ``running`` for us, is the durable trigger). Other
+        successors are reported to afterwards, one transaction each. On a
+        database error the pieces are written one by one, as the general
+        path does."""
+        node, graph, traversal = ctx.node, ctx.graph, ctx.traversal
+        targets = sorted(graph.required_by(node))
+        claimed: list[_Claimed] = []
+        ended = False
+
+        def own_writes(session: Session) -> None:
+            nonlocal ended
+            if ended:
+                return
+            ended = True
+            if ctx.end is not None:
+                rid, action, values, op_id = ctx.end
+                stack_work.end_tx(session, rid, self.engine_id, action, vocab.STACK_COMPLETE,
+                                  None, values, op_request_id=op_id)
+            for rid in dict.fromkeys(ctx.held):
+                stacks.resource_lock_release_tx(session, rid, self.engine_id)
+            if ctx.own:
+                stack_work.finish_request_tx(session, ctx.req_id, self.engine_id,
+                                             vocab.REQUEST_DONE)
+
+        def ready(session: Session, input_data: dict) -> None:
+            succ = targets[0]
+            if ctx.chain > 0:
+                args = prepare.check_request_args(ctx.stack_id, traversal, succ, input_data)
+                req = stack_work.running_check_tx(session, self.engine_id, succ.resource_id,
+                                                  args)
+                with self._inflight_lock:
+                    self._inflight.add(req.id)
+                # Read last, after this check's own writes, so it sees them.
+                claimed.append(_Claimed(req.id, args, (None, None)))
+            else:
+                prepare.enqueue_check_tx(session, ctx.stack_id, traversal, succ, input_data)
+
+        def complete(session: Session, _input: dict) -> None:
+            lifecycle.complete_tx(session, ctx.stack_id, traversal,
+                                  before_purge=lambda: own_writes(session))
+
+        try:
+            with self.db.session() as session:
+                found = True
+                if targets:
+                    succ = targets[0]
+                    found = sync_points.sync_tx(session, succ.resource_id, traversal,
+                                                succ.is_update, node.key, outcome.data,
+                                                graph.requires_keys(succ), ready).found
+                elif graph.is_root(node):
+                    found = sync_points.sync_tx(session, ctx.stack_id, traversal, True,
+                                                node.key, None, graph.root_keys(),
+                                                complete).found
+                own_writes(session)
+                if claimed:
+                    c = claimed[0]
+                    claimed[0] = _Claimed(c.req_id, c.args, stack_work.check_head_tx(
+                        session, ctx.stack_id, targets[0].resource_id))
+        except Exception:
+            LOG.exception("node %s (traversal %s): could not report in one transaction; "
+                          "writing it step by step", node, traversal)
+            with self._inflight_lock:
+                for c in claimed:
+                    self._inflight.discard(c.req_id)
+            if ctx.end is not None:
+                rid, action, values, op_id = ctx.end
+                stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_COMPLETE,
+                               None, values, op_request_id=op_id)
+            for rid in ctx.held:
+                self._release(rid)
+            self._after(ctx, outcome)
+            return None, False
+        for rid in ctx.held:
+            self._untake(rid)
+        try:
+            if found:
+                found = self._propagate(ctx, outcome.data, targets[1:], root=False)
+            if not found:
+                self._retrigger(ctx)
+        except BaseException:
+            # The claimed successor will not run here: left to the watchdog,
+            # which abandons a request of ours that no check runs and
+            # retriggers its node.
+            with self._inflight_lock:
+                for c in claimed:
+                    self._inflight.discard(c.req_id)
+            raise
+        return (claimed[0] if claimed else None), ctx.own
 
     # Routing and locks ------------------------------------------------------------------
 
@@ -532,21 +772,32 @@ class Worker:
                                         effective.physical_id))
 
     def _carry_out(self, ctx: _Ctx, name: str, begun: stack_work.Begun, action: str,
-                   plan: phys.Plan, final: dict) -> _Outcome:
-        row = stacks.resource_get(self.db, begun.resource_id)
+                   plan: phys.Plan, final: dict,
+                   known: tuple[int, str, str | None] | None = None,
+                   defer: bool = False) -> _Outcome:
+        """Run the begun action's operation and end the row's action.
+        ``known``: the row's (id, type, physical id) as begun, so it is not
+        read again; ``defer``: a success's end is left to ``_report``."""
+        if known is None:
+            row = stacks.resource_get(self.db, begun.resource_id)
+            known = (row.id, row.type, row.physical_id)
+        rid, type_, physical_id = known
         if plan.op is not None:
             try:
                 self.operations.perform(replace(plan.op, request_id=begun.op_request_id))
             except (OperationFailed, Stale) as exc:
                 reason = f"{name}: {exc}"
-                stack_work.end(self.db, row.id, self.engine_id, action, vocab.STACK_FAILED, reason,
-                       op_request_id=begun.op_request_id, op_error=str(exc))
+                stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED, reason,
+                               op_request_id=begun.op_request_id, op_error=str(exc))
                 return _Outcome(failed=reason)
-        observed = phys.observe(self.db, row.type, row.physical_id)
-        stack_work.end(self.db, row.id, self.engine_id, action, vocab.STACK_COMPLETE, None,
-               {**final, "attributes": dict(observed.attributes)},
-               op_request_id=begun.op_request_id)
-        return _Outcome(data=ResourceData(name, row.id, row.physical_id,
+        observed = phys.observe(self.db, type_, physical_id)
+        values = {**final, "attributes": dict(observed.attributes)}
+        if defer:
+            ctx.end = (rid, action, values, begun.op_request_id)
+        else:
+            stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_COMPLETE, None,
+                           values, op_request_id=begun.op_request_id)
+        return _Outcome(data=ResourceData(name, rid, physical_id,
                                           observed.attributes).to_dict())
 
     def _cleanup(self, ctx: _Ctx, stack: models.Stack, row: models.StackResource) -> _Outcome:
@@ -620,11 +871,13 @@ class Worker:
         if not handled:
             self._retrigger(ctx)
 
-    def _propagate(self, ctx: _Ctx, data: dict | None) -> bool:
-        """Report to every successor's SyncPoint and, from a root, to the
-        stack's. False if a point is missing (a newer traversal exists)."""
+    def _propagate(self, ctx: _Ctx, data: dict | None, targets: list[Node] | None = None,
+                   root: bool = True) -> bool:
+        """Report to every successor's SyncPoint (``targets``: those) and,
+        from a root (unless ``root`` is False), to the stack's. False if a
+        point is missing (a newer traversal exists)."""
         node, graph, traversal = ctx.node, ctx.graph, ctx.traversal
-        for succ in sorted(graph.required_by(node)):
+        for succ in sorted(graph.required_by(node)) if targets is None else targets:
             def ready(session: Session, input_data: dict, succ: Node = succ) -> None:
                 prepare.enqueue_check_tx(session, ctx.stack_id, traversal, succ, input_data)
 
@@ -640,7 +893,7 @@ class Worker:
             )
             if not result.found:
                 return False
-        if graph.is_root(node):
+        if root and graph.is_root(node):
             def complete(session: Session, _input: dict) -> None:
                 lifecycle.complete_tx(session, ctx.stack_id, traversal)
 

@@ -43,6 +43,28 @@ def stack_head(db: Database, stack_id: str, include_deleted: bool = False) -> M.
         return row
 
 
+def check_head(db: Database, stack_id: str, resource_id: int
+               ) -> tuple[M.Stack | None, M.StackResource | None]:
+    """The stack row without its graph and the resource row, in one read:
+    what a check looks at before it decides anything."""
+    with db.session() as session:
+        return check_head_tx(session, stack_id, resource_id)
+
+
+def check_head_tx(session: Session, stack_id: str, resource_id: int
+                  ) -> tuple[M.Stack | None, M.StackResource | None]:
+    """:func:`check_head` in the caller's transaction (the rows detached)."""
+    stmt = sa.select(M.Stack).options(defer(M.Stack.current_deps)).where(
+        M.Stack.id == stack_id, M.Stack.deleted_at.is_(None))
+    stack = session.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
+    row = db_stacks.resource_get_tx(session, resource_id) if stack is not None else None
+    session.flush()
+    for obj in (stack, row):
+        if obj is not None:
+            session.expunge(obj)
+    return stack, row
+
+
 def stack_deps(db: Database, stack_id: str, traversal_id: str) -> dict | None:
     """``current_deps`` if ``traversal_id`` is still the stack's traversal."""
     with db.session() as session:
@@ -83,6 +105,7 @@ class Begun:
 SUPERSEDED = "superseded"  # the traversal is no longer current, or it ended
 LOCK_LOST = "lock lost"  # another engine took the row's lock (it thought us dead)
 CONFLICT = "conflict"  # a physical row changed since the work was planned: plan again
+LOCK_BUSY = "lock busy"  # ``lock_key``: the row's lock moved since it was read
 
 
 class _NotBegun(Exception):
@@ -101,17 +124,28 @@ def begin(
     replace_template_id: int | None = None,
     replace_requires: Iterable[int] = (),
     replace: bool = False,
+    lock_key: int | None = None,
 ) -> Begun | str:
     """Start ``work`` on a row this engine has locked, in one transaction.
 
     With ``replace`` a replacement row is made first (``resource_replace_tx``,
     born locked by this engine) and the action starts on it. Returns
     :class:`Begun`, or why nothing was started (SUPERSEDED, LOCK_LOST,
-    CONFLICT); then nothing at all was written."""
+    CONFLICT); then nothing at all was written.
+
+    With ``lock_key`` the row's lock is taken in this same transaction, only
+    if nobody holds it and its ``atomic_key`` is still ``lock_key`` (the
+    caller planned from the row as it read it; every lock change bumps the
+    key, so an unchanged key means an unchanged row); else LOCK_BUSY, and
+    the caller takes the lock the slow way."""
     try:
         with db.session() as session:
             if not db_stacks.traversal_is_current_tx(session, stack_id, traversal_id):
                 raise _NotBegun(SUPERSEDED)
+            if lock_key is not None and not db_stacks.resource_update_tx(
+                    session, resource_id, {"engine_id": None, "atomic_key": lock_key},
+                    {"engine_id": engine_id, "atomic_key": lock_key + 1}):
+                raise _NotBegun(LOCK_BUSY)
             rid = resource_id
             if replace:
                 old = db_stacks.resource_get_tx(session, resource_id, lock=True)
@@ -179,14 +213,31 @@ def end(
     """End the row's action (as the lock holder) and record the outcome of
     its operation request, together. False if the lock is no longer ours."""
     with db.session() as session:
-        if op_request_id is not None:
-            finish_request_tx(session, op_request_id, engine_id,
-                              vocab.REQUEST_FAILED if op_error else vocab.REQUEST_DONE, op_error)
-        for model, ident, expected, vals in changes:
-            api.conditional_update_tx(session, model, ident, expected, vals)
-        return db_stacks.resource_set_state_tx(
-            session, resource_id, engine_id, action, status, reason, values
-        )
+        return end_tx(session, resource_id, engine_id, action, status, reason, values,
+                      op_request_id, op_error, changes)
+
+
+def end_tx(
+    session: Session,
+    resource_id: int,
+    engine_id: str,
+    action: str,
+    status: str,
+    reason: str | None = None,
+    values: Mapping[str, Any] | None = None,
+    op_request_id: int | None = None,
+    op_error: str | None = None,
+    changes: Sequence[Change] = (),
+) -> bool:
+    """:func:`end` in the caller's transaction."""
+    if op_request_id is not None:
+        finish_request_tx(session, op_request_id, engine_id,
+                          vocab.REQUEST_FAILED if op_error else vocab.REQUEST_DONE, op_error)
+    for model, ident, expected, vals in changes:
+        api.conditional_update_tx(session, model, ident, expected, vals)
+    return db_stacks.resource_set_state_tx(
+        session, resource_id, engine_id, action, status, reason, values
+    )
 
 
 def finish_request_tx(
@@ -199,6 +250,22 @@ def finish_request_tx(
         .values(status=status, error=error, finished_at=M.utcnow())
         .execution_options(synchronize_session=False)
     ).rowcount == 1
+
+
+def running_check_tx(session: Session, engine_id: str, resource_id: int, args: dict
+                     ) -> M.Request:
+    """A ``check_resource`` request claimed by this engine as it is written:
+    the engine runs it at once, in the thread that made the node ready; the
+    row is the durable record (the watchdog abandons it, and retriggers the
+    node, if the engine dies)."""
+    return _running_request_tx(session, engine_id, vocab.STACK_RESOURCE, str(int(resource_id)),
+                               vocab.ACTION_CHECK, None, args)
+
+
+def finish_request(db: Database, request_id: int, engine_id: str, status: str,
+                   error: str | None = None) -> bool:
+    with db.session() as session:
+        return finish_request_tx(session, request_id, engine_id, status, error)
 
 
 def unreplace(db: Database, resource_id: int, engine_id: str, replaced_by: int) -> bool:

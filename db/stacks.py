@@ -452,13 +452,17 @@ def resource_lock_steal(
 def resource_lock_release(db: Database, resource_id: int, engine_id: str) -> bool:
     """Release only if still ours (a lock stolen from us stays with the thief)."""
     with db.session() as session:
-        return api.conditional_update_tx(
-            session,
-            Resource,
-            resource_id,
-            {"engine_id": engine_id},
-            {"engine_id": None, "atomic_key": Resource.atomic_key + 1},
-        )
+        return resource_lock_release_tx(session, resource_id, engine_id)
+
+
+def resource_lock_release_tx(session: Session, resource_id: int, engine_id: str) -> bool:
+    return api.conditional_update_tx(
+        session,
+        Resource,
+        resource_id,
+        {"engine_id": engine_id},
+        {"engine_id": None, "atomic_key": Resource.atomic_key + 1},
+    )
 
 
 # Purge ------------------------------------------------------------------------------

@@ -189,6 +189,36 @@ def cas_tx(
     return session.execute(stmt).rowcount == 1
 
 
+def sync_tx(
+    session: Session,
+    entity_id: Any,
+    traversal_id: str,
+    is_update: bool,
+    sender: str,
+    data: Any,
+    required: Collection[str] = (),
+    on_ready: Callable[[Session, dict], None] | None = None,
+) -> SyncResult:
+    """:func:`sync` in the caller's transaction, which then holds the point:
+    the read locks it (``FOR UPDATE`` on PostgreSQL and MariaDB; SQLite's
+    transaction holds the write lock), so the CAS cannot lose. For a caller
+    that writes other rows with the report; it must lock points before the
+    ``stacks`` row and ``stack_resources`` rows (the lock order above)."""
+    point = get_tx(session, entity_id, traversal_id, is_update, lock=True)
+    if point is None:
+        return SyncResult(found=False, attempts=1)
+    was_ready = is_ready(point.input_data, required)
+    merged = {**point.input_data, sender: data}
+    if not cas_tx(session, entity_id, traversal_id, is_update, point.atomic_key, merged):
+        raise SyncPointContention(f"SyncPoint {entity_id}/{traversal_id}/{is_update}: "
+                                  "changed under its row lock")
+    ready = is_ready(merged, required)
+    fired = ready and not was_ready
+    if fired and on_ready is not None:
+        on_ready(session, merged)
+    return SyncResult(found=True, ready=ready, fired=fired, input_data=merged, attempts=1)
+
+
 def sync(
     db: Database,
     entity_id: Any,
