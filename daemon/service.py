@@ -128,6 +128,7 @@ class ShareManagerService:
             self.handlers.get_handler,
             workers=self.conf.request_workers,
             poll_interval=self.conf.request_poll_interval,
+            max_poll_interval=self.conf.request_poll_max_interval,
             any_host=bool(self.handlers.hostless),
         )
         self.runner.start()

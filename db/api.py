@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
-from sharemgr.db import models
+from sharemgr.db import models, notify
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
 
@@ -151,6 +151,7 @@ def request_add_tx(
     )
     session.add(row)
     session.flush()
+    notify.announce(session)
     return row
 
 
@@ -175,11 +176,11 @@ def request_claim(
     )
     if db.skip_locked:
         stmt = stmt.with_for_update(skip_locked=True)
-    now = utcnow()
     with db.session() as session:
         ids = list(session.scalars(stmt))
         if not ids:
             return []
+        now = utcnow()  # once the rows are ours (the select may have waited for a lock)
         session.execute(
             sa.update(models.Request)
             .where(models.Request.id.in_(ids), models.Request.status == vocab.REQUEST_PENDING)

@@ -95,7 +95,8 @@ class ShareServer(TimestampMixin, Base):
     status: Mapped[str] = mapped_column(String(32))
     task_state: Mapped[str | None] = mapped_column(String(64))
     backend_details: Mapped[dict] = mapped_column(JSON, default=dict)
-    __table_args__ = (Index("ix_share_servers_host_status", "host", "status"),)
+    __table_args__ = (Index("ix_share_servers_host_status", "host", "status"),
+                      Index("ix_share_servers_status", "status"))
 
 
 class Share(TimestampMixin, Base):
@@ -127,6 +128,7 @@ class ShareInstance(TimestampMixin, Base):
     export_locations: Mapped[list] = mapped_column(JSON, default=list)
     __table_args__ = (
         Index("ix_share_instances_host_status", "host", "status"),
+        Index("ix_share_instances_status", "status"),
         Index("ix_share_instances_share_id", "share_id"),
     )
 
@@ -171,7 +173,8 @@ class ShareGroup(TimestampMixin, Base):
     share_server_id: Mapped[str | None] = mapped_column(
         String(36), ForeignKey("share_servers.id")
     )
-    __table_args__ = (Index("ix_share_groups_host_status", "host", "status"),)
+    __table_args__ = (Index("ix_share_groups_host_status", "host", "status"),
+                      Index("ix_share_groups_status", "status"))
 
 
 class ShareGroupSnapshot(TimestampMixin, Base):
@@ -194,7 +197,8 @@ class ShareBackup(TimestampMixin, Base):
     size: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[str | None] = mapped_column(String(32))
     restore_progress: Mapped[str | None] = mapped_column(String(32))
-    __table_args__ = (Index("ix_share_backups_host_status", "host", "status"),)
+    __table_args__ = (Index("ix_share_backups_host_status", "host", "status"),
+                      Index("ix_share_backups_status", "status"))
 
 
 class BackendInfo(Base):

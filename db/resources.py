@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
+from sharemgr.common import vocab
 from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-
-M = models
 
 
 def host_match(column: Any, host: str) -> Any:
@@ -23,14 +22,14 @@ def primary_instance(db: Database, share_id: str) -> models.ShareInstance | None
     """The share's primary instance: the oldest live one that is not a
     secondary replica."""
     stmt = (
-        sa.select(M.ShareInstance)
+        sa.select(models.ShareInstance)
         .where(
-            M.ShareInstance.share_id == share_id,
-            M.ShareInstance.deleted_at.is_(None),
-            sa.or_(M.ShareInstance.replica_state.is_(None),
-                   M.ShareInstance.replica_state == "active"),
+            models.ShareInstance.share_id == share_id,
+            models.ShareInstance.deleted_at.is_(None),
+            sa.or_(models.ShareInstance.replica_state.is_(None),
+                   models.ShareInstance.replica_state == "active"),
         )
-        .order_by(M.ShareInstance.created_at, M.ShareInstance.id)
+        .order_by(models.ShareInstance.created_at, models.ShareInstance.id)
         .limit(1)
     )
     with db.session() as session:
@@ -39,10 +38,10 @@ def primary_instance(db: Database, share_id: str) -> models.ShareInstance | None
 
 def snapshot_instance_of(db: Database, snapshot_id: str) -> models.ShareSnapshotInstance | None:
     stmt = (
-        sa.select(M.ShareSnapshotInstance)
-        .where(M.ShareSnapshotInstance.snapshot_id == snapshot_id,
-               M.ShareSnapshotInstance.deleted_at.is_(None))
-        .order_by(M.ShareSnapshotInstance.created_at)
+        sa.select(models.ShareSnapshotInstance)
+        .where(models.ShareSnapshotInstance.snapshot_id == snapshot_id,
+               models.ShareSnapshotInstance.deleted_at.is_(None))
+        .order_by(models.ShareSnapshotInstance.created_at)
         .limit(1)
     )
     with db.session() as session:
@@ -53,14 +52,14 @@ def shares_with_status(db: Database) -> list[tuple[models.Share, models.ShareIns
     """Every live share with its primary instance (for listings)."""
     with db.session() as session:
         shares = list(session.scalars(
-            sa.select(M.Share).where(M.Share.deleted_at.is_(None)).order_by(M.Share.created_at)
+            sa.select(models.Share).where(models.Share.deleted_at.is_(None)).order_by(models.Share.created_at)
         ))
         instances = list(session.scalars(
-            sa.select(M.ShareInstance)
-            .where(M.ShareInstance.deleted_at.is_(None),
-                   sa.or_(M.ShareInstance.replica_state.is_(None),
-                          M.ShareInstance.replica_state == "active"))
-            .order_by(M.ShareInstance.created_at.desc())
+            sa.select(models.ShareInstance)
+            .where(models.ShareInstance.deleted_at.is_(None),
+                   sa.or_(models.ShareInstance.replica_state.is_(None),
+                          models.ShareInstance.replica_state == "active"))
+            .order_by(models.ShareInstance.created_at.desc())
         ))
     by_share = {i.share_id: i for i in instances}
     return [(s, by_share.get(s.id)) for s in shares]
@@ -71,12 +70,12 @@ def snapshots_with_status(
 ) -> list[tuple[models.ShareSnapshot, models.ShareSnapshotInstance | None]]:
     with db.session() as session:
         snaps = list(session.scalars(
-            sa.select(M.ShareSnapshot).where(M.ShareSnapshot.deleted_at.is_(None))
-            .order_by(M.ShareSnapshot.created_at)
+            sa.select(models.ShareSnapshot).where(models.ShareSnapshot.deleted_at.is_(None))
+            .order_by(models.ShareSnapshot.created_at)
         ))
         insts = list(session.scalars(
-            sa.select(M.ShareSnapshotInstance)
-            .where(M.ShareSnapshotInstance.deleted_at.is_(None))
+            sa.select(models.ShareSnapshotInstance)
+            .where(models.ShareSnapshotInstance.deleted_at.is_(None))
         ))
     by_snap = {i.snapshot_id: i for i in insts}
     return [(s, by_snap.get(s.id)) for s in snaps]
@@ -109,21 +108,21 @@ def snapshot_instances_on_host(
     db: Database, host: str, statuses: list[str] | None = None
 ) -> list[tuple[models.ShareSnapshotInstance, models.ShareInstance]]:
     """Snapshot instances whose share instance lives on ``host``."""
-    return _children_on_host(db, M.ShareSnapshotInstance, M.ShareInstance,
-                             M.ShareSnapshotInstance.share_instance_id, host, statuses)
+    return _children_on_host(db, models.ShareSnapshotInstance, models.ShareInstance,
+                             models.ShareSnapshotInstance.share_instance_id, host, statuses)
 
 
 def group_snapshots_on_host(
     db: Database, host: str, statuses: list[str] | None = None
 ) -> list[tuple[models.ShareGroupSnapshot, models.ShareGroup]]:
     """Group snapshots whose share group lives on ``host``."""
-    return _children_on_host(db, M.ShareGroupSnapshot, M.ShareGroup,
-                             M.ShareGroupSnapshot.share_group_id, host, statuses)
+    return _children_on_host(db, models.ShareGroupSnapshot, models.ShareGroup,
+                             models.ShareGroupSnapshot.share_group_id, host, statuses)
 
 
 def backend_info_hash(db: Database, host: str) -> str | None:
     with db.session() as session:
-        row = session.get(M.BackendInfo, host)
+        row = session.get(models.BackendInfo, host)
         return row.info_hash if row else None
 
 
@@ -131,9 +130,9 @@ def set_backend_info_hash(db: Database, host: str, info_hash: str) -> None:
     """Insert or update ``host``'s row in one statement (an upsert): engines
     of one host starting together all write it, and a read-then-insert
     lets two of them insert (IntegrityError on the primary key)."""
-    values = {"host": host, "info_hash": info_hash, "updated_at": M.utcnow()}
+    values = {"host": host, "info_hash": info_hash, "updated_at": models.utcnow()}
     changed = {"info_hash": info_hash, "updated_at": values["updated_at"]}
-    table = M.BackendInfo.__table__
+    table = models.BackendInfo.__table__
     if db.dialect == "postgresql":
         stmt = postgresql.insert(table).values(**values).on_conflict_do_update(
             index_elements=[table.c.host], set_=changed)
@@ -161,31 +160,27 @@ def on_host(
         return list(session.scalars(stmt.order_by(model.created_at)))
 
 
-def backups_to_continue(db: Database, hosts: list[str], status: str, progress_column: str
-                        ) -> list[models.ShareBackup]:
-    """Backups in ``status`` whose driver call has started (progress set)."""
-    column = getattr(M.ShareBackup, progress_column)
-    stmt = sa.select(M.ShareBackup).where(
-        M.ShareBackup.deleted_at.is_(None),
-        M.ShareBackup.host.in_(hosts),
-        M.ShareBackup.status == status,
-        column.is_not(None),
-    )
+def _backup_started() -> Any:
+    """Backups being created or restored whose driver call has started (their
+    progress column set): the continue tasks' work."""
+    backup = models.ShareBackup
+    return sa.and_(backup.deleted_at.is_(None), sa.or_(
+        sa.and_(backup.status == vocab.CREATING, backup.progress.is_not(None)),
+        sa.and_(backup.status == vocab.RESTORING, backup.restore_progress.is_not(None))))
+
+
+def backups_to_continue(db: Database, hosts: list[str]) -> list[models.ShareBackup]:
+    """The started backups of these hosts, in one query."""
+    stmt = sa.select(models.ShareBackup).where(models.ShareBackup.host.in_(hosts),
+                                               _backup_started())
     with db.session() as session:
         return list(session.scalars(stmt))
 
 
 def backup_in_progress(db: Database, share_id: str) -> bool:
     """A live backup of the share whose create or restore has started."""
-    stmt = sa.select(sa.func.count()).select_from(M.ShareBackup).where(
-        M.ShareBackup.share_id == share_id,
-        M.ShareBackup.deleted_at.is_(None),
-        sa.or_(
-            sa.and_(M.ShareBackup.status == "creating", M.ShareBackup.progress.is_not(None)),
-            sa.and_(M.ShareBackup.status == "restoring",
-                    M.ShareBackup.restore_progress.is_not(None)),
-        ),
-    )
+    stmt = sa.select(sa.func.count()).select_from(models.ShareBackup).where(
+        models.ShareBackup.share_id == share_id, _backup_started())
     with db.session() as session:
         return session.scalar(stmt) > 0
 

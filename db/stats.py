@@ -23,17 +23,18 @@ from sqlalchemy import event
 ENV = "SHAREMGR_SQL_STATS"
 FLUSH_SECONDS = 1.0
 
-_VERB_TABLE = re.compile(
-    r"^\s*(SELECT|INSERT|UPDATE|DELETE)\b.*?\b(?:FROM|INTO|UPDATE)\s+[`\"]?(\w+)",
-    re.IGNORECASE | re.DOTALL,
-)
+_TABLE = {  # where each verb names its table
+    "SELECT": re.compile(r"\bFROM\s+[`\"]?(\w+)", re.IGNORECASE),
+    "INSERT": re.compile(r"\bINTO\s+[`\"]?(\w+)", re.IGNORECASE),
+    "UPDATE": re.compile(r"^\s*UPDATE\s+[`\"]?(\w+)", re.IGNORECASE),
+    "DELETE": re.compile(r"\bFROM\s+[`\"]?(\w+)", re.IGNORECASE),
+}
 
 
 def _key(statement: str) -> str:
-    m = _VERB_TABLE.match(statement)
-    if m:
-        return f"{m.group(1).upper()} {m.group(2)}"
-    return statement.split(None, 1)[0].upper() if statement.strip() else "?"
+    verb = statement.split(None, 1)[0].upper() if statement.strip() else "?"
+    m = _TABLE[verb].search(statement) if verb in _TABLE else None
+    return f"{verb} {m.group(1)}" if m else verb
 
 
 class SqlStats:
@@ -65,7 +66,9 @@ class SqlStats:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return {"pid": os.getpid(), "seconds": round(time.time() - self.started, 3),
+            now = time.time()
+            return {"pid": os.getpid(), "at": round(now, 3),
+                    "seconds": round(now - self.started, 3),
                     "statements": sum(self.statements.values()), "commits": self.commits,
                     "rollbacks": self.rollbacks, "by_kind": dict(self.statements)}
 

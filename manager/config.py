@@ -31,10 +31,12 @@ default_opts = [
     *driver_options.common_opts,
     cfg.FloatOpt(
         "heartbeat_interval",
-        default=2.0,
+        default=10.0,
         min=0.1,
         max=60.0,
-        help="Seconds between updates of this engine's row in the services table.",
+        help="Seconds between updates of this engine's row in the services table "
+        "(its heartbeat_at, shown by 'sharectl service list'; whether an engine "
+        "is alive is its coordination membership, not this).",
     ),
     cfg.IntOpt(
         "graceful_shutdown_timeout",
@@ -100,7 +102,18 @@ manager_opts = [
         default=0.2,
         min=0.01,
         max=60.0,
-        help="Seconds between looks for pending requests when idle.",
+        help="Seconds between looks for pending requests right after work; "
+        "idle, the look slows down (doubling) to request_poll_max_interval.",
+    ),
+    cfg.FloatOpt(
+        "request_poll_max_interval",
+        default=5.0,
+        min=0.01,
+        max=600.0,
+        help="Longest wait between looks for pending requests when idle. On "
+        "SQLite and PostgreSQL a new request wakes the engines at once (a "
+        "file beside the database; LISTEN/NOTIFY); on MariaDB this bounds how "
+        "long an idle engine takes to start one.",
     ),
     cfg.IntOpt(
         "backup_continue_interval",

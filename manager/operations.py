@@ -500,15 +500,16 @@ class Operations:
         """Periodic: drive create_backup_continue / restore_backup_continue
         for started backups of these hosts (any engine of the host may; the
         try-lock keeps it to one at a time)."""
-        for status, column in ((vocab.CREATING, "progress"), (vocab.RESTORING, "restore_progress")):
-            for backup in resources.backups_to_continue(self.db, hosts, status, column):
-                with self.coordinator.try_lock(lock_name(vocab.BACKUP, backup.id)) as got:
-                    if not got:
-                        continue
-                    try:
-                        self._continue_one(backup.id, status, column)
-                    except Exception:
-                        LOG.exception("backup %s: continue task failed", backup.id)
+        for backup in resources.backups_to_continue(self.db, hosts):
+            status = backup.status
+            column = "progress" if status == vocab.CREATING else "restore_progress"
+            with self.coordinator.try_lock(lock_name(vocab.BACKUP, backup.id)) as got:
+                if not got:
+                    continue
+                try:
+                    self._continue_one(backup.id, status, column)
+                except Exception:
+                    LOG.exception("backup %s: continue task failed", backup.id)
 
     def _continue_one(self, ident: str, status: str, column: str) -> None:
         backup = db_api.get(self.db, models.ShareBackup, ident)

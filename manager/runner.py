@@ -12,7 +12,7 @@ from futurist import waiters
 from oslo_log import log as logging
 from sharemgr.common import tasks, vocab
 from sharemgr.db import api as db_api
-from sharemgr.db import models
+from sharemgr.db import models, notify
 from sharemgr.db.engine import Database
 from sharemgr.manager.operations import OperationFailed, Stale
 
@@ -31,6 +31,7 @@ class RequestRunner:
         workers: int,
         poll_interval: float,
         any_host: bool,
+        max_poll_interval: float | None = None,
     ) -> None:
         self.db = db
         self.engine_id = engine_id
@@ -38,6 +39,9 @@ class RequestRunner:
         self.dispatch = dispatch
         self.workers = workers
         self.poll_interval = poll_interval
+        # Idle, the poll slows down to this; wake-ups (db/notify.py) keep a
+        # new request's start prompt on SQLite and PostgreSQL meanwhile.
+        self.max_poll_interval = max(poll_interval, max_poll_interval or poll_interval)
         self.any_host = any_host
         self.executor = futurist.ThreadPoolExecutor(max_workers=workers)
         self._stopping = threading.Event()
@@ -45,8 +49,13 @@ class RequestRunner:
         self._inflight: set[Any] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._listener: threading.Thread | None = None
 
     def start(self) -> None:
+        notify.subscribe(self.db, self.wake)
+        if notify.can_listen(self.db):
+            self._listener = tasks.start_thread(notify.listen, self.db, self.wake,
+                                                self._stopping, name="request-wakeups")
         self._thread = tasks.start_thread(self._loop, name="requests")
 
     def wake(self) -> None:
@@ -54,15 +63,20 @@ class RequestRunner:
         self._wake.set()
 
     def _loop(self) -> None:
+        wait = self.poll_interval
         while not self._stopping.is_set():
             try:
                 busy = self._claim_and_submit()
             except Exception:  # a dead loop would leave the daemon up, claiming nothing
                 LOG.exception("request loop failed; retrying")
                 busy = False
-            if not busy:
-                self._wake.wait(self.poll_interval)
-                self._wake.clear()
+            if busy:
+                wait = self.poll_interval
+                continue
+            woken = self._wake.wait(wait)
+            self._wake.clear()
+            # Found nothing and nobody called: look less often, up to the cap.
+            wait = self.poll_interval if woken else min(wait * 2, self.max_poll_interval)
 
     def _claim_and_submit(self) -> bool:
         """Claim what the free workers can take and submit it; True to look
@@ -119,8 +133,10 @@ class RequestRunner:
         Returns True if all finished."""
         self._stopping.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
+        notify.unsubscribe(self.db, self.wake)
+        for thread in (self._thread, self._listener):
+            if thread is not None:
+                thread.join()
         with self._lock:
             pending = list(self._inflight)
         done = waiters.wait_for_all(pending, timeout=timeout) if pending else None
