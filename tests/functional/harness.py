@@ -76,6 +76,8 @@ class Deployment:
                 "state_path": str(self.state),
                 "enabled_share_backends": ",".join(self.backends),
                 "request_poll_interval": "0.1",
+                # MariaDB has no wake-ups (db/notify.py): keep its idle poll short.
+                "request_poll_max_interval": "0.5",
                 "heartbeat_interval": "0.5",
             },
             # Short liveness so a crashed engine is known dead before the
