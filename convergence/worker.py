@@ -227,6 +227,20 @@ class Worker:
 
         return self._graphs.get(traversal, load)
 
+    def _row_values(self, stack: models.Stack, name: str, props: Mapping[str, Any],
+                    requires: Any, input_data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A row's values when its action starts (its properties; the rows it
+        requires, old and new, so neither is deleted under it) and when it
+        completes (its template; only the rows it requires now)."""
+        defn = self.template(stack).resources[name]
+        data = data_by_name(input_data)
+        deps = sorted({d_.resource_id for d_ in data.values()
+                       if d_.name in defn.requires and d_.resource_id is not None})
+        final = {"template_id": stack.template_id, "requires": deps}
+        start = {"properties": props, "status_reason": None,
+                 "requires": sorted(set(requires or ()) | set(deps))}
+        return start, final
+
     # The check ----------------------------------------------------------------------
 
     def check(self, req: models.Request) -> None:
@@ -377,13 +391,8 @@ class Worker:
             return _SLOW
         if d.kind != Kind.CREATE or not self.placement.serves(d.host):
             return _SLOW
-        defn = self.template(stack).resources[row.name]
-        data = data_by_name(ctx.input_data)
-        deps = sorted({d_.resource_id for d_ in data.values()
-                       if d_.name in defn.requires and d_.resource_id is not None})
-        final = {"template_id": stack.template_id, "requires": deps}
-        start = {"properties": d.props, "status_reason": None,
-                 "requires": sorted(set(row.requires or ()) | set(deps))}
+        start, final = self._row_values(stack, row.name, d.props, row.requires,
+                                        ctx.input_data)
         try:
             plan = phys.plan_create(self.db, row.type, d.props,
                                     phys.new_name(ctx.stack_name, row.name, d.props),
@@ -716,13 +725,8 @@ class Worker:
             return self._failed(effective, _nominal(effective),
                                 f"physical resource {effective.physical_id} "
                                 f"is {d.observed.status}: another operation is under way")
-        defn = self.template(stack).resources[row.name]
-        data = data_by_name(ctx.input_data)
-        deps = sorted({d_.resource_id for d_ in data.values()
-                       if d_.name in defn.requires and d_.resource_id is not None})
-        final = {"template_id": stack.template_id, "requires": deps}
-        start = {"properties": d.props, "status_reason": None,
-                 "requires": sorted(set(effective.requires or ()) | set(deps))}
+        start, final = self._row_values(stack, row.name, d.props, effective.requires,
+                                        ctx.input_data)
         name = phys.new_name(ctx.stack_name, row.name, d.props)
 
         if d.kind == Kind.NOOP:
@@ -743,7 +747,7 @@ class Worker:
                         plan.op.request({"stack_id": ctx.stack_id}) if plan.op else None)
         begun = stack_work.begin(self.db, effective.id, self.engine_id, ctx.stack_id, ctx.traversal,
                          work, replace=d.kind == Kind.REPLACE,
-                         replace_template_id=stack.template_id, replace_requires=deps)
+                         replace_template_id=stack.template_id, replace_requires=final["requires"])
         if isinstance(begun, str):
             return _not_begun(begun, effective.id)
         if begun.resource_id != effective.id:
