@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
@@ -35,6 +36,8 @@ from sharemgr.convergence.template import Template
 from sharemgr.db import models, stacks, sync_points
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
+
+T = TypeVar("T")
 
 LOG = logging.getLogger(__name__)
 
@@ -267,3 +270,12 @@ def stalled_nodes(graph: Graph, points: Mapping[tuple[str, bool], Mapping], stac
             continue
         out.append(Stalled(node, dict(points[(str(node.resource_id), node.is_update)])))
     return out
+
+
+def in_one_transaction(db: Database, work: Callable[[Session], T]) -> T:
+    """Run ``work`` in one transaction: the writes of a traversal step that
+    commit together or not at all (a node's end, its report to a successor
+    and that successor's claim). The traversal's transactions are opened here
+    or in db/, so its crash windows can be read in one place."""
+    with db.session() as session:
+        return work(session)

@@ -477,23 +477,26 @@ class Worker:
             lifecycle.complete_tx(session, ctx.stack_id, traversal,
                                   before_purge=lambda: own_writes(session))
 
+        def report(session: Session) -> bool:
+            found = True
+            if targets:
+                succ = targets[0]
+                found = sync_points.sync_tx(session, succ.resource_id, traversal,
+                                            succ.is_update, node.key, outcome.data,
+                                            graph.requires_keys(succ), ready).found
+            elif graph.is_root(node):
+                found = sync_points.sync_tx(session, ctx.stack_id, traversal, True,
+                                            node.key, None, graph.root_keys(),
+                                            complete).found
+            own_writes(session)
+            if claimed:
+                c = claimed[0]
+                claimed[0] = _Claimed(c.req_id, c.args, stack_work.check_head_tx(
+                    session, ctx.stack_id, targets[0].resource_id))
+            return found
+
         try:
-            with self.db.session() as session:
-                found = True
-                if targets:
-                    succ = targets[0]
-                    found = sync_points.sync_tx(session, succ.resource_id, traversal,
-                                                succ.is_update, node.key, outcome.data,
-                                                graph.requires_keys(succ), ready).found
-                elif graph.is_root(node):
-                    found = sync_points.sync_tx(session, ctx.stack_id, traversal, True,
-                                                node.key, None, graph.root_keys(),
-                                                complete).found
-                own_writes(session)
-                if claimed:
-                    c = claimed[0]
-                    claimed[0] = _Claimed(c.req_id, c.args, stack_work.check_head_tx(
-                        session, ctx.stack_id, targets[0].resource_id))
+            found = lifecycle.in_one_transaction(self.db, report)
         except Exception:
             LOG.exception("node %s (traversal %s): could not report in one transaction; "
                           "writing it step by step", node, traversal)
