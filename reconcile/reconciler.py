@@ -259,7 +259,8 @@ class Reconciler:
         as a claimant missing from an older member list (which would abandon
         the request of an alive engine)."""
         by_resource: dict[str, models.Request] = {}
-        open_requests = db_rec.open_requests(self.db, self.hosts)
+        # The plain host too: 'sharectl reconcile run' asks any engine of it.
+        open_requests = db_rec.open_requests(self.db, [*self.hosts, self.host])
         alive = self.coordinator.engines()
         for req in open_requests:
             if req.status == vocab.REQUEST_RUNNING and req.engine_id not in alive:

@@ -309,6 +309,21 @@ def test_running_request_of_a_dead_engine_is_abandoned_and_the_resource_settled(
     assert result["skipped"] == {}
 
 
+def test_a_reconcile_run_a_dead_engine_of_this_host_claimed_is_abandoned(engine):
+    """'sharectl reconcile run' goes to the plain host: when the engine that
+    claimed it dies, the next pass of the host abandons it (else it would
+    stay running for ever), and leaves an alive engine's alone."""
+    dead = engine_id()
+    mine = add_request(engine.db, vocab.RECONCILE, models.new_id(), HOST, vocab.REQUEST_RUNNING,
+                       dead, action=vocab.ACTION_RUN)
+    alive = add_request(engine.db, vocab.RECONCILE, models.new_id(), HOST,
+                        vocab.REQUEST_RUNNING, engine.engine_id, action=vocab.ACTION_RUN)
+    result = engine.run()
+    assert request_row(engine.db, mine).status == vocab.REQUEST_ABANDONED
+    assert request_row(engine.db, alive).status == vocab.REQUEST_RUNNING
+    assert result["abandoned_requests"] == 1
+
+
 def test_requests_of_a_dead_engine_elsewhere_are_not_ours(engine):
     dead = engine_id()
     other_host = add_request(engine.db, vocab.SHARE_INSTANCE, models.new_id(), "hostB@be",
