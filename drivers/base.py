@@ -59,6 +59,14 @@ BATCH_STATUS_METHODS: dict[str, str] = {
 StatusAnswer = dict[str, Any] | ShareResourceNotFound
 
 
+def _inherited(driver: object, method: str) -> bool:
+    """Whether ``driver`` keeps the base class's ``method`` (does not
+    implement it). A driver that never creates an object kind has none to
+    delete: deleting one (a row left by a failed create) succeeds, so the row
+    never blocks its parent."""
+    return getattr(type(driver), method) is getattr(ShareDriver, method)
+
+
 class ShareDriver:
     """Base class of share drivers: the backend operations the manager uses.
 
@@ -265,6 +273,8 @@ class ShareDriver:
 
         :raises ShareBackendException: the backend refused or failed.
         """
+        if _inherited(self, "create_replica"):
+            return None  # it never creates replicas: there is nothing to delete
         raise OperationNotSupported("delete_replica")
 
     # Share groups ------------------------------------------------------------
@@ -286,6 +296,8 @@ class ShareDriver:
 
         :raises ShareBackendException: the backend refused or failed.
         """
+        if _inherited(self, "create_share_group"):
+            return None  # it never creates share groups: there is nothing to delete
         raise OperationNotSupported("delete_share_group")
 
     def create_share_group_snapshot(
@@ -306,6 +318,8 @@ class ShareDriver:
 
         :raises ShareBackendException: the backend refused or failed.
         """
+        if _inherited(self, "create_share_group_snapshot"):
+            return None  # it never creates group snapshots: there is nothing to delete
         raise OperationNotSupported("delete_share_group_snapshot")
 
     # Share servers (DHSS) ------------------------------------------------------
@@ -332,6 +346,8 @@ class ShareDriver:
         :raises ShareBackendException: the backend refused (e.g. the server
             still holds shares) or failed.
         """
+        if _inherited(self, "setup_server"):
+            return None  # it never creates share servers: there is nothing to delete
         raise OperationNotSupported("teardown_server")
 
     # Backups ---------------------------------------------------------------
@@ -377,6 +393,8 @@ class ShareDriver:
 
         :raises ShareBackendException: the backend refused or failed.
         """
+        if _inherited(self, "create_backup"):
+            return None  # it never creates backups: there is nothing to delete
         raise OperationNotSupported("delete_backup")
 
     # Optional status methods ------------------------------------------------
