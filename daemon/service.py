@@ -26,6 +26,8 @@ from sharemgr.reconcile.runner import PassRunner, run_watchers
 
 LOG = logging.getLogger(__name__)
 BINARY = "share-manager"
+CONTEXT_FORMAT = ("%(asctime)s.%(msecs)03d %(process)d %(levelname)s %(name)s "
+                  "[%(request_id)s] %(instance)s%(message)s")
 
 
 class Handlers(dict):
@@ -220,7 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     conf = config.CONF
     # Before load(): oslo.config caches values once read.
     logging.set_defaults(
-        default_log_levels=logging.get_default_log_levels() + ["alembic=WARN", "tooz=WARN"]
+        # A request's lines show its id, and its resource as oslo.log shows
+        # a context's resource_uuid ("[instance: ...]"; manager/runner.py).
+        logging_context_format_string=CONTEXT_FORMAT,
+        default_log_levels=logging.get_default_log_levels() + ["alembic=WARN", "tooz=WARN"],
     )
     try:
         config.load(argv, conf=conf, prog=BINARY)

@@ -4,11 +4,13 @@ them on a futurist thread pool."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import futurist
 from futurist import waiters
+from oslo_context import context
 from oslo_log import log as logging
 from sharemgr.common import tasks, vocab
 from sharemgr.db import api as db_api
@@ -107,6 +109,14 @@ class RequestRunner:
         self._wake.set()
 
     def _execute(self, req: models.Request) -> None:
+        # Every line logged while this request runs (the operation, the
+        # driver) carries its id and resource (doc/design.rst, "Logs").
+        context.RequestContext(request_id=f"req-{req.id}",
+                               resource_uuid=f"{req.resource_type}:{req.resource_id}",
+                               overwrite=True)
+        what = f"{req.action} {req.resource_type} {req.resource_id}"
+        LOG.info("request %s (%s) started", req.id, what)
+        started = time.monotonic()
         handler = self.dispatch(req)
         status, error = vocab.REQUEST_DONE, None
         try:
@@ -123,6 +133,8 @@ class RequestRunner:
             LOG.exception("request %s (%s %s %s) failed", req.id, req.action,
                           req.resource_type, req.resource_id)
             status, error = vocab.REQUEST_FAILED, f"{type(exc).__name__}: {exc}"
+        LOG.info("request %s (%s) %s in %.2fs%s", req.id, what, status,
+                 time.monotonic() - started, f": {error}" if error else "")
         try:
             db_api.request_finish(self.db, req.id, self.engine_id, status, error)
         except Exception:
