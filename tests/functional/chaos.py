@@ -428,6 +428,12 @@ class Reader:
                          "args", "host", "status", "engine_id", "claimed_at", "finished_at",
                          "error") for r in s.scalars(stmt)]
 
+    def backup_shares(self) -> dict[str, str]:
+        """Every backup's share, deleted backups too."""
+        with Session(self.engine) as s:
+            return dict(s.execute(sa.select(models.ShareBackup.id,
+                                            models.ShareBackup.share_id)).all())
+
     def sync_points(self, stack_id: str) -> list[dict[str, Any]]:
         with Session(self.engine) as s:
             return [_row(p, "entity_id", "traversal_id", "is_update", "atomic_key",
@@ -469,7 +475,9 @@ def made_but_error(world: dict, backend: dict[str, dict], reader: Reader
     engine's operation taken for a dead one's). Only resources whose latest
     request is their create count: reconciliation marks some statuses error
     without asking the backend (a share in ``backup_creating``, by the spec's
-    table), and a healthy share may well be behind those."""
+    table), and a healthy share may well be behind those. A backup's
+    requests are the backup's, not its share's: they count as the share's
+    here."""
     out = []
     for inst in world["instances"]:
         if inst["status"] == vocab.ERROR and backend.get(inst["id"],
@@ -484,10 +492,16 @@ def made_but_error(world: dict, backend: dict[str, dict], reader: Reader
             out.append((iid, f"snapshot instance {iid} ({snap['name']})"))
     if not out:
         return out
-    latest: dict[str, str] = {}
-    for req in reader.requests(resource_id=[ident for ident, _ in out]):
-        latest[req["resource_id"]] = req["action"]
-    return [(ident, what) for ident, what in out if latest.get(ident) == "create"]
+    share_of = {inst["id"]: inst["share_id"] for inst in world["instances"]}
+    owner = {ident: ident for ident, _ in out}  # request's resource id -> flagged id
+    for backup_id, share_id in reader.backup_shares().items():
+        for ident, _ in out:
+            if share_id == share_of.get(ident):
+                owner[backup_id] = ident
+    latest: dict[str, tuple[str, str]] = {}  # flagged id -> (resource id, action)
+    for req in reader.requests(resource_id=list(owner)):  # in id order: the last wins
+        latest[owner[req["resource_id"]]] = (req["resource_id"], req["action"])
+    return [(ident, what) for ident, what in out if latest.get(ident) == (ident, "create")]
 
 
 # ---------------------------------------------------------------------------
