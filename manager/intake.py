@@ -73,13 +73,17 @@ class Intake:
     def _write(self, plan: plans.Plan, what: str) -> Any:
         """The plan's rows, changes and pending request in one transaction; a
         concurrent change makes it fail with a clear message. Returns the
-        resource's row as it was written or read."""
+        resource's row as the plan wrote or read it."""
         assert plan.op is not None
         if not db_api.transition_with_request(self.db, plan.changes, plan.op.request(),
                                               rows=plan.add):
             raise InvalidRequest(f"cannot {plan.op.action} {what}: it changed meanwhile, "
                                  "try again")
-        return plan
+        return plan.row
+
+    def _delete(self, type_: str, ident: str) -> Any:
+        return self._write(plans.delete(self.db, type_, ident),
+                           f"{type_.replace('_', ' ')} {ident}")
 
     # Shares ----------------------------------------------------------------
 
@@ -108,13 +112,10 @@ class Intake:
             host = self.host_for(backend)
         plan = plans.create_share(self.db, host, self.dhss(host), size, proto, name,
                                   snapshot_id, share_server_id, share_group_id, project_id)
-        self._write(plan, "share")
-        return plan.add[0]
+        return self._write(plan, "share")
 
     def delete_share(self, share_id: str) -> models.Share:
-        row, _ = plans.share(self.db, share_id)
-        self._write(plans.delete(self.db, vocab.SHARE, share_id), f"share {share_id}")
-        return row
+        return self._delete(vocab.SHARE, share_id)
 
     def resize_share(self, share_id: str, new_size: int, extend: bool) -> models.Share:
         check_size(new_size, "new size")
@@ -134,15 +135,11 @@ class Intake:
 
     def create_snapshot(self, share_id: str, name: str | None = None) -> models.ShareSnapshot:
         check_name(name, models.ShareSnapshot, "snapshot")
-        plan = plans.create_snapshot(self.db, share_id, name)
-        self._write(plan, f"snapshot of share {share_id}")
-        return plan.add[0]
+        return self._write(plans.create_snapshot(self.db, share_id, name),
+                           f"snapshot of share {share_id}")
 
     def delete_snapshot(self, snapshot_id: str) -> models.ShareSnapshot:
-        row, _ = plans.snapshot(self.db, snapshot_id)
-        self._write(plans.delete(self.db, vocab.SNAPSHOT, snapshot_id),
-                    f"snapshot {snapshot_id}")
-        return row
+        return self._delete(vocab.SNAPSHOT, snapshot_id)
 
     # Replicas --------------------------------------------------------------
 
@@ -150,78 +147,55 @@ class Intake:
                        ) -> models.ShareInstance:
         _, inst = plans.share(self.db, share_id)
         host = self.host_for(backend) if backend else inst.host
-        plan = plans.create_replica(self.db, share_id, host, self.dhss(host))
-        self._write(plan, f"share {share_id}")
-        return plan.add[0]
+        return self._write(plans.create_replica(self.db, share_id, host, self.dhss(host)),
+                           f"share {share_id}")
 
     def replica(self, replica_id: str) -> models.ShareInstance:
         return plans.replica(self.db, replica_id)
 
     def delete_replica(self, replica_id: str) -> models.ShareInstance:
-        row = plans.replica(self.db, replica_id)
-        self._write(plans.delete(self.db, vocab.REPLICA, replica_id), f"replica {replica_id}")
-        return row
+        return self._delete(vocab.REPLICA, replica_id)
 
     # Share servers -----------------------------------------------------------
 
     def create_share_server(self, backend: str | None = None) -> models.ShareServer:
         host = self.host_for(backend)
-        plan = plans.create_share_server(host, self.dhss(host))
-        self._write(plan, "share server")
-        return plan.add[0]
+        return self._write(plans.create_share_server(host, self.dhss(host)), "share server")
 
     def delete_share_server(self, server_id: str) -> models.ShareServer:
-        row = plans.get(self.db, models.ShareServer, server_id, "share server")
-        self._write(plans.delete(self.db, vocab.SHARE_SERVER, server_id),
-                    f"share server {server_id}")
-        return row
+        return self._delete(vocab.SHARE_SERVER, server_id)
 
     # Share groups and group snapshots ------------------------------------------
 
     def create_share_group(self, name: str | None = None, backend: str | None = None,
                            share_server_id: str | None = None) -> models.ShareGroup:
         check_name(name, models.ShareGroup, "share group")
-        plan = plans.create_share_group(self.db, self.host_for(backend), name,
-                                        share_server_id)
-        self._write(plan, "share group")
-        return plan.add[0]
+        plan = plans.create_share_group(self.db, self.host_for(backend), name, share_server_id)
+        return self._write(plan, "share group")
 
     def delete_share_group(self, group_id: str) -> models.ShareGroup:
-        row = plans.get(self.db, models.ShareGroup, group_id, "share group")
-        self._write(plans.delete(self.db, vocab.SHARE_GROUP, group_id),
-                    f"share group {group_id}")
-        return row
+        return self._delete(vocab.SHARE_GROUP, group_id)
 
     def create_group_snapshot(self, group_id: str, name: str | None = None
                               ) -> models.ShareGroupSnapshot:
         check_name(name, models.ShareGroupSnapshot, "group snapshot")
-        plan = plans.create_group_snapshot(self.db, group_id, name)
-        self._write(plan, f"snapshot of share group {group_id}")
-        return plan.add[0]
+        return self._write(plans.create_group_snapshot(self.db, group_id, name),
+                           f"snapshot of share group {group_id}")
 
     def delete_group_snapshot(self, gsnap_id: str) -> models.ShareGroupSnapshot:
-        row = plans.get(self.db, models.ShareGroupSnapshot, gsnap_id, "group snapshot")
-        self._write(plans.delete(self.db, vocab.GROUP_SNAPSHOT, gsnap_id),
-                    f"group snapshot {gsnap_id}")
-        return row
+        return self._delete(vocab.GROUP_SNAPSHOT, gsnap_id)
 
     # Backups -----------------------------------------------------------------
 
     def create_backup(self, share_id: str, name: str | None = None) -> models.ShareBackup:
         check_name(name, models.ShareBackup, "backup")
-        plan = plans.create_backup(self.db, share_id, name)
-        self._write(plan, f"share {share_id}")
-        return plan.add[0]
+        return self._write(plans.create_backup(self.db, share_id, name), f"share {share_id}")
 
     def delete_backup(self, backup_id: str) -> models.ShareBackup:
-        row = plans.get(self.db, models.ShareBackup, backup_id, "backup")
-        self._write(plans.delete(self.db, vocab.BACKUP, backup_id), f"backup {backup_id}")
-        return row
+        return self._delete(vocab.BACKUP, backup_id)
 
     def restore_backup(self, backup_id: str) -> models.ShareBackup:
-        row = plans.get(self.db, models.ShareBackup, backup_id, "backup")
-        self._write(plans.restore_backup(self.db, backup_id), f"backup {backup_id}")
-        return row
+        return self._write(plans.restore_backup(self.db, backup_id), f"backup {backup_id}")
 
     # Admin -----------------------------------------------------------------
 

@@ -58,6 +58,11 @@ class Plan:
     add: list = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
     op: Op | None = None
+    row: Any = None  # the resource users know (share, snapshot, ...) as planned
+
+    def __post_init__(self) -> None:
+        if self.row is None and self.add:
+            self.row = self.add[0]  # a create: its first new row
 
 
 def need(status: str, allowed: tuple[str, ...], what: str, doing: str) -> None:
@@ -226,7 +231,7 @@ def resize_share(db: Database, share_id: str, new_size: int) -> Plan:
     """Extend or shrink to ``new_size``; no op when the share has that size
     already (a resize cut short by a crash and settled by reconciliation)."""
     row, inst = share(db, share_id)
-    plan = Plan(row.id)
+    plan = Plan(row.id, row=row)
     if new_size == row.size:
         return plan
     action = vocab.ACTION_EXTEND if new_size > row.size else vocab.ACTION_SHRINK
@@ -257,17 +262,20 @@ def restore_backup(db: Database, backup_id: str) -> Plan:
          {"status": vocab.RESTORING, "restore_progress": None}),
         (models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
          {"status": vocab.BACKUP_RESTORING}),
-    ], Op(vocab.BACKUP, backup.id, vocab.ACTION_RESTORE, backup.host))
+    ], Op(vocab.BACKUP, backup.id, vocab.ACTION_RESTORE, backup.host), backup)
 
 
 # Deletes ------------------------------------------------------------------------------
 
 
-def _deleting(kind: kinds.Kind, row: Any, what: str, host: str | None) -> Plan:
+def _deleting(kind: kinds.Kind, row: Any, what: str, host: str | None,
+              shown: Any = None) -> Plan:
+    """``row`` holds the status; ``shown`` is what users know (a share, not
+    its instance), when it differs."""
     need(row.status, kind.deletable, what, "delete")
     return Plan(None, [], [(kind.model, row.id, {"status": row.status},
                             {"status": vocab.DELETING})],
-                Op(kind.name, row.id, vocab.ACTION_DELETE, host))
+                Op(kind.name, row.id, vocab.ACTION_DELETE, host), shown or row)
 
 
 def _in_use(db: Database, checks: tuple[tuple[type, str], ...], ident: str) -> bool:
@@ -288,13 +296,13 @@ def _delete_share(db: Database, ident: str) -> Plan:
     if any(i.id != inst.id for i in db_api.query(db, models.ShareInstance,
                                                   {"share_id": row.id})):
         raise Refused(f"share {ident} has replicas: delete them first")
-    return _deleting(kinds.SHARE_INSTANCE, inst, f"share {ident}", inst.host)
+    return _deleting(kinds.SHARE_INSTANCE, inst, f"share {ident}", inst.host, row)
 
 
 def _delete_snapshot(db: Database, ident: str) -> Plan:
-    _, inst = snapshot(db, ident)
+    snap, inst = snapshot(db, ident)
     return _deleting(kinds.SNAPSHOT_INSTANCE, inst, f"snapshot {ident}",
-                     kinds.SNAPSHOT_INSTANCE.host_of(db, inst))
+                     kinds.SNAPSHOT_INSTANCE.host_of(db, inst), snap)
 
 
 def _delete_replica(db: Database, ident: str) -> Plan:
