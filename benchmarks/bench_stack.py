@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -34,10 +33,8 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import common  # noqa: E402
 from tests.functional.harness import Deployment  # noqa: E402
-
-PG_ADMIN = os.environ.get("SHAREMGR_TEST_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("SHAREMGR_TEST_REDIS", "redis://127.0.0.1:6379")
 
 ENGINE_OPTIONS = {
     "DEFAULT": {
@@ -67,26 +64,6 @@ def template(shape: str, n: int) -> tuple[str, int]:
     else:
         raise ValueError(shape)
     return "\n".join(lines) + "\n", n
-
-
-def commit_rate(url: str, commits: int) -> float:
-    """Tiny single-row commits per second into a scratch table."""
-    engine = sa.create_engine(url)
-    table = f"bench_scratch_{uuid.uuid4().hex[:8]}"
-    try:
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, v INTEGER)")
-        with engine.connect() as conn:
-            started = time.perf_counter()
-            for i in range(commits):
-                conn.exec_driver_sql(f"INSERT INTO {table} (id, v) VALUES ({i}, {i})")
-                conn.commit()
-            elapsed = time.perf_counter() - started
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f"DROP TABLE {table}")
-    finally:
-        engine.dispose()
-    return commits / elapsed
 
 
 class Stats:
@@ -197,23 +174,10 @@ def main() -> None:
     shapes = {s: sizes[s] for s in args.shapes.split(",")}
 
     root = Path(args.root or tempfile.mkdtemp(prefix=f"bench-stack-{args.setup}-"))
-    made_db = None
-    if args.setup == "servers":
-        name = f"sm_bench_{uuid.uuid4().hex[:10]}"
-        admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"CREATE DATABASE {name}")
-        admin.dispose()
-        url = made_db = sa.engine.make_url(PG_ADMIN).set(database=name).render_as_string(False)
-        d = Deployment(root / "deployment", db_url=url, coordination_url=REDIS_URL,
-                       host=f"bench{uuid.uuid4().hex[:6]}", extra=ENGINE_OPTIONS)
-    else:
-        d = Deployment(root / "deployment", host=f"bench{uuid.uuid4().hex[:6]}",
-                       extra=ENGINE_OPTIONS)
-        url = f"sqlite:///{d.state}/sharemgr.sqlite"
-    try:
-        d.sync()
-        reference = commit_rate(url, args.reference_commits)
+    with common.deployment(root / "deployment", args.setup, extra=ENGINE_OPTIONS,
+                           host=f"bench{uuid.uuid4().hex[:6]}") as d:
+        url = common.database_url(d)
+        reference = common.commit_rate(url, args.reference_commits)
         results = []
         for n in engines:
             results += run_engines(d, url, root, n, shapes, args.idle_seconds, f"e{n}")
@@ -233,14 +197,6 @@ def main() -> None:
                 s: round(summary["results"][f"{s}/2"]["nodes_per_s"]
                          / summary["results"][f"{s}/1"]["nodes_per_s"], 2) for s in shapes}
         print(json.dumps(summary), flush=True)
-    finally:
-        d.stop_all()
-        if made_db:
-            admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-            with admin.connect() as conn:
-                conn.exec_driver_sql(
-                    f"DROP DATABASE IF EXISTS {sa.engine.make_url(made_db).database} WITH (FORCE)")
-            admin.dispose()
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ def _admin(sql: str) -> None:
 
 @contextlib.contextmanager
 def deployment(root: Path, setup: str, defaults: bool = False,
-               extra: dict[str, dict] | None = None) -> Iterator[Deployment]:
+               extra: dict[str, dict] | None = None, host: str = "hostA"
+               ) -> Iterator[Deployment]:
     """A synced deployment; on 'servers' a fresh PostgreSQL database and the
     Redis server, dropped afterwards."""
     extra = {k: dict(v) for k, v in (extra or {}).items()}
@@ -48,7 +49,8 @@ def deployment(root: Path, setup: str, defaults: bool = False,
         _admin(f"CREATE DATABASE {name}")
         db_url = sa.engine.make_url(PG_ADMIN).set(database=name).render_as_string(False)
         coordination = REDIS_URL
-    d = Deployment(root, db_url=db_url, coordination_url=coordination, extra=extra)
+    d = Deployment(root, db_url=db_url, coordination_url=coordination, host=host,
+                   extra=extra)
     try:
         d.sync()
         yield d
@@ -131,21 +133,26 @@ def round_trip(d: Deployment, n: int = 200) -> float:
         db.dispose()
 
 
-def commit_rate(d: Deployment, n: int = 2000) -> float:
-    """Single-row commits per second on the deployment's database (a scratch
-    table, dropped afterwards): the reference for per-node costs."""
-    db = database(d)
+def database_url(d: Deployment) -> str:
+    return d.sections["database"].get("connection") or f"sqlite:///{d.state}/sharemgr.sqlite"
+
+
+def commit_rate(url: str, commits: int) -> float:
+    """Tiny single-row commits per second into a scratch table (dropped
+    afterwards): the reference for per-node costs."""
+    engine = sa.create_engine(url)
     table = f"bench_scratch_{uuid.uuid4().hex[:8]}"
     try:
-        with db.engine.begin() as conn:
+        with engine.begin() as conn:
             conn.exec_driver_sql(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, v INTEGER)")
-        t = time.perf_counter()
-        for i in range(n):
-            with db.engine.begin() as conn:
+        with engine.connect() as conn:
+            started = time.perf_counter()
+            for i in range(commits):
                 conn.exec_driver_sql(f"INSERT INTO {table} (id, v) VALUES ({i}, {i})")
-        seconds = time.perf_counter() - t
-        with db.engine.begin() as conn:
+                conn.commit()
+            elapsed = time.perf_counter() - started
+        with engine.begin() as conn:
             conn.exec_driver_sql(f"DROP TABLE {table}")
-        return n / seconds
     finally:
-        db.dispose()
+        engine.dispose()
+    return commits / elapsed
