@@ -51,6 +51,21 @@ REPLICA_OUT_OF_SYNC = "out_of_sync"
 REPLICA_ERROR = "error"
 REPLICA_STATES = (REPLICA_ACTIVE, REPLICA_IN_SYNC, REPLICA_OUT_OF_SYNC, REPLICA_ERROR)
 
+# Access rules (Manila's share access): a rule's state, the instance's
+# access_rules_status, and what a rule may say.
+ACCESS_QUEUED_TO_APPLY = "queued_to_apply"
+ACCESS_APPLYING = "applying"
+ACCESS_ACTIVE = "active"
+ACCESS_QUEUED_TO_DENY = "queued_to_deny"
+ACCESS_DENYING = "denying"
+ACCESS_ERROR = "error"
+ACCESS_RULE_STATES = (ACCESS_QUEUED_TO_APPLY, ACCESS_APPLYING, ACCESS_ACTIVE,
+                      ACCESS_QUEUED_TO_DENY, ACCESS_DENYING, ACCESS_ERROR)
+ACCESS_RULES_SYNCING = "syncing"
+ACCESS_RULES_STATUSES = (ACCESS_ACTIVE, ACCESS_RULES_SYNCING, ACCESS_ERROR)
+ACCESS_TYPES = ("ip", "user", "cert")
+ACCESS_LEVELS = ("rw", "ro")
+
 # Task states that mean another workflow (migration, data copy) owns the instance.
 BUSY_TASK_STATES = frozenset(
     {

@@ -126,6 +126,9 @@ class ShareInstance(TimestampMixin, Base):
     progress: Mapped[str | None] = mapped_column(String(32))
     # Manila's shape: [{"path": ..., "is_admin_only": bool, "preferred": bool}]
     export_locations: Mapped[list] = mapped_column(JSON, default=list)
+    # Manila's summary of the instance's access rules: active, syncing, error.
+    access_rules_status: Mapped[str] = mapped_column(
+        String(32), default=vocab.ACCESS_ACTIVE, server_default=vocab.ACCESS_ACTIVE)
     __table_args__ = (
         Index("ix_share_instances_host_status", "host", "status"),
         Index("ix_share_instances_status", "status"),
@@ -199,6 +202,32 @@ class ShareBackup(TimestampMixin, Base):
     restore_progress: Mapped[str | None] = mapped_column(String(32))
     __table_args__ = (Index("ix_share_backups_host_status", "host", "status"),
                       Index("ix_share_backups_status", "status"))
+
+
+class ShareAccessRule(TimestampMixin, Base):
+    """One rule of who may mount a share (Manila's share access map); a
+    denied rule keeps its row with ``deleted_at`` set."""
+
+    __tablename__ = "share_access_rules"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    share_id: Mapped[str] = mapped_column(String(36), ForeignKey("shares.id"))
+    access_type: Mapped[str] = mapped_column(String(32))  # ip, user, cert
+    access_to: Mapped[str] = mapped_column(String(255))
+    access_level: Mapped[str] = mapped_column(String(2))  # rw, ro
+    state: Mapped[str] = mapped_column(String(32))
+    __table_args__ = (Index("ix_share_access_rules_share", "share_id"),
+                      Index("ix_share_access_rules_state", "state"))
+
+
+class BackendStats(Base):
+    """A backend's last get_share_stats() report: capabilities and pools."""
+
+    __tablename__ = "backend_stats"
+    host: Mapped[str] = mapped_column(String(BACKEND_HOST), primary_key=True)
+    stats: Mapped[dict] = mapped_column(JSON, default=dict)
+    engine_id: Mapped[str | None] = mapped_column(String(320))
+    updated_at: Mapped[datetime.datetime | None] = mapped_column(DateTime, default=utcnow,
+                                                                 onupdate=utcnow)
 
 
 class BackendInfo(Base):

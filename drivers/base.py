@@ -397,6 +397,48 @@ class ShareDriver:
             return None  # it never creates backups: there is nothing to delete
         raise OperationNotSupported("delete_backup")
 
+    # Access rules ------------------------------------------------------------
+
+    def update_access(
+        self,
+        share: Share,
+        access_rules: list[dict[str, Any]],
+        add_rules: list[dict[str, Any]],
+        delete_rules: list[dict[str, Any]],
+        share_server: ShareServer | None = None,
+    ) -> dict[str, dict[str, Any]] | None:
+        """Make the backend's export of ``share`` allow exactly ``access_rules``.
+
+        Manila's shape. Each rule is ``{"id", "access_type" ("ip", "user",
+        "cert"), "access_to", "access_level" ("rw", "ro")}``. ``access_rules``
+        is the full set the share should have; ``add_rules`` and
+        ``delete_rules`` are what changed since the last call. When both are
+        empty (recovery after a crash, ensure-resources) the driver must make
+        the backend match ``access_rules`` exactly: the call is idempotent.
+
+        :returns: None when every rule was applied, or ``{rule_id: {"state":
+            "error"}}`` for the rules the backend refused (the others are
+            taken as applied).
+        :raises OperationNotSupported: the backend has no access control.
+        """
+        raise OperationNotSupported("update_access")
+
+    # Capabilities ----------------------------------------------------------
+
+    def get_share_stats(self, refresh: bool = False) -> dict[str, Any]:
+        """What this backend can do and how much room it has (Manila's shape).
+
+        ``{"share_backend_name", "vendor_name", "driver_version",
+        "storage_protocol", "driver_handles_share_servers",
+        "snapshot_support", "create_share_from_snapshot_support",
+        "replication_type" (None, "readable", "writable" or "dr"),
+        "share_group_support", "pools": [{"pool_name", "total_capacity_gb",
+        "free_capacity_gb", ...}]}``. The manager calls it periodically and
+        stores the answer; intake refuses what the answer rules out. An empty
+        dict (the default) reports nothing: every request is sent as before.
+        """
+        return {}
+
     # Optional status methods ------------------------------------------------
     # Reconciliation asks these for ground truth after a crash. Each returns a
     # dict with at least "status" ("available" when healthy, "error", or a
