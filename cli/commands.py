@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sharemgr.cli import (
+    access_cmds,
     db_cmds,
     reconcile_cmds,
     resource_cmds,
@@ -17,6 +18,7 @@ COMMANDS: dict[str, type] = {
     "db version": db_cmds.DbVersion,
     "service list": service_cmds.ServiceList,
     **resource_cmds.commands_for(),
+    **access_cmds.COMMANDS,
     "reconcile run": reconcile_cmds.ReconcileRun,
     "reconcile show": reconcile_cmds.ReconcileShow,
     "reconcile list": reconcile_cmds.ReconcileList,

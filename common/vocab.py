@@ -59,8 +59,12 @@ ACCESS_ACTIVE = "active"
 ACCESS_QUEUED_TO_DENY = "queued_to_deny"
 ACCESS_DENYING = "denying"
 ACCESS_ERROR = "error"
+ACCESS_DELETED = "deleted"  # denied and gone from the backend (row kept, deleted_at set)
 ACCESS_RULE_STATES = (ACCESS_QUEUED_TO_APPLY, ACCESS_APPLYING, ACCESS_ACTIVE,
-                      ACCESS_QUEUED_TO_DENY, ACCESS_DENYING, ACCESS_ERROR)
+                      ACCESS_QUEUED_TO_DENY, ACCESS_DENYING, ACCESS_ERROR, ACCESS_DELETED)
+# States of a rule whose change has not reached the backend yet.
+ACCESS_IN_FLIGHT = (ACCESS_QUEUED_TO_APPLY, ACCESS_APPLYING, ACCESS_QUEUED_TO_DENY,
+                    ACCESS_DENYING)
 ACCESS_RULES_SYNCING = "syncing"
 ACCESS_RULES_STATUSES = (ACCESS_ACTIVE, ACCESS_RULES_SYNCING, ACCESS_ERROR)
 ACCESS_TYPES = ("ip", "user", "cert")
@@ -158,6 +162,7 @@ ACTION_DELETE = "delete"
 ACTION_EXTEND = "extend"
 ACTION_SHRINK = "shrink"
 ACTION_RESTORE = "restore"
+ACTION_UPDATE_ACCESS = "update_access"  # a share instance's access rules
 ACTION_RUN = "run"  # a reconciliation pass
 ACTION_CHECK = "check_resource"  # a stack node's check
 

@@ -88,6 +88,11 @@ dummy_opts = [
 ]
 
 SHARE_KINDS = ("share", "replica")
+# What the dummy backend can export each protocol to, as a real one would
+# (NFS by address, CIFS by user or address, CephFS by cephx identity): a
+# rule of another type is refused, the others applied.
+ACCESS_TYPES_BY_PROTO = {"NFS": ("ip",), "CIFS": ("user", "ip"), "CEPHFS": ("cert",),
+                         "GLUSTERFS": ("ip", "cert"), "HDFS": ("user",), "MAPRFS": ("user",)}
 _CREATED = "available"
 
 
@@ -294,6 +299,33 @@ class DummyDriver(base.ShareDriver):
 
     def shrink_share(self, share: dict, new_size: int, share_server: dict | None = None) -> None:
         self._resize("shrink_share", share, new_size, grow=False)
+
+    # Access rules ------------------------------------------------------------
+
+    def update_access(self, share: dict, access_rules: list[dict], add_rules: list[dict],
+                      delete_rules: list[dict], share_server: dict | None = None
+                      ) -> dict[str, dict[str, Any]] | None:
+        """The share's export allows exactly the rules of ``access_rules``
+        it can serve (kept in the object's details, which
+        ``sharemgr-dummy-backend list`` shows); ``add_rules`` and
+        ``delete_rules`` are not needed: the full set is the truth."""
+        with self._op("update_access", share) as tx:
+            obj = self._need(tx, share["id"], SHARE_KINDS, "share")
+            details = dict(obj["details"] or {})
+            allowed = ACCESS_TYPES_BY_PROTO.get(
+                str(details.get("share_proto") or share.get("share_proto") or "").upper(),
+                ("ip", "user", "cert"))
+            applied, refused = [], {}
+            for rule in access_rules:
+                if rule["access_type"] in allowed:
+                    applied.append({k: rule[k] for k in ("id", "access_type", "access_to",
+                                                         "access_level")})
+                else:
+                    refused[rule["id"]] = {"state": "error"}
+            details["access_rules"] = sorted(applied, key=lambda r: (r["access_type"],
+                                                                     r["access_to"]))
+            tx.update(obj["id"], details=details)
+            return refused or None
 
     # Snapshots -------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db.engine import Database
-from sharemgr.manager import kinds, plans, views
+from sharemgr.manager import access, kinds, plans, views
 
 # One class for every refusal: a bad request or a resource not in a state
 # for the operation. Nothing was written.
@@ -130,6 +130,16 @@ class Intake:
             )
         self._write(plans.resize_share(self.db, share_id, new_size), f"share {share_id}")
         return row
+
+    # Access rules ------------------------------------------------------------
+
+    def allow_access(self, share_id: str, access_type: str, access_to: str,
+                     access_level: str = "rw") -> models.ShareAccessRule:
+        spec = access.check(access_type, access_to, access_level)
+        return self._write(access.allow(self.db, share_id, spec), f"share {share_id}")
+
+    def deny_access(self, share_id: str, rule_id: str) -> models.ShareAccessRule:
+        return self._write(access.deny(self.db, share_id, rule_id), f"share {share_id}")
 
     # Snapshots -------------------------------------------------------------
 

@@ -14,11 +14,12 @@ from typing import Any
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
 from sharemgr.drivers.exceptions import ShareResourceNotFound
-from sharemgr.manager import kinds, views
+from sharemgr.manager import access, kinds, views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.plans import Change, Op
 
@@ -108,9 +109,12 @@ class Operations:
         error_values: dict[str, Any] | Callable[[Any], list[Change]],
         what: str,
         held: bool = False,
+        then: Callable[[Any], None] | None = None,
     ) -> None:
         """Lock, re-read, call the driver, write success or error atomically.
-        ``held``: the caller (the reconciler) already holds the lock."""
+        ``held``: the caller (the reconciler) already holds the lock.
+        ``then``: run with the re-read row after the success is written, still
+        under the lock."""
         with contextlib.nullcontext() if held else self.locked(rtype, ident):
             row = self._fresh(model, ident, expected)
             try:
@@ -133,6 +137,8 @@ class Operations:
                 self._commit(changes, what)
                 raise OperationFailed(f"{what} failed: {exc}")
             self._commit(on_success(row, result), what)
+            if then is not None:
+                then(row)
 
     # Row loading -------------------------------------------------------------
 
@@ -194,7 +200,7 @@ class Operations:
                                  {"status": vocab.AVAILABLE,
                                   "export_locations": views.export_locations(locs)})],
             {"status": vocab.ERROR}, f"create of share instance {inst0.id}",
-            held=held,
+            held=held, then=self._flush_access,
         )
 
     def delete_share(self, op: Op, held: bool = False) -> None:
@@ -244,8 +250,60 @@ class Operations:
             ],
             {"status": vocab.EXTENDING_ERROR if extend else vocab.SHRINKING_ERROR},
             f"{op.action} of share instance {inst0.id} to {new_size}",
-            held=held,
+            held=held, then=self._flush_access,
         )
+
+    # Access rules ----------------------------------------------------------------
+    # Not through _perform: the instance's status does not change, and each
+    # rule's outcome is its own conditional update (a deny that came while the
+    # driver worked wins over the apply's outcome), not all or nothing.
+
+    def update_access(self, op: Op, held: bool = False) -> None:
+        """Send the share's rules to the driver: the queued ones as changes,
+        with the full set; ``resync`` (ensure-resources) sends the full set
+        even when nothing is queued."""
+        inst0 = db_api.get(self.db, models.ShareInstance, op.ident)
+        if inst0 is None:
+            raise Stale(f"share instance {op.ident} is gone")
+        with contextlib.nullcontext() if held else self.locked(vocab.SHARE_INSTANCE, inst0.id):
+            inst = self._fresh(models.ShareInstance, inst0.id, (vocab.AVAILABLE,))
+            self._sync_access(inst, resync=bool(op.args.get("resync")))
+
+    def _flush_access(self, inst: models.ShareInstance) -> None:
+        """After an operation that leaves the share available: rules queued
+        meanwhile (a stack's, or any that found the share busy) are applied
+        now, under the same lock. Costs nothing when none are queued."""
+        if inst.access_rules_status == vocab.ACCESS_RULES_SYNCING:
+            self._sync_access(self._fresh(models.ShareInstance, inst.id, (vocab.AVAILABLE,)))
+
+    def _sync_access(self, inst: models.ShareInstance, resync: bool = False) -> None:
+        rules = db_access.start(self.db, inst.share_id)
+        add = [r for r in rules if r.state == vocab.ACCESS_APPLYING]
+        remove = [r for r in rules if r.state == vocab.ACCESS_DENYING]
+        if not (add or remove or resync):
+            return
+        full = [r for r in rules if r.state in (vocab.ACCESS_ACTIVE, vocab.ACCESS_APPLYING)]
+        what = f"update_access of share instance {inst.id}"
+        driver = self.driver_for(inst.host)
+        share_d, server = self.share_parts(inst)
+        try:
+            updates = driver.update_access(share_d, [access.view(r) for r in full],
+                                           [access.view(r) for r in add],
+                                           [access.view(r) for r in remove], server) or {}
+        except Exception as exc:
+            LOG.warning("%s failed: %s", what, exc)
+            # What the backend now allows is unknown: every rule sent is in error.
+            db_access.finish(self.db, inst.share_id, {
+                r.id: (r.state, vocab.ACCESS_ERROR) for r in full + remove})
+            raise OperationFailed(f"{what} failed: {exc}")
+        refused = sorted(r.id for r in add
+                         if (updates.get(r.id) or {}).get("state") == vocab.ACCESS_ERROR)
+        outcome = {r.id: (r.state, vocab.ACCESS_ERROR if r.id in refused else vocab.ACCESS_ACTIVE)
+                   for r in add}
+        outcome.update({r.id: (r.state, vocab.ACCESS_DELETED) for r in remove})
+        db_access.finish(self.db, inst.share_id, outcome)
+        if refused:
+            raise OperationFailed(f"{what}: the backend refused rule(s) {', '.join(refused)}")
 
     # Snapshots -----------------------------------------------------------------
 
@@ -566,6 +624,7 @@ HANDLERS: dict[tuple[str, str], str] = {
     (vocab.SHARE_INSTANCE, vocab.ACTION_DELETE): "delete_share",
     (vocab.SHARE_INSTANCE, vocab.ACTION_EXTEND): "resize_share",
     (vocab.SHARE_INSTANCE, vocab.ACTION_SHRINK): "resize_share",
+    (vocab.SHARE_INSTANCE, vocab.ACTION_UPDATE_ACCESS): "update_access",
     (vocab.SNAPSHOT_INSTANCE, vocab.ACTION_CREATE): "create_snapshot",
     (vocab.SNAPSHOT_INSTANCE, vocab.ACTION_DELETE): "delete_snapshot",
     (vocab.REPLICA, vocab.ACTION_CREATE): "create_replica",
