@@ -21,7 +21,7 @@ from typing import Any
 from sharemgr.common import vocab
 from sharemgr.convergence.template import physical_name
 from sharemgr.db.engine import Database
-from sharemgr.manager import kinds, plans, views
+from sharemgr.manager import access, kinds, plans, views
 from sharemgr.manager.kinds import BUSY, ERROR, GONE, OK, Observed, observe
 from sharemgr.manager.plans import Op, Plan
 
@@ -111,9 +111,16 @@ def plan_create(db: Database, type_: str, props: Mapping[str, Any], name: str,
     host = placement.concrete(target_host(db, type_, props))
     dhss = placement.backends.get(views.backend_of(host), False)
     if type_ == vocab.SHARE:
-        return plans.create_share(db, host, dhss, props["size"], props["proto"], name,
+        plan = plans.create_share(db, host, dhss, props["size"], props["proto"], name,
                                   props.get("snapshot"), props.get("share_server"),
                                   props.get("share_group"))
+        if props.get("access_rules"):
+            # Queued with the share; its create applies them once it is available.
+            share, inst = plan.add[0], plan.add[1]
+            inst.access_rules_status = vocab.ACCESS_RULES_SYNCING
+            plan.add += [access.new_rule(share.id, spec)
+                         for spec in access.check_list(props["access_rules"])]
+        return plan
     if type_ == vocab.SNAPSHOT:
         return plans.create_snapshot(db, props["share"], name)
     if type_ == vocab.REPLICA:
@@ -134,6 +141,12 @@ def plan_update(db: Database, type_: str, physical_id: str, changes: Mapping[str
     plan = Plan(physical_id)
     if "size" in changes and type_ == vocab.SHARE:
         plan = plans.resize_share(db, physical_id, int(changes["size"]))
+    if "access_rules" in changes and type_ == vocab.SHARE:
+        # With a resize, the resize applies them when it is done.
+        rules = access.converge(db, physical_id, access.check_list(changes["access_rules"] or []))
+        plan.add += rules.add
+        plan.changes += rules.changes
+        plan.op = plan.op or rules.op
     if "name" in changes and type_ in kinds.NAMED_MODEL:
         plan.changes.append((kinds.NAMED_MODEL[type_], physical_id, {}, {"name": name}))
     return plan

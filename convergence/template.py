@@ -50,6 +50,7 @@ REPLACE = "replace"  # a change needs a new physical resource
 STRING = "string"
 INTEGER = "integer"
 REF = "ref"  # the physical id of another resource (get_resource) or a literal id
+ACCESS_RULES = "access_rules"  # a list of {access_type, access_to, access_level}
 
 
 
@@ -89,7 +90,8 @@ def _p(type_: str, **kw: Any) -> PropertySchema:
     return PropertySchema(type=type_, **kw)
 
 
-# Only share ``size`` (extend/shrink) and ``name`` change in place; any other
+# Only share ``size`` (extend/shrink), ``access_rules`` and ``name`` change
+# in place; any other
 # change means a new physical resource and the clean-up of the old one.
 RESOURCE_TYPES: Mapping[str, ResourceType] = {
     rt.name: rt
@@ -105,6 +107,7 @@ RESOURCE_TYPES: Mapping[str, ResourceType] = {
                 "snapshot": _p(REF, ref_types=("snapshot",)),
                 "share_server": _p(REF, ref_types=("share_server",)),
                 "share_group": _p(REF, ref_types=("share_group",)),
+                "access_rules": _p(ACCESS_RULES, update=IN_PLACE),
             },
             frozenset({"id", "name", "size", "proto", "status", "host", "export_locations"}),
         ),
@@ -447,6 +450,15 @@ def _check_value(where: str, ps: PropertySchema, value: Any) -> None:
             raise TemplateError(f"{where}: must be at least {ps.minimum}, got {value}")
         if ps.maximum is not None and value > ps.maximum:
             raise TemplateError(f"{where}: must be at most {ps.maximum}, got {value}")
+    elif ps.type == ACCESS_RULES:
+        # Imported here: it needs the database modules, which checking a
+        # template on the command line does not.
+        from sharemgr.manager import access
+
+        try:
+            access.check_list(value)
+        except access.Refused as exc:
+            raise TemplateError(f"{where}: {exc}")
     else:  # STRING and REF (a literal physical id)
         if not isinstance(value, str) or not value:
             raise TemplateError(f"{where}: must be a non-empty string, got {value!r}")

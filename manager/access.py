@@ -78,24 +78,24 @@ def check(access_type: Any, access_to: Any, access_level: Any = "rw") -> RuleSpe
     return RuleSpec(access_type, to, access_level)
 
 
-def check_list(rules: Any, where: str = "access_rules") -> list[RuleSpec]:
+def check_list(rules: Any) -> list[RuleSpec]:
     """A template's list of ``{access_type, access_to, access_level}``
     mappings, checked, without duplicates."""
     if not isinstance(rules, list):
-        raise Refused(f"{where} must be a list of rules, got {rules!r}")
+        raise Refused(f"must be a list of rules, got {rules!r}")
     out: list[RuleSpec] = []
     for i, raw in enumerate(rules):
         if not isinstance(raw, Mapping) or set(raw) - {"access_type", "access_to",
                                                          "access_level"}:
-            raise Refused(f"{where}[{i}] must be a mapping of access_type, access_to "
+            raise Refused(f"rule {i + 1} must be a mapping of access_type, access_to "
                           f"and access_level, got {raw!r}")
         try:
             spec = check(raw.get("access_type"), raw.get("access_to"),
                          raw.get("access_level", "rw"))
         except Refused as exc:
-            raise Refused(f"{where}[{i}]: {exc}")
+            raise Refused(f"rule {i + 1}: {exc}")
         if any(s.key == spec.key for s in out):
-            raise Refused(f"{where}[{i}]: {spec.access_type} {spec.access_to} is listed twice")
+            raise Refused(f"rule {i + 1}: {spec.access_type} {spec.access_to} is listed twice")
         out.append(spec)
     return out
 

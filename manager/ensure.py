@@ -10,10 +10,12 @@ from typing import Any
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
 from sharemgr.manager import views
+from sharemgr.manager.plans import Op
 
 LOG = logging.getLogger(__name__)
 
@@ -55,14 +57,31 @@ def ensure_backend(db: Database, host: str, driver: Any) -> int:
         except Exception as exc:
             LOG.error("%s: ensure_shares failed: %s", host, exc)
             updates = {}
+        ensured = []
         for inst in mine:
             update = updates.get(inst.id) or {}
             values: dict[str, Any] = {"status": update.get("status") or vocab.AVAILABLE}
             if update.get("export_locations") is not None:
                 values["export_locations"] = views.export_locations(update["export_locations"])
-            db_api.conditional_update(db, models.ShareInstance, inst.id, {"status": vocab.ENSURING},
-                                      values)
+            if db_api.conditional_update(db, models.ShareInstance, inst.id,
+                                         {"status": vocab.ENSURING}, values) and \
+                    values["status"] == vocab.AVAILABLE:
+                ensured.append(inst)
+        reapply_access(db, ensured)
     if new_hash is not None:
         resources.set_backend_info_hash(db, host, new_hash)
     LOG.info("%s: ensured %d share instance(s)", host, len(mine))
     return len(mine)
+
+
+def reapply_access(db: Database, instances: list[models.ShareInstance]) -> int:
+    """A backend that was re-checked gets the full rule set of each of its
+    shares that has rules (as Manila's ensure does), through update_access
+    requests with ``resync``: under the share's lock, after anything queued.
+    Returns how many were requested."""
+    by_id = {inst.id: inst for inst in instances}
+    ids = db_access.instances_with_rules(db, list(by_id))
+    db_access.add_requests(db, [
+        Op(vocab.SHARE_INSTANCE, i, vocab.ACTION_UPDATE_ACCESS, by_id[i].host,
+           {"resync": True}).request() for i in ids])
+    return len(ids)

@@ -37,7 +37,7 @@ from sharemgr.manager import views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale, lock_name
 from sharemgr.manager.plans import Op
-from sharemgr.reconcile import rules, scan
+from sharemgr.reconcile import access, rules, scan
 from sharemgr.reconcile.scan import Candidate
 
 LOG = logging.getLogger(__name__)
@@ -217,6 +217,7 @@ class Reconciler:
                            for i in range(0, len(cands), size)]
                 if futures:
                     waiters.wait_for_all(futures)
+            access.settle(self, summary, self._open_requests(summary, dry_run), dry_run)
         finally:
             # Every resource of the stage is done before the pass ends;
             # shutdown(wait=True) would add futurist's idle poll (1 s) to

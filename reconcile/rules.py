@@ -18,6 +18,7 @@ from sharemgr.common import vocab
 QUERY = "query"
 DELETE = "delete"
 MARK = "mark"
+RESEND = "resend"
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,22 @@ RULES: dict[str, dict[str, Rule]] = {
         vocab.CREATING: mark(vocab.ERROR),
         vocab.RESTORING: mark(vocab.AVAILABLE),
     },
+}
+
+# Access rules a crash left on their way to the backend: ``resend`` calls
+# update_access again with the share's full rule set (drivers must make it
+# idempotent); each rule takes its outcome (``ok``), or ``error`` when the
+# call fails or the backend refuses the rule. Run after the stages, once the
+# shares are settled.
+ACCESS_RULES: dict[str, Rule] = {
+    vocab.ACCESS_QUEUED_TO_APPLY: Rule(RESEND, vocab.ACCESS_ERROR, vocab.ACCESS_ACTIVE,
+                                       "update_access"),
+    vocab.ACCESS_APPLYING: Rule(RESEND, vocab.ACCESS_ERROR, vocab.ACCESS_ACTIVE,
+                                "update_access"),
+    vocab.ACCESS_QUEUED_TO_DENY: Rule(RESEND, vocab.ACCESS_ERROR, vocab.ACCESS_DELETED,
+                                      "update_access"),
+    vocab.ACCESS_DENYING: Rule(RESEND, vocab.ACCESS_ERROR, vocab.ACCESS_DELETED,
+                               "update_access"),
 }
 
 # Dependency order: servers first (shares need them), backups last.

@@ -1,0 +1,78 @@
+"""Reconciliation of access rules (``rules.ACCESS_RULES``): after the stages,
+each share instance of the host whose rules a crash left on their way to the
+backend is sent its full rule set again, under its try-lock, through the
+``update_access`` operation. A share with a request open (pending, or running
+on a live engine) is left to that request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oslo_log import log as logging
+from sharemgr.common import vocab
+from sharemgr.db import access as db_access
+from sharemgr.db import api as db_api
+from sharemgr.db import models
+from sharemgr.manager.operations import OperationFailed, Stale, lock_name
+from sharemgr.manager.plans import Op
+from sharemgr.reconcile import rules
+
+LOG = logging.getLogger(__name__)
+TYPE = "access_rule"  # how the pass's summary and plan name a rule
+
+
+def settle(rec: Any, summary: Any, requests: dict[str, models.Request],
+           dry_run: bool) -> None:
+    """``rec``: the Reconciler (its database, coordinator, operations and
+    backends); ``summary``: its Summary."""
+    for backend in rec.drivers:
+        host = f"{rec.host}@{backend}"
+        for inst_id, stuck in db_access.in_flight_on_host(rec.db, host).items():
+            try:
+                _one(rec, summary, requests, dry_run, host, inst_id, stuck)
+            except Exception:
+                summary.failed()
+                LOG.exception("reconciliation of the access rules of share instance %s "
+                              "failed", inst_id)
+
+
+def _skip(summary: Any, stuck: list, reason: str, dry_run: bool) -> None:
+    for rule in stuck:
+        summary.skip(reason)
+        if dry_run:
+            summary.planned({"type": TYPE, "id": rule.id, "status": rule.state,
+                             "action": "skip", "reason": reason})
+
+
+def _one(rec: Any, summary: Any, requests: dict[str, models.Request], dry_run: bool,
+         host: str, inst_id: str, stuck: list[models.ShareAccessRule]) -> None:
+    req = requests.get(inst_id)
+    if req is not None:
+        _skip(summary, stuck, "request pending" if req.status == vocab.REQUEST_PENDING
+              else f"in progress on {req.engine_id}", dry_run)
+        return
+    if dry_run:
+        for rule in stuck:
+            how = rules.ACCESS_RULES[rule.state]
+            summary.planned({"type": TYPE, "id": rule.id, "status": rule.state,
+                             "action": f"{how.action} {how.method}",
+                             "outcome": f"{how.ok} or {how.error}"})
+        return
+    with rec.coordinator.try_lock(lock_name(vocab.SHARE_INSTANCE, inst_id)) as got:
+        if not got:
+            _skip(summary, stuck, "locked by another engine", dry_run)
+            return
+        try:
+            rec.operations.perform(Op(vocab.SHARE_INSTANCE, inst_id,
+                                      vocab.ACTION_UPDATE_ACCESS, host), held=True)
+        except Stale as exc:
+            # Not available (error, deleting): nothing to send them to.
+            LOG.warning("access rules of share instance %s cannot be sent (%s): error",
+                        inst_id, exc)
+            db_access.finish(rec.db, stuck[0].share_id,
+                             {r.id: (r.state, vocab.ACCESS_ERROR) for r in stuck})
+        except OperationFailed as exc:
+            LOG.warning("access rules of share instance %s: %s", inst_id, exc)
+    for rule in stuck:
+        row = db_api.get(rec.db, models.ShareAccessRule, rule.id, include_deleted=True)
+        summary.outcome(TYPE, row.state if row is not None else vocab.ACCESS_DELETED)
