@@ -48,9 +48,9 @@ class RuleSpec:
 
 def _ip(value: str) -> str:
     try:
-        if "/" in value:
-            return str(ipaddress.ip_network(value, strict=True))
-        return str(ipaddress.ip_address(value))
+        net = ipaddress.ip_network(value, strict=True)
+        # One address, however written ('10.0.0.1' or '10.0.0.1/32'), is one rule.
+        return str(net.network_address if net.prefixlen == net.max_prefixlen else net)
     except ValueError as exc:
         raise Refused(f"invalid IP address or CIDR {value!r}: {exc}")
 

@@ -1,0 +1,243 @@
+"""Access rules: what a rule may say, what allow and deny write, the
+update_access operation's outcomes, and reconciliation of rules a crash left
+in flight, on SQLite, PostgreSQL and MariaDB (the ``any_engine`` fixture)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from sharemgr.common import vocab
+from sharemgr.convergence.template import TemplateError, diff_properties, parse
+from sharemgr.db import access as db_access
+from sharemgr.db import api, models
+from sharemgr.drivers.exceptions import ShareBackendException
+from sharemgr.manager import access
+from sharemgr.manager.intake import Intake, InvalidRequest
+from sharemgr.manager.operations import OperationFailed
+from sharemgr.manager.plans import Op
+
+from tests.unit.reconcile_harness import BACKEND, FakeDriver, add_request, make_share
+
+# What a rule may say ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given, stored", [
+    ("10.0.0.1", "10.0.0.1"), ("10.0.0.1/32", "10.0.0.1"), ("10.0.0.0/24", "10.0.0.0/24"),
+    (" 192.168.1.0/24 ", "192.168.1.0/24"),
+    ("2001:db8::/32", "2001:db8::/32"), ("2001:DB8::1", "2001:db8::1"),
+])
+def test_ip_rules_are_stored_in_canonical_form(given, stored):
+    assert access.check("ip", given).access_to == stored
+
+
+@pytest.mark.parametrize("access_type, to, level, words", [
+    ("ip", "10.0.0.300", "rw", "invalid IP"),
+    ("ip", "10.0.0.1/24", "rw", "host bits"),  # a CIDR with host bits is a typo
+    ("ip", "10.0.0.0/33", "rw", "invalid IP"),
+    ("user", "bob", "rw", "4 to 255"),
+    ("user", "bad name", "rw", "invalid user"),
+    ("cert", "c" * 65, "rw", "at most 64"),
+    ("nfs", "10.0.0.1", "rw", "unknown access type"),
+    ("ip", "10.0.0.1", "rx", "unknown access level"),
+    ("ip", "", "rw", "non-empty"),
+])
+def test_bad_rules_are_refused_with_the_reason(access_type, to, level, words):
+    with pytest.raises(InvalidRequest, match=words):
+        access.check(access_type, to, level)
+
+
+def test_a_rule_list_names_the_bad_rule_and_duplicates():
+    ok = access.check_list([{"access_type": "user", "access_to": "DOMAIN\\alice"},
+                            {"access_type": "ip", "access_to": "10.0.0.1", "access_level": "ro"}])
+    assert [(s.access_to, s.access_level) for s in ok] == [("DOMAIN\\alice", "rw"),
+                                                           ("10.0.0.1", "ro")]
+    with pytest.raises(InvalidRequest, match="rule 2: ip 10.0.0.1 is listed twice"):
+        access.check_list([{"access_type": "ip", "access_to": "10.0.0.1"},
+                           {"access_type": "ip", "access_to": "10.0.0.1/32"}])
+    with pytest.raises(InvalidRequest, match="rule 1 must be a mapping"):
+        access.check_list([{"access_type": "ip", "to": "10.0.0.1"}])
+
+
+def test_a_template_checks_access_rules_and_changes_them_in_place():
+    good = {"resources": {"s": {"type": "share", "properties": {
+        "size": 1, "proto": "NFS",
+        "access_rules": [{"access_type": "ip", "access_to": "10.0.0.0/8"}]}}}}
+    parse(yaml.safe_dump(good))
+    bad = {"resources": {"s": {"type": "share", "properties": {
+        "size": 1, "proto": "NFS", "access_rules": [{"access_type": "ip", "access_to": "x"}]}}}}
+    with pytest.raises(TemplateError, match="'access_rules': rule 1: invalid IP"):
+        parse(yaml.safe_dump(bad))
+    old = good["resources"]["s"]["properties"]
+    new = {**old, "access_rules": []}
+    diff = diff_properties("share", old, new)
+    assert not diff.replace and diff.in_place == {"access_rules": []}
+
+
+# Allow, deny and the operation ------------------------------------------------------------
+
+
+class AccessDriver(FakeDriver):
+    """Keeps the rules it was last told, as a backend's export would."""
+
+    def __init__(self) -> None:
+        super().__init__(dhss=False)
+        self.exported: dict[str, list[tuple[str, str, str]]] = {}
+        self.sent: list[tuple[list[str], list[str], list[str]]] = []
+        self.refuse: set[str] = set()  # access_to values refused one by one
+        self.fail = False
+
+    def update_access(self, share, access_rules, add_rules, delete_rules, share_server=None):
+        self._record("update_access", share["id"])
+        self.sent.append(tuple([r["access_to"] for r in rules]
+                               for rules in (access_rules, add_rules, delete_rules)))
+        if self.fail:
+            raise ShareBackendException("export table locked")
+        self.exported[share["id"]] = sorted(
+            (r["access_type"], r["access_to"], r["access_level"])
+            for r in access_rules if r["access_to"] not in self.refuse)
+        return {r["id"]: {"state": "error"} for r in access_rules
+                if r["access_to"] in self.refuse} or None
+
+
+@pytest.fixture
+def eng(any_engine):
+    any_engine.drivers[BACKEND] = AccessDriver()
+    return any_engine
+
+
+def _rules(db, share_id):
+    return {r.access_to: r.state for r in db_access.rules_of(db, share_id)}
+
+
+def _status(db, inst):
+    return api.get(db, models.ShareInstance, inst.id).access_rules_status
+
+
+def _run_request(eng, inst):
+    req = [r for r in api.request_list(eng.db, vocab.REQUEST_PENDING)
+           if r.resource_id == inst.id][0]
+    assert (req.resource_type, req.action) == (vocab.SHARE_INSTANCE, vocab.ACTION_UPDATE_ACCESS)
+    api.conditional_update(eng.db, models.Request, req.id, {}, {"status": vocab.REQUEST_DONE})
+    eng.operations.perform(Op.of_request(req))
+
+
+def test_allow_and_deny_go_through_queued_states_to_the_backend(eng):
+    db, driver = eng.db, eng.driver
+    inst = make_share(db)
+    intake = Intake(db, None)
+    first = intake.allow_access(inst.share_id, "ip", "10.0.0.0/24")
+    assert _rules(db, inst.share_id) == {"10.0.0.0/24": vocab.ACCESS_QUEUED_TO_APPLY}
+    assert _status(db, inst) == vocab.ACCESS_RULES_SYNCING
+    _run_request(eng, inst)
+    assert _rules(db, inst.share_id) == {"10.0.0.0/24": vocab.ACCESS_ACTIVE}
+    assert _status(db, inst) == vocab.ACCESS_ACTIVE
+
+    with pytest.raises(InvalidRequest, match="already has rule"):
+        intake.allow_access(inst.share_id, "ip", "10.0.0.0/24", "ro")
+    intake.allow_access(inst.share_id, "ip", "10.0.1.5", "ro")
+    _run_request(eng, inst)
+    assert driver.sent[-1] == (["10.0.0.0/24", "10.0.1.5"], ["10.0.1.5"], [])
+
+    intake.deny_access(inst.share_id, first.id)
+    assert _rules(db, inst.share_id)["10.0.0.0/24"] == vocab.ACCESS_QUEUED_TO_DENY
+    with pytest.raises(InvalidRequest, match="cannot deny"):
+        intake.deny_access(inst.share_id, first.id)
+    _run_request(eng, inst)
+    assert driver.sent[-1] == (["10.0.1.5"], [], ["10.0.0.0/24"])
+    assert _rules(db, inst.share_id) == {"10.0.1.5": vocab.ACCESS_ACTIVE}
+    assert driver.exported[inst.id] == [("ip", "10.0.1.5", "ro")]
+    denied = api.get(db, models.ShareAccessRule, first.id, include_deleted=True)
+    assert denied.state == vocab.ACCESS_DELETED and denied.deleted_at is not None
+
+
+def test_nothing_is_written_for_a_refused_request(eng):
+    db = eng.db
+    inst = make_share(db, status=vocab.EXTENDING)
+    with pytest.raises(InvalidRequest, match="its status is 'extending'"):
+        Intake(db, None).allow_access(inst.share_id, "ip", "10.0.0.1")
+    with pytest.raises(InvalidRequest, match="no share"):
+        Intake(db, None).allow_access("no-such-share", "ip", "10.0.0.1")
+    with pytest.raises(InvalidRequest, match="has no access rule"):
+        Intake(db, None).deny_access(inst.share_id, "no-such-rule")
+    assert api.query(db, models.ShareAccessRule) == []
+    assert api.request_list(db) == []
+    assert _status(db, inst) == vocab.ACCESS_ACTIVE
+
+
+def test_a_refused_rule_and_a_failed_call_end_in_error(eng):
+    db, driver = eng.db, eng.driver
+    inst = make_share(db)
+    intake = Intake(db, None)
+    intake.allow_access(inst.share_id, "ip", "10.0.0.1")
+    driver.refuse = {"10.0.0.2"}
+    intake.allow_access(inst.share_id, "ip", "10.0.0.2")
+    with pytest.raises(OperationFailed, match="refused rule"):
+        _run_request(eng, inst)
+    assert _rules(db, inst.share_id) == {"10.0.0.1": vocab.ACCESS_ACTIVE,
+                                         "10.0.0.2": vocab.ACCESS_ERROR}
+    assert _status(db, inst) == vocab.ACCESS_ERROR
+
+    driver.fail = True
+    intake.allow_access(inst.share_id, "ip", "10.0.0.3")
+    with pytest.raises(OperationFailed, match="export table locked"):
+        _run_request(eng, inst)
+    # What the backend allows now is unknown: every rule sent is in error.
+    assert set(_rules(db, inst.share_id).values()) == {vocab.ACCESS_ERROR}
+
+
+# Reconciliation ---------------------------------------------------------------------
+
+
+def _stuck(db, inst, *states):
+    """Rules a crash left in ``states``: written as the operation leaves them."""
+    rules = []
+    for i, state in enumerate(states):
+        rule = models.ShareAccessRule(id=models.new_id(), share_id=inst.share_id,
+                                      access_type="ip", access_to=f"10.9.0.{i + 1}",
+                                      access_level="rw", state=state)
+        api.add_all(db, [rule])
+        rules.append(rule)
+    api.conditional_update(db, models.ShareInstance, inst.id, {},
+                           {"access_rules_status": vocab.ACCESS_RULES_SYNCING})
+    return rules
+
+
+def test_reconciliation_resends_rules_a_crash_left_in_flight(eng):
+    db, driver = eng.db, eng.driver
+    inst = make_share(db)
+    active, applying, denying = _stuck(db, inst, vocab.ACCESS_ACTIVE, vocab.ACCESS_APPLYING,
+                                       vocab.ACCESS_DENYING)
+    # The dead engine's request is abandoned; the rules are sent again.
+    add_request(db, vocab.SHARE_INSTANCE, inst.id, inst.host, vocab.REQUEST_RUNNING,
+                engine_id="hostA.dead", action=vocab.ACTION_UPDATE_ACCESS)
+
+    plan = eng.run(dry_run=True)["plan"]
+    planned = {p["id"]: p for p in plan if p["type"] == "access_rule"}
+    assert planned[applying.id]["outcome"] == "active or error"
+    assert planned[denying.id]["outcome"] == "deleted or error"
+    assert driver.sent == []  # a dry run calls nothing
+
+    summary = eng.run()
+    assert driver.sent == [(["10.9.0.1", "10.9.0.2"], ["10.9.0.2"], ["10.9.0.3"])]
+    assert _rules(db, inst.share_id) == {"10.9.0.1": vocab.ACCESS_ACTIVE,
+                                         "10.9.0.2": vocab.ACCESS_ACTIVE}
+    assert _status(db, inst) == vocab.ACCESS_ACTIVE
+    assert summary["outcomes"]["access_rule"] == {vocab.ACCESS_ACTIVE: 1,
+                                                  vocab.ACCESS_DELETED: 1}
+    assert active.id not in planned
+
+
+def test_reconciliation_leaves_rules_with_a_live_request_and_errors_a_failed_resend(eng):
+    db, driver = eng.db, eng.driver
+    waiting = make_share(db)
+    _stuck(db, waiting, vocab.ACCESS_QUEUED_TO_APPLY)
+    add_request(db, vocab.SHARE_INSTANCE, waiting.id, waiting.host,
+                action=vocab.ACTION_UPDATE_ACCESS)
+    broken = make_share(db)
+    _stuck(db, broken, vocab.ACCESS_APPLYING)
+    driver.fail = True
+    summary = eng.run()
+    assert summary["skipped"]["request pending"] == 1
+    assert set(_rules(db, waiting.share_id).values()) == {vocab.ACCESS_QUEUED_TO_APPLY}
+    assert set(_rules(db, broken.share_id).values()) == {vocab.ACCESS_ERROR}
+    assert _status(db, broken) == vocab.ACCESS_ERROR
