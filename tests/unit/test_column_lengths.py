@@ -19,7 +19,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api, models, resources
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db.engine import ColumnLimitError, Database
-from sharemgr.manager import kinds
+from sharemgr.manager import access, kinds
 
 # The longest host oslo.config's HostnameOpt accepts (253), padded to 255 as
 # the issue states hosts; a backend name as long again.
@@ -73,6 +73,18 @@ LONGEST += [(models.Request, "status", s, "request statuses")
                       vocab.REQUEST_FAILED, vocab.REQUEST_ABANDONED)]
 LONGEST += [(kind.model, "status", status, f"{kind.name} statuses")
             for kind in kinds.KINDS.values() for status in kind.statuses]
+LONGEST += [(models.ShareAccessRule, "state", s, "access rule states")
+            for s in vocab.ACCESS_RULE_STATES]
+LONGEST += [(models.ShareInstance, "access_rules_status", s, "access rules statuses")
+            for s in vocab.ACCESS_RULES_STATUSES]
+LONGEST += [(models.ShareAccessRule, "access_type", t, "access types") for t in vocab.ACCESS_TYPES]
+LONGEST += [(models.ShareAccessRule, "access_level", t, "levels") for t in vocab.ACCESS_LEVELS]
+LONGEST += [(models.ShareAccessRule, "access_to", access.check("user", "u" * 255).access_to,
+             "the longest user"),
+            (models.ShareAccessRule, "access_to", access.check(
+                "ip", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:0/112").access_to, "an IPv6 CIDR"),
+            (models.ShareAccessRule, "access_to", access.check("cert", "c" * 64).access_to,
+             "the longest common name")]
 LONGEST += [(models.ShareInstance, "replica_state", s,
              "replica states") for s in vocab.REPLICA_STATES]
 LONGEST += [(models.ShareInstance, "task_state", s, "task states") for s in vocab.BUSY_TASK_STATES]
