@@ -47,6 +47,9 @@ class SharectlApp(App):
             # log); keep sharectl's output clean.
             for name in ("alembic", "sharemgr.convergence.prepare"):
                 logging.getLogger(name).setLevel(logging.WARNING)
+            # tooz's stevedore look-up of an unknown backend logs its own
+            # line before the error sharectl prints: one line is enough.
+            logging.getLogger("stevedore").setLevel(logging.CRITICAL)
 
     @property
     def context(self) -> Context:

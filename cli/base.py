@@ -68,7 +68,30 @@ class _Errors:
             if isinstance(exc, _loaded(_UNAVAILABLE)):
                 sys.stderr.write(f"sharectl: error: {exc}\n")
                 return EXIT_ERROR_STATUS
+            if isinstance(exc, _loaded((("sqlalchemy.exc", "DBAPIError"),))):
+                sys.stderr.write(f"sharectl: error: {_database_error(self, exc)}\n")
+                return EXIT_ERROR_STATUS
             raise
+
+
+def _database_error(cmd: Any, exc: BaseException) -> str:
+    """One line for a failed query: a schema that is missing or behind
+    (the usual cause: 'db sync' not run) says so; else the driver's first
+    line, without the SQL."""
+    from sharemgr.db import migration
+    from sharemgr.db.engine import safe_url
+
+    db = cmd.app.context.db
+    try:
+        current, head = migration.current(db), migration.head()
+    except Exception:
+        current = head = None
+    if current != head:
+        return (f"database {safe_url(db.url)} is at revision {current}, not {head}: "
+                "run 'sharectl db sync'")
+    orig = getattr(exc, "orig", None) or exc
+    lines = str(orig).strip().splitlines()
+    return f"database error: {type(orig).__name__}: {lines[0] if lines else ''}"
 
 
 class Command(_Errors, command.Command):

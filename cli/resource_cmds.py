@@ -329,7 +329,9 @@ class RequestList(base.Lister):
         parser = super().get_parser(prog_name)
         parser.add_argument("--status", choices=("pending", "running", "done", "failed",
                                                  "abandoned"))
-        parser.add_argument("--resource", metavar="ID")
+        parser.add_argument("--resource", metavar="ID",
+                            help="a resource's id: a share or snapshot includes its "
+                            "instances' (and a share its backups') requests")
         parser.add_argument("--limit", type=int, default=None)
         return parser
 

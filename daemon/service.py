@@ -99,8 +99,8 @@ class ShareManagerService:
                 f"database {safe_url(self.db.url)} is at revision "
                 f"{migration.current(self.db)}, not {migration.head()}: run 'sharectl db sync'"
             )
-        self.coordinator = Coordinator(config.coordination_url(self.conf), self.engine_id)
         try:
+            self.coordinator = Coordinator(config.coordination_url(self.conf), self.engine_id)
             self.coordinator.start(heartbeat=True)
             self.coordinator.join_engines()
         except CoordinationUnavailable as exc:
@@ -225,7 +225,11 @@ def main(argv: list[str] | None = None) -> int:
         # A request's lines show its id, and its resource as oslo.log shows
         # a context's resource_uuid ("[instance: ...]"; manager/runner.py).
         logging_context_format_string=CONTEXT_FORMAT,
-        default_log_levels=logging.get_default_log_levels() + ["alembic=WARN", "tooz=WARN"],
+        default_log_levels=logging.get_default_log_levels() + [
+            "alembic=WARN", "tooz=WARN",
+            # Its 'Could not load' line for an unknown tooz backend repeats
+            # the one-line start-up error.
+            "stevedore=CRITICAL"],
     )
     try:
         config.load(argv, conf=conf, prog=BINARY)

@@ -212,20 +212,34 @@ def request_finish(
         return session.execute(stmt).rowcount == 1
 
 
+def _request_keys(session: Session, ident: str) -> list[str]:
+    """The ids requests about ``ident`` are keyed by: a share's requests
+    name its instances (and its backups), a snapshot's its instance."""
+    keys = [ident]
+    for model, column in ((models.ShareInstance, models.ShareInstance.share_id),
+                          (models.ShareBackup, models.ShareBackup.share_id),
+                          (models.ShareSnapshotInstance,
+                           models.ShareSnapshotInstance.snapshot_id)):
+        keys += session.scalars(sa.select(model.id).where(column == ident))
+    return keys
+
+
 def request_list(
     db: Database,
     status: str | None = None,
     resource_id: str | None = None,
     limit: int | None = None,
 ) -> list[models.Request]:
+    """Requests, newest first; ``resource_id`` may name a share or a
+    snapshot as users know it (its instances' requests are included)."""
     stmt = sa.select(models.Request).order_by(models.Request.id.desc())
     if status:
         stmt = stmt.where(models.Request.status == status)
-    if resource_id:
-        stmt = stmt.where(models.Request.resource_id == resource_id)
     if limit:
         stmt = stmt.limit(limit)
     with db.session() as session:
+        if resource_id:
+            stmt = stmt.where(models.Request.resource_id.in_(_request_keys(session, resource_id)))
         return list(session.scalars(stmt))
 
 

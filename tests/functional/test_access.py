@@ -86,6 +86,9 @@ def test_access_rules(setup, tmp_path):
     assert _rules(d, sid) == {"10.0.1.7": ("ro", "active")}
     assert _exported(d, inst) == [("ip", "10.0.1.7", "ro")]
     assert d.json("share", "show", sid)["access_rules_status"] == "active"
+    # A share's requests are found by its own id (they are keyed by its instance).
+    actions = [r["action"] for r in d.json("request", "list", "--resource", sid)]
+    assert actions[-1] == "create" and actions.count("update_access") == 5, actions
 
     # A stack exports what it makes; a changed list is applied in place.
     first = tmp_path / "one.yaml"

@@ -110,3 +110,25 @@ def test_sharectl_reports_unreachable_database(deployment, tmp_path):
     out = d.sharectl("service", "list", config=bad, check=False)
     assert out.returncode == 1
     assert "Traceback" not in out.stderr and "127.0.0.1:1" in out.stderr
+
+
+def test_an_unknown_coordination_backend_is_one_line(deployment, tmp_path):
+    d = deployment(backends={})
+    d.sync()
+    bad = d.write_config(tmp_path / "bad.conf", coordination={"backend_url": "bogus://foo"})
+    out = d.run_manager(config=bad)
+    assert out.returncode == 1
+    assert "bogus" in one_error_line(out)
+    assert "Could not load" not in out.stdout + out.stderr
+    out = d.sharectl("service", "list", config=bad, check=False)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert "bogus" in out.stderr
+
+
+def test_sharectl_on_a_database_never_synced_says_what_to_do(deployment):
+    d = deployment(backends={})
+    out = d.sharectl("share", "list", check=False)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        out.stderr.strip()] and "run 'sharectl db sync'" in out.stderr
+    assert "SELECT" not in out.stderr and "Traceback" not in out.stderr
