@@ -31,13 +31,34 @@ def _columns_values(row: dict[str, Any]) -> tuple[tuple, tuple]:
     return tuple(row), tuple(base.fmt(v) for v in row.values())
 
 
+def unserved(app: Any, ident: str) -> str | None:
+    """The 'host@backend' of the resource's open request when no live
+    engine of that host is there to carry it out, else None."""
+    from sharemgr.db import api as db_api
+
+    open_ = [r for r in db_api.request_list(app.context.db, resource_id=ident, limit=5)
+             if r.status in vocab.REQUEST_OPEN and r.host]
+    if not open_:
+        return None
+    host = open_[0].host
+    # Engine ids are '<host>.<uuid4>' (daemon/service.py).
+    alive = {e.rsplit(".", 1)[0] for e in app.context.coordinator.engines()}
+    return None if host.partition("@")[0] in alive else host
+
+
 def wait_for(app: Any, kind: Noun, ident: str, timeout: float, deleting: bool = False) -> str:
     """Poll until the resource leaves its transient status; show progress on a
-    terminal. Returns the final status."""
+    terminal. Returns the final status. Says at once when no live engine
+    serves the request (it waits on: one may be started)."""
     db = app.context.db
     tty = sys.stderr.isatty()
     start = time.monotonic()
     last = None
+    host = unserved(app, ident)
+    if host is not None:
+        sys.stderr.write(f"sharectl: warning: no live share-manager serves {host}: the "
+                         "request waits until one starts there (see 'sharectl service "
+                         "list')\n")
     while True:
         status = kind.status(db, ident)
         if status != last and tty:
@@ -69,6 +90,11 @@ def add_wait(parser: argparse.ArgumentParser) -> None:
                         help="block until a terminal status; exit 1 if it is an error")
     parser.add_argument("--timeout", type=float, default=600, metavar="SECONDS",
                         help="with --wait: give up after this long (default 600)")
+
+
+def add_host(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="the engine host that serves it (default: this "
+                        "machine's [DEFAULT] host)")
 
 
 def integer(text: str) -> int:
@@ -186,6 +212,7 @@ class ShareCreate(_Create):
         parser.add_argument("--proto", required=True, help="NFS, CIFS, CEPHFS, ...")
         parser.add_argument("--name")
         parser.add_argument("--backend", help="backend (config group); default: the first")
+        add_host(parser)
         parser.add_argument("--share-server", metavar="ID",
                             help="share server (backends that handle share servers)")
         parser.add_argument("--snapshot", metavar="ID", help="create from this snapshot")
@@ -193,7 +220,7 @@ class ShareCreate(_Create):
 
     def submit(self, intake: Intake, a: Any) -> str:
         return intake.create_share(a.size, a.proto, a.name, a.backend, a.share_server,
-                                   a.snapshot, a.share_group).id
+                                   a.snapshot, a.share_group, host=a.host).id
 
 
 class _Resize(_Create):
@@ -243,9 +270,10 @@ class ReplicaCreate(_Create):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("share", metavar="SHARE_ID")
         parser.add_argument("--backend")
+        add_host(parser)
 
     def submit(self, intake: Intake, a: Any) -> str:
-        return intake.create_replica(a.share, a.backend).id
+        return intake.create_replica(a.share, a.backend, a.host).id
 
 
 class ShareServerCreate(_Create):
@@ -255,9 +283,10 @@ class ShareServerCreate(_Create):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--backend")
+        add_host(parser)
 
     def submit(self, intake: Intake, a: Any) -> str:
-        return intake.create_share_server(a.backend).id
+        return intake.create_share_server(a.backend, a.host).id
 
 
 class ShareGroupCreate(_Create):
@@ -268,10 +297,11 @@ class ShareGroupCreate(_Create):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--name")
         parser.add_argument("--backend")
+        add_host(parser)
         parser.add_argument("--share-server", metavar="ID")
 
     def submit(self, intake: Intake, a: Any) -> str:
-        return intake.create_share_group(a.name, a.backend, a.share_server).id
+        return intake.create_share_group(a.name, a.backend, a.share_server, a.host).id
 
 
 class GroupSnapshotCreate(_Create):

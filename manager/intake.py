@@ -48,7 +48,10 @@ class Intake:
 
     # Helpers ---------------------------------------------------------------
 
-    def host_for(self, backend: str | None) -> str:
+    def host_for(self, backend: str | None, host: str | None = None) -> str:
+        """'host@backend' of a new resource: this machine's ``host`` unless
+        ``host`` names another engine's; the backend must be one this
+        configuration enables (engines of one deployment share them)."""
         backends = list(self.conf.enabled_share_backends)
         if not backends:
             raise InvalidRequest("no backend is enabled (enabled_share_backends is empty)")
@@ -57,7 +60,10 @@ class Intake:
             raise InvalidRequest(
                 f"unknown backend {backend!r}; enabled backends: {', '.join(backends)}"
             )
-        host = f"{self.conf.host}@{backend}"
+        if host is not None and (not host or "@" in host or "#" in host):
+            raise InvalidRequest(f"invalid host {host!r}: a host name, as in the "
+                                 "engine's [DEFAULT] host")
+        host = f"{host or self.conf.host}@{backend}"
         if len(host) > models.BACKEND_HOST:
             raise InvalidRequest(f"'{host}' is longer than {models.BACKEND_HOST} characters: "
                                  "use a shorter backend name")
@@ -97,6 +103,7 @@ class Intake:
         snapshot_id: str | None = None,
         share_group_id: str | None = None,
         project_id: str | None = None,
+        host: str | None = None,
     ) -> models.Share:
         check_size(size)
         check_name(name, models.Share, "share")
@@ -109,7 +116,7 @@ class Intake:
             _, snap_inst = plans.snapshot(self.db, snapshot_id)
             host = kinds.SNAPSHOT_INSTANCE.host_of(self.db, snap_inst)
         else:
-            host = self.host_for(backend)
+            host = self.host_for(backend, host)
         plan = plans.create_share(self.db, host, self.dhss(host), size, proto, name,
                                   snapshot_id, share_server_id, share_group_id, project_id)
         return self._write(plan, "share")
@@ -153,10 +160,10 @@ class Intake:
 
     # Replicas --------------------------------------------------------------
 
-    def create_replica(self, share_id: str, backend: str | None = None
-                       ) -> models.ShareInstance:
+    def create_replica(self, share_id: str, backend: str | None = None,
+                       host: str | None = None) -> models.ShareInstance:
         _, inst = plans.share(self.db, share_id)
-        host = self.host_for(backend) if backend else inst.host
+        host = self.host_for(backend, host) if backend or host else inst.host
         return self._write(plans.create_replica(self.db, share_id, host, self.dhss(host)),
                            f"share {share_id}")
 
@@ -168,8 +175,9 @@ class Intake:
 
     # Share servers -----------------------------------------------------------
 
-    def create_share_server(self, backend: str | None = None) -> models.ShareServer:
-        host = self.host_for(backend)
+    def create_share_server(self, backend: str | None = None,
+                            host: str | None = None) -> models.ShareServer:
+        host = self.host_for(backend, host)
         return self._write(plans.create_share_server(host, self.dhss(host)), "share server")
 
     def delete_share_server(self, server_id: str) -> models.ShareServer:
@@ -178,9 +186,11 @@ class Intake:
     # Share groups and group snapshots ------------------------------------------
 
     def create_share_group(self, name: str | None = None, backend: str | None = None,
-                           share_server_id: str | None = None) -> models.ShareGroup:
+                           share_server_id: str | None = None,
+                           host: str | None = None) -> models.ShareGroup:
         check_name(name, models.ShareGroup, "share group")
-        plan = plans.create_share_group(self.db, self.host_for(backend), name, share_server_id)
+        plan = plans.create_share_group(self.db, self.host_for(backend, host), name,
+                                        share_server_id)
         return self._write(plan, "share group")
 
     def delete_share_group(self, group_id: str) -> models.ShareGroup:

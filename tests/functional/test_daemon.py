@@ -132,3 +132,16 @@ def test_sharectl_on_a_database_never_synced_says_what_to_do(deployment):
     assert out.stderr.strip().splitlines() == [
         out.stderr.strip()] and "run 'sharectl db sync'" in out.stderr
     assert "SELECT" not in out.stderr and "Traceback" not in out.stderr
+
+
+def test_wait_says_at_once_when_no_engine_serves_the_host(deployment):
+    d = deployment()
+    d.sync()
+    out = d.sharectl("share", "create", "1", "--proto", "NFS", "--host", "elsewhere",
+                     "--wait", "--timeout", "1", "-f", "json", check=False)
+    assert out.returncode == 1
+    assert "no live share-manager serves elsewhere@dummy" in out.stderr
+    assert "still creating after 1s" in out.stderr
+    assert [s["host"] for s in d.json("share", "list")] == ["elsewhere@dummy"]
+    bad = d.sharectl("share", "create", "1", "--proto", "NFS", "--host", "a@b", check=False)
+    assert bad.returncode == 2 and "invalid host" in bad.stderr
