@@ -109,6 +109,8 @@ class ShareManagerService:
             self.drivers = loader.load_drivers(self.conf, self.host, self.engine_id)
         except loader.DriverLoadError as exc:
             raise StartupError(str(exc))
+        for where in config.unknown_options(self.conf):
+            LOG.warning("unknown option, ignored: %s", where)
         self.hosts = [f"{self.host}@{backend}" for backend in self.drivers]
         self.operations = Operations(self.db, self.drivers, self.coordinator, self.engine_id)
         for rtype, action in operations.HANDLERS:

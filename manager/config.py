@@ -12,7 +12,8 @@ import configparser
 import os
 import socket
 
-from oslo_config import cfg
+from oslo_config import cfg, iniparser
+from oslo_log import _options as oslo_log_options  # the opts of its oslo.config.opts entry point
 from oslo_log import log as oslo_logging
 from sharemgr.drivers import options as driver_options
 
@@ -323,3 +324,55 @@ def load(
         driver_options.register_backend_opts(conf, backend)
     _read_all(conf)
     return conf
+
+
+class _Assignments(iniparser.BaseParser):
+    """Where each option of a config file is set: (section, name, line)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.section = "DEFAULT"
+        self.found: list[tuple[str, str, int]] = []
+        self._key_line = 0
+
+    def _split_key_value(self, line: str) -> tuple[str, list[str]]:
+        # assignment() comes once the value's continuation lines are read.
+        self._key_line = self.lineno
+        return super()._split_key_value(line)
+
+    def new_section(self, section: str) -> None:
+        self.section = section
+
+    def assignment(self, key: str, value: list[str]) -> None:
+        self.found.append((self.section, key, self._key_line))
+
+
+def _deprecated_names(group: str) -> set[str]:
+    names = set()
+    for opt_group, opts in [*list_opts(), *oslo_log_options.list_opts()]:
+        if (opt_group or "DEFAULT") == group:
+            for opt in opts:
+                names |= {d.name for d in opt.deprecated_opts if d.name}
+    return names
+
+
+def unknown_options(conf: cfg.ConfigOpts) -> list[str]:
+    """'file:line: [group] name' of every option the config files set in a
+    known group that no one registered (a typo is otherwise ignored).
+    Sections no option is registered in (another program's) are not ours
+    to judge. Call it once every driver has registered its options."""
+    out = []
+    for path in conf.config_file or []:
+        parser = _Assignments()
+        try:
+            with open(path) as f:
+                parser.parse(f)
+        except (OSError, iniparser.ParseError):
+            continue  # load() already refused a file it could not parse
+        for section, name, line in parser.found:
+            if section != "DEFAULT" and section not in conf:
+                continue
+            known = set(conf if section == "DEFAULT" else conf[section])
+            if name.replace("-", "_") not in known and name not in _deprecated_names(section):
+                out.append(f"{path}:{line}: [{section}] {name}")
+    return out

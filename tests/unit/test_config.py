@@ -84,3 +84,20 @@ def test_backend_names_must_fit_host_columns(tmp_path):
     path.write_text(f"[DEFAULT]\nenabled_share_backends = {'b' * 129}\n")
     with pytest.raises(config.ConfigError, match="1 to 128 characters, got 129"):
         config.load([], config_file=str(path), conf=cfg.ConfigOpts())
+
+
+def test_unknown_options_in_known_groups_are_named_with_file_and_line(tmp_path):
+    text = ("[DEFAULT]\nstate_path = /tmp/x\n\nstartup_reconcilation_enabled = false\n"
+            "log-config-append = /dev/null\n"  # a dashed name is the option
+            "log_config = /dev/null\n"  # a deprecated name of an oslo.log option
+            "[dummy]\ndummy_fail_method = x\ndummy_fail_methods = y\n"
+            "[keystone_authtoken]\nanything = 1\n")
+    conf = _load(tmp_path, text)
+    from sharemgr.drivers.dummy import DummyDriver
+
+    conf.register_opts(DummyDriver.driver_opts, group="dummy")  # as the loader does
+    path = conf.config_file[0]
+    assert config.unknown_options(conf) == [
+        f"{path}:4: [DEFAULT] startup_reconcilation_enabled",
+        f"{path}:8: [dummy] dummy_fail_method",
+    ]
