@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sharemgr.cli import (
+    capability_cmds,
     db_cmds,
     reconcile_cmds,
     resource_cmds,
@@ -21,4 +22,6 @@ COMMANDS: dict[str, type] = {
     "reconcile show": reconcile_cmds.ReconcileShow,
     "reconcile list": reconcile_cmds.ReconcileList,
     **stack_cmds.COMMANDS,
+    "backend list": capability_cmds.BackendList,
+    "pool list": capability_cmds.PoolList,
 }
