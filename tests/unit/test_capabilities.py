@@ -185,6 +185,29 @@ def test_replica_goes_to_its_shares_pool_and_needs_room_there(intake, sqlite_db)
     assert intake.create_replica(share.id).host == f"{HOST}#a"
 
 
+def test_share_from_snapshot_goes_to_the_snapshots_pool(intake, sqlite_db):
+    report(sqlite_db, pools=pools(a=10, b=5))
+    share, _ = available_share(intake, sqlite_db, size=2)
+    snap = intake.create_snapshot(share.id)
+    snap_inst = api.query(sqlite_db, models.ShareSnapshotInstance, {"snapshot_id": snap.id})[0]
+    api.conditional_update(sqlite_db, models.ShareSnapshotInstance, snap_inst.id, {},
+                           {"status": vocab.AVAILABLE})
+    report(sqlite_db, pools=pools(a=3, b=50))  # b has more room, the data is in a
+    clone = intake.create_share(3, "NFS", snapshot_id=snap.id)
+    (inst,) = api.query(sqlite_db, models.ShareInstance, {"share_id": clone.id})
+    assert inst.host == f"{HOST}#a"
+    refused(sqlite_db, lambda: intake.create_share(4, "NFS", snapshot_id=snap.id),
+            "4 GiB is more than the 3 GiB free in pool")
+
+
+def test_a_pool_no_longer_reported_is_not_checked(intake, sqlite_db):
+    report(sqlite_db, pools=pools(old=10))
+    share, inst = available_share(intake, sqlite_db, size=2)
+    report(sqlite_db, pools=pools(new=1))
+    intake.resize_share(share.id, 9, extend=True)
+    assert api.get(sqlite_db, models.ShareInstance, inst.id).status == vocab.EXTENDING
+
+
 def test_a_stack_gets_the_same_refusal(sqlite_db):
     """convergence/physical.py plans with the same planners: a refusal is a
     failed resource (CheckError is plans.Refused), not a crash."""
