@@ -124,6 +124,7 @@ dummy_opts = [
 ]
 
 SHARE_KINDS = ("share", "replica")
+_CREATED = "available"
 
 
 def _pool(resource: dict) -> dict[str, str]:
@@ -131,7 +132,6 @@ def _pool(resource: dict) -> dict[str, str]:
     object's details so get_share_stats can count what each pool holds."""
     host = resource.get("host") or ""
     return {"pool": host.split("#", 1)[1]} if "#" in host else {}
-_CREATED = "available"
 
 
 class DummyDriver(base.ShareDriver):
