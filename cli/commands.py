@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sharemgr.cli import (
     access_cmds,
+    capability_cmds,
     db_cmds,
     reconcile_cmds,
     resource_cmds,
@@ -23,4 +24,6 @@ COMMANDS: dict[str, type] = {
     "reconcile show": reconcile_cmds.ReconcileShow,
     "reconcile list": reconcile_cmds.ReconcileList,
     **stack_cmds.COMMANDS,
+    "backend list": capability_cmds.BackendList,
+    "pool list": capability_cmds.PoolList,
 }

@@ -16,7 +16,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import migration
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
 from sharemgr.drivers import loader
-from sharemgr.manager import config, ensure, operations
+from sharemgr.manager import capabilities, config, ensure, operations
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.coordination import safe_url as c_url
 from sharemgr.manager.operations import Operations
@@ -121,6 +121,7 @@ class ShareManagerService:
         db_api.service_register(self.db, self.host, BINARY, self.engine_id)
         self.registered = True
         self.ensure_driver_resources()
+        self.refresh_backend_stats()
         self._start_periodics()
         self._start_reconciliation()
         self.runner = RequestRunner(
@@ -167,6 +168,14 @@ class ShareManagerService:
             except Exception:  # one backend's trouble must not stop the others
                 LOG.exception("%s: ensure_driver_resources failed", host)
 
+    def refresh_backend_stats(self) -> None:
+        """Each backend's get_share_stats() into backend_stats; a failure is
+        logged with its traceback and leaves the previous report."""
+        for backend, driver in self.drivers.items():
+            if self.stopping.is_set():
+                return
+            capabilities.refresh(self.db, f"{self.host}@{backend}", driver, self.engine_id)
+
     def _start_periodics(self) -> None:
         bg = self.background
         bg.every(self.conf.heartbeat_interval, "heartbeat",
@@ -175,6 +184,7 @@ class ShareManagerService:
                  lambda: self.operations.continue_backups(self.hosts))
         bg.every(1.0, "membership", lambda: run_watchers(self.coordinator))
         bg.every(self.conf.stack_watchdog_interval, "stack_watchdog", self._stack_watchdog)
+        bg.every(self.conf.backend_stats_interval, "backend_stats", self.refresh_backend_stats)
         bg.start_periodics()
 
     def _stack_watchdog(self) -> None:

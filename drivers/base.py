@@ -78,6 +78,11 @@ class ShareDriver:
     #: constructs the driver (and validates by reading them).
     driver_opts: list[cfg.Opt] = []
 
+    #: The values of ``driver_handles_share_servers`` this driver works with
+    #: (Manila's drivers pass the same list to their base class). The loader
+    #: refuses a backend configured with another.
+    supported_dhss_modes: tuple[bool, ...] = (False, True)
+
     def __init__(
         self,
         configuration: Any,

@@ -85,6 +85,42 @@ dummy_opts = [
         "implements; the others raise NotImplementedError. A batch method "
         "answers only while its single method is enabled too.",
     ),
+    # What get_share_stats() reports; the defaults support everything.
+    cfg.BoolOpt(
+        "dummy_snapshot_support",
+        default=True,
+        help="Report snapshot_support: false makes intake refuse snapshots of "
+        "this backend's shares.",
+    ),
+    cfg.BoolOpt(
+        "dummy_create_share_from_snapshot_support",
+        default=True,
+        help="Report create_share_from_snapshot_support: false makes intake "
+        "refuse shares made from this backend's snapshots.",
+    ),
+    cfg.StrOpt(
+        "dummy_replication_type",
+        default="readable",
+        choices=("readable", "writable", "dr", "none"),
+        help="Report replication_type; 'none' reports None, and intake refuses "
+        "replicas on this backend.",
+    ),
+    cfg.BoolOpt(
+        "dummy_share_group_support",
+        default=True,
+        help="Report share_group_support: false makes intake refuse share groups "
+        "on this backend.",
+    ),
+    cfg.Opt(
+        "dummy_pools",
+        type=types.Dict(value_type=types.Integer(min=0)),
+        default={},
+        help="Pools the backend reports, as 'name:total GiB,...', e.g. "
+        "'fast:100,slow:1000'. A pool's free capacity is its total minus the "
+        "sizes of the shares and replicas the backend holds in it. Empty (the "
+        "default): no pools, unlimited capacity ('infinite'); shares go to the "
+        "backend as a whole ('host@backend', no '#pool').",
+    ),
 ]
 
 SHARE_KINDS = ("share", "replica")
@@ -94,6 +130,13 @@ SHARE_KINDS = ("share", "replica")
 ACCESS_TYPES_BY_PROTO = {"NFS": ("ip",), "CIFS": ("user", "ip"), "CEPHFS": ("cert",),
                          "GLUSTERFS": ("ip", "cert"), "HDFS": ("user",), "MAPRFS": ("user",)}
 _CREATED = "available"
+
+
+def _pool(resource: dict) -> dict[str, str]:
+    """The pool of a share or replica ('host@backend#pool'), kept in the
+    object's details so get_share_stats can count what each pool holds."""
+    host = resource.get("host") or ""
+    return {"pool": host.split("#", 1)[1]} if "#" in host else {}
 
 
 class DummyDriver(base.ShareDriver):
@@ -234,6 +277,49 @@ class DummyDriver(base.ShareDriver):
                     }
             return updates
 
+    def get_share_stats(self, refresh: bool = False) -> dict[str, Any]:
+        """Manila's shape, from the options above; a pool's free capacity is
+        what the shares and replicas held in it leave. Not in the call log
+        (the manager asks every backend_stats_interval); the knobs apply."""
+        self.knobs.delay("get_share_stats", "")
+        if self.knobs.should_fail("get_share_stats", ""):
+            raise ShareBackendException(
+                f"dummy driver: get_share_stats of {self.backend_name} failed "
+                "(dummy_fail_methods)")
+        conf = self.configuration
+        replication = conf.dummy_replication_type
+        stats: dict[str, Any] = {
+            "share_backend_name": self.share_backend_name,
+            "vendor_name": "sharemgr",
+            "driver_version": "1.0",
+            "storage_protocol": "NFS_CIFS",
+            "driver_handles_share_servers": self.driver_handles_share_servers,
+            "snapshot_support": conf.dummy_snapshot_support,
+            "create_share_from_snapshot_support": conf.dummy_create_share_from_snapshot_support,
+            "replication_type": None if replication == "none" else replication,
+            "share_group_support": conf.dummy_share_group_support,
+            "total_capacity_gb": "infinite",
+            "free_capacity_gb": "infinite",
+            "pools": [],
+        }
+        pools = conf.dummy_pools or {}
+        if pools:
+            used = dict.fromkeys(pools, 0)
+            with self.state.reading() as tx:
+                for obj in tx.objects():
+                    pool = (obj["details"] or {}).get("pool")
+                    if obj["kind"] in SHARE_KINDS and pool in used:
+                        used[pool] += obj["size"] or 0
+            stats["pools"] = [
+                {"pool_name": name, "total_capacity_gb": total,
+                 "free_capacity_gb": total - used[name], "allocated_capacity_gb": used[name],
+                 "reserved_percentage": 0, "thin_provisioning": False}
+                for name, total in sorted(pools.items())
+            ]
+            stats["total_capacity_gb"] = sum(pools.values())
+            stats["free_capacity_gb"] = sum(p["free_capacity_gb"] for p in stats["pools"])
+        return stats
+
     # Shares -------------------------------------------------------------------
 
     def _create_share(self, tx: Tx, share: dict, server: dict | None,
@@ -252,7 +338,7 @@ class DummyDriver(base.ShareDriver):
             snapshot_id=snapshot_id, share_server_id=server_id, name=share.get("name"),
             size=size if size is not None else self._size(share.get("size")),
             status=_CREATED, export_locations=locations,
-            details={"share_proto": share.get("share_proto")},
+            details={"share_proto": share.get("share_proto"), **_pool(share)},
         )
         return locations
 
@@ -363,6 +449,7 @@ class DummyDriver(base.ShareDriver):
                     share_server_id=server_id, name=replica.get("name"),
                     size=active["size"], status=_CREATED, replica_state="in_sync",
                     export_locations=self._export_locations(replica["id"], share_server),
+                    details=_pool(replica),
                 )
             return {
                 "export_locations": existing["export_locations"],

@@ -144,6 +144,17 @@ def _register_and_validate(conf: cfg.ConfigOpts, backend: str, cls: type[ShareDr
             )
 
 
+def _check_dhss(conf: cfg.ConfigOpts, backend: str, cls: type[ShareDriver], where: str) -> None:
+    dhss = bool(conf[backend].driver_handles_share_servers)
+    modes = tuple(getattr(cls, "supported_dhss_modes", (False, True)))
+    if dhss not in modes:
+        supported = " or ".join(str(m) for m in modes) or "none"
+        raise DriverLoadError(
+            f"{where}: [{backend}] driver_handles_share_servers = {dhss} is not supported "
+            f"by this driver (it supports driver_handles_share_servers = {supported})"
+        )
+
+
 def construct_driver(
     conf: cfg.ConfigOpts,
     backend: str,
@@ -165,6 +176,7 @@ def construct_driver(
         f"({cls.__module__}.{cls.__qualname__})"
     )
     _register_and_validate(conf, backend, cls, where)
+    _check_dhss(conf, backend, cls, where)
     try:
         drv = cls(
             conf[backend],

@@ -123,6 +123,15 @@ manager_opts = [
         max=3600,
         help="Seconds between create_backup_continue/restore_backup_continue runs.",
     ),
+    cfg.FloatOpt(
+        "backend_stats_interval",
+        default=60.0,
+        min=0.1,
+        max=86400.0,
+        help="Seconds between refreshes of each backend's get_share_stats() report "
+        "(capabilities and pools) into the database; the first is right after the "
+        "backend's set-up. Intake refuses what the last report rules out.",
+    ),
 ]
 
 reconcile_opts = [

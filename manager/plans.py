@@ -18,7 +18,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
-from sharemgr.manager import kinds, views
+from sharemgr.manager import capabilities, kinds, views
 
 Change = db_api.Change
 
@@ -108,6 +108,41 @@ def _no_dhss(host: str) -> Refused:
                    "(driver_handles_share_servers = False)")
 
 
+# Capabilities (manager/capabilities.py) -----------------------------------------------
+# Checked against the backend's last get_share_stats() report (one read by key);
+# a backend that reported nothing, or leaves a capability or pools out, is
+# served as before.
+
+
+def _can(caps: capabilities.Report | None, key: str, doing: str) -> None:
+    if caps is not None and not caps.supports(key):
+        raise Refused(f"cannot {doing}: backend {caps.backend!r} does not support it "
+                      f"({key} is {caps.stats[key]!r} in its last report)")
+
+
+def _room(caps: capabilities.Report | None, host: str, size: int, doing: str) -> str:
+    """``host`` with the pool that takes ``size`` GiB more: its own pool when
+    it names one, else the pool with the most free space that fits (Manila's
+    'host@backend#pool'). Unchanged when the backend reports no pools."""
+    if caps is None or not caps.pools:
+        return host
+    name = capabilities.pool_of(host)
+    if name is not None:
+        pool = caps.pool(name)
+        if pool is None or pool.fits(size):  # a pool no longer reported: as before
+            return host
+        raise Refused(f"cannot {doing}: {size} GiB is more than the {pool.free_gb:g} GiB "
+                      f"free in pool {host!r}")
+    best = caps.best_pool(size)
+    if best is None:
+        largest = caps.largest_free()
+        most = (f"; the most free is {largest.free_gb:g} GiB, in pool {largest.name!r}"
+                if largest is not None and largest.free_gb is not None else "")
+        raise Refused(f"cannot {doing}: {size} GiB is more than the free capacity of "
+                      f"every pool of backend {caps.backend!r}{most}")
+    return f"{views.host_of(host)}#{best.name}"
+
+
 # Creates ------------------------------------------------------------------------------
 
 
@@ -144,6 +179,12 @@ def create_share(db: Database, host: str, dhss: bool, size: int, proto: str,
              "add a share to")
         if group.host != views.host_of(host):
             raise Refused(f"share group {share_group_id} is on {group.host}")
+    caps = capabilities.report(db, host)
+    if snapshot_id:
+        _can(caps, capabilities.FROM_SNAPSHOT, f"create a share from snapshot {snapshot_id}")
+        if capabilities.pool_of(source) and not capabilities.pool_of(host):
+            host = source  # into the snapshot's pool, where its data is
+    host = _room(caps, host, size, f"create a share of {size} GiB")
     row = models.Share(id=models.new_id(), name=name, size=size, share_proto=proto,
                        project_id=project_id, snapshot_id=snapshot_id,
                        share_group_id=share_group_id)
@@ -156,6 +197,7 @@ def create_share(db: Database, host: str, dhss: bool, size: int, proto: str,
 def create_snapshot(db: Database, share_id: str, name: str | None = None) -> Plan:
     row, inst = share(db, share_id)
     need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", "snapshot")
+    _can(capabilities.report(db, inst.host), capabilities.SNAPSHOT, f"snapshot share {share_id}")
     snap = models.ShareSnapshot(id=models.new_id(), share_id=row.id, name=name, size=row.size,
                                 project_id=row.project_id)
     snap_inst = models.ShareSnapshotInstance(id=models.new_id(), snapshot_id=snap.id,
@@ -171,6 +213,9 @@ def create_replica(db: Database, share_id: str, host: str | None, dhss: bool) ->
     if dhss:
         raise Refused("replicas on backends that handle share servers are not supported")
     host = host or inst.host
+    caps = capabilities.report(db, host)
+    _can(caps, capabilities.REPLICATION, f"replicate share {share_id}")
+    host = _room(caps, host, row.size, f"replicate share {share_id} ({row.size} GiB)")
     rep = models.ShareInstance(id=models.new_id(), share_id=row.id, host=host,
                                status=vocab.CREATING, replica_state=vocab.REPLICA_OUT_OF_SYNC,
                                export_locations=[])
@@ -193,6 +238,7 @@ def create_share_server(host: str, dhss: bool) -> Plan:
 
 def create_share_group(db: Database, host: str, name: str | None = None,
                        share_server_id: str | None = None) -> Plan:
+    _can(capabilities.report(db, host), capabilities.GROUPS, "create a share group")
     if share_server_id:
         server = get(db, models.ShareServer, share_server_id, "share server")
         need(server.status, (vocab.ACTIVE,), f"share server {share_server_id}", "use")
@@ -245,6 +291,9 @@ def resize_share(db: Database, share_id: str, new_size: int) -> Plan:
         raise Refused(f"cannot {action} share {share_id}: it has a snapshot that is "
                       f"{', '.join(busy)}; try again when it is done")
     need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", action)
+    if action == vocab.ACTION_EXTEND:
+        _room(capabilities.report(db, inst.host), inst.host, new_size - row.size,
+              f"extend share {share_id} by {new_size - row.size} GiB to {new_size} GiB")
     status = vocab.EXTENDING if action == vocab.ACTION_EXTEND else vocab.SHRINKING
     plan.changes.append((models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
                          {"status": status}))
