@@ -131,8 +131,12 @@ def pass_failed(db: Database, pass_id: int | None, host: str, engine_id: str, tr
 
 
 def passes(db: Database, host: str | None = None, limit: int = 1,
-           pass_id: int | None = None, trigger: str | None = None) -> list[models.ReconcilePass]:
+           pass_id: int | None = None, trigger: str | None = None,
+           dry_run: bool | None = None) -> list[models.ReconcilePass]:
+    """Newest first; ``dry_run`` False/True keeps only real/dry passes."""
     stmt = sa.select(models.ReconcilePass).order_by(models.ReconcilePass.id.desc()).limit(limit)
+    if dry_run is not None:
+        stmt = stmt.where(models.ReconcilePass.dry_run == dry_run)
     if trigger:
         stmt = stmt.where(models.ReconcilePass.trigger == trigger)
     if host:

@@ -81,7 +81,11 @@ class Summary:
             "plan": self.plan,
         }
 
-    def line(self, duration: float) -> str:
+    def line(self, duration: float, dry_run: bool = False) -> str:
+        if dry_run:
+            planned = collections.Counter(p["action"].split()[0] for p in self.plan)
+            return ("would act on " + (", ".join(f"{a}={n}" for a, n in sorted(planned.items()))
+                    or "nothing") + f"; {duration:.2f}s (dry run: nothing changed)")
         acted = ", ".join(
             f"{t}: " + " ".join(f"{s}={n}" for s, n in sorted(c.items()))
             for t, c in sorted(self.outcomes.items())
@@ -194,7 +198,7 @@ class Reconciler:
             self._record_failure(record_id, trigger, dry_run, summary, started, exc)
             raise
         LOG.info("reconciliation pass %s (%s%s) on %s: %s", record_id, trigger,
-                 ", dry run" if dry_run else "", self.host, summary.line(duration))
+                 ", dry run" if dry_run else "", self.host, summary.line(duration, dry_run))
         result["id"] = record_id
         return result
 
