@@ -17,7 +17,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
-from sharemgr.drivers.exceptions import ShareResourceNotFound
+from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.manager import kinds, views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.plans import Change, Op
@@ -108,9 +108,18 @@ class Operations:
         error_values: dict[str, Any] | Callable[[Any], list[Change]],
         what: str,
         held: bool = False,
+        method: str | None = None,
+        force: bool = False,
     ) -> None:
         """Lock, re-read, call the driver, write success or error atomically.
-        ``held``: the caller (the reconciler) already holds the lock."""
+        ``held``: the caller (the reconciler) already holds the lock.
+        ``method``: the driver method ``call`` runs, for the logs. ``force``
+        (a forced delete): a driver failure is logged and the success outcome
+        (the record deleted) is written anyway."""
+        if force and isinstance(error_values, dict):
+            # A plain delete queued before this one may have failed meanwhile:
+            # the forced one finishes it from that error status.
+            expected = (*expected, error_values["status"])
         with contextlib.nullcontext() if held else self.locked(rtype, ident):
             row = self._fresh(model, ident, expected)
             try:
@@ -125,13 +134,20 @@ class Operations:
             except Stale:
                 raise
             except Exception as exc:
-                LOG.warning("%s failed: %s", what, exc)
-                if callable(error_values):
-                    changes = error_values(row)
-                else:
-                    changes = [(model, ident, {"status": row.status}, error_values)]
-                self._commit(changes, what)
-                raise OperationFailed(f"{what} failed: {exc}")
+                _log_failure(what, method, exc)
+                if not force:
+                    if callable(error_values):
+                        changes = error_values(row)
+                    else:
+                        changes = [(model, ident, {"status": row.status}, error_values)]
+                    self._commit(changes, what)
+                    raise OperationFailed(f"{what} failed: {exc}")
+                kind = kinds.kind(rtype)
+                LOG.warning("forced %s: the record is deleted although %s failed; %s %s "
+                            "may remain on backend %s: clean it up there", what,
+                            method or "the driver", kind.what, ident,
+                            kind.host_of(self.db, row))
+                result = None
             self._commit(on_success(row, result), what)
 
     # Row loading -------------------------------------------------------------
@@ -195,6 +211,8 @@ class Operations:
                                   "export_locations": views.export_locations(locs)})],
             {"status": vocab.ERROR}, f"create of share instance {inst0.id}",
             held=held,
+            method="create_share_from_snapshot"
+            if inst0.status == vocab.CREATING_FROM_SNAPSHOT else "create_share",
         )
 
     def delete_share(self, op: Op, held: bool = False) -> None:
@@ -212,6 +230,7 @@ class Operations:
             {"status": vocab.ERROR_DELETING},
             f"delete of share instance {inst0.id}",
             held=held,
+            method="delete_share", force=bool(op.args.get("force")),
         )
 
     def resize_share(self, op: Op, held: bool = False) -> None:
@@ -245,6 +264,7 @@ class Operations:
             {"status": vocab.EXTENDING_ERROR if extend else vocab.SHRINKING_ERROR},
             f"{op.action} of share instance {inst0.id} to {new_size}",
             held=held,
+            method="extend_share" if extend else "shrink_share",
         )
 
     # Snapshots -----------------------------------------------------------------
@@ -272,6 +292,7 @@ class Operations:
             lambda row: driver.create_snapshot(*self.snapshot_parts(row)),
             ok, {"status": vocab.ERROR}, f"create of snapshot instance {snap0.id}",
             held=held,
+            method="create_snapshot",
         )
 
     def delete_snapshot(self, op: Op, held: bool = False) -> None:
@@ -290,6 +311,7 @@ class Operations:
             lambda row: driver.delete_snapshot(*self.snapshot_parts(row)),
             gone, {"status": vocab.ERROR_DELETING}, f"delete of snapshot instance {snap0.id}",
             held=held,
+            method="delete_snapshot", force=bool(op.args.get("force")),
         )
 
     # Replicas ------------------------------------------------------------------
@@ -319,6 +341,7 @@ class Operations:
             {"status": vocab.ERROR, "replica_state": vocab.REPLICA_ERROR},
             f"create of replica {rep0.id}",
             held=held,
+            method="create_replica",
         )
 
     def delete_replica(self, op: Op, held: bool = False) -> None:
@@ -332,6 +355,7 @@ class Operations:
             lambda rep, _r: self._share_gone_changes(rep),
             {"status": vocab.ERROR_DELETING}, f"delete of replica {rep0.id}",
             held=held,
+            method="delete_replica", force=bool(op.args.get("force")),
         )
 
     # Share servers -------------------------------------------------------------
@@ -348,6 +372,7 @@ class Operations:
                                    {"status": vocab.ACTIVE, "backend_details": details or {}})],
             {"status": vocab.ERROR}, f"setup of share server {row0.id}",
             held=held,
+            method="setup_server",
         )
 
     def delete_share_server(self, op: Op, held: bool = False) -> None:
@@ -361,6 +386,7 @@ class Operations:
             lambda row, _r: [(models.ShareServer, row.id, {"status": row.status}, _deleted())],
             {"status": vocab.ERROR}, f"teardown of share server {row0.id}",
             held=held,
+            method="teardown_server", force=bool(op.args.get("force")),
         )
 
     # Share groups and group snapshots -----------------------------------------
@@ -378,6 +404,7 @@ class Operations:
                               {"status": vocab.AVAILABLE})],
             {"status": vocab.ERROR}, f"create of share group {row0.id}",
             held=held,
+            method="create_share_group",
         )
 
     def delete_share_group(self, op: Op, held: bool = False) -> None:
@@ -392,6 +419,7 @@ class Operations:
             lambda row, _r: [(models.ShareGroup, row.id, {"status": row.status}, _deleted())],
             {"status": vocab.ERROR}, f"delete of share group {row0.id}",
             held=held,
+            method="delete_share_group", force=bool(op.args.get("force")),
         )
 
     def _gsnap(self, ident: str) -> tuple[models.ShareGroupSnapshot, models.ShareGroup]:
@@ -411,6 +439,7 @@ class Operations:
                               {"status": vocab.AVAILABLE})],
             {"status": vocab.ERROR}, f"create of group snapshot {row0.id}",
             held=held,
+            method="create_share_group_snapshot",
         )
 
     def delete_group_snapshot(self, op: Op, held: bool = False) -> None:
@@ -424,6 +453,7 @@ class Operations:
                               _deleted())],
             {"status": vocab.ERROR}, f"delete of group snapshot {row0.id}",
             held=held,
+            method="delete_share_group_snapshot", force=bool(op.args.get("force")),
         )
 
     # Backups (two-phase, as Manila: the periodic *_continue tasks finish them) ---
@@ -458,6 +488,7 @@ class Operations:
                               {"progress": "0"})],
             failed, f"create of backup {row0.id}",
             held=held,
+            method="create_backup",
         )
 
     def restore_backup(self, op: Op, held: bool = False) -> None:
@@ -483,6 +514,7 @@ class Operations:
                               {"restore_progress": "0"})],
             failed, f"restore of backup {row0.id}",
             held=held,
+            method="restore_backup",
         )
 
     def delete_backup(self, op: Op, held: bool = False) -> None:
@@ -494,6 +526,7 @@ class Operations:
             lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status}, _deleted())],
             {"status": vocab.ERROR}, f"delete of backup {row0.id}",
             held=held,
+            method="delete_backup", force=bool(op.args.get("force")),
         )
 
     def continue_backups(self, hosts: list[str]) -> None:
@@ -558,6 +591,18 @@ def _progress(value: object) -> str:
         return str(max(0, min(100, int(float(str(value).rstrip("%"))))))
     except (ValueError, OverflowError):  # 'abc', 'nan', 'inf'
         return str(value)[:32]
+
+
+def _log_failure(what: str, method: str | None, exc: Exception) -> None:
+    """A failure the driver reports (or the manager's own OperationFailed)
+    is one WARNING line; anything else is a driver bug: ERROR with the
+    traceback, naming the driver method."""
+    if isinstance(exc, (ShareBackendException, OperationFailed)):
+        LOG.warning("%s failed: %s%s: %s", what, f"{method}: " if method else "",
+                    type(exc).__name__, exc)
+    else:
+        LOG.error("%s failed: unexpected %s from driver method %s: %s", what,
+                  type(exc).__name__, method or "(unknown)", exc, exc_info=exc)
 
 
 # (kind, action) -> the Operations method that carries it out.
