@@ -412,14 +412,32 @@ class Operations:
         if row0 is None:
             raise Stale(f"share group {op.ident} is gone")
         driver = self.driver_for(row0.host)
+        force = bool(op.args.get("force"))
+
+        def gone(row: models.ShareGroup, _r: Any) -> list[Change]:
+            changes: list[Change] = [(models.ShareGroup, row.id, {"status": row.status},
+                                      _deleted())]
+            if force:
+                # A forced group delete takes its group snapshots' records along
+                # (Manila's force-delete does); their backend objects are not asked.
+                gsnaps = db_api.query(self.db, models.ShareGroupSnapshot,
+                                      {"share_group_id": row.id})
+                if gsnaps:
+                    LOG.warning("forced delete of share group %s removes the records of its "
+                                "group snapshots %s; they may remain on backend %s",
+                                row.id, ", ".join(g.id for g in gsnaps), row.host)
+                changes += [(models.ShareGroupSnapshot, g.id, {"status": g.status},
+                             _deleted()) for g in gsnaps]
+            return changes
+
         self._perform(
             vocab.SHARE_GROUP, models.ShareGroup, row0.id, (vocab.DELETING,),
             lambda row: driver.delete_share_group(views.group(row),
                                                   self.server_dict(row.share_server_id)),
-            lambda row, _r: [(models.ShareGroup, row.id, {"status": row.status}, _deleted())],
+            gone,
             {"status": vocab.ERROR}, f"delete of share group {row0.id}",
             held=held,
-            method="delete_share_group", force=bool(op.args.get("force")),
+            method="delete_share_group", force=force,
         )
 
     def _gsnap(self, ident: str) -> tuple[models.ShareGroupSnapshot, models.ShareGroup]:

@@ -328,7 +328,8 @@ def _delete_group(db: Database, ident: str, force: bool = False) -> Plan:
     row = get(db, models.ShareGroup, ident, "share group")
     if _in_use(db, ((models.Share, "share_group_id"),), row.id):
         raise Refused(f"share group {ident} has shares: delete them first")
-    if _in_use(db, ((models.ShareGroupSnapshot, "share_group_id"),), row.id):
+    # Forced, its group snapshots' records go with it (as Manila's force-delete).
+    if not force and _in_use(db, ((models.ShareGroupSnapshot, "share_group_id"),), row.id):
         raise Refused(f"share group {ident} has snapshots: delete them first")
     return _deleting(kinds.SHARE_GROUP, row, f"share group {ident}", row.host, force=force)
 

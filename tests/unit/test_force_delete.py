@@ -157,3 +157,20 @@ def test_driver_failures_are_logged_with_the_method(engine, caplog):
     assert err.levelno == logging.ERROR
     assert "unexpected KeyError from driver method delete_share" in err.getMessage()
     assert err.exc_info is not None and err.exc_info[0] is KeyError
+
+
+def test_forced_group_delete_takes_its_group_snapshots_records_along(engine):
+    """As Manila's force-delete of a share group: its group snapshots' records
+    go too (plain: refused while it has them)."""
+    db = engine.db
+    gsnap = make(db, vocab.GROUP_SNAPSHOT, vocab.ERROR)
+    group_id = gsnap.share_group_id
+    with pytest.raises(plans.Refused, match="has snapshots"):
+        plans.delete(db, vocab.SHARE_GROUP, group_id)
+    plan = plans.delete(db, vocab.SHARE_GROUP, group_id, force=True)
+    assert api.transition_with_request(db, plan.changes, plan.op.request())
+    engine.driver.delete_fails.add(group_id)
+    engine.operations.perform(plan.op)
+    assert fetch(db, vocab.SHARE_GROUP, group_id).status == vocab.DELETED
+    assert fetch(db, vocab.GROUP_SNAPSHOT, gsnap.id).status == vocab.DELETED
+    assert engine.driver.calls == [("delete_share_group", group_id)]
