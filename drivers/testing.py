@@ -726,13 +726,13 @@ class DriverConformanceTests:
             _fail(f"{name} for {what} returned {result!r}; it must return None or "
                   "{rule id: {'state': 'error'}} for rules of the full set it refused")
 
-    def _rules_on_backend(self, kit: _Kit, share: dict, expected: list[dict], after: str
+    def _rules_on_backend(self, kit: _Kit, share: dict, expected: list[dict], rule: str
                           ) -> None:
         seen = self.backend_access_rules(kit.driver, share)
         want = {(r["access_type"], r["access_to"], r["access_level"]) for r in expected}
         if seen is not None and set(seen) != want:
-            _fail(f"{_name(kit.driver, 'update_access')} is not idempotent: after {after} "
-                  f"the backend applies {sorted(seen)}, not the full set {sorted(want)}")
+            _fail(f"{_name(kit.driver, 'update_access')} {rule}: the backend applies "
+                  f"{sorted(seen)}, not {sorted(want)}")
 
     def test_update_access_applies_the_full_rule_set_idempotently(self, kit: _Kit) -> None:
         if _inherits(kit.driver, "update_access"):
@@ -743,14 +743,19 @@ class DriverConformanceTests:
         r2 = {"id": str(uuid.uuid4()), "access_type": "ip", "access_to": "10.0.0.2",
               "access_level": "ro"}
         self._update_access(kit, share, [r1, r2], [r1, r2], [], "two new rules")
-        self._rules_on_backend(kit, share, [r1, r2], "adding two rules")
-        # Recovery sends the full set with no changes: nothing may change.
+        self._rules_on_backend(kit, share, [r1, r2], "did not apply two new rules")
         self._update_access(kit, share, [r1, r2], [], [],
                             "the same full set again with nothing added or deleted")
-        self._rules_on_backend(kit, share, [r1, r2],
-                               "the same full set again with nothing added or deleted")
+        self._rules_on_backend(kit, share, [r1, r2], "is not idempotent: after the same full "
+                               "set again with nothing added or deleted")
         self._update_access(kit, share, [r2], [], [r1], "one rule denied")
-        self._rules_on_backend(kit, share, [r2], "denying one of two rules")
+        self._rules_on_backend(kit, share, [r2], "did not deny a rule in delete_rules")
+        # Recovery after a crash: the full set with nothing added or deleted is
+        # authoritative, whatever the backend held.
+        self._update_access(kit, share, [r1, r2], [], [],
+                            "a full set of two rules with nothing added or deleted")
+        self._rules_on_backend(kit, share, [r1, r2], "ignores the full rule set: called with "
+                               "two rules and nothing added or deleted (recovery)")
 
     # Capabilities -------------------------------------------------------------------------
 
