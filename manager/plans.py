@@ -302,6 +302,14 @@ def _delete_share(db: Database, ident: str, force: bool = False) -> Plan:
     if any(i.id != inst.id for i in db_api.query(db, models.ShareInstance,
                                                   {"share_id": row.id})):
         raise Refused(f"share {ident} has replicas: delete them first")
+    if force:
+        # Any status goes, but a backup being made or restored owns the share
+        # (its continue task needs it): that backup must settle or go first.
+        busy = [b.id for b in db_api.query(db, models.ShareBackup, {"share_id": row.id})
+                if b.status in (vocab.CREATING, vocab.RESTORING)]
+        if busy:
+            raise Refused(f"share {ident} has a backup in progress ({', '.join(busy)}): "
+                          "wait for it or force-delete the backup first")
     return _deleting(kinds.SHARE_INSTANCE, inst, f"share {ident}", inst.host, row, force)
 
 

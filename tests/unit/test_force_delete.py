@@ -61,6 +61,18 @@ def test_forced_share_delete_is_still_refused_while_it_has_snapshots(engine):
         plans.delete(engine.db, vocab.SHARE, inst.share_id, force=True)
 
 
+def test_forced_share_delete_waits_for_a_backup_in_progress(engine):
+    db = engine.db
+    inst = make_share(db, vocab.BACKUP_CREATING)
+    backup = models.ShareBackup(id=models.new_id(), share_id=inst.share_id, host=HOSTBE,
+                                status=vocab.CREATING, size=5)
+    add(db, backup)
+    with pytest.raises(plans.Refused, match=f"backup in progress \\({backup.id}\\)"):
+        plans.delete(db, vocab.SHARE, inst.share_id, force=True)
+    api.conditional_update(db, models.ShareBackup, backup.id, {}, {"status": vocab.ERROR})
+    assert plans.delete(db, vocab.SHARE, inst.share_id, force=True).op.args == {"force": True}
+
+
 # The operation -------------------------------------------------------------------------
 
 
