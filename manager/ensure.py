@@ -13,6 +13,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
+from sharemgr.drivers.exceptions import ShareBackendException
 from sharemgr.manager import views
 
 LOG = logging.getLogger(__name__)
@@ -53,7 +54,9 @@ def ensure_backend(db: Database, host: str, driver: Any) -> int:
         try:
             updates = driver.ensure_shares(dicts) or {}
         except Exception as exc:
-            LOG.error("%s: ensure_shares failed: %s", host, exc)
+            # A driver's own error is one line; anything else is a driver bug.
+            LOG.error("%s: ensure_shares failed: %s: %s", host, type(exc).__name__, exc,
+                      exc_info=None if isinstance(exc, ShareBackendException) else exc)
             updates = {}
         for inst in mine:
             update = updates.get(inst.id) or {}

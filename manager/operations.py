@@ -576,8 +576,8 @@ class Operations:
             else:
                 result = driver.restore_backup_continue(views.backup(backup), share_d)
         except Exception as exc:
-            LOG.warning("backup %s: %s failed: %s", ident,
-                        "create_backup_continue" if creating else "restore_backup_continue", exc)
+            _log_failure(f"backup {ident}",
+                         "create_backup_continue" if creating else "restore_backup_continue", exc)
             self._settle_backup(ident, status, inst.id, share_busy,
                                 {"status": vocab.ERROR if creating else vocab.AVAILABLE},
                                 vocab.AVAILABLE if creating else vocab.BACKUP_RESTORING_ERROR)

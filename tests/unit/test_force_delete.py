@@ -20,6 +20,7 @@ from tests.unit.reconcile_harness import (
     engine_id,
     fetch,
     make,
+    make_backup,
     make_share,
     make_snapshot,
 )
@@ -186,3 +187,21 @@ def test_forced_group_delete_takes_its_group_snapshots_records_along(engine):
     assert fetch(db, vocab.SHARE_GROUP, group_id).status == vocab.DELETED
     assert fetch(db, vocab.GROUP_SNAPSHOT, gsnap.id).status == vocab.DELETED
     assert engine.driver.calls == [("delete_share_group", group_id)]
+
+
+def test_a_backup_continue_bug_is_logged_with_its_traceback(engine, caplog):
+    backup = make_backup(engine.db, vocab.CREATING, progress="0",
+                         share_status=vocab.BACKUP_CREATING)
+
+    def create_backup_continue(share, backup):
+        raise KeyError("progress")
+
+    engine.driver.create_backup_continue = create_backup_continue
+    caplog.set_level(logging.WARNING, OPS_LOGGER)
+    engine.operations.continue_backups([HOSTBE])
+    [record] = [r for r in caplog.records if r.name == OPS_LOGGER]
+    assert record.levelno == logging.ERROR and record.exc_info[0] is KeyError
+    assert record.getMessage().startswith(
+        f"backup {backup.id} failed: unexpected KeyError from driver method "
+        "create_backup_continue")
+    assert fetch(engine.db, vocab.BACKUP, backup.id).status == vocab.ERROR
