@@ -23,6 +23,20 @@ def open_requests(db: Database, hosts: list[str]) -> list[models.Request]:
         return list(session.scalars(stmt.order_by(models.Request.id)))
 
 
+def last_request_args(db: Database, resource_type: str, resource_id: str, action: str
+                      ) -> dict[str, Any]:
+    """The args of the newest ``action`` request of this resource, whatever
+    its status ({} when there is none): how a delete a crash cut short was
+    asked (forced or not)."""
+    stmt = (sa.select(models.Request.args)
+            .where(models.Request.resource_type == resource_type,
+                   models.Request.resource_id == resource_id,
+                   models.Request.action == action)
+            .order_by(models.Request.id.desc()).limit(1))
+    with db.session() as session:
+        return dict(session.scalar(stmt) or {})
+
+
 def abandon_request(db: Database, request_id: int, dead_engine: str, note: str) -> bool:
     """running → abandoned, only if the dead engine still owns it."""
     stmt = (

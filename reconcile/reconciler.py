@@ -427,14 +427,19 @@ class Reconciler:
         return self._changes(cand, rule.error, values)
 
     def _delete(self, cand: Candidate, rule: rules.Rule) -> str | None:
+        # Retried as it was asked: a forced delete stays forced (its request
+        # row holds the args), so it never ends in an error status.
+        args = db_rec.last_request_args(self.db, cand.rtype, cand.id, vocab.ACTION_DELETE)
+        forced = bool(args.get("force")) and rule.forced is not None
         try:
-            self.operations.perform(Op(cand.rtype, cand.id, vocab.ACTION_DELETE), held=True)
+            self.operations.perform(Op(cand.rtype, cand.id, vocab.ACTION_DELETE, args=args),
+                                    held=True)
         except OperationFailed as exc:
             LOG.warning("%s %s: delete retry failed: %s", cand.rtype, cand.id, exc)
             return rule.error
         except Stale:
             return None
-        return rule.ok
+        return rule.forced if forced else rule.ok
 
     # Query and converge ---------------------------------------------------------
 
