@@ -412,6 +412,10 @@ def check_export_locations(driver: ShareDriver, method: str, locations: Any) -> 
                   "be {'path': non-empty str, 'is_admin_only': bool, 'preferred': bool}")
 
 
+# What a capacity may say instead of a number of GiB (Manila's words).
+CAPACITY_WORDS = ("infinite", "unknown")
+
+
 class DriverConformanceTests:
     """Checks of the ShareDriver contract. Subclass as ``Test...`` and
     implement ``make_driver``; see the module docstring."""
@@ -784,14 +788,22 @@ class DriverConformanceTests:
         if stats["replication_type"] not in (None, "readable", "writable", "dr"):
             _fail(f"{name} returned replication_type = {stats['replication_type']!r}; it must "
                   "be None, 'readable', 'writable' or 'dr'")
-        if not stats["pools"]:
-            _fail(f"{name} returned no pools; a backend has at least one")
+        # Manila's shape: pools, or (a backend without pools) the capacity at
+        # the top; a capacity is a number of GiB, or 'infinite' / 'unknown'.
+        def capacity(value: Any) -> bool:
+            return value in CAPACITY_WORDS or (
+                isinstance(value, numbers.Real) and not isinstance(value, bool))
+
+        if not stats["pools"] and not all(
+                capacity(stats.get(k)) for k in ("total_capacity_gb", "free_capacity_gb")):
+            _fail(f"{name} returned no pools and no total_capacity_gb / free_capacity_gb; "
+                  "a backend without pools reports its capacity at the top")
         for pool in stats["pools"]:
             if not isinstance(pool, dict) or not isinstance(pool.get("pool_name"), str) or any(
-                    not isinstance(pool.get(k), numbers.Real) or isinstance(pool.get(k), bool)
-                    for k in ("total_capacity_gb", "free_capacity_gb")):
+                    not capacity(pool.get(k)) for k in ("total_capacity_gb", "free_capacity_gb")):
                 _fail(f"{name} returned the pool {pool!r}; each must have a 'pool_name' string "
-                      "and numeric 'total_capacity_gb' and 'free_capacity_gb'")
+                      "and a 'total_capacity_gb' and 'free_capacity_gb' (GiB, or 'infinite' or "
+                      "'unknown')")
 
     # Share servers ---------------------------------------------------------------------------
 
