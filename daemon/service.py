@@ -16,7 +16,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import migration
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
 from sharemgr.drivers import loader
-from sharemgr.manager import capabilities, config, ensure, operations
+from sharemgr.manager import capabilities, config, ensure, leases, operations
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.coordination import safe_url as c_url
 from sharemgr.manager.operations import Operations
@@ -113,6 +113,7 @@ class ShareManagerService:
             LOG.warning("unknown option, ignored: %s", where)
         self.hosts = [f"{self.host}@{backend}" for backend in self.drivers]
         self.operations = Operations(self.db, self.drivers, self.coordinator, self.engine_id)
+        self.operations.leases = leases.Leases.from_conf(self.conf)
         for rtype, action in operations.HANDLERS:
             self.handlers.add(rtype, action, self.operations.handle)
         self.stacks = StackEngine(self.db, self.operations, self.coordinator, self.engine_id,
@@ -185,6 +186,9 @@ class ShareManagerService:
         bg.every(1.0, "membership", lambda: run_watchers(self.coordinator))
         bg.every(self.conf.stack_watchdog_interval, "stack_watchdog", self._stack_watchdog)
         bg.every(self.conf.backend_stats_interval, "backend_stats", self.refresh_backend_stats)
+        if self.conf.periodic_reconciliation_interval:
+            bg.every(self.conf.periodic_reconciliation_interval, "periodic_reconciliation",
+                     lambda: self.passes and self.passes.periodic())
         bg.start_periodics()
 
     def _stack_watchdog(self) -> None:

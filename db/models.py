@@ -81,10 +81,14 @@ class Request(Base):
     claimed_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
     finished_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
     error: Mapped[str | None] = mapped_column(Text)
+    # The deadline of the running operation's driver call (doc/reconciliation.rst,
+    # "Leases"); NULL: no driver call under a lease (yet).
+    lease_expires_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
 
     __table_args__ = (
         Index("ix_requests_status_host", "status", "host"),
         Index("ix_requests_resource", "resource_type", "resource_id"),
+        Index("ix_requests_status_lease", "status", "lease_expires_at"),
     )
 
 
@@ -129,6 +133,9 @@ class ShareInstance(TimestampMixin, Base):
     # Manila's summary of the instance's access rules: active, syncing, error.
     access_rules_status: Mapped[str] = mapped_column(
         String(32), default=vocab.ACCESS_ACTIVE, server_default=vocab.ACCESS_ACTIVE)
+    # What the last drift check found on the backend (reconcile/drift.py);
+    # NULL when the backend agrees.
+    drift: Mapped[dict | None] = mapped_column(JSON, default=None)
     __table_args__ = (
         Index("ix_share_instances_host_status", "host", "status"),
         Index("ix_share_instances_status", "status"),

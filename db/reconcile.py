@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,6 +24,35 @@ def open_requests(db: Database, hosts: list[str]) -> list[models.Request]:
         return list(session.scalars(stmt.order_by(models.Request.id)))
 
 
+def lease_start(db: Database, resource_id: str, engine_id: str, seconds: float) -> bool:
+    """Set the lease of this engine's running request about the resource
+    (requests of every kind are keyed by the id of the row they change, a
+    uuid): its driver call must be done within ``seconds``. False when there
+    is no such request (the reconciler's own retries run without one)."""
+    stmt = (
+        sa.update(models.Request)
+        .where(models.Request.resource_id == resource_id,
+               models.Request.engine_id == engine_id,
+               models.Request.status == vocab.REQUEST_RUNNING)
+        .values(lease_expires_at=models.utcnow() + datetime.timedelta(seconds=seconds))
+        .execution_options(synchronize_session=False)
+    )
+    with db.session() as session:
+        return session.execute(stmt).rowcount > 0
+
+
+def expired_leases(db: Database, hosts: list[str]) -> list[models.Request]:
+    """Running requests of these hosts whose lease has expired: the one
+    query of a periodic tick (ix_requests_status_lease)."""
+    stmt = sa.select(models.Request).where(
+        models.Request.status == vocab.REQUEST_RUNNING,
+        models.Request.lease_expires_at < models.utcnow(),
+        sa.or_(*[host_match(models.Request.host, h) for h in hosts]),
+    )
+    with db.session() as session:
+        return list(session.scalars(stmt.order_by(models.Request.id)))
+
+
 def last_request_args(db: Database, resource_type: str, resource_id: str, action: str
                       ) -> dict[str, Any]:
     """The args of the newest ``action`` request of this resource, whatever
@@ -37,12 +67,18 @@ def last_request_args(db: Database, resource_type: str, resource_id: str, action
         return dict(session.scalar(stmt) or {})
 
 
-def abandon_request(db: Database, request_id: int, dead_engine: str, note: str) -> bool:
-    """running → abandoned, only if the dead engine still owns it."""
+def abandon_request(db: Database, request_id: int, dead_engine: str, note: str,
+                    expired: bool = False) -> bool:
+    """running → abandoned, only if the dead engine still owns it (with
+    ``expired``: only if its lease has expired, the stuck rule; of several
+    engines' passes exactly one wins and settles the resource)."""
+    where = [models.Request.id == request_id, models.Request.status == vocab.REQUEST_RUNNING,
+             models.Request.engine_id == dead_engine]
+    if expired:
+        where.append(models.Request.lease_expires_at < models.utcnow())
     stmt = (
         sa.update(models.Request)
-        .where(models.Request.id == request_id, models.Request.status == vocab.REQUEST_RUNNING,
-               models.Request.engine_id == dead_engine)
+        .where(*where)
         .values(status=vocab.REQUEST_ABANDONED, finished_at=models.utcnow(), error=note)
     )
     with db.session() as session:

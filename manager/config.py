@@ -12,7 +12,7 @@ import configparser
 import os
 import socket
 
-from oslo_config import cfg, iniparser
+from oslo_config import cfg, iniparser, types
 from oslo_log import _options as oslo_log_options  # the opts of its oslo.config.opts entry point
 from oslo_log import log as oslo_logging
 from sharemgr.drivers import options as driver_options
@@ -157,6 +157,33 @@ reconcile_opts = [
         min=1,
         max=64,
         help="Resources of one stage reconciled in parallel.",
+    ),
+    cfg.IntOpt(
+        "operation_lease_seconds",
+        default=3600,
+        min=0,
+        max=604800,
+        help="Seconds a driver call of an operation may run before the operation "
+        "counts as stuck (its lease expires) although its engine is alive; the "
+        "periodic reconciliation pass then settles its resource. 0: no lease, an "
+        "operation of a live engine is never stuck.",
+    ),
+    cfg.Opt(
+        "operation_lease_seconds_by_method",
+        type=types.Dict(value_type=types.Float(min=0)),
+        default={},
+        help="Per driver method lease seconds overriding operation_lease_seconds, "
+        "as 'method:seconds,...', e.g. 'create_share:600,extend_share:1800' "
+        "(0: no lease for that method).",
+    ),
+    cfg.IntOpt(
+        "periodic_reconciliation_interval",
+        default=60,
+        min=0,
+        max=86400,
+        help="Seconds between looks for operations of this host whose lease has "
+        "expired (one indexed query); when some are found a reconciliation pass "
+        "(trigger 'periodic') settles them. 0: off.",
     ),
     cfg.IntOpt(
         "peer_reconciliation_grace_seconds",

@@ -17,9 +17,10 @@ from sharemgr.common import vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
+from sharemgr.db import reconcile as db_rec
 from sharemgr.db.engine import Database
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
-from sharemgr.manager import access, kinds, views
+from sharemgr.manager import access, kinds, leases, views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.plans import Change, Op
 
@@ -55,6 +56,8 @@ class Operations:
         self.drivers = drivers
         self.coordinator = coordinator
         self.engine_id = engine_id
+        # The daemon sets them from its options (manager/leases.py).
+        self.leases: leases.Leases = leases.NONE
 
     # Plumbing --------------------------------------------------------------
 
@@ -125,6 +128,7 @@ class Operations:
             expected = (*expected, error_values["status"])
         with contextlib.nullcontext() if held else self.locked(rtype, ident):
             row = self._fresh(model, ident, expected)
+            self._lease(ident, method)
             try:
                 try:
                     result = call(row)
@@ -154,6 +158,13 @@ class Operations:
             self._commit(on_success(row, result), what)
             if then is not None:
                 then(row)
+
+    def _lease(self, ident: str, method: str | None) -> None:
+        """Start the lease of this engine's request about the resource as its
+        driver call starts (doc/reconciliation.rst, "Leases")."""
+        seconds = self.leases.seconds(method)
+        if seconds is not None:
+            db_rec.lease_start(self.db, ident, self.engine_id, seconds)
 
     # Row loading -------------------------------------------------------------
 

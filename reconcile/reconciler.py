@@ -54,6 +54,9 @@ class Summary:
         self.abandoned = 0
         self.failures = 0
         self.plan: list[dict[str, Any]] = []
+        # Resources whose request this pass took over because its lease had
+        # expired (stuck): their operation's thread may still hold the lock.
+        self.stuck: set[str] = set()
 
     def outcome(self, rtype: str, status: str) -> None:
         with self._lock:
@@ -76,6 +79,7 @@ class Summary:
             "outcomes": {t: dict(c) for t, c in self.outcomes.items()},
             "skipped": dict(self.skipped),
             "abandoned_requests": self.abandoned,
+            "stuck_requests": len(self.stuck),
             "failures": self.failures,
             "duration_seconds": round(duration, 3),
             "plan": self.plan,
@@ -92,7 +96,8 @@ class Summary:
         ) or "nothing to settle"
         skipped = ", ".join(f"{r}={n}" for r, n in sorted(self.skipped.items())) or "none"
         return (f"{acted}; skipped: {skipped}; abandoned requests: {self.abandoned}; "
-                f"failures: {self.failures}; {duration:.2f}s")
+                f"stuck requests: {len(self.stuck)}; failures: {self.failures}; "
+                f"{duration:.2f}s")
 
 
 # Longest error text a failed pass's record keeps (its first line only).
@@ -267,7 +272,10 @@ class Reconciler:
         # The plain host too: 'sharectl reconcile run' asks any engine of it.
         open_requests = db_rec.open_requests(self.db, [*self.hosts, self.host])
         alive = self.coordinator.engines()
+        now = models.utcnow()
         for req in open_requests:
+            if self._stuck(req, now, summary, dry_run):
+                continue
             if req.status == vocab.REQUEST_RUNNING and req.engine_id not in alive:
                 if req.host is None:
                     continue  # host-less requests (stacks) are resumed by the engine
@@ -278,6 +286,27 @@ class Reconciler:
                 continue
             by_resource[req.resource_id] = req
         return by_resource
+
+    def _stuck(self, req: models.Request, now: Any, summary: Summary, dry_run: bool) -> bool:
+        """The lease rule: a running request whose lease has expired is stuck
+        (its engine alive or not); it becomes abandoned and its resource is
+        reconciled. Of several engines' passes the one whose conditional
+        update wins settles it; the others leave it ("in progress")."""
+        if req.status != vocab.REQUEST_RUNNING or req.host is None or \
+                req.lease_expires_at is None or req.lease_expires_at >= now:
+            return False
+        if dry_run or db_rec.abandon_request(
+                self.db, req.id, req.engine_id,
+                f"lease expired at {req.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC "
+                f"(stuck); reconciled by {self.engine_id}", expired=True):
+            if req.resource_id not in summary.stuck:
+                LOG.warning("request %s (%s %s %s) of engine %s is stuck: its lease expired "
+                            "at %s UTC; settling %s by the reconciliation rules", req.id,
+                            req.action, req.resource_type, req.resource_id, req.engine_id,
+                            req.lease_expires_at, req.resource_id)
+            summary.stuck.add(req.resource_id)
+            return True
+        return False
 
     # A batch of resources ---------------------------------------------------------
 
@@ -314,6 +343,12 @@ class Reconciler:
         with contextlib.ExitStack() as locks:
             held: list[tuple[Candidate, rules.Rule]] = []
             for cand, rule in todo:
+                if cand.id in summary.stuck:
+                    # The stuck call's thread holds the lock and may never
+                    # let go: the abandoned request (one winner) stands in for
+                    # it; the outcome is still a conditional update.
+                    held.append((cand, rule))
+                    continue
                 try:
                     got = locks.enter_context(
                         self.coordinator.try_lock(lock_name(cand.rtype, cand.id)))
@@ -335,7 +370,9 @@ class Reconciler:
         req = requests.get(cand.id) or self._backup_request(cand, requests)
         if reason is None and req is not None:
             reason = ("request pending" if req.status == vocab.REQUEST_PENDING
-                      else f"in progress on {req.engine_id}")
+                      else f"in progress on {req.engine_id}" + (
+                          f" (lease until {req.lease_expires_at:%H:%M:%S} UTC)"
+                          if req.lease_expires_at is not None else ""))
         if reason is None and views.backend_of(cand.host) not in self.drivers:
             reason = "backend not served by this engine"
         if reason is not None:
@@ -348,7 +385,8 @@ class Reconciler:
                       rules.MARK: rule.error}[rule.action]
             summary.planned({"type": cand.rtype, "id": cand.id, "status": cand.status,
                              "action": rule.action + (f" {rule.method}" if rule.method else ""),
-                             "outcome": target})
+                             "outcome": target,
+                             **({"stuck": "lease expired"} if cand.id in summary.stuck else {})})
             return None
         return rule
 

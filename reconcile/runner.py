@@ -14,6 +14,7 @@ import futurist
 from futurist import waiters
 from oslo_log import log as logging
 from sharemgr.common import tasks
+from sharemgr.db import reconcile as db_rec
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.reconcile.reconciler import Reconciler
 from tooz import coordination
@@ -36,6 +37,8 @@ class PassRunner:
         # Until the startup pass begins, a peer of this host that leaves (this
         # engine's own previous life, killed) is the startup pass's to settle.
         self._startup_pending = threading.Event()
+        # A periodic pass is queued or running: no second one.
+        self._periodic_queued = threading.Event()
 
     def _after(self, delay: float, trigger: str, dry_run: bool = False) -> dict | None:
         if delay and self.stopping.wait(delay):
@@ -44,12 +47,36 @@ class PassRunner:
             return None
         if trigger == "startup":
             self._startup_pending.clear()
-        return self.reconciler.run(trigger, dry_run)
+        try:
+            return self.reconciler.run(trigger, dry_run)
+        finally:
+            if trigger == "periodic":
+                # Cleared once it is over: a tick during the pass would see
+                # the requests it is about to take over and queue another.
+                self._periodic_queued.clear()
 
     def defer_startup(self, wait_seconds: int) -> Any:
         LOG.info("startup reconciliation in %ss", wait_seconds)
         self._startup_pending.set()
         return self._submit(wait_seconds, "startup")
+
+    def periodic(self) -> None:
+        """A periodic tick (daemon periodics, ``periodic_reconciliation_interval``):
+        one indexed query for running requests of this host whose lease has
+        expired; only when there are some, a pass (trigger ``periodic``)
+        settles them by the same rules as the startup pass."""
+        if self.stopping.is_set() or self._periodic_queued.is_set() or \
+                self._startup_pending.is_set():
+            return  # the pass already queued (or the startup pass) will see them
+        rec = self.reconciler
+        stuck = db_rec.expired_leases(rec.db, rec.hosts)
+        if not stuck:
+            return
+        LOG.warning("%d operation(s) of %s past their lease (requests %s): periodic "
+                    "reconciliation pass", len(stuck), rec.host,
+                    ", ".join(str(r.id) for r in stuck[:10]))
+        self._periodic_queued.set()
+        self._submit(0, "periodic")
 
     def then(self, fn: Any, what: str) -> None:
         """Run ``fn`` once the passes asked for so far are done (the worker

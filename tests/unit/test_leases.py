@@ -1,0 +1,61 @@
+"""Operation leases (manager/leases.py, db/reconcile.py): the per-method
+deadline, the one query of a periodic tick, and the takeover that only one
+engine wins; on every database."""
+
+from __future__ import annotations
+
+import datetime
+
+import sqlalchemy as sa
+from sharemgr.common import vocab
+from sharemgr.db import models
+from sharemgr.db import reconcile as db_rec
+from sharemgr.manager.leases import NONE, Leases
+
+HOST = "hostA@dummy"
+ENGINE = "hostA.00000000-0000-0000-0000-000000000001"
+
+
+def test_lease_seconds_per_method():
+    leases = Leases(3600, {"create_share": 2, "delete_share": 0})
+    assert leases.seconds("create_share") == 2
+    assert leases.seconds("extend_share") == 3600
+    assert leases.seconds(None) == 3600
+    assert leases.seconds("delete_share") is None  # 0: no lease
+    assert NONE.seconds("create_share") is None
+
+
+def _running(db, resource_id: str, host: str = HOST) -> int:
+    row = models.Request(resource_type=vocab.SHARE_INSTANCE, resource_id=resource_id,
+                         action="create", host=host, status=vocab.REQUEST_RUNNING,
+                         engine_id=ENGINE, args={})
+    with db.session() as session:
+        session.add(row)
+    return row.id
+
+
+def _expire(db, request_id: int) -> None:
+    with db.session() as session:
+        session.execute(sa.update(models.Request).where(models.Request.id == request_id)
+                        .values(lease_expires_at=models.utcnow()
+                                - datetime.timedelta(seconds=1)))
+
+
+def test_expired_leases_and_one_takeover(db):
+    fresh, stale, other_host, no_lease = (_running(db, "r1"), _running(db, "r2"),
+                                          _running(db, "r3", "hostB@dummy"),
+                                          _running(db, "r4"))
+    assert db_rec.lease_start(db, "r1", ENGINE, 3600)
+    assert db_rec.lease_start(db, "r2", ENGINE, 3600)
+    assert db_rec.lease_start(db, "r3", ENGINE, 3600)
+    assert not db_rec.lease_start(db, "r9", ENGINE, 3600)  # no request of this engine
+    assert db_rec.expired_leases(db, [HOST]) == []
+    _expire(db, stale)
+    _expire(db, other_host)
+    assert [r.id for r in db_rec.expired_leases(db, [HOST])] == [stale]
+    # Only an expired lease may be taken over, and only once.
+    assert not db_rec.abandon_request(db, fresh, ENGINE, "x", expired=True)
+    assert not db_rec.abandon_request(db, no_lease, ENGINE, "x", expired=True)
+    assert db_rec.abandon_request(db, stale, ENGINE, "lease expired", expired=True)
+    assert not db_rec.abandon_request(db, stale, ENGINE, "lease expired", expired=True)
+    assert db_rec.expired_leases(db, [HOST]) == []
