@@ -23,6 +23,7 @@ COMMANDS: dict[str, type] = {
     "reconcile run": reconcile_cmds.ReconcileRun,
     "reconcile show": reconcile_cmds.ReconcileShow,
     "reconcile list": reconcile_cmds.ReconcileList,
+    "reconcile drift": reconcile_cmds.ReconcileDrift,
     **stack_cmds.COMMANDS,
     "backend list": capability_cmds.BackendList,
     "pool list": capability_cmds.PoolList,

@@ -51,6 +51,8 @@ def _share_row(share: models.Share, inst: models.ShareInstance | None) -> dict[s
         "instance_id": inst.id if inst else None,
         "export_locations": inst.export_locations if inst else [],
         "access_rules_status": inst.access_rules_status if inst else None,
+        # What the last drift check found on the backend (None: it agreed).
+        "drift": inst.drift if inst else None,
         "share_server_id": inst.share_server_id if inst else None,
         "snapshot_id": share.snapshot_id, "share_group_id": share.share_group_id,
         "created_at": share.created_at,

@@ -1,4 +1,4 @@
-"""sharectl reconcile run [--dry-run] | reconcile show."""
+"""sharectl reconcile run [--dry-run] | reconcile drift [--dry-run] | reconcile show."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ def _summary_row(p: models.ReconcilePass) -> tuple[tuple, tuple]:
     status = "failed" if s.get("failed") else "finished" if p.finished_at else "running"
     cols = ("id", "host", "engine_id", "trigger", "dry_run", "status", "started_at",
             "finished_at", "duration_seconds", "outcomes", "skipped", "abandoned_requests",
-            "failures", "error")
+            "failures", "drift", "error")
     vals = (p.id, p.host, p.engine_id, p.trigger, p.dry_run, status, base.fmt(p.started_at),
             base.fmt(p.finished_at), s.get("duration_seconds"), s.get("outcomes", {}),
             s.get("skipped", {}), s.get("abandoned_requests", 0), s.get("failures", 0),
-            s.get("error"))
+            s.get("drift"), s.get("error"))
     return cols, vals
 
 
@@ -40,38 +40,7 @@ class ReconcileRun(base.Lister):
         return parser
 
     def take_action(self, parsed_args: Any) -> tuple:
-        from sharemgr.db import api as db_api
-        from sharemgr.db import models
-        from sharemgr.db import reconcile as db_rec
-
-        ctx = self.app.context
-        host = ctx.conf.host
-        req_id = db_api.add_with_request(ctx.db, [], {
-            "resource_type": vocab.RECONCILE, "resource_id": str(uuid.uuid4()),
-            "action": vocab.ACTION_RUN, "host": host, "args": {"dry_run": parsed_args.dry_run},
-        })
-        deadline = time.monotonic() + parsed_args.timeout
-        while True:
-            req = db_api.get(ctx.db, models.Request, req_id)
-            if req.status in (vocab.REQUEST_DONE, vocab.REQUEST_FAILED, vocab.REQUEST_ABANDONED):
-                break
-            if time.monotonic() > deadline:
-                if req.status == vocab.REQUEST_PENDING and db_api.conditional_update(
-                    ctx.db, models.Request, req_id, {"status": vocab.REQUEST_PENDING},
-                    {"status": vocab.REQUEST_ABANDONED, "error": "no manager took it"},
-                ):
-                    raise base.OperationFailed(
-                        f"no share-manager of host {host} took the request in "
-                        f"{parsed_args.timeout:.0f}s (is one running?)")
-                raise base.OperationFailed(f"the pass did not finish in "
-                                           f"{parsed_args.timeout:.0f}s")
-            time.sleep(0.2)
-        if req.status != vocab.REQUEST_DONE:
-            raise base.OperationFailed(f"the pass failed: {req.error}")
-        found = db_rec.passes(ctx.db, host, trigger=f"manual:{req_id}")
-        if not found:
-            raise base.OperationFailed("the pass left no record")
-        rec = found[0]
+        rec = _ask(self.app.context, vocab.ACTION_RUN, "manual", parsed_args)
         if parsed_args.dry_run:
             cols = ("type", "id", "status", "action", "outcome")
             plan = rec.summary.get("plan", [])
@@ -79,6 +48,62 @@ class ReconcileRun(base.Lister):
                            i.get("outcome") or i.get("reason")) for i in plan]
         cols, vals = _summary_row(rec)
         return cols, [vals]
+
+
+def _ask(ctx: Any, action: str, prefix: str, parsed_args: Any) -> models.ReconcilePass:
+    """Write a request for a manager of this host, wait for it, return the
+    record of the pass (or check) it ran."""
+    from sharemgr.db import api as db_api
+    from sharemgr.db import models
+    from sharemgr.db import reconcile as db_rec
+
+    host = ctx.conf.host
+    req_id = db_api.add_with_request(ctx.db, [], {
+        "resource_type": vocab.RECONCILE, "resource_id": str(uuid.uuid4()),
+        "action": action, "host": host, "args": {"dry_run": parsed_args.dry_run},
+    })
+    deadline = time.monotonic() + parsed_args.timeout
+    while True:
+        req = db_api.get(ctx.db, models.Request, req_id)
+        if req.status in (vocab.REQUEST_DONE, vocab.REQUEST_FAILED, vocab.REQUEST_ABANDONED):
+            break
+        if time.monotonic() > deadline:
+            if req.status == vocab.REQUEST_PENDING and db_api.conditional_update(
+                ctx.db, models.Request, req_id, {"status": vocab.REQUEST_PENDING},
+                {"status": vocab.REQUEST_ABANDONED, "error": "no manager took it"},
+            ):
+                raise base.OperationFailed(
+                    f"no share-manager of host {host} took the request in "
+                    f"{parsed_args.timeout:.0f}s (is one running?)")
+            raise base.OperationFailed(f"the pass did not finish in "
+                                       f"{parsed_args.timeout:.0f}s")
+        time.sleep(0.2)
+    if req.status != vocab.REQUEST_DONE:
+        raise base.OperationFailed(f"the pass failed: {req.error}")
+    found = db_rec.passes(ctx.db, host, trigger=f"{prefix}:{req_id}")
+    if not found:
+        raise base.OperationFailed("the pass left no record")
+    return found[0]
+
+
+class ReconcileDrift(base.Lister):
+    """Ask a running share-manager of this host to check its available shares
+    against the backends now, and print what disagrees (and what was done
+    about it by drift_policy); with --dry-run, change nothing."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("--dry-run", action="store_true",
+                            help="find and print the drift only; record and change nothing "
+                            "on the shares")
+        parser.add_argument("--timeout", type=float, default=120, metavar="SECONDS",
+                            help="how long to wait for a manager to run it (default 120)")
+        return parser
+
+    def take_action(self, parsed_args: Any) -> tuple:
+        rec = _ask(self.app.context, vocab.ACTION_DRIFT, "drift", parsed_args)
+        cols = ("kind", "share_id", "instance_id", "database", "backend", "policy", "action")
+        return cols, [tuple(i.get(c) for c in cols) for i in rec.summary.get("items", [])]
 
 
 class ReconcileShow(base.ShowOne):

@@ -164,6 +164,7 @@ ACTION_SHRINK = "shrink"
 ACTION_RESTORE = "restore"
 ACTION_UPDATE_ACCESS = "update_access"  # a share instance's access rules
 ACTION_RUN = "run"  # a reconciliation pass
+ACTION_DRIFT = "drift"  # a drift check (reconcile/drift.py)
 ACTION_CHECK = "check_resource"  # a stack node's check
 
 # Stack actions and statuses (Heat's), for stacks and their resources.

@@ -21,6 +21,8 @@ from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.coordination import safe_url as c_url
 from sharemgr.manager.operations import Operations
 from sharemgr.manager.runner import RequestRunner
+from sharemgr.reconcile import drift
+from sharemgr.reconcile.drift import DriftChecker
 from sharemgr.reconcile.reconciler import Reconciler
 from sharemgr.reconcile.runner import PassRunner, run_watchers
 
@@ -150,6 +152,12 @@ class ShareManagerService:
         self.passes = PassRunner(self.reconciler, self.stopping)
         self.background.own("pass runner", self._stop_passes)
         self.handlers.add(vocab.RECONCILE, vocab.ACTION_RUN, self.passes.handle_request)
+        try:
+            self.passes.drift = DriftChecker(self.reconciler,
+                                             drift.policy_table(self.conf.drift_policy))
+        except ValueError as exc:
+            raise StartupError(str(exc))
+        self.handlers.add(vocab.RECONCILE, vocab.ACTION_DRIFT, self.passes.handle_request)
         if self.conf.startup_reconciliation_enabled:
             # Deferred: the daemon takes requests while the pass waits and runs.
             self.passes.defer_startup(self.conf.startup_reconciliation_wait_seconds)
@@ -189,6 +197,9 @@ class ShareManagerService:
         if self.conf.periodic_reconciliation_interval:
             bg.every(self.conf.periodic_reconciliation_interval, "periodic_reconciliation",
                      lambda: self.passes and self.passes.periodic())
+        if self.conf.drift_check_interval:
+            bg.every(self.conf.drift_check_interval, "drift_check",
+                     lambda: self.passes and self.passes.drift_periodic())
         bg.start_periodics()
 
     def _stack_watchdog(self) -> None:

@@ -501,6 +501,23 @@ class ShareDriver:
         """
         raise NotImplementedError("get_share_group_snapshot_status")
 
+    # Optional listing ------------------------------------------------------------
+    # Drift detection (doc/reconciliation.rst, "Drift") asks for the backend's
+    # share objects to find orphans: objects named like this manager's that no
+    # share instance claims. Read only, like the status methods.
+
+    def list_shares(self) -> list[dict[str, Any]]:
+        """:returns: the share objects (shares and replicas) on this backend
+            that this driver's naming says belong to the manager, each
+            ``{"id": share instance id, "name", "size", "status",
+            "export_locations"}`` (only ``id`` is required). Objects of other
+            owners are left out: the driver knows its own naming.
+
+        :raises NotImplementedError: the driver cannot list (the default):
+            drift detection then finds no orphans.
+        """
+        raise NotImplementedError("list_shares")
+
     # Optional batch status methods ------------------------------------------
     # Each takes a list of (resource, share_server) pairs, the arguments of
     # its single method, and answers for many resources in one backend call:

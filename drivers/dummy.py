@@ -605,6 +605,12 @@ class DummyDriver(base.ShareDriver):
                             ShareResourceNotFound(f"dummy backend has no {what} {rid}"))
         return answers
 
+    def list_shares(self) -> list[dict[str, Any]]:
+        with self._op("list_shares", None, write=False) as tx:
+            return [{"id": o["id"], "name": o["name"], "size": o["size"],
+                     "status": o["status"], "export_locations": o["export_locations"]}
+                    for kind in SHARE_KINDS for o in tx.objects(kind)]
+
     def get_share_status(self, share: dict, share_server: dict | None = None) -> dict[str, Any]:
         obj = self._status("get_share_status", share, SHARE_KINDS, "share")
         return _ANSWER["get_share_status"](obj)

@@ -186,6 +186,28 @@ reconcile_opts = [
         "(trigger 'periodic') settles them. 0: off.",
     ),
     cfg.IntOpt(
+        "drift_check_interval",
+        default=0,
+        min=0,
+        max=604800,
+        help="Seconds between drift checks: each backend is asked about this "
+        "host's available shares (the batch status method where the driver has "
+        "one) and for objects no share claims (list_shares), and what disagrees "
+        "is recorded and handled by drift_policy. 0 (the default): only on "
+        "demand ('sharectl reconcile drift').",
+    ),
+    cfg.Opt(
+        "drift_policy",
+        type=types.Dict(value_type=types.String(choices=("report", "error", "correct"))),
+        default={},
+        help="What a drift check does about each kind of drift, as "
+        "'kind:policy,...'. Kinds: missing (report|error), size, "
+        "export_locations (report|error|correct), orphan (report). report "
+        "(the default of every kind): record and log it; error: also set the "
+        "share instance to error; correct: write the backend's value into the "
+        "database.",
+    ),
+    cfg.IntOpt(
         "peer_reconciliation_grace_seconds",
         default=5,
         min=0,

@@ -13,7 +13,7 @@ from typing import Any
 import futurist
 from futurist import waiters
 from oslo_log import log as logging
-from sharemgr.common import tasks
+from sharemgr.common import tasks, vocab
 from sharemgr.db import reconcile as db_rec
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.reconcile.reconciler import Reconciler
@@ -39,6 +39,10 @@ class PassRunner:
         self._startup_pending = threading.Event()
         # A periodic pass is queued or running: no second one.
         self._periodic_queued = threading.Event()
+        # Drift checks (reconcile/drift.py) run on the same worker, never
+        # during a pass; set by the daemon.
+        self.drift: Any = None
+        self._drift_queued = threading.Event()
 
     def _after(self, delay: float, trigger: str, dry_run: bool = False) -> dict | None:
         if delay and self.stopping.wait(delay):
@@ -48,8 +52,12 @@ class PassRunner:
         if trigger == "startup":
             self._startup_pending.clear()
         try:
+            if trigger.startswith("drift"):
+                return self.drift.run(trigger, dry_run)
             return self.reconciler.run(trigger, dry_run)
         finally:
+            if trigger == "drift":
+                self._drift_queued.clear()
             if trigger == "periodic":
                 # Cleared once it is over: a tick during the pass would see
                 # the requests it is about to take over and queue another.
@@ -78,6 +86,13 @@ class PassRunner:
         self._periodic_queued.set()
         self._submit(0, "periodic")
 
+    def drift_periodic(self) -> None:
+        """A periodic drift check (``drift_check_interval``); one at a time."""
+        if self.drift is None or self.stopping.is_set() or self._drift_queued.is_set():
+            return
+        self._drift_queued.set()
+        self._submit(0, "drift")
+
     def then(self, fn: Any, what: str) -> None:
         """Run ``fn`` once the passes asked for so far are done (the worker
         is single: it runs after them), e.g. arming the stack watchdog after
@@ -85,9 +100,14 @@ class PassRunner:
         self._futures.append(tasks.submit_logged(self.executor, fn, what=what))
 
     def handle_request(self, req: Any) -> None:
-        """Handler of a 'reconcile run' request (sharectl reconcile run)."""
+        """Handler of a 'reconcile run' request (sharectl reconcile run) and
+        of a 'reconcile drift' one (a drift check)."""
         dry_run = bool((req.args or {}).get("dry_run"))
-        fut = self._submit(0, f"manual:{req.id}", dry_run)
+        drift = getattr(req, "action", vocab.ACTION_RUN) == vocab.ACTION_DRIFT
+        trigger = f"drift:{req.id}" if drift else f"manual:{req.id}"
+        if drift and self.drift is None:
+            raise OperationFailed("this engine does not check drift")
+        fut = self._submit(0, trigger, dry_run)
         try:
             fut.result()
         except Exception as exc:

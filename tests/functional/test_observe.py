@@ -27,8 +27,18 @@ def _status(db, share_id: str) -> str:
     return NOUNS["share"].status(db, share_id)
 
 
+def _show(db, share_id: str) -> dict:
+    """What `sharectl share show` prints (in-process: each sharectl costs a
+    second or two here)."""
+    from sharemgr.cli.nouns import NOUNS
+
+    return NOUNS["share"].show(db, share_id)
+
+
 def _gated(deployment, servers, **defaults):
-    d = deployment(**servers, extra={"DEFAULT": {
+    # A host of its own: engines of other tests on the shared Redis that
+    # leave its group would otherwise be this host's peers (peer passes).
+    d = deployment(**servers, host="observe-lease", extra={"DEFAULT": {
         "startup_reconciliation_wait_seconds": "0",
         "periodic_reconciliation_interval": "1", **defaults}})
     gates = d.root / "gates"
@@ -83,3 +93,97 @@ def test_hung_call_settled_by_the_periodic_pass_slow_call_left_alone(deployment,
     assert db_api.request_list(db, resource_id=hung)[0].status == vocab.REQUEST_ABANDONED
     assert engine.proc.poll() is None
     db.dispose()
+
+
+MOVED = '[{"path": "10.9.9.9:/moved", "is_admin_only": false, "preferred": true}]'
+
+
+def _drift(d, *args) -> dict[tuple[str, str], dict]:
+    """`sharectl reconcile drift` by (kind, instance id)."""
+    return {(i["kind"], i["instance_id"]): i for i in d.json("reconcile", "drift", *args)}
+
+
+def _restart(d, engine, **policy):
+    engine.terminate()
+    d.sections["DEFAULT"].update(policy)
+    d.write_config()
+    return d.start()
+
+
+def test_drift_every_kind_and_policy(deployment, servers):
+    """Each kind of drift, made behind the manager's back with the dummy
+    backend's set/remove (and an orphan a forced delete left), is found; the
+    default policy only reports it; then 'error' and 'correct' (on demand)
+    and 'error' for size and exports (the periodic check)."""
+    d = deployment(**servers, host="observe-drift",
+                   extra={"DEFAULT": {"startup_reconciliation_wait_seconds": "0"}},
+                   backends={"dummy": {"dummy_fail_methods": "delete_share.orphan-"}})
+    d.sync()
+    engine = d.start()
+    db, _ = database(d)
+    api = intake(d)
+    ids = {n: api.create_share(1, "NFS", name=n).id for n in ("gone", "big", "moved", "orphan-1")}
+    wait_until(lambda: all(_status(db, s) == vocab.AVAILABLE for s in ids.values()),
+               what="shares available")
+    inst = {n: _show(db, s)["instance_id"] for n, s in ids.items()}
+    assert _drift(d) == {}  # the backend agrees
+    api.delete_share(ids["orphan-1"], force=True)  # the driver fails: the object stays
+    wait_until(lambda: _status(db, ids["orphan-1"]) == vocab.DELETED, what="forced delete")
+    d.backend("remove", inst["gone"])
+    d.backend("set", inst["big"], "size=3")
+    d.backend("set", inst["moved"], f"export_locations={MOVED}")
+
+    # report (the default): found, recorded, nothing else changes.
+    dry = _drift(d, "--dry-run")
+    assert set(dry) == {("missing", inst["gone"]), ("size", inst["big"]),
+                        ("export_locations", inst["moved"]), ("orphan", inst["orphan-1"])}
+    assert {i["action"] for i in dry.values()} == {"would report"}
+    assert _show(db, ids["big"])["drift"] is None  # a dry run records nothing
+    found = _drift(d)
+    assert found[("size", inst["big"])]["database"] == 1
+    assert found[("size", inst["big"])]["backend"] == 3
+    assert {i["action"] for i in found.values()} == {"report"}
+    big = d.json("share", "show", ids["big"])  # the drift is shown
+    assert (big["status"], big["size"]) == ("available", 1)
+    assert big["drift"]["found"]["size"]["backend"] == 3
+    assert _show(db, ids["gone"])["drift"]["found"]["missing"]["action"] == "report"
+    assert engine.wait_for_log("drift: orphan on") is None
+    rec = db_rec.passes(db, trigger=None, limit=1)[0]
+    assert rec.trigger.startswith("drift:") and rec.summary["drift"] == {
+        "missing": 1, "size": 1, "export_locations": 1, "orphan": 1}
+
+    # error for missing, correct for size and exports.
+    engine = _restart(d, engine, drift_policy="missing:error,size:correct,"
+                      "export_locations:correct")
+    found = _drift(d)
+    assert {k: i["action"] for k, i in found.items()} == {
+        ("missing", inst["gone"]): "error", ("size", inst["big"]): "corrected",
+        ("export_locations", inst["moved"]): "corrected", ("orphan", inst["orphan-1"]): "report"}
+    assert _status(db, ids["gone"]) == vocab.ERROR
+    big, moved = (_show(db, ids[n]) for n in ("big", "moved"))
+    assert (big["status"], big["size"]) == ("available", 3)
+    assert [e["path"] for e in moved["export_locations"]] == ["10.9.9.9:/moved"]
+    # Corrected, the backend agrees: the next check clears the records.
+    assert set(_drift(d)) == {("orphan", inst["orphan-1"])}
+    assert _show(db, ids["big"])["drift"] is None
+
+    # error for size and exports, by the periodic check.
+    d.backend("set", inst["big"], "size=4")
+    d.backend("set", inst["moved"], "export_locations=[]")
+    engine = _restart(d, engine, drift_policy="size:error,export_locations:error",
+                      drift_check_interval="1")
+    wait_until(lambda: _status(db, ids["big"]) == vocab.ERROR
+               and _status(db, ids["moved"]) == vocab.ERROR, what="periodic drift check")
+    assert db_rec.passes(db, trigger="drift")[0].summary["actions"]["error"] == 2
+    assert _show(db, ids["big"])["size"] == 3
+    assert engine.proc.poll() is None
+    db.dispose()
+
+
+def test_bad_drift_policy_stops_the_start(deployment):
+    d = deployment(extra={"DEFAULT": {"drift_policy": "orphan:error"}})
+    d.sync()
+    out = d.run_manager()
+    assert out.returncode == 1
+    assert "drift_policy: 'orphan' cannot be 'error' (allowed: report)" in out.stderr + out.stdout
+    assert "Traceback" not in out.stderr + out.stdout

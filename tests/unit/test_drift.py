@@ -1,0 +1,49 @@
+"""Drift detection as data (reconcile/drift.py): the policy table and what
+counts as drift in a backend's answer."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+from sharemgr.drivers.exceptions import ShareResourceNotFound
+from sharemgr.reconcile import drift
+
+LOCS = [{"path": "h:/shares/1", "is_admin_only": False, "preferred": True}]
+
+
+def test_policy_defaults_and_choices():
+    assert drift.policy_table(None) == {"missing": "report", "size": "report",
+                                        "export_locations": "report", "orphan": "report"}
+    table = drift.policy_table({"size": "correct", "missing": "error"})
+    assert (table["size"], table["missing"], table["orphan"]) == ("correct", "error", "report")
+
+
+@pytest.mark.parametrize("chosen,message", [
+    ({"missing": "correct"}, "'missing' cannot be 'correct' (allowed: report, error)"),
+    ({"orphan": "error"}, "'orphan' cannot be 'error' (allowed: report)"),
+    ({"colour": "report"}, "unknown kind 'colour'"),
+])
+def test_policy_refused(chosen, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        drift.policy_table(chosen)
+
+
+def _rows(size=1, locs=LOCS):
+    return (types.SimpleNamespace(status="available", export_locations=locs),
+            types.SimpleNamespace(size=size))
+
+
+def test_compare():
+    inst, share = _rows()
+    assert drift.compare(inst, share, {"status": "available", "size": 1,
+                                       "export_locations": LOCS}) == []
+    # What the answer leaves out (or cannot be used) is not compared.
+    assert drift.compare(inst, share, {"status": "available"}) == []
+    assert drift.compare(inst, share, {"status": "available", "size": "lots"}) == []
+    assert [f.kind for f in drift.compare(inst, share, ShareResourceNotFound("x"))] == [
+        "missing"]
+    found = drift.compare(inst, share, {"status": "available", "size": 2,
+                                        "export_locations": ["h:/elsewhere"]})
+    assert [(f.kind, f.database) for f in found] == [("size", 1), ("export_locations", LOCS)]
+    assert found[0].backend == 2 and found[1].backend[0]["path"] == "h:/elsewhere"
