@@ -54,7 +54,6 @@ def _ask(ctx: Any, action: str, prefix: str, parsed_args: Any) -> models.Reconci
     """Write a request for a manager of this host, wait for it, return the
     record of the pass (or check) it ran."""
     from sharemgr.db import api as db_api
-    from sharemgr.db import models
     from sharemgr.db import reconcile as db_rec
 
     host = ctx.conf.host
@@ -62,7 +61,21 @@ def _ask(ctx: Any, action: str, prefix: str, parsed_args: Any) -> models.Reconci
         "resource_type": vocab.RECONCILE, "resource_id": str(uuid.uuid4()),
         "action": action, "host": host, "args": {"dry_run": parsed_args.dry_run},
     })
-    deadline = time.monotonic() + parsed_args.timeout
+    wait_request(ctx, req_id, parsed_args.timeout, f"share-manager of host {host}")
+    found = db_rec.passes(ctx.db, host, trigger=f"{prefix}:{req_id}")
+    if not found:
+        raise base.OperationFailed("the pass left no record")
+    return found[0]
+
+
+def wait_request(ctx: Any, req_id: int, timeout: float, who: str, what: str = "the pass"
+                 ) -> None:
+    """Wait for a request to be carried out; OperationFailed (one line)
+    when it failed, nobody took it, or it did not finish in ``timeout``."""
+    from sharemgr.db import api as db_api
+    from sharemgr.db import models
+
+    deadline = time.monotonic() + timeout
     while True:
         req = db_api.get(ctx.db, models.Request, req_id)
         if req.status in (vocab.REQUEST_DONE, vocab.REQUEST_FAILED, vocab.REQUEST_ABANDONED):
@@ -73,17 +86,11 @@ def _ask(ctx: Any, action: str, prefix: str, parsed_args: Any) -> models.Reconci
                 {"status": vocab.REQUEST_ABANDONED, "error": "no manager took it"},
             ):
                 raise base.OperationFailed(
-                    f"no share-manager of host {host} took the request in "
-                    f"{parsed_args.timeout:.0f}s (is one running?)")
-            raise base.OperationFailed(f"the pass did not finish in "
-                                       f"{parsed_args.timeout:.0f}s")
+                    f"no {who} took the request in {timeout:.0f}s (is one running?)")
+            raise base.OperationFailed(f"{what} did not finish in {timeout:.0f}s")
         time.sleep(0.2)
     if req.status != vocab.REQUEST_DONE:
-        raise base.OperationFailed(f"the pass failed: {req.error}")
-    found = db_rec.passes(ctx.db, host, trigger=f"{prefix}:{req_id}")
-    if not found:
-        raise base.OperationFailed("the pass left no record")
-    return found[0]
+        raise base.OperationFailed(f"{what} failed: {req.error}")
 
 
 class ReconcileDrift(base.Lister):

@@ -1,5 +1,5 @@
-"""sharectl stack commands: create, update, delete, rollback (each with
-``--wait``), cancel, show, list, resource list, graph."""
+"""sharectl stack commands: create, update, delete, rollback, converge (each
+with ``--wait``), cancel, check, show, list, resource list, graph."""
 
 from __future__ import annotations
 
@@ -302,6 +302,66 @@ class StackGraph(base.Command):
         return 0
 
 
+def _check(app: Any, stack: Any, timeout: float) -> Any:
+    """Have an engine check the stack (reconcile/stack_check.py); the row after."""
+    from sharemgr.cli.reconcile_cmds import wait_request
+    from sharemgr.db import api as db_api
+    from sharemgr.db import stacks
+
+    if stack.status == vocab.STACK_IN_PROGRESS:
+        raise base.UserError(f"stack {stack.name} is {stack.action} {stack.status}: "
+                             "check it once the traversal has ended")
+    req_id = db_api.add_with_request(app.context.db, [], {
+        "resource_type": vocab.STACK, "resource_id": stack.id,
+        "action": vocab.ACTION_STACK_CHECK, "host": None, "args": {}})
+    wait_request(app.context, req_id, timeout, "share-manager", "the check")
+    return stacks.stack_get(app.context.db, stack.id)
+
+
+class StackCheck(base.ShowOne):
+    """Check a stack (Heat's stack check): ask the backend about each of its
+    shares; the stack becomes CHECK COMPLETE, or CHECK FAILED naming the
+    resources that drifted (exit 1). A missing share is marked error and a
+    size or export drift taken from the backend, so that 'stack converge'
+    repairs them."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+        parser.add_argument("--timeout", type=float, default=120, metavar="SECONDS",
+                            help="how long to wait for a manager to run it (default 120)")
+        return parser
+
+    def take_action(self, parsed_args: Any) -> tuple:
+        stack = _check(self.app, _lookup(self.app, parsed_args.name), parsed_args.timeout)
+        result = _show(self.app, stack)
+        if stack.status != vocab.STACK_COMPLETE:
+            self.produce_output(parsed_args, *result)
+            raise base.OperationFailed(
+                f"stack {stack.name} {stack.action} {stack.status}: {stack.status_reason}")
+        return result
+
+
+class StackConverge(_Start):
+    """Converge a stack to its current template: check it, then an update
+    traversal with the template it has, which recreates what is missing and
+    resizes what drifted (crash-safe like any update)."""
+
+    action = vocab.STACK_UPDATE
+
+    def begin(self, args: Any) -> Any:
+        from sharemgr.convergence import actions
+        from sharemgr.convergence.template import Template
+        from sharemgr.db import stacks
+
+        stack = _check(self.app, _lookup(self.app, args.name), 120)
+        stored = stacks.template_get(self.app.context.db, stack.template_id)
+        if stored is None:
+            raise base.UserError(f"stack {stack.name} has no template to converge to")
+        return actions.start(self.app.context.db, stack.id, self.action,
+                             Template.from_dict(stored))
+
+
 COMMANDS: dict[str, type] = {
     "stack create": StackCreate,
     "stack update": StackUpdate,
@@ -312,4 +372,6 @@ COMMANDS: dict[str, type] = {
     "stack list": StackList,
     "stack resource list": StackResourceList,
     "stack graph": StackGraph,
+    "stack check": StackCheck,
+    "stack converge": StackConverge,
 }

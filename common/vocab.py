@@ -165,6 +165,7 @@ ACTION_RESTORE = "restore"
 ACTION_UPDATE_ACCESS = "update_access"  # a share instance's access rules
 ACTION_RUN = "run"  # a reconciliation pass
 ACTION_DRIFT = "drift"  # a drift check (reconcile/drift.py)
+ACTION_STACK_CHECK = "check"  # sharectl stack check (reconcile/stack_check.py)
 ACTION_CHECK = "check_resource"  # a stack node's check
 
 # Stack actions and statuses (Heat's), for stacks and their resources.
@@ -173,6 +174,8 @@ STACK_CREATE = "CREATE"
 STACK_UPDATE = "UPDATE"
 STACK_DELETE = "DELETE"
 STACK_ROLLBACK = "ROLLBACK"
+STACK_CHECK = "CHECK"  # sharectl stack check: not a traversal (reconcile/stack_check.py)
+STACK = "stack"  # requests about a whole stack (a check)
 STACK_IN_PROGRESS = "IN_PROGRESS"
 STACK_COMPLETE = "COMPLETE"
 STACK_FAILED = "FAILED"

@@ -25,6 +25,7 @@ from sharemgr.reconcile import drift
 from sharemgr.reconcile.drift import DriftChecker
 from sharemgr.reconcile.reconciler import Reconciler
 from sharemgr.reconcile.runner import PassRunner, run_watchers
+from sharemgr.reconcile.stack_check import StackChecker
 
 LOG = logging.getLogger(__name__)
 BINARY = "share-manager"
@@ -158,6 +159,8 @@ class ShareManagerService:
         except ValueError as exc:
             raise StartupError(str(exc))
         self.handlers.add(vocab.RECONCILE, vocab.ACTION_DRIFT, self.passes.handle_request)
+        self.handlers.add(vocab.STACK, vocab.ACTION_STACK_CHECK,
+                          StackChecker(self.passes.drift).handle, hostless=True)
         if self.conf.startup_reconciliation_enabled:
             # Deferred: the daemon takes requests while the pass waits and runs.
             self.passes.defer_startup(self.conf.startup_reconciliation_wait_seconds)

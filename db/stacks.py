@@ -180,6 +180,24 @@ def stack_set_status_tx(
     )
 
 
+def stack_mark_checked(db: Database, stack_id: str, traversal_id: str | None, status: str,
+                       reason: str | None) -> bool:
+    """Record a stack check (CHECK COMPLETE/FAILED) if the stack still is at
+    ``traversal_id``, COMPLETE (or checked before) and not deleted. The
+    checked template completed: it stays the rollback target."""
+    expected: dict[str, Any] = {"current_traversal": traversal_id, "deleted_at": None,
+                                "status": (vocab.STACK_COMPLETE, vocab.STACK_FAILED)}
+    with db.session() as session:
+        stack = stack_get_tx(session, stack_id, lock="update")
+        if stack is None or (stack.action != vocab.STACK_CHECK
+                             and stack.status != vocab.STACK_COMPLETE):
+            return False
+        return api.conditional_update_tx(
+            session, Stack, stack_id, expected,
+            {"action": vocab.STACK_CHECK, "status": status, "status_reason": reason,
+             "prev_template_id": stack.template_id})
+
+
 # Templates ---------------------------------------------------------------------
 
 

@@ -185,9 +185,29 @@ class DriftChecker:
                 LOG.exception("drift check of %s: a batch of %d shares failed", host,
                               len(insts[start:start + BATCH_SIZE]))
 
+    def check_instances(self, insts: list[models.ShareInstance], policies: dict[str, str]
+                        ) -> tuple[DriftSummary, set[str]]:
+        """Check these instances (of this engine's backends) with
+        ``policies`` instead of the configured ones (a stack check); the
+        findings, and the ids that were not checked (busy, changed, the
+        backend cannot tell)."""
+        summary = DriftSummary()
+        by_backend: dict[str, list[models.ShareInstance]] = collections.defaultdict(list)
+        for inst in insts:
+            by_backend[views.backend_of(inst.host)].append(inst)
+        checked: set[str] = set()
+        for backend, group in by_backend.items():
+            driver = self.rec.drivers[backend]
+            for start in range(0, len(group), BATCH_SIZE):
+                checked |= self._batch(driver, group[start:start + BATCH_SIZE], summary,
+                                       False, policies)
+        return summary, {i.id for i in insts} - checked
+
     def _batch(self, driver: Any, insts: list[models.ShareInstance], summary: DriftSummary,
-               dry_run: bool) -> None:
+               dry_run: bool, policies: dict[str, str] | None = None) -> set[str]:
+        """Check a batch; the ids of the instances compared with the backend."""
         rec = self.rec
+        policies = policies or self.policies
         with contextlib.ExitStack() as locks:
             held = []
             for inst in insts:
@@ -201,20 +221,23 @@ class DriftChecker:
             rows = {i: r for i, r in rows.items() if r.status == vocab.AVAILABLE}
             summary.skipped["changed meanwhile"] += len(held) - len(rows)
             if not rows:
-                return
+                return set()
             shares = db_res.rows_by_id(rec.db, models.Share, {r.share_id for r in rows.values()})
             pairs = [(r, shares[r.share_id]) for r in rows.values() if r.share_id in shares]
             answers = self._answers(driver, pairs)
             writes = []
+            compared: set[str] = set()
             for inst, share in pairs:
                 summary.checked += 1
                 answer = answers.get(inst.id)
                 if answer is None:
                     summary.skipped["backend cannot tell"] += 1
                     continue
+                compared.add(inst.id)
                 found = compare(inst, share, answer)
                 if found:
-                    writes.append(self._outcome(inst, share, found, summary, dry_run))
+                    writes.append(self._outcome(inst, share, found, summary, dry_run,
+                                                policies))
                 elif inst.drift and not dry_run:
                     # The backend agrees again: the old finding goes.
                     writes.append([(models.ShareInstance, inst.id,
@@ -222,6 +245,7 @@ class DriftChecker:
             if writes and not dry_run:
                 applied = db_rec.transitions(rec.db, writes)
                 summary.skipped["changed meanwhile"] += applied.count(False)
+        return compared
 
     def _answers(self, driver: Any, pairs: list[tuple[models.ShareInstance, models.Share]]
                  ) -> dict[str, Any]:
@@ -262,11 +286,11 @@ class DriftChecker:
         return answers
 
     def _outcome(self, inst: models.ShareInstance, share: models.Share, found: list[Found],
-                 summary: DriftSummary, dry_run: bool) -> list:
+                 summary: DriftSummary, dry_run: bool, policies_in: dict[str, str]) -> list:
         """The instance's conditional updates for what was found: the drift
         record always; ``error`` wins over corrections (the share needs an
         operator); ``correct`` writes the backend's value."""
-        policies = {f.kind: self.policies[f.kind] for f in found}
+        policies = {f.kind: policies_in[f.kind] for f in found}
         marked = ERROR in policies.values()
         values: dict[str, Any] = {}
         extra: list = []

@@ -187,3 +187,54 @@ def test_bad_drift_policy_stops_the_start(deployment):
     assert out.returncode == 1
     assert "drift_policy: 'orphan' cannot be 'error' (allowed: report)" in out.stderr + out.stdout
     assert "Traceback" not in out.stderr + out.stdout
+
+
+STACK = """
+resources:
+  data:
+    type: share
+    properties: {size: 1, proto: NFS}
+  logs:
+    type: share
+    properties: {size: 2, proto: NFS}
+"""
+
+
+def test_stack_check_finds_drift_and_converge_repairs_it(deployment, servers):
+    """A share of a stack removed out of band and another resized: 'stack
+    check' marks the stack CHECK FAILED naming both; 'stack converge'
+    recreates the missing one and resizes the other back, and a second
+    check completes."""
+    d = deployment(**servers, host="observe-stack",
+                   extra={"DEFAULT": {"startup_reconciliation_wait_seconds": "0"}})
+    d.sync()
+    d.start()
+    db, _ = database(d)
+    template = d.root / "web.yaml"
+    template.write_text(STACK)
+    d.sharectl("stack", "create", "web", "-t", str(template), "--wait")
+    assert d.json("stack", "check", "web")["status"] == "COMPLETE"
+    phys = {r["name"]: r["physical_id"] for r in d.json("stack", "resource", "list", "web")}
+    inst = {n: _show(db, p)["instance_id"] for n, p in phys.items()}
+    d.backend("remove", inst["data"])
+    d.backend("set", inst["logs"], "size=5")
+
+    out = d.sharectl("stack", "check", "web", check=False)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "stack web CHECK FAILED: drifted: data (missing); logs (size 2 on record, " \
+           "5 on the backend)" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert _show(db, phys["data"])["status"] == vocab.ERROR
+    assert _show(db, phys["logs"])["size"] == 5  # the backend's truth, for the converge
+
+    shown = d.json("stack", "converge", "web", "--wait")
+    assert (shown["action"], shown["status"]) == ("UPDATE", "COMPLETE")
+    after = {r["name"]: r["physical_id"] for r in d.json("stack", "resource", "list", "web")
+             if r["action"] != "DELETE"}
+    assert after["logs"] == phys["logs"] and after["data"] != phys["data"]
+    objects = {o["id"]: o for o in d.backend("list")}
+    assert objects[_show(db, after["data"])["instance_id"]]["size"] == 1
+    assert objects[inst["logs"]]["size"] == 2
+    assert _show(db, phys["logs"])["size"] == 2
+    assert d.json("stack", "check", "web")["status"] == "COMPLETE"
+    db.dispose()

@@ -1,0 +1,99 @@
+"""Stack check (Heat's ``stack check``): ask the backend about every share
+of a stack and mark the stack CHECK COMPLETE or CHECK FAILED, naming the
+resources that drifted (doc/convergence.rst, "Check and converge").
+
+The check makes the database tell the truth so that a converge (an update
+traversal with the current template) repairs through the normal traversal
+machinery: with ``CHECK_POLICIES`` a share missing on the backend is marked
+``error`` (the traversal's decision then replaces it: a new share is made,
+the old record deleted) and a size or export drift is corrected from the
+backend (the decision then resizes the share back to the template's size
+in place). It runs on the engine that claims its request (any engine: the
+request has no host); shares of backends that engine does not serve are
+named as not checked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oslo_log import log as logging
+from sharemgr.common import vocab
+from sharemgr.db import resources as db_res
+from sharemgr.db import stacks
+from sharemgr.manager import views
+from sharemgr.manager.operations import OperationFailed
+from sharemgr.reconcile import drift
+from sharemgr.reconcile.drift import DriftChecker
+
+LOG = logging.getLogger(__name__)
+
+# What a stack check does about each kind of drift (data, like drift_policy):
+# write the backend's truth so that the converge traversal decides right.
+CHECK_POLICIES = {drift.MISSING: drift.ERROR, drift.SIZE: drift.CORRECT,
+                  drift.EXPORTS: drift.CORRECT, drift.ORPHAN: drift.REPORT}
+
+
+class StackChecker:
+    def __init__(self, checker: DriftChecker) -> None:
+        self.checker = checker
+
+    def handle(self, req: Any) -> None:
+        """Handler of a 'stack check' request (resource id: the stack's id)."""
+        db = self.checker.rec.db
+        stack = stacks.stack_get(db, req.resource_id)
+        if stack is None:
+            raise OperationFailed(f"stack {req.resource_id} does not exist")
+        if stack.status == vocab.STACK_IN_PROGRESS or (
+                stack.status != vocab.STACK_COMPLETE and stack.action != vocab.STACK_CHECK):
+            raise OperationFailed(f"cannot check stack {stack.name} while it is "
+                                  f"{stack.action} {stack.status}")
+        drifted, unchecked = self.check(stack)
+        status = vocab.STACK_FAILED if drifted else vocab.STACK_COMPLETE
+        parts = []
+        if drifted:
+            parts.append("drifted: " + "; ".join(f"{n} ({w})" for n, w in sorted(
+                drifted.items())))
+        if unchecked:
+            parts.append("not checked: " + "; ".join(f"{n} ({w})" for n, w in sorted(
+                unchecked.items())))
+        reason = ". ".join(parts) or "every resource agrees with its backend"
+        if not stacks.stack_mark_checked(db, stack.id, stack.current_traversal, status, reason):
+            raise OperationFailed(f"stack {stack.name} changed during its check; "
+                                  "nothing recorded")
+        LOG.info("stack %s: CHECK %s: %s", stack.name, status, reason)
+
+    def check(self, stack: Any) -> tuple[dict[str, str], dict[str, str]]:
+        """(drifted resource name → what, unchecked name → why)."""
+        db = self.checker.rec.db
+        drifted: dict[str, str] = {}
+        unchecked: dict[str, str] = {}
+        insts: dict[str, str] = {}  # instance id → resource name
+        rows = []
+        for row in stacks.resource_list(db, stack.id):
+            if row.action == vocab.STACK_DELETE or row.type != vocab.SHARE:
+                continue  # rows on their way out; other types: not checked yet
+            if not row.physical_id:
+                drifted[row.name] = "no physical resource"
+                continue
+            inst = db_res.primary_instance(db, row.physical_id)
+            if inst is None:
+                drifted[row.name] = "share gone from the database"
+            elif inst.status != vocab.AVAILABLE:
+                drifted[row.name] = f"share {inst.status}"
+            elif views.backend_of(inst.host) not in self.checker.rec.drivers:
+                unchecked[row.name] = f"backend {views.backend_of(inst.host)} is not served " \
+                                      "by the engine that checked"
+            else:
+                insts[inst.id] = row.name
+                rows.append(inst)
+        summary, missed = self.checker.check_instances(rows, CHECK_POLICIES)
+        for item in summary.items:
+            name = insts[item["instance_id"]]
+            what = item["kind"] if item["kind"] == drift.MISSING else \
+                f"{item['kind']} {item['database']} on record, {item['backend']} on the backend" \
+                if item["kind"] == drift.SIZE else item["kind"]
+            drifted[name] = f"{drifted[name]}, {what}" if name in drifted else what
+        for ident in missed:
+            unchecked[insts[ident]] = "busy or the backend cannot tell"
+        return drifted, unchecked
