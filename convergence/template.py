@@ -149,7 +149,8 @@ RESOURCE_TYPES: Mapping[str, ResourceType] = {
 }
 
 TOP_LEVEL_KEYS = frozenset({"resources", "outputs", "description", "heat_template_version",
-                            "timeout"})
+                            "timeout", "converge_interval"})
+MAX_CONVERGE_INTERVAL = 604800  # a week, in seconds
 MAX_TIMEOUT_MINUTES = 525600  # a year: the same bound as the stack_timeout_minutes option
 RESOURCE_KEYS = frozenset({"type", "properties", "depends_on", "description"})
 GET_RESOURCE = "get_resource"
@@ -239,6 +240,8 @@ class Template:
     outputs: Mapping[str, Any] = field(default_factory=dict)
     description: str | None = None
     timeout: float | None = None  # minutes, as Heat's timeout_mins; 0: none
+    # Seconds between self-healing checks of the stack (daemon/heal.py); None: never.
+    converge_interval: int | None = None
 
     @classmethod
     def empty(cls) -> Template:
@@ -263,6 +266,8 @@ class Template:
             out["description"] = self.description
         if self.timeout is not None:
             out["timeout"] = self.timeout
+        if self.converge_interval is not None:
+            out["converge_interval"] = self.converge_interval
         return out
 
     def dependencies(self) -> dict[str, frozenset[str]]:
@@ -356,9 +361,15 @@ def _validate(data: Any) -> Template:
         raise TemplateError(f"'timeout' must be a number of minutes from 0 to "
                             f"{MAX_TIMEOUT_MINUTES}, got {timeout!r}")
 
+    interval = data.get("converge_interval")
+    if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int)
+                                 or not 1 <= interval <= MAX_CONVERGE_INTERVAL):
+        raise TemplateError(f"'converge_interval' must be a whole number of seconds from 1 "
+                            f"to {MAX_CONVERGE_INTERVAL}, got {interval!r}")
+
     _toposort({n: d.requires for n, d in resources.items()})  # raises on a cycle
     return Template(resources=resources, outputs=outputs, description=description,
-                    timeout=timeout)
+                    timeout=timeout, converge_interval=interval)
 
 
 def _check_shape(name: str, raw: Any) -> None:

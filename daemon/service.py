@@ -12,6 +12,7 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence.engine import StackEngine
 from sharemgr.daemon.background import Background
+from sharemgr.daemon.heal import StackHealer
 from sharemgr.db import api as db_api
 from sharemgr.db import migration
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
@@ -83,6 +84,7 @@ class ShareManagerService:
         self.reconciler: Reconciler | None = None
         self.passes: PassRunner | None = None
         self.stacks: StackEngine | None = None
+        self.healer: StackHealer | None = None
 
     # Start -----------------------------------------------------------------
 
@@ -159,8 +161,9 @@ class ShareManagerService:
         except ValueError as exc:
             raise StartupError(str(exc))
         self.handlers.add(vocab.RECONCILE, vocab.ACTION_DRIFT, self.passes.handle_request)
-        self.handlers.add(vocab.STACK, vocab.ACTION_STACK_CHECK,
-                          StackChecker(self.passes.drift).handle, hostless=True)
+        checker = StackChecker(self.passes.drift)
+        self.handlers.add(vocab.STACK, vocab.ACTION_STACK_CHECK, checker.handle, hostless=True)
+        self.healer = StackHealer(checker)
         if self.conf.startup_reconciliation_enabled:
             # Deferred: the daemon takes requests while the pass waits and runs.
             self.passes.defer_startup(self.conf.startup_reconciliation_wait_seconds)
@@ -200,10 +203,17 @@ class ShareManagerService:
         if self.conf.periodic_reconciliation_interval:
             bg.every(self.conf.periodic_reconciliation_interval, "periodic_reconciliation",
                      lambda: self.passes and self.passes.periodic())
+        bg.every(self.conf.stack_watchdog_interval, "stack_heal", self._stack_heal)
         if self.conf.drift_check_interval:
             bg.every(self.conf.drift_check_interval, "drift_check",
                      lambda: self.passes and self.passes.drift_periodic())
         bg.start_periodics()
+
+    def _stack_heal(self) -> None:
+        # Not before the startup pass has settled what a crash left.
+        if self.healer is not None and not self.stopping.is_set() and \
+                not self.passes.startup_pending:
+            self.healer.run()
 
     def _stack_watchdog(self) -> None:
         if not self.stopping.is_set():

@@ -68,6 +68,10 @@ class PassRunner:
         self._startup_pending.set()
         return self._submit(wait_seconds, "startup")
 
+    @property
+    def startup_pending(self) -> bool:
+        return self._startup_pending.is_set()
+
     def periodic(self) -> None:
         """A periodic tick (daemon periodics, ``periodic_reconciliation_interval``):
         one indexed query for running requests of this host whose lease has

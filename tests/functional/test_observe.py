@@ -238,3 +238,34 @@ def test_stack_check_finds_drift_and_converge_repairs_it(deployment, servers):
     assert _show(db, phys["logs"])["size"] == 2
     assert d.json("stack", "check", "web")["status"] == "COMPLETE"
     db.dispose()
+
+
+def test_a_self_healing_stack_repairs_itself(deployment):
+    """A stack whose template sets converge_interval: a share removed on the
+    backend is found by the engine's own check and the stack converges
+    (CHECK FAILED, then an UPDATE that recreates the share)."""
+    d = deployment(host="observe-heal", extra={"DEFAULT": {
+        "startup_reconciliation_wait_seconds": "0", "stack_watchdog_interval": "0.5"}})
+    d.sync()
+    d.start()
+    db, _ = database(d)
+    template = d.root / "healing.yaml"
+    template.write_text("converge_interval: 1\n" + STACK)
+    d.sharectl("stack", "create", "healing", "-t", str(template), "--wait")
+    phys = {r["name"]: r["physical_id"]
+            for r in d.json("stack", "resource", "list", "healing")}
+    d.backend("remove", _show(db, phys["data"])["instance_id"])
+
+    def healed():
+        shown = d.json("stack", "show", "healing")
+        if (shown["action"], shown["status"]) != ("UPDATE", "COMPLETE"):
+            return None
+        return {r["name"]: r["physical_id"]
+                for r in d.json("stack", "resource", "list", "healing")
+                if r["action"] != "DELETE"}
+
+    after = wait_until(healed, timeout=60, interval=0.5, what="the stack to heal itself")
+    assert after["data"] != phys["data"] and after["logs"] == phys["logs"]
+    assert _show(db, after["data"])["instance_id"] in {o["id"] for o in d.backend("list")}
+    assert "stack healing drifted (data (missing)): converging" in d.engines[0].text()
+    db.dispose()
