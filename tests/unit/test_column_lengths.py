@@ -67,7 +67,12 @@ LONGEST = [
     (models.Service, "binary", "share-manager", "service"),
 ]
 LONGEST += [(models.Request, "resource_type", t, "resource types")
-            for t in (*kinds.KINDS, vocab.RECONCILE, vocab.STACK_RESOURCE)]
+            for t in (*kinds.KINDS, vocab.RECONCILE, vocab.STACK_RESOURCE, vocab.STACK)]
+LONGEST += [(models.Request, "action", a, "reconcile and stack requests")
+            for a in (vocab.ACTION_RUN, vocab.ACTION_DRIFT, vocab.ACTION_STACK_CHECK)]
+LONGEST += [(models.ReconcilePass, "trigger", t, "passes and drift checks")
+            for t in ("periodic", "drift", f"drift:{2**63 - 1}")]
+LONGEST += [(models.Stack, "action", vocab.STACK_CHECK, "sharectl stack check")]
 LONGEST += [(models.Request, "status", s, "request statuses")
             for s in (vocab.REQUEST_PENDING, vocab.REQUEST_RUNNING, vocab.REQUEST_DONE,
                       vocab.REQUEST_FAILED, vocab.REQUEST_ABANDONED)]
