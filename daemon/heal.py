@@ -8,7 +8,9 @@ so ``stack show`` keeps the last real action. Run by the daemon's periodics.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
@@ -27,6 +29,24 @@ class StackHealer:
         self.checker = checker
         self.db = checker.checker.rec.db
         self._last: dict[str, float] = {}  # stack id → when this engine last checked it
+        # template id → its converge_interval (stored templates never change)
+        self._intervals: dict[int, int | None] = {}
+        self._queued = threading.Event()
+
+    def tick(self, submit: Callable[[Callable[[], None], str], None]) -> None:
+        """A periodic tick: hand a round of checks to ``submit`` (the pass
+        runner's worker: driver calls stay out of the periodics' thread,
+        where they would hold up the heartbeat), one round at a time."""
+        if self._queued.is_set():
+            return
+        self._queued.set()
+        submit(self._round, "stack self-healing")
+
+    def _round(self) -> None:
+        try:
+            self.run()
+        finally:
+            self._queued.clear()
 
     def run(self) -> None:
         now = time.monotonic()
@@ -34,12 +54,15 @@ class StackHealer:
             if stack.status == vocab.STACK_IN_PROGRESS or stack.template_id is None or (
                     stack.status != vocab.STACK_COMPLETE and stack.action != vocab.STACK_CHECK):
                 continue
-            stored = stacks.template_get(self.db, stack.template_id)
-            interval = (stored or {}).get("converge_interval")
+            if stack.template_id not in self._intervals:
+                stored = stacks.template_get(self.db, stack.template_id) or {}
+                self._intervals[stack.template_id] = stored.get("converge_interval")
+            interval = self._intervals[stack.template_id]
             if not interval or now - self._last.get(stack.id, -interval) < interval:
                 continue
             self._last[stack.id] = now
             try:
+                stored = stacks.template_get(self.db, stack.template_id)
                 self._heal(stack, Template.from_dict(stored))
             except Exception:  # one stack's trouble must not stop the others'
                 LOG.exception("self-healing check of stack %s failed", stack.name)

@@ -213,7 +213,7 @@ class ShareManagerService:
         # Not before the startup pass has settled what a crash left.
         if self.healer is not None and not self.stopping.is_set() and \
                 not self.passes.startup_pending:
-            self.healer.run()
+            self.healer.tick(self.passes.then)
 
     def _stack_watchdog(self) -> None:
         if not self.stopping.is_set():

@@ -44,6 +44,8 @@ def lease_start(db: Database, resource_id: str, engine_id: str, seconds: float) 
 def expired_leases(db: Database, hosts: list[str]) -> list[models.Request]:
     """Running requests of these hosts whose lease has expired: the one
     query of a periodic tick (ix_requests_status_lease)."""
+    if not hosts:
+        return []
     stmt = sa.select(models.Request).where(
         models.Request.status == vocab.REQUEST_RUNNING,
         models.Request.lease_expires_at < models.utcnow(),

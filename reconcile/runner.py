@@ -101,7 +101,8 @@ class PassRunner:
         """Run ``fn`` once the passes asked for so far are done (the worker
         is single: it runs after them), e.g. arming the stack watchdog after
         the startup pass."""
-        self._futures.append(tasks.submit_logged(self.executor, fn, what=what))
+        fut = tasks.submit_logged(self.executor, fn, what=what)
+        self._futures = [f for f in self._futures if not f.done()] + [fut]
 
     def handle_request(self, req: Any) -> None:
         """Handler of a 'reconcile run' request (sharectl reconcile run) and
