@@ -130,6 +130,40 @@ def service_list(db: Database, include_stopped: bool = True) -> list[models.Serv
         return list(session.scalars(stmt))
 
 
+def service_backend_set(db: Database, engine_id: str, backend: str, state: str,
+                        reason: str | None = None) -> None:
+    """Record one backend's state for this engine (only the engine writes
+    its own rows: an update keyed on the row, an insert the first time)."""
+    if reason is not None and len(reason) > models.BACKEND_REASON:
+        reason = reason[: models.BACKEND_REASON - 3] + "..."
+    values = {"state": state, "reason": reason, "updated_at": utcnow()}
+    with db.session() as session:
+        done = session.execute(
+            sa.update(models.ServiceBackend)
+            .where(models.ServiceBackend.engine_id == engine_id,
+                   models.ServiceBackend.backend == backend)
+            .values(**values)
+        ).rowcount
+        if not done:
+            session.add(models.ServiceBackend(engine_id=engine_id, backend=backend, **values))
+
+
+def service_backends(db: Database,
+                     engine_ids: Iterable[str]) -> dict[str, list[models.ServiceBackend]]:
+    """engine id → its backends' rows, by backend name."""
+    ids = list(engine_ids)
+    out: dict[str, list[models.ServiceBackend]] = {e: [] for e in ids}
+    if not ids:
+        return out
+    stmt = (sa.select(models.ServiceBackend)
+            .where(models.ServiceBackend.engine_id.in_(ids))
+            .order_by(models.ServiceBackend.engine_id, models.ServiceBackend.backend))
+    with db.session() as session:
+        for row in session.scalars(stmt):
+            out[row.engine_id].append(row)
+    return out
+
+
 # Requests -----------------------------------------------------------------
 
 
