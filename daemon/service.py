@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
 import uuid
 
+import tenacity
 from oslo_config import cfg
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.common.outage import first_line
 from sharemgr.convergence.engine import StackEngine
+from sharemgr.daemon import systemd
 from sharemgr.daemon.background import Background
 from sharemgr.db import api as db_api
 from sharemgr.db import migration
@@ -22,7 +26,7 @@ from sharemgr.manager.coordination import safe_url as c_url
 from sharemgr.manager.operations import Operations
 from sharemgr.manager.runner import RequestRunner
 from sharemgr.reconcile.reconciler import Reconciler
-from sharemgr.reconcile.runner import PassRunner, run_watchers
+from sharemgr.reconcile.runner import PassRunner
 
 LOG = logging.getLogger(__name__)
 BINARY = "share-manager"
@@ -72,7 +76,12 @@ class ShareManagerService:
         self.coordinator: Coordinator | None = None
         self.background = Background()
         self.registered = False
+        # The backends that are up; a backend whose set-up failed joins when
+        # a retry passes (_join: a new dict for every holder).
         self.drivers: dict = {}
+        self.failed_backends: dict = {}  # backend -> its driver, set-up failed
+        self.reload_requested = False  # SIGHUP, handled by wait()
+        self.notifier = systemd.Notifier()
         self.hosts: list[str] = []
         self.handlers = Handlers()
         self.operations: Operations | None = None
@@ -91,6 +100,12 @@ class ShareManagerService:
             c_url(config.coordination_url(self.conf)),
         )
         try:
+            # The default database, coordination and dummy state live here.
+            os.makedirs(self.conf.state_path, exist_ok=True)
+        except OSError as exc:
+            raise StartupError(f"cannot create state_path {self.conf.state_path}: "
+                               f"{exc.strerror or exc}")
+        try:
             self.db = open_database(self.conf)
         except DatabaseUnavailable as exc:
             raise StartupError(str(exc))
@@ -106,11 +121,31 @@ class ShareManagerService:
         except CoordinationUnavailable as exc:
             raise StartupError(str(exc))
         try:
-            self.drivers = loader.load_drivers(self.conf, self.host, self.engine_id)
+            # A configuration mistake stops the daemon; a set-up that fails
+            # (an array not reachable yet) is retried below.
+            constructed = loader.load_drivers(self.conf, self.host, self.engine_id,
+                                              setup=False)
         except loader.DriverLoadError as exc:
             raise StartupError(str(exc))
         for where in config.unknown_options(self.conf):
             LOG.warning("unknown option, ignored: %s", where)
+        db_api.service_register(self.db, self.host, BINARY, self.engine_id)
+        self.registered = True
+        for backend in constructed:
+            db_api.service_backend_set(self.db, self.engine_id, backend,
+                                       vocab.BACKEND_INITIALIZING)
+        for backend, driver in constructed.items():
+            try:
+                loader.setup_driver(driver)
+            except loader.BackendSetupError as exc:
+                LOG.warning("backend [%s]: %s; the other backends serve, this one is "
+                            "retried with back-off", backend, exc)
+                self.failed_backends[backend] = driver
+                db_api.service_backend_set(self.db, self.engine_id, backend,
+                                           vocab.BACKEND_FAILED, str(exc))
+                continue
+            self.drivers[backend] = driver
+            db_api.service_backend_set(self.db, self.engine_id, backend, vocab.BACKEND_UP)
         self.hosts = [f"{self.host}@{backend}" for backend in self.drivers]
         self.operations = Operations(self.db, self.drivers, self.coordinator, self.engine_id)
         for rtype, action in operations.HANDLERS:
@@ -118,8 +153,6 @@ class ShareManagerService:
         self.stacks = StackEngine(self.db, self.operations, self.coordinator, self.engine_id,
                                   self.host, self.drivers)
         self.stacks.register(self.handlers)
-        db_api.service_register(self.db, self.host, BINARY, self.engine_id)
-        self.registered = True
         self.ensure_driver_resources()
         self.refresh_backend_stats()
         self._start_periodics()
@@ -135,11 +168,82 @@ class ShareManagerService:
             poll_interval=self.conf.request_poll_interval,
             max_poll_interval=self.conf.request_poll_max_interval,
             any_host=bool(self.handlers.hostless),
+            outage_max_interval=self.conf.outage_retry_max_interval,
         )
         self.runner.start()
         self.background.own("request runner", self._stop_runner)
+        for backend, driver in self.failed_backends.items():
+            self.background.submit(f"set-up of backend [{backend}]", self._set_up_later,
+                                   backend, driver)
         LOG.info("share-manager up: host %s, engine %s, backends %s", self.host,
-                 self.engine_id, ", ".join(self.drivers) or "none")
+                 self.engine_id, ", ".join(
+                     [*self.drivers, *(f"{b} (set-up failed, retrying)"
+                                       for b in self.failed_backends)]) or "none")
+        self.notifier.ready()
+
+    # A backend whose set-up failed -----------------------------------------
+
+    def _setup_wait(self, retry_state: tenacity.RetryCallState) -> float:
+        # Read at each wait: both options are mutable (SIGHUP).
+        return tenacity.wait_exponential(
+            multiplier=2 * self.conf.backend_setup_retry_interval,
+            max=self.conf.backend_setup_retry_max_interval)(retry_state)
+
+    def _set_up_later(self, backend: str, driver: object) -> None:
+        """Retry the backend's set-up with capped exponential back-off until
+        it passes (then it joins) or the daemon stops."""
+        if self.stopping.wait(self.conf.backend_setup_retry_interval):
+            return
+
+        def attempt() -> bool:
+            if self.stopping.is_set():
+                return False
+            loader.setup_driver(driver)
+            return True
+
+        def failed(retry_state: tenacity.RetryCallState) -> None:
+            reason = str(retry_state.outcome.exception())
+            LOG.info("backend [%s]: %s; next try in %.1fs", backend, reason,
+                     retry_state.next_action.sleep)
+            self._record_backend(backend, vocab.BACKEND_FAILED, reason)
+
+        try:
+            up = tenacity.Retrying(
+                retry=tenacity.retry_if_exception_type(loader.BackendSetupError),
+                wait=self._setup_wait,
+                stop=lambda _state: self.stopping.is_set(),
+                sleep=self.stopping.wait,
+                before_sleep=failed,
+                reraise=True,
+            )(attempt)
+        except loader.BackendSetupError:
+            return  # stopping
+        if up and not self.stopping.is_set():
+            self._join(backend, driver)
+
+    def _join(self, backend: str, driver: object) -> None:
+        """A backend whose set-up passed after start: ensure its resources,
+        report its stats, claim its requests, reconcile."""
+        host = f"{self.host}@{backend}"
+        LOG.info("backend [%s]: set-up passed; %s joins", backend, host)
+        try:
+            ensure.ensure_backend(self.db, host, driver)
+        except Exception:  # as at start: logged, the backend still serves
+            LOG.exception("%s: ensure_driver_resources failed", host)
+        # A new dict, not an insert: a pass or refresh may be iterating.
+        self.drivers = {**self.drivers, backend: driver}
+        for holder in (self.operations, self.reconciler, self.stacks):
+            holder.drivers = self.drivers
+        self.failed_backends.pop(backend, None)
+        self.hosts = [*self.hosts, host]
+        try:
+            capabilities.refresh(self.db, host, driver, self.engine_id)
+        except Exception as exc:  # an outage: the periodic refresh reports it later
+            LOG.warning("%s: stats not reported yet: %s", host, first_line(exc))
+        self.runner.add_hosts([host, *self.stacks.add_backend(backend, driver)])
+        self._record_backend(backend, vocab.BACKEND_UP)
+        if self.conf.startup_reconciliation_enabled:
+            self.passes.run_soon(f"backend:{backend}")
 
     def _start_reconciliation(self) -> None:
         self.reconciler = Reconciler(
@@ -160,6 +264,15 @@ class ShareManagerService:
         # The stack watchdog starts once the pass has settled what a crash left.
         self.stacks.start(self.passes if self.conf.startup_reconciliation_enabled else None)
 
+    def _record_backend(self, backend: str, state: str, reason: str | None = None) -> None:
+        """The backend's state in service_backends; the database away only
+        leaves the list stale (the retries and the join go on)."""
+        try:
+            db_api.service_backend_set(self.db, self.engine_id, backend, state, reason)
+        except Exception as exc:
+            LOG.warning("backend [%s]: could not record its state '%s': %s", backend,
+                        state, first_line(exc))
+
     def ensure_driver_resources(self) -> None:
         for backend, driver in self.drivers.items():
             host = f"{self.host}@{backend}"
@@ -171,20 +284,26 @@ class ShareManagerService:
     def refresh_backend_stats(self) -> None:
         """Each backend's get_share_stats() into backend_stats; a failure is
         logged with its traceback and leaves the previous report."""
-        for backend, driver in self.drivers.items():
+        for backend, driver in list(self.drivers.items()):
             if self.stopping.is_set():
                 return
             capabilities.refresh(self.db, f"{self.host}@{backend}", driver, self.engine_id)
 
     def _start_periodics(self) -> None:
         bg = self.background
+        most = self.conf.outage_retry_max_interval
         bg.every(self.conf.heartbeat_interval, "heartbeat",
-                 lambda: db_api.service_heartbeat(self.db, self.engine_id))
+                 lambda: db_api.service_heartbeat(self.db, self.engine_id), most)
         bg.every(self.conf.backup_continue_interval, "backup_continue",
-                 lambda: self.operations.continue_backups(self.hosts))
-        bg.every(1.0, "membership", lambda: run_watchers(self.coordinator))
-        bg.every(self.conf.stack_watchdog_interval, "stack_watchdog", self._stack_watchdog)
-        bg.every(self.conf.backend_stats_interval, "backend_stats", self.refresh_backend_stats)
+                 lambda: self.operations.continue_backups(self.hosts), most)
+        bg.every(1.0, "membership", lambda: self.coordinator.run_watchers(), most)
+        bg.every(self.conf.stack_watchdog_interval, "stack_watchdog", self._stack_watchdog,
+                 most)
+        bg.every(self.conf.backend_stats_interval, "backend_stats", self.refresh_backend_stats,
+                 most)
+        if self.notifier.watchdog_interval:
+            bg.every(self.notifier.watchdog_interval, "systemd_watchdog",
+                     self.notifier.watchdog)
         bg.start_periodics()
 
     def _stack_watchdog(self) -> None:
@@ -195,7 +314,27 @@ class ShareManagerService:
 
     def wait(self) -> None:
         while not self.stopping.wait(0.5):
-            pass
+            if self.reload_requested:
+                self.reload_requested = False
+                self.reload()
+
+    def request_reload(self, _signum: int | None = None, _frame: object = None) -> None:
+        """SIGHUP: only a flag; the main thread reloads (wait), never inside
+        the handler, which may interrupt a thread holding a logging lock."""
+        self.reload_requested = True
+
+    def reload(self) -> None:
+        """Re-read the config files; options marked mutable (manager/config.py,
+        oslo.log's debug and log levels) take their new values, oslo.config
+        warns of each change to another one. Log files need no reopening:
+        oslo.log writes them through WatchedFileHandler, which reopens a file
+        rotated away."""
+        LOG.info("share-manager got SIGHUP: reloading the mutable options")
+        try:
+            self.conf.mutate_config_files()
+            config.validate(self.conf)
+        except Exception as exc:  # a broken file or value: say so in one line
+            LOG.error("reloading the configuration failed: %s", " ".join(str(exc).split()))
 
     def request_stop(self, signum: int | None = None, _frame: object = None) -> None:
         if signum is not None and not self.stopping.is_set():
@@ -213,6 +352,8 @@ class ShareManagerService:
         self.passes.stop()
 
     def stop(self) -> None:
+        self.notifier.stopping()
+        self.stopping.set()  # waits of set-up retries and passes return at once
         # The request runner first (its driver calls may finish while the
         # heartbeat still runs), then the pass runner, then the periodics.
         self.background.stop()
@@ -252,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     service = ShareManagerService(conf)
     signal.signal(signal.SIGTERM, service.request_stop)
     signal.signal(signal.SIGINT, service.request_stop)
+    signal.signal(signal.SIGHUP, service.request_reload)
     failure = None
     try:
         service.start()

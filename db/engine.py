@@ -152,7 +152,12 @@ class Database:
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
                 folder = os.path.dirname(os.path.abspath(parsed.database))
-                os.makedirs(folder, exist_ok=True)
+                try:
+                    os.makedirs(folder, exist_ok=True)
+                except OSError as exc:  # under a file, permission denied
+                    raise DatabaseUnavailable(
+                        f"cannot create the folder of database {safe_url(url)}: "
+                        f"{exc.strerror or exc}: {folder}")
             kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
         else:
             kwargs.update(pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)

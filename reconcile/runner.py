@@ -16,7 +16,6 @@ from oslo_log import log as logging
 from sharemgr.common import tasks
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.reconcile.reconciler import Reconciler
-from tooz import coordination
 
 LOG = logging.getLogger(__name__)
 
@@ -44,6 +43,11 @@ class PassRunner:
     def defer_startup(self, wait_seconds: int) -> Any:
         LOG.info("startup reconciliation in %ss", wait_seconds)
         return self._submit(wait_seconds, "startup")
+
+    def run_soon(self, trigger: str) -> Any:
+        """A pass after those asked for so far (e.g. 'backend:<name>' when a
+        backend's set-up passed after start)."""
+        return self._submit(0, trigger)
 
     def then(self, fn: Any, what: str) -> None:
         """Run ``fn`` once the passes asked for so far are done (the worker
@@ -96,11 +100,4 @@ class PassRunner:
         if pending:
             waiters.wait_for_all(pending)
         self.executor.shutdown(wait=False)
-
-
-def run_watchers(coordinator: Any) -> None:
-    try:
-        coordinator.run_watchers()
-    except coordination.ToozError as exc:
-        LOG.warning("membership watch failed: %s", exc)
 
