@@ -58,7 +58,8 @@ class Background:
                 return
             backoff.recovered()
 
-        task.__name__ = what  # futurist names the task in its own messages
+        # futurist names the task in its messages, tasks.py by its qualname.
+        task.__name__ = task.__qualname__ = what
         self._periodic.append((task, (), {}))
 
     def submit(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:

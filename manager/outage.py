@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import redis.exceptions
 from sharemgr.common.outage import Backoff
 from sharemgr.db.engine import DatabaseUnavailable
 from sqlalchemy import exc as sa_exc
@@ -12,9 +13,12 @@ __all__ = ["Backoff", "is_outage"]
 
 # OperationalError: connection refused or lost, server gone, lock timeout;
 # InterfaceError: a connection closed under the driver. Other DBAPI errors
-# (integrity, data, programming) are bugs, not outages.
+# (integrity, data, programming) are bugs, not outages. tooz's Redis driver
+# lets redis-py's connection errors through unwrapped (run_watchers).
 _OUTAGE_TYPES = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError,
-                 sa_exc.TimeoutError, DatabaseUnavailable, coordination.ToozError)
+                 sa_exc.TimeoutError, DatabaseUnavailable, coordination.ToozError,
+                 redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                 ConnectionError)
 
 
 def is_outage(exc: BaseException) -> bool:

@@ -36,6 +36,7 @@ from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale, lock_name
+from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Op
 from sharemgr.reconcile import access, rules, scan
 from sharemgr.reconcile.scan import Candidate
@@ -240,6 +241,10 @@ class Reconciler:
             db_rec.pass_failed(self.db, record_id, self.host, self.engine_id, trigger,
                                dry_run, result)
         except Exception as again:  # e.g. the database is what failed
+            if is_outage(again):  # the pass runner retries it; the outage is logged once
+                LOG.debug("reconciliation pass (%s) on %s failed in an outage: %s", trigger,
+                          self.host, again)
+                return
             LOG.error("reconciliation pass (%s) on %s failed and could not be recorded: "
                       "%s: %s", trigger, self.host, type(again).__name__, again)
 

@@ -11,10 +11,12 @@ import threading
 from typing import Any
 
 import futurist
+import tenacity
 from futurist import waiters
 from oslo_log import log as logging
 from sharemgr.common import tasks
 from sharemgr.manager.operations import OperationFailed
+from sharemgr.manager.outage import Backoff, is_outage
 from sharemgr.reconcile.reconciler import Reconciler
 
 LOG = logging.getLogger(__name__)
@@ -38,7 +40,23 @@ class PassRunner:
             return None
         if self.stopping.is_set():
             return None
-        return self.reconciler.run(trigger, dry_run)
+        if trigger.startswith("manual:"):  # someone waits: tell them at once
+            return self.reconciler.run(trigger, dry_run)
+        # An automatic pass the database or coordination interrupts runs
+        # again once they are back (one WARNING for the outage, no traceback).
+        backoff = Backoff(f"reconciliation pass ({trigger})", 1.0, 30.0)
+        result = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(is_outage),
+            wait=lambda state: backoff.failed(state.outcome.exception()),
+            stop=lambda _state: self.stopping.is_set(),
+            sleep=self.stopping.wait,
+            reraise=True,
+        )(self._run_unless_stopping, trigger, dry_run)
+        backoff.recovered()
+        return result
+
+    def _run_unless_stopping(self, trigger: str, dry_run: bool) -> dict | None:
+        return None if self.stopping.is_set() else self.reconciler.run(trigger, dry_run)
 
     def defer_startup(self, wait_seconds: int) -> Any:
         LOG.info("startup reconciliation in %ss", wait_seconds)

@@ -209,14 +209,18 @@ def test_a_database_outage_is_one_warning_and_nothing_is_lost(deployment, pg_url
     proxy = Proxy(make_url(pg_url).port or 5432)
     proxy.start()
     via_proxy = make_url(pg_url).set(port=proxy.port).render_as_string(False)
+    # The startup pass before the cut (a pass the outage interrupts runs
+    # again: tests/unit/test_reconcile_runner.py).
     d = deployment(db_url=via_proxy, backends={"dummy": {}},
-                   extra={"DEFAULT": {"outage_retry_max_interval": "1"}})
+                   extra={"DEFAULT": {"outage_retry_max_interval": "1",
+                                      "startup_reconciliation_wait_seconds": "0"}})
     direct = d.write_config(tmp_path / "direct.conf", database={"connection": pg_url})
     d.sync()
     engine = d.start()
     try:
         assert d.json("share", "create", "1", "--proto", "NFS", "--wait")["status"] == \
             "available"
+        engine.wait_for_log("reconciliation pass 1 (startup)")
         proxy.cut()
         wait_until(lambda: OUTAGE in engine.text(), what="the outage's WARNING")
         # Written during the outage (sharectl reaches the database directly).
@@ -236,4 +240,30 @@ def test_a_database_outage_is_one_warning_and_nothing_is_lost(deployment, pg_url
     text = engine.text()
     assert text.count(OUTAGE) == 1 and text.count(BACK) == 1, text[-4000:]
     assert text.index(OUTAGE) < text.index(BACK)
+    assert "Traceback" not in text and " ERROR " not in text, text[-4000:]
+
+
+def test_a_coordination_outage_is_one_warning(deployment, redis_url):
+    from urllib.parse import urlsplit
+
+    proxy = Proxy(urlsplit(redis_url).port or 6379)
+    proxy.start()
+    d = deployment(coordination_url=f"redis://127.0.0.1:{proxy.port}",
+                   extra={"DEFAULT": {"outage_retry_max_interval": "1"}})
+    d.sync()
+    engine = d.start()
+    try:
+        proxy.cut()
+        # tooz's Redis driver lets redis-py's ConnectionError through (membership).
+        wait_until(lambda: OUTAGE in engine.text(), what="the outage's WARNING")
+        proxy.start()
+        wait_until(lambda: BACK in engine.text(), what="the recovery's INFO")
+        assert d.json("share", "create", "1", "--proto", "NFS", "--wait")["status"] == \
+            "available"
+    finally:
+        if not proxy.up:
+            proxy.start()
+    assert engine.terminate() == 0
+    text = engine.text()
+    assert text.count(OUTAGE) == 1 and text.count(BACK) == 1, text[-4000:]
     assert "Traceback" not in text and " ERROR " not in text, text[-4000:]

@@ -8,6 +8,7 @@ import os
 import socket
 
 import pytest
+import redis.exceptions
 import sqlalchemy as sa
 from sharemgr.common.outage import Backoff, OutageLog
 from sharemgr.daemon import systemd
@@ -28,6 +29,9 @@ def _operational() -> sa.exc.OperationalError:
     (DatabaseUnavailable("cannot connect"), True),
     (coordination.ToozConnectionError("redis gone"), True),
     (coordination.ToozError("Redis driver has not been started"), True),
+    # tooz's Redis driver lets these through from run_watchers.
+    (redis.exceptions.ConnectionError("Error 111 connecting"), True),
+    (redis.exceptions.TimeoutError("Timeout reading from socket"), True),
     (sa.exc.IntegrityError("INSERT", {}, Exception("duplicate key")), False),
     (sa.exc.DataError("INSERT", {}, Exception("value too long")), False),
     (KeyError("bug"), False),
