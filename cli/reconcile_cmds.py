@@ -82,11 +82,14 @@ class ReconcileRun(base.Lister):
 
 
 class ReconcileShow(base.ShowOne):
-    """Show the newest reconciliation pass of this host (or --id N)."""
+    """Show the newest reconciliation pass of this host that changed things
+    (not a dry run; or --dry-run, or --id N)."""
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("--id", type=int, help="a pass id instead of the newest")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="the newest dry run instead")
         parser.add_argument("--any-host", action="store_true",
                             help="the newest pass of any host")
         return parser
@@ -96,7 +99,8 @@ class ReconcileShow(base.ShowOne):
 
         ctx = self.app.context
         host = None if parsed_args.any_host or parsed_args.id else ctx.conf.host
-        found = db_rec.passes(ctx.db, host, pass_id=parsed_args.id)
+        found = db_rec.passes(ctx.db, host, pass_id=parsed_args.id,
+                              dry_run=None if parsed_args.id else parsed_args.dry_run)
         if not found:
             raise base.UserError("no reconciliation pass recorded"
                                  + (f" for host {host}" if host else ""))

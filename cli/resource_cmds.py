@@ -135,11 +135,16 @@ class ResourceDelete(base.Command):
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("id", help=f"{self.kind.noun} id")
+        parser.add_argument(
+            "--force", action="store_true",
+            help="(admin) delete from any status and remove the record even when the "
+                 "driver cannot delete it (the driver is still tried once; what it "
+                 "leaves on the backend is logged by share-manager)")
         add_wait(parser)
         return parser
 
     def take_action(self, parsed_args: Any) -> int:
-        getattr(_intake(self.app), self.kind.delete)(parsed_args.id)
+        getattr(_intake(self.app), self.kind.delete)(parsed_args.id, force=parsed_args.force)
         if parsed_args.wait:
             status = wait_for(self.app, self.kind, parsed_args.id, parsed_args.timeout,
                               deleting=True)

@@ -23,6 +23,20 @@ def open_requests(db: Database, hosts: list[str]) -> list[models.Request]:
         return list(session.scalars(stmt.order_by(models.Request.id)))
 
 
+def last_request_args(db: Database, resource_type: str, resource_id: str, action: str
+                      ) -> dict[str, Any]:
+    """The args of the newest ``action`` request of this resource, whatever
+    its status ({} when there is none): how a delete a crash cut short was
+    asked (forced or not)."""
+    stmt = (sa.select(models.Request.args)
+            .where(models.Request.resource_type == resource_type,
+                   models.Request.resource_id == resource_id,
+                   models.Request.action == action)
+            .order_by(models.Request.id.desc()).limit(1))
+    with db.session() as session:
+        return dict(session.scalar(stmt) or {})
+
+
 def abandon_request(db: Database, request_id: int, dead_engine: str, note: str) -> bool:
     """running → abandoned, only if the dead engine still owns it."""
     stmt = (
@@ -131,8 +145,12 @@ def pass_failed(db: Database, pass_id: int | None, host: str, engine_id: str, tr
 
 
 def passes(db: Database, host: str | None = None, limit: int = 1,
-           pass_id: int | None = None, trigger: str | None = None) -> list[models.ReconcilePass]:
+           pass_id: int | None = None, trigger: str | None = None,
+           dry_run: bool | None = None) -> list[models.ReconcilePass]:
+    """Newest first; ``dry_run`` False/True keeps only real/dry passes."""
     stmt = sa.select(models.ReconcilePass).order_by(models.ReconcilePass.id.desc()).limit(limit)
+    if dry_run is not None:
+        stmt = stmt.where(models.ReconcilePass.dry_run == dry_run)
     if trigger:
         stmt = stmt.where(models.ReconcilePass.trigger == trigger)
     if host:

@@ -4,6 +4,8 @@ Every way a driver can fail to load (unknown name, plugin import error, entry
 point naming a missing class, bad option value, constructor or set-up error)
 becomes a ``DriverLoadError`` whose message is one line naming the backend
 group, the entry point and the cause, so the daemon can print it and exit.
+The cause's traceback goes to the DEBUG log (``debug = true``), for the
+driver's author.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import importlib.metadata
 import sys
 
 from oslo_config import cfg
+from oslo_log import log as logging
 from sharemgr.drivers import options
 from sharemgr.drivers.base import ShareDriver
 from stevedore import driver as stevedore_driver
@@ -20,6 +23,8 @@ from stevedore import exception as stevedore_exc
 from stevedore import extension as stevedore_ext
 
 NAMESPACE = "sharemgr.share_drivers"
+
+LOG = logging.getLogger(__name__)
 
 
 class DriverLoadError(Exception):
@@ -44,6 +49,12 @@ def _bad_value(err: BaseException) -> str:
     # <cause>"; the group and option are named already, keep the cause.
     text = " ".join(str(err).split())
     return text.split(" is not valid: ", 1)[-1]
+
+
+def _load_error(message: str, cause: BaseException) -> DriverLoadError:
+    """The one-line error; the cause's traceback is logged at DEBUG."""
+    LOG.debug("%s", message, exc_info=(type(cause), cause, cause.__traceback__))
+    return DriverLoadError(message)
 
 
 def _one_line(err: BaseException) -> str:
@@ -119,12 +130,12 @@ def _load_class(backend: str, name: str) -> type[ShareDriver]:
             on_missing_entrypoints_callback=None,
         )
     except _ImportFailed as exc:
-        raise DriverLoadError(f"{where}: {_import_cause(exc.ep, exc.err)}")
+        raise _load_error(f"{where}: {_import_cause(exc.ep, exc.err)}", exc.err)
     except stevedore_exc.NoMatches as exc:
-        raise DriverLoadError(f"{where}: {_one_line(exc)}")
+        raise _load_error(f"{where}: {_one_line(exc)}", exc)
     except Exception as exc:
         # stevedore lets AssertionError through without the callback.
-        raise DriverLoadError(f"{where}: {_import_cause(ep, exc)}")
+        raise _load_error(f"{where}: {_import_cause(ep, exc)}", exc)
     cls = manager.driver
     if not (isinstance(cls, type) and issubclass(cls, ShareDriver)):
         raise DriverLoadError(
@@ -192,12 +203,12 @@ def construct_driver(
             state_path=conf.state_path,
         )
     except Exception as exc:
-        raise DriverLoadError(f"{where}: constructor failed: {_one_line(exc)}")
+        raise _load_error(f"{where}: constructor failed: {_one_line(exc)}", exc)
     if setup:
         try:
             setup_driver(drv)
         except BackendSetupError as exc:
-            raise DriverLoadError(f"{where}: {exc}")
+            raise _load_error(f"{where}: {exc}", exc.__cause__ or exc)
     return drv
 
 
@@ -210,7 +221,10 @@ def setup_driver(drv: ShareDriver) -> None:
         try:
             getattr(drv, step)()
         except Exception as exc:
-            raise BackendSetupError(f"{step} failed: {_one_line(exc)}") from exc
+            message = f"{step} failed: {_one_line(exc)}"
+            # One line for the log's WARNING; the cause's traceback at DEBUG.
+            LOG.debug("%s", message, exc_info=(type(exc), exc, exc.__traceback__))
+            raise BackendSetupError(message) from exc
 
 
 def load_driver(

@@ -14,14 +14,18 @@ build its driver::
 
 Every check runs once per DHSS mode. An operation the driver does not implement
 (``OperationNotSupported`` or ``NotImplementedError``) skips the checks that
-need it, with the reason; a broken contract fails with a message that names the
-method and the rule.
+need it, with the reason, reported at the driver's method (or, for a method it
+inherits, its class) rather than at a line of the kit; a broken contract fails
+with a message that names the method and the rule.
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
+import numbers
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -111,8 +115,58 @@ def _name(driver: ShareDriver, method: str) -> str:
     return f"{type(driver).__name__}.{method}"
 
 
+def _inherits(driver: ShareDriver, method: str) -> bool:
+    """The driver keeps the base class's ``method``."""
+    return getattr(type(driver), method, None) is getattr(ShareDriver, method, None)
+
+
+def _where(driver: ShareDriver, method: str | None = None) -> tuple[str, int] | None:
+    """(file, line) of the driver's ``method``, or of its class when it
+    inherits the method from ShareDriver (or none is named)."""
+    cls = type(driver)
+    if method and not _inherits(driver, method):
+        code = getattr(inspect.unwrap(getattr(cls, method, None)), "__code__", None)
+        if code is not None:
+            return code.co_filename, code.co_firstlineno
+    try:
+        return inspect.getsourcefile(cls) or "?", inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        return None
+
+
+class DriverSkip(pytest.skip.Exception):
+    """A skip about the driver: pytest reports it at ``location`` (the
+    driver's method) instead of the kit's line that raised it."""
+
+    def __init__(self, reason: str, location: tuple[str, int] | None) -> None:
+        super().__init__(reason)
+        self.location = location
+
+
+class _SkipLocations:
+    """pytest plugin (registered by the kit's autouse fixture): moves a
+    DriverSkip's reported location to the driver."""
+
+    NAME = "sharemgr-driver-kit-skips"
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo
+                                  ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        exc = call.excinfo.value if call.excinfo else None
+        if (report.skipped and isinstance(exc, DriverSkip) and exc.location
+                and isinstance(report.longrepr, tuple)):
+            # "Skipped: " is what pytest strips from a skip's reason when it shows it.
+            report.longrepr = (exc.location[0], exc.location[1], f"Skipped: {exc.msg}")
+        return report
+
+
+def _skip(driver: ShareDriver, method: str | None, reason: str) -> NoReturn:
+    raise DriverSkip(reason, _where(driver, method))
+
+
 def _unsupported(driver: ShareDriver, method: str) -> NoReturn:
-    pytest.skip(f"{_name(driver, method)} is not implemented")
+    _skip(driver, method, f"{_name(driver, method)} is not implemented")
 
 
 class _Kit:
@@ -122,6 +176,8 @@ class _Kit:
     def __init__(self, driver: ShareDriver, server: dict | None) -> None:
         self.driver = driver
         self.server = server
+        # object id -> (create method, its arguments, its result), to repeat it
+        self.created: dict[str, tuple[str, tuple, Any]] = {}
 
     # Dicts in the shapes the manager passes ---------------------------------
 
@@ -251,19 +307,28 @@ class _Kit:
     def expect_error(self, method: str, *args: Any, what: str) -> None:
         try:
             result = self.call(method, *args)
+        except NotImplementedError:
+            # Before ShareBackendException: OperationNotSupported is both, and
+            # an unimplemented operation is a skip, not the error asked for.
+            _unsupported(self.driver, method)
         except ShareBackendException:
             return
-        except NotImplementedError:
-            _unsupported(self.driver, method)
         _fail(f"{_name(self.driver, method)} of {what} returned {result!r}; it must raise "
               "a ShareBackendException")
+
+    def create_call(self, obj: dict, method: str, *args: Any, what: str,
+                    optional: bool = True) -> Any:
+        """``ok`` for the create of ``obj``, remembered so a check can repeat it."""
+        result = self.ok(method, *args, what=what, optional=optional)
+        self.created[obj["id"]] = (method, copy.deepcopy(args), copy.deepcopy(result))
+        return result
 
     # Objects ---------------------------------------------------------------------
 
     def create_share(self, size: int = 1) -> dict:
         share = self.share_dict(size)
-        locations = self.ok("create_share", share, self.server, what="a new share",
-                            optional=False)
+        locations = self.create_call(share, "create_share", share, self.server,
+                                     what="a new share", optional=False)
         check_export_locations(self.driver, "create_share", locations)
         share["export_locations"] = locations
         return share
@@ -276,9 +341,11 @@ class _Kit:
             return self.create_share()
         if kind == "share_server":
             if not self.driver.driver_handles_share_servers:
-                pytest.skip("share servers exist only with driver_handles_share_servers")
+                _skip(self.driver, None, f"{type(self.driver).__name__}: share servers exist "
+                      "only with driver_handles_share_servers = True")
             server = self.server_dict()
-            details = self.ok(method, server, None, what="a new share server")
+            details = self.create_call(server, method, server, None,
+                                       what="a new share server")
             if not isinstance(details, dict):
                 _fail(f"{_name(self.driver, method)} returned {details!r}; it must return "
                       "the backend_details dict")
@@ -286,20 +353,22 @@ class _Kit:
             return server
         if kind in ("share_group", "group_snapshot"):
             group = self.group_dict()
-            self.ok("create_share_group", group, self.server, what="a new share group")
+            self.create_call(group, "create_share_group", group, self.server,
+                             what="a new share group")
             if kind == "share_group":
                 return group
             gsnap = self.group_snapshot_dict(group)
-            self.ok(method, gsnap, self.server, what="a new group snapshot")
+            self.create_call(gsnap, method, gsnap, self.server, what="a new group snapshot")
             return gsnap
         share = self.create_share()
         if kind == "snapshot":
             snap = self.snapshot_dict(share)
-            self.ok(method, snap, self.server, what="a snapshot of a new share")
+            self.create_call(snap, method, snap, self.server, what="a snapshot of a new share")
             return snap
         if kind == "replica":
             replica = self.replica_dict(share)
-            result = self.ok(method, replica, share, self.server, what="a new replica")
+            result = self.create_call(replica, method, replica, share, self.server,
+                                      what="a new replica")
             if not isinstance(result, dict) or not isinstance(
                 result.get("export_locations"), list
             ) or "replica_state" not in result:
@@ -308,7 +377,7 @@ class _Kit:
             check_export_locations(self.driver, method, result["export_locations"])
             return replica
         backup = self.backup_dict(share)
-        self.ok(method, share, backup, what="a backup of a new share")
+        self.create_call(backup, method, share, backup, what="a backup of a new share")
         backup["share"] = share
         return backup
 
@@ -343,6 +412,10 @@ def check_export_locations(driver: ShareDriver, method: str, locations: Any) -> 
                   "be {'path': non-empty str, 'is_admin_only': bool, 'preferred': bool}")
 
 
+# What a capacity may say instead of a number of GiB (Manila's words).
+CAPACITY_WORDS = ("infinite", "unknown")
+
+
 class DriverConformanceTests:
     """Checks of the ShareDriver contract. Subclass as ``Test...`` and
     implement ``make_driver``; see the module docstring."""
@@ -361,6 +434,13 @@ class DriverConformanceTests:
             "driver_handles_share_servers)"
         )
 
+    def backend_access_rules(self, driver: ShareDriver, share: dict
+                             ) -> set[tuple[str, str, str]] | None:
+        """The rules the backend applies to ``share`` now, as ``(access_type,
+        access_to, access_level)``; None (the default): the suite cannot look,
+        and the access checks only check what ``update_access`` returns."""
+        return None
+
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "dhss" in metafunc.fixturenames:
             metafunc.parametrize(
@@ -368,6 +448,13 @@ class DriverConformanceTests:
             )
 
     # Fixtures -------------------------------------------------------------------
+
+    @pytest.fixture(autouse=True)
+    def _driver_skip_locations(self, request: pytest.FixtureRequest) -> None:
+        """Skips are reported at the driver's method (see DriverSkip)."""
+        plugins = request.config.pluginmanager
+        if not plugins.has_plugin(_SkipLocations.NAME):
+            plugins.register(_SkipLocations(), _SkipLocations.NAME)
 
     @pytest.fixture
     def driver(self, tmp_path: Path, dhss: bool) -> ShareDriver:
@@ -510,7 +597,43 @@ class DriverConformanceTests:
     def test_delete_of_never_created_object_succeeds(self, kit: _Kit, kind: str) -> None:
         kit.delete(kind, kit.never_created(kind), f"a {kind} the backend never had")
 
+    # Creates are idempotent ------------------------------------------------------------
+
+    @pytest.mark.parametrize("kind", list(KINDS))
+    def test_create_twice_returns_the_existing_object(self, kit: _Kit, kind: str) -> None:
+        """A create retried after a crash (same ids) returns what the first made."""
+        obj = kit.create(kind)
+        method, args, first = kit.created[obj["id"]]
+        name = _name(kit.driver, method)
+        try:
+            again = kit.call(method, *copy.deepcopy(args))
+        except NotImplementedError:
+            _unsupported(kit.driver, method)
+        except ShareBackendException as exc:
+            _fail(f"{name} is not idempotent: creating a {kind} the backend already has "
+                  f"raised {type(exc).__name__}: {exc}; a create called again with the same "
+                  "id must return the existing object")
+        if kind in ("share", "replica", "share_server") and again != first:
+            _fail(f"{name} is not idempotent: creating a {kind} the backend already has "
+                  f"returned {again!r}, not what the first create returned ({first!r})")
+
     # Sizes -----------------------------------------------------------------------------
+
+    def test_extend_to_the_current_size_succeeds(self, kit: _Kit) -> None:
+        """An extend retried after a crash finds the share at its new size."""
+        share = kit.create_share(size=2)
+        name = _name(kit.driver, "extend_share")
+        try:
+            kit.call("extend_share", share, 2, kit.server)
+        except NotImplementedError:
+            _unsupported(kit.driver, "extend_share")
+        except ShareBackendException as exc:
+            _fail(f"{name} to the size the share already has (2) raised "
+                  f"{type(exc).__name__}: {exc}; extending to the current size must succeed")
+        status = kit.status("get_share_status", share, "a share extended to its own size")
+        if status is not None and status.get("size") != 2:
+            _fail(f"after {name} of a share of size 2 to 2, get_share_status reports size "
+                  f"{status.get('size')!r}")
 
     def _reported_size(self, kit: _Kit, share: dict, after: str) -> int:
         status = kit.status("get_share_status", share, f"a share after {after}")
@@ -592,10 +715,101 @@ class DriverConformanceTests:
         kit.ok("restore_backup", backup, share, what="a finished backup")
         self._poll(kit, "restore_backup_continue", backup, share)
 
+    # Access rules ------------------------------------------------------------------------
+
+    def _update_access(self, kit: _Kit, share: dict, rules: list[dict], add: list[dict],
+                       delete: list[dict], what: str) -> None:
+        method = "update_access"
+        result = kit.ok(method, share, rules, add, delete, kit.server, what=what)
+        if result is None:
+            return
+        name = _name(kit.driver, method)
+        given = {r["id"] for r in rules}
+        if not isinstance(result, dict) or set(result) - given or not all(
+                isinstance(v, dict) and v.get("state") == "error" for v in result.values()):
+            _fail(f"{name} for {what} returned {result!r}; it must return None or "
+                  "{rule id: {'state': 'error'}} for rules of the full set it refused")
+
+    def _rules_on_backend(self, kit: _Kit, share: dict, expected: list[dict], rule: str
+                          ) -> None:
+        seen = self.backend_access_rules(kit.driver, share)
+        want = {(r["access_type"], r["access_to"], r["access_level"]) for r in expected}
+        if seen is not None and set(seen) != want:
+            _fail(f"{_name(kit.driver, 'update_access')} {rule}: the backend applies "
+                  f"{sorted(seen)}, not {sorted(want)}")
+
+    def test_update_access_applies_the_full_rule_set_idempotently(self, kit: _Kit) -> None:
+        if _inherits(kit.driver, "update_access"):
+            _unsupported(kit.driver, "update_access")
+        share = kit.create_share()
+        r1 = {"id": str(uuid.uuid4()), "access_type": "ip", "access_to": "10.0.0.1",
+              "access_level": "rw"}
+        r2 = {"id": str(uuid.uuid4()), "access_type": "ip", "access_to": "10.0.0.2",
+              "access_level": "ro"}
+        self._update_access(kit, share, [r1, r2], [r1, r2], [], "two new rules")
+        self._rules_on_backend(kit, share, [r1, r2], "did not apply two new rules")
+        self._update_access(kit, share, [r1, r2], [], [],
+                            "the same full set again with nothing added or deleted")
+        self._rules_on_backend(kit, share, [r1, r2], "is not idempotent: after the same full "
+                               "set again with nothing added or deleted")
+        self._update_access(kit, share, [r2], [], [r1], "one rule denied")
+        self._rules_on_backend(kit, share, [r2], "did not deny a rule in delete_rules")
+        # Recovery after a crash: the full set with nothing added or deleted is
+        # authoritative, whatever the backend held.
+        self._update_access(kit, share, [r1, r2], [], [],
+                            "a full set of two rules with nothing added or deleted")
+        self._rules_on_backend(kit, share, [r1, r2], "ignores the full rule set: called with "
+                               "two rules and nothing added or deleted (recovery)")
+
+    # Capabilities -------------------------------------------------------------------------
+
+    def test_share_stats_have_the_documented_shape(self, kit: _Kit) -> None:
+        method = "get_share_stats"
+        name = _name(kit.driver, method)
+        stats = kit.ok(method, True, what="the backend")
+        if stats == {}:
+            _skip(kit.driver, method, f"{name} reports nothing (an empty dict)")
+        if not isinstance(stats, dict):
+            _fail(f"{name} returned {stats!r}; it must return a dict")
+        kinds = {"share_backend_name": str, "vendor_name": str, "driver_version": str,
+                 "storage_protocol": str, "driver_handles_share_servers": bool,
+                 "snapshot_support": bool, "create_share_from_snapshot_support": bool,
+                 "share_group_support": bool, "pools": list}
+        missing = sorted((set(kinds) | {"replication_type"}) - set(stats))
+        if missing:
+            _fail(f"{name} returned no {', '.join(missing)}; see ShareDriver.get_share_stats")
+        for key, kind in kinds.items():
+            if not isinstance(stats[key], kind):
+                _fail(f"{name} returned {key} = {stats[key]!r}; it must be a {kind.__name__}")
+        if stats["driver_handles_share_servers"] != kit.driver.driver_handles_share_servers:
+            _fail(f"{name} says driver_handles_share_servers is "
+                  f"{stats['driver_handles_share_servers']!r}, the configuration says "
+                  f"{kit.driver.driver_handles_share_servers!r}")
+        if stats["replication_type"] not in (None, "readable", "writable", "dr"):
+            _fail(f"{name} returned replication_type = {stats['replication_type']!r}; it must "
+                  "be None, 'readable', 'writable' or 'dr'")
+        # Manila's shape: pools, or (a backend without pools) the capacity at
+        # the top; a capacity is a number of GiB, or 'infinite' / 'unknown'.
+        def capacity(value: Any) -> bool:
+            return value in CAPACITY_WORDS or (
+                isinstance(value, numbers.Real) and not isinstance(value, bool))
+
+        if not stats["pools"] and not all(
+                capacity(stats.get(k)) for k in ("total_capacity_gb", "free_capacity_gb")):
+            _fail(f"{name} returned no pools and no total_capacity_gb / free_capacity_gb; "
+                  "a backend without pools reports its capacity at the top")
+        for pool in stats["pools"]:
+            if not isinstance(pool, dict) or not isinstance(pool.get("pool_name"), str) or any(
+                    not capacity(pool.get(k)) for k in ("total_capacity_gb", "free_capacity_gb")):
+                _fail(f"{name} returned the pool {pool!r}; each must have a 'pool_name' string "
+                      "and a 'total_capacity_gb' and 'free_capacity_gb' (GiB, or 'infinite' or "
+                      "'unknown')")
+
     # Share servers ---------------------------------------------------------------------------
 
     def test_dhss_share_needs_a_share_server(self, kit: _Kit) -> None:
         if not kit.driver.driver_handles_share_servers:
-            pytest.skip("only with driver_handles_share_servers = True")
+            _skip(kit.driver, None, f"{type(kit.driver).__name__}: only with "
+                  "driver_handles_share_servers = True")
         kit.expect_error("create_share", kit.share_dict(), None,
                          what="a share without a share server on a DHSS backend")

@@ -14,6 +14,7 @@ from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
+from sharemgr.drivers.exceptions import ShareBackendException
 from sharemgr.manager import views
 from sharemgr.manager.plans import Op
 
@@ -55,7 +56,9 @@ def ensure_backend(db: Database, host: str, driver: Any) -> int:
         try:
             updates = driver.ensure_shares(dicts) or {}
         except Exception as exc:
-            LOG.error("%s: ensure_shares failed: %s", host, exc)
+            # A driver's own error is one line; anything else is a driver bug.
+            LOG.error("%s: ensure_shares failed: %s: %s", host, type(exc).__name__, exc,
+                      exc_info=None if isinstance(exc, ShareBackendException) else exc)
             updates = {}
         ensured = []
         for inst in mine:

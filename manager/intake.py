@@ -87,8 +87,8 @@ class Intake:
                                  "try again")
         return plan.row
 
-    def _delete(self, type_: str, ident: str) -> Any:
-        return self._write(plans.delete(self.db, type_, ident),
+    def _delete(self, type_: str, ident: str, force: bool = False) -> Any:
+        return self._write(plans.delete(self.db, type_, ident, force),
                            f"{type_.replace('_', ' ')} {ident}")
 
     # Shares ----------------------------------------------------------------
@@ -121,8 +121,8 @@ class Intake:
                                   snapshot_id, share_server_id, share_group_id, project_id)
         return self._write(plan, "share")
 
-    def delete_share(self, share_id: str) -> models.Share:
-        return self._delete(vocab.SHARE, share_id)
+    def delete_share(self, share_id: str, force: bool = False) -> models.Share:
+        return self._delete(vocab.SHARE, share_id, force)
 
     def resize_share(self, share_id: str, new_size: int, extend: bool) -> models.Share:
         check_size(new_size, "new size")
@@ -155,8 +155,8 @@ class Intake:
         return self._write(plans.create_snapshot(self.db, share_id, name),
                            f"snapshot of share {share_id}")
 
-    def delete_snapshot(self, snapshot_id: str) -> models.ShareSnapshot:
-        return self._delete(vocab.SNAPSHOT, snapshot_id)
+    def delete_snapshot(self, snapshot_id: str, force: bool = False) -> models.ShareSnapshot:
+        return self._delete(vocab.SNAPSHOT, snapshot_id, force)
 
     # Replicas --------------------------------------------------------------
 
@@ -170,8 +170,8 @@ class Intake:
     def replica(self, replica_id: str) -> models.ShareInstance:
         return plans.replica(self.db, replica_id)
 
-    def delete_replica(self, replica_id: str) -> models.ShareInstance:
-        return self._delete(vocab.REPLICA, replica_id)
+    def delete_replica(self, replica_id: str, force: bool = False) -> models.ShareInstance:
+        return self._delete(vocab.REPLICA, replica_id, force)
 
     # Share servers -----------------------------------------------------------
 
@@ -180,8 +180,8 @@ class Intake:
         host = self.host_for(backend, host)
         return self._write(plans.create_share_server(host, self.dhss(host)), "share server")
 
-    def delete_share_server(self, server_id: str) -> models.ShareServer:
-        return self._delete(vocab.SHARE_SERVER, server_id)
+    def delete_share_server(self, server_id: str, force: bool = False) -> models.ShareServer:
+        return self._delete(vocab.SHARE_SERVER, server_id, force)
 
     # Share groups and group snapshots ------------------------------------------
 
@@ -193,8 +193,8 @@ class Intake:
                                         share_server_id)
         return self._write(plan, "share group")
 
-    def delete_share_group(self, group_id: str) -> models.ShareGroup:
-        return self._delete(vocab.SHARE_GROUP, group_id)
+    def delete_share_group(self, group_id: str, force: bool = False) -> models.ShareGroup:
+        return self._delete(vocab.SHARE_GROUP, group_id, force)
 
     def create_group_snapshot(self, group_id: str, name: str | None = None
                               ) -> models.ShareGroupSnapshot:
@@ -202,8 +202,9 @@ class Intake:
         return self._write(plans.create_group_snapshot(self.db, group_id, name),
                            f"snapshot of share group {group_id}")
 
-    def delete_group_snapshot(self, gsnap_id: str) -> models.ShareGroupSnapshot:
-        return self._delete(vocab.GROUP_SNAPSHOT, gsnap_id)
+    def delete_group_snapshot(self, gsnap_id: str, force: bool = False
+                              ) -> models.ShareGroupSnapshot:
+        return self._delete(vocab.GROUP_SNAPSHOT, gsnap_id, force)
 
     # Backups -----------------------------------------------------------------
 
@@ -211,8 +212,8 @@ class Intake:
         check_name(name, models.ShareBackup, "backup")
         return self._write(plans.create_backup(self.db, share_id, name), f"share {share_id}")
 
-    def delete_backup(self, backup_id: str) -> models.ShareBackup:
-        return self._delete(vocab.BACKUP, backup_id)
+    def delete_backup(self, backup_id: str, force: bool = False) -> models.ShareBackup:
+        return self._delete(vocab.BACKUP, backup_id, force)
 
     def restore_backup(self, backup_id: str) -> models.ShareBackup:
         return self._write(plans.restore_backup(self.db, backup_id), f"backup {backup_id}")

@@ -18,7 +18,7 @@ from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
-from sharemgr.drivers.exceptions import ShareResourceNotFound
+from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.manager import access, kinds, views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.plans import Change, Op
@@ -109,12 +109,20 @@ class Operations:
         error_values: dict[str, Any] | Callable[[Any], list[Change]],
         what: str,
         held: bool = False,
+        method: str | None = None,
+        force: bool = False,
         then: Callable[[Any], None] | None = None,
     ) -> None:
         """Lock, re-read, call the driver, write success or error atomically.
         ``held``: the caller (the reconciler) already holds the lock.
-        ``then``: run with the re-read row after the success is written, still
-        under the lock."""
+        ``method``: the driver method ``call`` runs, for the logs. ``force``
+        (a forced delete): a driver failure is logged and the success outcome
+        (the record deleted) is written anyway. ``then``: run with the
+        re-read row after the success is written, still under the lock."""
+        if force and isinstance(error_values, dict):
+            # A plain delete queued before this one may have failed meanwhile:
+            # the forced one finishes it from that error status.
+            expected = (*expected, error_values["status"])
         with contextlib.nullcontext() if held else self.locked(rtype, ident):
             row = self._fresh(model, ident, expected)
             try:
@@ -129,13 +137,20 @@ class Operations:
             except Stale:
                 raise
             except Exception as exc:
-                LOG.warning("%s failed: %s", what, exc)
-                if callable(error_values):
-                    changes = error_values(row)
-                else:
-                    changes = [(model, ident, {"status": row.status}, error_values)]
-                self._commit(changes, what)
-                raise OperationFailed(f"{what} failed: {exc}")
+                _log_failure(what, method, exc)
+                if not force:
+                    if callable(error_values):
+                        changes = error_values(row)
+                    else:
+                        changes = [(model, ident, {"status": row.status}, error_values)]
+                    self._commit(changes, what)
+                    raise OperationFailed(f"{what} failed: {exc}")
+                kind = kinds.kind(rtype)
+                LOG.warning("forced %s: the record is deleted although %s failed; %s %s "
+                            "may remain on backend %s: clean it up there", what,
+                            method or "the driver", kind.what, ident,
+                            kind.host_of(self.db, row))
+                result = None
             self._commit(on_success(row, result), what)
             if then is not None:
                 then(row)
@@ -201,6 +216,8 @@ class Operations:
                                   "export_locations": views.export_locations(locs)})],
             {"status": vocab.ERROR}, f"create of share instance {inst0.id}",
             held=held, then=self._flush_access,
+            method="create_share_from_snapshot"
+            if inst0.status == vocab.CREATING_FROM_SNAPSHOT else "create_share",
         )
 
     def delete_share(self, op: Op, held: bool = False) -> None:
@@ -218,6 +235,7 @@ class Operations:
             {"status": vocab.ERROR_DELETING},
             f"delete of share instance {inst0.id}",
             held=held,
+            method="delete_share", force=bool(op.args.get("force")),
         )
 
     def resize_share(self, op: Op, held: bool = False) -> None:
@@ -251,6 +269,7 @@ class Operations:
             {"status": vocab.EXTENDING_ERROR if extend else vocab.SHRINKING_ERROR},
             f"{op.action} of share instance {inst0.id} to {new_size}",
             held=held, then=self._flush_access,
+            method="extend_share" if extend else "shrink_share",
         )
 
     # Access rules ----------------------------------------------------------------
@@ -291,7 +310,7 @@ class Operations:
                                            [access.view(r) for r in add],
                                            [access.view(r) for r in remove], server) or {}
         except Exception as exc:
-            LOG.warning("%s failed: %s", what, exc)
+            _log_failure(what, "update_access", exc)
             # What the backend now allows is unknown: every rule sent is in error.
             db_access.finish(self.db, inst.share_id, {
                 r.id: (r.state, vocab.ACCESS_ERROR) for r in full + remove})
@@ -330,6 +349,7 @@ class Operations:
             lambda row: driver.create_snapshot(*self.snapshot_parts(row)),
             ok, {"status": vocab.ERROR}, f"create of snapshot instance {snap0.id}",
             held=held,
+            method="create_snapshot",
         )
 
     def delete_snapshot(self, op: Op, held: bool = False) -> None:
@@ -348,6 +368,7 @@ class Operations:
             lambda row: driver.delete_snapshot(*self.snapshot_parts(row)),
             gone, {"status": vocab.ERROR_DELETING}, f"delete of snapshot instance {snap0.id}",
             held=held,
+            method="delete_snapshot", force=bool(op.args.get("force")),
         )
 
     # Replicas ------------------------------------------------------------------
@@ -377,6 +398,7 @@ class Operations:
             {"status": vocab.ERROR, "replica_state": vocab.REPLICA_ERROR},
             f"create of replica {rep0.id}",
             held=held,
+            method="create_replica",
         )
 
     def delete_replica(self, op: Op, held: bool = False) -> None:
@@ -390,6 +412,7 @@ class Operations:
             lambda rep, _r: self._share_gone_changes(rep),
             {"status": vocab.ERROR_DELETING}, f"delete of replica {rep0.id}",
             held=held,
+            method="delete_replica", force=bool(op.args.get("force")),
         )
 
     # Share servers -------------------------------------------------------------
@@ -406,6 +429,7 @@ class Operations:
                                    {"status": vocab.ACTIVE, "backend_details": details or {}})],
             {"status": vocab.ERROR}, f"setup of share server {row0.id}",
             held=held,
+            method="setup_server",
         )
 
     def delete_share_server(self, op: Op, held: bool = False) -> None:
@@ -419,6 +443,7 @@ class Operations:
             lambda row, _r: [(models.ShareServer, row.id, {"status": row.status}, _deleted())],
             {"status": vocab.ERROR}, f"teardown of share server {row0.id}",
             held=held,
+            method="teardown_server", force=bool(op.args.get("force")),
         )
 
     # Share groups and group snapshots -----------------------------------------
@@ -436,6 +461,7 @@ class Operations:
                               {"status": vocab.AVAILABLE})],
             {"status": vocab.ERROR}, f"create of share group {row0.id}",
             held=held,
+            method="create_share_group",
         )
 
     def delete_share_group(self, op: Op, held: bool = False) -> None:
@@ -443,13 +469,32 @@ class Operations:
         if row0 is None:
             raise Stale(f"share group {op.ident} is gone")
         driver = self.driver_for(row0.host)
+        force = bool(op.args.get("force"))
+
+        def gone(row: models.ShareGroup, _r: Any) -> list[Change]:
+            changes: list[Change] = [(models.ShareGroup, row.id, {"status": row.status},
+                                      _deleted())]
+            if force:
+                # A forced group delete takes its group snapshots' records along
+                # (Manila's force-delete does); their backend objects are not asked.
+                gsnaps = db_api.query(self.db, models.ShareGroupSnapshot,
+                                      {"share_group_id": row.id})
+                if gsnaps:
+                    LOG.warning("forced delete of share group %s removes the records of its "
+                                "group snapshots %s; they may remain on backend %s",
+                                row.id, ", ".join(g.id for g in gsnaps), row.host)
+                changes += [(models.ShareGroupSnapshot, g.id, {"status": g.status},
+                             _deleted()) for g in gsnaps]
+            return changes
+
         self._perform(
             vocab.SHARE_GROUP, models.ShareGroup, row0.id, (vocab.DELETING,),
             lambda row: driver.delete_share_group(views.group(row),
                                                   self.server_dict(row.share_server_id)),
-            lambda row, _r: [(models.ShareGroup, row.id, {"status": row.status}, _deleted())],
+            gone,
             {"status": vocab.ERROR}, f"delete of share group {row0.id}",
             held=held,
+            method="delete_share_group", force=force,
         )
 
     def _gsnap(self, ident: str) -> tuple[models.ShareGroupSnapshot, models.ShareGroup]:
@@ -469,6 +514,7 @@ class Operations:
                               {"status": vocab.AVAILABLE})],
             {"status": vocab.ERROR}, f"create of group snapshot {row0.id}",
             held=held,
+            method="create_share_group_snapshot",
         )
 
     def delete_group_snapshot(self, op: Op, held: bool = False) -> None:
@@ -482,6 +528,7 @@ class Operations:
                               _deleted())],
             {"status": vocab.ERROR}, f"delete of group snapshot {row0.id}",
             held=held,
+            method="delete_share_group_snapshot", force=bool(op.args.get("force")),
         )
 
     # Backups (two-phase, as Manila: the periodic *_continue tasks finish them) ---
@@ -516,6 +563,7 @@ class Operations:
                               {"progress": "0"})],
             failed, f"create of backup {row0.id}",
             held=held,
+            method="create_backup",
         )
 
     def restore_backup(self, op: Op, held: bool = False) -> None:
@@ -541,6 +589,7 @@ class Operations:
                               {"restore_progress": "0"})],
             failed, f"restore of backup {row0.id}",
             held=held,
+            method="restore_backup",
         )
 
     def delete_backup(self, op: Op, held: bool = False) -> None:
@@ -552,6 +601,7 @@ class Operations:
             lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status}, _deleted())],
             {"status": vocab.ERROR}, f"delete of backup {row0.id}",
             held=held,
+            method="delete_backup", force=bool(op.args.get("force")),
         )
 
     def continue_backups(self, hosts: list[str]) -> None:
@@ -583,8 +633,8 @@ class Operations:
             else:
                 result = driver.restore_backup_continue(views.backup(backup), share_d)
         except Exception as exc:
-            LOG.warning("backup %s: %s failed: %s", ident,
-                        "create_backup_continue" if creating else "restore_backup_continue", exc)
+            _log_failure(f"backup {ident}",
+                         "create_backup_continue" if creating else "restore_backup_continue", exc)
             self._settle_backup(ident, status, inst.id, share_busy,
                                 {"status": vocab.ERROR if creating else vocab.AVAILABLE},
                                 vocab.AVAILABLE if creating else vocab.BACKUP_RESTORING_ERROR)
@@ -616,6 +666,18 @@ def _progress(value: object) -> str:
         return str(max(0, min(100, int(float(str(value).rstrip("%"))))))
     except (ValueError, OverflowError):  # 'abc', 'nan', 'inf'
         return str(value)[:32]
+
+
+def _log_failure(what: str, method: str | None, exc: Exception) -> None:
+    """A failure the driver reports (or the manager's own OperationFailed)
+    is one WARNING line; anything else is a driver bug: ERROR with the
+    traceback, naming the driver method."""
+    if isinstance(exc, (ShareBackendException, OperationFailed)):
+        LOG.warning("%s failed: %s%s: %s", what, f"{method}: " if method else "",
+                    type(exc).__name__, exc)
+    else:
+        LOG.error("%s failed: unexpected %s from driver method %s: %s", what,
+                  type(exc).__name__, method or "(unknown)", exc, exc_info=exc)
 
 
 # (kind, action) -> the Operations method that carries it out.

@@ -318,73 +318,88 @@ def restore_backup(db: Database, backup_id: str) -> Plan:
 
 
 def _deleting(kind: kinds.Kind, row: Any, what: str, host: str | None,
-              shown: Any = None) -> Plan:
+              shown: Any = None, force: bool = False) -> Plan:
     """``row`` holds the status; ``shown`` is what users know (a share, not
-    its instance), when it differs."""
-    need(row.status, kind.deletable, what, "delete")
+    its instance), when it differs. A forced delete (admin) starts from any
+    status, as Manila's force-delete does: its request carries
+    ``{"force": True}`` and ends in deleted whatever the driver says."""
+    if not force:
+        need(row.status, kind.deletable, what, "delete")
     return Plan(None, [], [(kind.model, row.id, {"status": row.status},
                             {"status": vocab.DELETING})],
-                Op(kind.name, row.id, vocab.ACTION_DELETE, host), shown or row)
+                Op(kind.name, row.id, vocab.ACTION_DELETE, host,
+                   {"force": True} if force else {}), shown or row)
 
 
 def _in_use(db: Database, checks: tuple[tuple[type, str], ...], ident: str) -> bool:
     return any(resources.live_count(db, model, **{column: ident}) for model, column in checks)
 
 
-def delete(db: Database, type_: str, ident: str) -> Plan:
+def delete(db: Database, type_: str, ident: str, force: bool = False) -> Plan:
     """The deleting status and the delete operation of a user-facing type's
     resource, refused while something that is not being deleted with it
-    still needs it."""
-    return _DELETERS[type_](db, ident)
+    still needs it. ``force`` lifts the status check only: as in Manila, a
+    share with snapshots or replicas, or a share server or group still in
+    use, is refused even when forced."""
+    return _DELETERS[type_](db, ident, force)
 
 
-def _delete_share(db: Database, ident: str) -> Plan:
+def _delete_share(db: Database, ident: str, force: bool = False) -> Plan:
     row, inst = share(db, ident)
     if _in_use(db, ((models.ShareSnapshot, "share_id"),), row.id):
         raise Refused(f"share {ident} has snapshots: delete them first")
     if any(i.id != inst.id for i in db_api.query(db, models.ShareInstance,
                                                   {"share_id": row.id})):
         raise Refused(f"share {ident} has replicas: delete them first")
-    return _deleting(kinds.SHARE_INSTANCE, inst, f"share {ident}", inst.host, row)
+    if force:
+        # Any status goes, but a backup being made or restored owns the share
+        # (its continue task needs it): that backup must settle or go first.
+        busy = [b.id for b in db_api.query(db, models.ShareBackup, {"share_id": row.id})
+                if b.status in (vocab.CREATING, vocab.RESTORING)]
+        if busy:
+            raise Refused(f"share {ident} has a backup in progress ({', '.join(busy)}): "
+                          "wait for it or force-delete the backup first")
+    return _deleting(kinds.SHARE_INSTANCE, inst, f"share {ident}", inst.host, row, force)
 
 
-def _delete_snapshot(db: Database, ident: str) -> Plan:
+def _delete_snapshot(db: Database, ident: str, force: bool = False) -> Plan:
     snap, inst = snapshot(db, ident)
     return _deleting(kinds.SNAPSHOT_INSTANCE, inst, f"snapshot {ident}",
-                     kinds.SNAPSHOT_INSTANCE.host_of(db, inst), snap)
+                     kinds.SNAPSHOT_INSTANCE.host_of(db, inst), snap, force)
 
 
-def _delete_replica(db: Database, ident: str) -> Plan:
+def _delete_replica(db: Database, ident: str, force: bool = False) -> Plan:
     row = replica(db, ident)
-    return _deleting(kinds.REPLICA, row, f"replica {ident}", row.host)
+    return _deleting(kinds.REPLICA, row, f"replica {ident}", row.host, force=force)
 
 
-def _delete_server(db: Database, ident: str) -> Plan:
+def _delete_server(db: Database, ident: str, force: bool = False) -> Plan:
     row = get(db, models.ShareServer, ident, "share server")
     if _in_use(db, ((models.ShareInstance, "share_server_id"),
                     (models.ShareGroup, "share_server_id")), row.id):
         raise Refused(f"share server {ident} is in use by shares or groups")
-    return _deleting(kinds.SHARE_SERVER, row, f"share server {ident}", row.host)
+    return _deleting(kinds.SHARE_SERVER, row, f"share server {ident}", row.host, force=force)
 
 
-def _delete_group(db: Database, ident: str) -> Plan:
+def _delete_group(db: Database, ident: str, force: bool = False) -> Plan:
     row = get(db, models.ShareGroup, ident, "share group")
     if _in_use(db, ((models.Share, "share_group_id"),), row.id):
         raise Refused(f"share group {ident} has shares: delete them first")
-    if _in_use(db, ((models.ShareGroupSnapshot, "share_group_id"),), row.id):
+    # Forced, its group snapshots' records go with it (as Manila's force-delete).
+    if not force and _in_use(db, ((models.ShareGroupSnapshot, "share_group_id"),), row.id):
         raise Refused(f"share group {ident} has snapshots: delete them first")
-    return _deleting(kinds.SHARE_GROUP, row, f"share group {ident}", row.host)
+    return _deleting(kinds.SHARE_GROUP, row, f"share group {ident}", row.host, force=force)
 
 
-def _delete_group_snapshot(db: Database, ident: str) -> Plan:
+def _delete_group_snapshot(db: Database, ident: str, force: bool = False) -> Plan:
     row = get(db, models.ShareGroupSnapshot, ident, "group snapshot")
     return _deleting(kinds.GROUP_SNAPSHOT, row, f"group snapshot {ident}",
-                     kinds.GROUP_SNAPSHOT.host_of(db, row))
+                     kinds.GROUP_SNAPSHOT.host_of(db, row), force=force)
 
 
-def _delete_backup(db: Database, ident: str) -> Plan:
+def _delete_backup(db: Database, ident: str, force: bool = False) -> Plan:
     row = get(db, models.ShareBackup, ident, "backup")
-    return _deleting(kinds.BACKUP, row, f"backup {ident}", row.host)
+    return _deleting(kinds.BACKUP, row, f"backup {ident}", row.host, force=force)
 
 
 _DELETERS = {

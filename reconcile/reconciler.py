@@ -82,7 +82,11 @@ class Summary:
             "plan": self.plan,
         }
 
-    def line(self, duration: float) -> str:
+    def line(self, duration: float, dry_run: bool = False) -> str:
+        if dry_run:
+            planned = collections.Counter(p["action"].split()[0] for p in self.plan)
+            return ("would act on " + (", ".join(f"{a}={n}" for a, n in sorted(planned.items()))
+                    or "nothing") + f"; {duration:.2f}s (dry run: nothing changed)")
         acted = ", ".join(
             f"{t}: " + " ".join(f"{s}={n}" for s, n in sorted(c.items()))
             for t, c in sorted(self.outcomes.items())
@@ -195,7 +199,7 @@ class Reconciler:
             self._record_failure(record_id, trigger, dry_run, summary, started, exc)
             raise
         LOG.info("reconciliation pass %s (%s%s) on %s: %s", record_id, trigger,
-                 ", dry run" if dry_run else "", self.host, summary.line(duration))
+                 ", dry run" if dry_run else "", self.host, summary.line(duration, dry_run))
         result["id"] = record_id
         return result
 
@@ -428,14 +432,19 @@ class Reconciler:
         return self._changes(cand, rule.error, values)
 
     def _delete(self, cand: Candidate, rule: rules.Rule) -> str | None:
+        # Retried as it was asked: a forced delete stays forced (its request
+        # row holds the args), so it never ends in an error status.
+        args = db_rec.last_request_args(self.db, cand.rtype, cand.id, vocab.ACTION_DELETE)
+        forced = bool(args.get("force")) and rule.forced is not None
         try:
-            self.operations.perform(Op(cand.rtype, cand.id, vocab.ACTION_DELETE), held=True)
+            self.operations.perform(Op(cand.rtype, cand.id, vocab.ACTION_DELETE, args=args),
+                                    held=True)
         except OperationFailed as exc:
             LOG.warning("%s %s: delete retry failed: %s", cand.rtype, cand.id, exc)
             return rule.error
         except Stale:
             return None
-        return rule.ok
+        return rule.forced if forced else rule.ok
 
     # Query and converge ---------------------------------------------------------
 

@@ -5,8 +5,10 @@ status (doc/specs.rst, spec 002 and architecture §6), as data.
 ``ok``, anything else (error, missing, not implemented, None, no status,
 an exception, a healthy answer the manager cannot record such as a resize
 without a usable size) → ``error``. ``delete``: retry the idempotent driver delete;
-success → deleted, failure → ``error``. ``mark``: the operation cannot be
-resumed: set ``error``.
+success → deleted, failure → ``error``; a delete whose request was forced
+(its latest delete request's args hold ``force``) is retried forced and ends
+in ``forced`` (deleted) whatever the driver says. ``mark``: the operation
+cannot be resumed: set ``error``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class Rule:
     error: str
     ok: str | None = None
     method: str | None = None  # the driver's status method for QUERY
+    forced: str | None = None  # DELETE: the outcome of a forced delete
 
 
 def query(method: str, error: str = vocab.ERROR, ok: str = vocab.AVAILABLE) -> Rule:
@@ -34,7 +37,7 @@ def query(method: str, error: str = vocab.ERROR, ok: str = vocab.AVAILABLE) -> R
 
 
 def delete(error: str) -> Rule:
-    return Rule(DELETE, error, vocab.DELETED)
+    return Rule(DELETE, error, vocab.DELETED, forced=vocab.DELETED)
 
 
 def mark(error: str) -> Rule:

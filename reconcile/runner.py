@@ -34,12 +34,17 @@ class PassRunner:
         self.stopping = stopping
         self.executor = futurist.ThreadPoolExecutor(max_workers=1)
         self._futures: list = []
+        # Until the startup pass begins, a peer of this host that leaves (this
+        # engine's own previous life, killed) is the startup pass's to settle.
+        self._startup_pending = threading.Event()
 
     def _after(self, delay: float, trigger: str, dry_run: bool = False) -> dict | None:
         if delay and self.stopping.wait(delay):
             return None
         if self.stopping.is_set():
             return None
+        if trigger == "startup":
+            self._startup_pending.clear()
         if trigger.startswith("manual:"):  # someone waits: tell them at once
             return self.reconciler.run(trigger, dry_run)
         # An automatic pass the database or coordination interrupts runs
@@ -60,6 +65,7 @@ class PassRunner:
 
     def defer_startup(self, wait_seconds: int) -> Any:
         LOG.info("startup reconciliation in %ss", wait_seconds)
+        self._startup_pending.set()
         return self._submit(wait_seconds, "startup")
 
     def run_soon(self, trigger: str) -> Any:
@@ -95,6 +101,10 @@ class PassRunner:
             if member != engine_id and engine_host(member) == host:
                 if self.stopping.is_set():
                     return  # this engine stops too; the next start's pass settles it
+                if self._startup_pending.is_set():
+                    LOG.info("engine %s of this host left the group; the startup pass, "
+                             "yet to run, settles what it left", member)
+                    return
                 LOG.warning("engine %s of this host left the group; reconciling what it "
                             "left in %ss", member, grace)
                 self._submit(grace, f"peer:{member}")

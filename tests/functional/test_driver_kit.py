@@ -21,7 +21,7 @@ pytestmark = pytest.mark.functional
 BROKEN_SUITE = textwrap.dedent(
     """
     from sharemgr.drivers.dummy import DummyDriver
-    from sharemgr.drivers.exceptions import ShareResourceNotFound
+    from sharemgr.drivers.exceptions import InvalidShareRequest, ShareResourceNotFound
     from sharemgr.drivers.testing import DriverConformanceTests, build_driver
 
 
@@ -49,10 +49,50 @@ BROKEN_SUITE = textwrap.dedent(
                 return {}[tx.get(share["id"])["id"]]
 
 
+    class CreateNotIdempotent(DummyDriver):
+        def create_share(self, share, share_server=None):
+            with self.state.reading() as tx:
+                if tx.get(share["id"]) is not None:
+                    raise InvalidShareRequest("share " + share["id"] + " exists")
+            return super().create_share(share, share_server)
+
+
+    class ExtendToSameSizeFails(DummyDriver):
+        def extend_share(self, share, new_size, share_server=None):
+            if new_size <= share["size"]:
+                raise InvalidShareRequest("nothing to extend")
+            super().extend_share(share, new_size, share_server)
+
+
+    class AccessByChangesOnly(DummyDriver):
+        # Applies add_rules and delete_rules, ignoring the full set.
+        rules = {}
+
+        def update_access(self, share, access_rules, add_rules, delete_rules,
+                          share_server=None):
+            held = self.rules.setdefault(share["id"], set())
+            held |= {(r["access_type"], r["access_to"], r["access_level"]) for r in add_rules}
+            held -= {(r["access_type"], r["access_to"], r["access_level"])
+                     for r in delete_rules}
+
+
+    class StatsWithoutNumbers(DummyDriver):
+        def get_share_stats(self, refresh=False):
+            return {"share_backend_name": "b", "vendor_name": "v", "driver_version": "1",
+                    "storage_protocol": "NFS", "driver_handles_share_servers": False,
+                    "snapshot_support": True, "create_share_from_snapshot_support": True,
+                    "replication_type": None, "share_group_support": False,
+                    "pools": [{"pool_name": "p", "total_capacity_gb": "lots",
+                               "free_capacity_gb": 1}]}
+
+
     def suite(cls):
         class Suite(DriverConformanceTests):
             def make_driver(self, tmp_path, *, driver_handles_share_servers):
                 return build_driver(cls, tmp_path)
+
+            def backend_access_rules(self, driver, share):
+                return getattr(driver, "rules", {}).get(share["id"])
         return Suite
 
 
@@ -60,6 +100,10 @@ BROKEN_SUITE = textwrap.dedent(
     TestStatusReturnsNone = suite(StatusReturnsNone)
     TestExtendIgnored = suite(ExtendIgnored)
     TestRaisesKeyError = suite(RaisesKeyError)
+    TestCreateNotIdempotent = suite(CreateNotIdempotent)
+    TestExtendToSameSizeFails = suite(ExtendToSameSizeFails)
+    TestAccessByChangesOnly = suite(AccessByChangesOnly)
+    TestStatsWithoutNumbers = suite(StatsWithoutNumbers)
     """
 )
 
@@ -104,12 +148,34 @@ EXPECTED_FAILURES = {
             "subscriptable; a driver reports failures with sharemgr.drivers.exceptions."
             "ShareBackendException subclasses",
     },
+    "TestCreateNotIdempotent": {
+        "test_create_twice_returns_the_existing_object[dhss=False-share]":
+            "CreateNotIdempotent.create_share is not idempotent: creating a share the backend "
+            "already has raised InvalidShareRequest",
+    },
+    "TestExtendToSameSizeFails": {
+        "test_extend_to_the_current_size_succeeds[dhss=False]":
+            "ExtendToSameSizeFails.extend_share to the size the share already has (2) raised "
+            "InvalidShareRequest: nothing to extend; extending to the current size must succeed",
+    },
+    "TestAccessByChangesOnly": {
+        "test_update_access_applies_the_full_rule_set_idempotently[dhss=False]":
+            "AccessByChangesOnly.update_access ignores the full rule set: called with two "
+            "rules and nothing added or deleted (recovery): the backend applies "
+            "[('ip', '10.0.0.2', 'ro')]",
+    },
+    "TestStatsWithoutNumbers": {
+        "test_share_stats_have_the_documented_shape[dhss=False]":
+            "StatsWithoutNumbers.get_share_stats returned the pool {'pool_name': 'p', "
+            "'total_capacity_gb': 'lots', 'free_capacity_gb': 1}; each must have",
+    },
 }
 
 
-def run_pytest(target: Path, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_pytest(target: Path, cwd: Path, env: dict | None = None,
+               report: str = "-rf") -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", report, "-p", "no:cacheprovider",
          "--rootdir", str(cwd), "-c", os.devnull, str(target)],
         cwd=cwd, capture_output=True, text=True, timeout=300,
         env={**os.environ, **(env or {})},
@@ -141,9 +207,18 @@ def test_kit_fails_broken_drivers_with_clear_messages(tmp_path):
 def test_example_distribution_passes_its_own_suite_when_installed(tmp_path):
     site = example_site(tmp_path / "site")
     suite = EXAMPLE / "tests" / "test_conformance.py"
-    out = run_pytest(suite, tmp_path, env={"PYTHONPATH": str(site)})
+    out = run_pytest(suite, tmp_path, env={"PYTHONPATH": str(site)}, report="-rfs")
     assert out.returncode == 0, out.stdout + out.stderr
     assert re.search(r"\b\d+ passed", out.stdout) and "failed" not in out.stdout
+    # Access rules and stats are implemented: checked, not skipped. A skip
+    # names the driver's method and is reported at the driver, not the kit.
+    skips = [line for line in out.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert skips and not any("update_access" in line or "get_share_stats" in line
+                             for line in skips), skips
+    assert all("sharemgr_example_driver/driver.py:" in line and "testing.py" not in line
+               for line in skips), skips
+    assert any(line.endswith("ExampleDriver.create_backup is not implemented")
+               for line in skips), skips
 
 
 def test_example_suite_fails_when_the_plugin_is_not_installed(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import configparser
 import contextlib
+import logging
 import shutil
 import sys
 import textwrap
@@ -250,3 +251,18 @@ def test_plugin_added_after_stevedore_cached_the_namespace(tmp_path, monkeypatch
         drivers = loader.load_drivers(conf, "hostA", "hostA.e1")
     assert type(drivers["files"]).__name__ == "ExampleDriver"
     assert type(drivers["files"]).__module__ == "sharemgr_example_driver.driver"
+
+
+@pytest.mark.parametrize("entry_point,cause", [
+    ("imports_missing", ModuleNotFoundError),
+    ("ctor_fails", RuntimeError),
+    ("setup_fails", RuntimeError),
+])
+def test_load_failure_traceback_is_logged_at_debug(tmp_path, bad_plugins, caplog,
+                                                   entry_point, cause):
+    """The error is one line; the cause's traceback is in the DEBUG log."""
+    caplog.set_level(logging.DEBUG, "sharemgr.drivers.loader")
+    message = load_error(tmp_path, {"gold": {"share_driver": entry_point}})
+    [record] = [r for r in caplog.records if r.name == "sharemgr.drivers.loader"]
+    assert record.levelno == logging.DEBUG and record.getMessage() == message
+    assert record.exc_info[0] is cause and record.exc_info[2] is not None

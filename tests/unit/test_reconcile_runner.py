@@ -4,6 +4,7 @@ left behind."""
 
 from __future__ import annotations
 
+import threading
 import types
 import uuid
 
@@ -110,3 +111,31 @@ def test_a_manual_pass_in_an_outage_fails_at_once(engine, runner, monkeypatch):
     monkeypatch.setattr(runner.reconciler, "run", down)
     with pytest.raises(OperationFailed, match="OperationalError"):
         runner.handle_request(types.SimpleNamespace(id=7, args={}))
+
+
+def test_a_peer_leaving_before_the_startup_pass_is_left_to_it(engine, runner):
+    """This engine's previous life (killed) leaves the group while the
+    startup pass waits: one pass, the startup one, settles what it left."""
+    inst = make_share(engine.db, vocab.CREATING)
+    runner.watch_peers(engine.coordinator, HOST, engine.engine_id, 0)
+    previous_life = engine.peer()
+    engine.coordinator.run_watchers()
+    release = threading.Event()
+    runner.then(release.wait, "hold the worker")  # the startup pass waits behind it
+    startup = runner.defer_startup(0)
+    previous_life.leave_engines()
+    engine.coordinator.run_watchers()
+    release.set()
+    startup.result(timeout=60)
+    _drain(runner)
+    (record,) = db_rec.passes(engine.db, host=HOST, limit=10)
+    assert record.trigger == "startup"
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.AVAILABLE
+
+
+def test_reconcile_show_skips_dry_runs(engine, runner):
+    runner.handle_request(types.SimpleNamespace(id=1, args={"dry_run": False}))
+    runner.handle_request(types.SimpleNamespace(id=2, args={"dry_run": True}))
+    assert db_rec.passes(engine.db, HOST, dry_run=False)[0].trigger == "manual:1"
+    assert db_rec.passes(engine.db, HOST, dry_run=True)[0].trigger == "manual:2"
+    assert db_rec.passes(engine.db, HOST)[0].trigger == "manual:2"

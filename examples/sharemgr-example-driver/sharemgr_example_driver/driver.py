@@ -1,6 +1,6 @@
 """A share driver whose "backend" is one JSON file, locked with flock. It implements
-shares, snapshots and their status methods; every other operation is inherited from
-ShareDriver and raises OperationNotSupported."""
+shares, snapshots, their status methods, IP access rules and stats; every other
+operation is inherited from ShareDriver and raises OperationNotSupported."""
 
 import contextlib
 import fcntl
@@ -16,7 +16,14 @@ from sharemgr.drivers.exceptions import InvalidShareRequest, ShareResourceNotFou
 example_opts = [
     cfg.StrOpt("example_export_host", default="nas.example.org",
                help="Host name used in the export locations of shares."),
+    cfg.IntOpt("example_capacity_gb", default=100, min=1,
+               help="Capacity of the backend's one pool, in GiB."),
 ]
+
+
+def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
+    """For oslo-config-generator (entry point in oslo.config.opts)."""
+    return [("backend", example_opts)]
 
 
 class ExampleDriver(ShareDriver):
@@ -96,3 +103,25 @@ class ExampleDriver(ShareDriver):
         with self._backend() as data:
             obj = self._get(data, snapshot["id"], "snapshot")
         return {"status": "available", "size": obj["size"]}
+
+    def update_access(self, share: dict, access_rules: list[dict], add_rules: list[dict],
+                      delete_rules: list[dict], share_server: dict | None = None
+                      ) -> dict[str, dict] | None:
+        # The full set is authoritative, so add/delete are not needed: idempotent.
+        refused = {r["id"]: {"state": "error"} for r in access_rules if r["access_type"] != "ip"}
+        with self._backend() as data:
+            self._get(data, share["id"], "share")["rules"] = {
+                r["access_to"]: r["access_level"] for r in access_rules if r["id"] not in refused}
+        return refused or None
+
+    def get_share_stats(self, refresh: bool = False) -> dict[str, Any]:
+        with self._backend() as data:
+            used = sum(o["size"] for o in data.values() if o["kind"] == "share")
+        total = self.configuration.example_capacity_gb
+        return {"share_backend_name": self.share_backend_name, "vendor_name": "Example",
+                "driver_version": "0.1.0", "storage_protocol": "NFS",
+                "driver_handles_share_servers": self.driver_handles_share_servers,
+                "snapshot_support": True, "create_share_from_snapshot_support": True,
+                "replication_type": None, "share_group_support": False,
+                "pools": [{"pool_name": self.backend_name, "total_capacity_gb": total,
+                           "free_capacity_gb": max(0, total - used)}]}

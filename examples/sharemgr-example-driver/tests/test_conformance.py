@@ -1,6 +1,7 @@
 """The example driver's own suite: sharemgr's conformance kit, loading the
 driver by its entry point name, so it checks the installed distribution."""
 
+import json
 from pathlib import Path
 
 from sharemgr.drivers.base import ShareDriver
@@ -17,3 +18,9 @@ class TestExampleDriverConformance(DriverConformanceTests):
             driver_handles_share_servers=driver_handles_share_servers,
             example_export_host="filer.test",
         )
+
+    def backend_access_rules(self, driver: ShareDriver, share: dict
+                             ) -> set[tuple[str, str, str]]:
+        # The rules the backend file holds for the share (IP rules only).
+        data = json.loads(driver.path.read_text())
+        return {("ip", ip, level) for ip, level in data[share["id"]].get("rules", {}).items()}

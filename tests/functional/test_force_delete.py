@@ -1,0 +1,75 @@
+"""A way out of error states (issue 14): 'sharectl <noun> delete --force'
+through real share-manager processes, on SQLite and on PostgreSQL + Redis."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.functional
+
+# The backend refuses to delete the snapshot and the replica of share 'doomed'
+# (a replica carries its share's name).
+FAILING = {"dummy": {"dummy_fail_methods": "delete_snapshot.doomed,delete_replica.doomed"}}
+
+
+@pytest.fixture(params=["embedded", "postgresql+redis"])
+def setup(deployment, request):
+    if request.param == "embedded":
+        d = deployment(backends=FAILING)
+    else:
+        d = deployment(db_url=request.getfixturevalue("pg_url"),
+                       coordination_url=request.getfixturevalue("redis_url"),
+                       backends=FAILING)
+    d.sync()
+    return d
+
+
+def _warnings(engine, needle: str) -> list[str]:
+    return [line for line in engine.text().splitlines()
+            if " WARNING " in line and needle in line]
+
+
+def test_force_delete_out_of_error_deleting(setup):
+    d = setup
+    engine = d.start()
+    share = d.json("share", "create", "1", "--proto", "NFS", "--name", "doomed", "--wait")["id"]
+    snap = d.json("snapshot", "create", share, "--name", "doomed", "--wait")
+    replica = d.json("replica", "create", share, "--wait")["id"]
+
+    # A plain delete the driver refuses ends in error_deleting ...
+    out = d.sharectl("snapshot", "delete", snap["id"], "--wait", check=False)
+    assert out.returncode == 1 and "error_deleting" in out.stderr
+    # ... and the snapshot keeps its share: refused, forced or not (as Manila).
+    for extra in ((), ("--force",)):
+        out = d.sharectl("share", "delete", share, *extra, check=False)
+        assert out.returncode == 2 and "has snapshots" in out.stderr, out.stderr
+
+    # Forced: the record goes though the driver still fails, tried once more.
+    out = d.sharectl("snapshot", "delete", snap["id"], "--force", "--wait")
+    assert f"snapshot {snap['id']} deleted" in out.stdout
+    snap_inst = snap["instance_id"]
+    assert len(_warnings(engine, f"forced delete of snapshot instance {snap_inst}")) == 1
+    left = _warnings(engine, f"snapshot instance {snap_inst} may remain on backend hostA@dummy")
+    assert left and "delete_snapshot failed" in left[0]
+    calls = [c for c in d.backend("calls") if c["method"] == "delete_snapshot"]
+    assert len(calls) == 2  # the plain delete and the forced one
+
+    # A replica straight from available: forced, the driver failing.
+    out = d.sharectl("replica", "delete", replica, "--force", "--wait")
+    assert f"replica {replica} deleted" in out.stdout
+    assert _warnings(engine, f"replica {replica} may remain on backend hostA@dummy")
+
+    # What the forced deletes could not remove is still on the backend; the
+    # dummy backend, like a real one, will not drop a share under a snapshot:
+    # the admin cleans up there, as the warning says.
+    assert {(o["kind"], o["id"]) for o in d.backend("list")} >= {
+        ("snapshot", snap_inst), ("replica", replica)}
+    d.backend("remove", snap_inst)
+
+    # The parent is deletable now, the plain way.
+    out = d.sharectl("share", "delete", share, "--wait")
+    assert f"share {share} deleted" in out.stdout
+    assert d.json("share", "list") == []
+    assert {(o["kind"], o["id"]) for o in d.backend("list")} == {("replica", replica)}
+    forced = [r for r in d.json("request", "list") if r["action"] == "delete"]
+    assert {r["status"] for r in forced} == {"done", "failed"}

@@ -1,0 +1,207 @@
+"""Forced deletes (issue 14): the planner's checks, the operation's outcome
+when the driver fails, the reconciler finishing a forced delete a crash cut
+short, and how driver failures are logged. Real database, coordinator,
+Operations and Reconciler; the driver is the reconciliation rigs' fake."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from sharemgr.common import vocab
+from sharemgr.db import api, models
+from sharemgr.manager import plans
+from sharemgr.manager.operations import OperationFailed
+from sharemgr.manager.plans import Op
+
+from tests.unit.reconcile_harness import (
+    HOSTBE,
+    add,
+    engine_id,
+    fetch,
+    make,
+    make_backup,
+    make_share,
+    make_snapshot,
+)
+
+OPS_LOGGER = "sharemgr.manager.operations"
+
+
+def _delete_request(db, rtype: str, ident: str, args: dict, engine: str) -> int:
+    """A delete request claimed by ``engine`` (not a member: it died)."""
+    req = models.Request(resource_type=rtype, resource_id=ident, action=vocab.ACTION_DELETE,
+                         host=HOSTBE, status=vocab.REQUEST_RUNNING, engine_id=engine,
+                         args=args, claimed_at=models.utcnow())
+    add(db, req)
+    return req.id
+
+
+# The planner ---------------------------------------------------------------------------
+
+
+def test_forced_delete_starts_from_any_status_and_carries_the_flag(engine):
+    db = engine.db
+    snap = make_snapshot(db, vocab.CREATING)
+    with pytest.raises(plans.Refused, match="its status is 'creating'"):
+        plans.delete(db, vocab.SNAPSHOT, snap.snapshot_id)
+    plan = plans.delete(db, vocab.SNAPSHOT, snap.snapshot_id, force=True)
+    assert plan.op.args == {"force": True}
+    assert plan.changes == [(models.ShareSnapshotInstance, snap.id,
+                             {"status": vocab.CREATING}, {"status": vocab.DELETING})]
+    # Without force nothing changes: no args.
+    done = make_snapshot(db, vocab.AVAILABLE)
+    assert plans.delete(db, vocab.SNAPSHOT, done.snapshot_id).op.args == {}
+
+
+def test_forced_share_delete_is_still_refused_while_it_has_snapshots(engine):
+    """As in Manila: force lifts the status check, not the children's."""
+    snap = make_snapshot(engine.db, vocab.ERROR_DELETING)
+    inst = api.get(engine.db, models.ShareInstance, snap.share_instance_id)
+    with pytest.raises(plans.Refused, match="has snapshots"):
+        plans.delete(engine.db, vocab.SHARE, inst.share_id, force=True)
+
+
+def test_forced_share_delete_waits_for_a_backup_in_progress(engine):
+    db = engine.db
+    inst = make_share(db, vocab.BACKUP_CREATING)
+    backup = models.ShareBackup(id=models.new_id(), share_id=inst.share_id, host=HOSTBE,
+                                status=vocab.CREATING, size=5)
+    add(db, backup)
+    with pytest.raises(plans.Refused, match=f"backup in progress \\({backup.id}\\)"):
+        plans.delete(db, vocab.SHARE, inst.share_id, force=True)
+    api.conditional_update(db, models.ShareBackup, backup.id, {}, {"status": vocab.ERROR})
+    assert plans.delete(db, vocab.SHARE, inst.share_id, force=True).op.args == {"force": True}
+
+
+# The operation -------------------------------------------------------------------------
+
+
+def test_forced_delete_removes_the_record_when_the_driver_fails(engine, caplog):
+    db = engine.db
+    snap = make_snapshot(db, vocab.DELETING)
+    engine.driver.delete_fails.add(snap.id)
+    caplog.set_level(logging.WARNING, OPS_LOGGER)
+    engine.operations.perform(Op(vocab.SNAPSHOT_INSTANCE, snap.id, vocab.ACTION_DELETE,
+                                 HOSTBE, {"force": True}))
+    row = fetch(db, vocab.SNAPSHOT_INSTANCE, snap.id)
+    assert (row.status, row.deleted_at is not None) == (vocab.DELETED, True)
+    assert api.get(db, models.ShareSnapshot, snap.snapshot_id) is None  # its snapshot too
+    assert engine.driver.calls == [("delete_snapshot", snap.id)]  # tried once
+    forced = [r for r in caplog.records if r.getMessage().startswith("forced delete")]
+    assert len(forced) == 1 and forced[0].levelno == logging.WARNING
+    assert "delete_snapshot failed" in forced[0].getMessage()
+    assert f"snapshot instance {snap.id} may remain on backend {HOSTBE}" in \
+        forced[0].getMessage()
+
+
+def test_plain_delete_still_ends_in_error_deleting(engine):
+    snap = make_snapshot(engine.db, vocab.DELETING)
+    engine.driver.delete_fails.add(snap.id)
+    with pytest.raises(OperationFailed):
+        engine.operations.perform(Op(vocab.SNAPSHOT_INSTANCE, snap.id, vocab.ACTION_DELETE))
+    assert fetch(engine.db, vocab.SNAPSHOT_INSTANCE, snap.id).status == vocab.ERROR_DELETING
+
+
+def test_forced_delete_finishes_what_a_failed_plain_delete_left(engine):
+    """A plain delete queued first failed (error_deleting); the forced
+    request behind it still deletes the record."""
+    inst = make_share(engine.db, vocab.ERROR_DELETING)
+    engine.driver.delete_fails.add(inst.id)
+    engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                 HOSTBE, {"force": True}))
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.DELETED
+    assert api.get(engine.db, models.Share, inst.share_id) is None
+
+
+# Reconciliation after a crash ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("rtype", [vocab.SNAPSHOT_INSTANCE, vocab.SHARE_INSTANCE,
+                                   vocab.REPLICA, vocab.BACKUP])
+def test_reconciler_finishes_a_forced_delete_as_forced(engine, rtype):
+    """A crash left a forced delete in deleting, its engine dead: the pass
+    retries it forced (the request row holds the args), so a failing driver
+    still ends in deleted; a plain one next to it ends in its error status."""
+    db = engine.db
+    forced = make(db, rtype, vocab.DELETING)
+    plain = make(db, rtype, vocab.DELETING)
+    engine.driver.delete_fails.add("*")
+    dead = engine_id()
+    _delete_request(db, rtype, forced.id, {"force": True}, dead)
+    _delete_request(db, rtype, plain.id, {}, dead)
+    result = engine.run()
+    assert result["abandoned_requests"] == 2
+    assert fetch(db, rtype, forced.id).status == vocab.DELETED
+    assert fetch(db, rtype, plain.id).status != vocab.DELETED  # error_deleting or error
+    assert fetch(db, rtype, plain.id).status in (vocab.ERROR_DELETING, vocab.ERROR)
+    assert result["outcomes"][rtype][vocab.DELETED] == 1
+
+
+# How driver failures are logged --------------------------------------------------------
+
+
+def test_driver_failures_are_logged_with_the_method(engine, caplog):
+    """A ShareBackendException: one WARNING naming the driver method, no
+    traceback. Anything else is a driver bug: ERROR with the method and the
+    traceback."""
+    db = engine.db
+    known = make_share(db, vocab.DELETING)
+    buggy = make_share(db, vocab.DELETING)
+    engine.driver.delete_fails.add(known.id)
+
+    def delete_share(share, share_server=None):
+        if share["id"] == buggy.id:
+            raise KeyError("oops")
+        engine.driver._delete("delete_share", share["id"])
+
+    engine.driver.delete_share = delete_share
+    caplog.set_level(logging.WARNING, OPS_LOGGER)
+    for inst in (known, buggy):
+        with pytest.raises(OperationFailed):
+            engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id,
+                                         vocab.ACTION_DELETE))
+    records = {r.getMessage().split(" failed")[0]: r for r in caplog.records
+               if r.name == OPS_LOGGER}
+    warn = records[f"delete of share instance {known.id}"]
+    assert warn.levelno == logging.WARNING and warn.exc_info is None
+    assert "delete_share: ShareBackendException: backend refused" in warn.getMessage()
+    err = records[f"delete of share instance {buggy.id}"]
+    assert err.levelno == logging.ERROR
+    assert "unexpected KeyError from driver method delete_share" in err.getMessage()
+    assert err.exc_info is not None and err.exc_info[0] is KeyError
+
+
+def test_forced_group_delete_takes_its_group_snapshots_records_along(engine):
+    """As Manila's force-delete of a share group: its group snapshots' records
+    go too (plain: refused while it has them)."""
+    db = engine.db
+    gsnap = make(db, vocab.GROUP_SNAPSHOT, vocab.ERROR)
+    group_id = gsnap.share_group_id
+    with pytest.raises(plans.Refused, match="has snapshots"):
+        plans.delete(db, vocab.SHARE_GROUP, group_id)
+    plan = plans.delete(db, vocab.SHARE_GROUP, group_id, force=True)
+    assert api.transition_with_request(db, plan.changes, plan.op.request())
+    engine.driver.delete_fails.add(group_id)
+    engine.operations.perform(plan.op)
+    assert fetch(db, vocab.SHARE_GROUP, group_id).status == vocab.DELETED
+    assert fetch(db, vocab.GROUP_SNAPSHOT, gsnap.id).status == vocab.DELETED
+    assert engine.driver.calls == [("delete_share_group", group_id)]
+
+
+def test_a_backup_continue_bug_is_logged_with_its_traceback(engine, caplog):
+    backup = make_backup(engine.db, vocab.CREATING, progress="0",
+                         share_status=vocab.BACKUP_CREATING)
+
+    def create_backup_continue(share, backup):
+        raise KeyError("progress")
+
+    engine.driver.create_backup_continue = create_backup_continue
+    caplog.set_level(logging.WARNING, OPS_LOGGER)
+    engine.operations.continue_backups([HOSTBE])
+    [record] = [r for r in caplog.records if r.name == OPS_LOGGER]
+    assert record.levelno == logging.ERROR and record.exc_info[0] is KeyError
+    assert record.getMessage().startswith(
+        f"backup {backup.id} failed: unexpected KeyError from driver method "
+        "create_backup_continue")
+    assert fetch(engine.db, vocab.BACKUP, backup.id).status == vocab.ERROR
