@@ -12,7 +12,6 @@ import tenacity
 from oslo_config import cfg
 from oslo_log import log as logging
 from sharemgr.common import vocab
-from sharemgr.common.outage import first_line
 from sharemgr.convergence.engine import StackEngine
 from sharemgr.daemon import systemd
 from sharemgr.daemon.background import Background
@@ -52,6 +51,15 @@ class Handlers(dict):
 
 class StartupError(Exception):
     """A problem that stops the daemon at start; its message is one line."""
+
+
+def _set_up(driver: object) -> loader.BackendSetupError | None:
+    """The driver's set-up; its failure returned, not raised."""
+    try:
+        loader.setup_driver(driver)
+    except loader.BackendSetupError as exc:
+        return exc
+    return None
 
 
 def open_database(conf: cfg.ConfigOpts) -> Database:
@@ -135,14 +143,17 @@ class ShareManagerService:
             db_api.service_backend_set(self.db, self.engine_id, backend,
                                        vocab.BACKEND_INITIALIZING)
         for backend, driver in constructed.items():
-            try:
-                loader.setup_driver(driver)
-            except loader.BackendSetupError as exc:
+            failure = _set_up(driver)
+            if failure is not None:
+                # Outside the except block: oslo.log would repeat the error.
+                cause = failure.__cause__ or failure
+                LOG.debug("backend [%s]: %s", backend, failure,
+                          exc_info=(type(cause), cause, cause.__traceback__))
                 LOG.warning("backend [%s]: %s; the other backends serve, this one is "
-                            "retried with back-off", backend, exc)
+                            "retried with back-off", backend, failure)
                 self.failed_backends[backend] = driver
                 db_api.service_backend_set(self.db, self.engine_id, backend,
-                                           vocab.BACKEND_FAILED, str(exc))
+                                           vocab.BACKEND_FAILED, str(failure))
                 continue
             self.drivers[backend] = driver
             db_api.service_backend_set(self.db, self.engine_id, backend, vocab.BACKEND_UP)
@@ -238,8 +249,9 @@ class ShareManagerService:
         self.hosts = [*self.hosts, host]
         try:
             capabilities.refresh(self.db, host, driver, self.engine_id)
-        except Exception as exc:  # an outage: the periodic refresh reports it later
-            LOG.warning("%s: stats not reported yet: %s", host, first_line(exc))
+        except Exception:  # an outage: the periodic refresh reports it later
+            # (oslo.log appends the error's first line to a WARNING in an except)
+            LOG.warning("%s: stats not reported yet", host)
         self.runner.add_hosts([host, *self.stacks.add_backend(backend, driver)])
         self._record_backend(backend, vocab.BACKEND_UP)
         if self.conf.startup_reconciliation_enabled:
@@ -269,9 +281,8 @@ class ShareManagerService:
         leaves the list stale (the retries and the join go on)."""
         try:
             db_api.service_backend_set(self.db, self.engine_id, backend, state, reason)
-        except Exception as exc:
-            LOG.warning("backend [%s]: could not record its state '%s': %s", backend,
-                        state, first_line(exc))
+        except Exception:  # oslo.log appends the error's first line
+            LOG.warning("backend [%s]: could not record its state '%s'", backend, state)
 
     def ensure_driver_resources(self) -> None:
         for backend, driver in self.drivers.items():
@@ -330,11 +341,14 @@ class ShareManagerService:
         oslo.log writes them through WatchedFileHandler, which reopens a file
         rotated away."""
         LOG.info("share-manager got SIGHUP: reloading the mutable options")
+        failure = None
         try:
             self.conf.mutate_config_files()
             config.validate(self.conf)
         except Exception as exc:  # a broken file or value: say so in one line
-            LOG.error("reloading the configuration failed: %s", " ".join(str(exc).split()))
+            failure = " ".join(str(exc).split())
+        if failure is not None:  # outside the except: oslo.log would repeat it
+            LOG.error("reloading the configuration failed: %s", failure)
 
     def request_stop(self, signum: int | None = None, _frame: object = None) -> None:
         if signum is not None and not self.stopping.is_set():

@@ -221,10 +221,8 @@ def setup_driver(drv: ShareDriver) -> None:
         try:
             getattr(drv, step)()
         except Exception as exc:
-            message = f"{step} failed: {_one_line(exc)}"
-            # One line for the log's WARNING; the cause's traceback at DEBUG.
-            LOG.debug("%s", message, exc_info=(type(exc), exc, exc.__traceback__))
-            raise BackendSetupError(message) from exc
+            # The cause (its traceback) goes with it: callers log it at DEBUG.
+            raise BackendSetupError(f"{step} failed: {_one_line(exc)}") from exc
 
 
 def load_driver(
