@@ -62,13 +62,15 @@ class Background:
         task.__name__ = task.__qualname__ = what
         self._periodic.append((task, (), {}))
 
-    def submit(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def submit(self, what: str, fn: Callable[..., Any], *args: Any, workers: int = 4) -> Any:
         """Run ``fn(*args)`` on the owner's worker pool (e.g. a backend's
         set-up retries); its exception is logged with its traceback. The
-        pool is stopped in its place in the order, waiting for its work:
-        the work must return once the daemon's stopping event is set."""
+        pool (``workers`` threads, set by the first call: work that waits
+        long needs a thread each) is stopped in its place in the order,
+        waiting for its work: the work must return once the daemon's
+        stopping event is set."""
         if self._pool is None:
-            self._pool = futurist.ThreadPoolExecutor(max_workers=4)
+            self._pool = futurist.ThreadPoolExecutor(max_workers=max(1, workers))
             self.own("background work", self._stop_pool)
         return tasks.submit_logged(self._pool, fn, *args, what=what)
 

@@ -184,8 +184,9 @@ class ShareManagerService:
         self.runner.start()
         self.background.own("request runner", self._stop_runner)
         for backend, driver in self.failed_backends.items():
+            # A thread each: a retry waits between tries.
             self.background.submit(f"set-up of backend [{backend}]", self._set_up_later,
-                                   backend, driver)
+                                   backend, driver, workers=len(self.failed_backends))
         LOG.info("share-manager up: host %s, engine %s, backends %s", self.host,
                  self.engine_id, ", ".join(
                      [*self.drivers, *(f"{b} (set-up failed, retrying)"
