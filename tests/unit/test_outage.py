@@ -112,3 +112,46 @@ def test_the_options_read_at_each_use_are_mutable():
     mutable = {opt.name for group, opts in config.list_opts() for opt in opts if opt.mutable}
     assert mutable == {"graceful_shutdown_timeout", "backend_setup_retry_interval",
                        "backend_setup_retry_max_interval"}
+
+
+def test_a_periodic_task_skips_its_runs_in_an_outage_and_raises_only_bugs(caplog,
+                                                                           monkeypatch):
+    from sharemgr.common import outage as common_outage
+    from sharemgr.daemon.background import Background
+
+    caplog.set_level(logging.INFO)
+    # The process's outage log (a periodic task's Backoff reports there),
+    # as it was before afterwards.
+    monkeypatch.setattr(common_outage.OUTAGES, "ongoing", False)
+    calls, errors = [], [_operational(), _operational()]
+
+    def heartbeat():
+        calls.append(1)
+        if errors:
+            raise errors.pop(0)
+
+    clock = [1000.0]  # time.monotonic, moved by the test
+    monkeypatch.setattr(common_outage.time, "monotonic", lambda: clock[0])
+    bg = Background()
+    bg.every(60.0, "heartbeat", heartbeat, outage_max_interval=600)
+    (task, _args, _kw) = bg._periodic[0]
+    task()  # fails: the outage starts, no exception out of the task
+    clock[0] += 59
+    task()  # within the back-off (60 s): skipped, not called
+    assert len(calls) == 1
+    assert len(_lines(caplog, logging.WARNING)) == 1
+    clock[0] += 2
+    task()  # fails again: still one WARNING; the next wait is 120 s
+    clock[0] += 119
+    task()  # skipped
+    clock[0] += 2
+    task()  # passes: the INFO
+    assert len(calls) == 3 and len(_lines(caplog, logging.WARNING)) == 1
+    assert len(_lines(caplog, logging.INFO)) == 1
+
+    def bug():
+        raise KeyError("not an outage")
+
+    bg.every(60.0, "buggy", bug)
+    with pytest.raises(KeyError):  # futurist logs it with its traceback (tasks.py)
+        bg._periodic[1][0]()
