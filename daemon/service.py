@@ -8,12 +8,12 @@ import sys
 import threading
 import uuid
 
-import tenacity
 from oslo_config import cfg
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence.engine import StackEngine
 from sharemgr.daemon import systemd
+from sharemgr.daemon.backends import BackendSetup
 from sharemgr.daemon.background import Background
 from sharemgr.db import api as db_api
 from sharemgr.db import migration
@@ -53,15 +53,6 @@ class StartupError(Exception):
     """A problem that stops the daemon at start; its message is one line."""
 
 
-def _set_up(driver: object) -> loader.BackendSetupError | None:
-    """The driver's set-up; its failure returned, not raised."""
-    try:
-        loader.setup_driver(driver)
-    except loader.BackendSetupError as exc:
-        return exc
-    return None
-
-
 def open_database(conf: cfg.ConfigOpts) -> Database:
     db = Database(
         config.database_url(conf),
@@ -84,10 +75,10 @@ class ShareManagerService:
         self.coordinator: Coordinator | None = None
         self.background = Background()
         self.registered = False
-        # The backends that are up; a backend whose set-up failed joins when
-        # a retry passes (_join: a new dict for every holder).
+        # The backends that are up; one whose set-up failed joins when a
+        # retry passes (daemon/backends.py: a new dict for every holder).
         self.drivers: dict = {}
-        self.failed_backends: dict = {}  # backend -> its driver, set-up failed
+        self.backends = BackendSetup(self)
         self.reload_requested = False  # SIGHUP, handled by wait()
         self.notifier = systemd.Notifier()
         self.hosts: list[str] = []
@@ -139,24 +130,7 @@ class ShareManagerService:
             LOG.warning("unknown option, ignored: %s", where)
         db_api.service_register(self.db, self.host, BINARY, self.engine_id)
         self.registered = True
-        for backend in constructed:
-            db_api.service_backend_set(self.db, self.engine_id, backend,
-                                       vocab.BACKEND_INITIALIZING)
-        for backend, driver in constructed.items():
-            failure = _set_up(driver)
-            if failure is not None:
-                # Outside the except block: oslo.log would repeat the error.
-                cause = failure.__cause__ or failure
-                LOG.debug("backend [%s]: %s", backend, failure,
-                          exc_info=(type(cause), cause, cause.__traceback__))
-                LOG.warning("backend [%s]: %s; the other backends serve, this one is "
-                            "retried with back-off", backend, failure)
-                self.failed_backends[backend] = driver
-                db_api.service_backend_set(self.db, self.engine_id, backend,
-                                           vocab.BACKEND_FAILED, str(failure))
-                continue
-            self.drivers[backend] = driver
-            db_api.service_backend_set(self.db, self.engine_id, backend, vocab.BACKEND_UP)
+        self.drivers = self.backends.first_tries(constructed)
         self.hosts = [f"{self.host}@{backend}" for backend in self.drivers]
         self.operations = Operations(self.db, self.drivers, self.coordinator, self.engine_id)
         for rtype, action in operations.HANDLERS:
@@ -183,80 +157,12 @@ class ShareManagerService:
         )
         self.runner.start()
         self.background.own("request runner", self._stop_runner)
-        for backend, driver in self.failed_backends.items():
-            # A thread each: a retry waits between tries.
-            self.background.submit(f"set-up of backend [{backend}]", self._set_up_later,
-                                   backend, driver, workers=len(self.failed_backends))
+        self.backends.retry_failed()
         LOG.info("share-manager up: host %s, engine %s, backends %s", self.host,
                  self.engine_id, ", ".join(
                      [*self.drivers, *(f"{b} (set-up failed, retrying)"
-                                       for b in self.failed_backends)]) or "none")
+                                       for b in self.backends.failed)]) or "none")
         self.notifier.ready()
-
-    # A backend whose set-up failed -----------------------------------------
-
-    def _setup_wait(self, retry_state: tenacity.RetryCallState) -> float:
-        # Read at each wait: both options are mutable (SIGHUP).
-        return tenacity.wait_exponential(
-            multiplier=2 * self.conf.backend_setup_retry_interval,
-            max=self.conf.backend_setup_retry_max_interval)(retry_state)
-
-    def _set_up_later(self, backend: str, driver: object) -> None:
-        """Retry the backend's set-up with capped exponential back-off until
-        it passes (then it joins) or the daemon stops."""
-        if self.stopping.wait(self.conf.backend_setup_retry_interval):
-            return
-
-        def attempt() -> bool:
-            if self.stopping.is_set():
-                return False
-            loader.setup_driver(driver)
-            return True
-
-        def failed(retry_state: tenacity.RetryCallState) -> None:
-            reason = str(retry_state.outcome.exception())
-            LOG.info("backend [%s]: %s; next try in %.1fs", backend, reason,
-                     retry_state.next_action.sleep)
-            self._record_backend(backend, vocab.BACKEND_FAILED, reason)
-
-        try:
-            up = tenacity.Retrying(
-                retry=tenacity.retry_if_exception_type(loader.BackendSetupError),
-                wait=self._setup_wait,
-                stop=lambda _state: self.stopping.is_set(),
-                sleep=self.stopping.wait,
-                before_sleep=failed,
-                reraise=True,
-            )(attempt)
-        except loader.BackendSetupError:
-            return  # stopping
-        if up and not self.stopping.is_set():
-            self._join(backend, driver)
-
-    def _join(self, backend: str, driver: object) -> None:
-        """A backend whose set-up passed after start: ensure its resources,
-        report its stats, claim its requests, reconcile."""
-        host = f"{self.host}@{backend}"
-        LOG.info("backend [%s]: set-up passed; %s joins", backend, host)
-        try:
-            ensure.ensure_backend(self.db, host, driver)
-        except Exception:  # as at start: logged, the backend still serves
-            LOG.exception("%s: ensure_driver_resources failed", host)
-        # A new dict, not an insert: a pass or refresh may be iterating.
-        self.drivers = {**self.drivers, backend: driver}
-        for holder in (self.operations, self.reconciler, self.stacks):
-            holder.drivers = self.drivers
-        self.failed_backends.pop(backend, None)
-        self.hosts = [*self.hosts, host]
-        try:
-            capabilities.refresh(self.db, host, driver, self.engine_id)
-        except Exception:  # an outage: the periodic refresh reports it later
-            # (oslo.log appends the error's first line to a WARNING in an except)
-            LOG.warning("%s: stats not reported yet", host)
-        self.runner.add_hosts([host, *self.stacks.add_backend(backend, driver)])
-        self._record_backend(backend, vocab.BACKEND_UP)
-        if self.conf.startup_reconciliation_enabled:
-            self.passes.run_soon(f"backend:{backend}")
 
     def _start_reconciliation(self) -> None:
         self.reconciler = Reconciler(
@@ -276,14 +182,6 @@ class ShareManagerService:
             LOG.info("startup reconciliation disabled")
         # The stack watchdog starts once the pass has settled what a crash left.
         self.stacks.start(self.passes if self.conf.startup_reconciliation_enabled else None)
-
-    def _record_backend(self, backend: str, state: str, reason: str | None = None) -> None:
-        """The backend's state in service_backends; the database away only
-        leaves the list stale (the retries and the join go on)."""
-        try:
-            db_api.service_backend_set(self.db, self.engine_id, backend, state, reason)
-        except Exception:  # oslo.log appends the error's first line
-            LOG.warning("backend [%s]: could not record its state '%s'", backend, state)
 
     def ensure_driver_resources(self) -> None:
         for backend, driver in self.drivers.items():
