@@ -12,7 +12,7 @@ import futurist
 from futurist import waiters
 from oslo_context import context
 from oslo_log import log as logging
-from sharemgr.common import tasks, vocab
+from sharemgr.common import metrics, tasks, vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, notify
 from sharemgr.db.engine import Database
@@ -118,23 +118,28 @@ class RequestRunner:
         LOG.info("request %s (%s) started", req.id, what)
         started = time.monotonic()
         handler = self.dispatch(req)
-        status, error = vocab.REQUEST_DONE, None
+        status, error, outcome = vocab.REQUEST_DONE, None, vocab.REQUEST_DONE
         try:
-            if handler is None:
-                raise OperationFailed(f"no handler for {req.resource_type} {req.action}")
-            handler(req)
+            with metrics.REQUESTS_RUNNING.track_inprogress():
+                if handler is None:
+                    raise OperationFailed(f"no handler for {req.resource_type} {req.action}")
+                handler(req)
         except Stale as exc:
             LOG.info("request %s (%s %s %s): nothing to do: %s", req.id, req.action,
                      req.resource_type, req.resource_id, exc)
-            error = f"stale: {exc}"
+            error, outcome = f"stale: {exc}", "stale"
         except OperationFailed as exc:
             status, error = vocab.REQUEST_FAILED, str(exc)
         except Exception as exc:  # a bug or an unreachable service: keep serving
             LOG.exception("request %s (%s %s %s) failed", req.id, req.action,
                           req.resource_type, req.resource_id)
             status, error = vocab.REQUEST_FAILED, f"{type(exc).__name__}: {exc}"
+        elapsed = time.monotonic() - started
+        metrics.REQUEST_SECONDS.labels(req.resource_type, req.action,
+                                       outcome if status == vocab.REQUEST_DONE else status
+                                       ).observe(elapsed)
         LOG.info("request %s (%s) %s in %.2fs%s", req.id, what, status,
-                 time.monotonic() - started, f": {error}" if error else "")
+                 elapsed, f": {error}" if error else "")
         try:
             db_api.request_finish(self.db, req.id, self.engine_id, status, error)
         except Exception:
