@@ -13,9 +13,10 @@ on this daemon's database (one grouped query per scrape).
 (oslo.middleware): 200 when every check passes, 503 when one fails, with a
 JSON body naming each check and why it failed. The checks: the database
 answers ``SELECT 1``, this engine is a member of the coordination group, the
-engine has finished starting (it takes requests), and each backend's state. The database and coordination checks run on a small
-pool and are given up after ``[health] check_timeout``: a hung server makes
-the probe answer 503 in time instead of hanging the probe.
+engine has finished starting (it takes requests), and each backend's state.
+The database and coordination checks run on a small pool and are given up
+after ``[health] check_timeout``: a hung server makes the probe answer 503
+in time instead of hanging the probe.
 """
 
 from __future__ import annotations
