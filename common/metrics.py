@@ -20,13 +20,24 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from oslo_log import log as logging
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 LOG = logging.getLogger(__name__)
 
 REGISTRY = CollectorRegistry()
+# The process's own figures (CPU, memory, open files; Linux only) and the
+# Python version, as the default registry would have them.
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
 
 # Driver calls and requests take from milliseconds (the dummy) to minutes (a
 # real backend's create or a reconciliation pass): the default buckets stop
