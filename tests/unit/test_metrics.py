@@ -172,3 +172,28 @@ def test_driver_calls_are_timed_by_method_and_outcome(fails):
     assert _value(metrics.DRIVER_CALL_SECONDS, method="create_share",
                   outcome="error" if fails else "ok") == before + 1
 
+
+
+def test_traversals_are_counted_when_they_end(tmp_path):
+    from tests.unit.stack_rig import Rig
+    from tests.unit.test_stack_worker import V1
+
+    def ended(action: str, status: str) -> float:
+        return _value(metrics.TRAVERSAL_SECONDS, action=action, status=status)
+
+    rig = Rig(tmp_path, backends={"dummy": {"dummy_fail_methods": "create_snapshot"}})
+    try:
+        e = rig.engine()
+        complete, failed = ended("CREATE", "COMPLETE"), ended("CREATE", "FAILED")
+        rig.create("plain", V1.replace("  snap: {type: snapshot, properties: "
+                                       "{share: {get_resource: data}}}\n", ""))
+        e.pump()
+        assert (rig.stack("plain").action, rig.stack("plain").status) == ("CREATE", "COMPLETE")
+        assert ended("CREATE", "COMPLETE") == complete + 1
+        rig.create("web", V1, disable_rollback=True)
+        e.pump()
+        assert rig.stack("web").status == "FAILED"
+        assert ended("CREATE", "FAILED") == failed + 1
+        assert ended("CREATE", "COMPLETE") == complete + 1
+    finally:
+        rig.close()
