@@ -23,6 +23,14 @@ LOG = logging.getLogger(__name__)
 Handler = Callable[[models.Request], None]
 
 
+def _observe(req: models.Request, status: str, error: str | None, started: float) -> None:
+    """The request's run time into its histogram. A stale request is
+    recorded done (with its reason as the error); the metric keeps it apart."""
+    outcome = "stale" if status == vocab.REQUEST_DONE and error else status
+    metrics.REQUEST_SECONDS.labels(req.resource_type, req.action, outcome).observe(
+        time.monotonic() - started)
+
+
 class RequestRunner:
     def __init__(
         self,
@@ -118,28 +126,26 @@ class RequestRunner:
         LOG.info("request %s (%s) started", req.id, what)
         started = time.monotonic()
         handler = self.dispatch(req)
-        status, error, outcome = vocab.REQUEST_DONE, None, vocab.REQUEST_DONE
+        status, error = vocab.REQUEST_DONE, None
+        metrics.REQUESTS_RUNNING.inc()  # every Exception is caught below: the dec runs
         try:
-            with metrics.REQUESTS_RUNNING.track_inprogress():
-                if handler is None:
-                    raise OperationFailed(f"no handler for {req.resource_type} {req.action}")
-                handler(req)
+            if handler is None:
+                raise OperationFailed(f"no handler for {req.resource_type} {req.action}")
+            handler(req)
         except Stale as exc:
             LOG.info("request %s (%s %s %s): nothing to do: %s", req.id, req.action,
                      req.resource_type, req.resource_id, exc)
-            error, outcome = f"stale: {exc}", "stale"
+            error = f"stale: {exc}"
         except OperationFailed as exc:
             status, error = vocab.REQUEST_FAILED, str(exc)
         except Exception as exc:  # a bug or an unreachable service: keep serving
             LOG.exception("request %s (%s %s %s) failed", req.id, req.action,
                           req.resource_type, req.resource_id)
             status, error = vocab.REQUEST_FAILED, f"{type(exc).__name__}: {exc}"
-        elapsed = time.monotonic() - started
-        metrics.REQUEST_SECONDS.labels(req.resource_type, req.action,
-                                       outcome if status == vocab.REQUEST_DONE else status
-                                       ).observe(elapsed)
+        metrics.REQUESTS_RUNNING.dec()
+        _observe(req, status, error, started)
         LOG.info("request %s (%s) %s in %.2fs%s", req.id, what, status,
-                 elapsed, f": {error}" if error else "")
+                 time.monotonic() - started, f": {error}" if error else "")
         try:
             db_api.request_finish(self.db, req.id, self.engine_id, status, error)
         except Exception:
