@@ -22,6 +22,7 @@ in time instead of hanging the probe.
 from __future__ import annotations
 
 import json
+import socket
 import socketserver
 import threading
 from collections.abc import Callable, Iterable
@@ -51,6 +52,10 @@ class Check:
 
 class _Server(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a probe still being answered never holds the stop
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6  # bind_host = ::1 or another IPv6 address
 
 
 class _Handler(WSGIRequestHandler):
@@ -97,7 +102,8 @@ class HealthServer:
         self._pool = futures.ThreadPoolExecutor(max_workers=4,
                                                 thread_name_prefix="health-check")
         try:
-            self._server = make_server(bind_host, port, self._app, server_class=_Server,
+            self._server = make_server(bind_host, port, self._app,
+                                       server_class=_Server6 if ":" in bind_host else _Server,
                                        handler_class=_Handler)
         except OSError as exc:
             self._pool.shutdown(wait=False)
@@ -109,7 +115,7 @@ class HealthServer:
     @property
     def url(self) -> str:
         host, port = self.address
-        return f"http://{host}:{port}"
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def start(self) -> None:
         self._thread = tasks.start_thread(self._server.serve_forever, name="health-endpoint")

@@ -129,3 +129,17 @@ def test_a_port_in_use_is_one_line():
         with pytest.raises(health.HealthUnavailable) as exc:
             health.HealthServer(_service(), "127.0.0.1", port, 1.0)
     assert str(exc.value) == f"[health] cannot listen on 127.0.0.1:{port}: Address already in use"
+
+
+def test_ipv6_loopback():
+    try:
+        server = health.HealthServer(_service(), "::1", 0, 1.0)
+    except health.HealthUnavailable as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    try:
+        server.start()
+        assert server.url == f"http://[::1]:{server.address[1]}"
+        code, _, _ = _get(server.url + "/healthcheck")
+        assert code == 503
+    finally:
+        server.stop()
