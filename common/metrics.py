@@ -16,7 +16,7 @@ query per scrape.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from oslo_log import log as logging
@@ -102,9 +102,13 @@ class QueueCollector(Collector):
     """
 
     def __init__(self, count: Callable[[], Mapping[tuple[str | None, str], int]],
-                 statuses: tuple[str, ...]) -> None:
+                 statuses: tuple[str, ...],
+                 hosts: Callable[[], Iterable[str]] = tuple) -> None:
         self._count = count
         self._statuses = statuses
+        # Hosts shown even with nothing open (this engine's), so a zero is
+        # a zero and not an absent series.
+        self._hosts = hosts
 
     def describe(self) -> Iterator[Any]:
         # Describing without collecting: registering must not query.
@@ -122,7 +126,7 @@ class QueueCollector(Collector):
             "sharemgr_requests",
             "Open requests per host and status (pending, running), from the "
             "database: the same on every engine.", labels=["host", "status"])
-        hosts = sorted({host or "any" for host, _status in counts})
+        hosts = sorted({host or "any" for host, _status in counts} | set(self._hosts()))
         for host in hosts:
             for status in self._statuses:
                 n = counts.get((None if host == "any" else host, status), 0)

@@ -38,7 +38,8 @@ class _Coordinator:
 
 def _service(db=None, coordinator=None, runner=None, drivers=None):
     return types.SimpleNamespace(db=db, coordinator=coordinator, runner=runner,
-                                 drivers=drivers or {}, host="hostA", engine_id="hostA.e1")
+                                 drivers=drivers or {}, host="hostA", engine_id="hostA.e1",
+                                 hosts=[f"hostA@{b}" for b in drivers or {}])
 
 
 @pytest.fixture
@@ -113,10 +114,13 @@ def test_a_hung_check_answers_in_time(serve, sqlite_db):
 def test_metrics_and_unknown_paths(serve, sqlite_db):
     with sqlite_db.session() as session:
         api.request_add_tx(session, vocab.SHARE_INSTANCE, "r1", "create", "hostB@dummy")
-    server = serve(_service(sqlite_db))
+    server = serve(_service(sqlite_db, drivers={"dummy": object()}))
     code, body, ctype = _get(server.url + "/metrics")
     assert code == 200 and ctype.startswith("text/plain")
-    assert 'sharemgr_requests{host="hostB@dummy",status="pending"} 1.0' in body.decode()
+    text = body.decode()
+    assert 'sharemgr_requests{host="hostB@dummy",status="pending"} 1.0' in text
+    # This engine's own host shows even with nothing open.
+    assert 'sharemgr_requests{host="hostA@dummy",status="pending"} 0.0' in text
     code, body, _ = _get(server.url + "/other")
     assert code == 404 and json.loads(body)["paths"] == ["/healthcheck", "/metrics"]
 
