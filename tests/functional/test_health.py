@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 import re
 import socket
+import urllib.error
 import urllib.request
 
 import psutil
 import pytest
+import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.db import api
 
+from tests.conftest import PG_ADMIN
 from tests.functional.harness import database
 from tests.functional.test_daemon import one_error_line
 
@@ -33,8 +36,11 @@ def _url(engine) -> str:
 
 
 def _get(url: str) -> tuple[int, str]:
-    with urllib.request.urlopen(url, timeout=30) as resp:
-        return resp.status, resp.read().decode()
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
 
 
 def _sample(text: str, name: str, **labels: str) -> float:
@@ -54,11 +60,11 @@ def setup(deployment, request):
               "coordination_url": request.getfixturevalue("redis_url")}
     d = deployment(extra=HEALTH, **kw)
     d.sync()
-    return d
+    return d, request.param, kw.get("db_url")
 
 
 def test_health_metrics_and_status(setup):
-    d = setup
+    d, setup_name, pg = setup
     engine = d.start()
     url = _url(engine)
     code, body = _get(url + "/healthcheck")
@@ -97,7 +103,21 @@ def test_health_metrics_and_status(setup):
     assert status["last_pass"]["status"] == "finished"
     table = d.sharectl("status").stdout
     assert "1 alive of 1 running" in table and "hostB@dummy: pending 1, running 0" in table
-    assert engine.terminate() == 0
+    if setup_name == "embedded":
+        assert engine.terminate() == 0
+        return
+
+    # The database goes away (dropped, its connections ended): the probe
+    # says so with 503 while the rest still passes.
+    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE {sa.engine.make_url(pg).database} WITH (FORCE)")
+    admin.dispose()
+    code, body = _get(url + "/healthcheck")
+    answer = json.loads(body)
+    assert code == 503 and answer["status"] == "FAILED", body
+    assert answer["checks"]["database"]["ok"] is False
+    assert answer["checks"]["coordination"]["ok"] is True
 
 
 def test_off_by_default_and_a_port_in_use(deployment):
