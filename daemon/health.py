@@ -110,6 +110,8 @@ class HealthServer:
             raise HealthUnavailable(
                 f"[health] cannot listen on {bind_host}:{port}: {exc.strerror or exc}")
         self.address = self._server.server_address[:2]
+        self._lock = threading.Lock()
+        self._failed: list[str] = []
         self._thread: threading.Thread | None = None
 
     @property
@@ -184,8 +186,13 @@ class HealthServer:
         found = self.checks()
         healthy = all(c.ok for c in found)
         failed = [f"{c.name}: {c.detail}" for c in found if not c.ok]
-        if failed:
-            LOG.warning("healthcheck failed: %s", "; ".join(failed))
+        # A probe comes every few seconds: log a change, not every answer.
+        with self._lock:
+            changed, self._failed = failed != self._failed, failed
+        if changed and failed:
+            LOG.warning("healthcheck fails: %s", "; ".join(failed))
+        elif changed:
+            LOG.info("healthcheck passes")
         body = {
             "status": "OK" if healthy else "FAILED",
             "host": self.service.host,

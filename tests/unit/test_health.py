@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import types
@@ -147,3 +148,17 @@ def test_ipv6_loopback():
         assert code == 503
     finally:
         server.stop()
+
+
+def test_a_change_of_answer_is_logged_once(serve, caplog):
+    caplog.set_level(logging.INFO, logger="sharemgr.daemon.health")
+    svc = _service()
+    server = serve(svc)
+    for _ in range(3):
+        _get(server.url + "/healthcheck")
+    assert caplog.text.count("healthcheck fails: database: not connected yet") == 1
+    svc.coordinator = _Coordinator({"hostA.e1"})
+    svc.runner = object()
+    svc.db = types.SimpleNamespace(check=lambda: None)
+    code, _, _ = _get(server.url + "/healthcheck")
+    assert code == 200 and caplog.text.count("healthcheck passes") == 1
