@@ -72,6 +72,9 @@ def test_healthy(serve, sqlite_db):
         "backend:dummy": {"ok": True, "detail": "set up"},
         "backend:other": {"ok": True, "detail": "set up"},
     }
+    head = urllib.request.Request(server.url + "/healthcheck", method="HEAD")
+    with urllib.request.urlopen(head, timeout=30) as resp:
+        assert resp.status == 200 and resp.read() == b""
 
 
 def test_starting_is_unhealthy(serve):
