@@ -11,6 +11,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence.engine import StackEngine
+from sharemgr.daemon import health
 from sharemgr.daemon.background import Background
 from sharemgr.db import api as db_api
 from sharemgr.db import migration
@@ -99,6 +100,7 @@ class ShareManagerService:
                 f"database {safe_url(self.db.url)} is at revision "
                 f"{migration.current(self.db)}, not {migration.head()}: run 'sharectl db sync'"
             )
+        self._start_health()
         try:
             self.coordinator = Coordinator(config.coordination_url(self.conf), self.engine_id)
             self.coordinator.start(heartbeat=True)
@@ -140,6 +142,20 @@ class ShareManagerService:
         self.background.own("request runner", self._stop_runner)
         LOG.info("share-manager up: host %s, engine %s, backends %s", self.host,
                  self.engine_id, ", ".join(self.drivers) or "none")
+
+    def _start_health(self) -> None:
+        """The optional /healthcheck and /metrics endpoint, early: a port in
+        use stops the start before anything joins or loads; until the engine
+        is up, /healthcheck says what is missing (503)."""
+        opts = self.conf.health
+        if not opts.enabled:
+            return
+        try:
+            server = health.HealthServer(self, opts.bind_host, opts.port, opts.check_timeout)
+        except health.HealthUnavailable as exc:
+            raise StartupError(str(exc))
+        server.start()
+        self.background.own("health endpoint", server.stop)
 
     def _start_reconciliation(self) -> None:
         self.reconciler = Reconciler(
