@@ -36,11 +36,15 @@ class BackendSetup:
     def __init__(self, service: Any) -> None:
         self.service = service
         self.failed: dict[str, Any] = {}  # backend -> its driver, set-up failed
+        # backend -> 'up', 'initializing' or 'failed (<reason>)': what the
+        # health endpoint reports (daemon/health.py, backend_states).
+        self.states: dict[str, str] = {}
 
     def record(self, backend: str, state: str, reason: str | None = None) -> None:
         """The backend's state in service_backends; the database away only
         leaves the list stale (the retries and the join go on)."""
         svc = self.service
+        self.states[backend] = f"{state} ({reason})" if reason else state
         try:
             db_api.service_backend_set(svc.db, svc.engine_id, backend, state, reason)
         except Exception:  # oslo.log appends the error's first line

@@ -12,7 +12,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence.engine import StackEngine
-from sharemgr.daemon import systemd
+from sharemgr.daemon import health, systemd
 from sharemgr.daemon.backends import BackendSetup
 from sharemgr.daemon.background import Background
 from sharemgr.db import api as db_api
@@ -113,6 +113,7 @@ class ShareManagerService:
                 f"database {safe_url(self.db.url)} is at revision "
                 f"{migration.current(self.db)}, not {migration.head()}: run 'sharectl db sync'"
             )
+        self._start_health()
         try:
             self.coordinator = Coordinator(config.coordination_url(self.conf), self.engine_id)
             self.coordinator.start(heartbeat=True)
@@ -163,6 +164,25 @@ class ShareManagerService:
                      [*self.drivers, *(f"{b} (set-up failed, retrying)"
                                        for b in self.backends.failed)]) or "none")
         self.notifier.ready()
+
+    @property
+    def backend_states(self) -> dict[str, str]:
+        """Each backend's state for the health endpoint (daemon/backends.py)."""
+        return dict(self.backends.states)
+
+    def _start_health(self) -> None:
+        """The optional /healthcheck and /metrics endpoint, early: a port in
+        use stops the start before anything joins or loads; until the engine
+        is up, /healthcheck says what is missing (503)."""
+        opts = self.conf.health
+        if not opts.enabled:
+            return
+        try:
+            server = health.HealthServer(self, opts.bind_host, opts.port, opts.check_timeout)
+        except health.HealthUnavailable as exc:
+            raise StartupError(str(exc))
+        server.start()
+        self.background.own("health endpoint", server.stop)
 
     def _start_reconciliation(self) -> None:
         self.reconciler = Reconciler(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import sqlalchemy as sa
@@ -202,3 +202,10 @@ class Database:
         if self.stats is not None:
             self.stats.write()
         self.engine.dispose()
+
+
+def after_commit(session: Session, fn: Callable[[], None]) -> None:
+    """Run ``fn`` once the session's transaction commits (never if it rolls
+    back): for effects outside the database, such as metrics, that must
+    count only what was written."""
+    event.listen(session, "after_commit", lambda _session: fn(), once=True)

@@ -221,10 +221,40 @@ stack_opts = [
     ),
 ]
 
+health_opts = [
+    cfg.BoolOpt(
+        "enabled",
+        default=False,
+        help="Serve /healthcheck and /metrics (Prometheus) over HTTP from "
+        "share-manager. Off by default: the endpoint has no authentication.",
+    ),
+    cfg.HostAddressOpt(
+        "bind_host",
+        default="127.0.0.1",
+        help="Address the health endpoint listens on. Loopback by default; "
+        "expose it only to a network the monitoring system is on.",
+    ),
+    cfg.PortOpt(
+        "port",
+        default=8786,
+        help="TCP port of the health endpoint. 0: any free port (the daemon "
+        "logs the one it got).",
+    ),
+    cfg.FloatOpt(
+        "check_timeout",
+        default=2.0,
+        min=0.1,
+        max=60.0,
+        help="Seconds /healthcheck waits for the database and the coordination "
+        "backend to answer before it reports them failed.",
+    ),
+]
+
 GROUPS: dict[str | None, list[cfg.Opt]] = {
     None: default_opts + manager_opts + reconcile_opts + stack_opts,
     "database": database_opts,
     "coordination": coordination_opts,
+    "health": health_opts,
 }
 
 

@@ -13,7 +13,7 @@ import tenacity
 from futurist import waiters
 from oslo_context import context
 from oslo_log import log as logging
-from sharemgr.common import tasks, vocab
+from sharemgr.common import metrics, tasks, vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, notify
 from sharemgr.db.engine import Database
@@ -23,6 +23,14 @@ from sharemgr.manager.outage import Backoff, is_outage
 LOG = logging.getLogger(__name__)
 
 Handler = Callable[[models.Request], None]
+
+
+def _observe(req: models.Request, status: str, error: str | None, started: float) -> None:
+    """The request's run time into its histogram. A stale request is
+    recorded done (with its reason as the error); the metric keeps it apart."""
+    outcome = "stale" if status == vocab.REQUEST_DONE and error else status
+    metrics.REQUEST_SECONDS.labels(req.resource_type, req.action, outcome).observe(
+        time.monotonic() - started)
 
 
 class RequestRunner:
@@ -138,6 +146,7 @@ class RequestRunner:
         started = time.monotonic()
         handler = self.dispatch(req)
         status, error = vocab.REQUEST_DONE, None
+        metrics.REQUESTS_RUNNING.inc()  # every Exception is caught below: the dec runs
         try:
             if handler is None:
                 raise OperationFailed(f"no handler for {req.resource_type} {req.action}")
@@ -152,6 +161,8 @@ class RequestRunner:
             LOG.exception("request %s (%s %s %s) failed", req.id, req.action,
                           req.resource_type, req.resource_id)
             status, error = vocab.REQUEST_FAILED, f"{type(exc).__name__}: {exc}"
+        metrics.REQUESTS_RUNNING.dec()
+        _observe(req, status, error, started)
         LOG.info("request %s (%s) %s in %.2fs%s", req.id, what, status,
                  time.monotonic() - started, f": {error}" if error else "")
         try:

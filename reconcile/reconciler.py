@@ -25,7 +25,7 @@ from typing import Any
 import futurist
 from futurist import waiters
 from oslo_log import log as logging
-from sharemgr.common import tasks, vocab
+from sharemgr.common import metrics, tasks, vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
@@ -94,6 +94,15 @@ class Summary:
         skipped = ", ".join(f"{r}={n}" for r, n in sorted(self.skipped.items())) or "none"
         return (f"{acted}; skipped: {skipped}; abandoned requests: {self.abandoned}; "
                 f"failures: {self.failures}; {duration:.2f}s")
+
+
+def _observe(trigger: str, result: str, summary: Summary, duration: float) -> None:
+    """The pass into the metrics: its duration, and what it settled (a dry
+    run settles nothing)."""
+    metrics.RECONCILE_PASS_SECONDS.labels(metrics.trigger_kind(trigger), result).observe(duration)
+    for rtype, counts in summary.outcomes.items():
+        for status, n in counts.items():
+            metrics.RECONCILE_OUTCOMES.labels(rtype, status).inc(n)
 
 
 # Longest error text a failed pass's record keeps (its first line only).
@@ -197,7 +206,9 @@ class Reconciler:
             db_rec.pass_finish(self.db, record_id, result)
         except Exception as exc:
             self._record_failure(record_id, trigger, dry_run, summary, started, exc)
+            _observe(trigger, "failed", summary, time.monotonic() - started)
             raise
+        _observe(trigger, "dry_run" if dry_run else "finished", summary, duration)
         LOG.info("reconciliation pass %s (%s%s) on %s: %s", record_id, trigger,
                  ", dry run" if dry_run else "", self.host, summary.line(duration, dry_run))
         result["id"] = record_id

@@ -49,3 +49,25 @@ def test_the_list_column_names_each_backend_and_why_it_failed(sqlite_db):
     rows = api.service_backends(sqlite_db, [ENGINE])[ENGINE]
     assert backend_states(rows) == (
         "broken: failed (do_setup failed: OSError: no route), dummy: up, slow: initializing")
+
+
+def test_the_health_endpoint_sees_each_backends_state(sqlite_db):
+    import types
+
+    from sharemgr.daemon import health
+    from sharemgr.daemon.backends import BackendSetup
+
+    service = types.SimpleNamespace(db=sqlite_db, engine_id=ENGINE, drivers={})
+    setup = BackendSetup(service)
+    setup.record("dummy", vocab.BACKEND_UP)
+    setup.record("broken", vocab.BACKEND_FAILED, "do_setup failed: OSError: no route")
+    setup.record("slow", vocab.BACKEND_INITIALIZING)
+    service.backend_states = setup.states  # what ShareManagerService exposes
+    assert health.backend_states(service) == {
+        "dummy": (True, "up"),
+        "broken": (False, "failed (do_setup failed: OSError: no route)"),
+        "slow": (False, "initializing")}
+    # The same states in the database, for sharectl service list.
+    rows = api.service_backends(sqlite_db, [ENGINE])[ENGINE]
+    assert backend_states(rows) == (
+        "broken: failed (do_setup failed: OSError: no route), dummy: up, slow: initializing")
