@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.db import models, notify
 from sharemgr.db.engine import Database
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
 utcnow = models.utcnow
@@ -55,6 +56,22 @@ def conditional_update(
     (a value, None, or a collection of allowed values). True if this call won."""
     with db.session() as session:
         return conditional_update_tx(session, model, ident, expected, values)
+
+
+def upsert(db: Database, model: type, key: str, values: dict[str, Any]) -> None:
+    """Insert the row, or update it where its primary key ``key`` exists, in
+    one statement: engines of one host writing together never collide on
+    the key (a read-then-insert lets two of them insert)."""
+    table = model.__table__
+    changed = {k: v for k, v in values.items() if k != key}
+    if db.dialect == "mysql":
+        stmt = mysql.insert(table).values(**values).on_duplicate_key_update(**changed)
+    else:
+        dialect = postgresql if db.dialect == "postgresql" else sqlite
+        stmt = dialect.insert(table).values(**values).on_conflict_do_update(
+            index_elements=[table.c[key]], set_=changed)
+    with db.session() as session:
+        session.execute(stmt)
 
 
 def get(db: Database, model: type, ident: Any, include_deleted: bool = False) -> Any:

@@ -20,7 +20,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api
 
 from tests.conftest import PG_ADMIN
-from tests.functional.harness import database
+from tests.functional.harness import SETUPS, database, servers
 from tests.functional.test_daemon import one_error_line
 
 pytestmark = pytest.mark.functional
@@ -52,15 +52,11 @@ def _sample(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-@pytest.fixture(params=["embedded", "postgresql+redis"])
+@pytest.fixture(params=SETUPS)
 def setup(deployment, request):
-    kw = {}
-    if request.param != "embedded":
-        kw = {"db_url": request.getfixturevalue("pg_url"),
-              "coordination_url": request.getfixturevalue("redis_url")}
-    d = deployment(extra=HEALTH, **kw)
+    d = deployment(extra=HEALTH, **servers(request))
     d.sync()
-    return d, request.param, kw.get("db_url")
+    return d, request.param, d.sections["database"].get("connection")
 
 
 def test_health_metrics_and_status(setup):
