@@ -93,6 +93,16 @@ def diff(a: dict, b: dict) -> dict:
             "by_kind": {k: v for k, v in kinds.items() if v}}
 
 
+def memory_kib(pid: int) -> dict[str, int]:
+    """A process's resident memory now and at its peak (Linux /proc)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0])
+    return {"rss_kib": fields["VmRSS"], "peak_rss_kib": fields["VmHWM"]}
+
+
 def graph_nodes(url: str, name: str) -> int:
     engine = sa.create_engine(url)
     try:
@@ -120,6 +130,7 @@ def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[
         idle = diff(a, stats.read())
         idle_stmt = idle["statements"] / idle["seconds"]
         idle_commits = idle["commits"] / idle["seconds"]
+        idle_rss = max(memory_kib(e.proc.pid)["rss_kib"] for e in d.engines)
         for shape, n in shapes.items():
             text, resources = template(shape, n)
             path = root / f"{tag}-{shape}.yaml"
@@ -135,6 +146,9 @@ def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[
                 raise RuntimeError(f"stack create {name} failed:\n{proc.stdout}\n{proc.stderr}")
             work = diff(before, after)
             nodes = graph_nodes(url, name)
+            # Peak since the engine started: shapes run in order, so a later
+            # shape's figure covers the earlier ones (run one shape for its own).
+            peak = max(memory_kib(e.proc.pid)["peak_rss_kib"] for e in d.engines)
             stmts = work["statements"] - idle_stmt * work["seconds"]
             commits = work["commits"] - idle_commits * work["seconds"]
             out.append({
@@ -145,6 +159,7 @@ def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[
                 "raw_statements_per_node": round(work["statements"] / nodes, 2),
                 "raw_commits_per_node": round(work["commits"] / nodes, 2),
                 "idle_statements_per_s": round(idle_stmt, 1),
+                "engine_idle_rss_kib": idle_rss, "engine_peak_rss_kib": peak,
                 "by_kind_per_node": {k: round(v / nodes, 2)
                                      for k, v in sorted(work["by_kind"].items())},
             })
@@ -191,7 +206,8 @@ def main() -> None:
                                     "reference_commits": args.reference_commits},
                          "results": {f"{r['shape']}/{r['engines']}": {
                              k: r[k] for k in ("nodes", "nodes_per_s", "statements_per_node",
-                                               "commits_per_node")} for r in results}}
+                                               "commits_per_node", "engine_idle_rss_kib",
+                                               "engine_peak_rss_kib")} for r in results}}
         if 1 in engines and 2 in engines:
             summary["two_engines_speedup"] = {
                 s: round(summary["results"][f"{s}/2"]["nodes_per_s"]

@@ -10,6 +10,7 @@ from sharemgr.cli import (
     resource_cmds,
     service_cmds,
     stack_cmds,
+    status_cmds,
 )
 
 __all__ = ["COMMANDS"]
@@ -18,6 +19,7 @@ COMMANDS: dict[str, type] = {
     "db sync": db_cmds.DbSync,
     "db version": db_cmds.DbVersion,
     "service list": service_cmds.ServiceList,
+    "status": status_cmds.Status,
     **resource_cmds.commands_for(),
     **access_cmds.COMMANDS,
     "reconcile run": reconcile_cmds.ReconcileRun,

@@ -147,6 +147,12 @@ ERROR_STATUSES = frozenset(
 )
 
 # Request statuses.
+# A backend of an engine (service_backends.state, sharectl service list).
+BACKEND_INITIALIZING = "initializing"  # its first set-up has not ended
+BACKEND_UP = "up"
+BACKEND_FAILED = "failed"  # its set-up failed; retried with back-off
+BACKEND_STATES = (BACKEND_INITIALIZING, BACKEND_UP, BACKEND_FAILED)
+
 REQUEST_PENDING = "pending"
 REQUEST_RUNNING = "running"
 REQUEST_DONE = "done"

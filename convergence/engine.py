@@ -18,8 +18,10 @@ class StackEngine:
     def __init__(self, db: Database, operations: Operations, coordinator: Coordinator,
                  engine_id: str, host: str, drivers: dict[str, Any]) -> None:
         self.drivers = drivers
-        placement = Placement(host, {b: bool(getattr(d, "driver_handles_share_servers", False))
-                                     for b, d in drivers.items()})
+        # Grows when a backend's set-up passes late (add_backend).
+        self._dhss = {b: bool(getattr(d, "driver_handles_share_servers", False))
+                      for b, d in drivers.items()}
+        placement = Placement(host, self._dhss)
         self.worker = Worker(db, operations, coordinator, engine_id, placement)
         self.watchdog = Watchdog(db, coordinator, engine_id, self.worker)
 
@@ -27,6 +29,12 @@ class StackEngine:
         """Check requests without a host are for any engine (hostless)."""
         handlers.add(vocab.STACK_RESOURCE, vocab.ACTION_CHECK, self.worker,
                      hostless=True)
+
+    def add_backend(self, backend: str, driver: Any) -> list[str]:
+        """A backend that came up after start (its driver is in ``drivers``
+        already); returns the hosts to claim check requests for."""
+        self._dhss[backend] = bool(getattr(driver, "driver_handles_share_servers", False))
+        return [f"{ANY_HOST}@{backend}"]
 
     def claim_hosts(self) -> list[str]:
         """'*@backend' for each backend served: checks that create a resource

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from oslo_log import log as logging
-from sharemgr.common import vocab
+from sharemgr.common import metrics, vocab
 from sharemgr.convergence import prepare
 from sharemgr.convergence.graph import Graph, Node
 from sharemgr.convergence.template import Template
 from sharemgr.db import models, stacks, sync_points
-from sharemgr.db.engine import Database
+from sharemgr.db.engine import Database, after_commit
 from sqlalchemy.orm import Session
 
 T = TypeVar("T")
@@ -100,7 +100,20 @@ def complete_tx(session: Session, stack_id: str, traversal_id: str,
         return False
     stacks.purge_tx(session, stack_id)
     LOG.info("stack %s: %s", stack.name, reason)
+    _count_traversal(session, stack, vocab.STACK_COMPLETE)
     return True
+
+
+def _count_traversal(session: Session, stack: models.Stack, status: str) -> None:
+    """The ended traversal into the metrics once its end is committed (the
+    conditional update may still be rolled back with its transaction)."""
+    action, started = stack.action, stack.traversal_started_at
+
+    def count() -> None:
+        seconds = (models.utcnow() - started).total_seconds() if started else 0.0
+        metrics.TRAVERSAL_SECONDS.labels(action, status).observe(max(seconds, 0.0))
+
+    after_commit(session, count)
 
 
 # Failure, timeout, cancel -------------------------------------------------------------
@@ -137,6 +150,7 @@ def fail_tx(session: Session, stack_id: str, traversal_id: str, reason: str,
     if not stacks.stack_set_status_tx(session, stack_id, traversal_id, vocab.STACK_FAILED, reason):
         raise Lost()
     LOG.warning("stack %s: %s", stack.name, reason)
+    _count_traversal(session, stack, vocab.STACK_FAILED)
     if rollback:
         failed = stacks.stack_get_tx(session, stack_id, lock="update")
         tr = prepare.prepare_traversal_tx(session, failed, vocab.STACK_ROLLBACK)

@@ -54,6 +54,7 @@ from sharemgr.convergence.worker import Worker
 from sharemgr.db import models, stack_work, stacks, sync_points
 from sharemgr.db.engine import Database
 from sharemgr.manager.coordination import Coordinator
+from sharemgr.manager.outage import is_outage
 
 LOG = logging.getLogger(__name__)
 
@@ -86,12 +87,15 @@ class Watchdog:
         return self._armed.is_set()
 
     def run_safely(self) -> None:
-        """The periodic task: never raises (the next run tries again)."""
+        """The periodic task: raises only an outage of the database or the
+        coordination backend (the next run tries again)."""
         if not self.armed:
             return
         try:
             self.run_once()
-        except Exception:
+        except Exception as exc:
+            if is_outage(exc):
+                raise  # the periodic task backs off and logs the outage once
             LOG.exception("stack watchdog run failed")
 
     def run_once(self) -> dict[str, int]:

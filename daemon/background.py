@@ -1,7 +1,8 @@
 """The one owner of the daemon's background work.
 
 Everything that runs in the background is registered here as it starts: the
-periodic tasks (one futurist ``PeriodicWorker``), and each component that has
+periodic tasks (one futurist ``PeriodicWorker``), one-off work such as a
+backend's set-up retries (one futurist pool), and each component that has
 threads or executors of its own (the request runner, the pass runner) with
 the call that stops it. ``stop`` stops them in the reverse order of their
 start, so what was started last (the request runner, whose driver calls may
@@ -12,6 +13,7 @@ still run, and a failure to stop one never keeps the next from stopping.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +21,8 @@ import futurist
 from futurist import periodics
 from oslo_log import log as logging
 from sharemgr.common import tasks
+from sharemgr.common.outage import Backoff
+from sharemgr.manager.outage import is_outage
 
 LOG = logging.getLogger(__name__)
 
@@ -30,17 +34,49 @@ class Background:
         self._worker: periodics.PeriodicWorker | None = None
         self._executor: futurist.SynchronousExecutor | None = None
         self._thread: threading.Thread | None = None
+        self._pool: futurist.ThreadPoolExecutor | None = None
 
-    def every(self, spacing: float, what: str, fn: Callable[[], Any]) -> None:
+    def every(self, spacing: float, what: str, fn: Callable[[], Any],
+              outage_max_interval: float = 30.0) -> None:
         """Run ``fn`` every ``spacing`` seconds once periodics start; a
-        failure is logged with its traceback and the task goes on."""
+        failure is logged with its traceback and the task goes on. While the
+        database or the coordination backend is away, the task skips its
+        runs with capped exponential back-off and the outage is logged once
+        for the process (common/outage.py), without a traceback."""
+        backoff = Backoff(what, spacing, max(spacing, outage_max_interval))
 
         @periodics.periodic(spacing=spacing, run_immediately=False)
         def task() -> None:
-            fn()
+            if time.monotonic() < backoff.retry_at:
+                return
+            try:
+                fn()
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                backoff.failed(exc)
+                return
+            backoff.recovered()
 
-        task.__name__ = what  # futurist names the task in its own messages
+        # futurist names the task in its messages, tasks.py by its qualname.
+        task.__name__ = task.__qualname__ = what
         self._periodic.append((task, (), {}))
+
+    def submit(self, what: str, fn: Callable[..., Any], *args: Any, workers: int = 4) -> Any:
+        """Run ``fn(*args)`` on the owner's worker pool (e.g. a backend's
+        set-up retries); its exception is logged with its traceback. The
+        pool (``workers`` threads, set by the first call: work that waits
+        long needs a thread each) is stopped in its place in the order,
+        waiting for its work: the work must return once the daemon's
+        stopping event is set."""
+        if self._pool is None:
+            self._pool = futurist.ThreadPoolExecutor(max_workers=max(1, workers))
+            self.own("background work", self._stop_pool)
+        return tasks.submit_logged(self._pool, fn, *args, what=what)
+
+    def _stop_pool(self) -> None:
+        assert self._pool is not None
+        self._pool.shutdown(wait=True)
 
     def own(self, what: str, stop: Callable[[], Any]) -> None:
         """A started component and how to stop it."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -11,6 +12,8 @@ from oslo_config import cfg
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence.engine import StackEngine
+from sharemgr.daemon import health, systemd
+from sharemgr.daemon.backends import BackendSetup
 from sharemgr.daemon.background import Background
 from sharemgr.daemon.heal import StackHealer
 from sharemgr.db import api as db_api
@@ -25,7 +28,7 @@ from sharemgr.manager.runner import RequestRunner
 from sharemgr.reconcile import drift
 from sharemgr.reconcile.drift import DriftChecker
 from sharemgr.reconcile.reconciler import Reconciler
-from sharemgr.reconcile.runner import PassRunner, run_watchers
+from sharemgr.reconcile.runner import PassRunner
 from sharemgr.reconcile.stack_check import StackChecker
 
 LOG = logging.getLogger(__name__)
@@ -76,7 +79,12 @@ class ShareManagerService:
         self.coordinator: Coordinator | None = None
         self.background = Background()
         self.registered = False
+        # The backends that are up; one whose set-up failed joins when a
+        # retry passes (daemon/backends.py: a new dict for every holder).
         self.drivers: dict = {}
+        self.backends = BackendSetup(self)
+        self.reload_requested = False  # SIGHUP, handled by wait()
+        self.notifier = systemd.Notifier()
         self.hosts: list[str] = []
         self.handlers = Handlers()
         self.operations: Operations | None = None
@@ -96,6 +104,12 @@ class ShareManagerService:
             c_url(config.coordination_url(self.conf)),
         )
         try:
+            # The default database, coordination and dummy state live here.
+            os.makedirs(self.conf.state_path, exist_ok=True)
+        except OSError as exc:
+            raise StartupError(f"cannot create state_path {self.conf.state_path}: "
+                               f"{exc.strerror or exc}")
+        try:
             self.db = open_database(self.conf)
         except DatabaseUnavailable as exc:
             raise StartupError(str(exc))
@@ -104,6 +118,7 @@ class ShareManagerService:
                 f"database {safe_url(self.db.url)} is at revision "
                 f"{migration.current(self.db)}, not {migration.head()}: run 'sharectl db sync'"
             )
+        self._start_health()
         try:
             self.coordinator = Coordinator(config.coordination_url(self.conf), self.engine_id)
             self.coordinator.start(heartbeat=True)
@@ -111,11 +126,17 @@ class ShareManagerService:
         except CoordinationUnavailable as exc:
             raise StartupError(str(exc))
         try:
-            self.drivers = loader.load_drivers(self.conf, self.host, self.engine_id)
+            # A configuration mistake stops the daemon; a set-up that fails
+            # (an array not reachable yet) is retried below.
+            constructed = loader.load_drivers(self.conf, self.host, self.engine_id,
+                                              setup=False)
         except loader.DriverLoadError as exc:
             raise StartupError(str(exc))
         for where in config.unknown_options(self.conf):
             LOG.warning("unknown option, ignored: %s", where)
+        db_api.service_register(self.db, self.host, BINARY, self.engine_id)
+        self.registered = True
+        self.drivers = self.backends.first_tries(constructed)
         self.hosts = [f"{self.host}@{backend}" for backend in self.drivers]
         self.operations = Operations(self.db, self.drivers, self.coordinator, self.engine_id)
         self.operations.leases = leases.Leases.from_conf(self.conf)
@@ -124,8 +145,6 @@ class ShareManagerService:
         self.stacks = StackEngine(self.db, self.operations, self.coordinator, self.engine_id,
                                   self.host, self.drivers)
         self.stacks.register(self.handlers)
-        db_api.service_register(self.db, self.host, BINARY, self.engine_id)
-        self.registered = True
         self.ensure_driver_resources()
         self.refresh_backend_stats()
         self._start_periodics()
@@ -141,11 +160,35 @@ class ShareManagerService:
             poll_interval=self.conf.request_poll_interval,
             max_poll_interval=self.conf.request_poll_max_interval,
             any_host=bool(self.handlers.hostless),
+            outage_max_interval=self.conf.outage_retry_max_interval,
         )
         self.runner.start()
         self.background.own("request runner", self._stop_runner)
+        self.backends.retry_failed()
         LOG.info("share-manager up: host %s, engine %s, backends %s", self.host,
-                 self.engine_id, ", ".join(self.drivers) or "none")
+                 self.engine_id, ", ".join(
+                     [*self.drivers, *(f"{b} (set-up failed, retrying)"
+                                       for b in self.backends.failed)]) or "none")
+        self.notifier.ready()
+
+    @property
+    def backend_states(self) -> dict[str, str]:
+        """Each backend's state for the health endpoint (daemon/backends.py)."""
+        return dict(self.backends.states)
+
+    def _start_health(self) -> None:
+        """The optional /healthcheck and /metrics endpoint, early: a port in
+        use stops the start before anything joins or loads; until the engine
+        is up, /healthcheck says what is missing (503)."""
+        opts = self.conf.health
+        if not opts.enabled:
+            return
+        try:
+            server = health.HealthServer(self, opts.bind_host, opts.port, opts.check_timeout)
+        except health.HealthUnavailable as exc:
+            raise StartupError(str(exc))
+        server.start()
+        self.background.own("health endpoint", server.stop)
 
     def _start_reconciliation(self) -> None:
         self.reconciler = Reconciler(
@@ -186,27 +229,33 @@ class ShareManagerService:
     def refresh_backend_stats(self) -> None:
         """Each backend's get_share_stats() into backend_stats; a failure is
         logged with its traceback and leaves the previous report."""
-        for backend, driver in self.drivers.items():
+        for backend, driver in list(self.drivers.items()):
             if self.stopping.is_set():
                 return
             capabilities.refresh(self.db, f"{self.host}@{backend}", driver, self.engine_id)
 
     def _start_periodics(self) -> None:
         bg = self.background
+        most = self.conf.outage_retry_max_interval
         bg.every(self.conf.heartbeat_interval, "heartbeat",
-                 lambda: db_api.service_heartbeat(self.db, self.engine_id))
+                 lambda: db_api.service_heartbeat(self.db, self.engine_id), most)
         bg.every(self.conf.backup_continue_interval, "backup_continue",
-                 lambda: self.operations.continue_backups(self.hosts))
-        bg.every(1.0, "membership", lambda: run_watchers(self.coordinator))
-        bg.every(self.conf.stack_watchdog_interval, "stack_watchdog", self._stack_watchdog)
-        bg.every(self.conf.backend_stats_interval, "backend_stats", self.refresh_backend_stats)
+                 lambda: self.operations.continue_backups(self.hosts), most)
+        bg.every(1.0, "membership", lambda: self.coordinator.run_watchers(), most)
+        bg.every(self.conf.stack_watchdog_interval, "stack_watchdog", self._stack_watchdog,
+                 most)
+        bg.every(self.conf.backend_stats_interval, "backend_stats", self.refresh_backend_stats,
+                 most)
+        if self.notifier.watchdog_interval:
+            bg.every(self.notifier.watchdog_interval, "systemd_watchdog",
+                     self.notifier.watchdog)
         if self.conf.periodic_reconciliation_interval:
             bg.every(self.conf.periodic_reconciliation_interval, "periodic_reconciliation",
-                     lambda: self.passes and self.passes.periodic())
-        bg.every(self.conf.stack_watchdog_interval, "stack_heal", self._stack_heal)
+                     lambda: self.passes and self.passes.periodic(), most)
+        bg.every(self.conf.stack_watchdog_interval, "stack_heal", self._stack_heal, most)
         if self.conf.drift_check_interval:
             bg.every(self.conf.drift_check_interval, "drift_check",
-                     lambda: self.passes and self.passes.drift_periodic())
+                     lambda: self.passes and self.passes.drift_periodic(), most)
         bg.start_periodics()
 
     def _stack_heal(self) -> None:
@@ -223,7 +272,30 @@ class ShareManagerService:
 
     def wait(self) -> None:
         while not self.stopping.wait(0.5):
-            pass
+            if self.reload_requested:
+                self.reload_requested = False
+                self.reload()
+
+    def request_reload(self, _signum: int | None = None, _frame: object = None) -> None:
+        """SIGHUP: only a flag; the main thread reloads (wait), never inside
+        the handler, which may interrupt a thread holding a logging lock."""
+        self.reload_requested = True
+
+    def reload(self) -> None:
+        """Re-read the config files; options marked mutable (manager/config.py,
+        oslo.log's debug and log levels) take their new values, oslo.config
+        warns of each change to another one. Log files need no reopening:
+        oslo.log writes them through WatchedFileHandler, which reopens a file
+        rotated away."""
+        LOG.info("share-manager got SIGHUP: reloading the mutable options")
+        failure = None
+        try:
+            self.conf.mutate_config_files()
+            config.validate(self.conf)
+        except Exception as exc:  # a broken file or value: say so in one line
+            failure = " ".join(str(exc).split())
+        if failure is not None:  # outside the except: oslo.log would repeat it
+            LOG.error("reloading the configuration failed: %s", failure)
 
     def request_stop(self, signum: int | None = None, _frame: object = None) -> None:
         if signum is not None and not self.stopping.is_set():
@@ -241,6 +313,8 @@ class ShareManagerService:
         self.passes.stop()
 
     def stop(self) -> None:
+        self.notifier.stopping()
+        self.stopping.set()  # waits of set-up retries and passes return at once
         # The request runner first (its driver calls may finish while the
         # heartbeat still runs), then the pass runner, then the periodics.
         self.background.stop()
@@ -280,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     service = ShareManagerService(conf)
     signal.signal(signal.SIGTERM, service.request_stop)
     signal.signal(signal.SIGINT, service.request_stop)
+    signal.signal(signal.SIGHUP, service.request_reload)
     failure = None
     try:
         service.start()

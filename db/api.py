@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.db import models, notify
 from sharemgr.db.engine import Database
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
 utcnow = models.utcnow
@@ -55,6 +56,22 @@ def conditional_update(
     (a value, None, or a collection of allowed values). True if this call won."""
     with db.session() as session:
         return conditional_update_tx(session, model, ident, expected, values)
+
+
+def upsert(db: Database, model: type, key: str, values: dict[str, Any]) -> None:
+    """Insert the row, or update it where its primary key ``key`` exists, in
+    one statement: engines of one host writing together never collide on
+    the key (a read-then-insert lets two of them insert)."""
+    table = model.__table__
+    changed = {k: v for k, v in values.items() if k != key}
+    if db.dialect == "mysql":
+        stmt = mysql.insert(table).values(**values).on_duplicate_key_update(**changed)
+    else:
+        dialect = postgresql if db.dialect == "postgresql" else sqlite
+        stmt = dialect.insert(table).values(**values).on_conflict_do_update(
+            index_elements=[table.c[key]], set_=changed)
+    with db.session() as session:
+        session.execute(stmt)
 
 
 def get(db: Database, model: type, ident: Any, include_deleted: bool = False) -> Any:
@@ -128,6 +145,40 @@ def service_list(db: Database, include_stopped: bool = True) -> list[models.Serv
         stmt = stmt.where(models.Service.stopped_at.is_(None))
     with db.session() as session:
         return list(session.scalars(stmt))
+
+
+def service_backend_set(db: Database, engine_id: str, backend: str, state: str,
+                        reason: str | None = None) -> None:
+    """Record one backend's state for this engine (only the engine writes
+    its own rows: an update keyed on the row, an insert the first time)."""
+    if reason is not None and len(reason) > models.BACKEND_REASON:
+        reason = reason[: models.BACKEND_REASON - 3] + "..."
+    values = {"state": state, "reason": reason, "updated_at": utcnow()}
+    with db.session() as session:
+        done = session.execute(
+            sa.update(models.ServiceBackend)
+            .where(models.ServiceBackend.engine_id == engine_id,
+                   models.ServiceBackend.backend == backend)
+            .values(**values)
+        ).rowcount
+        if not done:
+            session.add(models.ServiceBackend(engine_id=engine_id, backend=backend, **values))
+
+
+def service_backends(db: Database,
+                     engine_ids: Iterable[str]) -> dict[str, list[models.ServiceBackend]]:
+    """engine id → its backends' rows, by backend name."""
+    ids = list(engine_ids)
+    out: dict[str, list[models.ServiceBackend]] = {e: [] for e in ids}
+    if not ids:
+        return out
+    stmt = (sa.select(models.ServiceBackend)
+            .where(models.ServiceBackend.engine_id.in_(ids))
+            .order_by(models.ServiceBackend.engine_id, models.ServiceBackend.backend))
+    with db.session() as session:
+        for row in session.scalars(stmt):
+            out[row.engine_id].append(row)
+    return out
 
 
 # Requests -----------------------------------------------------------------

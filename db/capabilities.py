@@ -10,28 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
+from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db.engine import Database
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 
 def save(db: Database, host: str, stats: dict[str, Any], engine_id: str) -> None:
     """Insert or replace ``host``'s report in one statement (an upsert), so
     engines of one host refreshing together never collide on the key."""
-    now = models.utcnow()
-    values = {"host": host, "stats": stats, "engine_id": engine_id, "updated_at": now}
-    changed = {"stats": stats, "engine_id": engine_id, "updated_at": now}
-    table = models.BackendStats.__table__
-    if db.dialect == "postgresql":
-        stmt = postgresql.insert(table).values(**values).on_conflict_do_update(
-            index_elements=[table.c.host], set_=changed)
-    elif db.dialect == "mysql":
-        stmt = mysql.insert(table).values(**values).on_duplicate_key_update(**changed)
-    else:
-        stmt = sqlite.insert(table).values(**values).on_conflict_do_update(
-            index_elements=[table.c.host], set_=changed)
-    with db.session() as session:
-        session.execute(stmt)
+    db_api.upsert(db, models.BackendStats, "host", {
+        "host": host, "stats": stats, "engine_id": engine_id, "updated_at": models.utcnow()})
 
 
 def get(db: Database, host: str) -> models.BackendStats | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import sqlalchemy as sa
@@ -152,7 +152,12 @@ class Database:
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
                 folder = os.path.dirname(os.path.abspath(parsed.database))
-                os.makedirs(folder, exist_ok=True)
+                try:
+                    os.makedirs(folder, exist_ok=True)
+                except OSError as exc:  # under a file, permission denied
+                    raise DatabaseUnavailable(
+                        f"cannot create the folder of database {safe_url(url)}: "
+                        f"{exc.strerror or exc}: {folder}")
             kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
         else:
             kwargs.update(pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
@@ -197,3 +202,10 @@ class Database:
         if self.stats is not None:
             self.stats.write()
         self.engine.dispose()
+
+
+def after_commit(session: Session, fn: Callable[[], None]) -> None:
+    """Run ``fn`` once the session's transaction commits (never if it rolls
+    back): for effects outside the database, such as metrics, that must
+    count only what was written."""
+    event.listen(session, "after_commit", lambda _session: fn(), once=True)

@@ -43,6 +43,7 @@ class Base(DeclarativeBase):
 # backend name (migration 0005). Plain hosts (services, reconcile passes)
 # stay 255.
 BACKEND_HOST = 512
+BACKEND_REASON = 1024  # service_backends.reason; longer reasons are cut
 
 
 class TimestampMixin:
@@ -62,6 +63,18 @@ class Service(Base):
     started_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
     heartbeat_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
     stopped_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+
+
+class ServiceBackend(Base):
+    """One backend of one engine and its state (migration 0008)."""
+
+    __tablename__ = "service_backends"
+    engine_id: Mapped[str] = mapped_column(String(320), primary_key=True)
+    # enabled_share_backends names have at most 128 characters (manager/config.py).
+    backend: Mapped[str] = mapped_column(String(128), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(String(BACKEND_REASON))
+    updated_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
 
 
 class Request(Base):

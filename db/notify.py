@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 from oslo_log import log as logging
+from sharemgr.common.outage import Backoff
 from sharemgr.db.engine import Database
 from sqlalchemy import event
 from sqlalchemy.orm import Session
@@ -125,18 +126,21 @@ def _watch_file(path: str, wake: Callable[[], None], stopping: threading.Event) 
 
 def _listen_postgresql(db: Database, wake: Callable[[], None],
                        stopping: threading.Event) -> None:
+    # The database away: one WARNING for the process (common/outage.py),
+    # retries with back-off; polling goes on meanwhile.
+    backoff = Backoff("listening for new requests", 1.0, 30.0)
     while not stopping.is_set():
         try:
             raw = db.engine.raw_connection()
         except Exception as exc:
-            LOG.warning("cannot listen for new requests (%s); polling only", exc)
-            stopping.wait(5)
+            stopping.wait(backoff.failed(exc))
             continue
         try:
             conn = raw.driver_connection
             conn.autocommit = True
             with conn.cursor() as cur:
                 cur.execute(f"LISTEN {CHANNEL}")
+            backoff.recovered()
             wake()  # anything written before LISTEN took effect
             while not stopping.is_set():
                 if select.select([conn], [], [], LISTEN_TIMEOUT) == ([], [], []):
@@ -146,8 +150,7 @@ def _listen_postgresql(db: Database, wake: Callable[[], None],
                     conn.notifies.clear()
                     wake()
         except Exception as exc:  # the connection broke: listen again
-            LOG.warning("listening for new requests failed (%s); listening again", exc)
-            stopping.wait(1)
+            stopping.wait(backoff.failed(exc))
         finally:
             try:
                 raw.invalidate()  # never back to the pool in LISTEN mode

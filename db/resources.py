@@ -6,9 +6,9 @@ from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
+from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db.engine import Database
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 
 def host_match(column: Any, host: str) -> Any:
@@ -130,19 +130,8 @@ def set_backend_info_hash(db: Database, host: str, info_hash: str) -> None:
     """Insert or update ``host``'s row in one statement (an upsert): engines
     of one host starting together all write it, and a read-then-insert
     lets two of them insert (IntegrityError on the primary key)."""
-    values = {"host": host, "info_hash": info_hash, "updated_at": models.utcnow()}
-    changed = {"info_hash": info_hash, "updated_at": values["updated_at"]}
-    table = models.BackendInfo.__table__
-    if db.dialect == "postgresql":
-        stmt = postgresql.insert(table).values(**values).on_conflict_do_update(
-            index_elements=[table.c.host], set_=changed)
-    elif db.dialect == "mysql":
-        stmt = mysql.insert(table).values(**values).on_duplicate_key_update(**changed)
-    else:
-        stmt = sqlite.insert(table).values(**values).on_conflict_do_update(
-            index_elements=[table.c.host], set_=changed)
-    with db.session() as session:
-        session.execute(stmt)
+    db_api.upsert(db, models.BackendInfo, "host", {
+        "host": host, "info_hash": info_hash, "updated_at": models.utcnow()})
 
 
 def on_host(

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
+from sharemgr.common import metrics
 from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
@@ -268,6 +269,7 @@ def sync(
                 result = None
         if result is not None:
             return result
+        metrics.SYNC_POINT_CAS_RETRIES.inc()
         if attempt >= max_attempts:
             raise SyncPointContention(
                 f"SyncPoint {entity_id}/{traversal_id}/{is_update}: "

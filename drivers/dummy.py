@@ -63,6 +63,12 @@ dummy_opts = [
         "process exits at once (os._exit(137)) after the backend change is on disk.",
     ),
     cfg.StrOpt(
+        "dummy_unreachable_file",
+        help="While this file exists, do_setup fails with 'cannot reach array' "
+        "and the file's first line, as a driver whose array is not reachable yet "
+        "(share-manager retries the set-up with back-off).",
+    ),
+    cfg.StrOpt(
         "dummy_gate_dir",
         help="Folder of gate files. Before changing the backend, a call waits "
         "while a file '<method>' exists there, or '<method>.<prefix>' where the "
@@ -248,7 +254,11 @@ class DummyDriver(base.ShareDriver):
 
     def do_setup(self) -> None:
         with self._op("do_setup", None):
-            pass
+            blocker = self.configuration.dummy_unreachable_file
+            if blocker and os.path.exists(blocker):
+                with open(blocker) as f:
+                    why = f.readline().strip()
+                raise ShareBackendException(f"cannot reach array: {why or blocker}")
 
     def check_for_setup_error(self) -> None:
         with self._op("check_for_setup_error", None, write=False):

@@ -31,6 +31,12 @@ class DriverLoadError(Exception):
     """A backend's driver cannot be loaded; ``str()`` is one line."""
 
 
+class BackendSetupError(Exception):
+    """``do_setup`` or ``check_for_setup_error`` failed: the backend may come
+    back (an array not reachable yet), so the daemon retries; ``str()`` is
+    one line."""
+
+
 class _ImportFailed(Exception):
     def __init__(self, ep: importlib.metadata.EntryPoint, err: BaseException) -> None:
         super().__init__(str(err))
@@ -199,12 +205,24 @@ def construct_driver(
     except Exception as exc:
         raise _load_error(f"{where}: constructor failed: {_one_line(exc)}", exc)
     if setup:
-        for step in ("do_setup", "check_for_setup_error"):
-            try:
-                getattr(drv, step)()
-            except Exception as exc:
-                raise _load_error(f"{where}: {step} failed: {_one_line(exc)}", exc)
+        try:
+            setup_driver(drv)
+        except BackendSetupError as exc:
+            raise _load_error(f"{where}: {exc}", exc.__cause__ or exc)
     return drv
+
+
+def setup_driver(drv: ShareDriver) -> None:
+    """``do_setup`` then ``check_for_setup_error``.
+
+    :raises BackendSetupError: '<step> failed: <cause>', one line.
+    """
+    for step in ("do_setup", "check_for_setup_error"):
+        try:
+            getattr(drv, step)()
+        except Exception as exc:
+            # The cause (its traceback) goes with it: callers log it at DEBUG.
+            raise BackendSetupError(f"{step} failed: {_one_line(exc)}") from exc
 
 
 def load_driver(

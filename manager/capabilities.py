@@ -17,6 +17,7 @@ from oslo_log import log as logging
 from sharemgr.db import capabilities as db_capabilities
 from sharemgr.db.engine import Database
 from sharemgr.manager import views
+from sharemgr.manager.outage import is_outage
 
 LOG = logging.getLogger(__name__)
 
@@ -38,7 +39,9 @@ def refresh(db: Database, host: str, driver: Any, engine_id: str) -> bool:
         if not isinstance(stats, dict):
             raise TypeError(f"get_share_stats returned {type(stats).__name__}, not a dict")
         db_capabilities.save(db, host, stats, engine_id)
-    except Exception:  # one backend's trouble must not stop the others
+    except Exception as exc:  # one backend's trouble must not stop the others
+        if is_outage(exc):
+            raise  # the database is away: the caller backs off
         LOG.exception("%s: get_share_stats failed; its previous report stays", host)
         return False
     return True

@@ -44,7 +44,37 @@ default_opts = [
         default=60,
         min=0,
         max=3600,
+        mutable=True,
         help="Seconds a stopping manager waits for running driver calls to finish.",
+    ),
+    cfg.FloatOpt(
+        "backend_setup_retry_interval",
+        default=2.0,
+        min=0.1,
+        max=3600.0,
+        mutable=True,
+        help="Seconds before the first retry of a backend whose do_setup or "
+        "check_for_setup_error failed; each further retry waits twice as long, "
+        "up to backend_setup_retry_max_interval. The other backends serve "
+        "meanwhile; 'sharectl service list' shows the backend 'failed' with the "
+        "reason until its set-up passes.",
+    ),
+    cfg.FloatOpt(
+        "backend_setup_retry_max_interval",
+        default=60.0,
+        min=0.1,
+        max=86400.0,
+        mutable=True,
+        help="Longest wait between two set-up tries of a failed backend.",
+    ),
+    cfg.FloatOpt(
+        "outage_retry_max_interval",
+        default=30.0,
+        min=0.1,
+        max=3600.0,
+        help="Longest wait between two tries of the request loop or a periodic "
+        "task while the database or the coordination backend is unreachable "
+        "(the wait starts at the loop's own interval and doubles).",
     ),
 ]
 
@@ -240,10 +270,40 @@ stack_opts = [
     ),
 ]
 
+health_opts = [
+    cfg.BoolOpt(
+        "enabled",
+        default=False,
+        help="Serve /healthcheck and /metrics (Prometheus) over HTTP from "
+        "share-manager. Off by default: the endpoint has no authentication.",
+    ),
+    cfg.HostAddressOpt(
+        "bind_host",
+        default="127.0.0.1",
+        help="Address the health endpoint listens on. Loopback by default; "
+        "expose it only to a network the monitoring system is on.",
+    ),
+    cfg.PortOpt(
+        "port",
+        default=8786,
+        help="TCP port of the health endpoint. 0: any free port (the daemon "
+        "logs the one it got).",
+    ),
+    cfg.FloatOpt(
+        "check_timeout",
+        default=2.0,
+        min=0.1,
+        max=60.0,
+        help="Seconds /healthcheck waits for the database and the coordination "
+        "backend to answer before it reports them failed.",
+    ),
+]
+
 GROUPS: dict[str | None, list[cfg.Opt]] = {
     None: default_opts + manager_opts + reconcile_opts + stack_opts,
     "database": database_opts,
     "coordination": coordination_opts,
+    "health": health_opts,
 }
 
 
@@ -338,6 +398,12 @@ def _read_all(conf: cfg.ConfigOpts) -> None:
             raise _bad_value(conf, "DEFAULT", name, exc)
         if isinstance(value, cfg.ConfigOpts.GroupAttr):
             validate_group(conf, name)
+
+
+def validate(conf: cfg.ConfigOpts) -> None:
+    """Read every registered option (e.g. after a reload); raises
+    ConfigError with one line for the first bad value."""
+    _read_all(conf)
 
 
 def load(

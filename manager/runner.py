@@ -9,18 +9,28 @@ from collections.abc import Callable
 from typing import Any
 
 import futurist
+import tenacity
 from futurist import waiters
 from oslo_context import context
 from oslo_log import log as logging
-from sharemgr.common import tasks, vocab
+from sharemgr.common import metrics, tasks, vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, notify
 from sharemgr.db.engine import Database
 from sharemgr.manager.operations import OperationFailed, Stale
+from sharemgr.manager.outage import Backoff, is_outage
 
 LOG = logging.getLogger(__name__)
 
 Handler = Callable[[models.Request], None]
+
+
+def _observe(req: models.Request, status: str, error: str | None, started: float) -> None:
+    """The request's run time into its histogram. A stale request is
+    recorded done (with its reason as the error); the metric keeps it apart."""
+    outcome = "stale" if status == vocab.REQUEST_DONE and error else status
+    metrics.REQUEST_SECONDS.labels(req.resource_type, req.action, outcome).observe(
+        time.monotonic() - started)
 
 
 class RequestRunner:
@@ -34,6 +44,7 @@ class RequestRunner:
         poll_interval: float,
         any_host: bool,
         max_poll_interval: float | None = None,
+        outage_max_interval: float = 30.0,
     ) -> None:
         self.db = db
         self.engine_id = engine_id
@@ -45,6 +56,9 @@ class RequestRunner:
         # new request's start prompt on SQLite and PostgreSQL meanwhile.
         self.max_poll_interval = max(poll_interval, max_poll_interval or poll_interval)
         self.any_host = any_host
+        # The database away: back off up to this, one WARNING, one INFO.
+        self.outage_max_interval = outage_max_interval
+        self.outage = Backoff("request loop", poll_interval, outage_max_interval)
         self.executor = futurist.ThreadPoolExecutor(max_workers=workers)
         self._stopping = threading.Event()
         self._wake = threading.Event()
@@ -60,6 +74,12 @@ class RequestRunner:
                                                 self._stopping, name="request-wakeups")
         self._thread = tasks.start_thread(self._loop, name="requests")
 
+    def add_hosts(self, hosts: list[str]) -> None:
+        """Claim requests for these hosts too (a backend whose set-up passed
+        late); a new list, so a claim in progress keeps the old one."""
+        self.hosts = self.hosts + [h for h in hosts if h not in self.hosts]
+        self.wake()
+
     def wake(self) -> None:
         """Look for requests now (e.g. after this engine queued one)."""
         self._wake.set()
@@ -69,7 +89,12 @@ class RequestRunner:
         while not self._stopping.is_set():
             try:
                 busy = self._claim_and_submit()
-            except Exception:  # a dead loop would leave the daemon up, claiming nothing
+                self.outage.recovered()
+            except Exception as exc:  # a dead loop would leave the daemon up, claiming nothing
+                if is_outage(exc):
+                    # Requests stay pending in the database until it is back.
+                    self._stopping.wait(self.outage.failed(exc))
+                    continue
                 LOG.exception("request loop failed; retrying")
                 busy = False
             if busy:
@@ -92,7 +117,9 @@ class RequestRunner:
                 claimed = db_api.request_claim(
                     self.db, self.hosts, self.engine_id, free, any_host=self.any_host
                 )
-            except Exception:
+            except Exception as exc:
+                if is_outage(exc):
+                    raise
                 LOG.exception("claiming requests failed; retrying")
         for req in claimed:
             fut = tasks.submit_logged(
@@ -119,6 +146,7 @@ class RequestRunner:
         started = time.monotonic()
         handler = self.dispatch(req)
         status, error = vocab.REQUEST_DONE, None
+        metrics.REQUESTS_RUNNING.inc()  # every Exception is caught below: the dec runs
         try:
             if handler is None:
                 raise OperationFailed(f"no handler for {req.resource_type} {req.action}")
@@ -133,10 +161,21 @@ class RequestRunner:
             LOG.exception("request %s (%s %s %s) failed", req.id, req.action,
                           req.resource_type, req.resource_id)
             status, error = vocab.REQUEST_FAILED, f"{type(exc).__name__}: {exc}"
+        metrics.REQUESTS_RUNNING.dec()
+        _observe(req, status, error, started)
         LOG.info("request %s (%s) %s in %.2fs%s", req.id, what, status,
                  time.monotonic() - started, f": {error}" if error else "")
         try:
-            db_api.request_finish(self.db, req.id, self.engine_id, status, error)
+            # The database away: wait for it (back-off) rather than leave the
+            # request 'running' for good; a stop gives up (reconciliation).
+            for attempt in tenacity.Retrying(
+                    retry=tenacity.retry_if_exception(is_outage),
+                    wait=tenacity.wait_exponential(multiplier=self.poll_interval,
+                                                   max=self.outage_max_interval),
+                    stop=lambda _state: self._stopping.is_set(),
+                    sleep=self._stopping.wait, reraise=True):
+                with attempt:
+                    db_api.request_finish(self.db, req.id, self.engine_id, status, error)
         except Exception:
             LOG.exception("could not record the outcome of request %s", req.id)
 

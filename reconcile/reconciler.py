@@ -25,7 +25,7 @@ from typing import Any
 import futurist
 from futurist import waiters
 from oslo_log import log as logging
-from sharemgr.common import tasks, vocab
+from sharemgr.common import metrics, tasks, vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
@@ -36,6 +36,7 @@ from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale, lock_name
+from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Op
 from sharemgr.reconcile import access, rules, scan
 from sharemgr.reconcile.scan import Candidate
@@ -98,6 +99,15 @@ class Summary:
         return (f"{acted}; skipped: {skipped}; abandoned requests: {self.abandoned}; "
                 f"stuck requests: {len(self.stuck)}; failures: {self.failures}; "
                 f"{duration:.2f}s")
+
+
+def _observe(trigger: str, result: str, summary: Summary, duration: float) -> None:
+    """The pass into the metrics: its duration, and what it settled (a dry
+    run settles nothing)."""
+    metrics.RECONCILE_PASS_SECONDS.labels(metrics.trigger_kind(trigger), result).observe(duration)
+    for rtype, counts in summary.outcomes.items():
+        for status, n in counts.items():
+            metrics.RECONCILE_OUTCOMES.labels(rtype, status).inc(n)
 
 
 # Longest error text a failed pass's record keeps (its first line only).
@@ -201,7 +211,9 @@ class Reconciler:
             db_rec.pass_finish(self.db, record_id, result)
         except Exception as exc:
             self._record_failure(record_id, trigger, dry_run, summary, started, exc)
+            _observe(trigger, "failed", summary, time.monotonic() - started)
             raise
+        _observe(trigger, "dry_run" if dry_run else "finished", summary, duration)
         LOG.info("reconciliation pass %s (%s%s) on %s: %s", record_id, trigger,
                  ", dry run" if dry_run else "", self.host, summary.line(duration, dry_run))
         result["id"] = record_id
@@ -249,6 +261,10 @@ class Reconciler:
             db_rec.pass_failed(self.db, record_id, self.host, self.engine_id, trigger,
                                dry_run, result)
         except Exception as again:  # e.g. the database is what failed
+            if is_outage(again):  # the pass runner retries it; the outage is logged once
+                LOG.debug("reconciliation pass (%s) on %s failed in an outage: %s", trigger,
+                          self.host, again)
+                return
             LOG.error("reconciliation pass (%s) on %s failed and could not be recorded: "
                       "%s: %s", trigger, self.host, type(again).__name__, again)
 

@@ -11,13 +11,14 @@ import threading
 from typing import Any
 
 import futurist
+import tenacity
 from futurist import waiters
 from oslo_log import log as logging
 from sharemgr.common import tasks, vocab
 from sharemgr.db import reconcile as db_rec
 from sharemgr.manager.operations import OperationFailed
+from sharemgr.manager.outage import Backoff, is_outage
 from sharemgr.reconcile.reconciler import Reconciler
-from tooz import coordination
 
 LOG = logging.getLogger(__name__)
 
@@ -52,9 +53,20 @@ class PassRunner:
         if trigger == "startup":
             self._startup_pending.clear()
         try:
-            if trigger.startswith("drift"):
-                return self.drift.run(trigger, dry_run)
-            return self.reconciler.run(trigger, dry_run)
+            if trigger.startswith("manual:") or trigger.startswith("drift:"):
+                return self._run(trigger, dry_run)  # someone waits: tell them at once
+            # An automatic pass the database or coordination interrupts runs
+            # again once they are back (one WARNING for the outage, no traceback).
+            backoff = Backoff(f"reconciliation pass ({trigger})", 1.0, 30.0)
+            result = tenacity.Retrying(
+                retry=tenacity.retry_if_exception(is_outage),
+                wait=lambda state: backoff.failed(state.outcome.exception()),
+                stop=lambda _state: self.stopping.is_set(),
+                sleep=self.stopping.wait,
+                reraise=True,
+            )(self._run_unless_stopping, trigger, dry_run)
+            backoff.recovered()
+            return result
         finally:
             if trigger == "drift":
                 self._drift_queued.clear()
@@ -62,6 +74,14 @@ class PassRunner:
                 # Cleared once it is over: a tick during the pass would see
                 # the requests it is about to take over and queue another.
                 self._periodic_queued.clear()
+
+    def _run(self, trigger: str, dry_run: bool) -> dict | None:
+        if trigger.startswith("drift"):
+            return self.drift.run(trigger, dry_run)
+        return self.reconciler.run(trigger, dry_run)
+
+    def _run_unless_stopping(self, trigger: str, dry_run: bool) -> dict | None:
+        return None if self.stopping.is_set() else self._run(trigger, dry_run)
 
     def defer_startup(self, wait_seconds: int) -> Any:
         LOG.info("startup reconciliation in %ss", wait_seconds)
@@ -96,6 +116,11 @@ class PassRunner:
             return
         self._drift_queued.set()
         self._submit(0, "drift")
+
+    def run_soon(self, trigger: str) -> Any:
+        """A pass after those asked for so far (e.g. 'backend:<name>' when a
+        backend's set-up passed after start)."""
+        return self._submit(0, trigger)
 
     def then(self, fn: Any, what: str) -> None:
         """Run ``fn`` once the passes asked for so far are done (the worker
@@ -158,11 +183,4 @@ class PassRunner:
         if pending:
             waiters.wait_for_all(pending)
         self.executor.shutdown(wait=False)
-
-
-def run_watchers(coordinator: Any) -> None:
-    try:
-        coordinator.run_watchers()
-    except coordination.ToozError as exc:
-        LOG.warning("membership watch failed: %s", exc)
 

@@ -255,3 +255,17 @@ def assert_backend_agrees(d: Deployment) -> None:
             f"backend {backend}: in the database only: {sorted(only_db)}; "
             f"on the backend only: {sorted(only_backend)}"
         )
+
+
+# The two setups most functional tests run on: the embedded default (SQLite +
+# file locks) and the many-machine one (PostgreSQL + Redis).
+SETUPS = ("embedded", "postgresql+redis")
+
+
+def servers(request) -> dict:
+    """``Deployment`` keywords for the setup a test is parametrized with
+    (``request.param`` one of SETUPS); the servers' fixtures give the URLs."""
+    if request.param == "embedded":
+        return {}
+    return {"db_url": request.getfixturevalue("pg_url"),
+            "coordination_url": request.getfixturevalue("redis_url")}

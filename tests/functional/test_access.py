@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.functional.harness import wait_until
+from tests.functional.harness import SETUPS, servers, wait_until
 
 pytestmark = pytest.mark.functional
 
@@ -18,13 +18,9 @@ FAST = {"DEFAULT": {"startup_reconciliation_wait_seconds": "2"}}
 CRASHING = {"dummy_crash_after": "update_access.crashy"}
 
 
-@pytest.fixture(params=["embedded", "postgresql+redis"])
+@pytest.fixture(params=SETUPS)
 def setup(deployment, request):
-    kw = {}
-    if request.param != "embedded":
-        kw = {"db_url": request.getfixturevalue("pg_url"),
-              "coordination_url": request.getfixturevalue("redis_url")}
-    d = deployment(backends={"dummy": CRASHING}, extra=FAST, **kw)
+    d = deployment(backends={"dummy": CRASHING}, extra=FAST, **servers(request))
     d.sync()
     return d
 

@@ -13,7 +13,7 @@ import pytest
 from sharemgr.db import api, models
 from sharemgr.manager import capabilities
 
-from tests.functional.harness import database, wait_until
+from tests.functional.harness import SETUPS, database, servers, wait_until
 from tests.functional.test_daemon import one_error_line
 from tests.unit.test_driver_loader import write_dist
 
@@ -25,13 +25,9 @@ BACKENDS = {"dummy": {"dummy_snapshot_support": "false", "dummy_pools": "p1:10,p
 EXTRA = {"DEFAULT": {"backend_stats_interval": "0.3"}}
 
 
-@pytest.fixture(params=["embedded", "postgresql+redis"])
+@pytest.fixture(params=SETUPS)
 def setup(deployment, request):
-    kw = {}
-    if request.param != "embedded":
-        kw = {"db_url": request.getfixturevalue("pg_url"),
-              "coordination_url": request.getfixturevalue("redis_url")}
-    d = deployment(backends=BACKENDS, extra=EXTRA, **kw)
+    d = deployment(backends=BACKENDS, extra=EXTRA, **servers(request))
     d.sync()
     db, _ = database(d)
     yield d, db

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.functional.harness import SETUPS, servers
+
 pytestmark = pytest.mark.functional
 
 # The backend refuses to delete the snapshot and the replica of share 'doomed'
@@ -12,14 +14,9 @@ pytestmark = pytest.mark.functional
 FAILING = {"dummy": {"dummy_fail_methods": "delete_snapshot.doomed,delete_replica.doomed"}}
 
 
-@pytest.fixture(params=["embedded", "postgresql+redis"])
+@pytest.fixture(params=SETUPS)
 def setup(deployment, request):
-    if request.param == "embedded":
-        d = deployment(backends=FAILING)
-    else:
-        d = deployment(db_url=request.getfixturevalue("pg_url"),
-                       coordination_url=request.getfixturevalue("redis_url"),
-                       backends=FAILING)
+    d = deployment(backends=FAILING, **servers(request))
     d.sync()
     return d
 

@@ -9,11 +9,13 @@ import subprocess
 import pytest
 
 from tests.functional.harness import (
+    SETUPS,
     Deployment,
     assert_backend_agrees,
     database,
     db_objects,
     intake,
+    servers,
     wait_until,
 )
 
@@ -26,14 +28,10 @@ BACKENDS = {
 
 
 def _setup(deployment, request, **kw):
-    if request.param == "embedded":
-        return deployment(backends=BACKENDS, **kw)
-    pg = request.getfixturevalue("pg_url")
-    redis = request.getfixturevalue("redis_url")
-    return deployment(db_url=pg, coordination_url=redis, backends=BACKENDS, **kw)
+    return deployment(backends=BACKENDS, **servers(request), **kw)
 
 
-@pytest.fixture(params=["embedded", "postgresql+redis"])
+@pytest.fixture(params=SETUPS)
 def setup(deployment, request):
     d = _setup(deployment, request)
     d.sync()

@@ -16,7 +16,7 @@ from sharemgr.manager.intake import Intake, InvalidRequest
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.manager.plans import Op
 
-from tests.unit.reconcile_harness import BACKEND, FakeDriver, add_request, make_share
+from tests.unit.reconcile_harness import BACKEND, HOSTBE, FakeDriver, add_request, make_share
 
 # What a rule may say ------------------------------------------------------------------
 
@@ -241,3 +241,23 @@ def test_reconciliation_leaves_rules_with_a_live_request_and_errors_a_failed_res
     assert set(_rules(db, waiting.share_id).values()) == {vocab.ACCESS_QUEUED_TO_APPLY}
     assert set(_rules(db, broken.share_id).values()) == {vocab.ACCESS_ERROR}
     assert _status(db, broken) == vocab.ACCESS_ERROR
+
+
+def test_ensure_resources_reapplies_the_rules_of_each_share_it_ensured(eng):
+    db, driver = eng.db, eng.driver
+    with_rules, without = make_share(db), make_share(db)
+    _stuck(db, with_rules, vocab.ACCESS_ACTIVE)
+    api.conditional_update(db, models.ShareInstance, with_rules.id, {},
+                           {"access_rules_status": vocab.ACCESS_ACTIVE})
+    driver.get_backend_info = lambda: {"version": "2"}
+    driver.ensure_shares = lambda shares: {s["id"]: {"status": vocab.AVAILABLE} for s in shares}
+    from sharemgr.manager import ensure
+
+    assert ensure.ensure_backend(db, HOSTBE, driver) == 2
+    (req,) = api.request_list(db, vocab.REQUEST_PENDING)
+    assert (req.resource_id, req.action, req.args) == (
+        with_rules.id, vocab.ACTION_UPDATE_ACCESS, {"resync": True})
+    eng.operations.perform(Op.of_request(req))
+    # The full set, nothing as a change: the backend is made to match.
+    assert driver.sent == [(["10.9.0.1"], [], [])]
+    assert without.id not in driver.exported

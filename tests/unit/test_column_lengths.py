@@ -66,6 +66,10 @@ LONGEST = [
     (models.ShareSnapshotInstance, "progress", "100%", "operations"),
     (models.Service, "binary", "share-manager", "service"),
 ]
+LONGEST += [(models.ServiceBackend, "engine_id", ENGINE_ID, "<host>.<uuid4>"),
+            # manager/config.py refuses a backend name over 128 characters.
+            (models.ServiceBackend, "backend", "b" * 128, "enabled_share_backends")]
+LONGEST += [(models.ServiceBackend, "state", s, "backend states") for s in vocab.BACKEND_STATES]
 LONGEST += [(models.Request, "resource_type", t, "resource types")
             for t in (*kinds.KINDS, vocab.RECONCILE, vocab.STACK_RESOURCE, vocab.STACK)]
 LONGEST += [(models.Request, "action", a, "reconcile and stack requests")

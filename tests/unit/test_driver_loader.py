@@ -197,6 +197,16 @@ def test_bad_plugin_is_one_line(tmp_path, bad_plugins, entry_point, cause):
     assert cause in message
 
 
+def test_without_setup_a_failing_set_up_is_left_to_the_caller(tmp_path, bad_plugins):
+    """The daemon constructs every driver first (a mistake there stops it),
+    then sets each up and retries one that fails (daemon/service.py)."""
+    conf = make_conf(tmp_path, {"gold": {"share_driver": "setup_fails"}})
+    drivers = loader.load_drivers(conf, "hostA", "hostA.engine", setup=False)
+    with pytest.raises(loader.BackendSetupError) as info:
+        loader.setup_driver(drivers["gold"])
+    assert str(info.value) == "do_setup failed: RuntimeError: array refused login"
+
+
 def test_entry_point_target_is_named_for_import_errors(tmp_path, bad_plugins):
     message = load_error(tmp_path, {"gold": {"share_driver": "missing_class"}})
     assert "'missing_class = sm_bad_plugins.good:NoSuchDriver'" in message

@@ -83,6 +83,36 @@ def test_a_peer_of_this_host_leaving_starts_a_pass(engine, runner):
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.AVAILABLE
 
 
+def test_a_startup_pass_an_outage_interrupts_runs_again(engine, runner, monkeypatch):
+    import sqlalchemy as sa
+
+    inst = make_share(engine.db, vocab.CREATING)
+    real, calls = runner.reconciler.run, []
+
+    def flaky(trigger, dry_run=False):
+        calls.append(trigger)
+        if len(calls) == 1:
+            raise sa.exc.OperationalError("SELECT 1", {}, Exception("server closed"))
+        return real(trigger, dry_run)
+
+    monkeypatch.setattr(runner.reconciler, "run", flaky)
+    result = runner.defer_startup(0).result(timeout=60)
+    assert calls == ["startup", "startup"] and result["id"]
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.AVAILABLE
+
+
+def test_a_manual_pass_in_an_outage_fails_at_once(engine, runner, monkeypatch):
+    import sqlalchemy as sa
+    from sharemgr.manager.operations import OperationFailed
+
+    def down(trigger, dry_run=False):
+        raise sa.exc.OperationalError("SELECT 1", {}, Exception("server closed"))
+
+    monkeypatch.setattr(runner.reconciler, "run", down)
+    with pytest.raises(OperationFailed, match="OperationalError"):
+        runner.handle_request(types.SimpleNamespace(id=7, args={}))
+
+
 def test_a_peer_leaving_before_the_startup_pass_is_left_to_it(engine, runner):
     """This engine's previous life (killed) leaves the group while the
     startup pass waits: one pass, the startup one, settles what it left."""

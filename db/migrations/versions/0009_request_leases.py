@@ -8,7 +8,7 @@ leases with one query on (status, lease_expires_at).
 instance on its backend (NULL: nothing), shown by ``sharectl share show``.
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-11-24 01:00:00
 """
 
@@ -17,7 +17,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0009"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,122 @@
+"""sharectl status: one screen of the deployment's state."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from typing import Any
+
+from sharemgr.cli import base
+
+
+def _age(when: datetime.datetime | None, now: datetime.datetime) -> int | None:
+    return None if when is None else max(int((now - when).total_seconds()), 0)
+
+
+def _ago(seconds: int | None) -> str:
+    return "never" if seconds is None else f"{seconds}s ago"
+
+
+class Status(base.ShowOne):
+    """Engines (alive/running), backends and their last stats report, the
+    request queue per host, resources stuck in a transient status, and the
+    last reconciliation pass of this host. Whether an engine is alive is its
+    coordination membership; when the coordination backend cannot be
+    reached, 'alive' is unknown and the rest is still shown."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            "--stuck-minutes", type=int, default=30, metavar="N",
+            help="a resource counts as stuck after N minutes in a transient status "
+            "(default 30)")
+        return parser
+
+    def take_action(self, parsed_args: Any) -> tuple:
+        from sharemgr.db import api as db_api
+        from sharemgr.db import capabilities as db_capabilities
+        from sharemgr.db import models
+        from sharemgr.db import reconcile as db_rec
+        from sharemgr.db import status as db_status
+
+        if parsed_args.stuck_minutes < 0:
+            raise base.UserError(f"--stuck-minutes must be 0 or more, not "
+                                 f"{parsed_args.stuck_minutes}")
+        ctx = self.app.context
+        host = ctx.conf.host
+        now = models.utcnow()
+        running = db_api.service_list(ctx.db, include_stopped=False)
+        alive, coord_error = self._alive()
+        engines = [{"engine_id": r.engine_id, "host": r.host,
+                    "alive": None if alive is None else r.engine_id in alive,
+                    "heartbeat_age_seconds": _age(r.heartbeat_at, now)} for r in running]
+        backends = [{"host": r.host, "stats_age_seconds": _age(r.updated_at, now),
+                     "engine_id": r.engine_id} for r in db_capabilities.all_stats(ctx.db)]
+        queue: dict[str, dict[str, int]] = {}
+        for (qhost, status), n in sorted(db_status.request_counts(ctx.db).items(),
+                                         key=lambda kv: (kv[0][0] or "", kv[0][1])):
+            queue.setdefault(qhost or "any", {"pending": 0, "running": 0})[status] = n
+        stuck = db_status.stuck_counts(
+            ctx.db, datetime.timedelta(minutes=parsed_args.stuck_minutes), now)
+        found = db_rec.passes(ctx.db, host, dry_run=False)
+        last = self._pass(found[0]) if found else None
+
+        structured = parsed_args.formatter in base.STRUCTURED_FORMATS
+        n_alive = None if alive is None else sum(1 for e in engines if e["alive"])
+        summary = {"alive": n_alive, "running": len(engines), "engines": engines}
+        if coord_error:
+            summary["coordination_error"] = coord_error
+        columns = ("host", "engines", "backends", "queue", "stuck", "last_pass")
+        if structured:
+            return columns, (host, summary, backends, queue, stuck, last)
+        return columns, (host, self._engines_text(summary), self._backends_text(backends),
+                         "\n".join(f"{h}: pending {c['pending']}, running {c['running']}"
+                                   for h, c in queue.items()) or "empty",
+                         "\n".join(f"{t}: {n}" for t, n in sorted(stuck.items()))
+                         or f"none (over {parsed_args.stuck_minutes} min)",
+                         self._pass_text(last))
+
+    def _alive(self) -> tuple[set[str] | None, str | None]:
+        from sharemgr.manager.coordination import CoordinationUnavailable
+
+        try:
+            return self.app.context.coordinator.engines(), None
+        except CoordinationUnavailable as exc:
+            return None, str(exc)
+
+    @staticmethod
+    def _pass(p: Any) -> dict[str, Any]:
+        s = p.summary or {}
+        status = "failed" if s.get("failed") else "finished" if p.finished_at else "running"
+        return {"id": p.id, "trigger": p.trigger, "status": status,
+                "started_at": base.fmt(p.started_at), "finished_at": base.fmt(p.finished_at),
+                "outcomes": s.get("outcomes", {}), "failures": s.get("failures", 0),
+                "error": s.get("error")}
+
+    @staticmethod
+    def _engines_text(summary: dict[str, Any]) -> str:
+        alive = "?" if summary["alive"] is None else summary["alive"]
+        lines = [f"{alive} alive of {summary['running']} running"]
+        if summary.get("coordination_error"):
+            lines.append(f"alive unknown: {summary['coordination_error']}")
+        for e in summary["engines"]:
+            state = {True: "alive", False: "NOT ALIVE", None: "?"}[e["alive"]]
+            lines.append(f"{e['engine_id']}: {state}, heartbeat "
+                         f"{_ago(e['heartbeat_age_seconds'])}")
+        return "\n".join(lines)
+
+    @staticmethod
+    def _backends_text(backends: list[dict[str, Any]]) -> str:
+        return "\n".join(f"{b['host']}: stats {_ago(b['stats_age_seconds'])}"
+                         for b in backends) or "none reported"
+
+    @staticmethod
+    def _pass_text(last: dict[str, Any] | None) -> str:
+        if last is None:
+            return "none recorded for this host"
+        acted = ", ".join(f"{t}: " + " ".join(f"{s}={n}" for s, n in sorted(c.items()))
+                          for t, c in sorted(last["outcomes"].items())) or "nothing to settle"
+        text = (f"#{last['id']} ({last['trigger']}) {last['status']} "
+                f"{last['finished_at'] or last['started_at']}: {acted}; "
+                f"failures {last['failures']}")
+        return text + (f"; {last['error']}" if last["error"] else "")

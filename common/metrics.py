@@ -1,0 +1,155 @@
+"""The daemon's Prometheus metrics, defined once (prometheus_client).
+
+They live in a registry of their own, not prometheus_client's default one:
+a library the process imports (or a test) that registers its own metrics in
+the default registry can never collide with these names, and the health
+endpoint (daemon/health.py) exports exactly what is here plus the per-daemon
+collectors it adds. The objects are module-level: several engines in one
+process (the tests) add to the same process totals, as they would in one
+process's /metrics.
+
+Hot-path cost is one ``observe``/``inc`` (a lock and an addition); nothing
+here reads the database. Facts that live in the database (requests pending
+per host) are read at scrape time by :class:`QueueCollector`, one grouped
+query per scrape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from oslo_log import log as logging
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+LOG = logging.getLogger(__name__)
+
+REGISTRY = CollectorRegistry()
+# The process's own figures (CPU, memory, open files; Linux only) and the
+# Python version, as the default registry would have them.
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+
+# Driver calls and requests take from milliseconds (the dummy) to minutes (a
+# real backend's create or a reconciliation pass): the default buckets stop
+# at 10 s.
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+           120.0, 300.0, 600.0, float("inf"))
+
+REQUEST_SECONDS = Histogram(
+    "sharemgr_request_duration_seconds",
+    "Time a claimed request ran on this engine, by resource type, action and "
+    "outcome (done, failed, stale).",
+    ["resource_type", "action", "outcome"], buckets=BUCKETS, registry=REGISTRY)
+
+REQUESTS_RUNNING = Gauge(
+    "sharemgr_requests_running",
+    "Requests this engine is running now.", registry=REGISTRY)
+
+DRIVER_CALL_SECONDS = Histogram(
+    "sharemgr_driver_call_duration_seconds",
+    "Time of a driver call made by an operation, by driver method and outcome "
+    "(ok, error).",
+    ["method", "outcome"], buckets=BUCKETS, registry=REGISTRY)
+
+RECONCILE_OUTCOMES = Counter(
+    "sharemgr_reconcile_outcomes_total",
+    "Resources a reconciliation pass of this engine settled, by resource type "
+    "and the status it wrote.",
+    ["resource_type", "outcome"], registry=REGISTRY)
+
+RECONCILE_PASS_SECONDS = Histogram(
+    "sharemgr_reconcile_pass_duration_seconds",
+    "Duration of this engine's reconciliation passes, by trigger (startup, "
+    "peer, manual) and result (finished, failed, dry_run).",
+    ["trigger", "result"], buckets=BUCKETS, registry=REGISTRY)
+
+TRAVERSAL_SECONDS = Histogram(
+    "sharemgr_stack_traversal_duration_seconds",
+    "Stack traversals this engine ended, by action and status (COMPLETE, "
+    "FAILED), with their duration from the traversal's start; the _count "
+    "series counts them.",
+    ["action", "status"], buckets=BUCKETS, registry=REGISTRY)
+
+SYNC_POINT_CAS_RETRIES = Counter(
+    "sharemgr_sync_point_cas_retries_total",
+    "SyncPoint compare-and-swap writes that lost to a concurrent writer and "
+    "were retried (or gave up).", registry=REGISTRY)
+
+
+def trigger_kind(trigger: str) -> str:
+    """'manual:12' -> 'manual': a label must not take a new value per pass."""
+    return trigger.split(":", 1)[0]
+
+
+class QueueCollector(Collector):
+    """Open requests per host and status, read at scrape time.
+
+    ``count`` returns ``{(host, status): n}`` (db.api.request_counts): one
+    grouped query, run only when /metrics is read, never per request. A
+    request for any engine (no host) is shown with host "any". A failed read
+    is logged and the metric left out of that scrape (an absent series, not
+    a false zero).
+    """
+
+    def __init__(self, count: Callable[[], Mapping[tuple[str | None, str], int]],
+                 statuses: tuple[str, ...],
+                 hosts: Callable[[], Iterable[str]] = tuple) -> None:
+        self._count = count
+        self._statuses = statuses
+        # Hosts shown even with nothing open (this engine's), so a zero is
+        # a zero and not an absent series.
+        self._hosts = hosts
+
+    def describe(self) -> Iterator[Any]:
+        # Describing without collecting: registering must not query.
+        yield GaugeMetricFamily("sharemgr_requests", "", labels=["host", "status"])
+
+    def collect(self) -> Iterator[Any]:
+        try:
+            counts = self._count()
+        except Exception as exc:  # the database is down: the scrape still answers
+            LOG.warning("metrics: could not count open requests: %s: %s",
+                        type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc) else "",
+                        exc_info=True)
+            return
+        family = GaugeMetricFamily(
+            "sharemgr_requests",
+            "Open requests per host and status (pending, running), from the "
+            "database: the same on every engine.", labels=["host", "status"])
+        hosts = sorted({host or "any" for host, _status in counts} | set(self._hosts()))
+        for host in hosts:
+            for status in self._statuses:
+                n = counts.get((None if host == "any" else host, status), 0)
+                family.add_metric([host, status], n)
+        yield family
+
+
+class Forward(Collector):
+    """Every metric of another registry, so a per-daemon registry can export
+    the shared one with its own collectors."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Any]:
+        return self._registry.collect()
+
+
+def daemon_registry(*collectors: Collector) -> CollectorRegistry:
+    """A registry for one daemon's endpoint: the shared metrics and its own
+    collectors (e.g. the queue collector on its database)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Forward(REGISTRY))
+    for collector in collectors:
+        registry.register(collector)
+    return registry

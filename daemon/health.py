@@ -1,0 +1,212 @@
+"""The daemon's optional HTTP endpoint: ``/healthcheck`` and ``/metrics``.
+
+Off unless ``[health] enabled``; bound to loopback unless ``bind_host``
+says otherwise. One WSGI app on the standard library's ``wsgiref`` server
+(with ``ThreadingMixIn``: a slow check never holds a scrape) in one thread
+the daemon's ``Background`` owns and stops.
+
+``/metrics`` is prometheus_client's own WSGI app on a registry of this
+daemon: the shared metrics of ``common/metrics.py`` and the queue collector
+on this daemon's database (one grouped query per scrape).
+
+``/healthcheck`` follows the style of Manila's per-process healthcheck
+(oslo.middleware): 200 when every check passes, 503 when one fails, with a
+JSON body naming each check and why it failed. The checks: the database
+answers ``SELECT 1``, this engine is a member of the coordination group, the
+engine has finished starting (it takes requests), and each backend's state.
+The database and coordination checks run on a small pool and are given up
+after ``[health] check_timeout``: a hung server makes the probe answer 503
+in time instead of hanging the probe.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import socketserver
+import threading
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from oslo_log import log as logging
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from sharemgr.common import metrics, tasks, vocab
+from sharemgr.db import status as db_status
+
+LOG = logging.getLogger(__name__)
+
+
+class HealthUnavailable(Exception):
+    """The endpoint cannot listen (one line: the address and why)."""
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+class _Server(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a probe still being answered never holds the stop
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6  # bind_host = ::1 or another IPv6 address
+
+
+class _Handler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        # Probes come every few seconds: the access log goes to debug.
+        LOG.debug("health endpoint: %s: " + format, self.address_string(), *args)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def backend_states(service: Any) -> dict[str, tuple[bool, str]]:
+    """Each backend's state as the daemon knows it: ``{backend: (ok,
+    detail)}``. Today a backend is in ``service.drivers`` only once its
+    driver is loaded and set up (a load failure stops the daemon), so each
+    is up. Where the daemon keeps a per-backend state (``backend_states``:
+    backend -> state, a setup being retried), a state other than set up is
+    a failure, with its text."""
+    known = getattr(service, "backend_states", None)
+    if isinstance(known, dict):
+        return {name: (str(state) in ("up", "set up", "ready"), str(state))
+                for name, state in known.items()}
+    return {name: (True, "set up") for name in service.drivers}
+
+
+class HealthServer:
+    """The endpoint of one daemon (``service``: its ``db``, ``coordinator``,
+    ``engine_id``, ``host`` and ``drivers``, read at each check)."""
+
+    def __init__(self, service: Any, bind_host: str, port: int, check_timeout: float,
+                 states: Callable[[Any], dict[str, tuple[bool, str]]] = backend_states) -> None:
+        self.service = service
+        self.check_timeout = check_timeout
+        self.states = states
+        self.registry: CollectorRegistry = metrics.daemon_registry(
+            metrics.QueueCollector(lambda: db_status.request_counts(service.db),
+                                   vocab.REQUEST_OPEN, lambda: service.hosts))
+        self._metrics_app = make_wsgi_app(self.registry)
+        # A check that hangs keeps its worker until it returns (bounded by the
+        # database's connect_timeout); later probes use the other workers, or
+        # time out waiting for one: either way they answer in time.
+        self._pool = futures.ThreadPoolExecutor(max_workers=4,
+                                                thread_name_prefix="health-check")
+        try:
+            self._server = make_server(bind_host, port, self._app,
+                                       server_class=_Server6 if ":" in bind_host else _Server,
+                                       handler_class=_Handler)
+        except OSError as exc:
+            self._pool.shutdown(wait=False)
+            raise HealthUnavailable(
+                f"[health] cannot listen on {bind_host}:{port}: {exc.strerror or exc}")
+        self.address = self._server.server_address[:2]
+        self._lock = threading.Lock()
+        self._failed: list[str] = []
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def start(self) -> None:
+        self._thread = tasks.start_thread(self._server.serve_forever, name="health-endpoint")
+        LOG.info("health endpoint listening on %s (/healthcheck, /metrics)", self.url)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # Checks --------------------------------------------------------------------
+
+    def _timed(self, name: str, fn: Callable[[], tuple[bool, str]]) -> Check:
+        try:
+            ok, detail = self._pool.submit(fn).result(timeout=self.check_timeout)
+        except futures.TimeoutError:
+            ok, detail = False, f"no answer in {self.check_timeout:g}s"
+        except Exception as exc:  # the failure is the check's answer
+            ok, detail = False, _one_line(exc)
+        return Check(name, ok, detail)
+
+    def _database(self) -> tuple[bool, str]:
+        db = self.service.db
+        if db is None:
+            return False, "not connected yet"
+        db.check()  # connect and SELECT 1; one line if it fails
+        return True, "answers"
+
+    def _coordination(self) -> tuple[bool, str]:
+        coord = self.service.coordinator
+        if coord is None:
+            return False, "not started yet"
+        if self.service.engine_id in coord.engines():
+            return True, "member of the engines group"
+        return False, "this engine is not a member of the engines group"
+
+    def checks(self) -> list[Check]:
+        found = [self._timed("database", self._database),
+                 self._timed("coordination", self._coordination)]
+        # Up once the request runner takes requests (the last step of start).
+        up = getattr(self.service, "runner", None) is not None
+        found.append(Check("engine", up, "taking requests" if up else "starting"))
+        states = self.states(self.service)
+        found += [Check(f"backend:{name}", ok, detail)
+                  for name, (ok, detail) in sorted(states.items())]
+        return found
+
+    # WSGI ----------------------------------------------------------------------
+
+    def _app(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        try:
+            if path == "/metrics":
+                return self._metrics_app(environ, start_response)
+            if path == "/healthcheck":
+                return self._healthcheck(environ, start_response)
+            return _reply(start_response, "404 Not Found", {"error": "not found",
+                                                            "paths": ["/healthcheck", "/metrics"]})
+        except Exception:  # a bug: the probe sees a 500, the log the traceback
+            LOG.exception("health endpoint: %s failed", path)
+            return _reply(start_response, "500 Internal Server Error", {"error": "internal"})
+
+    def _healthcheck(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        found = self.checks()
+        healthy = all(c.ok for c in found)
+        failed = [f"{c.name}: {c.detail}" for c in found if not c.ok]
+        # A probe comes every few seconds: log a change, not every answer.
+        with self._lock:
+            changed, self._failed = failed != self._failed, failed
+        if changed and failed:
+            LOG.warning("healthcheck fails: %s", "; ".join(failed))
+        elif changed:
+            LOG.info("healthcheck passes")
+        body = {
+            "status": "OK" if healthy else "FAILED",
+            "host": self.service.host,
+            "engine_id": self.service.engine_id,
+            "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in found},
+        }
+        status = "200 OK" if healthy else "503 Service Unavailable"
+        return _reply(start_response, status, body,
+                      head=environ.get("REQUEST_METHOD") == "HEAD")
+
+
+def _reply(start_response: Callable, status: str, body: dict,
+           head: bool = False) -> list[bytes]:
+    data = json.dumps(body, sort_keys=True).encode() + b"\n"
+    start_response(status, [("Content-Type", "application/json"),
+                            ("Content-Length", str(len(data)))])
+    return [] if head else [data]

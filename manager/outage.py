@@ -1,0 +1,28 @@
+"""What counts as an outage of the database or the coordination backend
+(back-off and logging: common/outage.py)."""
+
+from __future__ import annotations
+
+import redis.exceptions
+from sharemgr.common.outage import Backoff
+from sharemgr.db.engine import DatabaseUnavailable
+from sqlalchemy import exc as sa_exc
+from tooz import coordination
+
+__all__ = ["Backoff", "is_outage"]
+
+# OperationalError: connection refused or lost, server gone, lock timeout;
+# InterfaceError: a connection closed under the driver. Other DBAPI errors
+# (integrity, data, programming) are bugs, not outages. tooz's Redis driver
+# lets redis-py's connection errors through unwrapped (run_watchers).
+_OUTAGE_TYPES = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError,
+                 sa_exc.TimeoutError, DatabaseUnavailable, coordination.ToozError,
+                 redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                 ConnectionError)
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database or the coordination backend is away."""
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, _OUTAGE_TYPES)

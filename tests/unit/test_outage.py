@@ -1,0 +1,157 @@
+"""Outages of the database or the coordination backend: what counts as one,
+the back-off, and the two log lines per outage (common/outage.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+import pytest
+import redis.exceptions
+import sqlalchemy as sa
+from sharemgr.common.outage import Backoff, OutageLog
+from sharemgr.daemon import systemd
+from sharemgr.db.engine import DatabaseUnavailable
+from sharemgr.manager import config
+from sharemgr.manager.outage import is_outage
+from tooz import coordination
+
+
+def _operational() -> sa.exc.OperationalError:
+    return sa.exc.OperationalError("SELECT 1", {}, Exception("server closed the connection\n"
+                                                            "This probably means ..."))
+
+
+@pytest.mark.parametrize("exc,outage", [
+    (_operational(), True),
+    (sa.exc.InterfaceError("SELECT 1", {}, Exception("connection already closed")), True),
+    (DatabaseUnavailable("cannot connect"), True),
+    (coordination.ToozConnectionError("redis gone"), True),
+    (coordination.ToozError("Redis driver has not been started"), True),
+    # tooz's Redis driver lets these through from run_watchers.
+    (redis.exceptions.ConnectionError("Error 111 connecting"), True),
+    (redis.exceptions.TimeoutError("Timeout reading from socket"), True),
+    (sa.exc.IntegrityError("INSERT", {}, Exception("duplicate key")), False),
+    (sa.exc.DataError("INSERT", {}, Exception("value too long")), False),
+    (KeyError("bug"), False),
+])
+def test_what_counts_as_an_outage(exc, outage):
+    assert is_outage(exc) is outage
+
+
+def _lines(caplog, level):
+    return [r.getMessage() for r in caplog.records
+            if r.name == "sharemgr.common.outage" and r.levelno == level]
+
+
+def test_back_off_doubles_up_to_its_cap():
+    backoff = Backoff("request loop", 0.2, 1.0, log=OutageLog())
+    waits = [backoff.failed(_operational()) for _ in range(5)]
+    assert waits == [0.2, 0.4, 0.8, 1.0, 1.0]
+    backoff.recovered()
+    assert backoff.failed(_operational()) == 0.2  # a new outage starts over
+
+
+def test_one_warning_and_one_info_per_outage_whatever_the_tasks(caplog):
+    caplog.set_level(logging.INFO)
+    log = OutageLog()
+    loop, heartbeat = Backoff("request loop", 0.1, 1, log), Backoff("heartbeat", 1, 5, log)
+    for _ in range(3):
+        loop.failed(_operational())
+        heartbeat.failed(_operational())
+    assert _lines(caplog, logging.WARNING) == [
+        "database or coordination unavailable (request loop), retrying with back-off: "
+        "OperationalError: server closed the connection"]
+    heartbeat.recovered()
+    loop.recovered()  # the outage is over already: no second line
+    (info,) = _lines(caplog, logging.INFO)
+    assert info.startswith("database and coordination reachable again (heartbeat) after ")
+    # The next outage has its own WARNING.
+    loop.failed(_operational())
+    assert len(_lines(caplog, logging.WARNING)) == 2
+
+
+def test_a_task_that_never_failed_does_not_end_the_outage(caplog):
+    caplog.set_level(logging.INFO)
+    log = OutageLog()
+    Backoff("heartbeat", 1, 5, log).failed(_operational())
+    Backoff("membership", 1, 5, log).recovered()
+    assert log.ongoing and _lines(caplog, logging.INFO) == []
+
+
+def test_systemd_notifier_sends_ready_watchdog_stopping(tmp_path, monkeypatch):
+    path = str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        sock.settimeout(5)
+        monkeypatch.setenv("NOTIFY_SOCKET", path)
+        monkeypatch.setenv("WATCHDOG_USEC", "3000000")
+        monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+        notifier = systemd.Notifier()
+        assert notifier.watchdog_interval == 1.5
+        notifier.ready()
+        notifier.watchdog()
+        notifier.stopping()
+        got = [sock.recv(1024).decode().splitlines()[0] for _ in range(3)]
+    assert got == ["READY=1", "WATCHDOG=1", "STOPPING=1"]
+
+
+def test_systemd_notifier_is_quiet_without_systemd(monkeypatch):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    monkeypatch.setenv("WATCHDOG_USEC", "3000000")
+    notifier = systemd.Notifier()
+    assert notifier.watchdog_interval == 0.0
+    notifier.ready()  # nothing to send to, no error
+    monkeypatch.setenv("NOTIFY_SOCKET", "/nonexistent")
+    monkeypatch.setenv("WATCHDOG_PID", "1")  # another process is watched
+    assert systemd.Notifier().watchdog_interval == 0.0
+
+
+def test_the_options_read_at_each_use_are_mutable():
+    mutable = {opt.name for group, opts in config.list_opts() for opt in opts if opt.mutable}
+    assert mutable == {"graceful_shutdown_timeout", "backend_setup_retry_interval",
+                       "backend_setup_retry_max_interval"}
+
+
+def test_a_periodic_task_skips_its_runs_in_an_outage_and_raises_only_bugs(caplog,
+                                                                           monkeypatch):
+    from sharemgr.common import outage as common_outage
+    from sharemgr.daemon.background import Background
+
+    caplog.set_level(logging.INFO)
+    # The process's outage log (a periodic task's Backoff reports there),
+    # as it was before afterwards.
+    monkeypatch.setattr(common_outage.OUTAGES, "ongoing", False)
+    calls, errors = [], [_operational(), _operational()]
+
+    def heartbeat():
+        calls.append(1)
+        if errors:
+            raise errors.pop(0)
+
+    clock = [1000.0]  # time.monotonic, moved by the test
+    monkeypatch.setattr(common_outage.time, "monotonic", lambda: clock[0])
+    bg = Background()
+    bg.every(60.0, "heartbeat", heartbeat, outage_max_interval=600)
+    (task, _args, _kw) = bg._periodic[0]
+    task()  # fails: the outage starts, no exception out of the task
+    clock[0] += 59
+    task()  # within the back-off (60 s): skipped, not called
+    assert len(calls) == 1
+    assert len(_lines(caplog, logging.WARNING)) == 1
+    clock[0] += 2
+    task()  # fails again: still one WARNING; the next wait is 120 s
+    clock[0] += 119
+    task()  # skipped
+    clock[0] += 2
+    task()  # passes: the INFO
+    assert len(calls) == 3 and len(_lines(caplog, logging.WARNING)) == 1
+    assert len(_lines(caplog, logging.INFO)) == 1
+
+    def bug():
+        raise KeyError("not an outage")
+
+    bg.every(60.0, "buggy", bug)
+    with pytest.raises(KeyError):  # futurist logs it with its traceback (tasks.py)
+        bg._periodic[1][0]()
