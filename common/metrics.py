@@ -80,6 +80,13 @@ TRAVERSAL_SECONDS = Histogram(
     "series counts them.",
     ["action", "status"], buckets=BUCKETS, registry=REGISTRY)
 
+DRIFT_FINDINGS = Counter(
+    "sharemgr_drift_findings_total",
+    "What drift checks of this engine found the backend disagreeing on, by "
+    "kind (missing, size, export_locations, orphan) and what was done "
+    "(report, error, corrected; 'would ...' in a dry run).",
+    ["kind", "action"], registry=REGISTRY)
+
 SYNC_POINT_CAS_RETRIES = Counter(
     "sharemgr_sync_point_cas_retries_total",
     "SyncPoint compare-and-swap writes that lost to a concurrent writer and "

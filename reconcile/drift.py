@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oslo_log import log as logging
-from sharemgr.common import vocab
+from sharemgr.common import metrics, vocab
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db import resources as db_res
@@ -121,6 +121,7 @@ class DriftSummary:
         self.failures = 0
 
     def found(self, item: dict[str, Any], action: str) -> None:
+        metrics.DRIFT_FINDINGS.labels(item["kind"], action).inc()
         with self._lock:
             self.drift[item["kind"]] += 1
             self.actions[action] += 1

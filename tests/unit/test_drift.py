@@ -47,3 +47,15 @@ def test_compare():
                                         "export_locations": ["h:/elsewhere"]})
     assert [(f.kind, f.database) for f in found] == [("size", 1), ("export_locations", LOCS)]
     assert found[0].backend == 2 and found[1].backend[0]["path"] == "h:/elsewhere"
+
+
+def test_findings_are_counted_in_the_metrics():
+    from sharemgr.common import metrics
+
+    labels = {"kind": "size", "action": "corrected"}
+    before = metrics.REGISTRY.get_sample_value("sharemgr_drift_findings_total", labels) or 0
+    summary = drift.DriftSummary()
+    summary.found({"kind": "size", "share_id": "s"}, "corrected")
+    assert metrics.REGISTRY.get_sample_value("sharemgr_drift_findings_total", labels) == \
+        before + 1
+    assert summary.drift["size"] == 1
