@@ -60,13 +60,10 @@ def _share_row(share: models.Share, inst: models.ShareInstance | None) -> dict[s
 
 
 def _share_one(db: Database, ident: str) -> dict[str, Any] | None:
-    from sharemgr.db import api as db_api
-    from sharemgr.db import models, resources
+    from sharemgr.db import resources
 
-    share = db_api.get(db, models.Share, ident)
-    if share is None:
-        return None
-    return _share_row(share, resources.primary_instance(db, share.id))
+    found = resources.share_with_status(db, ident)
+    return None if found is None else _share_row(*found)
 
 
 def _instance_row(inst: models.ShareInstance) -> dict[str, Any]:
@@ -89,13 +86,10 @@ def _snapshot_row(snap: models.ShareSnapshot, inst: models.ShareSnapshotInstance
 
 
 def _snapshot_one(db: Database, ident: str) -> dict[str, Any] | None:
-    from sharemgr.db import api as db_api
-    from sharemgr.db import models, resources
+    from sharemgr.db import resources
 
-    snap = db_api.get(db, models.ShareSnapshot, ident)
-    if snap is None:
-        return None
-    return _snapshot_row(snap, resources.snapshot_instance_of(db, snap.id))
+    found = resources.snapshot_with_status(db, ident)
+    return None if found is None else _snapshot_row(*found)
 
 
 def _replica_one(db: Database, ident: str) -> dict[str, Any] | None:
