@@ -287,7 +287,9 @@ class Reconciler:
         by_resource: dict[str, models.Request] = {}
         # The plain host too: 'sharectl reconcile run' asks any engine of it.
         open_requests = db_rec.open_requests(self.db, [*self.hosts, self.host])
-        alive = self.coordinator.engines()
+        # This engine is alive whatever the group says: a heartbeat it missed
+        # under load must not make it abandon its own running requests.
+        alive = self.coordinator.engines() | {self.engine_id}
         now = models.utcnow()
         for req in open_requests:
             if self._stuck(req, now, summary, dry_run):

@@ -614,3 +614,18 @@ def test_two_engines_at_once_act_on_each_resource_exactly_once(sqlite_db, tmp_pa
     finally:
         for e in engines:
             e.close()
+
+
+def test_this_engines_own_running_request_is_never_abandoned(engine):
+    """An engine whose heartbeat lapsed under load (out of the group for a
+    moment) still runs its requests: its own pass leaves them be."""
+    db = engine.db
+    inst = make_share(db, vocab.CREATING)
+    req = add_request(db, vocab.SHARE_INSTANCE, inst.id, HOSTBE, vocab.REQUEST_RUNNING,
+                      engine_id=engine.engine_id)
+    engine.coordinator.leave_engines()
+    assert engine.engine_id not in engine.coordinator.engines()
+    summary = engine.run()
+    assert request_row(db, req).status == vocab.REQUEST_RUNNING
+    assert summary["abandoned_requests"] == 0
+    assert fetch(db, vocab.SHARE_INSTANCE, inst.id).status == vocab.CREATING
