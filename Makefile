@@ -4,9 +4,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
-# Three workers on two cores: the functional tests mostly wait on the processes
-# they started, so a third keeps the cores busy (24.5 min with two, 2026-11-24).
-PYTEST_ARGS ?= -n 3 --durations=15
+# Two workers: the functional tests mostly wait on processes they started.
+PYTEST_ARGS ?= -n 2 --durations=15
 
 .PHONY: run test lint genconfig bench clean
 
