@@ -19,6 +19,7 @@ from sharemgr.convergence.prepare import PrepareError
 from sharemgr.convergence.template import Template
 from sharemgr.db import stacks
 from sharemgr.db.stacks import StackNotFound
+from sharemgr.manager.outage import Backoff, is_outage
 from sharemgr.reconcile.stack_check import StackChecker
 
 LOG = logging.getLogger(__name__)
@@ -32,12 +33,16 @@ class StackHealer:
         # template id → its converge_interval (stored templates never change)
         self._intervals: dict[int, int | None] = {}
         self._queued = threading.Event()
+        # A round runs on the pass runner's worker, outside the periodic
+        # task's own back-off: an outage met there is reported here (one
+        # WARNING for the process, no traceback) and rounds pause meanwhile.
+        self.outage = Backoff("stack self-healing", 1.0, 30.0)
 
     def tick(self, submit: Callable[[Callable[[], None], str], None]) -> None:
         """A periodic tick: hand a round of checks to ``submit`` (the pass
         runner's worker: driver calls stay out of the periodics' thread,
         where they would hold up the heartbeat), one round at a time."""
-        if self._queued.is_set():
+        if self._queued.is_set() or time.monotonic() < self.outage.retry_at:
             return
         self._queued.set()
         submit(self._round, "stack self-healing")
@@ -45,6 +50,12 @@ class StackHealer:
     def _round(self) -> None:
         try:
             self.run()
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            self.outage.failed(exc)
+        else:
+            self.outage.recovered()
         finally:
             self._queued.clear()
 
@@ -64,7 +75,9 @@ class StackHealer:
             try:
                 stored = stacks.template_get(self.db, stack.template_id)
                 self._heal(stack, Template.from_dict(stored))
-            except Exception:  # one stack's trouble must not stop the others'
+            except Exception as exc:  # one stack's trouble must not stop the others'
+                if is_outage(exc):
+                    raise  # not the stack's: the round stops and backs off
                 LOG.exception("self-healing check of stack %s failed", stack.name)
 
     def _heal(self, stack: object, template: Template) -> None:

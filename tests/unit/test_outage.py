@@ -155,3 +155,47 @@ def test_a_periodic_task_skips_its_runs_in_an_outage_and_raises_only_bugs(caplog
     bg.every(60.0, "buggy", bug)
     with pytest.raises(KeyError):  # futurist logs it with its traceback (tasks.py)
         bg._periodic[1][0]()
+
+
+def test_self_healing_rounds_back_off_in_an_outage_without_a_traceback(caplog, monkeypatch):
+    # A self-healing round runs on the pass runner's worker, not inside the
+    # periodic task's back-off: the healer reports the outage itself.
+    from types import SimpleNamespace
+
+    from sharemgr.common import outage as common_outage
+    from sharemgr.daemon import heal
+
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(common_outage.OUTAGES, "ongoing", False)
+    errors = [_operational()]
+
+    def stack_list(_db):
+        if errors:
+            raise errors.pop(0)
+        return []
+
+    monkeypatch.setattr(heal.stacks, "stack_list", stack_list)
+    clock = [1000.0]
+    monkeypatch.setattr(common_outage.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(heal.time, "monotonic", lambda: clock[0])
+    healer = heal.StackHealer(SimpleNamespace(checker=SimpleNamespace(rec=SimpleNamespace(
+        db=None))))
+    rounds = []
+
+    def submit(fn, _what):
+        rounds.append(1)
+        fn()
+
+    healer.tick(submit)  # the round meets the outage: one WARNING, nothing raised
+    healer.tick(submit)  # within its back-off: no round
+    assert len(rounds) == 1 and len(_lines(caplog, logging.WARNING)) == 1
+    clock[0] += 2
+    healer.tick(submit)  # back: the INFO
+    assert len(rounds) == 2 and len(_lines(caplog, logging.INFO)) == 1
+    assert not [r for r in caplog.records if r.exc_info]
+
+    errors.append(KeyError("a bug"))
+    with pytest.raises(KeyError):  # a bug still reaches tasks.py's traceback
+        healer.tick(submit)
+    healer.tick(submit)  # and the next tick runs a round again
+    assert len(rounds) == 4
