@@ -52,16 +52,23 @@ PEER_PASSES = {"DEFAULT": {"peer_reconciliation_grace_seconds": "1",
 def crash_a_peer(d, tmp_path):
     """Engine A dies (os._exit, as SIGKILL) right after the backend made a
     share, before the database knows: the share stays 'creating'. Engine B,
-    a peer of the same host, started meanwhile, is left to settle it.
+    a peer of the same host, is left to settle it. A gate holds A's create
+    until B's startup pass is over, so A's death is a peer's (however slow
+    a loaded machine starts B), not something B's startup pass settles.
     Returns the share's id, A's engine id and B."""
     api = intake(d)
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    (gates / "create_share.peer-").touch()
     crashing = d.write_config(tmp_path / "a.conf", dummy={
-        "dummy_crash_after": "create_share.peer-", "dummy_method_delays": "create_share:2"})
+        "dummy_crash_after": "create_share.peer-", "dummy_gate_dir": str(gates)})
     a = d.start(config=crashing, name="a")
     share = api.create_share(1, "NFS", name="peer-1").id
     started = wait_until(lambda: [c for c in d.backend("calls") if c["method"] == "create_share"],
-                         what="A to start the create")
+                         what="A at the create's gate")
     b = d.start(name="b")
+    b.wait_for_log("(startup) on", timeout=60)
+    (gates / "create_share.peer-").unlink()
     assert a.proc.wait(30) == 137
     return share, started[0]["engine_id"], b
 
