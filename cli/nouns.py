@@ -71,7 +71,7 @@ def _instance_row(inst: models.ShareInstance) -> dict[str, Any]:
         "id": inst.id, "share_id": inst.share_id, "host": inst.host, "status": inst.status,
         "replica_state": inst.replica_state, "task_state": inst.task_state,
         "share_server_id": inst.share_server_id, "export_locations": inst.export_locations,
-        "created_at": inst.created_at,
+        "drift": inst.drift, "created_at": inst.created_at,
     }
 
 
@@ -81,7 +81,7 @@ def _snapshot_row(snap: models.ShareSnapshot, inst: models.ShareSnapshotInstance
         "id": snap.id, "share_id": snap.share_id, "name": snap.name, "size": snap.size,
         "status": inst.status if inst else vocab.ERROR, "instance_id": inst.id if inst else None,
         "share_instance_id": inst.share_instance_id if inst else None,
-        "created_at": snap.created_at,
+        "drift": inst.drift if inst else None, "created_at": snap.created_at,
     }
 
 

@@ -94,23 +94,25 @@ def wait_request(ctx: Any, req_id: int, timeout: float, who: str, what: str = "t
 
 
 class ReconcileDrift(base.Lister):
-    """Ask a running share-manager of this host to check its available shares
-    against the backends now, and print what disagrees (and what was done
+    """Ask a running share-manager of this host to check its available shares,
+    replicas and snapshots against the backends now, and print what disagrees (and what was done
     about it by drift_policy); with --dry-run, change nothing."""
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("--dry-run", action="store_true",
-                            help="find and print the drift only; record and change nothing "
-                            "on the shares")
+                            help="find and print the drift only; record and change nothing")
         parser.add_argument("--timeout", type=float, default=120, metavar="SECONDS",
                             help="how long to wait for a manager to run it (default 120)")
         return parser
 
     def take_action(self, parsed_args: Any) -> tuple:
         rec = _ask(self.app.context, vocab.ACTION_DRIFT, "drift", parsed_args)
-        cols = ("kind", "share_id", "instance_id", "database", "backend", "policy", "action")
-        return cols, [tuple(i.get(c) for c in cols) for i in rec.summary.get("items", [])]
+        cols = ("kind", "resource_type", "share_id", "snapshot_id", "instance_id", "database",
+                "backend", "policy", "action")
+        # An orphan names no resource type: it is a share object nobody claims.
+        return cols, [tuple(i.get(c, "share" if c == "resource_type" else None) for c in cols)
+                      for i in rec.summary.get("items", [])]
 
 
 class ReconcileShow(base.ShowOne):

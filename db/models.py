@@ -180,6 +180,8 @@ class ShareSnapshotInstance(TimestampMixin, Base):
     # The driver's own text (Manila: VARCHAR(255)); drivers' locations may be
     # longer, and a snapshot the backend made must not fail on its record.
     provider_location: Mapped[str | None] = mapped_column(Text)
+    # What the last drift check found on the backend (reconcile/drift.py).
+    drift: Mapped[dict | None] = mapped_column(JSON, default=None)
     __table_args__ = (
         Index("ix_snapshot_instances_status", "status"),
         Index("ix_snapshot_instances_share_instance", "share_instance_id"),

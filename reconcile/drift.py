@@ -1,9 +1,11 @@
-"""Drift detection: ask the backend about this host's ``available`` shares
-and record what disagrees with the database (doc/reconciliation.rst, "Drift").
+"""Drift detection: ask the backend about this host's ``available`` shares,
+replicas and snapshots and record what disagrees with the database
+(doc/reconciliation.rst, "Drift").
 
-Kinds of drift: the share is ``missing`` on the backend, its ``size``
+Kinds of drift: the resource is ``missing`` on the backend, its ``size``
 differs, its ``export_locations`` changed, or an object on the backend that
-this manager's naming claims has no live share instance (``orphan``). What a
+this manager's naming claims has no live share instance (``orphan``). What
+is compared for each type of resource is data too (``TARGETS``). What a
 check does about each kind is a policy, kept as data in ``POLICIES`` and
 chosen with ``drift_policy``: ``report`` (record and log), ``error`` (also
 set the instance to ``error``) or ``correct`` (write the backend's value).
@@ -14,7 +16,7 @@ changed is not compared), re-read them, ask the batch status method (the
 single one where the driver has none), write every outcome in one
 transaction, each ``WHERE status = 'available'``. Each check is recorded in
 ``reconcile_passes`` (trigger ``drift``, or ``drift:<request id>`` on
-demand); each instance's finding in ``share_instances.drift``.
+demand); each resource's finding in its row's ``drift`` column.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,11 +33,12 @@ from sharemgr.common import metrics, vocab
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db import resources as db_res
-from sharemgr.drivers.base import BATCH_STATUS_METHODS
 from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import kinds, views
 from sharemgr.manager.operations import lock_name
+from sharemgr.reconcile import ask, scan
 from sharemgr.reconcile.reconciler import BATCH_SIZE, Reconciler, Unusable, _export_locations, _size
+from sharemgr.reconcile.scan import Candidate
 
 LOG = logging.getLogger(__name__)
 
@@ -53,9 +55,6 @@ POLICIES: dict[str, tuple[str, ...]] = {
     EXPORTS: (REPORT, ERROR, CORRECT),
     ORPHAN: (REPORT,),
 }
-
-METHOD = "get_share_status"
-
 
 def policy_table(chosen: Mapping[str, str] | None) -> dict[str, str]:
     """The policy of every kind: the defaults with ``drift_policy`` over them.
@@ -75,36 +74,73 @@ def policy_table(chosen: Mapping[str, str] | None) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class Target:
+    """A type of resource a drift check asks about."""
+
+    rtype: str
+    method: str  # its status method (the batch form where the driver has one)
+    kinds: tuple[str, ...]  # the kinds of drift compared
+    noun: str  # how the log and the summary name one
+
+
+TARGETS: tuple[Target, ...] = (
+    Target(vocab.SHARE_INSTANCE, "get_share_status", (MISSING, SIZE, EXPORTS), "share"),
+    # A replica's size is its share's, compared through the primary.
+    Target(vocab.REPLICA, "get_replica_status", (MISSING, EXPORTS), "replica"),
+    # Snapshots are not exported in this manager (no mountable snapshots).
+    Target(vocab.SNAPSHOT_INSTANCE, "get_snapshot_status", (MISSING, SIZE), "snapshot"),
+)
+TARGET = {t.rtype: t for t in TARGETS}
+
+
+@dataclass(frozen=True)
 class Found:
     kind: str
     database: Any
     backend: Any
 
 
+@dataclass
+class Subject:
+    """One resource as a check compares it: its candidate (type, id, row,
+    host), its recorded size and where a corrected size is written (the
+    share's or snapshot's row), its export locations, and the ids the
+    findings name."""
+
+    cand: Candidate
+    size: int | None
+    size_row: tuple[type, str] | None
+    exports: list[dict[str, Any]] | None
+    ids: dict[str, str]
+
+
 def _paths(locations: list[dict[str, Any]] | None) -> list[str]:
     return sorted(loc.get("path") for loc in locations or [] if isinstance(loc, dict))
 
 
-def compare(inst: models.ShareInstance, share: models.Share, answer: Any) -> list[Found]:
-    """What disagrees between the rows and the backend's answer (a status
-    dict, or the ShareResourceNotFound the backend raised). A value the
-    answer leaves out (or cannot be used) is not compared."""
+def compare(answer: Any, size: int | None, exports: list[dict[str, Any]] | None,
+            kinds_: tuple[str, ...] = (MISSING, SIZE, EXPORTS)) -> list[Found]:
+    """What disagrees between the record (``size``, ``exports``) and the
+    backend's answer (a status dict, or the ShareResourceNotFound it
+    raised), for the ``kinds_`` compared. A value the answer leaves out (or
+    cannot be used) is not compared."""
     if isinstance(answer, ShareResourceNotFound):
-        return [Found(MISSING, inst.status, None)]
+        return [Found(MISSING, vocab.AVAILABLE, None)] if MISSING in kinds_ else []
     found: list[Found] = []
-    try:
-        size = _size(answer)
-    except Unusable:
-        size = None
-    if size is not None and size != share.size:
-        found.append(Found(SIZE, share.size, size))
-    if answer.get("export_locations") is not None:
+    if SIZE in kinds_ and size is not None:
+        try:
+            backend_size = _size(answer)
+        except Unusable:
+            backend_size = None
+        if backend_size is not None and backend_size != size:
+            found.append(Found(SIZE, size, backend_size))
+    if EXPORTS in kinds_ and answer.get("export_locations") is not None:
         try:
             backend = _export_locations(answer["export_locations"])
         except Unusable:
             backend = None
-        if backend is not None and _paths(backend) != _paths(inst.export_locations):
-            found.append(Found(EXPORTS, inst.export_locations or [], backend))
+        if backend is not None and _paths(backend) != _paths(exports):
+            found.append(Found(EXPORTS, exports or [], backend))
     return found
 
 
@@ -136,7 +172,7 @@ class DriftSummary:
     def line(self, duration: float, dry_run: bool) -> str:
         drift = ", ".join(f"{k}={n}" for k, n in sorted(self.drift.items())) or "none"
         acts = ", ".join(f"{k}={n}" for k, n in sorted(self.actions.items())) or "nothing"
-        return (f"checked {self.checked} shares; drift: {drift}; "
+        return (f"checked {self.checked} resources; drift: {drift}; "
                 f"{'would do' if dry_run else 'done'}: {acts}; failures: {self.failures}; "
                 f"{duration:.2f}s")
 
@@ -150,147 +186,126 @@ class DriftChecker:
         self.policies = policies
 
     def run(self, trigger: str = "drift", dry_run: bool = False) -> dict[str, Any]:
-        rec = self.rec
-        started = time.monotonic()
         summary = DriftSummary()
-        record_id = None
-        try:
-            record_id = db_rec.pass_start(rec.db, rec.host, rec.engine_id, trigger,
-                                          dry_run).id
-            for backend, driver in rec.drivers.items():
-                host = f"{rec.host}@{backend}"
-                self._shares(driver, host, summary, dry_run)
+
+        def check() -> None:
+            for backend, driver in self.rec.drivers.items():
+                host = f"{self.rec.host}@{backend}"
+                for target in TARGETS:
+                    self._scan(driver, target, host, summary, dry_run)
                 self._orphans(driver, host, summary, dry_run)
-            duration = time.monotonic() - started
-            result = summary.as_dict(duration)
-            db_rec.pass_finish(rec.db, record_id, result)
-        except Exception as exc:
-            rec._record_failure(record_id, trigger, dry_run, summary, started, exc)
-            raise
-        LOG.info("drift check %s (%s%s) on %s: %s", record_id, trigger,
-                 ", dry run" if dry_run else "", rec.host, summary.line(duration, dry_run))
-        result["id"] = record_id
-        return result
 
-    # Shares the database has -------------------------------------------------------
+        return self.rec.recorded(trigger, dry_run, summary, check, "drift check")
 
-    def _shares(self, driver: Any, host: str, summary: DriftSummary, dry_run: bool) -> None:
-        insts = [i for i in db_res.on_host(self.rec.db, models.ShareInstance, host,
-                                           [vocab.AVAILABLE])
-                 if not kinds.is_secondary(i)]
-        for start in range(0, len(insts), BATCH_SIZE):
+    # Resources the database has -----------------------------------------------------
+
+    def _scan(self, driver: Any, target: Target, host: str, summary: DriftSummary,
+              dry_run: bool) -> None:
+        cands = scan.scan(self.rec.db, target.rtype, host, [vocab.AVAILABLE])
+        for start in range(0, len(cands), BATCH_SIZE):
+            batch = cands[start:start + BATCH_SIZE]
             try:
-                self._batch(driver, insts[start:start + BATCH_SIZE], summary, dry_run)
+                self._batch(driver, target, batch, summary, dry_run)
             except Exception:  # one batch's trouble must not hide the others'
                 summary.failures += 1
-                LOG.exception("drift check of %s: a batch of %d shares failed", host,
-                              len(insts[start:start + BATCH_SIZE]))
+                LOG.exception("drift check of %s: a batch of %d %ss failed", host, len(batch),
+                              target.noun)
 
-    def check_instances(self, insts: list[models.ShareInstance], policies: dict[str, str]
+    def check_resources(self, cands: list[Candidate], policies: dict[str, str]
                         ) -> tuple[DriftSummary, set[str]]:
-        """Check these instances (of this engine's backends) with
+        """Check these resources (of this engine's backends) with
         ``policies`` instead of the configured ones (a stack check); the
         findings, and the ids that were not checked (busy, changed, the
         backend cannot tell)."""
         summary = DriftSummary()
-        by_backend: dict[str, list[models.ShareInstance]] = collections.defaultdict(list)
-        for inst in insts:
-            by_backend[views.backend_of(inst.host)].append(inst)
+        groups: dict[tuple[str, str], list[Candidate]] = collections.defaultdict(list)
+        for cand in cands:
+            groups[(views.backend_of(cand.host), cand.rtype)].append(cand)
         checked: set[str] = set()
-        for backend, group in by_backend.items():
+        for (backend, rtype), group in groups.items():
             driver = self.rec.drivers[backend]
             for start in range(0, len(group), BATCH_SIZE):
-                checked |= self._batch(driver, group[start:start + BATCH_SIZE], summary,
-                                       False, policies)
-        return summary, {i.id for i in insts} - checked
+                checked |= self._batch(driver, TARGET[rtype], group[start:start + BATCH_SIZE],
+                                       summary, False, policies)
+        return summary, {c.id for c in cands} - checked
 
-    def _batch(self, driver: Any, insts: list[models.ShareInstance], summary: DriftSummary,
-               dry_run: bool, policies: dict[str, str] | None = None) -> set[str]:
-        """Check a batch; the ids of the instances compared with the backend."""
+    def _batch(self, driver: Any, target: Target, cands: list[Candidate],
+               summary: DriftSummary, dry_run: bool,
+               policies: dict[str, str] | None = None) -> set[str]:
+        """Check a batch; the ids of the resources compared with the backend."""
         rec = self.rec
         policies = policies or self.policies
         with contextlib.ExitStack() as locks:
             held = []
-            for inst in insts:
+            for cand in cands:
                 # A dry run changes nothing: it needs no lock.
                 if dry_run or locks.enter_context(
-                        rec.coordinator.try_lock(lock_name(vocab.SHARE_INSTANCE, inst.id))):
-                    held.append(inst.id)
+                        rec.coordinator.try_lock(lock_name(cand.rtype, cand.id))):
+                    held.append(cand)
                 else:
                     summary.skipped["busy (locked)"] += 1
-            rows = db_res.rows_by_id(rec.db, models.ShareInstance, held)
-            rows = {i: r for i, r in rows.items() if r.status == vocab.AVAILABLE}
-            summary.skipped["changed meanwhile"] += len(held) - len(rows)
-            if not rows:
+            subjects = self._subjects(target, held)
+            summary.skipped["changed meanwhile"] += len(held) - len(subjects)
+            if not subjects:
                 return set()
-            shares = db_res.rows_by_id(rec.db, models.Share, {r.share_id for r in rows.values()})
-            pairs = [(r, shares[r.share_id]) for r in rows.values() if r.share_id in shares]
-            answers = self._answers(driver, pairs)
+            args = rec.status_args([s.cand for s in subjects])
+            items = {s.cand.id: args[s.cand.id] for s in subjects
+                     if not isinstance(args[s.cand.id], Exception)}
+            answers = ask.ask(driver, target.method, items)
             writes = []
             compared: set[str] = set()
-            for inst, share in pairs:
+            for subject in subjects:
                 summary.checked += 1
-                answer = answers.get(inst.id)
-                if answer is None:
+                ident = subject.cand.id
+                answer = answers.get(ident)
+                if not isinstance(answer, (dict, ShareResourceNotFound)):
                     summary.skipped["backend cannot tell"] += 1
+                    if answer is not None and not isinstance(answer, NotImplementedError):
+                        LOG.warning("drift check: %s of %s %s answered %r", target.method,
+                                    target.noun, ident, answer)
                     continue
-                compared.add(inst.id)
-                found = compare(inst, share, answer)
+                compared.add(ident)
+                found = compare(answer, subject.size, subject.exports, target.kinds)
                 if found:
-                    writes.append(self._outcome(inst, share, found, summary, dry_run,
+                    writes.append(self._outcome(target, subject, found, summary, dry_run,
                                                 policies))
-                elif inst.drift and not dry_run:
+                elif subject.cand.row.drift and not dry_run:
                     # The backend agrees again: the old finding goes.
-                    writes.append([(models.ShareInstance, inst.id,
-                                    {"status": vocab.AVAILABLE}, {"drift": None})])
+                    writes.append([(subject.cand.model, ident, {"status": vocab.AVAILABLE},
+                                    {"drift": None})])
             if writes and not dry_run:
                 applied = db_rec.transitions(rec.db, writes)
                 summary.skipped["changed meanwhile"] += applied.count(False)
         return compared
 
-    def _answers(self, driver: Any, pairs: list[tuple[models.ShareInstance, models.Share]]
-                 ) -> dict[str, Any]:
-        """Per instance id: the backend's status dict or ShareResourceNotFound;
-        left out when the backend cannot tell (logged)."""
-        ops = self.rec.operations
-        args = {inst.id: (views.share(inst, share), ops.server_dict(inst.share_server_id))
-                for inst, share in pairs}
-        answers: dict[str, Any] = {}
-        batch = getattr(driver, BATCH_STATUS_METHODS[METHOD], None)
-        if batch is not None:
-            try:
-                got = batch(list(args.values()))
-                if isinstance(got, dict):
-                    answers = {i: a for i, a in got.items() if i in args}
-            except NotImplementedError:
-                pass
-            except Exception as exc:
-                LOG.warning("drift check: %s failed (%r); asking share by share",
-                            BATCH_STATUS_METHODS[METHOD], exc)
-        usable = (dict, ShareResourceNotFound)
-        for ident, arg in args.items():
-            if isinstance(answers.get(ident), usable):
-                continue
-            answers.pop(ident, None)
-            try:
-                answer = getattr(driver, METHOD)(*arg)
-            except ShareResourceNotFound as exc:
-                answer = exc
-            except NotImplementedError:
-                continue
-            except Exception as exc:
-                LOG.warning("drift check: %s of share instance %s failed: %r", METHOD, ident,
-                            exc)
-                continue
-            if isinstance(answer, usable):
-                answers[ident] = answer
-        return answers
+    def _subjects(self, target: Target, cands: list[Candidate]) -> list[Subject]:
+        """The candidates re-read (under their locks) that are still
+        available, with what is compared."""
+        db = self.rec.db
+        model = kinds.kind(target.rtype).model
+        rows = db_res.rows_by_id(db, model, [c.id for c in cands])
+        fresh = [Candidate(c.rtype, c.id, rows[c.id].status, c.host, rows[c.id])
+                 for c in cands if c.id in rows and rows[c.id].status == vocab.AVAILABLE]
+        if target.rtype == vocab.SNAPSHOT_INSTANCE:
+            snaps = db_res.rows_by_id(db, models.ShareSnapshot, {c.row.snapshot_id for c in fresh})
+            return [Subject(c, snaps[c.row.snapshot_id].size,
+                            (models.ShareSnapshot, c.row.snapshot_id), None,
+                            {"snapshot_id": c.row.snapshot_id,
+                             "share_id": snaps[c.row.snapshot_id].share_id})
+                    for c in fresh if c.row.snapshot_id in snaps]
+        shares = db_res.rows_by_id(db, models.Share, {c.row.share_id for c in fresh})
+        replica = target.rtype == vocab.REPLICA
+        return [Subject(c, None if replica else shares[c.row.share_id].size,
+                        None if replica else (models.Share, c.row.share_id),
+                        c.row.export_locations, {"share_id": c.row.share_id})
+                for c in fresh if c.row.share_id in shares]
 
-    def _outcome(self, inst: models.ShareInstance, share: models.Share, found: list[Found],
+    def _outcome(self, target: Target, subject: Subject, found: list[Found],
                  summary: DriftSummary, dry_run: bool, policies_in: dict[str, str]) -> list:
-        """The instance's conditional updates for what was found: the drift
-        record always; ``error`` wins over corrections (the share needs an
+        """The resource's conditional updates for what was found: the drift
+        record always; ``error`` wins over corrections (the resource needs an
         operator); ``correct`` writes the backend's value."""
+        cand = subject.cand
         policies = {f.kind: policies_in[f.kind] for f in found}
         marked = ERROR in policies.values()
         values: dict[str, Any] = {}
@@ -301,9 +316,10 @@ class DriftChecker:
             policy = policies[f.kind]
             action = policy
             if policy == CORRECT and marked:
-                action = REPORT  # the share is marked error: nothing is corrected
-            elif policy == CORRECT and f.kind == SIZE:
-                extra.append((models.Share, share.id, {"size": share.size}, {"size": f.backend}))
+                action = REPORT  # the resource is marked error: nothing is corrected
+            elif policy == CORRECT and f.kind == SIZE and subject.size_row is not None:
+                model, ident = subject.size_row
+                extra.append((model, ident, {"size": subject.size}, {"size": f.backend}))
                 action = "corrected"
             elif policy == CORRECT and f.kind == EXPORTS:
                 values["export_locations"] = f.backend
@@ -312,16 +328,19 @@ class DriftChecker:
                 action = f"would {action}"
             record["found"][f.kind] = {"database": f.database, "backend": f.backend,
                                        "policy": policy, "action": action}
-            summary.found({"kind": f.kind, "share_id": share.id, "instance_id": inst.id,
-                           "database": f.database, "backend": f.backend, "policy": policy,
-                           "action": action}, action)
-            LOG.warning("drift: share %s (instance %s) %s: database %s, backend %s; "
-                        "policy %s%s", share.id, inst.id, f.kind, f.database, f.backend,
+            summary.found({"kind": f.kind, "resource_type": target.noun, **subject.ids,
+                           "instance_id": cand.id, "database": f.database,
+                           "backend": f.backend, "policy": policy, "action": action}, action)
+            LOG.warning("drift: %s %s (instance %s) %s: database %s, backend %s; "
+                        "policy %s%s", target.noun, subject.ids.get("snapshot_id")
+                        or subject.ids["share_id"], cand.id, f.kind, f.database, f.backend,
                         policy, f" → {action}")
         values["drift"] = record
         if marked:
             values["status"] = vocab.ERROR
-        return [(models.ShareInstance, inst.id, {"status": vocab.AVAILABLE}, values)] + extra
+            if target.rtype == vocab.REPLICA:
+                values["replica_state"] = vocab.REPLICA_ERROR
+        return [(cand.model, cand.id, {"status": vocab.AVAILABLE}, values)] + extra
 
     # Objects the database does not have ---------------------------------------------
 

@@ -20,6 +20,7 @@ import contextlib
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import futurist
@@ -31,14 +32,13 @@ from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db import resources as db_res
 from sharemgr.db.engine import Database
-from sharemgr.drivers.base import BATCH_STATUS_METHODS
 from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale, lock_name
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Op
-from sharemgr.reconcile import access, rules, scan
+from sharemgr.reconcile import access, ask, rules, scan
 from sharemgr.reconcile.scan import Candidate
 
 LOG = logging.getLogger(__name__)
@@ -170,6 +170,17 @@ def _classify(answer: Any) -> tuple[bool, str, dict[str, Any]]:
     return False, f"backend status {answer['status']}", answer
 
 
+def verdict(method: str, answer: Any) -> tuple[bool, str, dict[str, Any]]:
+    """An answer of ``ask.ask`` → (healthy, reason, answer dict)."""
+    if isinstance(answer, ShareResourceNotFound):
+        return False, f"missing on the backend ({answer})", {}
+    if isinstance(answer, NotImplementedError):
+        return False, f"driver does not implement {method}", {}
+    if isinstance(answer, BaseException):
+        return False, f"{method} raised {answer!r}", {}
+    return _classify(answer)
+
+
 class Reconciler:
     def __init__(
         self,
@@ -196,25 +207,38 @@ class Reconciler:
     # The pass ----------------------------------------------------------------
 
     def run(self, trigger: str = "startup", dry_run: bool = False) -> dict[str, Any]:
-        """One pass; its record says what it did. A pass that fails (the
-        database, a bug) is recorded as failed, with the error, before the
-        exception goes on to the caller."""
-        started = time.monotonic()
+        """One pass; its record says what it did."""
         summary = Summary()
+        return self.recorded(trigger, dry_run, summary, lambda: self._stages(summary, dry_run),
+                             "reconciliation pass",
+                             lambda result, seconds: _observe(trigger, result, summary, seconds))
+
+    def recorded(self, trigger: str, dry_run: bool, summary: Any, work: Callable[[], None],
+                 label: str, observe: Callable[[str, float], None] | None = None
+                 ) -> dict[str, Any]:
+        """Run ``work`` as a recorded pass of this engine (a reconciliation
+        pass, a drift check): its ``reconcile_passes`` row, ``summary``'s
+        result in it, one INFO line naming it by ``label``. A pass that fails
+        (the database, a bug) is recorded as failed, with the error, before
+        the exception goes on to the caller. ``observe(result, seconds)``
+        feeds the metrics."""
+        started = time.monotonic()
         record_id = None
         try:
             record_id = db_rec.pass_start(self.db, self.host, self.engine_id, trigger,
                                           dry_run).id
-            self._stages(summary, dry_run)
+            work()
             duration = time.monotonic() - started
             result = summary.as_dict(duration)
             db_rec.pass_finish(self.db, record_id, result)
         except Exception as exc:
             self._record_failure(record_id, trigger, dry_run, summary, started, exc)
-            _observe(trigger, "failed", summary, time.monotonic() - started)
+            if observe is not None:
+                observe("failed", time.monotonic() - started)
             raise
-        _observe(trigger, "dry_run" if dry_run else "finished", summary, duration)
-        LOG.info("reconciliation pass %s (%s%s) on %s: %s", record_id, trigger,
+        if observe is not None:
+            observe("dry_run" if dry_run else "finished", duration)
+        LOG.info("%s %s (%s%s) on %s: %s", label, record_id, trigger,
                  ", dry run" if dry_run else "", self.host, summary.line(duration, dry_run))
         result["id"] = record_id
         return result
@@ -505,70 +529,17 @@ class Reconciler:
         and method where the driver has the batch form, the single method
         for the resources it leaves out (or when it has none or fails)."""
         results: dict[str, tuple[bool, str, dict[str, Any]]] = {}
-        groups: dict[tuple[str, str], list[tuple[Candidate, tuple]]] = collections.defaultdict(
-            list)
-        parts = self._share_parts([c for c, _ in queries])
+        groups: dict[tuple[str, str], dict[str, tuple]] = collections.defaultdict(dict)
+        args = self.status_args([c for c, _ in queries])
         for cand, rule in queries:
-            try:
-                args = parts[cand.id] if cand.id in parts else self._status_args(cand)
-            except Exception as exc:
-                results[cand.id] = (False, f"{rule.method} raised {exc!r}", {})
-                continue
-            groups[(views.backend_of(cand.host), rule.method)].append((cand, args))
-        for (backend, method), items in groups.items():
-            driver = self.drivers[backend]
-            batch = self._batch_answers(driver, method, items)
-            for cand, args in items:
-                if cand.id in batch:
-                    results[cand.id] = batch[cand.id]
-                else:
-                    results[cand.id] = self._single_answer(driver, method, args)
-        return results
-
-    def _batch_answers(self, driver: Any, method: str, items: list[tuple[Candidate, tuple]]
-                       ) -> dict[str, tuple[bool, str, dict[str, Any]]]:
-        """The batch method's answers by id; {} when the driver has no batch
-        method or it fails (every resource is then asked one by one, so the
-        outcome is what the single method says)."""
-        batch_method = getattr(driver, BATCH_STATUS_METHODS[method], None)
-        if batch_method is None:
-            return {}
-        try:
-            answers = batch_method([args for _, args in items])
-        except NotImplementedError:
-            return {}
-        except Exception as exc:
-            LOG.warning("%s failed (%r); asking %s resource by resource",
-                        BATCH_STATUS_METHODS[method], exc, method)
-            return {}
-        if not isinstance(answers, dict):
-            LOG.warning("%s returned %r, not a dict by id; asking %s resource by resource",
-                        BATCH_STATUS_METHODS[method], type(answers).__name__, method)
-            return {}
-        results: dict[str, tuple[bool, str, dict[str, Any]]] = {}
-        for cand, _ in items:
-            if cand.id not in answers:
-                continue
-            answer = answers[cand.id]
-            if isinstance(answer, ShareResourceNotFound):
-                results[cand.id] = (False, f"missing on the backend ({answer})", {})
-            elif isinstance(answer, BaseException):
-                results[cand.id] = (False, f"{method} raised {answer!r}", {})
+            if isinstance(args[cand.id], Exception):
+                results[cand.id] = (False, f"{rule.method} raised {args[cand.id]!r}", {})
             else:
-                results[cand.id] = _classify(answer)
+                groups[(views.backend_of(cand.host), rule.method)][cand.id] = args[cand.id]
+        for (backend, method), items in groups.items():
+            for ident, answer in ask.ask(self.drivers[backend], method, items).items():
+                results[ident] = verdict(method, answer)
         return results
-
-    @staticmethod
-    def _single_answer(driver: Any, method: str, args: tuple
-                       ) -> tuple[bool, str, dict[str, Any]]:
-        try:
-            return _classify(getattr(driver, method)(*args))
-        except NotImplementedError:
-            return False, f"driver does not implement {method}", {}
-        except ShareResourceNotFound as exc:
-            return False, f"missing on the backend ({exc})", {}
-        except Exception as exc:
-            return False, f"{method} raised {exc!r}", {}
 
     def _converge(self, cand: Candidate, rule: rules.Rule,
                   answered: tuple[bool, str, dict[str, Any]]) -> tuple[str, list]:
@@ -606,6 +577,18 @@ class Reconciler:
                 continue  # the single path reports it as the status call raising
             server = servers.get(inst.share_server_id)
             parts[inst.id] = (views.share(inst, share), views.server(server) if server else None)
+        return parts
+
+    def status_args(self, cands: list[Candidate]) -> dict[str, tuple | Exception]:
+        """The status method's arguments of each resource, by id (the
+        exception when they cannot be read)."""
+        parts: dict[str, tuple | Exception] = dict(self._share_parts(cands))
+        for cand in cands:
+            if cand.id not in parts:
+                try:
+                    parts[cand.id] = self._status_args(cand)
+                except Exception as exc:
+                    parts[cand.id] = exc
         return parts
 
     def _status_args(self, cand: Candidate) -> tuple:

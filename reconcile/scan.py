@@ -35,10 +35,11 @@ class Candidate:
         return kinds.kind(self.rtype).model
 
 
-def scan(db: Database, rtype: str, host: str) -> list[Candidate]:
+def scan(db: Database, rtype: str, host: str, statuses: list[str] | None = None
+         ) -> list[Candidate]:
     """Every live resource of ``rtype`` on ``host`` ('host@backend', pools
-    included) in a transient status."""
-    statuses = list(kinds.kind(rtype).transient)
+    included) in one of ``statuses`` (default: the transient ones)."""
+    statuses = list(kinds.kind(rtype).transient) if statuses is None else statuses
     if rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA):
         rows = resources.on_host(db, models.ShareInstance, host, statuses)
         rows = [r for r in rows if kinds.is_secondary(r) == (rtype == vocab.REPLICA)]

@@ -1,16 +1,17 @@
-"""Stack check (Heat's ``stack check``): ask the backend about every share
-of a stack and mark the stack CHECK COMPLETE or CHECK FAILED, naming the
-resources that drifted (doc/convergence.rst, "Check and converge").
+"""Stack check (Heat's ``stack check``): ask the backend about every share,
+replica and snapshot of a stack and mark the stack CHECK COMPLETE or CHECK
+FAILED, naming the resources that drifted (doc/convergence.rst, "Check and
+converge").
 
 The check makes the database tell the truth so that a converge (an update
 traversal with the current template) repairs through the normal traversal
-machinery: with ``CHECK_POLICIES`` a share missing on the backend is marked
-``error`` (the traversal's decision then replaces it: a new share is made,
-the old record deleted) and a size or export drift is corrected from the
-backend (the decision then resizes the share back to the template's size
+machinery: with ``CHECK_POLICIES`` a resource missing on the backend is
+marked ``error`` (the traversal's decision then replaces it: a new one is
+made, the old record deleted) and a size or export drift is corrected from
+the backend (the decision then resizes a share back to the template's size
 in place). It runs on the engine that claims its request (any engine: the
-request has no host); shares of backends that engine does not serve are
-named as not checked.
+request has no host); resources of backends that engine does not serve are
+named as not checked. Share servers and groups have nothing to compare.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from typing import Any
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.db import api as db_api
+from sharemgr.db import models, stacks
 from sharemgr.db import resources as db_res
-from sharemgr.db import stacks
-from sharemgr.manager import views
+from sharemgr.manager import kinds, views
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.reconcile import drift
 from sharemgr.reconcile.drift import DriftChecker
+from sharemgr.reconcile.scan import Candidate
 
 LOG = logging.getLogger(__name__)
 
@@ -68,32 +71,53 @@ class StackChecker:
         db = self.checker.rec.db
         drifted: dict[str, str] = {}
         unchecked: dict[str, str] = {}
-        insts: dict[str, str] = {}  # instance id → resource name
-        rows = []
+        names: dict[str, str] = {}  # instance id → resource name
+        cands: list[Candidate] = []
         for row in stacks.resource_list(db, stack.id):
-            if row.action == vocab.STACK_DELETE or row.type != vocab.SHARE:
-                continue  # rows on their way out; other types: not checked yet
+            if row.action == vocab.STACK_DELETE or row.type not in CHECKED:
+                continue  # rows on their way out; servers and groups: no status to compare
             if not row.physical_id:
                 drifted[row.name] = "no physical resource"
                 continue
-            inst = db_res.primary_instance(db, row.physical_id)
-            if inst is None:
-                drifted[row.name] = "share gone from the database"
-            elif inst.status != vocab.AVAILABLE:
-                drifted[row.name] = f"share {inst.status}"
-            elif views.backend_of(inst.host) not in self.checker.rec.drivers:
-                unchecked[row.name] = f"backend {views.backend_of(inst.host)} is not served " \
+            cand = _candidate(db, row.type, row.physical_id)
+            what = CHECKED[row.type]
+            if cand is None:
+                drifted[row.name] = f"{what} gone from the database"
+            elif cand.status != vocab.AVAILABLE:
+                drifted[row.name] = f"{what} {cand.status}"
+            elif views.backend_of(cand.host) not in self.checker.rec.drivers:
+                unchecked[row.name] = f"backend {views.backend_of(cand.host)} is not served " \
                                       "by the engine that checked"
             else:
-                insts[inst.id] = row.name
-                rows.append(inst)
-        summary, missed = self.checker.check_instances(rows, CHECK_POLICIES)
+                names[cand.id] = row.name
+                cands.append(cand)
+        summary, missed = self.checker.check_resources(cands, CHECK_POLICIES)
         for item in summary.items:
-            name = insts[item["instance_id"]]
+            name = names[item["instance_id"]]
             what = item["kind"] if item["kind"] == drift.MISSING else \
                 f"{item['kind']} {item['database']} on record, {item['backend']} on the backend" \
                 if item["kind"] == drift.SIZE else item["kind"]
             drifted[name] = f"{drifted[name]}, {what}" if name in drifted else what
         for ident in missed:
-            unchecked[insts[ident]] = "busy or the backend cannot tell"
+            unchecked[names[ident]] = "busy or the backend cannot tell"
         return drifted, unchecked
+
+
+# The stack resource types a check asks the backend about, and how its
+# messages name them.
+CHECKED = {vocab.SHARE: "share", vocab.REPLICA: "replica", vocab.SNAPSHOT: "snapshot"}
+
+
+def _candidate(db: Any, type_: str, physical_id: str) -> Candidate | None:
+    """The instance behind a stack resource's physical id, as drift checks
+    take it; None when the database has none."""
+    if type_ == vocab.SNAPSHOT:
+        inst = db_res.snapshot_instance_of(db, physical_id)
+        host = kinds.kind(vocab.SNAPSHOT_INSTANCE).host_of(db, inst) if inst else None
+        return Candidate(vocab.SNAPSHOT_INSTANCE, inst.id, inst.status, host, inst) \
+            if inst is not None and host else None
+    if type_ == vocab.REPLICA:
+        row = db_api.get(db, models.ShareInstance, physical_id)
+        return Candidate(vocab.REPLICA, row.id, row.status, row.host, row) if row else None
+    row = db_res.primary_instance(db, physical_id)
+    return Candidate(vocab.SHARE_INSTANCE, row.id, row.status, row.host, row) if row else None

@@ -180,6 +180,61 @@ def test_drift_every_kind_and_policy(deployment, servers):
     db.dispose()
 
 
+def test_drift_of_replicas_and_snapshots(deployment, servers):
+    """Replicas and snapshots are checked too (drift.TARGETS): a replica
+    moved and a snapshot resized are corrected, a snapshot removed behind
+    the manager's back is marked error; each is shown by its show command;
+    a replica's size is not compared (it is its share's)."""
+    d = deployment(**servers, host="observe-drift-more",
+                   extra={"DEFAULT": {"startup_reconciliation_wait_seconds": "0",
+                                      "drift_policy": "missing:error,size:correct,"
+                                                      "export_locations:correct"}})
+    d.sync()
+    d.start()
+    db, _ = database(d)
+    api = intake(d)
+    share = api.create_share(1, "NFS", name="more").id
+    wait_until(lambda: _status(db, share) == vocab.AVAILABLE, what="share available")
+    replica = api.create_replica(share).id
+    snaps = [api.create_snapshot(share, name=n).id for n in ("snap-big", "snap-gone")]
+
+    def snapshot(ident):
+        from sharemgr.cli.nouns import NOUNS
+
+        return NOUNS["snapshot"].show(db, ident)
+
+    def replica_row():
+        from sharemgr.cli.nouns import NOUNS
+
+        return NOUNS["replica"].show(db, replica)
+
+    wait_until(lambda: replica_row()["status"] == vocab.AVAILABLE
+               and all(snapshot(s)["status"] == vocab.AVAILABLE for s in snaps),
+               what="replica and snapshots available")
+    assert _drift(d) == {}
+    d.backend("set", replica, f"export_locations={MOVED}", "size=7")
+    d.backend("set", snaps[0], "size=5")
+    d.backend("remove", snaps[1])
+
+    found = {(i["kind"], i["resource_type"]): i for i in d.json("reconcile", "drift")}
+    assert set(found) == {("export_locations", "replica"), ("size", "snapshot"),
+                          ("missing", "snapshot")}
+    assert found[("size", "snapshot")]["snapshot_id"] == snaps[0]
+    assert {i["action"] for i in found.values()} == {"corrected", "error"}
+    assert [e["path"] for e in replica_row()["export_locations"]] == ["10.9.9.9:/moved"]
+    assert replica_row()["drift"]["found"]["export_locations"]["action"] == "corrected"
+    big, gone = snapshot(snaps[0]), snapshot(snaps[1])
+    assert (big["status"], big["size"]) == (vocab.AVAILABLE, 5)
+    assert big["drift"]["found"]["size"] == {"database": 1, "backend": 5,
+                                             "policy": "correct", "action": "corrected"}
+    assert gone["status"] == vocab.ERROR and "missing" in gone["drift"]["found"]
+    assert _status(db, share) == vocab.AVAILABLE  # the share itself agrees
+    # Corrected, they agree now: the next check finds nothing and clears.
+    assert _drift(d) == {}
+    assert snapshot(snaps[0])["drift"] is None and replica_row()["drift"] is None
+    db.dispose()
+
+
 def test_bad_drift_policy_stops_the_start(deployment):
     d = deployment(extra={"DEFAULT": {"drift_policy": "orphan:error"}})
     d.sync()
@@ -201,28 +256,30 @@ resources:
 
 
 def test_stack_check_finds_drift_and_converge_repairs_it(deployment, servers):
-    """A share of a stack removed out of band and another resized: 'stack
-    check' marks the stack CHECK FAILED naming both; 'stack converge'
-    recreates the missing one and resizes the other back, and a second
-    check completes."""
+    """A share of a stack removed out of band, another resized and a
+    snapshot removed: 'stack check' marks the stack CHECK FAILED naming the
+    three; 'stack converge' recreates the missing share and snapshot and
+    resizes the other share back, and a second check completes."""
     d = deployment(**servers, host="observe-stack",
                    extra={"DEFAULT": {"startup_reconciliation_wait_seconds": "0"}})
     d.sync()
     d.start()
     db, _ = database(d)
     template = d.root / "web.yaml"
-    template.write_text(STACK)
+    template.write_text(STACK + "  snap:\n    type: snapshot\n"
+                                "    properties: {share: {get_resource: logs}}\n")
     d.sharectl("stack", "create", "web", "-t", str(template), "--wait")
     assert d.json("stack", "check", "web")["status"] == "COMPLETE"
     phys = {r["name"]: r["physical_id"] for r in d.json("stack", "resource", "list", "web")}
-    inst = {n: _show(db, p)["instance_id"] for n, p in phys.items()}
+    inst = {n: _show(db, phys[n])["instance_id"] for n in ("data", "logs")}
     d.backend("remove", inst["data"])
     d.backend("set", inst["logs"], "size=5")
+    d.backend("remove", phys["snap"])
 
     out = d.sharectl("stack", "check", "web", check=False)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "stack web CHECK FAILED: drifted: data (missing); logs (size 2 on record, " \
-           "5 on the backend)" in out.stderr
+           "5 on the backend); snap (missing)" in out.stderr
     assert "Traceback" not in out.stderr
     assert _show(db, phys["data"])["status"] == vocab.ERROR
     assert _show(db, phys["logs"])["size"] == 5  # the backend's truth, for the converge
@@ -232,7 +289,9 @@ def test_stack_check_finds_drift_and_converge_repairs_it(deployment, servers):
     after = {r["name"]: r["physical_id"] for r in d.json("stack", "resource", "list", "web")
              if r["action"] != "DELETE"}
     assert after["logs"] == phys["logs"] and after["data"] != phys["data"]
+    assert after["snap"] != phys["snap"]
     objects = {o["id"]: o for o in d.backend("list")}
+    assert after["snap"] in {o.get("snapshot_id") for o in objects.values()}
     assert objects[_show(db, after["data"])["instance_id"]]["size"] == 1
     assert objects[inst["logs"]]["size"] == 2
     assert _show(db, phys["logs"])["size"] == 2

@@ -3,8 +3,6 @@ counts as drift in a backend's answer."""
 
 from __future__ import annotations
 
-import types
-
 import pytest
 from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.reconcile import drift
@@ -29,24 +27,33 @@ def test_policy_refused(chosen, message):
         drift.policy_table(chosen)
 
 
-def _rows(size=1, locs=LOCS):
-    return (types.SimpleNamespace(status="available", export_locations=locs),
-            types.SimpleNamespace(size=size))
-
-
 def test_compare():
-    inst, share = _rows()
-    assert drift.compare(inst, share, {"status": "available", "size": 1,
-                                       "export_locations": LOCS}) == []
+    def compare(answer, size=1, locs=LOCS, kinds_=("missing", "size", "export_locations")):
+        return drift.compare(answer, size, locs, kinds_)
+
+    assert compare({"status": "available", "size": 1, "export_locations": LOCS}) == []
     # What the answer leaves out (or cannot be used) is not compared.
-    assert drift.compare(inst, share, {"status": "available"}) == []
-    assert drift.compare(inst, share, {"status": "available", "size": "lots"}) == []
-    assert [f.kind for f in drift.compare(inst, share, ShareResourceNotFound("x"))] == [
-        "missing"]
-    found = drift.compare(inst, share, {"status": "available", "size": 2,
-                                        "export_locations": ["h:/elsewhere"]})
+    assert compare({"status": "available"}) == []
+    assert compare({"status": "available", "size": "lots"}) == []
+    assert [f.kind for f in compare(ShareResourceNotFound("x"))] == ["missing"]
+    found = compare({"status": "available", "size": 2, "export_locations": ["h:/elsewhere"]})
     assert [(f.kind, f.database) for f in found] == [("size", 1), ("export_locations", LOCS)]
     assert found[0].backend == 2 and found[1].backend[0]["path"] == "h:/elsewhere"
+    # Only the kinds a type compares (TARGETS): a replica's size is its share's.
+    assert [f.kind for f in compare({"status": "available", "size": 2,
+                                     "export_locations": ["h:/elsewhere"]},
+                                    None, LOCS, ("missing", "export_locations"))] == [
+        "export_locations"]
+    assert compare(ShareResourceNotFound("x"), kinds_=("size",)) == []
+
+
+def test_every_target_is_a_type_with_a_status_method_and_allowed_kinds():
+    from sharemgr.drivers.base import STATUS_METHODS
+    from sharemgr.reconcile.rules import RULES
+
+    for target in drift.TARGETS:
+        assert target.method in STATUS_METHODS and target.rtype in RULES
+        assert set(target.kinds) <= set(drift.POLICIES) - {"orphan"}
 
 
 def test_findings_are_counted_in_the_metrics():
