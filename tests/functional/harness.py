@@ -161,6 +161,13 @@ class Deployment:
         return json.loads(out.stdout) if out.stdout.strip() else None
 
     def stop_all(self) -> None:
+        # Open the dummy's gates: a call a test left waiting would otherwise
+        # hold its engine's stop for the whole graceful shutdown timeout.
+        for section in self.sections.values():
+            gates = section.get("dummy_gate_dir")
+            if gates and Path(gates).is_dir():
+                for gate in Path(gates).iterdir():
+                    gate.unlink(missing_ok=True)
         for engine in self.engines:  # signal all first: they stop in parallel
             if engine.proc.poll() is None:
                 engine.proc.send_signal(signal.SIGTERM)
