@@ -14,7 +14,7 @@ database: single-row INSERTs into a scratch table, one commit each.
 
     .venv/bin/python benchmarks/bench_stack.py [--setup sqlite|servers]
         [--engines 1|2|1,2] [--shapes independent,chain,fanin]
-        [--independent 300] [--chain 100] [--fanin 200]
+        [--independent 300] [--chain 100] [--fanin 200] [--profile DIR]
 
 Prints one JSON line per (engines, shape) and a summary line.
 """
@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +35,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, profile_summary  # noqa: E402
 from tests.functional.harness import Deployment  # noqa: E402
 
 ENGINE_OPTIONS = {
@@ -117,11 +119,24 @@ def graph_nodes(url: str, name: str) -> int:
     return len((deps or {}).get("nodes", []))
 
 
+def profile(pid: int, output: Path) -> subprocess.Popen:
+    """py-spy sampling a running engine until it exits (``pip install
+    py-spy``); its raw output is what profile_summary.py reads."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--format", "raw",
+                             "--rate", "200", "--output", str(output), "--nonblocking"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[str, int],
-                idle_seconds: float, tag: str) -> list[dict]:
+                idle_seconds: float, tag: str, profile_dir: Path | None = None) -> list[dict]:
     files = [root / f"sqlstats-{tag}-{i}.json" for i in range(engines)]
+    spies = []
     for i in range(engines):
-        d.start(env={"SHAREMGR_SQL_STATS": str(files[i])}, name=f"{tag}-engine")
+        engine = d.start(env={"SHAREMGR_SQL_STATS": str(files[i])}, name=f"{tag}-engine")
+        if profile_dir is not None:
+            spies.append((profile(engine.proc.pid, profile_dir / f"{tag}-engine{i}.txt"),
+                          profile_dir / f"{tag}-engine{i}.txt"))
     out = []
     try:
         stats = Stats(files)
@@ -167,6 +182,10 @@ def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[
     finally:
         d.stop_all()
         d.engines.clear()
+        for spy, output in spies:
+            spy.wait(60)
+            if output.exists():
+                print(json.dumps(profile_summary.summarize(output)), flush=True)
     return out
 
 
@@ -182,7 +201,12 @@ def main() -> None:
     p.add_argument("--idle-seconds", type=float, default=3.0)
     p.add_argument("--reference-commits", type=int, default=2000)
     p.add_argument("--root", help="work folder (default: a fresh temporary one)")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="sample each engine with py-spy into DIR and print where its "
+                   "time went (profile_summary.py); the figures then include py-spy's cost")
     args = p.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     engines = [int(e) for e in (args.engines or ("1,2" if args.setup == "servers" else "1"))
                .split(",")]
     sizes = {"independent": args.independent, "chain": args.chain, "fanin": args.fanin}
@@ -195,7 +219,8 @@ def main() -> None:
         reference = common.commit_rate(url, args.reference_commits)
         results = []
         for n in engines:
-            results += run_engines(d, url, root, n, shapes, args.idle_seconds, f"e{n}")
+            results += run_engines(d, url, root, n, shapes, args.idle_seconds, f"e{n}",
+                                   args.profile)
         for r in results:
             r["reference_commits_per_s"] = round(reference, 1)
             r["nodes_per_s_per_1000_commits_per_s"] = round(r["nodes_per_s"] / reference * 1000,
