@@ -257,7 +257,8 @@ class DriftChecker:
             for subject in subjects:
                 summary.checked += 1
                 ident = subject.cand.id
-                answer = answers.get(ident)
+                # Not asked when its arguments could not be read: that error.
+                answer = answers[ident] if ident in answers else args[ident]
                 if not isinstance(answer, (dict, ShareResourceNotFound)):
                     summary.skipped["backend cannot tell"] += 1
                     if answer is not None and not isinstance(answer, NotImplementedError):
