@@ -249,6 +249,11 @@ class ShareManagerService:
         if self.notifier.watchdog_interval:
             bg.every(self.notifier.watchdog_interval, "systemd_watchdog",
                      self.notifier.watchdog)
+        if self.operations.leases.heartbeat:
+            # A third of the heartbeat: two renewals may be missed before a
+            # running call's lease runs out.
+            bg.every(max(1.0, self.operations.leases.heartbeat / 3), "lease_renewal",
+                     self.operations.keeper.renew, most)
         if self.conf.periodic_reconciliation_interval:
             bg.every(self.conf.periodic_reconciliation_interval, "periodic_reconciliation",
                      lambda: self.passes and self.passes.periodic(), most)

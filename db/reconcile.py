@@ -29,16 +29,26 @@ def lease_start(db: Database, resource_id: str, engine_id: str, seconds: float) 
     (requests of every kind are keyed by the id of the row they change, a
     uuid): its driver call must be done within ``seconds``. False when there
     is no such request (the reconciler's own retries run without one)."""
+    return lease_set(db, [resource_id], engine_id,
+                     models.utcnow() + datetime.timedelta(seconds=seconds)) > 0
+
+
+def lease_set(db: Database, resource_ids: list[str], engine_id: str,
+              until: datetime.datetime) -> int:
+    """Set the lease of this engine's running requests about these resources
+    to ``until`` (one UPDATE); how many there were."""
+    if not resource_ids:
+        return 0
     stmt = (
         sa.update(models.Request)
-        .where(models.Request.resource_id == resource_id,
+        .where(models.Request.resource_id.in_(resource_ids),
                models.Request.engine_id == engine_id,
                models.Request.status == vocab.REQUEST_RUNNING)
-        .values(lease_expires_at=models.utcnow() + datetime.timedelta(seconds=seconds))
+        .values(lease_expires_at=until)
         .execution_options(synchronize_session=False)
     )
     with db.session() as session:
-        return session.execute(stmt).rowcount > 0
+        return session.execute(stmt).rowcount
 
 
 def expired_leases(db: Database, hosts: list[str]) -> list[models.Request]:

@@ -207,6 +207,17 @@ reconcile_opts = [
         "(0: no lease for that method).",
     ),
     cfg.IntOpt(
+        "operation_heartbeat_seconds",
+        default=60,
+        min=0,
+        max=86400,
+        help="While a driver call runs, its engine renews the operation's lease "
+        "this many seconds ahead (every third of it), never past the call's "
+        "deadline (operation_lease_seconds): an operation whose engine no longer "
+        "runs its call (a lost thread) is stuck after this long. 0: no renewal, "
+        "the lease is the deadline alone.",
+    ),
+    cfg.IntOpt(
         "periodic_reconciliation_interval",
         default=60,
         min=0,

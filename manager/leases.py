@@ -10,23 +10,36 @@ stuck, and the reconciliation pass settles it by the rules of
 
 The manager cannot tell a slow call that makes progress from a hung one (a
 driver call gives no progress signal; the thread of a hung call is as alive
-as the thread of a slow one), so a lease is a deadline per driver method,
-not a heartbeat the engine renews: renewing it from a thread of the engine
-would keep a hung call's lease fresh for ever.
+as the thread of a slow one), so the lease of a call ends at its deadline
+per driver method, however often it is renewed. Within the deadline the
+engine renews it (``Keeper``) only ``operation_heartbeat_seconds`` ahead,
+for as long as the call runs in one of its threads: a request whose engine
+no longer runs its call (a lost thread) stops being renewed and is stuck
+after the heartbeat, not after the deadline.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import collections
+import contextlib
+import datetime
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+from sharemgr.db import models
+from sharemgr.db import reconcile as db_rec
+from sharemgr.db.engine import Database
 
 
 class Leases:
     """Lease seconds per driver method; ``None`` means no lease (never stuck)."""
 
-    def __init__(self, default: float, by_method: Mapping[str, float] | None = None) -> None:
+    def __init__(self, default: float, by_method: Mapping[str, float] | None = None,
+                 heartbeat: float = 0) -> None:
         self.default = default
         self.by_method = dict(by_method or {})
+        self.heartbeat = heartbeat  # 0: no renewal, the lease is the deadline
 
     def seconds(self, method: str | None) -> float | None:
         value = self.by_method.get(method or "", self.default)
@@ -34,8 +47,72 @@ class Leases:
 
     @classmethod
     def from_conf(cls, conf: Any) -> Leases:
-        return cls(conf.operation_lease_seconds, conf.operation_lease_seconds_by_method or {})
+        return cls(conf.operation_lease_seconds, conf.operation_lease_seconds_by_method or {},
+                   conf.operation_heartbeat_seconds)
 
 
 # No leases at all: what Operations uses until the daemon configures them.
 NONE = Leases(0)
+
+
+class Keeper:
+    """The leases of this engine's driver calls in progress: set as a call
+    starts, renewed by ``renew`` (a daemon periodic) while it runs, never
+    past the call's deadline."""
+
+    def __init__(self, db: Database, engine_id: str) -> None:
+        self.db = db
+        self.engine_id = engine_id
+        self._lock = threading.Lock()
+        # resource id → (the call's deadline, heartbeat seconds)
+        self._calls: dict[str, tuple[datetime.datetime, float]] = {}
+
+    @contextlib.contextmanager
+    def lease(self, ident: str, seconds: float | None, heartbeat: float) -> Iterator[None]:
+        """Hold the lease of this engine's running request about ``ident``
+        while the block (the driver call) runs; ``seconds``: its deadline
+        (None: no lease)."""
+        if seconds is None:
+            yield
+            return
+        now = models.utcnow()
+        deadline = now + datetime.timedelta(seconds=seconds)
+        renewed = 0 < heartbeat < seconds
+        until = now + datetime.timedelta(seconds=heartbeat) if renewed else deadline
+        if not db_rec.lease_set(self.db, [ident], self.engine_id, until):
+            renewed = False  # no request of its own (the reconciler's retries)
+        if renewed:
+            with self._lock:
+                self._calls[ident] = (deadline, heartbeat)
+        try:
+            yield
+        finally:
+            if renewed:
+                with self._lock:
+                    self._calls.pop(ident, None)
+
+    def running(self, ident: str) -> bool:
+        """Whether a call about ``ident`` runs in this engine within its deadline."""
+        with self._lock:
+            call = self._calls.get(ident)
+        return call is not None and call[0] > models.utcnow()
+
+    def renew(self) -> None:
+        """Move the leases of the calls still running one heartbeat ahead
+        (one UPDATE); a lease whose deadline is nearer is set to its
+        deadline, once, and is not renewed again."""
+        now = models.utcnow()
+        with self._lock:
+            calls = dict(self._calls)
+        ahead: dict[float, list[str]] = collections.defaultdict(list)
+        for ident, (deadline, heartbeat) in calls.items():
+            if now + datetime.timedelta(seconds=heartbeat) < deadline:
+                ahead[heartbeat].append(ident)
+                continue
+            db_rec.lease_set(self.db, [ident], self.engine_id, deadline)
+            with self._lock:
+                if self._calls.get(ident) == (deadline, heartbeat):
+                    del self._calls[ident]
+        for heartbeat, idents in ahead.items():
+            db_rec.lease_set(self.db, idents, self.engine_id,
+                             now + datetime.timedelta(seconds=heartbeat))

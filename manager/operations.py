@@ -18,7 +18,6 @@ from sharemgr.common import metrics, vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
-from sharemgr.db import reconcile as db_rec
 from sharemgr.db.engine import Database
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.manager import access, kinds, leases, views
@@ -74,6 +73,7 @@ class Operations:
         self.engine_id = engine_id
         # The daemon sets them from its options (manager/leases.py).
         self.leases: leases.Leases = leases.NONE
+        self.keeper = leases.Keeper(db, engine_id)
 
     # Plumbing --------------------------------------------------------------
 
@@ -144,44 +144,38 @@ class Operations:
             expected = (*expected, error_values["status"])
         with contextlib.nullcontext() if held else self.locked(rtype, ident):
             row = self._fresh(model, ident, expected)
-            self._lease(ident, method)
-            try:
+            with self.keeper.lease(ident, self.leases.seconds(method),
+                                   self.leases.heartbeat):
                 try:
-                    with _timed(method):
-                        result = call(row)
-                except ShareResourceNotFound as exc:
-                    if vocab.DELETING not in expected:
-                        raise
-                    # Deletes are idempotent: gone is success, whatever the driver says.
-                    LOG.info("%s: already gone on the backend (%s)", what, exc)
+                    try:
+                        with _timed(method):
+                            result = call(row)
+                    except ShareResourceNotFound as exc:
+                        if vocab.DELETING not in expected:
+                            raise
+                        # Deletes are idempotent: gone is success, whatever the driver says.
+                        LOG.info("%s: already gone on the backend (%s)", what, exc)
+                        result = None
+                except Stale:
+                    raise
+                except Exception as exc:
+                    _log_failure(what, method, exc)
+                    if not force:
+                        if callable(error_values):
+                            changes = error_values(row)
+                        else:
+                            changes = [(model, ident, {"status": row.status}, error_values)]
+                        self._commit(changes, what)
+                        raise OperationFailed(f"{what} failed: {exc}")
+                    kind = kinds.kind(rtype)
+                    LOG.warning("forced %s: the record is deleted although %s failed; %s %s "
+                                "may remain on backend %s: clean it up there", what,
+                                method or "the driver", kind.what, ident,
+                                kind.host_of(self.db, row))
                     result = None
-            except Stale:
-                raise
-            except Exception as exc:
-                _log_failure(what, method, exc)
-                if not force:
-                    if callable(error_values):
-                        changes = error_values(row)
-                    else:
-                        changes = [(model, ident, {"status": row.status}, error_values)]
-                    self._commit(changes, what)
-                    raise OperationFailed(f"{what} failed: {exc}")
-                kind = kinds.kind(rtype)
-                LOG.warning("forced %s: the record is deleted although %s failed; %s %s "
-                            "may remain on backend %s: clean it up there", what,
-                            method or "the driver", kind.what, ident,
-                            kind.host_of(self.db, row))
-                result = None
-            self._commit(on_success(row, result), what)
-            if then is not None:
-                then(row)
-
-    def _lease(self, ident: str, method: str | None) -> None:
-        """Start the lease of this engine's request about the resource as its
-        driver call starts (doc/reconciliation.rst, "Leases")."""
-        seconds = self.leases.seconds(method)
-        if seconds is not None:
-            db_rec.lease_start(self.db, ident, self.engine_id, seconds)
+                self._commit(on_success(row, result), what)
+                if then is not None:
+                    then(row)
 
     # Row loading -------------------------------------------------------------
 

@@ -337,6 +337,12 @@ class Reconciler:
         if req.status != vocab.REQUEST_RUNNING or req.host is None or \
                 req.lease_expires_at is None or req.lease_expires_at >= now:
             return False
+        if req.engine_id == self.engine_id and self.operations.keeper.running(req.resource_id):
+            # Its call runs here within its deadline: a renewal missed (an
+            # outage, a slow periodic), not a lost thread. Renewed now.
+            if not dry_run:
+                self.operations.keeper.renew()
+            return False
         if dry_run or db_rec.abandon_request(
                 self.db, req.id, req.engine_id,
                 f"lease expired at {req.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC "

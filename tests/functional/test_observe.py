@@ -4,6 +4,8 @@ the engine stays up."""
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
@@ -57,8 +59,9 @@ def test_hung_call_settled_by_the_periodic_pass_slow_call_left_alone(deployment,
     """A create held at the gate past its 2 s lease is settled by a periodic
     pass (the rule of 'creating': not on the backend → error) while the
     engine stays up; an extend held at its gate the whole time, under the
-    default one-hour lease, is skipped by that pass and finishes once let go."""
-    d, gates = _gated(deployment, servers,
+    default one-hour deadline and a lease renewed 2 s ahead while it runs, is
+    skipped by that pass and finishes once let go."""
+    d, gates = _gated(deployment, servers, operation_heartbeat_seconds="2",
                       operation_lease_seconds_by_method="create_share:2")
     engine = d.start()
     db, _ = database(d)
@@ -69,6 +72,16 @@ def test_hung_call_settled_by_the_periodic_pass_slow_call_left_alone(deployment,
     (gates / "extend_share.slow-").touch()
     api.resize_share(slow, 2, extend=True)
     wait_until(lambda: _reached(d, "extend_share", slow_inst), what="extend at its gate")
+
+    def extend_lease():
+        reqs = [r for r in db_api.request_list(db, resource_id=slow_inst)
+                if r.status == vocab.REQUEST_RUNNING and r.lease_expires_at]
+        return reqs[0].lease_expires_at if reqs else None
+
+    # The slow call's lease is a heartbeat ahead, renewed while it runs.
+    first = wait_until(extend_lease, what="the extend's lease")
+    assert first < models.utcnow() + datetime.timedelta(seconds=60)
+    wait_until(lambda: extend_lease() > first, what="the extend's lease renewed")
 
     (gates / "create_share.hung-").touch()
     hung = api.create_share(1, "NFS", name="hung-1").id
