@@ -18,13 +18,16 @@ from collections.abc import Callable
 from typing import Any
 
 import futurist
-from futurist import periodics
+from futurist import periodics, waiters
 from oslo_log import log as logging
 from sharemgr.common import tasks
 from sharemgr.common.outage import Backoff
 from sharemgr.manager.outage import is_outage
 
 LOG = logging.getLogger(__name__)
+
+# Seconds the stop waits for an offloaded task's run (every() offload).
+OFFLOAD_STOP_WAIT = 10.0
 
 
 class Background:
@@ -37,18 +40,20 @@ class Background:
         self._pool: futurist.ThreadPoolExecutor | None = None
 
     def every(self, spacing: float, what: str, fn: Callable[[], Any],
-              outage_max_interval: float = 30.0) -> None:
+              outage_max_interval: float = 30.0, offload: bool = False) -> None:
         """Run ``fn`` every ``spacing`` seconds once periodics start; a
         failure is logged with its traceback and the task goes on. While the
         database or the coordination backend is away, the task skips its
         runs with capped exponential back-off and the outage is logged once
-        for the process (common/outage.py), without a traceback."""
+        for the process (common/outage.py), without a traceback.
+
+        ``offload``: ``fn`` may wait long (a driver call): each run goes to a
+        thread of the task's own, one run at a time, so that it never holds
+        up the other periodic tasks (the heartbeat, the membership, the
+        lease renewals)."""
         backoff = Backoff(what, spacing, max(spacing, outage_max_interval))
 
-        @periodics.periodic(spacing=spacing, run_immediately=False)
-        def task() -> None:
-            if time.monotonic() < backoff.retry_at:
-                return
+        def run() -> None:
             try:
                 fn()
             except Exception as exc:
@@ -58,9 +63,51 @@ class Background:
                 return
             backoff.recovered()
 
+        if offload:
+            run = self._offloaded(what, run)
+
+        @periodics.periodic(spacing=spacing, run_immediately=False)
+        def task() -> None:
+            if time.monotonic() < backoff.retry_at:
+                return
+            run()
+
         # futurist names the task in its messages, tasks.py by its qualname.
         task.__name__ = task.__qualname__ = what
         self._periodic.append((task, (), {}))
+
+    def _offloaded(self, what: str, run: Callable[[], None]) -> Callable[[], None]:
+        """``run`` on a thread of its own, skipped while a run is going on."""
+        executor = futurist.ThreadPoolExecutor(max_workers=1)
+        busy = threading.Event()
+        running: list = []
+
+        def stop() -> None:
+            # A run that ends soon (it checks the stopping event between
+            # driver calls) ends before the database goes; a hung driver call
+            # must not hold up the stop (the worker is a daemon thread).
+            if running and not running[0].done():
+                waiters.wait_for_all(running, timeout=OFFLOAD_STOP_WAIT)
+            executor.shutdown(wait=False)
+
+        self.own(what, stop)
+
+        def body() -> None:
+            try:
+                run()
+            finally:
+                busy.clear()
+
+        def start() -> None:
+            if busy.is_set():
+                return
+            busy.set()
+            try:
+                running[:] = [tasks.submit_logged(executor, body, what=what)]
+            except RuntimeError:  # shut down: the daemon stops
+                busy.clear()
+
+        return start
 
     def submit(self, what: str, fn: Callable[..., Any], *args: Any, workers: int = 4) -> Any:
         """Run ``fn(*args)`` on the owner's worker pool (e.g. a backend's

@@ -244,8 +244,10 @@ class ShareManagerService:
         bg.every(1.0, "membership", lambda: self.coordinator.run_watchers(), most)
         bg.every(self.conf.stack_watchdog_interval, "stack_watchdog", self._stack_watchdog,
                  most)
+        # Driver calls: off the periodic thread (a hung get_share_stats must
+        # not hold up the heartbeat, the membership or the lease renewals).
         bg.every(self.conf.backend_stats_interval, "backend_stats", self.refresh_backend_stats,
-                 most)
+                 most, offload=True)
         if self.notifier.watchdog_interval:
             bg.every(self.notifier.watchdog_interval, "systemd_watchdog",
                      self.notifier.watchdog)

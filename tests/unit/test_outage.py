@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 
 import pytest
 import redis.exceptions
@@ -199,3 +200,51 @@ def test_self_healing_rounds_back_off_in_an_outage_without_a_traceback(caplog, m
         healer.tick(submit)
     healer.tick(submit)  # and the next tick runs a round again
     assert len(rounds) == 4
+
+
+def test_an_offloaded_task_runs_on_its_own_thread_one_run_at_a_time(caplog, monkeypatch):
+    # A driver call in a periodic task (backend stats) must not hold up the
+    # heartbeat, the membership or the lease renewals; an outage in it is
+    # still one WARNING without a traceback, and a hung run does not hold up
+    # the stop.
+    import threading
+
+    from sharemgr.common import outage as common_outage
+    from sharemgr.daemon import background
+    from sharemgr.daemon.background import Background
+
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(common_outage.OUTAGES, "ongoing", False)
+    monkeypatch.setattr(background, "OFFLOAD_STOP_WAIT", 0.2)
+    release, entered, calls = threading.Event(), threading.Event(), []
+    errors = [_operational()]
+
+    def stats():
+        calls.append(threading.current_thread().name)
+        if errors:
+            raise errors.pop(0)
+        entered.set()
+        release.wait(10)
+
+    bg = Background()
+    bg.every(0.01, "backend_stats", stats, outage_max_interval=0.01, offload=True)
+    task = bg._periodic[0][0]
+    task()  # the outage: one WARNING, on the task's own thread
+    _wait(lambda: len(_lines(caplog, logging.WARNING)) == 1)
+    time.sleep(0.05)  # past the back-off
+    task()  # blocks in the call on its own thread; the task returns at once
+    assert entered.wait(5)
+    task()  # a run is going on: skipped
+    assert len(calls) == 2 and threading.current_thread().name not in calls
+    started = time.monotonic()
+    bg.stop()  # the hung run does not hold the stop beyond its wait
+    assert time.monotonic() - started < 5
+    release.set()
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def _wait(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
