@@ -155,10 +155,11 @@ def observe(db: Database, type_: str, physical_id: str | None) -> Observed:
 
 
 def _observe_share(db: Database, pid: str) -> Observed:
-    share = db_api.get(db, models.Share, pid)
-    inst = resources.primary_instance(db, pid) if share else None
-    if share is None or inst is None:
+    # One statement (a delete takes the instance and the share together).
+    found = resources.share_with_status(db, pid)
+    if found is None or found[1] is None:
         return Observed(GONE)
+    share, inst = found
     attrs = {"id": share.id, "name": share.name, "size": share.size,
              "proto": share.share_proto, "status": inst.status, "host": inst.host,
              "export_locations": list(inst.export_locations or [])}
@@ -166,10 +167,10 @@ def _observe_share(db: Database, pid: str) -> Observed:
 
 
 def _observe_snapshot(db: Database, pid: str) -> Observed:
-    snap = db_api.get(db, models.ShareSnapshot, pid)
-    inst = resources.snapshot_instance_of(db, pid) if snap else None
-    if snap is None or inst is None:
+    found = resources.snapshot_with_status(db, pid)
+    if found is None or found[1] is None:
         return Observed(GONE)
+    snap, inst = found
     attrs = {"id": snap.id, "name": snap.name, "size": snap.size, "status": inst.status,
              "share_id": snap.share_id}
     return _obs(inst.status, _snapshot_host(db, inst), attrs)
