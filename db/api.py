@@ -58,6 +58,18 @@ def conditional_update(
         return conditional_update_tx(session, model, ident, expected, values)
 
 
+def conditional_update_then(db: Database, first: Change, then: Change) -> bool:
+    """``first``'s conditional update ``(model, id, expected, values)`` and,
+    only if it won, ``then``'s, in one transaction: no reader sees one row
+    changed without the other. Whether ``first`` won (``then`` may lose on
+    its own: its row moved on)."""
+    with db.session() as session:
+        if not conditional_update_tx(session, *first):
+            return False
+        conditional_update_tx(session, *then)
+        return True
+
+
 def upsert(db: Database, model: type, key: str, values: dict[str, Any]) -> None:
     """Insert the row, or update it where its primary key ``key`` exists, in
     one statement: engines of one host writing together never collide on

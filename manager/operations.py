@@ -672,14 +672,14 @@ class Operations:
 
     def _settle_backup(self, ident: str, status: str, inst_id: str, share_busy: str,
                        backup_values: dict[str, Any], share_status: str) -> None:
-        """The backup's outcome first; the share follows only if it is still
-        held by the backup (an admin may have reset it), so a moved share never
-        keeps the backup from settling."""
-        if not db_api.conditional_update(self.db, models.ShareBackup, ident, {"status": status},
-                                         backup_values):
-            return
-        db_api.conditional_update(self.db, models.ShareInstance, inst_id, {"status": share_busy},
-                                  {"status": share_status})
+        """The backup's outcome; the share follows, in the same transaction,
+        only if it is still held by the backup (an admin may have reset it),
+        so a moved share never keeps the backup from settling. One
+        transaction: a reconciliation pass in between saw a share held by a
+        backup no longer in progress, and marked it error."""
+        db_api.conditional_update_then(
+            self.db, (models.ShareBackup, ident, {"status": status}, backup_values),
+            (models.ShareInstance, inst_id, {"status": share_busy}, {"status": share_status}))
 
 
 def _progress(value: object) -> str:

@@ -44,6 +44,27 @@ def test_conditional_update_accepts_a_set_of_statuses(db):
     )
 
 
+def test_a_second_update_follows_only_a_first_that_won(db):
+    # A backup's outcome and its share's release (manager/operations.py).
+    a, b = _instance(db, status="backup_creating"), _instance(db, status="backup_creating")
+    first = (models.ShareInstance, a.id, {"status": "backup_creating"}, {"status": "available"})
+    then = (models.ShareInstance, b.id, {"status": "backup_creating"}, {"status": "available"})
+    assert api.conditional_update_then(db, first, then)
+    assert [api.get(db, models.ShareInstance, i).status for i in (a.id, b.id)] == [
+        "available", "available"]
+    c = _instance(db, status="backup_creating")
+    lost = (models.ShareInstance, a.id, {"status": "backup_creating"}, {"status": "error"})
+    follow = (models.ShareInstance, c.id, {"status": "backup_creating"}, {"status": "error"})
+    assert not api.conditional_update_then(db, lost, follow)
+    assert api.get(db, models.ShareInstance, c.id).status == "backup_creating"
+    # The second may lose on its own: the first stays.
+    d = _instance(db, status="backup_creating")
+    assert api.conditional_update_then(
+        db, (models.ShareInstance, d.id, {"status": "backup_creating"}, {"status": "available"}),
+        (models.ShareInstance, a.id, {"status": "backup_creating"}, {"status": "error"}))
+    assert api.get(db, models.ShareInstance, d.id).status == "available"
+
+
 def test_soft_delete_hides_row(db):
     inst = _instance(db)
     api.conditional_update(
