@@ -22,7 +22,7 @@ from futurist import periodics, waiters
 from oslo_log import log as logging
 from sharemgr.common import tasks
 from sharemgr.common.outage import Backoff
-from sharemgr.manager.outage import is_outage
+from sharemgr.manager.outage import backing_off
 
 LOG = logging.getLogger(__name__)
 
@@ -54,14 +54,7 @@ class Background:
         backoff = Backoff(what, spacing, max(spacing, outage_max_interval))
 
         def run() -> None:
-            try:
-                fn()
-            except Exception as exc:
-                if not is_outage(exc):
-                    raise
-                backoff.failed(exc)
-                return
-            backoff.recovered()
+            backing_off(backoff, fn)
 
         if offload:
             run = self._offloaded(what, run)

@@ -19,7 +19,7 @@ from sharemgr.convergence.prepare import PrepareError
 from sharemgr.convergence.template import Template
 from sharemgr.db import stacks
 from sharemgr.db.stacks import StackNotFound
-from sharemgr.manager.outage import Backoff, is_outage
+from sharemgr.manager.outage import Backoff, backing_off, is_outage
 from sharemgr.reconcile.stack_check import StackChecker
 
 LOG = logging.getLogger(__name__)
@@ -49,13 +49,7 @@ class StackHealer:
 
     def _round(self) -> None:
         try:
-            self.run()
-        except Exception as exc:
-            if not is_outage(exc):
-                raise
-            self.outage.failed(exc)
-        else:
-            self.outage.recovered()
+            backing_off(self.outage, self.run)
         finally:
             self._queued.clear()
 

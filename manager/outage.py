@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import redis.exceptions
 from sharemgr.common.outage import Backoff
 from sharemgr.db.engine import DatabaseUnavailable
 from sqlalchemy import exc as sa_exc
 from tooz import coordination
 
-__all__ = ["Backoff", "is_outage"]
+__all__ = ["Backoff", "backing_off", "is_outage"]
 
 # OperationalError: connection refused or lost, server gone, lock timeout;
 # InterfaceError: a connection closed under the driver. Other DBAPI errors
@@ -26,3 +29,17 @@ def is_outage(exc: BaseException) -> bool:
     if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
         return True
     return isinstance(exc, _OUTAGE_TYPES)
+
+
+def backing_off(backoff: Backoff, fn: Callable[[], Any]) -> None:
+    """Run ``fn``: an outage it meets goes to ``backoff`` (the process's one
+    WARNING, no traceback; the caller skips runs until ``retry_at``), any
+    other exception goes on; a success after failures is the INFO."""
+    try:
+        fn()
+    except Exception as exc:
+        if not is_outage(exc):
+            raise
+        backoff.failed(exc)  # while handling it: the WARNING takes its first line
+        return
+    backoff.recovered()
