@@ -80,7 +80,7 @@ class StackChecker:
                 drifted[row.name] = "no physical resource"
                 continue
             cand = _candidate(db, row.type, row.physical_id)
-            what = CHECKED[row.type]
+            what = drift.TARGET[CHECKED[row.type]].noun
             if cand is None:
                 drifted[row.name] = f"{what} gone from the database"
             elif cand.status != vocab.AVAILABLE:
@@ -103,21 +103,21 @@ class StackChecker:
         return drifted, unchecked
 
 
-# The stack resource types a check asks the backend about, and how its
-# messages name them.
-CHECKED = {vocab.SHARE: "share", vocab.REPLICA: "replica", vocab.SNAPSHOT: "snapshot"}
+# The stack resource types a check asks the backend about, and the drift
+# target (drift.TARGETS) of the instance behind each.
+CHECKED = {vocab.SHARE: vocab.SHARE_INSTANCE, vocab.REPLICA: vocab.REPLICA,
+           vocab.SNAPSHOT: vocab.SNAPSHOT_INSTANCE}
 
 
 def _candidate(db: Any, type_: str, physical_id: str) -> Candidate | None:
     """The instance behind a stack resource's physical id, as drift checks
     take it; None when the database has none."""
+    rtype = CHECKED[type_]
     if type_ == vocab.SNAPSHOT:
-        inst = db_res.snapshot_instance_of(db, physical_id)
-        host = kinds.kind(vocab.SNAPSHOT_INSTANCE).host_of(db, inst) if inst else None
-        return Candidate(vocab.SNAPSHOT_INSTANCE, inst.id, inst.status, host, inst) \
-            if inst is not None and host else None
-    if type_ == vocab.REPLICA:
+        row = db_res.snapshot_instance_of(db, physical_id)
+    elif type_ == vocab.REPLICA:
         row = db_api.get(db, models.ShareInstance, physical_id)
-        return Candidate(vocab.REPLICA, row.id, row.status, row.host, row) if row else None
-    row = db_res.primary_instance(db, physical_id)
-    return Candidate(vocab.SHARE_INSTANCE, row.id, row.status, row.host, row) if row else None
+    else:
+        row = db_res.primary_instance(db, physical_id)
+    host = kinds.kind(rtype).host_of(db, row) if row is not None else None
+    return Candidate(rtype, row.id, row.status, host, row) if host else None
