@@ -97,7 +97,6 @@ class _Ctx:
     graph: Graph
     input_data: Mapping[str, Any]
     held: list[int] = field(default_factory=list)  # rows locked by this check
-    own: bool = False  # the check claimed its request itself: its report finishes it
     chain: int = 0  # how many more successors this thread may run after this one
     args: Mapping[str, Any] = field(default_factory=dict)
     # The row's end, left to the report's transaction: (row, action, values, op request)
@@ -186,11 +185,14 @@ class Worker:
         # Rows this engine's checks hold or are taking, with how many checks.
         self._claims: collections.Counter[int] = collections.Counter()
 
-    def __call__(self, req: models.Request) -> None:
+    def __call__(self, req: models.Request) -> bool:
+        """The request loop's handler; True when the check recorded its
+        request's outcome itself (in its report's transaction), so the
+        loop writes nothing more."""
         with self._inflight_lock:
             self._inflight.add(req.id)
         try:
-            self.check(req)
+            return self.check(req)
         finally:
             with self._inflight_lock:
                 self._inflight.discard(req.id)
@@ -243,15 +245,18 @@ class Worker:
 
     # The check ----------------------------------------------------------------------
 
-    def check(self, req: models.Request) -> None:
+    def check(self, req: models.Request) -> bool:
         """Run the claimed request's node, then, in this thread, each
         successor it made ready and claimed (``_report``), up to
-        ``CHAIN_LIMIT`` of them; the rest wait for the request loop."""
-        nxt, _ = self._check(req.id, req.args or {}, own=False, chain=CHAIN_LIMIT)
+        ``CHAIN_LIMIT`` of them; the rest wait for the request loop.
+        True when the node's report recorded the request done; otherwise
+        the request loop records its outcome."""
+        nxt, finished = self._check(req.id, req.args or {}, chain=CHAIN_LIMIT)
         hops = 0
         while nxt is not None:
             hops += 1
             nxt = self._chained(nxt.req_id, nxt.args, CHAIN_LIMIT - hops, nxt.head)
+        return finished
 
     def _chained(self, req_id: int, args: dict, chain: int,
                  head: tuple[models.Stack | None, models.StackResource | None] | None = None
@@ -261,7 +266,7 @@ class Worker:
         status: str | None = vocab.REQUEST_DONE
         error, nxt = None, None
         try:
-            nxt, finished = self._check(req_id, args, own=True, chain=chain, head=head)
+            nxt, finished = self._check(req_id, args, chain=chain, head=head)
         except Stale as exc:
             LOG.info("request %s (check_resource): nothing to do: %s", req_id, exc)
             status, error = vocab.REQUEST_DONE, f"stale: {exc}"
@@ -281,11 +286,11 @@ class Worker:
                 self._inflight.discard(req_id)
         return nxt
 
-    def _check(self, req_id: int, args: dict, own: bool, chain: int,
+    def _check(self, req_id: int, args: dict, chain: int,
                head: tuple[models.Stack | None, models.StackResource | None] | None = None
                ) -> tuple[_Claimed | None, bool]:
-        """One node. ``own``: this check claimed the request itself (a
-        chained successor) and records its outcome in its report; ``head``:
+        """One node, whose report (``_report``) records its request done in
+        its own transaction. ``head``:
         the stack and row as the transaction that claimed it read them (the
         fast paths re-check both in their own transactions: ``begin``
         under the stack's shared lock and the row's ``atomic_key``, a
@@ -308,7 +313,7 @@ class Worker:
             raise Skip(f"node {node} is not in traversal {traversal} any more")
         input_data = args.get("input_data") or {}
         ctx = _Ctx(req_id, stack_id, stack.name, traversal, node, graph, input_data, [],
-                   own=own, chain=chain, args=args)
+                   chain=chain, args=args)
 
         # Fast paths: nobody holds the row and the work is plain.
         if row.engine_id is None:
@@ -450,15 +455,17 @@ class Worker:
             if ended:
                 return
             ended = True
+            ended_rid = None
             if ctx.end is not None:
-                rid, action, values, op_id = ctx.end
-                stack_work.end_tx(session, rid, self.engine_id, action, vocab.STACK_COMPLETE,
-                                  None, values, op_request_id=op_id)
+                ended_rid, action, values, op_id = ctx.end
+                stack_work.end_tx(session, ended_rid, self.engine_id, action,
+                                  vocab.STACK_COMPLETE, None, values, op_request_id=op_id,
+                                  release=ended_rid in ctx.held)
             for rid in dict.fromkeys(ctx.held):
-                stacks.resource_lock_release_tx(session, rid, self.engine_id)
-            if ctx.own:
-                stack_work.finish_request_tx(session, ctx.req_id, self.engine_id,
-                                             vocab.REQUEST_DONE)
+                if rid != ended_rid:  # released as it ended
+                    stacks.resource_lock_release_tx(session, rid, self.engine_id)
+            stack_work.finish_request_tx(session, ctx.req_id, self.engine_id,
+                                         vocab.REQUEST_DONE)
 
         def ready(session: Session, input_data: dict) -> None:
             succ = targets[0]
@@ -526,7 +533,7 @@ class Worker:
                 for c in claimed:
                     self._inflight.discard(c.req_id)
             raise
-        return (claimed[0] if claimed else None), ctx.own
+        return (claimed[0] if claimed else None), True
 
     # Routing and locks ------------------------------------------------------------------
 

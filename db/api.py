@@ -227,7 +227,8 @@ def request_claim(
     PostgreSQL/MariaDB: SELECT ... FOR UPDATE SKIP LOCKED, so concurrent engines
     take disjoint rows without waiting. SQLite: the transaction holds the write
     lock (BEGIN IMMEDIATE) so the select and update are one step. In both
-    cases the UPDATE is conditional on status='pending'."""
+    cases the UPDATE is conditional on status='pending'. Where UPDATE ...
+    RETURNING exists (PostgreSQL, SQLite) the claim is that one statement."""
     where = [models.Request.host.in_(list(hosts))]
     if any_host:
         where.append(models.Request.host.is_(None))
@@ -239,6 +240,21 @@ def request_claim(
     )
     if db.skip_locked:
         stmt = stmt.with_for_update(skip_locked=True)
+    if db.update_returning:
+        # A materialized CTE: PostgreSQL may run a plain IN (subquery) with
+        # LIMIT and SKIP LOCKED more than once, and claim more than ``limit``.
+        ids = stmt.cte("claimable").prefix_with("MATERIALIZED")
+        claim = (
+            sa.update(models.Request)
+            .add_cte(ids)
+            .where(models.Request.id.in_(sa.select(ids.c.id)),
+                   models.Request.status == vocab.REQUEST_PENDING)
+            .values(status=vocab.REQUEST_RUNNING, engine_id=engine_id, claimed_at=utcnow())
+            .returning(models.Request)
+            .execution_options(synchronize_session=False)
+        )
+        with db.session() as session:
+            return sorted(session.scalars(claim), key=lambda r: r.id)
     with db.session() as session:
         ids = list(session.scalars(stmt))
         if not ids:

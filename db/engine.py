@@ -180,6 +180,11 @@ class Database:
         """Whether SELECT ... FOR UPDATE SKIP LOCKED is available."""
         return self.dialect in ("postgresql", "mysql")
 
+    @property
+    def update_returning(self) -> bool:
+        """Whether UPDATE ... RETURNING is available (not on MariaDB)."""
+        return self.dialect in ("postgresql", "sqlite")
+
     def check(self) -> None:
         """Connect once; raise DatabaseUnavailable with one line if that fails."""
         try:

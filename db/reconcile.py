@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -11,6 +12,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sharemgr.db.resources import host_match
+from sqlalchemy.orm import Session
 
 
 def open_requests(db: Database, hosts: list[str]) -> list[models.Request]:
@@ -33,12 +35,8 @@ def lease_start(db: Database, resource_id: str, engine_id: str, seconds: float) 
                      models.utcnow() + datetime.timedelta(seconds=seconds)) > 0
 
 
-def lease_set(db: Database, resource_ids: list[str], engine_id: str,
-              until: datetime.datetime) -> int:
-    """Set the lease of this engine's running requests about these resources
-    to ``until`` (one UPDATE); how many there were."""
-    if not resource_ids:
-        return 0
+def _lease_set_tx(session: Session, resource_ids: list[str], engine_id: str,
+                  until: datetime.datetime) -> int:
     stmt = (
         sa.update(models.Request)
         .where(models.Request.resource_id.in_(resource_ids),
@@ -47,8 +45,32 @@ def lease_set(db: Database, resource_ids: list[str], engine_id: str,
         .values(lease_expires_at=until)
         .execution_options(synchronize_session=False)
     )
+    return session.execute(stmt).rowcount
+
+
+def lease_set(db: Database, resource_ids: list[str], engine_id: str,
+              until: datetime.datetime) -> int:
+    """Set the lease of this engine's running requests about these resources
+    to ``until`` (one UPDATE); how many there were."""
+    if not resource_ids:
+        return 0
     with db.session() as session:
-        return session.execute(stmt).rowcount
+        return _lease_set_tx(session, resource_ids, engine_id, until)
+
+
+def read_and_lease(db: Database, model: type, ident: str, engine_id: str,
+                   until_of: Callable[[Any], datetime.datetime | None]) -> tuple[Any, int]:
+    """Re-read a resource row (None if gone or deleted) and, in the same
+    transaction, set the lease of this engine's running request about it to
+    ``until_of(row)`` (None: no lease). Returns the row and how many
+    requests were leased."""
+    with db.session() as session:
+        row = session.get(model, ident)
+        if row is not None and getattr(row, "deleted_at", None):
+            row = None
+        until = until_of(row) if row is not None else None
+        leased = _lease_set_tx(session, [ident], engine_id, until) if until else 0
+        return row, leased
 
 
 def expired_leases(db: Database, hosts: list[str]) -> list[models.Request]:

@@ -142,11 +142,18 @@ def begin(
         with db.session() as session:
             if not db_stacks.traversal_is_current_tx(session, stack_id, traversal_id):
                 raise _NotBegun(SUPERSEDED)
-            if lock_key is not None and not db_stacks.resource_update_tx(
+            rid = resource_id
+            if lock_key is not None and not replace:
+                # Lock and start in one statement: only a row nobody holds
+                # whose key did not move since the caller read it.
+                if not db_stacks.resource_start_tx(
+                        session, rid, engine_id, traversal_id, work.action, work.values,
+                        lock_key=lock_key):
+                    raise _NotBegun(LOCK_BUSY)
+            elif lock_key is not None and not db_stacks.resource_update_tx(
                     session, resource_id, {"engine_id": None, "atomic_key": lock_key},
                     {"engine_id": engine_id, "atomic_key": lock_key + 1}):
                 raise _NotBegun(LOCK_BUSY)
-            rid = resource_id
             if replace:
                 old = db_stacks.resource_get_tx(session, resource_id, lock=True)
                 if old is None or old.engine_id != engine_id:
@@ -160,7 +167,7 @@ def begin(
                 if new is None:
                     raise _NotBegun(CONFLICT)
                 rid = new.id
-            if not db_stacks.resource_start_tx(
+            if (lock_key is None or replace) and not db_stacks.resource_start_tx(
                 session, rid, engine_id, traversal_id, work.action, work.values
             ):
                 raise _NotBegun(LOCK_LOST)
@@ -228,13 +235,17 @@ def end_tx(
     op_request_id: int | None = None,
     op_error: str | None = None,
     changes: Sequence[Change] = (),
+    release: bool = False,
 ) -> bool:
-    """:func:`end` in the caller's transaction."""
+    """:func:`end` in the caller's transaction; ``release``: drop the row's
+    lock in the same statement."""
     if op_request_id is not None:
         finish_request_tx(session, op_request_id, engine_id,
                           vocab.REQUEST_FAILED if op_error else vocab.REQUEST_DONE, op_error)
     for model, ident, expected, vals in changes:
         api.conditional_update_tx(session, model, ident, expected, vals)
+    if release:
+        values = {**(values or {}), **db_stacks.RELEASED}
     return db_stacks.resource_set_state_tx(
         session, resource_id, engine_id, action, status, reason, values
     )

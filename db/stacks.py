@@ -148,11 +148,16 @@ def traversal_is_current_tx(session: Session, stack_id: str, traversal_id: str) 
     shared lock on the stack row until the transaction ends: a write made
     after this check in the same transaction cannot race a preparation that
     would supersede the traversal."""
-    stack = stack_get_tx(session, stack_id, lock="share")
+    # Two columns, not the row: the row's graph (current_deps) can be large.
+    head = session.execute(
+        sa.select(Stack.current_traversal, Stack.status)
+        .where(Stack.id == stack_id, Stack.deleted_at.is_(None))
+        .with_for_update(read=True)
+    ).first()
     # A traversal that ended FAILED (a timeout, a cancel without rollback) is
     # not current either: its checks stop at their next step.
-    return (stack is not None and stack.current_traversal == traversal_id
-            and stack.status == vocab.STACK_IN_PROGRESS)
+    return (head is not None and head.current_traversal == traversal_id
+            and head.status == vocab.STACK_IN_PROGRESS)
 
 
 def stack_set_status_tx(
@@ -364,15 +369,21 @@ def resource_start_tx(
     traversal_id: str,
     action: str,
     values: Mapping[str, Any] | None = None,
+    lock_key: int | None = None,
 ) -> bool:
     """``action IN_PROGRESS`` on a row this engine holds; the caller checked
     in the same transaction that the traversal is current
     (``traversal_is_current_tx``, as ``stack_work.begin`` does). False if
-    the lock is no longer ours."""
-    return resource_set_state_tx(
-        session, resource_id, engine_id, action, vocab.STACK_IN_PROGRESS, None,
-        {**(values or {}), "current_traversal": traversal_id},
-    )
+    the lock is no longer ours. With ``lock_key``: take the lock in the same
+    statement, only if nobody holds it and its key is still ``lock_key``."""
+    values = {**(values or {}), "current_traversal": traversal_id}
+    if lock_key is None:
+        return resource_set_state_tx(
+            session, resource_id, engine_id, action, vocab.STACK_IN_PROGRESS, None, values)
+    return resource_update_tx(
+        session, resource_id, {"engine_id": None, "atomic_key": lock_key},
+        {**values, "engine_id": engine_id, "atomic_key": lock_key + 1, "action": action,
+         "status": vocab.STACK_IN_PROGRESS, "status_reason": None})
 
 
 def resource_replace_tx(
@@ -473,14 +484,13 @@ def resource_lock_release(db: Database, resource_id: int, engine_id: str) -> boo
         return resource_lock_release_tx(session, resource_id, engine_id)
 
 
+# What releasing a row's lock writes: every lock change bumps the key.
+RELEASED: Mapping[str, Any] = {"engine_id": None, "atomic_key": Resource.atomic_key + 1}
+
+
 def resource_lock_release_tx(session: Session, resource_id: int, engine_id: str) -> bool:
     return api.conditional_update_tx(
-        session,
-        Resource,
-        resource_id,
-        {"engine_id": engine_id},
-        {"engine_id": None, "atomic_key": Resource.atomic_key + 1},
-    )
+        session, Resource, resource_id, {"engine_id": engine_id}, dict(RELEASED))
 
 
 # Purge ------------------------------------------------------------------------------

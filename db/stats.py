@@ -21,6 +21,9 @@ from typing import Any
 from sqlalchemy import event
 
 ENV = "SHAREMGR_SQL_STATS"
+# ``SHAREMGR_SQL_TRACE=<file>`` as well: every statement, one line each with
+# its thread, appended to ``<file>`` (to see which step of a path sends what).
+TRACE_ENV = "SHAREMGR_SQL_TRACE"
 FLUSH_SECONDS = 1.0
 
 _TABLE = {  # where each verb names its table
@@ -38,8 +41,9 @@ def _key(statement: str) -> str:
 
 
 class SqlStats:
-    def __init__(self, engine: Any, path: str | None = None) -> None:
+    def __init__(self, engine: Any, path: str | None = None, trace: str | None = None) -> None:
         self.path = path
+        self.trace = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
         self.started = time.time()
         self.statements: collections.Counter = collections.Counter()
         self.commits = 0
@@ -54,6 +58,9 @@ class SqlStats:
                    context: Any, executemany: bool) -> None:
         with self._lock:
             self.statements[_key(statement)] += 1
+            if self.trace is not None:
+                self.trace.write(f"{threading.current_thread().name} | "
+                                 f"{' '.join(statement.split())[:160]}\n")
         self._maybe_flush()
 
     def _commit(self, conn: Any) -> None:
@@ -89,4 +96,4 @@ class SqlStats:
 
 def from_environment(engine: Any) -> SqlStats | None:
     path = os.environ.get(ENV)
-    return SqlStats(engine, path) if path else None
+    return SqlStats(engine, path, os.environ.get(TRACE_ENV)) if path else None

@@ -25,6 +25,7 @@ import contextlib
 import datetime
 import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sharemgr.db import models
@@ -55,6 +56,13 @@ class Leases:
 NONE = Leases(0)
 
 
+@dataclass(frozen=True)
+class Terms:
+    until: datetime.datetime  # the lease as first set
+    deadline: datetime.datetime  # never renewed past this
+    heartbeat: float  # renewed this far ahead (0: not renewed)
+
+
 class Keeper:
     """The leases of this engine's driver calls in progress: set as a call
     starts, renewed by ``renew`` (a daemon periodic) while it runs, never
@@ -67,23 +75,38 @@ class Keeper:
         # resource id → (the call's deadline, heartbeat seconds)
         self._calls: dict[str, tuple[datetime.datetime, float]] = {}
 
+    @staticmethod
+    def terms(seconds: float | None, heartbeat: float) -> Terms | None:
+        """A call's lease starting now: ``seconds`` to its deadline (None:
+        no lease), renewed ``heartbeat`` ahead when that is shorter."""
+        if seconds is None:
+            return None
+        now = models.utcnow()
+        deadline = now + datetime.timedelta(seconds=seconds)
+        renewed = 0 < heartbeat < seconds
+        until = now + datetime.timedelta(seconds=heartbeat) if renewed else deadline
+        return Terms(until, deadline, heartbeat if renewed else 0)
+
     @contextlib.contextmanager
     def lease(self, ident: str, seconds: float | None, heartbeat: float) -> Iterator[None]:
         """Hold the lease of this engine's running request about ``ident``
         while the block (the driver call) runs; ``seconds``: its deadline
         (None: no lease)."""
-        if seconds is None:
+        terms = self.terms(seconds, heartbeat)
+        leased = terms is not None and bool(
+            db_rec.lease_set(self.db, [ident], self.engine_id, terms.until))
+        with self.holding(ident, terms, leased):
             yield
-            return
-        now = models.utcnow()
-        deadline = now + datetime.timedelta(seconds=seconds)
-        renewed = 0 < heartbeat < seconds
-        until = now + datetime.timedelta(seconds=heartbeat) if renewed else deadline
-        if not db_rec.lease_set(self.db, [ident], self.engine_id, until):
-            renewed = False  # no request of its own (the reconciler's retries)
+
+    @contextlib.contextmanager
+    def holding(self, ident: str, terms: Terms | None, leased: bool) -> Iterator[None]:
+        """Renew a lease already set (``leased``: the engine's request about
+        ``ident`` took ``terms.until``) while the block runs. A call with no
+        request of its own (the reconciler's retries) has nothing to renew."""
+        renewed = leased and terms is not None and terms.heartbeat > 0
         if renewed:
             with self._lock:
-                self._calls[ident] = (deadline, heartbeat)
+                self._calls[ident] = (terms.deadline, terms.heartbeat)
         try:
             yield
         finally:

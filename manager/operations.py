@@ -18,6 +18,7 @@ from sharemgr.common import metrics, vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
+from sharemgr.db import reconcile as db_rec
 from sharemgr.db.engine import Database
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.manager import access, kinds, leases, views
@@ -105,13 +106,28 @@ class Operations:
             yield
 
     def _fresh(self, model: type, ident: str, expected: tuple[str, ...]) -> Any:
-        row = db_api.get(self.db, model, ident)
-        if row is None or row.status not in expected:
-            raise Stale(
-                f"{model.__tablename__} {ident} is "
-                f"{getattr(row, 'status', 'gone')}, not {'/'.join(expected)}"
-            )
-        return row
+        return _expect(model, ident, db_api.get(self.db, model, ident), expected)
+
+    def _fresh_leased(self, model: type, ident: str, expected: tuple[str, ...],
+                      method: str | Callable[[Any], str] | None
+                      ) -> tuple[Any, str | None, leases.Terms | None, bool]:
+        """``_fresh`` and the lease of the call about to start, in one
+        transaction. ``method`` may depend on the row (its status).
+        Returns the row, the method, the lease's terms and whether this
+        engine's request took them."""
+        chosen: dict[str, Any] = {"method": None, "terms": None}
+
+        def until_of(row: Any) -> Any:
+            if row.status not in expected:
+                return None  # Stale below: no call, no lease
+            name = method(row) if callable(method) else method
+            terms = self.keeper.terms(self.leases.seconds(name), self.leases.heartbeat)
+            chosen.update(method=name, terms=terms)
+            return terms.until if terms else None
+
+        row, leased = db_rec.read_and_lease(self.db, model, ident, self.engine_id, until_of)
+        _expect(model, ident, row, expected)
+        return row, chosen["method"], chosen["terms"], bool(leased)
 
     def _commit(self, changes: list[Change], what: str) -> None:
         if not db_api.transition_with_request(self.db, changes, None):
@@ -128,13 +144,14 @@ class Operations:
         error_values: dict[str, Any] | Callable[[Any], list[Change]],
         what: str,
         held: bool = False,
-        method: str | None = None,
+        method: str | Callable[[Any], str] | None = None,
         force: bool = False,
         then: Callable[[Any], None] | None = None,
     ) -> None:
         """Lock, re-read, call the driver, write success or error atomically.
         ``held``: the caller (the reconciler) already holds the lock.
-        ``method``: the driver method ``call`` runs, for the logs. ``force``
+        ``method``: the driver method ``call`` runs (or a function of the
+        re-read row that names it), for its lease and the logs. ``force``
         (a forced delete): a driver failure is logged and the success outcome
         (the record deleted) is written anyway. ``then``: run with the
         re-read row after the success is written, still under the lock."""
@@ -143,9 +160,8 @@ class Operations:
             # the forced one finishes it from that error status.
             expected = (*expected, error_values["status"])
         with contextlib.nullcontext() if held else self.locked(rtype, ident):
-            row = self._fresh(model, ident, expected)
-            with self.keeper.lease(ident, self.leases.seconds(method),
-                                   self.leases.heartbeat):
+            row, method, terms, leased = self._fresh_leased(model, ident, expected, method)
+            with self.keeper.holding(ident, terms, leased):
                 try:
                     try:
                         with _timed(method):
@@ -214,14 +230,18 @@ class Operations:
     # Shares ------------------------------------------------------------------
 
     def create_share(self, op: Op, held: bool = False) -> None:
-        inst0 = db_api.get(self.db, models.ShareInstance, op.ident)
-        if inst0 is None:
-            raise Stale(f"share instance {op.ident} is gone")
-        driver = self.driver_for(inst0.host)
+        # The request names the instance's backend: no read before the lock.
+        host = op.host
+        if host is None:
+            inst0 = db_api.get(self.db, models.ShareInstance, op.ident)
+            if inst0 is None:
+                raise Stale(f"share instance {op.ident} is gone")
+            host = inst0.host
+        driver = self.driver_for(host)
 
         def call(inst: models.ShareInstance) -> Any:
-            share_d, server = self.share_parts(inst)
-            share = db_api.get(self.db, models.Share, inst.share_id)
+            share = db_api.get(self.db, models.Share, inst.share_id, include_deleted=True)
+            share_d, server = views.share(inst, share), self.server_dict(inst.share_server_id)
             if share.snapshot_id:
                 snap_inst = resources.snapshot_instance_of(self.db, share.snapshot_id)
                 if snap_inst is None:
@@ -231,15 +251,15 @@ class Operations:
             return driver.create_share(share_d, server)
 
         self._perform(
-            vocab.SHARE_INSTANCE, models.ShareInstance, inst0.id,
+            vocab.SHARE_INSTANCE, models.ShareInstance, op.ident,
             (vocab.CREATING, vocab.CREATING_FROM_SNAPSHOT), call,
             lambda inst, locs: [(models.ShareInstance, inst.id, {"status": inst.status},
                                  {"status": vocab.AVAILABLE,
                                   "export_locations": views.export_locations(locs)})],
-            {"status": vocab.ERROR}, f"create of share instance {inst0.id}",
+            {"status": vocab.ERROR}, f"create of share instance {op.ident}",
             held=held, then=self._flush_access,
-            method="create_share_from_snapshot"
-            if inst0.status == vocab.CREATING_FROM_SNAPSHOT else "create_share",
+            method=lambda inst: "create_share_from_snapshot"
+            if inst.status == vocab.CREATING_FROM_SNAPSHOT else "create_share",
         )
 
     def delete_share(self, op: Op, held: bool = False) -> None:
@@ -680,6 +700,14 @@ class Operations:
         db_api.conditional_update_then(
             self.db, (models.ShareBackup, ident, {"status": status}, backup_values),
             (models.ShareInstance, inst_id, {"status": share_busy}, {"status": share_status}))
+
+
+def _expect(model: type, ident: str, row: Any, expected: tuple[str, ...]) -> Any:
+    """The re-read row, or Stale if it is gone or not in an expected status."""
+    if row is None or row.status not in expected:
+        raise Stale(f"{model.__tablename__} {ident} is "
+                    f"{getattr(row, 'status', 'gone')}, not {'/'.join(expected)}")
+    return row
 
 
 def _progress(value: object) -> str:

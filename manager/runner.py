@@ -22,7 +22,9 @@ from sharemgr.manager.outage import Backoff, is_outage
 
 LOG = logging.getLogger(__name__)
 
-Handler = Callable[[models.Request], None]
+# A handler returns True when it recorded the request's outcome itself (a
+# stack check does, in the transaction of its report): nothing more to write.
+Handler = Callable[[models.Request], bool | None]
 
 
 def _observe(req: models.Request, status: str, error: str | None, started: float) -> None:
@@ -145,12 +147,12 @@ class RequestRunner:
         LOG.info("request %s (%s) started", req.id, what)
         started = time.monotonic()
         handler = self.dispatch(req)
-        status, error = vocab.REQUEST_DONE, None
+        status, error, recorded = vocab.REQUEST_DONE, None, False
         metrics.REQUESTS_RUNNING.inc()  # every Exception is caught below: the dec runs
         try:
             if handler is None:
                 raise OperationFailed(f"no handler for {req.resource_type} {req.action}")
-            handler(req)
+            recorded = handler(req) is True
         except Stale as exc:
             LOG.info("request %s (%s %s %s): nothing to do: %s", req.id, req.action,
                      req.resource_type, req.resource_id, exc)
@@ -165,6 +167,8 @@ class RequestRunner:
         _observe(req, status, error, started)
         LOG.info("request %s (%s) %s in %.2fs%s", req.id, what, status,
                  time.monotonic() - started, f": {error}" if error else "")
+        if recorded:
+            return
         try:
             # The database away: wait for it (back-off) rather than leave the
             # request 'running' for good; a stop gives up (reconciliation).
