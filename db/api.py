@@ -87,7 +87,7 @@ def upsert(db: Database, model: type, key: str, values: dict[str, Any]) -> None:
 
 
 def get(db: Database, model: type, ident: Any, include_deleted: bool = False) -> Any:
-    with db.session() as session:
+    with db.reading() as session:
         row = session.get(model, ident)
         if row is None or (not include_deleted and getattr(row, "deleted_at", None)):
             return None

@@ -48,7 +48,7 @@ def get(db: Database, host: str) -> models.BackendStats | None:
         expires, row = _cache.get(db, {}).get(host, (0.0, None))
     if expires > time.monotonic():
         return row
-    with db.session() as session:
+    with db.reading() as session:
         row = session.get(models.BackendStats, host)
         if row is not None:
             session.expunge(row)

@@ -41,7 +41,11 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def _sqlite_begin(conn: Any) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get(_BEGIN, 'IMMEDIATE')}")
+
+
+# The execution option a read-only transaction sets (``Database.reading``).
+_BEGIN = "sharemgr_sqlite_begin"
 
 
 # Column limits on SQLite ------------------------------------------------------
@@ -201,6 +205,17 @@ class Database:
     def session(self) -> Iterator[Session]:
         """A transaction: committed on success, rolled back on error."""
         with self._sessions() as session, session.begin():
+            yield session
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Session]:
+        """A transaction that only reads. On SQLite its BEGIN is deferred:
+        in WAL mode a reader neither waits for the writer nor holds it up,
+        where BEGIN IMMEDIATE would queue every read behind every write.
+        A write in it would fail to take the lock: use ``session``."""
+        with self._sessions() as session, session.begin():
+            if self.dialect == "sqlite":
+                session.connection(execution_options={_BEGIN: "DEFERRED"})
             yield session
 
     def dispose(self) -> None:

@@ -32,7 +32,7 @@ def primary_instance(db: Database, share_id: str) -> models.ShareInstance | None
         .order_by(models.ShareInstance.created_at, models.ShareInstance.id)
         .limit(1)
     )
-    with db.session() as session:
+    with db.reading() as session:
         return session.scalars(stmt).first()
 
 
@@ -61,7 +61,7 @@ def share_with_status(db: Database, share_id: str
         .order_by(models.ShareInstance.created_at, models.ShareInstance.id)
         .limit(1)
     )
-    with db.session() as session:
+    with db.reading() as session:
         row = session.execute(stmt).first()
     return None if row is None else (row[0], row[1])
 
@@ -74,7 +74,7 @@ def snapshot_instance_of(db: Database, snapshot_id: str) -> models.ShareSnapshot
         .order_by(models.ShareSnapshotInstance.created_at)
         .limit(1)
     )
-    with db.session() as session:
+    with db.reading() as session:
         return session.scalars(stmt).first()
 
 
@@ -92,7 +92,7 @@ def snapshot_with_status(
         .order_by(models.ShareSnapshotInstance.created_at)
         .limit(1)
     )
-    with db.session() as session:
+    with db.reading() as session:
         row = session.execute(stmt).first()
     return None if row is None else (row[0], row[1])
 
@@ -107,7 +107,7 @@ def shares_with_status(db: Database) -> list[tuple[models.Share, models.ShareIns
         .order_by(models.Share.created_at, models.Share.id,
                   models.ShareInstance.created_at, models.ShareInstance.id)
     )
-    with db.session() as session:
+    with db.reading() as session:
         rows = session.execute(stmt).all()
     return _first_per_parent(rows)
 
@@ -125,7 +125,7 @@ def snapshots_with_status(
         .order_by(models.ShareSnapshot.created_at, models.ShareSnapshot.id,
                   models.ShareSnapshotInstance.created_at)
     )
-    with db.session() as session:
+    with db.reading() as session:
         rows = session.execute(stmt).all()
     return _first_per_parent(rows)
 
@@ -143,7 +143,7 @@ def live_count(db: Database, model: type, **filters: Any) -> int:
     stmt = sa.select(sa.func.count()).select_from(model).where(model.deleted_at.is_(None))
     for column, value in filters.items():
         stmt = stmt.where(getattr(model, column) == value)
-    with db.session() as session:
+    with db.reading() as session:
         return session.scalar(stmt)
 
 
@@ -158,7 +158,7 @@ def _children_on_host(db: Database, child: type, parent: type, link: Any, host: 
     )
     if statuses is not None:
         stmt = stmt.where(child.status.in_(statuses))
-    with db.session() as session:
+    with db.reading() as session:
         return [tuple(r) for r in session.execute(stmt)]
 
 
@@ -179,7 +179,7 @@ def group_snapshots_on_host(
 
 
 def backend_info_hash(db: Database, host: str) -> str | None:
-    with db.session() as session:
+    with db.reading() as session:
         row = session.get(models.BackendInfo, host)
         return row.info_hash if row else None
 
@@ -203,7 +203,7 @@ def on_host(
         stmt = stmt.where(model.status.in_(list(statuses)))
     for column, value in (extra or {}).items():
         stmt = stmt.where(getattr(model, column) == value)
-    with db.session() as session:
+    with db.reading() as session:
         return list(session.scalars(stmt.order_by(model.created_at)))
 
 
@@ -220,7 +220,7 @@ def backups_to_continue(db: Database, hosts: list[str]) -> list[models.ShareBack
     """The started backups of these hosts, in one query."""
     stmt = sa.select(models.ShareBackup).where(models.ShareBackup.host.in_(hosts),
                                                _backup_started())
-    with db.session() as session:
+    with db.reading() as session:
         return list(session.scalars(stmt))
 
 
@@ -228,7 +228,7 @@ def backup_in_progress(db: Database, share_id: str) -> bool:
     """A live backup of the share whose create or restore has started."""
     stmt = sa.select(sa.func.count()).select_from(models.ShareBackup).where(
         models.ShareBackup.share_id == share_id, _backup_started())
-    with db.session() as session:
+    with db.reading() as session:
         return session.scalar(stmt) > 0
 
 
@@ -239,7 +239,7 @@ def rows_by_id(db: Database, model: type, ids: list[str] | set[str],
     only with ``include_deleted``."""
     ids = list(dict.fromkeys(i for i in ids if i is not None))
     found: dict[str, Any] = {}
-    with db.session() as session:
+    with db.reading() as session:
         for start in range(0, len(ids), chunk):
             stmt = sa.select(model).where(model.id.in_(ids[start:start + chunk]))
             if not include_deleted and hasattr(model, "deleted_at"):

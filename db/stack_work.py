@@ -36,7 +36,7 @@ def stack_head(db: Database, stack_id: str, include_deleted: bool = False) -> M.
     stmt = sa.select(M.Stack).options(defer(M.Stack.current_deps)).where(M.Stack.id == stack_id)
     if not include_deleted:
         stmt = stmt.where(M.Stack.deleted_at.is_(None))
-    with db.session() as session:
+    with db.reading() as session:
         row = session.execute(stmt).scalar_one_or_none()
         if row is not None:
             session.expunge(row)
@@ -47,7 +47,7 @@ def check_head(db: Database, stack_id: str, resource_id: int
                ) -> tuple[M.Stack | None, M.StackResource | None]:
     """The stack row without its graph and the resource row, in one read:
     what a check looks at before it decides anything."""
-    with db.session() as session:
+    with db.reading() as session:
         return check_head_tx(session, stack_id, resource_id)
 
 
@@ -67,7 +67,7 @@ def check_head_tx(session: Session, stack_id: str, resource_id: int
 
 def stack_deps(db: Database, stack_id: str, traversal_id: str) -> dict | None:
     """``current_deps`` if ``traversal_id`` is still the stack's traversal."""
-    with db.session() as session:
+    with db.reading() as session:
         row = session.execute(
             sa.select(M.Stack.current_deps).where(
                 M.Stack.id == stack_id, M.Stack.current_traversal == traversal_id

@@ -224,7 +224,7 @@ def template_get_tx(session: Session, template_id: int) -> dict | None:
 
 
 def template_get(db: Database, template_id: int) -> dict | None:
-    with db.session() as session:
+    with db.reading() as session:
         return template_get_tx(session, template_id)
 
 
@@ -294,7 +294,7 @@ def resource_get_tx(session: Session, resource_id: int, lock: bool = False) -> R
 
 
 def resource_get(db: Database, resource_id: int) -> Resource | None:
-    with db.session() as session:
+    with db.reading() as session:
         return resource_get_tx(session, resource_id)
 
 

@@ -34,8 +34,20 @@ _TABLE = {  # where each verb names its table
 }
 
 
+_MAIN = re.compile(r"\)\s*(UPDATE|DELETE|INSERT|SELECT)\b", re.IGNORECASE)
+
+
+_WRITES = ("INSERT", "UPDATE", "DELETE")
+_WROTE = "sharemgr_stats_wrote"  # in a connection's info: its transaction wrote
+
+
 def _key(statement: str) -> str:
     verb = statement.split(None, 1)[0].upper() if statement.strip() else "?"
+    if verb == "WITH":  # counted as the statement the CTE serves
+        main = list(_MAIN.finditer(statement))
+        if main:
+            statement = statement[main[-1].start(1):]
+            verb = main[-1].group(1).upper()
     m = _TABLE[verb].search(statement) if verb in _TABLE else None
     return f"{verb} {m.group(1)}" if m else verb
 
@@ -47,6 +59,7 @@ class SqlStats:
         self.started = time.time()
         self.statements: collections.Counter = collections.Counter()
         self.commits = 0
+        self.write_commits = 0  # commits of transactions that wrote something
         self.rollbacks = 0
         self._lock = threading.Lock()
         self._flushed = 0.0
@@ -56,18 +69,24 @@ class SqlStats:
 
     def _statement(self, conn: Any, cursor: Any, statement: str, parameters: Any,
                    context: Any, executemany: bool) -> None:
+        key = _key(statement)
+        if key.split(None, 1)[0] in _WRITES:
+            conn.info[_WROTE] = True
         with self._lock:
-            self.statements[_key(statement)] += 1
+            self.statements[key] += 1
             if self.trace is not None:
-                self.trace.write(f"{threading.current_thread().name} | "
+                self.trace.write(f"{time.time():.4f} {threading.current_thread().name} | "
                                  f"{' '.join(statement.split())[:160]}\n")
         self._maybe_flush()
 
     def _commit(self, conn: Any) -> None:
+        wrote = conn.info.pop(_WROTE, False)
         with self._lock:
             self.commits += 1
+            self.write_commits += wrote
 
     def _rollback(self, conn: Any) -> None:
+        conn.info.pop(_WROTE, None)
         with self._lock:
             self.rollbacks += 1
 
@@ -77,6 +96,7 @@ class SqlStats:
             return {"pid": os.getpid(), "at": round(now, 3),
                     "seconds": round(now - self.started, 3),
                     "statements": sum(self.statements.values()), "commits": self.commits,
+                    "write_commits": self.write_commits,
                     "rollbacks": self.rollbacks, "by_kind": dict(self.statements)}
 
     def _maybe_flush(self) -> None:

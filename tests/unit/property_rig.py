@@ -64,7 +64,7 @@ class SteppedDatabase(Database):
         self.transactions = 0  # sessions opened, all threads: a cheap "did anything happen"
 
     @contextlib.contextmanager
-    def session(self) -> Iterator[Any]:
+    def _boundary(self, open_: Any) -> Iterator[Any]:
         local = self.local
         task = local.task
         if task is not None:
@@ -72,10 +72,16 @@ class SteppedDatabase(Database):
         local.depth += 1
         self.transactions += 1
         try:
-            with super().session() as session:
+            with open_() as session:
                 yield session
         finally:
             local.depth -= 1
+
+    def session(self) -> Any:
+        return self._boundary(super().session)
+
+    def reading(self) -> Any:  # a read is a boundary too: others may write in between
+        return self._boundary(super().reading)
 
 
 class Task:
