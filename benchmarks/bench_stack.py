@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -105,6 +106,21 @@ def memory_kib(pid: int) -> dict[str, int]:
     return {"rss_kib": fields["VmRSS"], "peak_rss_kib": fields["VmHWM"]}
 
 
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far, user and system (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu() -> tuple[float, float]:
+    """The machine's (busy, total) CPU seconds so far, all cores (/proc/stat)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle, iowait
+    total = sum(values[:8])
+    tick = os.sysconf("SC_CLK_TCK")
+    return (total - idle) / tick, total / tick
+
+
 def graph_nodes(url: str, name: str) -> int:
     engine = sa.create_engine(url)
     try:
@@ -153,10 +169,14 @@ def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[
             path.write_text(text)
             name = f"b{tag}{shape}"
             before = stats.read()
+            cpu0 = [cpu_seconds(e.proc.pid) for e in d.engines]
+            busy0, total0 = machine_cpu()
             started = time.perf_counter()
             proc = d.sharectl("stack", "create", name, "-t", str(path), "--wait",
                               check=False, timeout=3600)
             elapsed = time.perf_counter() - started
+            cpu = sum(cpu_seconds(e.proc.pid) for e in d.engines) - sum(cpu0)
+            busy1, total1 = machine_cpu()
             after = stats.read()
             if proc.returncode != 0:
                 raise RuntimeError(f"stack create {name} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -181,6 +201,13 @@ def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[
                 "write_commits_per_node": round(writes / nodes, 2),
                 "raw_statements_per_node": round(work["statements"] / nodes, 2),
                 "raw_commits_per_node": round(work["commits"] / nodes, 2),
+                # What bounds it: the engines' CPU per node, and how busy the
+                # machine's cores were (the database server and sharectl too).
+                "engine_cpu_ms_per_node": round(1000 * cpu / nodes, 2),
+                "engine_cpu_percent_of_one_core": round(100 * cpu / elapsed, 1),
+                "machine_cpu_busy_percent": round(
+                    100 * (busy1 - busy0) / max(total1 - total0, 1e-9), 1),
+                "machine_cores": os.cpu_count(),
                 "idle_statements_per_s": round(idle_stmt, 1),
                 "engine_idle_rss_kib": idle_rss, "engine_peak_rss_kib": peak,
                 "by_kind_per_node": {k: round(v / nodes, 2)

@@ -9,6 +9,7 @@ into one transaction.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -16,7 +17,6 @@ import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.db import models, notify
 from sharemgr.db.engine import Database
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
 utcnow = models.utcnow
@@ -74,12 +74,14 @@ def upsert(db: Database, model: type, key: str, values: dict[str, Any]) -> None:
     """Insert the row, or update it where its primary key ``key`` exists, in
     one statement: engines of one host writing together never collide on
     the key (a read-then-insert lets two of them insert)."""
+    # The dialect's insert is imported here: a sharectl command that does
+    # not write a report need not load every dialect (doc/performance.rst).
+    dialect = importlib.import_module(f"sqlalchemy.dialects.{db.dialect}")
     table = model.__table__
     changed = {k: v for k, v in values.items() if k != key}
     if db.dialect == "mysql":
-        stmt = mysql.insert(table).values(**values).on_duplicate_key_update(**changed)
+        stmt = dialect.insert(table).values(**values).on_duplicate_key_update(**changed)
     else:
-        dialect = postgresql if db.dialect == "postgresql" else sqlite
         stmt = dialect.insert(table).values(**values).on_conflict_do_update(
             index_elements=[table.c[key]], set_=changed)
     with db.session() as session:
