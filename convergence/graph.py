@@ -72,17 +72,19 @@ class Graph:
     """A directed acyclic graph of :class:`Node` with both adjacency
     directions kept, so every query is O(degree)."""
 
-    __slots__ = ("_requires", "_required_by")
+    __slots__ = ("_requires", "_required_by", "_root_keys")
 
     def __init__(self) -> None:
         self._requires: dict[Node, set[Node]] = {}
         self._required_by: dict[Node, set[Node]] = {}
+        self._root_keys: frozenset[str] | None = None  # every root's report asks for it
 
     # Building ---------------------------------------------------------------
 
     def add_node(self, node: tuple[int, bool]) -> Node:
         node = Node(*node)
         if node not in self._requires:
+            self._root_keys = None
             self._requires[node] = set()
             self._required_by[node] = set()
         return node
@@ -94,10 +96,12 @@ class Graph:
             raise GraphCycleError(f"node {before} cannot require itself")
         self._requires[after].add(before)
         self._required_by[before].add(after)
+        self._root_keys = None
 
     def remove_edge(self, before: tuple[int, bool], after: tuple[int, bool]) -> None:
         self._requires[Node(*after)].discard(Node(*before))
         self._required_by[Node(*before)].discard(Node(*after))
+        self._root_keys = None
 
     # Queries ----------------------------------------------------------------
 
@@ -146,8 +150,11 @@ class Graph:
         return frozenset(node_key(n) for n in self._requires[Node(*node)])
 
     def root_keys(self) -> frozenset[str]:
-        """Sender keys the stack's SyncPoint must hear from."""
-        return frozenset(node_key(n) for n in self.roots())
+        """Sender keys the stack's SyncPoint must hear from (kept until the
+        graph changes: a stack of N roots asks N times)."""
+        if self._root_keys is None:
+            self._root_keys = frozenset(node_key(n) for n in self.roots())
+        return self._root_keys
 
     def resource_ids(self) -> set[int]:
         return {n.resource_id for n in self._requires}
