@@ -79,6 +79,9 @@ REPLAN_ATTEMPTS = 5
 # bounded so that a long chain does not hold a request thread (and a
 # graceful stop) for ever. The rest are left to the request loop.
 CHAIN_LIMIT = 50
+# Successors a node reports to in the transaction that ends it (in sorted
+# order: SyncPoints are locked in one order); the rest, one transaction each.
+REPORT_IN_ONE = 8
 _SLOW = object()  # a fast path declined: take the general one
 
 
@@ -436,18 +439,22 @@ class Worker:
         return None, False
 
     def _report(self, ctx: _Ctx, outcome: _Outcome) -> tuple[_Claimed | None, bool]:
-        """End the node in one transaction: report to its first successor's
-        SyncPoint (or, from a root, to the stack's) — the point first, for
-        the lock order —, end the row's action and release its lock, and
-        record the check's own request. The successor made ready is
-        enqueued in it, or claimed by this engine to run next in this thread
-        (its request row, ``running`` for us, is the durable trigger). Other
+        """End the node in one transaction: report to its successors'
+        SyncPoints (up to ``REPORT_IN_ONE`` of them, in sorted order; from a
+        root, to the stack's) — the points first, for the lock order —, end
+        the row's action and release its lock, and record the check's own
+        request. A successor made ready is enqueued in it, or (the first)
+        claimed by this engine to run next in this thread (its request row,
+        ``running`` for us, is the durable trigger); the clean-up node of
+        the row this check just created is run in it (``_inline``). Further
         successors are reported to afterwards, one transaction each. On a
         database error the pieces are written one by one, as the general
         path does."""
         node, graph, traversal = ctx.node, ctx.graph, ctx.traversal
         targets = sorted(graph.required_by(node))
+        pending: list[tuple[int, dict, Node]] = []  # claimed: request, args, node
         claimed: list[_Claimed] = []
+        inlined: list[tuple[Node, bool]] = []  # clean-up nodes run here: found their point
         ended = False
 
         def own_writes(session: Session) -> None:
@@ -467,16 +474,36 @@ class Worker:
             stack_work.finish_request_tx(session, ctx.req_id, self.engine_id,
                                          vocab.REQUEST_DONE)
 
-        def ready(session: Session, input_data: dict) -> None:
-            succ = targets[0]
-            if ctx.chain > 0:
+        def first_report(session: Session, sender: Node, data: dict | None,
+                         succs: list[Node] | None = None) -> bool:
+            """``sender``'s report to its first successor's point (``succs``:
+            to those), or from a root to the stack's; False if a point is
+            gone."""
+            succs = sorted(graph.required_by(sender))[:1] if succs is None else succs
+            for succ in succs:
+                if not sync_points.sync_tx(
+                        session, succ.resource_id, traversal, succ.is_update, sender.key, data,
+                        graph.requires_keys(succ),
+                        lambda s_, input_data, succ=succ: ready(s_, succ, input_data)).found:
+                    return False
+            if not succs and graph.is_root(sender):
+                return sync_points.sync_tx(session, ctx.stack_id, traversal, True, sender.key,
+                                           None, graph.root_keys(), complete).found
+            return True
+
+        def ready(session: Session, succ: Node, input_data: dict) -> None:
+            if self._inline(ctx, succ) and stacks.traversal_is_current_tx(
+                    session, ctx.stack_id, traversal, lock=False):
+                inlined.append((succ, False))
+                inlined[-1] = (succ, first_report(session, succ, None))
+            elif ctx.chain > 0 and not pending:
                 args = prepare.check_request_args(ctx.stack_id, traversal, succ, input_data)
                 req = stack_work.running_check_tx(session, self.engine_id, succ.resource_id,
                                                   args)
                 with self._inflight_lock:
                     self._inflight.add(req.id)
-                # Read last, after this check's own writes, so it sees them.
-                claimed.append(_Claimed(req.id, args, (None, None)))
+                # Its head is read last, after this check's own writes, so it sees them.
+                pending.append((req.id, args, succ))
             else:
                 prepare.enqueue_check_tx(session, ctx.stack_id, traversal, succ, input_data)
 
@@ -485,21 +512,11 @@ class Worker:
                                   before_purge=lambda: own_writes(session))
 
         def report(session: Session) -> bool:
-            found = True
-            if targets:
-                succ = targets[0]
-                found = sync_points.sync_tx(session, succ.resource_id, traversal,
-                                            succ.is_update, node.key, outcome.data,
-                                            graph.requires_keys(succ), ready).found
-            elif graph.is_root(node):
-                found = sync_points.sync_tx(session, ctx.stack_id, traversal, True,
-                                            node.key, None, graph.root_keys(),
-                                            complete).found
+            found = first_report(session, node, outcome.data, targets[:REPORT_IN_ONE])
             own_writes(session)
-            if claimed:
-                c = claimed[0]
-                claimed[0] = _Claimed(c.req_id, c.args, stack_work.check_head_tx(
-                    session, ctx.stack_id, targets[0].resource_id))
+            for req_id, args, succ in pending:
+                claimed.append(_Claimed(req_id, args, stack_work.check_head_tx(
+                    session, ctx.stack_id, succ.resource_id)))
             return found
 
         try:
@@ -508,8 +525,8 @@ class Worker:
             LOG.exception("node %s (traversal %s): could not report in one transaction; "
                           "writing it step by step", node, traversal)
             with self._inflight_lock:
-                for c in claimed:
-                    self._inflight.discard(c.req_id)
+                for req_id, _args, _succ in pending:
+                    self._inflight.discard(req_id)
             if ctx.end is not None:
                 rid, action, values, op_id = ctx.end
                 stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_COMPLETE,
@@ -522,7 +539,13 @@ class Worker:
             self._untake(rid)
         try:
             if found:
-                found = self._propagate(ctx, outcome.data, targets[1:], root=False)
+                found = self._propagate(ctx, outcome.data, targets[REPORT_IN_ONE:], root=False)
+            for succ, succ_found in inlined:
+                if found and succ_found:
+                    rest = sorted(graph.required_by(succ))[1:]
+                    found = self._propagate(replace(ctx, node=succ), None, rest, root=False)
+                else:
+                    found = False
             if not found:
                 self._retrigger(ctx)
         except BaseException:
@@ -534,6 +557,24 @@ class Worker:
                     self._inflight.discard(c.req_id)
             raise
         return (claimed[0] if claimed else None), True
+
+    def _inline(self, ctx: _Ctx, succ: Node) -> bool:
+        """Whether ``succ``, made ready by ``ctx``'s report, is the clean-up
+        node of the row ``ctx`` just created and ends in this transaction:
+        a row still wanted, which this check held from start to end (so
+        nobody replaced it), has nothing to clean up — its check would only
+        report (``_check``'s first fast path). Running that report in the
+        same transaction writes no request for it and cannot be cut in half
+        by a crash; the caller checks, in it, that the traversal is still
+        current (else the general path decides). Only for a node whose one
+        successor it is: such a row has no dependents, so the clean-up's
+        own report goes down the requires order (to clean-ups of rows it
+        requires, or the stack's point) and SyncPoints stay locked in an
+        order no other transaction reverses."""
+        return (ctx.end is not None and ctx.node.is_update
+                and ctx.graph.required_by(ctx.node) == {succ}
+                and succ == Node(ctx.node.resource_id, False)
+                and ctx.end[0] == ctx.node.resource_id and ctx.node.resource_id in ctx.held)
 
     # Routing and locks ------------------------------------------------------------------
 

@@ -143,17 +143,18 @@ def stack_swap_traversal_tx(
     )
 
 
-def traversal_is_current_tx(session: Session, stack_id: str, traversal_id: str) -> bool:
+def traversal_is_current_tx(session: Session, stack_id: str, traversal_id: str,
+                            lock: bool = True) -> bool:
     """Whether ``traversal_id`` is the stack's current traversal, holding a
     shared lock on the stack row until the transaction ends: a write made
     after this check in the same transaction cannot race a preparation that
-    would supersede the traversal."""
+    would supersede the traversal. ``lock=False``: a plain read, for a
+    caller that already holds SyncPoints (they are locked before the stack
+    row) and needs no more than a check would read."""
     # Two columns, not the row: the row's graph (current_deps) can be large.
-    head = session.execute(
-        sa.select(Stack.current_traversal, Stack.status)
-        .where(Stack.id == stack_id, Stack.deleted_at.is_(None))
-        .with_for_update(read=True)
-    ).first()
+    stmt = sa.select(Stack.current_traversal, Stack.status).where(
+        Stack.id == stack_id, Stack.deleted_at.is_(None))
+    head = session.execute(stmt.with_for_update(read=True) if lock else stmt).first()
     # A traversal that ended FAILED (a timeout, a cancel without rollback) is
     # not current either: its checks stop at their next step.
     return (head is not None and head.current_traversal == traversal_id

@@ -95,9 +95,11 @@ def test_create_update_in_place_replace_and_delete(rig):
     assert stacks.stack_get_by_name(rig.db, "web") is None
 
 
-def test_outputs_and_progress(rig):
-    from sharemgr.convergence import actions
+def test_outputs_and_progress(rig, monkeypatch):
+    from sharemgr.convergence import actions, worker
 
+    # No chaining: each check is its own request, so one step is one node.
+    monkeypatch.setattr(worker, "CHAIN_LIMIT", 0)
     e = rig.engine()
     rig.create("web", V1)
     stack = rig.stack("web")
