@@ -845,6 +845,18 @@ class Worker:
                 stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED, reason,
                                op_request_id=begun.op_request_id, op_error=str(exc))
                 return _Outcome(failed=reason)
+            except Exception as exc:  # the caller fails the node; the request must not stay
+                # running for a live engine that no longer runs it: reconciliation
+                # settles a transient resource once no request is in progress.
+                if begun.op_request_id is not None:
+                    try:
+                        stack_work.finish_request(self.db, begun.op_request_id, self.engine_id,
+                                                  vocab.REQUEST_FAILED,
+                                                  f"{type(exc).__name__}: {exc}")
+                    except Exception:
+                        LOG.exception("could not record the outcome of request %s",
+                                      begun.op_request_id)
+                raise
         observed = phys.observe(self.db, type_, physical_id)
         values = {**final, "attributes": dict(observed.attributes)}
         if defer:

@@ -37,11 +37,21 @@ def lease_start(db: Database, resource_id: str, engine_id: str, seconds: float) 
 
 def _lease_set_tx(session: Session, resource_ids: list[str], engine_id: str,
                   until: datetime.datetime) -> int:
+    mine = (models.Request.engine_id == engine_id,
+            models.Request.status == vocab.REQUEST_RUNNING)
+    where = [models.Request.resource_id.in_(resource_ids), *mine]
+    if session.get_bind().dialect.name == "mysql":
+        # InnoDB locks every index record an UPDATE scans, not only the rows
+        # it changes: found first without locks, the rows are updated by
+        # primary key, so this statement holds nothing another writer of
+        # requests waits for while it waits (a deadlock seen in CI).
+        ids = list(session.scalars(sa.select(models.Request.id).where(*where)))
+        if not ids:
+            return 0
+        where = [models.Request.id.in_(ids), *mine]
     stmt = (
         sa.update(models.Request)
-        .where(models.Request.resource_id.in_(resource_ids),
-               models.Request.engine_id == engine_id,
-               models.Request.status == vocab.REQUEST_RUNNING)
+        .where(*where)
         .values(lease_expires_at=until)
         .execution_options(synchronize_session=False)
     )

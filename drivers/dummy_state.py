@@ -17,6 +17,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import tenacity
+
 DB_NAME = "dummy-backend.sqlite"
 
 KINDS = (
@@ -200,8 +202,11 @@ class BackendState:
             os.makedirs(folder, exist_ok=True)
         elif not os.path.exists(self.path):
             raise FileNotFoundError(f"no dummy backend state at {self.path}")
-        conn = self._conn()
-        conn.executescript(_SCHEMA)
+        for attempt in tenacity.Retrying(
+                retry=tenacity.retry_if_exception(_locked), reraise=True,
+                wait=tenacity.wait_random(0.05, 0.25), stop=tenacity.stop_after_delay(30)):
+            with attempt:
+                self._conn().executescript(_SCHEMA)
         if backend is not None:
             with self.transaction() as tx:
                 tx.conn.execute(
@@ -259,3 +264,10 @@ class BackendState:
         with self.transaction() as tx:
             for resource_id in resource_ids:
                 tx.log_call(method, resource_id, engine_id)
+
+
+def _locked(exc: BaseException) -> bool:
+    """SQLite's "database is locked" that its busy timeout does not cover:
+    the first connection after a crash recovers the WAL and others get
+    SQLITE_BUSY at once (seen when a chaos kill hit a writer)."""
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
