@@ -30,8 +30,8 @@ FULL = [
      "--figures", "stuck,healthy"],
     ["bench_stack.py", "--setup", "sqlite", "--independent", "1000", "--chain", "200",
      "--fanin", "500"],
-    ["bench_stack.py", "--setup", "servers", "--engines", "1,2", "--shapes", "independent",
-     "--independent", "1000"],
+    ["bench_stack.py", "--setup", "servers", "--engines", "1,2", "--independent", "1000",
+     "--chain", "200", "--fanin", "500"],
 ]
 QUICK = [
     ["bench_cli.py", "--runs", "5"],
