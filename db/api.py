@@ -40,11 +40,12 @@ def conditional_update_tx(
 ) -> bool:
     if hasattr(model, "updated_at") and "updated_at" not in values:
         values = {**values, "updated_at": utcnow()}
+    # On the table, not the mapped class: a plain UPDATE, without the ORM's
+    # bulk-update machinery (the session's objects are not synchronized).
     stmt = (
-        sa.update(model)
+        sa.update(model.__table__)
         .where(model.id == ident, *_criteria(model, expected))
         .values(**values)
-        .execution_options(synchronize_session=False)
     )
     return session.execute(stmt).rowcount == 1
 

@@ -49,11 +49,10 @@ def _lease_set_tx(session: Session, resource_ids: list[str], engine_id: str,
         if not ids:
             return 0
         where = [models.Request.id.in_(ids), *mine]
-    stmt = (
-        sa.update(models.Request)
+    stmt = (  # on the table: a plain UPDATE (see api.conditional_update_tx)
+        sa.update(models.Request.__table__)
         .where(*where)
         .values(lease_expires_at=until)
-        .execution_options(synchronize_session=False)
     )
     return session.execute(stmt).rowcount
 

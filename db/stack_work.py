@@ -254,12 +254,11 @@ def end_tx(
 def finish_request_tx(
     session: Session, request_id: int, engine_id: str, status: str, error: str | None = None
 ) -> bool:
-    return session.execute(
-        sa.update(M.Request)
+    return session.execute(  # on the table: a plain UPDATE (see api.conditional_update_tx)
+        sa.update(M.Request.__table__)
         .where(M.Request.id == request_id, M.Request.engine_id == engine_id,
                M.Request.status == vocab.REQUEST_RUNNING)
         .values(status=status, error=error, finished_at=M.utcnow())
-        .execution_options(synchronize_session=False)
     ).rowcount == 1
 
 
