@@ -113,6 +113,24 @@ def test_outputs_and_progress(rig, monkeypatch):
     assert shown["outputs"]["path"] == instance.attributes["export_locations"][0]["path"]
 
 
+def test_a_new_rows_clean_up_ends_with_its_create(rig):
+    """Two independent shares: each create's report also runs the row's own
+    clean-up node (nothing to clean up) in its transaction, so no clean-up
+    node needs a request, and every check recorded its own request done."""
+    e = rig.engine()
+    rig.create("pair", """
+resources:
+  a: {type: share, properties: {size: 1, proto: NFS}}
+  b: {type: share, properties: {size: 1, proto: NFS}}
+""")
+    assert e.pump() == 2  # one check per create; none for the clean-up nodes
+    assert _status(rig, "pair") == ("CREATE", "COMPLETE")
+    checks = rig.checks()
+    assert sorted(c.args["is_update"] for c in checks) == [True, True]
+    assert {c.status for c in checks} == {"done"} and not any(c.error for c in checks)
+    assert _one_each(rig, ("share",)) == ["pair-a", "pair-b"]
+
+
 def test_update_while_create_is_held_at_a_gate(rig):
     """The create of 'data' waits at a gate while the stack is updated to a
     template without 'snap' and with 'logs'; the holder finishes, retriggers
