@@ -1,0 +1,46 @@
+"""The request loop's outcome writing (manager/runner.py)."""
+
+from __future__ import annotations
+
+from sharemgr.db import api, models
+from sharemgr.manager.runner import RequestRunner
+
+
+def _execute(db, handler, req: models.Request) -> None:
+    """Run one claimed request as the loop's worker thread does."""
+    runner = RequestRunner(db, "e1", ["h@dummy"], lambda _req: handler, workers=1,
+                           poll_interval=0.05, any_host=False)
+    try:
+        runner._execute(req)
+    finally:
+        runner.executor.shutdown()
+
+
+def _claimed(db) -> models.Request:
+    with db.session() as session:
+        api.request_add_tx(session, "share", "r1", "create", "h@dummy")
+    (req,) = api.request_claim(db, ["h@dummy"], "e1", limit=1)
+    return req
+
+
+def test_the_loop_records_the_outcome_unless_the_handler_did(sqlite_db):
+    # A handler that returns nothing: the loop records the request done.
+    req = _claimed(sqlite_db)
+    _execute(sqlite_db, lambda _r: None, req)
+    assert api.get(sqlite_db, models.Request, req.id).status == "done"
+
+    # A handler that says it recorded the outcome (a stack check does, in
+    # its report's transaction): the loop writes nothing more. This one
+    # wrote nothing, so the request is still running.
+    req = _claimed(sqlite_db)
+    _execute(sqlite_db, lambda _r: True, req)
+    assert api.get(sqlite_db, models.Request, req.id).status == "running"
+
+    # A handler that fails: recorded failed, whatever it would have returned.
+    def boom(_r):
+        raise RuntimeError("boom")
+
+    req = _claimed(sqlite_db)
+    _execute(sqlite_db, boom, req)
+    row = api.get(sqlite_db, models.Request, req.id)
+    assert row.status == "failed" and "boom" in row.error
