@@ -494,8 +494,7 @@ class Worker:
         def ready(session: Session, succ: Node, input_data: dict) -> None:
             if self._inline(ctx, succ) and stacks.traversal_is_current_tx(
                     session, ctx.stack_id, traversal, lock=False):
-                inlined.append((succ, False))
-                inlined[-1] = (succ, first_report(session, succ, None))
+                inlined.append((succ, first_report(session, succ, None)))
             elif ctx.chain > 0 and not pending:
                 args = prepare.check_request_args(ctx.stack_id, traversal, succ, input_data)
                 req = stack_work.running_check_tx(session, self.engine_id, succ.resource_id,

@@ -89,12 +89,18 @@ def upsert(db: Database, model: type, key: str, values: dict[str, Any]) -> None:
         session.execute(stmt)
 
 
+def get_tx(session: Session, model: type, ident: Any, include_deleted: bool = False) -> Any:
+    """Row ``ident`` in the caller's transaction; None if absent or (unless
+    ``include_deleted``) soft-deleted."""
+    row = session.get(model, ident)
+    if row is None or (not include_deleted and getattr(row, "deleted_at", None)):
+        return None
+    return row
+
+
 def get(db: Database, model: type, ident: Any, include_deleted: bool = False) -> Any:
     with db.reading() as session:
-        row = session.get(model, ident)
-        if row is None or (not include_deleted and getattr(row, "deleted_at", None)):
-            return None
-        return row
+        return get_tx(session, model, ident, include_deleted)
 
 
 def query(

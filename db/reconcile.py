@@ -74,9 +74,7 @@ def read_and_lease(db: Database, model: type, ident: str, engine_id: str,
     ``until_of(row)`` (None: no lease). Returns the row and how many
     requests were leased."""
     with db.session() as session:
-        row = session.get(model, ident)
-        if row is not None and getattr(row, "deleted_at", None):
-            row = None
+        row = db_api.get_tx(session, model, ident)
         until = until_of(row) if row is not None else None
         leased = _lease_set_tx(session, [ident], engine_id, until) if until else 0
         return row, leased

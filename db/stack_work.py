@@ -136,24 +136,16 @@ def begin(
     With ``lock_key`` the row's lock is taken in this same transaction, only
     if nobody holds it and its ``atomic_key`` is still ``lock_key`` (the
     caller planned from the row as it read it; every lock change bumps the
-    key, so an unchanged key means an unchanged row); else LOCK_BUSY, and
-    the caller takes the lock the slow way."""
+    key, so an unchanged key means an unchanged row), in the statement that
+    starts the action; else LOCK_BUSY, and the caller takes the lock the
+    slow way. Not with ``replace``, whose caller holds the lock already."""
+    if lock_key is not None and replace:
+        raise ValueError("begin: lock_key takes a row's lock to start on it, not to replace it")
     try:
         with db.session() as session:
             if not db_stacks.traversal_is_current_tx(session, stack_id, traversal_id):
                 raise _NotBegun(SUPERSEDED)
             rid = resource_id
-            if lock_key is not None and not replace:
-                # Lock and start in one statement: only a row nobody holds
-                # whose key did not move since the caller read it.
-                if not db_stacks.resource_start_tx(
-                        session, rid, engine_id, traversal_id, work.action, work.values,
-                        lock_key=lock_key):
-                    raise _NotBegun(LOCK_BUSY)
-            elif lock_key is not None and not db_stacks.resource_update_tx(
-                    session, resource_id, {"engine_id": None, "atomic_key": lock_key},
-                    {"engine_id": engine_id, "atomic_key": lock_key + 1}):
-                raise _NotBegun(LOCK_BUSY)
             if replace:
                 old = db_stacks.resource_get_tx(session, resource_id, lock=True)
                 if old is None or old.engine_id != engine_id:
@@ -167,10 +159,9 @@ def begin(
                 if new is None:
                     raise _NotBegun(CONFLICT)
                 rid = new.id
-            if (lock_key is None or replace) and not db_stacks.resource_start_tx(
-                session, rid, engine_id, traversal_id, work.action, work.values
-            ):
-                raise _NotBegun(LOCK_LOST)
+            if not db_stacks.resource_start_tx(session, rid, engine_id, traversal_id,
+                                               work.action, work.values, lock_key=lock_key):
+                raise _NotBegun(LOCK_LOST if lock_key is None else LOCK_BUSY)
             if work.add:
                 session.add_all(list(work.add))
                 session.flush()
