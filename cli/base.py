@@ -55,6 +55,17 @@ def _loaded(names: tuple[tuple[str, str], ...]) -> tuple[type, ...]:
 class _Errors:
     """Turn the project's exceptions into a message and an exit code."""
 
+    def get_epilog(self) -> str:
+        # cliff's own epilog names the plugin distribution a command comes
+        # from, which costs importlib.metadata.packages_distributions(): every
+        # installed package's metadata read, a quarter of a 'share list' call.
+        # Every sharectl command comes from sharemgr itself, so that line is
+        # never printed; the epilog is the command's own text and its hooks'.
+        parts = [self._epilog or ""]
+        parts.extend(e for h in self._hooks
+                     if h.obj is not None and (e := h.obj.get_epilog()) is not None)
+        return "\n\n".join(parts)
+
     def run(self, parsed_args: Any) -> int:
         try:
             return super().run(parsed_args) or EXIT_OK
