@@ -252,6 +252,7 @@ def main() -> None:
                            host=f"bench{uuid.uuid4().hex[:6]}") as d:
         url = common.database_url(d)
         reference = common.commit_rate(url, args.reference_commits)
+        python_ms = common.python_cpu_ms()
         results = []
         for n in engines:
             results += run_engines(d, url, root, n, shapes, args.idle_seconds, f"e{n}",
@@ -260,14 +261,22 @@ def main() -> None:
             r["reference_commits_per_s"] = round(reference, 1)
             r["nodes_per_s_per_1000_commits_per_s"] = round(r["nodes_per_s"] / reference * 1000,
                                                            3)
+            # The engine's CPU per node in units of this machine's speed now
+            # (common.python_cpu_ms): comparable across machines and runs.
+            r["reference_python_cpu_ms"] = python_ms
+            r["engine_cpu_per_node_in_python_references"] = round(
+                r["engine_cpu_ms_per_node"] / python_ms, 4)
         summary: dict = {"setup": args.setup, "reference_commits_per_s": round(reference, 1),
+                         "reference_python_cpu_ms": python_ms,
                          "inputs": {"engines": engines, "shapes": shapes,
                                     "idle_seconds": args.idle_seconds,
                                     "reference_commits": args.reference_commits},
                          "results": {f"{r['shape']}/{r['engines']}": {
                              k: r[k] for k in ("nodes", "nodes_per_s", "statements_per_node",
                                                "commits_per_node", "engine_idle_rss_kib",
-                                               "engine_peak_rss_kib")} for r in results}}
+                                               "engine_peak_rss_kib", "engine_cpu_ms_per_node",
+                                               "engine_cpu_per_node_in_python_references")}
+                             for r in results}}
         if 1 in engines and 2 in engines:
             summary["two_engines_speedup"] = {
                 s: round(summary["results"][f"{s}/2"]["nodes_per_s"]

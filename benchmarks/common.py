@@ -156,3 +156,18 @@ def commit_rate(url: str, commits: int) -> float:
     finally:
         engine.dispose()
     return commits / elapsed
+
+
+def python_cpu_ms(rounds: int = 5) -> float:
+    """The CPU milliseconds of a fixed pure-Python workload (dicts, strings,
+    JSON: the kind of work an engine does around its statements), the
+    fastest of ``rounds``: how fast this machine runs interpreted code now,
+    so that CPU per unit of work compares across machines and runs."""
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.process_time()
+        for i in range(20_000):
+            row = {"id": i, "name": f"s{i}", "size": i % 7, "tags": [i, str(i)]}
+            json.loads(json.dumps(row))
+        best = min(best, time.process_time() - start)
+    return round(1000 * best, 2)

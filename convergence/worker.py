@@ -462,17 +462,21 @@ class Worker:
             if ended:
                 return
             ended = True
-            ended_rid = None
+            ended_rid, op_id = None, None
             if ctx.end is not None:
                 ended_rid, action, values, op_id = ctx.end
+            # The operation's request and the check's own, done in one UPDATE;
+            # requests before the row, as a lone end writes them.
+            stack_work.finish_requests_tx(session, (ctx.req_id, *(() if op_id is None
+                                                                 else (op_id,))),
+                                          self.engine_id, vocab.REQUEST_DONE)
+            if ctx.end is not None:
                 stack_work.end_tx(session, ended_rid, self.engine_id, action,
-                                  vocab.STACK_COMPLETE, None, values, op_request_id=op_id,
+                                  vocab.STACK_COMPLETE, None, values,
                                   release=ended_rid in ctx.held)
             for rid in dict.fromkeys(ctx.held):
                 if rid != ended_rid:  # released as it ended
                     stacks.resource_lock_release_tx(session, rid, self.engine_id)
-            stack_work.finish_request_tx(session, ctx.req_id, self.engine_id,
-                                         vocab.REQUEST_DONE)
 
         def first_report(session: Session, sender: Node, data: dict | None,
                          succs: list[Node] | None = None) -> bool:

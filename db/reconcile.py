@@ -68,13 +68,16 @@ def lease_set(db: Database, resource_ids: list[str], engine_id: str,
 
 
 def read_and_lease(db: Database, model: type, ident: str, engine_id: str,
-                   until_of: Callable[[Any], datetime.datetime | None]) -> tuple[Any, int]:
+                   until_of: Callable[[Any], datetime.datetime | None],
+                   read: Callable[[Session], Any] | None = None) -> tuple[Any, int]:
     """Re-read a resource row (None if gone or deleted) and, in the same
     transaction, set the lease of this engine's running request about it to
-    ``until_of(row)`` (None: no lease). Returns the row and how many
+    ``until_of(row)`` (None: no lease). ``read``: how the row is read in
+    that transaction (a caller that also needs its parent reads both in one
+    statement), by default by primary key. Returns the row and how many
     requests were leased."""
     with db.session() as session:
-        row = db_api.get_tx(session, model, ident)
+        row = db_api.get_tx(session, model, ident) if read is None else read(session)
         until = until_of(row) if row is not None else None
         leased = _lease_set_tx(session, [ident], engine_id, until) if until else 0
         return row, leased

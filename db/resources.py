@@ -9,6 +9,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db.engine import Database
+from sqlalchemy.orm import Session
 
 
 def host_match(column: Any, host: str) -> Any:
@@ -64,6 +65,21 @@ def share_with_status(db: Database, share_id: str
     with db.reading() as session:
         row = session.execute(stmt).first()
     return None if row is None else (row[0], row[1])
+
+
+def instance_with_share_tx(session: Session, instance_id: str
+                           ) -> tuple[models.ShareInstance | None, models.Share | None]:
+    """A live share instance and its share (deleted or not), in one
+    statement of the caller's transaction: what a share operation re-reads
+    under its lock and gives the driver."""
+    found = session.execute(
+        sa.select(models.ShareInstance, models.Share)
+        .outerjoin(models.Share, models.Share.id == models.ShareInstance.share_id)
+        .where(models.ShareInstance.id == instance_id,
+               models.ShareInstance.deleted_at.is_(None))
+        .execution_options(populate_existing=True)
+    ).first()
+    return (None, None) if found is None else (found[0], found[1])
 
 
 def snapshot_instance_of(db: Database, snapshot_id: str) -> models.ShareSnapshotInstance | None:

@@ -53,11 +53,15 @@ def check_head(db: Database, stack_id: str, resource_id: int
 
 def check_head_tx(session: Session, stack_id: str, resource_id: int
                   ) -> tuple[M.Stack | None, M.StackResource | None]:
-    """:func:`check_head` in the caller's transaction (the rows detached)."""
-    stmt = sa.select(M.Stack).options(defer(M.Stack.current_deps)).where(
-        M.Stack.id == stack_id, M.Stack.deleted_at.is_(None))
-    stack = session.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
-    row = db_stacks.resource_get_tx(session, resource_id) if stack is not None else None
+    """:func:`check_head` in the caller's transaction (the rows detached).
+    One statement: the stack joined with the row (outer, so a row that is
+    gone reads as None), as the two reads it replaces saw them."""
+    R = M.StackResource
+    stmt = (sa.select(M.Stack, R).options(defer(M.Stack.current_deps))
+            .outerjoin(R, sa.and_(R.id == resource_id, R.deleted_at.is_(None)))
+            .where(M.Stack.id == stack_id, M.Stack.deleted_at.is_(None)))
+    found = session.execute(stmt.execution_options(populate_existing=True)).first()
+    stack, row = (None, None) if found is None else (found[0], found[1])
     session.flush()
     for obj in (stack, row):
         if obj is not None:
@@ -245,12 +249,23 @@ def end_tx(
 def finish_request_tx(
     session: Session, request_id: int, engine_id: str, status: str, error: str | None = None
 ) -> bool:
+    return finish_requests_tx(session, (request_id,), engine_id, status, error) == 1
+
+
+def finish_requests_tx(session: Session, request_ids: Iterable[int], engine_id: str,
+                       status: str, error: str | None = None) -> int:
+    """Finish this engine's running requests ``request_ids`` with one outcome,
+    in one conditional UPDATE (each row still checked as running for this
+    engine); how many it finished."""
+    ids = sorted(set(request_ids))
+    if not ids:
+        return 0
     return session.execute(  # on the table: a plain UPDATE (see api.conditional_update_tx)
         sa.update(M.Request.__table__)
-        .where(M.Request.id == request_id, M.Request.engine_id == engine_id,
+        .where(M.Request.id.in_(ids), M.Request.engine_id == engine_id,
                M.Request.status == vocab.REQUEST_RUNNING)
         .values(status=status, error=error, finished_at=M.utcnow())
-    ).rowcount == 1
+    ).rowcount
 
 
 def running_check_tx(session: Session, engine_id: str, resource_id: int, args: dict

@@ -109,10 +109,12 @@ class Operations:
         return _expect(model, ident, db_api.get(self.db, model, ident), expected)
 
     def _fresh_leased(self, model: type, ident: str, expected: tuple[str, ...],
-                      method: str | Callable[[Any], str] | None
+                      method: str | Callable[[Any], str] | None,
+                      read: Callable[[Any], Any] | None = None,
                       ) -> tuple[Any, str | None, leases.Terms | None, bool]:
         """``_fresh`` and the lease of the call about to start, in one
-        transaction. ``method`` may depend on the row (its status).
+        transaction. ``method`` may depend on the row (its status); ``read``
+        re-reads the row in that transaction (see ``db_rec.read_and_lease``).
         Returns the row, the method, the lease's terms and whether this
         engine's request took them."""
         chosen: dict[str, Any] = {"method": None, "terms": None}
@@ -125,7 +127,8 @@ class Operations:
             chosen.update(method=name, terms=terms)
             return terms.until if terms else None
 
-        row, leased = db_rec.read_and_lease(self.db, model, ident, self.engine_id, until_of)
+        row, leased = db_rec.read_and_lease(self.db, model, ident, self.engine_id, until_of,
+                                            read)
         _expect(model, ident, row, expected)
         return row, chosen["method"], chosen["terms"], bool(leased)
 
@@ -147,6 +150,7 @@ class Operations:
         method: str | Callable[[Any], str] | None = None,
         force: bool = False,
         then: Callable[[Any], None] | None = None,
+        read: Callable[[Any], Any] | None = None,
     ) -> None:
         """Lock, re-read, call the driver, write success or error atomically.
         ``held``: the caller (the reconciler) already holds the lock.
@@ -154,13 +158,16 @@ class Operations:
         re-read row that names it), for its lease and the logs. ``force``
         (a forced delete): a driver failure is logged and the success outcome
         (the record deleted) is written anyway. ``then``: run with the
-        re-read row after the success is written, still under the lock."""
+        re-read row after the success is written, still under the lock.
+        ``read``: how the row is re-read under the lock, given the
+        transaction (by default by primary key)."""
         if force and isinstance(error_values, dict):
             # A plain delete queued before this one may have failed meanwhile:
             # the forced one finishes it from that error status.
             expected = (*expected, error_values["status"])
         with contextlib.nullcontext() if held else self.locked(rtype, ident):
-            row, method, terms, leased = self._fresh_leased(model, ident, expected, method)
+            row, method, terms, leased = self._fresh_leased(model, ident, expected, method,
+                                                            read)
             with self.keeper.holding(ident, terms, leased):
                 try:
                     try:
@@ -238,9 +245,15 @@ class Operations:
                 raise Stale(f"share instance {op.ident} is gone")
             host = inst0.host
         driver = self.driver_for(host)
+        # The share is read with the instance, in the re-read under the lock.
+        shares: dict[str, models.Share | None] = {}
+
+        def read(session: Any) -> models.ShareInstance | None:
+            inst, shares["share"] = resources.instance_with_share_tx(session, op.ident)
+            return inst
 
         def call(inst: models.ShareInstance) -> Any:
-            share = db_api.get(self.db, models.Share, inst.share_id, include_deleted=True)
+            share = shares["share"]
             share_d, server = views.share(inst, share), self.server_dict(inst.share_server_id)
             if share.snapshot_id:
                 snap_inst = resources.snapshot_instance_of(self.db, share.snapshot_id)
@@ -257,7 +270,7 @@ class Operations:
                                  {"status": vocab.AVAILABLE,
                                   "export_locations": views.export_locations(locs)})],
             {"status": vocab.ERROR}, f"create of share instance {op.ident}",
-            held=held, then=self._flush_access,
+            held=held, then=self._flush_access, read=read,
             method=lambda inst: "create_share_from_snapshot"
             if inst.status == vocab.CREATING_FROM_SNAPSHOT else "create_share",
         )
