@@ -60,9 +60,9 @@ def _share_row(share: models.Share, inst: models.ShareInstance | None) -> dict[s
 
 
 def _share_one(db: Database, ident: str) -> dict[str, Any] | None:
-    from sharemgr.db import resources
+    from sharemgr.db import status_reads
 
-    found = resources.share_with_status(db, ident)
+    found = status_reads.share_with_status(db, ident)
     return None if found is None else _share_row(*found)
 
 
@@ -86,9 +86,9 @@ def _snapshot_row(snap: models.ShareSnapshot, inst: models.ShareSnapshotInstance
 
 
 def _snapshot_one(db: Database, ident: str) -> dict[str, Any] | None:
-    from sharemgr.db import resources
+    from sharemgr.db import status_reads
 
-    found = resources.snapshot_with_status(db, ident)
+    found = status_reads.snapshot_with_status(db, ident)
     return None if found is None else _snapshot_row(*found)
 
 
@@ -117,15 +117,15 @@ def _inst_rows(db: Database) -> list[dict[str, Any]]:
 
 
 def _share_rows(db: Database) -> list[dict[str, Any]]:
-    from sharemgr.db import resources
+    from sharemgr.db import status_reads
 
-    return [_share_row(s, i) for s, i in resources.shares_with_status(db)]
+    return [_share_row(s, i) for s, i in status_reads.shares_with_status(db)]
 
 
 def _snapshot_rows(db: Database) -> list[dict[str, Any]]:
-    from sharemgr.db import resources
+    from sharemgr.db import status_reads
 
-    return [_snapshot_row(s, i) for s, i in resources.snapshots_with_status(db)]
+    return [_snapshot_row(s, i) for s, i in status_reads.snapshots_with_status(db)]
 
 
 def _plain(model_name: str, fields: tuple[str, ...]) -> tuple[Callable, Callable]:

@@ -6,13 +6,15 @@ import contextlib
 import os
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sharemgr.db import stats
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, sessionmaker
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
 
 
 class DatabaseUnavailable(Exception):
@@ -176,8 +178,18 @@ class Database:
             event.listen(self.engine, "connect", _sqlite_pragmas)
             event.listen(self.engine, "begin", _sqlite_begin)
             event.listen(self.engine, "before_cursor_execute", _sqlite_check_limits)
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._session_factory: sessionmaker | None = None
         self.stats = stats.from_environment(self.engine)
+
+    @property
+    def _sessions(self) -> sessionmaker:
+        # The ORM is imported by the first session, not with the engine: a
+        # reader of plain tables (``connect``) needs none of it.
+        if self._session_factory is None:
+            from sqlalchemy.orm import sessionmaker
+
+            self._session_factory = sessionmaker(self.engine, expire_on_commit=False)
+        return self._session_factory
 
     @property
     def skip_locked(self) -> bool:
@@ -217,6 +229,16 @@ class Database:
             if self.dialect == "sqlite":
                 session.connection(execution_options={_BEGIN: "DEFERRED"})
             yield session
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[sa.Connection]:
+        """A read-only transaction on a plain connection (Core, no ORM
+        session), begun as ``reading`` begins its own."""
+        with self.engine.connect() as conn:
+            if self.dialect == "sqlite":
+                conn = conn.execution_options(**{_BEGIN: "DEFERRED"})
+            with conn.begin():
+                yield conn
 
     def dispose(self) -> None:
         if self.stats is not None:

@@ -37,36 +37,6 @@ def primary_instance(db: Database, share_id: str) -> models.ShareInstance | None
         return session.scalars(stmt).first()
 
 
-def _live_primary_of_share() -> Any:
-    """Join condition: the share's live instances that are not secondary replicas."""
-    return sa.and_(
-        models.ShareInstance.share_id == models.Share.id,
-        models.ShareInstance.deleted_at.is_(None),
-        sa.or_(models.ShareInstance.replica_state.is_(None),
-               models.ShareInstance.replica_state == "active"),
-    )
-
-
-def share_with_status(db: Database, share_id: str
-                      ) -> tuple[models.Share, models.ShareInstance | None] | None:
-    """A live share with its primary instance, or None, read in ONE statement.
-
-    A delete removes the last instance and the share in one transaction; two
-    reads (the share, then its instance) could fall on either side of it and
-    see a live share without an instance, which sharectl shows as error (a
-    ``delete --wait`` then failed with "ended in status error")."""
-    stmt = (
-        sa.select(models.Share, models.ShareInstance)
-        .outerjoin(models.ShareInstance, _live_primary_of_share())
-        .where(models.Share.id == share_id, models.Share.deleted_at.is_(None))
-        .order_by(models.ShareInstance.created_at, models.ShareInstance.id)
-        .limit(1)
-    )
-    with db.reading() as session:
-        row = session.execute(stmt).first()
-    return None if row is None else (row[0], row[1])
-
-
 def instance_with_share_tx(session: Session, instance_id: str
                            ) -> tuple[models.ShareInstance | None, models.Share | None]:
     """A live share instance and its share (deleted or not), in one
@@ -92,67 +62,6 @@ def snapshot_instance_of(db: Database, snapshot_id: str) -> models.ShareSnapshot
     )
     with db.reading() as session:
         return session.scalars(stmt).first()
-
-
-def snapshot_with_status(
-    db: Database, snapshot_id: str,
-) -> tuple[models.ShareSnapshot, models.ShareSnapshotInstance | None] | None:
-    """A live snapshot with its instance, or None, in one statement (as
-    share_with_status: a delete takes both in one transaction)."""
-    stmt = (
-        sa.select(models.ShareSnapshot, models.ShareSnapshotInstance)
-        .outerjoin(models.ShareSnapshotInstance, sa.and_(
-            models.ShareSnapshotInstance.snapshot_id == models.ShareSnapshot.id,
-            models.ShareSnapshotInstance.deleted_at.is_(None)))
-        .where(models.ShareSnapshot.id == snapshot_id, models.ShareSnapshot.deleted_at.is_(None))
-        .order_by(models.ShareSnapshotInstance.created_at)
-        .limit(1)
-    )
-    with db.reading() as session:
-        row = session.execute(stmt).first()
-    return None if row is None else (row[0], row[1])
-
-
-def shares_with_status(db: Database) -> list[tuple[models.Share, models.ShareInstance | None]]:
-    """Every live share with its primary instance (for listings), in one
-    statement (see share_with_status)."""
-    stmt = (
-        sa.select(models.Share, models.ShareInstance)
-        .outerjoin(models.ShareInstance, _live_primary_of_share())
-        .where(models.Share.deleted_at.is_(None))
-        .order_by(models.Share.created_at, models.Share.id,
-                  models.ShareInstance.created_at, models.ShareInstance.id)
-    )
-    with db.reading() as session:
-        rows = session.execute(stmt).all()
-    return _first_per_parent(rows)
-
-
-def snapshots_with_status(
-    db: Database,
-) -> list[tuple[models.ShareSnapshot, models.ShareSnapshotInstance | None]]:
-    """Every live snapshot with its instance, in one statement."""
-    stmt = (
-        sa.select(models.ShareSnapshot, models.ShareSnapshotInstance)
-        .outerjoin(models.ShareSnapshotInstance, sa.and_(
-            models.ShareSnapshotInstance.snapshot_id == models.ShareSnapshot.id,
-            models.ShareSnapshotInstance.deleted_at.is_(None)))
-        .where(models.ShareSnapshot.deleted_at.is_(None))
-        .order_by(models.ShareSnapshot.created_at, models.ShareSnapshot.id,
-                  models.ShareSnapshotInstance.created_at)
-    )
-    with db.reading() as session:
-        rows = session.execute(stmt).all()
-    return _first_per_parent(rows)
-
-
-def _first_per_parent(rows: list[Any]) -> list[tuple[Any, Any]]:
-    """(parent, child) rows ordered by parent then child: the first child of
-    each parent, in the parents' order."""
-    seen: dict[str, tuple[Any, Any]] = {}
-    for parent, child in rows:
-        seen.setdefault(parent.id, (parent, child))
-    return list(seen.values())
 
 
 def live_count(db: Database, model: type, **filters: Any) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
-from sharemgr.db import models, resources
+from sharemgr.db import models, status_reads
 from sharemgr.db.engine import Database
 from sharemgr.manager import views
 from sharemgr.manager.coordination import resource_lock_name
@@ -156,7 +156,7 @@ def observe(db: Database, type_: str, physical_id: str | None) -> Observed:
 
 def _observe_share(db: Database, pid: str) -> Observed:
     # One statement (a delete takes the instance and the share together).
-    found = resources.share_with_status(db, pid)
+    found = status_reads.share_with_status(db, pid)
     if found is None or found[1] is None:
         return Observed(GONE)
     share, inst = found
@@ -167,7 +167,7 @@ def _observe_share(db: Database, pid: str) -> Observed:
 
 
 def _observe_snapshot(db: Database, pid: str) -> Observed:
-    found = resources.snapshot_with_status(db, pid)
+    found = status_reads.snapshot_with_status(db, pid)
     if found is None or found[1] is None:
         return Observed(GONE)
     snap, inst = found

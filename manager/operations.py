@@ -718,7 +718,7 @@ class Operations:
 def _expect(model: type, ident: str, row: Any, expected: tuple[str, ...]) -> Any:
     """The re-read row, or Stale if it is gone or not in an expected status."""
     if row is None or row.status not in expected:
-        raise Stale(f"{model.__tablename__} {ident} is "
+        raise Stale(f"{model.__table__.name} {ident} is "
                     f"{getattr(row, 'status', 'gone')}, not {'/'.join(expected)}")
     return row
 

@@ -373,7 +373,7 @@ def test_racing_updates_one_wins(deployment, setup):
 
     def count():
         with db.session() as session:
-            return {m.__tablename__: session.scalar(select(func.count()).select_from(m))
+            return {m.__table__.name: session.scalar(select(func.count()).select_from(m))
                     for m in (models.StackTemplate, models.StackResource, models.SyncPoint,
                               models.Request)}
 

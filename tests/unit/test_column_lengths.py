@@ -105,10 +105,10 @@ LONGEST += [(model, column, value, "stack statuses")
 
 
 @pytest.mark.parametrize("model,column,value,source", LONGEST,
-                         ids=[f"{m.__tablename__}.{c}:{s}" for m, c, _, s in LONGEST])
+                         ids=[f"{m.__table__.name}.{c}:{s}" for m, c, _, s in LONGEST])
 def test_longest_value_fits_its_column(model, column, value, source):
     assert len(value) <= length(model, column), (
-        f"{source}: {len(value)} characters for {model.__tablename__}.{column} "
+        f"{source}: {len(value)} characters for {model.__table__.name}.{column} "
         f"({length(model, column)})")
 
 

@@ -36,7 +36,7 @@ resources:
 def _counts(db):
     with db.session() as session:
         return {
-            m.__tablename__: session.scalar(sa.select(sa.func.count()).select_from(m))
+            m.__table__.name: session.scalar(sa.select(sa.func.count()).select_from(m))
             for m in (models.StackTemplate, models.StackResource, models.SyncPoint,
                       models.Request)
         }

@@ -91,7 +91,7 @@ def test_status_while_the_delete_commits(db, noun):
 def test_listing_pairs_each_share_with_its_primary_instance(db):
     """The one-statement listing keeps what the two reads gave: the oldest
     live non-secondary instance, no row for a deleted share."""
-    from sharemgr.db import resources
+    from sharemgr.db import status_reads
 
     share, inst = _share(db)
     gone, gone_inst = _share(db)
@@ -101,6 +101,26 @@ def test_listing_pairs_each_share_with_its_primary_instance(db):
     assert api.transition_with_request(db, [
         (models.ShareInstance, gone_inst.id, {"status": vocab.DELETING}, _gone()),
         (models.Share, gone.id, {"deleted_at": None}, {"deleted_at": models.utcnow()})], None)
-    listed = [(s.id, i.id if i else None) for s, i in resources.shares_with_status(db)]
+    listed = [(s.id, i.id if i else None) for s, i in status_reads.shares_with_status(db)]
     assert listed == [(share.id, inst.id)]
-    assert resources.share_with_status(db, gone.id) is None
+    assert status_reads.share_with_status(db, gone.id) is None
+
+
+def test_a_share_read_without_the_orm(db):
+    """What ``sharectl share list`` reads comes from plain tables: the
+    records carry every column of the share and of its instance, JSON and
+    times decoded, and a share without a live instance pairs with None."""
+    from sharemgr.db import status_reads
+
+    share, inst = _share(db)
+    assert api.transition_with_request(db, [
+        (models.ShareInstance, inst.id, {"status": inst.status},
+         {"export_locations": [{"path": "/x", "preferred": True}]})], None)
+    got_share, got_inst = status_reads.share_with_status(db, share.id)
+    assert (got_share.id, got_share.size, got_share.share_proto) == (share.id, 1, "NFS")
+    assert got_inst.export_locations == [{"path": "/x", "preferred": True}]
+    assert got_share.created_at == api.get(db, models.Share, share.id).created_at
+    assert api.transition_with_request(db, [
+        (models.ShareInstance, inst.id, {"status": inst.status}, _gone())], None)
+    assert status_reads.share_with_status(db, share.id)[1] is None
+    assert [s.id for s, i in status_reads.shares_with_status(db)] == [share.id]

@@ -1,0 +1,110 @@
+"""The status of a share or a snapshot as a user sees it: the resource with
+its (primary) instance, read in ONE statement on plain tables (SQLAlchemy
+Core, no ORM session): ``sharectl``'s listings and shows, and the stacks'
+observations of what they made.
+
+One statement, because a delete removes the last instance and the share (or
+the snapshot) in one transaction: two reads (the share, then its instance)
+could fall on either side of it and see a live share without an instance,
+which sharectl shows as ``error`` (a ``delete --wait`` then failed with
+"ended in status error").
+
+Plain tables, because these are the reads of ``sharectl share list`` and
+``share show``: importing the ORM and mapping the models is a third of such
+a call (doc/performance.rst). The records are read-only attribute bags with
+one attribute per column, like the mapped classes' rows.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import sqlalchemy as sa
+from sharemgr.db import tables as t
+from sharemgr.db.engine import Database
+
+Record = SimpleNamespace
+
+
+def _live_primary_of_share() -> Any:
+    """Join condition: the share's live instances that are not secondary replicas."""
+    si = t.share_instances
+    return sa.and_(si.c.share_id == t.shares.c.id, si.c.deleted_at.is_(None),
+                   sa.or_(si.c.replica_state.is_(None), si.c.replica_state == "active"))
+
+
+def _live_instance_of_snapshot() -> Any:
+    ssi = t.share_snapshot_instances
+    return sa.and_(ssi.c.snapshot_id == t.share_snapshots.c.id, ssi.c.deleted_at.is_(None))
+
+
+def _pair(row: Any, parent: sa.Table, child: sa.Table) -> tuple[Record, Record | None]:
+    """A joined row as (parent, child) records; child None when the outer
+    join found none."""
+    m = row._mapping
+    first = Record(**{c.name: m[c] for c in parent.c})
+    second = Record(**{c.name: m[c] for c in child.c}) if m[child.c.id] is not None else None
+    return first, second
+
+
+def _one(db: Database, stmt: sa.Select, parent: sa.Table, child: sa.Table
+         ) -> tuple[Record, Record | None] | None:
+    with db.connect() as conn:
+        row = conn.execute(stmt.limit(1)).first()
+    return None if row is None else _pair(row, parent, child)
+
+
+def _all(db: Database, stmt: sa.Select, parent: sa.Table, child: sa.Table
+         ) -> list[tuple[Record, Record | None]]:
+    """Rows ordered by parent then child: the first child of each parent,
+    in the parents' order."""
+    with db.connect() as conn:
+        rows = conn.execute(stmt).all()
+    seen: dict[str, tuple[Record, Record | None]] = {}
+    for row in rows:
+        parent_id = row._mapping[parent.c.id]
+        if parent_id not in seen:
+            seen[parent_id] = _pair(row, parent, child)
+    return list(seen.values())
+
+
+def _shares() -> sa.Select:
+    s, si = t.shares, t.share_instances
+    return (sa.select(s, si).select_from(s.outerjoin(si, _live_primary_of_share()))
+            .where(s.c.deleted_at.is_(None)))
+
+
+def _snapshots() -> sa.Select:
+    sn, ssi = t.share_snapshots, t.share_snapshot_instances
+    return (sa.select(sn, ssi).select_from(sn.outerjoin(ssi, _live_instance_of_snapshot()))
+            .where(sn.c.deleted_at.is_(None)))
+
+
+def share_with_status(db: Database, share_id: str) -> tuple[Record, Record | None] | None:
+    """A live share with its primary instance, or None."""
+    si = t.share_instances
+    return _one(db, _shares().where(t.shares.c.id == share_id)
+                .order_by(si.c.created_at, si.c.id), t.shares, si)
+
+
+def shares_with_status(db: Database) -> list[tuple[Record, Record | None]]:
+    """Every live share with its primary instance."""
+    s, si = t.shares, t.share_instances
+    return _all(db, _shares().order_by(s.c.created_at, s.c.id, si.c.created_at, si.c.id),
+                s, si)
+
+
+def snapshot_with_status(db: Database, snapshot_id: str
+                         ) -> tuple[Record, Record | None] | None:
+    """A live snapshot with its instance, or None."""
+    ssi = t.share_snapshot_instances
+    return _one(db, _snapshots().where(t.share_snapshots.c.id == snapshot_id)
+                .order_by(ssi.c.created_at, ssi.c.id), t.share_snapshots, ssi)
+
+
+def snapshots_with_status(db: Database) -> list[tuple[Record, Record | None]]:
+    """Every live snapshot with its instance."""
+    sn, ssi = t.share_snapshots, t.share_snapshot_instances
+    return _all(db, _snapshots().order_by(sn.c.created_at, sn.c.id, ssi.c.created_at,
+                                          ssi.c.id), sn, ssi)

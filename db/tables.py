@@ -1,0 +1,360 @@
+"""The schema, as SQLAlchemy Core tables: what the alembic migrations
+(db/migrations) create, described once. The ORM classes of db/models.py are
+mapped onto these tables; a reader that needs no ORM (``sharectl``'s status
+listings, db/status_reads.py) uses them without importing it."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+import sqlalchemy as sa
+from sharemgr.common import vocab
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+)
+from sqlalchemy.dialects import mysql
+
+# Microseconds on MariaDB too (its DATETIME drops them by default).
+DateTime = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+
+
+def utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+metadata = sa.MetaData()
+
+# A backend host: '<host>@<backend>' (and '#<pool>' on share instances). The
+# host is a hostname (oslo.config's HostnameOpt: at most 253 characters), the
+# backend a config group name: 255 would not even hold the host with a long
+# backend name (migration 0005). Plain hosts (services, reconcile passes)
+# stay 255.
+BACKEND_HOST = 512
+BACKEND_REASON = 1024  # service_backends.reason; longer reasons are cut
+
+
+services = sa.Table(
+    "services", metadata,
+    sa.Column("id", Integer, primary_key=True, autoincrement=True),
+    sa.Column("host", String(255), nullable=False),
+    sa.Column("binary", String(64), nullable=False),
+    sa.Column("engine_id", String(320), unique=True, nullable=False),
+    sa.Column("started_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("heartbeat_at", DateTime),
+    sa.Column("stopped_at", DateTime),
+)
+
+
+# One backend of one engine and its state (migration 0008).
+service_backends = sa.Table(
+    "service_backends", metadata,
+    sa.Column("engine_id", String(320), primary_key=True),
+    # enabled_share_backends names have at most 128 characters (manager/config.py).
+    sa.Column("backend", String(128), primary_key=True),
+    sa.Column("state", String(16), nullable=False),
+    sa.Column("reason", String(BACKEND_REASON)),
+    sa.Column("updated_at", DateTime, default=utcnow, nullable=False),
+)
+
+
+requests = sa.Table(
+    "requests", metadata,
+    sa.Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+              autoincrement=True),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("resource_type", String(32), nullable=False),
+    sa.Column("resource_id", String(64), nullable=False),
+    sa.Column("action", String(64), nullable=False),
+    sa.Column("args", JSON, default=dict, nullable=False),
+    # 'host@backend' the request is for; NULL means any engine may take it.
+    sa.Column("host", String(BACKEND_HOST)),
+    sa.Column("status", String(16), default=vocab.REQUEST_PENDING, nullable=False),
+    sa.Column("engine_id", String(320)),
+    sa.Column("claimed_at", DateTime),
+    sa.Column("finished_at", DateTime),
+    sa.Column("error", Text),
+    # The deadline of the running operation's driver call (doc/reconciliation.rst,
+    # "Leases"); NULL: no driver call under a lease (yet).
+    sa.Column("lease_expires_at", DateTime),
+    Index("ix_requests_status_host", "status", "host"),
+    Index("ix_requests_resource", "resource_type", "resource_id"),
+    Index("ix_requests_status_lease", "status", "lease_expires_at"),
+)
+
+
+share_servers = sa.Table(
+    "share_servers", metadata,
+    sa.Column("id", String(36), primary_key=True, default=new_id),
+    sa.Column("host", String(BACKEND_HOST), nullable=False),
+    sa.Column("status", String(32), nullable=False),
+    sa.Column("task_state", String(64)),
+    sa.Column("backend_details", JSON, default=dict, nullable=False),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
+    sa.Column("deleted_at", DateTime, default=None),
+    Index("ix_share_servers_host_status", "host", "status"),
+    Index("ix_share_servers_status", "status"),
+)
+
+
+shares = sa.Table(
+    "shares", metadata,
+    sa.Column("id", String(36), primary_key=True, default=new_id),
+    sa.Column("name", String(255)),
+    sa.Column("size", Integer, nullable=False),
+    sa.Column("share_proto", String(16), nullable=False),
+    sa.Column("project_id", String(255)),
+    sa.Column("snapshot_id", String(36)),
+    sa.Column("share_group_id", String(36), ForeignKey("share_groups.id")),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
+    sa.Column("deleted_at", DateTime, default=None),
+)
+
+
+share_instances = sa.Table(
+    "share_instances", metadata,
+    sa.Column("id", String(36), primary_key=True, default=new_id),
+    sa.Column("share_id", String(36), ForeignKey("shares.id"), nullable=False),
+    sa.Column("host", String(BACKEND_HOST), nullable=False),
+    sa.Column("status", String(40), nullable=False),
+    sa.Column("share_server_id", String(36), ForeignKey("share_servers.id")),
+    sa.Column("replica_state", String(32)),
+    sa.Column("task_state", String(64)),
+    sa.Column("progress", String(32)),
+    # Manila's shape: [{"path": ..., "is_admin_only": bool, "preferred": bool}]
+    sa.Column("export_locations", JSON, default=list, nullable=False),
+    # Manila's summary of the instance's access rules: active, syncing, error.
+    sa.Column("access_rules_status", String(32), default=vocab.ACCESS_ACTIVE,
+              server_default=vocab.ACCESS_ACTIVE, nullable=False),
+    # What the last drift check found on the backend (reconcile/drift.py);
+    # NULL when the backend agrees.
+    sa.Column("drift", JSON, default=None),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
+    sa.Column("deleted_at", DateTime, default=None),
+    Index("ix_share_instances_host_status", "host", "status"),
+    Index("ix_share_instances_status", "status"),
+    Index("ix_share_instances_share_id", "share_id"),
+)
+
+
+share_snapshots = sa.Table(
+    "share_snapshots", metadata,
+    sa.Column("id", String(36), primary_key=True, default=new_id),
+    sa.Column("share_id", String(36), ForeignKey("shares.id"), nullable=False),
+    sa.Column("name", String(255)),
+    sa.Column("size", Integer, nullable=False),
+    sa.Column("project_id", String(255)),
+    sa.Column("share_group_snapshot_id", String(36), ForeignKey("share_group_snapshots.id")),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
+    sa.Column("deleted_at", DateTime, default=None),
+)
+
+
+share_snapshot_instances = sa.Table(
+    "share_snapshot_instances", metadata,
+    sa.Column("id", String(36), primary_key=True, default=new_id),
+    sa.Column("snapshot_id", String(36), ForeignKey("share_snapshots.id"), nullable=False),
+    sa.Column("share_instance_id", String(36), ForeignKey("share_instances.id"), nullable=False),
+    sa.Column("status", String(32), nullable=False),
+    sa.Column("progress", String(32)),
+    # The driver's own text (Manila: VARCHAR(255)); drivers' locations may be
+    # longer, and a snapshot the backend made must not fail on its record.
+    sa.Column("provider_location", Text),
+    # What the last drift check found on the backend (reconcile/drift.py).
+    sa.Column("drift", JSON, default=None),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
+    sa.Column("deleted_at", DateTime, default=None),
+    Index("ix_snapshot_instances_status", "status"),
+    Index("ix_snapshot_instances_share_instance", "share_instance_id"),
+)
+
+
+share_groups = sa.Table(
+    "share_groups", metadata,
+    sa.Column("id", String(36), primary_key=True, default=new_id),
+    sa.Column("name", String(255)),
+    sa.Column("host", String(BACKEND_HOST), nullable=False),
+    sa.Column("status", String(32), nullable=False),
+    sa.Column("project_id", String(255)),
+    sa.Column("share_server_id", String(36), ForeignKey("share_servers.id")),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
+    sa.Column("deleted_at", DateTime, default=None),
+    Index("ix_share_groups_host_status", "host", "status"),
+    Index("ix_share_groups_status", "status"),
+)
+
+
+share_group_snapshots = sa.Table(
+    "share_group_snapshots", metadata,
+    sa.Column("id", String(36), primary_key=True, default=new_id),
+    sa.Column("share_group_id", String(36), ForeignKey("share_groups.id"), nullable=False),
+    sa.Column("name", String(255)),
+    sa.Column("status", String(32), nullable=False),
+    sa.Column("project_id", String(255)),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
+    sa.Column("deleted_at", DateTime, default=None),
+    Index("ix_group_snapshots_status", "status"),
+)
+
+
+share_backups = sa.Table(
+    "share_backups", metadata,
+    sa.Column("id", String(36), primary_key=True, default=new_id),
+    sa.Column("share_id", String(36), ForeignKey("shares.id"), nullable=False),
+    sa.Column("name", String(255)),
+    sa.Column("host", String(BACKEND_HOST), nullable=False),
+    sa.Column("status", String(32), nullable=False),
+    sa.Column("size", Integer),
+    sa.Column("progress", String(32)),
+    sa.Column("restore_progress", String(32)),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
+    sa.Column("deleted_at", DateTime, default=None),
+    Index("ix_share_backups_host_status", "host", "status"),
+    Index("ix_share_backups_status", "status"),
+)
+
+
+# One rule of who may mount a share (Manila's share access map); a denied
+# rule keeps its row with ``deleted_at`` set.
+share_access_rules = sa.Table(
+    "share_access_rules", metadata,
+    sa.Column("id", String(36), primary_key=True, default=new_id),
+    sa.Column("share_id", String(36), ForeignKey("shares.id"), nullable=False),
+    sa.Column("access_type", String(32), nullable=False),  # ip, user, cert
+    sa.Column("access_to", String(255), nullable=False),
+    sa.Column("access_level", String(2), nullable=False),  # rw, ro
+    sa.Column("state", String(32), nullable=False),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
+    sa.Column("deleted_at", DateTime, default=None),
+    Index("ix_share_access_rules_share", "share_id"),
+    Index("ix_share_access_rules_state", "state"),
+)
+
+
+# A backend's last get_share_stats() report: capabilities and pools.
+backend_stats = sa.Table(
+    "backend_stats", metadata,
+    sa.Column("host", String(BACKEND_HOST), primary_key=True),
+    sa.Column("stats", JSON, default=dict, nullable=False),
+    sa.Column("engine_id", String(320)),
+    sa.Column("updated_at", DateTime, default=utcnow, onupdate=utcnow),
+)
+
+
+# Hash of a backend's get_backend_info() at the last ensure-resources.
+backend_info = sa.Table(
+    "backend_info", metadata,
+    sa.Column("host", String(BACKEND_HOST), primary_key=True),
+    sa.Column("info_hash", String(64)),
+    sa.Column("updated_at", DateTime, onupdate=utcnow),
+)
+
+
+reconcile_passes = sa.Table(
+    "reconcile_passes", metadata,
+    sa.Column("id", Integer, primary_key=True, autoincrement=True),
+    sa.Column("host", String(255), nullable=False),
+    sa.Column("engine_id", String(320), nullable=False),
+    sa.Column("trigger", String(400), nullable=False),  # 'peer:<engine id>' fits
+    sa.Column("dry_run", Boolean, default=False, nullable=False),
+    sa.Column("started_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("finished_at", DateTime),
+    sa.Column("summary", JSON, default=dict, nullable=False),
+    Index("ix_reconcile_passes_host", "host"),
+)
+
+
+stack_templates = sa.Table(
+    "stack_templates", metadata,
+    sa.Column("id", Integer, primary_key=True, autoincrement=True),
+    sa.Column("stack_id", String(36)),
+    sa.Column("template", JSON, nullable=False),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    Index("ix_stack_templates_stack", "stack_id"),
+    # Purged rows' ids must never come back (a stale reference would point at
+    # a new row): SQLite reuses the largest id without AUTOINCREMENT.
+    sqlite_autoincrement=True,
+)
+
+
+stacks = sa.Table(
+    "stacks", metadata,
+    sa.Column("id", String(36), primary_key=True, default=new_id),
+    sa.Column("name", String(255), nullable=False),
+    sa.Column("action", String(16), nullable=False),
+    sa.Column("status", String(16), nullable=False),
+    sa.Column("status_reason", Text),
+    sa.Column("template_id", Integer, ForeignKey("stack_templates.id")),
+    sa.Column("prev_template_id", Integer, ForeignKey("stack_templates.id")),
+    sa.Column("current_traversal", String(36)),
+    sa.Column("current_deps", JSON, default=dict, nullable=False),
+    sa.Column("disable_rollback", Boolean, default=False, nullable=False),
+    sa.Column("timeout_seconds", Integer),  # None: no timeout
+    sa.Column("traversal_started_at", DateTime),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
+    sa.Column("deleted_at", DateTime, default=None),
+    Index("ix_stacks_name", "name"),
+)
+
+
+stack_resources = sa.Table(
+    "stack_resources", metadata,
+    sa.Column("id", Integer, primary_key=True, autoincrement=True),
+    sa.Column("stack_id", String(36), ForeignKey("stacks.id"), nullable=False),
+    sa.Column("name", String(255), nullable=False),
+    sa.Column("type", String(32), nullable=False),
+    sa.Column("template_id", Integer, ForeignKey("stack_templates.id")),
+    sa.Column("properties", JSON, default=dict, nullable=False),
+    sa.Column("attributes", JSON, default=dict, nullable=False),
+    sa.Column("physical_id", String(64)),
+    sa.Column("action", String(16), default=vocab.STACK_INIT, nullable=False),
+    sa.Column("status", String(16), default=vocab.STACK_COMPLETE, nullable=False),
+    sa.Column("status_reason", Text),
+    sa.Column("engine_id", String(320)),
+    sa.Column("atomic_key", Integer, default=0, nullable=False),
+    sa.Column("requires", JSON, default=list, nullable=False),
+    sa.Column("replaces", Integer),
+    sa.Column("replaced_by", Integer),
+    sa.Column("current_traversal", String(36)),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
+    sa.Column("deleted_at", DateTime, default=None),
+    Index("ix_stack_resources_stack", "stack_id"),
+    sqlite_autoincrement=True,
+)
+
+
+sync_points = sa.Table(
+    "sync_points", metadata,
+    sa.Column("entity_id", String(64), primary_key=True),
+    sa.Column("traversal_id", String(36), primary_key=True),
+    sa.Column("is_update", Boolean, primary_key=True),
+    sa.Column("stack_id", String(36), ForeignKey("stacks.id"), nullable=False),
+    sa.Column("atomic_key", Integer, default=0, nullable=False),
+    sa.Column("input_data", JSON, default=dict, nullable=False),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("updated_at", DateTime, onupdate=utcnow),
+    Index("ix_sync_points_stack_traversal", "stack_id", "traversal_id"),
+)
+
