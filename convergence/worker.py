@@ -501,12 +501,12 @@ class Worker:
                 inlined.append((succ, first_report(session, succ, None)))
             elif ctx.chain > 0 and not pending:
                 args = prepare.check_request_args(ctx.stack_id, traversal, succ, input_data)
-                req = stack_work.running_check_tx(session, self.engine_id, succ.resource_id,
-                                                  args)
+                req_id = stack_work.running_check_tx(session, self.engine_id,
+                                                     succ.resource_id, args)
                 with self._inflight_lock:
-                    self._inflight.add(req.id)
+                    self._inflight.add(req_id)
                 # Its head is read last, after this check's own writes, so it sees them.
-                pending.append((req.id, args, succ))
+                pending.append((req_id, args, succ))
             else:
                 prepare.enqueue_check_tx(session, ctx.stack_id, traversal, succ, input_data)
 

@@ -50,6 +50,23 @@ def conditional_update_tx(
     return session.execute(stmt).rowcount == 1
 
 
+def insert_rows_tx(session: Session, rows: Iterable[Any]) -> None:
+    """Insert new mapped objects as plain INSERTs on their tables, without
+    the ORM's unit of work: parents before children (the foreign keys'
+    order, as a flush would), a column left unset takes its default, and a
+    primary key the database or a default made is set on the object."""
+    order = {t: i for i, t in enumerate(models.Base.metadata.sorted_tables)}
+    for obj in sorted(rows, key=lambda o: order[type(o).__table__]):
+        table = type(obj).__table__
+        values = {c.name: obj.__dict__[c.name] for c in table.c if c.name in obj.__dict__
+                  # an unset key is made by the database or the default, as in a flush
+                  and not (c.primary_key and obj.__dict__[c.name] is None)}
+        made = session.execute(sa.insert(table).values(**values)).inserted_primary_key
+        for column, value in zip(table.primary_key.columns, made, strict=True):
+            if getattr(obj, column.name) is None:
+                setattr(obj, column.name, value)
+
+
 def conditional_update(
     db: Database, model: type, ident: Any, expected: dict[str, Any], values: dict[str, Any]
 ) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
-from sharemgr.db import api, models
+from sharemgr.db import api, models, records
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session, defer
@@ -43,8 +43,7 @@ def stack_head(db: Database, stack_id: str, include_deleted: bool = False) -> M.
         return row
 
 
-def check_head(db: Database, stack_id: str, resource_id: int
-               ) -> tuple[M.Stack | None, M.StackResource | None]:
+def check_head(db: Database, stack_id: str, resource_id: int) -> tuple[Any, Any]:
     """The stack row without its graph and the resource row, in one read:
     what a check looks at before it decides anything."""
     with db.reading() as session:
@@ -52,21 +51,17 @@ def check_head(db: Database, stack_id: str, resource_id: int
 
 
 def check_head_tx(session: Session, stack_id: str, resource_id: int
-                  ) -> tuple[M.Stack | None, M.StackResource | None]:
-    """:func:`check_head` in the caller's transaction (the rows detached).
-    One statement: the stack joined with the row (outer, so a row that is
-    gone reads as None), as the two reads it replaces saw them."""
-    R = M.StackResource
-    stmt = (sa.select(M.Stack, R).options(defer(M.Stack.current_deps))
-            .outerjoin(R, sa.and_(R.id == resource_id, R.deleted_at.is_(None)))
-            .where(M.Stack.id == stack_id, M.Stack.deleted_at.is_(None)))
-    found = session.execute(stmt.execution_options(populate_existing=True)).first()
-    stack, row = (None, None) if found is None else (found[0], found[1])
-    session.flush()
-    for obj in (stack, row):
-        if obj is not None:
-            session.expunge(obj)
-    return stack, row
+                  ) -> tuple[Any, Any]:
+    """:func:`check_head` in the caller's transaction. One statement on the
+    tables (no ORM objects): the stack without its graph, outer-joined with
+    the row (a row that is gone reads as None); read-only records."""
+    s, r = M.Stack.__table__, M.StackResource.__table__
+    stmt = (sa.select(*records.columns(s, ("current_deps",)), r)
+            .select_from(s.outerjoin(r, sa.and_(r.c.id == resource_id,
+                                                r.c.deleted_at.is_(None))))
+            .where(s.c.id == stack_id, s.c.deleted_at.is_(None)))
+    found = session.execute(stmt).first()
+    return (None, None) if found is None else records.pair(found, s, r, ("current_deps",))
 
 
 def stack_deps(db: Database, stack_id: str, traversal_id: str) -> dict | None:
@@ -167,14 +162,13 @@ def begin(
                                                work.action, work.values, lock_key=lock_key):
                 raise _NotBegun(LOCK_LOST if lock_key is None else LOCK_BUSY)
             if work.add:
-                session.add_all(list(work.add))
-                session.flush()
+                api.insert_rows_tx(session, work.add)
             for model, ident, expected, values in work.changes:
                 if not api.conditional_update_tx(session, model, ident, expected, values):
                     raise _NotBegun(CONFLICT)
             op_id = None
             if work.op is not None:
-                op_id = _running_request_tx(session, engine_id, **work.op).id
+                op_id = _running_request_tx(session, engine_id, **work.op)
             return Begun(rid, op_id)
     except _NotBegun as exc:
         return exc.why
@@ -188,16 +182,14 @@ def _running_request_tx(
     action: str,
     host: str | None,
     args: dict | None = None,
-) -> M.Request:
+) -> int:
+    """A request ``running`` for this engine as it is written; its id."""
     now = M.utcnow()
-    row = M.Request(
+    return session.execute(sa.insert(M.Request.__table__).values(
         resource_type=resource_type, resource_id=resource_id, action=action, host=host,
         args=args or {}, status=vocab.REQUEST_RUNNING, engine_id=engine_id, created_at=now,
         claimed_at=now,
-    )
-    session.add(row)
-    session.flush()
-    return row
+    )).inserted_primary_key[0]
 
 
 def end(
@@ -269,7 +261,7 @@ def finish_requests_tx(session: Session, request_ids: Iterable[int], engine_id: 
 
 
 def running_check_tx(session: Session, engine_id: str, resource_id: int, args: dict
-                     ) -> M.Request:
+                     ) -> int:
     """A ``check_resource`` request claimed by this engine as it is written:
     the engine runs it at once, in the thread that made the node ready; the
     row is the durable record (the watchdog abandons it, and retriggers the

@@ -12,19 +12,17 @@ which sharectl shows as ``error`` (a ``delete --wait`` then failed with
 Plain tables, because these are the reads of ``sharectl share list`` and
 ``share show``: importing the ORM and mapping the models is a third of such
 a call (doc/performance.rst). The records are read-only attribute bags with
-one attribute per column, like the mapped classes' rows.
+one attribute per column, like the mapped classes' rows (db/records.py).
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.db import tables as t
 from sharemgr.db.engine import Database
-
-Record = SimpleNamespace
+from sharemgr.db.records import Record, pair
 
 
 def _live_primary_of_share() -> Any:
@@ -39,20 +37,11 @@ def _live_instance_of_snapshot() -> Any:
     return sa.and_(ssi.c.snapshot_id == t.share_snapshots.c.id, ssi.c.deleted_at.is_(None))
 
 
-def _pair(row: Any, parent: sa.Table, child: sa.Table) -> tuple[Record, Record | None]:
-    """A joined row as (parent, child) records; child None when the outer
-    join found none."""
-    m = row._mapping
-    first = Record(**{c.name: m[c] for c in parent.c})
-    second = Record(**{c.name: m[c] for c in child.c}) if m[child.c.id] is not None else None
-    return first, second
-
-
 def _one(db: Database, stmt: sa.Select, parent: sa.Table, child: sa.Table
          ) -> tuple[Record, Record | None] | None:
     with db.connect() as conn:
         row = conn.execute(stmt.limit(1)).first()
-    return None if row is None else _pair(row, parent, child)
+    return None if row is None else pair(row, parent, child)
 
 
 def _all(db: Database, stmt: sa.Select, parent: sa.Table, child: sa.Table
@@ -65,7 +54,7 @@ def _all(db: Database, stmt: sa.Select, parent: sa.Table, child: sa.Table
     for row in rows:
         parent_id = row._mapping[parent.c.id]
         if parent_id not in seen:
-            seen[parent_id] = _pair(row, parent, child)
+            seen[parent_id] = pair(row, parent, child)
     return list(seen.values())
 
 

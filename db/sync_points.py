@@ -141,10 +141,12 @@ def create_tx(
 def get_tx(
     session: Session, entity_id: Any, traversal_id: str, is_update: bool, lock: bool = False
 ) -> SyncPoint | None:
-    stmt = sa.select(SP).where(*_pk(entity_id, traversal_id, is_update))
+    # The table's columns, not the mapped class: a plain row, no ORM object
+    # to build and throw away (the point is returned as a snapshot).
+    stmt = sa.select(SP.__table__).where(*_pk(entity_id, traversal_id, is_update))
     if lock:
         stmt = stmt.with_for_update()
-    row = session.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
+    row = session.execute(stmt).first()
     return None if row is None else _snapshot(row)
 
 
@@ -181,11 +183,10 @@ def cas_tx(
     """One compare-and-swap: store ``input_data`` if the point's key is still
     ``expected_key`` (and bump it). False if another writer got there first
     or the point is gone."""
-    stmt = (
-        sa.update(SP)
+    stmt = (  # on the table: a plain UPDATE (see api.conditional_update_tx)
+        sa.update(SP.__table__)
         .where(*_pk(entity_id, traversal_id, is_update), SP.atomic_key == expected_key)
         .values(input_data=input_data, atomic_key=expected_key + 1, updated_at=models.utcnow())
-        .execution_options(synchronize_session=False)
     )
     return session.execute(stmt).rowcount == 1
 

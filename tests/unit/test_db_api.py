@@ -178,3 +178,21 @@ def test_upgrade_keeps_data_and_purged_ids_never_return(sqlite_url):
     with db.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
     db.dispose()
+
+
+def test_insert_rows_parents_first_with_their_defaults(db):
+    """``insert_rows_tx`` (a stack's begin) writes new objects as plain
+    INSERTs: a child given before its parent still follows it (the foreign
+    keys are enforced on every database here), an unset key is made by its
+    default or the database and set on the object, other defaults apply."""
+    share = models.Share(id=models.new_id(), size=1, share_proto="NFS")
+    inst = models.ShareInstance(share_id=share.id, host="h@dummy", status="creating")
+    req = models.Request(resource_type="share_instance", resource_id="x", action="create")
+    with db.session() as session:
+        api.insert_rows_tx(session, [req, inst, share])
+    assert inst.id is not None and isinstance(req.id, int)
+    got = api.get(db, models.ShareInstance, inst.id)
+    assert (got.share_id, got.export_locations, got.access_rules_status) == (share.id, [],
+                                                                            "active")
+    assert got.created_at is not None
+    assert api.get(db, models.Request, req.id).status == "pending"

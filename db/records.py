@@ -1,0 +1,29 @@
+"""Rows read on plain tables (SQLAlchemy Core) as records: one attribute
+per column, like a mapped object's, without the ORM's cost of building one
+(a session, an identity map, instrumented attributes). For the hot reads of
+the stack checks and for sharectl's status reads."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from types import SimpleNamespace
+from typing import Any
+
+import sqlalchemy as sa
+
+Record = SimpleNamespace
+
+
+def columns(table: sa.Table, without: Collection[str] = ()) -> list[sa.Column]:
+    return [c for c in table.c if c.name not in without]
+
+
+def pair(row: Any, parent: sa.Table, child: sa.Table, without: Collection[str] = ()
+         ) -> tuple[Record, Record | None]:
+    """A row of ``parent`` outer-joined with ``child`` as (parent, child)
+    records (``without``: the parent's columns not read); child None when
+    the join found none."""
+    m = row._mapping
+    first = Record(**{c.name: m[c] for c in columns(parent, without)})
+    second = Record(**{c.name: m[c] for c in child.c}) if m[child.c.id] is not None else None
+    return first, second
