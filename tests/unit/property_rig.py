@@ -83,6 +83,9 @@ class SteppedDatabase(Database):
     def reading(self) -> Any:  # a read is a boundary too: others may write in between
         return self._boundary(super().reading)
 
+    def connect(self) -> Any:  # a read on a plain connection, likewise
+        return self._boundary(super().connect)
+
 
 class Task:
     """Work of one engine in a thread of its own, stopped at boundaries.
