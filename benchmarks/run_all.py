@@ -20,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 
 FULL = [
     ["bench_cli.py", "--shares", "100", "--runs", "15"],
+    ["bench_transaction.py", "--count", "3000"],
     ["bench_idle.py", "--setup", "sqlite", "--seconds", "30"],
     ["bench_idle.py", "--setup", "servers", "--seconds", "30"],
     ["bench_reconcile.py", "--db", "sqlite", "--resources", "10000", "--workers", "4",
@@ -35,6 +36,7 @@ FULL = [
 ]
 QUICK = [
     ["bench_cli.py", "--runs", "5"],
+    ["bench_transaction.py", "--count", "500"],
     ["bench_idle.py", "--seconds", "10", "--requests", "5"],
     ["bench_reconcile.py", "--resources", "1000", "--healthy", "10000",
      "--figures", "stuck,healthy"],
