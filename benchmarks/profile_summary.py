@@ -20,8 +20,14 @@ import re
 from pathlib import Path
 
 # A sample whose top frame is one of these waits rather than works.
-IDLE = re.compile(r"^(wait|_wait_for_tstate_lock|sleep|select|poll|epoll|accept|recv|"
-                  r"recv_into|read|readinto|acquire|get|_worker|serve_forever|join)\b")
+# py-spy names a method with its class ("Condition.wait (threading.py:331)")
+# and counts a thread blocked in one as running: the blocking methods of the
+# threading and queue classes are idle too (not any class's ``get``: a
+# cache's ``LRUCache.get`` works).
+IDLE = re.compile(r"^((wait|_wait_for_tstate_lock|sleep|select|poll|epoll|accept|recv|"
+                  r"recv_into|read|readinto|acquire|get|_worker|serve_forever|join)\b|"
+                  r"(Condition|Event|Semaphore|BoundedSemaphore|Barrier)\.wait\b|"
+                  r"(Queue|SimpleQueue|LifoQueue|PriorityQueue)\.get\b|Thread\.join\b)")
 # The buckets a busy sample is counted in: the first that appears anywhere in
 # its stack, innermost first (the database layer before the code calling it).
 PACKAGES = (

@@ -21,3 +21,16 @@ def test_samples_are_split_into_idle_and_busy_by_package(tmp_path):
         "logging": 10.0}
     assert list(out["busy_percent_by_top_function"]) == [
         "execute (sqlite3/dbapi2.py:1)", "check (sharemgr/convergence/worker.py:250)"]
+
+
+def test_a_method_waiting_is_idle_whatever_its_class(tmp_path):
+    """py-spy writes a method as ``Class.method``: a thread blocked in
+    ``Condition.wait`` or ``Queue.get`` waits, it does not work."""
+    raw = tmp_path / "engine.txt"
+    raw.write_text(
+        "_bootstrap (threading.py:1002);Condition.wait (threading.py:331) 7\n"
+        "_bootstrap (threading.py:1002);Queue.get (queue.py:180) 2\n"
+        "_bootstrap (threading.py:1002);Worker.check (sharemgr/convergence/worker.py:250) 1\n"
+        "_bootstrap (threading.py:1002);LRUCache.get (sqlalchemy/util/_collections.py:5) 1\n")
+    out = profile_summary.summarize(raw, top=2)
+    assert (out["idle_samples"], out["busy_samples"]) == (9, 2)
