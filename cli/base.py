@@ -58,7 +58,7 @@ class _Errors:
     def get_epilog(self) -> str:
         # cliff's own epilog names the plugin distribution a command comes
         # from, which costs importlib.metadata.packages_distributions(): every
-        # installed package's metadata read, a quarter of a 'share list' call.
+        # installed package's metadata read, about a tenth of a 'share list' call.
         # Every sharectl command comes from sharemgr itself, so that line is
         # never printed; the epilog is the command's own text and its hooks'.
         parts = [self._epilog or ""]
