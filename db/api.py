@@ -9,6 +9,7 @@ into one transaction.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -50,12 +51,19 @@ def conditional_update_tx(
     return session.execute(stmt).rowcount == 1
 
 
+@functools.cache
+def _insert_order() -> dict[Any, int]:
+    # The tables' foreign-key order; the schema is fixed once imported, and
+    # ``sorted_tables`` sorts anew at every use.
+    return {t: i for i, t in enumerate(models.Base.metadata.sorted_tables)}
+
+
 def insert_rows_tx(session: Session, rows: Iterable[Any]) -> None:
     """Insert new mapped objects as plain INSERTs on their tables, without
     the ORM's unit of work: parents before children (the foreign keys'
     order, as a flush would), a column left unset takes its default, and a
     primary key the database or a default made is set on the object."""
-    order = {t: i for i, t in enumerate(models.Base.metadata.sorted_tables)}
+    order = _insert_order()
     for obj in sorted(rows, key=lambda o: order[type(o).__table__]):
         table = type(obj).__table__
         values = {c.name: obj.__dict__[c.name] for c in table.c if c.name in obj.__dict__

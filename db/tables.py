@@ -36,6 +36,14 @@ def new_id() -> str:
 
 metadata = sa.MetaData()
 
+
+def _timestamps() -> list[sa.Column]:
+    """The created/updated/deleted times of a soft-deleted resource's row
+    (new Column objects each call: a column belongs to one table)."""
+    return [sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+            sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
+            sa.Column("deleted_at", DateTime, default=None)]
+
 # A backend host: '<host>@<backend>' (and '#<pool>' on share instances). The
 # host is a hostname (oslo.config's HostnameOpt: at most 253 characters), the
 # backend a config group name: 255 would not even hold the host with a long
@@ -101,9 +109,7 @@ share_servers = sa.Table(
     sa.Column("status", String(32), nullable=False),
     sa.Column("task_state", String(64)),
     sa.Column("backend_details", JSON, default=dict, nullable=False),
-    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
-    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
-    sa.Column("deleted_at", DateTime, default=None),
+    *_timestamps(),
     Index("ix_share_servers_host_status", "host", "status"),
     Index("ix_share_servers_status", "status"),
 )
@@ -118,9 +124,7 @@ shares = sa.Table(
     sa.Column("project_id", String(255)),
     sa.Column("snapshot_id", String(36)),
     sa.Column("share_group_id", String(36), ForeignKey("share_groups.id")),
-    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
-    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
-    sa.Column("deleted_at", DateTime, default=None),
+    *_timestamps(),
 )
 
 
@@ -142,9 +146,7 @@ share_instances = sa.Table(
     # What the last drift check found on the backend (reconcile/drift.py);
     # NULL when the backend agrees.
     sa.Column("drift", JSON, default=None),
-    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
-    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
-    sa.Column("deleted_at", DateTime, default=None),
+    *_timestamps(),
     Index("ix_share_instances_host_status", "host", "status"),
     Index("ix_share_instances_status", "status"),
     Index("ix_share_instances_share_id", "share_id"),
@@ -159,9 +161,7 @@ share_snapshots = sa.Table(
     sa.Column("size", Integer, nullable=False),
     sa.Column("project_id", String(255)),
     sa.Column("share_group_snapshot_id", String(36), ForeignKey("share_group_snapshots.id")),
-    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
-    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
-    sa.Column("deleted_at", DateTime, default=None),
+    *_timestamps(),
 )
 
 
@@ -177,9 +177,7 @@ share_snapshot_instances = sa.Table(
     sa.Column("provider_location", Text),
     # What the last drift check found on the backend (reconcile/drift.py).
     sa.Column("drift", JSON, default=None),
-    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
-    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
-    sa.Column("deleted_at", DateTime, default=None),
+    *_timestamps(),
     Index("ix_snapshot_instances_status", "status"),
     Index("ix_snapshot_instances_share_instance", "share_instance_id"),
 )
@@ -193,9 +191,7 @@ share_groups = sa.Table(
     sa.Column("status", String(32), nullable=False),
     sa.Column("project_id", String(255)),
     sa.Column("share_server_id", String(36), ForeignKey("share_servers.id")),
-    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
-    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
-    sa.Column("deleted_at", DateTime, default=None),
+    *_timestamps(),
     Index("ix_share_groups_host_status", "host", "status"),
     Index("ix_share_groups_status", "status"),
 )
@@ -208,9 +204,7 @@ share_group_snapshots = sa.Table(
     sa.Column("name", String(255)),
     sa.Column("status", String(32), nullable=False),
     sa.Column("project_id", String(255)),
-    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
-    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
-    sa.Column("deleted_at", DateTime, default=None),
+    *_timestamps(),
     Index("ix_group_snapshots_status", "status"),
 )
 
@@ -225,9 +219,7 @@ share_backups = sa.Table(
     sa.Column("size", Integer),
     sa.Column("progress", String(32)),
     sa.Column("restore_progress", String(32)),
-    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
-    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
-    sa.Column("deleted_at", DateTime, default=None),
+    *_timestamps(),
     Index("ix_share_backups_host_status", "host", "status"),
     Index("ix_share_backups_status", "status"),
 )
@@ -243,9 +235,7 @@ share_access_rules = sa.Table(
     sa.Column("access_to", String(255), nullable=False),
     sa.Column("access_level", String(2), nullable=False),  # rw, ro
     sa.Column("state", String(32), nullable=False),
-    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
-    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
-    sa.Column("deleted_at", DateTime, default=None),
+    *_timestamps(),
     Index("ix_share_access_rules_share", "share_id"),
     Index("ix_share_access_rules_state", "state"),
 )
@@ -311,9 +301,7 @@ stacks = sa.Table(
     sa.Column("disable_rollback", Boolean, default=False, nullable=False),
     sa.Column("timeout_seconds", Integer),  # None: no timeout
     sa.Column("traversal_started_at", DateTime),
-    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
-    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
-    sa.Column("deleted_at", DateTime, default=None),
+    *_timestamps(),
     Index("ix_stacks_name", "name"),
 )
 
@@ -337,9 +325,7 @@ stack_resources = sa.Table(
     sa.Column("replaces", Integer),
     sa.Column("replaced_by", Integer),
     sa.Column("current_traversal", String(36)),
-    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
-    sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
-    sa.Column("deleted_at", DateTime, default=None),
+    *_timestamps(),
     Index("ix_stack_resources_stack", "stack_id"),
     sqlite_autoincrement=True,
 )
