@@ -145,8 +145,10 @@ def fail_tx(session: Session, stack_id: str, traversal_id: str, reason: str,
     if rollback is None:
         rollback = not stack.disable_rollback
     rollback = rollback and stack.action in (vocab.STACK_CREATE, vocab.STACK_UPDATE)
-    if rollback:
-        sync_points.delete_all_tx(session, stack_id)  # SyncPoints before the stack row
+    # The points go with the traversal, rolled back or not (before the stack
+    # row, for the lock order): a point exists only while its traversal is
+    # current and in progress, which a report relies on (``worker._inline``).
+    sync_points.delete_all_tx(session, stack_id)
     if not stacks.stack_set_status_tx(session, stack_id, traversal_id, vocab.STACK_FAILED, reason):
         raise Lost()
     LOG.warning("stack %s: %s", stack.name, reason)

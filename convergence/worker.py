@@ -496,8 +496,7 @@ class Worker:
             return True
 
         def ready(session: Session, succ: Node, input_data: dict) -> None:
-            if self._inline(ctx, succ) and stacks.traversal_is_current_tx(
-                    session, ctx.stack_id, traversal, lock=False):
+            if self._inline(ctx, succ):
                 inlined.append((succ, first_report(session, succ, None)))
             elif ctx.chain > 0 and not pending:
                 args = prepare.check_request_args(ctx.stack_id, traversal, succ, input_data)
@@ -568,8 +567,11 @@ class Worker:
         nobody replaced it), has nothing to clean up — its check would only
         report (``_check``'s first fast path). Running that report in the
         same transaction writes no request for it and cannot be cut in half
-        by a crash; the caller checks, in it, that the traversal is still
-        current (else the general path decides). Only for a node whose one
+        by a crash. The traversal is current and in progress: ``succ``'s
+        point, just written under its lock, exists (a traversal's points
+        are deleted when it is superseded, completes or fails, before its
+        stack row is written), which is all the node's own check would
+        have read. Only for a node whose one
         successor it is: such a row has no dependents, so the clean-up's
         own report goes down the requires order (to clean-ups of rows it
         requires, or the stack's point) and SyncPoints stay locked in an

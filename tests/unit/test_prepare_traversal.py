@@ -414,8 +414,12 @@ def test_complete_and_fail(db):
     assert lifecycle.fail(db, tr.stack_id, tr.traversal_id, "boom", rollback=False)
     stack = stacks.stack_get(db, tr.stack_id)
     assert (stack.status, stack.status_reason) == ("FAILED", "boom")
-    # A failed traversal keeps its points: its running checks are not superseded.
-    assert len(sync_points.list_for_traversal(db, tr.stack_id, tr.traversal_id)) == 7
+    # A failed traversal's points go with it, rolled back or not: a point
+    # that exists says its traversal is current and in progress.
+    assert sync_points.list_for_traversal(db, tr.stack_id, tr.traversal_id) == []
+    rid = next(iter(tr.chosen.values()))
+    with db.session() as session:
+        assert not sync_points.sync_tx(session, rid, tr.traversal_id, True, "x", None).found
 
     second = lifecycle.prepare_traversal(db, stack, "DELETE")
     for rid in second.names:
