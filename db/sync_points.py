@@ -20,8 +20,11 @@ already holds the write lock (``BEGIN IMMEDIATE``), so the CAS never loses.
 transaction of the CAS that made the point complete: the enqueue of the
 successor commits with that write or not at all, and exactly one writer sees
 the transition from incomplete to complete. A missing SyncPoint means the
-traversal was superseded (a new preparation deletes the old points in the
-transaction that swaps the stack's traversal), see doc/specs.rst, spec 001.
+traversal is over: superseded (a new preparation deletes the old points in
+the transaction that swaps the stack's traversal, see doc/specs.rst, spec
+001), completed or failed (the transaction that writes the stack row's end
+deletes them first). So a point that exists, read under its lock, says its
+traversal is current and in progress.
 
 Lock order, to stay deadlock-free with traversal preparation: a transaction
 that touches a SyncPoint row locks it before the ``stacks`` row and before
@@ -191,6 +194,19 @@ def cas_tx(
     return session.execute(stmt).rowcount == 1
 
 
+def first_write_tx(session: Session, entity_id: Any, traversal_id: str, is_update: bool,
+                   sender: str, data: Any) -> bool:
+    """Store ``{sender: data}`` in a point nobody has written yet (its key
+    still 0), without reading it first: what a read and a CAS would write
+    there. False if the point was written before or is gone."""
+    return cas_tx(session, entity_id, traversal_id, is_update, 0, {sender: data})
+
+
+def _only_from(sender: str, required: Collection[str]) -> bool:
+    """The point waits for ``sender`` alone: its first write needs no read."""
+    return len(required) == 1 and sender in required
+
+
 def sync_tx(
     session: Session,
     entity_id: Any,
@@ -205,7 +221,15 @@ def sync_tx(
     the read locks it (``FOR UPDATE`` on PostgreSQL and MariaDB; SQLite's
     transaction holds the write lock), so the CAS cannot lose. For a caller
     that writes other rows with the report; it must lock points before the
-    ``stacks`` row and ``stack_resources`` rows (the lock order above)."""
+    ``stacks`` row and ``stack_resources`` rows (the lock order above).
+
+    A point that waits for ``sender`` alone (one predecessor: most points
+    of a graph) is first tried with a blind first write (one UPDATE, the
+    row locked as the read would); only a report that finds it written
+    already (a sender reporting again) or gone reads it."""
+    if _only_from(sender, required) and first_write_tx(
+            session, entity_id, traversal_id, is_update, sender, data):
+        return _first_written(session, sender, data, on_ready)
     point = get_tx(session, entity_id, traversal_id, is_update, lock=True)
     if point is None:
         return SyncResult(found=False, attempts=1)
@@ -219,6 +243,17 @@ def sync_tx(
     if fired and on_ready is not None:
         on_ready(session, merged)
     return SyncResult(found=True, ready=ready, fired=fired, input_data=merged, attempts=1)
+
+
+def _first_written(session: Session, sender: str, data: Any,
+                   on_ready: Callable[[Session, dict], None] | None,
+                   attempts: int = 1) -> SyncResult:
+    """The result of a blind first write of the point's one sender: it was
+    empty, so this write made it ready."""
+    merged = {sender: data}
+    if on_ready is not None:
+        on_ready(session, merged)
+    return SyncResult(found=True, ready=True, fired=True, input_data=merged, attempts=attempts)
 
 
 def sync(
@@ -253,6 +288,9 @@ def sync(
         attempt += 1
         locking = lock_after is not None and attempt > lock_after
         with db.session() as session:
+            if attempt == 1 and _only_from(sender, required) and first_write_tx(
+                    session, entity_id, traversal_id, is_update, sender, data):
+                return _first_written(session, sender, data, on_ready)
             point = get_tx(session, entity_id, traversal_id, is_update, lock=locking)
             if point is None:
                 return SyncResult(found=False, attempts=attempt)

@@ -112,6 +112,58 @@ def test_sync_rolls_back_the_write_when_on_ready_fails(db, stack):
     assert result.fired
 
 
+def _statements(db):
+    """The statements ``db`` runs while the returned list is being filled."""
+    seen: list[str] = []
+    sa.event.listen(db.engine, "before_cursor_execute",
+                    lambda *a: seen.append(a[2].split()[0]))
+    return seen
+
+
+def test_a_point_with_one_sender_is_written_blind_and_fires(db, stack):
+    """A point waiting for one sender needs no read for its first report:
+    one UPDATE, which fires the successor; what it stores is what a read
+    and a CAS would have stored, for ``sync`` and for ``sync_tx``."""
+    _create(db, stack.id, T1, [(9, True), (10, True)], include_stack=False)
+    calls = []
+    seen = _statements(db)
+    result = sync_points.sync(db, 9, T1, True, "1:update", {"x": 1}, {"1:update"},
+                              lambda s, d: calls.append(d))
+    assert [s for s in seen if s in ("SELECT", "UPDATE")] == ["UPDATE"]
+    assert result.found and result.ready and result.fired and calls == [{"1:update": {"x": 1}}]
+    seen.clear()
+    with db.session() as session:
+        r_tx = sync_points.sync_tx(session, 10, T1, True, "1:update", None, {"1:update"},
+                                   lambda s, d: calls.append(d))
+    assert [s for s in seen if s in ("SELECT", "UPDATE")] == ["UPDATE"]
+    assert r_tx.fired and calls[-1] == {"1:update": None}
+    for rid, data in ((9, {"x": 1}), (10, None)):
+        point = _get(db, rid, T1, True)
+        assert point.atomic_key == 1 and point.input_data == {"1:update": data}
+    # The sender again: the blind write finds the point written, reads it,
+    # merges, and fires nothing.
+    again = sync_points.sync(db, 9, T1, True, "1:update", {"x": 2}, {"1:update"},
+                             lambda s, d: calls.append(d))
+    assert again.ready and not again.fired and len(calls) == 2
+    assert _get(db, 9, T1, True).input_data == {"1:update": {"x": 2}}
+
+
+def test_a_blind_first_write_keeps_what_another_sender_wrote(db, stack):
+    """A sender the point does not wait for wrote first (the key moved):
+    the one it waits for then reads and merges, and fires once."""
+    _create(db, stack.id, T1, [(9, True)], include_stack=False)
+    sync_points.sync(db, 9, T1, True, "old:update", 0, {"1:update"})
+    calls = []
+    with db.session() as session:
+        result = sync_points.sync_tx(session, 9, T1, True, "1:update", 1, {"1:update"},
+                                     lambda s, d: calls.append(d))
+    assert result.fired and calls == [{"old:update": 0, "1:update": 1}]
+    assert _get(db, 9, T1, True).atomic_key == 2
+    with db.session() as session:
+        gone = sync_points.sync_tx(session, 8, T1, True, "1:update", 1, {"1:update"})
+    assert not gone.found and not gone.fired
+
+
 def test_sync_on_a_missing_point_reports_a_superseded_traversal(db, stack):
     called = []
     result = sync_points.sync(db, 9, T1, True, "1:update", 1, {"1:update"},
