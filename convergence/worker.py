@@ -949,22 +949,38 @@ class Worker:
         from a root (unless ``root`` is False), to the stack's. False if a
         point is missing (a newer traversal exists)."""
         node, graph, traversal = ctx.node, ctx.graph, ctx.traversal
-        for succ in sorted(graph.required_by(node)) if targets is None else targets:
-            def ready(session: Session, input_data: dict, succ: Node = succ) -> None:
-                prepare.enqueue_check_tx(session, ctx.stack_id, traversal, succ, input_data)
+        succs = sorted(graph.required_by(node)) if targets is None else targets
 
-            result = sync_points.sync(
-                self.db,
-                succ.resource_id,
-                traversal,
-                succ.is_update,
-                node.key,
-                data,
+        def report(session: Session, succ: Node) -> bool:
+            return sync_points.sync_tx(
+                session, succ.resource_id, traversal, succ.is_update, node.key, data,
                 graph.requires_keys(succ),
-                ready,
-            )
-            if not result.found:
-                return False
+                lambda s_, input_data: prepare.enqueue_check_tx(
+                    s_, ctx.stack_id, traversal, succ, input_data)).found
+
+        # A wide fan-out (a sink's clean-up to its many leaves' clean-ups)
+        # reports up to REPORT_IN_ONE points per transaction, in sorted
+        # order as every multi-point report locks them; a database error
+        # (a deadlock with a preparation's delete) retries them one by one.
+        for i in range(0, len(succs), REPORT_IN_ONE):
+            batch = succs[i:i + REPORT_IN_ONE]
+            if len(batch) > 1:
+                try:
+                    if not lifecycle.in_one_transaction(
+                            self.db, lambda s_, batch=batch: all(report(s_, n) for n in batch)):
+                        return False
+                    continue
+                except Exception:
+                    LOG.exception("node %s (traversal %s): could not report to %d points in "
+                                  "one transaction; one by one", node, traversal, len(batch))
+            for succ in batch:
+                result = sync_points.sync(
+                    self.db, succ.resource_id, traversal, succ.is_update, node.key, data,
+                    graph.requires_keys(succ),
+                    lambda s_, input_data, succ=succ: prepare.enqueue_check_tx(
+                        s_, ctx.stack_id, traversal, succ, input_data))
+                if not result.found:
+                    return False
         if root and graph.is_root(node):
             def complete(session: Session, _input: dict) -> None:
                 lifecycle.complete_tx(session, ctx.stack_id, traversal)

@@ -131,6 +131,38 @@ resources:
     assert _one_each(rig, ("share",)) == ["pair-a", "pair-b"]
 
 
+def test_a_wide_fan_out_reports_in_batches_and_completes(rig, monkeypatch):
+    """A share that 12 shares depend on: its update reports to 13 points
+    (the 12 updates, its own clean-up), the first REPORT_IN_ONE with its
+    end, the rest in further transactions of up to REPORT_IN_ONE; each
+    successor is queued once and the stack completes. A failing batch
+    transaction is retried one report at a time."""
+    from sharemgr.convergence import worker as worker_mod
+    e = rig.engine()
+    leaves = [f"l{i}" for i in range(12)]
+    rig.create("fan", "resources:\n" + "".join(
+        f"  {n}: {{type: share, properties: {{size: 1, proto: NFS}}, depends_on: [sink]}}\n"
+        for n in leaves) + "  sink: {type: share, properties: {size: 1, proto: NFS}}\n")
+    real, calls = lifecycle.in_one_transaction, []
+
+    def in_one_transaction(db, work):
+        if "batch" in work.__code__.co_varnames:  # a batch after the end's transaction
+            calls.append(work)
+            if len(calls) == 1:  # the first fails once: written one by one
+                raise RuntimeError("deadlock detected")
+        return real(db, work)
+
+    monkeypatch.setattr(worker_mod.lifecycle, "in_one_transaction", in_one_transaction)
+    e.pump()
+    assert _status(rig, "fan") == ("CREATE", "COMPLETE")
+    assert len(calls) == 1  # 13 points: 8 with the end, 5 in one batch
+    updates = collections.Counter(c.args["resource_id"] for c in rig.checks()
+                                  if c.args["is_update"])
+    assert len(updates) == len(leaves) + 1 and set(updates.values()) == {1}
+    assert {c.status for c in rig.checks()} == {"done"}
+    assert _one_each(rig, ("share",)) == sorted(f"fan-{n}" for n in [*leaves, "sink"])
+
+
 def test_update_while_create_is_held_at_a_gate(rig):
     """The create of 'data' waits at a gate while the stack is updated to a
     template without 'snap' and with 'logs'; the holder finishes, retriggers
