@@ -45,10 +45,17 @@ QUICK = [
 
 
 def parse(out: str) -> list:
-    try:
-        return [json.loads(out)]
-    except json.JSONDecodeError:
-        return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    """Every JSON object a benchmark printed, one per line or indented, in
+    order; other text between them (progress lines) is skipped."""
+    decoder, values, at = json.JSONDecoder(), [], 0
+    while (start := out.find("{", at)) >= 0:
+        try:
+            value, at = decoder.raw_decode(out, start)
+        except json.JSONDecodeError:
+            at = start + 1
+            continue
+        values.append(value)
+    return values
 
 
 def main() -> int:
