@@ -151,7 +151,8 @@ def stuck_pass(dbkind: str, resources: int, workers: int, delay: float = 0.0,
             elapsed, result = setup.run()
             assert result["outcomes"] == {"share_instance": {"available": resources}}, result
             snap = stats.snapshot()
-            return elapsed, {"statements": snap["statements"], "commits": snap["commits"]}
+            return elapsed, {"statements": snap["statements"], "commits": snap["commits"],
+                             "by_kind": snap["by_kind"]}
         finally:
             setup.close()
 

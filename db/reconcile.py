@@ -137,12 +137,14 @@ def _prepared(cache: dict, model: type, expected: dict[str, Any], values: dict[s
     key = (model, tuple(expected), tuple(values))
     stmt = cache.get(key)
     if stmt is None:
+        # On the table, not the mapped class: a plain UPDATE per row, without
+        # the ORM's bulk-update set-up (as ``api.conditional_update_tx``).
+        table = model.__table__
         stmt = (
-            sa.update(model)
-            .where(model.id == sa.bindparam("w_id"),
-                   *[getattr(model, c) == sa.bindparam(f"w_{c}") for c in expected])
+            sa.update(table)
+            .where(table.c.id == sa.bindparam("w_id"),
+                   *[table.c[c] == sa.bindparam(f"w_{c}") for c in expected])
             .values({c: sa.bindparam(f"v_{c}") for c in values})
-            .execution_options(synchronize_session=False)
         )
         cache[key] = stmt
     return stmt
