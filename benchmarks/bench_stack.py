@@ -135,23 +135,27 @@ def graph_nodes(url: str, name: str) -> int:
     return len((deps or {}).get("nodes", []))
 
 
-def profile(pid: int, output: Path) -> subprocess.Popen:
+def profile(pid: int, output: Path, gil: bool = False) -> subprocess.Popen:
     """py-spy sampling a running engine until it exits (``pip install
-    py-spy``); its raw output is what profile_summary.py reads."""
+    py-spy``); its raw output is what profile_summary.py reads. With ``gil``
+    only the thread holding the GIL is sampled: where the Python CPU goes."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     return subprocess.Popen([spy, "record", "--pid", str(pid), "--format", "raw",
-                             "--rate", "200", "--output", str(output), "--nonblocking"],
+                             "--rate", "200", "--output", str(output), "--nonblocking",
+                             *(["--gil"] if gil else [])],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[str, int],
-                idle_seconds: float, tag: str, profile_dir: Path | None = None) -> list[dict]:
+                idle_seconds: float, tag: str, profile_dir: Path | None = None,
+                profile_gil: bool = False) -> list[dict]:
     files = [root / f"sqlstats-{tag}-{i}.json" for i in range(engines)]
     spies = []
     for i in range(engines):
         engine = d.start(env={"SHAREMGR_SQL_STATS": str(files[i])}, name=f"{tag}-engine")
         if profile_dir is not None:
-            spies.append((profile(engine.proc.pid, profile_dir / f"{tag}-engine{i}.txt"),
+            spies.append((profile(engine.proc.pid, profile_dir / f"{tag}-engine{i}.txt",
+                                  profile_gil),
                           profile_dir / f"{tag}-engine{i}.txt"))
     out = []
     try:
@@ -239,6 +243,9 @@ def main() -> None:
     p.add_argument("--profile", type=Path, metavar="DIR",
                    help="sample each engine with py-spy into DIR and print where its "
                    "time went (profile_summary.py); the figures then include py-spy's cost")
+    p.add_argument("--profile-gil", action="store_true",
+                   help="with --profile: sample only the thread holding the GIL (where the "
+                   "engine's Python CPU goes, waits in the database left out)")
     args = p.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -256,7 +263,7 @@ def main() -> None:
         results = []
         for n in engines:
             results += run_engines(d, url, root, n, shapes, args.idle_seconds, f"e{n}",
-                                   args.profile)
+                                   args.profile, args.profile_gil)
         for r in results:
             r["reference_commits_per_s"] = round(reference, 1)
             r["nodes_per_s_per_1000_commits_per_s"] = round(r["nodes_per_s"] / reference * 1000,

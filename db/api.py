@@ -23,7 +23,9 @@ from sqlalchemy.orm import Session
 utcnow = models.utcnow
 
 
-def _criteria(model: type, expected: dict[str, Any]) -> list:
+def _criteria(model: Any, expected: dict[str, Any]) -> list:
+    """``column = value`` (``IN``, ``IS NULL``) per item, on ``model``'s
+    attributes: a mapped class's, or a table's columns (``table.c``)."""
     out = []
     for column, value in expected.items():
         attr = getattr(model, column)
@@ -36,19 +38,65 @@ def _criteria(model: type, expected: dict[str, Any]) -> list:
     return out
 
 
+class _PlusOne:
+    def __repr__(self) -> str:
+        return "PLUS_ONE"
+
+
+# A value for conditional_update_tx: the column's value plus one, in SQL
+# (a lock's or a row's version key), in a statement built once.
+PLUS_ONE = _PlusOne()
+
+
+def _test(value: Any) -> str:
+    """How a column is compared with an expected value: the statement's shape."""
+    if value is None:
+        return "null"
+    return "in" if isinstance(value, (list, tuple, set, frozenset)) else "eq"
+
+
+@functools.lru_cache(maxsize=512)
+def _update_stmt(table: sa.Table, tests: tuple[tuple[str, str], ...],
+                 columns: tuple[tuple[str, bool], ...]) -> sa.Update:
+    """``UPDATE table SET <columns> WHERE id = :w_id AND <tests>``, built once
+    per shape with parameters: building a statement and its cache key at each
+    call costs more than running it. On the table and its columns, not the
+    mapped class: a plain UPDATE, without the ORM's bulk-update machinery
+    (the session's objects are not synchronized); one mapped attribute in the
+    WHERE would bring that back."""
+    c = table.c
+    where = [c.id == sa.bindparam("w_id")]
+    for name, test in tests:
+        if test == "null":
+            where.append(c[name].is_(None))
+        elif test == "in":
+            where.append(c[name].in_(sa.bindparam(f"w_{name}", expanding=True)))
+        else:
+            where.append(c[name] == sa.bindparam(f"w_{name}"))
+    return sa.update(table).where(*where).values(
+        {n: c[n] + 1 if plus_one else sa.bindparam(f"v_{n}") for n, plus_one in columns})
+
+
 def conditional_update_tx(
     session: Session, model: type, ident: Any, expected: dict[str, Any], values: dict[str, Any]
 ) -> bool:
     if hasattr(model, "updated_at") and "updated_at" not in values:
         values = {**values, "updated_at": utcnow()}
-    # On the table, not the mapped class: a plain UPDATE, without the ORM's
-    # bulk-update machinery (the session's objects are not synchronized).
-    stmt = (
-        sa.update(model.__table__)
-        .where(model.id == ident, *_criteria(model, expected))
-        .values(**values)
-    )
-    return session.execute(stmt).rowcount == 1
+    table = model.__table__
+    if any(isinstance(v, sa.ClauseElement) for v in values.values()):
+        # Another value computed in SQL: built for this call.
+        c = table.c
+        stmt = sa.update(table).where(c.id == ident, *_criteria(c, expected)).values(
+            **{n: c[n] + 1 if v is PLUS_ONE else v for n, v in values.items()})
+        return session.execute(stmt).rowcount == 1
+    tests = tuple((name, _test(v)) for name, v in expected.items())
+    stmt = _update_stmt(table, tests, tuple((n, v is PLUS_ONE) for n, v in values.items()))
+    params = {"w_id": ident, **{f"v_{n}": v for n, v in values.items() if v is not PLUS_ONE}}
+    for name, test in tests:
+        if test != "null":
+            value = expected[name]
+            params[f"w_{name}"] = list(value) if test == "in" else value
+    return session.execute(stmt, params).rowcount == 1
 
 
 @functools.cache
@@ -168,9 +216,9 @@ def service_register(db: Database, host: str, binary: str, engine_id: str) -> mo
 
 def service_heartbeat(db: Database, engine_id: str) -> bool:
     with db.session() as session:
-        stmt = (
-            sa.update(models.Service)
-            .where(models.Service.engine_id == engine_id)
+        stmt = (  # a plain UPDATE (see conditional_update_tx)
+            sa.update(models.Service.__table__)
+            .where(models.Service.__table__.c.engine_id == engine_id)
             .values(heartbeat_at=utcnow())
         )
         return session.execute(stmt).rowcount == 1
@@ -294,11 +342,11 @@ def request_claim(
         if not ids:
             return []
         now = utcnow()  # once the rows are ours (the select may have waited for a lock)
+        r = models.Request.__table__.c  # a plain UPDATE (see conditional_update_tx)
         session.execute(
-            sa.update(models.Request)
-            .where(models.Request.id.in_(ids), models.Request.status == vocab.REQUEST_PENDING)
+            sa.update(models.Request.__table__)
+            .where(r.id.in_(ids), r.status == vocab.REQUEST_PENDING)
             .values(status=vocab.REQUEST_RUNNING, engine_id=engine_id, claimed_at=now)
-            .execution_options(synchronize_session=False)
         )
         rows = session.scalars(
             sa.select(models.Request)

@@ -93,15 +93,24 @@ def _written_limits(compiled: Any) -> list[tuple[str, str, tuple[str, int, int]]
         return _LIMITS[compiled]
     except KeyError:
         pass
-    table = getattr(getattr(compiled, "statement", None), "table", None)
+    statement = getattr(compiled, "statement", None)
+    table = getattr(statement, "table", None)
+    # A value given as a named parameter (``.values(name=bindparam("v"))``,
+    # a statement built once, db/api.py) is written too: its key -> column.
+    named = {value.key: getattr(column, "key", column)
+             for column, value in (getattr(statement, "_values", None) or {}).items()
+             if isinstance(value, sa.BindParameter)}
     limits = []
     for bind in compiled.binds.values():
-        # Only binds SQLAlchemy made for a column's new value ("crud" binds),
-        # never those of a WHERE clause.
-        limit = column_limit(bind.type) if bind._is_crud else None
+        # Only binds of a column's new value (those SQLAlchemy made, "crud",
+        # and the named ones), never those of a WHERE clause.
+        written = bind._is_crud or bind.key in named
+        limit = column_limit(bind.type) if written else None
         if limit is not None:
             name = compiled.bind_names.get(bind, bind.key)
-            limits.append((name, _column_name(table, bind), limit))
+            column = (f"{table.name}.{named[bind.key]}" if bind.key in named and table is not None
+                      else _column_name(table, bind))
+            limits.append((name, column, limit))
     _LIMITS[compiled] = limits
     return limits
 

@@ -37,19 +37,19 @@ def lease_start(db: Database, resource_id: str, engine_id: str, seconds: float) 
 
 def _lease_set_tx(session: Session, resource_ids: list[str], engine_id: str,
                   until: datetime.datetime) -> int:
-    mine = (models.Request.engine_id == engine_id,
-            models.Request.status == vocab.REQUEST_RUNNING)
-    where = [models.Request.resource_id.in_(resource_ids), *mine]
+    r = models.Request.__table__.c  # a plain UPDATE (see api.conditional_update_tx)
+    mine = (r.engine_id == engine_id, r.status == vocab.REQUEST_RUNNING)
+    where = [r.resource_id.in_(resource_ids), *mine]
     if session.get_bind().dialect.name == "mysql":
         # InnoDB locks every index record an UPDATE scans, not only the rows
         # it changes: found first without locks, the rows are updated by
         # primary key, so this statement holds nothing another writer of
         # requests waits for while it waits (a deadlock seen in CI).
-        ids = list(session.scalars(sa.select(models.Request.id).where(*where)))
+        ids = list(session.scalars(sa.select(r.id).where(*where)))
         if not ids:
             return 0
-        where = [models.Request.id.in_(ids), *mine]
-    stmt = (  # on the table: a plain UPDATE (see api.conditional_update_tx)
+        where = [r.id.in_(ids), *mine]
+    stmt = (
         sa.update(models.Request.__table__)
         .where(*where)
         .values(lease_expires_at=until)
@@ -129,39 +129,6 @@ def abandon_request(db: Database, request_id: int, dead_engine: str, note: str,
         return session.execute(stmt).rowcount == 1
 
 
-def _prepared(cache: dict, model: type, expected: dict[str, Any], values: dict[str, Any]
-              ) -> Any:
-    """One ``UPDATE … WHERE id = :id AND <col> = :seen`` statement per shape
-    (model, expected columns, set columns), built once per batch: building
-    and caching a new statement per row costs more than running it."""
-    key = (model, tuple(expected), tuple(values))
-    stmt = cache.get(key)
-    if stmt is None:
-        # On the table, not the mapped class: a plain UPDATE per row, without
-        # the ORM's bulk-update set-up (as ``api.conditional_update_tx``).
-        table = model.__table__
-        stmt = (
-            sa.update(table)
-            .where(table.c.id == sa.bindparam("w_id"),
-                   *[table.c[c] == sa.bindparam(f"w_{c}") for c in expected])
-            .values({c: sa.bindparam(f"v_{c}") for c in values})
-        )
-        cache[key] = stmt
-    return stmt
-
-
-def _conditional(session: Any, cache: dict, change: db_api.Change) -> bool:
-    model, ident, expected, values = change
-    if any(v is None or isinstance(v, (list, tuple, set, frozenset))
-           for v in expected.values()):
-        return db_api.conditional_update_tx(session, model, ident, expected, values)
-    if hasattr(model, "updated_at") and "updated_at" not in values:
-        values = {**values, "updated_at": models.utcnow()}
-    params = {"w_id": ident, **{f"w_{c}": v for c, v in expected.items()},
-              **{f"v_{c}": v for c, v in values.items()}}
-    return session.execute(_prepared(cache, model, expected, values), params).rowcount == 1
-
-
 def transitions(db: Database, groups: list[list[db_api.Change]]) -> list[bool]:
     """Apply many resources' outcomes in one transaction: each group is one
     resource's conditional updates ``(model, id, expected, values)`` (its
@@ -169,16 +136,15 @@ def transitions(db: Database, groups: list[list[db_api.Change]]) -> list[bool]:
     its own. A group that loses (the row changed meanwhile) changes nothing
     and the others still apply. Returns, per group, whether it applied."""
     applied: list[bool] = []
-    cache: dict = {}
     with db.session() as session:
         for group in groups:
             if len(group) == 1:
-                applied.append(_conditional(session, cache, group[0]))
+                applied.append(db_api.conditional_update_tx(session, *group[0]))
                 continue
             # A savepoint: the status may win and a later change (the share's
             # size) lose; then neither may stay.
             nested = session.begin_nested()
-            ok = all(_conditional(session, cache, change) for change in group)
+            ok = all(db_api.conditional_update_tx(session, *change) for change in group)
             if ok:
                 nested.commit()
             else:

@@ -253,10 +253,10 @@ def finish_requests_tx(session: Session, request_ids: Iterable[int], engine_id: 
     ids = sorted(set(request_ids))
     if not ids:
         return 0
-    return session.execute(  # on the table: a plain UPDATE (see api.conditional_update_tx)
+    r = M.Request.__table__.c  # a plain UPDATE (see api.conditional_update_tx)
+    return session.execute(
         sa.update(M.Request.__table__)
-        .where(M.Request.id.in_(ids), M.Request.engine_id == engine_id,
-               M.Request.status == vocab.REQUEST_RUNNING)
+        .where(r.id.in_(ids), r.engine_id == engine_id, r.status == vocab.REQUEST_RUNNING)
         .values(status=status, error=error, finished_at=M.utcnow())
     ).rowcount
 

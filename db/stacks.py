@@ -450,7 +450,7 @@ def _lock_tx(
         session,
         resource_id,
         {"engine_id": expected_holder},
-        {"engine_id": engine_id, "atomic_key": Resource.atomic_key + 1},
+        {"engine_id": engine_id, "atomic_key": api.PLUS_ONE},
     )
     row = session.execute(
         sa.select(Resource.engine_id, Resource.atomic_key).where(
@@ -486,7 +486,7 @@ def resource_lock_release(db: Database, resource_id: int, engine_id: str) -> boo
 
 
 # What releasing a row's lock writes: every lock change bumps the key.
-RELEASED: Mapping[str, Any] = {"engine_id": None, "atomic_key": Resource.atomic_key + 1}
+RELEASED: Mapping[str, Any] = {"engine_id": None, "atomic_key": api.PLUS_ONE}
 
 
 def resource_lock_release_tx(session: Session, resource_id: int, engine_id: str) -> bool:

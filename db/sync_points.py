@@ -88,12 +88,24 @@ def is_ready(input_data: Mapping[str, Any], required: Collection[str]) -> bool:
     return all(k in input_data for k in required)
 
 
-def _pk(entity_id: Any, traversal_id: str, is_update: bool) -> list:
-    return [
-        SP.entity_id == str(entity_id),
-        SP.traversal_id == traversal_id,
-        SP.is_update == bool(is_update),
-    ]
+def _by_key() -> list:
+    c = SP.__table__.c
+    return [c.entity_id == sa.bindparam("e"), c.traversal_id == sa.bindparam("t"),
+            c.is_update == sa.bindparam("u")]
+
+
+# The hot statements, built once with parameters: a statement built anew at
+# each call costs more in building and in its cache key than in running.
+_GET = sa.select(SP.__table__).where(*_by_key())
+_GET_LOCKED = _GET.with_for_update()
+_CAS = (sa.update(SP.__table__)
+        .where(*_by_key(), SP.__table__.c.atomic_key == sa.bindparam("k"))
+        .values(input_data=sa.bindparam("data"), atomic_key=sa.bindparam("k_new"),
+                updated_at=sa.bindparam("now")))
+
+
+def _key(entity_id: Any, traversal_id: str, is_update: bool) -> dict:
+    return {"e": str(entity_id), "t": traversal_id, "u": bool(is_update)}
 
 
 def _snapshot(row: Any) -> SyncPoint:
@@ -146,10 +158,8 @@ def get_tx(
 ) -> SyncPoint | None:
     # The table's columns, not the mapped class: a plain row, no ORM object
     # to build and throw away (the point is returned as a snapshot).
-    stmt = sa.select(SP.__table__).where(*_pk(entity_id, traversal_id, is_update))
-    if lock:
-        stmt = stmt.with_for_update()
-    row = session.execute(stmt).first()
+    row = session.execute(_GET_LOCKED if lock else _GET,
+                          _key(entity_id, traversal_id, is_update)).first()
     return None if row is None else _snapshot(row)
 
 
@@ -186,12 +196,9 @@ def cas_tx(
     """One compare-and-swap: store ``input_data`` if the point's key is still
     ``expected_key`` (and bump it). False if another writer got there first
     or the point is gone."""
-    stmt = (  # on the table: a plain UPDATE (see api.conditional_update_tx)
-        sa.update(SP.__table__)
-        .where(*_pk(entity_id, traversal_id, is_update), SP.atomic_key == expected_key)
-        .values(input_data=input_data, atomic_key=expected_key + 1, updated_at=models.utcnow())
-    )
-    return session.execute(stmt).rowcount == 1
+    return session.execute(_CAS, {**_key(entity_id, traversal_id, is_update), "k": expected_key,
+                                  "k_new": expected_key + 1, "data": input_data,
+                                  "now": models.utcnow()}).rowcount == 1
 
 
 def first_write_tx(session: Session, entity_id: Any, traversal_id: str, is_update: bool,
