@@ -16,7 +16,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
-from sharemgr.db import models, notify
+from sharemgr.db import models, notify, records
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
 
@@ -300,61 +300,63 @@ def request_add_tx(
     return row
 
 
+@functools.lru_cache(maxsize=8)
+def _claim_statements(any_host: bool, skip_locked: bool, returning: bool
+                      ) -> tuple[sa.Select, sa.Update, sa.Select | None]:
+    """The claim's statements, built once (the loop runs them at every
+    wake-up): which pending rows, the UPDATE that takes them, and where the
+    UPDATE cannot return the rows, the read of what it took."""
+    table = models.Request.__table__
+    c = table.c
+    where = [c.host.in_(sa.bindparam("hosts", expanding=True))]
+    if any_host:
+        where.append(c.host.is_(None))
+    pick = (sa.select(c.id).where(c.status == vocab.REQUEST_PENDING, sa.or_(*where))
+            .order_by(c.id).limit(sa.bindparam("limit", type_=sa.Integer)))
+    if skip_locked:
+        pick = pick.with_for_update(skip_locked=True)
+    take = sa.update(table).values(status=vocab.REQUEST_RUNNING, engine_id=sa.bindparam("engine"),
+                                   claimed_at=sa.bindparam("now"))
+    if returning:
+        # A materialized CTE: PostgreSQL may run a plain IN (subquery) with
+        # LIMIT and SKIP LOCKED more than once, and claim more than ``limit``.
+        ids = pick.cte("claimable").prefix_with("MATERIALIZED")
+        take = take.add_cte(ids).where(c.id.in_(sa.select(ids.c.id)),
+                                       c.status == vocab.REQUEST_PENDING).returning(table)
+        return pick, take, None
+    take = take.where(c.id.in_(sa.bindparam("ids", expanding=True)),
+                      c.status == vocab.REQUEST_PENDING)
+    read = (sa.select(table).where(c.id.in_(sa.bindparam("ids", expanding=True)),
+                                   c.engine_id == sa.bindparam("engine"),
+                                   c.status == vocab.REQUEST_RUNNING).order_by(c.id))
+    return pick, take, read
+
+
 def request_claim(
     db: Database, hosts: Sequence[str], engine_id: str, limit: int, any_host: bool = True
-) -> list[models.Request]:
+) -> list[records.Record]:
     """Atomically move up to ``limit`` pending requests for ``hosts`` (and,
-    with ``any_host``, requests without a host) to running for this engine.
+    with ``any_host``, requests without a host) to running for this engine;
+    the claimed rows as records, by id.
 
     PostgreSQL/MariaDB: SELECT ... FOR UPDATE SKIP LOCKED, so concurrent engines
     take disjoint rows without waiting. SQLite: the transaction holds the write
     lock (BEGIN IMMEDIATE) so the select and update are one step. In both
     cases the UPDATE is conditional on status='pending'. Where UPDATE ...
     RETURNING exists (PostgreSQL, SQLite) the claim is that one statement."""
-    where = [models.Request.host.in_(list(hosts))]
-    if any_host:
-        where.append(models.Request.host.is_(None))
-    stmt = (
-        sa.select(models.Request.id)
-        .where(models.Request.status == vocab.REQUEST_PENDING, sa.or_(*where))
-        .order_by(models.Request.id)
-        .limit(limit)
-    )
-    if db.skip_locked:
-        stmt = stmt.with_for_update(skip_locked=True)
-    if db.update_returning:
-        # A materialized CTE: PostgreSQL may run a plain IN (subquery) with
-        # LIMIT and SKIP LOCKED more than once, and claim more than ``limit``.
-        ids = stmt.cte("claimable").prefix_with("MATERIALIZED")
-        claim = (
-            sa.update(models.Request)
-            .add_cte(ids)
-            .where(models.Request.id.in_(sa.select(ids.c.id)),
-                   models.Request.status == vocab.REQUEST_PENDING)
-            .values(status=vocab.REQUEST_RUNNING, engine_id=engine_id, claimed_at=utcnow())
-            .returning(models.Request)
-            .execution_options(synchronize_session=False)
-        )
-        with db.session() as session:
-            return sorted(session.scalars(claim), key=lambda r: r.id)
+    pick, take, read = _claim_statements(any_host, db.skip_locked, db.update_returning)
+    params = {"hosts": list(hosts), "limit": limit, "engine": engine_id}
     with db.session() as session:
-        ids = list(session.scalars(stmt))
+        if read is None:
+            rows = session.execute(take, {**params, "now": utcnow()})
+            return sorted((records.Record(**r._mapping) for r in rows), key=lambda r: r.id)
+        ids = list(session.scalars(pick, params))
         if not ids:
             return []
-        now = utcnow()  # once the rows are ours (the select may have waited for a lock)
-        r = models.Request.__table__.c  # a plain UPDATE (see conditional_update_tx)
-        session.execute(
-            sa.update(models.Request.__table__)
-            .where(r.id.in_(ids), r.status == vocab.REQUEST_PENDING)
-            .values(status=vocab.REQUEST_RUNNING, engine_id=engine_id, claimed_at=now)
-        )
-        rows = session.scalars(
-            sa.select(models.Request)
-            .where(models.Request.id.in_(ids), models.Request.engine_id == engine_id,
-                   models.Request.status == vocab.REQUEST_RUNNING)
-            .order_by(models.Request.id)
-        )
-        return list(rows)
+        # ``now`` once the rows are ours (the select may have waited for a lock).
+        session.execute(take, {"ids": ids, "engine": engine_id, "now": utcnow()})
+        return [records.Record(**r._mapping)
+                for r in session.execute(read, {"ids": ids, "engine": engine_id})]
 
 
 def request_finish(
