@@ -106,6 +106,12 @@ def _insert_order() -> dict[Any, int]:
     return {t: i for i, t in enumerate(models.Base.metadata.sorted_tables)}
 
 
+@functools.cache
+def _insert(table: sa.Table) -> sa.Insert:
+    # One statement object per table, its values given at execution.
+    return sa.insert(table)
+
+
 def insert_rows_tx(session: Session, rows: Iterable[Any]) -> None:
     """Insert new mapped objects as plain INSERTs on their tables, without
     the ORM's unit of work: parents before children (the foreign keys'
@@ -117,7 +123,7 @@ def insert_rows_tx(session: Session, rows: Iterable[Any]) -> None:
         values = {c.name: obj.__dict__[c.name] for c in table.c if c.name in obj.__dict__
                   # an unset key is made by the database or the default, as in a flush
                   and not (c.primary_key and obj.__dict__[c.name] is None)}
-        made = session.execute(sa.insert(table).values(**values)).inserted_primary_key
+        made = session.execute(_insert(table), values).inserted_primary_key
         for column, value in zip(table.primary_key.columns, made, strict=True):
             if getattr(obj, column.name) is None:
                 setattr(obj, column.name, value)

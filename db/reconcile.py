@@ -35,26 +35,33 @@ def lease_start(db: Database, resource_id: str, engine_id: str, seconds: float) 
                      models.utcnow() + datetime.timedelta(seconds=seconds)) > 0
 
 
+def _lease_statements() -> tuple[sa.Select, sa.Update, sa.Update]:
+    r = models.Request.__table__  # a plain UPDATE (see api.conditional_update_tx)
+    mine = (r.c.engine_id == sa.bindparam("engine"), r.c.status == vocab.REQUEST_RUNNING)
+    about = r.c.resource_id.in_(sa.bindparam("resources", expanding=True))
+    by_id = r.c.id.in_(sa.bindparam("ids", expanding=True))
+    lease = sa.update(r).values(lease_expires_at=sa.bindparam("until"))
+    return sa.select(r.c.id).where(about, *mine), lease.where(about, *mine), lease.where(
+        by_id, *mine)
+
+
+# Built once with parameters: a share operation sets its lease at each step.
+_LEASED, _LEASE, _LEASE_BY_ID = _lease_statements()
+
+
 def _lease_set_tx(session: Session, resource_ids: list[str], engine_id: str,
                   until: datetime.datetime) -> int:
-    r = models.Request.__table__.c  # a plain UPDATE (see api.conditional_update_tx)
-    mine = (r.engine_id == engine_id, r.status == vocab.REQUEST_RUNNING)
-    where = [r.resource_id.in_(resource_ids), *mine]
+    params = {"resources": list(resource_ids), "engine": engine_id, "until": until}
     if session.get_bind().dialect.name == "mysql":
         # InnoDB locks every index record an UPDATE scans, not only the rows
         # it changes: found first without locks, the rows are updated by
         # primary key, so this statement holds nothing another writer of
         # requests waits for while it waits (a deadlock seen in CI).
-        ids = list(session.scalars(sa.select(r.id).where(*where)))
+        ids = list(session.scalars(_LEASED, params))
         if not ids:
             return 0
-        where = [r.id.in_(ids), *mine]
-    stmt = (
-        sa.update(models.Request.__table__)
-        .where(*where)
-        .values(lease_expires_at=until)
-    )
-    return session.execute(stmt).rowcount
+        return session.execute(_LEASE_BY_ID, {**params, "ids": ids}).rowcount
+    return session.execute(_LEASE, params).rowcount
 
 
 def lease_set(db: Database, resource_ids: list[str], engine_id: str,

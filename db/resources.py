@@ -37,18 +37,23 @@ def primary_instance(db: Database, share_id: str) -> models.ShareInstance | None
         return session.scalars(stmt).first()
 
 
+# Built once with a parameter: a share operation re-reads its row at each
+# step, and building the statement cost more than running it.
+_INSTANCE_WITH_SHARE = (
+    sa.select(models.ShareInstance, models.Share)
+    .outerjoin(models.Share, models.Share.id == models.ShareInstance.share_id)
+    .where(models.ShareInstance.id == sa.bindparam("id"),
+           models.ShareInstance.deleted_at.is_(None))
+    .execution_options(populate_existing=True)
+)
+
+
 def instance_with_share_tx(session: Session, instance_id: str
                            ) -> tuple[models.ShareInstance | None, models.Share | None]:
     """A live share instance and its share (deleted or not), in one
     statement of the caller's transaction: what a share operation re-reads
     under its lock and gives the driver."""
-    found = session.execute(
-        sa.select(models.ShareInstance, models.Share)
-        .outerjoin(models.Share, models.Share.id == models.ShareInstance.share_id)
-        .where(models.ShareInstance.id == instance_id,
-               models.ShareInstance.deleted_at.is_(None))
-        .execution_options(populate_existing=True)
-    ).first()
+    found = session.execute(_INSTANCE_WITH_SHARE, {"id": instance_id}).first()
     return (None, None) if found is None else (found[0], found[1])
 
 

@@ -164,11 +164,12 @@ def get_tx(
 
 
 def list_for_traversal(db: Database, stack_id: str, traversal_id: str) -> list[SyncPoint]:
+    c = SP.__table__.c  # plain rows, no ORM objects (the watchdog lists every point)
     with db.session() as session:
-        rows = session.scalars(
-            sa.select(SP)
-            .where(SP.stack_id == stack_id, SP.traversal_id == traversal_id)
-            .order_by(SP.entity_id, SP.is_update)
+        rows = session.execute(
+            sa.select(SP.__table__)
+            .where(c.stack_id == stack_id, c.traversal_id == traversal_id)
+            .order_by(c.entity_id, c.is_update)
         )
         return [_snapshot(r) for r in rows]
 
