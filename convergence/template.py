@@ -22,6 +22,7 @@ properties, how a change to each property is applied and the attributes
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 from collections.abc import Iterable, Mapping
@@ -242,6 +243,20 @@ class Template:
     timeout: float | None = None  # minutes, as Heat's timeout_mins; 0: none
     # Seconds between self-healing checks of the stack (daemon/heal.py); None: never.
     converge_interval: int | None = None
+
+    @functools.cached_property
+    def referenced_attributes(self) -> Mapping[str, frozenset[str]]:
+        """Per resource, the attributes other resources' properties read
+        with ``get_attr``: all that its SyncPoint data must carry to its
+        successors (a resource nobody reads an attribute of passes on its
+        ids alone, so a wide fan-in's point does not grow with every
+        predecessor's attributes)."""
+        wanted: dict[str, set[str]] = {}
+        for d in self.resources.values():
+            for ref in _references(d.name, dict(d.properties)):
+                if isinstance(ref, GetAttr):
+                    wanted.setdefault(ref.name, set()).add(ref.attribute)
+        return {name: frozenset(attrs) for name, attrs in wanted.items()}
 
     @classmethod
     def empty(cls) -> Template:
@@ -553,6 +568,16 @@ class ResourceData:
     resource_id: int | None = None  # the stack_resources row (maybe a replacement)
     physical_id: str | None = None
     attributes: Mapping[str, Any] = field(default_factory=dict)
+
+    def passed_on(self, template: Template | None) -> dict:
+        """:meth:`to_dict` with only the attributes ``template`` reads of
+        this resource (:attr:`Template.referenced_attributes`); all of them
+        without a template."""
+        if template is None:
+            return self.to_dict()
+        wanted = template.referenced_attributes.get(self.name, frozenset())
+        return {**self.to_dict(),
+                "attributes": {k: v for k, v in self.attributes.items() if k in wanted}}
 
     def to_dict(self) -> dict:
         return {

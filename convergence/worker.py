@@ -104,6 +104,7 @@ class _Ctx:
     args: Mapping[str, Any] = field(default_factory=dict)
     # The row's end, left to the report's transaction: (row, action, values, op request)
     end: tuple[int, str, dict, int | None] | None = None
+    template: Template | None = None  # the traversal's: what successors read (passed_on)
 
 
 @dataclass(frozen=True)
@@ -316,7 +317,7 @@ class Worker:
             raise Skip(f"node {node} is not in traversal {traversal} any more")
         input_data = args.get("input_data") or {}
         ctx = _Ctx(req_id, stack_id, stack.name, traversal, node, graph, input_data, [],
-                   chain=chain, args=args)
+                   chain=chain, args=args, template=self.template(stack))
 
         # Fast paths: nobody holds the row and the work is plain.
         if row.engine_id is None:
@@ -828,8 +829,8 @@ class Worker:
         values = {**final, "properties": d.props, "attributes": dict(d.observed.attributes)}
         stacks.resource_set_state(self.db, effective.id, self.engine_id, action, status,
                                   None, values)
-        return _Outcome(data=self._data(row.name, effective.id, effective.type,
-                                        effective.physical_id))
+        return _Outcome(data=ResourceData(row.name, effective.id, effective.physical_id,
+                                          d.observed.attributes).passed_on(ctx.template))
 
     def _carry_out(self, ctx: _Ctx, name: str, begun: stack_work.Begun, action: str,
                    plan: phys.Plan, final: dict,
@@ -870,7 +871,7 @@ class Worker:
             stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_COMPLETE, None,
                            values, op_request_id=begun.op_request_id)
         return _Outcome(data=ResourceData(name, rid, physical_id,
-                                          observed.attributes).to_dict())
+                                          observed.attributes).passed_on(ctx.template))
 
     def _cleanup(self, ctx: _Ctx, stack: models.Stack, row: models.StackResource) -> _Outcome:
         if (row.id, True) in ctx.graph and row.replaced_by is None:
@@ -924,10 +925,6 @@ class Worker:
                                           action or row.action, vocab.STACK_FAILED, reason)
         except Exception:  # the stack's failure matters more than the row's
             LOG.exception("could not mark resource %s FAILED", rid)
-
-    def _data(self, name: str, rid: int, type_: str, physical_id: str | None) -> dict:
-        observed = phys.observe(self.db, type_, physical_id)
-        return ResourceData(name, rid, physical_id, observed.attributes).to_dict()
 
     # After the node ------------------------------------------------------------------------
 

@@ -304,3 +304,22 @@ def test_longest_names_fit_a_share_name():
     template.check_stack_name("w" * 60)
     name = template.physical_name("w" * 60, "r" * 128, "n" * template.NAME_PROPERTY_MAX)
     assert len(name) <= 255
+
+
+def test_referenced_attributes_are_what_get_attr_reads():
+    t = template.parse("""
+resources:
+  a: {type: share, properties: {size: 1, proto: NFS}}
+  b: {type: share, properties: {size: 1, proto: NFS, name: {get_attr: [a, name]}}}
+  c: {type: snapshot, properties: {share: {get_resource: a}, name: {get_attr: [b, host]}}}
+  d: {type: share, properties: {size: 1, proto: NFS,
+      name: {get_attr: [a, export_locations, 0, path]}}}
+outputs:
+  size: {get_attr: [d, size]}
+""")
+    # Outputs are resolved from the rows, not from SyncPoint data.
+    assert t.referenced_attributes == {"a": {"name", "export_locations"}, "b": {"host"}}
+    data = template.ResourceData("a", 1, "p", {"name": "n", "size": 1, "host": "h"})
+    assert data.passed_on(t) == {"name": "a", "resource_id": 1, "physical_id": "p",
+                                 "attributes": {"name": "n"}}
+    assert data.passed_on(None)["attributes"] == dict(data.attributes)

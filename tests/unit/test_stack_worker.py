@@ -131,6 +131,34 @@ resources:
     assert _one_each(rig, ("share",)) == ["pair-a", "pair-b"]
 
 
+def test_a_successor_gets_only_the_attributes_it_reads(rig, monkeypatch):
+    """SyncPoint data carries the ids of every predecessor but only the
+    attributes some resource reads with get_attr (Template.referenced_attributes):
+    c reads a's name, nothing of b's; the get_attr still resolves."""
+    from sharemgr.convergence import worker as worker_mod
+
+    monkeypatch.setattr(worker_mod, "CHAIN_LIMIT", 0)  # c's check waits as a request
+    e = rig.engine()
+    rig.create("refs", """
+resources:
+  a: {type: share, properties: {size: 1, proto: NFS}}
+  b: {type: share, properties: {size: 1, proto: NFS}}
+  c: {type: share, properties: {size: 1, proto: NFS, name: {get_attr: [a, name]}},
+      depends_on: [b]}
+""")
+    e.step(2)  # a and b
+    rows = rig.rows("refs")
+    (check,) = [r for r in rig.checks("pending") if r.args["resource_id"] == rows["c"][0].id]
+    passed = {v["name"]: v for v in check.args["input_data"].values()}
+    assert set(passed) == {"a", "b"}
+    assert set(passed["a"]["attributes"]) == {"name"} and passed["b"]["attributes"] == {}
+    assert passed["b"]["physical_id"] == rows["b"][0].physical_id
+    e.pump()
+    assert _status(rig, "refs") == ("CREATE", "COMPLETE")
+    a = phys.observe(rig.db, "share", rig.rows("refs")["a"][0].physical_id)
+    assert rig.rows("refs")["c"][0].properties["name"] == a.attributes["name"]
+
+
 def test_a_wide_fan_out_reports_in_batches_and_completes(rig, monkeypatch):
     """A share that 12 shares depend on: its update reports to 13 points
     (the 12 updates, its own clean-up), the first REPORT_IN_ONE with its
