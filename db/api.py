@@ -107,8 +107,9 @@ def _insert_order() -> dict[Any, int]:
 
 
 @functools.cache
-def _insert(table: sa.Table) -> sa.Insert:
-    # One statement object per table, its values given at execution.
+def insert_statement(table: sa.Table) -> sa.Insert:
+    """One INSERT statement object per table, its values given at execution
+    (built once: building and caching one per call costs more than running it)."""
     return sa.insert(table)
 
 
@@ -123,7 +124,7 @@ def insert_rows_tx(session: Session, rows: Iterable[Any]) -> None:
         values = {c.name: obj.__dict__[c.name] for c in table.c if c.name in obj.__dict__
                   # an unset key is made by the database or the default, as in a flush
                   and not (c.primary_key and obj.__dict__[c.name] is None)}
-        made = session.execute(_insert(table), values).inserted_primary_key
+        made = session.execute(insert_statement(table), values).inserted_primary_key
         for column, value in zip(table.primary_key.columns, made, strict=True):
             if getattr(obj, column.name) is None:
                 setattr(obj, column.name, value)

@@ -51,17 +51,25 @@ def check_head(db: Database, stack_id: str, resource_id: int) -> tuple[Any, Any]
         return check_head_tx(conn, stack_id, resource_id)
 
 
+def _check_head_stmt() -> sa.Select:
+    s, r = M.Stack.__table__, M.StackResource.__table__
+    return (sa.select(*records.columns(s, ("current_deps",)), r)
+            .select_from(s.outerjoin(r, sa.and_(r.c.id == sa.bindparam("rid"),
+                                                r.c.deleted_at.is_(None))))
+            .where(s.c.id == sa.bindparam("sid"), s.c.deleted_at.is_(None)))
+
+
+# Built once with parameters: every check reads its head.
+_CHECK_HEAD = _check_head_stmt()
+
+
 def check_head_tx(session: Session | sa.Connection, stack_id: str, resource_id: int
                   ) -> tuple[Any, Any]:
     """:func:`check_head` in the caller's transaction. One statement on the
     tables (no ORM objects): the stack without its graph, outer-joined with
     the row (a row that is gone reads as None); read-only records."""
     s, r = M.Stack.__table__, M.StackResource.__table__
-    stmt = (sa.select(*records.columns(s, ("current_deps",)), r)
-            .select_from(s.outerjoin(r, sa.and_(r.c.id == resource_id,
-                                                r.c.deleted_at.is_(None))))
-            .where(s.c.id == stack_id, s.c.deleted_at.is_(None)))
-    found = session.execute(stmt).first()
+    found = session.execute(_CHECK_HEAD, {"rid": resource_id, "sid": stack_id}).first()
     return (None, None) if found is None else records.pair(found, s, r, ("current_deps",))
 
 
@@ -186,7 +194,7 @@ def _running_request_tx(
 ) -> int:
     """A request ``running`` for this engine as it is written; its id."""
     now = M.utcnow()
-    return session.execute(sa.insert(M.Request.__table__).values(
+    return session.execute(api.insert_statement(M.Request.__table__), dict(
         resource_type=resource_type, resource_id=resource_id, action=action, host=host,
         args=args or {}, status=vocab.REQUEST_RUNNING, engine_id=engine_id, created_at=now,
         claimed_at=now,

@@ -143,6 +143,13 @@ def stack_swap_traversal_tx(
     )
 
 
+# Two columns, not the row (its graph, current_deps, can be large); on the
+# table, built once with a parameter (every begin runs it).
+_HEAD = sa.select(Stack.__table__.c.current_traversal, Stack.__table__.c.status).where(
+    Stack.__table__.c.id == sa.bindparam("id"), Stack.__table__.c.deleted_at.is_(None))
+_HEAD_LOCKED = _HEAD.with_for_update(read=True)
+
+
 def traversal_is_current_tx(session: Session, stack_id: str, traversal_id: str,
                             lock: bool = True) -> bool:
     """Whether ``traversal_id`` is the stack's current traversal, holding a
@@ -151,10 +158,7 @@ def traversal_is_current_tx(session: Session, stack_id: str, traversal_id: str,
     would supersede the traversal. ``lock=False``: a plain read, for a
     caller that already holds SyncPoints (they are locked before the stack
     row) and needs no more than a check would read."""
-    # Two columns, not the row: the row's graph (current_deps) can be large.
-    stmt = sa.select(Stack.current_traversal, Stack.status).where(
-        Stack.id == stack_id, Stack.deleted_at.is_(None))
-    head = session.execute(stmt.with_for_update(read=True) if lock else stmt).first()
+    head = session.execute(_HEAD_LOCKED if lock else _HEAD, {"id": stack_id}).first()
     # A traversal that ended FAILED (a timeout, a cancel without rollback) is
     # not current either: its checks stop at their next step.
     return (head is not None and head.current_traversal == traversal_id

@@ -37,10 +37,10 @@ def _live_instance_of_snapshot() -> Any:
     return sa.and_(ssi.c.snapshot_id == t.share_snapshots.c.id, ssi.c.deleted_at.is_(None))
 
 
-def _one(db: Database, stmt: sa.Select, parent: sa.Table, child: sa.Table
+def _one(db: Database, stmt: sa.Select, params: dict, parent: sa.Table, child: sa.Table
          ) -> tuple[Record, Record | None] | None:
     with db.connect() as conn:
-        row = conn.execute(stmt.limit(1)).first()
+        row = conn.execute(stmt, params).first()
     return None if row is None else pair(row, parent, child)
 
 
@@ -70,11 +70,18 @@ def _snapshots() -> sa.Select:
             .where(sn.c.deleted_at.is_(None)))
 
 
+# One resource by id, built once with a parameter: a stack observes each
+# share it makes with this read.
+_SHARE = (_shares().where(t.shares.c.id == sa.bindparam("id"))
+          .order_by(t.share_instances.c.created_at, t.share_instances.c.id).limit(1))
+_SNAPSHOT = (_snapshots().where(t.share_snapshots.c.id == sa.bindparam("id"))
+             .order_by(t.share_snapshot_instances.c.created_at,
+                       t.share_snapshot_instances.c.id).limit(1))
+
+
 def share_with_status(db: Database, share_id: str) -> tuple[Record, Record | None] | None:
     """A live share with its primary instance, or None."""
-    si = t.share_instances
-    return _one(db, _shares().where(t.shares.c.id == share_id)
-                .order_by(si.c.created_at, si.c.id), t.shares, si)
+    return _one(db, _SHARE, {"id": share_id}, t.shares, t.share_instances)
 
 
 def shares_with_status(db: Database) -> list[tuple[Record, Record | None]]:
@@ -87,9 +94,8 @@ def shares_with_status(db: Database) -> list[tuple[Record, Record | None]]:
 def snapshot_with_status(db: Database, snapshot_id: str
                          ) -> tuple[Record, Record | None] | None:
     """A live snapshot with its instance, or None."""
-    ssi = t.share_snapshot_instances
-    return _one(db, _snapshots().where(t.share_snapshots.c.id == snapshot_id)
-                .order_by(ssi.c.created_at, ssi.c.id), t.share_snapshots, ssi)
+    return _one(db, _SNAPSHOT, {"id": snapshot_id}, t.share_snapshots,
+                t.share_snapshot_instances)
 
 
 def snapshots_with_status(db: Database) -> list[tuple[Record, Record | None]]:
