@@ -77,6 +77,33 @@ def _update_stmt(table: sa.Table, tests: tuple[tuple[str, str], ...],
         {n: c[n] + 1 if plus_one else sa.bindparam(f"v_{n}") for n, plus_one in columns})
 
 
+@functools.lru_cache(maxsize=128)
+def _update_many_stmt(table: sa.Table, tests: tuple[str, ...], columns: tuple[str, ...]
+                      ) -> sa.Update:
+    """``UPDATE table SET <columns> WHERE id IN (:ids) AND <col = :w_col>
+    RETURNING id``: the rows that matched, built once per shape."""
+    c = table.c
+    return (sa.update(table)
+            .where(c.id.in_(sa.bindparam("ids", expanding=True)),
+                   *[c[n] == sa.bindparam(f"w_{n}") for n in tests])
+            .values({n: sa.bindparam(f"v_{n}") for n in columns})
+            .returning(c.id))
+
+
+def conditional_update_many_tx(session: Session, model: type, ids: Sequence[Any],
+                               expected: dict[str, Any], values: dict[str, Any]) -> set:
+    """:func:`conditional_update_tx` of the same change on many rows in one
+    statement (``UPDATE … RETURNING``: PostgreSQL, SQLite); each row is still
+    checked against ``expected`` (plain values), and the ids of the rows that
+    matched are returned."""
+    if hasattr(model, "updated_at") and "updated_at" not in values:
+        values = {**values, "updated_at": utcnow()}
+    stmt = _update_many_stmt(model.__table__, tuple(expected), tuple(values))
+    params = {"ids": list(ids), **{f"w_{n}": v for n, v in expected.items()},
+              **{f"v_{n}": v for n, v in values.items()}}
+    return set(session.scalars(stmt, params))
+
+
 def conditional_update_tx(
     session: Session, model: type, ident: Any, expected: dict[str, Any], values: dict[str, Any]
 ) -> bool:

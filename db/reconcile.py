@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import datetime
 from collections.abc import Callable
 from typing import Any
@@ -136,6 +137,46 @@ def abandon_request(db: Database, request_id: int, dead_engine: str, note: str,
         return session.execute(stmt).rowcount == 1
 
 
+# Rows per multi-row UPDATE: a pass's outcomes are mostly the same change
+# (``creating`` -> ``available``) on many rows.
+MANY_AT_ONCE = 500
+
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool)) and value is not None
+
+
+def _applied_together(session: Session, groups: list[list[db_api.Change]]) -> dict[int, bool]:
+    """The one-change groups that make the same change on different rows,
+    applied by one ``UPDATE … WHERE id IN (…) AND <expected> RETURNING id``
+    per shape and up to MANY_AT_ONCE rows (each row still checked against
+    what it was read with); {group index: applied}. A row named by more than
+    one group, or a change with other than plain values, is left to the one
+    by one path, in order."""
+    seen: collections.Counter = collections.Counter(
+        (change[0], change[1]) for group in groups for change in group)
+    buckets: dict[tuple, list[int]] = {}
+    for i, group in enumerate(groups):
+        if len(group) != 1:
+            continue
+        model, ident, expected, values = group[0]
+        if seen[(model, ident)] > 1 or not all(
+                _plain(v) for v in (*expected.values(), *values.values())):
+            continue
+        key = (model, tuple(expected.items()), tuple(values.items()))
+        buckets.setdefault(key, []).append(i)
+    out: dict[int, bool] = {}
+    for (model, expected, values), members in buckets.items():
+        if len(members) < 2:
+            continue
+        for at in range(0, len(members), MANY_AT_ONCE):
+            part = members[at:at + MANY_AT_ONCE]
+            won = db_api.conditional_update_many_tx(
+                session, model, [groups[i][0][1] for i in part], dict(expected), dict(values))
+            out.update((i, groups[i][0][1] in won) for i in part)
+    return out
+
+
 def transitions(db: Database, groups: list[list[db_api.Change]]) -> list[bool]:
     """Apply many resources' outcomes in one transaction: each group is one
     resource's conditional updates ``(model, id, expected, values)`` (its
@@ -144,7 +185,11 @@ def transitions(db: Database, groups: list[list[db_api.Change]]) -> list[bool]:
     and the others still apply. Returns, per group, whether it applied."""
     applied: list[bool] = []
     with db.session() as session:
-        for group in groups:
+        together = _applied_together(session, groups) if db.update_returning else {}
+        for i, group in enumerate(groups):
+            if i in together:
+                applied.append(together[i])
+                continue
             if len(group) == 1:
                 applied.append(db_api.conditional_update_tx(session, *group[0]))
                 continue

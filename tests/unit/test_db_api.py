@@ -243,3 +243,27 @@ def test_insert_rows_parents_first_with_their_defaults(db):
                                                                             "active")
     assert got.created_at is not None
     assert api.get(db, models.Request, req.id).status == "pending"
+
+
+def test_transitions_of_the_same_change_apply_together_and_each_row_is_checked(db):
+    # db/reconcile.transitions: the one-change groups of one shape are one
+    # UPDATE … RETURNING (PostgreSQL, SQLite), one by one elsewhere; the
+    # outcome per group is the same either way.
+    from sharemgr.db import reconcile as db_rec
+
+    rows = [_instance(db) for _ in range(4)]
+    api.conditional_update(db, models.ShareInstance, rows[1].id, {}, {"status": "error"})
+    change = ({"status": "creating"}, {"status": "available"})
+    groups = [[(models.ShareInstance, r.id, *change)] for r in rows[:3]]
+    groups.append([(models.ShareInstance, rows[2].id, *change)])  # named twice: in order
+    groups.append([(models.ShareInstance, rows[3].id, {"status": "creating"},
+                    {"status": "error"})])
+    assert db_rec.transitions(db, groups) == [True, False, True, False, True]
+    assert [api.get(db, models.ShareInstance, r.id).status for r in rows] == [
+        "available", "error", "available", "error"]
+    # A shape of many rows, one of which changed meanwhile.
+    more = [_instance(db) for _ in range(5)]
+    api.conditional_update(db, models.ShareInstance, more[3].id, {}, {"status": "deleting"})
+    applied = db_rec.transitions(db, [[(models.ShareInstance, r.id, *change)] for r in more])
+    assert applied == [True, True, True, False, True]
+    assert api.get(db, models.ShareInstance, more[3].id).status == "deleting"
