@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import sqlalchemy as sa
 from sharemgr.db import api, migration, models
 from sharemgr.db.engine import Database, DatabaseUnavailable
 
@@ -264,6 +265,10 @@ def test_transitions_of_the_same_change_apply_together_and_each_row_is_checked(d
     # A shape of many rows, one of which changed meanwhile.
     more = [_instance(db) for _ in range(5)]
     api.conditional_update(db, models.ShareInstance, more[3].id, {}, {"status": "deleting"})
+    updates = []
+    sa.event.listen(db.engine, "before_cursor_execute",
+                    lambda *a: updates.append(a[2]) if a[2].startswith("UPDATE") else None)
     applied = db_rec.transitions(db, [[(models.ShareInstance, r.id, *change)] for r in more])
     assert applied == [True, True, True, False, True]
+    assert len(updates) == (5 if db.dialect == "mysql" else 1)
     assert api.get(db, models.ShareInstance, more[3].id).status == "deleting"
