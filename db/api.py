@@ -104,6 +104,32 @@ def conditional_update_many_tx(session: Session, model: type, ids: Sequence[Any]
     return set(session.scalars(stmt, params))
 
 
+def conditional_update_rows_tx(session: Session, model: type,
+                               rows: Sequence[tuple[Any, dict[str, Any], dict[str, Any]]]
+                               ) -> set:
+    """PostgreSQL: many rows' conditional updates of one shape (the same
+    expected and set columns; each row ``(id, expected, values)`` with its
+    own values) in one ``UPDATE … FROM (VALUES …) RETURNING id``, each row
+    still checked against its own ``expected`` (plain values); the ids of
+    the rows that matched."""
+    table = model.__table__
+    c = table.c
+    _, first_expected, first_values = rows[0]
+    tests, columns = tuple(first_expected), tuple(first_values)
+    given = sa.values(sa.column("id", c.id.type),
+                      *[sa.column(f"w_{n}", c[n].type) for n in tests],
+                      *[sa.column(f"v_{n}", c[n].type) for n in columns], name="given").data(
+        [(ident, *[expected[n] for n in tests], *[values[n] for n in columns])
+         for ident, expected, values in rows])
+    new: dict[str, Any] = {n: given.c[f"v_{n}"] for n in columns}
+    if hasattr(model, "updated_at") and "updated_at" not in new:
+        new["updated_at"] = utcnow()
+    stmt = (sa.update(table)
+            .where(c.id == given.c.id, *[c[n] == given.c[f"w_{n}"] for n in tests])
+            .values(new).returning(c.id))
+    return set(session.scalars(stmt))
+
+
 def conditional_update_tx(
     session: Session, model: type, ident: Any, expected: dict[str, Any], values: dict[str, Any]
 ) -> bool:

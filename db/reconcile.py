@@ -146,13 +146,17 @@ def _plain(value: Any) -> bool:
     return isinstance(value, (str, int, float, bool)) and value is not None
 
 
-def _applied_together(session: Session, groups: list[list[db_api.Change]]) -> dict[int, bool]:
-    """The one-change groups that make the same change on different rows,
-    applied by one ``UPDATE … WHERE id IN (…) AND <expected> RETURNING id``
-    per shape and up to MANY_AT_ONCE rows (each row still checked against
-    what it was read with); {group index: applied}. A row named by more than
-    one group, or a change with other than plain values, is left to the one
-    by one path, in order."""
+def _applied_together(session: Session, groups: list[list[db_api.Change]],
+                      own_values: bool) -> dict[int, bool]:
+    """The one-change groups of one shape, applied together per up to
+    MANY_AT_ONCE rows, each row still checked against what it was read
+    with; {group index: applied}. ``own_values`` (PostgreSQL): each row
+    with its own values (``UPDATE … FROM (VALUES …) RETURNING id``: a pass
+    writes each share's export locations); else the groups that make the
+    same change with plain values (``UPDATE … WHERE id IN (…) AND <expected>
+    RETURNING id``: error marks, snapshots). A row named by more than one
+    group, or a value computed in SQL, is left to the one by one path, in
+    order."""
     seen: collections.Counter = collections.Counter(
         (change[0], change[1]) for group in groups for change in group)
     buckets: dict[tuple, list[int]] = {}
@@ -160,10 +164,17 @@ def _applied_together(session: Session, groups: list[list[db_api.Change]]) -> di
         if len(group) != 1:
             continue
         model, ident, expected, values = group[0]
-        if seen[(model, ident)] > 1 or not all(
-                _plain(v) for v in (*expected.values(), *values.values())):
+        if seen[(model, ident)] > 1 or not all(_plain(v) for v in expected.values()):
             continue
-        key = (model, tuple(expected.items()), tuple(values.items()))
+        if own_values:
+            if any(isinstance(v, sa.ClauseElement) or v is db_api.PLUS_ONE
+                   for v in values.values()):
+                continue
+            key: tuple = (model, tuple(expected), tuple(values))
+        elif all(_plain(v) for v in values.values()):
+            key = (model, tuple(expected.items()), tuple(values.items()))
+        else:
+            continue
         buckets.setdefault(key, []).append(i)
     out: dict[int, bool] = {}
     for (model, expected, values), members in buckets.items():
@@ -171,8 +182,13 @@ def _applied_together(session: Session, groups: list[list[db_api.Change]]) -> di
             continue
         for at in range(0, len(members), MANY_AT_ONCE):
             part = members[at:at + MANY_AT_ONCE]
-            won = db_api.conditional_update_many_tx(
-                session, model, [groups[i][0][1] for i in part], dict(expected), dict(values))
+            if own_values:
+                won = db_api.conditional_update_rows_tx(
+                    session, model, [groups[i][0][1:] for i in part])
+            else:
+                won = db_api.conditional_update_many_tx(
+                    session, model, [groups[i][0][1] for i in part], dict(expected),
+                    dict(values))
             out.update((i, groups[i][0][1] in won) for i in part)
     return out
 
@@ -185,7 +201,8 @@ def transitions(db: Database, groups: list[list[db_api.Change]]) -> list[bool]:
     and the others still apply. Returns, per group, whether it applied."""
     applied: list[bool] = []
     with db.session() as session:
-        together = _applied_together(session, groups) if db.update_returning else {}
+        together = (_applied_together(session, groups, db.dialect == "postgresql")
+                    if db.update_returning else {})
         for i, group in enumerate(groups):
             if i in together:
                 applied.append(together[i])

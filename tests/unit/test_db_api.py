@@ -272,3 +272,24 @@ def test_transitions_of_the_same_change_apply_together_and_each_row_is_checked(d
     assert applied == [True, True, True, False, True]
     assert len(updates) == (5 if db.dialect == "mysql" else 1)
     assert api.get(db, models.ShareInstance, more[3].id).status == "deleting"
+
+
+def test_transitions_with_each_rows_own_values(db):
+    # A healthy pass writes each share's export locations: on PostgreSQL one
+    # UPDATE … FROM (VALUES …) for the lot, elsewhere one per row.
+    from sharemgr.db import reconcile as db_rec
+
+    rows = [_instance(db) for _ in range(4)]
+    api.conditional_update(db, models.ShareInstance, rows[2].id, {}, {"status": "error"})
+    places = [[{"path": f"10.0.0.{i}:/s", "is_admin_only": False}] for i in range(4)]
+    groups = [[(models.ShareInstance, r.id, {"status": "creating"},
+                {"status": "available", "export_locations": where})]
+              for r, where in zip(rows, places, strict=True)]
+    updates = []
+    sa.event.listen(db.engine, "before_cursor_execute",
+                    lambda *a: updates.append(a[2]) if a[2].startswith("UPDATE") else None)
+    assert db_rec.transitions(db, groups) == [True, True, False, True]
+    assert len(updates) == (1 if db.dialect == "postgresql" else 4)
+    got = [api.get(db, models.ShareInstance, r.id) for r in rows]
+    assert [g.status for g in got] == ["available", "available", "error", "available"]
+    assert [g.export_locations for g in got] == [places[0], places[1], [], places[3]]
