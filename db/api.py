@@ -48,6 +48,14 @@ class _PlusOne:
 PLUS_ONE = _PlusOne()
 
 
+def _stamped(model: type, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with ``updated_at`` set to now, where the model has one and
+    the caller did not set it: what every conditional update writes."""
+    if hasattr(model, "updated_at") and "updated_at" not in values:
+        return {**values, "updated_at": utcnow()}
+    return values
+
+
 def _test(value: Any) -> str:
     """How a column is compared with an expected value: the statement's shape."""
     if value is None:
@@ -96,8 +104,7 @@ def conditional_update_many_tx(session: Session, model: type, ids: Sequence[Any]
     statement (``UPDATE … RETURNING``: PostgreSQL, SQLite); each row is still
     checked against ``expected`` (plain values), and the ids of the rows that
     matched are returned."""
-    if hasattr(model, "updated_at") and "updated_at" not in values:
-        values = {**values, "updated_at": utcnow()}
+    values = _stamped(model, values)
     stmt = _update_many_stmt(model.__table__, tuple(expected), tuple(values))
     params = {"ids": list(ids), **{f"w_{n}": v for n, v in expected.items()},
               **{f"v_{n}": v for n, v in values.items()}}
@@ -121,9 +128,7 @@ def conditional_update_rows_tx(session: Session, model: type,
                       *[sa.column(f"v_{n}", c[n].type) for n in columns], name="given").data(
         [(ident, *[expected[n] for n in tests], *[values[n] for n in columns])
          for ident, expected, values in rows])
-    new: dict[str, Any] = {n: given.c[f"v_{n}"] for n in columns}
-    if hasattr(model, "updated_at") and "updated_at" not in new:
-        new["updated_at"] = utcnow()
+    new = _stamped(model, {n: given.c[f"v_{n}"] for n in columns})
     stmt = (sa.update(table)
             .where(c.id == given.c.id, *[c[n] == given.c[f"w_{n}"] for n in tests])
             .values(new).returning(c.id))
@@ -133,17 +138,18 @@ def conditional_update_rows_tx(session: Session, model: type,
 def conditional_update_tx(
     session: Session, model: type, ident: Any, expected: dict[str, Any], values: dict[str, Any]
 ) -> bool:
-    if hasattr(model, "updated_at") and "updated_at" not in values:
-        values = {**values, "updated_at": utcnow()}
+    values = _stamped(model, values)
     table = model.__table__
     if any(isinstance(v, sa.ClauseElement) for v in values.values()):
-        # Another value computed in SQL: built for this call.
+        # Another value computed in SQL (a stack's end: a CASE): built for
+        # this call.
         c = table.c
         stmt = sa.update(table).where(c.id == ident, *_criteria(c, expected)).values(
             **{n: c[n] + 1 if v is PLUS_ONE else v for n, v in values.items()})
         return session.execute(stmt).rowcount == 1
     tests = tuple((name, _test(v)) for name, v in expected.items())
-    stmt = _update_stmt(table, tests, tuple((n, v is PLUS_ONE) for n, v in values.items()))
+    stmt = _update_stmt(table, tests,
+                        tuple((n, v is PLUS_ONE) for n, v in values.items()))
     params = {"w_id": ident, **{f"v_{n}": v for n, v in values.items() if v is not PLUS_ONE}}
     for name, test in tests:
         if test != "null":

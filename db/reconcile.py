@@ -143,7 +143,7 @@ MANY_AT_ONCE = 500
 
 
 def _plain(value: Any) -> bool:
-    return isinstance(value, (str, int, float, bool)) and value is not None
+    return isinstance(value, (str, int, float, bool))
 
 
 def _applied_together(session: Session, groups: list[list[db_api.Change]],
