@@ -82,6 +82,10 @@ CHAIN_LIMIT = 50
 # Successors a node reports to in the transaction that ends it (in sorted
 # order: SyncPoints are locked in one order); the rest, one transaction each.
 REPORT_IN_ONE = 8
+# Clean-up nodes with nothing to do that one transaction reports for as it
+# makes them ready (``Worker._cascade_tx``), instead of writing their checks:
+# bounded so that a long chain's clean-up does not become one long transaction.
+INLINE_LIMIT = 64
 _SLOW = object()  # a fast path declined: take the general one
 
 
@@ -114,6 +118,20 @@ class _Claimed:
     req_id: int
     args: dict
     head: tuple[models.Stack | None, models.StackResource | None]
+
+
+@dataclass
+class _Tx:
+    """What one reporting transaction does with the nodes its writes make
+    ready (``Worker._ready_tx``)."""
+
+    complete: Callable[[Session, dict], None]  # the stack's point made ready: end the traversal
+    own: bool = False  # the transaction that ends the check's node (``Worker._report``)
+    claim: bool = False  # claim the first node that needs a check, to run next here
+    queue: list[Node] = field(default_factory=list)  # clean-ups with nothing to do: reported in it
+    inlined: int = 0  # how many joined the queue
+    later: list[tuple[Node, dict | None, list[Node]]] = field(default_factory=list)
+    pending: list[tuple[int, dict, Node]] = field(default_factory=list)  # claimed: req, args, node
 
 
 @dataclass
@@ -446,16 +464,14 @@ class Worker:
         the row's action and release its lock, and record the check's own
         request. A successor made ready is enqueued in it, or (the first)
         claimed by this engine to run next in this thread (its request row,
-        ``running`` for us, is the durable trigger); the clean-up node of
-        the row this check just created is run in it (``_inline``). Further
-        successors are reported to afterwards, one transaction each. On a
-        database error the pieces are written one by one, as the general
-        path does."""
-        node, graph, traversal = ctx.node, ctx.graph, ctx.traversal
+        ``running`` for us, is the durable trigger); a clean-up node made
+        ready that has nothing to do is reported for in it
+        (``_cascade_tx``). Further successors are reported to afterwards
+        (``_report_later``). On a database error the pieces are written one
+        by one, as the general path does."""
+        node, graph = ctx.node, ctx.graph
         targets = sorted(graph.required_by(node))
-        pending: list[tuple[int, dict, Node]] = []  # claimed: request, args, node
         claimed: list[_Claimed] = []
-        inlined: list[tuple[Node, bool]] = []  # clean-up nodes run here: found their point
         ended = False
 
         def own_writes(session: Session) -> None:
@@ -479,45 +495,21 @@ class Worker:
                 if rid != ended_rid:  # released as it ended
                     stacks.resource_lock_release_tx(session, rid, self.engine_id)
 
-        def first_report(session: Session, sender: Node, data: dict | None,
-                         succs: list[Node] | None = None) -> bool:
-            """``sender``'s report to its first successor's point (``succs``:
-            to those), or from a root to the stack's; False if a point is
-            gone."""
-            succs = sorted(graph.required_by(sender))[:1] if succs is None else succs
-            for succ in succs:
-                if not sync_points.sync_tx(
-                        session, succ.resource_id, traversal, succ.is_update, sender.key, data,
-                        graph.requires_keys(succ),
-                        lambda s_, input_data, succ=succ: ready(s_, succ, input_data)).found:
-                    return False
-            if not succs and graph.is_root(sender):
-                return sync_points.sync_tx(session, ctx.stack_id, traversal, True, sender.key,
-                                           None, graph.root_keys(), complete).found
-            return True
-
-        def ready(session: Session, succ: Node, input_data: dict) -> None:
-            if self._inline(ctx, succ):
-                inlined.append((succ, first_report(session, succ, None)))
-            elif ctx.chain > 0 and not pending:
-                args = prepare.check_request_args(ctx.stack_id, traversal, succ, input_data)
-                req_id = stack_work.running_check_tx(session, self.engine_id,
-                                                     succ.resource_id, args)
-                with self._inflight_lock:
-                    self._inflight.add(req_id)
-                # Its head is read last, after this check's own writes, so it sees them.
-                pending.append((req_id, args, succ))
-            else:
-                prepare.enqueue_check_tx(session, ctx.stack_id, traversal, succ, input_data)
-
         def complete(session: Session, _input: dict) -> None:
-            lifecycle.complete_tx(session, ctx.stack_id, traversal,
+            lifecycle.complete_tx(session, ctx.stack_id, ctx.traversal,
                                   before_purge=lambda: own_writes(session))
 
+        tx = _Tx(complete, own=True, claim=ctx.chain > 0)
+        if targets[REPORT_IN_ONE:]:
+            tx.later.append((node, outcome.data, targets[REPORT_IN_ONE:]))
+
         def report(session: Session) -> bool:
-            found = first_report(session, node, outcome.data, targets[:REPORT_IN_ONE])
+            found = self._reports_tx(session, ctx, tx, node, outcome.data,
+                                     targets[:REPORT_IN_ONE]) \
+                and self._cascade_tx(session, ctx, tx)
             own_writes(session)
-            for req_id, args, succ in pending:
+            for req_id, args, succ in tx.pending:
+                # Its head is read last, after this check's own writes, so it sees them.
                 claimed.append(_Claimed(req_id, args, stack_work.check_head_tx(
                     session, ctx.stack_id, succ.resource_id)))
             return found
@@ -526,9 +518,9 @@ class Worker:
             found = lifecycle.in_one_transaction(self.db, report)
         except Exception:
             LOG.exception("node %s (traversal %s): could not report in one transaction; "
-                          "writing it step by step", node, traversal)
+                          "writing it step by step", node, ctx.traversal)
             with self._inflight_lock:
-                for req_id, _args, _succ in pending:
+                for req_id, _args, _succ in tx.pending:
                     self._inflight.discard(req_id)
             if ctx.end is not None:
                 rid, action, values, op_id = ctx.end
@@ -541,15 +533,7 @@ class Worker:
         for rid in ctx.held:
             self._untake(rid)
         try:
-            if found:
-                found = self._propagate(ctx, outcome.data, targets[REPORT_IN_ONE:], root=False)
-            for succ, succ_found in inlined:
-                if found and succ_found:
-                    rest = sorted(graph.required_by(succ))[1:]
-                    found = self._propagate(replace(ctx, node=succ), None, rest, root=False)
-                else:
-                    found = False
-            if not found:
+            if not (found and self._report_later(ctx, tx.later)):
                 self._retrigger(ctx)
         except BaseException:
             # The claimed successor will not run here: left to the watchdog,
@@ -561,24 +545,92 @@ class Worker:
             raise
         return (claimed[0] if claimed else None), True
 
-    def _inline(self, ctx: _Ctx, succ: Node) -> bool:
-        """Whether ``succ``, made ready by ``ctx``'s report, is the clean-up
-        node of the row ``ctx`` just created and ends in this transaction:
-        a row still wanted, which this check held from start to end (so
-        nobody replaced it), has nothing to clean up — its check would only
-        report (``_check``'s first fast path). Running that report in the
-        same transaction writes no request for it and cannot be cut in half
-        by a crash. The traversal is current and in progress: ``succ``'s
+    def _reports_tx(self, session: Session, ctx: _Ctx, tx: _Tx, sender: Node,
+                    data: dict | None, succs: list[Node]) -> bool:
+        """``sender``'s report to ``succs`` (its successors, sorted: every
+        multi-point report locks them in that order) in the caller's
+        transaction, or, with none, from a root to the stack's point. False
+        if a point is gone: the traversal is over."""
+        graph, traversal = ctx.graph, ctx.traversal
+        for succ in succs:
+            if not sync_points.sync_tx(
+                    session, succ.resource_id, traversal, succ.is_update, sender.key, data,
+                    graph.requires_keys(succ),
+                    lambda s_, input_data, succ=succ: self._ready_tx(s_, ctx, tx, succ,
+                                                                     input_data)).found:
+                return False
+        if not succs and graph.is_root(sender):
+            if not sync_points.sync_tx(session, ctx.stack_id, traversal, True, sender.key, None,
+                                       graph.root_keys(), tx.complete).found:
+                return False
+        return True
+
+    def _ready_tx(self, session: Session, ctx: _Ctx, tx: _Tx, succ: Node,
+                  input_data: dict) -> None:
+        """``succ`` was made ready in ``tx``: a clean-up with nothing to do
+        joins its queue, to be reported for in it; else its check request is
+        written, claimed by this engine to run next in this thread (the
+        first, in ``_report``) or pending for any engine."""
+        if self._noop_cleanup_tx(session, ctx, tx, succ):
+            tx.queue.append(succ)
+        elif tx.claim and not tx.pending:
+            args = prepare.check_request_args(ctx.stack_id, ctx.traversal, succ, input_data)
+            req_id = stack_work.running_check_tx(session, self.engine_id, succ.resource_id, args)
+            with self._inflight_lock:
+                self._inflight.add(req_id)
+            tx.pending.append((req_id, args, succ))
+        else:
+            prepare.enqueue_check_tx(session, ctx.stack_id, ctx.traversal, succ, input_data)
+
+    def _noop_cleanup_tx(self, session: Session, ctx: _Ctx, tx: _Tx, succ: Node) -> bool:
+        """Whether ``succ``, made ready in ``tx``, is a clean-up node with
+        nothing to do, whose report ``tx`` can write itself: the clean-up of
+        a row the traversal still wants (its update node, which comes first,
+        has reported), which nobody holds and nothing replaced — what its
+        own check would read before it only reports (``_check``'s first
+        fast path); no request is written for it, and no crash can cut it
+        in half. The traversal is current and in progress: ``succ``'s
         point, just written under its lock, exists (a traversal's points
         are deleted when it is superseded, completes or fails, before its
-        stack row is written), which is all the node's own check would
-        have read. Only for a node whose one
-        successor it is: such a row has no dependents, so the clean-up's
-        own report goes down the requires order (to clean-ups of rows it
-        requires, or the stack's point) and SyncPoints stay locked in an
-        order no other transaction reverses."""
+        stack row is written), which is all that check would read of the
+        stack. Up to ``INLINE_LIMIT`` per transaction."""
+        if succ.is_update or (succ.resource_id, True) not in ctx.graph \
+                or tx.inlined >= INLINE_LIMIT:
+            return False
+        if (tx.own and self._inline(ctx, succ)) \
+                or stack_work.free_and_current_tx(session, succ.resource_id):
+            tx.inlined += 1
+            return True
+        return False
+
+    def _cascade_tx(self, session: Session, ctx: _Ctx, tx: _Tx) -> bool:
+        """Report, in ``tx``, for the clean-up nodes with nothing to do in
+        its queue: each to its first successor, or from a root to the
+        stack's point; their further successors are left to
+        ``_report_later``. Reports that make more such nodes ready add them
+        to the queue. These points are locked after every point of the
+        transaction's batch, and they are clean-up points (of rows the node
+        required) or the stack's: later in the graph than the batch, and
+        written by clean-up nodes only once every update node before them
+        has reported. Should two transactions still deadlock, the database
+        breaks it and the report is written step by step. False if a point
+        is gone."""
+        while tx.queue:
+            node = tx.queue.pop(0)
+            succs = sorted(ctx.graph.required_by(node))
+            if succs[1:]:
+                tx.later.append((node, None, succs[1:]))
+            if not self._reports_tx(session, ctx, tx, node, None, succs[:1]):
+                return False
+        return True
+
+    def _inline(self, ctx: _Ctx, succ: Node) -> bool:
+        """Whether ``succ`` is the clean-up node of the row ``ctx`` just
+        created, in the transaction that ends it: a row still wanted, which
+        this check held from start to end (so nobody replaced it), has
+        nothing to clean up; its lock, ours, is released in that same
+        transaction."""
         return (ctx.end is not None and ctx.node.is_update
-                and ctx.graph.required_by(ctx.node) == {succ}
                 and succ == Node(ctx.node.resource_id, False)
                 and ctx.end[0] == ctx.node.resource_id and ctx.node.resource_id in ctx.held)
 
@@ -947,37 +999,8 @@ class Worker:
         point is missing (a newer traversal exists)."""
         node, graph, traversal = ctx.node, ctx.graph, ctx.traversal
         succs = sorted(graph.required_by(node)) if targets is None else targets
-
-        def report(session: Session, succ: Node) -> bool:
-            return sync_points.sync_tx(
-                session, succ.resource_id, traversal, succ.is_update, node.key, data,
-                graph.requires_keys(succ),
-                lambda s_, input_data: prepare.enqueue_check_tx(
-                    s_, ctx.stack_id, traversal, succ, input_data)).found
-
-        # A wide fan-out (a sink's clean-up to its many leaves' clean-ups)
-        # reports up to REPORT_IN_ONE points per transaction, in sorted
-        # order as every multi-point report locks them; a database error
-        # (a deadlock with a preparation's delete) retries them one by one.
-        for i in range(0, len(succs), REPORT_IN_ONE):
-            batch = succs[i:i + REPORT_IN_ONE]
-            if len(batch) > 1:
-                try:
-                    if not lifecycle.in_one_transaction(
-                            self.db, lambda s_, batch=batch: all(report(s_, n) for n in batch)):
-                        return False
-                    continue
-                except Exception:
-                    LOG.exception("node %s (traversal %s): could not report to %d points in "
-                                  "one transaction; one by one", node, traversal, len(batch))
-            for succ in batch:
-                result = sync_points.sync(
-                    self.db, succ.resource_id, traversal, succ.is_update, node.key, data,
-                    graph.requires_keys(succ),
-                    lambda s_, input_data, succ=succ: prepare.enqueue_check_tx(
-                        s_, ctx.stack_id, traversal, succ, input_data))
-                if not result.found:
-                    return False
+        if not self._report_later(ctx, [(node, data, succs)]):
+            return False
         if root and graph.is_root(node):
             def complete(session: Session, _input: dict) -> None:
                 lifecycle.complete_tx(session, ctx.stack_id, traversal)
@@ -986,6 +1009,48 @@ class Worker:
                              graph.root_keys(), complete)
             if not result.found:
                 return False
+        return True
+
+    def _report_later(self, ctx: _Ctx, work: list[tuple[Node, dict | None, list[Node]]]
+                      ) -> bool:
+        """Reports of ``(sender, data, successors)`` left out of a
+        transaction (a wide fan-out: a sink's clean-up to its many leaves'
+        clean-ups), up to ``REPORT_IN_ONE`` points per transaction in sorted
+        order, as every multi-point report locks them, each with the
+        clean-up nodes it made ready that have nothing to do
+        (``_cascade_tx``; their further successors join ``work``). A
+        database error (a deadlock with a preparation's delete) retries a
+        batch one by one, the nodes it makes ready enqueued. False if a
+        point is missing."""
+        graph, traversal = ctx.graph, ctx.traversal
+
+        def complete(session: Session, _input: dict) -> None:
+            lifecycle.complete_tx(session, ctx.stack_id, traversal)
+
+        while work:
+            sender, data, succs = work.pop(0)
+            for i in range(0, len(succs), REPORT_IN_ONE):
+                batch = succs[i:i + REPORT_IN_ONE]
+                tx = _Tx(complete)
+                try:
+                    if not lifecycle.in_one_transaction(
+                            self.db, lambda s_, tx=tx, sender=sender, data=data, batch=batch:
+                            self._reports_tx(s_, ctx, tx, sender, data, batch)
+                            and self._cascade_tx(s_, ctx, tx)):
+                        return False
+                    work.extend(tx.later)
+                    continue
+                except Exception:
+                    LOG.exception("node %s (traversal %s): could not report to %d points in "
+                                  "one transaction; one by one", sender, traversal, len(batch))
+                for succ in batch:
+                    result = sync_points.sync(
+                        self.db, succ.resource_id, traversal, succ.is_update, sender.key, data,
+                        graph.requires_keys(succ),
+                        lambda s_, input_data, succ=succ: prepare.enqueue_check_tx(
+                            s_, ctx.stack_id, traversal, succ, input_data))
+                    if not result.found:
+                        return False
         return True
 
     def _retrigger(self, ctx: _Ctx) -> None:

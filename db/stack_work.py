@@ -73,6 +73,20 @@ def check_head_tx(session: Session | sa.Connection, stack_id: str, resource_id: 
     return (None, None) if found is None else records.pair(found, s, r, ("current_deps",))
 
 
+_FREE_AND_CURRENT = sa.select(M.StackResource.__table__.c.id).where(
+    M.StackResource.__table__.c.id == sa.bindparam("rid"),
+    M.StackResource.__table__.c.deleted_at.is_(None),
+    M.StackResource.__table__.c.engine_id.is_(None),
+    M.StackResource.__table__.c.replaced_by.is_(None))
+
+
+def free_and_current_tx(session: Session | sa.Connection, resource_id: int) -> bool:
+    """Whether the row exists, nobody holds its lock and nothing replaced
+    it: what a clean-up node of a row its traversal still wants reads
+    before it reports without doing anything."""
+    return session.execute(_FREE_AND_CURRENT, {"rid": resource_id}).first() is not None
+
+
 def stack_deps(db: Database, stack_id: str, traversal_id: str) -> dict | None:
     """``current_deps`` if ``traversal_id`` is still the stack's traversal."""
     with db.reading() as session:

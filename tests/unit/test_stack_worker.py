@@ -131,6 +131,60 @@ resources:
     assert _one_each(rig, ("share",)) == ["pair-a", "pair-b"]
 
 
+def _chain(n):
+    """A template of ``n`` shares, each depending on the one before."""
+    return "resources:\n" + "".join(
+        f"  s{i}: {{type: share, properties: {{size: 1, proto: NFS}}"
+        + (f", depends_on: [s{i - 1}]" if i else "") + "}\n" for i in range(n))
+
+
+@pytest.mark.parametrize("limit, cleanup_checks", [(64, 0), (2, 2)])
+def test_clean_up_nodes_with_nothing_to_do_report_where_they_become_ready(
+        rig, monkeypatch, limit, cleanup_checks):
+    """A chain of 6 shares: each row's clean-up waits for its own update and
+    for the clean-up of the row that requires it, so the clean-ups run
+    after the last create, from s5's down to s0's. None has anything to do:
+    each is reported for in the transaction that made it ready, none gets a
+    check request. With INLINE_LIMIT 2 a transaction reports for two of them
+    and the next waits as a check, whose own report goes on down the chain:
+    s5's and s4's from s5's create, s3's check with s2's and s1's, s0's
+    check."""
+    from sharemgr.convergence import worker as worker_mod
+
+    monkeypatch.setattr(worker_mod, "INLINE_LIMIT", limit)
+    e = rig.engine()
+    rig.create("chain", _chain(6))
+    e.pump()
+    assert _status(rig, "chain") == ("CREATE", "COMPLETE")
+    checks = rig.checks()
+    assert sorted(c.args["is_update"] for c in checks).count(False) == cleanup_checks
+    assert len(checks) == 6 + cleanup_checks
+    assert {c.status for c in checks} == {"done"} and not any(c.error for c in checks)
+    assert _one_each(rig, ("share",)) == [f"chain-s{i}" for i in range(6)]
+
+
+def test_a_clean_up_with_work_is_not_reported_for(rig):
+    """A chain whose middle share is replaced: the old row's clean-up
+    deletes it (a check of its own), while the clean-ups of the rows the
+    traversal keeps are reported for where they become ready."""
+    e = rig.engine()
+    rig.create("chain", _chain(3))
+    e.pump()
+    old = rig.rows("chain")["s1"][0].physical_id
+    rig.update("chain", _chain(3).replace(
+        "s1: {type: share, properties: {size: 1, proto: NFS}",
+        "s1: {type: share, properties: {size: 1, proto: CIFS}"))
+    e.pump()
+    assert _status(rig, "chain") == ("UPDATE", "COMPLETE")
+    assert [m for m, _name in _creates(rig)].count("delete_share") == 1
+    assert phys.observe(rig.db, "share", old).state == phys.GONE
+    traversal = rig.stack("chain").current_traversal
+    cleanups = [c for c in rig.checks() if c.args["traversal"] == traversal
+                and not c.args["is_update"]]
+    assert len(cleanups) == 1  # the replaced row's
+    assert _one_each(rig, ("share",)) == [f"chain-s{i}" for i in range(3)]
+
+
 def test_a_successor_gets_only_the_attributes_it_reads(rig, monkeypatch):
     """SyncPoint data carries the ids of every predecessor but only the
     attributes some resource reads with get_attr (Template.referenced_attributes):
