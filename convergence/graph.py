@@ -72,12 +72,14 @@ class Graph:
     """A directed acyclic graph of :class:`Node` with both adjacency
     directions kept, so every query is O(degree)."""
 
-    __slots__ = ("_requires", "_required_by", "_root_keys")
+    __slots__ = ("_requires", "_required_by", "_root_keys", "_keys")
 
     def __init__(self) -> None:
         self._requires: dict[Node, set[Node]] = {}
         self._required_by: dict[Node, set[Node]] = {}
         self._root_keys: frozenset[str] | None = None  # every root's report asks for it
+        # requires_keys by node: a fan-in's every sender asks for its point's
+        self._keys: dict[Node, frozenset[str]] = {}
 
     # Building ---------------------------------------------------------------
 
@@ -85,6 +87,7 @@ class Graph:
         node = Node(*node)
         if node not in self._requires:
             self._root_keys = None
+            self._keys.clear()
             self._requires[node] = set()
             self._required_by[node] = set()
         return node
@@ -97,11 +100,13 @@ class Graph:
         self._requires[after].add(before)
         self._required_by[before].add(after)
         self._root_keys = None
+        self._keys.clear()
 
     def remove_edge(self, before: tuple[int, bool], after: tuple[int, bool]) -> None:
         self._requires[Node(*after)].discard(Node(*before))
         self._required_by[Node(*before)].discard(Node(*after))
         self._root_keys = None
+        self._keys.clear()
 
     # Queries ----------------------------------------------------------------
 
@@ -147,7 +152,34 @@ class Graph:
 
     def requires_keys(self, node: tuple[int, bool]) -> frozenset[str]:
         """Sender keys ``node``'s SyncPoint must hear from before it is ready."""
-        return frozenset(node_key(n) for n in self._requires[Node(*node)])
+        node = Node(*node)
+        keys = self._keys.get(node)
+        if keys is None:
+            keys = self._keys[node] = frozenset(node_key(n) for n in self._requires[node])
+        return keys
+
+    def surely_before(self, a: Node, b: Node) -> bool:
+        """Whether every traversal finishes ``a`` before it starts ``b``, as
+        far as a look two edges back from ``b`` tells (``b`` requires ``a``,
+        or requires a node that does: an update before its dependent's
+        clean-up, say). False says only that this look did not tell."""
+        reqs = self._requires[b]
+        return a in reqs or any(a in self._requires[m] for m in reqs)
+
+    def reported_before(self, sender: Node, node: Node) -> frozenset[Node] | None:
+        """The other senders of ``node``'s point that have reported when
+        ``sender`` reports to it, if the graph's order tells: each comes
+        surely before ``sender`` or surely after it. None when one may run
+        at the same time (two dependents' clean-ups of one row)."""
+        before = []
+        for other in self._requires[node]:
+            if other == sender:
+                continue
+            if self.surely_before(other, sender):
+                before.append(other)
+            elif not self.surely_before(sender, other):
+                return None
+        return frozenset(before)
 
     def root_keys(self) -> frozenset[str]:
         """Sender keys the stack's SyncPoint must hear from (kept until the

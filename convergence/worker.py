@@ -55,7 +55,7 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence import lifecycle, prepare
 from sharemgr.convergence import physical as phys
-from sharemgr.convergence.graph import Graph, Node
+from sharemgr.convergence.graph import Graph, Node, node_key
 from sharemgr.convergence.template import (
     ResourceData,
     Template,
@@ -553,11 +553,13 @@ class Worker:
         if a point is gone: the traversal is over."""
         graph, traversal = ctx.graph, ctx.traversal
         for succ in succs:
+            sent, known = _sent(graph, sender, succ, data)
             if not sync_points.sync_tx(
-                    session, succ.resource_id, traversal, succ.is_update, sender.key, data,
+                    session, succ.resource_id, traversal, succ.is_update, sender.key, sent,
                     graph.requires_keys(succ),
                     lambda s_, input_data, succ=succ: self._ready_tx(s_, ctx, tx, succ,
-                                                                     input_data)).found:
+                                                                     input_data),
+                    known=known).found:
                 return False
         if not succs and graph.is_root(sender):
             if not sync_points.sync_tx(session, ctx.stack_id, traversal, True, sender.key, None,
@@ -1044,11 +1046,12 @@ class Worker:
                     LOG.exception("node %s (traversal %s): could not report to %d points in "
                                   "one transaction; one by one", sender, traversal, len(batch))
                 for succ in batch:
+                    sent, known = _sent(graph, sender, succ, data)
                     result = sync_points.sync(
-                        self.db, succ.resource_id, traversal, succ.is_update, sender.key, data,
+                        self.db, succ.resource_id, traversal, succ.is_update, sender.key, sent,
                         graph.requires_keys(succ),
                         lambda s_, input_data, succ=succ: prepare.enqueue_check_tx(
-                            s_, ctx.stack_id, traversal, succ, input_data))
+                            s_, ctx.stack_id, traversal, succ, input_data), known=known)
                     if not result.found:
                         return False
         return True
@@ -1074,6 +1077,20 @@ class Worker:
         """A node failed: the traversal FAILED (rolling back unless disabled,
         see ``lifecycle.fail``). False if it is no longer current."""
         return lifecycle.fail(self.db, stack_id, traversal, reason, node=True)
+
+
+def _sent(graph: Graph, sender: Node, succ: Node, data: dict | None
+          ) -> tuple[dict | None, dict | None]:
+    """What ``sender`` writes into ``succ``'s point, and what that point
+    holds before, when the graph's order tells (``sync_tx``'s ``known``: a
+    write without a read). A clean-up node reads nothing of its input: its
+    point gets None from every sender, so what it holds before is the keys
+    of the senders surely before this one (a chain's row: its update's,
+    before its dependent's clean-up)."""
+    if succ.is_update:
+        return data, None
+    before = graph.reported_before(sender, succ)
+    return None, None if before is None else dict.fromkeys(map(node_key, before))
 
 
 def _not_begun(why: str, rid: int) -> _Outcome | None:

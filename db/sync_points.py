@@ -202,17 +202,24 @@ def cas_tx(
                                   "now": models.utcnow()}).rowcount == 1
 
 
-def first_write_tx(session: Session, entity_id: Any, traversal_id: str, is_update: bool,
-                   sender: str, data: Any) -> bool:
-    """Store ``{sender: data}`` in a point nobody has written yet (its key
-    still 0), without reading it first: what a read and a CAS would write
-    there. False if the point was written before or is gone."""
-    return cas_tx(session, entity_id, traversal_id, is_update, 0, {sender: data})
+def blind_write_tx(session: Session, entity_id: Any, traversal_id: str, is_update: bool,
+                   known: Mapping[str, Any], sender: str, data: Any) -> bool:
+    """Store ``{**known, sender: data}`` in a point that holds ``known``
+    (written by that many reports, so its key is ``len(known)``), without
+    reading it first: what a read and a CAS would write there. False if the
+    point holds something else (the key moved: another report, or one sent
+    twice) or is gone."""
+    return cas_tx(session, entity_id, traversal_id, is_update, len(known),
+                  {**known, sender: data})
 
 
-def _only_from(sender: str, required: Collection[str]) -> bool:
-    """The point waits for ``sender`` alone: its first write needs no read."""
-    return len(required) == 1 and sender in required
+def _known(sender: str, required: Collection[str],
+           known: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """What the point holds before ``sender``'s report, if known: the
+    caller's word, or nothing for a point that waits for ``sender`` alone."""
+    if known is None and len(required) == 1 and sender in required:
+        return {}
+    return known
 
 
 def sync_tx(
@@ -224,6 +231,7 @@ def sync_tx(
     data: Any,
     required: Collection[str] = (),
     on_ready: Callable[[Session, dict], None] | None = None,
+    known: Mapping[str, Any] | None = None,
 ) -> SyncResult:
     """:func:`sync` in the caller's transaction, which then holds the point:
     the read locks it (``FOR UPDATE`` on PostgreSQL and MariaDB; SQLite's
@@ -231,13 +239,17 @@ def sync_tx(
     that writes other rows with the report; it must lock points before the
     ``stacks`` row and ``stack_resources`` rows (the lock order above).
 
-    A point that waits for ``sender`` alone (one predecessor: most points
-    of a graph) is first tried with a blind first write (one UPDATE, the
-    row locked as the read would); only a report that finds it written
-    already (a sender reporting again) or gone reads it."""
-    if _only_from(sender, required) and first_write_tx(
-            session, entity_id, traversal_id, is_update, sender, data):
-        return _first_written(session, sender, data, on_ready)
+    A point whose content before this report is known — ``known``: the
+    caller knows which senders have reported and what they sent (the
+    graph's order tells); or nothing, for a point that waits for
+    ``sender`` alone (most points of a graph) — is first tried with a
+    blind write (one UPDATE, the row locked as the read would); only a
+    report that finds it otherwise (a sender reporting again) or gone
+    reads it."""
+    prior = _known(sender, required, known)
+    if prior is not None and blind_write_tx(
+            session, entity_id, traversal_id, is_update, prior, sender, data):
+        return _blindly_written(session, prior, sender, data, required, on_ready)
     point = get_tx(session, entity_id, traversal_id, is_update, lock=True)
     if point is None:
         return SyncResult(found=False, attempts=1)
@@ -253,15 +265,17 @@ def sync_tx(
     return SyncResult(found=True, ready=ready, fired=fired, input_data=merged, attempts=1)
 
 
-def _first_written(session: Session, sender: str, data: Any,
-                   on_ready: Callable[[Session, dict], None] | None,
-                   attempts: int = 1) -> SyncResult:
-    """The result of a blind first write of the point's one sender: it was
-    empty, so this write made it ready."""
-    merged = {sender: data}
-    if on_ready is not None:
+def _blindly_written(session: Session, prior: Mapping[str, Any], sender: str, data: Any,
+                     required: Collection[str],
+                     on_ready: Callable[[Session, dict], None] | None) -> SyncResult:
+    """The result of a blind write over ``prior``, as a read and a CAS
+    would have had it."""
+    merged = {**prior, sender: data}
+    ready = is_ready(merged, required)
+    fired = ready and not is_ready(prior, required)
+    if fired and on_ready is not None:
         on_ready(session, merged)
-    return SyncResult(found=True, ready=True, fired=True, input_data=merged, attempts=attempts)
+    return SyncResult(found=True, ready=ready, fired=fired, input_data=merged, attempts=1)
 
 
 def sync(
@@ -278,6 +292,7 @@ def sync(
     max_attempts: int = MAX_ATTEMPTS,
     backoff_base: float = BACKOFF_BASE,
     backoff_cap: float = BACKOFF_CAP,
+    known: Mapping[str, Any] | None = None,
 ) -> SyncResult:
     """Merge ``{sender: data}`` into the point's input data (CAS, retried).
 
@@ -289,16 +304,20 @@ def sync(
     exception propagates. A sender reporting again after completion merges
     its data but fires nothing: the successor is enqueued exactly once.
 
+    ``known``: what the point holds before this report, if the caller
+    knows (see :func:`sync_tx`).
+
     Returns ``SyncResult(found=False)`` if the point does not exist.
     """
+    prior = _known(sender, required, known)
     attempt = 0
     while True:
         attempt += 1
         locking = lock_after is not None and attempt > lock_after
         with db.session() as session:
-            if attempt == 1 and _only_from(sender, required) and first_write_tx(
-                    session, entity_id, traversal_id, is_update, sender, data):
-                return _first_written(session, sender, data, on_ready)
+            if attempt == 1 and prior is not None and blind_write_tx(
+                    session, entity_id, traversal_id, is_update, prior, sender, data):
+                return _blindly_written(session, prior, sender, data, required, on_ready)
             point = get_tx(session, entity_id, traversal_id, is_update, lock=locking)
             if point is None:
                 return SyncResult(found=False, attempts=attempt)

@@ -54,6 +54,33 @@ def test_create_chain():
     assert order.index(Node(3, U)) < order.index(Node(3, C)) < order.index(Node(1, C))
 
 
+def test_which_senders_of_a_point_reported_before_another():
+    """A clean-up point's senders are ordered when the graph says so within
+    two edges: in a chain, a row's update comes before the clean-up of the
+    row that requires it. Two dependents' clean-ups of one row are not
+    ordered: nothing is known."""
+    chain = build_traversal_graph(
+        {1: [], 2: [1], 3: [2]},
+        [ExistingResource(1), ExistingResource(2, (1,)), ExistingResource(3, (2,))],
+    )
+    assert chain.surely_before(Node(1, U), Node(2, C))
+    assert not chain.surely_before(Node(2, C), Node(1, U))
+    assert chain.reported_before(Node(1, U), Node(1, C)) == frozenset()
+    assert chain.reported_before(Node(2, C), Node(1, C)) == {Node(1, U)}
+    assert chain.reported_before(Node(3, C), Node(2, C)) == {Node(2, U)}
+    # Two shares 2 and 3 on share 1: their clean-ups may run together.
+    fork = build_traversal_graph(
+        {1: [], 2: [1], 3: [1]},
+        [ExistingResource(1), ExistingResource(2, (1,)), ExistingResource(3, (1,))],
+    )
+    assert fork.reported_before(Node(2, C), Node(1, C)) is None
+    assert fork.reported_before(Node(1, U), Node(1, C)) == frozenset()
+    # A row removed from the template (no update node): its dependent's
+    # clean-up is its point's other sender; unordered with nothing, so known.
+    removed = build_traversal_graph({2: []}, [ExistingResource(1), ExistingResource(2, (1,))])
+    assert removed.reported_before(Node(2, C), Node(1, C)) == frozenset()
+
+
 def test_update_with_replacement_and_removed_resource():
     # Extant: share 1 (kept), snapshot 2 (removed from the template, required 1),
     # share 3 replaced by the new row 4 (a type change found at preparation),

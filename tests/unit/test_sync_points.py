@@ -164,6 +164,36 @@ def test_a_blind_first_write_keeps_what_another_sender_wrote(db, stack):
     assert not gone.found and not gone.fired
 
 
+def test_a_point_whose_content_the_sender_knows_is_written_blind(db, stack):
+    """``known``: the caller knows what the point holds before its report
+    (the graph's order): one UPDATE at the key that many reports left, and
+    it fires as a read and a CAS would. A point that holds something else
+    (a sender reported twice) is read and merged."""
+    _create(db, stack.id, T1, [(9, False), (10, False)], include_stack=False)
+    required = {"9:update", "8:cleanup"}
+    calls = []
+    first = sync_points.sync(db, 9, T1, False, "9:update", None, required,
+                             lambda s, d: calls.append(d), known={})
+    assert first.found and not first.ready and calls == []
+    seen = _statements(db)
+    with db.session() as session:
+        second = sync_points.sync_tx(session, 9, T1, False, "8:cleanup", None, required,
+                                     lambda s, d: calls.append(d), known={"9:update": None})
+    assert [s for s in seen if s in ("SELECT", "UPDATE")] == ["UPDATE"]
+    assert second.fired and calls == [{"9:update": None, "8:cleanup": None}]
+    point = _get(db, 9, T1, False)
+    assert point.atomic_key == 2 and point.input_data == calls[0]
+    # Point 10: its first sender reported twice (key 2); the second's blind
+    # write at key 1 finds it moved, reads, merges, and fires once.
+    for _ in range(2):
+        sync_points.sync(db, 10, T1, False, "9:update", None, required, known={})
+    seen.clear()
+    late = sync_points.sync(db, 10, T1, False, "8:cleanup", None, required,
+                            lambda s, d: calls.append(d), known={"9:update": None})
+    assert [s for s in seen if s in ("SELECT", "UPDATE")] == ["UPDATE", "SELECT", "UPDATE"]
+    assert late.fired and len(calls) == 2 and _get(db, 10, T1, False).atomic_key == 3
+
+
 def test_sync_on_a_missing_point_reports_a_superseded_traversal(db, stack):
     called = []
     result = sync_points.sync(db, 9, T1, True, "1:update", 1, {"1:update"},
