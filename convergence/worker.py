@@ -131,6 +131,7 @@ class _Tx:
     queue: list[Node] = field(default_factory=list)  # clean-ups with nothing to do: reported in it
     inlined: int = 0  # how many joined the queue
     later: list[tuple[Node, dict | None, list[Node]]] = field(default_factory=list)
+    roots: list[Node] = field(default_factory=list)  # reported to the stack's point at the end
     pending: list[tuple[int, dict, Node]] = field(default_factory=list)  # claimed: req, args, node
 
 
@@ -549,8 +550,9 @@ class Worker:
                     data: dict | None, succs: list[Node]) -> bool:
         """``sender``'s report to ``succs`` (its successors, sorted: every
         multi-point report locks them in that order) in the caller's
-        transaction, or, with none, from a root to the stack's point. False
-        if a point is gone: the traversal is over."""
+        transaction, or, with none, from a root to the stack's point (left
+        to the end of the transaction, ``_cascade_tx``). False if a point is
+        gone: the traversal is over."""
         graph, traversal = ctx.graph, ctx.traversal
         for succ in succs:
             sent, known = _sent(graph, sender, succ, data)
@@ -562,9 +564,7 @@ class Worker:
                     known=known).found:
                 return False
         if not succs and graph.is_root(sender):
-            if not sync_points.sync_tx(session, ctx.stack_id, traversal, True, sender.key, None,
-                                       graph.root_keys(), tx.complete).found:
-                return False
+            tx.roots.append(sender)  # written last, together (``_cascade_tx``)
         return True
 
     def _ready_tx(self, session: Session, ctx: _Ctx, tx: _Tx, succ: Node,
@@ -614,9 +614,10 @@ class Worker:
         transaction's batch, and they are clean-up points (of rows the node
         required) or the stack's: later in the graph than the batch, and
         written by clean-up nodes only once every update node before them
-        has reported. Should two transactions still deadlock, the database
-        breaks it and the report is written step by step. False if a point
-        is gone."""
+        has reported; then the stack's point, for every root the
+        transaction reported for. Should two transactions still deadlock,
+        the database breaks it and the report is written step by step.
+        False if a point is gone."""
         while tx.queue:
             node = tx.queue.pop(0)
             succs = sorted(ctx.graph.required_by(node))
@@ -624,7 +625,14 @@ class Worker:
                 tx.later.append((node, None, succs[1:]))
             if not self._reports_tx(session, ctx, tx, node, None, succs[:1]):
                 return False
-        return True
+        if not tx.roots:
+            return True
+        # The stack's point, last of all: the reports of every root this
+        # transaction ended (a fan-in's leaves, a batch of eight) in one
+        # read and one write.
+        return sync_points.sync_many_tx(
+            session, ctx.stack_id, ctx.traversal, True, dict.fromkeys(r.key for r in tx.roots),
+            ctx.graph.root_keys(), tx.complete).found
 
     def _inline(self, ctx: _Ctx, succ: Node) -> bool:
         """Whether ``succ`` is the clean-up node of the row ``ctx`` just

@@ -250,11 +250,28 @@ def sync_tx(
     if prior is not None and blind_write_tx(
             session, entity_id, traversal_id, is_update, prior, sender, data):
         return _blindly_written(session, prior, sender, data, required, on_ready)
+    return sync_many_tx(session, entity_id, traversal_id, is_update, {sender: data}, required,
+                        on_ready)
+
+
+def sync_many_tx(
+    session: Session,
+    entity_id: Any,
+    traversal_id: str,
+    is_update: bool,
+    reports: Mapping[str, Any],
+    required: Collection[str] = (),
+    on_ready: Callable[[Session, dict], None] | None = None,
+) -> SyncResult:
+    """The reports of several senders (``{sender: data}``) merged into the
+    point in one read (locking it) and one CAS, in the caller's
+    transaction: the roots of a graph that one transaction reports for, to
+    the stack's point. Otherwise as :func:`sync_tx`."""
     point = get_tx(session, entity_id, traversal_id, is_update, lock=True)
     if point is None:
         return SyncResult(found=False, attempts=1)
     was_ready = is_ready(point.input_data, required)
-    merged = {**point.input_data, sender: data}
+    merged = {**point.input_data, **reports}
     if not cas_tx(session, entity_id, traversal_id, is_update, point.atomic_key, merged):
         raise SyncPointContention(f"SyncPoint {entity_id}/{traversal_id}/{is_update}: "
                                   "changed under its row lock")

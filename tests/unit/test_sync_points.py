@@ -194,6 +194,34 @@ def test_a_point_whose_content_the_sender_knows_is_written_blind(db, stack):
     assert late.fired and len(calls) == 2 and _get(db, 10, T1, False).atomic_key == 3
 
 
+def test_several_senders_in_one_read_and_one_write(db, stack):
+    """``sync_many_tx``: the reports of several roots in one read and one
+    CAS; the write that completes the point fires once, a later one merges
+    and fires nothing, a missing point says so."""
+    _create(db, stack.id, T1, [], include_stack=True)
+    required = {"1:cleanup", "2:cleanup", "3:cleanup"}
+    calls = []
+    seen = _statements(db)
+    with db.session() as session:
+        two = sync_points.sync_many_tx(session, stack.id, T1, True,
+                                       {"1:cleanup": None, "2:cleanup": None}, required,
+                                       lambda s, d: calls.append(d))
+    assert [s for s in seen if s in ("SELECT", "UPDATE")] == ["SELECT", "UPDATE"]
+    assert two.found and not two.ready and calls == []
+    with db.session() as session:
+        last = sync_points.sync_many_tx(session, stack.id, T1, True,
+                                        {"3:cleanup": None, "2:cleanup": None}, required,
+                                        lambda s, d: calls.append(d))
+        again = sync_points.sync_many_tx(session, stack.id, T1, True, {"1:cleanup": None},
+                                         required, lambda s, d: calls.append(d))
+    assert last.fired and calls == [dict.fromkeys(sorted(required))]
+    assert again.ready and not again.fired and len(calls) == 1
+    assert _get(db, stack.id, T1, True).atomic_key == 3
+    with db.session() as session:
+        assert not sync_points.sync_many_tx(session, stack.id, "other", True,
+                                            {"1:cleanup": None}, required).found
+
+
 def test_sync_on_a_missing_point_reports_a_superseded_traversal(db, stack):
     called = []
     result = sync_points.sync(db, 9, T1, True, "1:update", 1, {"1:update"},
