@@ -22,6 +22,7 @@ Prints one JSON line per (engines, shape) and a summary line.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import shutil
@@ -135,6 +136,36 @@ def graph_nodes(url: str, name: str) -> int:
     return len((deps or {}).get("nodes", []))
 
 
+def traversal_seconds(url: str, name: str) -> float | None:
+    """From the first check request of the stack's traversal (written by
+    the preparation's transaction) to the stack's end (its ``updated_at``):
+    the engines' part of the command's time, without sharectl's start, its
+    preparation and its ``--wait`` polling. Database timestamps, one clock."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            stack = conn.execute(sa.text(
+                "SELECT id, current_traversal, updated_at FROM stacks WHERE name = :n"),
+                {"n": name}).first()
+            rows = conn.execute(sa.text(
+                "SELECT created_at, args FROM requests WHERE resource_type = 'stack_resource'"
+                " AND action = 'check_resource'")).all()
+    finally:
+        engine.dispose()
+
+    def parse(value):
+        return value if not isinstance(value, str) else datetime.datetime.fromisoformat(value)
+
+    starts = []
+    for created, args in rows:
+        args = json.loads(args) if isinstance(args, str) else args
+        if args.get("stack_id") == stack[0] and args.get("traversal") == stack[1]:
+            starts.append(parse(created))
+    if not starts:
+        return None
+    return (parse(stack[2]) - min(starts)).total_seconds()
+
+
 def profile(pid: int, output: Path, gil: bool = False) -> subprocess.Popen:
     """py-spy sampling a running engine until it exits (``pip install
     py-spy``); its raw output is what profile_summary.py reads. With ``gil``
@@ -186,6 +217,7 @@ def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[
                 raise RuntimeError(f"stack create {name} failed:\n{proc.stdout}\n{proc.stderr}")
             work = diff(before, after)
             nodes = graph_nodes(url, name)
+            traversal = traversal_seconds(url, name)
             # Peak since the engine started: shapes run in order, so a later
             # shape's figure covers the earlier ones (run one shape for its own).
             peak = max(memory_kib(e.proc.pid)["peak_rss_kib"] for e in d.engines)
@@ -197,6 +229,9 @@ def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[
             out.append({
                 "shape": shape, "engines": engines, "resources": resources, "nodes": nodes,
                 "seconds": round(elapsed, 3), "nodes_per_s": round(nodes / elapsed, 1),
+                # The engines' part: from the traversal's first request to its end.
+                "traversal_seconds": None if traversal is None else round(traversal, 3),
+                "traversal_nodes_per_s": None if not traversal else round(nodes / traversal, 1),
                 "statements_per_node": round(stmts / nodes, 2),
                 "commits_per_node": round(commits / nodes, 2),
                 # SQLite's BEGINs apart (PostgreSQL's driver sends none the counter
@@ -279,7 +314,8 @@ def main() -> None:
                                     "idle_seconds": args.idle_seconds,
                                     "reference_commits": args.reference_commits},
                          "results": {f"{r['shape']}/{r['engines']}": {
-                             k: r[k] for k in ("nodes", "nodes_per_s", "statements_per_node",
+                             k: r[k] for k in ("nodes", "nodes_per_s", "traversal_nodes_per_s",
+                                               "statements_per_node",
                                                "commits_per_node", "engine_idle_rss_kib",
                                                "engine_peak_rss_kib", "engine_cpu_ms_per_node",
                                                "engine_cpu_per_node_in_python_references")}
