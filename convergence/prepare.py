@@ -344,8 +344,9 @@ def _prepare_locked(
         db_stacks.purge_tx(session, stack.id)
 
     leaves = tuple(sorted(graph.leaves(), key=lambda n: (not n.is_update, n.resource_id)))
-    for leaf in leaves:
-        enqueue_check_tx(session, stack.id, traversal_id, leaf)
+    api.requests_add_tx(session, vocab.STACK_RESOURCE, vocab.ACTION_CHECK, [
+        (str(leaf.resource_id), check_request_args(stack.id, traversal_id, leaf, None))
+        for leaf in leaves])
     LOG.info(
         "stack %s: %s traversal %s prepared: %d nodes, %d leaves, %d new rows",
         stack.name, action, traversal_id, len(graph), len(leaves), len(new_rows),

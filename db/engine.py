@@ -144,8 +144,13 @@ def _sqlite_check_limits(conn: Any, cursor: Any, statement: str, parameters: Any
     if not (getattr(compiled, "isinsert", False) or getattr(compiled, "isupdate", False)):
         return
     limits = _written_limits(compiled)
-    if not limits:
+    if not limits or getattr(context, "_sharemgr_limits_checked", False):
         return
+    # Every row of the statement at its first cursor call: an INSERT of
+    # many rows may reach the cursor in many batches (insertmanyvalues),
+    # each with the whole statement's parameters; checked again at each,
+    # 1,000 rows cost a million checks.
+    context._sharemgr_limits_checked = True
     for params in context.compiled_parameters or ():
         for name, column, limit in limits:
             problem = _refuse(column, limit, params.get(name))

@@ -61,7 +61,12 @@ def announce(session: Session) -> None:
     engines once it commits (nobody if it rolls back)."""
     bind = session.get_bind()
     if bind.dialect.name == "postgresql":
-        session.execute(sa.text(f"NOTIFY {CHANNEL}"))
+        # Once per transaction: PostgreSQL folds a transaction's identical
+        # notifications into one anyway (a fan-out's report queues many).
+        transaction = session.get_transaction()
+        if session.info.get("notified") is not transaction:
+            session.execute(sa.text(f"NOTIFY {CHANNEL}"))
+            session.info["notified"] = transaction
     if session.info.get("announce"):
         return
     session.info["announce"] = True

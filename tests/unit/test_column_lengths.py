@@ -128,6 +128,21 @@ def test_sqlite_refuses_an_overlong_insert(sqlite_db):
     assert db_rec.passes(sqlite_db, limit=10) == []  # nothing written
 
 
+def test_sqlite_refuses_an_overlong_row_of_a_many_row_insert(sqlite_db):
+    """Every row of an INSERT of many rows is checked, the last included,
+    before any reaches the table (once per statement, not once per batch
+    the driver is sent)."""
+    rows = [(str(i), {}) for i in range(300)] + [("x" * 65, {})]
+
+    def add():
+        with sqlite_db.session() as session:
+            api.requests_add_tx(session, "share", "create", rows)
+
+    assert "requests.resource_id" in _refused(add)
+    with sqlite_db.session() as session:
+        assert session.scalar(sa.select(sa.func.count()).select_from(models.Request)) == 0
+
+
 def test_sqlite_refuses_an_overlong_update_and_keeps_the_row(sqlite_db):
     share = models.Share(size=1, share_proto="NFS", name="n")
     api.add_all(sqlite_db, [share])

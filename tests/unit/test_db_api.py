@@ -139,6 +139,23 @@ def test_request_claim_is_exclusive(db):
     assert not api.request_finish(db, first[1].id, "e2", "done")
 
 
+def test_many_requests_in_one_insert_are_claimed_in_order(db):
+    """``requests_add_tx``: pending requests of many rows in one INSERT, each
+    with its own args, claimed oldest first like those added one by one."""
+    seen: list[str] = []
+    sa.event.listen(db.engine, "before_cursor_execute",
+                    lambda *a: seen.append(a[2].split()[0]))
+    with db.session() as session:
+        added = api.requests_add_tx(session, "stack_resource", "check_resource",
+                                    [(str(i), {"n": i}) for i in range(5)], host="h@dummy")
+    assert added == 5 and seen.count("INSERT") == 1
+    claimed = api.request_claim(db, ["h@dummy"], "e1", limit=10)
+    assert [(r.resource_id, r.args) for r in claimed] == [(str(i), {"n": i}) for i in range(5)]
+    assert {r.status for r in claimed} == {"running"} and all(r.created_at for r in claimed)
+    with db.session() as session:
+        assert api.requests_add_tx(session, "share", "create", []) == 0
+
+
 def test_services(db):
     api.service_register(db, "h", "share-manager", "h.1")
     assert api.service_heartbeat(db, "h.1")
