@@ -275,12 +275,18 @@ def finish_requests_tx(session: Session, request_ids: Iterable[int], engine_id: 
     ids = sorted(set(request_ids))
     if not ids:
         return 0
-    r = M.Request.__table__.c  # a plain UPDATE (see api.conditional_update_tx)
-    return session.execute(
-        sa.update(M.Request.__table__)
-        .where(r.id.in_(ids), r.engine_id == engine_id, r.status == vocab.REQUEST_RUNNING)
-        .values(status=status, error=error, finished_at=M.utcnow())
-    ).rowcount
+    return session.execute(_FINISH, {"ids": ids, "engine": engine_id, "status": status,
+                                     "error": error, "now": M.utcnow()}).rowcount
+
+
+# Built once with parameters (every check finishes its requests); a plain
+# UPDATE on the table (see api.conditional_update_tx).
+_FINISH = (sa.update(M.Request.__table__)
+           .where(M.Request.__table__.c.id.in_(sa.bindparam("ids", expanding=True)),
+                  M.Request.__table__.c.engine_id == sa.bindparam("engine"),
+                  M.Request.__table__.c.status == vocab.REQUEST_RUNNING)
+           .values(status=sa.bindparam("status"), error=sa.bindparam("error"),
+                   finished_at=sa.bindparam("now")))
 
 
 def running_check_tx(session: Session, engine_id: str, resource_id: int, args: dict
