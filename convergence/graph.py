@@ -170,7 +170,10 @@ class Graph:
         """The other senders of ``node``'s point that have reported when
         ``sender`` reports to it, if the graph's order tells: each comes
         surely before ``sender`` or surely after it. None when one may run
-        at the same time (two dependents' clean-ups of one row)."""
+        at the same time (two dependents' clean-ups of one row). A guess, as
+        far as the points go (a sender's reports can be split over
+        transactions, or sent twice): the write that relies on it checks
+        it (``sync_points.blind_write_tx``)."""
         before = []
         for other in self._requires[node]:
             if other == sender:

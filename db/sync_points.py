@@ -33,6 +33,8 @@ that touches a SyncPoint row locks it before the ``stacks`` row and before
 
 from __future__ import annotations
 
+import functools
+import json
 import random
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -202,15 +204,39 @@ def cas_tx(
                                   "now": models.utcnow()}).rowcount == 1
 
 
+@functools.lru_cache(maxsize=16)
+def _cas_holding(count: int) -> sa.Update:
+    """The CAS of a point that must hold ``count`` given senders: its key is
+    ``count`` and its JSON names each of them (``:h0`` … as LIKE patterns)."""
+    c = SP.__table__.c
+    text = sa.cast(c.input_data, sa.Text)
+    return (sa.update(SP.__table__)
+            .where(*_by_key(), c.atomic_key == sa.bindparam("k"),
+                   *[text.like(sa.bindparam(f"h{i}")) for i in range(count)])
+            .values(input_data=sa.bindparam("data"), atomic_key=sa.bindparam("k_new"),
+                    updated_at=sa.bindparam("now")))
+
+
 def blind_write_tx(session: Session, entity_id: Any, traversal_id: str, is_update: bool,
                    known: Mapping[str, Any], sender: str, data: Any) -> bool:
-    """Store ``{**known, sender: data}`` in a point that holds ``known``
-    (written by that many reports, so its key is ``len(known)``), without
-    reading it first: what a read and a CAS would write there. False if the
-    point holds something else (the key moved: another report, or one sent
-    twice) or is gone."""
-    return cas_tx(session, entity_id, traversal_id, is_update, len(known),
-                  {**known, sender: data})
+    """Store ``{**known, sender: data}`` in a point that holds ``known``,
+    without reading it first: what a read and a CAS would write there. The
+    statement checks that it does: the key is ``len(known)`` (that many
+    writes) and the point's JSON names every sender of ``known`` (each
+    write adds one sender, so those are all it holds; an empty point has
+    key 0). False if the point holds something else (a report split
+    across transactions came late, a sender reported twice) or is gone;
+    the caller then reads it. ``known``'s values are what those senders
+    sent; the check reads only their names."""
+    if not known:
+        return cas_tx(session, entity_id, traversal_id, is_update, 0, {sender: data})
+    if any(ch in key for key in known for ch in '%_\\'):
+        return False  # not a node key: no LIKE pattern for it
+    params = {**_key(entity_id, traversal_id, is_update), "k": len(known),
+              "k_new": len(known) + 1, "data": {**known, sender: data},
+              "now": models.utcnow(),
+              **{f"h{i}": f"%{json.dumps(key)}%" for i, key in enumerate(known)}}
+    return session.execute(_cas_holding(len(known)), params).rowcount == 1
 
 
 def _known(sender: str, required: Collection[str],
@@ -239,13 +265,14 @@ def sync_tx(
     that writes other rows with the report; it must lock points before the
     ``stacks`` row and ``stack_resources`` rows (the lock order above).
 
-    A point whose content before this report is known — ``known``: the
-    caller knows which senders have reported and what they sent (the
+    A point whose content before this report is expected — ``known``: the
+    senders the caller expects to have reported and what they sent (the
     graph's order tells); or nothing, for a point that waits for
     ``sender`` alone (most points of a graph) — is first tried with a
-    blind write (one UPDATE, the row locked as the read would); only a
-    report that finds it otherwise (a sender reporting again) or gone
-    reads it."""
+    blind write (one UPDATE, the row locked as the read would, which
+    checks the point holds that: ``blind_write_tx``); only a report that
+    finds it otherwise (a sender reporting again, a report split across
+    transactions) or gone reads it."""
     prior = _known(sender, required, known)
     if prior is not None and blind_write_tx(
             session, entity_id, traversal_id, is_update, prior, sender, data):

@@ -194,6 +194,26 @@ def test_a_point_whose_content_the_sender_knows_is_written_blind(db, stack):
     assert late.fired and len(calls) == 2 and _get(db, 10, T1, False).atomic_key == 3
 
 
+def test_a_blind_write_checks_who_wrote_not_only_how_many(db, stack):
+    """The key says how many reports a point took, not whose: a sender whose
+    earlier report came first (its other predecessor's report was split
+    into a later transaction) and that reports again, believing the other
+    reported, finds key 1 as it expects. The write checks the point names
+    that other sender: it does not, so the point is read and merged, and
+    nothing fires until the other sender reports."""
+    _create(db, stack.id, T1, [(9, False)], include_stack=False)
+    required = {"9:update", "8:cleanup"}
+    calls = []
+    sync_points.sync(db, 9, T1, False, "8:cleanup", None, required, known={"9:update": None})
+    again = sync_points.sync(db, 9, T1, False, "8:cleanup", None, required,
+                             lambda s, d: calls.append(d), known={"9:update": None})
+    assert again.found and not again.ready and calls == []
+    assert _get(db, 9, T1, False).input_data == {"8:cleanup": None}
+    last = sync_points.sync(db, 9, T1, False, "9:update", None, required,
+                            lambda s, d: calls.append(d), known={})
+    assert last.fired and calls == [{"8:cleanup": None, "9:update": None}]
+
+
 def test_several_senders_in_one_read_and_one_write(db, stack):
     """``sync_many_tx``: the reports of several roots in one read and one
     CAS; the write that completes the point fires once, a later one merges
