@@ -24,10 +24,6 @@ def safe_url(url: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
-def resource_lock_name(resource_type: str, resource_id: str) -> bytes:
-    return f"sharemgr-{resource_type}-{resource_id}".encode()
-
-
 class Coordinator:
     """A started tooz coordinator with this engine's member id."""
 

@@ -23,7 +23,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models, status_reads
 from sharemgr.db.engine import Database
 from sharemgr.manager import views
-from sharemgr.manager.coordination import resource_lock_name
+from sharemgr.manager.lock_names import resource_lock_name
 
 # Settled statuses a delete may start from.
 SHARE_DELETABLE = (
