@@ -317,9 +317,10 @@ class _StrictLoader(yaml.SafeLoader):
 
 class _FastStrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """The same on libyaml's parser, where PyYAML has it: the pure-Python
-    one took two thirds of a 1,000-resource ``stack create``. A template it
-    refuses is parsed again by ``_StrictLoader``, whose messages name the
-    place of the error as users have seen it."""
+    one is eight times slower (a 1,000-resource template: 0.65 s of CPU
+    against 0.08 s). A template it refuses is parsed again by
+    ``_StrictLoader``, whose messages name the place of the error as users
+    have seen it."""
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
