@@ -14,8 +14,10 @@ IN_PROGRESS and
   marked FAILED and unlocked, so they do not look busy until the next user
   action;
 * finds *stalled* nodes — ready (every predecessor reported), not reported
-  themselves, and without a live request (pending, or running for a live
-  engine) — and retriggers each with its SyncPoint's input data.
+  themselves, without a live request (pending, or running for a live
+  engine) and not still reporting in a check of this engine (a wide
+  fan-out's later batches) — and retriggers each with its SyncPoint's input
+  data.
 
 Whatever cut a traversal short — a crash at any point, a check that bailed
 on a dead engine's lock, a superseded check that never got to retrigger, a
@@ -119,6 +121,9 @@ class Watchdog:
                 return dict(counts)
             alive = self.coordinator.engines()
             inflight = self.worker.inflight()
+            # Read before the points, as the requests: a node still reporting
+            # (its request done, if it had one) is live, not stalled.
+            reporting = self.worker.reporting()
             lost = [r for r in requests if self._lost(r, alive, inflight)]
             if lost:
                 counts["abandoned"] = stack_work.abandon_checks(
@@ -131,6 +136,8 @@ class Watchdog:
                     args = req.args or {}
                     live[(args.get("stack_id"), args.get("traversal"))].add(
                         Node(int(args.get("resource_id", 0)), bool(args.get("is_update"))))
+            for stack_id, traversal, node in reporting:
+                live[(stack_id, traversal)].add(node)
             busy_hosts: set[str] = set()
             now = models.utcnow()
             for stack in active:

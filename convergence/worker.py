@@ -207,6 +207,8 @@ class Worker:
         self._inflight_lock = threading.Lock()
         # Rows this engine's checks hold or are taking, with how many checks.
         self._claims: collections.Counter[int] = collections.Counter()
+        # Nodes whose reports a check of this engine is still writing.
+        self._reporting: collections.Counter[tuple[str, str, Node]] = collections.Counter()
 
     def __call__(self, req: models.Request) -> bool:
         """The request loop's handler; True when the check recorded its
@@ -229,6 +231,23 @@ class Worker:
         """Ids of the check requests this engine is running now."""
         with self._inflight_lock:
             return set(self._inflight)
+
+    def reporting(self) -> set[tuple[str, str, Node]]:
+        """``(stack id, traversal, node)`` of the nodes whose reports a check
+        of this engine is still writing, a transaction after another (a wide
+        fan-out, a clean-up reported for where it became ready): whose
+        request, if they had one, is done already. The watchdog takes them
+        for live, not stalled."""
+        with self._inflight_lock:
+            return set(self._reporting)
+
+    def _mark_reporting(self, ctx: _Ctx, work: list, add: bool = True) -> None:
+        with self._inflight_lock:
+            for sender, _data, _succs in work:
+                key = (ctx.stack_id, ctx.traversal, sender)
+                self._reporting[key] += 1 if add else -1
+                if self._reporting[key] <= 0:
+                    del self._reporting[key]
 
     # Loading -------------------------------------------------------------------------
 
@@ -473,7 +492,7 @@ class Worker:
         node, graph = ctx.node, ctx.graph
         targets = sorted(graph.required_by(node))
         claimed: list[_Claimed] = []
-        ended = False
+        ended = marked = False
 
         def own_writes(session: Session) -> None:
             nonlocal ended
@@ -505,6 +524,7 @@ class Worker:
             tx.later.append((node, outcome.data, targets[REPORT_IN_ONE:]))
 
         def report(session: Session) -> bool:
+            nonlocal marked
             found = self._reports_tx(session, ctx, tx, node, outcome.data,
                                      targets[:REPORT_IN_ONE]) \
                 and self._cascade_tx(session, ctx, tx)
@@ -513,6 +533,9 @@ class Worker:
                 # Its head is read last, after this check's own writes, so it sees them.
                 claimed.append(_Claimed(req_id, args, stack_work.check_head_tx(
                     session, ctx.stack_id, succ.resource_id)))
+            # Before the commit: from it on, these senders have reports left.
+            self._mark_reporting(ctx, tx.later)
+            marked = True
             return found
 
         try:
@@ -520,6 +543,8 @@ class Worker:
         except Exception:
             LOG.exception("node %s (traversal %s): could not report in one transaction; "
                           "writing it step by step", node, ctx.traversal)
+            if marked:  # the commit failed
+                self._mark_reporting(ctx, tx.later, add=False)
             with self._inflight_lock:
                 for req_id, _args, _succ in tx.pending:
                     self._inflight.discard(req_id)
@@ -533,6 +558,7 @@ class Worker:
             return None, False
         for rid in ctx.held:
             self._untake(rid)
+        later = list(tx.later)
         try:
             if not (found and self._report_later(ctx, tx.later)):
                 self._retrigger(ctx)
@@ -544,6 +570,8 @@ class Worker:
                 for c in claimed:
                     self._inflight.discard(c.req_id)
             raise
+        finally:
+            self._mark_reporting(ctx, later, add=False)
         return (claimed[0] if claimed else None), True
 
     def _reports_tx(self, session: Session, ctx: _Ctx, tx: _Tx, sender: Node,
@@ -1028,41 +1056,54 @@ class Worker:
         clean-ups), up to ``REPORT_IN_ONE`` points per transaction in sorted
         order, as every multi-point report locks them, each with the
         clean-up nodes it made ready that have nothing to do
-        (``_cascade_tx``; their further successors join ``work``). A
-        database error (a deadlock with a preparation's delete) retries a
-        batch one by one, the nodes it makes ready enqueued. False if a
-        point is missing."""
+        (``_cascade_tx``; their further successors join ``work``, and are
+        marked ``reporting`` until written). A database error (a deadlock
+        with a preparation's delete) retries a batch one by one, the nodes
+        it makes ready enqueued. False if a point is missing."""
         graph, traversal = ctx.graph, ctx.traversal
+        marked: list[tuple[Node, dict | None, list[Node]]] = []
 
         def complete(session: Session, _input: dict) -> None:
             lifecycle.complete_tx(session, ctx.stack_id, traversal)
 
-        while work:
-            sender, data, succs = work.pop(0)
-            for i in range(0, len(succs), REPORT_IN_ONE):
-                batch = succs[i:i + REPORT_IN_ONE]
-                tx = _Tx(complete)
-                try:
-                    if not lifecycle.in_one_transaction(
-                            self.db, lambda s_, tx=tx, sender=sender, data=data, batch=batch:
-                            self._reports_tx(s_, ctx, tx, sender, data, batch)
-                            and self._cascade_tx(s_, ctx, tx)):
-                        return False
-                    work.extend(tx.later)
-                    continue
-                except Exception:
-                    LOG.exception("node %s (traversal %s): could not report to %d points in "
-                                  "one transaction; one by one", sender, traversal, len(batch))
-                for succ in batch:
-                    sent, known = _sent(graph, sender, succ, data)
-                    result = sync_points.sync(
-                        self.db, succ.resource_id, traversal, succ.is_update, sender.key, sent,
-                        graph.requires_keys(succ),
-                        lambda s_, input_data, succ=succ: prepare.enqueue_check_tx(
-                            s_, ctx.stack_id, traversal, succ, input_data), known=known)
-                    if not result.found:
-                        return False
-        return True
+        def batch_tx(session: Session, tx: _Tx, sender: Node, data: dict | None,
+                     batch: list[Node]) -> bool:
+            if not (self._reports_tx(session, ctx, tx, sender, data, batch)
+                    and self._cascade_tx(session, ctx, tx)):
+                return False
+            self._mark_reporting(ctx, tx.later)  # before the commit, as in _report
+            marked.extend(tx.later)
+            return True
+
+        try:
+            while work:
+                sender, data, succs = work.pop(0)
+                for i in range(0, len(succs), REPORT_IN_ONE):
+                    batch = succs[i:i + REPORT_IN_ONE]
+                    tx = _Tx(complete)
+                    try:
+                        if not lifecycle.in_one_transaction(
+                                self.db, lambda s_, tx=tx, sender=sender, data=data,
+                                batch=batch: batch_tx(s_, tx, sender, data, batch)):
+                            return False
+                        work.extend(tx.later)
+                        continue
+                    except Exception:
+                        LOG.exception("node %s (traversal %s): could not report to %d points "
+                                      "in one transaction; one by one", sender, traversal,
+                                      len(batch))
+                    for succ in batch:
+                        sent, known = _sent(graph, sender, succ, data)
+                        result = sync_points.sync(
+                            self.db, succ.resource_id, traversal, succ.is_update, sender.key,
+                            sent, graph.requires_keys(succ),
+                            lambda s_, input_data, succ=succ: prepare.enqueue_check_tx(
+                                s_, ctx.stack_id, traversal, succ, input_data), known=known)
+                        if not result.found:
+                            return False
+            return True
+        finally:
+            self._mark_reporting(ctx, marked, add=False)
 
     def _retrigger(self, ctx: _Ctx) -> None:
         """Spec 001: a check that held a lock and finds its traversal

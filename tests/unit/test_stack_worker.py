@@ -245,6 +245,38 @@ def test_a_wide_fan_out_reports_in_batches_and_completes(rig, monkeypatch):
     assert _one_each(rig, ("share",)) == sorted(f"fan-{n}" for n in [*leaves, "sink"])
 
 
+def test_the_watchdog_leaves_a_node_alone_while_it_is_still_reporting(rig, monkeypatch):
+    """A wide fan-out's later batches are written after the node's request
+    is done: the node looks ready, unreported and without a live request.
+    The watchdog, run between two of those batches, sees it as reporting
+    (Worker.reporting) and retriggers nothing; afterwards nothing is left
+    marked, and the stack completes with one check per node."""
+    from sharemgr.convergence import worker as worker_mod
+    e = rig.engine()
+    leaves = [f"l{i}" for i in range(20)]
+    rig.create("fan", "resources:\n" + "".join(
+        f"  {n}: {{type: share, properties: {{size: 1, proto: NFS}}, depends_on: [sink]}}\n"
+        for n in leaves) + "  sink: {type: share, properties: {size: 1, proto: NFS}}\n")
+    real, seen = lifecycle.in_one_transaction, []
+
+    def in_one_transaction(db, work):
+        if "batch" in work.__code__.co_varnames and not seen:  # the first later batch
+            seen.append((e.worker.reporting(), e.watchdog.run_once()))
+        return real(db, work)
+
+    monkeypatch.setattr(worker_mod.lifecycle, "in_one_transaction", in_one_transaction)
+    e.pump()
+    assert _status(rig, "fan") == ("CREATE", "COMPLETE")
+    (reporting, counts), = seen
+    sink = rig.rows("fan")["sink"][0].id
+    assert [n for _s, _t, n in reporting] == [(sink, True)]
+    assert counts["retriggered"] == 0
+    assert e.worker.reporting() == set()
+    updates = collections.Counter(c.args["resource_id"] for c in rig.checks()
+                                  if c.args["is_update"])
+    assert set(updates.values()) == {1} and len(rig.checks()) == len(leaves) + 1
+
+
 def test_update_while_create_is_held_at_a_gate(rig):
     """The create of 'data' waits at a gate while the stack is updated to a
     template without 'snap' and with 'logs'; the holder finishes, retriggers
