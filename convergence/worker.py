@@ -1030,16 +1030,14 @@ class Worker:
         if not handled:
             self._retrigger(ctx)
 
-    def _propagate(self, ctx: _Ctx, data: dict | None, targets: list[Node] | None = None,
-                   root: bool = True) -> bool:
-        """Report to every successor's SyncPoint (``targets``: those) and,
-        from a root (unless ``root`` is False), to the stack's. False if a
-        point is missing (a newer traversal exists)."""
+    def _propagate(self, ctx: _Ctx, data: dict | None) -> bool:
+        """Report to every successor's SyncPoint and, from a root, to the
+        stack's (the general path, after the node's locks are released).
+        False if a point is missing (a newer traversal exists)."""
         node, graph, traversal = ctx.node, ctx.graph, ctx.traversal
-        succs = sorted(graph.required_by(node)) if targets is None else targets
-        if not self._report_later(ctx, [(node, data, succs)]):
+        if not self._report_later(ctx, [(node, data, sorted(graph.required_by(node)))]):
             return False
-        if root and graph.is_root(node):
+        if graph.is_root(node):
             def complete(session: Session, _input: dict) -> None:
                 lifecycle.complete_tx(session, ctx.stack_id, traversal)
 

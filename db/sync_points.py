@@ -100,10 +100,22 @@ def _by_key() -> list:
 # each call costs more in building and in its cache key than in running.
 _GET = sa.select(SP.__table__).where(*_by_key())
 _GET_LOCKED = _GET.with_for_update()
-_CAS = (sa.update(SP.__table__)
-        .where(*_by_key(), SP.__table__.c.atomic_key == sa.bindparam("k"))
-        .values(input_data=sa.bindparam("data"), atomic_key=sa.bindparam("k_new"),
-                updated_at=sa.bindparam("now")))
+
+
+@functools.lru_cache(maxsize=16)
+def _cas_holding(count: int) -> sa.Update:
+    """The CAS of a point: its key is ``:k``; with ``count``, its JSON also
+    names ``count`` given senders (``:h0`` … as LIKE patterns)."""
+    c = SP.__table__.c
+    text = sa.cast(c.input_data, sa.Text)
+    return (sa.update(SP.__table__)
+            .where(*_by_key(), c.atomic_key == sa.bindparam("k"),
+                   *[text.like(sa.bindparam(f"h{i}")) for i in range(count)])
+            .values(input_data=sa.bindparam("data"), atomic_key=sa.bindparam("k_new"),
+                    updated_at=sa.bindparam("now")))
+
+
+_CAS = _cas_holding(0)
 
 
 def _key(entity_id: Any, traversal_id: str, is_update: bool) -> dict:
@@ -202,19 +214,6 @@ def cas_tx(
     return session.execute(_CAS, {**_key(entity_id, traversal_id, is_update), "k": expected_key,
                                   "k_new": expected_key + 1, "data": input_data,
                                   "now": models.utcnow()}).rowcount == 1
-
-
-@functools.lru_cache(maxsize=16)
-def _cas_holding(count: int) -> sa.Update:
-    """The CAS of a point that must hold ``count`` given senders: its key is
-    ``count`` and its JSON names each of them (``:h0`` … as LIKE patterns)."""
-    c = SP.__table__.c
-    text = sa.cast(c.input_data, sa.Text)
-    return (sa.update(SP.__table__)
-            .where(*_by_key(), c.atomic_key == sa.bindparam("k"),
-                   *[text.like(sa.bindparam(f"h{i}")) for i in range(count)])
-            .values(input_data=sa.bindparam("data"), atomic_key=sa.bindparam("k_new"),
-                    updated_at=sa.bindparam("now")))
 
 
 def blind_write_tx(session: Session, entity_id: Any, traversal_id: str, is_update: bool,

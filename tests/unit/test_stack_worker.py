@@ -138,6 +138,13 @@ def _chain(n):
         + (f", depends_on: [s{i - 1}]" if i else "") + "}\n" for i in range(n))
 
 
+def _fan_out(leaves):
+    """A template of a share ``sink`` that the shares ``leaves`` depend on."""
+    return "resources:\n" + "".join(
+        f"  {n}: {{type: share, properties: {{size: 1, proto: NFS}}, depends_on: [sink]}}\n"
+        for n in leaves) + "  sink: {type: share, properties: {size: 1, proto: NFS}}\n"
+
+
 @pytest.mark.parametrize("limit, cleanup_checks", [(64, 0), (2, 2)])
 def test_clean_up_nodes_with_nothing_to_do_report_where_they_become_ready(
         rig, monkeypatch, limit, cleanup_checks):
@@ -222,9 +229,7 @@ def test_a_wide_fan_out_reports_in_batches_and_completes(rig, monkeypatch):
     from sharemgr.convergence import worker as worker_mod
     e = rig.engine()
     leaves = [f"l{i}" for i in range(12)]
-    rig.create("fan", "resources:\n" + "".join(
-        f"  {n}: {{type: share, properties: {{size: 1, proto: NFS}}, depends_on: [sink]}}\n"
-        for n in leaves) + "  sink: {type: share, properties: {size: 1, proto: NFS}}\n")
+    rig.create("fan", _fan_out(leaves))
     real, calls = lifecycle.in_one_transaction, []
 
     def in_one_transaction(db, work):
@@ -254,9 +259,7 @@ def test_the_watchdog_leaves_a_node_alone_while_it_is_still_reporting(rig, monke
     from sharemgr.convergence import worker as worker_mod
     e = rig.engine()
     leaves = [f"l{i}" for i in range(20)]
-    rig.create("fan", "resources:\n" + "".join(
-        f"  {n}: {{type: share, properties: {{size: 1, proto: NFS}}, depends_on: [sink]}}\n"
-        for n in leaves) + "  sink: {type: share, properties: {size: 1, proto: NFS}}\n")
+    rig.create("fan", _fan_out(leaves))
     real, seen = lifecycle.in_one_transaction, []
 
     def in_one_transaction(db, work):
