@@ -14,16 +14,17 @@ the physical names. A plan that cannot be carried out raises
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from sharemgr.common import vocab
 from sharemgr.convergence.template import physical_name
 from sharemgr.db.engine import Database
 from sharemgr.manager import access, kinds, plans, views
-from sharemgr.manager.kinds import BUSY, ERROR, GONE, OK, Observed, observe
-from sharemgr.manager.plans import Op, Plan
+from sharemgr.manager.kinds import BUSY, ERROR, GONE, OK, Observed, observe, observe_rows
+from sharemgr.manager.plans import Change, Op, Plan
 
 __all__ = ["BUSY", "ERROR", "GONE", "OK", "Observed", "Op", "Plan", "observe"]
 
@@ -157,6 +158,34 @@ def plan_delete(db: Database, type_: str, physical_id: str) -> Plan | None:
     if observe(db, type_, physical_id).state == GONE:
         return None
     return plans.delete(db, type_, physical_id)
+
+
+def observe_after(db: Database, type_: str, physical_id: str | None, plan: Plan,
+                  written: Sequence[Change] | None) -> Observed:
+    """The physical resource once ``plan``'s operation succeeded. A
+    create's rows are in hand: its new rows, with the changes the operation
+    wrote under the resource's lock (``written``, what ``perform``
+    returned) applied, are what a read would return now, so none is made.
+    Anything else is read."""
+    if plan.add and written is not None:
+        seen = observe_rows(type_, _as_written(plan.add, written))
+        if seen is not None:
+            return seen
+    return observe(db, type_, physical_id)
+
+
+def _as_written(add: Sequence[Any], written: Sequence[Change]) -> dict[type, Any]:
+    """The new rows by model, each with ``written``'s values for it; a model
+    with more than one new row is left out (which one is meant?)."""
+    rows: dict[type, Any] = {}
+    for row in add:
+        model = type(row)
+        values = {c.key: getattr(row, c.key, None) for c in model.__table__.columns}
+        for m, ident, _expected, changed in written:
+            if m is model and ident == values.get("id"):
+                values.update(changed)
+        rows[model] = None if model in rows else SimpleNamespace(**values)
+    return {m: r for m, r in rows.items() if r is not None}
 
 
 def new_name(stack_name: str, resource_name: str, props: Mapping[str, Any]) -> str:

@@ -133,6 +133,8 @@ class _Tx:
     later: list[tuple[Node, dict | None, list[Node]]] = field(default_factory=list)
     roots: list[Node] = field(default_factory=list)  # reported to the stack's point at the end
     pending: list[tuple[int, dict, Node]] = field(default_factory=list)  # claimed: req, args, node
+    batch: list[Node] = field(default_factory=list)  # the successors being reported to
+    free: dict[int, bool] = field(default_factory=dict)  # rows read free and current, or not
 
 
 @dataclass
@@ -582,6 +584,7 @@ class Worker:
         to the end of the transaction, ``_cascade_tx``). False if a point is
         gone: the traversal is over."""
         graph, traversal = ctx.graph, ctx.traversal
+        tx.batch = succs
         for succ in succs:
             sent, known = _sent(graph, sender, succ, data)
             if not sync_points.sync_tx(
@@ -627,11 +630,26 @@ class Worker:
         if succ.is_update or (succ.resource_id, True) not in ctx.graph \
                 or tx.inlined >= INLINE_LIMIT:
             return False
-        if (tx.own and self._inline(ctx, succ)) \
-                or stack_work.free_and_current_tx(session, succ.resource_id):
+        if (tx.own and self._inline(ctx, succ)) or self._free_tx(session, ctx, tx, succ):
             tx.inlined += 1
             return True
         return False
+
+    def _free_tx(self, session: Session, ctx: _Ctx, tx: _Tx, succ: Node) -> bool:
+        """Whether ``succ``'s row is free and current, read in ``tx`` with
+        those of the clean-up nodes it may make ready next (the rest of the
+        batch, then those after ``succ``): one read for a chain's run of
+        clean-ups, or for a batch of a fan-out's. A row read earlier in the
+        transaction is as good as one read now: every report of ``tx`` is
+        written before its commit, whichever comes first."""
+        rid = succ.resource_id
+        if rid not in tx.free:
+            asked = [rid, *(r for r in _cleanups_ahead(ctx.graph, [*tx.batch, succ],
+                                                       INLINE_LIMIT - tx.inlined)
+                            if r != rid and r not in tx.free)]
+            free = stack_work.free_and_current_tx(session, asked)
+            tx.free.update((r, r in free) for r in asked)
+        return tx.free[rid]
 
     def _cascade_tx(self, session: Session, ctx: _Ctx, tx: _Tx) -> bool:
         """Report, in ``tx``, for the clean-up nodes with nothing to do in
@@ -933,9 +951,11 @@ class Worker:
             row = stacks.resource_get(self.db, begun.resource_id)
             known = (row.id, row.type, row.physical_id)
         rid, type_, physical_id = known
+        written = None
         if plan.op is not None:
             try:
-                self.operations.perform(replace(plan.op, request_id=begun.op_request_id))
+                written = self.operations.perform(replace(plan.op,
+                                                          request_id=begun.op_request_id))
             except (OperationFailed, Stale) as exc:
                 reason = f"{name}: {exc}"
                 stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED, reason,
@@ -953,7 +973,7 @@ class Worker:
                         LOG.exception("could not record the outcome of request %s",
                                       begun.op_request_id)
                 raise
-        observed = phys.observe(self.db, type_, physical_id)
+        observed = phys.observe_after(self.db, type_, physical_id, plan, written)
         values = {**final, "attributes": dict(observed.attributes)}
         if defer:
             ctx.end = (rid, action, values, begun.op_request_id)
@@ -1138,6 +1158,25 @@ def _sent(graph: Graph, sender: Node, succ: Node, data: dict | None
         return data, None
     before = graph.reported_before(sender, succ)
     return None, None if before is None else dict.fromkeys(map(node_key, before))
+
+
+def _cleanups_ahead(graph: Graph, start: list[Node], limit: int) -> list[int]:
+    """The rows of up to ``limit`` clean-up nodes of rows the traversal
+    keeps: those of ``start`` and the clean-up nodes after them, breadth
+    first (clean-ups follow only clean-ups), looking at no more than
+    ``4 * limit`` nodes."""
+    out: list[int] = []
+    queue = [n for n in start if not n.is_update]
+    seen = set(queue)
+    while queue and len(out) < limit and len(seen) <= 4 * limit:
+        node = queue.pop(0)
+        if (node.resource_id, True) in graph:
+            out.append(node.resource_id)
+        for succ in sorted(graph.required_by(node)):
+            if succ not in seen and not succ.is_update:
+                seen.add(succ)
+                queue.append(succ)
+    return out
 
 
 def _not_begun(why: str, rid: int) -> _Outcome | None:

@@ -74,17 +74,19 @@ def check_head_tx(session: Session | sa.Connection, stack_id: str, resource_id: 
 
 
 _FREE_AND_CURRENT = sa.select(M.StackResource.__table__.c.id).where(
-    M.StackResource.__table__.c.id == sa.bindparam("rid"),
+    M.StackResource.__table__.c.id.in_(sa.bindparam("rids", expanding=True)),
     M.StackResource.__table__.c.deleted_at.is_(None),
     M.StackResource.__table__.c.engine_id.is_(None),
     M.StackResource.__table__.c.replaced_by.is_(None))
 
 
-def free_and_current_tx(session: Session | sa.Connection, resource_id: int) -> bool:
-    """Whether the row exists, nobody holds its lock and nothing replaced
-    it: what a clean-up node of a row its traversal still wants reads
-    before it reports without doing anything."""
-    return session.execute(_FREE_AND_CURRENT, {"rid": resource_id}).first() is not None
+def free_and_current_tx(session: Session | sa.Connection, resource_ids: Iterable[int]
+                        ) -> set[int]:
+    """Those of the rows that exist, whose lock nobody holds and that
+    nothing replaced: what a clean-up node of a row its traversal still
+    wants reads before it reports without doing anything. One statement for
+    all of them."""
+    return set(session.execute(_FREE_AND_CURRENT, {"rids": list(resource_ids)}).scalars())
 
 
 def stack_deps(db: Database, stack_id: str, traversal_id: str) -> dict | None:

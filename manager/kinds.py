@@ -154,16 +154,19 @@ def observe(db: Database, type_: str, physical_id: str | None) -> Observed:
     return _OBSERVERS[type_](db, physical_id)
 
 
+def _share_seen(share: Any, inst: Any) -> Observed:
+    attrs = {"id": share.id, "name": share.name, "size": share.size,
+             "proto": share.share_proto, "status": inst.status, "host": inst.host,
+             "export_locations": list(inst.export_locations or [])}
+    return _obs(inst.status, inst.host, attrs, {"size": share.size})
+
+
 def _observe_share(db: Database, pid: str) -> Observed:
     # One statement (a delete takes the instance and the share together).
     found = status_reads.share_with_status(db, pid)
     if found is None or found[1] is None:
         return Observed(GONE)
-    share, inst = found
-    attrs = {"id": share.id, "name": share.name, "size": share.size,
-             "proto": share.share_proto, "status": inst.status, "host": inst.host,
-             "export_locations": list(inst.export_locations or [])}
-    return _obs(inst.status, inst.host, attrs, {"size": share.size})
+    return _share_seen(*found)
 
 
 def _observe_snapshot(db: Database, pid: str) -> Observed:
@@ -176,31 +179,30 @@ def _observe_snapshot(db: Database, pid: str) -> Observed:
     return _obs(inst.status, _snapshot_host(db, inst), attrs)
 
 
-def _observe_replica(db: Database, pid: str) -> Observed:
-    inst = db_api.get(db, models.ShareInstance, pid)
-    if inst is None:
-        return Observed(GONE)
+def _replica_seen(inst: Any) -> Observed:
     attrs = {"id": inst.id, "status": inst.status, "host": inst.host,
              "replica_state": inst.replica_state,
              "export_locations": list(inst.export_locations or []), "share_id": inst.share_id}
     return _obs(inst.status, inst.host, attrs)
 
 
-def _observe_server(db: Database, pid: str) -> Observed:
-    row = db_api.get(db, models.ShareServer, pid)
-    if row is None:
-        return Observed(GONE)
+def _server_seen(row: Any) -> Observed:
     attrs = {"id": row.id, "status": row.status, "host": row.host,
              "backend_details": dict(row.backend_details or {})}
     return _obs(row.status, row.host, attrs)
 
 
-def _observe_group(db: Database, pid: str) -> Observed:
-    row = db_api.get(db, models.ShareGroup, pid)
-    if row is None:
-        return Observed(GONE)
+def _group_seen(row: Any) -> Observed:
     attrs = {"id": row.id, "name": row.name, "status": row.status, "host": row.host}
     return _obs(row.status, row.host, attrs)
+
+
+def _by_key(model: type, seen: Callable[[Any], Observed]
+            ) -> Callable[[Database, str], Observed]:
+    def observe_row(db: Database, pid: str) -> Observed:
+        row = db_api.get(db, model, pid)
+        return Observed(GONE) if row is None else seen(row)
+    return observe_row
 
 
 def _observe_group_snapshot(db: Database, pid: str) -> Observed:
@@ -215,8 +217,28 @@ def _observe_group_snapshot(db: Database, pid: str) -> Observed:
 _OBSERVERS: dict[str, Callable[[Database, str], Observed]] = {
     vocab.SHARE: _observe_share,
     vocab.SNAPSHOT: _observe_snapshot,
-    vocab.REPLICA: _observe_replica,
-    vocab.SHARE_SERVER: _observe_server,
-    vocab.SHARE_GROUP: _observe_group,
+    vocab.REPLICA: _by_key(models.ShareInstance, _replica_seen),
+    vocab.SHARE_SERVER: _by_key(models.ShareServer, _server_seen),
+    vocab.SHARE_GROUP: _by_key(models.ShareGroup, _group_seen),
     vocab.GROUP_SNAPSHOT: _observe_group_snapshot,
 }
+
+# The types whose observation needs no more than their own rows: the models
+# read, in the order the builder takes them. A snapshot's host is its share
+# instance's, read apart; so is a group snapshot's.
+_FROM_ROWS: dict[str, tuple[tuple[type, ...], Callable[..., Observed]]] = {
+    vocab.SHARE: ((models.Share, models.ShareInstance), _share_seen),
+    vocab.REPLICA: ((models.ShareInstance,), _replica_seen),
+    vocab.SHARE_SERVER: ((models.ShareServer,), _server_seen),
+    vocab.SHARE_GROUP: ((models.ShareGroup,), _group_seen),
+}
+
+
+def observe_rows(type_: str, rows: Mapping[type, Any]) -> Observed | None:
+    """:func:`observe` from rows in hand (by model), as a read would return
+    them; None when ``type_`` is not seen from its own rows or one is
+    missing (the caller reads)."""
+    entry = _FROM_ROWS.get(type_)
+    if entry is None or any(m not in rows for m in entry[0]):
+        return None
+    return entry[1](*(rows[m] for m in entry[0]))

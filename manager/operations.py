@@ -78,16 +78,18 @@ class Operations:
 
     # Plumbing --------------------------------------------------------------
 
-    def perform(self, op: Op, held: bool = False) -> None:
+    def perform(self, op: Op, held: bool = False) -> list[Change] | None:
         """Carry out ``op`` in this thread: the one entry for the request
         runner, the reconciler and stacks. ``held``: the caller (the
-        reconciler) already holds the resource's lock. Raises
+        reconciler) already holds the resource's lock. Returns the changes
+        its success wrote under that lock (None from ``update_access``,
+        which writes rules, each its own outcome). Raises
         ``OperationFailed`` (the resource is in its error status) or
         ``Stale``."""
         name = HANDLERS.get((op.kind, op.action))
         if name is None:
             raise OperationFailed(f"unknown request {op.kind} {op.action}")
-        getattr(self, name)(op, held)
+        return getattr(self, name)(op, held)
 
     def handle(self, req: models.Request) -> None:
         """The request runner's handler for a claimed request."""
@@ -151,8 +153,9 @@ class Operations:
         force: bool = False,
         then: Callable[[Any], None] | None = None,
         read: Callable[[Any], Any] | None = None,
-    ) -> None:
-        """Lock, re-read, call the driver, write success or error atomically.
+    ) -> list[Change]:
+        """Lock, re-read, call the driver, write success or error atomically;
+        the success's changes, as written, are returned.
         ``held``: the caller (the reconciler) already holds the lock.
         ``method``: the driver method ``call`` runs (or a function of the
         re-read row that names it), for its lease and the logs. ``force``
@@ -196,9 +199,11 @@ class Operations:
                                 method or "the driver", kind.what, ident,
                                 kind.host_of(self.db, row))
                     result = None
-                self._commit(on_success(row, result), what)
+                changes = on_success(row, result)
+                self._commit(changes, what)
                 if then is not None:
                     then(row)
+                return changes
 
     # Row loading -------------------------------------------------------------
 
@@ -236,7 +241,7 @@ class Operations:
 
     # Shares ------------------------------------------------------------------
 
-    def create_share(self, op: Op, held: bool = False) -> None:
+    def create_share(self, op: Op, held: bool = False) -> list[Change] | None:
         # The request names the instance's backend: no read before the lock.
         host = op.host
         if host is None:
@@ -263,7 +268,7 @@ class Operations:
                 return driver.create_share_from_snapshot(share_d, snap_d, server)
             return driver.create_share(share_d, server)
 
-        self._perform(
+        return self._perform(
             vocab.SHARE_INSTANCE, models.ShareInstance, op.ident,
             (vocab.CREATING, vocab.CREATING_FROM_SNAPSHOT), call,
             lambda inst, locs: [(models.ShareInstance, inst.id, {"status": inst.status},
@@ -275,12 +280,12 @@ class Operations:
             if inst.status == vocab.CREATING_FROM_SNAPSHOT else "create_share",
         )
 
-    def delete_share(self, op: Op, held: bool = False) -> None:
+    def delete_share(self, op: Op, held: bool = False) -> list[Change] | None:
         inst0 = db_api.get(self.db, models.ShareInstance, op.ident)
         if inst0 is None:
             raise Stale(f"share instance {op.ident} is gone")
         driver = self.driver_for(inst0.host)
-        self._perform(
+        return self._perform(
             vocab.SHARE_INSTANCE,
             models.ShareInstance,
             inst0.id,
@@ -293,7 +298,7 @@ class Operations:
             method="delete_share", force=bool(op.args.get("force")),
         )
 
-    def resize_share(self, op: Op, held: bool = False) -> None:
+    def resize_share(self, op: Op, held: bool = False) -> list[Change] | None:
         inst0 = db_api.get(self.db, models.ShareInstance, op.ident)
         if inst0 is None:
             raise Stale(f"share instance {op.ident} is gone")
@@ -306,7 +311,7 @@ class Operations:
             share_d, server = self.share_parts(inst)
             return method(share_d, new_size, server)
 
-        self._perform(
+        return self._perform(
             vocab.SHARE_INSTANCE,
             models.ShareInstance,
             inst0.id,
@@ -332,7 +337,7 @@ class Operations:
     # rule's outcome is its own conditional update (a deny that came while the
     # driver worked wins over the apply's outcome), not all or nothing.
 
-    def update_access(self, op: Op, held: bool = False) -> None:
+    def update_access(self, op: Op, held: bool = False) -> list[Change] | None:
         """Send the share's rules to the driver: the queued ones as changes,
         with the full set; ``resync`` (ensure-resources) sends the full set
         even when nothing is queued."""
@@ -342,6 +347,7 @@ class Operations:
         with contextlib.nullcontext() if held else self.locked(vocab.SHARE_INSTANCE, inst0.id):
             inst = self._fresh(models.ShareInstance, inst0.id, (vocab.AVAILABLE,))
             self._sync_access(inst, resync=bool(op.args.get("resync")))
+        return None
 
     def _flush_access(self, inst: models.ShareInstance) -> None:
         """After an operation that leaves the share available: rules queued
@@ -390,7 +396,7 @@ class Operations:
                           include_deleted=True)
         return snap_inst, inst.host
 
-    def create_snapshot(self, op: Op, held: bool = False) -> None:
+    def create_snapshot(self, op: Op, held: bool = False) -> list[Change] | None:
         snap0, host = self._snap_host(op.ident)
         driver = self.driver_for(host)
 
@@ -400,7 +406,7 @@ class Operations:
                 values["provider_location"] = str(update["provider_location"])
             return [(models.ShareSnapshotInstance, row.id, {"status": row.status}, values)]
 
-        self._perform(
+        return self._perform(
             vocab.SNAPSHOT_INSTANCE, models.ShareSnapshotInstance, snap0.id, (vocab.CREATING,),
             lambda row: driver.create_snapshot(*self.snapshot_parts(row)),
             ok, {"status": vocab.ERROR}, f"create of snapshot instance {snap0.id}",
@@ -408,7 +414,7 @@ class Operations:
             method="create_snapshot",
         )
 
-    def delete_snapshot(self, op: Op, held: bool = False) -> None:
+    def delete_snapshot(self, op: Op, held: bool = False) -> list[Change] | None:
         snap0, host = self._snap_host(op.ident)
         driver = self.driver_for(host)
 
@@ -419,7 +425,7 @@ class Operations:
                  {"deleted_at": models.utcnow()}),
             ]
 
-        self._perform(
+        return self._perform(
             vocab.SNAPSHOT_INSTANCE, models.ShareSnapshotInstance, snap0.id, (vocab.DELETING,),
             lambda row: driver.delete_snapshot(*self.snapshot_parts(row)),
             gone, {"status": vocab.ERROR_DELETING}, f"delete of snapshot instance {snap0.id}",
@@ -429,7 +435,7 @@ class Operations:
 
     # Replicas ------------------------------------------------------------------
 
-    def create_replica(self, op: Op, held: bool = False) -> None:
+    def create_replica(self, op: Op, held: bool = False) -> list[Change] | None:
         rep0 = db_api.get(self.db, models.ShareInstance, op.ident)
         if rep0 is None:
             raise Stale(f"replica {op.ident} is gone")
@@ -449,7 +455,7 @@ class Operations:
                 "export_locations": views.export_locations(result.get("export_locations")),
             })]
 
-        self._perform(
+        return self._perform(
             vocab.REPLICA, models.ShareInstance, rep0.id, (vocab.CREATING,), call, ok,
             {"status": vocab.ERROR, "replica_state": vocab.REPLICA_ERROR},
             f"create of replica {rep0.id}",
@@ -457,12 +463,12 @@ class Operations:
             method="create_replica",
         )
 
-    def delete_replica(self, op: Op, held: bool = False) -> None:
+    def delete_replica(self, op: Op, held: bool = False) -> list[Change] | None:
         rep0 = db_api.get(self.db, models.ShareInstance, op.ident)
         if rep0 is None:
             raise Stale(f"replica {op.ident} is gone")
         driver = self.driver_for(rep0.host)
-        self._perform(
+        return self._perform(
             vocab.REPLICA, models.ShareInstance, rep0.id, (vocab.DELETING,),
             lambda rep: driver.delete_replica(*self.share_parts(rep)),
             lambda rep, _r: self._share_gone_changes(rep),
@@ -473,12 +479,12 @@ class Operations:
 
     # Share servers -------------------------------------------------------------
 
-    def create_share_server(self, op: Op, held: bool = False) -> None:
+    def create_share_server(self, op: Op, held: bool = False) -> list[Change] | None:
         row0 = db_api.get(self.db, models.ShareServer, op.ident)
         if row0 is None:
             raise Stale(f"share server {op.ident} is gone")
         driver = self.driver_for(row0.host)
-        self._perform(
+        return self._perform(
             vocab.SHARE_SERVER, models.ShareServer, row0.id, (vocab.CREATING,),
             lambda row: driver.setup_server(views.server(row)),
             lambda row, details: [(models.ShareServer, row.id, {"status": row.status},
@@ -488,12 +494,12 @@ class Operations:
             method="setup_server",
         )
 
-    def delete_share_server(self, op: Op, held: bool = False) -> None:
+    def delete_share_server(self, op: Op, held: bool = False) -> list[Change] | None:
         row0 = db_api.get(self.db, models.ShareServer, op.ident)
         if row0 is None:
             raise Stale(f"share server {op.ident} is gone")
         driver = self.driver_for(row0.host)
-        self._perform(
+        return self._perform(
             vocab.SHARE_SERVER, models.ShareServer, row0.id, (vocab.DELETING,),
             lambda row: driver.teardown_server(views.server(row), dict(row.backend_details or {})),
             lambda row, _r: [(models.ShareServer, row.id, {"status": row.status}, _deleted())],
@@ -504,12 +510,12 @@ class Operations:
 
     # Share groups and group snapshots -----------------------------------------
 
-    def create_share_group(self, op: Op, held: bool = False) -> None:
+    def create_share_group(self, op: Op, held: bool = False) -> list[Change] | None:
         row0 = db_api.get(self.db, models.ShareGroup, op.ident)
         if row0 is None:
             raise Stale(f"share group {op.ident} is gone")
         driver = self.driver_for(row0.host)
-        self._perform(
+        return self._perform(
             vocab.SHARE_GROUP, models.ShareGroup, row0.id, (vocab.CREATING,),
             lambda row: driver.create_share_group(views.group(row),
                                                   self.server_dict(row.share_server_id)),
@@ -520,7 +526,7 @@ class Operations:
             method="create_share_group",
         )
 
-    def delete_share_group(self, op: Op, held: bool = False) -> None:
+    def delete_share_group(self, op: Op, held: bool = False) -> list[Change] | None:
         row0 = db_api.get(self.db, models.ShareGroup, op.ident)
         if row0 is None:
             raise Stale(f"share group {op.ident} is gone")
@@ -543,7 +549,7 @@ class Operations:
                              _deleted()) for g in gsnaps]
             return changes
 
-        self._perform(
+        return self._perform(
             vocab.SHARE_GROUP, models.ShareGroup, row0.id, (vocab.DELETING,),
             lambda row: driver.delete_share_group(views.group(row),
                                                   self.server_dict(row.share_server_id)),
@@ -559,10 +565,10 @@ class Operations:
             raise Stale(f"group snapshot {ident} is gone")
         return row, db_api.get(self.db, models.ShareGroup, row.share_group_id, include_deleted=True)
 
-    def create_group_snapshot(self, op: Op, held: bool = False) -> None:
+    def create_group_snapshot(self, op: Op, held: bool = False) -> list[Change] | None:
         row0, group = self._gsnap(op.ident)
         driver = self.driver_for(group.host)
-        self._perform(
+        return self._perform(
             vocab.GROUP_SNAPSHOT, models.ShareGroupSnapshot, row0.id, (vocab.CREATING,),
             lambda row: driver.create_share_group_snapshot(
                 views.group_snapshot(row, group), self.server_dict(group.share_server_id)),
@@ -573,10 +579,10 @@ class Operations:
             method="create_share_group_snapshot",
         )
 
-    def delete_group_snapshot(self, op: Op, held: bool = False) -> None:
+    def delete_group_snapshot(self, op: Op, held: bool = False) -> list[Change] | None:
         row0, group = self._gsnap(op.ident)
         driver = self.driver_for(group.host)
-        self._perform(
+        return self._perform(
             vocab.GROUP_SNAPSHOT, models.ShareGroupSnapshot, row0.id, (vocab.DELETING,),
             lambda row: driver.delete_share_group_snapshot(
                 views.group_snapshot(row, group), self.server_dict(group.share_server_id)),
@@ -602,7 +608,7 @@ class Operations:
         share_d, _ = self.share_parts(inst)
         return share_d, inst
 
-    def create_backup(self, op: Op, held: bool = False) -> None:
+    def create_backup(self, op: Op, held: bool = False) -> list[Change] | None:
         row0 = self._backup(op.ident)
         driver = self.driver_for(row0.host)
         share_d, inst = self._backup_share(row0)
@@ -612,7 +618,7 @@ class Operations:
                     (models.ShareInstance, inst.id, {"status": vocab.BACKUP_CREATING},
                      {"status": vocab.AVAILABLE})]
 
-        self._perform(
+        return self._perform(
             vocab.BACKUP, models.ShareBackup, row0.id, (vocab.CREATING,),
             lambda row: driver.create_backup(share_d, views.backup(row)),
             lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status},
@@ -622,7 +628,7 @@ class Operations:
             method="create_backup",
         )
 
-    def restore_backup(self, op: Op, held: bool = False) -> None:
+    def restore_backup(self, op: Op, held: bool = False) -> list[Change] | None:
         row0 = self._backup(op.ident)
         driver = self.driver_for(row0.host)
         share_d, inst = self._backup_share(row0)
@@ -638,7 +644,7 @@ class Operations:
                 ),
             ]
 
-        self._perform(
+        return self._perform(
             vocab.BACKUP, models.ShareBackup, row0.id, (vocab.RESTORING,),
             lambda row: driver.restore_backup(views.backup(row), share_d),
             lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status},
@@ -648,10 +654,10 @@ class Operations:
             method="restore_backup",
         )
 
-    def delete_backup(self, op: Op, held: bool = False) -> None:
+    def delete_backup(self, op: Op, held: bool = False) -> list[Change] | None:
         row0 = self._backup(op.ident)
         driver = self.driver_for(row0.host)
-        self._perform(
+        return self._perform(
             vocab.BACKUP, models.ShareBackup, row0.id, (vocab.DELETING,),
             lambda row: driver.delete_backup(views.backup(row)),
             lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status}, _deleted())],

@@ -131,6 +131,29 @@ resources:
     assert _one_each(rig, ("share",)) == ["pair-a", "pair-b"]
 
 
+def test_a_create_sees_its_resource_as_written_not_read_back(rig, monkeypatch):
+    """A share's create records its attributes from the rows it inserted
+    with the changes its operation wrote (``phys.observe_after``): no read
+    of the share afterwards, and the attributes are those a read gives."""
+    from sharemgr.common import vocab
+    from sharemgr.manager import kinds
+
+    reads = []
+    read_share = kinds._OBSERVERS[vocab.SHARE]
+    monkeypatch.setitem(kinds._OBSERVERS, vocab.SHARE,
+                        lambda db, pid: reads.append(pid) or read_share(db, pid))
+    e = rig.engine()
+    rig.create("pair", _chain(2))
+    e.pump()
+    assert _status(rig, "pair") == ("CREATE", "COMPLETE")
+    assert reads == []
+    for name, (row,) in rig.rows("pair").items():
+        seen = read_share(rig.db, row.physical_id)
+        assert seen.state == phys.OK, name
+        assert row.attributes == dict(seen.attributes), name
+        assert row.attributes["export_locations"], name
+
+
 def _chain(n):
     """A template of ``n`` shares, each depending on the one before."""
     return "resources:\n" + "".join(
@@ -168,6 +191,23 @@ def test_clean_up_nodes_with_nothing_to_do_report_where_they_become_ready(
     assert len(checks) == 6 + cleanup_checks
     assert {c.status for c in checks} == {"done"} and not any(c.error for c in checks)
     assert _one_each(rig, ("share",)) == [f"chain-s{i}" for i in range(6)]
+
+
+def test_a_run_of_clean_ups_reads_its_rows_once(rig, monkeypatch):
+    """The clean-ups of a chain of 6, made ready one after another in one
+    transaction (s5's by its create, then s4's … s0's), read whether their
+    rows are free in one statement, asked for all five when s4's is."""
+    asked = []
+    read = stack_work.free_and_current_tx
+    monkeypatch.setattr(stack_work, "free_and_current_tx",
+                        lambda session, rids: asked.append(list(rids)) or read(session, rids))
+    e = rig.engine()
+    rig.create("chain", _chain(6))
+    e.pump()
+    assert _status(rig, "chain") == ("CREATE", "COMPLETE")
+    rows = rig.rows("chain")
+    assert asked == [[rows[f"s{i}"][0].id for i in (4, 3, 2, 1, 0)]]
+    assert not [c for c in rig.checks() if not c.args["is_update"]]
 
 
 def test_a_clean_up_with_work_is_not_reported_for(rig):
