@@ -450,8 +450,7 @@ class Worker:
             return _SLOW
         if plan.physical_id is not None:
             start["physical_id"] = plan.physical_id
-        work = stack_work.Begin(vocab.STACK_CREATE, start, plan.add, plan.changes,
-                                plan.op.request({"stack_id": ctx.stack_id}) if plan.op else None)
+        work = self._work(ctx, vocab.STACK_CREATE, start, plan)
         with self._inflight_lock:
             self._claims[row.id] += 1
         try:
@@ -908,8 +907,7 @@ class Worker:
         action = vocab.STACK_UPDATE if d.kind == Kind.UPDATE else vocab.STACK_CREATE
         if plan.physical_id is not None:
             start["physical_id"] = plan.physical_id
-        work = stack_work.Begin(action, start, plan.add, plan.changes,
-                        plan.op.request({"stack_id": ctx.stack_id}) if plan.op else None)
+        work = self._work(ctx, action, start, plan)
         begun = stack_work.begin(self.db, effective.id, self.engine_id, ctx.stack_id, ctx.traversal,
                          work, replace=d.kind == Kind.REPLACE,
                          replace_template_id=stack.template_id, replace_requires=final["requires"])
@@ -940,6 +938,15 @@ class Worker:
         return _Outcome(data=ResourceData(row.name, effective.id, effective.physical_id,
                                           d.observed.attributes).passed_on(ctx.template))
 
+    def _work(self, ctx: _Ctx, action: str, values: dict, plan: phys.Plan) -> stack_work.Begin:
+        """What ``begin`` writes for ``plan``: its new rows and changes, and
+        its operation's request, running for this engine with the default
+        lease (which the call keeps unless its method has one of its own)."""
+        op = plan.op
+        return stack_work.Begin(action, values, plan.add, plan.changes,
+                                op.request({"stack_id": ctx.stack_id}) if op else None,
+                                self.operations.default_lease() if op else None)
+
     def _carry_out(self, ctx: _Ctx, name: str, begun: stack_work.Begun, action: str,
                    plan: phys.Plan, final: dict,
                    known: tuple[int, str, str | None] | None = None,
@@ -954,8 +961,8 @@ class Worker:
         written = None
         if plan.op is not None:
             try:
-                written = self.operations.perform(replace(plan.op,
-                                                          request_id=begun.op_request_id))
+                written = self.operations.perform(replace(
+                    plan.op, request_id=begun.op_request_id, lease=begun.op_lease))
             except (OperationFailed, Stale) as exc:
                 reason = f"{name}: {exc}"
                 stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED, reason,
@@ -1013,8 +1020,7 @@ class Worker:
             plan = phys.plan_delete(self.db, row.type, row.physical_id) or phys.Plan()
         except phys.CheckError as exc:
             return self._failed(row, vocab.STACK_DELETE, str(exc))
-        work = stack_work.Begin(vocab.STACK_DELETE, {"status_reason": None}, (), plan.changes,
-                        plan.op.request({"stack_id": ctx.stack_id}) if plan.op else None)
+        work = self._work(ctx, vocab.STACK_DELETE, {"status_reason": None}, plan)
         begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id, ctx.traversal, work)
         if isinstance(begun, str):
             return _not_begun(begun, row.id)

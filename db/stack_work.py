@@ -117,12 +117,14 @@ class Begin:
     add: Sequence[Any] = ()
     changes: Sequence[Change] = ()
     op: Mapping[str, Any] | None = None  # resource_type, resource_id, action, host, args
+    op_lease: Any = None  # its lease (``Operations.default_lease``), written with it
 
 
 @dataclass(frozen=True)
 class Begun:
     resource_id: int  # the row the action runs on (a replacement's when replacing)
     op_request_id: int | None
+    op_lease: Any = None  # the lease its request was written with
 
 
 # Why ``begin`` started nothing: the caller acts differently on each.
@@ -193,8 +195,10 @@ def begin(
                     raise _NotBegun(CONFLICT)
             op_id = None
             if work.op is not None:
-                op_id = _running_request_tx(session, engine_id, **work.op)
-            return Begun(rid, op_id)
+                op_id = _running_request_tx(
+                    session, engine_id, **work.op,
+                    lease_expires_at=None if work.op_lease is None else work.op_lease.until)
+            return Begun(rid, op_id, None if op_id is None else work.op_lease)
     except _NotBegun as exc:
         return exc.why
 
@@ -207,13 +211,14 @@ def _running_request_tx(
     action: str,
     host: str | None,
     args: dict | None = None,
+    lease_expires_at: Any = None,
 ) -> int:
     """A request ``running`` for this engine as it is written; its id."""
     now = M.utcnow()
     return session.execute(api.insert_statement(M.Request.__table__), dict(
         resource_type=resource_type, resource_id=resource_id, action=action, host=host,
         args=args or {}, status=vocab.REQUEST_RUNNING, engine_id=engine_id, created_at=now,
-        claimed_at=now,
+        claimed_at=now, lease_expires_at=lease_expires_at,
     )).inserted_primary_key[0]
 
 

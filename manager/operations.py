@@ -9,6 +9,7 @@ it expects, in one transaction with any other row the outcome touches.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,6 +27,11 @@ from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.plans import Change, Op
 
 LOG = logging.getLogger(__name__)
+
+# ``Op.lease`` of the operation this thread performs, for ``_fresh_leased``:
+# the handlers pass their own arguments to ``_perform``, not the op.
+_WRITTEN_LEASE: contextvars.ContextVar[leases.Terms | None] = contextvars.ContextVar(
+    "sharemgr_written_lease", default=None)
 
 
 class OperationFailed(Exception):
@@ -89,7 +95,18 @@ class Operations:
         name = HANDLERS.get((op.kind, op.action))
         if name is None:
             raise OperationFailed(f"unknown request {op.kind} {op.action}")
-        return getattr(self, name)(op, held)
+        token = _WRITTEN_LEASE.set(op.lease)
+        try:
+            return getattr(self, name)(op, held)
+        finally:
+            _WRITTEN_LEASE.reset(token)
+
+    def default_lease(self) -> leases.Terms | None:
+        """The lease of a call of a method with no lease of its own,
+        starting now (None: no lease). A caller that writes the request row
+        just before the call (a stack's begin) writes it with the row and
+        passes it in ``Op.lease``: the call then writes it no more."""
+        return self.keeper.terms(self.leases.seconds(None), self.leases.heartbeat)
 
     def handle(self, req: models.Request) -> None:
         """The request runner's handler for a claimed request."""
@@ -119,20 +136,26 @@ class Operations:
         re-reads the row in that transaction (see ``db_rec.read_and_lease``).
         Returns the row, the method, the lease's terms and whether this
         engine's request took them."""
-        chosen: dict[str, Any] = {"method": None, "terms": None}
+        chosen: dict[str, Any] = {"method": None, "terms": None, "written": False}
+        written = _WRITTEN_LEASE.get()
 
         def until_of(row: Any) -> Any:
             if row.status not in expected:
                 return None  # Stale below: no call, no lease
             name = method(row) if callable(method) else method
-            terms = self.keeper.terms(self.leases.seconds(name), self.leases.heartbeat)
+            seconds = self.leases.seconds(name)
+            if written is not None and seconds == self.leases.seconds(None):
+                # The request row was written with this lease a moment ago.
+                chosen.update(method=name, terms=written, written=True)
+                return None
+            terms = self.keeper.terms(seconds, self.leases.heartbeat)
             chosen.update(method=name, terms=terms)
             return terms.until if terms else None
 
         row, leased = db_rec.read_and_lease(self.db, model, ident, self.engine_id, until_of,
                                             read)
         _expect(model, ident, row, expected)
-        return row, chosen["method"], chosen["terms"], bool(leased)
+        return row, chosen["method"], chosen["terms"], bool(leased) or chosen["written"]
 
     def _commit(self, changes: list[Change], what: str) -> None:
         if not db_api.transition_with_request(self.db, changes, None):

@@ -38,6 +38,9 @@ class Op:
     host: str | None = None  # 'host@backend' that serves it
     args: Mapping[str, Any] = field(default_factory=dict)
     request_id: int | None = None
+    # The lease its request row was written with (``Operations.default_lease``,
+    # a stack's begin): the call keeps it when its method's lease is the default.
+    lease: Any = None
 
     @classmethod
     def of_request(cls, req: models.Request) -> Op:

@@ -154,6 +154,31 @@ def test_a_create_sees_its_resource_as_written_not_read_back(rig, monkeypatch):
         assert row.attributes["export_locations"], name
 
 
+@pytest.mark.parametrize("own_lease", [False, True])
+def test_a_creates_request_is_written_with_its_lease(rig, monkeypatch, own_lease):
+    """With leases on, a stack's begin writes its operation's request with
+    the default lease, and the call writes it no more; a method with a
+    lease of its own still has it written as its call starts."""
+    from sharemgr.db import models
+    from sharemgr.db import reconcile as db_rec
+    from sharemgr.manager import leases
+
+    writes = []
+    set_tx = db_rec._lease_set_tx
+    monkeypatch.setattr(db_rec, "_lease_set_tx",
+                        lambda *a: writes.append(a[-1]) or set_tx(*a))
+    e = rig.engine()
+    e.operations.leases = leases.Leases(3600, {"create_share": 600} if own_lease else {}, 60)
+    rig.create("pair", _chain(2))
+    e.pump()
+    assert _status(rig, "pair") == ("CREATE", "COMPLETE")
+    ops = [r for r in api.query(rig.db, models.Request, {"action": "create"})
+           if r.resource_type == "share_instance"]
+    assert len(ops) == 2 and {r.status for r in ops} == {"done"}
+    assert all(r.lease_expires_at is not None for r in ops)
+    assert len(writes) == (2 if own_lease else 0)
+
+
 def _chain(n):
     """A template of ``n`` shares, each depending on the one before."""
     return "resources:\n" + "".join(
