@@ -1,8 +1,10 @@
 """Operation leases: how long a driver call may run before it counts as stuck.
 
 A running operation's request row holds a lease (``lease_expires_at``), set
-when its driver call starts: ``operation_lease_seconds``, or the method's own
-value from ``operation_lease_seconds_by_method``. While the lease is fresh the
+when its driver call starts (a stack's: with the request row its begin
+writes a moment before, ``Operations.default_lease``):
+``operation_lease_seconds``, or the method's own value from
+``operation_lease_seconds_by_method``. While the lease is fresh the
 operation is slow and left alone however long it takes; once it has expired
 while its engine is still alive (a hung driver call, a lost thread) it is
 stuck, and the reconciliation pass settles it by the rules of
