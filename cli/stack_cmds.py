@@ -11,7 +11,9 @@ from typing import Any
 from sharemgr.cli import base
 from sharemgr.common import vocab
 
-POLL = 0.3
+# --wait reads the stack's head this often: a read-only primary-key read, so
+# the end of a traversal is seen within a tenth of a second.
+POLL = 0.1
 
 
 def _lookup(app: Any, name: str) -> Any:

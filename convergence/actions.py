@@ -123,8 +123,12 @@ def outputs(db: Database, stack: models.Stack) -> dict[str, Any]:
     if stack.template_id is None:
         return {}
     template = Template.from_dict(stacks.template_get(db, stack.template_id) or {})
+    if not template.outputs:
+        return {}
     data = {}
     for name, row in current_rows(db, stack).items():
+        if name not in template.output_resources:
+            continue  # only the resources an output reads are looked at
         observed = phys.observe(db, row.type, row.physical_id)
         if observed.state != phys.GONE:
             data[name] = ResourceData(name, row.id, row.physical_id, observed.attributes)

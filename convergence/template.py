@@ -258,6 +258,12 @@ class Template:
                     wanted.setdefault(ref.name, set()).add(ref.attribute)
         return {name: frozenset(attrs) for name, attrs in wanted.items()}
 
+    @functools.cached_property
+    def output_resources(self) -> frozenset[str]:
+        """The resources the outputs read (``get_resource`` or ``get_attr``)."""
+        return frozenset(ref.name for name, value in self.outputs.items()
+                         for ref in _references(f"output {name!r}", value))
+
     @classmethod
     def empty(cls) -> Template:
         """The template a stack delete converges to."""

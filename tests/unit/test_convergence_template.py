@@ -323,3 +323,18 @@ outputs:
     assert data.passed_on(t) == {"name": "a", "resource_id": 1, "physical_id": "p",
                                  "attributes": {"name": "n"}}
     assert data.passed_on(None)["attributes"] == dict(data.attributes)
+
+
+def test_output_resources_are_those_the_outputs_read():
+    tmpl = template.parse("""
+resources:
+  a: {type: share, properties: {size: 1, proto: NFS}}
+  b: {type: share, properties: {size: 1, proto: NFS}}
+  c: {type: snapshot, properties: {share: {get_resource: a}}}
+outputs:
+  path: {get_attr: [a, export_locations, 0, path]}
+  ids: [{get_resource: c}, plain]
+""")
+    assert tmpl.output_resources == {"a", "c"}
+    assert template.parse("resources: {a: {type: share, properties: {size: 1, proto: NFS}}}"
+                          ).output_resources == frozenset()
