@@ -352,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
             # the one-line start-up error.
             "stevedore=CRITICAL"],
     )
+    # With its hooks (a SIGHUP's new log level, the formatters' config).
+    logging.register_options(conf)
     try:
         config.load(argv, conf=conf, prog=BINARY)
     except config.ConfigError as exc:

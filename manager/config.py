@@ -14,7 +14,6 @@ import socket
 
 from oslo_config import cfg, iniparser, types
 from oslo_log import _options as oslo_log_options  # the opts of its oslo.config.opts entry point
-from oslo_log import log as oslo_logging
 from sharemgr.drivers import options as driver_options
 
 CONF = cfg.CONF
@@ -428,7 +427,14 @@ def load(
 
     Raises ConfigError with a one-line message on any mistake."""
     register_opts(conf)
-    oslo_logging.register_options(conf)
+    # oslo.log's options, from the module its own registration reads them
+    # from: importing oslo_log.log (its formatters pull in http.client and
+    # ssl) was a twentieth of a sharectl call. The daemon, which logs
+    # through oslo.log, registers them with oslo.log's hooks before this.
+    conf.register_cli_opts(oslo_log_options.common_cli_opts)
+    conf.register_cli_opts(oslo_log_options.logging_cli_opts)
+    conf.register_opts(oslo_log_options.generic_log_opts)
+    conf.register_opts(oslo_log_options.log_opts)
     files = None
     if config_file:
         files = [config_file]
