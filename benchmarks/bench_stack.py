@@ -247,6 +247,11 @@ def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[
                 "machine_cpu_busy_percent": round(
                     100 * (busy1 - busy0) / max(total1 - total0, 1e-9), 1),
                 "machine_cores": os.cpu_count(),
+                # Every process's busy CPU (engines, database server, sharectl,
+                # Redis) per node: the machine cannot go faster than its cores
+                # over this, whatever the engines do.
+                "machine_cpu_ms_per_node": round(
+                    1000 * (busy1 - busy0) / nodes, 2),
                 "idle_statements_per_s": round(idle_stmt, 1),
                 "engine_idle_rss_kib": idle_rss, "engine_peak_rss_kib": peak,
                 "by_kind_per_node": {k: round(v / nodes, 2)
@@ -324,6 +329,12 @@ def main() -> None:
             summary["two_engines_speedup"] = {
                 s: round(summary["results"][f"{s}/2"]["nodes_per_s"]
                          / summary["results"][f"{s}/1"]["nodes_per_s"], 2) for s in shapes}
+            # The most two engines could gain on this machine: all its cores
+            # busy at the two-engine run's CPU per node, over one engine's rate.
+            by = {f"{r['shape']}/{r['engines']}": r for r in results}
+            summary["two_engines_cpu_ceiling"] = {
+                s: round(1000 * (os.cpu_count() or 1) / by[f"{s}/2"]["machine_cpu_ms_per_node"]
+                         / by[f"{s}/1"]["nodes_per_s"], 2) for s in shapes}
         print(json.dumps(summary), flush=True)
 
 
