@@ -323,7 +323,8 @@ def main() -> None:
                                                "statements_per_node",
                                                "commits_per_node", "engine_idle_rss_kib",
                                                "engine_peak_rss_kib", "engine_cpu_ms_per_node",
-                                               "engine_cpu_per_node_in_python_references")}
+                                               "engine_cpu_per_node_in_python_references",
+                                               "machine_cpu_ms_per_node")}
                              for r in results}}
         if 1 in engines and 2 in engines:
             summary["two_engines_speedup"] = {
@@ -331,7 +332,7 @@ def main() -> None:
                          / summary["results"][f"{s}/1"]["nodes_per_s"], 2) for s in shapes}
             # The most two engines could gain on this machine: all its cores
             # busy at the two-engine run's CPU per node, over one engine's rate.
-            by = {f"{r['shape']}/{r['engines']}": r for r in results}
+            by = summary["results"]
             summary["two_engines_cpu_ceiling"] = {
                 s: round(1000 * (os.cpu_count() or 1) / by[f"{s}/2"]["machine_cpu_ms_per_node"]
                          / by[f"{s}/1"]["nodes_per_s"], 2) for s in shapes}
