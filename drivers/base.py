@@ -83,6 +83,20 @@ class ShareDriver:
     #: refuses a backend configured with another.
     supported_dhss_modes: tuple[bool, ...] = (False, True)
 
+    #: Whether this driver honours fencing tokens (doc/drivers.rst,
+    #: "Fencing"). Every dict the manager passes that names a backend object
+    #: carries ``fence_token``: an int that grows each time an engine takes
+    #: the resource (a claim, a take-over, a reconciliation), or None. A
+    #: driver that honours them keeps, per backend object id and durably, the
+    #: highest token it has accepted (also for an id it has no object for),
+    #: and refuses every call about that id, status reads included, whose
+    #: token is lower, by raising ``FencedCall`` before it changes anything;
+    #: an equal or higher token is accepted and becomes the highest. With
+    #: such a driver a call from an engine that lost the resource (paused
+    #: past its lease, cut off) cannot take effect; without it the manager
+    #: waits for the previous call's hard deadline before a take-over.
+    honours_fencing: bool = False
+
     def __init__(
         self,
         configuration: Any,

@@ -34,3 +34,13 @@ class OperationNotSupported(ShareBackendException, NotImplementedError):
     It is both a ``ShareBackendException`` (the operation failed) and a
     ``NotImplementedError`` (so capability checks can tell it apart).
     """
+
+
+class FencedCall(ShareBackendException):
+    """The backend refused a call whose fencing token is older than one it
+    has already accepted for the same object (doc/drivers.rst, "Fencing").
+
+    The caller lost the resource (an engine paused or cut off while another
+    took it over): the backend changed nothing. Only drivers that set
+    ``honours_fencing = True`` raise it.
+    """
