@@ -55,6 +55,12 @@ REQUESTS_RUNNING = Gauge(
     "sharemgr_requests_running",
     "Requests this engine is running now.", registry=REGISTRY)
 
+ENGINE_MEMBER = Gauge(
+    "sharemgr_engine_member",
+    "1 while this engine is a member of the engines group, 0 while it is out "
+    "(paused, cut off) and rejoining.",
+    registry=REGISTRY,
+)
 DRIVER_CALL_SECONDS = Histogram(
     "sharemgr_driver_call_duration_seconds",
     "Time of a driver call made by an operation, by driver method and outcome "

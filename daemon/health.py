@@ -152,6 +152,9 @@ class HealthServer:
         coord = self.service.coordinator
         if coord is None:
             return False, "not started yet"
+        membership = getattr(self.service, "membership", None)
+        if membership is not None:
+            return membership.state()
         if self.service.engine_id in coord.engines():
             return True, "member of the engines group"
         return False, "this engine is not a member of the engines group"

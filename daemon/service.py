@@ -23,6 +23,7 @@ from sharemgr.drivers import loader
 from sharemgr.manager import capabilities, config, ensure, leases, operations
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.coordination import safe_url as c_url
+from sharemgr.manager.membership import Membership
 from sharemgr.manager.operations import Operations
 from sharemgr.manager.runner import RequestRunner
 from sharemgr.reconcile import drift
@@ -77,6 +78,7 @@ class ShareManagerService:
         self.stopping = threading.Event()
         self.db: Database | None = None
         self.coordinator: Coordinator | None = None
+        self.membership: Membership | None = None
         self.background = Background()
         self.registered = False
         # The backends that are up; one whose set-up failed joins when a
@@ -125,6 +127,8 @@ class ShareManagerService:
             self.coordinator.join_engines()
         except CoordinationUnavailable as exc:
             raise StartupError(str(exc))
+        self.membership = Membership(self.coordinator, self.engine_id,
+                                     float(self.conf.coordination.membership_timeout))
         try:
             # A configuration mistake stops the daemon; a set-up that fails
             # (an array not reachable yet) is retried below.
@@ -140,6 +144,8 @@ class ShareManagerService:
         self.hosts = [f"{self.host}@{backend}" for backend in self.drivers]
         self.operations = Operations(self.db, self.drivers, self.coordinator, self.engine_id)
         self.operations.leases = leases.Leases.from_conf(self.conf)
+        self.operations.not_member = self.membership.not_member
+        self.operations.on_lost = self._reobserve
         for rtype, action in operations.HANDLERS:
             self.handlers.add(rtype, action, self.operations.handle)
         self.stacks = StackEngine(self.db, self.operations, self.coordinator, self.engine_id,
@@ -162,6 +168,7 @@ class ShareManagerService:
             any_host=bool(self.handlers.hostless),
             outage_max_interval=self.conf.outage_retry_max_interval,
         )
+        self.runner.not_member = self.membership.not_member
         self.runner.start()
         self.background.own("request runner", self._stop_runner)
         self.backends.retry_failed()
@@ -241,7 +248,9 @@ class ShareManagerService:
                  lambda: db_api.service_heartbeat(self.db, self.engine_id), most)
         bg.every(self.conf.backup_continue_interval, "backup_continue",
                  lambda: self.operations.continue_backups(self.hosts), most)
-        bg.every(1.0, "membership", lambda: self.coordinator.run_watchers(), most)
+        # Off the periodic thread: with packets dropped a check waits for the
+        # client's socket timeout, and the heartbeat must go on meanwhile.
+        bg.every(1.0, "membership", self._membership, most, offload=True)
         bg.every(self.conf.stack_watchdog_interval, "stack_watchdog", self._stack_watchdog,
                  most)
         # Driver calls: off the periodic thread (a hung get_share_stats must
@@ -264,6 +273,18 @@ class ShareManagerService:
             bg.every(self.conf.drift_check_interval, "drift_check",
                      lambda: self.passes and self.passes.drift_periodic(), most)
         bg.start_periodics()
+
+    def _membership(self) -> None:
+        self.membership.check()
+        self.coordinator.run_watchers()
+
+    def _reobserve(self, rtype: str, ident: str) -> None:
+        """An outcome that could not be written: the resource is asked about
+        at once (a drift check of it, by the configured policy) unless it is
+        in a transient status, which its new owner or a reconciliation
+        settles (doc/reconciliation.rst, "Fencing")."""
+        if self.passes is not None:
+            self.passes.reobserve(rtype, ident)
 
     def _stack_heal(self) -> None:
         # Not before the startup pass has settled what a crash left.

@@ -50,9 +50,14 @@ PLUS_ONE = _PlusOne()
 
 def _stamped(model: type, values: dict[str, Any]) -> dict[str, Any]:
     """``values`` with ``updated_at`` set to now, where the model has one and
-    the caller did not set it: what every conditional update writes."""
+    the caller did not set it: what every conditional update writes. A
+    status change of a fenced resource also bumps its fencing token
+    (doc/reconciliation.rst, "Fencing"): an outcome read under an older
+    token can no longer be written over it."""
     if hasattr(model, "updated_at") and "updated_at" not in values:
-        return {**values, "updated_at": utcnow()}
+        values = {**values, "updated_at": utcnow()}
+    if "status" in values and "fence" not in values and hasattr(model, "fence"):
+        values = {**values, "fence": PLUS_ONE}
     return values
 
 
@@ -86,15 +91,16 @@ def _update_stmt(table: sa.Table, tests: tuple[tuple[str, str], ...],
 
 
 @functools.lru_cache(maxsize=128)
-def _update_many_stmt(table: sa.Table, tests: tuple[str, ...], columns: tuple[str, ...]
-                      ) -> sa.Update:
+def _update_many_stmt(table: sa.Table, tests: tuple[str, ...],
+                      columns: tuple[tuple[str, bool], ...]) -> sa.Update:
     """``UPDATE table SET <columns> WHERE id IN (:ids) AND <col = :w_col>
     RETURNING id``: the rows that matched, built once per shape."""
     c = table.c
     return (sa.update(table)
             .where(c.id.in_(sa.bindparam("ids", expanding=True)),
                    *[c[n] == sa.bindparam(f"w_{n}") for n in tests])
-            .values({n: sa.bindparam(f"v_{n}") for n in columns})
+            .values({n: c[n] + 1 if plus_one else sa.bindparam(f"v_{n}")
+                     for n, plus_one in columns})
             .returning(c.id))
 
 
@@ -105,9 +111,10 @@ def conditional_update_many_tx(session: Session, model: type, ids: Sequence[Any]
     checked against ``expected`` (plain values), and the ids of the rows that
     matched are returned."""
     values = _stamped(model, values)
-    stmt = _update_many_stmt(model.__table__, tuple(expected), tuple(values))
+    stmt = _update_many_stmt(model.__table__, tuple(expected),
+                             tuple((n, v is PLUS_ONE) for n, v in values.items()))
     params = {"ids": list(ids), **{f"w_{n}": v for n, v in expected.items()},
-              **{f"v_{n}": v for n, v in values.items()}}
+              **{f"v_{n}": v for n, v in values.items() if v is not PLUS_ONE}}
     return set(session.scalars(stmt, params))
 
 
@@ -131,7 +138,8 @@ def conditional_update_rows_tx(session: Session, model: type,
     new = _stamped(model, {n: given.c[f"v_{n}"] for n in columns})
     stmt = (sa.update(table)
             .where(c.id == given.c.id, *[c[n] == given.c[f"w_{n}"] for n in tests])
-            .values(new).returning(c.id))
+            .values({n: c[n] + 1 if v is PLUS_ONE else v for n, v in new.items()})
+            .returning(c.id))
     return set(session.scalars(stmt))
 
 
@@ -453,6 +461,24 @@ def request_finish(
                 models.Request.status == vocab.REQUEST_RUNNING,
             )
             .values(status=status, error=error, finished_at=utcnow())
+        )
+        return session.execute(stmt).rowcount == 1
+
+
+def request_release(db: Database, request_id: int, engine_id: str, why: str) -> bool:
+    """Give a running request of this engine back (pending, no engine):
+    its work has not reached the driver (the engine is out of the engines
+    group); a member claims it again."""
+    with db.session() as session:
+        stmt = (
+            sa.update(models.Request)
+            .where(
+                models.Request.id == request_id,
+                models.Request.engine_id == engine_id,
+                models.Request.status == vocab.REQUEST_RUNNING,
+            )
+            .values(status=vocab.REQUEST_PENDING, engine_id=None, claimed_at=None,
+                    lease_expires_at=None, lease_deadline=None, error=why)
         )
         return session.execute(stmt).rowcount == 1
 

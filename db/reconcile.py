@@ -36,59 +36,97 @@ def lease_start(db: Database, resource_id: str, engine_id: str, seconds: float) 
                      models.utcnow() + datetime.timedelta(seconds=seconds)) > 0
 
 
-def _lease_statements() -> tuple[sa.Select, sa.Update, sa.Update]:
+def _lease_statements(deadline: bool) -> tuple[sa.Select, sa.Update, sa.Update]:
     r = models.Request.__table__  # a plain UPDATE (see api.conditional_update_tx)
     mine = (r.c.engine_id == sa.bindparam("engine"), r.c.status == vocab.REQUEST_RUNNING)
     about = r.c.resource_id.in_(sa.bindparam("resources", expanding=True))
     by_id = r.c.id.in_(sa.bindparam("ids", expanding=True))
-    lease = sa.update(r).values(lease_expires_at=sa.bindparam("until"))
+    values = {"lease_expires_at": sa.bindparam("until")}
+    if deadline:
+        values["lease_deadline"] = sa.bindparam("deadline")
+    lease = sa.update(r).values(values)
     return sa.select(r.c.id).where(about, *mine), lease.where(about, *mine), lease.where(
         by_id, *mine)
 
 
-# Built once with parameters: a share operation sets its lease at each step.
-_LEASED, _LEASE, _LEASE_BY_ID = _lease_statements()
+# Built once with parameters: a share operation sets its lease at each step
+# (with the call's deadline as it starts; a renewal keeps the deadline).
+_LEASE_STMTS = {False: _lease_statements(False), True: _lease_statements(True)}
 
 
 def _lease_set_tx(session: Session, resource_ids: list[str], engine_id: str,
-                  until: datetime.datetime) -> int:
-    params = {"resources": list(resource_ids), "engine": engine_id, "until": until}
+                  until: datetime.datetime, deadline: datetime.datetime | None = None) -> int:
+    params = {"resources": list(resource_ids), "engine": engine_id, "until": until,
+              "deadline": deadline}
+    leased, lease, lease_by_id = _LEASE_STMTS[deadline is not None]
     if session.get_bind().dialect.name == "mysql":
         # InnoDB locks every index record an UPDATE scans, not only the rows
         # it changes: found first without locks, the rows are updated by
         # primary key, so this statement holds nothing another writer of
         # requests waits for while it waits (a deadlock seen in CI).
-        ids = list(session.scalars(_LEASED, params))
+        ids = list(session.scalars(leased, params))
         if not ids:
             return 0
-        return session.execute(_LEASE_BY_ID, {**params, "ids": ids}).rowcount
-    return session.execute(_LEASE, params).rowcount
+        return session.execute(lease_by_id, {**params, "ids": ids}).rowcount
+    return session.execute(lease, params).rowcount
 
 
 def lease_set(db: Database, resource_ids: list[str], engine_id: str,
-              until: datetime.datetime) -> int:
+              until: datetime.datetime, deadline: datetime.datetime | None = None) -> int:
     """Set the lease of this engine's running requests about these resources
-    to ``until`` (one UPDATE); how many there were."""
+    to ``until`` (one UPDATE), and their calls' deadline when given; how
+    many there were."""
     if not resource_ids:
         return 0
     with db.session() as session:
-        return _lease_set_tx(session, resource_ids, engine_id, until)
+        return _lease_set_tx(session, resource_ids, engine_id, until, deadline)
+
+
+def take_tx(session: Session, model: type, ident: str, statuses: tuple[str, ...]) -> bool:
+    """Take a fenced resource in one of ``statuses``: bump its fencing token
+    (doc/reconciliation.rst, "Fencing"), so that an outcome or a driver call
+    under an older token no longer counts. False when the row is in none of
+    them (or gone)."""
+    return db_api.conditional_update_tx(session, model, ident, {"status": statuses},
+                                        {"fence": db_api.PLUS_ONE})
+
+
+def take_rows(db: Database, model: type, rows: dict[str, str]) -> dict[str, Any]:
+    """Take many fenced resources, each in the status it was seen with
+    (``{id: status}``), and read them back: the rows taken, by id (a row
+    whose status changed is left out)."""
+    with db.session() as session:
+        taken = [ident for ident, status in rows.items()
+                 if take_tx(session, model, ident, (status,))]
+        if not taken:
+            return {}
+        found = session.scalars(sa.select(model).where(model.id.in_(taken)))
+        return {row.id: row for row in found}
 
 
 def read_and_lease(db: Database, model: type, ident: str, engine_id: str,
-                   until_of: Callable[[Any], datetime.datetime | None],
-                   read: Callable[[Session], Any] | None = None) -> tuple[Any, int]:
+                   until_of: Callable[[Any], Any],
+                   read: Callable[[Session], Any] | None = None,
+                   take: tuple[str, ...] | None = None) -> tuple[Any, int]:
     """Re-read a resource row (None if gone or deleted) and, in the same
     transaction, set the lease of this engine's running request about it to
-    ``until_of(row)`` (None: no lease). ``read``: how the row is read in
-    that transaction (a caller that also needs its parent reads both in one
-    statement), by default by primary key. Returns the row and how many
-    requests were leased."""
+    ``until_of(row)`` (None: no lease; an object with ``until`` and
+    ``deadline``, or a bare time). ``read``: how the row is read in that
+    transaction (a caller that also needs its parent reads both in one
+    statement), by default by primary key. ``take``: the statuses in which
+    the row is taken first (``take_tx``: its fencing token bumped), so the
+    row read carries the new token. Returns the row and how many requests
+    were leased."""
     with db.session() as session:
+        if take is not None and hasattr(model, "fence"):
+            take_tx(session, model, ident, take)
         row = db_api.get_tx(session, model, ident) if read is None else read(session)
         until = until_of(row) if row is not None else None
-        leased = _lease_set_tx(session, [ident], engine_id, until) if until else 0
-        return row, leased
+        if until is None:
+            return row, 0
+        if isinstance(until, datetime.datetime):
+            return row, _lease_set_tx(session, [ident], engine_id, until)
+        return row, _lease_set_tx(session, [ident], engine_id, until.until, until.deadline)
 
 
 def expired_leases(db: Database, hosts: list[str]) -> list[models.Request]:

@@ -197,7 +197,8 @@ def begin(
             if work.op is not None:
                 op_id = _running_request_tx(
                     session, engine_id, **work.op,
-                    lease_expires_at=None if work.op_lease is None else work.op_lease.until)
+                    lease_expires_at=None if work.op_lease is None else work.op_lease.until,
+                    lease_deadline=None if work.op_lease is None else work.op_lease.deadline)
             return Begun(rid, op_id, None if op_id is None else work.op_lease)
     except _NotBegun as exc:
         return exc.why
@@ -212,13 +213,14 @@ def _running_request_tx(
     host: str | None,
     args: dict | None = None,
     lease_expires_at: Any = None,
+    lease_deadline: Any = None,
 ) -> int:
     """A request ``running`` for this engine as it is written; its id."""
     now = M.utcnow()
     return session.execute(api.insert_statement(M.Request.__table__), dict(
         resource_type=resource_type, resource_id=resource_id, action=action, host=host,
         args=args or {}, status=vocab.REQUEST_RUNNING, engine_id=engine_id, created_at=now,
-        claimed_at=now, lease_expires_at=lease_expires_at,
+        claimed_at=now, lease_expires_at=lease_expires_at, lease_deadline=lease_deadline,
     )).inserted_primary_key[0]
 
 

@@ -44,6 +44,14 @@ def _timestamps() -> list[sa.Column]:
             sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
             sa.Column("deleted_at", DateTime, default=None)]
 
+def _fence() -> sa.Column:
+    """The fencing token of a resource an operation acts on (migration 0011,
+    doc/reconciliation.rst "Fencing"): bumped by every take (an operation's
+    re-read under its lock, a reconciliation) and every status change, and
+    carried by the driver call; an outcome is written only while it is the
+    row's current one."""
+    return sa.Column("fence", BigInteger, default=0, server_default="0", nullable=False)
+
 # A backend host: '<host>@<backend>' (and '#<pool>' on share instances). The
 # host is a hostname (oslo.config's HostnameOpt: at most 253 characters), the
 # backend a config group name: 255 would not even hold the host with a long
@@ -96,6 +104,9 @@ requests = sa.Table(
     # The deadline of the running operation's driver call (doc/reconciliation.rst,
     # "Leases"); NULL: no driver call under a lease (yet).
     sa.Column("lease_expires_at", DateTime),
+    # The running call's hard deadline (the lease is never renewed past it):
+    # a take-over of a backend that cannot fence waits for it (0011).
+    sa.Column("lease_deadline", DateTime),
     Index("ix_requests_status_host", "status", "host"),
     Index("ix_requests_resource", "resource_type", "resource_id"),
     Index("ix_requests_status_lease", "status", "lease_expires_at"),
@@ -109,6 +120,7 @@ share_servers = sa.Table(
     sa.Column("status", String(32), nullable=False),
     sa.Column("task_state", String(64)),
     sa.Column("backend_details", JSON, default=dict, nullable=False),
+    _fence(),
     *_timestamps(),
     Index("ix_share_servers_host_status", "host", "status"),
     Index("ix_share_servers_status", "status"),
@@ -146,6 +158,7 @@ share_instances = sa.Table(
     # What the last drift check found on the backend (reconcile/drift.py);
     # NULL when the backend agrees.
     sa.Column("drift", JSON, default=None),
+    _fence(),
     *_timestamps(),
     Index("ix_share_instances_host_status", "host", "status"),
     Index("ix_share_instances_status", "status"),
@@ -177,6 +190,7 @@ share_snapshot_instances = sa.Table(
     sa.Column("provider_location", Text),
     # What the last drift check found on the backend (reconcile/drift.py).
     sa.Column("drift", JSON, default=None),
+    _fence(),
     *_timestamps(),
     Index("ix_snapshot_instances_status", "status"),
     Index("ix_snapshot_instances_share_instance", "share_instance_id"),
@@ -191,6 +205,7 @@ share_groups = sa.Table(
     sa.Column("status", String(32), nullable=False),
     sa.Column("project_id", String(255)),
     sa.Column("share_server_id", String(36), ForeignKey("share_servers.id")),
+    _fence(),
     *_timestamps(),
     Index("ix_share_groups_host_status", "host", "status"),
     Index("ix_share_groups_status", "status"),
@@ -204,6 +219,7 @@ share_group_snapshots = sa.Table(
     sa.Column("name", String(255)),
     sa.Column("status", String(32), nullable=False),
     sa.Column("project_id", String(255)),
+    _fence(),
     *_timestamps(),
     Index("ix_group_snapshots_status", "status"),
 )
@@ -219,6 +235,7 @@ share_backups = sa.Table(
     sa.Column("size", Integer),
     sa.Column("progress", String(32)),
     sa.Column("restore_progress", String(32)),
+    _fence(),
     *_timestamps(),
     Index("ix_share_backups_host_status", "host", "status"),
     Index("ix_share_backups_status", "status"),

@@ -24,6 +24,7 @@ from sharemgr.drivers import base
 from sharemgr.drivers.dummy_knobs import Knobs
 from sharemgr.drivers.dummy_state import BackendState, Tx
 from sharemgr.drivers.exceptions import (
+    FencedCall,
     InvalidShareRequest,
     ShareBackendException,
     ShareResourceNotFound,
@@ -81,6 +82,13 @@ dummy_opts = [
         min=0.001,
         max=10.0,
         help="Seconds between looks at the gate folder while a call waits.",
+    ),
+    cfg.BoolOpt(
+        "dummy_honours_fencing",
+        default=True,
+        help="Honour fencing tokens (doc/drivers.rst, 'Fencing'): refuse, with "
+        "FencedCall and no change, a call whose token is older than one already "
+        "accepted for the same object. False: a backend that cannot fence.",
     ),
     cfg.ListOpt(
         "dummy_status_methods",
@@ -179,6 +187,7 @@ class DummyDriver(base.ShareDriver):
             gate_poll_interval=conf.dummy_gate_poll_interval,
         )
         self.status_methods = frozenset(conf.dummy_status_methods or ())
+        self.honours_fencing = bool(conf.dummy_honours_fencing)
         self.dummy_state_path = conf.dummy_state_path or os.path.join(
             state_path, "dummy", backend_name
         )
@@ -191,7 +200,8 @@ class DummyDriver(base.ShareDriver):
         resource = resource or {}
         rid = resource.get("id")
         name = str(resource.get("name") or rid or "")
-        self.state.log_call(method, rid, self.engine_id)
+        token = resource.get("fence_token") if self.honours_fencing and rid else None
+        seq = self.state.log_call(method, rid, self.engine_id, token)
         if method in base.STATUS_METHODS and method not in self.status_methods:
             raise NotImplementedError(f"dummy driver: {method} is disabled by dummy_status_methods")
         self.knobs.wait_at_gate(method, name)
@@ -202,8 +212,23 @@ class DummyDriver(base.ShareDriver):
                 "(dummy_fail_methods)"
             )
         self.knobs.crash_if("before", method, name)
-        with self.state.transaction() if write else self.state.reading() as tx:
-            yield tx
+        try:
+            # The token is checked in the transaction of the change: a call
+            # fenced after its check cannot land (a read with a token writes
+            # the highest token, so it takes the write lock too).
+            with self.state.transaction() if write or token is not None \
+                    else self.state.reading() as tx:
+                if token is not None:
+                    newer = tx.accept_token(rid, int(token))
+                    if newer is not None:
+                        raise FencedCall(f"dummy backend: {method} of {rid} carries fencing "
+                                         f"token {token}, older than {newer}")
+                yield tx
+                if write:
+                    tx.finish_call(seq)
+        except FencedCall:
+            self.state.mark_fenced(seq)
+            raise
         self.knobs.crash_if("after", method, name)
 
     # Helpers ------------------------------------------------------------------
@@ -606,7 +631,15 @@ class DummyDriver(base.ShareDriver):
         if self.knobs.should_fail(method, ""):
             raise ShareBackendException(
                 f"dummy driver: {method} of {self.backend_name} failed (dummy_fail_methods)")
-        with self.state.reading() as tx:
+        tokens = {(r or {}).get("id"): (r or {}).get("fence_token") for r, _ in items}
+        tokens = {k: v for k, v in tokens.items() if k and v is not None}
+        with self.state.transaction() if tokens and self.honours_fencing \
+                else self.state.reading() as tx:
+            if self.honours_fencing:
+                stale = [k for k, v in tokens.items() if tx.accept_token(k, int(v)) is not None]
+                if stale:
+                    # Asked one by one instead, each refused on its own.
+                    raise FencedCall(f"dummy backend: {method}: fenced for {', '.join(stale)}")
             found = tx.get_many(ids, kinds)
         answers: dict[str, Any] = {}
         for rid in ids:

@@ -72,7 +72,15 @@ CREATE TABLE IF NOT EXISTS calls (
     engine_id TEXT,
     pid INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS fences (id TEXT PRIMARY KEY, token INTEGER NOT NULL);
 """
+
+# Columns the call log gained after its first release: added to an older
+# state file when it is opened. ``token``: the call's fencing token;
+# ``fenced``: 1 when the backend refused it as fenced; ``finished``: when the
+# call's change was committed (with the change).
+_CALL_COLUMNS = {"token": "INTEGER", "fenced": "INTEGER NOT NULL DEFAULT 0",
+                 "finished": "TEXT"}
 
 _JSON_COLUMNS = ("export_locations", "details")
 _COLUMNS = (
@@ -176,15 +184,31 @@ class Tx:
             ).fetchall()
         return [_row_to_object(r) for r in rows]
 
-    def log_call(self, method: str, resource_id: str | None, engine_id: str | None) -> None:
-        self.conn.execute(
-            "INSERT INTO calls (time, method, resource_id, engine_id, pid) VALUES (?,?,?,?,?)",
-            (now(), method, resource_id, engine_id, os.getpid()),
-        )
+    def log_call(self, method: str, resource_id: str | None, engine_id: str | None,
+                 token: int | None = None) -> int:
+        return self.conn.execute(
+            "INSERT INTO calls (time, method, resource_id, engine_id, pid, token) "
+            "VALUES (?,?,?,?,?,?)",
+            (now(), method, resource_id, engine_id, os.getpid(), token),
+        ).lastrowid
+
+    def finish_call(self, seq: int) -> None:
+        self.conn.execute("UPDATE calls SET finished = ? WHERE seq = ?", (now(), seq))
+
+    def accept_token(self, obj_id: str, token: int) -> int | None:
+        """Accept ``token`` for ``obj_id`` unless a higher one was: None when
+        accepted, else the highest accepted (the call is fenced)."""
+        row = self.conn.execute("SELECT token FROM fences WHERE id = ?", (obj_id,)).fetchone()
+        if row is not None and row[0] > token:
+            return row[0]
+        if row is None or row[0] < token:
+            self.conn.execute("INSERT OR REPLACE INTO fences (id, token) VALUES (?, ?)",
+                              (obj_id, token))
+        return None
 
     def calls(self) -> list[dict]:
         rows = self.conn.execute("SELECT * FROM calls ORDER BY seq").fetchall()
-        return [dict(r) for r in rows]
+        return [{**dict(r), "fenced": bool(r["fenced"])} for r in rows]
 
     def meta(self) -> dict[str, str]:
         return dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
@@ -207,6 +231,10 @@ class BackendState:
                 wait=tenacity.wait_random(0.05, 0.25), stop=tenacity.stop_after_delay(30)):
             with attempt:
                 self._conn().executescript(_SCHEMA)
+                have = {r[1] for r in self._conn().execute("PRAGMA table_info(calls)")}
+                for column, decl in _CALL_COLUMNS.items():
+                    if column not in have:
+                        self._conn().execute(f"ALTER TABLE calls ADD COLUMN {column} {decl}")
         if backend is not None:
             with self.transaction() as tx:
                 tx.conn.execute(
@@ -258,9 +286,15 @@ class BackendState:
         finally:
             conn.execute("ROLLBACK")
 
-    def log_call(self, method: str, resource_id: str | None, engine_id: str | None) -> None:
+    def log_call(self, method: str, resource_id: str | None, engine_id: str | None,
+                 token: int | None = None) -> int:
         with self.transaction() as tx:
-            tx.log_call(method, resource_id, engine_id)
+            return tx.log_call(method, resource_id, engine_id, token)
+
+    def mark_fenced(self, seq: int) -> None:
+        with self.transaction() as tx:
+            tx.conn.execute("UPDATE calls SET fenced = 1, finished = ? WHERE seq = ?",
+                            (now(), seq))
 
     def log_calls(self, method: str, resource_ids: list[str | None],
                   engine_id: str | None) -> None:

@@ -68,6 +68,14 @@ class Coordinator:
         self._coord.join_group(ENGINE_GROUP).get()
         self.joined = True
 
+    def rejoin_engines(self) -> None:
+        """Join again after the membership expired (tooz never does)."""
+        with contextlib.suppress(coordination.GroupAlreadyExist):
+            self._coord.create_group(ENGINE_GROUP).get()
+        with contextlib.suppress(coordination.MemberAlreadyJoined):
+            self._coord.join_group(ENGINE_GROUP).get()
+        self.joined = True
+
     def leave_engines(self) -> None:
         if self.joined:
             with contextlib.suppress(coordination.ToozError):

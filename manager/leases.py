@@ -96,7 +96,7 @@ class Keeper:
         (None: no lease)."""
         terms = self.terms(seconds, heartbeat)
         leased = terms is not None and bool(
-            db_rec.lease_set(self.db, [ident], self.engine_id, terms.until))
+            db_rec.lease_set(self.db, [ident], self.engine_id, terms.until, terms.deadline))
         with self.holding(ident, terms, leased):
             yield
 

@@ -21,7 +21,11 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db.engine import Database
-from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
+from sharemgr.drivers.exceptions import (
+    FencedCall,
+    ShareBackendException,
+    ShareResourceNotFound,
+)
 from sharemgr.manager import access, kinds, leases, views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.plans import Change, Op
@@ -41,6 +45,18 @@ class OperationFailed(Exception):
 class Stale(Exception):
     """The resource is no longer in the status the request expects (an admin
     reset it, or it was settled by someone else): nothing to do."""
+
+
+class Lost(Stale):
+    """The operation lost its resource while the driver worked: another
+    engine or a reconciliation took it (its fencing token moved on), or the
+    backend refused the call as fenced. The outcome was not written; the
+    resource is re-observed (``Operations.on_lost``)."""
+
+
+class NotMember(Stale):
+    """This engine is out of the engines group (paused, cut off): no driver
+    call starts until it has rejoined; the request goes back to pending."""
 
 
 def lock_name(rtype: str, ident: str) -> bytes:
@@ -81,6 +97,11 @@ class Operations:
         # The daemon sets them from its options (manager/leases.py).
         self.leases: leases.Leases = leases.NONE
         self.keeper = leases.Keeper(db, engine_id)
+        # The daemon's membership (manager/membership.py): why this engine
+        # may not call a driver now, or None. And what to do about a
+        # resource whose outcome could not be written (re-observe it).
+        self.not_member: Callable[[], str | None] = lambda: None
+        self.on_lost: Callable[[str, str], None] = lambda rtype, ident: None
 
     # Plumbing --------------------------------------------------------------
 
@@ -150,16 +171,45 @@ class Operations:
                 return None
             terms = self.keeper.terms(seconds, self.leases.heartbeat)
             chosen.update(method=name, terms=terms)
-            return terms.until if terms else None
+            return terms
 
+        # The row is taken (its fencing token bumped) in the same transaction:
+        # the call and its outcome carry the new token.
         row, leased = db_rec.read_and_lease(self.db, model, ident, self.engine_id, until_of,
-                                            read)
+                                            read, take=expected)
         _expect(model, ident, row, expected)
         return row, chosen["method"], chosen["terms"], bool(leased) or chosen["written"]
 
-    def _commit(self, changes: list[Change], what: str) -> None:
+    def _commit(self, changes: list[Change], what: str, rtype: str | None = None,
+                ident: str | None = None) -> None:
         if not db_api.transition_with_request(self.db, changes, None):
-            raise Stale(f"{what} changed while the driver worked; outcome not written")
+            if rtype is None or ident is None:
+                raise Stale(f"{what} changed while the driver worked; outcome not written")
+            self._lost(rtype, ident)
+            raise Lost(f"{what} changed while the driver worked (taken over); outcome not "
+                       "written, the resource is re-observed")
+
+    def _lost(self, rtype: str, ident: str) -> None:
+        """A late outcome is looked at, not dropped: the resource is
+        re-observed (doc/reconciliation.rst, "Fencing")."""
+        try:
+            self.on_lost(rtype, ident)
+        except Exception:
+            LOG.exception("re-observing %s %s failed", rtype, ident)
+
+    def _guard(self, what: str, terms: leases.Terms | None) -> None:
+        """Right before a driver call: this engine must be a member of the
+        engines group, and the call's lease must have a margin left (a
+        pause between the take and the call eats it)."""
+        why = self.not_member()
+        if why:
+            raise NotMember(f"{what}: not calling the driver: {why}")
+        if terms is not None:
+            margin = max(1.0, terms.heartbeat / 3) if terms.heartbeat else 1.0
+            left = (terms.until - models.utcnow()).total_seconds()
+            if left < margin:
+                raise NotMember(f"{what}: not calling the driver: its lease has "
+                                f"{left:.1f}s left, under the {margin:.1f}s margin")
 
     def _perform(
         self,
@@ -194,8 +244,10 @@ class Operations:
         with contextlib.nullcontext() if held else self.locked(rtype, ident):
             row, method, terms, leased = self._fresh_leased(model, ident, expected, method,
                                                             read)
+            fence = getattr(row, "fence", None)
             with self.keeper.holding(ident, terms, leased):
                 try:
+                    self._guard(what, terms if leased else None)
                     try:
                         with _timed(method):
                             result = call(row)
@@ -207,6 +259,12 @@ class Operations:
                         result = None
                 except Stale:
                     raise
+                except FencedCall as exc:
+                    # The backend refused the call: another engine holds a
+                    # newer token. Nothing changed; the outcome is theirs.
+                    LOG.warning("%s: the backend refused the call as fenced: %s", what, exc)
+                    self._lost(rtype, ident)
+                    raise Lost(f"{what}: fenced by the backend: {exc}")
                 except Exception as exc:
                     _log_failure(what, method, exc)
                     if not force:
@@ -214,7 +272,7 @@ class Operations:
                             changes = error_values(row)
                         else:
                             changes = [(model, ident, {"status": row.status}, error_values)]
-                        self._commit(changes, what)
+                        self._commit(_fenced(changes, model, ident, fence), what, rtype, ident)
                         raise OperationFailed(f"{what} failed: {exc}")
                     kind = kinds.kind(rtype)
                     LOG.warning("forced %s: the record is deleted although %s failed; %s %s "
@@ -223,7 +281,7 @@ class Operations:
                                 kind.host_of(self.db, row))
                     result = None
                 changes = on_success(row, result)
-                self._commit(changes, what)
+                self._commit(_fenced(changes, model, ident, fence), what, rtype, ident)
                 if then is not None:
                     then(row)
                 return changes
@@ -742,6 +800,18 @@ class Operations:
         db_api.conditional_update_then(
             self.db, (models.ShareBackup, ident, {"status": status}, backup_values),
             (models.ShareInstance, inst_id, {"status": share_busy}, {"status": share_status}))
+
+
+def _fenced(changes: list[Change], model: type, ident: str, fence: int | None
+            ) -> list[Change]:
+    """The outcome's change of the operation's own row is written only
+    while the row still has the fencing token the operation took it with
+    (doc/reconciliation.rst, "Fencing")."""
+    if fence is None:
+        return changes
+    return [(m, i, {**expected, "fence": fence}, values)
+            if m is model and i == ident and "status" in expected else (m, i, expected, values)
+            for m, i, expected, values in changes]
 
 
 def _expect(model: type, ident: str, row: Any, expected: tuple[str, ...]) -> Any:

@@ -17,7 +17,7 @@ from sharemgr.common import metrics, tasks, vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, notify
 from sharemgr.db.engine import Database
-from sharemgr.manager.operations import OperationFailed, Stale
+from sharemgr.manager.operations import Lost, NotMember, OperationFailed, Stale
 from sharemgr.manager.outage import Backoff, is_outage
 
 LOG = logging.getLogger(__name__)
@@ -61,6 +61,8 @@ class RequestRunner:
         # The database away: back off up to this, one WARNING, one INFO.
         self.outage_max_interval = outage_max_interval
         self.outage = Backoff("request loop", poll_interval, outage_max_interval)
+        # Why this engine may not claim now (manager/membership.py), or None.
+        self.not_member: Callable[[], str | None] = lambda: None
         self.executor = futurist.ThreadPoolExecutor(max_workers=workers)
         self._stopping = threading.Event()
         self._wake = threading.Event()
@@ -114,6 +116,10 @@ class RequestRunner:
         with self._lock:
             free = self.workers - len(self._inflight)
         claimed: list[models.Request] = []
+        if self.not_member() is not None:
+            # Out of the engines group (paused, cut off): a request claimed
+            # now could not be locked, and a peer would abandon it.
+            return False
         if free > 0:
             try:
                 claimed = db_api.request_claim(
@@ -153,6 +159,16 @@ class RequestRunner:
             if handler is None:
                 raise OperationFailed(f"no handler for {req.resource_type} {req.action}")
             recorded = handler(req) is True
+        except NotMember as exc:
+            # Nothing reached the driver: a member runs it (this engine too,
+            # once it has rejoined).
+            LOG.warning("request %s (%s) given back: %s", req.id, what, exc)
+            status, error = vocab.REQUEST_PENDING, f"given back: {exc}"
+        except Lost as exc:
+            # Another engine or a reconciliation took the resource: this
+            # request's outcome is not the resource's (never 'done').
+            LOG.warning("request %s (%s) lost its resource: %s", req.id, what, exc)
+            status, error = vocab.REQUEST_ABANDONED, f"lost: {exc}"
         except Stale as exc:
             LOG.info("request %s (%s %s %s): nothing to do: %s", req.id, req.action,
                      req.resource_type, req.resource_id, exc)
@@ -179,7 +195,10 @@ class RequestRunner:
                     stop=lambda _state: self._stopping.is_set(),
                     sleep=self._stopping.wait, reraise=True):
                 with attempt:
-                    db_api.request_finish(self.db, req.id, self.engine_id, status, error)
+                    if status == vocab.REQUEST_PENDING:
+                        db_api.request_release(self.db, req.id, self.engine_id, error or "")
+                    else:
+                        db_api.request_finish(self.db, req.id, self.engine_id, status, error)
         except Exception:
             LOG.exception("could not record the outcome of request %s", req.id)
 

@@ -17,6 +17,11 @@ def host_of(host: str) -> str:
     return host.split("#", 1)[0]
 
 
+def _fence(row: object) -> int | None:
+    """The row's fencing token for the driver (doc/drivers.rst, "Fencing")."""
+    return getattr(row, "fence", None)
+
+
 def share(inst: models.ShareInstance, logical: models.Share) -> dict[str, Any]:
     return {
         "id": inst.id,
@@ -29,6 +34,7 @@ def share(inst: models.ShareInstance, logical: models.Share) -> dict[str, Any]:
         "export_locations": list(inst.export_locations or []),
         "snapshot_id": logical.snapshot_id,
         "replica_state": inst.replica_state,
+        "fence_token": _fence(inst),
     }
 
 
@@ -46,11 +52,13 @@ def snapshot(
         "name": snap.name or f"snapshot-{snap.id}",
         "size": snap.size,
         "share": share(inst, logical),
+        "fence_token": _fence(snap_inst),
     }
 
 
 def server(row: models.ShareServer) -> dict[str, Any]:
-    return {"id": row.id, "host": row.host, "backend_details": dict(row.backend_details or {})}
+    return {"id": row.id, "host": row.host, "backend_details": dict(row.backend_details or {}),
+            "fence_token": _fence(row)}
 
 
 def group(row: models.ShareGroup) -> dict[str, Any]:
@@ -59,6 +67,7 @@ def group(row: models.ShareGroup) -> dict[str, Any]:
         "name": row.name or f"group-{row.id}",
         "host": row.host,
         "share_server_id": row.share_server_id,
+        "fence_token": _fence(row),
     }
 
 
@@ -68,6 +77,7 @@ def group_snapshot(row: models.ShareGroupSnapshot, grp: models.ShareGroup) -> di
         "name": row.name or f"group-snapshot-{row.id}",
         "share_group_id": grp.id,
         "share_group": group(grp),
+        "fence_token": _fence(row),
     }
 
 
@@ -77,6 +87,7 @@ def backup(row: models.ShareBackup) -> dict[str, Any]:
         "share_id": row.share_id,
         "name": row.name or f"backup-{row.id}",
         "size": row.size,
+        "fence_token": _fence(row),
     }
 
 

@@ -316,6 +316,9 @@ class Reconciler:
         alive = self.coordinator.engines() | {self.engine_id}
         now = models.utcnow()
         for req in open_requests:
+            if self._waits_for_deadline(req, now):
+                by_resource[req.resource_id] = req  # in progress until its deadline
+                continue
             if self._stuck(req, now, summary, dry_run):
                 continue
             if req.status == vocab.REQUEST_RUNNING and req.engine_id not in alive:
@@ -328,6 +331,18 @@ class Reconciler:
                 continue
             by_resource[req.resource_id] = req
         return by_resource
+
+    def _waits_for_deadline(self, req: models.Request, now: Any) -> bool:
+        """A running call on a backend that cannot fence is taken over only
+        after its hard deadline, whatever its lease or its engine's
+        membership says: its engine may be paused, not dead, and would
+        finish the call on the backend after the take-over
+        (doc/reconciliation.rst, "Fencing")."""
+        if req.status != vocab.REQUEST_RUNNING or req.host is None or \
+                req.lease_deadline is None or req.lease_deadline <= now:
+            return False
+        driver = self.drivers.get(views.backend_of(req.host))
+        return driver is not None and not getattr(driver, "honours_fencing", False)
 
     def _stuck(self, req: models.Request, now: Any, summary: Summary, dry_run: bool) -> bool:
         """The lease rule: a running request whose lease has expired is stuck
@@ -441,7 +456,11 @@ class Reconciler:
     def _locked(self, held: list[tuple[Candidate, rules.Rule]], summary: Summary) -> None:
         """Under the batch's locks: re-read, act, write the outcomes."""
         try:
-            rows = db_res.rows_by_id(self.db, held[0][0].model, [c.id for c, _ in held])
+            # Taken: each row's fencing token bumped (doc/reconciliation.rst,
+            # "Fencing"), so a call of the engine that lost it can no longer
+            # land on a backend that fences, nor its outcome in the database.
+            rows = db_rec.take_rows(self.db, held[0][0].model,
+                                    {c.id: c.status for c, _ in held})
         except Exception:
             for cand, _ in held:
                 self._failed(cand, summary)
@@ -503,7 +522,10 @@ class Reconciler:
                  extra: list | None = None) -> tuple[str, list]:
         """The outcome's conditional updates: the row's status first, written
         only if it still has the status it was read with."""
-        return status, [(cand.model, cand.id, {"status": cand.status},
+        seen: dict[str, Any] = {"status": cand.status}
+        if getattr(cand.row, "fence", None) is not None:
+            seen["fence"] = cand.row.fence  # as taken: written only while still ours
+        return status, [(cand.model, cand.id, seen,
                          {"status": status, **(values or {})})] + (extra or [])
 
     def _mark(self, cand: Candidate, rule: rules.Rule) -> tuple[str, list]:

@@ -15,10 +15,14 @@ import tenacity
 from futurist import waiters
 from oslo_log import log as logging
 from sharemgr.common import tasks, vocab
+from sharemgr.db import api as db_api
 from sharemgr.db import reconcile as db_rec
+from sharemgr.manager import kinds
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.manager.outage import Backoff, is_outage
+from sharemgr.reconcile import drift as drift_mod
 from sharemgr.reconcile.reconciler import Reconciler
+from sharemgr.reconcile.scan import Candidate
 
 LOG = logging.getLogger(__name__)
 
@@ -165,6 +169,39 @@ class PassRunner:
                 self._submit(grace, f"peer:{member}")
 
         coordinator.watch_leave(left)
+
+    def reobserve(self, rtype: str, ident: str) -> Any:
+        """Ask the backend about a resource whose outcome could not be
+        written (doc/reconciliation.rst, "Fencing"), on the pass worker."""
+        if self.stopping.is_set():
+            return None
+        fut = tasks.submit_logged(self.executor, self._reobserve, rtype, ident,
+                                  what=f"re-observation of {rtype} {ident}")
+        self._futures = [f for f in self._futures if not f.done()] + [fut]
+        return fut
+
+    def _reobserve(self, rtype: str, ident: str) -> None:
+        db = self.reconciler.db
+        kind = kinds.kind(rtype)
+        row = db_api.get(db, kind.model, ident)
+        if row is None or row.status != vocab.AVAILABLE:
+            # Transient: its new owner (a request, a reconciliation pass)
+            # settles it from the backend; an error status stays for the user.
+            LOG.info("re-observing %s %s: %s; left to its owner", kind.what, ident,
+                     "gone" if row is None else row.status)
+            return
+        if self.drift is None or rtype not in drift_mod.TARGET:
+            LOG.warning("%s %s: a late outcome was not written and this engine checks no "
+                        "drift of it: 'sharectl reconcile drift' compares it with the backend",
+                        kind.what, ident)
+            return
+        host = kind.host_of(db, row)
+        summary, missed = self.drift.check_resources(
+            [Candidate(rtype, row.id, row.status, host, row)], self.drift.policies)
+        LOG.warning("re-observed %s %s after a late outcome: %s", kind.what, ident,
+                    "not checked (busy or changed)" if missed else
+                    ("; ".join(str(i["kind"]) for i in summary.items)
+                     or "the backend agrees"))
 
     def _submit(self, delay: float, trigger: str, dry_run: bool = False) -> Any:
         # A pass that fails is logged with its traceback here, whether or not

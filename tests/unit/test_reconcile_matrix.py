@@ -262,6 +262,9 @@ def test_delete_retry_passes_the_server_and_its_details(engine):
     row = make(engine.db, vocab.SHARE_SERVER, vocab.DELETING)
     engine.driver.teardown_server = lambda server, details: seen.append((server, details))
     engine.run()
+    # The call carries the token the retry took the server with.
+    token = seen[0][0].pop("fence_token")
+    assert isinstance(token, int) and token > 0
     assert seen == [({"id": row.id, "host": HOSTBE, "backend_details": {"k": "v"}},
                      {"k": "v"})]
     assert fetch(engine.db, vocab.SHARE_SERVER, row.id).status == vocab.DELETED
