@@ -19,6 +19,7 @@ COMMANDS: dict[str, type] = {
     "db sync": db_cmds.DbSync,
     "db version": db_cmds.DbVersion,
     "service list": service_cmds.ServiceList,
+    "service cleanup": service_cmds.ServiceCleanup,
     "status": status_cmds.Status,
     **resource_cmds.commands_for(),
     **access_cmds.COMMANDS,

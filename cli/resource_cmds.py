@@ -41,8 +41,19 @@ def unserved(app: Any, ident: str) -> str | None:
     if not open_:
         return None
     host = open_[0].host
+    try:
+        engines = app.context.coordinator.engines()
+    except Exception as exc:
+        # The request is in the database: the wait follows it there alone.
+        # Failing now would tell the user it was not accepted, and a retry
+        # would make a second one.
+        lines = str(exc).strip().splitlines()
+        sys.stderr.write(f"sharectl: warning: cannot tell which engines are alive "
+                         f"({lines[0] if lines else type(exc).__name__}); request accepted, "
+                         f"following it through the database\n")
+        return None
     # Engine ids are '<host>.<uuid4>' (daemon/service.py).
-    alive = {e.rsplit(".", 1)[0] for e in app.context.coordinator.engines()}
+    alive = {e.rsplit(".", 1)[0] for e in engines}
     return None if host.partition("@")[0] in alive else host
 
 

@@ -1,4 +1,4 @@
-"""sharectl service list."""
+"""sharectl service list and service cleanup."""
 
 from __future__ import annotations
 
@@ -31,10 +31,52 @@ class ServiceList(base.Lister):
         alive = ctx.coordinator.engines()
         backends = db_api.service_backends(ctx.db, [r.engine_id for r in rows])
         columns = ("host", "binary", "engine_id", "alive", "backends", "started_at",
-                   "heartbeat_at", "stopped_at")
+                   "heartbeat_at", "stopped_at", "died_at")
         data = [
             (r.host, r.binary, r.engine_id, r.engine_id in alive,
-             backend_states(backends[r.engine_id]), r.started_at, r.heartbeat_at, r.stopped_at)
+             backend_states(backends[r.engine_id]), r.started_at, r.heartbeat_at, r.stopped_at,
+             died_at(r, r.engine_id in alive))
             for r in rows
         ]
         return columns, [tuple(base.fmt(v) for v in row) for row in data]
+
+
+def _seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def died_at(row: Any, alive: bool) -> Any:
+    """When a dead engine died, as far as the database can tell: its last
+    heartbeat (None for an engine alive or stopped with SIGTERM)."""
+    if alive or row.stopped_at is not None:
+        return None
+    return row.heartbeat_at or row.started_at
+
+
+class ServiceCleanup(base.Command):
+    """Remove the records of engines that are not alive (stopped, or dead:
+    out of the engines group) and gave no sign of life for --older-than
+    seconds. Alive engines are never removed."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("--older-than", type=_seconds, default=0,
+                            metavar="SECONDS",
+                            help="only engines silent for at least this long (default 0)")
+        return parser
+
+    def take_action(self, parsed_args: Any) -> int:
+        from sharemgr.db import api as db_api
+
+        ctx = self.app.context
+        alive = ctx.coordinator.engines()
+        removed = db_api.service_cleanup(ctx.db, alive, parsed_args.older_than)
+        print(f"removed {len(removed)} engine record(s)" +
+              (": " + ", ".join(removed) if removed else ""))
+        return 0

@@ -9,6 +9,7 @@ into one transaction.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import importlib
 from collections.abc import Iterable, Sequence
@@ -313,6 +314,24 @@ def service_list(db: Database, include_stopped: bool = True) -> list[models.Serv
         stmt = stmt.where(models.Service.stopped_at.is_(None))
     with db.session() as session:
         return list(session.scalars(stmt))
+
+
+def service_cleanup(db: Database, alive: set[str], older_than: float) -> list[str]:
+    """Delete the records (and backend states) of engines not in ``alive``
+    whose last sign of life (stop, heartbeat, start) is at least
+    ``older_than`` seconds old; their engine ids."""
+    limit = utcnow() - datetime.timedelta(seconds=older_than)
+    last = sa.func.coalesce(models.Service.stopped_at, models.Service.heartbeat_at,
+                            models.Service.started_at)
+    with db.session() as session:
+        gone = [e for e in session.scalars(
+            sa.select(models.Service.engine_id).where(last <= limit)) if e not in alive]
+        if gone:
+            session.execute(sa.delete(models.ServiceBackend).where(
+                models.ServiceBackend.engine_id.in_(gone)))
+            session.execute(sa.delete(models.Service).where(
+                models.Service.engine_id.in_(gone)))
+        return gone
 
 
 def service_backend_set(db: Database, engine_id: str, backend: str, state: str,

@@ -72,7 +72,7 @@ class Coordinator:
         """Join again after the membership expired (tooz never does)."""
         with contextlib.suppress(coordination.GroupAlreadyExist):
             self._coord.create_group(ENGINE_GROUP).get()
-        with contextlib.suppress(coordination.MemberAlreadyJoined):
+        with contextlib.suppress(coordination.MemberAlreadyExist):
             self._coord.join_group(ENGINE_GROUP).get()
         self.joined = True
 

@@ -1,0 +1,218 @@
+"""Engines that stop and come back (issue 27): an engine frozen with SIGSTOP
+inside a slow driver call while a peer takes over, then resumed.
+
+Each test runs two real engines through ``sharectl``, on the embedded setup
+(SQLite + file locks) and on PostgreSQL + Redis. Engine A's driver calls are
+slow (a delay before the backend changes, so A is frozen inside the call);
+engine B's are not (its own config file).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pytest
+
+from tests.functional.harness import SETUPS, Deployment, servers, wait_until
+
+FAST = {
+    # A frozen engine's lease is stuck two seconds after its last renewal;
+    # every second the peer looks for such leases.
+    "operation_heartbeat_seconds": "2",
+    "operation_lease_seconds": "120",
+    "periodic_reconciliation_interval": "1",
+    "peer_reconciliation_grace_seconds": "1",
+    "startup_reconciliation_wait_seconds": "2",
+}
+
+
+@pytest.fixture(params=SETUPS)
+def setup(request):
+    return servers(request)
+
+
+@pytest.fixture(params=["postgresql+redis"])
+def redis_setup(request):
+    """Locks that expire: on the embedded setup a frozen engine's file locks
+    stay held until it resumes, so a new operation on its resource waits for
+    it (doc/reconciliation.rst, "Fencing")."""
+    return servers(request)
+
+
+def _engine_id(engine) -> str:
+    match = re.search(r"share-manager up: host \S+, engine (\S+),", engine.text())
+    assert match, engine.text()[-2000:]
+    return match.group(1)
+
+
+def _engine_a(deployment, setup, slow: str, backend_opts: dict | None = None):
+    """Engine A, whose ``slow`` calls wait 10 s before the backend changes;
+    engine B (fast, its own config) starts once A is inside such a call."""
+    d: Deployment = deployment(extra={"DEFAULT": FAST},
+                               backends={"dummy": dict(backend_opts or {})}, **setup)
+    d.sync()
+    config_a = d.write_config(d.root / "engine-a.conf",
+                              dummy={"dummy_method_delays": f"{slow}:10"})
+    return d, d.start(config=config_a, name="a")
+
+
+def _instance(d: Deployment, share: str) -> str:
+    return next(i["id"] for i in d.json("share-instance", "list") if i["share_id"] == share)
+
+
+def _calls(d: Deployment, method: str, rid: str) -> list[dict]:
+    return [c for c in d.backend("calls") if c["method"] == method and c["resource_id"] == rid]
+
+
+def _frozen_in_call(d: Deployment, engine, method: str, rid: str):
+    """Wait until ``engine`` is inside ``method`` for ``rid`` (its delay),
+    start engine B, then freeze A; B is returned."""
+    eid = _engine_id(engine)
+    wait_until(lambda: any(c["engine_id"] == eid for c in _calls(d, method, rid)),
+               what=f"{method} of {rid} on engine A")
+    b = d.start(name="b")
+    os.kill(engine.proc.pid, signal.SIGSTOP)
+    return b
+
+
+def _resume(engine) -> None:
+    os.kill(engine.proc.pid, signal.SIGCONT)
+
+
+def _requests(d: Deployment, share: str) -> list[dict]:
+    return d.json("request", "list", "--resource", share)
+
+
+def _assert_no_overlap(calls: list[dict]) -> None:
+    """No two state-changing calls the backend accepted overlap in time."""
+    accepted = sorted((c for c in calls if not c["fenced"]), key=lambda c: c["time"])
+    for first, second in zip(accepted, accepted[1:], strict=False):
+        assert first["finished"] and first["finished"] <= second["time"], (first, second)
+
+
+def _rejoined(d: Deployment, engine) -> None:
+    """A is alive again; on Redis, whose group dropped it, it noticed and
+    joined again (a file coordinator's membership comes back with the
+    resumed engine's next heartbeat)."""
+    eid = _engine_id(engine)
+    wait_until(lambda: any(s["engine_id"] == eid and s["alive"]
+                           for s in d.json("service", "list")),
+               timeout=30, what="engine A alive again")
+    if "redis" in d.sections["coordination"].get("backend_url", ""):
+        engine.wait_for_log("rejoined the engines group", timeout=30)
+
+
+def test_late_extend_is_fenced_and_no_request_is_lost(deployment, redis_setup):
+    """Cases 1-4: A frozen inside an extend; B settles the share, then runs
+    the user's next extend. A's call, resumed, is refused by the backend:
+    database and backend agree on B's size, A's request ends abandoned (not
+    done), B's request did its work, and A is a member again."""
+    d, a = _engine_a(deployment, redis_setup, "extend_share")
+    share = d.json("share", "create", "1", "--proto", "NFS", "--wait")["id"]
+    inst = _instance(d, share)
+    d.sharectl("share", "extend", share, "2")
+    _frozen_in_call(d, a, "extend_share", inst)
+    try:
+        wait_until(lambda: d.json("share", "show", share)["status"] == "available",
+                   timeout=60, what="B settles the frozen extend")
+        assert d.json("share", "show", share)["size"] == 1  # what the backend holds
+        d.sharectl("share", "extend", share, "3", "--wait")
+    finally:
+        _resume(a)
+    a.wait_for_log("refused the call as fenced", timeout=60)
+    _rejoined(d, a)
+    assert d.json("share", "show", share)["size"] == 3
+    [obj] = [o for o in d.backend("list") if o["id"] == inst]
+    assert obj["size"] == 3
+    calls = _calls(d, "extend_share", inst)
+    eid_a = _engine_id(a)
+    assert [c["fenced"] for c in calls if c["engine_id"] == eid_a] == [True]
+    _assert_no_overlap(calls)
+    extends = [r for r in _requests(d, share) if r["action"] == "extend"]
+    assert sorted(r["status"] for r in extends) == ["abandoned", "done"], extends
+    assert all(not (r["error"] or "").startswith("stale") for r in extends), extends
+    # The frozen engine serves again: its next request runs.
+    d.sharectl("share", "extend", share, "4", "--wait")
+    assert d.json("share", "show", share)["size"] == 4
+
+
+def test_create_judged_missing_is_not_made_afterwards(deployment, setup):
+    """Case 5: A frozen inside a create; B finds the share missing on the
+    backend and marks it error. A's create, resumed, is refused: nothing
+    appears on the backend behind the error row."""
+    d, a = _engine_a(deployment, setup, "create_share")
+    share = d.json("share", "create", "1", "--proto", "NFS")["id"]
+    inst = _instance(d, share)
+    _frozen_in_call(d, a, "create_share", inst)
+    try:
+        wait_until(lambda: d.json("share", "show", share)["status"] == "error",
+                   timeout=60, what="B settles the frozen create")
+    finally:
+        _resume(a)
+    a.wait_for_log("refused the call as fenced", timeout=60)
+    assert [o for o in d.backend("list") if o["id"] == inst] == []
+    assert d.json("share", "show", share)["status"] == "error"
+    _rejoined(d, a)
+
+
+def test_backend_without_fencing_waits_for_the_deadline(deployment, setup):
+    """A backend that cannot fence: the peer does not take the frozen call
+    over before its hard deadline; the resumed call finishes it, and
+    database and backend agree."""
+    d, a = _engine_a(deployment, setup, "extend_share",
+                     backend_opts={"dummy_honours_fencing": "False"})
+    share = d.json("share", "create", "1", "--proto", "NFS", "--wait")["id"]
+    inst = _instance(d, share)
+    d.sharectl("share", "extend", share, "2")
+    b = _frozen_in_call(d, a, "extend_share", inst)
+    try:
+        b.wait_for_log("left the group", timeout=30)
+        # B's pass for its dead peer runs: it must leave the share alone.
+        b.wait_for_log("(peer:", timeout=30)
+        assert d.json("share", "show", share)["status"] == "extending"
+    finally:
+        _resume(a)
+    wait_until(lambda: d.json("share", "show", share)["status"] == "available",
+               timeout=60, what="A finishes its extend")
+    assert d.json("share", "show", share)["size"] == 2
+    [obj] = [o for o in d.backend("list") if o["id"] == inst]
+    assert obj["size"] == 2
+    _rejoined(d, a)
+
+
+def test_wait_follows_the_database_when_coordination_is_away(deployment, tmp_path):
+    """Case 7: `share create --wait` whose coordination backend cannot be
+    reached still reports the accepted request and follows it to its end."""
+    d = deployment()
+    d.sync()
+    d.start()
+    away = d.write_config(tmp_path / "away.conf",
+                          coordination={"backend_url": "redis://127.0.0.1:1"})
+    out = d.sharectl("share", "create", "1", "--proto", "NFS", "--wait", "-f", "json",
+                     config=away)
+    assert "request accepted, following it through the database" in out.stderr
+    assert len(d.json("share", "list")) == 1
+    assert d.json("share", "list")[0]["status"] == "available"
+
+
+def test_dead_engines_show_when_they_died_and_can_be_removed(deployment, setup):
+    """Case 8: a killed engine is listed dead with the time it died, and
+    `service cleanup` removes its record, never an alive engine's."""
+    d: Deployment = deployment(**setup)
+    d.sync()
+    keep, dead = d.start(), d.start()
+    dead_id, keep_id = _engine_id(dead), _engine_id(keep)
+    dead.kill()
+    wait_until(lambda: not any(s["engine_id"] == dead_id and s["alive"]
+                               for s in d.json("service", "list")),
+               timeout=30, what="the killed engine dead")
+    [row] = [s for s in d.json("service", "list") if s["engine_id"] == dead_id]
+    assert row["died_at"] and not row["stopped_at"]
+    out = d.sharectl("service", "cleanup")
+    assert dead_id in out.stdout
+    ids = [s["engine_id"] for s in d.json("service", "list", "--all")]
+    assert ids == [keep_id]
+    bad = d.sharectl("service", "cleanup", "--older-than", "-1", check=False)
+    assert bad.returncode == 2 and "must be 0 or more" in bad.stderr
