@@ -1,0 +1,204 @@
+"""Fencing (doc/reconciliation.rst, "Fencing"): every take and status change
+bumps a resource's token; an outcome is written only under the token it was
+taken with; a driver that honours tokens refuses an older one; on every
+database."""
+
+from __future__ import annotations
+
+import pytest
+from sharemgr.common import vocab
+from sharemgr.db import api, models
+from sharemgr.db import reconcile as db_rec
+from sharemgr.drivers.dummy_state import BackendState
+from sharemgr.drivers.exceptions import FencedCall
+from sharemgr.manager.membership import Membership
+from sharemgr.manager.operations import Lost, NotMember
+from sharemgr.manager.plans import Op
+
+from tests.unit.reconcile_harness import HOSTBE, add_request, fetch, make_share
+
+
+def _fence(db, ident: str) -> int:
+    return api.get(db, models.ShareInstance, ident).fence
+
+
+def test_take_and_status_changes_bump_the_token(db):
+    inst = make_share(db, vocab.EXTENDING)
+    assert _fence(db, inst.id) == 0
+    with db.session() as session:
+        assert db_rec.take_tx(session, models.ShareInstance, inst.id, (vocab.EXTENDING,))
+        assert not db_rec.take_tx(session, models.ShareInstance, inst.id, (vocab.CREATING,))
+    assert _fence(db, inst.id) == 1
+    # An outcome read under token 0 no longer applies; one under 1 does, and bumps it.
+    old = (models.ShareInstance, inst.id, {"status": vocab.EXTENDING, "fence": 0},
+           {"status": vocab.AVAILABLE})
+    assert not api.conditional_update(db, *old)
+    assert api.conditional_update(db, models.ShareInstance, inst.id,
+                                  {"status": vocab.EXTENDING, "fence": 1},
+                                  {"status": vocab.AVAILABLE})
+    assert _fence(db, inst.id) == 2
+    # A change that leaves the status alone leaves the token too.
+    assert api.conditional_update(db, models.ShareInstance, inst.id, {}, {"progress": "1%"})
+    assert _fence(db, inst.id) == 2
+
+
+def test_batched_outcomes_bump_and_check_the_token(db):
+    """The reconciliation's batched writes (one UPDATE for many rows, and on
+    PostgreSQL one UPDATE … FROM VALUES) check and bump each row's token."""
+    rows = [make_share(db, vocab.CREATING) for _ in range(3)]
+    taken = db_rec.take_rows(db, models.ShareInstance, {r.id: vocab.CREATING for r in rows})
+    assert {i: r.fence for i, r in taken.items()} == {r.id: 1 for r in rows}
+    groups = [[(models.ShareInstance, r.id, {"status": vocab.CREATING, "fence": 1},
+                {"status": vocab.ERROR})] for r in rows]
+    groups[1][0][2]["fence"] = 0  # read under an older token: must lose
+    assert db_rec.transitions(db, groups) == [True, False, True]
+    assert [(fetch(db, vocab.SHARE_INSTANCE, r.id).status, _fence(db, r.id)) for r in rows] \
+        == [(vocab.ERROR, 2), (vocab.CREATING, 1), (vocab.ERROR, 2)]
+    if not db.update_returning:
+        return  # MariaDB: no UPDATE … RETURNING, the one-by-one path above
+    with db.session() as session:
+        won = api.conditional_update_many_tx(session, models.ShareInstance, [rows[1].id],
+                                             {"status": vocab.CREATING},
+                                             {"status": vocab.ERROR})
+    assert won == {rows[1].id} and _fence(db, rows[1].id) == 2
+
+
+def _extending(engine, size: int = 5) -> tuple[models.ShareInstance, int]:
+    inst = make_share(engine.db, vocab.EXTENDING, size=size)
+    req = add_request(engine.db, vocab.SHARE_INSTANCE, inst.id, HOSTBE,
+                      status=vocab.REQUEST_RUNNING, engine_id=engine.engine_id,
+                      action=vocab.ACTION_EXTEND)
+    return inst, req
+
+
+def test_an_outcome_under_a_moved_token_is_not_written(any_engine):
+    """A reconciliation takes the share while the extend's driver call runs:
+    the call's outcome is not written (the resource is re-observed), and
+    the request ends abandoned, never done."""
+    engine = any_engine
+    inst, _ = _extending(engine)
+    lost = []
+    engine.operations.on_lost = lambda rtype, ident: lost.append(ident)
+    tokens = []
+
+    def extend(share, new_size, server=None):
+        tokens.append(share["fence_token"])
+        db_rec.take_rows(engine.db, models.ShareInstance, {inst.id: vocab.EXTENDING})
+
+    engine.driver.extend_share = extend
+    with pytest.raises(Lost):
+        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
+                                     args={"new_size": 9}))
+    assert tokens == [1] and lost == [inst.id]
+    row = fetch(engine.db, vocab.SHARE_INSTANCE, inst.id)
+    assert row.status == vocab.EXTENDING and row.fence == 2
+    assert api.get(engine.db, models.Share, inst.share_id).size == 5
+
+
+def test_a_fenced_call_writes_no_error(any_engine):
+    """A backend that refuses the call as fenced changed nothing: no error
+    status is written over the new owner's work."""
+    engine = any_engine
+    inst, _ = _extending(engine)
+
+    def extend(share, new_size, server=None):
+        raise FencedCall("older token")
+
+    engine.driver.extend_share = extend
+    with pytest.raises(Lost):
+        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
+                                     args={"new_size": 9}))
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.EXTENDING
+
+
+def test_no_driver_call_while_out_of_the_group(engine):
+    inst, _ = _extending(engine)
+    engine.operations.not_member = lambda: "its membership expired"
+    engine.driver.extend_share = lambda *a: pytest.fail("driver called while out of the group")
+    with pytest.raises(NotMember):
+        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
+                                     args={"new_size": 9}))
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.EXTENDING
+
+
+def test_a_given_back_request_is_pending_again(engine):
+    _, req = _extending(engine)
+    assert api.request_release(engine.db, req, engine.engine_id, "out of the group")
+    row = api.get(engine.db, models.Request, req)
+    assert (row.status, row.engine_id, row.lease_expires_at) == (vocab.REQUEST_PENDING, None,
+                                                                 None)
+    assert not api.request_release(engine.db, req, engine.engine_id, "twice")
+
+
+def test_reconciliation_takes_what_it_settles(engine):
+    """The pass's status read carries the token it took the row with."""
+    inst = make_share(engine.db, vocab.CREATING)
+    seen = []
+    real = engine.driver.get_share_status
+
+    def status(share, server=None):
+        seen.append(share["fence_token"])
+        return real(share, server)
+
+    engine.driver.get_share_status = status
+    engine.run()
+    assert seen == [1]
+    row = fetch(engine.db, vocab.SHARE_INSTANCE, inst.id)
+    assert row.status == vocab.AVAILABLE and row.fence == 2
+
+
+def test_dummy_state_keeps_the_highest_token(tmp_path):
+    state = BackendState(str(tmp_path), backend="dummy")
+    with state.transaction() as tx:
+        assert tx.accept_token("x", 3) is None
+        assert tx.accept_token("x", 3) is None  # the same owner again
+        assert tx.accept_token("x", 2) == 3
+        assert tx.accept_token("x", 5) is None
+        assert tx.accept_token("x", 4) == 5
+
+
+class _Coordinator:
+    def __init__(self, member: str) -> None:
+        self.members = {member}
+        self.fail: Exception | None = None
+        self.rejoined = 0
+
+    def heartbeat(self) -> None:
+        if self.fail:
+            raise self.fail
+
+    def engines(self) -> set[str]:
+        if self.fail:
+            raise self.fail
+        return set(self.members)
+
+    def rejoin_engines(self) -> None:
+        self.rejoined += 1
+
+
+def test_membership_heals():
+    coord = _Coordinator("me")
+    membership = Membership(coord, "me", stale_after=60)
+    membership.check()
+    assert membership.not_member() is None
+    coord.members = set()  # expired while paused; the rejoin does not take yet
+    membership.check()
+    assert "expired" in membership.not_member() and coord.rejoined == 1
+    assert not membership.state()[0]
+    coord.rejoin_engines = lambda: coord.members.add("me")
+    membership.check()
+    assert membership.not_member() is None and membership.rejoins == 1
+    coord.fail = ConnectionError("no route")
+    membership.check()
+    assert "unreachable" in membership.not_member()
+
+
+def test_membership_is_only_as_good_as_its_last_answer(monkeypatch):
+    import time as time_mod
+
+    coord = _Coordinator("me")
+    membership = Membership(coord, "me", stale_after=5)
+    membership.check()
+    now = time_mod.monotonic()
+    monkeypatch.setattr("sharemgr.manager.membership.time.monotonic", lambda: now + 6)
+    assert "has not answered" in membership.not_member()
