@@ -42,15 +42,15 @@ class Membership:
 
     def not_member(self) -> str | None:
         if self._why is None and time.monotonic() - self._answered > self.stale_after:
-            return (f"the coordination backend has not answered for "
-                    f"{time.monotonic() - self._answered:.0f}s")
+            self._out(f"the coordination backend has not answered for "
+                      f"{self.stale_after:.0f}s")
         return self._why
 
     def state(self) -> tuple[bool, str]:
         """(ok, detail) for the health endpoint and the service record."""
         why = self.not_member()
         if why is None:
-            return True, f"member of the engines group (rejoined {self.rejoins} times)" \
+            return True, f"member of the engines group (out and back {self.rejoins} times)" \
                 if self.rejoins else "member of the engines group"
         return False, f"{why} (for {time.monotonic() - self._since:.0f}s); rejoining"
 
@@ -87,8 +87,8 @@ class Membership:
                 return
         with self._lock:
             if self._why is not None:
-                LOG.warning("this engine (%s) rejoined the engines group after %.1fs (%s); "
-                            "it claims requests again", self.engine_id,
+                LOG.warning("this engine (%s) is a member of the engines group again after "
+                            "%.1fs (%s); it claims requests again", self.engine_id,
                             time.monotonic() - self._since, self._why)
                 self.rejoins += 1
                 self._why = None

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import threading
 import time
 
 import pytest
 
 from tests.functional.harness import wait_until
+from tests.functional.netfault import Proxy
 from tests.functional.test_daemon import one_error_line
 
 pytestmark = pytest.mark.functional
@@ -136,68 +136,6 @@ def test_a_state_path_that_cannot_be_created_is_one_line(deployment, tmp_path):
     assert out.returncode != 0
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "a-file" in out.stderr
-
-
-class Proxy:
-    """A TCP forwarder the test can cut (every connection closed, new ones
-    refused) and restore on the same port: the database goes away and comes
-    back for the daemon only."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target = ("127.0.0.1", target_port)
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self._lock = threading.Lock()
-        self._open: list[socket.socket] = []
-        self._listener: socket.socket | None = None
-
-    def start(self) -> None:
-        self._listener = socket.create_server(("127.0.0.1", self.port))
-        threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return  # cut
-            upstream = socket.create_connection(self.target)
-            with self._lock:
-                self._open += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    @property
-    def up(self) -> bool:
-        return self._listener is not None
-
-    def cut(self) -> None:
-        assert self._listener is not None
-        self._listener.shutdown(socket.SHUT_RDWR)  # wakes accept() on Linux
-        self._listener.close()
-        self._listener = None
-        with self._lock:
-            conns, self._open = self._open, []
-        for s in conns:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
 
 
 OUTAGE = "database or coordination unavailable"

@@ -16,6 +16,7 @@ import signal
 import pytest
 
 from tests.functional.harness import SETUPS, Deployment, servers, wait_until
+from tests.functional.netfault import Proxy
 
 FAST = {
     # A frozen engine's lease is stuck two seconds after its last renewal;
@@ -101,7 +102,7 @@ def _rejoined(d: Deployment, engine) -> None:
                            for s in d.json("service", "list")),
                timeout=30, what="engine A alive again")
     if "redis" in d.sections["coordination"].get("backend_url", ""):
-        engine.wait_for_log("rejoined the engines group", timeout=30)
+        engine.wait_for_log("member of the engines group again", timeout=30)
 
 
 def test_late_extend_is_fenced_and_no_request_is_lost(deployment, redis_setup):
@@ -216,3 +217,35 @@ def test_dead_engines_show_when_they_died_and_can_be_removed(deployment, setup):
     assert ids == [keep_id]
     bad = d.sharectl("service", "cleanup", "--older-than", "-1", check=False)
     assert bad.returncode == 2 and "must be 0 or more" in bad.stderr
+
+
+def test_cut_off_engine_claims_nothing_and_comes_back(deployment, pg_url, redis_url):
+    """Case 6: A cut off from Redis (packets dropped, not refused) claims no
+    request while it cannot tell it is a member: B runs every request, none
+    is abandoned. Healed, A is a member again and serves."""
+    from urllib.parse import urlsplit
+
+    proxy = Proxy(urlsplit(redis_url).port or 6379)
+    proxy.start()
+    d: Deployment = deployment(db_url=pg_url, coordination_url=redis_url,
+                               extra={"DEFAULT": FAST})
+    d.sync()
+    config_a = d.write_config(d.root / "engine-a.conf",
+                              coordination={"backend_url": f"redis://127.0.0.1:{proxy.port}"})
+    a = d.start(config=config_a, name="a")
+    b = d.start(name="b")
+    try:
+        proxy.freeze()
+        a.wait_for_log("out of the engines group", timeout=30)
+        shares = [d.json("share", "create", "1", "--proto", "NFS")["id"] for _ in range(4)]
+        wait_until(lambda: all(d.json("share", "show", s)["status"] == "available"
+                               for s in shares), timeout=60, what="B creates every share")
+    finally:
+        proxy.thaw()
+    engines = {r["engine_id"] for s in shares for r in _requests(d, s)}
+    assert engines == {_engine_id(b)}
+    assert all(r["status"] == "done" for s in shares for r in _requests(d, s))
+    a.wait_for_log("member of the engines group again", timeout=60)
+    b.terminate()
+    share = d.json("share", "create", "1", "--proto", "NFS", "--wait")["id"]
+    assert {r["engine_id"] for r in _requests(d, share)} == {_engine_id(a)}
