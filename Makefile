@@ -52,3 +52,10 @@ chaos: $(BIN)/.installed
 	$(BIN)/python -m tests.functional.chaos --setup sqlite --kills $(KILLS) $(if $(SEED),--seed $(SEED)) || rc=1; \
 	$(BIN)/python -m tests.functional.chaos --setup servers --kills $(SERVER_KILLS) $(if $(SEED),--seed $(SEED)) || rc=1; \
 	exit $$rc
+
+# Pause and partition faults, long version (doc/chaos.rst): FAULTS faults on
+# PostgreSQL + Redis with two engines, the kinds in turn; SEED fixes the seed.
+FAULTS ?= 400
+.PHONY: faults
+faults: $(BIN)/.installed
+	$(BIN)/python -m tests.functional.faults --faults $(FAULTS) $(if $(SEED),--seed $(SEED))

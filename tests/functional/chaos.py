@@ -105,6 +105,13 @@ DELAY_METHODS = (
     "shrink_share", "create_snapshot", "delete_snapshot", "create_replica", "delete_replica",
     "get_share_status",
 )
+# Calls that change nothing on the backend (the status reads, the listing).
+READ_METHODS = frozenset({
+    "get_share_status", "get_snapshot_status", "get_replica_status", "get_share_group_status",
+    "get_share_group_snapshot_status", "get_share_statuses", "get_snapshot_statuses",
+    "get_replica_statuses", "get_share_group_statuses", "get_share_group_snapshot_statuses",
+    "list_shares", "ensure_shares", "get_backend_info", "check_for_setup_error", "do_setup",
+})
 FAIL_METHODS = ("extend_share", "create_snapshot.s", "create_replica.m", "delete_snapshot.m",
                 "create_share_from_snapshot.s")
 
@@ -1113,7 +1120,7 @@ class Checker:
     def run_all(self) -> None:
         for check in (self.check_transient, self.check_stacks, self.check_orphans,
                       self.check_backend, self.check_sizes, self.check_made_but_error,
-                      self.check_calls,
+                      self.check_calls, self.check_overlaps,
                       self.check_requests, self.check_logs):
             try:
                 check()
@@ -1487,7 +1494,8 @@ class Checker:
     # -- no create or delete done twice
 
     def check_calls(self) -> None:
-        calls = self.calls()
+        # A call the backend refused as fenced changed nothing: not a double.
+        calls = [c for c in self.calls() if not c.get("fenced")]
         deaths: dict[str, datetime.datetime] = {}
         for rec in self.records:
             # Engines that died without finishing what they had started.
@@ -1521,7 +1529,25 @@ class Checker:
                 self.bad(f"twice: {len(cs)} deletes of {rid} with {asked} delete request(s) "
                          f"and {explained} retry(ies) after a crash: {text}")
                 doubles += 1
-        self.calls_total = len(calls)
+        self.calls_total = len(self.calls())
+
+    def check_overlaps(self) -> None:
+        """No two state-changing calls the backend accepted on one object
+        overlap in time (each from its log row to its committed change):
+        the per-resource lock, and where it was lost (a paused engine) the
+        fencing token, keep them apart."""
+        per: dict[str, list[dict]] = collections.defaultdict(list)
+        for c in self.calls():
+            if c.get("finished") and not c.get("fenced") and c["resource_id"] and \
+                    c["method"] not in READ_METHODS:
+                per[c["resource_id"]].append(c)
+        for rid, cs in per.items():
+            cs.sort(key=lambda c: c["time"])
+            for a, b in zip(cs, cs[1:], strict=False):
+                if b["time"] < a["finished"]:
+                    self.bad(f"overlap: {a['method']} by {a['engine_id']} ({a['time']} to "
+                             f"{a['finished']}) and {b['method']} by {b['engine_id']} "
+                             f"(from {b['time']}) on {rid}")
 
     # -- requests and logs: notes, not invariants
 
