@@ -20,7 +20,7 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import futurist
@@ -44,6 +44,12 @@ from sharemgr.reconcile.scan import Candidate
 LOG = logging.getLogger(__name__)
 
 
+# Seconds a pass tries again for the lock of a resource whose engine it
+# found dead: on Redis a lock times out with the membership (tooz's
+# lock_timeout follows membership_timeout), and the two expiries race.
+DEAD_LOCK_WAIT = 5.0
+
+
 class Summary:
     """Counts per type and outcome, skips and why, duration; thread-safe."""
 
@@ -58,6 +64,9 @@ class Summary:
         # Resources whose request this pass took over because its lease had
         # expired (stuck): their operation's thread may still hold the lock.
         self.stuck: set[str] = set()
+        # Resources whose request this pass abandoned because its engine was
+        # dead: the dead engine's lock may outlive its membership a moment.
+        self.dead: set[str] = set()
 
     def outcome(self, rtype: str, status: str) -> None:
         with self._lock:
@@ -328,6 +337,7 @@ class Reconciler:
                         self.db, req.id, req.engine_id,
                         f"engine {req.engine_id} died; reconciled by {self.engine_id}"):
                     summary.abandoned += 1
+                    summary.dead.add(req.resource_id)
                 continue
             by_resource[req.resource_id] = req
         return by_resource
@@ -413,8 +423,7 @@ class Reconciler:
                     held.append((cand, rule))
                     continue
                 try:
-                    got = locks.enter_context(
-                        self.coordinator.try_lock(lock_name(cand.rtype, cand.id)))
+                    got = locks.enter_context(self._try_lock(cand, summary))
                 except Exception:
                     self._failed(cand, summary)
                     continue
@@ -424,6 +433,21 @@ class Reconciler:
                 held.append((cand, rule))
             if held:
                 self._locked(held, summary)
+
+    @contextlib.contextmanager
+    def _try_lock(self, cand: Candidate, summary: Summary) -> Iterator[bool]:
+        """The resource's try-lock. The lock of an engine this pass found
+        dead may expire a little after its membership (both time out on
+        the coordination backend): for its resources the pass tries again
+        for up to DEAD_LOCK_WAIT seconds rather than leave them to a later
+        pass. Only this pass won their requests, so no live engine waits."""
+        deadline = time.monotonic() + (DEAD_LOCK_WAIT if cand.id in summary.dead else 0)
+        while True:
+            with self.coordinator.try_lock(lock_name(cand.rtype, cand.id)) as got:
+                if got or time.monotonic() >= deadline:
+                    yield got
+                    return
+            time.sleep(0.25)
 
     def _check(self, cand: Candidate, requests: dict[str, models.Request], summary: Summary,
                dry_run: bool) -> rules.Rule | None:

@@ -386,6 +386,22 @@ def test_resource_locked_by_another_engine_is_skipped(engine, rtype):
     assert again["skipped"] == {}
 
 
+def test_a_dead_engines_lock_is_waited_for_a_moment(engine):
+    """The lock of an engine the pass found dead can outlive its membership
+    a moment (on Redis both time out, and the two expiries race): the pass
+    tries again rather than leave the resource to a later pass."""
+    row = _stuck(engine, vocab.SHARE_INSTANCE)
+    add_request(engine.db, vocab.SHARE_INSTANCE, row.id, HOSTBE, vocab.REQUEST_RUNNING,
+                engine_id())
+    peer = engine.peer(join=False)  # the dead engine's lock, not yet expired
+    lock = peer.lock(lock_name(vocab.SHARE_INSTANCE, row.id))
+    assert lock.acquire(blocking=False)
+    threading.Timer(1.0, lock.release).start()
+    result = engine.run()
+    _settled(engine, vocab.SHARE_INSTANCE, row)
+    assert result["skipped"] == {}
+
+
 def test_a_replica_shares_the_share_instance_lock(engine):
     """Operations lock a replica under its share-instance name; holding that
     lock must keep the pass away."""
