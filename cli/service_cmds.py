@@ -31,11 +31,11 @@ class ServiceList(base.Lister):
         alive = ctx.coordinator.engines()
         backends = db_api.service_backends(ctx.db, [r.engine_id for r in rows])
         columns = ("host", "binary", "engine_id", "alive", "backends", "started_at",
-                   "heartbeat_at", "stopped_at", "died_at")
+                   "heartbeat_at", "stopped_at", "died_at", "out_of_group")
         data = [
             (r.host, r.binary, r.engine_id, r.engine_id in alive,
              backend_states(backends[r.engine_id]), r.started_at, r.heartbeat_at, r.stopped_at,
-             died_at(r, r.engine_id in alive))
+             died_at(r, r.engine_id in alive), r.out_of_group)
             for r in rows
         ]
         return columns, [tuple(base.fmt(v) for v in row) for row in data]

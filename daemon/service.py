@@ -245,7 +245,8 @@ class ShareManagerService:
         bg = self.background
         most = self.conf.outage_retry_max_interval
         bg.every(self.conf.heartbeat_interval, "heartbeat",
-                 lambda: db_api.service_heartbeat(self.db, self.engine_id), most)
+                 lambda: db_api.service_heartbeat(self.db, self.engine_id,
+                                                  self.membership.not_member()), most)
         bg.every(self.conf.backup_continue_interval, "backup_continue",
                  lambda: self.operations.continue_backups(self.hosts), most)
         # Off the periodic thread: with packets dropped a check waits for the

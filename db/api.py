@@ -289,12 +289,15 @@ def service_register(db: Database, host: str, binary: str, engine_id: str) -> mo
     return row
 
 
-def service_heartbeat(db: Database, engine_id: str) -> bool:
+def service_heartbeat(db: Database, engine_id: str, out_of_group: str | None = None) -> bool:
+    """The engine's heartbeat, with why it is out of the engines group
+    (None: it is a member), for ``sharectl service list``."""
     with db.session() as session:
         stmt = (  # a plain UPDATE (see conditional_update_tx)
             sa.update(models.Service.__table__)
             .where(models.Service.__table__.c.engine_id == engine_id)
-            .values(heartbeat_at=utcnow())
+            .values(heartbeat_at=utcnow(),
+                    out_of_group=None if out_of_group is None else out_of_group[:255])
         )
         return session.execute(stmt).rowcount == 1
 

@@ -70,6 +70,8 @@ services = sa.Table(
     sa.Column("started_at", DateTime, default=utcnow, nullable=False),
     sa.Column("heartbeat_at", DateTime),
     sa.Column("stopped_at", DateTime),
+    # Why the engine is out of the engines group, as it last said (0011).
+    sa.Column("out_of_group", String(255)),
 )
 
 

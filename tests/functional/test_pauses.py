@@ -237,6 +237,10 @@ def test_cut_off_engine_claims_nothing_and_comes_back(deployment, pg_url, redis_
     try:
         proxy.freeze()
         a.wait_for_log("out of the engines group", timeout=30)
+        # It says so where operators look (it still reaches the database).
+        wait_until(lambda: any(r["engine_id"] == _engine_id(a) and r["out_of_group"]
+                               for r in d.json("service", "list")),
+                   what="A's reason in service list")
         shares = [d.json("share", "create", "1", "--proto", "NFS")["id"] for _ in range(4)]
         wait_until(lambda: all(d.json("share", "show", s)["status"] == "available"
                                for s in shares), timeout=60, what="B creates every share")
@@ -246,6 +250,9 @@ def test_cut_off_engine_claims_nothing_and_comes_back(deployment, pg_url, redis_
     assert engines == {_engine_id(b)}
     assert all(r["status"] == "done" for s in shares for r in _requests(d, s))
     a.wait_for_log("member of the engines group again", timeout=60)
+    wait_until(lambda: not any(r["engine_id"] == _engine_id(a) and r["out_of_group"]
+                               for r in d.json("service", "list")),
+               what="A's reason cleared")
     b.terminate()
     share = d.json("share", "create", "1", "--proto", "NFS", "--wait")["id"]
     assert {r["engine_id"] for r in _requests(d, share)} == {_engine_id(a)}

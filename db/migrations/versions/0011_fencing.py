@@ -4,7 +4,8 @@
 token an outcome is written under and a driver call carries
 (doc/reconciliation.rst, "Fencing"). ``requests.lease_deadline``: the
 running call's hard deadline, which a take-over of a backend that cannot
-fence waits for.
+fence waits for. ``services.out_of_group``: why an engine is out of the
+engines group, as it last said.
 
 Revision ID: 0011
 Revises: 0010
@@ -30,9 +31,13 @@ def upgrade():
                                        nullable=False))
     with op.batch_alter_table("requests") as batch:
         batch.add_column(sa.Column("lease_deadline", sa.DateTime(), nullable=True))
+    with op.batch_alter_table("services") as batch:
+        batch.add_column(sa.Column("out_of_group", sa.String(255), nullable=True))
 
 
 def downgrade():
+    with op.batch_alter_table("services") as batch:
+        batch.drop_column("out_of_group")
     with op.batch_alter_table("requests") as batch:
         batch.drop_column("lease_deadline")
     for table in FENCED:
