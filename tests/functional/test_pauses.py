@@ -170,8 +170,10 @@ def test_backend_without_fencing_waits_for_the_deadline(deployment, setup):
     b = _frozen_in_call(d, a, "extend_share", inst)
     try:
         b.wait_for_log("left the group", timeout=30)
-        # B's pass for its dead peer runs: it must leave the share alone.
-        b.wait_for_log("(peer:", timeout=30)
+        # A pass of B after A's death (its startup pass or a peer pass, then
+        # the periodic ones for the expired lease) leaves the share alone.
+        wait_until(lambda: "in progress=1" in b.text().split("left the group", 1)[1],
+                   timeout=30, what="a pass of B that leaves the extend alone")
         assert d.json("share", "show", share)["status"] == "extending"
     finally:
         _resume(a)
