@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import tenacity
 from oslo_log import log as logging
 from sharemgr.common import metrics, vocab
 from sharemgr.db import access as db_access
@@ -28,6 +29,7 @@ from sharemgr.drivers.exceptions import (
 )
 from sharemgr.manager import access, kinds, leases, views
 from sharemgr.manager.coordination import Coordinator
+from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Change, Op
 
 LOG = logging.getLogger(__name__)
@@ -36,6 +38,11 @@ LOG = logging.getLogger(__name__)
 # the handlers pass their own arguments to ``_perform``, not the op.
 _WRITTEN_LEASE: contextvars.ContextVar[leases.Terms | None] = contextvars.ContextVar(
     "sharemgr_written_lease", default=None)
+
+
+# Seconds an outcome waits for a database that is away before it gives up
+# (the resource then stays transient until a reconciliation pass).
+OUTCOME_WAIT = 300.0
 
 
 class OperationFailed(Exception):
@@ -101,6 +108,7 @@ class Operations:
         # may not call a driver now, or None. And what to do about a
         # resource whose outcome could not be written (re-observe it).
         self.not_member: Callable[[], str | None] = lambda: None
+        self.outcome_wait = OUTCOME_WAIT
         self.on_lost: Callable[[str, str], None] = lambda rtype, ident: None
 
     # Plumbing --------------------------------------------------------------
@@ -182,7 +190,21 @@ class Operations:
 
     def _commit(self, changes: list[Change], what: str, rtype: str | None = None,
                 ident: str | None = None) -> None:
-        if not db_api.transition_with_request(self.db, changes, None):
+        """Write the outcome; while the database is away it waits for it
+        (up to ``outcome_wait`` seconds): a call that changed the backend
+        must not leave its resource transient with its request failed."""
+
+        def waiting(state: tenacity.RetryCallState) -> None:
+            if state.attempt_number == 1:
+                LOG.warning("%s: the database is away; its outcome waits for it", what)
+
+        for attempt in tenacity.Retrying(
+                retry=tenacity.retry_if_exception(is_outage), reraise=True,
+                wait=tenacity.wait_exponential(multiplier=0.2, max=5),
+                stop=tenacity.stop_after_delay(self.outcome_wait), before_sleep=waiting):
+            with attempt:
+                won = db_api.transition_with_request(self.db, changes, None)
+        if not won:
             if rtype is None or ident is None:
                 raise Stale(f"{what} changed while the driver worked; outcome not written")
             self._lost(rtype, ident)

@@ -258,3 +258,37 @@ def test_cut_off_engine_claims_nothing_and_comes_back(deployment, pg_url, redis_
     b.terminate()
     share = d.json("share", "create", "1", "--proto", "NFS", "--wait")["id"]
     assert {r["engine_id"] for r in _requests(d, share)} == {_engine_id(a)}
+
+
+def test_an_outcome_waits_for_the_database(deployment, pg_url, redis_url):
+    """A cut from PostgreSQL while inside a create: the
+    call finishes, its outcome waits for the database and is written once
+    the link heals. The share does not stay 'creating' with its request
+    failed."""
+    from sqlalchemy.engine import make_url
+
+    proxy = Proxy(make_url(pg_url).port or 5432)
+    proxy.start()
+    d: Deployment = deployment(db_url=pg_url, coordination_url=redis_url,
+                               extra={"DEFAULT": FAST})
+    d.sync()
+    via = make_url(pg_url).set(port=proxy.port).render_as_string(hide_password=False)
+    config_a = d.write_config(d.root / "engine-a.conf", database={"connection": via},
+                              dummy={"dummy_method_delays": "create_share:4"})
+    a = d.start(config=config_a, name="a")
+    share = d.json("share", "create", "1", "--proto", "NFS")["id"]
+    inst = _instance(d, share)
+    eid = _engine_id(a)
+    wait_until(lambda: any(c["engine_id"] == eid for c in _calls(d, "create_share", inst)),
+               what="A inside the create")
+    # Refused, not dropped: a dropped link only makes the write wait in the
+    # kernel, while a refused one fails it at once, which used to end the
+    # request failed and leave the share 'creating'.
+    proxy.cut()
+    try:
+        a.wait_for_log("its outcome waits for it", timeout=30)
+    finally:
+        proxy.start()
+    wait_until(lambda: d.json("share", "show", share)["status"] == "available", timeout=60,
+               what="the outcome written after the cut")
+    assert [r["status"] for r in _requests(d, share)] == ["done"]
