@@ -17,6 +17,7 @@ import pytest
 
 from tests.functional.harness import SETUPS, Deployment, servers, wait_until
 from tests.functional.netfault import Proxy
+from tests.functional.test_health import _get, _url
 
 FAST = {
     # A frozen engine's lease is stuck two seconds after its last renewal;
@@ -233,12 +234,17 @@ def test_cut_off_engine_claims_nothing_and_comes_back(deployment, pg_url, redis_
                                extra={"DEFAULT": FAST})
     d.sync()
     config_a = d.write_config(d.root / "engine-a.conf",
-                              coordination={"backend_url": f"redis://127.0.0.1:{proxy.port}"})
+                              coordination={"backend_url": f"redis://127.0.0.1:{proxy.port}"},
+                              health={"enabled": "true", "port": "0"})
     a = d.start(config=config_a, name="a")
     b = d.start(name="b")
+    health = _url(a) + "/healthcheck"
+    assert _get(health)[0] == 200
     try:
         proxy.freeze()
         a.wait_for_log("out of the engines group", timeout=30)
+        code, body = _get(health)
+        assert code == 503 and "rejoining" in body, body
         # It says so where operators look (it still reaches the database).
         wait_until(lambda: any(r["engine_id"] == _engine_id(a) and r["out_of_group"]
                                for r in d.json("service", "list")),
@@ -255,6 +261,7 @@ def test_cut_off_engine_claims_nothing_and_comes_back(deployment, pg_url, redis_
     wait_until(lambda: not any(r["engine_id"] == _engine_id(a) and r["out_of_group"]
                                for r in d.json("service", "list")),
                what="A's reason cleared")
+    assert _get(health)[0] == 200
     b.terminate()
     share = d.json("share", "create", "1", "--proto", "NFS", "--wait")["id"]
     assert {r["engine_id"] for r in _requests(d, share)} == {_engine_id(a)}
