@@ -201,7 +201,16 @@ class DummyDriver(base.ShareDriver):
         rid = resource.get("id")
         name = str(resource.get("name") or rid or "")
         token = resource.get("fence_token") if self.honours_fencing and rid else None
-        seq = self.state.log_call(method, rid, self.engine_id, token)
+        if token is None:
+            seq = self.state.log_call(method, rid, self.engine_id)
+        else:
+            # Checked as the call arrives, and again with its change: a newer
+            # owner's call that arrives first fences this one even while this
+            # one is still at work (its slow part before the change).
+            seq, newer = self.state.arrive(method, rid, self.engine_id, int(token))
+            if newer is not None:
+                raise FencedCall(f"dummy backend: {method} of {rid} carries fencing token "
+                                 f"{token}, older than {newer}")
         if method in base.STATUS_METHODS and method not in self.status_methods:
             raise NotImplementedError(f"dummy driver: {method} is disabled by dummy_status_methods")
         self.knobs.wait_at_gate(method, name)

@@ -286,10 +286,22 @@ class BackendState:
         finally:
             conn.execute("ROLLBACK")
 
-    def log_call(self, method: str, resource_id: str | None, engine_id: str | None,
-                 token: int | None = None) -> int:
+    def log_call(self, method: str, resource_id: str | None, engine_id: str | None) -> int:
         with self.transaction() as tx:
-            return tx.log_call(method, resource_id, engine_id, token)
+            return tx.log_call(method, resource_id, engine_id)
+
+    def arrive(self, method: str, resource_id: str, engine_id: str | None,
+               token: int) -> tuple[int, int | None]:
+        """Log a fenced call as it arrives and accept its token (or refuse
+        the call) in the same transaction: ``(seq, newer)``, ``newer`` the
+        higher token that fences it, else None."""
+        with self.transaction() as tx:
+            seq = tx.log_call(method, resource_id, engine_id, token)
+            newer = tx.accept_token(resource_id, token)
+            if newer is not None:
+                tx.conn.execute("UPDATE calls SET fenced = 1, finished = ? WHERE seq = ?",
+                                (now(), seq))
+            return seq, newer
 
     def mark_fenced(self, seq: int) -> None:
         with self.transaction() as tx:

@@ -343,3 +343,48 @@ def test_cli_bad_input_is_one_line_exit_2(capsys, backend, argv, message):
 def test_cli_without_state_is_bad_input(capsys, tmp_path):
     code, out, err = cli(capsys, "--state-path", str(tmp_path / "nothing"), "list")
     assert code == 2 and "no dummy backend state under" in err
+
+
+def test_a_newer_token_fences_a_call_still_at_work(tmp_path):
+    """Fencing: a call whose slow part is under way when a newer owner's
+    call arrives is refused at its change, and changes nothing; the call
+    log says which calls were fenced."""
+    from sharemgr.drivers.exceptions import FencedCall
+
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    drv = make(tmp_path, dummy_gate_dir=str(gates))
+    share = share_dict("data", size=2, fence_token=1)
+    drv.create_share(share)
+    (gates / "extend_share").touch()
+    raised: list[BaseException] = []
+
+    def old_owner() -> None:
+        try:
+            drv.extend_share(share, 5)
+        except BaseException as exc:  # noqa: BLE001 - looked at below
+            raised.append(exc)
+
+    thread = threading.Thread(target=old_owner)
+    thread.start()
+    while not calls(drv, "extend_share"):
+        time.sleep(0.01)
+    assert drv.get_share_status({**share, "fence_token": 2})["size"] == 2  # the new owner
+    (gates / "extend_share").unlink()
+    thread.join(10)
+    assert len(raised) == 1 and isinstance(raised[0], FencedCall)
+    assert drv.get_share_status({**share, "fence_token": 2})["size"] == 2
+    with pytest.raises(FencedCall):
+        drv.delete_share({**share, "fence_token": 1})  # refused as it arrives
+    assert [c["fenced"] for c in calls(drv, "extend_share")] == [True]
+    assert [(c["token"], c["fenced"]) for c in calls(drv, "delete_share")] == [(1, True)]
+    assert drv.get_share_status({**share, "fence_token": None})["size"] == 2
+
+
+def test_without_fencing_tokens_are_ignored(tmp_path):
+    drv = make(tmp_path, dummy_honours_fencing=False)
+    share = share_dict("data", size=2, fence_token=5)
+    drv.create_share(share)
+    drv.extend_share({**share, "fence_token": 1}, 3)
+    assert drv.get_share_status(share)["size"] == 3
+    assert {c["token"] for c in calls(drv)} == {None}
