@@ -121,6 +121,17 @@ def test_checker_finds_planted_violations(tmp_path):
                             "SELECT time, method, resource_id, engine_id, pid FROM calls "
                             "WHERE method = 'create_share' AND resource_id = ?",
                             (made["m1"]["instance_id"],))
+            # A create the backend refused as fenced is no double; two
+            # accepted extends of m4 whose spans cross are an overlap.
+            backend.execute("INSERT INTO calls (time, method, resource_id, engine_id, pid, "
+                            "fenced) SELECT time, method, resource_id, engine_id, pid, 1 "
+                            "FROM calls WHERE method = 'create_share' AND resource_id = ?",
+                            (made["m4"]["instance_id"],))
+            for start, end in (("2026-01-01T00:00:01", "2026-01-01T00:00:05"),
+                               ("2026-01-01T00:00:03", "2026-01-01T00:00:04")):
+                backend.execute("INSERT INTO calls (time, method, resource_id, engine_id, pid, "
+                                "finished) VALUES (?, 'extend_share', ?, 'e', 1, ?)",
+                                (start, made["m4"]["instance_id"], end))
         backend.close()
         other = {"resources": {**WEB["resources"], "data9": WEB["resources"]["data1"]}}
         stacks = {
@@ -145,6 +156,9 @@ def test_checker_finds_planted_violations(tmp_path):
         "made-but-error": f"made-but-error: share instance {made['m3']['instance_id']} (m3)",
         "made-but-error during": "made-but-error: snapshot instance 0123 (s9-snap1-x), seen",
         "size": f"size: share {made['m4']['id']} (m4) is 1 GiB in the database but 7 GiB",
+        "overlap": f"overlap: extend_share by e (2026-01-01T00:00:01 to 2026-01-01T00:00:05) "
+                   f"and extend_share by e (from 2026-01-01T00:00:03) on "
+                   f"{made['m4']['instance_id']}",
     }
     missing = {k: v for k, v in expected.items() if v not in found}
     assert not missing, (missing, found)
