@@ -220,6 +220,9 @@ class LocalDriver(base.ShareDriver):
         """Remove a share's export, mount, loop device, image and record;
         what is already gone is skipped."""
         record = self.records.get(object_id)
+        if (record is None and not self._image(object_id).exists()
+                and not images.is_mounted(self._mount(object_id))):
+            return  # never made, or already deleted
         if record is not None and record.get("state") != DELETING:
             record["state"] = DELETING
             self.records.put(record)
