@@ -289,6 +289,7 @@ class LocalDriver(base.ShareDriver):
                             f"local driver: share {oid} of size {share['size']} is smaller "
                             f"than snapshot {snap_id}")
                     images.copy(source, image)
+                images.new_identity(image)
                 if images.size_of(image) < size_bytes:
                     images.resize_offline(image, size_bytes)
 

@@ -16,7 +16,7 @@ from sharemgr.drivers.local import commands
 # blocks resize2fs needs to move): refuse a shrink that leaves less.
 SHRINK_HEADROOM = 0.10
 PROGRAMS = ("truncate", "mkfs.ext4", "mount", "umount", "losetup", "resize2fs", "e2fsck",
-            "fsfreeze", "cp")
+            "tune2fs", "fsfreeze", "cp")
 
 
 def create(image: Path, size_bytes: int) -> None:
@@ -122,6 +122,13 @@ def copy(source: Path, target: Path) -> None:
     tmp = target.with_name(f".{target.name}.tmp")
     commands.run(["cp", "--reflink=auto", "--sparse=always", str(source), str(tmp)])
     os.replace(tmp, target)
+
+
+def new_identity(image: Path) -> None:
+    """Give a copied filesystem its own UUID: Ganesha tells filesystems
+    apart by it, and refuses to export a second one with the same."""
+    commands.run(["e2fsck", "-f", "-p", str(image)], check=False)
+    commands.run(["tune2fs", "-U", "random", str(image)])
 
 
 def remove(path: Path) -> None:

@@ -55,7 +55,7 @@ local_opts = [
     cfg.StrOpt(
         "local_samba_pid_file",
         help="Pid file of the system's smbd (with local_manage_servers = false). "
-        "Default: '<local_state_path>/samba/pid/smbd.pid'.",
+        "Default: '/run/sharemgr-local/<hash of the state path>/pid/smbd.pid'.",
     ),
     cfg.Opt(
         "local_size_unit_mib",

@@ -7,6 +7,7 @@ smbd re-read with SIGHUP."""
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import time
 from dataclasses import dataclass, field
@@ -17,7 +18,18 @@ from sharemgr.drivers.local.fencing import write_atomic
 from sharemgr.drivers.local.validation import config_token
 
 PROGRAM = "smbd"
-FOLDERS = ("pid", "lock", "state", "cache", "private", "log")
+FOLDERS = ("state", "cache", "private", "log")
+# smbd makes Unix sockets in its lock folder (msg.sock/<pid>, ncalrpc): a
+# socket path has at most 107 bytes, too few for a deep state path, so
+# those folders live under a short one named for the state path.
+RUNTIME_ROOT = Path("/run/sharemgr-local")
+RUNTIME_FOLDERS = ("pid", "lock", "ncalrpc")
+
+
+def runtime_dir(root: Path) -> Path:
+    """The short folder of the sockets and pid file of the smbd whose
+    files are under ``root``."""
+    return RUNTIME_ROOT / hashlib.sha256(str(root).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,7 @@ def render_shares(shares: list[CifsShare]) -> str:
 
 def render_main(root: Path, ip: str, port: int, shares_file: Path, netbios: str) -> str:
     d = {name: root / name for name in FOLDERS}
+    d.update({name: runtime_dir(root) / name for name in RUNTIME_FOLDERS})
     return "\n".join([
         "# Written by the sharemgr local driver.",
         "[global]",
@@ -72,6 +85,7 @@ def render_main(root: Path, ip: str, port: int, shares_file: Path, netbios: str)
         "  disable netbios = yes",
         f"  pid directory = {d['pid']}",
         f"  lock directory = {d['lock']}",
+        f"  ncalrpc dir = {d['ncalrpc']}",
         f"  state directory = {d['state']}",
         f"  cache directory = {d['cache']}",
         f"  private dir = {d['private']}",
@@ -110,7 +124,7 @@ class SambaServer:
         self.ip, self.port, self.manage, self.netbios = ip, port, manage, netbios
         self.config = root / "smb.conf"
         self.shares_file = shares_file or root / "shares.conf"
-        self.pid_file = pid_file or root / "pid" / "smbd.pid"
+        self.pid_file = pid_file or runtime_dir(root) / "pid" / "smbd.pid"
         self.log_file = root / "log" / "smbd.log"
 
     def setup(self) -> None:
@@ -120,6 +134,8 @@ class SambaServer:
         if self.manage:
             for name in FOLDERS:
                 (self.root / name).mkdir(parents=True, exist_ok=True)
+            for name in RUNTIME_FOLDERS:
+                (runtime_dir(self.root) / name).mkdir(parents=True, exist_ok=True)
             write_atomic(self.config, render_main(self.root, self.ip, self.port,
                                                   self.shares_file, self.netbios))
 

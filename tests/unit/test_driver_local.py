@@ -148,8 +148,10 @@ def test_cifs_read_only_address_next_to_a_writer_is_refused():
 
 def test_samba_main_config_keeps_its_own_folders(tmp_path):
     text = samba.render_main(tmp_path, "127.0.0.1", 1445, tmp_path / "shares.conf", "SHMX")
-    for folder in samba.FOLDERS[:5]:
+    for folder in samba.FOLDERS:
         assert str(tmp_path / folder) in text
+    lock = samba.runtime_dir(tmp_path) / "lock" / "msg.sock" / "4194304"
+    assert len(str(lock)) < 100 and f"lock directory = {lock.parent.parent}" in text
     assert "smb ports = 1445" in text and f"include = {tmp_path}/shares.conf" in text
 
 
