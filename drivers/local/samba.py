@@ -50,6 +50,12 @@ def render_shares(shares: list[CifsShare]) -> str:
         lines += [f"[{config_token(share.name)}]",
                   f"  path = {config_token(str(share.path))}",
                   "  browseable = no",
+                  # Whoever the rules let in works as root inside the share
+                  # (as NFS's no_root_squash): the share's folder may sit
+                  # under a state path others cannot traverse, and the rules,
+                  # not file modes, decide access. No link leads out of it.
+                  "  force user = root",
+                  "  wide links = no",
                   f"  read only = {'yes' if share.read_only else 'no'}"]
         if not share.available:
             # No rule: the share exists (status reads see it) but nobody may connect.
