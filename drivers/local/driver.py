@@ -104,42 +104,44 @@ class LocalDriver(base.ShareDriver):
             raise ShareBackendException(f"local driver: missing programs {', '.join(missing)}")
 
     def _restore(self) -> list[str]:
-        """Mount every recorded share whose image exists, publish the
-        exports and start the servers; returns the ids that could not."""
+        """Mount every recorded share whose image exists, finish a resize a
+        crash cut off, publish the exports and start the servers; returns
+        the ids that could not be brought back. Each share under its lock,
+        re-read there: another engine may be working on it."""
         failed = []
-        for record in self.records.all("share"):
-            image = self._image(record["id"])
-            if record.get("state") == RESIZING and image.exists():
-                self._finish_resize(record)
-            if record.get("state") != AVAILABLE:
-                continue
-            try:
-                if image.exists():
-                    images.mount(image, self._mount(record["id"]))
-                else:
-                    failed.append(record["id"])
-            except ShareBackendException as exc:
-                LOG.error("local driver: share %s cannot be mounted: %s", record["id"], exc)
-                failed.append(record["id"])
+        for listed in self.records.all("share"):
+            oid = listed["id"]
+            with file_lock(self.fence.locks / f"{oid}.lock"):
+                record = self.records.get(oid)
+                if record is None:
+                    continue
+                image = self._image(oid)
+                try:
+                    if record.get("state") == RESIZING and image.exists():
+                        self._finish_resize(record)
+                    if record.get("state") != AVAILABLE:
+                        continue
+                    if not image.exists():
+                        failed.append(oid)
+                        continue
+                    images.mount(image, self._mount(oid))
+                except ShareBackendException as exc:
+                    LOG.error("local driver: share %s cannot be brought back: %s", oid, exc)
+                    failed.append(oid)
         self._publish()
         return failed
 
     def _finish_resize(self, record: dict) -> None:
-        """A resize cut off by a crash: fit the filesystem to the image
-        (its size before a shrink's truncate, after an extend's) and serve
-        the share again."""
+        """A resize cut off by a crash (the caller holds the share's lock):
+        fit the filesystem to the image (its size before a shrink's
+        truncate, after an extend's) and serve the share again."""
         oid = record["id"]
-        with file_lock(self.fence.locks / f"{oid}.lock"):
-            image = self._image(oid)
-            try:
-                images.unmount(image, self._mount(oid))
-                images.resize_offline(image, images.size_of(image))
-            except ShareBackendException as exc:
-                LOG.error("local driver: share %s: finishing a resize failed: %s", oid, exc)
-                return
-            record["state"] = AVAILABLE
-            record["size"] = self._units(images.size_of(image))
-            self.records.put(record)
+        image = self._image(oid)
+        images.unmount(image, self._mount(oid))
+        images.resize_offline(image, images.size_of(image))
+        record["state"] = AVAILABLE
+        record["size"] = self._units(images.size_of(image))
+        self.records.put(record)
 
     # Paths, records and locks ------------------------------------------------
 
