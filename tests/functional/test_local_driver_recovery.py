@@ -178,3 +178,77 @@ def test_hostile_values_are_refused_or_harmless(local, tmp_path):
     assert client.ls("CIFS", _location(d, good["id"])).returncode == 0
     assert client.ls("CIFS", _location(d, victim["id"])).returncode != 0
     assert client.ls("NFS", _location(d, nfs["id"])).returncode != 0
+
+
+def _settled(d) -> bool:
+    from sharemgr.common import vocab
+    shares = d.json("share", "list")
+    snaps = d.json("snapshot", "list")
+    return not any(x["status"] in vocab.TRANSIENT_STATUSES for x in shares + snaps)
+
+
+def test_short_crash_chaos(local, tmp_path):
+    """Random operations through sharectl while share-manager is SIGKILLed
+    at random moments; then one engine settles everything, and the host
+    agrees with the database: every available share is mounted and exported,
+    nothing is mounted that no share claims; finally deleting everything
+    leaves nothing behind."""
+    import random
+    rng = random.Random()
+    seed = rng.randrange(10**6)
+    rng.seed(seed)
+    print(f"local chaos seed {seed}")
+    d, options = local()
+    root = lh.local_root(d.state)
+    engine = d.start()
+    names = iter(range(10**6))
+    for _round in range(6):
+        shares = [s for s in d.json("share", "list") if s["status"] == "available"]
+        for _ in range(3):
+            op = rng.choice(["create", "create", "extend", "snapshot", "allow", "delete"])
+            if op == "create" or not shares:
+                proto = rng.choice(["NFS", "CIFS"])
+                d.sharectl("share", "create", "1", "--proto", proto, "--name",
+                           f"chaos-{next(names)}", "--backend", "local", check=False)
+                continue
+            target = rng.choice(shares)
+            shares.remove(target)
+            if op == "extend":
+                d.sharectl("share", "extend", target["id"], str(target["size"] + 1),
+                           check=False)
+            elif op == "snapshot":
+                d.sharectl("snapshot", "create", target["id"], check=False)
+            elif op == "allow":
+                d.sharectl("access", "allow", target["id"], "--type", "ip", "--to",
+                           f"127.0.0.{rng.randrange(1, 3)}", check=False)
+            else:
+                d.sharectl("share", "delete", target["id"], check=False)
+        time.sleep(rng.uniform(0.2, 1.5))
+        engine.proc.send_signal(signal.SIGKILL)
+        engine.proc.wait(30)
+        engine = d.start()
+    wait_until(lambda: _settled(d), timeout=120, interval=1, what="everything settled")
+
+    # The host agrees with the database.
+    records = _records(root)
+    shares = d.json("share", "list")
+    for share in shares:
+        inst = d.json("share", "show", share["id"])["instance_id"]
+        if share["status"] == "available":
+            assert records.get(inst, {}).get("state") == "available", (share, records.get(inst))
+            assert str(root / "mnt" / inst) in lh.mounts_under(root), share
+    live = {d.json("share", "show", s["id"])["instance_id"] for s in shares}
+    for point in lh.mounts_under(root):
+        assert Path(point).name in live, f"{point} is mounted but no share claims it"
+
+    # Everything deleted: nothing left on the host.
+    for snap in d.json("snapshot", "list"):
+        d.sharectl("snapshot", "delete", snap["id"], "--wait", check=False)
+    for share in d.json("share", "list"):
+        if share["status"] != "available":
+            d.sharectl("share", "reset-state", share["id"], "--state", "error", check=False)
+        d.sharectl("share", "delete", share["id"], "--wait", check=False)
+    wait_until(lambda: not d.json("share", "list"), timeout=120, interval=1,
+               what="every share deleted")
+    assert lh.mounts_under(root) == [] and lh.loops_under(root) == []
+    assert not list((root / "images").iterdir())
