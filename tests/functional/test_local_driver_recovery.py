@@ -115,15 +115,10 @@ def test_kills_inside_create_and_extend_then_a_reboot(local, tmp_path):
     assert d.json("share", "show", kept["id"])["status"] == "available"
 
 
-def test_export_removed_out_of_band_is_drift(local):
-    d, options = local()
-    root = lh.local_root(d.state)
-    d.start()
-    share = d.json("share", "create", "1", "--proto", "NFS", "--name", "drifty",
-                   "--backend", "local", "--wait")
-    inst = share["instance_id"]
+def _remove_export(root: Path, inst: str) -> None:
+    """What a careless administrator does: delete a share's export block
+    from Ganesha's exports file and make Ganesha re-read it."""
     exports = root / "ganesha" / "exports.conf"
-    # Someone deletes the share's export block and reloads Ganesha.
     text = exports.read_text()
     start = text.index("EXPORT {", 0)
     while f'Pseudo = "/shares/{inst}";' not in text[start:text.index("\n}", start)]:
@@ -132,9 +127,39 @@ def test_export_removed_out_of_band_is_drift(local):
     exports.write_text(text[:start] + text[end:])
     pid = int((root / "ganesha" / "ganesha.pid").read_text().split()[0])
     os.kill(pid, signal.SIGHUP)
+
+
+STACK = """
+resources:
+  data:
+    type: share
+    properties: {size: 1, proto: NFS, backend: local}
+"""
+
+
+def test_export_removed_out_of_band_is_drift(local, tmp_path):
+    d, options = local()
+    root = lh.local_root(d.state)
+    d.start()
+    share = d.json("share", "create", "1", "--proto", "NFS", "--name", "drifty",
+                   "--backend", "local", "--wait")
+    template = tmp_path / "web.yaml"
+    template.write_text(STACK)
+    d.sharectl("stack", "create", "web", "-t", str(template), "--wait")
+    assert d.json("stack", "check", "web")["status"] == "COMPLETE"
+    made = d.json("stack", "resource", "list", "web")[0]["physical_id"]
+    made_inst = d.json("share", "show", made)["instance_id"]
+
+    _remove_export(root, share["instance_id"])
     found = d.json("reconcile", "drift")
     kinds = {(i["kind"], i["instance_id"]) for i in found}
-    assert ("export_locations", inst) in kinds, found
+    assert ("export_locations", share["instance_id"]) in kinds, found
+
+    _remove_export(root, made_inst)
+    out = d.sharectl("stack", "check", "web", check=False)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "stack web CHECK FAILED: drifted: data" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
 
 
 HOSTILE = ['a b', 'x"y', "x'y", "a\nb", "a;b", "$(touch /tmp/pwned)", "../../etc",
