@@ -84,6 +84,10 @@ def test_walk_through(local, request, tmp_path, setup, proto):
     loc = _location(d, sid)
     assert loc.startswith("127.0.0.1:/shares/" if proto == "NFS" else "\\\\127.0.0.1\\"), loc
 
+    # The backend reports replication_type None: intake refuses replicas.
+    out = d.sharectl("replica", "create", sid, check=False)
+    assert out.returncode == 2, out.stdout + out.stderr
+
     # No rule: the client is refused.
     assert _refused(client.put(proto, loc, small, "before.txt"))
 
@@ -144,3 +148,38 @@ def test_walk_through(local, request, tmp_path, setup, proto):
     assert not list((root / "images").iterdir()) and not list((root / "snapshots").iterdir())
     assert "EXPORT" not in (root / "ganesha" / "exports.conf").read_text()
     assert "[" not in (root / "samba" / "shares.conf").read_text()
+
+
+def test_cifs_user_rules(local, tmp_path):
+    """A ``user`` rule admits that Samba account (an administrator adds it
+    with pdbedit, doc/local_driver.rst), at rw or ro; guests and other
+    accounts stay out."""
+    d, options = local()
+    client = lh.Client(options)
+    d.start()
+    root = lh.local_root(d.state)
+    share = d.json("share", "create", "1", "--proto", "CIFS", "--name", "team",
+                   "--backend", "local", "--wait")
+    sid = share["id"]
+    loc = _location(d, sid)
+    # Existing Unix accounts without a login, given Samba passwords.
+    for user in ("daemon", "bin"):
+        out = lh.run("pdbedit", "-s", str(root / "samba" / "smb.conf"), "-a", "-t", "-u", user,
+                     input_text="secret\nsecret\n")
+        assert out.returncode == 0, out.stderr
+    note = tmp_path / "note.txt"
+    note.write_text("for daemon\n")
+
+    _rule(d, sid, "--type", "user", "--to", "daemon")
+    out = client.put("CIFS", loc, note, "note.txt", user="daemon%secret")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert _refused(client.ls("CIFS", loc))                       # a guest
+    assert _refused(client.ls("CIFS", loc, user="bin%secret"))    # another account
+    assert _refused(client.ls("CIFS", loc, user="daemon%wrong"))  # a wrong password
+
+    _deny_all(d, sid)
+    _rule(d, sid, "--type", "user", "--to", "daemon", "--level", "ro")
+    back = tmp_path / "back.txt"
+    assert client.get("CIFS", loc, "note.txt", back, user="daemon%secret").returncode == 0
+    assert back.read_text() == "for daemon\n"
+    assert _refused(client.put("CIFS", loc, note, "again.txt", user="daemon%secret"))
