@@ -214,8 +214,6 @@ class LocalDriver(base.ShareDriver):
     def _check_share(self, share: dict) -> str:
         proto = validation.protocol(share.get("share_proto"))
         validation.size(share.get("size"))
-        if share.get("share_server_id") or share.get("share_network_id"):
-            pass  # DHSS is refused by the loader; nothing to do with them here
         return proto
 
     def _destroy(self, object_id: str) -> None:

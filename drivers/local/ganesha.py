@@ -140,6 +140,10 @@ class GaneshaServer:
     def _reload(self, pid: int) -> None:
         """SIGHUP, then wait (briefly) for the re-read to finish so the
         caller's change is in force when it returns."""
+        if not self.manage:  # the system's server logs elsewhere: give it a moment
+            process.signal_pid(pid, signal.SIGHUP)
+            time.sleep(0.5)
+            return
         done = "Reread exports complete"
         before = self._log_text().count(done)
         process.signal_pid(pid, signal.SIGHUP)

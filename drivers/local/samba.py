@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from sharemgr.drivers.local import process
@@ -41,7 +41,6 @@ class CifsShare:
     read_users: tuple[str, ...] = ()  # users limited to reading
     read_only: bool = False
     available: bool = True
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 def render_shares(shares: list[CifsShare]) -> str:

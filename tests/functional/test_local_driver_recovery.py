@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.functional import local_harness as lh
-from tests.functional.harness import wait_until
+from tests.functional.harness import SETUPS, wait_until
 from tests.functional.test_local_driver import _location, _rule
 
 pytestmark = pytest.mark.functional
@@ -66,8 +66,9 @@ def _served(client, proto, loc) -> bool:
     return client.ls(proto, loc).returncode == 0
 
 
-def test_kills_inside_create_and_extend_then_a_reboot(local, tmp_path):
-    d, options = local()
+@pytest.mark.parametrize("setup", SETUPS)
+def test_kills_inside_create_and_extend_then_a_reboot(local, request, tmp_path, setup):
+    d, options = local(**lh.servers_for(request, setup))
     client = lh.Client(options)
     root = lh.local_root(d.state)
     engine = d.start()
@@ -137,8 +138,9 @@ resources:
 """
 
 
-def test_export_removed_out_of_band_is_drift(local, tmp_path):
-    d, options = local()
+@pytest.mark.parametrize("setup", SETUPS)
+def test_export_removed_out_of_band_is_drift(local, request, tmp_path, setup):
+    d, options = local(**lh.servers_for(request, setup))
     root = lh.local_root(d.state)
     d.start()
     share = d.json("share", "create", "1", "--proto", "NFS", "--name", "drifty",
