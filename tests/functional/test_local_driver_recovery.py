@@ -164,8 +164,10 @@ def test_export_removed_out_of_band_is_drift(local, request, tmp_path, setup):
     assert "Traceback" not in out.stderr
 
 
-HOSTILE = ['a b', 'x"y', "x'y", "a\nb", "a;b", "$(touch /tmp/pwned)", "../../etc",
-           "]", "[global]", "}", "a{b", "a=b"]
+# Through sharectl, one of each kind (the unit tests feed the driver many
+# more): a space, a quote, a newline, ';', a command substitution, a path
+# out, and the ends of a Samba section and a Ganesha block.
+HOSTILE = ['a b', 'x"y', "a;b\nc", "$(touch /tmp/pwned)", "../../etc", "]", "}"]
 
 
 def test_hostile_values_are_refused_or_harmless(local, tmp_path):
@@ -180,26 +182,25 @@ def test_hostile_values_are_refused_or_harmless(local, tmp_path):
                     "--backend", "local", "--wait")
     nfs = d.json("share", "create", "1", "--proto", "NFS", "--name", "victim-nfs",
                  "--backend", "local", "--wait")
-    before_good = client.ls("CIFS", _location(d, good["id"]))
-    assert before_good.returncode == 0
+    assert client.ls("CIFS", _location(d, good["id"])).returncode == 0
 
     for value in HOSTILE:
         # A hostile share name: refused, or stored and never written anywhere.
         out = d.sharectl("share", "create", "1", "--proto", "NFS", "--name", value,
-                         "--backend", "local", "--wait", check=False)
-        assert out.returncode in (0, 1, 2), out
-        for share, kinds in ((victim, ("ip", "user")), (nfs, ("ip", "user"))):
-            for kind in kinds:
-                out = d.sharectl("access", "allow", share["id"], "--type", kind, "--to",
-                                 value, "--wait", check=False)
-                # Refused at intake (2) or by the driver (1: the rule ends in error).
-                assert out.returncode in (1, 2), (value, kind, out.stdout, out.stderr)
-                assert "Traceback" not in out.stderr
+                         "--backend", "local", check=False)
+        assert out.returncode in (0, 2), out
+        for share, kind in ((victim, "user"), (nfs, "ip")):
+            out = d.sharectl("access", "allow", share["id"], "--type", kind, "--to",
+                             value, "--wait", check=False)
+            # Refused at intake (2) or by the driver (1: the rule ends in error).
+            assert out.returncode in (1, 2), (value, kind, out.stdout, out.stderr)
+            assert "Traceback" not in out.stderr
+    wait_until(lambda: _settled(d), timeout=120, interval=1, what="the creates settled")
     assert not Path("/tmp/pwned").exists()
     for conf in (root / "ganesha" / "exports.conf", root / "samba" / "shares.conf"):
         text = conf.read_text()
         for value in HOSTILE:
-            if len(value) > 1 and value not in ("]", "}"):
+            if len(value) > 1:
                 assert value not in text, (conf, value)
     # No other share's access changed: good still served, victims still refused.
     assert client.ls("CIFS", _location(d, good["id"])).returncode == 0
@@ -229,7 +230,7 @@ def test_short_crash_chaos(local, tmp_path):
     root = lh.local_root(d.state)
     engine = d.start()
     names = iter(range(10**6))
-    for _round in range(6):
+    for _round in range(4):
         shares = [s for s in d.json("share", "list") if s["status"] == "available"]
         for _ in range(3):
             op = rng.choice(["create", "create", "extend", "snapshot", "allow", "delete"])
