@@ -500,6 +500,8 @@ class LocalDriver(base.ShareDriver):
         return found
 
     def ensure_shares(self, shares: list[dict]) -> dict[str, dict[str, Any]]:
+        """Bring every share back (mount, export, servers), then report the
+        shares whose status or export locations differ from their record."""
         self._restore()
         updates: dict[str, dict[str, Any]] = {}
         for share in shares:
@@ -509,11 +511,13 @@ class LocalDriver(base.ShareDriver):
             except ShareBackendException:
                 updates[str(share.get("id"))] = {"status": "error", "export_locations": []}
                 continue
-            if status["status"] != "available":
-                updates[oid] = {"status": "error", "export_locations": []}
-            else:
-                updates[oid] = {"status": "available",
-                                "export_locations": status["export_locations"]}
+            found = {"status": "available" if status["status"] == "available" else "error",
+                     "export_locations": status["export_locations"]}
+            recorded = sorted(loc.get("path") if isinstance(loc, dict) else str(loc)
+                              for loc in share.get("export_locations") or [])
+            if (share.get("status") != found["status"]
+                    or recorded != sorted(loc["path"] for loc in found["export_locations"])):
+                updates[oid] = found
         return updates
 
     def get_backend_info(self) -> dict[str, Any]:

@@ -296,3 +296,30 @@ def test_stats_state_thin_provisioning_and_no_replication(tmp_path):
     pool = stats["pools"][0]
     assert pool["thin_provisioning"] is True and pool["total_capacity_gb"] > 0
     assert stats["driver_handles_share_servers"] is False
+
+
+def test_a_failed_create_removes_what_it_made(tmp_path, monkeypatch):
+    """mkfs fails after the image file exists: the image, the record and
+    the export are gone, and the error names the command."""
+    from sharemgr.drivers.local import images
+
+    driver = build_driver("local", tmp_path, local_manage_servers=False)
+    for folder in (driver.images, driver.snapshots, driver.mounts):
+        folder.mkdir(parents=True)
+    driver.records.setup()
+    driver.fence.setup()
+    driver.ganesha.setup()
+    driver.samba.setup()
+
+    def failing_create(image: Path, size_bytes: int) -> None:
+        image.write_bytes(b"\0" * 1024)
+        commands.run(["sh", "-c", "echo 'mkfs.ext4: no space' >&2; exit 1"])
+
+    monkeypatch.setattr(images, "create", failing_create)
+    with pytest.raises(commands.CommandFailed, match="exited 1: mkfs.ext4: no space"):
+        driver.create_share({"id": "s1", "size": 1, "share_proto": "NFS", "fence_token": 3})
+    assert list(driver.images.iterdir()) == [] and driver.records.all() == []
+    assert "s1" not in ganesha.exported_ids(driver.ganesha.exports_file)
+    with pytest.raises(ShareResourceNotFound):
+        driver.get_share_status({"id": "s1"})
+    driver.delete_share({"id": "s1", "fence_token": 3})  # idempotent
