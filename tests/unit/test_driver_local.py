@@ -323,3 +323,17 @@ def test_a_failed_create_removes_what_it_made(tmp_path, monkeypatch):
     with pytest.raises(ShareResourceNotFound):
         driver.get_share_status({"id": "s1"})
     driver.delete_share({"id": "s1", "fence_token": 3})  # idempotent
+
+
+def test_functional_tests_skip_without_root_but_fail_under_ci(monkeypatch):
+    """The local driver's functional tests skip with the reason when this
+    is not root (or the packages are missing), and fail under CI=true."""
+    from tests.functional import local_harness
+
+    monkeypatch.setattr(local_harness.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(local_harness, "IN_CI", False)
+    with pytest.raises(pytest.skip.Exception, match="not root"):
+        local_harness.require_local()
+    monkeypatch.setattr(local_harness, "IN_CI", True)
+    with pytest.raises(pytest.fail.Exception, match="CI=true: they are required"):
+        local_harness.require_local()
