@@ -21,14 +21,16 @@ DEFAULT_TIMEOUT = 600.0
 class CommandFailed(ShareBackendException):
     """An external command exited non-zero (or could not run)."""
 
-    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str) -> None:
+    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str,
+                 detail: str = "") -> None:
         self.argv = list(argv)
         self.returncode = returncode
         lines = [line.strip() for line in (stderr or "").splitlines() if line.strip()]
         self.last_line = lines[-1] if lines else ""
         code = "did not run" if returncode is None else f"exited {returncode}"
         super().__init__(
-            f"command {' '.join(self.argv)} {code}: {self.last_line or '(no stderr)'}")
+            f"command {' '.join(self.argv)} {code}: {self.last_line or '(no stderr)'}"
+            + (f" ({detail})" if detail else ""))
 
 
 def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, check: bool = True,

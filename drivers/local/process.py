@@ -53,7 +53,10 @@ def start(argv: Sequence[str], pid_file: Path, program: str, ip: str, port: int,
     out = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
                          stdin=subprocess.DEVNULL, start_new_session=True)
     if out.returncode != 0:
-        raise commands.CommandFailed(argv, out.returncode, out.stderr or _tail(log_file))
+        # A daemon's stderr often ends with its banner: its log says why.
+        tail = _tail(log_file)
+        raise commands.CommandFailed(argv, out.returncode, out.stderr or tail,
+                                     detail=f"last line of {log_file}: {tail}" if tail else "")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pid = pid_of(pid_file, program)
