@@ -8,7 +8,7 @@ BIN = $(VENV)/bin
 # they started (measured: -n 2 24.5 min, -n 3 19 min, -n 4 21 min: overloaded).
 PYTEST_ARGS ?= -n 3 --durations=15
 
-.PHONY: run test lint genconfig bench clean
+.PHONY: run test lint genconfig bench clean local-packages
 
 $(BIN)/.installed: setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,11 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	ANSIBLE_LOCALHOST_WARNING=False $(BIN)/ansible-lint playbooks/
 
-test: $(BIN)/.installed lint
+# The local driver's Debian packages, when root and missing (.ci/local-packages).
+local-packages:
+	.ci/local-packages
+
+test: $(BIN)/.installed lint local-packages
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # Every benchmark at the issue's sizes (long); BENCH_ARGS=--quick for small ones.

@@ -44,3 +44,8 @@ class FencedCall(ShareBackendException):
     took it over): the backend changed nothing. Only drivers that set
     ``honours_fencing = True`` raise it.
     """
+
+
+class ShareShrinkingPossibleDataLoss(ShareBackendException):
+    """A shrink was refused because the share's data would not fit in the
+    new size (Manila's name); the share is left as it was."""

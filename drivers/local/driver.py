@@ -1,0 +1,586 @@
+"""The ``local`` share driver: real NFS and CIFS shares from this host.
+
+Each share is an ext4 filesystem in a sparse image file, loop-mounted under
+the backend's state path; NFS-Ganesha exports NFS shares and Samba serves
+CIFS ones, each enforcing the share's access rules. Snapshots are frozen
+copies of the image. doc/local_driver.rst describes the mapping and limits.
+
+Every call about an object holds that object's file lock and checks its
+fencing token first (``fencing``); every value from a request is checked
+(``validation``) before it reaches a command line or a configuration file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from sharemgr.drivers import base
+from sharemgr.drivers.exceptions import (
+    InvalidShareRequest,
+    ShareBackendException,
+    ShareResourceNotFound,
+    ShareShrinkingPossibleDataLoss,
+)
+from sharemgr.drivers.local import commands, images, validation
+from sharemgr.drivers.local.fencing import FenceStore, file_lock
+from sharemgr.drivers.local.ganesha import GaneshaServer, NfsExport, exported_ids, pseudo_path
+from sharemgr.drivers.local.options import local_opts
+from sharemgr.drivers.local.records import AVAILABLE, CREATING, DELETING, RESIZING, Records
+from sharemgr.drivers.local.samba import CifsShare, SambaServer, shared_names
+
+LOG = logging.getLogger(__name__)
+MIB = 1024 * 1024
+VERSION = "1.0"
+MAX_EXPORT_ID = 65535  # Ganesha's export ids are 16 bits; 0 is its pseudo root
+
+
+class LocalDriver(base.ShareDriver):
+    """Shares in loop-mounted ext4 images, exported by NFS-Ganesha and Samba."""
+
+    driver_opts = local_opts
+    supported_dhss_modes = (False,)
+    honours_fencing = True
+
+    def __init__(self, configuration: Any, *, backend_name: str, host: str, engine_id: str,
+                 state_path: str) -> None:
+        super().__init__(configuration, backend_name=backend_name, host=host,
+                         engine_id=engine_id, state_path=state_path)
+        conf = configuration
+        self.root = Path(conf.local_state_path or os.path.join(state_path, "local",
+                                                               backend_name)).absolute()
+        self.ip = conf.local_export_ip
+        self.unit_bytes = int(conf.local_size_unit_mib) * MIB
+        self.images = self.root / "images"
+        self.snapshots = self.root / "snapshots"
+        self.mounts = self.root / "mnt"
+        self.records = Records(self.root / "records")
+        self.fence = FenceStore(self.root)
+        manage = bool(conf.local_manage_servers)
+        self.ganesha = GaneshaServer(
+            self.root / "ganesha", self.ip, conf.local_nfs_port, manage,
+            exports_file=_path(conf.local_ganesha_exports_file),
+            pid_file=_path(conf.local_ganesha_pid_file))
+        netbios = ("SHM" + "".join(c for c in backend_name.upper() if c.isalnum()))[:15]
+        self.samba = SambaServer(
+            self.root / "samba", self.ip, conf.local_smb_port, manage, netbios,
+            shares_file=_path(conf.local_samba_shares_file),
+            pid_file=_path(conf.local_samba_pid_file))
+
+    # Set-up ----------------------------------------------------------------
+
+    def _required_programs(self) -> list[str]:
+        programs = list(images.PROGRAMS)
+        if self.ganesha.manage:
+            programs += ["ganesha.nfsd", "smbd"]
+        return programs
+
+    def do_setup(self) -> None:
+        if os.geteuid() != 0:
+            raise ShareBackendException("local driver: must run as root (it mounts "
+                                        "images and runs NFS-Ganesha and Samba)")
+        missing = commands.missing(self._required_programs())
+        if missing:
+            raise ShareBackendException(
+                f"local driver: missing programs {', '.join(missing)}: install the Debian "
+                "packages nfs-ganesha nfs-ganesha-vfs samba (doc/local_driver.rst)")
+        for folder in (self.images, self.snapshots, self.mounts):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.records.setup()
+        self.fence.setup()
+        self.ganesha.setup()
+        self.samba.setup()
+        # After a reboot nothing is mounted and no server runs: bring every
+        # share back before the manager asks (ensure_shares checks again).
+        self._restore()
+
+    def check_for_setup_error(self) -> None:
+        missing = commands.missing(self._required_programs())
+        if missing:
+            raise ShareBackendException(f"local driver: missing programs {', '.join(missing)}")
+
+    def _restore(self) -> list[str]:
+        """Mount every recorded share whose image exists, finish a resize a
+        crash cut off, publish the exports and start the servers; returns
+        the ids that could not be brought back. Each share under its lock,
+        re-read there: another engine may be working on it."""
+        failed = []
+        for listed in self.records.all("share"):
+            oid = listed["id"]
+            with file_lock(self.fence.locks / f"{oid}.lock"):
+                record = self.records.get(oid)
+                if record is None:
+                    continue
+                image = self._image(oid)
+                try:
+                    if record.get("state") == RESIZING and image.exists():
+                        self._finish_resize(record)
+                    if record.get("state") != AVAILABLE:
+                        continue
+                    if not image.exists():
+                        failed.append(oid)
+                        continue
+                    images.mount(image, self._mount(oid))
+                except ShareBackendException as exc:
+                    LOG.error("local driver: share %s cannot be brought back: %s", oid, exc)
+                    failed.append(oid)
+        self._publish()
+        return failed
+
+    def _finish_resize(self, record: dict) -> None:
+        """A resize cut off by a crash (the caller holds the share's lock):
+        fit the filesystem to the image (its size before a shrink's
+        truncate, after an extend's) and serve the share again."""
+        oid = record["id"]
+        image = self._image(oid)
+        images.unmount(image, self._mount(oid))
+        images.resize_offline(image, images.size_of(image))
+        record["state"] = AVAILABLE
+        record["size"] = self._units(images.size_of(image))
+        self.records.put(record)
+
+    # Paths, records and locks ------------------------------------------------
+
+    def _image(self, object_id: str) -> Path:
+        return self.images / f"{object_id}.img"
+
+    def _snap_image(self, object_id: str) -> Path:
+        return self.snapshots / f"{object_id}.img"
+
+    def _mount(self, object_id: str) -> Path:
+        return self.mounts / object_id
+
+    @contextlib.contextmanager
+    def _backend_lock(self) -> Iterator[None]:
+        # '_' cannot start an object id: this lock never collides with one.
+        with file_lock(self.fence.locks / "_backend.lock"):
+            yield
+
+    def _bytes(self, size: int) -> int:
+        return validation.size(size) * self.unit_bytes
+
+    def _units(self, size_bytes: int) -> int:
+        return -(-size_bytes // self.unit_bytes)
+
+    def _locations(self, record: dict) -> list[dict[str, Any]]:
+        if record["proto"] == "NFS":
+            path = f"{self.ip}:{pseudo_path(record['id'])}"
+        else:
+            path = f"\\\\{self.ip}\\{record['id']}"
+        return [{"path": path, "is_admin_only": False, "preferred": True}]
+
+    # Exports ------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        """Rewrite both servers' share files from the records: every
+        available, mounted share with its rules (an unmounted one is never
+        exported: the server would serve the empty folder under it)."""
+        with self._backend_lock():
+            nfs: list[NfsExport] = []
+            cifs: list[CifsShare] = []
+            for record in self.records.all("share"):
+                oid = record["id"]
+                if record.get("state") != AVAILABLE or not images.is_mounted(self._mount(oid)):
+                    continue
+                applied = [r for r in record.get("rules", []) if not r.get("error")]
+                if record["proto"] == "NFS":
+                    nfs.append(NfsExport(oid, record["export_id"], self._mount(oid), tuple(
+                        (r["access_to"], r["access_level"]) for r in applied)))
+                else:
+                    cifs.append(_cifs_share(oid, self._mount(oid), applied))
+            self.ganesha.write_exports(nfs)
+            self.samba.write_shares(cifs)
+
+    def _exported(self, record: dict) -> bool:
+        if record["proto"] == "NFS":
+            return self.ganesha.running() and record["id"] in exported_ids(
+                self.ganesha.exports_file)
+        return self.samba.running() and record["id"] in shared_names(self.samba.shares_file)
+
+    def _new_export_id(self) -> int:
+        with self._backend_lock():
+            used = {r.get("export_id") for r in self.records.all("share")}
+        for candidate in range(1, MAX_EXPORT_ID + 1):
+            if candidate not in used:
+                return candidate
+        raise ShareBackendException("local driver: no free NFS export id (65535 shares)")
+
+    # Shares ---------------------------------------------------------------------
+
+    def _check_share(self, share: dict) -> str:
+        proto = validation.protocol(share.get("share_proto"))
+        validation.size(share.get("size"))
+        return proto
+
+    def _destroy(self, object_id: str) -> None:
+        """Remove a share's export, mount, loop device, image and record;
+        what is already gone is skipped."""
+        record = self.records.get(object_id)
+        if (record is None and not self._image(object_id).exists()
+                and not images.is_mounted(self._mount(object_id))):
+            return  # never made, or already deleted
+        if record is not None and record.get("state") != DELETING:
+            record["state"] = DELETING
+            self.records.put(record)
+        self._publish()
+        images.unmount(self._image(object_id), self._mount(object_id))
+        with contextlib.suppress(FileNotFoundError, OSError):
+            self._mount(object_id).rmdir()
+        images.remove(self._image(object_id))
+        self.records.remove(object_id)
+
+    def _make_share(self, share: dict, proto: str,
+                    fill: Callable[[Path], None]) -> list[dict[str, Any]]:
+        """The common path of create_share and create_share_from_snapshot:
+        return the existing share, or make it with ``fill(image)`` and
+        export it; a failure removes what was made."""
+        oid = share["id"]
+        record = self.records.get(oid)
+        if (record is not None and record.get("state") == AVAILABLE
+                and self._image(oid).exists()):
+            images.mount(self._image(oid), self._mount(oid))  # a retry after a crash
+            self._publish()
+            return self._locations(record)
+        if record is not None or self._image(oid).exists():
+            self._destroy(oid)  # what a crashed create left half made
+        record = {"id": oid, "kind": "share", "proto": proto, "size": share["size"],
+                  "share_id": share.get("share_id"), "name": share.get("name"),
+                  "export_id": self._new_export_id(), "rules": [], "state": CREATING}
+        self.records.put(record)
+        try:
+            fill(self._image(oid))
+            images.mount(self._image(oid), self._mount(oid))
+            record["state"] = AVAILABLE
+            self.records.put(record)
+            self._publish()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._destroy(oid)
+            raise
+        return self._locations(record)
+
+    def create_share(self, share: dict, share_server: dict | None = None
+                     ) -> list[dict[str, Any]]:
+        with self.fence.guard(share, "share") as oid:
+            proto = self._check_share(share)
+            size_bytes = self._bytes(share["size"])
+            LOG.info("local driver: creating %s share %s of %d bytes", proto, oid, size_bytes)
+            return self._make_share(share, proto,
+                                    lambda image: images.create(image, size_bytes))
+
+    def create_share_from_snapshot(self, share: dict, snapshot: dict,
+                                   share_server: dict | None = None) -> list[dict[str, Any]]:
+        with self.fence.guard(share, "share") as oid:
+            proto = self._check_share(share)
+            snap_id = validation.object_id(snapshot.get("id"), "snapshot id")
+            size_bytes = self._bytes(share["size"])
+
+            def fill(image: Path) -> None:
+                with file_lock(self.fence.locks / f"{snap_id}.lock"):
+                    source = self._snap_image(snap_id)
+                    if self.records.get(snap_id) is None or not source.exists():
+                        raise ShareResourceNotFound(f"local driver: no snapshot {snap_id}")
+                    if images.size_of(source) > size_bytes:
+                        raise InvalidShareRequest(
+                            f"local driver: share {oid} of size {share['size']} is smaller "
+                            f"than snapshot {snap_id}")
+                    images.copy(source, image)
+                images.new_identity(image)
+                if images.size_of(image) < size_bytes:
+                    images.resize_offline(image, size_bytes)
+
+            return self._make_share(share, proto, fill)
+
+    def delete_share(self, share: dict, share_server: dict | None = None) -> None:
+        with self.fence.guard(share, "share") as oid:
+            LOG.info("local driver: deleting share %s", oid)
+            self._destroy(oid)
+
+    def _existing(self, oid: str) -> dict:
+        record = self.records.get(oid)
+        if (record is None or record.get("kind") != "share" or record.get("state") != AVAILABLE
+                or not self._image(oid).exists()):
+            raise ShareResourceNotFound(f"local driver: no share {oid}")
+        return record
+
+    def extend_share(self, share: dict, new_size: int, share_server: dict | None = None) -> None:
+        with self.fence.guard(share, "share") as oid:
+            record = self._existing(oid)
+            size_bytes = self._bytes(new_size)
+            image = self._image(oid)
+            if size_bytes < images.size_of(image):
+                raise InvalidShareRequest(
+                    f"local driver: share {oid} is larger than {new_size}: use shrink")
+            try:
+                images.grow_online(image, self._mount(oid), size_bytes)  # again is harmless
+            except commands.CommandFailed as exc:
+                LOG.info("local driver: share %s: online resize refused (%s): offline", oid,
+                         exc.last_line)
+                self._offline(record, lambda: images.resize_offline(image, size_bytes))
+            record["size"] = new_size
+            self.records.put(record)
+            self._publish()
+
+    def _offline(self, record: dict, change: Callable[[], None]) -> None:
+        """Run ``change`` with the share unexported and unmounted (a resize
+        ext4 cannot do mounted), then mount and export it again."""
+        oid = record["id"]
+        record["state"] = RESIZING
+        self.records.put(record)
+        try:
+            self._publish()
+            images.unmount(self._image(oid), self._mount(oid))
+            change()
+        finally:
+            images.mount(self._image(oid), self._mount(oid))
+            record["state"] = AVAILABLE
+            self.records.put(record)
+            self._publish()
+
+    def shrink_share(self, share: dict, new_size: int, share_server: dict | None = None) -> None:
+        with self.fence.guard(share, "share") as oid:
+            record = self._existing(oid)
+            size_bytes = self._bytes(new_size)
+            image = self._image(oid)
+            if size_bytes > images.size_of(image):
+                raise InvalidShareRequest(
+                    f"local driver: share {oid} is smaller than {new_size}: use extend")
+            if size_bytes < images.size_of(image):
+                images.mount(image, self._mount(oid))
+                used = images.used_bytes(self._mount(oid))
+                if used > size_bytes * (1 - images.SHRINK_HEADROOM):
+                    raise ShareShrinkingPossibleDataLoss(
+                        f"local driver: share {oid} holds {used} bytes of data and "
+                        f"metadata; {new_size} ({size_bytes} bytes) would not hold them "
+                        "safely: not shrunk")
+
+                def change() -> None:
+                    try:
+                        images.resize_offline(image, size_bytes)
+                    except commands.CommandFailed as exc:
+                        raise ShareShrinkingPossibleDataLoss(
+                            f"local driver: share {oid} cannot shrink to {new_size}: "
+                            f"{exc}") from None
+
+                self._offline(record, change)
+            record["size"] = new_size
+            self.records.put(record)
+
+    # Access ---------------------------------------------------------------------
+
+    def update_access(self, share: dict, access_rules: list[dict[str, Any]],
+                      add_rules: list[dict[str, Any]], delete_rules: list[dict[str, Any]],
+                      share_server: dict | None = None) -> dict[str, dict[str, Any]] | None:
+        with self.fence.guard(share, "share") as oid:
+            record = self._existing(oid)
+            proto = record["proto"]
+            applied: list[dict] = []
+            errors: dict[str, dict[str, Any]] = {}
+            # The full set, every time: add_rules and delete_rules only say
+            # what changed, and recovery passes neither.
+            for raw in access_rules or []:
+                try:
+                    applied.append(validation.rule(raw, proto))
+                except InvalidShareRequest as exc:
+                    LOG.warning("local driver: share %s: rule %s refused: %s", oid,
+                                raw.get("id"), exc)
+                    errors[str(raw.get("id"))] = {"state": "error"}
+            if proto == "CIFS":
+                for bad in _cifs_unenforceable(applied):
+                    errors[bad["id"]] = {"state": "error"}
+                    bad["error"] = True
+            record["rules"] = applied
+            self.records.put(record)
+            self._publish()
+            return errors or None
+
+    # Snapshots ------------------------------------------------------------------
+
+    def create_snapshot(self, snapshot: dict, share_server: dict | None = None
+                        ) -> dict[str, Any] | None:
+        with self.fence.guard(snapshot, "snapshot") as sid:
+            share_id = validation.object_id(snapshot.get("share_instance_id"),
+                                            "share instance id")
+            existing = self.records.get(sid)
+            if existing is not None and self._snap_image(sid).exists():
+                return {"status": "available", "size": existing["size"]}
+            with file_lock(self.fence.locks / f"{share_id}.lock"):
+                record = self._existing(share_id)
+                image, mount_point = self._image(share_id), self._mount(share_id)
+                snap = {"id": sid, "kind": "snapshot", "share_instance_id": share_id,
+                        "size": record["size"], "name": snapshot.get("name")}
+                self.records.put({**snap, "state": CREATING})
+                try:
+                    with images.frozen(mount_point):
+                        images.copy(image, self._snap_image(sid))
+                    self.records.put({**snap, "state": AVAILABLE})
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        images.remove(self._snap_image(sid))
+                        self.records.remove(sid)
+                    raise
+            return {"status": "available", "size": record["size"]}
+
+    def delete_snapshot(self, snapshot: dict, share_server: dict | None = None) -> None:
+        with self.fence.guard(snapshot, "snapshot") as sid:
+            images.remove(self._snap_image(sid))
+            self.records.remove(sid)
+
+    # Truth from the backend ---------------------------------------------------
+
+    def get_share_status(self, share: dict, share_server: dict | None = None) -> dict[str, Any]:
+        with self.fence.guard(share, "share") as oid:
+            return self._share_status(oid)
+
+    def _share_status(self, oid: str) -> dict[str, Any]:
+        record = self.records.get(oid)
+        image = self._image(oid)
+        if record is None or record.get("kind") != "share":
+            raise ShareResourceNotFound(f"local driver: no share {oid}")
+        if not image.exists():
+            if record.get("state") != AVAILABLE:
+                raise ShareResourceNotFound(f"local driver: no share {oid} (never made)")
+            return {"status": "error", "size": record["size"], "export_locations": [],
+                    "detail": "image missing"}
+        exported = record.get("state") == AVAILABLE and images.is_mounted(
+            self._mount(oid)) and self._exported(record)
+        return {"status": "available" if exported else "error",
+                "size": self._units(images.size_of(image)),
+                "export_locations": self._locations(record) if exported else [],
+                "detail": None if exported else _why(record, images.is_mounted(
+                    self._mount(oid)))}
+
+    def get_share_statuses(self, shares: list[tuple[dict, dict | None]]
+                           ) -> dict[str, base.StatusAnswer]:
+        answers: dict[str, base.StatusAnswer] = {}
+        for share, server in shares:
+            try:
+                answers[share["id"]] = self.get_share_status(share, server)
+            except ShareResourceNotFound as exc:
+                answers[share["id"]] = exc
+            except ShareBackendException:
+                continue  # asked again one by one, which raises it
+        return answers
+
+    def get_snapshot_status(self, snapshot: dict, share_server: dict | None = None
+                            ) -> dict[str, Any]:
+        with self.fence.guard(snapshot, "snapshot") as sid:
+            record = self.records.get(sid)
+            if (record is None or record.get("kind") != "snapshot"
+                    or not self._snap_image(sid).exists() or record.get("state") != AVAILABLE):
+                raise ShareResourceNotFound(f"local driver: no snapshot {sid}")
+            return {"status": "available", "size": record["size"]}
+
+    def get_snapshot_statuses(self, snapshots: list[tuple[dict, dict | None]]
+                              ) -> dict[str, base.StatusAnswer]:
+        answers: dict[str, base.StatusAnswer] = {}
+        for snapshot, server in snapshots:
+            try:
+                answers[snapshot["id"]] = self.get_snapshot_status(snapshot, server)
+            except ShareResourceNotFound as exc:
+                answers[snapshot["id"]] = exc
+            except ShareBackendException:
+                continue
+        return answers
+
+    def list_shares(self) -> list[dict[str, Any]]:
+        found = []
+        for record in self.records.all("share"):
+            try:
+                status = self._share_status(record["id"])
+            except ShareResourceNotFound:
+                continue
+            found.append({"id": record["id"], "name": record.get("name"),
+                          "size": status["size"], "status": status["status"],
+                          "export_locations": status["export_locations"]})
+        return found
+
+    def ensure_shares(self, shares: list[dict]) -> dict[str, dict[str, Any]]:
+        """Bring every share back (mount, export, servers), then report the
+        shares whose status or export locations differ from their record."""
+        self._restore()
+        updates: dict[str, dict[str, Any]] = {}
+        for share in shares:
+            try:
+                oid = validation.object_id(share.get("id"), "share id")
+                status = self._share_status(oid)
+            except ShareBackendException:
+                updates[str(share.get("id"))] = {"status": "error", "export_locations": []}
+                continue
+            found = {"status": "available" if status["status"] == "available" else "error",
+                     "export_locations": status["export_locations"]}
+            recorded = sorted(loc.get("path") if isinstance(loc, dict) else str(loc)
+                              for loc in share.get("export_locations") or [])
+            if (share.get("status") != found["status"]
+                    or recorded != sorted(loc["path"] for loc in found["export_locations"])):
+                updates[oid] = found
+        return updates
+
+    def get_backend_info(self) -> dict[str, Any]:
+        return {}  # always run ensure_shares: a reboot does not change the config
+
+    def get_share_stats(self, refresh: bool = False) -> dict[str, Any]:
+        try:
+            st = os.statvfs(self.images if self.images.exists() else self.root.parent)
+        except OSError:
+            st = os.statvfs("/")
+        gib = 1024 ** 3
+        provisioned = sum(int(r.get("size") or 0) for r in self.records.all("share"))
+        return {
+            "share_backend_name": self.share_backend_name,
+            "vendor_name": "sharemgr",
+            "driver_version": VERSION,
+            "storage_protocol": "NFS_CIFS",
+            "driver_handles_share_servers": False,
+            "snapshot_support": True,
+            "create_share_from_snapshot_support": True,
+            "replication_type": None,
+            "share_group_support": False,
+            "pools": [{
+                "pool_name": "images",
+                "total_capacity_gb": round(st.f_blocks * st.f_frsize / gib, 2),
+                "free_capacity_gb": round(st.f_bavail * st.f_frsize / gib, 2),
+                # Sparse images: a share takes room as it is written.
+                "thin_provisioning": True,
+                "provisioned_capacity_gb": provisioned * self.unit_bytes / gib,
+                "max_over_subscription_ratio":
+                    float(self.configuration.local_max_over_subscription_ratio),
+                "reserved_percentage": 0,
+            }],
+        }
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def _why(record: dict, mounted: bool) -> str:
+    if record.get("state") != AVAILABLE:
+        return f"left {record.get('state')} by an interrupted call"
+    if not mounted:
+        return "not mounted"
+    return "not exported"
+
+
+def _cifs_unenforceable(rules: list[dict]) -> list[dict]:
+    """Rules Samba cannot hold alongside the others: a share has one
+    'read only' for every address, so a read-only ip rule next to a
+    read-write rule is refused (doc/local_driver.rst, limits)."""
+    if all(r["access_level"] == "ro" for r in rules):
+        return []
+    return [r for r in rules if r["access_type"] == "ip" and r["access_level"] == "ro"]
+
+
+def _cifs_share(name: str, path: Path, rules: list[dict]) -> CifsShare:
+    if not rules:
+        return CifsShare(name, path, available=False)
+    hosts = tuple(r["access_to"] for r in rules if r["access_type"] == "ip")
+    users = tuple(r["access_to"] for r in rules if r["access_type"] == "user")
+    read_users = tuple(r["access_to"] for r in rules
+                       if r["access_type"] == "user" and r["access_level"] == "ro")
+    return CifsShare(name, path, hosts=hosts, users=users, read_users=read_users,
+                     read_only=all(r["access_level"] == "ro" for r in rules))

@@ -1,0 +1,186 @@
+"""Helpers for the local driver's functional tests: the requirement check
+(skip with the reason, or fail under CI=true), free ports, the real NFS
+and SMB clients, and a clean-up that leaves no server, mount or loop
+device behind, even after a failed test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from sharemgr.drivers.local.samba import runtime_dir
+
+from tests.conftest import IN_CI
+
+PROGRAMS = ("ganesha.nfsd", "smbd", "pdbedit", "nfs-cp", "nfs-cat", "nfs-ls", "smbclient",
+            "mkfs.ext4", "losetup", "resize2fs", "fsfreeze")
+SEARCH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+# A small size unit (MiB per size "GiB") keeps writes past a share's size quick.
+UNIT_MIB = 16
+
+
+def require_local() -> None:
+    """Skip (fail under CI=true) unless this runs as root with the packages
+    the local driver and its clients need (``make test`` installs them)."""
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("not root")
+    missing = [p for p in PROGRAMS if shutil.which(p, path=SEARCH) is None]
+    if missing:
+        problems.append("missing " + ", ".join(missing) + " (Debian packages nfs-ganesha "
+                        "nfs-ganesha-vfs samba smbclient libnfs-utils)")
+    if not Path("/dev/loop-control").exists():
+        problems.append("no loop devices (/dev/loop-control)")
+    if not problems:
+        return
+    msg = "local driver tests need root, loop devices and the NFS/SMB packages: " + \
+        "; ".join(problems)
+    if IN_CI:
+        pytest.fail(msg + " (CI=true: they are required)")
+    pytest.skip(msg)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def backend_options(**extra: str) -> dict[str, str]:
+    """Options of a [local] backend group on ports of its own."""
+    return {"share_driver": "local", "local_nfs_port": str(free_port()),
+            "local_smb_port": str(free_port()), "local_size_unit_mib": str(UNIT_MIB),
+            **extra}
+
+
+def local_root(state: Path, backend: str = "local") -> Path:
+    return state / "local" / backend
+
+
+def run(*argv: str, timeout: float = 60, input_text: str | None = None
+        ) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                          input=input_text)
+
+
+class Client:
+    """The standard userspace clients against one backend's servers."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.nfs_port = int(options["local_nfs_port"])
+        self.smb_port = int(options["local_smb_port"])
+
+    def _nfs_url(self, location: str, name: str = "") -> str:
+        host, path = location.split(":", 1)
+        return f"nfs://{host}{path}/{name}?version=4&nfsport={self.nfs_port}"
+
+    def _smb_share(self, location: str) -> str:
+        return "//" + location.lstrip("\\").replace("\\", "/")
+
+    def put(self, proto: str, location: str, local: Path, name: str,
+            user: str | None = None) -> subprocess.CompletedProcess:
+        if proto == "NFS":
+            return run("nfs-cp", str(local), self._nfs_url(location, name))
+        return self._smb(location, f"put {local} {name}", user)
+
+    def get(self, proto: str, location: str, name: str, target: Path,
+            user: str | None = None) -> subprocess.CompletedProcess:
+        if proto == "NFS":
+            out = run("nfs-cat", self._nfs_url(location, name))
+            if out.returncode == 0:
+                target.write_text(out.stdout)
+            return out
+        return self._smb(location, f"get {name} {target}", user)
+
+    def ls(self, proto: str, location: str, user: str | None = None
+           ) -> subprocess.CompletedProcess:
+        if proto == "NFS":
+            return run("nfs-ls", self._nfs_url(location))
+        return self._smb(location, "ls", user)
+
+    def _smb(self, location: str, command: str, user: str | None) -> subprocess.CompletedProcess:
+        auth = ["-U", user] if user else ["-N"]
+        return run("smbclient", "-p", str(self.smb_port), self._smb_share(location), *auth,
+                   "-c", command)
+
+
+def _pids(root: Path) -> list[tuple[Path, str]]:
+    return [(root / "ganesha" / "ganesha.pid", "ganesha.nfsd"),
+            (runtime_dir(root / "samba") / "pid" / "smbd.pid", "smbd")]
+
+
+def _alive(pid_file: Path, program: str) -> int | None:
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if os.path.basename(argv0) == program else None
+
+
+def servers_running(root: Path) -> dict[str, bool]:
+    return {program: _alive(pid_file, program) is not None for pid_file, program in _pids(root)}
+
+
+def stop_servers(root: Path) -> None:
+    for pid_file, program in _pids(root):
+        pid = _alive(pid_file, program)
+        if pid is None:
+            continue
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(pid_file, program) == pid:
+            time.sleep(0.1)
+        if _alive(pid_file, program) == pid:
+            os.kill(pid, signal.SIGKILL)
+
+
+def mounts_under(root: Path) -> list[str]:
+    prefix = str(root.resolve()) + "/"
+    found = []
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            point = line.split()[1].replace("\\040", " ")
+            if point.startswith(prefix):
+                found.append(point)
+    return found
+
+
+def loops_under(root: Path) -> list[str]:
+    out = run("losetup", "-n", "-O", "NAME,BACK-FILE", "-l")
+    prefix = str(root.resolve()) + "/"
+    return [line.split()[0] for line in out.stdout.splitlines()
+            if len(line.split()) > 1 and line.split(None, 1)[1].startswith(prefix)]
+
+
+def simulate_reboot(root: Path) -> None:
+    """What a reboot leaves: no server running, nothing mounted, no loop device."""
+    stop_servers(root)
+    for point in sorted(mounts_under(root), reverse=True):
+        for _ in range(25):
+            if run("umount", point).returncode == 0:
+                break
+            time.sleep(0.2)
+    for device in loops_under(root):
+        run("losetup", "-d", device)
+
+
+def cleanup(root: Path) -> None:
+    if root.exists():
+        simulate_reboot(root)
+    shutil.rmtree(runtime_dir(root / "samba"), ignore_errors=True)
+
+
+def servers_for(request: pytest.FixtureRequest, setup: str) -> dict:
+    """``Deployment`` keywords for one of harness.SETUPS (as harness.servers,
+    for a test parametrized by name rather than by fixture param)."""
+    if setup == "embedded":
+        return {}
+    return {"db_url": request.getfixturevalue("pg_url"),
+            "coordination_url": request.getfixturevalue("redis_url")}

@@ -1,0 +1,339 @@
+"""The local driver without root: validation, configuration rendering,
+fencing tokens, command errors and stats. The real backend is exercised in
+tests/functional/test_local_driver*.py."""
+
+from __future__ import annotations
+
+import multiprocessing
+import uuid
+from pathlib import Path
+
+import pytest
+from sharemgr.drivers.exceptions import (
+    FencedCall,
+    InvalidShareRequest,
+    ShareBackendException,
+    ShareResourceNotFound,
+    ShareShrinkingPossibleDataLoss,
+)
+from sharemgr.drivers.local import commands, ganesha, samba, validation
+from sharemgr.drivers.local.driver import LocalDriver, _cifs_share, _cifs_unenforceable
+from sharemgr.drivers.local.fencing import FenceStore
+from sharemgr.drivers.testing import build_driver
+
+HOSTILE = [
+    "", " ", "a b", 'a"b', "a'b", "a\nb", "a;b", "$(reboot)", "`id`", "../etc", "a/b",
+    "]", "[global]", "}", "a{b", "a=b", "a#b", "a%b", "a\\b", "a,b", "\0", "-rf", ".", "..",
+    "x" * 65,
+]
+
+
+def _driver(tmp_path: Path) -> LocalDriver:
+    return build_driver("local", tmp_path, local_nfs_port=12049, local_smb_port=1445)
+
+
+# Validation --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_ids_are_refused(value):
+    with pytest.raises(InvalidShareRequest, match="is not valid"):
+        validation.object_id(value)
+
+
+@pytest.mark.parametrize("value", ["0b3d3793-482b-40d2-bbf9-37ac765b37b5", "kit-share-1", "A_b-9"])
+def test_ordinary_ids_pass(value):
+    assert validation.object_id(value) == value
+
+
+@pytest.mark.parametrize("value", HOSTILE + ["10.0.0.300", "10.0.0.1/24", "10.0.0.0/33",
+                                             " 10.0.0.1", "10.0.0.1 ", "10.0.0.1\n"])
+def test_hostile_ip_targets_are_refused(value):
+    with pytest.raises(InvalidShareRequest):
+        validation.ip_target(value)
+
+
+@pytest.mark.parametrize("value,normal", [("127.0.0.1", "127.0.0.1"),
+                                          ("10.0.0.0/24", "10.0.0.0/24"),
+                                          ("::1", "::1"), ("fd00::/8", "fd00::/8")])
+def test_ip_targets_pass_normalised(value, normal):
+    assert validation.ip_target(value) == normal
+
+
+@pytest.mark.parametrize("value", HOSTILE + ["root$", "1abc", "x" * 33, "a:b", "a@b"])
+def test_hostile_user_targets_are_refused(value):
+    with pytest.raises(InvalidShareRequest):
+        validation.user_target(value)
+
+
+def test_rule_types_by_protocol():
+    ip_rule = {"id": "r", "access_type": "ip", "access_to": "10.0.0.1", "access_level": "ro"}
+    user_rule = {"id": "u", "access_type": "user", "access_to": "alice", "access_level": "rw"}
+    assert validation.rule(ip_rule, "NFS")["access_level"] == "ro"
+    assert validation.rule(user_rule, "CIFS")["access_to"] == "alice"
+    with pytest.raises(InvalidShareRequest, match="NFS shares take ip rules"):
+        validation.rule(user_rule, "NFS")
+    with pytest.raises(InvalidShareRequest, match="access level"):
+        validation.rule({**ip_rule, "access_level": "all"}, "NFS")
+    with pytest.raises(InvalidShareRequest):
+        validation.rule({**ip_rule, "access_type": "cert"}, "CIFS")
+
+
+@pytest.mark.parametrize("value", ['"', "\n", ";", "}", "]", "$x", "%I", "a b "])
+def test_config_token_refuses_what_could_break_a_file(value):
+    with pytest.raises(InvalidShareRequest):
+        validation.config_token(value)
+
+
+# Rendering ------------------------------------------------------------------------
+
+
+def test_ganesha_exports_render_one_client_block_per_rule(tmp_path):
+    text = ganesha.render_exports([ganesha.NfsExport(
+        "s1", 7, tmp_path / "mnt" / "s1", (("10.0.0.0/24", "rw"), ("10.0.1.5", "ro")))])
+    assert "Export_Id = 7;" in text
+    assert f'Path = "{tmp_path}/mnt/s1";' in text and 'Pseudo = "/shares/s1";' in text
+    assert "CLIENT { Clients = 10.0.0.0/24; Access_Type = RW; }" in text
+    assert "CLIENT { Clients = 10.0.1.5; Access_Type = RO; }" in text
+    # The export's own access is none: a client no block names is refused.
+    assert "  Access_Type = None;" in text
+    exports = tmp_path / "exports.conf"
+    exports.write_text(text)
+    assert ganesha.exported_ids(exports) == {"s1"}
+
+
+def test_ganesha_render_refuses_a_hostile_client():
+    with pytest.raises(InvalidShareRequest):
+        ganesha.render_exports([ganesha.NfsExport("s1", 1, Path("/m"), (("1.2.3.4; }", "rw"),))])
+
+
+def test_ganesha_main_config(tmp_path):
+    text = ganesha.render_main("127.0.0.1", 12049, tmp_path / "e.conf", tmp_path / "rec")
+    assert "NFS_Port = 12049;" in text and "Bind_addr = 127.0.0.1;" in text
+    assert f'%include "{tmp_path}/e.conf"' in text and "Graceless = true" in text
+
+
+def test_samba_shares_render_the_rules(tmp_path):
+    ip_ro = _cifs_share("s1", tmp_path, [
+        {"id": "1", "access_type": "ip", "access_to": "10.0.0.1", "access_level": "ro"}])
+    users = _cifs_share("s2", tmp_path, [
+        {"id": "2", "access_type": "user", "access_to": "alice", "access_level": "rw"},
+        {"id": "3", "access_type": "user", "access_to": "bob", "access_level": "ro"}])
+    closed = _cifs_share("s3", tmp_path, [])
+    text = samba.render_shares([ip_ro, users, closed])
+    s1 = text.split("[s1]")[1].split("[s2]")[0]
+    assert "hosts allow = 10.0.0.1" in s1 and "hosts deny = ALL" in s1
+    assert "read only = yes" in s1 and "guest only = yes" in s1
+    s2 = text.split("[s2]")[1].split("[s3]")[0]
+    assert "valid users = alice bob" in s2 and "read list = bob" in s2
+    assert "read only = no" in s2 and "guest ok = no" in s2 and "hosts allow" not in s2
+    s3 = text.split("[s3]")[1]
+    assert "available = no" in s3 and "hosts deny = ALL" in s3
+    shares = tmp_path / "shares.conf"
+    shares.write_text(text)
+    assert samba.shared_names(shares) == {"s1", "s2", "s3"}
+
+
+def test_samba_render_refuses_a_hostile_user(tmp_path):
+    with pytest.raises(InvalidShareRequest):
+        samba.render_shares([samba.CifsShare("s1", tmp_path, users=("a]\n[x",))])
+
+
+def test_cifs_read_only_address_next_to_a_writer_is_refused():
+    rules = [{"id": "1", "access_type": "ip", "access_to": "10.0.0.1", "access_level": "ro"},
+             {"id": "2", "access_type": "ip", "access_to": "10.0.0.2", "access_level": "rw"}]
+    assert [r["id"] for r in _cifs_unenforceable(rules)] == ["1"]
+    assert _cifs_unenforceable(rules[:1]) == []
+
+
+def test_samba_main_config_keeps_its_own_folders(tmp_path):
+    text = samba.render_main(tmp_path, "127.0.0.1", 1445, tmp_path / "shares.conf", "SHMX")
+    for folder in samba.FOLDERS:
+        assert str(tmp_path / folder) in text
+    lock = samba.runtime_dir(tmp_path) / "lock" / "msg.sock" / "4194304"
+    assert len(str(lock)) < 100 and f"lock directory = {lock.parent.parent}" in text
+    assert "smb ports = 1445" in text and f"include = {tmp_path}/shares.conf" in text
+
+
+# Commands ---------------------------------------------------------------------------
+
+
+def test_a_failing_command_names_itself_its_code_and_last_stderr_line():
+    with pytest.raises(commands.CommandFailed) as info:
+        commands.run(["sh", "-c", "echo first >&2; echo 'the last' >&2; exit 3"])
+    assert isinstance(info.value, ShareBackendException)
+    text = str(info.value)
+    assert "sh -c" in text and "exited 3" in text and text.endswith("the last")
+
+
+def test_a_missing_command_is_a_driver_error():
+    with pytest.raises(commands.CommandFailed, match="did not run"):
+        commands.run(["no-such-program-sharemgr"])
+
+
+def test_shrink_refusal_is_a_backend_exception():
+    assert issubclass(ShareShrinkingPossibleDataLoss, ShareBackendException)
+
+
+# Fencing --------------------------------------------------------------------------
+
+
+def test_fence_store_keeps_the_highest_token(tmp_path):
+    store = FenceStore(tmp_path)
+    store.setup()
+    with store.guard({"id": "a", "fence_token": 5}, "share"):
+        pass
+    with store.guard({"id": "a", "fence_token": 5}, "share"):
+        pass  # equal: accepted
+    with pytest.raises(FencedCall, match="older than 5"):
+        with store.guard({"id": "a", "fence_token": 4}, "share"):
+            pytest.fail("a stale call ran")
+    with store.guard({"id": "a", "fence_token": None}, "share"):
+        pass  # unfenced: accepted, nothing recorded
+    with store.guard({"id": "a"}, "share"):
+        pass
+    assert store.highest("a") == 5
+    with store.guard({"id": "a", "fence_token": 9}, "share"):
+        pass
+    assert FenceStore(tmp_path).highest("a") == 9  # durable: a new store reads it
+    assert store.highest("b") is None
+
+
+def test_fence_store_refuses_a_token_that_is_not_an_int(tmp_path):
+    store = FenceStore(tmp_path)
+    store.setup()
+    for bad in ("5", 5.0, True):
+        with pytest.raises(FencedCall):
+            with store.guard({"id": "a", "fence_token": bad}, "share"):
+                pass
+
+
+def _hold(root: str, started, release) -> None:
+    store = FenceStore(Path(root))
+    with store.guard({"id": "a", "fence_token": 1}, "share"):
+        started.set()
+        release.wait(10)
+
+
+def test_fence_lock_excludes_another_process(tmp_path):
+    store = FenceStore(tmp_path)
+    store.setup()
+    ctx = multiprocessing.get_context("fork")
+    started, release = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_hold, args=(str(tmp_path), started, release))
+    proc.start()
+    try:
+        assert started.wait(10)
+        import fcntl
+        import os
+        fd = os.open(tmp_path / "locks" / "a.lock", os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+    finally:
+        release.set()
+        proc.join(10)
+
+
+def test_driver_refuses_stale_tokens_before_changing_anything(tmp_path):
+    driver = _driver(tmp_path)
+    assert LocalDriver.honours_fencing is True
+    sid = str(uuid.uuid4())
+    driver.fence.setup()
+    driver.records.setup()
+    # A status read of an id the backend has no object for records the token.
+    with pytest.raises(ShareResourceNotFound):
+        driver.get_share_status({"id": sid, "fence_token": 7})
+    assert driver.fence.highest(sid) == 7
+    share = {"id": sid, "size": 1, "share_proto": "NFS", "fence_token": 6}
+    for call in (lambda: driver.create_share(share),
+                 lambda: driver.delete_share(share),
+                 lambda: driver.extend_share(share, 2),
+                 lambda: driver.shrink_share(share, 1),
+                 lambda: driver.update_access(share, [], [], []),
+                 lambda: driver.get_share_status(share),
+                 lambda: driver.get_snapshot_status({"id": sid, "fence_token": 6})):
+        with pytest.raises(FencedCall):
+            call()
+    assert not driver.images.exists() or not any(driver.images.iterdir())
+    assert driver.records.all() == []
+    # The batch form leaves a fenced id out (asked again one by one).
+    assert driver.get_share_statuses([(share, None)]) == {}
+    # A delete of what was never made, with a newer token: accepted, idempotent.
+    driver.delete_share({**share, "fence_token": 8})
+    driver.delete_share({**share, "fence_token": 8})
+    assert driver.fence.highest(sid) == 8
+
+
+@pytest.mark.parametrize("bad", ["../x", "a b", "$(id)", "x;y", "]", "}"])
+def test_driver_refuses_hostile_ids_before_changing_anything(tmp_path, bad):
+    driver = _driver(tmp_path)
+    driver.fence.setup()
+    with pytest.raises(InvalidShareRequest):
+        driver.create_share({"id": bad, "size": 1, "share_proto": "NFS"})
+    with pytest.raises(InvalidShareRequest):
+        driver.delete_share({"id": bad})
+    assert not any((tmp_path / "state").rglob("*.img"))
+    assert not (driver.root / "x").exists()
+
+
+def test_create_share_refuses_bad_protocol_and_size(tmp_path):
+    driver = _driver(tmp_path)
+    driver.fence.setup()
+    driver.records.setup()
+    with pytest.raises(InvalidShareRequest, match="protocol"):
+        driver.create_share({"id": "s1", "size": 1, "share_proto": "CEPHFS"})
+    with pytest.raises(InvalidShareRequest, match="size"):
+        driver.create_share({"id": "s1", "size": 0, "share_proto": "NFS"})
+    assert driver.records.all() == []
+
+
+def test_stats_state_thin_provisioning_and_no_replication(tmp_path):
+    stats = _driver(tmp_path).get_share_stats()
+    assert stats["replication_type"] is None and stats["snapshot_support"] is True
+    pool = stats["pools"][0]
+    assert pool["thin_provisioning"] is True and pool["total_capacity_gb"] > 0
+    assert stats["driver_handles_share_servers"] is False
+
+
+def test_a_failed_create_removes_what_it_made(tmp_path, monkeypatch):
+    """mkfs fails after the image file exists: the image, the record and
+    the export are gone, and the error names the command."""
+    from sharemgr.drivers.local import images
+
+    driver = build_driver("local", tmp_path, local_manage_servers=False)
+    for folder in (driver.images, driver.snapshots, driver.mounts):
+        folder.mkdir(parents=True)
+    driver.records.setup()
+    driver.fence.setup()
+    driver.ganesha.setup()
+    driver.samba.setup()
+
+    def failing_create(image: Path, size_bytes: int) -> None:
+        image.write_bytes(b"\0" * 1024)
+        commands.run(["sh", "-c", "echo 'mkfs.ext4: no space' >&2; exit 1"])
+
+    monkeypatch.setattr(images, "create", failing_create)
+    with pytest.raises(commands.CommandFailed, match="exited 1: mkfs.ext4: no space"):
+        driver.create_share({"id": "s1", "size": 1, "share_proto": "NFS", "fence_token": 3})
+    assert list(driver.images.iterdir()) == [] and driver.records.all() == []
+    assert "s1" not in ganesha.exported_ids(driver.ganesha.exports_file)
+    with pytest.raises(ShareResourceNotFound):
+        driver.get_share_status({"id": "s1"})
+    driver.delete_share({"id": "s1", "fence_token": 3})  # idempotent
+
+
+def test_functional_tests_skip_without_root_but_fail_under_ci(monkeypatch):
+    """The local driver's functional tests skip with the reason when this
+    is not root (or the packages are missing), and fail under CI=true."""
+    from tests.functional import local_harness
+
+    monkeypatch.setattr(local_harness.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(local_harness, "IN_CI", False)
+    with pytest.raises(pytest.skip.Exception, match="not root"):
+        local_harness.require_local()
+    monkeypatch.setattr(local_harness, "IN_CI", True)
+    with pytest.raises(pytest.fail.Exception, match="CI=true: they are required"):
+        local_harness.require_local()
