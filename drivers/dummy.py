@@ -632,7 +632,10 @@ class DummyDriver(base.ShareDriver):
         read; knobs apply once per call under the batch method's name."""
         method = base.BATCH_STATUS_METHODS[single]
         ids = [(resource or {}).get("id") for resource, _ in items]
-        self.state.log_calls(method, ids, self.engine_id)
+        tokens = {(r or {}).get("id"): (r or {}).get("fence_token") for r, _ in items}
+        tokens = {k: int(v) for k, v in tokens.items() if k and v is not None} \
+            if self.honours_fencing else {}
+        self.state.log_calls(method, ids, self.engine_id, tokens)
         if method not in self.status_methods or single not in self.status_methods:
             raise NotImplementedError(f"dummy driver: {method} is disabled by dummy_status_methods")
         self.knobs.wait_at_gate(method, "")
@@ -640,12 +643,9 @@ class DummyDriver(base.ShareDriver):
         if self.knobs.should_fail(method, ""):
             raise ShareBackendException(
                 f"dummy driver: {method} of {self.backend_name} failed (dummy_fail_methods)")
-        tokens = {(r or {}).get("id"): (r or {}).get("fence_token") for r, _ in items}
-        tokens = {k: v for k, v in tokens.items() if k and v is not None}
-        with self.state.transaction() if tokens and self.honours_fencing \
-                else self.state.reading() as tx:
-            if self.honours_fencing:
-                stale = [k for k, v in tokens.items() if tx.accept_token(k, int(v)) is not None]
+        with self.state.transaction() if tokens else self.state.reading() as tx:
+            if tokens:
+                stale = [k for k, v in tokens.items() if tx.accept_token(k, v) is not None]
                 if stale:
                     # Asked one by one instead, each refused on its own.
                     raise FencedCall(f"dummy backend: {method}: fenced for {', '.join(stale)}")

@@ -309,11 +309,13 @@ class BackendState:
                             (now(), seq))
 
     def log_calls(self, method: str, resource_ids: list[str | None],
-                  engine_id: str | None) -> None:
-        """One call log row per resource of a batch call, in one transaction."""
+                  engine_id: str | None, tokens: dict[str, int] | None = None) -> None:
+        """One call log row per resource of a batch call, in one transaction
+        (with each resource's fencing token, where it has one)."""
         with self.transaction() as tx:
             for resource_id in resource_ids:
-                tx.log_call(method, resource_id, engine_id)
+                tx.log_call(method, resource_id, engine_id,
+                            (tokens or {}).get(resource_id or ""))
 
 
 def _locked(exc: BaseException) -> bool:

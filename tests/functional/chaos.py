@@ -1517,11 +1517,18 @@ class Checker:
                 doubles += 1
                 continue
             explained = 0
+            # A take-over: the delete's request abandoned (its engine dead, or
+            # its lease expired: paused, cut off) and the delete retried by
+            # the reconciliation rules (doc/reconciliation.rst).
+            taken = [r["finished_at"].replace(tzinfo=datetime.UTC)
+                     for r in self.reader.requests(resource_id=rid)
+                     if r["status"] == "abandoned" and r["finished_at"]]
             for a, b in zip(cs, cs[1:], strict=False):
                 died = deaths.get(a["engine_id"])
                 slack = datetime.timedelta(seconds=0.5)
-                if died is not None and parse_time(a["time"]) - slack <= died <= \
-                        parse_time(b["time"]) + slack:
+                start, end = parse_time(a["time"]) - slack, parse_time(b["time"]) + slack
+                if (died is not None and start <= died <= end) or \
+                        any(start <= t <= end for t in taken):
                     explained += 1
             asked = len([r for r in self.reader.requests(resource_id=rid)
                          if r["action"] == "delete"])
