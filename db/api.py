@@ -471,9 +471,8 @@ def request_claim(
                 for r in session.execute(read, {"ids": ids, "engine": engine_id})]
 
 
-def request_finish(
-    db: Database, request_id: int, engine_id: str, status: str, error: str | None = None
-) -> bool:
+def _own_running(db: Database, request_id: int, engine_id: str, **values: Any) -> bool:
+    """Change this engine's request while it is still running it."""
     with db.session() as session:
         stmt = (
             sa.update(models.Request)
@@ -482,27 +481,25 @@ def request_finish(
                 models.Request.engine_id == engine_id,
                 models.Request.status == vocab.REQUEST_RUNNING,
             )
-            .values(status=status, error=error, finished_at=utcnow())
+            .values(**values)
         )
         return session.execute(stmt).rowcount == 1
+
+
+def request_finish(
+    db: Database, request_id: int, engine_id: str, status: str, error: str | None = None
+) -> bool:
+    return _own_running(db, request_id, engine_id, status=status, error=error,
+                        finished_at=utcnow())
 
 
 def request_release(db: Database, request_id: int, engine_id: str, why: str) -> bool:
     """Give a running request of this engine back (pending, no engine):
     its work has not reached the driver (the engine is out of the engines
     group); a member claims it again."""
-    with db.session() as session:
-        stmt = (
-            sa.update(models.Request)
-            .where(
-                models.Request.id == request_id,
-                models.Request.engine_id == engine_id,
-                models.Request.status == vocab.REQUEST_RUNNING,
-            )
-            .values(status=vocab.REQUEST_PENDING, engine_id=None, claimed_at=None,
-                    lease_expires_at=None, lease_deadline=None, error=why)
-        )
-        return session.execute(stmt).rowcount == 1
+    return _own_running(db, request_id, engine_id, status=vocab.REQUEST_PENDING,
+                        engine_id=None, claimed_at=None, lease_expires_at=None,
+                        lease_deadline=None, error=why)
 
 
 def _request_keys(session: Session, ident: str) -> list[str]:

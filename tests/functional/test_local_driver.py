@@ -17,29 +17,6 @@ from tests.functional.harness import SETUPS
 
 pytestmark = pytest.mark.functional
 
-FAST = {"DEFAULT": {"startup_reconciliation_wait_seconds": "2"}}
-
-
-@pytest.fixture
-def local(deployment, request, tmp_path):
-    """A deployment with one [local] backend on ports of its own; its
-    servers, mounts and loop devices are gone afterwards."""
-    lh.require_local()
-    made = []
-
-    def factory(**kw):
-        options = lh.backend_options()
-        d = deployment(backends={"local": options}, extra=FAST, **kw)
-        d.sync()
-        made.append(d)
-        return d, options
-
-    yield factory
-    for d in made:
-        d.stop_all()
-        lh.cleanup(lh.local_root(d.state))
-
-
 def _location(d, share_id: str) -> str:
     locations = d.json("share", "show", share_id)["export_locations"]
     first = locations[0]

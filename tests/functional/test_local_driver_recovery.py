@@ -19,26 +19,6 @@ from tests.functional.test_local_driver import _location, _rule
 
 pytestmark = pytest.mark.functional
 
-FAST = {"DEFAULT": {"startup_reconciliation_wait_seconds": "2"}}
-
-
-@pytest.fixture
-def local(deployment):
-    lh.require_local()
-    made = []
-
-    def factory(**kw):
-        options = lh.backend_options()
-        d = deployment(backends={"local": options}, extra=FAST, **kw)
-        d.sync()
-        made.append(d)
-        return d, options
-
-    yield factory
-    for d in made:
-        d.stop_all()
-        lh.cleanup(lh.local_root(d.state))
-
 
 def _records(root: Path) -> dict[str, dict]:
     out = {}
