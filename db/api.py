@@ -471,14 +471,14 @@ def request_claim(
                 for r in session.execute(read, {"ids": ids, "engine": engine_id})]
 
 
-def _own_running(db: Database, request_id: int, engine_id: str, **values: Any) -> bool:
-    """Change this engine's request while it is still running it."""
+def _own_running(db: Database, request_id: int, owner: str, **values: Any) -> bool:
+    """Change the request that engine ``owner`` is still running."""
     with db.session() as session:
         stmt = (
             sa.update(models.Request)
             .where(
                 models.Request.id == request_id,
-                models.Request.engine_id == engine_id,
+                models.Request.engine_id == owner,
                 models.Request.status == vocab.REQUEST_RUNNING,
             )
             .values(**values)
