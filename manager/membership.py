@@ -67,7 +67,8 @@ class Membership:
     def check(self) -> None:
         """Look at the group; rejoin when this engine is not in it."""
         try:
-            self.coordinator.heartbeat()
+            # tooz's own heart thread keeps the membership fresh; the member
+            # list says whether it still counts.
             members = self.coordinator.engines()
         except Exception as exc:
             lines = str(exc).strip().splitlines()

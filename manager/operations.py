@@ -61,9 +61,10 @@ class Lost(Stale):
     resource is re-observed (``Operations.on_lost``)."""
 
 
-class NotMember(Stale):
-    """This engine is out of the engines group (paused, cut off): no driver
-    call starts until it has rejoined; the request goes back to pending."""
+class NotNow(Stale):
+    """This engine may not call the driver now: it is out of the engines
+    group (paused, cut off), or the call's lease is about to run out.
+    Nothing reached the driver; the request goes back to pending."""
 
 
 def lock_name(rtype: str, ident: str) -> bytes:
@@ -188,8 +189,7 @@ class Operations:
         _expect(model, ident, row, expected)
         return row, chosen["method"], chosen["terms"], bool(leased) or chosen["written"]
 
-    def _commit(self, changes: list[Change], what: str, rtype: str | None = None,
-                ident: str | None = None) -> None:
+    def _commit(self, changes: list[Change], what: str, rtype: str, ident: str) -> None:
         """Write the outcome; while the database is away it waits for it
         (up to ``outcome_wait`` seconds): a call that changed the backend
         must not leave its resource transient with its request failed."""
@@ -205,8 +205,6 @@ class Operations:
             with attempt:
                 won = db_api.transition_with_request(self.db, changes, None)
         if not won:
-            if rtype is None or ident is None:
-                raise Stale(f"{what} changed while the driver worked; outcome not written")
             self._lost(rtype, ident)
             raise Lost(f"{what} changed while the driver worked (taken over); outcome not "
                        "written, the resource is re-observed")
@@ -225,12 +223,12 @@ class Operations:
         pause between the take and the call eats it)."""
         why = self.not_member()
         if why:
-            raise NotMember(f"{what}: not calling the driver: {why}")
+            raise NotNow(f"{what}: not calling the driver: {why}")
         if terms is not None:
             margin = max(1.0, terms.heartbeat / 3) if terms.heartbeat else 1.0
             left = (terms.until - models.utcnow()).total_seconds()
             if left < margin:
-                raise NotMember(f"{what}: not calling the driver: its lease has "
+                raise NotNow(f"{what}: not calling the driver: its lease has "
                                 f"{left:.1f}s left, under the {margin:.1f}s margin")
 
     def _perform(

@@ -17,7 +17,7 @@ from sharemgr.common import metrics, tasks, vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, notify
 from sharemgr.db.engine import Database
-from sharemgr.manager.operations import Lost, NotMember, OperationFailed, Stale
+from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Stale
 from sharemgr.manager.outage import Backoff, is_outage
 
 LOG = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ class RequestRunner:
             if handler is None:
                 raise OperationFailed(f"no handler for {req.resource_type} {req.action}")
             recorded = handler(req) is True
-        except NotMember as exc:
+        except NotNow as exc:
             # Nothing reached the driver: a member runs it (this engine too,
             # once it has rejoined).
             LOG.warning("request %s (%s) given back: %s", req.id, what, exc)

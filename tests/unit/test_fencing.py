@@ -12,7 +12,7 @@ from sharemgr.db import reconcile as db_rec
 from sharemgr.drivers.dummy_state import BackendState
 from sharemgr.drivers.exceptions import FencedCall
 from sharemgr.manager.membership import Membership
-from sharemgr.manager.operations import Lost, NotMember
+from sharemgr.manager.operations import Lost, NotNow
 from sharemgr.manager.plans import Op
 
 from tests.unit.reconcile_harness import HOSTBE, add_request, fetch, make_share
@@ -115,7 +115,7 @@ def test_no_driver_call_while_out_of_the_group(engine):
     inst, _ = _extending(engine)
     engine.operations.not_member = lambda: "its membership expired"
     engine.driver.extend_share = lambda *a: pytest.fail("driver called while out of the group")
-    with pytest.raises(NotMember):
+    with pytest.raises(NotNow):
         engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
                                      args={"new_size": 9}))
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.EXTENDING
@@ -162,10 +162,6 @@ class _Coordinator:
         self.members = {member}
         self.fail: Exception | None = None
         self.rejoined = 0
-
-    def heartbeat(self) -> None:
-        if self.fail:
-            raise self.fail
 
     def engines(self) -> set[str]:
         if self.fail:
