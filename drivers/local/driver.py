@@ -456,15 +456,7 @@ class LocalDriver(base.ShareDriver):
 
     def get_share_statuses(self, shares: list[tuple[dict, dict | None]]
                            ) -> dict[str, base.StatusAnswer]:
-        answers: dict[str, base.StatusAnswer] = {}
-        for share, server in shares:
-            try:
-                answers[share["id"]] = self.get_share_status(share, server)
-            except ShareResourceNotFound as exc:
-                answers[share["id"]] = exc
-            except ShareBackendException:
-                continue  # asked again one by one, which raises it
-        return answers
+        return _each(self.get_share_status, shares)
 
     def get_snapshot_status(self, snapshot: dict, share_server: dict | None = None
                             ) -> dict[str, Any]:
@@ -477,15 +469,7 @@ class LocalDriver(base.ShareDriver):
 
     def get_snapshot_statuses(self, snapshots: list[tuple[dict, dict | None]]
                               ) -> dict[str, base.StatusAnswer]:
-        answers: dict[str, base.StatusAnswer] = {}
-        for snapshot, server in snapshots:
-            try:
-                answers[snapshot["id"]] = self.get_snapshot_status(snapshot, server)
-            except ShareResourceNotFound as exc:
-                answers[snapshot["id"]] = exc
-            except ShareBackendException:
-                continue
-        return answers
+        return _each(self.get_snapshot_status, snapshots)
 
     def list_shares(self) -> list[dict[str, Any]]:
         found = []
@@ -584,3 +568,19 @@ def _cifs_share(name: str, path: Path, rules: list[dict]) -> CifsShare:
                        if r["access_type"] == "user" and r["access_level"] == "ro")
     return CifsShare(name, path, hosts=hosts, users=users, read_users=read_users,
                      read_only=all(r["access_level"] == "ro" for r in rules))
+
+
+def _each(single: Callable[[dict, dict | None], dict[str, Any]],
+          items: list[tuple[dict, dict | None]]) -> dict[str, base.StatusAnswer]:
+    """A batch status method as its single one per resource (the host has
+    no cheaper way to ask about many): a missing object is its answer, any
+    other failure leaves the resource out, to be asked again one by one."""
+    answers: dict[str, base.StatusAnswer] = {}
+    for resource, server in items:
+        try:
+            answers[resource["id"]] = single(resource, server)
+        except ShareResourceNotFound as exc:
+            answers[resource["id"]] = exc
+        except ShareBackendException:
+            continue
+    return answers

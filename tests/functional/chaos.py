@@ -1666,6 +1666,22 @@ def _drop_pg_database(admin_url: str, url: str) -> None:
     engine.dispose()
 
 
+def open_narrative(path: Path, echo: bool) -> tuple[Any, Any]:
+    """A run's narrative file and the function that writes a line to it,
+    each stamped with the seconds since the run began (and, with ``echo``,
+    to stderr too). The caller closes the file."""
+    narrative = open(path, "a", buffering=1)
+    t0 = time.monotonic()
+
+    def log(text: str) -> None:
+        line = f"{time.monotonic() - t0:8.2f} {text}"
+        narrative.write(line + "\n")
+        if echo:
+            print(line, file=sys.stderr, flush=True)
+
+    return narrative, log
+
+
 def run(opts: Options) -> Result:
     if opts.setup not in SETUPS:
         raise ValueError(f"setup must be one of {SETUPS}, not {opts.setup!r}")
@@ -1675,14 +1691,8 @@ def run(opts: Options) -> Result:
     repro = reproduce_command(opts, seed)
     print(f"chaos: seed {seed}, setup {opts.setup}, kills {opts.kills}, root {root}\n"
           f"chaos: reproduce with: {repro}", file=sys.stderr, flush=True)
-    narrative = open(root / "chaos.log", "a", buffering=1)
+    narrative, log = open_narrative(root / "chaos.log", opts.echo)
     t0 = time.monotonic()
-
-    def log(text: str) -> None:
-        line = f"{time.monotonic() - t0:8.2f} {text}"
-        narrative.write(line + "\n")
-        if opts.echo:
-            print(line, file=sys.stderr, flush=True)
 
     made_db = None
     if opts.setup == "servers":

@@ -214,14 +214,8 @@ def run(opts: Options) -> dict[str, Any]:
     repro = f"{sys.executable} -m tests.functional.faults --faults {opts.faults} --seed {seed}"
     print(f"faults: seed {seed}, {opts.faults} faults, root {root}\nfaults: reproduce with: "
           f"{repro}", file=sys.stderr, flush=True)
-    narrative = open(root / "faults.log", "a", buffering=1)
+    narrative, log = chaos.open_narrative(root / "faults.log", opts.echo)
     t0 = time.monotonic()
-
-    def log(text: str) -> None:
-        line = f"{time.monotonic() - t0:8.2f} {text}"
-        narrative.write(line + "\n")
-        if opts.echo:
-            print(line, file=sys.stderr, flush=True)
 
     made_db = None
     db_url = opts.db_url
