@@ -231,10 +231,13 @@ class BackendState:
                 wait=tenacity.wait_random(0.05, 0.25), stop=tenacity.stop_after_delay(30)):
             with attempt:
                 self._conn().executescript(_SCHEMA)
-                have = {r[1] for r in self._conn().execute("PRAGMA table_info(calls)")}
-                for column, decl in _CALL_COLUMNS.items():
-                    if column not in have:
-                        self._conn().execute(f"ALTER TABLE calls ADD COLUMN {column} {decl}")
+                # Look and add under the write lock: engines starting
+                # together would otherwise both add the same column.
+                with self.transaction() as tx:
+                    have = {r[1] for r in tx.conn.execute("PRAGMA table_info(calls)")}
+                    for column, decl in _CALL_COLUMNS.items():
+                        if column not in have:
+                            tx.conn.execute(f"ALTER TABLE calls ADD COLUMN {column} {decl}")
         if backend is not None:
             with self.transaction() as tx:
                 tx.conn.execute(

@@ -388,3 +388,48 @@ def test_without_fencing_tokens_are_ignored(tmp_path):
     drv.extend_share({**share, "fence_token": 1}, 3)
     assert drv.get_share_status(share)["size"] == 3
     assert {c["token"] for c in calls(drv)} == {None}
+
+
+def test_two_engines_upgrading_an_old_state_file_at_once(tmp_path, monkeypatch):
+    """An engine adds the call log's new columns to an older state file while
+    another engine is opening it: the second must not add them again
+    (a CI run lost an engine to ``duplicate column name``)."""
+    import sqlite3
+
+    from sharemgr.drivers import dummy_state
+
+    folder = tmp_path / "backend"
+    dummy_state.BackendState(str(folder), backend="dummy")
+    path = folder / dummy_state.DB_NAME
+    old = sqlite3.connect(path, isolation_level=None)
+    # Back to the call log's first shape.
+    old.executescript(
+        "DROP TABLE calls; CREATE TABLE calls (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " time TEXT NOT NULL, method TEXT NOT NULL, resource_id TEXT,"
+        " engine_id TEXT, pid INTEGER NOT NULL);")
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    raced = []
+
+    def other_engine_upgrades(statement: str) -> None:
+        # The other engine adds the columns between this one's look and its
+        # ALTER; it can only when this one does not hold the write lock.
+        if "ADD COLUMN" in statement and not raced:
+            try:
+                for column, decl in dummy_state._CALL_COLUMNS.items():
+                    other.execute(f"ALTER TABLE calls ADD COLUMN {column} {decl}")
+                raced.append("added")
+            except sqlite3.OperationalError as exc:
+                raced.append(str(exc))
+
+    real_conn = dummy_state.BackendState._conn
+
+    def traced(self):
+        conn = real_conn(self)
+        conn.set_trace_callback(other_engine_upgrades)
+        return conn
+
+    monkeypatch.setattr(dummy_state.BackendState, "_conn", traced)
+    dummy_state.BackendState(str(folder))
+    assert raced == ["database is locked"]
+    columns = {r[1] for r in old.execute("PRAGMA table_info(calls)")}
+    assert set(dummy_state._CALL_COLUMNS) <= columns
