@@ -27,7 +27,9 @@ time. A stalled node is left alone while waiting is right:
 
 * its row (or the row's replacement) is locked by a live engine: that check
   retriggers the node when it is done (doc/specs.rst, spec 001). A lock this engine holds
-  while none of its checks does (a lost release) is released here;
+  while none of its checks does (a lost release, or a check cut by a pause
+  or a partition: ``Worker._cut``) is released here once its resource has
+  settled;
 * its physical resource is in a transient status: an operation is under way,
   or a dead engine's operation waits for reconciliation, which the watchdog
   asks that resource's host for (``sharectl reconcile run``'s request), at
@@ -210,17 +212,18 @@ class Watchdog:
         held = [row] + ([rows[row.replaced_by]] if row.replaced_by in rows else [])
         for r in held:
             holder = r.engine_id
-            if holder == self.engine_id and not self.worker.holds(r.id):
-                if stacks.resource_lock_release(self.db, r.id, self.engine_id):
-                    LOG.warning("resource %s: released a lock this engine leaked", r.id)
-                holder = None
-            if holder is not None and holder in alive:
+            leaked = holder == self.engine_id and not self.worker.holds(r.id)
+            if holder is not None and holder in alive and not leaked:
                 return f"resource {r.id} is locked by live engine {holder}"
             observed = phys.observe(self.db, r.type, r.physical_id)
             if observed.state == phys.BUSY:
                 busy_hosts.add(observed.host or "")
                 return (f"physical resource {r.physical_id} of resource {r.id} is "
                         f"{observed.status}")
+            # Released only once its resource has settled: a check that
+            # finds the row free does not find it busy.
+            if leaked and stacks.resource_lock_release(self.db, r.id, self.engine_id):
+                LOG.warning("resource %s: released a lock this engine leaked", r.id)
         return None
 
     def _request_passes(self, hosts: set[str]) -> int:

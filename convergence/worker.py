@@ -64,10 +64,11 @@ from sharemgr.convergence.template import (
     diff_properties,
     resolve_properties,
 )
+from sharemgr.db import api as db_api
 from sharemgr.db import models, stack_work, stacks, sync_points
 from sharemgr.db.engine import Database
 from sharemgr.manager.coordination import Coordinator
-from sharemgr.manager.operations import OperationFailed, Operations, Stale
+from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Operations, Stale
 from sqlalchemy.orm import Session
 
 LOG = logging.getLogger(__name__)
@@ -476,6 +477,8 @@ class Worker:
         for rid in ctx.held:
             self._release(rid)
         self._after(ctx, outcome)
+        if outcome.bailed:
+            raise Skip(outcome.bailed)
         return None, False
 
     def _report(self, ctx: _Ctx, outcome: _Outcome) -> tuple[_Claimed | None, bool]:
@@ -745,6 +748,12 @@ class Worker:
         if holder == self.engine_id:
             with self._inflight_lock:
                 ours = self._claims[rid] > 1  # another thread of ours holds or takes it
+            if not ours and phys.observe(self.db, row.type, row.physical_id).state == phys.BUSY:
+                # Left held by a check of ours that was cut (``_cut``): as a
+                # dead engine's, it waits for the resource to settle.
+                return (f"resource {rid} is held by a cut check of this engine and its "
+                        "physical resource is transient: the watchdog retriggers this node "
+                        "once it has settled")
             if not ours:
                 # Our own lock, but no check of ours holds it: its release was
                 # lost (a database error). Left alone, every later check would
@@ -947,6 +956,30 @@ class Worker:
                                 op.request({"stack_id": ctx.stack_id}) if op else None,
                                 self.operations.default_lease() if op else None)
 
+    def _cut(self, ctx: _Ctx, rid: int, name: str, op_request_id: int | None,
+             exc: NotNow | Lost) -> _Outcome:
+        """The engine could not see the operation through — out of the
+        group or its lease running out before the driver call (``NotNow``),
+        or the resource taken over while the driver worked (``Lost``). That
+        is not the stack's failure: the node bails as if its engine had
+        died there, the row's lock left held (no check takes it while the
+        resource is transient), and the watchdog retriggers it once the
+        resource has settled. An operation that never reached the driver is
+        given back for a member to run; a lost one is abandoned (its
+        resource is being re-observed)."""
+        if rid in ctx.held:
+            ctx.held.remove(rid)
+            self._untake(rid)
+        if op_request_id is not None:
+            if isinstance(exc, NotNow):
+                db_api.request_release(self.db, op_request_id, self.engine_id,
+                                       f"given back: {exc}")
+            else:
+                stack_work.finish_request(self.db, op_request_id, self.engine_id,
+                                          vocab.REQUEST_ABANDONED, f"lost: {exc}")
+        LOG.warning("%s: %s; the node waits for the watchdog", name, exc)
+        return _Outcome(bailed=f"{name}: {exc}")
+
     def _carry_out(self, ctx: _Ctx, name: str, begun: stack_work.Begun, action: str,
                    plan: phys.Plan, final: dict,
                    known: tuple[int, str, str | None] | None = None,
@@ -963,6 +996,8 @@ class Worker:
             try:
                 written = self.operations.perform(replace(
                     plan.op, request_id=begun.op_request_id, lease=begun.op_lease))
+            except (NotNow, Lost) as exc:
+                return self._cut(ctx, rid, name, begun.op_request_id, exc)
             except (OperationFailed, Stale) as exc:
                 reason = f"{name}: {exc}"
                 stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED, reason,

@@ -150,8 +150,14 @@ class Engine:
         return coordinator
 
     def claim(self, limit: int = 1) -> list[models.Request]:
-        return [r for r in api.request_claim(self.rig.db, self.hosts, self.engine_id, limit)
-                if r.action == vocab.ACTION_CHECK]
+        """Claim pending check requests; a share operation's pending request
+        (given back by a cut check) is left pending for the test to run."""
+        claimed = api.request_claim(self.rig.db, self.hosts, self.engine_id, limit + 16)
+        checks = [r for r in claimed if r.action == vocab.ACTION_CHECK][:limit]
+        for r in claimed:
+            if r not in checks:
+                api.request_release(self.rig.db, r.id, self.engine_id, r.error or "")
+        return checks
 
     def run(self, req: models.Request) -> str:
         """Run one claimed request as the daemon's runner would; returns the

@@ -624,3 +624,76 @@ def test_watchdog_tidies_a_dead_engines_row_on_a_failed_stack(rig):
     row = stacks.resource_get(rig.db, data.id)
     assert (row.action, row.status, row.engine_id) == ("CREATE", "FAILED", None)
     assert "cut short by the death of engine" in row.status_reason
+
+
+def _share_op_requests(rig, e):
+    """The share operations' requests (the stack's own checks left out)."""
+    return [r for r in api.request_list(rig.db) if r.action != "check_resource"]
+
+
+def test_a_node_cut_before_its_driver_call_is_not_the_stacks_failure(rig):
+    """Out of the engines group when its create was about to reach the
+    driver (issue 27): the operation is given back for a member to run and
+    the node waits for the watchdog, its row lock held so that no check
+    finds the share busy; the stack completes, nothing is made twice."""
+
+    e = rig.engine()
+    e.operations.not_member = lambda: "its membership expired"
+    rig.create("web", V1)
+    e.pump()
+    assert _status(rig, "web") == ("CREATE", "IN_PROGRESS")
+    (op,) = _share_op_requests(rig, e)
+    assert (op.status, op.engine_id) == ("pending", None) and "given back" in op.error
+    data = rig.rows("web")["data"][0]
+    assert stacks.resource_get(rig.db, data.id).engine_id == e.engine_id
+    # A duplicate check bails instead of failing the stack on a busy share.
+    with rig.db.session() as session:
+        from sharemgr.convergence import prepare
+        stack = rig.stack("web")
+        prepare.enqueue_check_tx(session, stack.id, stack.current_traversal, (data.id, True), {})
+    e.pump()
+    assert "cut check of this engine" in rig.checks()[0].error
+    assert e.watchdog.run_once()["waiting"] == 1
+    assert stacks.resource_get(rig.db, data.id).engine_id == e.engine_id
+
+    e.operations.not_member = lambda: None  # rejoined: the runner runs the operation
+    (claimed,) = api.request_claim(rig.db, e.hosts, e.engine_id, 1)
+    e.operations.handle(claimed)
+    api.request_finish(rig.db, claimed.id, e.engine_id, "done", None)
+    assert e.watchdog.run_once()["retriggered"] == 1
+    e.pump()
+    assert _status(rig, "web") == ("CREATE", "COMPLETE")
+    assert _one_each(rig) == ["web-data", "web-snap"]
+    assert [m for m, _ in _creates(rig)] == ["create_share", "create_snapshot"]
+
+
+def test_a_node_whose_resource_was_taken_over_waits_for_it(rig, monkeypatch):
+    """A create whose share a reconciliation took while the driver worked:
+    its outcome is not written (Lost), its request abandoned; the stack does
+    not fail: the watchdog retriggers the node once the share has settled,
+    and the check completes it with the share the backend made."""
+    from sharemgr.db import models
+    from sharemgr.db import reconcile as db_rec
+
+    e = rig.engine()
+    real = e.drivers["dummy"].create_share
+
+    def create_then_taken(share, *args, **kwargs):
+        out = real(share, *args, **kwargs)
+        db_rec.take_rows(rig.db, models.ShareInstance, {share["id"]: "creating"})
+        return out
+
+    monkeypatch.setattr(e.drivers["dummy"], "create_share", create_then_taken)
+    rig.create("web", V1)
+    e.pump()
+    assert _status(rig, "web") == ("CREATE", "IN_PROGRESS")
+    (op,) = _share_op_requests(rig, e)
+    assert op.status == "abandoned" and op.error.startswith("lost:")
+    monkeypatch.setattr(e.drivers["dummy"], "create_share", real)
+    # The take-over's pass settles the share from the backend: it exists.
+    Reconciler(rig.db, e.drivers, e.coordinator, e.operations, HOST, e.engine_id, 2).run()
+    assert e.watchdog.run_once()["retriggered"] == 1
+    e.pump()
+    assert _status(rig, "web") == ("CREATE", "COMPLETE")
+    assert _one_each(rig) == ["web-data", "web-snap"]
+    assert [m for m, _ in _creates(rig)] == ["create_share", "create_snapshot"]
