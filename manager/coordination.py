@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import re
 import socket
+import threading
 import urllib.parse
 from collections.abc import Iterator
 
+import tooz
 from oslo_log import log as logging
 from sharemgr.common.vocab import ENGINE_GROUP
 from tooz import coordination
@@ -37,6 +39,10 @@ class Coordinator:
                 f"cannot use coordination backend {safe_url(url)}: {exc}"
             )
         self.joined = False
+        # The locks this engine holds now, by name: ``still_holds`` asks the
+        # backend whether each is still ours.
+        self._held: dict[bytes, object] = {}
+        self._held_guard = threading.Lock()
 
     def _probe(self) -> None:
         """Fail at once when a network backend refuses connections: redis-py
@@ -103,12 +109,11 @@ class Coordinator:
         """Non-blocking: yields True while held, False if someone else holds it."""
         lock = self.lock(name)
         got = lock.acquire(blocking=False)
-        try:
-            yield got
-        finally:
-            if got:
-                with contextlib.suppress(coordination.ToozError):
-                    lock.release()
+        if not got:
+            yield False
+            return
+        with self._holding(name, lock):
+            yield True
 
     @contextlib.contextmanager
     def hold(self, name: bytes, timeout: float | None = None) -> Iterator[None]:
@@ -116,11 +121,38 @@ class Coordinator:
         lock = self.lock(name)
         if not lock.acquire(blocking=True if timeout is None else timeout):
             raise TimeoutError(f"lock {name!r} not acquired in {timeout}s")
+        with self._holding(name, lock):
+            yield
+
+    @contextlib.contextmanager
+    def _holding(self, name: bytes, lock: object) -> Iterator[None]:
+        with self._held_guard:
+            self._held[name] = lock
         try:
             yield
         finally:
+            with self._held_guard:
+                if self._held.get(name) is lock:
+                    del self._held[name]
             with contextlib.suppress(coordination.ToozError):
-                lock.release()
+                lock.release()  # type: ignore[attr-defined]
+
+    def still_holds(self, name: bytes) -> bool:
+        """False only when the backend says this engine's lock ``name`` is
+        no longer its own (it expired during a pause longer than
+        ``lock_timeout`` and may be another engine's) or cannot be asked.
+        True otherwise, including for backends that cannot tell (a file
+        lock is held until it is released)."""
+        with self._held_guard:
+            lock = self._held.get(name)
+        if lock is None:
+            return True
+        try:
+            return bool(lock.is_still_owner())  # type: ignore[attr-defined]
+        except tooz.NotImplemented:
+            return True
+        except coordination.ToozError:
+            return False
 
     def watch_leave(self, callback: object) -> None:
         """Call ``callback(event)`` from ``run_watchers`` when an engine leaves

@@ -217,13 +217,17 @@ class Operations:
         except Exception:
             LOG.exception("re-observing %s %s failed", rtype, ident)
 
-    def _guard(self, what: str, terms: leases.Terms | None) -> None:
+    def _guard(self, what: str, terms: leases.Terms | None, lock: bytes) -> None:
         """Right before a driver call: this engine must be a member of the
-        engines group, and the call's lease must have a margin left (a
-        pause between the take and the call eats it)."""
+        engines group, still hold the resource's lock (a pause longer than
+        ``lock_timeout`` lets it expire), and the call's lease must have a
+        margin left (a pause between the take and the call eats it)."""
         why = self.not_member()
         if why:
             raise NotNow(f"{what}: not calling the driver: {why}")
+        if not self.coordinator.still_holds(lock):
+            raise NotNow(f"{what}: not calling the driver: its lock expired or cannot be "
+                         "checked on the coordination backend")
         if terms is not None:
             margin = max(1.0, terms.heartbeat / 3) if terms.heartbeat else 1.0
             left = (terms.until - models.utcnow()).total_seconds()
@@ -267,7 +271,7 @@ class Operations:
             fence = getattr(row, "fence", None)
             with self.keeper.holding(ident, terms, leased):
                 try:
-                    self._guard(what, terms if leased else None)
+                    self._guard(what, terms if leased else None, lock_name(rtype, ident))
                     try:
                         with _timed(method):
                             result = call(row)

@@ -198,3 +198,56 @@ def test_membership_is_only_as_good_as_its_last_answer(monkeypatch):
     now = time_mod.monotonic()
     monkeypatch.setattr("sharemgr.manager.membership.time.monotonic", lambda: now + 6)
     assert "has not answered" in membership.not_member()
+
+
+def test_no_driver_call_once_the_lock_is_no_longer_ours(engine):
+    """A pause longer than ``lock_timeout`` between the take and the call:
+    the engine's lock may be another's by now; the call is not made."""
+    inst, _ = _extending(engine)
+    asked = []
+
+    def still_holds(name):
+        asked.append(name)
+        return False
+
+    engine.operations.coordinator.still_holds = still_holds
+    engine.driver.extend_share = lambda *a: pytest.fail("driver called without its lock")
+    with pytest.raises(NotNow, match="its lock expired"):
+        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
+                                     args={"new_size": 9}))
+    assert asked and inst.id.encode() in asked[0]
+
+
+def test_an_expired_redis_lock_is_not_still_held(redis_url, tmp_path):
+    """Coordinator.still_holds asks Redis: a lock whose expiry passed (no
+    heartbeat: the engine was frozen) and that another engine then took is
+    no longer ours; a held one is, and so is a file lock (it cannot expire)."""
+    import time
+    import uuid
+
+    from sharemgr.manager.coordination import Coordinator
+
+    url = f"{redis_url}?lock_timeout=1&membership_timeout=1"
+    frozen, peer = Coordinator(url, f"a-{uuid.uuid4()}"), Coordinator(url, f"b-{uuid.uuid4()}")
+    frozen.start(heartbeat=False)
+    peer.start(heartbeat=False)
+    name = f"sharemgr-test-{uuid.uuid4()}".encode()
+    try:
+        with frozen.hold(name):
+            assert frozen.still_holds(name)
+            time.sleep(1.5)  # past lock_timeout, never extended
+            with peer.try_lock(name) as got:
+                assert got
+                assert peer.still_holds(name)
+                assert not frozen.still_holds(name)
+        assert frozen.still_holds(name)  # released: nothing to ask about
+    finally:
+        frozen.stop()
+        peer.stop()
+    files = Coordinator(f"file://{tmp_path}/coordination", "c")
+    files.start(heartbeat=False)
+    try:
+        with files.hold(name):
+            assert files.still_holds(name)  # tooz cannot tell: held until released
+    finally:
+        files.stop()
