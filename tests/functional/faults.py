@@ -262,7 +262,7 @@ def run(opts: Options) -> dict[str, Any]:
         checker = chaos.Checker(d, reader, fleet.records, operator.stacks)
         checker.seen_during_chaos = dict(operator.made_but_error)
         checker.run_all()
-        violations += checker.violations
+        violations += checker.violations + fault_failures(checker.world)
         notes += checker.notes
         gone, took = chaos.teardown(d, reader, fleet.records, opts.settle_timeout, log)
         timings["teardown"] = round(took, 1)
@@ -292,6 +292,24 @@ def run(opts: Options) -> dict[str, Any]:
     }
     (root / "faults-report.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+# What an operation cut by a fault says (manager/operations.py: NotNow, Lost):
+# a stack must never fail for it (convergence/worker.py, Worker._cut).
+CUT_BY_A_FAULT = ("not calling the driver", "changed while the driver worked",
+                  "fenced by the backend")
+
+
+def fault_failures(world: dict) -> list[str]:
+    """Stacks and stack rows left FAILED by a pause or a partition."""
+    out = []
+    for kind, records in (("stack", world["stacks"]), ("stack row", world["rows"])):
+        for r in records:
+            reason = r.get("status_reason") or ""
+            if r["status"] == "FAILED" and any(cut in reason for cut in CUT_BY_A_FAULT):
+                out.append(f"{kind} {r.get('name')} #{r['id']}: {r['action']} FAILED by a "
+                           f"fault: {reason[:200]}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,3 +25,24 @@ def test_pauses_and_partitions_two_engines(tmp_path, pg_url, redis_url):
     print(json.dumps(summary, indent=2, default=str))
     assert sum(summary["faults"].values()) == count
     assert not summary["violations"], (f"seed {seed}: " + "\n".join(summary["violations"]))
+
+
+def test_a_stack_failed_by_a_fault_is_a_violation():
+    """The run's stack invariant reads the reasons the engine writes when an
+    operation is cut (not its own failure): planted rows are reported,
+    a stack failed for another reason is not."""
+    world = {
+        "stacks": [{"id": "s1", "name": "a", "action": "CREATE", "status": "FAILED",
+                    "status_reason": "Resource CREATE failed: data: create of share instance "
+                                     "x: not calling the driver: its membership expired"},
+                   {"id": "s2", "name": "b", "action": "UPDATE", "status": "FAILED",
+                    "status_reason": "Resource UPDATE failed: data: size 1 < 2"}],
+        "rows": [{"id": 7, "name": "data", "action": "UPDATE", "status": "FAILED",
+                  "status_reason": "data: extend of share instance y changed while the "
+                                   "driver worked (taken over); outcome not written"},
+                 {"id": 8, "name": "data", "action": "CREATE", "status": "COMPLETE",
+                  "status_reason": None}],
+    }
+    found = faults.fault_failures(world)
+    assert len(found) == 2
+    assert found[0].startswith("stack a #s1") and found[1].startswith("stack row data #7")
