@@ -177,6 +177,16 @@ class DriftSummary:
                 f"{duration:.2f}s")
 
 
+def _as_read(cand: Candidate) -> dict[str, Any]:
+    """A finding's condition: the resource as the check read it, its token
+    included, so that an answer the backend gave about an older state
+    (another engine changed the resource meanwhile) is not written."""
+    expected: dict[str, Any] = {"status": vocab.AVAILABLE}
+    if getattr(cand.row, "fence", None) is not None:
+        expected["fence"] = cand.row.fence
+    return expected
+
+
 class DriftChecker:
     """Drift checks of one engine's backends; run on the pass runner's
     single worker, so never at the same time as a reconciliation pass."""
@@ -272,7 +282,7 @@ class DriftChecker:
                                                 policies))
                 elif subject.cand.row.drift and not dry_run:
                     # The backend agrees again: the old finding goes.
-                    writes.append([(subject.cand.model, ident, {"status": vocab.AVAILABLE},
+                    writes.append([(subject.cand.model, ident, _as_read(subject.cand),
                                     {"drift": None})])
             if writes and not dry_run:
                 applied = db_rec.transitions(rec.db, writes)
@@ -341,7 +351,7 @@ class DriftChecker:
             values["status"] = vocab.ERROR
             if target.rtype == vocab.REPLICA:
                 values["replica_state"] = vocab.REPLICA_ERROR
-        return [(cand.model, cand.id, {"status": vocab.AVAILABLE}, values)] + extra
+        return [(cand.model, cand.id, _as_read(cand), values)] + extra
 
     # Objects the database does not have ---------------------------------------------
 

@@ -251,3 +251,32 @@ def test_an_expired_redis_lock_is_not_still_held(redis_url, tmp_path):
             assert files.still_holds(name)  # tooz cannot tell: held until released
     finally:
         files.stop()
+
+
+def test_a_drift_finding_is_not_written_over_a_newer_change(any_engine):
+    """A drift check reads an available share of 5 GiB; another engine
+    extends it to 8 (database and backend) before the check's question
+    reaches the backend, which answers 8. The check's 'size' finding is
+    stale: it is not written, being conditional on the token the check
+    read, not only on 'available'."""
+    from sharemgr.reconcile import drift
+
+    engine = any_engine
+    inst = make_share(engine.db, vocab.AVAILABLE, size=5)
+    real = engine.driver._status
+
+    def extended_meanwhile(method, obj, healthy):
+        real(method, obj, healthy)
+        for before, after in ((vocab.AVAILABLE, vocab.EXTENDING),
+                              (vocab.EXTENDING, vocab.AVAILABLE)):
+            assert api.conditional_update(engine.db, models.ShareInstance, inst.id,
+                                          {"status": before}, {"status": after})
+        assert api.conditional_update(engine.db, models.Share, inst.share_id, {"size": 5},
+                                      {"size": 8})
+        return {"status": vocab.AVAILABLE, "size": 8}
+
+    engine.driver._status = extended_meanwhile
+    summary = drift.DriftChecker(engine.reconciler,
+                                 drift.policy_table({"size": "error"})).run()
+    row = fetch(engine.db, vocab.SHARE_INSTANCE, inst.id)
+    assert (row.status, row.drift) == (vocab.AVAILABLE, None), summary
