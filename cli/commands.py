@@ -6,6 +6,7 @@ from sharemgr.cli import (
     access_cmds,
     capability_cmds,
     db_cmds,
+    message_cmds,
     reconcile_cmds,
     resource_cmds,
     service_cmds,
@@ -28,6 +29,7 @@ COMMANDS: dict[str, type] = {
     "reconcile list": reconcile_cmds.ReconcileList,
     "reconcile drift": reconcile_cmds.ReconcileDrift,
     **stack_cmds.COMMANDS,
+    **message_cmds.COMMANDS,
     "backend list": capability_cmds.BackendList,
     "pool list": capability_cmds.PoolList,
 }

@@ -17,6 +17,7 @@ from sharemgr.daemon.backends import BackendSetup
 from sharemgr.daemon.background import Background
 from sharemgr.daemon.heal import StackHealer
 from sharemgr.db import api as db_api
+from sharemgr.db import messages as db_messages
 from sharemgr.db import migration
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
 from sharemgr.drivers import loader
@@ -169,6 +170,7 @@ class ShareManagerService:
             outage_max_interval=self.conf.outage_retry_max_interval,
         )
         self.runner.not_member = self.membership.not_member
+        self.runner.message_ttl = self.conf.message_ttl
         self.runner.start()
         self.background.own("request runner", self._stop_runner)
         self.backends.retry_failed()
@@ -202,6 +204,7 @@ class ShareManagerService:
             self.db, self.drivers, self.coordinator, self.operations, self.host,
             self.engine_id, self.conf.reconciliation_workers,
         )
+        self.reconciler.message_ttl = self.conf.message_ttl
         self.passes = PassRunner(self.reconciler, self.stopping)
         self.background.own("pass runner", self._stop_passes)
         self.handlers.add(vocab.RECONCILE, vocab.ACTION_RUN, self.passes.handle_request)
@@ -270,6 +273,8 @@ class ShareManagerService:
             bg.every(self.conf.periodic_reconciliation_interval, "periodic_reconciliation",
                      lambda: self.passes and self.passes.periodic(), most)
         bg.every(self.conf.stack_watchdog_interval, "stack_heal", self._stack_heal, most)
+        bg.every(self.conf.message_reap_interval, "message_reap",
+                 lambda: db_messages.reap(self.db), most)
         if self.conf.drift_check_interval:
             bg.every(self.conf.drift_check_interval, "drift_check",
                      lambda: self.passes and self.passes.drift_periodic(), most)

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sharemgr.common import vocab
+from sharemgr.common import messages, vocab
+from sharemgr.db import messages as db_messages
 from sharemgr.db import models, notify, records
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
@@ -471,26 +472,37 @@ def request_claim(
                 for r in session.execute(read, {"ids": ids, "engine": engine_id})]
 
 
-def _own_running(db: Database, request_id: int, owner: str, **values: Any) -> bool:
+def _own_running_tx(session: Session, request_id: int, owner: str, **values: Any) -> bool:
     """Change the request that engine ``owner`` is still running."""
-    with db.session() as session:
-        stmt = (
-            sa.update(models.Request)
-            .where(
-                models.Request.id == request_id,
-                models.Request.engine_id == owner,
-                models.Request.status == vocab.REQUEST_RUNNING,
-            )
-            .values(**values)
+    stmt = (
+        sa.update(models.Request)
+        .where(
+            models.Request.id == request_id,
+            models.Request.engine_id == owner,
+            models.Request.status == vocab.REQUEST_RUNNING,
         )
-        return session.execute(stmt).rowcount == 1
+        .values(**values)
+    )
+    return session.execute(stmt).rowcount == 1
+
+
+def _own_running(db: Database, request_id: int, owner: str, **values: Any) -> bool:
+    with db.session() as session:
+        return _own_running_tx(session, request_id, owner, **values)
 
 
 def request_finish(
-    db: Database, request_id: int, engine_id: str, status: str, error: str | None = None
+    db: Database, request_id: int, engine_id: str, status: str, error: str | None = None,
+    message: str | None = None, message_ttl: float = messages.DEFAULT_TTL,
 ) -> bool:
-    return _own_running(db, request_id, engine_id, status=status, error=error,
-                        finished_at=utcnow())
+    """End this engine's running request; ``message``: the detail id of the
+    user message (common/messages.py) it leaves, in the same transaction."""
+    with db.session() as session:
+        won = _own_running_tx(session, request_id, engine_id, status=status, error=error,
+                              finished_at=utcnow())
+        if won and message is not None:
+            db_messages.record_tx(session, request_id, message, message_ttl)
+        return won
 
 
 def request_release(db: Database, request_id: int, engine_id: str, why: str) -> bool:

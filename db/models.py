@@ -86,6 +86,10 @@ class BackendInfo(Base):
     __table__ = tables.backend_info
 
 
+class Message(Base):
+    __table__ = tables.messages
+
+
 class ReconcilePass(Base):
     __table__ = tables.reconcile_passes
 

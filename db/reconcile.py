@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
-from sharemgr.common import vocab
+from sharemgr.common import messages, vocab
 from sharemgr.db import api as db_api
+from sharemgr.db import messages as db_messages
 from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sharemgr.db.resources import host_match
@@ -158,10 +159,11 @@ def last_request_args(db: Database, resource_type: str, resource_id: str, action
 
 
 def abandon_request(db: Database, request_id: int, dead_engine: str, note: str,
-                    expired: bool = False) -> bool:
+                    expired: bool = False, message_ttl: float = messages.DEFAULT_TTL) -> bool:
     """running → abandoned, only if the dead engine still owns it (with
     ``expired``: only if its lease has expired, the stuck rule; of several
-    engines' passes exactly one wins and settles the resource)."""
+    engines' passes exactly one wins and settles the resource). The user's
+    message about it is written with it."""
     where = [models.Request.id == request_id, models.Request.status == vocab.REQUEST_RUNNING,
              models.Request.engine_id == dead_engine]
     if expired:
@@ -172,7 +174,10 @@ def abandon_request(db: Database, request_id: int, dead_engine: str, note: str,
         .values(status=vocab.REQUEST_ABANDONED, finished_at=models.utcnow(), error=note)
     )
     with db.session() as session:
-        return session.execute(stmt).rowcount == 1
+        won = session.execute(stmt).rowcount == 1
+        if won:
+            db_messages.record_tx(session, request_id, messages.ENGINE_STOPPED, message_ttl)
+        return won
 
 
 # Rows per multi-row UPDATE: a pass's outcomes are mostly the same change

@@ -279,6 +279,25 @@ backend_info = sa.Table(
 )
 
 
+# User messages (migration 0012, common/messages.py): one per request of a
+# user's resource that failed or was abandoned, until ``expires_at``.
+messages = sa.Table(
+    "messages", metadata,
+    sa.Column("id", String(36), primary_key=True, default=new_id),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    sa.Column("expires_at", DateTime, nullable=False),
+    sa.Column("resource_type", String(32), nullable=False),
+    sa.Column("resource_id", String(64), nullable=False),
+    sa.Column("action_id", String(3), nullable=False),
+    sa.Column("detail_id", String(3), nullable=False),
+    sa.Column("message_level", String(16), nullable=False),
+    sa.Column("request_id", BigInteger().with_variant(Integer, "sqlite")),
+    sa.Column("detail", Text),
+    Index("ix_messages_resource", "resource_id"),
+    Index("ix_messages_expires", "expires_at"),
+)
+
+
 reconcile_passes = sa.Table(
     "reconcile_passes", metadata,
     sa.Column("id", Integer, primary_key=True, autoincrement=True),

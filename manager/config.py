@@ -146,6 +146,20 @@ manager_opts = [
         "long an idle engine takes to start one.",
     ),
     cfg.IntOpt(
+        "message_ttl",
+        default=2592000,
+        min=1,
+        help="Seconds a user message (sharectl message list: a request that failed "
+        "or was abandoned) is kept; 30 days by default, as Manila's.",
+    ),
+    cfg.IntOpt(
+        "message_reap_interval",
+        default=86400,
+        min=1,
+        help="Seconds between deletions of expired user messages (expired ones are "
+        "never listed meanwhile).",
+    ),
+    cfg.IntOpt(
         "backup_continue_interval",
         default=2,
         min=1,

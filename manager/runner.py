@@ -13,7 +13,7 @@ import tenacity
 from futurist import waiters
 from oslo_context import context
 from oslo_log import log as logging
-from sharemgr.common import metrics, tasks, vocab
+from sharemgr.common import messages, metrics, tasks, vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, notify
 from sharemgr.db.engine import Database
@@ -63,6 +63,8 @@ class RequestRunner:
         self.outage = Backoff("request loop", poll_interval, outage_max_interval)
         # Why this engine may not claim now (manager/membership.py), or None.
         self.not_member: Callable[[], str | None] = lambda: None
+        #: How long the user messages of failed or lost requests are kept.
+        self.message_ttl: float = messages.DEFAULT_TTL
         self.executor = futurist.ThreadPoolExecutor(max_workers=workers)
         self._stopping = threading.Event()
         self._wake = threading.Event()
@@ -154,6 +156,7 @@ class RequestRunner:
         started = time.monotonic()
         handler = self.dispatch(req)
         status, error, recorded = vocab.REQUEST_DONE, None, False
+        message = None  # the user message's detail id (common/messages.py)
         metrics.REQUESTS_RUNNING.inc()  # every Exception is caught below: the dec runs
         try:
             if handler is None:
@@ -169,16 +172,18 @@ class RequestRunner:
             # request's outcome is not the resource's (never 'done').
             LOG.warning("request %s (%s) lost its resource: %s", req.id, what, exc)
             status, error = vocab.REQUEST_ABANDONED, f"lost: {exc}"
+            message = messages.TAKEN_OVER
         except Stale as exc:
             LOG.info("request %s (%s %s %s): nothing to do: %s", req.id, req.action,
                      req.resource_type, req.resource_id, exc)
             error = f"stale: {exc}"
         except OperationFailed as exc:
-            status, error = vocab.REQUEST_FAILED, str(exc)
+            status, error, message = vocab.REQUEST_FAILED, str(exc), messages.FAILED
         except Exception as exc:  # a bug or an unreachable service: keep serving
             LOG.exception("request %s (%s %s %s) failed", req.id, req.action,
                           req.resource_type, req.resource_id)
             status, error = vocab.REQUEST_FAILED, f"{type(exc).__name__}: {exc}"
+            message = messages.UNEXPECTED
         metrics.REQUESTS_RUNNING.dec()
         _observe(req, status, error, started)
         LOG.info("request %s (%s) %s in %.2fs%s", req.id, what, status,
@@ -198,7 +203,8 @@ class RequestRunner:
                     if status == vocab.REQUEST_PENDING:
                         db_api.request_release(self.db, req.id, self.engine_id, error or "")
                     else:
-                        db_api.request_finish(self.db, req.id, self.engine_id, status, error)
+                        db_api.request_finish(self.db, req.id, self.engine_id, status, error,
+                                              message, self.message_ttl)
         except Exception:
             LOG.exception("could not record the outcome of request %s", req.id)
 

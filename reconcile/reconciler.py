@@ -26,7 +26,7 @@ from typing import Any
 import futurist
 from futurist import waiters
 from oslo_log import log as logging
-from sharemgr.common import metrics, tasks, vocab
+from sharemgr.common import messages, metrics, tasks, vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
@@ -208,6 +208,8 @@ class Reconciler:
         self.host = host
         self.engine_id = engine_id
         self.workers = workers
+        #: How long the user messages of the requests it abandons are kept.
+        self.message_ttl: float = messages.DEFAULT_TTL
 
     @property
     def hosts(self) -> list[str]:
@@ -335,7 +337,8 @@ class Reconciler:
                     continue  # host-less requests (stacks) are resumed by the engine
                 if not dry_run and db_rec.abandon_request(
                         self.db, req.id, req.engine_id,
-                        f"engine {req.engine_id} died; reconciled by {self.engine_id}"):
+                        f"engine {req.engine_id} died; reconciled by {self.engine_id}",
+                        message_ttl=self.message_ttl):
                     summary.abandoned += 1
                     summary.dead.add(req.resource_id)
                 continue
@@ -371,7 +374,8 @@ class Reconciler:
         if dry_run or db_rec.abandon_request(
                 self.db, req.id, req.engine_id,
                 f"lease expired at {req.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC "
-                f"(stuck); reconciled by {self.engine_id}", expired=True):
+                f"(stuck); reconciled by {self.engine_id}", expired=True,
+                message_ttl=self.message_ttl):
             if req.resource_id not in summary.stuck:
                 LOG.warning("request %s (%s %s %s) of engine %s is stuck: its lease expired "
                             "at %s UTC; settling %s by the reconciliation rules", req.id,

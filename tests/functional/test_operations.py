@@ -162,6 +162,16 @@ def test_error_status_exits_1(deployment):
     assert out.returncode == 1 and "extending_error" in out.stderr
     reqs = d.json("request", "list", "--resource", d.json("share", "show", share)["instance_id"])
     assert reqs[0]["status"] == "failed" and reqs[0]["error"]
+    # The user message names the share (not its instance), the action, the detail.
+    (msg,) = d.json("message", "list", "--resource", share)
+    assert (msg["resource_type"], msg["resource_id"], msg["action_id"], msg["detail_id"]) == (
+        "share", share, "003", "002")
+    assert msg["user_message"].startswith("extend share: it failed")
+    assert d.json("message", "show", msg["id"])["detail"] == reqs[0]["error"]
+    d.sharectl("message", "delete", msg["id"])
+    out = d.sharectl("message", "show", msg["id"], check=False)
+    assert out.returncode == 2 and out.stderr == f"sharectl: error: no message {msg['id']}\n"
+    assert d.json("message", "list") == []
 
 
 def test_requests_written_while_no_manager_runs(deployment):

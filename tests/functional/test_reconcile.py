@@ -254,6 +254,11 @@ def test_real_crash_is_settled(deployment, tmp_path, method, when, rtype, expect
     # The crashed engine's request was marked abandoned by the pass.
     reqs = [r for r in d.json("request", "list") if r["status"] == "abandoned"]
     assert len(reqs) == 1 and "died" in reqs[0]["error"]
+    # ... and the user is told (issue 30: an extend that ends at the old size).
+    (msg,) = d.json("message", "list", "--resource", ident)
+    assert (msg["resource_id"], msg["detail_id"], msg["request_id"]) == (ident, "003",
+                                                                          reqs[0]["id"])
+    assert "the engine running it stopped" in msg["user_message"]
     db.dispose()
 
 

@@ -1,0 +1,66 @@
+"""User messages (as Manila's): what asynchronous work that did not end well
+tells the user, as data. A message names its action and its detail by ids
+whose meaning is fixed for good (scripts match on them); the words are
+composed from these tables when it is shown. SQL: db/messages.py."""
+
+from __future__ import annotations
+
+from sharemgr.common import vocab
+
+# The request actions that leave a message when they fail or are abandoned;
+# an id is never reused for another meaning.
+ACTION_IDS: dict[str, str] = {
+    vocab.ACTION_CREATE: "001",
+    vocab.ACTION_DELETE: "002",
+    vocab.ACTION_EXTEND: "003",
+    vocab.ACTION_SHRINK: "004",
+    vocab.ACTION_UPDATE_ACCESS: "005",
+    vocab.ACTION_RESTORE: "006",
+}
+ACTION_NAMES: dict[str, str] = {
+    "001": "create", "002": "delete", "003": "extend", "004": "shrink",
+    "005": "update access rules", "006": "restore",
+}
+
+UNEXPECTED = "001"
+FAILED = "002"
+ENGINE_STOPPED = "003"
+TAKEN_OVER = "004"
+DETAILS: dict[str, str] = {
+    UNEXPECTED: "an unexpected error ended it",
+    FAILED: "it failed; the resource's status says what it is left in",
+    ENGINE_STOPPED: "the engine running it stopped; reconciliation settled the resource "
+                    "from what the backend holds (see its status and size)",
+    TAKEN_OVER: "another engine took the resource over while the backend worked; this "
+                "request's outcome was not written and the resource was checked again",
+}
+
+LEVEL_ERROR = "ERROR"
+
+# Whose resource a message names: the one the user knows (a share, not its
+# instance), from the request's resource type.
+USER_TYPES: dict[str, str] = {
+    vocab.SHARE_INSTANCE: vocab.SHARE,
+    vocab.SNAPSHOT_INSTANCE: vocab.SNAPSHOT,
+    vocab.REPLICA: vocab.REPLICA,
+    vocab.SHARE_SERVER: vocab.SHARE_SERVER,
+    vocab.SHARE_GROUP: vocab.SHARE_GROUP,
+    vocab.GROUP_SNAPSHOT: vocab.GROUP_SNAPSHOT,
+    vocab.BACKUP: vocab.BACKUP,
+}
+
+# 30 days, as Manila's message_ttl.
+DEFAULT_TTL = 30 * 24 * 3600
+
+
+def wanted(resource_type: str, action: str) -> bool:
+    """Whether a request of this kind leaves a message (a stack's checks and
+    reconciliation requests do not: the stack and the pass record say)."""
+    return resource_type in USER_TYPES and action in ACTION_IDS
+
+
+def user_message(resource_type: str, action_id: str, detail_id: str) -> str:
+    """The words of a message: '<action> <resource>: <detail>'."""
+    action = ACTION_NAMES.get(action_id, f"action {action_id}")
+    detail = DETAILS.get(detail_id, f"detail {detail_id}")
+    return f"{action} {resource_type.replace('_', ' ')}: {detail}"
