@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sharemgr.db.engine import Database
+from sqlalchemy.engine import Connection
 
 MIGRATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "migrations")
 
@@ -28,6 +31,35 @@ def current(db: Database) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
+# Concurrent ``db sync`` runs (two hosts' playbooks at once) take turns: the
+# second waits for the first, then finds the schema at head. A PostgreSQL
+# advisory lock (for the transaction the migration runs in) or a MariaDB
+# named lock (for the connection), both named after the database: the
+# server's other databases sync freely. SQLite needs none: the migration's
+# transaction begins IMMEDIATE (db/engine.py), which takes the write lock.
+SYNC_LOCK_KEY = 0x5348524D  # 'SHRM'
+SYNC_LOCK_WAIT = 600  # seconds a MariaDB run waits for another's
+_PG_LOCK = sa.text("SELECT pg_advisory_xact_lock(:key, hashtext(current_database()))")
+_MY_NAME = "CONCAT('sharemgr_sync_', LEFT(SHA1(DATABASE()), 40))"
+_MY_LOCK = sa.text(f"SELECT GET_LOCK({_MY_NAME}, :wait)")
+_MY_UNLOCK = sa.text(f"SELECT RELEASE_LOCK({_MY_NAME})")
+
+
+def _take_sync_lock(conn: Connection, dialect: str) -> None:
+    if dialect == "postgresql":
+        conn.execute(_PG_LOCK, {"key": SYNC_LOCK_KEY})
+    elif dialect in ("mysql", "mariadb"):
+        if conn.execute(_MY_LOCK, {"wait": SYNC_LOCK_WAIT}).scalar() != 1:
+            raise RuntimeError(f"another 'db sync' held the schema lock for {SYNC_LOCK_WAIT}s")
+
+
+def _drop_sync_lock(conn: Connection, dialect: str) -> None:
+    if dialect in ("mysql", "mariadb"):
+        # A lost connection took the lock with it: nothing to add to its error.
+        with contextlib.suppress(sa.exc.SQLAlchemyError):
+            conn.execute(_MY_UNLOCK)
+
+
 def upgrade(db: Database, revision: str = "head") -> None:
     cfg = _config()
     with db.engine.connect() as conn:
@@ -39,6 +71,7 @@ def upgrade(db: Database, revision: str = "head") -> None:
             conn.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
         try:
             with conn.begin():
+                _take_sync_lock(conn, db.dialect)
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, revision)
                 if sqlite:
@@ -48,6 +81,8 @@ def upgrade(db: Database, revision: str = "head") -> None:
         finally:
             if sqlite:
                 conn.connection.driver_connection.execute("PRAGMA foreign_keys=ON")
+            else:
+                _drop_sync_lock(conn, db.dialect)
 
 
 def is_current(db: Database) -> bool:
