@@ -69,12 +69,9 @@ class SharectlApp(App):
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from sharemgr.common.version import version
 
-    try:
-        return version("sharemgr")
-    except PackageNotFoundError:
-        return "unknown"
+    return version()
 
 
 def main(argv: list[str] | None = None) -> int:

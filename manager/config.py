@@ -14,6 +14,7 @@ import socket
 
 from oslo_config import cfg, iniparser, types
 from oslo_log import _options as oslo_log_options  # the opts of its oslo.config.opts entry point
+from sharemgr.common.version import version
 from sharemgr.drivers import options as driver_options
 
 CONF = cfg.CONF
@@ -460,7 +461,8 @@ def load(
         if not os.path.isfile(f):
             raise ConfigError(f"config file not found: {f}")
     try:
-        conf(argv or [], project="sharemgr", prog=prog, default_config_files=files)
+        conf(argv or [], project="sharemgr", prog=prog, default_config_files=files,
+             version=f"{prog or 'sharemgr'} {version()}")
     except cfg.ConfigFilesNotFoundError as exc:
         raise ConfigError(f"config file not found: {', '.join(exc.config_files)}")
     except cfg.ConfigFileParseError as exc:

@@ -47,3 +47,16 @@ def test_wheel_holds_every_package(tmp_path):
     for needle in ("share-manager", "sharectl", "sharemgr-dummy-backend",
                    "[sharemgr.share_drivers]", "[oslo.config.opts]"):
         assert needle in text
+
+
+def test_version_of_both_commands():
+    """``--version`` needs no config file and names the installed release."""
+    from sharemgr.common.version import version
+
+    bin_dir = Path(sys.executable).parent
+    for prog in ("share-manager", "sharectl"):
+        out = subprocess.run([str(bin_dir / prog), "--version"], capture_output=True,
+                             text=True, env={**os.environ, "SHAREMGR_CONFIG": ""})
+        assert out.returncode == 0, out.stderr
+        assert (out.stdout + out.stderr).strip() == f"{prog} {version()}"
+        assert version() != "unknown"
