@@ -9,11 +9,16 @@ the daemon's ``Background`` owns and stops.
 daemon: the shared metrics of ``common/metrics.py`` and the queue collector
 on this daemon's database (one grouped query per scrape).
 
-``/healthcheck`` follows the style of Manila's per-process healthcheck
-(oslo.middleware): 200 when every check passes, 503 when one fails, with a
-JSON body naming each check and why it failed. The checks: the database
-answers ``SELECT 1``, this engine is a member of the coordination group, the
-engine has finished starting (it takes requests), and each backend's state.
+``/healthcheck`` (liveness) follows the style of Manila's per-process
+healthcheck (oslo.middleware): a JSON body naming each check and why it
+failed; 503 when the process cannot work — the database does not answer
+``SELECT 1``, this engine is not a member of the coordination group, it has
+not finished starting, or every one of its backends has failed — and 200
+otherwise: ``OK``, or ``DEGRADED`` when some backends failed while others
+serve (a restart would not mend an array that is down, and the others must
+go on). ``/readiness`` says whether to send the engine work: 200 only when
+it is live, at least one backend serves and it is not drained (``[health]
+disable_by_file`` exists), with the backends that serve.
 The database and coordination checks run on a small pool and are given up
 after ``[health] check_timeout``: a hung server makes the probe answer 503
 in time instead of hanging the probe.
@@ -22,6 +27,8 @@ in time instead of hanging the probe.
 from __future__ import annotations
 
 import json
+import logging as std_logging
+import os
 import socket
 import socketserver
 import threading
@@ -88,8 +95,10 @@ class HealthServer:
     ``engine_id``, ``host`` and ``drivers``, read at each check)."""
 
     def __init__(self, service: Any, bind_host: str, port: int, check_timeout: float,
-                 states: Callable[[Any], dict[str, tuple[bool, str]]] = backend_states) -> None:
+                 states: Callable[[Any], dict[str, tuple[bool, str]]] = backend_states,
+                 disable_by_file: str | None = None) -> None:
         self.service = service
+        self.disable_by_file = disable_by_file
         self.check_timeout = check_timeout
         self.states = states
         self.registry: CollectorRegistry = metrics.daemon_registry(
@@ -179,25 +188,30 @@ class HealthServer:
                 return self._metrics_app(environ, start_response)
             if path == "/healthcheck":
                 return self._healthcheck(environ, start_response)
-            return _reply(start_response, "404 Not Found", {"error": "not found",
-                                                            "paths": ["/healthcheck", "/metrics"]})
+            if path == "/readiness":
+                return self._readiness(environ, start_response)
+            return _reply(start_response, "404 Not Found",
+                          {"error": "not found",
+                           "paths": ["/healthcheck", "/metrics", "/readiness"]})
         except Exception:  # a bug: the probe sees a 500, the log the traceback
             LOG.exception("health endpoint: %s failed", path)
             return _reply(start_response, "500 Internal Server Error", {"error": "internal"})
 
     def _healthcheck(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
         found = self.checks()
-        healthy = all(c.ok for c in found)
+        healthy = _live(found)
         failed = [f"{c.name}: {c.detail}" for c in found if not c.ok]
         # A probe comes every few seconds: log a change, not every answer.
         with self._lock:
             changed, self._failed = failed != self._failed, failed
         if changed and failed:
-            LOG.warning("healthcheck fails: %s", "; ".join(failed))
+            # Degraded: the failed backend has said so itself, at WARNING.
+            LOG.log(std_logging.INFO if healthy else std_logging.WARNING, "healthcheck %s: %s",
+                    "degraded" if healthy else "fails", "; ".join(failed))
         elif changed:
             LOG.info("healthcheck passes")
         body = {
-            "status": "OK" if healthy else "FAILED",
+            "status": "FAILED" if not healthy else "DEGRADED" if failed else "OK",
             "host": self.service.host,
             "engine_id": self.service.engine_id,
             "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in found},
@@ -205,6 +219,29 @@ class HealthServer:
         status = "200 OK" if healthy else "503 Service Unavailable"
         return _reply(start_response, status, body,
                       head=environ.get("REQUEST_METHOD") == "HEAD")
+
+    def _readiness(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        found = self.checks()
+        serving = [c.name.split(":", 1)[1] for c in found
+                   if c.name.startswith("backend:") and c.ok]
+        why = [f"{c.name}: {c.detail}" for c in found
+               if not c.ok and not c.name.startswith("backend:")]
+        if not serving:
+            why.append("no backend serves")
+        if self.disable_by_file and os.path.exists(self.disable_by_file):
+            why.append(f"drained: {self.disable_by_file} exists")
+        body = {"ready": not why, "reasons": why, "backends_serving": serving,
+                "host": self.service.host, "engine_id": self.service.engine_id}
+        return _reply(start_response, "503 Service Unavailable" if why else "200 OK", body,
+                      head=environ.get("REQUEST_METHOD") == "HEAD")
+
+
+def _live(found: list[Check]) -> bool:
+    """Whether the process can work: every check but the backends' passes,
+    and at least one backend serves when it has any."""
+    backends = [c for c in found if c.name.startswith("backend:")]
+    others = [c for c in found if not c.name.startswith("backend:")]
+    return all(c.ok for c in others) and (not backends or any(c.ok for c in backends))
 
 
 def _reply(start_response: Callable, status: str, body: dict,

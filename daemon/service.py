@@ -193,7 +193,8 @@ class ShareManagerService:
         if not opts.enabled:
             return
         try:
-            server = health.HealthServer(self, opts.bind_host, opts.port, opts.check_timeout)
+            server = health.HealthServer(self, opts.bind_host, opts.port, opts.check_timeout,
+                                         disable_by_file=opts.disable_by_file)
         except health.HealthUnavailable as exc:
             raise StartupError(str(exc))
         server.start()

@@ -322,6 +322,12 @@ health_opts = [
         help="Seconds /healthcheck waits for the database and the coordination "
         "backend to answer before it reports them failed.",
     ),
+    cfg.StrOpt(
+        "disable_by_file",
+        help="While this file exists the engine is drained: /readiness answers 503 "
+        "(a load balancer or an orchestrator sends it nothing new) and "
+        "/healthcheck still answers for the process.",
+    ),
 ]
 
 GROUPS: dict[str | None, list[cfg.Opt]] = {

@@ -15,6 +15,7 @@ import pytest
 from tests.functional.harness import wait_until
 from tests.functional.netfault import Proxy
 from tests.functional.test_daemon import one_error_line
+from tests.functional.test_health import _get, _url
 
 pytestmark = pytest.mark.functional
 
@@ -29,7 +30,8 @@ def test_a_backend_whose_setup_fails_is_retried_while_the_other_serves(deploymen
         backends={"dummy": {}, "broken": {"share_driver": "dummy"}},
         extra={"DEFAULT": {"backend_setup_retry_interval": "0.2",
                            "backend_setup_retry_max_interval": "0.5",
-                           "startup_reconciliation_wait_seconds": "0"}},
+                           "startup_reconciliation_wait_seconds": "0"},
+               "health": {"enabled": "true", "port": "0"}},
     )
     blocker = d.root / "array-down"
     blocker.write_text("no route to 192.0.2.7\n")
@@ -44,9 +46,17 @@ def test_a_backend_whose_setup_fails_is_retried_while_the_other_serves(deploymen
     waiting = d.json("share", "create", "1", "--proto", "NFS", "--backend", "broken")
     assert d.json("share", "show", waiting["id"])["status"] == "creating"
     wait_until(lambda: "next try in" in engine.text(), what="a retry")
+    # Live and degraded (issue 32): a restart would not mend the array, and
+    # the other backend must go on; ready, with the backend that serves.
+    code, body = _get(_url(engine) + "/healthcheck")
+    assert (code, json.loads(body)["status"]) == (200, "DEGRADED"), body
+    code, body = _get(_url(engine) + "/readiness")
+    assert (code, json.loads(body)["backends_serving"]) == (200, ["dummy"]), body
 
     blocker.unlink()  # the array is reachable: the next try passes
     wait_until(lambda: _backends(d) == "broken: up, dummy: up", what="broken up")
+    code, body = _get(_url(engine) + "/healthcheck")
+    assert (code, json.loads(body)["status"]) == (200, "OK"), body
     wait_until(lambda: d.json("share", "show", waiting["id"])["status"] == "available",
                what="the waiting share created")
     # It joined: its stats reported, and a pass for the engine ran.

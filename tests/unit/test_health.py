@@ -47,8 +47,8 @@ def _service(db=None, coordinator=None, runner=None, drivers=None):
 def serve():
     started = []
 
-    def start(service, timeout: float = 5.0) -> health.HealthServer:
-        server = health.HealthServer(service, "127.0.0.1", 0, timeout)
+    def start(service, timeout: float = 5.0, **kwargs) -> health.HealthServer:
+        server = health.HealthServer(service, "127.0.0.1", 0, timeout, **kwargs)
         server.start()
         started.append(server)
         return server
@@ -101,6 +101,36 @@ def test_not_a_member_and_a_failing_backend(serve, sqlite_db):
                                        "detail": "setup failed: no route to array"}
 
 
+def test_one_failed_backend_of_two_is_live_and_degraded(serve, sqlite_db, tmp_path):
+    """A backend whose array is down cannot be mended by a restart, and the
+    other must go on: /healthcheck 200 DEGRADED; /readiness names the
+    backend that serves. Every backend failed: 503 for both. The drain
+    file: not ready, still live."""
+    drain = tmp_path / "drain"
+    svc = _service(sqlite_db, _Coordinator({"hostA.e1"}), runner=object(),
+                   drivers={"dummy": object()})
+    svc.backend_states = {"dummy": "set up", "flaky": "setup failed: no route to array"}
+    server = serve(svc, disable_by_file=str(drain))
+    code, body, _ = _get(server.url + "/healthcheck")
+    answer = json.loads(body)
+    assert (code, answer["status"]) == (200, "DEGRADED")
+    assert answer["checks"]["backend:flaky"]["ok"] is False
+    code, body, _ = _get(server.url + "/readiness")
+    assert code == 200 and json.loads(body)["backends_serving"] == ["dummy"]
+
+    drain.write_text("")
+    code, body, _ = _get(server.url + "/readiness")
+    assert code == 503 and json.loads(body)["reasons"] == [f"drained: {drain} exists"]
+    assert _get(server.url + "/healthcheck")[0] == 200
+    drain.unlink()
+
+    svc.backend_states = {"dummy": "setup failed: gone", "flaky": "setup failed: no route"}
+    code, body, _ = _get(server.url + "/healthcheck")
+    assert (code, json.loads(body)["status"]) == (503, "FAILED")
+    code, body, _ = _get(server.url + "/readiness")
+    assert code == 503 and json.loads(body)["reasons"] == ["no backend serves"]
+
+
 def test_a_hung_check_answers_in_time(serve, sqlite_db):
     hang = threading.Event()
     try:
@@ -126,7 +156,8 @@ def test_metrics_and_unknown_paths(serve, sqlite_db):
     # This engine's own host shows even with nothing open.
     assert 'sharemgr_requests{host="hostA@dummy",status="pending"} 0.0' in text
     code, body, _ = _get(server.url + "/other")
-    assert code == 404 and json.loads(body)["paths"] == ["/healthcheck", "/metrics"]
+    assert code == 404 and json.loads(body)["paths"] == ["/healthcheck", "/metrics",
+                                                         "/readiness"]
 
 
 def test_a_port_in_use_is_one_line():
