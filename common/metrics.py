@@ -25,6 +25,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
     PlatformCollector,
     ProcessCollector,
 )
@@ -147,6 +148,26 @@ class QueueCollector(Collector):
         yield family
 
 
+class BackendCollector(Collector):
+    """``sharemgr_backend_up{backend}``: 1 while a backend of this engine
+    serves, 0 while its set-up is failing or under way; read at scrape time
+    from the daemon's own states (``states``: backend -> (up, detail))."""
+
+    def __init__(self, states: Callable[[], Mapping[str, tuple[bool, str]]]) -> None:
+        self._states = states
+
+    def describe(self) -> Iterator[Any]:
+        yield GaugeMetricFamily("sharemgr_backend_up", "", labels=["backend"])
+
+    def collect(self) -> Iterator[Any]:
+        family = GaugeMetricFamily(
+            "sharemgr_backend_up", "1 while the backend serves, 0 while its set-up "
+            "fails or runs (this engine's).", labels=["backend"])
+        for backend, (up, _detail) in sorted(self._states().items()):
+            family.add_metric([backend], 1 if up else 0)
+        yield family
+
+
 class Forward(Collector):
     """Every metric of another registry, so a per-daemon registry can export
     the shared one with its own collectors."""
@@ -159,10 +180,15 @@ class Forward(Collector):
 
 
 def daemon_registry(*collectors: Collector) -> CollectorRegistry:
-    """A registry for one daemon's endpoint: the shared metrics and its own
-    collectors (e.g. the queue collector on its database)."""
+    """A registry for one daemon's endpoint: the shared metrics, the build
+    (``sharemgr_build_info{version}``) and its own collectors (e.g. the
+    queue collector on its database)."""
+    from sharemgr.common.version import version
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Forward(REGISTRY))
+    Info("sharemgr_build", "The sharemgr release this engine runs.",
+         registry=registry).info({"version": version()})
     for collector in collectors:
         registry.register(collector)
     return registry

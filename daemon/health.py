@@ -103,7 +103,8 @@ class HealthServer:
         self.states = states
         self.registry: CollectorRegistry = metrics.daemon_registry(
             metrics.QueueCollector(lambda: db_status.request_counts(service.db),
-                                   vocab.REQUEST_OPEN, lambda: service.hosts))
+                                   vocab.REQUEST_OPEN, lambda: service.hosts),
+            metrics.BackendCollector(lambda: self.states(service)))
         self._metrics_app = make_wsgi_app(self.registry)
         # A check that hangs keeps its worker until it returns (bounded by the
         # database's connect_timeout); later probes use the other workers, or

@@ -117,6 +117,11 @@ def test_one_failed_backend_of_two_is_live_and_degraded(serve, sqlite_db, tmp_pa
     assert answer["checks"]["backend:flaky"]["ok"] is False
     code, body, _ = _get(server.url + "/readiness")
     assert code == 200 and json.loads(body)["backends_serving"] == ["dummy"]
+    text = _get(server.url + "/metrics")[1].decode()
+    assert 'sharemgr_backend_up{backend="dummy"} 1.0' in text
+    assert 'sharemgr_backend_up{backend="flaky"} 0.0' in text
+    from sharemgr.common.version import version
+    assert f'sharemgr_build_info{{version="{version()}"}} 1.0' in text
 
     drain.write_text("")
     code, body, _ = _get(server.url + "/readiness")
