@@ -60,3 +60,18 @@ def test_version_of_both_commands():
         assert out.returncode == 0, out.stderr
         assert (out.stdout + out.stderr).strip() == f"{prog} {version()}"
         assert version() != "unknown"
+
+
+def test_sdist_holds_the_sample_config_docs_and_release_notes(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(tmp_path),
+         str(ROOT)], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    import tarfile
+
+    sdist = next(tmp_path.glob("sharemgr-*.tar.gz"))
+    names = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
+    notes = {p.relative_to(ROOT).as_posix() for p in (ROOT / "releasenotes/notes").glob("*")}
+    docs = {p.relative_to(ROOT).as_posix() for p in (ROOT / "doc").glob("*.rst")}
+    wanted = {"LICENSE", "README.rst", "etc/sharemgr.conf.sample", "constraints.txt"}
+    assert wanted | notes | docs <= names, sorted((wanted | notes | docs) - names)
