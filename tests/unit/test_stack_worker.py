@@ -697,3 +697,30 @@ def test_a_node_whose_resource_was_taken_over_waits_for_it(rig, monkeypatch):
     assert _status(rig, "web") == ("CREATE", "COMPLETE")
     assert _one_each(rig) == ["web-data", "web-snap"]
     assert [m for m, _ in _creates(rig)] == ["create_share", "create_snapshot"]
+
+
+def test_a_delete_cut_before_its_driver_call_leaves_nothing_deleting(rig):
+    """What a 1,000-kill chaos run found (doc/chaos.rst): a stack DELETE
+    whose snapshot delete met the engine out of the group (its membership
+    check starved under load) failed the stack and left the snapshot
+    'deleting' with no request to finish it. Now the delete is given back,
+    runs, and the stack's delete completes."""
+    e = rig.engine()
+    rig.create("web", V1)
+    e.pump()
+    assert _status(rig, "web") == ("CREATE", "COMPLETE")
+    e.operations.not_member = lambda: "the coordination backend has not answered for 2s"
+    rig.start("web", "DELETE")
+    e.pump()
+    assert _status(rig, "web") == ("DELETE", "IN_PROGRESS")
+    (op,) = [r for r in _share_op_requests(rig, e) if r.status == "pending"]
+    assert op.action == "delete" and "given back" in op.error
+    e.operations.not_member = lambda: None
+    (claimed,) = api.request_claim(rig.db, e.hosts, e.engine_id, 1)
+    e.operations.handle(claimed)
+    api.request_finish(rig.db, claimed.id, e.engine_id, "done", None)
+    for _ in range(3):  # the snapshot's node, then the share's
+        e.watchdog.run_once()
+        e.pump()
+    assert _status(rig, "web") == ("DELETE", "COMPLETE")
+    assert rig.objects() == []
