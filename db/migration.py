@@ -10,7 +10,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sharemgr.db.engine import Database
+from sharemgr.db.engine import Database, DatabaseUnavailable
 from sqlalchemy.engine import Connection
 
 MIGRATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "migrations")
@@ -50,7 +50,8 @@ def _take_sync_lock(conn: Connection, dialect: str) -> None:
         conn.execute(_PG_LOCK, {"key": SYNC_LOCK_KEY})
     elif dialect in ("mysql", "mariadb"):
         if conn.execute(_MY_LOCK, {"wait": SYNC_LOCK_WAIT}).scalar() != 1:
-            raise RuntimeError(f"another 'db sync' held the schema lock for {SYNC_LOCK_WAIT}s")
+            raise DatabaseUnavailable(
+                f"another 'db sync' held the schema lock for {SYNC_LOCK_WAIT}s; try again")
 
 
 def _drop_sync_lock(conn: Connection, dialect: str) -> None:
