@@ -5,6 +5,7 @@ device behind, even after a failed test."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -44,6 +45,19 @@ def require_local() -> None:
     if IN_CI:
         pytest.fail(msg + " (CI=true: they are required)")
     pytest.skip(msg)
+
+
+CAP_SYS_RESOURCE = 24  # linux/capability.h
+PR_CAPBSET_DROP = 24  # linux/prctl.h
+
+
+def without_online_resize() -> None:
+    """A ``preexec_fn``: the engine started with it (and every program it
+    runs) lacks CAP_SYS_RESOURCE, which ext4's online resize needs, so an
+    extend always takes the offline path, whatever the machine allows."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_CAPBSET_DROP, CAP_SYS_RESOURCE, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP, CAP_SYS_RESOURCE)")
 
 
 def free_port() -> int:
