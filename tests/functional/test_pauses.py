@@ -280,8 +280,14 @@ def test_an_outcome_waits_for_the_database(deployment, pg_url, redis_url):
                                extra={"DEFAULT": FAST})
     d.sync()
     via = make_url(pg_url).set(port=proxy.port).render_as_string(hide_password=False)
+    # The create waits at a gate (not a delay): the cut comes while it is
+    # inside the call however slowly this test sees it get there.
+    gates = d.root / "gates"
+    gates.mkdir()
+    (gates / "create_share").touch()
     config_a = d.write_config(d.root / "engine-a.conf", database={"connection": via},
-                              dummy={"dummy_method_delays": "create_share:4"})
+                              dummy={"dummy_gate_dir": str(gates),
+                                     "dummy_gate_poll_interval": "0.05"})
     a = d.start(config=config_a, name="a")
     share = d.json("share", "create", "1", "--proto", "NFS")["id"]
     inst = _instance(d, share)
@@ -292,6 +298,7 @@ def test_an_outcome_waits_for_the_database(deployment, pg_url, redis_url):
     # kernel, while a refused one fails it at once, which used to end the
     # request failed and leave the share 'creating'.
     proxy.cut()
+    (gates / "create_share").unlink()
     try:
         a.wait_for_log("its outcome waits for it", timeout=30)
     finally:
