@@ -112,8 +112,8 @@ def test_health_metrics_and_status(setup):
     code, body = _get(url + "/healthcheck")
     answer = json.loads(body)
     assert code == 503 and answer["status"] == "FAILED", body
-    assert answer["checks"]["database"]["ok"] is False
-    assert answer["checks"]["coordination"]["ok"] is True
+    assert answer["checks"]["database"]["ok"] is False, body
+    assert answer["checks"]["coordination"]["ok"] is True, (body, engine.text()[-3000:])
 
 
 def test_off_by_default_and_a_port_in_use(deployment):
