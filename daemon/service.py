@@ -168,6 +168,10 @@ class ShareManagerService:
             max_poll_interval=self.conf.request_poll_max_interval,
             any_host=bool(self.handlers.hostless),
             outage_max_interval=self.conf.outage_retry_max_interval,
+            # Every configured backend, those whose set-up failed too: a lane
+            # is ready for a backend that joins later.
+            backend_workers={b: self.conf[b].request_workers or self.conf.request_workers
+                             for b in self.conf.enabled_share_backends},
         )
         self.runner.not_member = self.membership.not_member
         self.runner.message_ttl = self.conf.message_ttl

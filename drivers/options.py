@@ -42,6 +42,14 @@ backend_opts = [
         "share_backend_name",
         help="Name of the backend as reported to users. Default: the group name.",
     ),
+    cfg.IntOpt(
+        "request_workers",
+        min=1,
+        max=256,
+        help="Threads that carry out this backend's requests (its driver calls). "
+        "Each backend has its own: a slow or hung backend holds only these, never "
+        "another backend's. Default: [DEFAULT] request_workers.",
+    ),
 ]
 
 

@@ -126,7 +126,9 @@ manager_opts = [
         default=8,
         min=1,
         max=256,
-        help="Threads that carry out claimed requests (driver calls).",
+        help="Threads that carry out claimed requests: each backend has this many "
+        "of its own (unless its group sets request_workers), and this engine's "
+        "requests without a backend have this many more.",
     ),
     cfg.FloatOpt(
         "request_poll_interval",

@@ -1,5 +1,6 @@
 """The request loop: claim pending requests for this engine's hosts and run
-them on a futurist thread pool."""
+them on futurist thread pools, one per backend (a lane) and one for the
+rest, so that a slow or hung backend only ever holds its own workers."""
 
 from __future__ import annotations
 
@@ -35,6 +36,25 @@ def _observe(req: models.Request, status: str, error: str | None, started: float
         time.monotonic() - started)
 
 
+class _Lane:
+    """The workers of one backend (its ``host@backend`` and ``*@backend``
+    requests), or the general lane (this host's own requests and those
+    without a host). Each lane claims only what its free workers can take."""
+
+    def __init__(self, name: str, workers: int, any_host: bool) -> None:
+        self.name = name
+        self.workers = workers
+        self.any_host = any_host
+        self.hosts: list[str] = []
+        self.executor = futurist.ThreadPoolExecutor(max_workers=workers)
+        self.inflight: set[Any] = set()
+
+
+def backend_of(host: str) -> str | None:
+    """'h@b' and '*@b' are backend b's; a plain host is none's."""
+    return host.partition("@")[2] or None
+
+
 class RequestRunner:
     def __init__(
         self,
@@ -47,12 +67,15 @@ class RequestRunner:
         any_host: bool,
         max_poll_interval: float | None = None,
         outage_max_interval: float = 30.0,
+        backend_workers: dict[str, int] | None = None,
     ) -> None:
+        """``workers``: the general lane's size; ``backend_workers``: each
+        backend's lane size (a backend not named there is in the general
+        lane)."""
         self.db = db
         self.engine_id = engine_id
-        self.hosts = hosts
+        self.hosts: list[str] = []
         self.dispatch = dispatch
-        self.workers = workers
         self.poll_interval = poll_interval
         # Idle, the poll slows down to this; wake-ups (db/notify.py) keep a
         # new request's start prompt on SQLite and PostgreSQL meanwhile.
@@ -65,13 +88,25 @@ class RequestRunner:
         self.not_member: Callable[[], str | None] = lambda: None
         #: How long the user messages of failed or lost requests are kept.
         self.message_ttl: float = messages.DEFAULT_TTL
-        self.executor = futurist.ThreadPoolExecutor(max_workers=workers)
+        self.general = _Lane("general", workers, any_host)
+        self.lanes = [self.general] + [_Lane(backend, n, False)
+                                       for backend, n in (backend_workers or {}).items()]
         self._stopping = threading.Event()
         self._wake = threading.Event()
-        self._inflight: set[Any] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._listener: threading.Thread | None = None
+        self._place(hosts)
+
+    def _place(self, hosts: list[str]) -> None:
+        by_backend = {lane.name: lane for lane in self.lanes[1:]}
+        for host in hosts:
+            if host in self.hosts:
+                continue
+            lane = by_backend.get(backend_of(host) or "", self.general)
+            # New lists: a claim in progress keeps the old ones.
+            lane.hosts = [*lane.hosts, host]
+            self.hosts = [*self.hosts, host]
 
     def start(self) -> None:
         notify.subscribe(self.db, self.wake)
@@ -82,8 +117,9 @@ class RequestRunner:
 
     def add_hosts(self, hosts: list[str]) -> None:
         """Claim requests for these hosts too (a backend whose set-up passed
-        late); a new list, so a claim in progress keeps the old one."""
-        self.hosts = self.hosts + [h for h in hosts if h not in self.hosts]
+        late), each in its backend's lane."""
+        with self._lock:
+            self._place(hosts)
         self.wake()
 
     def wake(self) -> None:
@@ -112,37 +148,41 @@ class RequestRunner:
             wait = self.poll_interval if woken else min(wait * 2, self.max_poll_interval)
 
     def _claim_and_submit(self) -> bool:
-        """Claim what the free workers can take and submit it; True to look
-        again at once (some were claimed and workers are still free), False
-        to wait for a wake-up or the poll interval."""
-        with self._lock:
-            free = self.workers - len(self._inflight)
-        claimed: list[models.Request] = []
+        """In each lane, claim what its free workers can take and submit it;
+        True to look again at once (a lane claimed some and still has free
+        workers), False to wait for a wake-up or the poll interval."""
         if self.not_member() is not None:
             # Out of the engines group (paused, cut off): a request claimed
             # now could not be locked, and a peer would abandon it.
             return False
-        if free > 0:
+        again = False
+        for lane in self.lanes:
+            with self._lock:
+                free = lane.workers - len(lane.inflight)
+            if free <= 0 or not (lane.hosts or lane.any_host):
+                continue
             try:
-                claimed = db_api.request_claim(
-                    self.db, self.hosts, self.engine_id, free, any_host=self.any_host
-                )
+                claimed = db_api.request_claim(self.db, lane.hosts, self.engine_id, free,
+                                               any_host=lane.any_host)
             except Exception as exc:
                 if is_outage(exc):
                     raise
                 LOG.exception("claiming requests failed; retrying")
-        for req in claimed:
-            fut = tasks.submit_logged(
-                self.executor, self._execute, req,
-                what=f"request {req.id} ({req.action} {req.resource_type} {req.resource_id})")
-            with self._lock:
-                self._inflight.add(fut)
-            fut.add_done_callback(self._done)
-        return bool(claimed) and free > len(claimed)
+                continue
+            for req in claimed:
+                fut = tasks.submit_logged(
+                    lane.executor, self._execute, req,
+                    what=f"request {req.id} ({req.action} {req.resource_type} "
+                         f"{req.resource_id})")
+                with self._lock:
+                    lane.inflight.add(fut)
+                fut.add_done_callback(lambda f, lane=lane: self._done(lane, f))
+            again = again or (bool(claimed) and free > len(claimed))
+        return again
 
-    def _done(self, fut: Any) -> None:
+    def _done(self, lane: _Lane, fut: Any) -> None:
         with self._lock:
-            self._inflight.discard(fut)
+            lane.inflight.discard(fut)
         self._wake.set()
 
     def _execute(self, req: models.Request) -> None:
@@ -218,10 +258,11 @@ class RequestRunner:
             if thread is not None:
                 thread.join()
         with self._lock:
-            pending = list(self._inflight)
+            pending = [f for lane in self.lanes for f in lane.inflight]
         done = waiters.wait_for_all(pending, timeout=timeout) if pending else None
         finished = done is None or not done.not_done
         # Nothing is running any more (or we gave up on it): no need to wait
         # for futurist's idle workers to notice the shutdown.
-        self.executor.shutdown(wait=False)
+        for lane in self.lanes:
+            lane.executor.shutdown(wait=False)
         return finished

@@ -13,7 +13,8 @@ def _execute(db, handler, req: models.Request) -> None:
     try:
         runner._execute(req)
     finally:
-        runner.executor.shutdown()
+        for lane in runner.lanes:
+            lane.executor.shutdown()
 
 
 def _claimed(db) -> models.Request:
