@@ -244,10 +244,21 @@ class ShareManagerService:
     def refresh_backend_stats(self) -> None:
         """Each backend's get_share_stats() into backend_stats; a failure is
         logged with its traceback and leaves the previous report."""
-        for backend, driver in list(self.drivers.items()):
+        for backend in list(self.drivers):
             if self.stopping.is_set():
                 return
+            self.refresh_stats_of(backend)
+
+    def refresh_stats_of(self, backend: str) -> None:
+        """One backend's report (nothing while its set-up has not passed)."""
+        driver = self.drivers.get(backend)
+        if driver is not None and not self.stopping.is_set():
             capabilities.refresh(self.db, f"{self.host}@{backend}", driver, self.engine_id)
+
+    def continue_backups_of(self, backend: str) -> None:
+        """Drive one backend's started backups and restores on."""
+        if backend in self.drivers and not self.stopping.is_set():
+            self.operations.continue_backups([f"{self.host}@{backend}"])
 
     def _start_periodics(self) -> None:
         bg = self.background
@@ -255,17 +266,21 @@ class ShareManagerService:
         bg.every(self.conf.heartbeat_interval, "heartbeat",
                  lambda: db_api.service_heartbeat(self.db, self.engine_id,
                                                   self.membership.not_member()), most)
-        bg.every(self.conf.backup_continue_interval, "backup_continue",
-                 lambda: self.operations.continue_backups(self.hosts), most)
         # Off the periodic thread: with packets dropped a check waits for the
         # client's socket timeout, and the heartbeat must go on meanwhile.
         bg.every(1.0, "membership", self._membership, most, offload=True)
         bg.every(self.conf.stack_watchdog_interval, "stack_watchdog", self._stack_watchdog,
                  most)
         # Driver calls: off the periodic thread (a hung get_share_stats must
-        # not hold up the heartbeat, the membership or the lease renewals).
-        bg.every(self.conf.backend_stats_interval, "backend_stats", self.refresh_backend_stats,
-                 most, offload=True)
+        # not hold up the heartbeat, the membership or the lease renewals),
+        # a thread per backend (nor another backend's report).
+        for backend in self.conf.enabled_share_backends:
+            bg.every(self.conf.backend_stats_interval, f"backend_stats:{backend}",
+                     lambda backend=backend: self.refresh_stats_of(backend), most,
+                     offload=True)
+            bg.every(self.conf.backup_continue_interval, f"backup_continue:{backend}",
+                     lambda backend=backend: self.continue_backups_of(backend), most,
+                     offload=True)
         if self.notifier.watchdog_interval:
             bg.every(self.notifier.watchdog_interval, "systemd_watchdog",
                      self.notifier.watchdog)

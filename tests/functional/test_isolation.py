@@ -54,3 +54,40 @@ def test_a_hung_backend_holds_only_its_own_workers(deployment, setup, tmp_path):
     (gates / "create_share").unlink()
     wait_until(lambda: set(_shares(d).values()) == {"available"}, timeout=60,
                what="the slow creates done once the backend answers")
+
+
+def test_a_hung_backup_continue_stalls_neither_other_backends_nor_the_engine(
+        deployment, setup, tmp_path):
+    """A backend's backups are driven on (create_backup_continue) on a
+    thread of that backend's own, off the periodic thread: one hung there
+    leaves the other backend's backups to finish and the engine's heartbeat
+    and membership going."""
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    d = deployment(**setup, host="isolation-backups", backends={
+        "slow": {"share_driver": "dummy", "dummy_gate_dir": str(gates),
+                 "dummy_gate_poll_interval": "0.05"},
+        "fast": {"share_driver": "dummy"},
+    }, extra={"DEFAULT": {"backup_continue_interval": "1"}})
+    d.sync()
+    d.start()
+    slow = d.json("share", "create", "1", "--proto", "NFS", "--backend", "slow", "--wait")
+    fast = d.json("share", "create", "1", "--proto", "NFS", "--backend", "fast", "--wait")
+    (gates / "create_backup_continue").touch()
+    d.sharectl("backup", "create", slow["id"], "--name", "held")
+    wait_until(lambda: any(c["method"] == "create_backup_continue"
+                           for c in d.backend("calls", backend="slow")),
+               what="the slow backend's backup continue hung at its gate")
+
+    done = d.json("backup", "create", fast["id"], "--name", "quick", "--wait",
+                  "--timeout", "60")
+    assert done["status"] == "available"
+    # The heartbeat went on while the slow backend's call hung.
+    (engine,) = d.json("service", "list")
+    assert engine["alive"] is True, engine
+    assert {b["name"]: b["status"] for b in d.json("backup", "list")} == {
+        "held": "creating", "quick": "available"}
+
+    (gates / "create_backup_continue").unlink()
+    wait_until(lambda: {b["status"] for b in d.json("backup", "list")} == {"available"},
+               timeout=60, what="the held backup done once its backend answers")
