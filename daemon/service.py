@@ -8,6 +8,7 @@ import sys
 import threading
 import uuid
 
+import tenacity
 from oslo_config import cfg
 from oslo_log import log as logging
 from sharemgr.common import vocab
@@ -59,13 +60,35 @@ class StartupError(Exception):
     """A problem that stops the daemon at start; its message is one line."""
 
 
-def open_database(conf: cfg.ConfigOpts) -> Database:
+def open_database(conf: cfg.ConfigOpts, stopping: threading.Event | None = None) -> Database:
+    """The database, answering: while it does not, tried again up to
+    ``[database] max_retries`` times, ``retry_interval`` apart (a stop
+    ends the wait)."""
+    opts = conf.database
     db = Database(
         config.database_url(conf),
-        connect_timeout=conf.database.connect_timeout,
-        pool_size=conf.database.max_pool_size,
+        connect_timeout=opts.connect_timeout,
+        pool_size=opts.max_pool_size,
+        max_overflow=opts.max_overflow,
+        pool_timeout=opts.pool_timeout,
+        recycle=opts.connection_recycle_time,
     )
-    db.check()
+    stop = tenacity.stop_never if opts.max_retries < 0 else \
+        tenacity.stop_after_attempt(opts.max_retries + 1)
+    if stopping is not None:
+        stop = stop | (lambda _state: stopping.is_set())
+
+    def again(state: tenacity.RetryCallState) -> None:
+        LOG.warning("%s; trying again in %ss (try %s of %s)", state.outcome.exception(),
+                    opts.retry_interval, state.attempt_number + 1,
+                    "unlimited" if opts.max_retries < 0 else opts.max_retries + 1)
+
+    for attempt in tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(DatabaseUnavailable), stop=stop,
+            wait=tenacity.wait_fixed(opts.retry_interval), before_sleep=again, reraise=True,
+            sleep=stopping.wait if stopping is not None else tenacity.nap.sleep):
+        with attempt:
+            db.check()
     return db
 
 
@@ -113,7 +136,7 @@ class ShareManagerService:
             raise StartupError(f"cannot create state_path {self.conf.state_path}: "
                                f"{exc.strerror or exc}")
         try:
-            self.db = open_database(self.conf)
+            self.db = open_database(self.conf, self.stopping)
         except DatabaseUnavailable as exc:
             raise StartupError(str(exc))
         if not migration.is_current(self.db):

@@ -161,7 +161,12 @@ def _sqlite_check_limits(conn: Any, cursor: Any, statement: str, parameters: Any
 class Database:
     """One engine and its session factory."""
 
-    def __init__(self, url: str, connect_timeout: int = 10, pool_size: int = 10) -> None:
+    def __init__(self, url: str, connect_timeout: int = 10, pool_size: int = 10,
+                 max_overflow: int | None = None, pool_timeout: int = 30,
+                 recycle: int = 3600) -> None:
+        """``pool_size``, ``max_overflow`` (default twice ``pool_size``),
+        ``pool_timeout`` and ``recycle`` (seconds; -1 never) shape the
+        connection pool of PostgreSQL and MariaDB."""
         self.url = url
         try:
             parsed = make_url(url)
@@ -180,7 +185,9 @@ class Database:
                         f"{exc.strerror or exc}: {folder}")
             kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
         else:
-            kwargs.update(pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
+            kwargs.update(pool_size=pool_size, pool_pre_ping=True, pool_timeout=pool_timeout,
+                          pool_recycle=recycle,
+                          max_overflow=pool_size * 2 if max_overflow is None else max_overflow)
             kwargs["connect_args"] = {"connect_timeout": connect_timeout}
             if self.dialect == "mysql":
                 kwargs["isolation_level"] = "READ COMMITTED"

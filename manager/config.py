@@ -100,6 +100,46 @@ database_opts = [
         max=1000,
         help="Connections kept in the pool (PostgreSQL and MariaDB).",
     ),
+    cfg.IntOpt(
+        "max_overflow",
+        min=0,
+        max=10000,
+        help="Connections opened beyond max_pool_size when all are busy, "
+        "closed when returned (PostgreSQL and MariaDB). Default: twice "
+        "max_pool_size.",
+    ),
+    cfg.IntOpt(
+        "pool_timeout",
+        default=30,
+        min=1,
+        max=3600,
+        help="Seconds a database call waits for a connection of the pool "
+        "before it fails (PostgreSQL and MariaDB).",
+    ),
+    cfg.IntOpt(
+        "connection_recycle_time",
+        default=3600,
+        min=-1,
+        help="Seconds after which a pooled connection is replaced before its "
+        "next use (below the server's or a proxy's idle timeout, e.g. "
+        "MariaDB's wait_timeout); -1: never (PostgreSQL and MariaDB).",
+    ),
+    cfg.IntOpt(
+        "max_retries",
+        default=0,
+        min=-1,
+        help="How many more times share-manager tries to connect when the "
+        "database does not answer at start, retry_interval apart; -1: until "
+        "it answers; 0: it stops at once with one line (a supervisor such as "
+        "systemd restarts it).",
+    ),
+    cfg.IntOpt(
+        "retry_interval",
+        default=10,
+        min=1,
+        max=3600,
+        help="Seconds between the connection tries at start (max_retries).",
+    ),
 ]
 
 coordination_opts = [

@@ -145,3 +145,36 @@ def test_wait_says_at_once_when_no_engine_serves_the_host(deployment):
     assert [s["host"] for s in d.json("share", "list")] == ["elsewhere@dummy"]
     bad = d.sharectl("share", "create", "1", "--proto", "NFS", "--host", "a@b", check=False)
     assert bad.returncode == 2 and "invalid host" in bad.stderr
+
+
+def test_a_database_late_at_start_is_waited_for(deployment, pg_url, redis_url):
+    """[database] max_retries / retry_interval (oslo.db's names): the
+    database refuses at start (a proxy not listening yet); share-manager
+    says so and tries again until it answers, then comes up."""
+    from sqlalchemy.engine import make_url
+
+    from tests.functional.netfault import Proxy
+
+    proxy = Proxy(make_url(pg_url).port or 5432)
+    d = deployment(db_url=pg_url, coordination_url=redis_url, backends={})
+    d.sync()
+    via = make_url(pg_url).set(port=proxy.port).render_as_string(hide_password=False)
+    late = d.write_config(d.root / "late.conf", database={
+        "connection": via, "max_retries": "-1", "retry_interval": "1", "connect_timeout": "2"})
+    engine = d.start(config=late, wait=False)
+    engine.wait_for_log("trying again in 1s (try 2 of unlimited)")
+    assert engine.proc.poll() is None
+    proxy.start()
+    try:
+        engine.wait_for_log("share-manager up")
+        assert engine.terminate() == 0
+    finally:
+        proxy.cut()
+
+    # A bounded number of tries: then the one line, exit code 1.
+    bounded = d.write_config(d.root / "bounded.conf", database={
+        "connection": via, "max_retries": "1", "retry_interval": "1", "connect_timeout": "2"})
+    out = d.run_manager(config=bounded)
+    assert out.returncode == 1
+    assert "try 2 of 2" in out.stdout + out.stderr
+    assert f"127.0.0.1:{proxy.port}" in one_error_line(out)
