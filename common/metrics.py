@@ -64,9 +64,9 @@ ENGINE_MEMBER = Gauge(
 )
 DRIVER_CALL_SECONDS = Histogram(
     "sharemgr_driver_call_duration_seconds",
-    "Time of a driver call made by an operation, by driver method and outcome "
-    "(ok, error).",
-    ["method", "outcome"], buckets=BUCKETS, registry=REGISTRY)
+    "Time of each driver call (operations, status questions, reports), by "
+    "backend, driver method and outcome (ok, error).",
+    ["backend", "method", "outcome"], buckets=BUCKETS, registry=REGISTRY)
 
 RECONCILE_OUTCOMES = Counter(
     "sharemgr_reconcile_outcomes_total",

@@ -16,7 +16,7 @@ import sys
 
 from oslo_config import cfg
 from oslo_log import log as logging
-from sharemgr.drivers import options
+from sharemgr.drivers import options, timing
 from sharemgr.drivers.base import ShareDriver
 from stevedore import driver as stevedore_driver
 from stevedore import exception as stevedore_exc
@@ -204,6 +204,7 @@ def construct_driver(
         )
     except Exception as exc:
         raise _load_error(f"{where}: constructor failed: {_one_line(exc)}", exc)
+    timing.time_calls(drv, backend)
     if setup:
         try:
             setup_driver(drv)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import tenacity
 from oslo_log import log as logging
-from sharemgr.common import metrics, vocab
+from sharemgr.common import vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
@@ -73,21 +72,6 @@ def lock_name(rtype: str, ident: str) -> bytes:
 
 def _deleted() -> dict[str, Any]:
     return {"status": vocab.DELETED, "deleted_at": models.utcnow()}
-
-
-@contextlib.contextmanager
-def _timed(method: str | None) -> Iterator[None]:
-    """The driver call's latency into its histogram, by method and outcome
-    (a ShareResourceNotFound counts as an error here, whatever the caller
-    makes of it)."""
-    started = time.monotonic()
-    outcome = "error"
-    try:
-        yield
-        outcome = "ok"
-    finally:
-        metrics.DRIVER_CALL_SECONDS.labels(method or "unknown", outcome).observe(
-            time.monotonic() - started)
 
 
 class Operations:
@@ -273,8 +257,7 @@ class Operations:
                 try:
                     self._guard(what, terms if leased else None, lock_name(rtype, ident))
                     try:
-                        with _timed(method):
-                            result = call(row)
+                        result = call(row)
                     except ShareResourceNotFound as exc:
                         if vocab.DELETING not in expected:
                             raise
@@ -472,10 +455,9 @@ class Operations:
         driver = self.driver_for(inst.host)
         share_d, server = self.share_parts(inst)
         try:
-            with _timed("update_access"):
-                updates = driver.update_access(share_d, [access.view(r) for r in full],
-                                               [access.view(r) for r in add],
-                                               [access.view(r) for r in remove], server) or {}
+            updates = driver.update_access(share_d, [access.view(r) for r in full],
+                                           [access.view(r) for r in add],
+                                           [access.view(r) for r in remove], server) or {}
         except Exception as exc:
             _log_failure(what, "update_access", exc)
             # What the backend now allows is unknown: every rule sent is in error.

@@ -73,8 +73,10 @@ def test_health_metrics_and_status(setup):
     _, text = _get(url + "/metrics")
     assert _sample(text, "sharemgr_request_duration_seconds_count", action="create",
                    outcome="done", resource_type="share_instance") == 1
-    assert _sample(text, "sharemgr_driver_call_duration_seconds_count",
+    assert _sample(text, "sharemgr_driver_call_duration_seconds_count", backend="dummy",
                    method="create_share", outcome="ok") == 1
+    assert _sample(text, "sharemgr_driver_call_duration_seconds_count", backend="dummy",
+                   method="get_share_stats", outcome="ok") >= 1
 
     # A request for a host no engine serves stays pending: the gauge and
     # the status screen show it.

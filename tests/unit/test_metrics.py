@@ -160,18 +160,28 @@ def test_a_pass_counts_its_outcomes_and_duration():
 
 
 @pytest.mark.parametrize("fails", [False, True])
-def test_driver_calls_are_timed_by_method_and_outcome(fails):
-    from sharemgr.manager import operations
+def test_driver_calls_are_timed_by_backend_method_and_outcome(fails):
+    from sharemgr.drivers import timing
+    from sharemgr.drivers.base import ShareDriver
 
-    before = _value(metrics.DRIVER_CALL_SECONDS, method="create_share",
-                    outcome="error" if fails else "ok")
-    with pytest.raises(RuntimeError) if fails else contextlib.nullcontext():
-        with operations._timed("create_share"):
+    class Backend(ShareDriver):
+        def create_share(self, share, share_server=None):
             if fails:
                 raise RuntimeError("backend said no")
-    assert _value(metrics.DRIVER_CALL_SECONDS, method="create_share",
-                  outcome="error" if fails else "ok") == before + 1
+            return []
 
+    driver = timing.time_calls(Backend.__new__(Backend), "timed-backend")
+    outcome = "error" if fails else "ok"
+    before = _value(metrics.DRIVER_CALL_SECONDS, backend="timed-backend",
+                    method="create_share", outcome=outcome)
+    with pytest.raises(RuntimeError) if fails else contextlib.nullcontext():
+        driver.create_share({"id": "s1"})
+    assert _value(metrics.DRIVER_CALL_SECONDS, backend="timed-backend",
+                  method="create_share", outcome=outcome) == before + 1
+    # What the class implements is still read from the class.
+    from sharemgr.drivers import base
+    assert base._inherited(driver, "delete_share") and not base._inherited(driver,
+                                                                           "create_share")
 
 
 def test_traversals_are_counted_when_they_end(tmp_path):

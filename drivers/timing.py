@@ -1,0 +1,48 @@
+"""Every driver call's latency, by backend, method and outcome, into
+``sharemgr_driver_call_duration_seconds``: the loader wraps the methods of
+the driver interface on each driver it constructs, so the calls of
+operations, reconciliation passes, drift checks and periodic reports are
+all timed in one place, whatever the driver."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sharemgr.common import metrics
+from sharemgr.drivers.base import ShareDriver
+
+# Set up by the loader itself, not called by operations.
+_NOT_CALLS = frozenset({"do_setup", "check_for_setup_error"})
+
+METHODS = tuple(sorted(
+    name for name, value in vars(ShareDriver).items()
+    if not name.startswith("_") and callable(value) and name not in _NOT_CALLS))
+
+
+def _timed(method: Callable[..., Any], backend: str, name: str) -> Callable[..., Any]:
+    histogram = {outcome: metrics.DRIVER_CALL_SECONDS.labels(backend, name, outcome)
+                 for outcome in ("ok", "error")}
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        outcome = "error"  # any exception, ShareResourceNotFound included
+        try:
+            result = method(*args, **kwargs)
+            outcome = "ok"
+            return result
+        finally:
+            histogram[outcome].observe(time.monotonic() - started)
+
+    return call
+
+
+def time_calls(driver: ShareDriver, backend: str) -> ShareDriver:
+    """Wrap ``driver``'s interface methods (on the instance: checks of what
+    a driver class implements look at the class and are unchanged)."""
+    for name in METHODS:
+        setattr(driver, name, _timed(getattr(driver, name), backend, name))
+    return driver
