@@ -36,16 +36,26 @@ class BackendList(base.Lister):
 
 
 class PoolList(base.Lister):
-    """List pools ('host@backend#pool') with their capacity in GiB, as their
-    backends last reported."""
+    """List pools ('host@backend#pool') with their capacity in GiB: total and
+    free as their backends last reported, allocated to the shares and
+    replicas placed in them now, and the room a new placement can still
+    take there (the reserve, over-subscription and placements since the
+    report counted; empty: no bound)."""
 
     def take_action(self, parsed_args: Any) -> tuple:
-        columns = ("name", "backend", "total_capacity_gb", "free_capacity_gb", "updated_at")
-        data = []
-        for row in _reports(self.app):
-            for pool in (row.stats or {}).get("pools") or []:
-                if isinstance(pool, dict) and pool.get("pool_name"):
-                    data.append((f"{row.host}#{pool['pool_name']}", _backend(row.host),
-                                 pool.get("total_capacity_gb"), pool.get("free_capacity_gb"),
-                                 base.fmt(row.updated_at)))
+        from sharemgr.manager import capabilities
+
+        columns = ("name", "backend", "total_capacity_gb", "free_capacity_gb",
+                   "allocated_capacity_gb", "room_gb", "updated_at")
+        data = [(p.host, p.backend, _gb(p.total_gb), _gb(p.free_gb), _gb(p.allocated_gb),
+                 _gb(p.room_gb), base.fmt(p.reported_at))
+                for p in capabilities.pool_states(self.app.context.db)]
         return columns, data
+
+
+def _gb(value: Any) -> Any:
+    """Whole GiB as an integer (how sizes are asked for); a reported
+    'infinite' or 'unknown' as it is."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    return int(value) if float(value).is_integer() else round(value, 2)

@@ -168,6 +168,48 @@ class BackendCollector(Collector):
         yield family
 
 
+_POOL_GAUGES = (
+    ("sharemgr_pool_total_capacity_gb", "total_gb",
+     "A pool's total capacity, as its backend last reported (database-wide)."),
+    ("sharemgr_pool_free_capacity_gb", "free_gb",
+     "A pool's free capacity, as its backend last reported (database-wide)."),
+    ("sharemgr_pool_allocated_capacity_gb", "allocated_gb",
+     "GiB of the shares and replicas placed in a pool now (database-wide)."),
+    ("sharemgr_pool_room_gb", "room_gb",
+     "GiB a new placement can still take in a pool: the report, the reserve, "
+     "over-subscription and placements since counted (database-wide)."),
+)
+
+
+class PoolCollector(Collector):
+    """Each pool's capacity, read at scrape time (``states``: objects with
+    ``host``, ``backend`` and the figures of ``_POOL_GAUGES``; a figure that
+    is not a number, 'infinite' or no bound, is left out). A failed read is
+    logged and the pools left out of that scrape."""
+
+    def __init__(self, states: Callable[[], Iterable[Any]]) -> None:
+        self._states = states
+
+    def describe(self) -> Iterator[Any]:
+        for name, _attr, _help in _POOL_GAUGES:
+            yield GaugeMetricFamily(name, "", labels=["pool", "backend"])
+
+    def collect(self) -> Iterator[Any]:
+        try:
+            states = list(self._states())
+        except Exception as exc:  # the database is down: the scrape still answers
+            LOG.warning("metrics: could not read pool capacity: %s: %s", type(exc).__name__,
+                        str(exc).strip().splitlines()[0] if str(exc) else "")
+            return
+        for name, attr, help_text in _POOL_GAUGES:
+            family = GaugeMetricFamily(name, help_text, labels=["pool", "backend"])
+            for state in states:
+                value = getattr(state, attr)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    family.add_metric([state.host, state.backend], float(value))
+            yield family
+
+
 class Forward(Collector):
     """Every metric of another registry, so a per-daemon registry can export
     the shared one with its own collectors."""

@@ -65,6 +65,7 @@ from sharemgr.convergence.template import (
     resolve_properties,
 )
 from sharemgr.db import api as db_api
+from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks, sync_points
 from sharemgr.db.engine import Database
 from sharemgr.manager.coordination import Coordinator
@@ -457,6 +458,9 @@ class Worker:
         try:
             begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id,
                                      ctx.traversal, work, lock_key=row.atomic_key)
+        except db_capacity.NoRoom:  # the general path fails the node with the reason
+            self._untake(row.id)
+            return _SLOW
         except BaseException:
             self._untake(row.id)
             raise
@@ -917,9 +921,13 @@ class Worker:
         if plan.physical_id is not None:
             start["physical_id"] = plan.physical_id
         work = self._work(ctx, action, start, plan)
-        begun = stack_work.begin(self.db, effective.id, self.engine_id, ctx.stack_id, ctx.traversal,
-                         work, replace=d.kind == Kind.REPLACE,
-                         replace_template_id=stack.template_id, replace_requires=final["requires"])
+        try:
+            begun = stack_work.begin(
+                self.db, effective.id, self.engine_id, ctx.stack_id, ctx.traversal, work,
+                replace=d.kind == Kind.REPLACE, replace_template_id=stack.template_id,
+                replace_requires=final["requires"])
+        except db_capacity.NoRoom as exc:  # placed meanwhile by others: refused as a plan is
+            return self._failed(effective, action, f"{exc} (placed meanwhile by others)")
         if isinstance(begun, str):
             return _not_begun(begun, effective.id)
         if begun.resource_id != effective.id:
@@ -954,7 +962,8 @@ class Worker:
         op = plan.op
         return stack_work.Begin(action, values, plan.add, plan.changes,
                                 op.request({"stack_id": ctx.stack_id}) if op else None,
-                                self.operations.default_lease() if op else None)
+                                self.operations.default_lease() if op else None,
+                                plan.claims)
 
     def _cut(self, ctx: _Ctx, rid: int, name: str, op_request_id: int | None,
              exc: NotNow | Lost) -> _Outcome:

@@ -42,6 +42,7 @@ from oslo_log import log as logging
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from sharemgr.common import metrics, tasks, vocab
 from sharemgr.db import status as db_status
+from sharemgr.manager import capabilities
 
 LOG = logging.getLogger(__name__)
 
@@ -104,7 +105,8 @@ class HealthServer:
         self.registry: CollectorRegistry = metrics.daemon_registry(
             metrics.QueueCollector(lambda: db_status.request_counts(service.db),
                                    vocab.REQUEST_OPEN, lambda: service.hosts),
-            metrics.BackendCollector(lambda: self.states(service)))
+            metrics.BackendCollector(lambda: self.states(service)),
+            metrics.PoolCollector(lambda: capabilities.pool_states(service.db)))
         self._metrics_app = make_wsgi_app(self.registry)
         # A check that hangs keeps its worker until it returns (bounded by the
         # database's connect_timeout); later probes use the other workers, or

@@ -17,8 +17,8 @@ from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.common import messages, vocab
+from sharemgr.db import capacity, models, notify, records
 from sharemgr.db import messages as db_messages
-from sharemgr.db import models, notify, records
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
 
@@ -568,16 +568,20 @@ def transition_with_request(
     changes: Sequence[Change],
     request: dict | None,
     rows: Sequence[Any] = (),
+    claims: Sequence[capacity.Claim] = (),
 ) -> bool:
     """Apply conditional updates ``(model, id, expected, values)``, insert
     ``rows`` and add a request, all or nothing: if any update loses, the
-    transaction rolls back and False is returned."""
+    transaction rolls back and False is returned. ``claims``: pool capacity
+    the rows take, claimed first (db/capacity.py; NoRoom is raised)."""
 
     class _Lost(Exception):
         pass
 
     try:
         with db.session() as session:
+            for claim in claims:
+                capacity.claim_tx(session, claim)
             for model, ident, expected, values in changes:
                 if not conditional_update_tx(session, model, ident, expected, values):
                     raise _Lost()

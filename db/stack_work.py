@@ -19,7 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
-from sharemgr.db import api, models, records
+from sharemgr.db import api, capacity, models, records
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session, defer
@@ -118,6 +118,7 @@ class Begin:
     changes: Sequence[Change] = ()
     op: Mapping[str, Any] | None = None  # resource_type, resource_id, action, host, args
     op_lease: Any = None  # its lease (``Operations.default_lease``), written with it
+    claims: Sequence[capacity.Claim] = ()  # pool capacity its rows take (NoRoom)
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,8 @@ def begin(
             if not db_stacks.resource_start_tx(session, rid, engine_id, traversal_id,
                                                work.action, work.values, lock_key=lock_key):
                 raise _NotBegun(LOCK_LOST if lock_key is None else LOCK_BUSY)
+            for claim in work.claims:
+                capacity.claim_tx(session, claim)  # NoRoom: nothing is written
             if work.add:
                 api.insert_rows_tx(session, work.add)
             for model, ident, expected, values in work.changes:

@@ -43,6 +43,21 @@ backend_opts = [
         help="Name of the backend as reported to users. Default: the group name.",
     ),
     cfg.IntOpt(
+        "reserved_percentage",
+        min=0,
+        max=100,
+        help="Percent of each pool's total capacity kept free: no share is "
+        "placed into it. Default: what the driver reports for the pool (0 "
+        "when it reports none).",
+    ),
+    cfg.FloatOpt(
+        "max_over_subscription_ratio",
+        min=1.0,
+        help="For a thin-provisioned pool, how many times its capacity (less "
+        "the reserve) may be allocated to shares. Default: what the driver "
+        "reports for the pool, else 20.0 as Manila.",
+    ),
+    cfg.IntOpt(
         "request_workers",
         min=1,
         max=256,

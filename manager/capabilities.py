@@ -15,6 +15,7 @@ from typing import Any
 
 from oslo_log import log as logging
 from sharemgr.db import capabilities as db_capabilities
+from sharemgr.db import capacity as db_capacity
 from sharemgr.db.engine import Database
 from sharemgr.manager import views
 from sharemgr.manager.outage import is_outage
@@ -38,6 +39,7 @@ def refresh(db: Database, host: str, driver: Any, engine_id: str) -> bool:
         stats = driver.get_share_stats(refresh=True)
         if not isinstance(stats, dict):
             raise TypeError(f"get_share_stats returned {type(stats).__name__}, not a dict")
+        stats = with_options(stats, getattr(driver, "configuration", None))
         db_capabilities.save(db, host, stats, engine_id)
     except Exception as exc:  # one backend's trouble must not stop the others
         if is_outage(exc):
@@ -54,27 +56,67 @@ def _gib(value: Any) -> float | None:
     return float(value)
 
 
+# Manila's default for a thin pool that names no ratio.
+DEFAULT_OVER_SUBSCRIPTION = 20.0
+
+
 @dataclass(frozen=True)
 class Pool:
     name: str
     total_gb: float | None
     free_gb: float | None  # None: no limit known ('infinite', 'unknown')
+    reserved_percentage: float = 0.0
+    thin: bool = False
+    ratio: float = 1.0  # max_over_subscription_ratio, for a thin pool
 
     def fits(self, size: float) -> bool:
         return self.free_gb is None or size <= self.free_gb
+
+    def limits(self, backend_host: str, reported_at: Any) -> db_capacity.Limits:
+        """What the pool may take (Manila's capacity rules): its total less
+        the reserve bounds what is allocated in it, times the ratio when thin;
+        the free space reported, less the reserve (times the ratio when
+        thin), bounds what is placed after the report."""
+        scale = self.ratio if self.thin else 1.0
+        reserve = (self.total_gb or 0.0) * self.reserved_percentage / 100.0
+        cap = None if self.total_gb is None else (self.total_gb - reserve) * scale
+        free = None if self.free_gb is None else (self.free_gb - reserve) * scale
+        return db_capacity.Limits(f"{backend_host}#{self.name}", cap, free, reported_at)
+
+
+def _pool(p: dict[str, Any]) -> Pool:
+    ratio = _gib(p.get("max_over_subscription_ratio"))
+    reserved = _gib(p.get("reserved_percentage"))
+    return Pool(str(p["pool_name"]), _gib(p.get("total_capacity_gb")),
+                _gib(p.get("free_capacity_gb")), reserved or 0.0,
+                p.get("thin_provisioning") is True,
+                ratio if ratio is not None and ratio >= 1.0 else DEFAULT_OVER_SUBSCRIPTION)
+
+
+def with_options(stats: dict[str, Any], configuration: Any) -> dict[str, Any]:
+    """The report with the backend group's ``reserved_percentage`` and
+    ``max_over_subscription_ratio`` in each pool, where set (they win over
+    what the driver reported, as Manila's drivers report what is configured)."""
+    overrides = {}
+    for key in ("reserved_percentage", "max_over_subscription_ratio"):
+        value = getattr(configuration, key, None)
+        if value is not None:
+            overrides[key] = value
+    if not overrides or not isinstance(stats.get("pools"), list):
+        return stats
+    return {**stats, "pools": [{**p, **overrides} if isinstance(p, dict) else p
+                               for p in stats["pools"]]}
 
 
 class Report:
     """One backend's last report."""
 
-    def __init__(self, host: str, stats: dict[str, Any]) -> None:
+    def __init__(self, host: str, stats: dict[str, Any], reported_at: Any = None) -> None:
         self.host = host
         self.stats = stats
-        self.pools = [
-            Pool(str(p["pool_name"]), _gib(p.get("total_capacity_gb")),
-                 _gib(p.get("free_capacity_gb")))
-            for p in stats.get("pools") or [] if isinstance(p, dict) and p.get("pool_name")
-        ]
+        self.reported_at = reported_at  # when it was saved (placements since count)
+        self.pools = [_pool(p) for p in stats.get("pools") or []
+                      if isinstance(p, dict) and p.get("pool_name")]
 
     @property
     def backend(self) -> str:
@@ -104,9 +146,46 @@ def report(db: Database, host: str) -> Report | None:
     row = db_capabilities.get(db, views.host_of(host))
     if row is None or not row.stats:
         return None
-    return Report(row.host, dict(row.stats))
+    return Report(row.host, dict(row.stats), row.updated_at)
 
 
 def pool_of(host: str) -> str | None:
     """'host@backend#pool' → 'pool'; None without a pool part."""
     return host.split("#", 1)[1] if "#" in host else None
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """A pool as ``sharectl pool list`` and /metrics show it: the report's
+    figures, what is allocated in it now and what a placement can still
+    take (``room_gb``; None: no bound)."""
+
+    host: str  # 'host@backend#pool'
+    backend: str
+    total_gb: Any  # as reported: a number, 'infinite' or 'unknown'
+    free_gb: Any
+    allocated_gb: float
+    room_gb: float | None
+    reported_at: Any
+
+
+def pool_states(db: Database) -> list[PoolState]:
+    """Every reported pool (one read of the reports, one grouped read of
+    the instances per backend with pools)."""
+    found = []
+    for row in db_capabilities.all_stats(db):
+        report = Report(row.host, dict(row.stats or {}), row.updated_at)
+        if not report.pools:
+            continue
+        raw = {str(p["pool_name"]): p for p in report.stats.get("pools") or []
+               if isinstance(p, dict) and p.get("pool_name")}
+        limits = [p.limits(row.host, report.reported_at) for p in report.pools]
+        used = db_capacity.usage(db, [lim.pool_host for lim in limits], report.reported_at)
+        for pool, lim in zip(report.pools, limits, strict=True):
+            usage = used[lim.pool_host]
+            found.append(PoolState(lim.pool_host, report.backend,
+                                   raw[pool.name].get("total_capacity_gb"),
+                                   raw[pool.name].get("free_capacity_gb"),
+                                   usage.allocated_gb, db_capacity.room(lim, usage),
+                                   row.updated_at))
+    return found

@@ -13,6 +13,7 @@ from typing import Any
 from oslo_config import cfg
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
+from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sharemgr.manager import access, kinds, plans, views
@@ -81,8 +82,14 @@ class Intake:
         concurrent change makes it fail with a clear message. Returns the
         resource's row as the plan wrote or read it."""
         assert plan.op is not None
-        if not db_api.transition_with_request(self.db, plan.changes, plan.op.request(),
-                                              rows=plan.add):
+        try:
+            written = db_api.transition_with_request(self.db, plan.changes, plan.op.request(),
+                                                     rows=plan.add, claims=plan.claims)
+        except db_capacity.NoRoom as exc:
+            # Placed meanwhile by another request: the room is gone.
+            raise InvalidRequest(f"cannot {plan.op.action} {what}: {exc} (placed meanwhile "
+                                 "by other requests)")
+        if not written:
             raise InvalidRequest(f"cannot {plan.op.action} {what}: it changed meanwhile, "
                                  "try again")
         return plan.row

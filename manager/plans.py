@@ -16,6 +16,7 @@ from typing import Any
 
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
+from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
 from sharemgr.manager import capabilities, kinds, views
@@ -62,6 +63,8 @@ class Plan:
     changes: list[Change] = field(default_factory=list)
     op: Op | None = None
     row: Any = None  # the resource users know (share, snapshot, ...) as planned
+    # Pool capacity its rows take, claimed in the transaction that writes it.
+    claims: list[db_capacity.Claim] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.row is None and self.add:
@@ -123,27 +126,37 @@ def _can(caps: capabilities.Report | None, key: str, doing: str) -> None:
                       f"({key} is {caps.stats[key]!r} in its last report)")
 
 
-def _room(caps: capabilities.Report | None, host: str, size: int, doing: str) -> str:
-    """``host`` with the pool that takes ``size`` GiB more: its own pool when
-    it names one, else the pool with the most free space that fits (Manila's
-    'host@backend#pool'). Unchanged when the backend reports no pools."""
+def _room(db: Database, caps: capabilities.Report | None, host: str, size: int,
+          doing: str) -> tuple[str, db_capacity.Claim | None]:
+    """``host`` with the pool that takes ``size`` GiB more — its own pool
+    when it names one, else the pool with the most room that fits (Manila's
+    'host@backend#pool') — and the claim the plan's transaction makes
+    (db/capacity.py). A pool's room is what its report and the reserve,
+    over-subscription and placements since the report leave. Unchanged,
+    and no claim, when the backend reports no pools."""
     if caps is None or not caps.pools:
-        return host
+        return host, None
+    backend_host = views.host_of(host)
+    limits = {p.name: p.limits(backend_host, caps.reported_at) for p in caps.pools}
+    used = db_capacity.usage(db, [lim.pool_host for lim in limits.values()], caps.reported_at)
+    rooms = {name: db_capacity.room(lim, used[lim.pool_host]) for name, lim in limits.items()}
     name = capabilities.pool_of(host)
     if name is not None:
-        pool = caps.pool(name)
-        if pool is None or pool.fits(size):  # a pool no longer reported: as before
-            return host
-        raise Refused(f"cannot {doing}: {size} GiB is more than the {pool.free_gb:g} GiB "
-                      f"free in pool {host!r}")
-    best = caps.best_pool(size)
-    if best is None:
-        largest = caps.largest_free()
-        most = (f"; the most free is {largest.free_gb:g} GiB, in pool {largest.name!r}"
-                if largest is not None and largest.free_gb is not None else "")
+        if name not in rooms:  # a pool no longer reported: as before
+            return host, None
+        left = rooms[name]
+        if left is not None and size > left:
+            raise Refused(f"cannot {doing}: {size} GiB is more than the {max(left, 0):g} GiB "
+                          f"free in pool {host!r}")
+        return host, db_capacity.Claim(backend_host, limits[name], size)
+    fits = [n for n in sorted(rooms) if rooms[n] is None or size <= rooms[n]]
+    if not fits:
+        most = max(rooms, key=lambda n: rooms[n])
         raise Refused(f"cannot {doing}: {size} GiB is more than the free capacity of "
-                      f"every pool of backend {caps.backend!r}{most}")
-    return f"{views.host_of(host)}#{best.name}"
+                      f"every pool of backend {caps.backend!r}; the most free is "
+                      f"{max(rooms[most], 0):g} GiB, in pool {most!r}")
+    best = max(fits, key=lambda n: (rooms[n] is None, rooms[n] or 0.0))
+    return f"{backend_host}#{best}", db_capacity.Claim(backend_host, limits[best], size)
 
 
 # Creates ------------------------------------------------------------------------------
@@ -187,14 +200,15 @@ def create_share(db: Database, host: str, dhss: bool, size: int, proto: str,
         _can(caps, capabilities.FROM_SNAPSHOT, f"create a share from snapshot {snapshot_id}")
         if capabilities.pool_of(source) and not capabilities.pool_of(host):
             host = source  # into the snapshot's pool, where its data is
-    host = _room(caps, host, size, f"create a share of {size} GiB")
+    host, claim = _room(db, caps, host, size, f"create a share of {size} GiB")
     row = models.Share(id=models.new_id(), name=name, size=size, share_proto=proto,
                        project_id=project_id, snapshot_id=snapshot_id,
                        share_group_id=share_group_id)
     inst = models.ShareInstance(id=models.new_id(), share_id=row.id, host=host, status=status,
                                 share_server_id=share_server_id, export_locations=[])
     return Plan(row.id, [row, inst], [],
-                Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_CREATE, host))
+                Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_CREATE, host),
+                claims=[claim] if claim else [])
 
 
 def create_snapshot(db: Database, share_id: str, name: str | None = None) -> Plan:
@@ -218,7 +232,8 @@ def create_replica(db: Database, share_id: str, host: str | None, dhss: bool) ->
     host = host or inst.host
     caps = capabilities.report(db, host)
     _can(caps, capabilities.REPLICATION, f"replicate share {share_id}")
-    host = _room(caps, host, row.size, f"replicate share {share_id} ({row.size} GiB)")
+    host, claim = _room(db, caps, host, row.size,
+                        f"replicate share {share_id} ({row.size} GiB)")
     rep = models.ShareInstance(id=models.new_id(), share_id=row.id, host=host,
                                status=vocab.CREATING, replica_state=vocab.REPLICA_OUT_OF_SYNC,
                                export_locations=[])
@@ -227,7 +242,8 @@ def create_replica(db: Database, share_id: str, host: str | None, dhss: bool) ->
         # The first replica makes the original instance the active replica.
         changes.append((models.ShareInstance, inst.id, {"replica_state": None},
                         {"replica_state": vocab.REPLICA_ACTIVE}))
-    return Plan(rep.id, [rep], changes, Op(vocab.REPLICA, rep.id, vocab.ACTION_CREATE, host))
+    return Plan(rep.id, [rep], changes, Op(vocab.REPLICA, rep.id, vocab.ACTION_CREATE, host),
+                claims=[claim] if claim else [])
 
 
 def create_share_server(host: str, dhss: bool) -> Plan:
@@ -295,8 +311,10 @@ def resize_share(db: Database, share_id: str, new_size: int) -> Plan:
                       f"{', '.join(busy)}; try again when it is done")
     need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", action)
     if action == vocab.ACTION_EXTEND:
-        _room(capabilities.report(db, inst.host), inst.host, new_size - row.size,
-              f"extend share {share_id} by {new_size - row.size} GiB to {new_size} GiB")
+        _, claim = _room(db, capabilities.report(db, inst.host), inst.host,
+                         new_size - row.size, f"extend share {share_id} by "
+                         f"{new_size - row.size} GiB to {new_size} GiB")
+        plan.claims += [claim] if claim else []
     status = vocab.EXTENDING if action == vocab.ACTION_EXTEND else vocab.SHRINKING
     plan.changes.append((models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
                          {"status": status}))

@@ -15,6 +15,7 @@ from sharemgr.manager import capabilities
 
 from tests.functional.harness import SETUPS, database, servers, wait_until
 from tests.functional.test_daemon import one_error_line
+from tests.functional.test_health import _get, _sample, _url
 from tests.unit.test_driver_loader import write_dist
 
 pytestmark = pytest.mark.functional
@@ -138,3 +139,48 @@ def test_loader_refuses_an_unsupported_dhss_mode_with_one_line(deployment, tmp_p
     d.write_config(gold={"driver_handles_share_servers": "False"})
     engine = d.start(env={"PYTHONPATH": str(site)})
     assert engine.terminate() == 0
+
+
+@pytest.fixture(params=SETUPS)
+def server_kw(request) -> dict:
+    return servers(request)
+
+
+def test_concurrent_creates_cannot_overcommit_a_pool(deployment, server_kw):
+    """Three 60 GiB creates at once in a 100 GiB pool (three sharectl
+    processes, one report read by all): one is accepted, two refused with
+    exit 2; ``pool list`` shows 60 allocated and 40 of room, and the pool is
+    never overcommitted on the backend (its free capacity is not below 0)."""
+    import subprocess
+
+    from tests.functional.harness import tool
+
+    d = deployment(backends={"dummy": {"dummy_pools": "p:100"}},
+                   extra={**EXTRA, "health": {"enabled": "true", "port": "0"}}, **server_kw)
+    d.sync()
+    engine = d.start()
+    host = f"{d.host}@dummy"
+    wait_until(lambda: _free(d) == {f"{host}#p": 100}, what="the pool reported")
+    procs = [subprocess.Popen([tool("sharectl"), "--config-file", str(d.config), "share",
+                               "create", "60", "--proto", "NFS", "--name", f"big-{i}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(3)]
+    outs = [(p.wait(120), *p.communicate()) for p in procs]
+    assert sorted(rc for rc, _out, _err in outs) == [0, 2, 2], outs
+    for rc, _out, err in outs:
+        if rc == 2:
+            # Refused by the plan (it read the accepted one's instance) or by
+            # the claim in the write (it planned before that was written).
+            assert ("60 GiB is more than the free capacity of every pool" in err
+                    or "60 GiB does not fit in pool" in err), err
+            assert "Traceback" not in err
+    (pool,) = d.json("pool", "list")
+    assert (pool["allocated_capacity_gb"], pool["room_gb"]) == (60, 40), pool
+    _, text = _get(_url(engine) + "/metrics")
+    labels = {"pool": f"{host}#p", "backend": "dummy"}
+    assert _sample(text, "sharemgr_pool_allocated_capacity_gb", **labels) == 60
+    assert _sample(text, "sharemgr_pool_room_gb", **labels) == 40
+    assert _sample(text, "sharemgr_pool_total_capacity_gb", **labels) == 100
+    wait_until(lambda: d.json("share", "list")[0]["status"] == "available",
+               what="the accepted create done")
+    wait_until(lambda: _free(d) == {f"{host}#p": 40}, what="the backend's report after it")

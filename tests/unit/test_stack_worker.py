@@ -724,3 +724,35 @@ def test_a_delete_cut_before_its_driver_call_leaves_nothing_deleting(rig):
         e.pump()
     assert _status(rig, "web") == ("DELETE", "COMPLETE")
     assert rig.objects() == []
+
+
+def test_a_claim_that_no_longer_fits_fails_the_node(tmp_path, monkeypatch):
+    """Two 60 GiB shares of a stack in a 100 GiB pool, planned from a read
+    that missed the other's placement (as two engines planning at once
+    would): the claim in begin's transaction refuses the second, which
+    fails with the reason; one share only reaches the backend."""
+    from sharemgr.db import capabilities as db_capabilities
+    from sharemgr.db import capacity as db_capacity
+    from sharemgr.manager import plans
+
+    rig = Rig(tmp_path, backends={"dummy": {"dummy_pools": "p:100"}})
+    try:
+        e = rig.engine()
+        db_capabilities.save(rig.db, f"{HOST}@dummy", {"pools": [
+            {"pool_name": "p", "total_capacity_gb": 100, "free_capacity_gb": 100}]}, "e")
+        db_capabilities._cache.clear()
+        monkeypatch.setattr(plans.db_capacity, "usage", lambda _db, hosts, _since: {
+            h: db_capacity.Usage() for h in hosts})
+        rig.create("big", """
+resources:
+  one: {type: share, properties: {size: 60, proto: NFS}}
+  two: {type: share, properties: {size: 60, proto: NFS}}
+""", disable_rollback=True)
+        e.pump()
+        assert _status(rig, "big") == ("CREATE", "FAILED")
+        reasons = [r.status_reason for v in rig.rows("big").values() for r in v
+                   if r.status == "FAILED"]
+        assert len(reasons) == 1 and "60 GiB does not fit in pool" in reasons[0], reasons
+        assert len([o for o in rig.objects() if o["kind"] == "share"]) == 1
+    finally:
+        rig.close()
