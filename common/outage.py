@@ -2,7 +2,7 @@
 coordination backend (what counts as one: manager/outage.py).
 
 Each loop or periodic task has its own ``Backoff``: capped exponential waits
-from tenacity's wait strategy instead of retrying at its usual pace. All of
+(doubling from its usual pace) instead of retrying at its usual pace. All of
 them report to one ``OutageLog`` per process, so the log shows an outage
 once, however many tasks meet it: one WARNING with the error's first line
 when it starts, one INFO when a task that failed succeeds again.
@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 
-import tenacity
 from oslo_log import log as logging
 
 LOG = logging.getLogger(__name__)
@@ -60,12 +59,6 @@ class OutageLog:
 OUTAGES = OutageLog()  # the process's one
 
 
-def _attempt(number: int) -> tenacity.RetryCallState:
-    state = tenacity.RetryCallState(retry_object=None, fn=None, args=(), kwargs={})
-    state.attempt_number = number
-    return state
-
-
 class Backoff:
     """The back-off of one loop or task (``what`` names it in the log)."""
 
@@ -73,8 +66,8 @@ class Backoff:
                  log: OutageLog = OUTAGES) -> None:
         self.what = what
         self.log = log
-        self._wait = tenacity.wait_exponential(multiplier=initial, min=initial,
-                                               max=max(initial, maximum))
+        self.initial = initial
+        self.maximum = max(initial, maximum)
         self.failures = 0
         self.retry_at = 0.0  # time.monotonic() before which a periodic task skips
 
@@ -83,7 +76,9 @@ class Backoff:
         returns the seconds to wait before the next try."""
         self.failures += 1
         self.log.failed(self.what, exc)
-        delay = float(self._wait(_attempt(self.failures)))
+        # Doubling from ``initial`` up to ``maximum`` (capped before the
+        # power grows past what a float holds in a long outage).
+        delay = min(self.maximum, self.initial * 2.0 ** min(self.failures - 1, 60))
         self.retry_at = time.monotonic() + delay
         return delay
 

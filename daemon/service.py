@@ -24,7 +24,6 @@ from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
 from sharemgr.drivers import loader
 from sharemgr.manager import capabilities, config, ensure, leases, operations
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
-from sharemgr.manager.coordination import safe_url as c_url
 from sharemgr.manager.membership import Membership
 from sharemgr.manager.operations import Operations
 from sharemgr.manager.runner import RequestRunner
@@ -127,7 +126,7 @@ class ShareManagerService:
             "share-manager starting: engine %s, database %s, coordination %s",
             self.engine_id,
             safe_url(config.database_url(self.conf)),
-            c_url(config.coordination_url(self.conf)),
+            safe_url(config.coordination_url(self.conf)),
         )
         try:
             # The default database, coordination and dummy state live here.

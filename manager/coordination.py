@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import re
 import socket
 import threading
 import urllib.parse
@@ -12,6 +11,7 @@ from collections.abc import Iterator
 import tooz
 from oslo_log import log as logging
 from sharemgr.common.vocab import ENGINE_GROUP
+from sharemgr.db.engine import safe_url
 from tooz import coordination
 
 LOG = logging.getLogger(__name__)
@@ -19,11 +19,6 @@ LOG = logging.getLogger(__name__)
 
 class CoordinationUnavailable(Exception):
     """The coordination backend cannot be reached (one line for the user)."""
-
-
-def safe_url(url: str) -> str:
-    """The URL with any password masked, for logs and messages."""
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
 class Coordinator:
@@ -34,6 +29,10 @@ class Coordinator:
         self.member_id = member_id
         try:
             self._coord = coordination.get_coordinator(url, member_id.encode())
+        except ModuleNotFoundError as exc:  # redis-py is an extra
+            raise CoordinationUnavailable(
+                f"cannot use coordination backend {safe_url(url)}: {exc}: install the "
+                f"extra it needs (pip install 'sharemgr[{exc.name or 'redis'}]')")
         except Exception as exc:
             raise CoordinationUnavailable(
                 f"cannot use coordination backend {safe_url(url)}: {exc}"

@@ -101,3 +101,18 @@ def test_unknown_options_in_known_groups_are_named_with_file_and_line(tmp_path):
         f"{path}:4: [DEFAULT] startup_reconcilation_enabled",
         f"{path}:8: [dummy] dummy_fail_method",
     ]
+
+
+def test_a_redis_url_without_the_extra_says_which_to_install(monkeypatch):
+    """redis-py is the 'redis' extra: without it a redis:// backend is one
+    line naming the extra (and the password masked)."""
+    import sys
+
+    from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
+
+    monkeypatch.setitem(sys.modules, "redis", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "tooz.drivers.redis", raising=False)
+    with pytest.raises(CoordinationUnavailable) as info:
+        Coordinator("redis://:hunter2@127.0.0.1:6379", "h.e1")
+    message = str(info.value)
+    assert "pip install 'sharemgr[redis]'" in message and "hunter2" not in message, message

@@ -98,6 +98,16 @@ def test_systemd_notifier_sends_ready_watchdog_stopping(tmp_path, monkeypatch):
     assert got == ["READY=1", "WATCHDOG=1", "STOPPING=1"]
 
 
+def test_systemd_notifier_speaks_to_an_abstract_socket(monkeypatch):
+    name = f"sharemgr-notify-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind("\0" + name)
+        sock.settimeout(5)
+        monkeypatch.setenv("NOTIFY_SOCKET", "@" + name)
+        systemd.Notifier().ready()
+        assert sock.recv(1024).decode().splitlines()[0] == "READY=1"
+
+
 def test_systemd_notifier_is_quiet_without_systemd(monkeypatch):
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
     monkeypatch.setenv("WATCHDOG_USEC", "3000000")
