@@ -10,10 +10,10 @@ PYTEST_ARGS ?= -n 3 --durations=15
 
 .PHONY: run test lint genconfig bench clean local-packages
 
-$(BIN)/.installed: setup.cfg pyproject.toml constraints.txt
+$(BIN)/.installed: setup.cfg pyproject.toml constraints.txt constraints-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/python -m pip install -q -c constraints.txt -c constraints-dev.txt -e '.[test]'
 	touch $@
 
 run: $(BIN)/.installed

@@ -80,5 +80,6 @@ def _sdist_holds_the_sample_config_docs_and_release_notes(tmp_path: Path) -> Non
     names = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
     notes = {p.relative_to(ROOT).as_posix() for p in (ROOT / "releasenotes/notes").glob("*")}
     docs = {p.relative_to(ROOT).as_posix() for p in (ROOT / "doc").glob("*.rst")}
-    wanted = {"LICENSE", "README.rst", "etc/sharemgr.conf.sample", "constraints.txt"}
+    wanted = {"LICENSE", "README.rst", "etc/sharemgr.conf.sample", "constraints.txt",
+              "constraints-dev.txt"}
     assert wanted | notes | docs <= names, sorted((wanted | notes | docs) - names)
