@@ -33,6 +33,7 @@ class Context:
                 connect_timeout=self.conf.database.connect_timeout,
                 pool_size=2,
             )
+            db.retry = config.retry_policy(self.conf)
             db.check()
             self._db = db
         return self._db

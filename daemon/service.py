@@ -72,6 +72,7 @@ def open_database(conf: cfg.ConfigOpts, stopping: threading.Event | None = None)
         pool_timeout=opts.pool_timeout,
         recycle=opts.connection_recycle_time,
     )
+    db.retry = config.retry_policy(conf)
     stop = tenacity.stop_never if opts.max_retries < 0 else \
         tenacity.stop_after_attempt(opts.max_retries + 1)
     if stopping is not None:

@@ -17,6 +17,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db.engine import Database
+from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
 
 Rule = models.ShareAccessRule
@@ -51,6 +52,7 @@ def summarize_tx(session: Session, share_id: str) -> str:
     return status
 
 
+@retry_on_conflict
 def start(db: Database, share_id: str) -> list[models.ShareAccessRule]:
     """Move the queued rules to applying / denying and return every rule
     that is not denied: what an update_access call works from. Rules a crash
@@ -71,6 +73,7 @@ def start(db: Database, share_id: str) -> list[models.ShareAccessRule]:
         return list(rows)
 
 
+@retry_on_conflict
 def finish(db: Database, share_id: str, outcome: Mapping[str, tuple[str, str]]) -> int:
     """Write each rule's outcome ``{rule_id: (state it was sent in, new
     state)}`` where the rule is still in the state it was sent in (a deny
@@ -89,6 +92,7 @@ def finish(db: Database, share_id: str, outcome: Mapping[str, tuple[str, str]]) 
     return won
 
 
+@retry_on_conflict
 def in_flight_on_host(db: Database, host: str) -> dict[str, list[models.ShareAccessRule]]:
     """Rules on their way to the backend of the live share instances on
     ``host`` ('host@backend', pools included), by instance id: what a crash
@@ -110,6 +114,7 @@ def in_flight_on_host(db: Database, host: str) -> dict[str, list[models.ShareAcc
     return out
 
 
+@retry_on_conflict
 def instances_with_rules(db: Database, instance_ids: Sequence[str]) -> list[str]:
     """Which of these share instances' shares have rules that are applied
     or being applied (what ensure-resources sends again)."""
@@ -127,6 +132,7 @@ def instances_with_rules(db: Database, instance_ids: Sequence[str]) -> list[str]
         return sorted(session.scalars(stmt))
 
 
+@retry_on_conflict
 def add_requests(db: Database, requests: Sequence[dict]) -> None:
     """Several requests (``request_add_tx`` keywords) in one transaction."""
     with db.session() as session:

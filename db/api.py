@@ -20,6 +20,7 @@ from sharemgr.common import messages, vocab
 from sharemgr.db import capacity, models, notify, records
 from sharemgr.db import messages as db_messages
 from sharemgr.db.engine import Database
+from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
 
 utcnow = models.utcnow
@@ -199,6 +200,7 @@ def insert_rows_tx(session: Session, rows: Iterable[Any]) -> None:
                 setattr(obj, column.name, value)
 
 
+@retry_on_conflict
 def conditional_update(
     db: Database, model: type, ident: Any, expected: dict[str, Any], values: dict[str, Any]
 ) -> bool:
@@ -208,6 +210,7 @@ def conditional_update(
         return conditional_update_tx(session, model, ident, expected, values)
 
 
+@retry_on_conflict
 def conditional_update_then(db: Database, first: Change, then: Change) -> bool:
     """``first``'s conditional update ``(model, id, expected, values)`` and,
     only if it won, ``then``'s, in one transaction: no reader sees one row
@@ -220,6 +223,7 @@ def conditional_update_then(db: Database, first: Change, then: Change) -> bool:
         return True
 
 
+@retry_on_conflict
 def upsert(db: Database, model: type, key: str, values: dict[str, Any]) -> None:
     """Insert the row, or update it where its primary key ``key`` exists, in
     one statement: engines of one host writing together never collide on
@@ -252,6 +256,7 @@ def get(db: Database, model: type, ident: Any, include_deleted: bool = False) ->
         return get_tx(session, model, ident, include_deleted)
 
 
+@retry_on_conflict
 def query(
     db: Database,
     model: type,
@@ -270,6 +275,7 @@ def query(
         return list(session.scalars(stmt))
 
 
+@retry_on_conflict
 def add_all(db: Database, rows: Iterable[Any]) -> list:
     rows = list(rows)
     with db.session() as session:
@@ -280,6 +286,7 @@ def add_all(db: Database, rows: Iterable[Any]) -> list:
 # Services -----------------------------------------------------------------
 
 
+@retry_on_conflict
 def service_register(db: Database, host: str, binary: str, engine_id: str) -> models.Service:
     now = utcnow()
     row = models.Service(
@@ -290,6 +297,7 @@ def service_register(db: Database, host: str, binary: str, engine_id: str) -> mo
     return row
 
 
+@retry_on_conflict
 def service_heartbeat(db: Database, engine_id: str, out_of_group: str | None = None) -> bool:
     """The engine's heartbeat, with why it is out of the engines group
     (None: it is a member), for ``sharectl service list``."""
@@ -303,6 +311,7 @@ def service_heartbeat(db: Database, engine_id: str, out_of_group: str | None = N
         return session.execute(stmt).rowcount == 1
 
 
+@retry_on_conflict
 def service_stopped(db: Database, engine_id: str) -> None:
     with db.session() as session:
         session.execute(
@@ -312,6 +321,7 @@ def service_stopped(db: Database, engine_id: str) -> None:
         )
 
 
+@retry_on_conflict
 def service_list(db: Database, include_stopped: bool = True) -> list[models.Service]:
     stmt = sa.select(models.Service).order_by(models.Service.id)
     if not include_stopped:
@@ -320,6 +330,7 @@ def service_list(db: Database, include_stopped: bool = True) -> list[models.Serv
         return list(session.scalars(stmt))
 
 
+@retry_on_conflict
 def service_cleanup(db: Database, alive: set[str], older_than: float) -> list[str]:
     """Delete the records (and backend states) of engines not in ``alive``
     whose last sign of life (stop, heartbeat, start) is at least
@@ -338,6 +349,7 @@ def service_cleanup(db: Database, alive: set[str], older_than: float) -> list[st
         return gone
 
 
+@retry_on_conflict
 def service_backend_set(db: Database, engine_id: str, backend: str, state: str,
                         reason: str | None = None) -> None:
     """Record one backend's state for this engine (only the engine writes
@@ -356,6 +368,7 @@ def service_backend_set(db: Database, engine_id: str, backend: str, state: str,
             session.add(models.ServiceBackend(engine_id=engine_id, backend=backend, **values))
 
 
+@retry_on_conflict
 def service_backends(db: Database,
                      engine_ids: Iterable[str]) -> dict[str, list[models.ServiceBackend]]:
     """engine id → its backends' rows, by backend name."""
@@ -445,6 +458,7 @@ def _claim_statements(any_host: bool, skip_locked: bool, returning: bool
     return pick, take, read
 
 
+@retry_on_conflict
 def request_claim(
     db: Database, hosts: Sequence[str], engine_id: str, limit: int, any_host: bool = True
 ) -> list[records.Record]:
@@ -486,11 +500,13 @@ def _own_running_tx(session: Session, request_id: int, owner: str, **values: Any
     return session.execute(stmt).rowcount == 1
 
 
+@retry_on_conflict
 def _own_running(db: Database, request_id: int, owner: str, **values: Any) -> bool:
     with db.session() as session:
         return _own_running_tx(session, request_id, owner, **values)
 
 
+@retry_on_conflict
 def request_finish(
     db: Database, request_id: int, engine_id: str, status: str, error: str | None = None,
     message: str | None = None, message_ttl: float = messages.DEFAULT_TTL,
@@ -526,6 +542,7 @@ def _request_keys(session: Session, ident: str) -> list[str]:
     return keys
 
 
+@retry_on_conflict
 def request_list(
     db: Database,
     status: str | None = None,
@@ -548,6 +565,7 @@ def request_list(
 # Intake: a resource change and its request in one transaction ---------------
 
 
+@retry_on_conflict
 def add_with_request(db: Database, rows: Sequence[Any], request: dict | None) -> int | None:
     """Insert ``rows`` and, if given, a request (``request_add_tx`` keywords)
     in one transaction. Returns the request id."""
@@ -563,6 +581,7 @@ def add_with_request(db: Database, rows: Sequence[Any], request: dict | None) ->
 Change = tuple[type, Any, dict[str, Any], dict[str, Any]]
 
 
+@retry_on_conflict
 def transition_with_request(
     db: Database,
     changes: Sequence[Change],

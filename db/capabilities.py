@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db.engine import Database
+from sharemgr.db.retry import retry_on_conflict
 
 # A report read is reused this long by the process that read it: a stack of
 # a thousand shares checks one backend's capabilities a thousand times, and
@@ -56,6 +57,7 @@ def get(db: Database, host: str) -> models.BackendStats | None:
     return row
 
 
+@retry_on_conflict
 def all_stats(db: Database) -> list[models.BackendStats]:
     """Every backend's report, by host."""
     with db.session() as session:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sharemgr.db import stats
+from sharemgr.db import retry, stats
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
@@ -201,6 +201,8 @@ class Database:
             event.listen(self.engine, "before_cursor_execute", _sqlite_check_limits)
         self._session_factory: sessionmaker | None = None
         self.stats = stats.from_environment(self.engine)
+        # How a transaction that lost a conflict is run again (db/retry.py).
+        self.retry = retry.Policy()
 
     @property
     def _sessions(self) -> sessionmaker:

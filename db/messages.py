@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sharemgr.common import messages as M
 from sharemgr.db import models
 from sharemgr.db.engine import Database
+from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
 
 # Whose user-facing id a request's resource carries: (model, column).
@@ -44,6 +45,7 @@ def record_tx(session: Session, request_id: int, detail_id: str, ttl: float = M.
     return ident
 
 
+@retry_on_conflict
 def message_list(db: Database, resource_id: str | None = None, limit: int | None = None
                  ) -> list[models.Message]:
     """Unexpired messages, newest first; ``resource_id`` a share, snapshot,
@@ -62,18 +64,21 @@ def message_list(db: Database, resource_id: str | None = None, limit: int | None
         return list(session.scalars(stmt))
 
 
+@retry_on_conflict
 def message_get(db: Database, ident: str) -> models.Message | None:
     with db.session() as session:
         return session.scalar(sa.select(models.Message).where(
             models.Message.id == ident, models.Message.expires_at > models.utcnow()))
 
 
+@retry_on_conflict
 def message_delete(db: Database, ident: str) -> bool:
     with db.session() as session:
         return session.execute(sa.delete(models.Message).where(
             models.Message.id == ident)).rowcount == 1
 
 
+@retry_on_conflict
 def reap(db: Database) -> int:
     """Delete the expired messages; how many."""
     with db.session() as session:

@@ -14,9 +14,11 @@ from sharemgr.db import messages as db_messages
 from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sharemgr.db.resources import host_match
+from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
 
 
+@retry_on_conflict
 def open_requests(db: Database, hosts: list[str]) -> list[models.Request]:
     """Pending and running requests for these hosts, pools included (and
     host-less ones)."""
@@ -72,6 +74,7 @@ def _lease_set_tx(session: Session, resource_ids: list[str], engine_id: str,
     return session.execute(lease, params).rowcount
 
 
+@retry_on_conflict
 def lease_set(db: Database, resource_ids: list[str], engine_id: str,
               until: datetime.datetime, deadline: datetime.datetime | None = None) -> int:
     """Set the lease of this engine's running requests about these resources
@@ -92,6 +95,7 @@ def take_tx(session: Session, model: type, ident: str, statuses: tuple[str, ...]
                                         {"fence": db_api.PLUS_ONE})
 
 
+@retry_on_conflict
 def take_rows(db: Database, model: type, rows: dict[str, str]) -> dict[str, Any]:
     """Take many fenced resources, each in the status it was seen with
     (``{id: status}``), and read them back: the rows taken, by id (a row
@@ -105,6 +109,7 @@ def take_rows(db: Database, model: type, rows: dict[str, str]) -> dict[str, Any]
         return {row.id: row for row in found}
 
 
+@retry_on_conflict
 def read_and_lease(db: Database, model: type, ident: str, engine_id: str,
                    until_of: Callable[[Any], Any],
                    read: Callable[[Session], Any] | None = None,
@@ -130,6 +135,7 @@ def read_and_lease(db: Database, model: type, ident: str, engine_id: str,
         return row, _lease_set_tx(session, [ident], engine_id, until.until, until.deadline)
 
 
+@retry_on_conflict
 def expired_leases(db: Database, hosts: list[str]) -> list[models.Request]:
     """Running requests of these hosts whose lease has expired: the one
     query of a periodic tick (ix_requests_status_lease)."""
@@ -144,6 +150,7 @@ def expired_leases(db: Database, hosts: list[str]) -> list[models.Request]:
         return list(session.scalars(stmt.order_by(models.Request.id)))
 
 
+@retry_on_conflict
 def last_request_args(db: Database, resource_type: str, resource_id: str, action: str
                       ) -> dict[str, Any]:
     """The args of the newest ``action`` request of this resource, whatever
@@ -158,6 +165,7 @@ def last_request_args(db: Database, resource_type: str, resource_id: str, action
         return dict(session.scalar(stmt) or {})
 
 
+@retry_on_conflict
 def abandon_request(db: Database, request_id: int, dead_engine: str, note: str,
                     expired: bool = False, message_ttl: float = messages.DEFAULT_TTL) -> bool:
     """running → abandoned, only if the dead engine still owns it (with
@@ -236,6 +244,7 @@ def _applied_together(session: Session, groups: list[list[db_api.Change]],
     return out
 
 
+@retry_on_conflict
 def transitions(db: Database, groups: list[list[db_api.Change]]) -> list[bool]:
     """Apply many resources' outcomes in one transaction: each group is one
     resource's conditional updates ``(model, id, expected, values)`` (its
@@ -265,6 +274,7 @@ def transitions(db: Database, groups: list[list[db_api.Change]]) -> list[bool]:
     return applied
 
 
+@retry_on_conflict
 def pass_start(db: Database, host: str, engine_id: str, trigger: str, dry_run: bool
                ) -> models.ReconcilePass:
     row = models.ReconcilePass(host=host, engine_id=engine_id, trigger=trigger, dry_run=dry_run,
@@ -274,6 +284,7 @@ def pass_start(db: Database, host: str, engine_id: str, trigger: str, dry_run: b
     return row
 
 
+@retry_on_conflict
 def pass_finish(db: Database, pass_id: int, summary: dict[str, Any]) -> bool:
     """Record the outcome of a running pass (finished_at NULL → set); True
     if this call recorded it."""
@@ -286,6 +297,7 @@ def pass_finish(db: Database, pass_id: int, summary: dict[str, Any]) -> bool:
         return session.execute(stmt).rowcount == 1
 
 
+@retry_on_conflict
 def pass_failed(db: Database, pass_id: int | None, host: str, engine_id: str, trigger: str,
                 dry_run: bool, summary: dict[str, Any]) -> int:
     """Record a pass that failed: finish its row, or, when it failed before
@@ -304,6 +316,7 @@ def pass_failed(db: Database, pass_id: int | None, host: str, engine_id: str, tr
     return row.id
 
 
+@retry_on_conflict
 def passes(db: Database, host: str | None = None, limit: int = 1,
            pass_id: int | None = None, trigger: str | None = None,
            dry_run: bool | None = None) -> list[models.ReconcilePass]:

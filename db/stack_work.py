@@ -22,6 +22,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api, capacity, models, records
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
+from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session, defer
 
 M = models
@@ -141,6 +142,7 @@ class _NotBegun(Exception):
         self.why = why
 
 
+@retry_on_conflict
 def begin(
     db: Database,
     resource_id: int,
@@ -227,6 +229,7 @@ def _running_request_tx(
     )).inserted_primary_key[0]
 
 
+@retry_on_conflict
 def end(
     db: Database,
     resource_id: int,
@@ -311,12 +314,14 @@ def running_check_tx(session: Session, engine_id: str, resource_id: int, args: d
                                vocab.ACTION_CHECK, None, args)
 
 
+@retry_on_conflict
 def finish_request(db: Database, request_id: int, engine_id: str, status: str,
                    error: str | None = None) -> bool:
     with db.session() as session:
         return finish_request_tx(session, request_id, engine_id, status, error)
 
 
+@retry_on_conflict
 def unreplace(db: Database, resource_id: int, engine_id: str, replaced_by: int) -> bool:
     """Make a replaced row current again (a rollback back to it): clear its
     ``replaced_by`` as its lock holder. Its replacement's clean-up then
@@ -331,6 +336,7 @@ def unreplace(db: Database, resource_id: int, engine_id: str, replaced_by: int) 
 # Requests: forwarding and resuming checks -------------------------------------------
 
 
+@retry_on_conflict
 def forward_check(db: Database, request: M.Request, host: str, note: str) -> int:
     """A copy of a check request for ``host`` (the engines that serve it)."""
     with db.session() as session:
@@ -340,6 +346,7 @@ def forward_check(db: Database, request: M.Request, host: str, note: str) -> int
         ).id
 
 
+@retry_on_conflict
 def active_stacks(db: Database) -> list[M.Stack]:
     """Stacks with a traversal IN_PROGRESS, without their graphs (one indexed
     query; what the watchdog reads when there is nothing to do)."""
@@ -352,6 +359,7 @@ def active_stacks(db: Database) -> list[M.Stack]:
         return rows
 
 
+@retry_on_conflict
 def rows_left_in_progress(db: Database) -> list[M.StackResource]:
     """Locked rows IN_PROGRESS of stacks whose traversal has ended: a check
     cut short by an engine's death, on a stack that failed before the
@@ -367,6 +375,7 @@ def rows_left_in_progress(db: Database) -> list[M.StackResource]:
         return list(session.scalars(stmt))
 
 
+@retry_on_conflict
 def live_checks(db: Database) -> list[M.Request]:
     """Check requests that are ``pending`` or ``running``."""
     stmt = sa.select(M.Request).where(
@@ -377,6 +386,7 @@ def live_checks(db: Database) -> list[M.Request]:
         return list(session.scalars(stmt))
 
 
+@retry_on_conflict
 def abandon_checks(db: Database, requests: Iterable[M.Request], note: str) -> int:
     """Mark ``running`` check requests ``abandoned`` with ``note``, each only
     if it is still running for the engine the caller saw (engines doing this
@@ -394,6 +404,7 @@ def abandon_checks(db: Database, requests: Iterable[M.Request], note: str) -> in
     return done
 
 
+@retry_on_conflict
 def request_reconcile(db: Database, host: str, note: str) -> bool:
     """Ask the engines of ``host`` for a reconciliation pass (the request
     ``sharectl reconcile run`` writes), unless one is pending already."""
@@ -411,6 +422,7 @@ def request_reconcile(db: Database, host: str, note: str) -> bool:
         return True
 
 
+@retry_on_conflict
 def failed_checks(db: Database, limit: int = 200) -> list[M.Request]:
     """The newest ``failed`` check requests: a check records its own failures
     on the stack, so these are checks that could not (a database error, a
@@ -427,6 +439,7 @@ def failed_checks(db: Database, limit: int = 200) -> list[M.Request]:
         return list(session.scalars(stmt))
 
 
+@retry_on_conflict
 def stack_requests(db: Database, stack_id: str, traversal_id: str | None = None
                    ) -> list[M.Request]:
     """The check requests of a stack (one traversal's, if given), oldest first.

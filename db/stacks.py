@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.db import api, models
 from sharemgr.db.engine import Database
+from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
 
 Stack = models.Stack
@@ -93,11 +94,13 @@ def stack_get_tx(
     ).scalar_one_or_none()
 
 
+@retry_on_conflict
 def stack_get(db: Database, stack_id: str, include_deleted: bool = False) -> Stack | None:
     with db.session() as session:
         return stack_get_tx(session, stack_id, include_deleted=include_deleted)
 
 
+@retry_on_conflict
 def stack_get_by_name(db: Database, name: str) -> Stack | None:
     with db.session() as session:
         return session.execute(
@@ -116,6 +119,7 @@ def stack_lookup(db: Database, name_or_id: str) -> Stack:
     return stack
 
 
+@retry_on_conflict
 def stack_list(db: Database, include_deleted: bool = False) -> list[Stack]:
     stmt = sa.select(Stack).order_by(Stack.created_at, Stack.id)
     if not include_deleted:
@@ -190,6 +194,7 @@ def stack_set_status_tx(
     )
 
 
+@retry_on_conflict
 def stack_mark_checked(db: Database, stack_id: str, traversal_id: str | None, status: str,
                        reason: str | None) -> bool:
     """Record a stack check (CHECK COMPLETE/FAILED) if the stack still is at
@@ -315,6 +320,7 @@ def resource_list_tx(session: Session, stack_id: str) -> list[Resource]:
     )
 
 
+@retry_on_conflict
 def resource_list(db: Database, stack_id: str) -> list[Resource]:
     with db.session() as session:
         return resource_list_tx(session, stack_id)
@@ -351,6 +357,7 @@ def resource_set_state_tx(
     )
 
 
+@retry_on_conflict
 def resource_set_state(
     db: Database,
     resource_id: int,
@@ -466,6 +473,7 @@ def _lock_tx(
     return LockResult(acquired=won, holder=row.engine_id, atomic_key=row.atomic_key)
 
 
+@retry_on_conflict
 def resource_lock_acquire(db: Database, resource_id: int, engine_id: str) -> LockResult:
     """Take the row's lock if nobody holds it. On failure ``holder`` says who
     does (maybe this engine itself, from another thread: treat that as busy
@@ -474,6 +482,7 @@ def resource_lock_acquire(db: Database, resource_id: int, engine_id: str) -> Loc
         return _lock_tx(session, resource_id, engine_id, None)
 
 
+@retry_on_conflict
 def resource_lock_steal(
     db: Database, resource_id: int, engine_id: str, dead_engine_id: str
 ) -> LockResult:
@@ -483,6 +492,7 @@ def resource_lock_steal(
         return _lock_tx(session, resource_id, engine_id, dead_engine_id)
 
 
+@retry_on_conflict
 def resource_lock_release(db: Database, resource_id: int, engine_id: str) -> bool:
     """Release only if still ours (a lock stolen from us stays with the thief)."""
     with db.session() as session:

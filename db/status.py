@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.db import models
 from sharemgr.db.engine import Database
+from sharemgr.db.retry import retry_on_conflict
 
 # The rows that hold a resource's status, by the type the CLI names.
 STATUS_TABLES: dict[str, type] = {
@@ -28,6 +29,7 @@ def transient_statuses(rtype: str) -> tuple[str, ...]:
     return tuple(s for s in vocab.VALID_STATUSES[rtype] if s in vocab.TRANSIENT_STATUSES)
 
 
+@retry_on_conflict
 def request_counts(db: Database) -> dict[tuple[str | None, str], int]:
     """``{(host, status): n}`` of the open (pending, running) requests; host
     None for requests any engine may take."""
@@ -39,6 +41,7 @@ def request_counts(db: Database) -> dict[tuple[str | None, str], int]:
         return {(host, status): n for host, status, n in session.execute(stmt)}
 
 
+@retry_on_conflict
 def stuck_counts(db: Database, older_than: datetime.timedelta,
                  now: datetime.datetime | None = None) -> dict[str, int]:
     """``{resource type: n}`` of live rows in a transient status whose last

@@ -15,6 +15,7 @@ import socket
 from oslo_config import cfg, iniparser, types
 from oslo_log import _options as oslo_log_options  # the opts of its oslo.config.opts entry point
 from sharemgr.common.version import version
+from sharemgr.db import retry
 from sharemgr.drivers import options as driver_options
 
 CONF = cfg.CONF
@@ -139,6 +140,33 @@ database_opts = [
         min=1,
         max=3600,
         help="Seconds between the connection tries at start (max_retries).",
+    ),
+    cfg.IntOpt(
+        "db_max_retries",
+        default=20,
+        min=-1,
+        help="How many times a transaction the database ended for a deadlock, "
+        "a serialization failure or a lock wait timeout is run again; -1: "
+        "without end.",
+    ),
+    cfg.FloatOpt(
+        "db_retry_interval",
+        default=1.0,
+        min=0.01,
+        max=60.0,
+        help="Seconds (at most, with jitter) before a lost transaction runs again.",
+    ),
+    cfg.BoolOpt(
+        "db_inc_retry_interval",
+        default=True,
+        help="Whether the wait doubles at each retry, up to db_max_retry_interval.",
+    ),
+    cfg.FloatOpt(
+        "db_max_retry_interval",
+        default=10.0,
+        min=0.01,
+        max=600.0,
+        help="The longest wait between the retries of a lost transaction.",
     ),
 ]
 
@@ -399,6 +427,13 @@ def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
 
 class ConfigError(Exception):
     """A user's configuration mistake: printed as one line, exit code 2."""
+
+
+def retry_policy(conf: cfg.ConfigOpts = CONF) -> retry.Policy:
+    """``[database]``'s retries of transactions that lost a conflict."""
+    opts = conf.database
+    return retry.Policy(opts.db_max_retries, opts.db_retry_interval,
+                        opts.db_inc_retry_interval, opts.db_max_retry_interval)
 
 
 def database_url(conf: cfg.ConfigOpts = CONF) -> str:

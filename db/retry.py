@@ -1,0 +1,91 @@
+"""Transactions that lose a conflict are run again.
+
+PostgreSQL ends one of two transactions that wait on each other
+(deadlock, SQLSTATE 40P01) or cannot be serialized (40001); MariaDB and
+Galera end a deadlock (1213, Galera's certification conflict too) or a
+lock wait that timed out (1205). The transaction was rolled back whole,
+so running the function that opened it again is safe: the decorated
+functions of db/ each open their own transactions and do nothing outside
+them. Functions that call back into their caller inside the transaction
+(a SyncPoint's ``on_ready``) are not decorated: their callers keep state
+a retry would have to reset, and retry through their own paths.
+
+The retries follow oslo.db's ``wrap_db_retry`` and its option names
+(``[database] db_max_retries``, ``db_retry_interval``,
+``db_inc_retry_interval``, ``db_max_retry_interval``), with tenacity and
+jitter, so that the two transactions do not collide again in step.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import tenacity
+from oslo_log import log as logging
+from sqlalchemy import exc as sa_exc
+
+LOG = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_PG_CODES = frozenset({"40P01", "40001"})
+_MYSQL_CODES = frozenset({1213, 1205})
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Whether the database ended the transaction for a deadlock, a
+    serialization failure or a lock wait timeout (run it again)."""
+    if not isinstance(exc, sa_exc.DBAPIError) or exc.connection_invalidated:
+        return False
+    orig = exc.orig
+    code = getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)
+    if code is not None:
+        return code in _PG_CODES
+    args = getattr(orig, "args", ())
+    return bool(args) and args[0] in _MYSQL_CODES
+
+
+class Policy:
+    """How often and how far apart (``[database]`` db_* options)."""
+
+    def __init__(self, max_retries: int = 20, interval: float = 1.0,
+                 increase: bool = True, max_interval: float = 10.0) -> None:
+        self.max_retries = max_retries
+        self.interval = interval
+        self.increase = increase
+        self.max_interval = max(interval, max_interval)
+
+    def wait(self) -> tenacity.wait.wait_base:
+        if self.increase:
+            return tenacity.wait_random_exponential(multiplier=self.interval,
+                                                    max=self.max_interval)
+        return tenacity.wait_random(0, self.interval)
+
+    def stop(self) -> tenacity.stop.stop_base:
+        return tenacity.stop_never if self.max_retries < 0 else \
+            tenacity.stop_after_attempt(self.max_retries + 1)
+
+
+def _log(state: tenacity.RetryCallState) -> None:
+    exc = state.outcome.exception() if state.outcome else None
+    lines = str(getattr(exc, "orig", exc)).strip().splitlines()
+    LOG.info("%s: the database ended the transaction (%s); running it again (try %d)",
+             getattr(state.fn, "__qualname__", "transaction"), lines[0] if lines else exc,
+             state.attempt_number + 1)
+
+
+def retry_on_conflict(fn: F) -> F:
+    """Run ``fn(db, ...)`` again while it loses a conflict, by ``db.retry``
+    (a :class:`Policy`)."""
+
+    @functools.wraps(fn)
+    def run(db: Any, *args: Any, **kwargs: Any) -> Any:
+        policy: Policy = db.retry
+        retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(is_conflict),
+                                     wait=policy.wait(), stop=policy.stop(),
+                                     before_sleep=_log, reraise=True)
+        return retrying(fn, db, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
