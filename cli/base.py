@@ -94,12 +94,11 @@ def _database_error(cmd: Any, exc: BaseException) -> str:
 
     db = cmd.app.context.db
     try:
-        current, head = migration.current(db), migration.head()
+        runs, why = migration.can_run(db)
     except Exception:
-        current = head = None
-    if current != head:
-        return (f"database {safe_url(db.url)} is at revision {current}, not {head}: "
-                "run 'sharectl db sync'")
+        runs, why = False, "its schema revision cannot be read: run 'sharectl db sync'"
+    if not runs:
+        return f"database {safe_url(db.url)}: {why}"
     orig = getattr(exc, "orig", None) or exc
     lines = str(orig).strip().splitlines()
     return f"database error: {type(orig).__name__}: {lines[0] if lines else ''}"

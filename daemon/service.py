@@ -139,11 +139,11 @@ class ShareManagerService:
             self.db = open_database(self.conf, self.stopping)
         except DatabaseUnavailable as exc:
             raise StartupError(str(exc))
-        if not migration.is_current(self.db):
-            raise StartupError(
-                f"database {safe_url(self.db.url)} is at revision "
-                f"{migration.current(self.db)}, not {migration.head()}: run 'sharectl db sync'"
-            )
+        runs, why = migration.can_run(self.db)
+        if not runs:
+            raise StartupError(f"database {safe_url(self.db.url)}: {why}")
+        if why:
+            LOG.warning("database %s: %s", safe_url(self.db.url), why)
         self._start_health()
         try:
             self.coordinator = Coordinator(config.coordination_url(self.conf), self.engine_id)

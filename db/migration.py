@@ -75,6 +75,8 @@ def upgrade(db: Database, revision: str = "head") -> None:
                 _take_sync_lock(conn, db.dialect)
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, revision)
+                if revision == "head":
+                    _record_floor(conn)
                 if sqlite:
                     broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
                     if broken:
@@ -88,3 +90,70 @@ def upgrade(db: Database, revision: str = "head") -> None:
 
 def is_current(db: Database) -> bool:
     return current(db) == head()
+
+
+# Rolling upgrades ---------------------------------------------------------
+#
+# A migration module that says ``compat = "expand"`` only adds (tables,
+# nullable columns, indexes): engines of the head before it work on the
+# schema after it. ``db sync`` records the oldest head whose engines still
+# work (``engine_floor`` in ``schema_info``); an engine whose head the
+# database has passed reads it at start and runs if its own head is at or
+# after the floor. An engine never runs on a database older than its head.
+
+FLOOR = "engine_floor"
+
+
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(_config())
+
+
+def floor(script: ScriptDirectory | None = None) -> str:
+    """The oldest revision whose engines work on the head's schema: the
+    head, walked back over the expand migrations just below it."""
+    script = script or _script()
+    rev = script.get_revision(script.get_current_head())
+    oldest = rev.revision
+    while getattr(rev.module, "compat", "contract") == "expand" and rev.down_revision:
+        oldest = rev.down_revision
+        rev = script.get_revision(rev.down_revision)
+    return oldest
+
+
+def _record_floor(conn: Connection) -> None:
+    table = sa.table("schema_info", sa.column("name"), sa.column("value"))
+    conn.execute(sa.delete(table).where(table.c.name == FLOOR))
+    conn.execute(sa.insert(table).values(name=FLOOR, value=floor()))
+
+
+def _read_floor(db: Database) -> str | None:
+    table = sa.table("schema_info", sa.column("name"), sa.column("value"))
+    try:
+        with db.connect() as conn:
+            return conn.execute(sa.select(table.c.value).where(table.c.name == FLOOR)
+                                ).scalar()
+    except sa.exc.DBAPIError:  # no such table: synced by a release without it
+        return None
+
+
+def can_run(db: Database) -> tuple[bool, str | None]:
+    """Whether an engine of this release may run on ``db``'s schema, and
+    why not or the note to log (None: the schema is at this head)."""
+    at, mine = current(db), head()
+    if at == mine:
+        return True, None
+    script = _script()
+    try:
+        known = at is not None and script.get_revision(at) is not None
+    except Exception:  # a revision this release has never heard of
+        known = False
+    if at is None or known:
+        return False, f"the database is at revision {at}, not {mine}: run 'sharectl db sync'"
+    lowest = _read_floor(db)
+    mine_and_older = {r.revision for r in script.iterate_revisions(mine, "base")}
+    if lowest is not None and lowest in mine_and_older:
+        return True, (f"the database is at revision {at}, newer than this engine's {mine}; "
+                      f"engines from revision {lowest} on work on it (expand migrations "
+                      "only): running")
+    return False, (f"the database is at revision {at}, newer than this engine's {mine}, "
+                   f"and needs engines from revision {lowest or at} on: upgrade this engine")

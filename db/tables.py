@@ -382,3 +382,12 @@ sync_points = sa.Table(
     Index("ix_sync_points_stack_traversal", "stack_id", "traversal_id"),
 )
 
+
+
+# What ``db sync`` records about the schema it left (migration 0013):
+# 'engine_floor', the oldest head whose engines still work on it.
+schema_info = sa.Table(
+    "schema_info", metadata,
+    sa.Column("name", String(64), primary_key=True),
+    sa.Column("value", String(255), nullable=False),
+)
