@@ -67,9 +67,13 @@ def room(limits: Limits, usage: Usage) -> float | None:
 
 def _usage_stmt(hosts: list[str], since: datetime | None) -> sa.Select:
     inst, share = models.ShareInstance.__table__, models.Share.__table__
-    made_since = (sa.case((inst.c.created_at >= since, share.c.size), else_=0)
+    # An extend under way counts at the size it asks for.
+    size = sa.case((sa.and_(inst.c.status == vocab.EXTENDING,
+                            inst.c.pending_size > share.c.size), inst.c.pending_size),
+                   else_=share.c.size)
+    made_since = (sa.case((inst.c.created_at >= since, size), else_=0)
                   if since is not None else sa.literal(0))
-    return (sa.select(inst.c.host, sa.func.coalesce(sa.func.sum(share.c.size), 0),
+    return (sa.select(inst.c.host, sa.func.coalesce(sa.func.sum(size), 0),
                       sa.func.coalesce(sa.func.sum(made_since), 0))
             .join(share, share.c.id == inst.c.share_id)
             .where(inst.c.host.in_(hosts), inst.c.status != vocab.DELETED)

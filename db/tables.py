@@ -160,6 +160,9 @@ share_instances = sa.Table(
     # What the last drift check found on the backend (reconcile/drift.py);
     # NULL when the backend agrees.
     sa.Column("drift", JSON, default=None),
+    # The size an extend under way asks for (migration 0014): a pool counts
+    # it while the status is 'extending' (db/capacity.py).
+    sa.Column("pending_size", Integer),
     _fence(),
     *_timestamps(),
     Index("ix_share_instances_host_status", "host", "status"),

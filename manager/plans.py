@@ -316,8 +316,10 @@ def resize_share(db: Database, share_id: str, new_size: int) -> Plan:
                          f"{new_size - row.size} GiB to {new_size} GiB")
         plan.claims += [claim] if claim else []
     status = vocab.EXTENDING if action == vocab.ACTION_EXTEND else vocab.SHRINKING
-    plan.changes.append((models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
-                         {"status": status}))
+    values: dict[str, Any] = {"status": status}
+    if action == vocab.ACTION_EXTEND:
+        values["pending_size"] = new_size  # counted in its pool while extending
+    plan.changes.append((models.ShareInstance, inst.id, {"status": vocab.AVAILABLE}, values))
     plan.op = Op(vocab.SHARE_INSTANCE, inst.id, action, inst.host, {"new_size": new_size})
     return plan
 
