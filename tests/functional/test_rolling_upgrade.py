@@ -7,6 +7,7 @@ locks and on PostgreSQL + Redis."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -87,7 +88,8 @@ def test_the_previous_release_runs_on_the_new_schema(deployment, server_kw, tmp_
     assert d.json("db", "version")["current"] == old_head
     first = _old(d, old, "engine", name="old-1")
     first.wait_for_log("share-manager up")
-    kept = d.json("share", "create", "1", "--proto", "NFS", "--name", "kept", "--wait")
+    kept = json.loads(_old(d, old, "sharectl", "share", "create", "1", "--proto", "NFS",
+                           "--name", "kept", "--wait", "-f", "json"))
 
     # The new release's db sync, the old engine still running.
     d.sync()
