@@ -401,28 +401,38 @@ class Worker:
         return None, False
 
     def tidy(self, row: models.StackResource | None) -> bool:
-        """The traversal ended (FAILED) while a dead engine's check of this
-        row was cut short: end the row's action and drop the dead lock, so
-        the row does not look busy until the next user action. A row whose
-        physical resource is still transient waits for reconciliation. True
-        if this call tidied it."""
+        """The traversal ended (FAILED) while a check of this row was cut
+        short — by its engine's death (the dead engine's lock is dropped), or
+        by a partition, the lock since let go by a check that found the
+        traversal over (nobody holds it): end the row's action, so the row
+        does not look busy until the next user action. A row whose physical
+        resource is still transient waits for reconciliation. True if this
+        call tidied it."""
         holder = None if row is None else row.engine_id
-        if row is None or row.status != vocab.STACK_IN_PROGRESS or holder is None or \
-                holder == self.engine_id or self.coordinator.is_alive(holder):
+        if row is None or row.status != vocab.STACK_IN_PROGRESS or holder == self.engine_id \
+                or (holder is not None and self.coordinator.is_alive(holder)):
             return False
         if phys.observe(self.db, row.type, row.physical_id).state == phys.BUSY:
             return False
-        if not stacks.resource_lock_steal(self.db, row.id, self.engine_id, holder).acquired:
+        taken = stacks.resource_lock_acquire(self.db, row.id, self.engine_id) if holder is None \
+            else stacks.resource_lock_steal(self.db, row.id, self.engine_id, holder)
+        if not taken.acquired:
             return False
+        why = f"the death of engine {holder}" if holder else "a pause or partition"
         try:
+            again = stacks.resource_get(self.db, row.id)
+            stack = stack_work.stack_head(self.db, row.stack_id)
+            if again is None or again.status != vocab.STACK_IN_PROGRESS or stack is None \
+                    or stack.status == vocab.STACK_IN_PROGRESS:
+                return False  # ended by its own check, or a new traversal takes it
             stacks.resource_set_state(self.db, row.id, self.engine_id, row.action,
                                       vocab.STACK_FAILED,
-                                      f"{row.action} cut short by the death of engine "
-                                      f"{holder}; the stack's traversal had ended")
+                                      f"{row.action} cut short by {why}; the stack's "
+                                      "traversal had ended")
         finally:
             stacks.resource_lock_release(self.db, row.id, self.engine_id)
-        LOG.info("resource %s: %s cut short by dead engine %s on an ended traversal; "
-                 "marked FAILED", row.id, row.action, holder)
+        LOG.info("resource %s: %s cut short by %s on an ended traversal; marked FAILED",
+                 row.id, row.action, why)
         return True
 
     # Fast paths ----------------------------------------------------------------------------

@@ -361,14 +361,15 @@ def active_stacks(db: Database) -> list[M.Stack]:
 
 @retry_on_conflict
 def rows_left_in_progress(db: Database) -> list[M.StackResource]:
-    """Locked rows IN_PROGRESS of stacks whose traversal has ended: a check
-    cut short by an engine's death, on a stack that failed before the
-    node's retrigger ran."""
+    """Rows IN_PROGRESS of stacks whose traversal has ended: a check cut
+    short by an engine's death (the row still locked by it), or one cut by
+    a partition whose lock a later check took over and let go when it found
+    the traversal over (the row unlocked) — on a stack that failed before
+    the node's retrigger ran."""
     stmt = (
         sa.select(M.StackResource)
         .join(M.Stack, M.Stack.id == M.StackResource.stack_id)
         .where(M.StackResource.status == vocab.STACK_IN_PROGRESS,
-               M.StackResource.engine_id.is_not(None),
                M.Stack.status != vocab.STACK_IN_PROGRESS, M.Stack.deleted_at.is_(None))
     )
     with db.session() as session:

@@ -82,13 +82,13 @@ def test_playbooks_found():
 class Run:
     """One ansible-playbook run of the reconciliation playbook, in the background."""
 
-    def __init__(self, tmp_path: Path, name: str, extra: dict) -> None:
+    def __init__(self, tmp_path: Path, name: str, extra: dict, *args: str) -> None:
         self.root = tmp_path / name
         self.root.mkdir()
         self.log = self.root / "ansible.out"
         vars_ = {"sm_root": str(self.root / "deployment"), "sm_bin_dir": str(BIN), **extra}
         self.proc = subprocess.Popen(
-            [ansible_playbook(), str(RECONCILIATION), "-e", json.dumps(vars_)],
+            [ansible_playbook(), str(RECONCILIATION), "-e", json.dumps(vars_), *args],
             stdout=open(self.log, "wb"), stderr=subprocess.STDOUT,
             env=ansible_env(self.root), cwd=self.root, start_new_session=True,
         )
@@ -108,10 +108,11 @@ class Run:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(60)
-        ctl = self.root / "deployment" / "share-manager-ctl"
-        if ctl.exists():
-            subprocess.run([str(ctl), "stop"], capture_output=True, timeout=120,
-                           env={**os.environ, "STOP_TIMEOUT": "30"})
+        for name in ("share-manager-ctl", "share-manager-ctl-2"):
+            ctl = self.root / "deployment" / name
+            if ctl.exists():
+                subprocess.run([str(ctl), "stop"], capture_output=True, timeout=120,
+                               env={**os.environ, "STOP_TIMEOUT": "30"})
 
 
 def scenario() -> tuple[list[dict], dict[str, str]]:
@@ -121,14 +122,22 @@ def scenario() -> tuple[list[dict], dict[str, str]]:
     return play["vars"]["sm_cases"], transient
 
 
-def test_reconciliation_playbook(tmp_path):
-    """The playbook passes; with startup reconciliation disabled in its config
-    it fails, naming every resource, its expected and its actual status. The
-    two runs go on at the same time, each with a deployment of its own."""
+def test_reconciliation_playbook(tmp_path, pg_url, redis_url):
+    """The playbook passes, on SQLite with one engine and on PostgreSQL +
+    Redis with two engines of the host started together (each resource
+    settled once); with startup reconciliation disabled in its config it
+    fails, naming every resource, its expected and its actual status. The
+    runs go on at the same time, each with a deployment of its own."""
     runs = {
         "enabled": Run(tmp_path, "enabled", {}),
         "disabled": Run(tmp_path, "disabled",
                         {"sm_reconciliation_enabled": False, "sm_settle_bound": 10}),
+        # The stack play starts from an empty deployment by wiping the state
+        # folder, which empties SQLite, not a server: this run is the first play.
+        "two-engines": Run(tmp_path, "two-engines",
+                           {"sm_engines": 2, "sm_database_connection": pg_url,
+                            "sm_coordination_url": redis_url},
+                           "--tags", "reconciliation"),
     }
     try:
         results = {name: run.wait() for name, run in runs.items()}
@@ -140,6 +149,11 @@ def test_reconciliation_playbook(tmp_path):
     assert rc == 0, f"the playbook failed (exit {rc}):\n{out[-6000:]}"
     assert "TASK [Every resource reached its expected status]" in out
     assert re.search(r"localhost\s+: ok=\d+ .*failed=0", out), out[-3000:]
+
+    rc, out = results["two-engines"]
+    assert rc == 0, f"the two-engine run failed (exit {rc}):\n{out[-6000:]}"
+    assert re.search(r"resources settled once; the final start's passes ran on\s+2 engine", out), \
+        out[-3000:]
 
     rc, out = results["disabled"]
     assert rc not in (0, None), (

@@ -626,6 +626,27 @@ def test_watchdog_tidies_a_dead_engines_row_on_a_failed_stack(rig):
     assert "cut short by the death of engine" in row.status_reason
 
 
+def test_watchdog_tidies_a_cut_row_left_unlocked_on_a_timed_out_stack(rig):
+    """A check cut by a partition left its row CREATE IN_PROGRESS; a later
+    check took over the leaked lock, found the stack's traversal over (it
+    had timed out) and let the lock go: nobody holds the row and nobody
+    will end its action. The watchdog marks it FAILED (seen in a fault run:
+    the stack settled only when the user deleted it again)."""
+    e = rig.engine()
+    rig.create("web", V1)
+    data = rig.rows("web")["data"][0]
+    assert stacks.resource_lock_acquire(rig.db, data.id, e.engine_id).acquired
+    assert stacks.resource_set_state(rig.db, data.id, e.engine_id, "CREATE", "IN_PROGRESS")
+    assert stacks.resource_lock_release(rig.db, data.id, e.engine_id)
+    stack = rig.stack("web")
+    assert lifecycle.fail(rig.db, stack.id, stack.current_traversal, "timed out",
+                          rollback=False)
+    assert e.watchdog.run_once()["tidied"] == 1
+    row = stacks.resource_get(rig.db, data.id)
+    assert (row.action, row.status, row.engine_id) == ("CREATE", "FAILED", None)
+    assert "cut short by a pause or partition" in row.status_reason
+
+
 def _share_op_requests(rig, e):
     """The share operations' requests (the stack's own checks left out)."""
     return [r for r in api.request_list(rig.db) if r.action != "check_resource"]
