@@ -22,8 +22,12 @@ def _config() -> Config:
     return cfg
 
 
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(_config())
+
+
 def head() -> str:
-    return ScriptDirectory.from_config(_config()).get_current_head()
+    return _script().get_current_head()
 
 
 def current(db: Database) -> str | None:
@@ -102,10 +106,6 @@ def is_current(db: Database) -> bool:
 # after the floor. An engine never runs on a database older than its head.
 
 FLOOR = "engine_floor"
-
-
-def _script() -> ScriptDirectory:
-    return ScriptDirectory.from_config(_config())
 
 
 def floor(script: ScriptDirectory | None = None) -> str:

@@ -108,6 +108,13 @@ def with_options(stats: dict[str, Any], configuration: Any) -> dict[str, Any]:
                                for p in stats["pools"]]}
 
 
+@dataclass(frozen=True)
+class PoolRoom:
+    limits: db_capacity.Limits
+    usage: db_capacity.Usage
+    room: float | None  # GiB a placement can still take; None: no bound
+
+
 class Report:
     """One backend's last report."""
 
@@ -138,6 +145,16 @@ class Report:
 
     def largest_free(self) -> Pool | None:
         return self.best_pool(0)
+
+    def rooms(self, db: Database) -> dict[str, PoolRoom]:
+        """Each pool's limits, what is placed in it now and the room left,
+        by pool name (one grouped read of the instances)."""
+        limits = {p.name: p.limits(self.host, self.reported_at) for p in self.pools}
+        used = db_capacity.usage(db, [lim.pool_host for lim in limits.values()],
+                                 self.reported_at)
+        return {name: PoolRoom(lim, used[lim.pool_host],
+                               db_capacity.room(lim, used[lim.pool_host]))
+                for name, lim in limits.items()}
 
 
 def report(db: Database, host: str) -> Report | None:
@@ -179,13 +196,9 @@ def pool_states(db: Database) -> list[PoolState]:
             continue
         raw = {str(p["pool_name"]): p for p in report.stats.get("pools") or []
                if isinstance(p, dict) and p.get("pool_name")}
-        limits = [p.limits(row.host, report.reported_at) for p in report.pools]
-        used = db_capacity.usage(db, [lim.pool_host for lim in limits], report.reported_at)
-        for pool, lim in zip(report.pools, limits, strict=True):
-            usage = used[lim.pool_host]
-            found.append(PoolState(lim.pool_host, report.backend,
-                                   raw[pool.name].get("total_capacity_gb"),
-                                   raw[pool.name].get("free_capacity_gb"),
-                                   usage.allocated_gb, db_capacity.room(lim, usage),
-                                   row.updated_at))
+        for name, pool in report.rooms(db).items():
+            found.append(PoolState(pool.limits.pool_host, report.backend,
+                                   raw[name].get("total_capacity_gb"),
+                                   raw[name].get("free_capacity_gb"),
+                                   pool.usage.allocated_gb, pool.room, row.updated_at))
     return found

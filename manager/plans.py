@@ -137,9 +137,8 @@ def _room(db: Database, caps: capabilities.Report | None, host: str, size: int,
     if caps is None or not caps.pools:
         return host, None
     backend_host = views.host_of(host)
-    limits = {p.name: p.limits(backend_host, caps.reported_at) for p in caps.pools}
-    used = db_capacity.usage(db, [lim.pool_host for lim in limits.values()], caps.reported_at)
-    rooms = {name: db_capacity.room(lim, used[lim.pool_host]) for name, lim in limits.items()}
+    pools = caps.rooms(db)
+    rooms = {name: pool.room for name, pool in pools.items()}
     name = capabilities.pool_of(host)
     if name is not None:
         if name not in rooms:  # a pool no longer reported: as before
@@ -148,7 +147,7 @@ def _room(db: Database, caps: capabilities.Report | None, host: str, size: int,
         if left is not None and size > left:
             raise Refused(f"cannot {doing}: {size} GiB is more than the {max(left, 0):g} GiB "
                           f"free in pool {host!r}")
-        return host, db_capacity.Claim(backend_host, limits[name], size)
+        return host, db_capacity.Claim(backend_host, pools[name].limits, size)
     fits = [n for n in sorted(rooms) if rooms[n] is None or size <= rooms[n]]
     if not fits:
         most = max(rooms, key=lambda n: rooms[n])
@@ -156,7 +155,7 @@ def _room(db: Database, caps: capabilities.Report | None, host: str, size: int,
                       f"every pool of backend {caps.backend!r}; the most free is "
                       f"{max(rooms[most], 0):g} GiB, in pool {most!r}")
     best = max(fits, key=lambda n: (rooms[n] is None, rooms[n] or 0.0))
-    return f"{backend_host}#{best}", db_capacity.Claim(backend_host, limits[best], size)
+    return f"{backend_host}#{best}", db_capacity.Claim(backend_host, pools[best].limits, size)
 
 
 # Creates ------------------------------------------------------------------------------

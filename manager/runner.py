@@ -18,6 +18,7 @@ from sharemgr.common import messages, metrics, tasks, vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, notify
 from sharemgr.db.engine import Database
+from sharemgr.manager import views
 from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Stale
 from sharemgr.manager.outage import Backoff, is_outage
 
@@ -48,11 +49,6 @@ class _Lane:
         self.hosts: list[str] = []
         self.executor = futurist.ThreadPoolExecutor(max_workers=workers)
         self.inflight: set[Any] = set()
-
-
-def backend_of(host: str) -> str | None:
-    """'h@b' and '*@b' are backend b's; a plain host is none's."""
-    return host.partition("@")[2] or None
 
 
 class RequestRunner:
@@ -103,7 +99,8 @@ class RequestRunner:
         for host in hosts:
             if host in self.hosts:
                 continue
-            lane = by_backend.get(backend_of(host) or "", self.general)
+            # 'h@b' and '*@b' are backend b's; a plain host is none's ("").
+            lane = by_backend.get(views.backend_of(host), self.general)
             # New lists: a claim in progress keeps the old ones.
             lane.hosts = [*lane.hosts, host]
             self.hosts = [*self.hosts, host]
