@@ -147,7 +147,7 @@ def fail_tx(session: Session, stack_id: str, traversal_id: str, reason: str,
     rollback = rollback and stack.action in (vocab.STACK_CREATE, vocab.STACK_UPDATE)
     # The points go with the traversal, rolled back or not (before the stack
     # row, for the lock order): a point exists only while its traversal is
-    # current and in progress, which a report relies on (``worker._inline``).
+    # current and in progress, which a report relies on (``report._inline``).
     sync_points.delete_all_tx(session, stack_id)
     if not stacks.stack_set_status_tx(session, stack_id, traversal_id, vocab.STACK_FAILED, reason):
         raise Lost()

@@ -28,7 +28,7 @@ time. A stalled node is left alone while waiting is right:
 * its row (or the row's replacement) is locked by a live engine: that check
   retriggers the node when it is done (doc/specs.rst, spec 001). A lock this engine holds
   while none of its checks does (a lost release, or a check cut by a pause
-  or a partition: ``Worker._cut``) is released here once its resource has
+  or a partition: ``Actor.cut``) is released here once its resource has
   settled;
 * its physical resource is in a transient status: an operation is under way,
   or a dead engine's operation waits for reconciliation, which the watchdog

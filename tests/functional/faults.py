@@ -295,7 +295,7 @@ def run(opts: Options) -> dict[str, Any]:
 
 
 # What an operation cut by a fault says (manager/operations.py: NotNow, Lost):
-# a stack must never fail for it (convergence/worker.py, Worker._cut).
+# a stack must never fail for it (convergence/act.py, Actor.cut).
 CUT_BY_A_FAULT = ("not calling the driver", "changed while the driver worked",
                   "fenced by the backend")
 

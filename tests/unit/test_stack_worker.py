@@ -204,9 +204,9 @@ def test_clean_up_nodes_with_nothing_to_do_report_where_they_become_ready(
     and the next waits as a check, whose own report goes on down the chain:
     s5's and s4's from s5's create, s3's check with s2's and s1's, s0's
     check."""
-    from sharemgr.convergence import worker as worker_mod
+    from sharemgr.convergence import report
 
-    monkeypatch.setattr(worker_mod, "INLINE_LIMIT", limit)
+    monkeypatch.setattr(report, "INLINE_LIMIT", limit)
     e = rig.engine()
     rig.create("chain", _chain(6))
     e.pump()
@@ -291,7 +291,6 @@ def test_a_wide_fan_out_reports_in_batches_and_completes(rig, monkeypatch):
     end, the rest in further transactions of up to REPORT_IN_ONE; each
     successor is queued once and the stack completes. A failing batch
     transaction is retried one report at a time."""
-    from sharemgr.convergence import worker as worker_mod
     e = rig.engine()
     leaves = [f"l{i}" for i in range(12)]
     rig.create("fan", _fan_out(leaves))
@@ -304,7 +303,7 @@ def test_a_wide_fan_out_reports_in_batches_and_completes(rig, monkeypatch):
                 raise RuntimeError("deadlock detected")
         return real(db, work)
 
-    monkeypatch.setattr(worker_mod.lifecycle, "in_one_transaction", in_one_transaction)
+    monkeypatch.setattr(lifecycle, "in_one_transaction", in_one_transaction)
     e.pump()
     assert _status(rig, "fan") == ("CREATE", "COMPLETE")
     assert len(calls) == 1  # 13 points: 8 with the end, 5 in one batch
@@ -321,7 +320,6 @@ def test_the_watchdog_leaves_a_node_alone_while_it_is_still_reporting(rig, monke
     The watchdog, run between two of those batches, sees it as reporting
     (Worker.reporting) and retriggers nothing; afterwards nothing is left
     marked, and the stack completes with one check per node."""
-    from sharemgr.convergence import worker as worker_mod
     e = rig.engine()
     leaves = [f"l{i}" for i in range(20)]
     rig.create("fan", _fan_out(leaves))
@@ -332,7 +330,7 @@ def test_the_watchdog_leaves_a_node_alone_while_it_is_still_reporting(rig, monke
             seen.append((e.worker.reporting(), e.watchdog.run_once()))
         return real(db, work)
 
-    monkeypatch.setattr(worker_mod.lifecycle, "in_one_transaction", in_one_transaction)
+    monkeypatch.setattr(lifecycle, "in_one_transaction", in_one_transaction)
     e.pump()
     assert _status(rig, "fan") == ("CREATE", "COMPLETE")
     (reporting, counts), = seen

@@ -1,0 +1,304 @@
+"""A node's second step: its work, through the share operations (doc/specs.rst,
+spec 001, step 3; doc/design.rst, "A node in three steps").
+
+Every action starts with one transaction (``stack_work.begin``) that checks
+the traversal is current, marks the row ``<action> IN_PROGRESS`` with its
+physical id and writes the physical rows in their transient status plus the
+operation's request (running, owned by this engine): a crash leaves a row and
+a physical resource that reconciliation settles and the resumed check finds —
+a physical resource is never created twice. Each step returns an
+:class:`Outcome`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from oslo_log import log as logging
+from sharemgr.common import vocab
+from sharemgr.convergence import decide as decide_mod
+from sharemgr.convergence import physical as phys
+from sharemgr.convergence.decide import Kind
+from sharemgr.convergence.node_check import (
+    ENDED,
+    SUPERSEDED,
+    Ctx,
+    Outcome,
+    Result,
+)
+from sharemgr.convergence.row_locks import RowLocks
+from sharemgr.convergence.template import ResourceData, Template, TemplateError
+from sharemgr.db import api as db_api
+from sharemgr.db import capacity as db_capacity
+from sharemgr.db import models, stack_work, stacks
+from sharemgr.db.engine import Database
+from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Operations, Stale
+
+LOG = logging.getLogger(__name__)
+
+# A physical row changed between planning and starting (another check of a
+# sibling made the share's first replica, say): plan again, this many times.
+REPLAN_ATTEMPTS = 5
+
+
+class Actor:
+    """Carries out a node's work on the rows its check holds."""
+
+    def __init__(self, db: Database, operations: Operations, engine_id: str,
+                 placement: phys.Placement, locks: RowLocks,
+                 template: Callable[[models.Stack], Template]) -> None:
+        self.db = db
+        self.operations = operations
+        self.engine_id = engine_id
+        self.placement = placement
+        self.locks = locks
+        self.template = template
+
+    def act(self, ctx: Ctx) -> Outcome:
+        """The node's work, the general way: re-read under the row's lock."""
+        stack = stack_work.stack_head(self.db, ctx.stack_id)
+        if stack is None or stack.current_traversal != ctx.traversal:
+            return SUPERSEDED
+        if stack.status != vocab.STACK_IN_PROGRESS:
+            return ENDED
+        row = stacks.resource_get(self.db, ctx.node.resource_id)
+        if row is None:
+            return SUPERSEDED
+        if ctx.node.is_update:
+            return self._update(ctx, stack, row)
+        if (row.id, True) in ctx.graph and row.replaced_by is None:
+            return Outcome.done()  # still wanted: nothing to clean up
+        return self._delete_row(ctx, row)
+
+    # Update nodes ------------------------------------------------------------------
+
+    def _update(self, ctx: Ctx, stack: models.Stack, row: models.StackResource) -> Outcome:
+        orphan = decide_mod.orphan(self.db, ctx.graph, row)
+        if orphan is not None:
+            deleted = self._delete_orphan(ctx, orphan)
+            if deleted.result is not Result.DONE:
+                return deleted
+            row = stacks.resource_get(self.db, row.id)
+        for _attempt in range(REPLAN_ATTEMPTS):
+            outcome = self._update_once(ctx, stack, row)
+            if outcome.result is not Result.REPLAN:
+                return outcome
+            row = stacks.resource_get(self.db, row.id)
+            if row is None:
+                return SUPERSEDED
+        return self.fail(row, decide_mod.nominal(row), "its physical resources kept changing "
+                         f"while it was planned ({REPLAN_ATTEMPTS} attempts)")
+
+    def _delete_orphan(self, ctx: Ctx, orphan: models.StackResource) -> Outcome:
+        """Delete a cut replacement (``decide.orphan``); DONE when it is gone."""
+        if orphan.id not in ctx.held:
+            busy = self.locks.take(orphan.id, orphan)
+            if busy is not None:
+                return Outcome.bailed(busy)
+            ctx.held.append(orphan.id)
+        LOG.info("stack %s: %s: deleting replacement row %s, cut short by a crash",
+                 ctx.stack_name, orphan.name, orphan.id)
+        return self._delete_row(ctx, orphan)
+
+    def _update_once(self, ctx: Ctx, stack: models.Stack, row: models.StackResource
+                     ) -> Outcome:
+        """One try at the update node; REPLAN: a physical row changed since it
+        was planned."""
+        effective, unreplace = decide_mod.effective(self.db, stack, row)
+        if effective.id != row.id and effective.id not in ctx.held:
+            busy = self.locks.take(effective.id, effective)
+            if busy is not None:
+                return Outcome.bailed(busy)
+            ctx.held.append(effective.id)
+        elif unreplace:
+            stack_work.unreplace(self.db, row.id, self.engine_id, row.replaced_by)
+        template = self.template(stack)
+        try:
+            d = decide_mod.decide(self.db, template, row, effective, ctx.input_data)
+        except TemplateError as exc:
+            return self.fail(effective, decide_mod.nominal(effective), str(exc))
+        if d.kind == Kind.BUSY:
+            return self.fail(effective, decide_mod.nominal(effective),
+                             f"physical resource {effective.physical_id} "
+                             f"is {d.observed.status}: another operation is under way")
+        start, final = decide_mod.row_values(template, stack, row.name, d.props,
+                                             effective.requires, ctx.input_data)
+        name = phys.new_name(ctx.stack_name, row.name, d.props)
+
+        if d.kind == Kind.NOOP:
+            return self._noop(ctx, row, effective, d, final)
+        action = vocab.STACK_UPDATE if d.kind == Kind.UPDATE else vocab.STACK_CREATE
+        try:
+            if d.kind == Kind.UPDATE:
+                plan = phys.plan_update(self.db, effective.type, effective.physical_id,
+                                        d.in_place, name)
+            else:
+                plan = phys.plan_create(self.db, effective.type, d.props, name, self.placement)
+        except phys.CheckError as exc:
+            return self.fail(effective, action, str(exc))
+        if plan.physical_id is not None:
+            start["physical_id"] = plan.physical_id
+        work = self.work(ctx, action, start, plan)
+        try:
+            begun = stack_work.begin(
+                self.db, effective.id, self.engine_id, ctx.stack_id, ctx.traversal, work,
+                replace=d.kind == Kind.REPLACE, replace_template_id=stack.template_id,
+                replace_requires=final["requires"])
+        except db_capacity.NoRoom as exc:  # placed meanwhile by others: refused as a plan is
+            return self.fail(effective, action, f"{exc} (placed meanwhile by others)")
+        if isinstance(begun, str):
+            return Outcome.of_begin(begun, effective.id)
+        if begun.resource_id != effective.id:
+            self.locks.tracker.claim(begun.resource_id)  # the replacement, born locked by us
+            ctx.held.append(begun.resource_id)
+            LOG.info("stack %s: %s (row %s) replaced by row %s", ctx.stack_name, row.name,
+                     effective.id, begun.resource_id)
+        return self.carry_out(ctx, row.name, begun, action, plan, final)
+
+    def _noop(self, ctx: Ctx, row: models.StackResource, effective: models.StackResource,
+              d: decide_mod.Decision, final: dict) -> Outcome:
+        """Nothing to change: record the template and dependencies (and finish
+        an action a dead engine left IN_PROGRESS whose resource turned out
+        fine)."""
+        if effective.status == vocab.STACK_COMPLETE and effective.action != vocab.STACK_INIT:
+            action = effective.action
+        else:
+            created = effective.action in (vocab.STACK_INIT, vocab.STACK_CREATE)
+            action = vocab.STACK_CREATE if created else vocab.STACK_UPDATE
+        values = {**final, "properties": d.props, "attributes": dict(d.observed.attributes)}
+        stacks.resource_set_state(self.db, effective.id, self.engine_id, action,
+                                  vocab.STACK_COMPLETE, None, values)
+        return Outcome.done(ResourceData(row.name, effective.id, effective.physical_id,
+                                         d.observed.attributes).passed_on(ctx.template))
+
+    # Clean-up nodes ------------------------------------------------------------------
+
+    def _delete_row(self, ctx: Ctx, row: models.StackResource) -> Outcome:
+        """Delete the physical resource of a row this check holds, then mark
+        the row DELETE COMPLETE; a physical row that changed meanwhile is
+        planned again."""
+        for _attempt in range(REPLAN_ATTEMPTS):
+            outcome = self._delete_once(ctx, row)
+            if outcome.result is not Result.REPLAN:
+                return outcome
+            row = stacks.resource_get(self.db, row.id)
+            if row is None:
+                return Outcome.done()
+        return self.fail(row, vocab.STACK_DELETE, "its physical resources kept changing while "
+                         f"its delete was planned ({REPLAN_ATTEMPTS} attempts)")
+
+    def _delete_once(self, ctx: Ctx, row: models.StackResource) -> Outcome:
+        if row.action == vocab.STACK_DELETE and row.status == vocab.STACK_COMPLETE:
+            return Outcome.done()
+        observed = phys.observe(self.db, row.type, row.physical_id)
+        if observed.state == phys.BUSY:
+            return self.fail(row, vocab.STACK_DELETE, f"physical resource {row.physical_id} is "
+                             f"{observed.status}: another operation is under way")
+        try:
+            plan = phys.plan_delete(self.db, row.type, row.physical_id) or phys.Plan()
+        except phys.CheckError as exc:
+            return self.fail(row, vocab.STACK_DELETE, str(exc))
+        work = self.work(ctx, vocab.STACK_DELETE, {"status_reason": None}, plan)
+        begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id, ctx.traversal, work)
+        if isinstance(begun, str):
+            return Outcome.of_begin(begun, row.id)
+        outcome = self.carry_out(ctx, row.name, begun, vocab.STACK_DELETE, plan, {})
+        return replace(outcome, data=None)  # clean-up nodes pass nothing on
+
+    # The operation -----------------------------------------------------------------
+
+    def work(self, ctx: Ctx, action: str, values: dict, plan: phys.Plan) -> stack_work.Begin:
+        """What ``begin`` writes for ``plan``: its new rows and changes, and
+        its operation's request, running for this engine with the default
+        lease (which the call keeps unless its method has one of its own)."""
+        op = plan.op
+        return stack_work.Begin(action, values, plan.add, plan.changes,
+                                op.request({"stack_id": ctx.stack_id}) if op else None,
+                                self.operations.default_lease() if op else None,
+                                plan.claims)
+
+    def carry_out(self, ctx: Ctx, name: str, begun: stack_work.Begun, action: str,
+                  plan: phys.Plan, final: dict,
+                  known: tuple[int, str, str | None] | None = None,
+                  defer: bool = False) -> Outcome:
+        """Run the begun action's operation and end the row's action.
+        ``known``: the row's (id, type, physical id) as begun, so it is not
+        read again; ``defer``: a success's end is left to the report
+        (``ctx.end``)."""
+        if known is None:
+            row = stacks.resource_get(self.db, begun.resource_id)
+            known = (row.id, row.type, row.physical_id)
+        rid, type_, physical_id = known
+        written = None
+        if plan.op is not None:
+            try:
+                written = self.operations.perform(replace(
+                    plan.op, request_id=begun.op_request_id, lease=begun.op_lease))
+            except (NotNow, Lost) as exc:
+                return self.cut(ctx, rid, name, begun.op_request_id, exc)
+            except (OperationFailed, Stale) as exc:
+                reason = f"{name}: {exc}"
+                stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED, reason,
+                               op_request_id=begun.op_request_id, op_error=str(exc))
+                return Outcome.failed(reason)
+            except Exception as exc:  # the caller fails the node; the request must not stay
+                # running for a live engine that no longer runs it: reconciliation
+                # settles a transient resource once no request is in progress.
+                if begun.op_request_id is not None:
+                    try:
+                        stack_work.finish_request(self.db, begun.op_request_id, self.engine_id,
+                                                  vocab.REQUEST_FAILED,
+                                                  f"{type(exc).__name__}: {exc}")
+                    except Exception:
+                        LOG.exception("could not record the outcome of request %s",
+                                      begun.op_request_id)
+                raise
+        observed = phys.observe_after(self.db, type_, physical_id, plan, written)
+        values = {**final, "attributes": dict(observed.attributes)}
+        if defer:
+            ctx.end = (rid, action, values, begun.op_request_id)
+        else:
+            stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_COMPLETE, None,
+                           values, op_request_id=begun.op_request_id)
+        return Outcome.done(ResourceData(name, rid, physical_id,
+                                         observed.attributes).passed_on(ctx.template))
+
+    def cut(self, ctx: Ctx, rid: int, name: str, op_request_id: int | None,
+            exc: NotNow | Lost) -> Outcome:
+        """The engine could not see the operation through — out of the
+        group or its lease running out before the driver call (``NotNow``),
+        or the resource taken over while the driver worked (``Lost``). That
+        is not the stack's failure: the node bails as if its engine had
+        died there, the row's lock left held (no check takes it while the
+        resource is transient), and the watchdog retriggers it once the
+        resource has settled. An operation that never reached the driver is
+        given back for a member to run; a lost one is abandoned (its
+        resource is being re-observed)."""
+        if rid in ctx.held:
+            ctx.held.remove(rid)
+            self.locks.tracker.unclaim(rid)
+        if op_request_id is not None:
+            if isinstance(exc, NotNow):
+                db_api.request_release(self.db, op_request_id, self.engine_id,
+                                       f"given back: {exc}")
+            else:
+                stack_work.finish_request(self.db, op_request_id, self.engine_id,
+                                          vocab.REQUEST_ABANDONED, f"lost: {exc}")
+        LOG.warning("%s: %s; the node waits for the watchdog", name, exc)
+        return Outcome.bailed(f"{name}: {exc}")
+
+    # Failure -----------------------------------------------------------------------
+
+    def fail(self, row: models.StackResource, action: str, reason: str) -> Outcome:
+        reason = f"{row.name}: {reason}"
+        self.mark_failed(row.id, reason, action)
+        return Outcome.failed(reason)
+
+    def mark_failed(self, rid: int, reason: str, action: str | None = None) -> None:
+        try:
+            row = stacks.resource_get(self.db, rid)
+            if row is not None:
+                stacks.resource_set_state(self.db, rid, self.engine_id,
+                                          action or row.action, vocab.STACK_FAILED, reason)
+        except Exception:  # the stack's failure matters more than the row's
+            LOG.exception("could not mark resource %s FAILED", rid)

@@ -1,0 +1,147 @@
+"""A node's first step: what to do, from the rows read (doc/design.rst, "A
+node in three steps"). Nothing here writes; what it reads of the physical
+resources goes through ``physical.observe``."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from oslo_log import log as logging
+from sharemgr.common import vocab
+from sharemgr.convergence import physical as phys
+from sharemgr.convergence.graph import Graph, Node
+from sharemgr.convergence.template import (
+    Template,
+    data_by_name,
+    diff_properties,
+    resolve_properties,
+)
+from sharemgr.db import models, stacks
+from sharemgr.db.engine import Database
+
+LOG = logging.getLogger(__name__)
+
+
+class Kind(enum.StrEnum):
+    """What an update node does to its resource."""
+
+    NOOP = "noop"
+    CREATE = "create"
+    UPDATE = "update"
+    REPLACE = "replace"
+    BUSY = "busy"  # another operation is under way on it
+
+
+@dataclass
+class Decision:
+    kind: Kind
+    props: dict
+    observed: phys.Observed
+    in_place: Mapping[str, Any]
+    host: str | None  # where the work runs ('host@backend', '*@backend', None: anywhere)
+
+
+def decide(db: Database, template: Template, row: models.StackResource,
+           effective: models.StackResource, input_data: Mapping[str, Any]) -> Decision:
+    """What the update node of ``row`` does to ``effective`` (the row or its
+    replacement, see ``effective``) for the template's definition."""
+    defn = template.resources[row.name]
+    props = resolve_properties(defn, data_by_name(input_data))
+    observed = phys.observe(db, effective.type, effective.physical_id)
+    kind, in_place = Kind.REPLACE, {}
+    if effective.action == vocab.STACK_DELETE:
+        kind = Kind.REPLACE  # doc/specs.rst, spec 001: update node whose row is being deleted
+    elif observed.state == phys.GONE:
+        kind = Kind.CREATE
+    elif observed.state == phys.BUSY:
+        kind = Kind.BUSY
+    elif observed.state == phys.OK:
+        current = {**(effective.properties or {}), **observed.actual}
+        diff = diff_properties(effective.type, current, props)
+        if not diff.replace:
+            kind, in_place = (Kind.UPDATE, diff.in_place) if diff.changed \
+                else (Kind.NOOP, {})
+    if kind in (Kind.CREATE, Kind.REPLACE):
+        host = phys.target_host(db, effective.type, props)
+    else:
+        host = observed.host
+    return Decision(kind, props, observed, in_place, host)
+
+
+def effective(db: Database, stack: models.Stack, row: models.StackResource
+              ) -> tuple[models.StackResource, bool]:
+    """The row an update node works on: its replacement if a check of this
+    traversal made one before it was cut short (same template, not being
+    deleted), else the row itself. The flag says whether the row's
+    ``replaced_by`` points elsewhere and must be cleared (a rollback back
+    to this row: its replacement is cleaned up instead)."""
+    if row.replaced_by is None:
+        return row, False
+    new = stacks.resource_get(db, row.replaced_by)
+    if new is not None and new.action != vocab.STACK_DELETE \
+            and new.template_id == stack.template_id:
+        return new, False
+    return row, True
+
+
+def orphan(db: Database, graph: Graph, row: models.StackResource
+           ) -> models.StackResource | None:
+    """A replacement of ``row`` that its update node must delete itself
+    before it goes on: one made by a check of this traversal that a crash
+    cut short (hence not in the graph, so no clean-up node will come for
+    it), whose physical resource failed or is being deleted. Deleting it
+    first is safe: nothing depends on it yet, its dependants run after this
+    node."""
+    if row.replaced_by is None:
+        return None
+    new = stacks.resource_get(db, row.replaced_by)
+    if new is None or (new.id, False) in graph or \
+            (new.action == vocab.STACK_DELETE and new.status == vocab.STACK_COMPLETE):
+        return None
+    if new.action == vocab.STACK_DELETE:
+        return new
+    return new if phys.observe(db, new.type, new.physical_id).state == phys.ERROR else None
+
+
+def route(db: Database, template: Template, stack: models.Stack, row: models.StackResource,
+          node: Node, graph: Graph, input_data: Mapping[str, Any]) -> str | None:
+    """Where this node's physical work must run: an update node that creates
+    or replaces goes where the new resource goes, any other node to the
+    existing physical resource's ``host@backend``; None: any engine. A
+    failure to tell is decided under the lock, here."""
+    try:
+        if not node.is_update:
+            if (row.id, True) in graph and row.replaced_by is None:
+                return None
+            return phys.observe(db, row.type, row.physical_id).host
+        eff, _ = effective(db, stack, row)
+        return decide(db, template, row, eff, input_data).host
+    except Exception as exc:
+        LOG.debug("node %s: no route (%s); deciding here", node, exc)
+        return None
+
+
+def row_values(template: Template, stack: models.Stack, name: str, props: Mapping[str, Any],
+               requires: Any, input_data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A row's values when its action starts (its properties; the rows it
+    requires, old and new, so neither is deleted under it) and when it
+    completes (its template; only the rows it requires now)."""
+    defn = template.resources[name]
+    data = data_by_name(input_data)
+    deps = sorted({d_.resource_id for d_ in data.values()
+                   if d_.name in defn.requires and d_.resource_id is not None})
+    final = {"template_id": stack.template_id, "requires": deps}
+    start = {"properties": props, "status_reason": None,
+             "requires": sorted(set(requires or ()) | set(deps))}
+    return start, final
+
+
+def nominal(row: models.StackResource) -> str:
+    """The action an update node performs on ``row``, for its FAILED state."""
+    if row.action == vocab.STACK_INIT or \
+            (row.action == vocab.STACK_CREATE and row.status != vocab.STACK_COMPLETE):
+        return vocab.STACK_CREATE
+    return vocab.STACK_UPDATE
