@@ -29,7 +29,7 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 LOG = logging.getLogger(__name__)
@@ -217,8 +217,8 @@ class Forward(Collector):
     def __init__(self, registry: CollectorRegistry) -> None:
         self._registry = registry
 
-    def collect(self) -> Iterator[Any]:
-        return self._registry.collect()
+    def collect(self) -> Iterator[Metric]:
+        yield from self._registry.collect()
 
 
 def daemon_registry(*collectors: Collector) -> CollectorRegistry:

@@ -78,14 +78,18 @@ class Actor:
             deleted = self._delete_orphan(ctx, orphan)
             if deleted.result is not Result.DONE:
                 return deleted
-            row = stacks.resource_get(self.db, row.id)
+            again = stacks.resource_get(self.db, row.id)
+            if again is None:
+                return SUPERSEDED
+            row = again
         for _attempt in range(REPLAN_ATTEMPTS):
             outcome = self._update_once(ctx, stack, row)
             if outcome.result is not Result.REPLAN:
                 return outcome
-            row = stacks.resource_get(self.db, row.id)
-            if row is None:
+            again = stacks.resource_get(self.db, row.id)
+            if again is None:
                 return SUPERSEDED
+            row = again
         return self.fail(row, decide_mod.nominal(row), "its physical resources kept changing "
                          f"while it was planned ({REPLAN_ATTEMPTS} attempts)")
 
@@ -110,7 +114,7 @@ class Actor:
             if busy is not None:
                 return Outcome.bailed(busy)
             ctx.held.append(effective.id)
-        elif unreplace:
+        elif unreplace and row.replaced_by is not None:
             stack_work.unreplace(self.db, row.id, self.engine_id, row.replaced_by)
         template = self.template(stack)
         try:
@@ -181,9 +185,10 @@ class Actor:
             outcome = self._delete_once(ctx, row)
             if outcome.result is not Result.REPLAN:
                 return outcome
-            row = stacks.resource_get(self.db, row.id)
-            if row is None:
+            again = stacks.resource_get(self.db, row.id)
+            if again is None:
                 return Outcome.done()
+            row = again
         return self.fail(row, vocab.STACK_DELETE, "its physical resources kept changing while "
                          f"its delete was planned ({REPLAN_ATTEMPTS} attempts)")
 
@@ -227,6 +232,8 @@ class Actor:
         (``ctx.end``)."""
         if known is None:
             row = stacks.resource_get(self.db, begun.resource_id)
+            if row is None:  # the caller fails the node, as for any error
+                raise LookupError(f"resource {begun.resource_id} is gone after its begin")
             known = (row.id, row.type, row.physical_id)
         rid, type_, physical_id = known
         written = None

@@ -51,7 +51,8 @@ def decide(db: Database, template: Template, row: models.StackResource,
     defn = template.resources[row.name]
     props = resolve_properties(defn, data_by_name(input_data))
     observed = phys.observe(db, effective.type, effective.physical_id)
-    kind, in_place = Kind.REPLACE, {}
+    kind: Kind = Kind.REPLACE
+    in_place: Mapping[str, Any] = {}
     if effective.action == vocab.STACK_DELETE:
         kind = Kind.REPLACE  # doc/specs.rst, spec 001: update node whose row is being deleted
     elif observed.state == phys.GONE:

@@ -90,7 +90,7 @@ def complete_tx(session: Session, stack_id: str, traversal_id: str,
     reason = f"Stack {stack.action} completed"
     if stack.action == vocab.STACK_ROLLBACK and \
             (stack.status_reason or "").startswith(ROLLING_BACK):
-        reason += f"; rolled back because {stack.status_reason[len(ROLLING_BACK):]}"
+        reason += f"; rolled back because {(stack.status_reason or '')[len(ROLLING_BACK):]}"
     sync_points.delete_all_tx(session, stack_id, traversal_id)
     done = stacks.stack_set_status_tx(session, stack_id, traversal_id, vocab.STACK_COMPLETE,
                                       reason)
@@ -155,6 +155,8 @@ def fail_tx(session: Session, stack_id: str, traversal_id: str, reason: str,
     _count_traversal(session, stack, vocab.STACK_FAILED)
     if rollback:
         failed = stacks.stack_get_tx(session, stack_id, lock="update")
+        if failed is None:  # written FAILED just above, in this transaction
+            raise Lost()
         tr = prepare.prepare_traversal_tx(session, failed, vocab.STACK_ROLLBACK)
         expected = vocab.STACK_COMPLETE if tr.complete else vocab.STACK_IN_PROGRESS
         note = (f"Stack ROLLBACK completed (nothing to do); rolled back because {reason}"
@@ -194,8 +196,9 @@ def fail_if_timed_out(db: Database, stack: models.Stack, now: datetime.datetime 
     end = deadline(stack)
     if stack.status != vocab.STACK_IN_PROGRESS or end is None or (now or models.utcnow()) < end:
         return False
-    reason = f"Stack {stack.action} timed out after {minutes(stack.timeout_seconds)} minute(s)"
-    return fail(db, stack.id, stack.current_traversal, reason)
+    reason = (f"Stack {stack.action} timed out after {minutes(stack.timeout_seconds or 0)} "
+              "minute(s)")  # a deadline means a timeout
+    return fail(db, stack.id, stack.current_traversal or "", reason)
 
 
 # Retriggering ------------------------------------------------------------------------

@@ -66,7 +66,7 @@ class Placement:
 # Placement ---------------------------------------------------------------------------------
 
 
-def _parent_host(db: Database, type_: str, ident: str, what: str) -> str:
+def _parent_host(db: Database, type_: str, ident: str | None, what: str) -> str:
     host = kinds.observe(db, type_, ident).host
     if host is None:
         raise CheckError(f"{what} {ident} does not exist")
@@ -133,12 +133,14 @@ def plan_create(db: Database, type_: str, props: Mapping[str, Any], name: str,
     return plans.create_group_snapshot(db, props["share_group"], name)
 
 
-def plan_update(db: Database, type_: str, physical_id: str, changes: Mapping[str, Any],
+def plan_update(db: Database, type_: str, physical_id: str | None, changes: Mapping[str, Any],
                 name: str | None) -> Plan:
     """Apply in-place changes: ``name`` is a database change (as Manila's
     share update; ``name`` is the new physical name), ``size`` extends or
     shrinks the share to the target unless it has that size already (a
     resize cut short by a crash and settled by reconciliation)."""
+    if physical_id is None:  # an update is decided on a resource that exists
+        raise CheckError(f"no {type_} to update")
     plan = Plan(physical_id)
     if "size" in changes and type_ == vocab.SHARE:
         plan = plans.resize_share(db, physical_id, int(changes["size"]))
@@ -153,9 +155,9 @@ def plan_update(db: Database, type_: str, physical_id: str, changes: Mapping[str
     return plan
 
 
-def plan_delete(db: Database, type_: str, physical_id: str) -> Plan | None:
+def plan_delete(db: Database, type_: str, physical_id: str | None) -> Plan | None:
     """The deleting status and the delete operation; None if it is gone."""
-    if observe(db, type_, physical_id).state == GONE:
+    if physical_id is None or observe(db, type_, physical_id).state == GONE:
         return None
     return plans.delete(db, type_, physical_id)
 

@@ -19,6 +19,7 @@ Both leave further reports to :meth:`Reporter._report_later`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -95,18 +96,19 @@ class Reporter:
             if ended:
                 return
             ended = True
-            ended_rid, op_id = None, None
-            if ctx.end is not None:
-                ended_rid, action, values, op_id = ctx.end
+            end = ctx.end
+            ended_rid = None if end is None else end[0]
+            op_id = None if end is None else end[3]
             # The operation's request and the check's own, done in one UPDATE;
             # requests before the row, as a lone end writes them.
             stack_work.finish_requests_tx(session, (ctx.req_id, *(() if op_id is None
                                                                  else (op_id,))),
                                           self.engine_id, vocab.REQUEST_DONE)
-            if ctx.end is not None:
-                stack_work.end_tx(session, ended_rid, self.engine_id, action,
+            if end is not None:
+                rid, action, values, _op = end
+                stack_work.end_tx(session, rid, self.engine_id, action,
                                   vocab.STACK_COMPLETE, None, values,
-                                  release=ended_rid in ctx.held)
+                                  release=rid in ctx.held)
             for rid in dict.fromkeys(ctx.held):
                 if rid != ended_rid:  # released as it ended
                     stacks.resource_lock_release_tx(session, rid, self.engine_id)
@@ -215,15 +217,13 @@ class Reporter:
             if not sync_points.sync_tx(
                     session, succ.resource_id, traversal, succ.is_update, sender.key, sent,
                     graph.requires_keys(succ),
-                    lambda s_, input_data, succ=succ: self._ready_tx(s_, ctx, tx, succ,
-                                                                     input_data),
-                    known=known).found:
+                    functools.partial(self._ready_tx, ctx, tx, succ), known=known).found:
                 return False
         if not succs and graph.is_root(sender):
             tx.roots.append(sender)  # written last, together (``_cascade_tx``)
         return True
 
-    def _ready_tx(self, session: Session, ctx: Ctx, tx: _Tx, succ: Node,
+    def _ready_tx(self, ctx: Ctx, tx: _Tx, succ: Node, session: Session,
                   input_data: dict) -> None:
         """``succ`` was made ready in ``tx``: a clean-up with nothing to do
         joins its queue, to be reported for in it; else its check request is
@@ -339,8 +339,11 @@ class Reporter:
         def complete(session: Session, _input: dict) -> None:
             lifecycle.complete_tx(session, ctx.stack_id, traversal)
 
-        def batch_tx(session: Session, tx: _Tx, sender: Node, data: dict | None,
-                     batch: list[Node]) -> bool:
+        def enqueue(succ: Node, session: Session, input_data: dict) -> None:
+            prepare.enqueue_check_tx(session, ctx.stack_id, traversal, succ, input_data)
+
+        def batch_tx(tx: _Tx, sender: Node, data: dict | None, batch: list[Node],
+                     session: Session) -> bool:
             if not (self._reports_tx(session, ctx, tx, sender, data, batch)
                     and self._cascade_tx(session, ctx, tx)):
                 return False
@@ -356,8 +359,7 @@ class Reporter:
                     tx = _Tx(complete)
                     try:
                         if not lifecycle.in_one_transaction(
-                                self.db, lambda s_, tx=tx, sender=sender, data=data,
-                                batch=batch: batch_tx(s_, tx, sender, data, batch)):
+                                self.db, functools.partial(batch_tx, tx, sender, data, batch)):
                             return False
                         work.extend(tx.later)
                         continue
@@ -369,9 +371,8 @@ class Reporter:
                         sent, known = _sent(graph, sender, succ, data)
                         result = sync_points.sync(
                             self.db, succ.resource_id, traversal, succ.is_update, sender.key,
-                            sent, graph.requires_keys(succ),
-                            lambda s_, input_data, succ=succ: prepare.enqueue_check_tx(
-                                s_, ctx.stack_id, traversal, succ, input_data), known=known)
+                            sent, graph.requires_keys(succ), functools.partial(enqueue, succ),
+                            known=known)
                         if not result.found:
                             return False
             return True

@@ -64,7 +64,8 @@ class RowLocks:
                 if stolen.acquired:
                     LOG.warning("resource %s: took over a lock this engine leaked", rid)
                     return None
-        if holder == self.engine_id or self.coordinator.is_alive(holder):
+        if holder == self.engine_id or \
+                (holder is not None and self.coordinator.is_alive(holder)):
             return (f"resource {rid} is locked by live engine {holder}, which retriggers "
                     "this node when it is done")
         observed = phys.observe(self.db, row.type, row.physical_id)

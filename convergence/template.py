@@ -644,12 +644,13 @@ def _resolve(where: str, value: Any, resources: Mapping[str, ResourceData]) -> A
             raise ResolutionError(
                 f"{where}: resource {ref.name!r} has no value for attribute {ref.attribute!r}"
             )
-        for step in getattr(ref, "path", ()):
+        for step in ref.path if isinstance(ref, GetAttr) else ():
             try:
                 result = result[step]
             except (KeyError, IndexError, TypeError):
                 raise ResolutionError(
-                    f"{where}: get_attr path {step!r} not found in {ref.name}.{ref.attribute}"
+                    f"{where}: get_attr path {step!r} not found in {ref.name}."
+                    f"{getattr(ref, 'attribute', '')}"
                 )
         return result
     if isinstance(value, dict):

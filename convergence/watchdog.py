@@ -136,7 +136,7 @@ class Watchdog:
             for req in requests:
                 if req.id not in lost_ids:
                     args = req.args or {}
-                    live[(args.get("stack_id"), args.get("traversal"))].add(
+                    live[(str(args.get("stack_id")), str(args.get("traversal")))].add(
                         Node(int(args.get("resource_id", 0)), bool(args.get("is_update"))))
             for stack_id, traversal, node in reporting:
                 live[(stack_id, traversal)].add(node)
@@ -146,7 +146,7 @@ class Watchdog:
                 if lifecycle.fail_if_timed_out(self.db, stack, now):
                     counts["timed_out"] += 1
                     continue
-                self._scan(stack, live[(stack.id, stack.current_traversal)], alive,
+                self._scan(stack, live[(stack.id, stack.current_traversal or "")], alive,
                            busy_hosts, counts)
             counts["passes_requested"] = self._request_passes(busy_hosts)
             if any(v for k, v in counts.items() if k != "waiting"):
@@ -165,7 +165,7 @@ class Watchdog:
 
     def _scan(self, stack: models.Stack, live: set[Node], alive: set[str], busy_hosts: set[str],
               counts: collections.Counter) -> None:
-        traversal = stack.current_traversal
+        traversal = stack.current_traversal or ""  # an IN_PROGRESS stack has one
         graph = self.worker.graph(stack.id, traversal)
         if graph is None:
             return

@@ -121,6 +121,8 @@ class Worker:
         template_id = stack.template_id
 
         def load() -> Template:
+            if template_id is None:
+                return Template.from_dict({})
             return Template.from_dict(stacks.template_get(self.db, template_id) or {})
 
         return self._templates.get((stack.current_traversal, template_id), load)
@@ -217,7 +219,7 @@ class Worker:
 
         target = decide.route(self.db, self.template(stack), stack, row, node, graph,
                               input_data)
-        if not self.placement.serves(target):
+        if target is not None and not self.placement.serves(target):
             fake = models.Request(id=req_id, resource_type=vocab.STACK_RESOURCE,
                                   resource_id=str(node.resource_id),
                                   action=vocab.ACTION_CHECK, args=args)

@@ -51,7 +51,7 @@ class _PlusOne:
 PLUS_ONE = _PlusOne()
 
 
-def _stamped(model: type, values: dict[str, Any]) -> dict[str, Any]:
+def _stamped(model: models.ModelClass, values: dict[str, Any]) -> dict[str, Any]:
     """``values`` with ``updated_at`` set to now, where the model has one and
     the caller did not set it: what every conditional update writes. A
     status change of a fenced resource also bumps its fencing token
@@ -107,7 +107,7 @@ def _update_many_stmt(table: sa.Table, tests: tuple[str, ...],
             .returning(c.id))
 
 
-def conditional_update_many_tx(session: Session, model: type, ids: Sequence[Any],
+def conditional_update_many_tx(session: Session, model: models.ModelClass, ids: Sequence[Any],
                                expected: dict[str, Any], values: dict[str, Any]) -> set:
     """:func:`conditional_update_tx` of the same change on many rows in one
     statement (``UPDATE … RETURNING``: PostgreSQL, SQLite); each row is still
@@ -121,7 +121,7 @@ def conditional_update_many_tx(session: Session, model: type, ids: Sequence[Any]
     return set(session.scalars(stmt, params))
 
 
-def conditional_update_rows_tx(session: Session, model: type,
+def conditional_update_rows_tx(session: Session, model: models.ModelClass,
                                rows: Sequence[tuple[Any, dict[str, Any], dict[str, Any]]]
                                ) -> set:
     """PostgreSQL: many rows' conditional updates of one shape (the same
@@ -147,7 +147,8 @@ def conditional_update_rows_tx(session: Session, model: type,
 
 
 def conditional_update_tx(
-    session: Session, model: type, ident: Any, expected: dict[str, Any], values: dict[str, Any]
+    session: Session, model: models.ModelClass, ident: Any, expected: dict[str, Any],
+    values: dict[str, Any],
 ) -> bool:
     values = _stamped(model, values)
     table = model.__table__
@@ -157,7 +158,7 @@ def conditional_update_tx(
         c = table.c
         stmt = sa.update(table).where(c.id == ident, *_criteria(c, expected)).values(
             **{n: c[n] + 1 if v is PLUS_ONE else v for n, v in values.items()})
-        return session.execute(stmt).rowcount == 1
+        return records.rowcount(session.execute(stmt)) == 1
     tests = tuple((name, _test(v)) for name, v in expected.items())
     stmt = _update_stmt(table, tests,
                         tuple((n, v is PLUS_ONE) for n, v in values.items()))
@@ -166,7 +167,7 @@ def conditional_update_tx(
         if test != "null":
             value = expected[name]
             params[f"w_{name}"] = list(value) if test == "in" else value
-    return session.execute(stmt, params).rowcount == 1
+    return records.rowcount(session.execute(stmt, params)) == 1
 
 
 @functools.cache
@@ -194,7 +195,7 @@ def insert_rows_tx(session: Session, rows: Iterable[Any]) -> None:
         values = {c.name: obj.__dict__[c.name] for c in table.c if c.name in obj.__dict__
                   # an unset key is made by the database or the default, as in a flush
                   and not (c.primary_key and obj.__dict__[c.name] is None)}
-        made = session.execute(insert_statement(table), values).inserted_primary_key
+        made = records.new_keys(session.execute(insert_statement(table), values))
         for column, value in zip(table.primary_key.columns, made, strict=True):
             if getattr(obj, column.name) is None:
                 setattr(obj, column.name, value)
@@ -202,7 +203,8 @@ def insert_rows_tx(session: Session, rows: Iterable[Any]) -> None:
 
 @retry_on_conflict
 def conditional_update(
-    db: Database, model: type, ident: Any, expected: dict[str, Any], values: dict[str, Any]
+    db: Database, model: models.ModelClass, ident: Any, expected: dict[str, Any],
+    values: dict[str, Any],
 ) -> bool:
     """Set ``values`` on row ``ident`` only if its columns match ``expected``
     (a value, None, or a collection of allowed values). True if this call won."""
@@ -224,7 +226,7 @@ def conditional_update_then(db: Database, first: Change, then: Change) -> bool:
 
 
 @retry_on_conflict
-def upsert(db: Database, model: type, key: str, values: dict[str, Any]) -> None:
+def upsert(db: Database, model: models.ModelClass, key: str, values: dict[str, Any]) -> None:
     """Insert the row, or update it where its primary key ``key`` exists, in
     one statement: engines of one host writing together never collide on
     the key (a read-then-insert lets two of them insert)."""
@@ -242,7 +244,8 @@ def upsert(db: Database, model: type, key: str, values: dict[str, Any]) -> None:
         session.execute(stmt)
 
 
-def get_tx(session: Session, model: type, ident: Any, include_deleted: bool = False) -> Any:
+def get_tx(session: Session, model: models.ModelClass, ident: Any,
+           include_deleted: bool = False) -> Any:
     """Row ``ident`` in the caller's transaction; None if absent or (unless
     ``include_deleted``) soft-deleted."""
     row = session.get(model, ident)
@@ -251,7 +254,7 @@ def get_tx(session: Session, model: type, ident: Any, include_deleted: bool = Fa
     return row
 
 
-def get(db: Database, model: type, ident: Any, include_deleted: bool = False) -> Any:
+def get(db: Database, model: models.ModelClass, ident: Any, include_deleted: bool = False) -> Any:
     with db.reading() as session:
         return get_tx(session, model, ident, include_deleted)
 
@@ -259,7 +262,7 @@ def get(db: Database, model: type, ident: Any, include_deleted: bool = False) ->
 @retry_on_conflict
 def query(
     db: Database,
-    model: type,
+    model: models.ModelClass,
     filters: dict[str, Any] | None = None,
     include_deleted: bool = False,
     order_by: str = "created_at",
@@ -268,7 +271,7 @@ def query(
     stmt = sa.select(model).where(*_criteria(model, filters or {}))
     if not include_deleted and hasattr(model, "deleted_at"):
         stmt = stmt.where(model.deleted_at.is_(None))
-    stmt = stmt.order_by(getattr(model, order_by), model.id if hasattr(model, "id") else None)
+    stmt = stmt.order_by(getattr(model, order_by), *([model.id] if hasattr(model, "id") else []))
     if limit:
         stmt = stmt.limit(limit)
     with db.session() as session:
@@ -308,7 +311,7 @@ def service_heartbeat(db: Database, engine_id: str, out_of_group: str | None = N
             .values(heartbeat_at=utcnow(),
                     out_of_group=None if out_of_group is None else out_of_group[:255])
         )
-        return session.execute(stmt).rowcount == 1
+        return records.rowcount(session.execute(stmt)) == 1
 
 
 @retry_on_conflict
@@ -358,12 +361,12 @@ def service_backend_set(db: Database, engine_id: str, backend: str, state: str,
         reason = reason[: models.BACKEND_REASON - 3] + "..."
     values = {"state": state, "reason": reason, "updated_at": utcnow()}
     with db.session() as session:
-        done = session.execute(
+        done = records.rowcount(session.execute(
             sa.update(models.ServiceBackend)
             .where(models.ServiceBackend.engine_id == engine_id,
                    models.ServiceBackend.backend == backend)
             .values(**values)
-        ).rowcount
+        ))
         if not done:
             session.add(models.ServiceBackend(engine_id=engine_id, backend=backend, **values))
 
@@ -497,7 +500,7 @@ def _own_running_tx(session: Session, request_id: int, owner: str, **values: Any
         )
         .values(**values)
     )
-    return session.execute(stmt).rowcount == 1
+    return records.rowcount(session.execute(stmt)) == 1
 
 
 @retry_on_conflict

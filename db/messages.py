@@ -7,13 +7,13 @@ import datetime
 
 import sqlalchemy as sa
 from sharemgr.common import messages as M
-from sharemgr.db import models
+from sharemgr.db import models, records
 from sharemgr.db.engine import Database
 from sharemgr.db.retry import retry_on_conflict
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 # Whose user-facing id a request's resource carries: (model, column).
-_PARENT = {
+_PARENT: dict[str, tuple[models.ModelClass, InstrumentedAttribute[str]]] = {
     "share_instance": (models.ShareInstance, models.ShareInstance.share_id),
     "snapshot_instance": (models.ShareSnapshotInstance,
                           models.ShareSnapshotInstance.snapshot_id),
@@ -74,13 +74,13 @@ def message_get(db: Database, ident: str) -> models.Message | None:
 @retry_on_conflict
 def message_delete(db: Database, ident: str) -> bool:
     with db.session() as session:
-        return session.execute(sa.delete(models.Message).where(
-            models.Message.id == ident)).rowcount == 1
+        return records.rowcount(session.execute(sa.delete(models.Message).where(
+            models.Message.id == ident))) == 1
 
 
 @retry_on_conflict
 def reap(db: Database) -> int:
     """Delete the expired messages; how many."""
     with db.session() as session:
-        return session.execute(sa.delete(models.Message).where(
-            models.Message.expires_at <= models.utcnow())).rowcount
+        return records.rowcount(session.execute(sa.delete(models.Message).where(
+            models.Message.expires_at <= models.utcnow())))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import command
@@ -27,7 +28,10 @@ def _script() -> ScriptDirectory:
 
 
 def head() -> str:
-    return _script().get_current_head()
+    current = _script().get_current_head()
+    if current is None:
+        raise RuntimeError("the migration scripts have no head")
+    return current
 
 
 def current(db: Database) -> str | None:
@@ -73,7 +77,7 @@ def upgrade(db: Database, revision: str = "head") -> None:
             # Batch migrations rebuild tables (copy, drop, rename); with foreign
             # keys enforced the drop of a referenced table fails. The pragma
             # only works outside a transaction, so on the raw connection.
-            conn.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
+            _pragma(conn, "PRAGMA foreign_keys=OFF")
         try:
             with conn.begin():
                 _take_sync_lock(conn, db.dialect)
@@ -87,7 +91,7 @@ def upgrade(db: Database, revision: str = "head") -> None:
                         raise RuntimeError(f"migration broke foreign keys: {broken[:5]}")
         finally:
             if sqlite:
-                conn.connection.driver_connection.execute("PRAGMA foreign_keys=ON")
+                _pragma(conn, "PRAGMA foreign_keys=ON")
             else:
                 _drop_sync_lock(conn, db.dialect)
 
@@ -108,15 +112,23 @@ def is_current(db: Database) -> bool:
 FLOOR = "engine_floor"
 
 
+def _pragma(conn: Connection, sql: str) -> None:
+    # On the DBAPI connection: SQLite takes these pragmas only outside a
+    # transaction, and SQLAlchemy's connection would begin one.
+    raw: Any = conn.connection.driver_connection
+    raw.execute(sql)
+
+
 def floor(script: ScriptDirectory | None = None) -> str:
     """The oldest revision whose engines work on the head's schema: the
     head, walked back over the expand migrations just below it."""
     script = script or _script()
-    rev = script.get_revision(script.get_current_head())
+    rev = script.get_revision(script.get_current_head() or "head")
     oldest = rev.revision
     while getattr(rev.module, "compat", "contract") == "expand" and rev.down_revision:
-        oldest = rev.down_revision
-        rev = script.get_revision(rev.down_revision)
+        down = rev.down_revision
+        assert isinstance(down, str), "the migrations are one line, without merges"
+        oldest, rev = down, script.get_revision(down)
     return oldest
 
 

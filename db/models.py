@@ -1,9 +1,15 @@
 """The ORM classes, mapped onto the tables of db/tables.py (the schema is
 described there once, and created by the alembic migrations of
-db/migrations). The names below are re-exported for the code that reads
-them through this module."""
+db/migrations). Each class names its columns again as ``Mapped[]``
+annotations, for the type checker only: with ``__table__`` given, SQLAlchemy
+maps the table's columns and reads no column from them
+(tests/unit/test_models.py checks the two agree). The names below are
+re-exported for the code that reads them through this module."""
 
 from __future__ import annotations
+
+import datetime
+from typing import Any
 
 from sharemgr.db import tables
 from sharemgr.db.tables import (  # noqa: F401  (re-exported)
@@ -13,16 +19,30 @@ from sharemgr.db.tables import (  # noqa: F401  (re-exported)
     new_id,
     utcnow,
 )
-from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.orm import DeclarativeBase, Mapped
 
 
 class Base(DeclarativeBase):
     metadata = tables.metadata
 
 
+# A mapped class chosen at run time (``RESOURCE_MODELS``, a status table):
+# the code that takes one reads its columns by name.
+ModelClass = type[Any]
+
+
 
 class Service(Base):
     __table__ = tables.services
+
+    id: Mapped[int]
+    host: Mapped[str]
+    binary: Mapped[str]
+    engine_id: Mapped[str]
+    started_at: Mapped[datetime.datetime]
+    heartbeat_at: Mapped[datetime.datetime | None]
+    stopped_at: Mapped[datetime.datetime | None]
+    out_of_group: Mapped[str | None]
 
 
 class ServiceBackend(Base):
@@ -30,41 +50,156 @@ class ServiceBackend(Base):
 
     __table__ = tables.service_backends
 
+    engine_id: Mapped[str]
+    backend: Mapped[str]
+    state: Mapped[str]
+    reason: Mapped[str | None]
+    updated_at: Mapped[datetime.datetime]
+
 
 class Request(Base):
     __table__ = tables.requests
+
+    id: Mapped[int]
+    created_at: Mapped[datetime.datetime]
+    resource_type: Mapped[str]
+    resource_id: Mapped[str]
+    action: Mapped[str]
+    args: Mapped[dict[str, Any]]
+    host: Mapped[str | None]
+    status: Mapped[str]
+    engine_id: Mapped[str | None]
+    claimed_at: Mapped[datetime.datetime | None]
+    finished_at: Mapped[datetime.datetime | None]
+    error: Mapped[str | None]
+    lease_expires_at: Mapped[datetime.datetime | None]
+    lease_deadline: Mapped[datetime.datetime | None]
 
 
 class ShareServer(Base):
     __table__ = tables.share_servers
 
+    id: Mapped[str]
+    host: Mapped[str]
+    status: Mapped[str]
+    task_state: Mapped[str | None]
+    backend_details: Mapped[dict[str, Any]]
+    fence: Mapped[int]
+    created_at: Mapped[datetime.datetime]
+    updated_at: Mapped[datetime.datetime | None]
+    deleted_at: Mapped[datetime.datetime | None]
+
 
 class Share(Base):
     __table__ = tables.shares
+
+    id: Mapped[str]
+    name: Mapped[str | None]
+    size: Mapped[int]
+    share_proto: Mapped[str]
+    project_id: Mapped[str | None]
+    snapshot_id: Mapped[str | None]
+    share_group_id: Mapped[str | None]
+    created_at: Mapped[datetime.datetime]
+    updated_at: Mapped[datetime.datetime | None]
+    deleted_at: Mapped[datetime.datetime | None]
 
 
 class ShareInstance(Base):
     __table__ = tables.share_instances
 
+    id: Mapped[str]
+    share_id: Mapped[str]
+    host: Mapped[str]
+    status: Mapped[str]
+    share_server_id: Mapped[str | None]
+    replica_state: Mapped[str | None]
+    task_state: Mapped[str | None]
+    progress: Mapped[str | None]
+    export_locations: Mapped[list[Any]]
+    access_rules_status: Mapped[str]
+    drift: Mapped[dict[str, Any] | None]
+    pending_size: Mapped[int | None]
+    fence: Mapped[int]
+    created_at: Mapped[datetime.datetime]
+    updated_at: Mapped[datetime.datetime | None]
+    deleted_at: Mapped[datetime.datetime | None]
+
 
 class ShareSnapshot(Base):
     __table__ = tables.share_snapshots
+
+    id: Mapped[str]
+    share_id: Mapped[str]
+    name: Mapped[str | None]
+    size: Mapped[int]
+    project_id: Mapped[str | None]
+    share_group_snapshot_id: Mapped[str | None]
+    created_at: Mapped[datetime.datetime]
+    updated_at: Mapped[datetime.datetime | None]
+    deleted_at: Mapped[datetime.datetime | None]
 
 
 class ShareSnapshotInstance(Base):
     __table__ = tables.share_snapshot_instances
 
+    id: Mapped[str]
+    snapshot_id: Mapped[str]
+    share_instance_id: Mapped[str]
+    status: Mapped[str]
+    progress: Mapped[str | None]
+    provider_location: Mapped[str | None]
+    drift: Mapped[dict[str, Any] | None]
+    fence: Mapped[int]
+    created_at: Mapped[datetime.datetime]
+    updated_at: Mapped[datetime.datetime | None]
+    deleted_at: Mapped[datetime.datetime | None]
+
 
 class ShareGroup(Base):
     __table__ = tables.share_groups
+
+    id: Mapped[str]
+    name: Mapped[str | None]
+    host: Mapped[str]
+    status: Mapped[str]
+    project_id: Mapped[str | None]
+    share_server_id: Mapped[str | None]
+    fence: Mapped[int]
+    created_at: Mapped[datetime.datetime]
+    updated_at: Mapped[datetime.datetime | None]
+    deleted_at: Mapped[datetime.datetime | None]
 
 
 class ShareGroupSnapshot(Base):
     __table__ = tables.share_group_snapshots
 
+    id: Mapped[str]
+    share_group_id: Mapped[str]
+    name: Mapped[str | None]
+    status: Mapped[str]
+    project_id: Mapped[str | None]
+    fence: Mapped[int]
+    created_at: Mapped[datetime.datetime]
+    updated_at: Mapped[datetime.datetime | None]
+    deleted_at: Mapped[datetime.datetime | None]
+
 
 class ShareBackup(Base):
     __table__ = tables.share_backups
+
+    id: Mapped[str]
+    share_id: Mapped[str]
+    name: Mapped[str | None]
+    host: Mapped[str]
+    status: Mapped[str]
+    size: Mapped[int | None]
+    progress: Mapped[str | None]
+    restore_progress: Mapped[str | None]
+    fence: Mapped[int]
+    created_at: Mapped[datetime.datetime]
+    updated_at: Mapped[datetime.datetime | None]
+    deleted_at: Mapped[datetime.datetime | None]
 
 
 class ShareAccessRule(Base):
@@ -73,11 +208,26 @@ class ShareAccessRule(Base):
 
     __table__ = tables.share_access_rules
 
+    id: Mapped[str]
+    share_id: Mapped[str]
+    access_type: Mapped[str]
+    access_to: Mapped[str]
+    access_level: Mapped[str]
+    state: Mapped[str]
+    created_at: Mapped[datetime.datetime]
+    updated_at: Mapped[datetime.datetime | None]
+    deleted_at: Mapped[datetime.datetime | None]
+
 
 class BackendStats(Base):
     """A backend's last get_share_stats() report: capabilities and pools."""
 
     __table__ = tables.backend_stats
+
+    host: Mapped[str]
+    stats: Mapped[dict[str, Any]]
+    engine_id: Mapped[str | None]
+    updated_at: Mapped[datetime.datetime | None]
 
 
 class BackendInfo(Base):
@@ -85,29 +235,104 @@ class BackendInfo(Base):
 
     __table__ = tables.backend_info
 
+    host: Mapped[str]
+    info_hash: Mapped[str | None]
+    updated_at: Mapped[datetime.datetime | None]
+
 
 class Message(Base):
     __table__ = tables.messages
+
+    id: Mapped[str]
+    created_at: Mapped[datetime.datetime]
+    expires_at: Mapped[datetime.datetime]
+    resource_type: Mapped[str]
+    resource_id: Mapped[str]
+    action_id: Mapped[str]
+    detail_id: Mapped[str]
+    message_level: Mapped[str]
+    request_id: Mapped[int | None]
+    detail: Mapped[str | None]
 
 
 class ReconcilePass(Base):
     __table__ = tables.reconcile_passes
 
+    id: Mapped[int]
+    host: Mapped[str]
+    engine_id: Mapped[str]
+    trigger: Mapped[str]
+    dry_run: Mapped[bool]
+    started_at: Mapped[datetime.datetime]
+    finished_at: Mapped[datetime.datetime | None]
+    summary: Mapped[dict[str, Any]]
+
 
 class StackTemplate(Base):
     __table__ = tables.stack_templates
+
+    id: Mapped[int]
+    stack_id: Mapped[str | None]
+    template: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime.datetime]
 
 
 class Stack(Base):
     __table__ = tables.stacks
 
+    id: Mapped[str]
+    name: Mapped[str]
+    action: Mapped[str]
+    status: Mapped[str]
+    status_reason: Mapped[str | None]
+    template_id: Mapped[int | None]
+    prev_template_id: Mapped[int | None]
+    current_traversal: Mapped[str | None]
+    current_deps: Mapped[dict[str, Any]]
+    disable_rollback: Mapped[bool]
+    timeout_seconds: Mapped[int | None]
+    traversal_started_at: Mapped[datetime.datetime | None]
+    created_at: Mapped[datetime.datetime]
+    updated_at: Mapped[datetime.datetime | None]
+    deleted_at: Mapped[datetime.datetime | None]
+
 
 class StackResource(Base):
     __table__ = tables.stack_resources
 
+    id: Mapped[int]
+    stack_id: Mapped[str]
+    name: Mapped[str]
+    type: Mapped[str]
+    template_id: Mapped[int | None]
+    properties: Mapped[dict[str, Any]]
+    attributes: Mapped[dict[str, Any]]
+    physical_id: Mapped[str | None]
+    action: Mapped[str]
+    status: Mapped[str]
+    status_reason: Mapped[str | None]
+    engine_id: Mapped[str | None]
+    atomic_key: Mapped[int]
+    requires: Mapped[list[int]]
+    replaces: Mapped[int | None]
+    replaced_by: Mapped[int | None]
+    current_traversal: Mapped[str | None]
+    created_at: Mapped[datetime.datetime]
+    updated_at: Mapped[datetime.datetime | None]
+    deleted_at: Mapped[datetime.datetime | None]
+
 
 class SyncPoint(Base):
     __table__ = tables.sync_points
+
+    entity_id: Mapped[str]
+    traversal_id: Mapped[str]
+    is_update: Mapped[bool]
+    stack_id: Mapped[str]
+    atomic_key: Mapped[int]
+    input_data: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime.datetime]
+    updated_at: Mapped[datetime.datetime | None]
 
 
 RESOURCE_MODELS = {

@@ -20,6 +20,7 @@ import select
 import threading
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import sqlalchemy as sa
 from oslo_log import log as logging
@@ -70,10 +71,11 @@ def announce(session: Session) -> None:
     if session.info.get("announce"):
         return
     session.info["announce"] = True
-    url = str(bind.url)
+    db_url = bind.engine.url  # a session is bound to an engine, not a connection
+    url = str(db_url)
     path = None
-    if bind.dialect.name == "sqlite" and bind.url.database not in (None, "", ":memory:"):
-        path = wake_file(bind.url.database)
+    if bind.dialect.name == "sqlite" and db_url.database not in (None, "", ":memory:"):
+        path = wake_file(db_url.database)
 
     def committed(done: Session) -> None:
         done.info.pop("announce", None)
@@ -109,7 +111,7 @@ def listen(db: Database, wake: Callable[[], None], stopping: threading.Event) ->
     if db.dialect == "postgresql":
         _listen_postgresql(db, wake, stopping)
     elif can_listen(db):
-        _watch_file(wake_file(db.engine.url.database), wake, stopping)
+        _watch_file(wake_file(db.engine.url.database or ""), wake, stopping)
 
 
 def _stamp(path: str) -> tuple[int, int] | None:
@@ -141,7 +143,7 @@ def _listen_postgresql(db: Database, wake: Callable[[], None],
             stopping.wait(backoff.failed(exc))
             continue
         try:
-            conn = raw.driver_connection
+            conn: Any = raw.driver_connection  # psycopg2's: LISTEN, poll, notifies
             conn.autocommit = True
             with conn.cursor() as cur:
                 cur.execute(f"LISTEN {CHANNEL}")

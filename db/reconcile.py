@@ -5,13 +5,13 @@ from __future__ import annotations
 import collections
 import datetime
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sharemgr.common import messages, vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import messages as db_messages
-from sharemgr.db import models
+from sharemgr.db import models, records, tables
 from sharemgr.db.engine import Database
 from sharemgr.db.resources import host_match
 from sharemgr.db.retry import retry_on_conflict
@@ -44,7 +44,7 @@ def _lease_statements(deadline: bool) -> tuple[sa.Select, sa.Update, sa.Update]:
     mine = (r.c.engine_id == sa.bindparam("engine"), r.c.status == vocab.REQUEST_RUNNING)
     about = r.c.resource_id.in_(sa.bindparam("resources", expanding=True))
     by_id = r.c.id.in_(sa.bindparam("ids", expanding=True))
-    values = {"lease_expires_at": sa.bindparam("until")}
+    values: dict[str, Any] = {"lease_expires_at": sa.bindparam("until")}
     if deadline:
         values["lease_deadline"] = sa.bindparam("deadline")
     lease = sa.update(r).values(values)
@@ -70,8 +70,8 @@ def _lease_set_tx(session: Session, resource_ids: list[str], engine_id: str,
         ids = list(session.scalars(leased, params))
         if not ids:
             return 0
-        return session.execute(lease_by_id, {**params, "ids": ids}).rowcount
-    return session.execute(lease, params).rowcount
+        return records.rowcount(session.execute(lease_by_id, {**params, "ids": ids}))
+    return records.rowcount(session.execute(lease, params))
 
 
 @retry_on_conflict
@@ -86,7 +86,8 @@ def lease_set(db: Database, resource_ids: list[str], engine_id: str,
         return _lease_set_tx(session, resource_ids, engine_id, until, deadline)
 
 
-def take_tx(session: Session, model: type, ident: str, statuses: tuple[str, ...]) -> bool:
+def take_tx(session: Session, model: models.ModelClass, ident: str,
+            statuses: tuple[str, ...]) -> bool:
     """Take a fenced resource in one of ``statuses``: bump its fencing token
     (doc/reconciliation.rst, "Fencing"), so that an outcome or a driver call
     under an older token no longer counts. False when the row is in none of
@@ -96,7 +97,7 @@ def take_tx(session: Session, model: type, ident: str, statuses: tuple[str, ...]
 
 
 @retry_on_conflict
-def take_rows(db: Database, model: type, rows: dict[str, str]) -> dict[str, Any]:
+def take_rows(db: Database, model: models.ModelClass, rows: dict[str, str]) -> dict[str, Any]:
     """Take many fenced resources, each in the status it was seen with
     (``{id: status}``), and read them back: the rows taken, by id (a row
     whose status changed is left out)."""
@@ -110,7 +111,7 @@ def take_rows(db: Database, model: type, rows: dict[str, str]) -> dict[str, Any]
 
 
 @retry_on_conflict
-def read_and_lease(db: Database, model: type, ident: str, engine_id: str,
+def read_and_lease(db: Database, model: models.ModelClass, ident: str, engine_id: str,
                    until_of: Callable[[Any], Any],
                    read: Callable[[Session], Any] | None = None,
                    take: tuple[str, ...] | None = None) -> tuple[Any, int]:
@@ -166,7 +167,7 @@ def last_request_args(db: Database, resource_type: str, resource_id: str, action
 
 
 @retry_on_conflict
-def abandon_request(db: Database, request_id: int, dead_engine: str, note: str,
+def abandon_request(db: Database, request_id: int, dead_engine: str | None, note: str,
                     expired: bool = False, message_ttl: float = messages.DEFAULT_TTL) -> bool:
     """running → abandoned, only if the dead engine still owns it (with
     ``expired``: only if its lease has expired, the stuck rule; of several
@@ -182,7 +183,7 @@ def abandon_request(db: Database, request_id: int, dead_engine: str, note: str,
         .values(status=vocab.REQUEST_ABANDONED, finished_at=models.utcnow(), error=note)
     )
     with db.session() as session:
-        won = session.execute(stmt).rowcount == 1
+        won = records.rowcount(session.execute(stmt)) == 1
         if won:
             db_messages.record_tx(session, request_id, messages.ENGINE_STOPPED, message_ttl)
         return won
@@ -294,7 +295,7 @@ def pass_finish(db: Database, pass_id: int, summary: dict[str, Any]) -> bool:
         .values(summary=summary, finished_at=models.utcnow())
     )
     with db.session() as session:
-        return session.execute(stmt).rowcount == 1
+        return records.rowcount(session.execute(stmt)) == 1
 
 
 @retry_on_conflict
@@ -307,7 +308,7 @@ def pass_failed(db: Database, pass_id: int | None, host: str, engine_id: str, tr
     if pass_id is not None:
         pass_finish(db, pass_id, summary)  # a row already finished keeps its record
         return pass_id
-    limit = models.ReconcilePass.__table__.c.trigger.type.length
+    limit = cast(sa.String, tables.reconcile_passes.c.trigger.type).length
     now = models.utcnow()
     row = models.ReconcilePass(host=host, engine_id=engine_id, trigger=trigger[:limit],
                           dry_run=dry_run, started_at=now, finished_at=now, summary=summary)

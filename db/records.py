@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -27,3 +27,21 @@ def pair(row: Any, parent: sa.Table, child: sa.Table, without: Collection[str] =
     first = Record(**{c.name: m[c] for c in columns(parent, without)})
     second = Record(**{c.name: m[c] for c in child.c}) if m[child.c.id] is not None else None
     return first, second
+
+
+def rowcount(result: sa.Result[Any]) -> int:
+    """The rows an UPDATE or DELETE matched. Executing one returns a
+    ``CursorResult``, which ``Session.execute`` is not typed to return."""
+    return cast("sa.CursorResult[Any]", result).rowcount
+
+
+def new_key(result: sa.Result[Any]) -> Any:
+    """The primary key an INSERT of one row made (its first column)."""
+    return new_keys(result)[0]
+
+
+def new_keys(result: sa.Result[Any]) -> tuple[Any, ...]:
+    """The primary key columns an INSERT of one row made."""
+    made = cast("sa.CursorResult[Any]", result).inserted_primary_key
+    assert made is not None, "not an INSERT"
+    return tuple(made)

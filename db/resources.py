@@ -69,16 +69,16 @@ def snapshot_instance_of(db: Database, snapshot_id: str) -> models.ShareSnapshot
         return session.scalars(stmt).first()
 
 
-def live_count(db: Database, model: type, **filters: Any) -> int:
+def live_count(db: Database, model: models.ModelClass, **filters: Any) -> int:
     stmt = sa.select(sa.func.count()).select_from(model).where(model.deleted_at.is_(None))
     for column, value in filters.items():
         stmt = stmt.where(getattr(model, column) == value)
     with db.reading() as session:
-        return session.scalar(stmt)
+        return session.scalar(stmt) or 0
 
 
-def _children_on_host(db: Database, child: type, parent: type, link: Any, host: str,
-                      statuses: list[str] | None) -> list[tuple]:
+def _children_on_host(db: Database, child: models.ModelClass, parent: models.ModelClass,
+                      link: Any, host: str, statuses: list[str] | None) -> list[tuple]:
     """Live ``child`` rows whose ``parent`` (which carries the host) is on
     ``host``, as (child, parent) pairs."""
     stmt = (
@@ -123,8 +123,8 @@ def set_backend_info_hash(db: Database, host: str, info_hash: str) -> None:
 
 
 def on_host(
-    db: Database, model: type, host: str, statuses: list[str] | tuple[str, ...] | None = None,
-    extra: dict[str, Any] | None = None,
+    db: Database, model: models.ModelClass, host: str,
+    statuses: list[str] | tuple[str, ...] | None = None, extra: dict[str, Any] | None = None,
 ) -> list:
     """Live rows of ``model`` on ``host`` ('host@backend'), pools included,
     and never 'host@backend2'."""
@@ -159,10 +159,10 @@ def backup_in_progress(db: Database, share_id: str) -> bool:
     stmt = sa.select(sa.func.count()).select_from(models.ShareBackup).where(
         models.ShareBackup.share_id == share_id, _backup_started())
     with db.reading() as session:
-        return session.scalar(stmt) > 0
+        return (session.scalar(stmt) or 0) > 0
 
 
-def rows_by_id(db: Database, model: type, ids: list[str] | set[str],
+def rows_by_id(db: Database, model: models.ModelClass, ids: list[str] | set[str],
                include_deleted: bool = False, chunk: int = 500) -> dict[str, Any]:
     """Rows of ``model`` with these ids, by id, in one query per ``chunk``
     ids (the reconciliation pass reads a batch at once); soft-deleted rows

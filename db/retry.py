@@ -43,7 +43,7 @@ def is_conflict(exc: BaseException) -> bool:
     code = getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)
     if code is not None:
         return code in _PG_CODES
-    args = getattr(orig, "args", ())
+    args: tuple[Any, ...] = getattr(orig, "args", ())
     return bool(args) and args[0] in _MYSQL_CODES
 
 

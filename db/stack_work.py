@@ -222,11 +222,11 @@ def _running_request_tx(
 ) -> int:
     """A request ``running`` for this engine as it is written; its id."""
     now = M.utcnow()
-    return session.execute(api.insert_statement(M.Request.__table__), dict(
+    return records.new_key(session.execute(api.insert_statement(M.Request.__table__), dict(
         resource_type=resource_type, resource_id=resource_id, action=action, host=host,
         args=args or {}, status=vocab.REQUEST_RUNNING, engine_id=engine_id, created_at=now,
         claimed_at=now, lease_expires_at=lease_expires_at, lease_deadline=lease_deadline,
-    )).inserted_primary_key[0]
+    )))
 
 
 @retry_on_conflict
@@ -290,8 +290,9 @@ def finish_requests_tx(session: Session, request_ids: Iterable[int], engine_id: 
     ids = sorted(set(request_ids))
     if not ids:
         return 0
-    return session.execute(_FINISH, {"ids": ids, "engine": engine_id, "status": status,
-                                     "error": error, "now": M.utcnow()}).rowcount
+    params = {"ids": ids, "engine": engine_id, "status": status, "error": error,
+              "now": M.utcnow()}
+    return records.rowcount(session.execute(_FINISH, params))
 
 
 # Built once with parameters (every check finishes its requests); a plain
@@ -395,13 +396,13 @@ def abandon_checks(db: Database, requests: Iterable[M.Request], note: str) -> in
     done = 0
     with db.session() as session:
         for req in requests:
-            done += session.execute(
+            done += records.rowcount(session.execute(
                 sa.update(M.Request)
                 .where(M.Request.id == req.id, M.Request.status == vocab.REQUEST_RUNNING,
                        M.Request.engine_id == req.engine_id)
                 .values(status=vocab.REQUEST_ABANDONED, finished_at=M.utcnow(), error=note)
                 .execution_options(synchronize_session=False)
-            ).rowcount
+            ))
     return done
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
-from sharemgr.db import api, models
+from sharemgr.db import api, models, records
 from sharemgr.db.engine import Database
 from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
@@ -253,7 +253,7 @@ def purge_templates_tx(session: Session, stack_id: str) -> int:
     )
     if keep:
         stmt = stmt.where(_templates.c.id.not_in(keep))
-    return session.execute(stmt.execution_options(synchronize_session=False)).rowcount
+    return records.rowcount(session.execute(stmt.execution_options(synchronize_session=False)))
 
 
 # Resource rows -------------------------------------------------------------------
@@ -484,10 +484,11 @@ def resource_lock_acquire(db: Database, resource_id: int, engine_id: str) -> Loc
 
 @retry_on_conflict
 def resource_lock_steal(
-    db: Database, resource_id: int, engine_id: str, dead_engine_id: str
+    db: Database, resource_id: int, engine_id: str, dead_engine_id: str | None
 ) -> LockResult:
     """Take the lock from ``dead_engine_id`` (the caller has checked it is not
-    a member of the engine group); fails if anyone else holds it by now."""
+    a member of the engine group; None: the lock was let go since the caller
+    found it held); fails if anyone else holds it by now."""
     with db.session() as session:
         return _lock_tx(session, resource_id, engine_id, dead_engine_id)
 
@@ -519,7 +520,7 @@ def purge_resources_tx(session: Session, stack_id: str) -> int:
         Resource.stack_id == stack_id, Resource.action == vocab.STACK_DELETE,
         Resource.status == vocab.STACK_COMPLETE,
     )
-    return session.execute(stmt.execution_options(synchronize_session=False)).rowcount
+    return records.rowcount(session.execute(stmt.execution_options(synchronize_session=False)))
 
 
 def purge_tx(session: Session, stack_id: str) -> tuple[int, int]:

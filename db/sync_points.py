@@ -43,7 +43,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.common import metrics
-from sharemgr.db import models
+from sharemgr.db import models, records
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
 
@@ -194,7 +194,7 @@ def delete_all_tx(session: Session, stack_id: str, traversal_id: str | None = No
     stmt = sa.delete(SP).where(SP.stack_id == stack_id)
     if traversal_id is not None:
         stmt = stmt.where(SP.traversal_id == traversal_id)
-    return session.execute(stmt.execution_options(synchronize_session=False)).rowcount
+    return records.rowcount(session.execute(stmt.execution_options(synchronize_session=False)))
 
 
 # Compare-and-swap -------------------------------------------------------------------
@@ -211,9 +211,9 @@ def cas_tx(
     """One compare-and-swap: store ``input_data`` if the point's key is still
     ``expected_key`` (and bump it). False if another writer got there first
     or the point is gone."""
-    return session.execute(_CAS, {**_key(entity_id, traversal_id, is_update), "k": expected_key,
-                                  "k_new": expected_key + 1, "data": input_data,
-                                  "now": models.utcnow()}).rowcount == 1
+    params = {**_key(entity_id, traversal_id, is_update), "k": expected_key,
+              "k_new": expected_key + 1, "data": input_data, "now": models.utcnow()}
+    return records.rowcount(session.execute(_CAS, params)) == 1
 
 
 def blind_write_tx(session: Session, entity_id: Any, traversal_id: str, is_update: bool,
@@ -235,7 +235,7 @@ def blind_write_tx(session: Session, entity_id: Any, traversal_id: str, is_updat
               "k_new": len(known) + 1, "data": {**known, sender: data},
               "now": models.utcnow(),
               **{f"h{i}": f"%{json.dumps(key)}%" for i, key in enumerate(known)}}
-    return session.execute(_cas_holding(len(known)), params).rowcount == 1
+    return records.rowcount(session.execute(_cas_holding(len(known)), params)) == 1
 
 
 def _known(sender: str, required: Collection[str],

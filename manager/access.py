@@ -151,11 +151,11 @@ def converge(db: Database, share_id: str, wanted: Iterable[RuleSpec]) -> Plan:
     queued to deny, a changed level as a deny and an allow. No op when the
     rules are as wanted already."""
     row, inst = share(db, share_id)
-    wanted = {s.key: s for s in wanted}
+    by_key = {s.key: s for s in wanted}
     plan = Plan(row.id, row=row)
     have = {}
     for rule in db_access.rules_of(db, row.id):
-        spec = wanted.get((rule.access_type, rule.access_to))
+        spec = by_key.get((rule.access_type, rule.access_to))
         if rule.state in (vocab.ACCESS_QUEUED_TO_DENY, vocab.ACCESS_DENYING):
             continue  # on its way out; a wanted rule is allowed anew
         if spec is not None and spec.access_level == rule.access_level \
@@ -164,7 +164,7 @@ def converge(db: Database, share_id: str, wanted: Iterable[RuleSpec]) -> Plan:
             continue
         plan.changes.append((models.ShareAccessRule, rule.id, {"state": rule.state},
                              {"state": vocab.ACCESS_QUEUED_TO_DENY}))
-    plan.add = [new_rule(row.id, s) for k, s in wanted.items() if k not in have]
+    plan.add = [new_rule(row.id, s) for k, s in by_key.items() if k not in have]
     if plan.add or plan.changes:
         need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", "change access to")
         plan.changes.append(_syncing(inst))

@@ -420,7 +420,8 @@ def list_opts() -> list[tuple[str | None, list[cfg.Opt]]]:
     ``enabled_share_backends``."""
     from sharemgr.drivers import dummy
 
-    result = [(group or "DEFAULT", list(opts)) for group, opts in GROUPS.items()]
+    result: list[tuple[str | None, list[cfg.Opt]]] = [
+        (group or "DEFAULT", list(opts)) for group, opts in GROUPS.items()]
     result.append(("backend", driver_options.backend_opts + dummy.dummy_opts))
     return result
 

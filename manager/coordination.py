@@ -153,7 +153,8 @@ class Coordinator:
         except coordination.ToozError:
             return False
 
-    def watch_leave(self, callback: object) -> None:
+    def watch_leave(self, callback: coordination.EventCallback[coordination.MemberLeftGroup]
+                    ) -> None:
         """Call ``callback(event)`` from ``run_watchers`` when an engine leaves
         the group (or its membership expires)."""
         self._coord.watch_leave_group(ENGINE_GROUP, callback)

@@ -35,7 +35,7 @@ def check_size(size: object, what: str = "size") -> int:
     return size
 
 
-def check_name(name: str | None, model: type, what: str) -> None:
+def check_name(name: str | None, model: models.ModelClass, what: str) -> None:
     """A name must fit its column (the same limit on every database)."""
     limit = model.__table__.c.name.type.length
     if name is not None and len(name) > limit:
@@ -121,7 +121,11 @@ class Intake:
         if snapshot_id and backend is None:
             # A share from a snapshot goes where the snapshot is.
             _, snap_inst = plans.snapshot(self.db, snapshot_id)
-            host = kinds.SNAPSHOT_INSTANCE.host_of(self.db, snap_inst)
+            found = kinds.SNAPSHOT_INSTANCE.host_of(self.db, snap_inst)
+            if found is None:
+                raise InvalidRequest(f"snapshot {snapshot_id} is on no backend: its share "
+                                     "is gone")
+            host = found
         else:
             host = self.host_for(backend, host)
         plan = plans.create_share(self.db, host, self.dhss(host), size, proto, name,
@@ -235,6 +239,7 @@ class Intake:
                 f"invalid status {status!r} for {rtype.replace('_', ' ')}; valid: "
                 + ", ".join(valid)
             )
+        row: Any  # the mapped row of whichever type
         if rtype == vocab.SHARE:
             _, row = plans.share(self.db, ident)
         elif rtype == vocab.SNAPSHOT:

@@ -22,6 +22,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, status_reads
 from sharemgr.db.engine import Database
+from sharemgr.db.records import Record
 from sharemgr.manager import views
 from sharemgr.manager.lock_names import resource_lock_name
 
@@ -63,7 +64,7 @@ def _own_host(db: Database, row: Any) -> str | None:
     return row.host
 
 
-def _snapshot_host(db: Database, row: models.ShareSnapshotInstance) -> str | None:
+def _snapshot_host(db: Database, row: models.ShareSnapshotInstance | Record) -> str | None:
     inst = db_api.get(db, models.ShareInstance, row.share_instance_id, include_deleted=True)
     return inst.host if inst else None
 
@@ -171,9 +172,11 @@ def _observe_share(db: Database, pid: str) -> Observed:
 
 def _observe_snapshot(db: Database, pid: str) -> Observed:
     found = status_reads.snapshot_with_status(db, pid)
-    if found is None or found[1] is None:
+    if found is None:
         return Observed(GONE)
     snap, inst = found
+    if inst is None:
+        return Observed(GONE)
     attrs = {"id": snap.id, "name": snap.name, "size": snap.size, "status": inst.status,
              "share_id": snap.share_id}
     return _obs(inst.status, _snapshot_host(db, inst), attrs)

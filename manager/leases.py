@@ -106,7 +106,7 @@ class Keeper:
         ``ident`` took ``terms.until``) while the block runs. A call with no
         request of its own (the reconciler's retries) has nothing to renew."""
         renewed = leased and terms is not None and terms.heartbeat > 0
-        if renewed:
+        if renewed and terms is not None:
             with self._lock:
                 self._calls[ident] = (terms.deadline, terms.heartbeat)
         try:

@@ -347,6 +347,8 @@ class Operations:
 
         def call(inst: models.ShareInstance) -> Any:
             share = shares["share"]
+            if share is None:
+                raise Stale(f"the share of instance {inst.id} is gone")
             share_d, server = views.share(inst, share), self.server_dict(inst.share_server_id)
             if share.snapshot_id:
                 snap_inst = resources.snapshot_instance_of(self.db, share.snapshot_id)
@@ -531,6 +533,8 @@ class Operations:
         def call(rep: models.ShareInstance) -> Any:
             rep_d, server = self.share_parts(rep)
             active = resources.primary_instance(self.db, rep.share_id)
+            if active is None:
+                raise OperationFailed(f"share {rep.share_id} has no active instance")
             active_d, _ = self.share_parts(active)
             return driver.create_replica(rep_d, active_d, server)
 
@@ -808,7 +812,7 @@ class Operations:
             (models.ShareInstance, inst_id, {"status": share_busy}, {"status": share_status}))
 
 
-def _fenced(changes: list[Change], model: type, ident: str, fence: int | None
+def _fenced(changes: list[Change], model: models.ModelClass, ident: str, fence: int | None
             ) -> list[Change]:
     """The outcome's change of the operation's own row is written only
     while the row still has the fencing token the operation took it with
@@ -820,7 +824,8 @@ def _fenced(changes: list[Change], model: type, ident: str, fence: int | None
             for m, i, expected, values in changes]
 
 
-def _expect(model: type, ident: str, row: Any, expected: tuple[str, ...]) -> Any:
+def _expect(model: models.ModelClass, ident: str, row: Any, expected: tuple[str, ...]
+            ) -> Any:
     """The re-read row, or Stale if it is gone or not in an expected status."""
     if row is None or row.status not in expected:
         raise Stale(f"{model.__table__.name} {ident} is "

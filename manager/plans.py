@@ -148,12 +148,13 @@ def _room(db: Database, caps: capabilities.Report | None, host: str, size: int,
             raise Refused(f"cannot {doing}: {size} GiB is more than the {max(left, 0):g} GiB "
                           f"free in pool {host!r}")
         return host, db_capacity.Claim(backend_host, pools[name].limits, size)
-    fits = [n for n in sorted(rooms) if rooms[n] is None or size <= rooms[n]]
+    fits = [n for n in sorted(rooms) if (room := rooms[n]) is None or size <= room]
     if not fits:
-        most = max(rooms, key=lambda n: rooms[n])
+        # Every pool has a room here: one without a limit (None) fits anything.
+        most = max(rooms, key=lambda n: rooms[n] or 0.0)
         raise Refused(f"cannot {doing}: {size} GiB is more than the free capacity of "
                       f"every pool of backend {caps.backend!r}; the most free is "
-                      f"{max(rooms[most], 0):g} GiB, in pool {most!r}")
+                      f"{max(rooms[most] or 0.0, 0):g} GiB, in pool {most!r}")
     best = max(fits, key=lambda n: (rooms[n] is None, rooms[n] or 0.0))
     return f"{backend_host}#{best}", db_capacity.Claim(backend_host, pools[best].limits, size)
 
@@ -173,6 +174,8 @@ def create_share(db: Database, host: str, dhss: bool, size: int, proto: str,
         if size < snap.size:
             raise Refused(f"size {size} is smaller than snapshot {snapshot_id} ({snap.size})")
         source = kinds.SNAPSHOT_INSTANCE.host_of(db, snap_inst)
+        if source is None:
+            raise Refused(f"snapshot {snapshot_id} is on no backend: its share is gone")
         if views.host_of(host) != views.host_of(source):
             raise Refused("a share from a snapshot must be on the snapshot's backend")
         status = vocab.CREATING_FROM_SNAPSHOT
@@ -197,7 +200,8 @@ def create_share(db: Database, host: str, dhss: bool, size: int, proto: str,
     caps = capabilities.report(db, host)
     if snapshot_id:
         _can(caps, capabilities.FROM_SNAPSHOT, f"create a share from snapshot {snapshot_id}")
-        if capabilities.pool_of(source) and not capabilities.pool_of(host):
+        if source is not None and capabilities.pool_of(source) \
+                and not capabilities.pool_of(host):
             host = source  # into the snapshot's pool, where its data is
     host, claim = _room(db, caps, host, size, f"create a share of {size} GiB")
     row = models.Share(id=models.new_id(), name=name, size=size, share_proto=proto,

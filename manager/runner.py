@@ -4,6 +4,7 @@ rest, so that a slow or hung backend only ever holds its own workers."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -173,9 +174,12 @@ class RequestRunner:
                          f"{req.resource_id})")
                 with self._lock:
                     lane.inflight.add(fut)
-                fut.add_done_callback(lambda f, lane=lane: self._done(lane, f))
+                fut.add_done_callback(functools.partial(self._done, lane))
             again = again or (bool(claimed) and free > len(claimed))
         return again
+
+    def _sleep(self, seconds: float) -> None:
+        self._stopping.wait(seconds)
 
     def _done(self, lane: _Lane, fut: Any) -> None:
         with self._lock:
@@ -235,7 +239,7 @@ class RequestRunner:
                     wait=tenacity.wait_exponential(multiplier=self.poll_interval,
                                                    max=self.outage_max_interval),
                     stop=lambda _state: self._stopping.is_set(),
-                    sleep=self._stopping.wait, reraise=True):
+                    sleep=self._sleep, reraise=True):
                 with attempt:
                     if status == vocab.REQUEST_PENDING:
                         db_api.request_release(self.db, req.id, self.engine_id, error or "")

@@ -115,7 +115,7 @@ class Subject:
 
 
 def _paths(locations: list[dict[str, Any]] | None) -> list[str]:
-    return sorted(loc.get("path") for loc in locations or [] if isinstance(loc, dict))
+    return sorted(str(loc.get("path")) for loc in locations or [] if isinstance(loc, dict))
 
 
 def compare(answer: Any, size: int | None, exports: list[dict[str, Any]] | None,
@@ -259,8 +259,8 @@ class DriftChecker:
             if not subjects:
                 return set()
             args = rec.status_args([s.cand for s in subjects])
-            items = {s.cand.id: args[s.cand.id] for s in subjects
-                     if not isinstance(args[s.cand.id], Exception)}
+            items = {s.cand.id: given for s in subjects
+                     if not isinstance(given := args[s.cand.id], Exception)}
             answers = ask.ask(driver, target.method, items)
             writes = []
             compared: set[str] = set()

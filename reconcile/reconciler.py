@@ -588,10 +588,12 @@ class Reconciler:
         groups: dict[tuple[str, str], dict[str, tuple]] = collections.defaultdict(dict)
         args = self.status_args([c for c, _ in queries])
         for cand, rule in queries:
-            if isinstance(args[cand.id], Exception):
-                results[cand.id] = (False, f"{rule.method} raised {args[cand.id]!r}", {})
+            given = args[cand.id]
+            if isinstance(given, Exception):
+                results[cand.id] = (False, f"{rule.method} raised {given!r}", {})
             else:
-                groups[(views.backend_of(cand.host), rule.method)][cand.id] = args[cand.id]
+                assert rule.method is not None, "a query rule names its method"
+                groups[(views.backend_of(cand.host), rule.method)][cand.id] = given
         for (backend, method), items in groups.items():
             for ident, answer in ask.ask(self.drivers[backend], method, items).items():
                 results[ident] = verdict(method, answer)
@@ -613,6 +615,7 @@ class Reconciler:
             values = {"replica_state": vocab.REPLICA_ERROR} if cand.rtype == vocab.REPLICA else {}
             return self._changes(cand, rule.error, values)
         LOG.info("%s %s (%s) → %s: %s", cand.rtype, cand.id, cand.status, rule.ok, reason)
+        assert rule.ok is not None, "a query rule names the status it settles to"
         return self._changes(cand, rule.ok, values, extra)
 
     def _share_parts(self, cands: list[Candidate]) -> dict[str, tuple]:

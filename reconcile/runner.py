@@ -62,11 +62,18 @@ class PassRunner:
             # An automatic pass the database or coordination interrupts runs
             # again once they are back (one WARNING for the outage, no traceback).
             backoff = Backoff(f"reconciliation pass ({trigger})", 1.0, 30.0)
+            def wait(state: tenacity.RetryCallState) -> float:
+                exc = state.outcome.exception() if state.outcome else None
+                return backoff.failed(exc or RuntimeError("a try failed"))
+
+            def sleep(seconds: float) -> None:
+                self.stopping.wait(seconds)
+
             result = tenacity.Retrying(
                 retry=tenacity.retry_if_exception(is_outage),
-                wait=lambda state: backoff.failed(state.outcome.exception()),
+                wait=wait,
                 stop=lambda _state: self.stopping.is_set(),
-                sleep=self.stopping.wait,
+                sleep=sleep,
                 reraise=True,
             )(self._run_unless_stopping, trigger, dry_run)
             backoff.recovered()
@@ -196,6 +203,9 @@ class PassRunner:
                         kind.what, ident)
             return
         host = kind.host_of(db, row)
+        if host is None:  # its parent is gone: nothing on a backend to compare
+            LOG.info("re-observing %s %s: it has no host; left to its owner", kind.what, ident)
+            return
         summary, missed = self.drift.check_resources(
             [Candidate(rtype, row.id, row.status, host, row)], self.drift.policies)
         LOG.warning("re-observed %s %s after a late outcome: %s", kind.what, ident,

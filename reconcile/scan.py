@@ -48,8 +48,8 @@ def scan(db: Database, rtype: str, host: str, statuses: list[str] | None = None
         pairs = resources.snapshot_instances_on_host(db, host, statuses)
         return [Candidate(rtype, s.id, s.status, i.host, s) for s, i in pairs]
     if rtype == vocab.GROUP_SNAPSHOT:
-        pairs = resources.group_snapshots_on_host(db, host, statuses)
-        return [Candidate(rtype, s.id, s.status, g.host, s) for s, g in pairs]
+        groups = resources.group_snapshots_on_host(db, host, statuses)
+        return [Candidate(rtype, s.id, s.status, g.host, s) for s, g in groups]
     rows = resources.on_host(db, kinds.kind(rtype).model, host, statuses)
     return [Candidate(rtype, r.id, r.status, r.host, r) for r in rows]
 

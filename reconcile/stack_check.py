@@ -113,11 +113,14 @@ def _candidate(db: Any, type_: str, physical_id: str) -> Candidate | None:
     """The instance behind a stack resource's physical id, as drift checks
     take it; None when the database has none."""
     rtype = CHECKED[type_]
+    row: models.ShareSnapshotInstance | models.ShareInstance | None
     if type_ == vocab.SNAPSHOT:
         row = db_res.snapshot_instance_of(db, physical_id)
     elif type_ == vocab.REPLICA:
         row = db_api.get(db, models.ShareInstance, physical_id)
     else:
         row = db_res.primary_instance(db, physical_id)
-    host = kinds.kind(rtype).host_of(db, row) if row is not None else None
+    if row is None:
+        return None
+    host = kinds.kind(rtype).host_of(db, row)
     return Candidate(rtype, row.id, row.status, host, row) if host else None
