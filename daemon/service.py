@@ -22,7 +22,7 @@ from sharemgr.db import messages as db_messages
 from sharemgr.db import migration
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
 from sharemgr.drivers import loader
-from sharemgr.manager import capabilities, config, ensure, leases, operations
+from sharemgr.manager import backup_ops, capabilities, config, ensure, handlers, leases
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.membership import Membership
 from sharemgr.manager.operations import Operations
@@ -170,7 +170,7 @@ class ShareManagerService:
         self.operations.leases = leases.Leases.from_conf(self.conf)
         self.operations.not_member = self.membership.not_member
         self.operations.on_lost = self._reobserve
-        for rtype, action in operations.HANDLERS:
+        for rtype, action in handlers.HANDLERS:
             self.handlers.add(rtype, action, self.operations.handle)
         self.stacks = StackEngine(self.db, self.operations, self.coordinator, self.engine_id,
                                   self.host, self.drivers)
@@ -281,7 +281,7 @@ class ShareManagerService:
     def continue_backups_of(self, backend: str) -> None:
         """Drive one backend's started backups and restores on."""
         if backend in self.drivers and not self.stopping.is_set():
-            self.operations.continue_backups([f"{self.host}@{backend}"])
+            backup_ops.continue_backups(self.operations, [f"{self.host}@{backend}"])
 
     def _start_periodics(self) -> None:
         bg = self.background

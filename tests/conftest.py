@@ -9,7 +9,10 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import socket
+import tempfile
 import uuid
+
+import filelock
 
 import pytest
 import sqlalchemy as sa
@@ -74,6 +77,17 @@ def pg_url(_databases_to_drop):
     url = _fresh_database(PG_ADMIN, "postgresql")
     _databases_to_drop.append((PG_ADMIN, url))
     return url
+
+
+@pytest.fixture
+def many_connections():
+    """For a test that opens tens of connections to one server at once:
+    PostgreSQL here allows 100, which two such tests on two workers would
+    use up between them (both failed once with every other test's
+    connections besides). Such tests take turns, across the workers."""
+    path = os.path.join(tempfile.gettempdir(), "sharemgr-tests-many-connections.lock")
+    with filelock.FileLock(path):
+        yield
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import logging
 import pytest
 from sharemgr.common import vocab
 from sharemgr.db import api, models
-from sharemgr.manager import plans
+from sharemgr.manager import backup_ops, plans
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.manager.plans import Op
 
@@ -198,7 +198,7 @@ def test_a_backup_continue_bug_is_logged_with_its_traceback(engine, caplog):
 
     engine.driver.create_backup_continue = create_backup_continue
     caplog.set_level(logging.WARNING, OPS_LOGGER)
-    engine.operations.continue_backups([HOSTBE])
+    backup_ops.continue_backups(engine.operations, [HOSTBE])
     [record] = [r for r in caplog.records if r.name == OPS_LOGGER]
     assert record.levelno == logging.ERROR and record.exc_info[0] is KeyError
     assert record.getMessage().startswith(

@@ -95,7 +95,7 @@ def test_a_backend_size_above_the_maximum_is_unusable(reported):
 @pytest.mark.parametrize("given, stored", [("0", "0"), ("55", "55"), ("55.5%", "55"),
                                            (150, "100"), ("nan", "nan"), ("x" * 40, "x" * 32)])
 def test_backup_progress_fits_its_column(given, stored):
-    from sharemgr.manager.operations import _progress
+    from sharemgr.manager.backup_ops import _progress
 
     assert _progress(given) == stored
 

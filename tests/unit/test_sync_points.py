@@ -320,16 +320,17 @@ def _fan_in(url, lock_after, writers=50):
         db.dispose()
 
 
-def test_fifty_concurrent_writers_on_postgresql(pg_url):
+def test_fifty_concurrent_writers_on_postgresql(pg_url, many_connections):
     _fan_in(pg_url, lock_after=sync_points.LOCK_AFTER)
 
 
-def test_fifty_concurrent_writers_on_postgresql_with_compare_and_swap_alone(pg_url):
+def test_fifty_concurrent_writers_on_postgresql_with_compare_and_swap_alone(
+        pg_url, many_connections):
     # No locking read at all: the atomic_key CAS and its retries alone keep
     # every sender's data. Some writers must have lost a race and retried.
     results = _fan_in(pg_url, lock_after=None)
     assert max(r.attempts for r in results) > 1
 
 
-def test_fifty_concurrent_writers(db_url):
+def test_fifty_concurrent_writers(db_url, many_connections):
     _fan_in(db_url, lock_after=sync_points.LOCK_AFTER)

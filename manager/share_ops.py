@@ -1,0 +1,218 @@
+"""The share instance's and the replica's operations: create, delete,
+extend, shrink, access rules (``Operations.perform`` dispatches to them
+through ``handlers.HANDLERS``). Each is the driver call and its outcome,
+written through ``Operations.run``: lock, re-read, call, conditional
+outcome."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import TYPE_CHECKING, Any
+
+from sharemgr.common import vocab
+from sharemgr.db import access as db_access
+from sharemgr.db import api as db_api
+from sharemgr.db import models, resources
+from sharemgr.manager import access, views
+from sharemgr.manager.operations import OperationFailed, Stale, log_failure
+from sharemgr.manager.plans import Change, Op
+
+if TYPE_CHECKING:
+    from sharemgr.manager.operations import Operations
+
+
+def create_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
+    # The request names the instance's backend: no read before the lock.
+    host = op.host
+    if host is None:
+        inst0 = db_api.get(ops.db, models.ShareInstance, op.ident)
+        if inst0 is None:
+            raise Stale(f"share instance {op.ident} is gone")
+        host = inst0.host
+    driver = ops.driver_for(host)
+    # The share is read with the instance, in the re-read under the lock.
+    shares: dict[str, models.Share | None] = {}
+
+    def read(session: Any) -> models.ShareInstance | None:
+        inst, shares["share"] = resources.instance_with_share_tx(session, op.ident)
+        return inst
+
+    def call(inst: models.ShareInstance) -> Any:
+        share = shares["share"]
+        if share is None:
+            raise Stale(f"the share of instance {inst.id} is gone")
+        share_d, server = views.share(inst, share), ops.server_dict(inst.share_server_id)
+        if share.snapshot_id:
+            snap_inst = resources.snapshot_instance_of(ops.db, share.snapshot_id)
+            if snap_inst is None:
+                raise OperationFailed(f"snapshot {share.snapshot_id} is gone")
+            snap_d, _ = ops.snapshot_parts(snap_inst)
+            return driver.create_share_from_snapshot(share_d, snap_d, server)
+        return driver.create_share(share_d, server)
+
+    return ops.run(
+        vocab.SHARE_INSTANCE, models.ShareInstance, op.ident,
+        (vocab.CREATING, vocab.CREATING_FROM_SNAPSHOT), call,
+        lambda inst, locs: [(models.ShareInstance, inst.id, {"status": inst.status},
+                             {"status": vocab.AVAILABLE,
+                              "export_locations": views.export_locations(locs)})],
+        {"status": vocab.ERROR}, f"create of share instance {op.ident}",
+        held=held, then=functools.partial(_flush_access, ops), read=read,
+        method=lambda inst: "create_share_from_snapshot"
+        if inst.status == vocab.CREATING_FROM_SNAPSHOT else "create_share",
+    )
+
+
+def delete_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
+    inst0 = db_api.get(ops.db, models.ShareInstance, op.ident)
+    if inst0 is None:
+        raise Stale(f"share instance {op.ident} is gone")
+    driver = ops.driver_for(inst0.host)
+    return ops.run(
+        vocab.SHARE_INSTANCE,
+        models.ShareInstance,
+        inst0.id,
+        (vocab.DELETING, vocab.DEFERRED_DELETING),
+        lambda inst: driver.delete_share(*ops.share_parts(inst)),
+        lambda inst, _r: ops.share_gone_changes(inst),
+        {"status": vocab.ERROR_DELETING},
+        f"delete of share instance {inst0.id}",
+        held=held,
+        method="delete_share", force=bool(op.args.get("force")),
+    )
+
+
+def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
+    inst0 = db_api.get(ops.db, models.ShareInstance, op.ident)
+    if inst0 is None:
+        raise Stale(f"share instance {op.ident} is gone")
+    driver = ops.driver_for(inst0.host)
+    new_size = int(op.args["new_size"])
+    extend = op.action == vocab.ACTION_EXTEND
+    method = driver.extend_share if extend else driver.shrink_share
+
+    def call(inst: models.ShareInstance) -> Any:
+        share_d, server = ops.share_parts(inst)
+        return method(share_d, new_size, server)
+
+    return ops.run(
+        vocab.SHARE_INSTANCE,
+        models.ShareInstance,
+        inst0.id,
+        (vocab.EXTENDING if extend else vocab.SHRINKING,),
+        call,
+        lambda inst, _r: [
+            (
+                models.ShareInstance,
+                inst.id,
+                {"status": inst.status},
+                {"status": vocab.AVAILABLE},
+            ),
+            (models.Share, inst.share_id, {}, {"size": new_size}),
+        ],
+        {"status": vocab.EXTENDING_ERROR if extend else vocab.SHRINKING_ERROR},
+        f"{op.action} of share instance {inst0.id} to {new_size}",
+        held=held, then=functools.partial(_flush_access, ops),
+        method="extend_share" if extend else "shrink_share",
+    )
+
+
+# Not through ``Operations.run``: the instance's status does not change, and each
+# rule's outcome is its own conditional update (a deny that came while the
+# driver worked wins over the apply's outcome), not all or nothing.
+def update_access(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
+    """Send the share's rules to the driver: the queued ones as changes,
+    with the full set; ``resync`` (ensure-resources) sends the full set
+    even when nothing is queued."""
+    inst0 = db_api.get(ops.db, models.ShareInstance, op.ident)
+    if inst0 is None:
+        raise Stale(f"share instance {op.ident} is gone")
+    with contextlib.nullcontext() if held else ops.locked(vocab.SHARE_INSTANCE, inst0.id):
+        inst = ops.fresh(models.ShareInstance, inst0.id, (vocab.AVAILABLE,))
+        _sync_access(ops, inst, resync=bool(op.args.get("resync")))
+    return None
+
+
+def _flush_access(ops: Operations, inst: models.ShareInstance) -> None:
+    """After an operation that leaves the share available: rules queued
+    meanwhile (a stack's, or any that found the share busy) are applied
+    now, under the same lock. Costs nothing when none are queued."""
+    if inst.access_rules_status == vocab.ACCESS_RULES_SYNCING:
+        _sync_access(ops, ops.fresh(models.ShareInstance, inst.id, (vocab.AVAILABLE,)))
+
+
+def _sync_access(ops: Operations, inst: models.ShareInstance, resync: bool = False) -> None:
+    rules = db_access.start(ops.db, inst.share_id)
+    add = [r for r in rules if r.state == vocab.ACCESS_APPLYING]
+    remove = [r for r in rules if r.state == vocab.ACCESS_DENYING]
+    if not (add or remove or resync):
+        return
+    full = [r for r in rules if r.state in (vocab.ACCESS_ACTIVE, vocab.ACCESS_APPLYING)]
+    what = f"update_access of share instance {inst.id}"
+    driver = ops.driver_for(inst.host)
+    share_d, server = ops.share_parts(inst)
+    try:
+        updates = driver.update_access(share_d, [access.view(r) for r in full],
+                                       [access.view(r) for r in add],
+                                       [access.view(r) for r in remove], server) or {}
+    except Exception as exc:
+        log_failure(what, "update_access", exc)
+        # What the backend now allows is unknown: every rule sent is in error.
+        db_access.finish(ops.db, inst.share_id, {
+            r.id: (r.state, vocab.ACCESS_ERROR) for r in full + remove})
+        raise OperationFailed(f"{what} failed: {exc}")
+    refused = sorted(r.id for r in add
+                     if (updates.get(r.id) or {}).get("state") == vocab.ACCESS_ERROR)
+    outcome = {r.id: (r.state, vocab.ACCESS_ERROR if r.id in refused else vocab.ACCESS_ACTIVE)
+               for r in add}
+    outcome.update({r.id: (r.state, vocab.ACCESS_DELETED) for r in remove})
+    db_access.finish(ops.db, inst.share_id, outcome)
+    if refused:
+        raise OperationFailed(f"{what}: the backend refused rule(s) {', '.join(refused)}")
+
+
+def create_replica(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
+    rep0 = db_api.get(ops.db, models.ShareInstance, op.ident)
+    if rep0 is None:
+        raise Stale(f"replica {op.ident} is gone")
+    driver = ops.driver_for(rep0.host)
+
+    def call(rep: models.ShareInstance) -> Any:
+        rep_d, server = ops.share_parts(rep)
+        active = resources.primary_instance(ops.db, rep.share_id)
+        if active is None:
+            raise OperationFailed(f"share {rep.share_id} has no active instance")
+        active_d, _ = ops.share_parts(active)
+        return driver.create_replica(rep_d, active_d, server)
+
+    def ok(rep: models.ShareInstance, result: Any) -> list[Change]:
+        result = result or {}
+        return [(models.ShareInstance, rep.id, {"status": rep.status}, {
+            "status": vocab.AVAILABLE,
+            "replica_state": result.get("replica_state") or vocab.REPLICA_IN_SYNC,
+            "export_locations": views.export_locations(result.get("export_locations")),
+        })]
+
+    return ops.run(
+        vocab.REPLICA, models.ShareInstance, rep0.id, (vocab.CREATING,), call, ok,
+        {"status": vocab.ERROR, "replica_state": vocab.REPLICA_ERROR},
+        f"create of replica {rep0.id}",
+        held=held,
+        method="create_replica",
+    )
+
+
+def delete_replica(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
+    rep0 = db_api.get(ops.db, models.ShareInstance, op.ident)
+    if rep0 is None:
+        raise Stale(f"replica {op.ident} is gone")
+    driver = ops.driver_for(rep0.host)
+    return ops.run(
+        vocab.REPLICA, models.ShareInstance, rep0.id, (vocab.DELETING,),
+        lambda rep: driver.delete_replica(*ops.share_parts(rep)),
+        lambda rep, _r: ops.share_gone_changes(rep),
+        {"status": vocab.ERROR_DELETING}, f"delete of replica {rep0.id}",
+        held=held,
+        method="delete_replica", force=bool(op.args.get("force")),
+    )
