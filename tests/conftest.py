@@ -13,7 +13,6 @@ import tempfile
 import uuid
 
 import filelock
-
 import pytest
 import sqlalchemy as sa
 from sharemgr.db import migration
