@@ -27,10 +27,11 @@ class SharectlApp(App):
             command_manager=manager,
             deferred_help=True,
         )
-        self._context = None
+        self._context: Context | None = None
 
     def build_option_parser(
-        self, description: str, version: str, argparse_kwargs: dict | None = None
+        self, description: str | None, version: str | None,
+        argparse_kwargs: dict | None = None
     ) -> argparse.ArgumentParser:
         parser = super().build_option_parser(description, version, argparse_kwargs)
         parser.add_argument(

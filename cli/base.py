@@ -5,9 +5,16 @@ from __future__ import annotations
 import datetime
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cliff import command, lister, show
+
+if TYPE_CHECKING:
+    from sharemgr.cli.app import SharectlApp
+
+    _Base = command.Command
+else:
+    _Base = object
 
 EXIT_OK = 0
 EXIT_ERROR_STATUS = 1
@@ -52,8 +59,10 @@ def _loaded(names: tuple[tuple[str, str], ...]) -> tuple[type, ...]:
     return tuple(getattr(sys.modules[m], c) for m, c in names if m in sys.modules)
 
 
-class _Errors:
+class _Errors(_Base):
     """Turn the project's exceptions into a message and an exit code."""
+
+    app: SharectlApp  # sharectl's, whose ``context`` the commands read
 
     def get_epilog(self) -> str:
         # cliff's own epilog names the plugin distribution a command comes

@@ -16,6 +16,7 @@ from sharemgr.common import vocab
 if TYPE_CHECKING:
     from sharemgr.db import models
     from sharemgr.db.engine import Database
+    from sharemgr.db.records import Record
 
 # The database modules (SQLAlchemy) are imported by the functions that query:
 # 'sharectl --help' loads every command and needs none of them.
@@ -44,7 +45,8 @@ class Noun:
         return row
 
 
-def _share_row(share: models.Share, inst: models.ShareInstance | None) -> dict[str, Any]:
+def _share_row(share: models.Share | Record, inst: models.ShareInstance | Record | None
+               ) -> dict[str, Any]:
     return {
         "id": share.id, "name": share.name, "size": share.size, "proto": share.share_proto,
         "status": inst.status if inst else vocab.ERROR, "host": inst.host if inst else None,
@@ -75,8 +77,8 @@ def _instance_row(inst: models.ShareInstance) -> dict[str, Any]:
     }
 
 
-def _snapshot_row(snap: models.ShareSnapshot, inst: models.ShareSnapshotInstance | None
-                  ) -> dict[str, Any]:
+def _snapshot_row(snap: models.ShareSnapshot | Record,
+                  inst: models.ShareSnapshotInstance | Record | None) -> dict[str, Any]:
     return {
         "id": snap.id, "share_id": snap.share_id, "name": snap.name, "size": snap.size,
         "status": inst.status if inst else vocab.ERROR, "instance_id": inst.id if inst else None,

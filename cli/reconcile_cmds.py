@@ -61,6 +61,7 @@ def _ask(ctx: Any, action: str, prefix: str, parsed_args: Any) -> models.Reconci
         "resource_type": vocab.RECONCILE, "resource_id": str(uuid.uuid4()),
         "action": action, "host": host, "args": {"dry_run": parsed_args.dry_run},
     })
+    assert req_id is not None  # a request was given
     wait_request(ctx, req_id, parsed_args.timeout, f"share-manager of host {host}")
     found = db_rec.passes(ctx.db, host, trigger=f"{prefix}:{req_id}")
     if not found:

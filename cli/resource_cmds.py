@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sharemgr.cli import base
@@ -41,6 +40,7 @@ def unserved(app: Any, ident: str) -> str | None:
     if not open_:
         return None
     host = open_[0].host
+    assert host is not None  # chosen for it above
     try:
         engines = app.context.coordinator.engines()
     except Exception as exc:
@@ -155,7 +155,9 @@ class ResourceDelete(base.Command):
         return parser
 
     def take_action(self, parsed_args: Any) -> int:
-        getattr(_intake(self.app), self.kind.delete)(parsed_args.id, force=parsed_args.force)
+        method = self.kind.delete
+        assert method is not None  # the command exists only for nouns with a delete
+        getattr(_intake(self.app), method)(parsed_args.id, force=parsed_args.force)
         if parsed_args.wait:
             status = wait_for(self.app, self.kind, parsed_args.id, parsed_args.timeout,
                               deleting=True)
@@ -405,7 +407,7 @@ def commands_for() -> dict[str, type]:
             ResourceResetState, kind, f"Set a {noun}'s status (admin).")
         if kind.delete is not None:
             table[f"{noun} delete"] = make(ResourceDelete, kind, f"Delete a {noun}.")
-    creators: dict[str, Callable] = {
+    creators: dict[str, type] = {
         "share create": ShareCreate, "share extend": ShareExtend,
         "share shrink": ShareShrink, "snapshot create": SnapshotCreate,
         "replica create": ReplicaCreate, "share-server create": ShareServerCreate,

@@ -24,12 +24,12 @@ class ServiceList(base.Lister):
         return parser
 
     def take_action(self, parsed_args: Any) -> tuple:
-        from sharemgr.db import api as db_api
+        from sharemgr.db import services as db_services
 
         ctx = self.app.context
-        rows = db_api.service_list(ctx.db, include_stopped=parsed_args.all)
+        rows = db_services.service_list(ctx.db, include_stopped=parsed_args.all)
         alive = ctx.coordinator.engines()
-        backends = db_api.service_backends(ctx.db, [r.engine_id for r in rows])
+        backends = db_services.service_backends(ctx.db, [r.engine_id for r in rows])
         columns = ("host", "binary", "engine_id", "alive", "backends", "started_at",
                    "heartbeat_at", "stopped_at", "died_at", "out_of_group")
         data = [
@@ -72,11 +72,11 @@ class ServiceCleanup(base.Command):
         return parser
 
     def take_action(self, parsed_args: Any) -> int:
-        from sharemgr.db import api as db_api
+        from sharemgr.db import services as db_services
 
         ctx = self.app.context
         alive = ctx.coordinator.engines()
-        removed = db_api.service_cleanup(ctx.db, alive, parsed_args.older_than)
+        removed = db_services.service_cleanup(ctx.db, alive, parsed_args.older_than)
         print(f"removed {len(removed)} engine record(s)" +
               (": " + ", ".join(removed) if removed else ""))
         return 0

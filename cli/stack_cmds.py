@@ -67,12 +67,14 @@ def wait_for_stack(app: Any, stack_id: str, traversal: str,
     try:
         while True:
             stack = read(db, stack_id, include_deleted=True)
+            if stack is None:
+                raise base.OperationFailed(f"stack {stack_id} is gone")
             if stack.current_traversal != traversal:
                 if stack.action != vocab.STACK_ROLLBACK:
                     raise base.OperationFailed(
                         f"stack {stack.name}: superseded by a {stack.action} "
                         f"(traversal {stack.current_traversal})")
-                traversal, rolled_back = stack.current_traversal, True
+                traversal, rolled_back = stack.current_traversal or "", True
             if tty:
                 sys.stderr.write(f"\rstack {stack.name}: {stack.action} {stack.status} "
                                  f"{actions.progress(db, stack)} resources "
@@ -241,8 +243,10 @@ class StackCancel(base.ShowOne):
             raise base.UserError(f"stack {stack.name}: its traversal ended or changed "
                                  "meanwhile; nothing was cancelled")
         stack = stacks.stack_get(db, stack.id, include_deleted=True)
+        if stack is None:
+            raise base.OperationFailed(f"stack {parsed_args.name} is gone")
         if parsed_args.wait and stack.status == vocab.STACK_IN_PROGRESS:
-            stack, _ = wait_for_stack(self.app, stack.id, stack.current_traversal, None)
+            stack, _ = wait_for_stack(self.app, stack.id, stack.current_traversal or "", None)
             if stack.status != vocab.STACK_COMPLETE:
                 self.produce_output(parsed_args, *_show(self.app, stack))
                 raise base.OperationFailed(f"stack {stack.name} {stack.action} "
@@ -319,6 +323,7 @@ def _check(app: Any, stack: Any, timeout: float) -> Any:
     req_id = db_api.add_with_request(app.context.db, [], {
         "resource_type": vocab.STACK, "resource_id": stack.id,
         "action": vocab.ACTION_STACK_CHECK, "host": None, "args": {}})
+    assert req_id is not None  # a request was given
     wait_request(app.context, req_id, timeout, "share-manager", "the check")
     return stacks.stack_get(app.context.db, stack.id)
 

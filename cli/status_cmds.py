@@ -33,10 +33,10 @@ class Status(base.ShowOne):
         return parser
 
     def take_action(self, parsed_args: Any) -> tuple:
-        from sharemgr.db import api as db_api
         from sharemgr.db import capabilities as db_capabilities
         from sharemgr.db import models
         from sharemgr.db import reconcile as db_rec
+        from sharemgr.db import services as db_services
         from sharemgr.db import status as db_status
 
         if parsed_args.stuck_minutes < 0:
@@ -45,7 +45,7 @@ class Status(base.ShowOne):
         ctx = self.app.context
         host = ctx.conf.host
         now = models.utcnow()
-        running = db_api.service_list(ctx.db, include_stopped=False)
+        running = db_services.service_list(ctx.db, include_stopped=False)
         alive, coord_error = self._alive()
         engines = [{"engine_id": r.engine_id, "host": r.host,
                     "alive": None if alive is None else r.engine_id in alive,
@@ -63,7 +63,8 @@ class Status(base.ShowOne):
 
         structured = parsed_args.formatter in base.STRUCTURED_FORMATS
         n_alive = None if alive is None else sum(1 for e in engines if e["alive"])
-        summary = {"alive": n_alive, "running": len(engines), "engines": engines}
+        summary: dict[str, Any] = {"alive": n_alive, "running": len(engines),
+                                   "engines": engines}
         if coord_error:
             summary["coordination_error"] = coord_error
         columns = ("host", "engines", "backends", "queue", "stuck", "last_pass")

@@ -13,7 +13,7 @@ from typing import Any
 import tenacity
 from oslo_log import log as logging
 from sharemgr.common import vocab
-from sharemgr.db import api as db_api
+from sharemgr.db import services as db_services
 from sharemgr.drivers import loader
 from sharemgr.manager import capabilities, ensure
 
@@ -46,7 +46,7 @@ class BackendSetup:
         svc = self.service
         self.states[backend] = f"{state} ({reason})" if reason else state
         try:
-            db_api.service_backend_set(svc.db, svc.engine_id, backend, state, reason)
+            db_services.service_backend_set(svc.db, svc.engine_id, backend, state, reason)
         except Exception:  # oslo.log appends the error's first line
             LOG.warning("backend [%s]: could not record its state '%s'", backend, state)
 
@@ -98,9 +98,10 @@ class BackendSetup:
             return True
 
         def failed(retry_state: tenacity.RetryCallState) -> None:
-            reason = str(retry_state.outcome.exception())
+            outcome, action = retry_state.outcome, retry_state.next_action
+            reason = str(outcome.exception() if outcome else "failed")
             LOG.info("backend [%s]: %s; next try in %.1fs", backend, reason,
-                     retry_state.next_action.sleep)
+                     action.sleep if action else 0.0)
             self.record(backend, vocab.BACKEND_FAILED, reason)
 
         try:

@@ -125,9 +125,9 @@ class Background:
     def start_periodics(self) -> None:
         # Periodic tasks run one after another in the worker's thread: they
         # are short, and a synchronous executor stops at once.
-        self._executor = futurist.SynchronousExecutor()
+        executor = self._executor = futurist.SynchronousExecutor()
         self._worker = periodics.PeriodicWorker(
-            self._periodic, executor_factory=lambda: self._executor,
+            self._periodic, executor_factory=lambda: executor,
             on_failure=tasks.log_periodic_failure,
         )
         self._thread = tasks.start_thread(self._worker.start, name="periodics")

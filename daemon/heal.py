@@ -17,7 +17,7 @@ from sharemgr.common import vocab
 from sharemgr.convergence import actions
 from sharemgr.convergence.prepare import PrepareError
 from sharemgr.convergence.template import Template
-from sharemgr.db import stacks
+from sharemgr.db import models, stacks
 from sharemgr.db.stacks import StackNotFound
 from sharemgr.manager.outage import Backoff, backing_off, is_outage
 from sharemgr.reconcile.stack_check import StackChecker
@@ -67,14 +67,16 @@ class StackHealer:
                 continue
             self._last[stack.id] = now
             try:
-                stored = stacks.template_get(self.db, stack.template_id)
-                self._heal(stack, Template.from_dict(stored))
+                current = stacks.template_get(self.db, stack.template_id)
+                if current is None:  # purged with a traversal that ended meanwhile
+                    continue
+                self._heal(stack, Template.from_dict(current))
             except Exception as exc:  # one stack's trouble must not stop the others'
                 if is_outage(exc):
                     raise  # not the stack's: the round stops and backs off
                 LOG.exception("self-healing check of stack %s failed", stack.name)
 
-    def _heal(self, stack: object, template: Template) -> None:
+    def _heal(self, stack: models.Stack, template: Template) -> None:
         drifted, _unchecked = self.checker.check(stack)
         if not drifted:
             return

@@ -129,6 +129,7 @@ class HealthServer:
     @property
     def url(self) -> str:
         host, port = self.address
+        host = host.decode() if isinstance(host, bytes) else host
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def start(self) -> None:

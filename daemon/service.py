@@ -17,9 +17,9 @@ from sharemgr.daemon import health, systemd
 from sharemgr.daemon.backends import BackendSetup
 from sharemgr.daemon.background import Background
 from sharemgr.daemon.heal import StackHealer
-from sharemgr.db import api as db_api
 from sharemgr.db import messages as db_messages
 from sharemgr.db import migration
+from sharemgr.db import services as db_services
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
 from sharemgr.drivers import loader
 from sharemgr.manager import backup_ops, capabilities, config, ensure, handlers, leases
@@ -162,7 +162,7 @@ class ShareManagerService:
             raise StartupError(str(exc))
         for where in config.unknown_options(self.conf):
             LOG.warning("unknown option, ignored: %s", where)
-        db_api.service_register(self.db, self.host, BINARY, self.engine_id)
+        db_services.service_register(self.db, self.host, BINARY, self.engine_id)
         self.registered = True
         self.drivers = self.backends.first_tries(constructed)
         self.hosts = [f"{self.host}@{backend}" for backend in self.drivers]
@@ -287,7 +287,7 @@ class ShareManagerService:
         bg = self.background
         most = self.conf.outage_retry_max_interval
         bg.every(self.conf.heartbeat_interval, "heartbeat",
-                 lambda: db_api.service_heartbeat(self.db, self.engine_id,
+                 lambda: db_services.service_heartbeat(self.db, self.engine_id,
                                                   self.membership.not_member()), most)
         # Off the periodic thread: with packets dropped a check waits for the
         # client's socket timeout, and the heartbeat must go on meanwhile.
@@ -400,7 +400,7 @@ class ShareManagerService:
             self.coordinator.stop()
         if self.db is not None and self.registered:
             try:
-                db_api.service_stopped(self.db, self.engine_id)
+                db_services.service_stopped(self.db, self.engine_id)
             except Exception:  # the database may be the reason we stop
                 LOG.exception("could not mark the service row stopped")
         if self.db is not None:

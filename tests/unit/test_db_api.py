@@ -6,7 +6,7 @@ import threading
 
 import pytest
 import sqlalchemy as sa
-from sharemgr.db import api, migration, models
+from sharemgr.db import api, migration, models, services
 from sharemgr.db.engine import Database, DatabaseUnavailable
 
 
@@ -157,11 +157,11 @@ def test_many_requests_in_one_insert_are_claimed_in_order(db):
 
 
 def test_services(db):
-    api.service_register(db, "h", "share-manager", "h.1")
-    assert api.service_heartbeat(db, "h.1")
-    api.service_stopped(db, "h.1")
-    assert [s.engine_id for s in api.service_list(db)] == ["h.1"]
-    assert api.service_list(db, include_stopped=False) == []
+    services.service_register(db, "h", "share-manager", "h.1")
+    assert services.service_heartbeat(db, "h.1")
+    services.service_stopped(db, "h.1")
+    assert [s.engine_id for s in services.service_list(db)] == ["h.1"]
+    assert services.service_list(db, include_stopped=False) == []
 
 
 def test_unreachable_database_is_one_line():

@@ -7,25 +7,25 @@ import uuid
 
 from sharemgr.cli.service_cmds import backend_states
 from sharemgr.common import vocab
-from sharemgr.db import api, models
+from sharemgr.db import models, services
 
 HOST = "h" * 255
 ENGINE = f"{HOST}.{uuid.uuid4()}"
 
 
 def test_states_are_recorded_and_listed_per_engine(db):
-    api.service_register(db, HOST, "share-manager", ENGINE)
+    services.service_register(db, HOST, "share-manager", ENGINE)
     other = f"{HOST}.{uuid.uuid4()}"
-    api.service_register(db, HOST, "share-manager", other)
+    services.service_register(db, HOST, "share-manager", other)
     long_name = "b" * 128
     for backend in ("dummy", long_name):
-        api.service_backend_set(db, ENGINE, backend, vocab.BACKEND_INITIALIZING)
-    api.service_backend_set(db, ENGINE, "dummy", vocab.BACKEND_UP)
+        services.service_backend_set(db, ENGINE, backend, vocab.BACKEND_INITIALIZING)
+    services.service_backend_set(db, ENGINE, "dummy", vocab.BACKEND_UP)
     reason = "do_setup failed: ShareBackendException: cannot reach array: " + "x" * 2000
-    api.service_backend_set(db, ENGINE, long_name, vocab.BACKEND_FAILED, reason)
-    api.service_backend_set(db, other, "dummy", vocab.BACKEND_UP)
+    services.service_backend_set(db, ENGINE, long_name, vocab.BACKEND_FAILED, reason)
+    services.service_backend_set(db, other, "dummy", vocab.BACKEND_UP)
 
-    found = api.service_backends(db, [ENGINE, other, "nobody"])
+    found = services.service_backends(db, [ENGINE, other, "nobody"])
     assert [(r.backend, r.state) for r in found[ENGINE]] == [
         (long_name, "failed"), ("dummy", "up")]
     stored = found[ENGINE][0].reason
@@ -33,20 +33,20 @@ def test_states_are_recorded_and_listed_per_engine(db):
     assert len(stored) == models.BACKEND_REASON and stored.endswith("...")
     assert stored.startswith("do_setup failed: ShareBackendException: cannot reach array")
     assert [(r.backend, r.state) for r in found[other]] == [("dummy", "up")]
-    assert found["nobody"] == [] and api.service_backends(db, []) == {}
+    assert found["nobody"] == [] and services.service_backends(db, []) == {}
 
     # Up again: the reason goes.
-    api.service_backend_set(db, ENGINE, long_name, vocab.BACKEND_UP)
-    assert [(r.state, r.reason) for r in api.service_backends(db, [ENGINE])[ENGINE]] == [
+    services.service_backend_set(db, ENGINE, long_name, vocab.BACKEND_UP)
+    assert [(r.state, r.reason) for r in services.service_backends(db, [ENGINE])[ENGINE]] == [
         ("up", None), ("up", None)]
 
 
 def test_the_list_column_names_each_backend_and_why_it_failed(sqlite_db):
-    api.service_backend_set(sqlite_db, ENGINE, "broken", vocab.BACKEND_FAILED,
+    services.service_backend_set(sqlite_db, ENGINE, "broken", vocab.BACKEND_FAILED,
                             "do_setup failed: OSError: no route")
-    api.service_backend_set(sqlite_db, ENGINE, "dummy", vocab.BACKEND_UP)
-    api.service_backend_set(sqlite_db, ENGINE, "slow", vocab.BACKEND_INITIALIZING)
-    rows = api.service_backends(sqlite_db, [ENGINE])[ENGINE]
+    services.service_backend_set(sqlite_db, ENGINE, "dummy", vocab.BACKEND_UP)
+    services.service_backend_set(sqlite_db, ENGINE, "slow", vocab.BACKEND_INITIALIZING)
+    rows = services.service_backends(sqlite_db, [ENGINE])[ENGINE]
     assert backend_states(rows) == (
         "broken: failed (do_setup failed: OSError: no route), dummy: up, slow: initializing")
 
@@ -68,6 +68,6 @@ def test_the_health_endpoint_sees_each_backends_state(sqlite_db):
         "broken": (False, "failed (do_setup failed: OSError: no route)"),
         "slow": (False, "initializing")}
     # The same states in the database, for sharectl service list.
-    rows = api.service_backends(sqlite_db, [ENGINE])[ENGINE]
+    rows = services.service_backends(sqlite_db, [ENGINE])[ENGINE]
     assert backend_states(rows) == (
         "broken: failed (do_setup failed: OSError: no route), dummy: up, slow: initializing")
