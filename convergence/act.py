@@ -26,8 +26,9 @@ from sharemgr.convergence.node_check import (
     Outcome,
     Result,
 )
+from sharemgr.convergence.properties import ResourceData
 from sharemgr.convergence.row_locks import RowLocks
-from sharemgr.convergence.template import ResourceData, Template, TemplateError
+from sharemgr.convergence.template import Template, TemplateError
 from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks

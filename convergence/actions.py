@@ -16,14 +16,8 @@ from sharemgr.common import vocab
 from sharemgr.convergence import lifecycle, prepare
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.graph import Node
-from sharemgr.convergence.template import (
-    ResourceData,
-    Template,
-    TemplateError,
-    check_stack_name,
-    parse,
-    resolve_outputs,
-)
+from sharemgr.convergence.properties import ResourceData, resolve_outputs
+from sharemgr.convergence.template import Template, TemplateError, check_stack_name, parse
 from sharemgr.db import models, stacks, sync_points
 from sharemgr.db.engine import Database
 

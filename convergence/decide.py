@@ -13,12 +13,8 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.graph import Graph, Node
-from sharemgr.convergence.template import (
-    Template,
-    data_by_name,
-    diff_properties,
-    resolve_properties,
-)
+from sharemgr.convergence.properties import data_by_name, diff_properties, resolve_properties
+from sharemgr.convergence.template import Template
 from sharemgr.db import models, stacks
 from sharemgr.db.engine import Database
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import yaml
 from sharemgr.common import vocab
-from sharemgr.convergence.template import TemplateError, diff_properties, parse
+from sharemgr.convergence.properties import diff_properties
+from sharemgr.convergence.template import TemplateError, parse
 from sharemgr.db import access as db_access
 from sharemgr.db import api, models
 from sharemgr.drivers.exceptions import ShareBackendException

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sharemgr.convergence import template
+from sharemgr.convergence import properties, template
 
 EXAMPLE = """
 resources:
@@ -201,9 +201,9 @@ def test_property_may_reference_a_later_resource():
 
 def _data(**kw):
     return {
-        "data": template.ResourceData("data", 1, "phys-data", {"size": 10, "export_locations": [
+        "data": properties.ResourceData("data", 1, "phys-data", {"size": 10, "export_locations": [
             {"path": "10.0.0.1:/data", "preferred": True}]}),
-        "snap": template.ResourceData("snap", 2, "phys-snap", {}),
+        "snap": properties.ResourceData("snap", 2, "phys-snap", {}),
         **kw,
     }
 
@@ -222,13 +222,13 @@ outputs:
   all: [{get_resource: data}, {get_attr: [snap, id]}]
 """
     )
-    assert template.resolve_properties(tmpl.resources["data"], {}) == {"size": 10, "proto": "NFS"}
-    assert template.resolve_properties(tmpl.resources["copy"], _data()) == {
+    assert properties.resolve_properties(tmpl.resources["data"], {}) == {"size": 10, "proto": "NFS"}
+    assert properties.resolve_properties(tmpl.resources["copy"], _data()) == {
         "size": 10, "proto": "NFS", "snapshot": "phys-snap"}
-    assert template.resolve_outputs(tmpl, _data()) == {
+    assert properties.resolve_outputs(tmpl, _data()) == {
         "path": "10.0.0.1:/data", "all": ["phys-data", "phys-snap"]}
     # An output whose resource is missing is None; the others still resolve.
-    assert template.resolve_outputs(tmpl, {"data": _data()["data"]})["all"] is None
+    assert properties.resolve_outputs(tmpl, {"data": _data()["data"]})["all"] is None
 
 
 def test_resolution_errors():
@@ -241,18 +241,19 @@ resources:
 """
     )
     with pytest.raises(template.ResolutionError, match="no data for resource 'data'"):
-        template.resolve_properties(tmpl.resources["snap"], {})
+        properties.resolve_properties(tmpl.resources["snap"], {})
     with pytest.raises(template.ResolutionError, match="no physical id"):
-        template.resolve_properties(tmpl.resources["snap"], {"data": template.ResourceData("data")})
-    bad = {"data": template.ResourceData("data", 1, "p", {"status": "available"})}
+        properties.resolve_properties(tmpl.resources["snap"],
+                                      {"data": properties.ResourceData("data")})
+    bad = {"data": properties.ResourceData("data", 1, "p", {"status": "available"})}
     with pytest.raises(template.ResolutionError, match="'copy' property 'size'.*integer"):
-        template.resolve_properties(tmpl.resources["copy"], bad)
+        properties.resolve_properties(tmpl.resources["copy"], bad)
 
 
 def test_data_by_name_reads_sync_point_input_data():
-    rd = template.ResourceData("data", 7, "phys", {"size": 3})
+    rd = properties.ResourceData("data", 7, "phys", {"size": 3})
     input_data = {"7:update": rd.to_dict(), "9:cleanup": None}
-    assert template.data_by_name(input_data) == {"data": rd}
+    assert properties.data_by_name(input_data) == {"data": rd}
 
 
 # Updates ----------------------------------------------------------------------
@@ -272,7 +273,7 @@ def test_data_by_name_reads_sync_point_input_data():
     ],
 )
 def test_diff_share_properties(old, new, changed, replace, in_place):
-    diff = template.diff_properties("share", old, new)
+    diff = properties.diff_properties("share", old, new)
     assert diff.changed == changed
     assert diff.replace is replace
     assert dict(diff.in_place) == in_place
@@ -280,11 +281,11 @@ def test_diff_share_properties(old, new, changed, replace, in_place):
 
 
 def test_diff_other_types():
-    assert template.diff_properties("snapshot", {"share": "a"}, {"share": "b"}).replace
-    assert not template.diff_properties("snapshot", {"share": "a"}, {"share": "a",
+    assert properties.diff_properties("snapshot", {"share": "a"}, {"share": "b"}).replace
+    assert not properties.diff_properties("snapshot", {"share": "a"}, {"share": "a",
                                                                      "name": "n"}).replace
-    assert template.diff_properties("replica", {"share": "a"}, {"share": "b"}).replace
-    assert template.diff_properties("share_group", {"backend": "a"}, {"backend": "b"}).replace
+    assert properties.diff_properties("replica", {"share": "a"}, {"share": "b"}).replace
+    assert properties.diff_properties("share_group", {"backend": "a"}, {"backend": "b"}).replace
 
 
 def test_physical_name():
@@ -319,7 +320,7 @@ outputs:
 """)
     # Outputs are resolved from the rows, not from SyncPoint data.
     assert t.referenced_attributes == {"a": {"name", "export_locations"}, "b": {"host"}}
-    data = template.ResourceData("a", 1, "p", {"name": "n", "size": 1, "host": "h"})
+    data = properties.ResourceData("a", 1, "p", {"name": "n", "size": 1, "host": "h"})
     assert data.passed_on(t) == {"name": "a", "resource_id": 1, "physical_id": "p",
                                  "attributes": {"name": "n"}}
     assert data.passed_on(None)["attributes"] == dict(data.attributes)

@@ -7,7 +7,7 @@ import threading
 import pytest
 import sqlalchemy as sa
 from sharemgr.common import vocab
-from sharemgr.convergence import lifecycle, prepare, template
+from sharemgr.convergence import lifecycle, prepare, properties, template
 from sharemgr.convergence.graph import Graph, Node
 from sharemgr.db import api, migration, models, stacks, sync_points
 from sharemgr.db.engine import Database
@@ -370,7 +370,7 @@ def test_retrigger_in_the_newer_traversal_when_ready(db):
     d, s = tr.chosen["data"], tr.chosen["snap"]
     # snap's update waits for data's update in the new traversal: not ready.
     assert lifecycle.retrigger(db, stack.id, s) == []
-    payload = template.ResourceData("data", d, "p-data", {"size": 20}).to_dict()
+    payload = properties.ResourceData("data", d, "p-data", {"size": 20}).to_dict()
     sync_points.sync(db, s, tr.traversal_id, True, Node(d, U).key, payload,
                      tr.graph.requires_keys(Node(s, U)))
     request = _one(lifecycle.retrigger(db, stack.id, s))
