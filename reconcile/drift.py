@@ -37,7 +37,8 @@ from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import kinds, views
 from sharemgr.manager.operations import lock_name
 from sharemgr.reconcile import ask, scan
-from sharemgr.reconcile.reconciler import BATCH_SIZE, Reconciler, Unusable, _export_locations, _size
+from sharemgr.reconcile.answers import Unusable, exports_of, size_of
+from sharemgr.reconcile.reconciler import BATCH_SIZE, Reconciler
 from sharemgr.reconcile.scan import Candidate
 
 LOG = logging.getLogger(__name__)
@@ -129,14 +130,14 @@ def compare(answer: Any, size: int | None, exports: list[dict[str, Any]] | None,
     found: list[Found] = []
     if SIZE in kinds_ and size is not None:
         try:
-            backend_size = _size(answer)
+            backend_size = size_of(answer)
         except Unusable:
             backend_size = None
         if backend_size is not None and backend_size != size:
             found.append(Found(SIZE, size, backend_size))
     if EXPORTS in kinds_ and answer.get("export_locations") is not None:
         try:
-            backend = _export_locations(answer["export_locations"])
+            backend = exports_of(answer["export_locations"])
         except Unusable:
             backend = None
         if backend is not None and _paths(backend) != _paths(exports):

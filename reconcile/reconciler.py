@@ -18,7 +18,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import math
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,20 +25,20 @@ from typing import Any
 import futurist
 from futurist import waiters
 from oslo_log import log as logging
-from sharemgr.common import messages, metrics, tasks, vocab
+from sharemgr.common import messages, tasks, vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db import resources as db_res
 from sharemgr.db.engine import Database
-from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale, lock_name
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Op
-from sharemgr.reconcile import access, ask, rules, scan
+from sharemgr.reconcile import access, answers, ask, rules, scan
 from sharemgr.reconcile.scan import Candidate
+from sharemgr.reconcile.summary import Summary, observe_pass
 
 LOG = logging.getLogger(__name__)
 
@@ -48,75 +47,6 @@ LOG = logging.getLogger(__name__)
 # found dead: on Redis a lock times out with the membership (tooz's
 # lock_timeout follows membership_timeout), and the two expiries race.
 DEAD_LOCK_WAIT = 5.0
-
-
-class Summary:
-    """Counts per type and outcome, skips and why, duration; thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.outcomes: dict[str, collections.Counter] = collections.defaultdict(
-            collections.Counter)
-        self.skipped: collections.Counter = collections.Counter()
-        self.abandoned = 0
-        self.failures = 0
-        self.plan: list[dict[str, Any]] = []
-        # Resources whose request this pass took over because its lease had
-        # expired (stuck): their operation's thread may still hold the lock.
-        self.stuck: set[str] = set()
-        # Resources whose request this pass abandoned because its engine was
-        # dead: the dead engine's lock may outlive its membership a moment.
-        self.dead: set[str] = set()
-
-    def outcome(self, rtype: str, status: str) -> None:
-        with self._lock:
-            self.outcomes[rtype][status] += 1
-
-    def skip(self, reason: str) -> None:
-        with self._lock:
-            self.skipped[reason] += 1
-
-    def failed(self) -> None:
-        with self._lock:
-            self.failures += 1
-
-    def planned(self, item: dict[str, Any]) -> None:
-        with self._lock:
-            self.plan.append(item)
-
-    def as_dict(self, duration: float) -> dict[str, Any]:
-        return {
-            "outcomes": {t: dict(c) for t, c in self.outcomes.items()},
-            "skipped": dict(self.skipped),
-            "abandoned_requests": self.abandoned,
-            "stuck_requests": len(self.stuck),
-            "failures": self.failures,
-            "duration_seconds": round(duration, 3),
-            "plan": self.plan,
-        }
-
-    def line(self, duration: float, dry_run: bool = False) -> str:
-        if dry_run:
-            planned = collections.Counter(p["action"].split()[0] for p in self.plan)
-            return ("would act on " + (", ".join(f"{a}={n}" for a, n in sorted(planned.items()))
-                    or "nothing") + f"; {duration:.2f}s (dry run: nothing changed)")
-        acted = ", ".join(
-            f"{t}: " + " ".join(f"{s}={n}" for s, n in sorted(c.items()))
-            for t, c in sorted(self.outcomes.items())
-        ) or "nothing to settle"
-        skipped = ", ".join(f"{r}={n}" for r, n in sorted(self.skipped.items())) or "none"
-        return (f"{acted}; skipped: {skipped}; abandoned requests: {self.abandoned}; "
-                f"stuck requests: {len(self.stuck)}; failures: {self.failures}; "
-                f"{duration:.2f}s")
-
-
-def _observe(trigger: str, result: str, summary: Summary, duration: float) -> None:
-    """The pass into the metrics: its duration, and what it settled (a dry
-    run settles nothing)."""
-    metrics.RECONCILE_PASS_SECONDS.labels(metrics.trigger_kind(trigger), result).observe(duration)
-    for rtype, counts in summary.outcomes.items():
-        for status, n in counts.items():
-            metrics.RECONCILE_OUTCOMES.labels(rtype, status).inc(n)
 
 
 # Longest error text a failed pass's record keeps (its first line only).
@@ -137,57 +67,6 @@ def batch_size(resources: int, workers: int) -> int:
     spread over the whole pool), within BATCH_SIZE and the lock limit."""
     return max(1, min(BATCH_SIZE, LOCKS_HELD_LIMIT // max(1, workers),
                       math.ceil(resources / max(1, workers))))
-
-
-class Unusable(Exception):
-    """A healthy status answer whose details cannot be recorded."""
-
-
-def _size(answer: dict[str, Any]) -> int:
-    """A whole, positive number of GiB (``8``, ``8.0``, ``"8"``): shares
-    have at least 1 GiB and at most ``MAX_SHARE_SIZE_GB``."""
-    size = answer.get("size")
-    value: int | None = None
-    if isinstance(size, int) and not isinstance(size, bool):
-        value = size
-    elif isinstance(size, float) and size.is_integer():
-        value = int(size)
-    elif isinstance(size, str) and size.strip().isdigit():
-        value = int(size)
-    if value is None or value < 1:
-        raise Unusable(f"no usable size ({size!r})")
-    if value > vocab.MAX_SHARE_SIZE_GB:
-        raise Unusable(f"a size above the maximum of {vocab.MAX_SHARE_SIZE_GB} GiB ({value})")
-    return value
-
-
-def _export_locations(raw: Any) -> list[dict[str, Any]]:
-    if not isinstance(raw, (list, tuple)):
-        raise Unusable(f"export locations that are not a list ({raw!r})")
-    if not all(isinstance(i, str) or (isinstance(i, dict) and isinstance(i.get("path"), str))
-               for i in raw):
-        raise Unusable(f"export locations without paths ({raw!r})")
-    return views.export_locations(raw)
-
-
-def _classify(answer: Any) -> tuple[bool, str, dict[str, Any]]:
-    """A status method's answer → (healthy, reason, answer dict)."""
-    if not isinstance(answer, dict) or not answer.get("status"):
-        return False, f"status method returned {answer!r} (no status)", {}
-    if answer["status"] in (vocab.AVAILABLE, vocab.ACTIVE):
-        return True, "healthy on the backend", answer
-    return False, f"backend status {answer['status']}", answer
-
-
-def verdict(method: str, answer: Any) -> tuple[bool, str, dict[str, Any]]:
-    """An answer of ``ask.ask`` → (healthy, reason, answer dict)."""
-    if isinstance(answer, ShareResourceNotFound):
-        return False, f"missing on the backend ({answer})", {}
-    if isinstance(answer, NotImplementedError):
-        return False, f"driver does not implement {method}", {}
-    if isinstance(answer, BaseException):
-        return False, f"{method} raised {answer!r}", {}
-    return _classify(answer)
 
 
 class Reconciler:
@@ -222,7 +101,8 @@ class Reconciler:
         summary = Summary()
         return self.recorded(trigger, dry_run, summary, lambda: self._stages(summary, dry_run),
                              "reconciliation pass",
-                             lambda result, seconds: _observe(trigger, result, summary, seconds))
+                             lambda result, seconds: observe_pass(trigger, result, summary,
+                                                                  seconds))
 
     def recorded(self, trigger: str, dry_run: bool, summary: Any, work: Callable[[], None],
                  label: str, observe: Callable[[str, float], None] | None = None
@@ -501,7 +381,7 @@ class Reconciler:
                 continue
             cand.row = row
             live.append((cand, rule))
-        answers = self._answers([(c, r) for c, r in live if r.action == rules.QUERY])
+        answered = self._answers([(c, r) for c, r in live if r.action == rules.QUERY])
         writes: list[tuple[Candidate, str, list]] = []
         for cand, rule in live:
             try:
@@ -515,7 +395,7 @@ class Reconciler:
                 if rule.action == rules.MARK:
                     status, changes = self._mark(cand, rule)
                 else:
-                    status, changes = self._converge(cand, rule, answers[cand.id])
+                    status, changes = self._converge(cand, rule, answered[cand.id])
                 writes.append((cand, status, changes))
             except Exception:
                 self._failed(cand, summary)
@@ -596,7 +476,7 @@ class Reconciler:
                 groups[(views.backend_of(cand.host), rule.method)][cand.id] = given
         for (backend, method), items in groups.items():
             for ident, answer in ask.ask(self.drivers[backend], method, items).items():
-                results[ident] = verdict(method, answer)
+                results[ident] = answers.verdict(method, answer)
         return results
 
     def _converge(self, cand: Candidate, rule: rules.Rule,
@@ -607,7 +487,7 @@ class Reconciler:
         if healthy:
             try:
                 values, extra = self._healthy_values(cand, answer)
-            except Unusable as exc:
+            except answers.Unusable as exc:
                 healthy, reason = False, f"{rule.method} answered {exc}"
         if not healthy:
             LOG.warning("%s %s (%s) → %s: %s", cand.rtype, cand.id, cand.status, rule.error,
@@ -663,14 +543,14 @@ class Reconciler:
 
     def _healthy_values(self, cand: Candidate, answer: dict[str, Any]
                         ) -> tuple[dict[str, Any], list]:
-        """The columns a healthy answer sets; Unusable when the answer cannot
+        """The columns a healthy answer sets; ``Unusable`` when the answer cannot
         be recorded (the error outcome, not a crash that leaves the resource
         transient for every later pass too)."""
         values: dict[str, Any] = {}
         extra: list = []
         if cand.rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA):
             if answer.get("export_locations") is not None:
-                values["export_locations"] = _export_locations(answer["export_locations"])
+                values["export_locations"] = answers.exports_of(answer["export_locations"])
             if cand.rtype == vocab.REPLICA:
                 # A secondary being created is never the active replica (that
                 # takes a promotion); anything else is out of sync until proven.
@@ -680,7 +560,8 @@ class Reconciler:
             if cand.status in (vocab.EXTENDING, vocab.SHRINKING):
                 # The backend's size is the truth, whichever way the resize
                 # went; without it the database cannot be made to match.
-                extra.append((models.Share, cand.row.share_id, {}, {"size": _size(answer)}))
+                extra.append((models.Share, cand.row.share_id, {},
+                              {"size": answers.size_of(answer)}))
         if cand.rtype == vocab.SNAPSHOT_INSTANCE:
             values["progress"] = "100%"  # as a completed create records it
         return values, extra

@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from sharemgr.common import metrics, vocab
 from sharemgr.db import api, models, sync_points
 from sharemgr.db import status as db_status
-from sharemgr.reconcile import reconciler
+from sharemgr.reconcile import summary as summary_mod
 
 from tests.unit.reconcile_harness import (
     make_group,
@@ -145,14 +145,14 @@ def _stack(session) -> str:
 
 
 def test_a_pass_counts_its_outcomes_and_duration():
-    summary = reconciler.Summary()
+    summary = summary_mod.Summary()
     summary.outcome(vocab.SHARE_INSTANCE, vocab.ERROR)
     summary.outcome(vocab.SHARE_INSTANCE, vocab.ERROR)
     summary.outcome(vocab.SHARE_SERVER, vocab.ACTIVE)
     err = _value(metrics.RECONCILE_OUTCOMES, resource_type=vocab.SHARE_INSTANCE,
                  outcome=vocab.ERROR)
     passes = _value(metrics.RECONCILE_PASS_SECONDS, trigger="manual", result="finished")
-    reconciler._observe("manual:42", "finished", summary, 0.5)
+    summary_mod.observe_pass("manual:42", "finished", summary, 0.5)
     assert _value(metrics.RECONCILE_OUTCOMES, resource_type=vocab.SHARE_INSTANCE,
                   outcome=vocab.ERROR) == err + 2
     assert _value(metrics.RECONCILE_PASS_SECONDS, trigger="manual",

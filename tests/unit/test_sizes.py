@@ -14,7 +14,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api, models
 from sharemgr.manager import config
 from sharemgr.manager.intake import Intake, InvalidRequest, check_size
-from sharemgr.reconcile import reconciler
+from sharemgr.reconcile import answers
 
 MAX = vocab.MAX_SHARE_SIZE_GB
 HUGE = 99999999999999999999
@@ -87,9 +87,9 @@ def test_an_unknown_share_with_a_huge_size_is_one_clear_error(intake):
 @pytest.mark.parametrize("reported", [MAX + 1, float(HUGE), str(HUGE)])
 def test_a_backend_size_above_the_maximum_is_unusable(reported):
     """The reconciler's resize outcome: extending_error, not a failed write."""
-    with pytest.raises(reconciler.Unusable, match="above the maximum"):
-        reconciler._size({"size": reported})
-    assert reconciler._size({"size": MAX}) == MAX
+    with pytest.raises(answers.Unusable, match="above the maximum"):
+        answers.size_of({"size": reported})
+    assert answers.size_of({"size": MAX}) == MAX
 
 
 @pytest.mark.parametrize("given, stored", [("0", "0"), ("55", "55"), ("55.5%", "55"),

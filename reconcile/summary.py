@@ -1,0 +1,79 @@
+"""A reconciliation pass's summary: what it settled, skipped and failed, as
+its record, its log line and its metrics say."""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any
+
+from sharemgr.common import metrics
+
+
+class Summary:
+    """Counts per type and outcome, skips and why, duration; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.outcomes: dict[str, collections.Counter] = collections.defaultdict(
+            collections.Counter)
+        self.skipped: collections.Counter = collections.Counter()
+        self.abandoned = 0
+        self.failures = 0
+        self.plan: list[dict[str, Any]] = []
+        # Resources whose request this pass took over because its lease had
+        # expired (stuck): their operation's thread may still hold the lock.
+        self.stuck: set[str] = set()
+        # Resources whose request this pass abandoned because its engine was
+        # dead: the dead engine's lock may outlive its membership a moment.
+        self.dead: set[str] = set()
+
+    def outcome(self, rtype: str, status: str) -> None:
+        with self._lock:
+            self.outcomes[rtype][status] += 1
+
+    def skip(self, reason: str) -> None:
+        with self._lock:
+            self.skipped[reason] += 1
+
+    def failed(self) -> None:
+        with self._lock:
+            self.failures += 1
+
+    def planned(self, item: dict[str, Any]) -> None:
+        with self._lock:
+            self.plan.append(item)
+
+    def as_dict(self, duration: float) -> dict[str, Any]:
+        return {
+            "outcomes": {t: dict(c) for t, c in self.outcomes.items()},
+            "skipped": dict(self.skipped),
+            "abandoned_requests": self.abandoned,
+            "stuck_requests": len(self.stuck),
+            "failures": self.failures,
+            "duration_seconds": round(duration, 3),
+            "plan": self.plan,
+        }
+
+    def line(self, duration: float, dry_run: bool = False) -> str:
+        if dry_run:
+            planned = collections.Counter(p["action"].split()[0] for p in self.plan)
+            return ("would act on " + (", ".join(f"{a}={n}" for a, n in sorted(planned.items()))
+                    or "nothing") + f"; {duration:.2f}s (dry run: nothing changed)")
+        acted = ", ".join(
+            f"{t}: " + " ".join(f"{s}={n}" for s, n in sorted(c.items()))
+            for t, c in sorted(self.outcomes.items())
+        ) or "nothing to settle"
+        skipped = ", ".join(f"{r}={n}" for r, n in sorted(self.skipped.items())) or "none"
+        return (f"{acted}; skipped: {skipped}; abandoned requests: {self.abandoned}; "
+                f"stuck requests: {len(self.stuck)}; failures: {self.failures}; "
+                f"{duration:.2f}s")
+
+
+def observe_pass(trigger: str, result: str, summary: Summary, duration: float) -> None:
+    """The pass into the metrics: its duration, and what it settled (a dry
+    run settles nothing)."""
+    metrics.RECONCILE_PASS_SECONDS.labels(metrics.trigger_kind(trigger), result).observe(duration)
+    for rtype, counts in summary.outcomes.items():
+        for status, n in counts.items():
+            metrics.RECONCILE_OUTCOMES.labels(rtype, status).inc(n)
