@@ -38,9 +38,12 @@ class Background:
         self._executor: futurist.SynchronousExecutor | None = None
         self._thread: threading.Thread | None = None
         self._pool: futurist.ThreadPoolExecutor | None = None
+        # Tasks with a thread and a clock of their own (every(alone=True)).
+        self._alone: list[tuple[str, float, Callable[[], None]]] = []
 
     def every(self, spacing: float, what: str, fn: Callable[[], Any],
-              outage_max_interval: float = 30.0, offload: bool = False) -> None:
+              outage_max_interval: float = 30.0, offload: bool = False,
+              alone: bool = False) -> None:
         """Run ``fn`` every ``spacing`` seconds once periodics start; a
         failure is logged with its traceback and the task goes on. While the
         database or the coordination backend is away, the task skips its
@@ -50,12 +53,25 @@ class Background:
         ``offload``: ``fn`` may wait long (a driver call): each run goes to a
         thread of the task's own, one run at a time, so that it never holds
         up the other periodic tasks (the heartbeat, the membership, the
-        lease renewals)."""
+        lease renewals).
+
+        ``alone``: ``fn`` runs on a thread of its own, on a clock of its own,
+        not when the periodic thread gets to it: no other task, however long
+        it waits (a database whose packets are dropped holds a connect for
+        minutes), can delay it. For the membership check, whose silence
+        would take the engine out of the group."""
         backoff = Backoff(what, spacing, max(spacing, outage_max_interval))
 
         def run() -> None:
             backing_off(backoff, fn)
 
+        if alone:
+            def due() -> None:
+                if time.monotonic() >= backoff.retry_at:
+                    run()
+
+            self._alone.append((what, spacing, due))
+            return
         if offload:
             run = self._offloaded(what, run)
 
@@ -132,6 +148,26 @@ class Background:
         )
         self._thread = tasks.start_thread(self._worker.start, name="periodics")
         self.own("periodic tasks", self._stop_periodics)
+        for what, spacing, due in self._alone:
+            self._start_alone(what, spacing, due)
+
+    def _start_alone(self, what: str, spacing: float, due: Callable[[], None]) -> None:
+        stopping = threading.Event()
+
+        def loop() -> None:
+            while not stopping.wait(spacing):
+                try:
+                    due()
+                except Exception:  # logged; the next run comes on time
+                    LOG.exception("periodic task %s failed", what)
+
+        thread = tasks.start_thread(loop, name=what)
+
+        def stop() -> None:
+            stopping.set()
+            thread.join(OFFLOAD_STOP_WAIT)  # a hung check must not hold up the stop
+
+        self.own(what, stop)
 
     def _stop_periodics(self) -> None:
         assert self._worker is not None and self._executor is not None

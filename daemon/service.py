@@ -289,9 +289,12 @@ class ShareManagerService:
         bg.every(self.conf.heartbeat_interval, "heartbeat",
                  lambda: db_services.service_heartbeat(self.db, self.engine_id,
                                                   self.membership.not_member()), most)
-        # Off the periodic thread: with packets dropped a check waits for the
-        # client's socket timeout, and the heartbeat must go on meanwhile.
-        bg.every(1.0, "membership", self._membership, most, offload=True)
+        # A thread and a clock of its own: with packets dropped a check waits
+        # for the client's socket timeout, and the heartbeat must go on
+        # meanwhile; and no task of the periodic thread (a heartbeat to a
+        # database that does not answer) may keep the check from running,
+        # or the engine would take itself out of the group for it.
+        bg.every(1.0, "membership", self._membership, most, alone=True)
         bg.every(self.conf.stack_watchdog_interval, "stack_watchdog", self._stack_watchdog,
                  most)
         # Driver calls: off the periodic thread (a hung get_share_stats must
