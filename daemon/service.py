@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
 import threading
 import uuid
+from collections.abc import Callable
+from typing import TypeVar
 
 import tenacity
 from oslo_config import cfg
@@ -18,7 +21,7 @@ from sharemgr.daemon.backends import BackendSetup
 from sharemgr.daemon.background import Background
 from sharemgr.daemon.heal import StackHealer
 from sharemgr.db import messages as db_messages
-from sharemgr.db import migration
+from sharemgr.db import migration, models
 from sharemgr.db import services as db_services
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
 from sharemgr.drivers import loader
@@ -39,6 +42,9 @@ CONTEXT_FORMAT = ("%(asctime)s.%(msecs)03d %(process)d %(levelname)s %(name)s "
                   "[%(request_id)s] %(instance)s%(message)s")
 
 
+Handler = Callable[[models.Request], "bool | None"]
+
+
 class Handlers(dict):
     """(resource_type, action) → handler of a claimed request."""
 
@@ -46,17 +52,39 @@ class Handlers(dict):
         super().__init__()
         self.hostless: set[str] = set()
 
-    def add(self, rtype: str, action: str, handler: object, hostless: bool = False) -> None:
+    def add(self, rtype: str, action: str, handler: Handler, hostless: bool = False) -> None:
         self[(rtype, action)] = handler
         if hostless:
             self.hostless.add(rtype)
 
-    def get_handler(self, req: object) -> object:
+    def get_handler(self, req: models.Request) -> Handler | None:
         return self.get((req.resource_type, req.action))
 
 
 class StartupError(Exception):
     """A problem that stops the daemon at start; its message is one line."""
+
+
+T = TypeVar("T")
+
+
+def _started(part: T | None) -> T:
+    """A part of the engine that ``start()`` made (the periodic tasks and the
+    stops that read one run only once it exists)."""
+    if part is None:
+        raise RuntimeError("share-manager is not started")
+    return part
+
+
+def _sleep_until(stopping: threading.Event | None) -> Callable[[float], None]:
+    """tenacity's sleep: cut short by a stop."""
+    if stopping is None:
+        return tenacity.nap.sleep
+
+    def sleep(seconds: float) -> None:
+        stopping.wait(seconds)
+
+    return sleep
 
 
 def open_database(conf: cfg.ConfigOpts, stopping: threading.Event | None = None) -> Database:
@@ -73,20 +101,21 @@ def open_database(conf: cfg.ConfigOpts, stopping: threading.Event | None = None)
         recycle=opts.connection_recycle_time,
     )
     db.retry = config.retry_policy(conf)
-    stop = tenacity.stop_never if opts.max_retries < 0 else \
+    stop: tenacity.stop.stop_base = tenacity.stop_never if opts.max_retries < 0 else \
         tenacity.stop_after_attempt(opts.max_retries + 1)
     if stopping is not None:
-        stop = stop | (lambda _state: stopping.is_set())
+        stop = stop | tenacity.stop_when_event_set(stopping)
 
     def again(state: tenacity.RetryCallState) -> None:
-        LOG.warning("%s; trying again in %ss (try %s of %s)", state.outcome.exception(),
+        LOG.warning("%s; trying again in %ss (try %s of %s)",
+                    state.outcome.exception() if state.outcome else None,
                     opts.retry_interval, state.attempt_number + 1,
                     "unlimited" if opts.max_retries < 0 else opts.max_retries + 1)
 
     for attempt in tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(DatabaseUnavailable), stop=stop,
             wait=tenacity.wait_fixed(opts.retry_interval), before_sleep=again, reraise=True,
-            sleep=stopping.wait if stopping is not None else tenacity.nap.sleep):
+            sleep=_sleep_until(stopping)):
         with attempt:
             db.check()
     return db
@@ -229,8 +258,9 @@ class ShareManagerService:
 
     def _start_reconciliation(self) -> None:
         self.reconciler = Reconciler(
-            self.db, self.drivers, self.coordinator, self.operations, self.host,
-            self.engine_id, self.conf.reconciliation_workers,
+            _started(self.db), self.drivers, _started(self.coordinator),
+            _started(self.operations), self.host, self.engine_id,
+            self.conf.reconciliation_workers,
         )
         self.reconciler.message_ttl = self.conf.message_ttl
         self.passes = PassRunner(self.reconciler, self.stopping)
@@ -254,13 +284,14 @@ class ShareManagerService:
             # No automatic pass at all (startup or peer); 'reconcile run' still works.
             LOG.info("startup reconciliation disabled")
         # The stack watchdog starts once the pass has settled what a crash left.
-        self.stacks.start(self.passes if self.conf.startup_reconciliation_enabled else None)
+        _started(self.stacks).start(
+            self.passes if self.conf.startup_reconciliation_enabled else None)
 
     def ensure_driver_resources(self) -> None:
         for backend, driver in self.drivers.items():
             host = f"{self.host}@{backend}"
             try:
-                ensure.ensure_backend(self.db, host, driver)
+                ensure.ensure_backend(_started(self.db), host, driver)
             except Exception:  # one backend's trouble must not stop the others
                 LOG.exception("%s: ensure_driver_resources failed", host)
 
@@ -276,19 +307,23 @@ class ShareManagerService:
         """One backend's report (nothing while its set-up has not passed)."""
         driver = self.drivers.get(backend)
         if driver is not None and not self.stopping.is_set():
-            capabilities.refresh(self.db, f"{self.host}@{backend}", driver, self.engine_id)
+            capabilities.refresh(_started(self.db), f"{self.host}@{backend}", driver,
+                                 self.engine_id)
 
     def continue_backups_of(self, backend: str) -> None:
         """Drive one backend's started backups and restores on."""
         if backend in self.drivers and not self.stopping.is_set():
-            backup_ops.continue_backups(self.operations, [f"{self.host}@{backend}"])
+            backup_ops.continue_backups(_started(self.operations),
+                                        [f"{self.host}@{backend}"])
 
     def _start_periodics(self) -> None:
         bg = self.background
+        db, membership = _started(self.db), _started(self.membership)
+        operations = _started(self.operations)
         most = self.conf.outage_retry_max_interval
         bg.every(self.conf.heartbeat_interval, "heartbeat",
-                 lambda: db_services.service_heartbeat(self.db, self.engine_id,
-                                                  self.membership.not_member()), most)
+                 lambda: db_services.service_heartbeat(db, self.engine_id,
+                                                       membership.not_member()), most)
         # A thread and a clock of its own: with packets dropped a check waits
         # for the client's socket timeout, and the heartbeat must go on
         # meanwhile; and no task of the periodic thread (a heartbeat to a
@@ -302,33 +337,41 @@ class ShareManagerService:
         # a thread per backend (nor another backend's report).
         for backend in self.conf.enabled_share_backends:
             bg.every(self.conf.backend_stats_interval, f"backend_stats:{backend}",
-                     lambda backend=backend: self.refresh_stats_of(backend), most,
+                     functools.partial(self.refresh_stats_of, backend), most,
                      offload=True)
             bg.every(self.conf.backup_continue_interval, f"backup_continue:{backend}",
-                     lambda backend=backend: self.continue_backups_of(backend), most,
+                     functools.partial(self.continue_backups_of, backend), most,
                      offload=True)
         if self.notifier.watchdog_interval:
             bg.every(self.notifier.watchdog_interval, "systemd_watchdog",
                      self.notifier.watchdog)
-        if self.operations.leases.heartbeat:
+        if operations.leases.heartbeat:
             # A third of the heartbeat: two renewals may be missed before a
             # running call's lease runs out.
-            bg.every(max(1.0, self.operations.leases.heartbeat / 3), "lease_renewal",
-                     self.operations.keeper.renew, most)
+            bg.every(max(1.0, operations.leases.heartbeat / 3), "lease_renewal",
+                     operations.keeper.renew, most)
         if self.conf.periodic_reconciliation_interval:
             bg.every(self.conf.periodic_reconciliation_interval, "periodic_reconciliation",
-                     lambda: self.passes and self.passes.periodic(), most)
+                     self._periodic_pass, most)
         bg.every(self.conf.stack_watchdog_interval, "stack_heal", self._stack_heal, most)
         bg.every(self.conf.message_reap_interval, "message_reap",
-                 lambda: db_messages.reap(self.db), most)
+                 lambda: db_messages.reap(db), most)
         if self.conf.drift_check_interval:
             bg.every(self.conf.drift_check_interval, "drift_check",
-                     lambda: self.passes and self.passes.drift_periodic(), most)
+                     self._drift_check, most)
         bg.start_periodics()
 
+    def _periodic_pass(self) -> None:
+        if self.passes is not None:  # the periodic tasks start before the pass runner
+            self.passes.periodic()
+
+    def _drift_check(self) -> None:
+        if self.passes is not None:
+            self.passes.drift_periodic()
+
     def _membership(self) -> None:
-        self.membership.check()
-        self.coordinator.run_watchers()
+        _started(self.membership).check()
+        _started(self.coordinator).run_watchers()
 
     def _reobserve(self, rtype: str, ident: str) -> None:
         """An outcome that could not be written: the resource is asked about
@@ -340,13 +383,14 @@ class ShareManagerService:
 
     def _stack_heal(self) -> None:
         # Not before the startup pass has settled what a crash left.
-        if self.healer is not None and not self.stopping.is_set() and \
-                not self.passes.startup_pending:
-            self.healer.tick(self.passes.then)
+        passes = self.passes
+        if self.healer is not None and passes is not None and not self.stopping.is_set() \
+                and not passes.startup_pending:
+            self.healer.tick(passes.then)
 
     def _stack_watchdog(self) -> None:
         if not self.stopping.is_set():
-            self.stacks.watchdog.run_safely()
+            _started(self.stacks).watchdog.run_safely()
 
     # Stop ------------------------------------------------------------------
 
@@ -383,14 +427,14 @@ class ShareManagerService:
         self.stopping.set()
 
     def _stop_runner(self) -> None:
-        if not self.runner.stop(self.conf.graceful_shutdown_timeout):
+        if not _started(self.runner).stop(self.conf.graceful_shutdown_timeout):
             LOG.warning("driver calls still running after graceful_shutdown_timeout "
                         "(%ss); their resources stay transient until reconciled",
                         self.conf.graceful_shutdown_timeout)
 
     def _stop_passes(self) -> None:
         self.stopping.set()  # a pass still waiting for its start returns at once
-        self.passes.stop()
+        _started(self.passes).stop()
 
     def stop(self) -> None:
         self.notifier.stopping()

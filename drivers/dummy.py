@@ -207,7 +207,7 @@ class DummyDriver(base.ShareDriver):
             # Checked as the call arrives, and again with its change: a newer
             # owner's call that arrives first fences this one even while this
             # one is still at work (its slow part before the change).
-            seq, newer = self.state.arrive(method, rid, self.engine_id, int(token))
+            seq, newer = self.state.arrive(method, str(rid), self.engine_id, int(token))
             if newer is not None:
                 raise FencedCall(f"dummy backend: {method} of {rid} carries fencing token "
                                  f"{token}, older than {newer}")
@@ -228,7 +228,7 @@ class DummyDriver(base.ShareDriver):
             with self.state.transaction() if write or token is not None \
                     else self.state.reading() as tx:
                 if token is not None:
-                    newer = tx.accept_token(rid, int(token))
+                    newer = tx.accept_token(str(rid), int(token))
                     if newer is not None:
                         raise FencedCall(f"dummy backend: {method} of {rid} carries fencing "
                                          f"token {token}, older than {newer}")
@@ -631,9 +631,10 @@ class DummyDriver(base.ShareDriver):
         """The batch form of a status method: one call log transaction, one
         read; knobs apply once per call under the batch method's name."""
         method = base.BATCH_STATUS_METHODS[single]
-        ids = [(resource or {}).get("id") for resource, _ in items]
-        tokens = {(r or {}).get("id"): (r or {}).get("fence_token") for r, _ in items}
-        tokens = {k: int(v) for k, v in tokens.items() if k and v is not None} \
+        # The manager asks about rows it has: each has an id.
+        ids = [str((resource or {}).get("id")) for resource, _ in items]
+        given = [((r or {}).get("id"), (r or {}).get("fence_token")) for r, _ in items]
+        tokens = {str(k): int(v) for k, v in given if k and v is not None} \
             if self.honours_fencing else {}
         self.state.log_calls(method, ids, self.engine_id, tokens)
         if method not in self.status_methods or single not in self.status_methods:

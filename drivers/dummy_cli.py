@@ -17,6 +17,7 @@ import glob
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from sharemgr.drivers.dummy_state import DB_NAME, KINDS, BackendState
@@ -25,7 +26,7 @@ PROG = "sharemgr-dummy-backend"
 EXIT_BAD_INPUT = 2
 
 # What `set` may change, and how a value is read.
-_SETTABLE = {
+_SETTABLE: dict[str, Callable[[str], Any]] = {
     "status": str,
     "size": int,
     "name": str,
@@ -118,7 +119,7 @@ def _one_object(states: list[BackendState], any_id: str, verb: str,
             tx.delete(obj["id"])
         else:
             tx.update(obj["id"], **(fields or {}))
-            obj = tx.get(obj["id"])
+            obj = tx.get(obj["id"]) or obj
     return {"backend": state.backend, **obj}
 
 

@@ -14,7 +14,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import tenacity
@@ -137,7 +137,7 @@ class Tx:
 
     def insert(self, **fields: Any) -> dict[str, Any]:
         stamp = now()
-        obj = {c: None for c in _COLUMNS}
+        obj: dict[str, Any] = {c: None for c in _COLUMNS}
         obj.update(export_locations=[], details={}, created_at=stamp, updated_at=stamp)
         obj.update(fields)
         values = [json.dumps(obj[c]) if c in _JSON_COLUMNS else obj[c] for c in _COLUMNS]
@@ -190,7 +190,7 @@ class Tx:
             "INSERT INTO calls (time, method, resource_id, engine_id, pid, token) "
             "VALUES (?,?,?,?,?,?)",
             (now(), method, resource_id, engine_id, os.getpid(), token),
-        ).lastrowid
+        ).lastrowid or 0  # a row was inserted: SQLite gives its id
 
     def finish_call(self, seq: int) -> None:
         self.conn.execute("UPDATE calls SET finished = ? WHERE seq = ?", (now(), seq))
@@ -311,7 +311,7 @@ class BackendState:
             tx.conn.execute("UPDATE calls SET fenced = 1, finished = ? WHERE seq = ?",
                             (now(), seq))
 
-    def log_calls(self, method: str, resource_ids: list[str | None],
+    def log_calls(self, method: str, resource_ids: Sequence[str | None],
                   engine_id: str | None, tokens: dict[str, int] | None = None) -> None:
         """One call log row per resource of a batch call, in one transaction
         (with each resource's fencing token, where it has one)."""

@@ -122,13 +122,14 @@ def _load_class(backend: str, name: str) -> type[ShareDriver]:
     ep = eps[0]
     where = f"backend [{backend}]: driver entry point {_describe(ep)}"
     try:
-        manager = stevedore_driver.DriverManager(
-            NAMESPACE,
-            name,
-            invoke_on_load=False,
-            on_load_failure_callback=_raise_import_failure,
-            on_missing_entrypoints_callback=None,
-        )
+        manager: stevedore_driver.DriverManager[type[ShareDriver]] = \
+            stevedore_driver.DriverManager(
+                NAMESPACE,
+                name,
+                invoke_on_load=False,
+                on_load_failure_callback=_raise_import_failure,
+                on_missing_entrypoints_callback=None,
+            )
     except _ImportFailed as exc:
         raise _load_error(f"{where}: {_import_cause(exc.ep, exc.err)}", exc.err)
     except stevedore_exc.NoMatches as exc:

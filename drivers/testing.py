@@ -125,7 +125,8 @@ def _where(driver: ShareDriver, method: str | None = None) -> tuple[str, int] | 
     inherits the method from ShareDriver (or none is named)."""
     cls = type(driver)
     if method and not _inherits(driver, method):
-        code = getattr(inspect.unwrap(getattr(cls, method, None)), "__code__", None)
+        fn = getattr(cls, method, None)
+        code = None if fn is None else getattr(inspect.unwrap(fn), "__code__", None)
         if code is not None:
             return code.co_filename, code.co_firstlineno
     try:
@@ -134,7 +135,7 @@ def _where(driver: ShareDriver, method: str | None = None) -> tuple[str, int] | 
         return None
 
 
-class DriverSkip(pytest.skip.Exception):
+class DriverSkip(pytest.skip.Exception):  # type: ignore[name-defined]  # pytest's Skipped
     """A skip about the driver: pytest reports it at ``location`` (the
     driver's method) instead of the kit's line that raised it."""
 
@@ -635,7 +636,7 @@ class DriverConformanceTests:
             _fail(f"after {name} of a share of size 2 to 2, get_share_status reports size "
                   f"{status.get('size')!r}")
 
-    def _reported_size(self, kit: _Kit, share: dict, after: str) -> int:
+    def _reported_size(self, kit: _Kit, share: dict, after: str) -> int | None:
         status = kit.status("get_share_status", share, f"a share after {after}")
         if status is None:
             _unsupported(kit.driver, "get_share_status")
@@ -693,6 +694,8 @@ class DriverConformanceTests:
             result = kit.ok(method, *args, what="a running backup")
             progress = result.get("total_progress") if isinstance(result, dict) else None
             try:
+                if progress is None:
+                    raise TypeError("no total_progress")
                 value = int(progress)
             except (TypeError, ValueError):
                 _fail(f"{_name(kit.driver, method)} returned {result!r}; it must return "

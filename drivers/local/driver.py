@@ -497,7 +497,7 @@ class LocalDriver(base.ShareDriver):
                 continue
             found = {"status": "available" if status["status"] == "available" else "error",
                      "export_locations": status["export_locations"]}
-            recorded = sorted(loc.get("path") if isinstance(loc, dict) else str(loc)
+            recorded = sorted(str(loc.get("path")) if isinstance(loc, dict) else str(loc)
                               for loc in share.get("export_locations") or [])
             if (share.get("status") != found["status"]
                     or recorded != sorted(loc["path"] for loc in found["export_locations"])):
