@@ -151,8 +151,8 @@ class Actor:
                 replace_requires=final["requires"])
         except db_capacity.NoRoom as exc:  # placed meanwhile by others: refused as a plan is
             return self.fail(effective, action, f"{exc} (placed meanwhile by others)")
-        if isinstance(begun, str):
-            return Outcome.of_begin(begun, effective.id)
+        if isinstance(begun, Outcome):
+            return begun
         if begun.resource_id != effective.id:
             self.locks.tracker.claim(begun.resource_id)  # the replacement, born locked by us
             ctx.held.append(begun.resource_id)
@@ -206,8 +206,8 @@ class Actor:
             return self.fail(row, vocab.STACK_DELETE, str(exc))
         work = self.work(ctx, vocab.STACK_DELETE, {"status_reason": None}, plan)
         begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id, ctx.traversal, work)
-        if isinstance(begun, str):
-            return Outcome.of_begin(begun, row.id)
+        if isinstance(begun, Outcome):
+            return begun
         outcome = self.carry_out(ctx, row.name, begun, vocab.STACK_DELETE, plan, {})
         return replace(outcome, data=None)  # clean-up nodes pass nothing on
 

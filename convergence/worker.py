@@ -287,7 +287,7 @@ class Worker:
         except BaseException:
             self.tracker.unclaim(row.id)
             raise
-        if isinstance(begun, str):  # nothing was written, the lock not taken
+        if isinstance(begun, Outcome):  # nothing was written, the lock not taken
             self.tracker.unclaim(row.id)
             return None
         ctx.held.append(row.id)

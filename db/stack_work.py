@@ -19,6 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
+from sharemgr.common.outcome import REPLAN, RETRY, SUPERSEDED, Outcome
 from sharemgr.db import api, capacity, models, records
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
@@ -129,17 +130,14 @@ class Begun:
     op_lease: Any = None  # the lease its request was written with
 
 
-# Why ``begin`` started nothing: the caller acts differently on each.
-SUPERSEDED = "superseded"  # the traversal is no longer current, or it ended
-LOCK_LOST = "lock lost"  # another engine took the row's lock (it thought us dead)
-CONFLICT = "conflict"  # a physical row changed since the work was planned: plan again
-LOCK_BUSY = "lock busy"  # ``lock_key``: the row's lock moved since it was read
-
-
 class _NotBegun(Exception):
-    def __init__(self, why: str) -> None:
-        super().__init__(why)
-        self.why = why
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.result)
+        self.outcome = outcome
+
+
+def _lock_lost(rid: int) -> Outcome:
+    return Outcome.bailed(f"resource {rid}: its lock was taken by another engine")
 
 
 @retry_on_conflict
@@ -154,20 +152,22 @@ def begin(
     replace_requires: Iterable[int] = (),
     replace: bool = False,
     lock_key: int | None = None,
-) -> Begun | str:
+) -> Begun | Outcome:
     """Start ``work`` on a row this engine has locked, in one transaction.
 
     With ``replace`` a replacement row is made first (``resource_replace_tx``,
     born locked by this engine) and the action starts on it. Returns
-    :class:`Begun`, or why nothing was started (SUPERSEDED, LOCK_LOST,
-    CONFLICT); then nothing at all was written.
+    :class:`Begun`, or the outcome of a begin that started nothing, and
+    wrote nothing: SUPERSEDED (the traversal is no longer current or ended),
+    BAILED (another engine took the row's lock: it thought us dead), REPLAN
+    (a physical row changed since the work was planned).
 
     With ``lock_key`` the row's lock is taken in this same transaction, only
     if nobody holds it and its ``atomic_key`` is still ``lock_key`` (the
     caller planned from the row as it read it; every lock change bumps the
     key, so an unchanged key means an unchanged row), in the statement that
-    starts the action; else LOCK_BUSY, and the caller takes the lock the
-    slow way. Not with ``replace``, whose caller holds the lock already."""
+    starts the action; else RETRY, and the caller takes the lock the slow
+    way. Not with ``replace``, whose caller holds the lock already."""
     if lock_key is not None and replace:
         raise ValueError("begin: lock_key takes a row's lock to start on it, not to replace it")
     try:
@@ -178,26 +178,26 @@ def begin(
             if replace:
                 old = db_stacks.resource_get_tx(session, resource_id, lock=True)
                 if old is None or old.engine_id != engine_id:
-                    raise _NotBegun(LOCK_LOST)
+                    raise _NotBegun(_lock_lost(resource_id))
                 if old.replaced_by is not None:
-                    raise _NotBegun(CONFLICT)
+                    raise _NotBegun(REPLAN)
                 new = db_stacks.resource_replace_tx(
                     session, resource_id, engine_id, stack_id, traversal_id,
                     replace_template_id, replace_requires,
                 )
                 if new is None:
-                    raise _NotBegun(CONFLICT)
+                    raise _NotBegun(REPLAN)
                 rid = new.id
             if not db_stacks.resource_start_tx(session, rid, engine_id, traversal_id,
                                                work.action, work.values, lock_key=lock_key):
-                raise _NotBegun(LOCK_LOST if lock_key is None else LOCK_BUSY)
+                raise _NotBegun(_lock_lost(rid) if lock_key is None else RETRY)
             for claim in work.claims:
                 capacity.claim_tx(session, claim)  # NoRoom: nothing is written
             if work.add:
                 api.insert_rows_tx(session, work.add)
             for model, ident, expected, values in work.changes:
                 if not api.conditional_update_tx(session, model, ident, expected, values):
-                    raise _NotBegun(CONFLICT)
+                    raise _NotBegun(REPLAN)
             op_id = None
             if work.op is not None:
                 op_id = _running_request_tx(
@@ -206,7 +206,7 @@ def begin(
                     lease_deadline=None if work.op_lease is None else work.op_lease.deadline)
             return Begun(rid, op_id, None if op_id is None else work.op_lease)
     except _NotBegun as exc:
-        return exc.why
+        return exc.outcome
 
 
 def _running_request_tx(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from sharemgr.common import outcome
 from sharemgr.db import stack_work, stacks
 
 ME, OTHER, DEAD = "host-a.1", "host-b.2", "host-c.3"
@@ -132,17 +133,18 @@ def test_begin_needs_the_current_traversal(db, stack):
     r = _resource(db, stack)
     stacks.resource_lock_acquire(db, r.id, ME)
     assert stack_work.begin(db, r.id, ME, stack.id, t2,
-                            stack_work.Begin("DELETE")) == stack_work.SUPERSEDED
+                            stack_work.Begin("DELETE")) == outcome.SUPERSEDED
     assert isinstance(stack_work.begin(db, r.id, ME, stack.id, t1, stack_work.Begin("DELETE")),
                       stack_work.Begun)
     row = stacks.resource_get(db, r.id)
     assert (row.action, row.status, row.current_traversal) == ("DELETE", "IN_PROGRESS", t1)
-    assert stack_work.begin(db, r.id, "other", stack.id, t1,
-                            stack_work.Begin("DELETE")) == stack_work.LOCK_LOST
+    lost = stack_work.begin(db, r.id, "other", stack.id, t1, stack_work.Begin("DELETE"))
+    assert lost == outcome.Outcome.bailed(
+        f"resource {r.id}: its lock was taken by another engine")
     # A traversal that ended (timed out, cancelled without rollback) starts nothing.
     assert _set_status(db, stack.id, t1, "FAILED", "timed out")
     assert stack_work.begin(db, r.id, ME, stack.id, t1,
-                            stack_work.Begin("UPDATE")) == stack_work.SUPERSEDED
+                            stack_work.Begin("UPDATE")) == outcome.SUPERSEDED
 
 
 def test_replace_is_atomic_and_once(db, stack):
