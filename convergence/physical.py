@@ -21,6 +21,7 @@ from typing import Any
 
 from sharemgr.common import vocab
 from sharemgr.convergence.template import physical_name
+from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sharemgr.manager import access, kinds, plans, views
 from sharemgr.manager.kinds import BUSY, ERROR, GONE, OK, Observed, observe, observe_rows
@@ -118,6 +119,7 @@ def plan_create(db: Database, type_: str, props: Mapping[str, Any], name: str,
         if props.get("access_rules"):
             # Queued with the share; its create applies them once it is available.
             share, inst = plan.add[0], plan.add[1]
+            assert isinstance(share, models.Share) and isinstance(inst, models.ShareInstance)
             inst.access_rules_status = vocab.ACCESS_RULES_SYNCING
             plan.add += [access.new_rule(share.id, spec)
                          for spec in access.check_list(props["access_rules"])]

@@ -10,8 +10,8 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
-from sharemgr.manager import views
-from sharemgr.manager.operations import OperationFailed, Stale, deleted, lock_name, log_failure
+from sharemgr.manager import operation_table, views
+from sharemgr.manager.operations import OperationFailed, Stale, lock_name, log_failure
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:
@@ -36,34 +36,34 @@ def _backup_share(ops: Operations, backup: models.ShareBackup) -> tuple[dict, mo
 
 
 def create_backup(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
+    spec = operation_table.spec(op.kind, op.action)
     row0 = _backup(ops, op.ident)
     driver = ops.driver_for(row0.host)
     share_d, inst = _backup_share(ops, row0)
 
     def failed(row: models.ShareBackup) -> list[Change]:
-        return [(models.ShareBackup, row.id, {"status": row.status}, {"status": vocab.ERROR}),
+        return [(models.ShareBackup, row.id, {"status": row.status}, spec.error_values()),
                 (models.ShareInstance, inst.id, {"status": vocab.BACKUP_CREATING},
                  {"status": vocab.AVAILABLE})]
 
     return ops.run(
-        vocab.BACKUP, models.ShareBackup, row0.id, (vocab.CREATING,),
+        vocab.BACKUP, models.ShareBackup, row0.id, spec.transient,
         lambda row: driver.create_backup(share_d, views.backup(row)),
         lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status},
                           {"progress": "0"})],
-        failed, f"create of backup {row0.id}",
-        held=held,
-        method="create_backup",
+        failed, f"{spec.verb} of backup {row0.id}", held=held, method=spec.method,
     )
 
 
 def restore_backup(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
+    spec = operation_table.spec(op.kind, op.action)
     row0 = _backup(ops, op.ident)
     driver = ops.driver_for(row0.host)
     share_d, inst = _backup_share(ops, row0)
 
     def failed(row: models.ShareBackup) -> list[Change]:
         return [
-            (models.ShareBackup, row.id, {"status": row.status}, {"status": vocab.AVAILABLE}),
+            (models.ShareBackup, row.id, {"status": row.status}, spec.error_values()),
             (
                 models.ShareInstance,
                 inst.id,
@@ -73,26 +73,11 @@ def restore_backup(ops: Operations, op: Op, held: bool = False) -> list[Change] 
         ]
 
     return ops.run(
-        vocab.BACKUP, models.ShareBackup, row0.id, (vocab.RESTORING,),
+        vocab.BACKUP, models.ShareBackup, row0.id, spec.transient,
         lambda row: driver.restore_backup(views.backup(row), share_d),
         lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status},
                           {"restore_progress": "0"})],
-        failed, f"restore of backup {row0.id}",
-        held=held,
-        method="restore_backup",
-    )
-
-
-def delete_backup(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
-    row0 = _backup(ops, op.ident)
-    driver = ops.driver_for(row0.host)
-    return ops.run(
-        vocab.BACKUP, models.ShareBackup, row0.id, (vocab.DELETING,),
-        lambda row: driver.delete_backup(views.backup(row)),
-        lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status}, deleted())],
-        {"status": vocab.ERROR}, f"delete of backup {row0.id}",
-        held=held,
-        method="delete_backup", force=bool(op.args.get("force")),
+        failed, f"{spec.verb} of backup {row0.id}", held=held, method=spec.method,
     )
 
 

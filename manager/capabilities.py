@@ -10,8 +10,9 @@ cannot do is refused.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oslo_log import log as logging
 from sharemgr.db import capabilities as db_capabilities
@@ -19,6 +20,9 @@ from sharemgr.db import capacity as db_capacity
 from sharemgr.db.engine import Database
 from sharemgr.manager import views
 from sharemgr.manager.outage import is_outage
+
+if TYPE_CHECKING:
+    from sharemgr.drivers.base import ShareDriver
 
 LOG = logging.getLogger(__name__)
 
@@ -29,7 +33,7 @@ REPLICATION = "replication_type"
 GROUPS = "share_group_support"
 
 
-def refresh(db: Database, host: str, driver: Any, engine_id: str) -> bool:
+def refresh(db: Database, host: str, driver: ShareDriver, engine_id: str) -> bool:
     """Store ``driver.get_share_stats(refresh=True)`` as ``host``'s report.
 
     A failure (the driver raises, returns something that is not a dict or
@@ -49,7 +53,7 @@ def refresh(db: Database, host: str, driver: Any, engine_id: str) -> bool:
     return True
 
 
-def _gib(value: Any) -> float | None:
+def _gib(value: object) -> float | None:
     """A capacity in GiB; None for Manila's 'infinite' and 'unknown'."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -72,7 +76,8 @@ class Pool:
     def fits(self, size: float) -> bool:
         return self.free_gb is None or size <= self.free_gb
 
-    def limits(self, backend_host: str, reported_at: Any) -> db_capacity.Limits:
+    def limits(self, backend_host: str, reported_at: datetime.datetime | None
+               ) -> db_capacity.Limits:
         """What the pool may take (Manila's capacity rules): its total less
         the reserve bounds what is allocated in it, times the ratio when thin;
         the free space reported, less the reserve (times the ratio when
@@ -118,7 +123,8 @@ class PoolRoom:
 class Report:
     """One backend's last report."""
 
-    def __init__(self, host: str, stats: dict[str, Any], reported_at: Any = None) -> None:
+    def __init__(self, host: str, stats: dict[str, Any],
+                 reported_at: datetime.datetime | None = None) -> None:
         self.host = host
         self.stats = stats
         self.reported_at = reported_at  # when it was saved (placements since count)
@@ -179,11 +185,11 @@ class PoolState:
 
     host: str  # 'host@backend#pool'
     backend: str
-    total_gb: Any  # as reported: a number, 'infinite' or 'unknown'
-    free_gb: Any
+    total_gb: float | str | None  # as reported: a number, 'infinite' or 'unknown'
+    free_gb: float | str | None
     allocated_gb: float
     room_gb: float | None
-    reported_at: Any
+    reported_at: datetime.datetime | None
 
 
 def pool_states(db: Database) -> list[PoolState]:

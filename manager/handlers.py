@@ -1,6 +1,8 @@
 """Which function carries out each (kind, action) of a request: the table
-``Operations.perform`` dispatches through, and the request runner registers
-(one place to add an operation's handler)."""
+``Operations.perform`` dispatches through and the request runner registers,
+made from the operation table. Every operation the table says is carried out
+goes through ``carry_out.carry_out`` unless it has a handler of its own
+(``OWN``): those are more than one driver call and one outcome."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sharemgr.common import vocab
-from sharemgr.manager import backup_ops, resource_ops, share_ops
+from sharemgr.manager import backup_ops, share_ops
+from sharemgr.manager.carry_out import carry_out
+from sharemgr.manager.operation_table import TABLE
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:
@@ -16,23 +20,20 @@ if TYPE_CHECKING:
 
 Handler = Callable[["Operations", Op, bool], "list[Change] | None"]
 
-HANDLERS: dict[tuple[str, str], Handler] = {
+OWN: dict[tuple[str, str], Handler] = {
+    # Reads the share with the instance under the lock; from a snapshot or
+    # not; applies rules queued meanwhile.
     (vocab.SHARE_INSTANCE, vocab.ACTION_CREATE): share_ops.create_share,
-    (vocab.SHARE_INSTANCE, vocab.ACTION_DELETE): share_ops.delete_share,
+    # The share's size goes with the instance's status; queued rules after.
     (vocab.SHARE_INSTANCE, vocab.ACTION_EXTEND): share_ops.resize_share,
     (vocab.SHARE_INSTANCE, vocab.ACTION_SHRINK): share_ops.resize_share,
+    # Each rule's outcome is its own conditional update.
     (vocab.SHARE_INSTANCE, vocab.ACTION_UPDATE_ACCESS): share_ops.update_access,
-    (vocab.REPLICA, vocab.ACTION_CREATE): share_ops.create_replica,
-    (vocab.REPLICA, vocab.ACTION_DELETE): share_ops.delete_replica,
-    (vocab.SNAPSHOT_INSTANCE, vocab.ACTION_CREATE): resource_ops.create_snapshot,
-    (vocab.SNAPSHOT_INSTANCE, vocab.ACTION_DELETE): resource_ops.delete_snapshot,
-    (vocab.SHARE_SERVER, vocab.ACTION_CREATE): resource_ops.create_share_server,
-    (vocab.SHARE_SERVER, vocab.ACTION_DELETE): resource_ops.delete_share_server,
-    (vocab.SHARE_GROUP, vocab.ACTION_CREATE): resource_ops.create_share_group,
-    (vocab.SHARE_GROUP, vocab.ACTION_DELETE): resource_ops.delete_share_group,
-    (vocab.GROUP_SNAPSHOT, vocab.ACTION_CREATE): resource_ops.create_group_snapshot,
-    (vocab.GROUP_SNAPSHOT, vocab.ACTION_DELETE): resource_ops.delete_group_snapshot,
+    # Two-phase: the periodic *_continue tasks finish them; a failure
+    # returns the share too.
     (vocab.BACKUP, vocab.ACTION_CREATE): backup_ops.create_backup,
-    (vocab.BACKUP, vocab.ACTION_DELETE): backup_ops.delete_backup,
     (vocab.BACKUP, vocab.ACTION_RESTORE): backup_ops.restore_backup,
 }
+
+HANDLERS: dict[tuple[str, str], Handler] = {
+    spec.key: OWN.get(spec.key, carry_out) for spec in TABLE if spec.carried}

@@ -2,10 +2,11 @@
 
 A *kind* is what the requests table's ``resource_type`` names: the row that
 holds the status (its model), the lock the operations hold and the reconciler
-try-locks, the statuses it may take and those a delete may start from, and
-where it lives (its 'host@backend'). Intake, the operations, reconciliation and
-convergence all read this table; ``plans`` builds on it what an operation
-writes, and :func:`observe` says how a stack sees a physical resource.
+try-locks, the statuses it may take, and where it lives (its 'host@backend').
+Intake, the operations, reconciliation and convergence all read this table;
+what each operation on a kind does is ``operation_table``'s; ``plans``
+builds on both what an operation writes, and :func:`observe` says how a
+stack sees a physical resource.
 
 A share's and a snapshot's status are those of their (primary) instance: the
 user-facing types ``share`` and ``snapshot`` map to the kinds
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
@@ -26,17 +27,23 @@ from sharemgr.db.records import Record
 from sharemgr.manager import views
 from sharemgr.manager.lock_names import resource_lock_name
 
-# Settled statuses a delete may start from.
-SHARE_DELETABLE = (
-    vocab.AVAILABLE, vocab.ERROR, vocab.ERROR_DELETING, vocab.EXTENDING_ERROR,
-    vocab.SHRINKING_ERROR, vocab.SHRINKING_POSSIBLE_DATA_LOSS_ERROR, vocab.MANAGE_ERROR,
-    vocab.UNMANAGE_ERROR, vocab.REVERTING_ERROR, vocab.BACKUP_RESTORING_ERROR, vocab.INACTIVE,
-)
-SNAPSHOT_DELETABLE = (vocab.AVAILABLE, vocab.ERROR, vocab.ERROR_DELETING, vocab.MANAGE_ERROR,
-                      vocab.UNMANAGE_ERROR)
-SERVER_DELETABLE = (vocab.ACTIVE, vocab.ERROR, vocab.INACTIVE, vocab.MANAGE_ERROR,
-                    vocab.UNMANAGE_ERROR)
-SIMPLE_DELETABLE = (vocab.AVAILABLE, vocab.ERROR)
+
+class StatusRow(Protocol):
+    """A row that holds a kind's status (``Kind.model``)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+
+class _Hosted(Protocol):
+    @property
+    def host(self) -> str | None: ...
+
+
+_Row = TypeVar("_Row")
 
 
 @dataclass(frozen=True)
@@ -44,8 +51,7 @@ class Kind:
     name: str  # requests.resource_type
     model: type  # the row that holds the status
     what: str  # how messages name one
-    deletable: tuple[str, ...]
-    host_of: Callable[[Database, Any], str | None]  # 'host@backend#pool' of a row
+    host_of: Callable[[Database, Any], str | None]  # 'host@backend#pool' of a row of ``model``
     lock_as: str | None = None  # lock under another kind's name (a replica is an instance)
 
     @property
@@ -60,7 +66,7 @@ class Kind:
         return resource_lock_name(self.lock_as or self.name, ident)
 
 
-def _own_host(db: Database, row: Any) -> str | None:
+def _own_host(db: Database, row: _Hosted) -> str | None:
     return row.host
 
 
@@ -74,19 +80,16 @@ def _group_snapshot_host(db: Database, row: models.ShareGroupSnapshot) -> str | 
     return group.host if group else None
 
 
-SHARE_INSTANCE = Kind(vocab.SHARE_INSTANCE, models.ShareInstance, "share instance",
-                      SHARE_DELETABLE, _own_host)
-REPLICA = Kind(vocab.REPLICA, models.ShareInstance, "replica", SHARE_DELETABLE, _own_host,
+SHARE_INSTANCE = Kind(vocab.SHARE_INSTANCE, models.ShareInstance, "share instance", _own_host)
+REPLICA = Kind(vocab.REPLICA, models.ShareInstance, "replica", _own_host,
                lock_as=vocab.SHARE_INSTANCE)
 SNAPSHOT_INSTANCE = Kind(vocab.SNAPSHOT_INSTANCE, models.ShareSnapshotInstance,
-                         "snapshot instance", SNAPSHOT_DELETABLE, _snapshot_host)
-SHARE_SERVER = Kind(vocab.SHARE_SERVER, models.ShareServer, "share server", SERVER_DELETABLE,
-                    _own_host)
-SHARE_GROUP = Kind(vocab.SHARE_GROUP, models.ShareGroup, "share group", SIMPLE_DELETABLE,
-                   _own_host)
+                         "snapshot instance", _snapshot_host)
+SHARE_SERVER = Kind(vocab.SHARE_SERVER, models.ShareServer, "share server", _own_host)
+SHARE_GROUP = Kind(vocab.SHARE_GROUP, models.ShareGroup, "share group", _own_host)
 GROUP_SNAPSHOT = Kind(vocab.GROUP_SNAPSHOT, models.ShareGroupSnapshot, "group snapshot",
-                      SIMPLE_DELETABLE, _group_snapshot_host)
-BACKUP = Kind(vocab.BACKUP, models.ShareBackup, "backup", SIMPLE_DELETABLE, _own_host)
+                      _group_snapshot_host)
+BACKUP = Kind(vocab.BACKUP, models.ShareBackup, "backup", _own_host)
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
     SHARE_INSTANCE, REPLICA, SNAPSHOT_INSTANCE, SHARE_SERVER, SHARE_GROUP, GROUP_SNAPSHOT,
@@ -127,8 +130,8 @@ class Observed:
     state: str
     status: str | None = None
     host: str | None = None  # 'host@backend', pool stripped
-    attributes: Mapping[str, Any] = field(default_factory=dict)
-    actual: Mapping[str, Any] = field(default_factory=dict)  # in-place properties as they are
+    attributes: Mapping[str, object] = field(default_factory=dict)
+    actual: Mapping[str, object] = field(default_factory=dict)  # in-place properties as they are
 
 
 def state_of(status: str | None) -> str:
@@ -141,8 +144,8 @@ def state_of(status: str | None) -> str:
     return ERROR
 
 
-def _obs(status: str, host: str | None, attributes: dict[str, Any],
-         actual: dict[str, Any] | None = None) -> Observed:
+def _obs(status: str, host: str | None, attributes: Mapping[str, object],
+         actual: Mapping[str, object] | None = None) -> Observed:
     return Observed(state_of(status), status, views.host_of(host) if host else None,
                     attributes, actual or {})
 
@@ -155,7 +158,7 @@ def observe(db: Database, type_: str, physical_id: str | None) -> Observed:
     return _OBSERVERS[type_](db, physical_id)
 
 
-def _share_seen(share: Any, inst: Any) -> Observed:
+def _share_seen(share: Any, inst: Any) -> Observed:  # rows or status_reads' records
     attrs = {"id": share.id, "name": share.name, "size": share.size,
              "proto": share.share_proto, "status": inst.status, "host": inst.host,
              "export_locations": list(inst.export_locations or [])}
@@ -182,25 +185,25 @@ def _observe_snapshot(db: Database, pid: str) -> Observed:
     return _obs(inst.status, _snapshot_host(db, inst), attrs)
 
 
-def _replica_seen(inst: Any) -> Observed:
+def _replica_seen(inst: models.ShareInstance) -> Observed:
     attrs = {"id": inst.id, "status": inst.status, "host": inst.host,
              "replica_state": inst.replica_state,
              "export_locations": list(inst.export_locations or []), "share_id": inst.share_id}
     return _obs(inst.status, inst.host, attrs)
 
 
-def _server_seen(row: Any) -> Observed:
+def _server_seen(row: models.ShareServer) -> Observed:
     attrs = {"id": row.id, "status": row.status, "host": row.host,
              "backend_details": dict(row.backend_details or {})}
     return _obs(row.status, row.host, attrs)
 
 
-def _group_seen(row: Any) -> Observed:
+def _group_seen(row: models.ShareGroup) -> Observed:
     attrs = {"id": row.id, "name": row.name, "status": row.status, "host": row.host}
     return _obs(row.status, row.host, attrs)
 
 
-def _by_key(model: type, seen: Callable[[Any], Observed]
+def _by_key(model: type[_Row], seen: Callable[[_Row], Observed]
             ) -> Callable[[Database, str], Observed]:
     def observe_row(db: Database, pid: str) -> Observed:
         row = db_api.get(db, model, pid)
@@ -237,7 +240,7 @@ _FROM_ROWS: dict[str, tuple[tuple[type, ...], Callable[..., Observed]]] = {
 }
 
 
-def observe_rows(type_: str, rows: Mapping[type, Any]) -> Observed | None:
+def observe_rows(type_: str, rows: Mapping[type, object]) -> Observed | None:
     """:func:`observe` from rows in hand (by model), as a read would return
     them; None when ``type_`` is not seen from its own rows or one is
     missing (the caller reads)."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import tenacity
 from oslo_log import log as logging
@@ -30,7 +30,14 @@ from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Change, Op
 
+if TYPE_CHECKING:
+    from sharemgr.drivers.base import ShareDriver
+    from sqlalchemy.orm import Session
+
 LOG = logging.getLogger(__name__)
+
+
+R = TypeVar("R", bound=kinds.StatusRow)
 
 # ``Op.lease`` of the operation this thread performs, for ``_fresh_leased``:
 # the handlers pass their own arguments to ``run``, not the op.
@@ -69,7 +76,7 @@ def lock_name(rtype: str, ident: str) -> bytes:
     return kinds.kind(rtype).lock_name(ident)
 
 
-def deleted() -> dict[str, Any]:
+def deleted() -> dict[str, object]:
     return {"status": vocab.DELETED, "deleted_at": models.utcnow()}
 
 
@@ -77,7 +84,7 @@ class Operations:
     def __init__(
         self,
         db: Database,
-        drivers: dict[str, Any],
+        drivers: dict[str, ShareDriver],
         coordinator: Coordinator,
         engine_id: str,
     ) -> None:
@@ -128,7 +135,7 @@ class Operations:
         """The request runner's handler for a claimed request."""
         self.perform(Op.of_request(req))
 
-    def driver_for(self, host: str) -> Any:
+    def driver_for(self, host: str) -> ShareDriver:
         backend = views.backend_of(host)
         try:
             return self.drivers[backend]
@@ -140,13 +147,13 @@ class Operations:
         with self.coordinator.hold(lock_name(rtype, ident)):
             yield
 
-    def fresh(self, model: models.ModelClass, ident: str, expected: tuple[str, ...]) -> Any:
+    def fresh(self, model: type[R], ident: str, expected: tuple[str, ...]) -> R:
         return _expect(model, ident, db_api.get(self.db, model, ident), expected)
 
-    def _fresh_leased(self, model: models.ModelClass, ident: str, expected: tuple[str, ...],
-                      method: str | Callable[[Any], str] | None,
-                      read: Callable[[Any], Any] | None = None,
-                      ) -> tuple[Any, str | None, leases.Terms | None, bool]:
+    def _fresh_leased(self, model: type[R], ident: str, expected: tuple[str, ...],
+                      method: str | Callable[[R], str] | None,
+                      read: Callable[[Session], R | None] | None = None,
+                      ) -> tuple[R, str | None, leases.Terms | None, bool]:
         """``fresh`` and the lease of the call about to start, in one
         transaction. ``method`` may depend on the row (its status); ``read``
         re-reads the row in that transaction (see ``db_rec.read_and_lease``).
@@ -155,7 +162,7 @@ class Operations:
         chosen: dict[str, Any] = {"method": None, "terms": None, "written": False}
         written = _WRITTEN_LEASE.get()
 
-        def until_of(row: Any) -> Any:
+        def until_of(row: R) -> leases.Terms | None:
             if row.status not in expected:
                 return None  # Stale below: no call, no lease
             name = method(row) if callable(method) else method
@@ -224,18 +231,18 @@ class Operations:
     def run(
         self,
         rtype: str,
-        model: models.ModelClass,
+        model: type[R],
         ident: str,
         expected: tuple[str, ...],
-        call: Callable[[Any], Any],
-        on_success: Callable[[Any, Any], list[Change]],
-        error_values: dict[str, Any] | Callable[[Any], list[Change]],
+        call: Callable[[R], object],
+        on_success: Callable[[R, object], list[Change]],
+        error_values: Mapping[str, str] | Callable[[R], list[Change]],
         what: str,
         held: bool = False,
-        method: str | Callable[[Any], str] | None = None,
+        method: str | Callable[[R], str] | None = None,
         force: bool = False,
-        then: Callable[[Any], None] | None = None,
-        read: Callable[[Any], Any] | None = None,
+        then: Callable[[R], None] | None = None,
+        read: Callable[[Session], R | None] | None = None,
     ) -> list[Change]:
         """Lock, re-read, call the driver, write success or error atomically;
         the success's changes, as written, are returned.
@@ -247,7 +254,7 @@ class Operations:
         re-read row after the success is written, still under the lock.
         ``read``: how the row is re-read under the lock, given the
         transaction (by default by primary key)."""
-        if force and isinstance(error_values, dict):
+        if force and isinstance(error_values, Mapping):
             # A plain delete queued before this one may have failed meanwhile:
             # the forced one finishes it from that error status.
             expected = (*expected, error_values["status"])
@@ -280,7 +287,8 @@ class Operations:
                         if callable(error_values):
                             changes = error_values(row)
                         else:
-                            changes = [(model, ident, {"status": row.status}, error_values)]
+                            changes = [(model, ident, {"status": row.status},
+                                        dict(error_values))]
                         self._commit(_fenced(changes, model, ident, fence), what, rtype, ident)
                         raise OperationFailed(f"{what} failed: {exc}")
                     kind = kinds.kind(rtype)
@@ -342,11 +350,10 @@ def _fenced(changes: list[Change], model: models.ModelClass, ident: str, fence: 
             for m, i, expected, values in changes]
 
 
-def _expect(model: models.ModelClass, ident: str, row: Any, expected: tuple[str, ...]
-            ) -> Any:
+def _expect(model: type[R], ident: str, row: R | None, expected: tuple[str, ...]) -> R:
     """The re-read row, or Stale if it is gone or not in an expected status."""
     if row is None or row.status not in expected:
-        raise Stale(f"{model.__table__.name} {ident} is "
+        raise Stale(f"{model.__name__} {ident} is "
                     f"{getattr(row, 'status', 'gone')}, not {'/'.join(expected)}")
     return row
 

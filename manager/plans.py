@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
-from sharemgr.manager import capabilities, kinds, views
+from sharemgr.manager import capabilities, kinds, leases, operation_table, views
 
 Change = db_api.Change
+T = TypeVar("T")
 
 
 class Refused(Exception):
@@ -41,7 +42,7 @@ class Op:
     request_id: int | None = None
     # The lease its request row was written with (``Operations.default_lease``,
     # a stack's begin): the call keeps it when its method's lease is the default.
-    lease: Any = None
+    lease: leases.Terms | None = None
 
     @classmethod
     def of_request(cls, req: models.Request) -> Op:
@@ -59,7 +60,7 @@ class Op:
 @dataclass
 class Plan:
     physical_id: str | None = None  # the id users and stacks know it by
-    add: list = field(default_factory=list)
+    add: list[object] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
     op: Op | None = None
     row: Any = None  # the resource users know (share, snapshot, ...) as planned
@@ -77,7 +78,7 @@ def need(status: str, allowed: tuple[str, ...], what: str, doing: str) -> None:
                       f"(needs {' or '.join(allowed)})")
 
 
-def get(db: Database, model: type, ident: str | None, what: str) -> Any:
+def get(db: Database, model: type[T], ident: str | None, what: str) -> T:
     row = db_api.get(db, model, ident) if ident else None
     if row is None:
         raise Refused(f"no {what} with id {ident!r}")
@@ -312,14 +313,14 @@ def resize_share(db: Database, share_id: str, new_size: int) -> Plan:
     if busy:
         raise Refused(f"cannot {action} share {share_id}: it has a snapshot that is "
                       f"{', '.join(busy)}; try again when it is done")
-    need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", action)
+    spec = operation_table.spec(vocab.SHARE_INSTANCE, action)
+    need(inst.status, spec.starts_from, f"share {share_id}", action)
     if action == vocab.ACTION_EXTEND:
         _, claim = _room(db, capabilities.report(db, inst.host), inst.host,
                          new_size - row.size, f"extend share {share_id} by "
                          f"{new_size - row.size} GiB to {new_size} GiB")
         plan.claims += [claim] if claim else []
-    status = vocab.EXTENDING if action == vocab.ACTION_EXTEND else vocab.SHRINKING
-    values: dict[str, Any] = {"status": status}
+    values: dict[str, Any] = {"status": spec.transient[0]}
     if action == vocab.ACTION_EXTEND:
         values["pending_size"] = new_size  # counted in its pool while extending
     plan.changes.append((models.ShareInstance, inst.id, {"status": vocab.AVAILABLE}, values))
@@ -331,10 +332,11 @@ def restore_backup(db: Database, backup_id: str) -> Plan:
     backup = get(db, models.ShareBackup, backup_id, "backup")
     row, inst = share(db, backup.share_id)
     need(inst.status, (vocab.AVAILABLE,), f"share {row.id}", "restore into")
-    need(backup.status, (vocab.AVAILABLE,), f"backup {backup_id}", "restore")
+    spec = operation_table.spec(vocab.BACKUP, vocab.ACTION_RESTORE)
+    need(backup.status, spec.starts_from, f"backup {backup_id}", "restore")
     return Plan(backup.id, [], [
         (models.ShareBackup, backup.id, {"status": backup.status},
-         {"status": vocab.RESTORING, "restore_progress": None}),
+         {"status": spec.transient[0], "restore_progress": None}),
         (models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
          {"status": vocab.BACKUP_RESTORING}),
     ], Op(vocab.BACKUP, backup.id, vocab.ACTION_RESTORE, backup.host), backup)
@@ -343,16 +345,17 @@ def restore_backup(db: Database, backup_id: str) -> Plan:
 # Deletes ------------------------------------------------------------------------------
 
 
-def _deleting(kind: kinds.Kind, row: Any, what: str, host: str | None,
-              shown: Any = None, force: bool = False) -> Plan:
+def _deleting(kind: kinds.Kind, row: kinds.StatusRow, what: str, host: str | None,
+              shown: object = None, force: bool = False) -> Plan:
     """``row`` holds the status; ``shown`` is what users know (a share, not
     its instance), when it differs. A forced delete (admin) starts from any
     status, as Manila's force-delete does: its request carries
     ``{"force": True}`` and ends in deleted whatever the driver says."""
+    spec = operation_table.spec(kind.name, vocab.ACTION_DELETE)
     if not force:
-        need(row.status, kind.deletable, what, "delete")
+        need(row.status, spec.starts_from, what, "delete")
     return Plan(None, [], [(kind.model, row.id, {"status": row.status},
-                            {"status": vocab.DELETING})],
+                            {"status": spec.transient[0]})],
                 Op(kind.name, row.id, vocab.ACTION_DELETE, host,
                    {"force": True} if force else {}), shown or row)
 

@@ -1,8 +1,7 @@
-"""The share instance's and the replica's operations: create, delete,
-extend, shrink, access rules (``Operations.perform`` dispatches to them
-through ``handlers.HANDLERS``). Each is the driver call and its outcome,
-written through ``Operations.run``: lock, re-read, call, conditional
-outcome."""
+"""The share operations with more to them than one driver call and one
+outcome (``handlers.OWN``): a share's create, extend and shrink, access rules.
+Their statuses, methods and messages come from the operation table; the rest
+(deletes, replicas) are carried out by ``carry_out``."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from sharemgr.common import vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
-from sharemgr.manager import access, views
+from sharemgr.manager import access, operation_table, views
 from sharemgr.manager.operations import OperationFailed, Stale, log_failure
 from sharemgr.manager.plans import Change, Op
 
@@ -51,35 +50,16 @@ def create_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
             return driver.create_share_from_snapshot(share_d, snap_d, server)
         return driver.create_share(share_d, server)
 
+    spec = operation_table.spec(op.kind, op.action)
     return ops.run(
-        vocab.SHARE_INSTANCE, models.ShareInstance, op.ident,
-        (vocab.CREATING, vocab.CREATING_FROM_SNAPSHOT), call,
+        vocab.SHARE_INSTANCE, models.ShareInstance, op.ident, spec.transient, call,
         lambda inst, locs: [(models.ShareInstance, inst.id, {"status": inst.status},
-                             {"status": vocab.AVAILABLE,
+                             {"status": spec.success,
                               "export_locations": views.export_locations(locs)})],
-        {"status": vocab.ERROR}, f"create of share instance {op.ident}",
+        spec.error_values(), f"{spec.verb} of share instance {op.ident}",
         held=held, then=functools.partial(_flush_access, ops), read=read,
         method=lambda inst: "create_share_from_snapshot"
         if inst.status == vocab.CREATING_FROM_SNAPSHOT else "create_share",
-    )
-
-
-def delete_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
-    inst0 = db_api.get(ops.db, models.ShareInstance, op.ident)
-    if inst0 is None:
-        raise Stale(f"share instance {op.ident} is gone")
-    driver = ops.driver_for(inst0.host)
-    return ops.run(
-        vocab.SHARE_INSTANCE,
-        models.ShareInstance,
-        inst0.id,
-        (vocab.DELETING, vocab.DEFERRED_DELETING),
-        lambda inst: driver.delete_share(*ops.share_parts(inst)),
-        lambda inst, _r: ops.share_gone_changes(inst),
-        {"status": vocab.ERROR_DELETING},
-        f"delete of share instance {inst0.id}",
-        held=held,
-        method="delete_share", force=bool(op.args.get("force")),
     )
 
 
@@ -89,32 +69,22 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
         raise Stale(f"share instance {op.ident} is gone")
     driver = ops.driver_for(inst0.host)
     new_size = int(op.args["new_size"])
-    extend = op.action == vocab.ACTION_EXTEND
-    method = driver.extend_share if extend else driver.shrink_share
+    spec = operation_table.spec(op.kind, op.action)
+    assert spec.method is not None
+    method = getattr(driver, spec.method)
 
     def call(inst: models.ShareInstance) -> Any:
         share_d, server = ops.share_parts(inst)
         return method(share_d, new_size, server)
 
     return ops.run(
-        vocab.SHARE_INSTANCE,
-        models.ShareInstance,
-        inst0.id,
-        (vocab.EXTENDING if extend else vocab.SHRINKING,),
-        call,
+        vocab.SHARE_INSTANCE, models.ShareInstance, inst0.id, spec.transient, call,
         lambda inst, _r: [
-            (
-                models.ShareInstance,
-                inst.id,
-                {"status": inst.status},
-                {"status": vocab.AVAILABLE},
-            ),
+            (models.ShareInstance, inst.id, {"status": inst.status}, {"status": spec.success}),
             (models.Share, inst.share_id, {}, {"size": new_size}),
         ],
-        {"status": vocab.EXTENDING_ERROR if extend else vocab.SHRINKING_ERROR},
-        f"{op.action} of share instance {inst0.id} to {new_size}",
-        held=held, then=functools.partial(_flush_access, ops),
-        method="extend_share" if extend else "shrink_share",
+        spec.error_values(), f"{spec.verb} of share instance {inst0.id} to {new_size}",
+        held=held, then=functools.partial(_flush_access, ops), method=spec.method,
     )
 
 
@@ -170,49 +140,3 @@ def _sync_access(ops: Operations, inst: models.ShareInstance, resync: bool = Fal
     db_access.finish(ops.db, inst.share_id, outcome)
     if refused:
         raise OperationFailed(f"{what}: the backend refused rule(s) {', '.join(refused)}")
-
-
-def create_replica(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
-    rep0 = db_api.get(ops.db, models.ShareInstance, op.ident)
-    if rep0 is None:
-        raise Stale(f"replica {op.ident} is gone")
-    driver = ops.driver_for(rep0.host)
-
-    def call(rep: models.ShareInstance) -> Any:
-        rep_d, server = ops.share_parts(rep)
-        active = resources.primary_instance(ops.db, rep.share_id)
-        if active is None:
-            raise OperationFailed(f"share {rep.share_id} has no active instance")
-        active_d, _ = ops.share_parts(active)
-        return driver.create_replica(rep_d, active_d, server)
-
-    def ok(rep: models.ShareInstance, result: Any) -> list[Change]:
-        result = result or {}
-        return [(models.ShareInstance, rep.id, {"status": rep.status}, {
-            "status": vocab.AVAILABLE,
-            "replica_state": result.get("replica_state") or vocab.REPLICA_IN_SYNC,
-            "export_locations": views.export_locations(result.get("export_locations")),
-        })]
-
-    return ops.run(
-        vocab.REPLICA, models.ShareInstance, rep0.id, (vocab.CREATING,), call, ok,
-        {"status": vocab.ERROR, "replica_state": vocab.REPLICA_ERROR},
-        f"create of replica {rep0.id}",
-        held=held,
-        method="create_replica",
-    )
-
-
-def delete_replica(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
-    rep0 = db_api.get(ops.db, models.ShareInstance, op.ident)
-    if rep0 is None:
-        raise Stale(f"replica {op.ident} is gone")
-    driver = ops.driver_for(rep0.host)
-    return ops.run(
-        vocab.REPLICA, models.ShareInstance, rep0.id, (vocab.DELETING,),
-        lambda rep: driver.delete_replica(*ops.share_parts(rep)),
-        lambda rep, _r: ops.share_gone_changes(rep),
-        {"status": vocab.ERROR_DELETING}, f"delete of replica {rep0.id}",
-        held=held,
-        method="delete_replica", force=bool(op.args.get("force")),
-    )

@@ -6,7 +6,7 @@ on a live engine) is left to that request."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
@@ -16,12 +16,16 @@ from sharemgr.db import models
 from sharemgr.manager.operations import OperationFailed, Stale, lock_name
 from sharemgr.manager.plans import Op
 from sharemgr.reconcile import rules
+from sharemgr.reconcile.summary import Summary
+
+if TYPE_CHECKING:
+    from sharemgr.reconcile.reconciler import Reconciler
 
 LOG = logging.getLogger(__name__)
 TYPE = "access_rule"  # how the pass's summary and plan name a rule
 
 
-def settle(rec: Any, summary: Any, requests: dict[str, models.Request],
+def settle(rec: Reconciler, summary: Summary, requests: dict[str, models.Request],
            dry_run: bool) -> None:
     """``rec``: the Reconciler (its database, coordinator, operations and
     backends); ``summary``: its Summary."""
@@ -36,7 +40,7 @@ def settle(rec: Any, summary: Any, requests: dict[str, models.Request],
                               "failed", inst_id)
 
 
-def _skip(summary: Any, stuck: list, reason: str, dry_run: bool) -> None:
+def _skip(summary: Summary, stuck: list, reason: str, dry_run: bool) -> None:
     for rule in stuck:
         summary.skip(reason)
         if dry_run:
@@ -44,7 +48,8 @@ def _skip(summary: Any, stuck: list, reason: str, dry_run: bool) -> None:
                              "action": "skip", "reason": reason})
 
 
-def _one(rec: Any, summary: Any, requests: dict[str, models.Request], dry_run: bool,
+def _one(rec: Reconciler, summary: Summary, requests: dict[str, models.Request],
+         dry_run: bool,
          host: str, inst_id: str, stuck: list[models.ShareAccessRule]) -> None:
     req = requests.get(inst_id)
     if req is not None:

@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from oslo_log import log as logging
-from sharemgr.drivers.base import BATCH_STATUS_METHODS
+from sharemgr.drivers.base import BATCH_STATUS_METHODS, ShareDriver
 
 LOG = logging.getLogger(__name__)
 
 
-def ask(driver: Any, method: str, items: Mapping[str, tuple]) -> dict[str, Any]:
+def ask(driver: ShareDriver, method: str, items: Mapping[str, tuple]) -> dict[str, Any]:
     """Each resource's answer, by id; ``items``: id → the status method's
     arguments."""
     answers = _batch(driver, method, items)
@@ -31,7 +31,7 @@ def ask(driver: Any, method: str, items: Mapping[str, tuple]) -> dict[str, Any]:
     return answers
 
 
-def _batch(driver: Any, method: str, items: Mapping[str, tuple]) -> dict[str, Any]:
+def _batch(driver: ShareDriver, method: str, items: Mapping[str, tuple]) -> dict[str, Any]:
     """The batch method's answers for these ids; {} when the driver has none
     or it fails (every resource is then asked on its own, so the outcome is
     what the single method says)."""
@@ -53,7 +53,7 @@ def _batch(driver: Any, method: str, items: Mapping[str, tuple]) -> dict[str, An
     return {ident: answers[ident] for ident in items if ident in answers}
 
 
-def _single(driver: Any, method: str, args: tuple) -> Any:
+def _single(driver: ShareDriver, method: str, args: tuple) -> Any:
     try:
         return getattr(driver, method)(*args)
     except Exception as exc:  # the answer, for the caller to read

@@ -33,6 +33,7 @@ from sharemgr.common import metrics, vocab
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db import resources as db_res
+from sharemgr.drivers.base import ShareDriver
 from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import kinds, views
 from sharemgr.manager.operations import lock_name
@@ -210,7 +211,7 @@ class DriftChecker:
 
     # Resources the database has -----------------------------------------------------
 
-    def _scan(self, driver: Any, target: Target, host: str, summary: DriftSummary,
+    def _scan(self, driver: ShareDriver, target: Target, host: str, summary: DriftSummary,
               dry_run: bool) -> None:
         cands = scan.scan(self.rec.db, target.rtype, host, [vocab.AVAILABLE])
         for start in range(0, len(cands), BATCH_SIZE):
@@ -240,7 +241,7 @@ class DriftChecker:
                                        summary, False, policies)
         return summary, {c.id for c in cands} - checked
 
-    def _batch(self, driver: Any, target: Target, cands: list[Candidate],
+    def _batch(self, driver: ShareDriver, target: Target, cands: list[Candidate],
                summary: DriftSummary, dry_run: bool,
                policies: dict[str, str] | None = None) -> set[str]:
         """Check a batch; the ids of the resources compared with the backend."""
@@ -356,7 +357,8 @@ class DriftChecker:
 
     # Objects the database does not have ---------------------------------------------
 
-    def _orphans(self, driver: Any, host: str, summary: DriftSummary, dry_run: bool) -> None:
+    def _orphans(self, driver: ShareDriver, host: str, summary: DriftSummary,
+                 dry_run: bool) -> None:
         """Backend objects named like ours that no live share instance
         claims. The rows are read before the listing: a share deleted in
         between is then neither listed nor (falsely) an orphan, and a share

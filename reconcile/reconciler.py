@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import datetime
 import math
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import futurist
 from futurist import waiters
@@ -31,6 +32,7 @@ from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db import resources as db_res
 from sharemgr.db.engine import Database
+from sharemgr.drivers.base import ShareDriver
 from sharemgr.manager import views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale, lock_name
@@ -39,6 +41,9 @@ from sharemgr.manager.plans import Op
 from sharemgr.reconcile import access, answers, ask, rules, scan
 from sharemgr.reconcile.scan import Candidate
 from sharemgr.reconcile.summary import Summary, observe_pass
+
+if TYPE_CHECKING:
+    from sharemgr.reconcile.drift import DriftSummary
 
 LOG = logging.getLogger(__name__)
 
@@ -73,7 +78,7 @@ class Reconciler:
     def __init__(
         self,
         db: Database,
-        drivers: dict[str, Any],
+        drivers: dict[str, ShareDriver],
         coordinator: Coordinator,
         operations: Operations,
         host: str,
@@ -104,7 +109,8 @@ class Reconciler:
                              lambda result, seconds: observe_pass(trigger, result, summary,
                                                                   seconds))
 
-    def recorded(self, trigger: str, dry_run: bool, summary: Any, work: Callable[[], None],
+    def recorded(self, trigger: str, dry_run: bool, summary: Summary | DriftSummary,
+                 work: Callable[[], None],
                  label: str, observe: Callable[[str, float], None] | None = None
                  ) -> dict[str, Any]:
         """Run ``work`` as a recorded pass of this engine (a reconciliation
@@ -163,7 +169,8 @@ class Reconciler:
             executor.shutdown(wait=False)
 
     def _record_failure(self, record_id: int | None, trigger: str, dry_run: bool,
-                        summary: Summary, started: float, exc: BaseException) -> None:
+                        summary: Summary | DriftSummary, started: float, exc: BaseException
+                        ) -> None:
         """Finish the pass's record as failed (what it did so far, the pass
         counted among the failures, and why), so 'sharectl reconcile show'
         and 'reconcile list' tell a failed pass from a running one."""
@@ -225,7 +232,7 @@ class Reconciler:
             by_resource[req.resource_id] = req
         return by_resource
 
-    def _waits_for_deadline(self, req: models.Request, now: Any) -> bool:
+    def _waits_for_deadline(self, req: models.Request, now: datetime.datetime) -> bool:
         """A running call on a backend that cannot fence is taken over only
         after its hard deadline, whatever its lease or its engine's
         membership says: its engine may be paused, not dead, and would
@@ -237,7 +244,8 @@ class Reconciler:
         driver = self.drivers.get(views.backend_of(req.host))
         return driver is not None and not getattr(driver, "honours_fencing", False)
 
-    def _stuck(self, req: models.Request, now: Any, summary: Summary, dry_run: bool) -> bool:
+    def _stuck(self, req: models.Request, now: datetime.datetime, summary: Summary,
+               dry_run: bool) -> bool:
         """The lease rule: a running request whose lease has expired is stuck
         (its engine alive or not); it becomes abandoned and its resource is
         reconciled. Of several engines' passes the one whose conditional

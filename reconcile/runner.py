@@ -8,6 +8,7 @@ per-resource try-locks keep engines apart).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import futurist
@@ -16,8 +17,10 @@ from futurist import waiters
 from oslo_log import log as logging
 from sharemgr.common import tasks, vocab
 from sharemgr.db import api as db_api
+from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.manager import kinds
+from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.manager.outage import Backoff, is_outage
 from sharemgr.reconcile import drift as drift_mod
@@ -46,7 +49,7 @@ class PassRunner:
         self._periodic_queued = threading.Event()
         # Drift checks (reconcile/drift.py) run on the same worker, never
         # during a pass; set by the daemon.
-        self.drift: Any = None
+        self.drift: drift_mod.DriftChecker | None = None
         self._drift_queued = threading.Event()
 
     def _after(self, delay: float, trigger: str, dry_run: bool = False) -> dict | None:
@@ -88,13 +91,15 @@ class PassRunner:
 
     def _run(self, trigger: str, dry_run: bool) -> dict | None:
         if trigger.startswith("drift"):
+            if self.drift is None:
+                raise OperationFailed("this engine does not check drift")
             return self.drift.run(trigger, dry_run)
         return self.reconciler.run(trigger, dry_run)
 
     def _run_unless_stopping(self, trigger: str, dry_run: bool) -> dict | None:
         return None if self.stopping.is_set() else self._run(trigger, dry_run)
 
-    def defer_startup(self, wait_seconds: int) -> Any:
+    def defer_startup(self, wait_seconds: int) -> futurist.Future:
         LOG.info("startup reconciliation in %ss", wait_seconds)
         self._startup_pending.set()
         return self._submit(wait_seconds, "startup")
@@ -128,19 +133,19 @@ class PassRunner:
         self._drift_queued.set()
         self._submit(0, "drift")
 
-    def run_soon(self, trigger: str) -> Any:
+    def run_soon(self, trigger: str) -> futurist.Future:
         """A pass after those asked for so far (e.g. 'backend:<name>' when a
         backend's set-up passed after start)."""
         return self._submit(0, trigger)
 
-    def then(self, fn: Any, what: str) -> None:
+    def then(self, fn: Callable[[], object], what: str) -> None:
         """Run ``fn`` once the passes asked for so far are done (the worker
         is single: it runs after them), e.g. arming the stack watchdog after
         the startup pass."""
         fut = tasks.submit_logged(self.executor, fn, what=what)
         self._futures = [f for f in self._futures if not f.done()] + [fut]
 
-    def handle_request(self, req: Any) -> None:
+    def handle_request(self, req: models.Request) -> None:
         """Handler of a 'reconcile run' request (sharectl reconcile run) and
         of a 'reconcile drift' one (a drift check)."""
         dry_run = bool((req.args or {}).get("dry_run"))
@@ -157,7 +162,8 @@ class PassRunner:
             lines = str(exc).strip().splitlines()
             raise OperationFailed(f"{type(exc).__name__}: {lines[0] if lines else ''}")
 
-    def watch_peers(self, coordinator: Any, host: str, engine_id: str, grace: int) -> None:
+    def watch_peers(self, coordinator: Coordinator | None, host: str, engine_id: str,
+                    grace: int) -> None:
         """Reconcile what a peer of this host leaves behind when it drops out
         of the engines group (a crash without restart)."""
 
@@ -175,9 +181,11 @@ class PassRunner:
                             "left in %ss", member, grace)
                 self._submit(grace, f"peer:{member}")
 
+        if coordinator is None:
+            raise RuntimeError("watch_peers: the engine has no coordinator yet")
         coordinator.watch_leave(left)
 
-    def reobserve(self, rtype: str, ident: str) -> Any:
+    def reobserve(self, rtype: str, ident: str) -> futurist.Future | None:
         """Ask the backend about a resource whose outcome could not be
         written (doc/reconciliation.rst, "Fencing"), on the pass worker."""
         if self.stopping.is_set():
@@ -213,7 +221,7 @@ class PassRunner:
                     ("; ".join(str(i["kind"]) for i in summary.items)
                      or "the backend agrees"))
 
-    def _submit(self, delay: float, trigger: str, dry_run: bool = False) -> Any:
+    def _submit(self, delay: float, trigger: str, dry_run: bool = False) -> futurist.Future:
         # A pass that fails is logged with its traceback here, whether or not
         # anyone waits for it (a peer pass has nobody), and recorded as
         # failed by the reconciler.

@@ -16,13 +16,12 @@ named as not checked. Share servers and groups have nothing to compare.
 
 from __future__ import annotations
 
-from typing import Any
-
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, stacks
 from sharemgr.db import resources as db_res
+from sharemgr.db.engine import Database
 from sharemgr.manager import kinds, views
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.reconcile import drift
@@ -41,7 +40,7 @@ class StackChecker:
     def __init__(self, checker: DriftChecker) -> None:
         self.checker = checker
 
-    def handle(self, req: Any) -> None:
+    def handle(self, req: models.Request) -> None:
         """Handler of a 'stack check' request (resource id: the stack's id)."""
         db = self.checker.rec.db
         stack = stacks.stack_get(db, req.resource_id)
@@ -66,7 +65,7 @@ class StackChecker:
                                   "nothing recorded")
         LOG.info("stack %s: CHECK %s: %s", stack.name, status, reason)
 
-    def check(self, stack: Any) -> tuple[dict[str, str], dict[str, str]]:
+    def check(self, stack: models.Stack) -> tuple[dict[str, str], dict[str, str]]:
         """(drifted resource name → what, unchecked name → why)."""
         db = self.checker.rec.db
         drifted: dict[str, str] = {}
@@ -109,7 +108,7 @@ CHECKED = {vocab.SHARE: vocab.SHARE_INSTANCE, vocab.REPLICA: vocab.REPLICA,
            vocab.SNAPSHOT: vocab.SNAPSHOT_INSTANCE}
 
 
-def _candidate(db: Any, type_: str, physical_id: str) -> Candidate | None:
+def _candidate(db: Database, type_: str, physical_id: str) -> Candidate | None:
     """The instance behind a stack resource's physical id, as drift checks
     take it; None when the database has none."""
     rtype = CHECKED[type_]
