@@ -5,7 +5,8 @@ the transactions that start one (:func:`create_stack`,
 :func:`prepare_traversal`) and everything after that which changes the stack
 row as a whole live here, so that each rule is written once:
 
-* :func:`complete_tx` — the stack's SyncPoint heard from every root;
+* :func:`complete_tx` (:func:`end_tx`, then :func:`purge_tx`) — the stack's
+  SyncPoint heard from every root;
 * :func:`fail` — a node failed, the traversal timed out, or a user cancelled
   it: the traversal is marked FAILED and, unless rollback is off (or the
   traversal was a DELETE or a ROLLBACK), the ROLLBACK traversal is prepared
@@ -73,20 +74,31 @@ def prepare_traversal(
 # Completion --------------------------------------------------------------------------
 
 
-def complete_tx(session: Session, stack_id: str, traversal_id: str,
-                before_purge: Callable[[], None] | None = None) -> bool:
-    """The stack's SyncPoint is complete: delete the traversal's points
-    (first, for the lock order points, stack, resources), mark the stack
-    COMPLETE (a DELETE soft-deletes it) and purge finished rows and unused
-    templates. True if this call ended the traversal. ``before_purge`` runs
-    after the stack row is written and before the purge, whatever the
-    outcome: the last node's own row writes (after the stack row, in lock
-    order; before the purge, which must see them)."""
+def complete_tx(session: Session, stack_id: str, traversal_id: str) -> bool:
+    """The stack's SyncPoint is complete: :func:`end_tx` and
+    :func:`purge_tx`. True if this call ended the traversal."""
+    return purge_tx(session, end_tx(session, stack_id, traversal_id))
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What :func:`end_tx` wrote: the stack as read, and whether its
+    conditional update ended the traversal (None: the stack is gone)."""
+
+    stack: models.Stack | None
+    done: bool = False
+    reason: str = ""
+
+
+def end_tx(session: Session, stack_id: str, traversal_id: str) -> Ended:
+    """The first half of a completion: delete the traversal's points (first,
+    for the lock order points, stack, resources) and mark the stack
+    COMPLETE (a DELETE soft-deletes it). The last node's own row writes go
+    between the halves (after the stack row, in lock order; before the
+    purge, which must see them)."""
     stack = stacks.stack_get_tx(session, stack_id)
     if stack is None:
-        if before_purge is not None:
-            before_purge()
-        return False
+        return Ended(None)
     reason = f"Stack {stack.action} completed"
     if stack.action == vocab.STACK_ROLLBACK and \
             (stack.status_reason or "").startswith(ROLLING_BACK):
@@ -94,13 +106,17 @@ def complete_tx(session: Session, stack_id: str, traversal_id: str,
     sync_points.delete_all_tx(session, stack_id, traversal_id)
     done = stacks.stack_set_status_tx(session, stack_id, traversal_id, vocab.STACK_COMPLETE,
                                       reason)
-    if before_purge is not None:
-        before_purge()
-    if not done:
+    return Ended(stack, done, reason)
+
+
+def purge_tx(session: Session, ended: Ended) -> bool:
+    """The second half: purge the finished rows and unused templates of a
+    traversal :func:`end_tx` ended. True if it did end it."""
+    if ended.stack is None or not ended.done:
         return False
-    stacks.purge_tx(session, stack_id)
-    LOG.info("stack %s: %s", stack.name, reason)
-    _count_traversal(session, stack, vocab.STACK_COMPLETE)
+    stacks.purge_tx(session, ended.stack.id)
+    LOG.info("stack %s: %s", ended.stack.name, ended.reason)
+    _count_traversal(session, ended.stack, vocab.STACK_COMPLETE)
     return True
 
 

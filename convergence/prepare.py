@@ -114,8 +114,9 @@ def enqueue_check_tx(
     input_data: Mapping | None = None,
 ) -> models.Request:
     """Add the ``check_resource`` request of a node in the caller's
-    transaction — from a preparation for the leaves, and from a SyncPoint's
-    ``on_ready`` for a successor whose predecessors have all reported. Any
+    transaction — from a preparation for the leaves, and from the report
+    whose CAS completed a successor's SyncPoint (its predecessors have all
+    reported). Any
     engine may claim it (host None)."""
     return api.request_add_tx(
         session,

@@ -51,7 +51,7 @@ class _Tx:
     """What one reporting transaction does with the nodes its writes make
     ready (``Reporter._ready_tx``)."""
 
-    complete: Callable[[Session, dict], None]  # the stack's point made ready: end the traversal
+    complete: Callable[[Session], None]  # the stack's point made ready: end the traversal
     own: bool = False  # the transaction that ends the check's node (``end_and_report``)
     claim: bool = False  # claim the first node that needs a check, to run next here
     queue: list[Node] = field(default_factory=list)  # clean-ups with nothing to do: reported in it
@@ -113,9 +113,10 @@ class Reporter:
                 if rid != ended_rid:  # released as it ended
                     stacks.resource_lock_release_tx(session, rid, self.engine_id)
 
-        def complete(session: Session, _input: dict) -> None:
-            lifecycle.complete_tx(session, ctx.stack_id, ctx.traversal,
-                                  before_purge=lambda: own_writes(session))
+        def complete(session: Session) -> None:
+            ended = lifecycle.end_tx(session, ctx.stack_id, ctx.traversal)
+            own_writes(session)
+            lifecycle.purge_tx(session, ended)
 
         tx = _Tx(complete, own=True, claim=ctx.chain > 0)
         if targets[REPORT_IN_ONE:]:
@@ -214,11 +215,12 @@ class Reporter:
         tx.batch = succs
         for succ in succs:
             sent, known = _sent(graph, sender, succ, data)
-            if not sync_points.sync_tx(
-                    session, succ.resource_id, traversal, succ.is_update, sender.key, sent,
-                    graph.requires_keys(succ),
-                    functools.partial(self._ready_tx, ctx, tx, succ), known=known).found:
+            result = sync_points.sync_tx(session, succ.resource_id, traversal, succ.is_update,
+                                         sender.key, sent, graph.requires_keys(succ), known)
+            if not result.found:
                 return False
+            if result.fired:
+                self._ready_tx(ctx, tx, succ, session, result.input_data)
         if not succs and graph.is_root(sender):
             tx.roots.append(sender)  # written last, together (``_cascade_tx``)
         return True
@@ -300,9 +302,12 @@ class Reporter:
         # The stack's point, last of all: the reports of every root this
         # transaction ended (a fan-in's leaves, a batch of eight) in one
         # read and one write.
-        return sync_points.sync_many_tx(
+        result = sync_points.sync_many_tx(
             session, ctx.stack_id, ctx.traversal, True, dict.fromkeys(r.key for r in tx.roots),
-            ctx.graph.root_keys(), tx.complete).found
+            ctx.graph.root_keys())
+        if result.fired:
+            tx.complete(session)
+        return result.found
 
     # After the transaction -----------------------------------------------------------
 
@@ -314,13 +319,14 @@ class Reporter:
         if not self._report_later(ctx, [(node, data, sorted(graph.required_by(node)))]):
             return False
         if graph.is_root(node):
-            def complete(session: Session, _input: dict) -> None:
-                lifecycle.complete_tx(session, ctx.stack_id, traversal)
-
-            result = sync_points.sync(self.db, ctx.stack_id, traversal, True, node.key, None,
-                                      graph.root_keys(), complete)
-            if not result.found:
-                return False
+            for attempt in sync_points.retrying():
+                with attempt, self.db.session() as session:
+                    result = sync_points.sync_tx(session, ctx.stack_id, traversal, True,
+                                                 node.key, None, graph.root_keys(),
+                                                 lock=attempt.lock, blind=attempt.first)
+                    if result.fired:
+                        lifecycle.complete_tx(session, ctx.stack_id, traversal)
+            return result.found
         return True
 
     def _report_later(self, ctx: Ctx, work: Work) -> bool:
@@ -333,14 +339,11 @@ class Reporter:
         marked ``reporting`` until written). A database error (a deadlock
         with a preparation's delete) retries a batch one by one, the nodes
         it makes ready enqueued. False if a point is missing."""
-        graph, traversal = ctx.graph, ctx.traversal
+        traversal = ctx.traversal
         marked: Work = []
 
-        def complete(session: Session, _input: dict) -> None:
+        def complete(session: Session) -> None:
             lifecycle.complete_tx(session, ctx.stack_id, traversal)
-
-        def enqueue(succ: Node, session: Session, input_data: dict) -> None:
-            prepare.enqueue_check_tx(session, ctx.stack_id, traversal, succ, input_data)
 
         def batch_tx(tx: _Tx, sender: Node, data: dict | None, batch: list[Node],
                      session: Session) -> bool:
@@ -368,17 +371,27 @@ class Reporter:
                                       "in one transaction; one by one", sender, traversal,
                                       len(batch))
                     for succ in batch:
-                        sent, known = _sent(graph, sender, succ, data)
-                        result = sync_points.sync(
-                            self.db, succ.resource_id, traversal, succ.is_update, sender.key,
-                            sent, graph.requires_keys(succ), functools.partial(enqueue, succ),
-                            known=known)
-                        if not result.found:
+                        if not self._report_alone(ctx, sender, data, succ):
                             return False
             return True
         finally:
             self._mark(ctx, marked, add=False)
 
+
+    def _report_alone(self, ctx: Ctx, sender: Node, data: dict | None, succ: Node) -> bool:
+        """``sender``'s report to ``succ`` in a transaction of its own,
+        retried on a lost CAS; a ``succ`` it makes ready is enqueued in it.
+        False if the point is missing."""
+        sent, known = _sent(ctx.graph, sender, succ, data)
+        for attempt in sync_points.retrying():
+            with attempt, self.db.session() as session:
+                result = sync_points.sync_tx(
+                    session, succ.resource_id, ctx.traversal, succ.is_update, sender.key, sent,
+                    ctx.graph.requires_keys(succ), known, attempt.lock, attempt.first)
+                if result.fired:
+                    prepare.enqueue_check_tx(session, ctx.stack_id, ctx.traversal, succ,
+                                             result.input_data)
+        return result.found
 
 def _inline(ctx: Ctx, succ: Node) -> bool:
     """Whether ``succ`` is the clean-up node of the row ``ctx`` just

@@ -6,9 +6,8 @@ Galera end a deadlock (1213, Galera's certification conflict too) or a
 lock wait that timed out (1205). The transaction was rolled back whole,
 so running the function that opened it again is safe: the decorated
 functions of db/ each open their own transactions and do nothing outside
-them. Functions that call back into their caller inside the transaction
-(a SyncPoint's ``on_ready``) are not decorated: their callers keep state
-a retry would have to reset, and retry through their own paths.
+them. Functions that run in their caller's transaction (``*_tx``) are not
+decorated: the caller owns the transaction and retries it whole.
 
 The retries follow oslo.db's ``wrap_db_retry`` and its option names
 (``[database] db_max_retries``, ``db_retry_interval``,

@@ -16,10 +16,12 @@ after ``lock_after`` lost races it reads the row ``FOR UPDATE`` (PostgreSQL,
 MariaDB), so a wide fan-in cannot starve a writer. On SQLite the transaction
 already holds the write lock (``BEGIN IMMEDIATE``), so the CAS never loses.
 
-:func:`sync` runs the caller's ``on_ready(session, input_data)`` inside the
-transaction of the CAS that made the point complete: the enqueue of the
-successor commits with that write or not at all, and exactly one writer sees
-the transition from incomplete to complete. A missing SyncPoint means the
+:func:`sync_tx` says whether the write made the point complete
+(``fired``); the caller enqueues the successor in the transaction of that
+CAS, which it owns (``convergence/report.py``): the enqueue commits with the
+write or not at all, and exactly one writer sees the transition from
+incomplete to complete. The statements are here, the transactions are the
+protocol's. A missing SyncPoint means the
 traversal is over: superseded (a new preparation deletes the old points in
 the transaction that swaps the stack's traversal, see doc/specs.rst, spec
 001), completed or failed (the transaction that writes the stack row's end
@@ -33,15 +35,17 @@ that touches a SyncPoint row locks it before the ``stacks`` row and before
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import random
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
+import tenacity
 from sharemgr.common import metrics
 from sharemgr.db import models, records
 from sharemgr.db.engine import Database
@@ -80,7 +84,7 @@ class SyncPoint:
 class SyncResult:
     found: bool  # False: no such point — the traversal was superseded
     ready: bool = False  # every required sender has now reported
-    fired: bool = False  # this call made it ready (on_ready ran and committed)
+    fired: bool = False  # this write made it ready: the caller enqueues the successor
     input_data: dict = field(default_factory=dict)
     attempts: int = 0
 
@@ -247,6 +251,12 @@ def _known(sender: str, required: Collection[str],
     return known
 
 
+class CasLost(Exception):
+    """An unlocked read's compare-and-swap lost to another writer: the
+    caller's transaction is rolled back and the report tried again
+    (:func:`retrying`)."""
+
+
 def sync_tx(
     session: Session,
     entity_id: Any,
@@ -255,14 +265,19 @@ def sync_tx(
     sender: str,
     data: Any,
     required: Collection[str] = (),
-    on_ready: Callable[[Session, dict], None] | None = None,
     known: Mapping[str, Any] | None = None,
+    lock: bool = True,
+    blind: bool = True,
 ) -> SyncResult:
-    """:func:`sync` in the caller's transaction, which then holds the point:
-    the read locks it (``FOR UPDATE`` on PostgreSQL and MariaDB; SQLite's
-    transaction holds the write lock), so the CAS cannot lose. For a caller
-    that writes other rows with the report; it must lock points before the
-    ``stacks`` row and ``stack_resources`` rows (the lock order above).
+    """Merge ``{sender: data}`` into the point, in the caller's transaction.
+
+    ``required`` are the sender keys the point waits for (the node's
+    predecessors in the graph). ``SyncResult.fired``: this write made the
+    point complete — every required key present now, not all present
+    before — so the caller, in this same transaction, enqueues the
+    successor (or ends the traversal): it commits with this write or not
+    at all, and exactly one writer sees the transition. A sender reporting
+    again after completion merges its data but fires nothing.
 
     A point whose content before this report is expected — ``known``: the
     senders the caller expects to have reported and what they sent (the
@@ -271,13 +286,22 @@ def sync_tx(
     blind write (one UPDATE, the row locked as the read would, which
     checks the point holds that: ``blind_write_tx``); only a report that
     finds it otherwise (a sender reporting again, a report split across
-    transactions) or gone reads it."""
-    prior = _known(sender, required, known)
+    transactions) or gone reads it.
+
+    With ``lock`` (the default) the read locks the point (``FOR UPDATE`` on
+    PostgreSQL and MariaDB; SQLite's transaction holds the write lock), so
+    the CAS cannot lose: the transaction then holds the point, and must
+    have locked points before the ``stacks`` row and ``stack_resources``
+    rows (the lock order above). Without it a lost CAS raises
+    :class:`CasLost`; ``blind=False`` (an attempt after a lost one) reads
+    the point first. Returns ``SyncResult(found=False)`` if the point does
+    not exist."""
+    prior = _known(sender, required, known) if blind else None
     if prior is not None and blind_write_tx(
             session, entity_id, traversal_id, is_update, prior, sender, data):
-        return _blindly_written(session, prior, sender, data, required, on_ready)
-    return sync_many_tx(session, entity_id, traversal_id, is_update, {sender: data}, required,
-                        on_ready)
+        return _merged(prior, {sender: data}, required)
+    return _read_and_cas(session, entity_id, traversal_id, is_update, {sender: data}, required,
+                         lock)
 
 
 def sync_many_tx(
@@ -287,38 +311,95 @@ def sync_many_tx(
     is_update: bool,
     reports: Mapping[str, Any],
     required: Collection[str] = (),
-    on_ready: Callable[[Session, dict], None] | None = None,
 ) -> SyncResult:
     """The reports of several senders (``{sender: data}``) merged into the
     point in one read (locking it) and one CAS, in the caller's
     transaction: the roots of a graph that one transaction reports for, to
     the stack's point. Otherwise as :func:`sync_tx`."""
-    point = get_tx(session, entity_id, traversal_id, is_update, lock=True)
+    return _read_and_cas(session, entity_id, traversal_id, is_update, reports, required, True)
+
+
+def _read_and_cas(session: Session, entity_id: Any, traversal_id: str, is_update: bool,
+                  reports: Mapping[str, Any], required: Collection[str], lock: bool
+                  ) -> SyncResult:
+    point = get_tx(session, entity_id, traversal_id, is_update, lock=lock)
     if point is None:
         return SyncResult(found=False, attempts=1)
-    was_ready = is_ready(point.input_data, required)
     merged = {**point.input_data, **reports}
     if not cas_tx(session, entity_id, traversal_id, is_update, point.atomic_key, merged):
-        raise SyncPointContention(f"SyncPoint {entity_id}/{traversal_id}/{is_update}: "
-                                  "changed under its row lock")
-    ready = is_ready(merged, required)
-    fired = ready and not was_ready
-    if fired and on_ready is not None:
-        on_ready(session, merged)
-    return SyncResult(found=True, ready=ready, fired=fired, input_data=merged, attempts=1)
+        if lock:
+            raise SyncPointContention(f"SyncPoint {entity_id}/{traversal_id}/{is_update}: "
+                                      "changed under its row lock")
+        raise CasLost()
+    return _merged(point.input_data, reports, required)
 
 
-def _blindly_written(session: Session, prior: Mapping[str, Any], sender: str, data: Any,
-                     required: Collection[str],
-                     on_ready: Callable[[Session, dict], None] | None) -> SyncResult:
-    """The result of a blind write over ``prior``, as a read and a CAS
-    would have had it."""
-    merged = {**prior, sender: data}
+def _merged(prior: Mapping[str, Any], reports: Mapping[str, Any],
+            required: Collection[str]) -> SyncResult:
+    merged = {**prior, **reports}
     ready = is_ready(merged, required)
-    fired = ready and not is_ready(prior, required)
-    if fired and on_ready is not None:
-        on_ready(session, merged)
-    return SyncResult(found=True, ready=ready, fired=fired, input_data=merged, attempts=1)
+    return SyncResult(found=True, ready=ready, fired=ready and not is_ready(prior, required),
+                      input_data=merged, attempts=1)
+
+
+def retrying(lock_after: int | None = LOCK_AFTER, max_attempts: int = MAX_ATTEMPTS,
+             backoff_base: float = BACKOFF_BASE, backoff_cap: float = BACKOFF_CAP
+             ) -> Iterator[Attempt]:
+    """The attempts of a report that runs in a transaction of its own, each
+    a new transaction (the caller's ``with db.session()``) that a lost CAS
+    (:class:`CasLost`) rolls back; tried again after a jittered back-off
+    ("full jitter": uniform in ``[0, min(cap, base * 2**attempt)]``, so
+    writers that collided spread out), up to ``max_attempts``
+    (:class:`SyncPointContention`). From attempt ``lock_after + 1`` on the
+    read locks the point, so a wide fan-in cannot starve a writer::
+
+        for attempt in sync_points.retrying():
+            with attempt, db.session() as session:
+                result = sync_points.sync_tx(session, ..., known=known,
+                                             lock=attempt.lock, blind=attempt.first)
+                if result.fired:
+                    ...  # the successor's request, in the CAS's transaction
+    """
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        metrics.SYNC_POINT_CAS_RETRIES.inc()
+
+    def gave_up(state: tenacity.RetryCallState) -> None:
+        raise SyncPointContention(f"a SyncPoint report lost the compare-and-swap "
+                                  f"{state.attempt_number} times")
+
+    for attempt in tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(CasLost),
+            wait=_full_jitter(backoff_base, backoff_cap),
+            stop=tenacity.stop_after_attempt(max_attempts), before_sleep=before_sleep,
+            retry_error_callback=gave_up,
+            sleep=lambda seconds: time.sleep(seconds)):  # looked up at each call
+        yield Attempt(attempt, lock_after)
+
+
+class _full_jitter(tenacity.wait.wait_base):
+    def __init__(self, base: float, cap: float) -> None:
+        self.base, self.cap = base, cap
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        return random.uniform(0, min(self.cap, self.base * 2 ** retry_state.attempt_number))
+
+
+class Attempt:
+    """One attempt of :func:`retrying`: a context manager (tenacity's) that
+    says whether its read locks and what it may take as known."""
+
+    def __init__(self, attempt: tenacity.AttemptManager, lock_after: int | None) -> None:
+        self._attempt = attempt
+        self.number = attempt.retry_state.attempt_number
+        self.lock = lock_after is not None and self.number > lock_after
+        self.first = self.number == 1  # a blind write is for it: a lost one read the point
+
+    def __enter__(self) -> Attempt:
+        self._attempt.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return self._attempt.__exit__(*exc)
 
 
 def sync(
@@ -329,7 +410,6 @@ def sync(
     sender: str,
     data: Any,
     required: Collection[str] = (),
-    on_ready: Callable[[Session, dict], None] | None = None,
     *,
     lock_after: int | None = LOCK_AFTER,
     max_attempts: int = MAX_ATTEMPTS,
@@ -337,51 +417,11 @@ def sync(
     backoff_cap: float = BACKOFF_CAP,
     known: Mapping[str, Any] | None = None,
 ) -> SyncResult:
-    """Merge ``{sender: data}`` into the point's input data (CAS, retried).
-
-    ``required`` are the sender keys the point waits for (the node's
-    predecessors in the graph). If this write makes the point complete —
-    every required key present now, not all present before — ``on_ready``
-    is called with the open session and the merged input data, in the
-    transaction of the CAS; if it raises, the write is rolled back and the
-    exception propagates. A sender reporting again after completion merges
-    its data but fires nothing: the successor is enqueued exactly once.
-
-    ``known``: what the point holds before this report, if the caller
-    knows (see :func:`sync_tx`).
-
-    Returns ``SyncResult(found=False)`` if the point does not exist.
-    """
-    prior = _known(sender, required, known)
-    attempt = 0
-    while True:
-        attempt += 1
-        locking = lock_after is not None and attempt > lock_after
-        with db.session() as session:
-            if attempt == 1 and prior is not None and blind_write_tx(
-                    session, entity_id, traversal_id, is_update, prior, sender, data):
-                return _blindly_written(session, prior, sender, data, required, on_ready)
-            point = get_tx(session, entity_id, traversal_id, is_update, lock=locking)
-            if point is None:
-                return SyncResult(found=False, attempts=attempt)
-            was_ready = is_ready(point.input_data, required)
-            merged = {**point.input_data, sender: data}
-            if cas_tx(session, entity_id, traversal_id, is_update, point.atomic_key, merged):
-                ready = is_ready(merged, required)
-                fired = ready and not was_ready
-                if fired and on_ready is not None:
-                    on_ready(session, merged)
-                result = SyncResult(
-                    found=True, ready=ready, fired=fired, input_data=merged, attempts=attempt
-                )
-            else:
-                result = None
-        if result is not None:
-            return result
-        metrics.SYNC_POINT_CAS_RETRIES.inc()
-        if attempt >= max_attempts:
-            raise SyncPointContention(
-                f"SyncPoint {entity_id}/{traversal_id}/{is_update}: "
-                f"lost the compare-and-swap {attempt} times"
-            )
-        time.sleep(random.uniform(0, min(backoff_cap, backoff_base * 2 ** attempt)))
+    """:func:`sync_tx` in a transaction of its own, retried as
+    :func:`retrying` says: for a report that writes nothing else with it."""
+    for attempt in retrying(lock_after, max_attempts, backoff_base, backoff_cap):
+        with attempt, db.session() as session:
+            result = sync_tx(session, entity_id, traversal_id, is_update, sender, data,
+                             required, known, attempt.lock, attempt.first)
+            return dataclasses.replace(result, attempts=attempt.number)
+    raise AssertionError("unreachable: retrying raises when it gives up")

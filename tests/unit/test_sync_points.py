@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 
@@ -36,6 +37,27 @@ def _get(db, *args):
 
 def _requests(db, resource_id):
     return [r for r in api.request_list(db, resource_id=resource_id)]
+
+
+def report(db, entity_id, traversal_id, is_update, sender, data, required=(), then=None, *,
+           known=None, lock_after=sync_points.LOCK_AFTER, max_attempts=sync_points.MAX_ATTEMPTS):
+    """A report in a transaction of its own, as convergence/report.py
+    writes one: ``then(session, input_data)`` (the successor's request) in
+    the transaction of the CAS that made the point ready."""
+    for attempt in sync_points.retrying(lock_after, max_attempts):
+        with attempt, db.session() as session:
+            result = sync_points.sync_tx(session, entity_id, traversal_id, is_update, sender,
+                                         data, required, known, attempt.lock, attempt.first)
+            if result.fired and then is not None:
+                then(session, result.input_data)
+    return dataclasses.replace(result, attempts=attempt.number)
+
+
+def _tx_then(session, result, then):
+    """``sync_tx``'s caller's part: act on a point made ready, in its transaction."""
+    if result.fired:
+        then(session, result.input_data)
+    return result
 
 
 def test_create_one_point_per_node_plus_the_stack(db, stack):
@@ -82,20 +104,20 @@ def test_sync_fires_once_in_the_transaction_of_the_write(db, stack):
         calls.append(dict(data))
         api.request_add_tx(session, "stack_resource", "9", "check_resource", None, {"d": data})
 
-    r1 = sync_points.sync(db, 9, T1, True, "1:update", {"x": 1}, required, on_ready)
+    r1 = report(db, 9, T1, True, "1:update", {"x": 1}, required, on_ready)
     assert r1.found and not r1.ready and not r1.fired and calls == []
-    r2 = sync_points.sync(db, 9, T1, True, "2:update", {"x": 2}, required, on_ready)
+    r2 = report(db, 9, T1, True, "2:update", {"x": 2}, required, on_ready)
     assert r2.ready and r2.fired
     assert calls == [{"1:update": {"x": 1}, "2:update": {"x": 2}}]
     assert len(_requests(db, "9")) == 1
     # A sender reporting again (a retriggered node) merges but fires nothing.
-    r3 = sync_points.sync(db, 9, T1, True, "2:update", {"x": 3}, required, on_ready)
+    r3 = report(db, 9, T1, True, "2:update", {"x": 3}, required, on_ready)
     assert r3.ready and not r3.fired and len(calls) == 1
     assert r3.input_data["2:update"] == {"x": 3}
     assert len(_requests(db, "9")) == 1
 
 
-def test_sync_rolls_back_the_write_when_on_ready_fails(db, stack):
+def test_a_report_rolls_back_the_write_when_the_successor_s_enqueue_fails(db, stack):
     _create(db, stack.id, T1, [(9, True)], include_stack=False)
 
     def on_ready(session, data):
@@ -103,7 +125,7 @@ def test_sync_rolls_back_the_write_when_on_ready_fails(db, stack):
         raise RuntimeError("enqueue failed")
 
     with pytest.raises(RuntimeError):
-        sync_points.sync(db, 9, T1, True, "1:update", 1, {"1:update"}, on_ready)
+        report(db, 9, T1, True, "1:update", 1, {"1:update"}, on_ready)
     point = _get(db, 9, T1, True)
     assert point.input_data == {} and point.atomic_key == 0
     assert _requests(db, "9") == []
@@ -127,14 +149,14 @@ def test_a_point_with_one_sender_is_written_blind_and_fires(db, stack):
     _create(db, stack.id, T1, [(9, True), (10, True)], include_stack=False)
     calls = []
     seen = _statements(db)
-    result = sync_points.sync(db, 9, T1, True, "1:update", {"x": 1}, {"1:update"},
-                              lambda s, d: calls.append(d))
+    result = report(db, 9, T1, True, "1:update", {"x": 1}, {"1:update"},
+                    lambda s, d: calls.append(d))
     assert [s for s in seen if s in ("SELECT", "UPDATE")] == ["UPDATE"]
     assert result.found and result.ready and result.fired and calls == [{"1:update": {"x": 1}}]
     seen.clear()
     with db.session() as session:
-        r_tx = sync_points.sync_tx(session, 10, T1, True, "1:update", None, {"1:update"},
-                                   lambda s, d: calls.append(d))
+        r_tx = _tx_then(session, sync_points.sync_tx(session, 10, T1, True, "1:update", None,
+                                                     {"1:update"}), lambda s, d: calls.append(d))
     assert [s for s in seen if s in ("SELECT", "UPDATE")] == ["UPDATE"]
     assert r_tx.fired and calls[-1] == {"1:update": None}
     for rid, data in ((9, {"x": 1}), (10, None)):
@@ -142,8 +164,8 @@ def test_a_point_with_one_sender_is_written_blind_and_fires(db, stack):
         assert point.atomic_key == 1 and point.input_data == {"1:update": data}
     # The sender again: the blind write finds the point written, reads it,
     # merges, and fires nothing.
-    again = sync_points.sync(db, 9, T1, True, "1:update", {"x": 2}, {"1:update"},
-                             lambda s, d: calls.append(d))
+    again = report(db, 9, T1, True, "1:update", {"x": 2}, {"1:update"},
+                   lambda s, d: calls.append(d))
     assert again.ready and not again.fired and len(calls) == 2
     assert _get(db, 9, T1, True).input_data == {"1:update": {"x": 2}}
 
@@ -155,8 +177,8 @@ def test_a_blind_first_write_keeps_what_another_sender_wrote(db, stack):
     sync_points.sync(db, 9, T1, True, "old:update", 0, {"1:update"})
     calls = []
     with db.session() as session:
-        result = sync_points.sync_tx(session, 9, T1, True, "1:update", 1, {"1:update"},
-                                     lambda s, d: calls.append(d))
+        result = _tx_then(session, sync_points.sync_tx(session, 9, T1, True, "1:update", 1,
+                                                       {"1:update"}), lambda s, d: calls.append(d))
     assert result.fired and calls == [{"old:update": 0, "1:update": 1}]
     assert _get(db, 9, T1, True).atomic_key == 2
     with db.session() as session:
@@ -172,13 +194,14 @@ def test_a_point_whose_content_the_sender_knows_is_written_blind(db, stack):
     _create(db, stack.id, T1, [(9, False), (10, False)], include_stack=False)
     required = {"9:update", "8:cleanup"}
     calls = []
-    first = sync_points.sync(db, 9, T1, False, "9:update", None, required,
-                             lambda s, d: calls.append(d), known={})
+    first = report(db, 9, T1, False, "9:update", None, required,
+                   lambda s, d: calls.append(d), known={})
     assert first.found and not first.ready and calls == []
     seen = _statements(db)
     with db.session() as session:
-        second = sync_points.sync_tx(session, 9, T1, False, "8:cleanup", None, required,
-                                     lambda s, d: calls.append(d), known={"9:update": None})
+        second = _tx_then(session, sync_points.sync_tx(
+            session, 9, T1, False, "8:cleanup", None, required, known={"9:update": None}),
+            lambda s, d: calls.append(d))
     assert [s for s in seen if s in ("SELECT", "UPDATE")] == ["UPDATE"]
     assert second.fired and calls == [{"9:update": None, "8:cleanup": None}]
     point = _get(db, 9, T1, False)
@@ -188,8 +211,8 @@ def test_a_point_whose_content_the_sender_knows_is_written_blind(db, stack):
     for _ in range(2):
         sync_points.sync(db, 10, T1, False, "9:update", None, required, known={})
     seen.clear()
-    late = sync_points.sync(db, 10, T1, False, "8:cleanup", None, required,
-                            lambda s, d: calls.append(d), known={"9:update": None})
+    late = report(db, 10, T1, False, "8:cleanup", None, required,
+                  lambda s, d: calls.append(d), known={"9:update": None})
     assert [s for s in seen if s in ("SELECT", "UPDATE")] == ["UPDATE", "SELECT", "UPDATE"]
     assert late.fired and len(calls) == 2 and _get(db, 10, T1, False).atomic_key == 3
 
@@ -205,12 +228,12 @@ def test_a_blind_write_checks_who_wrote_not_only_how_many(db, stack):
     required = {"9:update", "8:cleanup"}
     calls = []
     sync_points.sync(db, 9, T1, False, "8:cleanup", None, required, known={"9:update": None})
-    again = sync_points.sync(db, 9, T1, False, "8:cleanup", None, required,
-                             lambda s, d: calls.append(d), known={"9:update": None})
+    again = report(db, 9, T1, False, "8:cleanup", None, required,
+                   lambda s, d: calls.append(d), known={"9:update": None})
     assert again.found and not again.ready and calls == []
     assert _get(db, 9, T1, False).input_data == {"8:cleanup": None}
-    last = sync_points.sync(db, 9, T1, False, "9:update", None, required,
-                            lambda s, d: calls.append(d), known={})
+    last = report(db, 9, T1, False, "9:update", None, required,
+                  lambda s, d: calls.append(d), known={})
     assert last.fired and calls == [{"8:cleanup": None, "9:update": None}]
 
 
@@ -223,17 +246,18 @@ def test_several_senders_in_one_read_and_one_write(db, stack):
     calls = []
     seen = _statements(db)
     with db.session() as session:
-        two = sync_points.sync_many_tx(session, stack.id, T1, True,
-                                       {"1:cleanup": None, "2:cleanup": None}, required,
-                                       lambda s, d: calls.append(d))
+        two = _tx_then(session, sync_points.sync_many_tx(
+            session, stack.id, T1, True, {"1:cleanup": None, "2:cleanup": None}, required),
+            lambda s, d: calls.append(d))
     assert [s for s in seen if s in ("SELECT", "UPDATE")] == ["SELECT", "UPDATE"]
     assert two.found and not two.ready and calls == []
     with db.session() as session:
-        last = sync_points.sync_many_tx(session, stack.id, T1, True,
-                                        {"3:cleanup": None, "2:cleanup": None}, required,
-                                        lambda s, d: calls.append(d))
-        again = sync_points.sync_many_tx(session, stack.id, T1, True, {"1:cleanup": None},
-                                         required, lambda s, d: calls.append(d))
+        last = _tx_then(session, sync_points.sync_many_tx(
+            session, stack.id, T1, True, {"3:cleanup": None, "2:cleanup": None}, required),
+            lambda s, d: calls.append(d))
+        again = _tx_then(session, sync_points.sync_many_tx(
+            session, stack.id, T1, True, {"1:cleanup": None}, required),
+            lambda s, d: calls.append(d))
     assert last.fired and calls == [dict.fromkeys(sorted(required))]
     assert again.ready and not again.fired and len(calls) == 1
     assert _get(db, stack.id, T1, True).atomic_key == 3
@@ -244,8 +268,8 @@ def test_several_senders_in_one_read_and_one_write(db, stack):
 
 def test_sync_on_a_missing_point_reports_a_superseded_traversal(db, stack):
     called = []
-    result = sync_points.sync(db, 9, T1, True, "1:update", 1, {"1:update"},
-                              lambda s, d: called.append(d))
+    result = report(db, 9, T1, True, "1:update", 1, {"1:update"},
+                    lambda s, d: called.append(d))
     assert not result.found and not result.fired and called == []
 
 
@@ -288,8 +312,8 @@ def _fan_in(url, lock_after, writers=50):
         def writer(i):
             try:
                 barrier.wait()
-                r = sync_points.sync(db, 42, T1, True, senders[i], {"from": i}, senders,
-                                     on_ready, lock_after=lock_after, max_attempts=10_000)
+                r = report(db, 42, T1, True, senders[i], {"from": i}, senders, on_ready,
+                           lock_after=lock_after, max_attempts=10_000)
                 with guard:
                     results.append(r)
             except Exception as exc:  # pragma: no cover - reported below
