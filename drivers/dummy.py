@@ -17,12 +17,13 @@ crash-after), ``dummy_reads`` (status methods, stats, listing),
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Mapping
 
+from sharemgr.drivers import base
 from sharemgr.drivers.dummy_calls import CREATED, SHARE_KINDS
 from sharemgr.drivers.dummy_options import dummy_opts
 from sharemgr.drivers.dummy_reads import DummyReads
-from sharemgr.drivers.dummy_state import Tx
+from sharemgr.drivers.dummy_state import AppliedRule, Details, ProgressKey, Tx
 from sharemgr.drivers.exceptions import InvalidShareRequest, ShareBackendException
 
 # manager/config.py lists the options from here for oslo-config-generator.
@@ -35,7 +36,7 @@ ACCESS_TYPES_BY_PROTO = {"NFS": ("ip",), "CIFS": ("user", "ip"), "CEPHFS": ("cer
                          "GLUSTERFS": ("ip", "cert"), "HDFS": ("user",), "MAPRFS": ("user",)}
 
 
-def _pool(resource: dict) -> dict[str, str]:
+def _pool(resource: base.Share | base.Replica) -> Details:
     """The pool of a share or replica ('host@backend#pool'), kept in the
     object's details so get_share_stats can count what each pool holds."""
     host = resource.get("host") or ""
@@ -60,8 +61,9 @@ class DummyDriver(DummyReads):
 
     # Shares -------------------------------------------------------------------
 
-    def _create_share(self, tx: Tx, share: dict, server: dict | None,
-                      snapshot_id: str | None = None, size: int | None = None) -> list[dict]:
+    def _create_share(self, tx: Tx, share: base.Share, server: base.ShareServer | None,
+                      snapshot_id: str | None = None, size: int | None = None
+                      ) -> list[base.ExportLocation]:
         server_id = self._check_server(tx, server, "a share")
         existing = tx.get(share["id"])
         if existing is not None:
@@ -80,13 +82,15 @@ class DummyDriver(DummyReads):
         )
         return locations
 
-    def create_share(self, share: dict, share_server: dict | None = None) -> list[dict]:
+    def create_share(self, share: base.Share, share_server: base.ShareServer | None = None
+                     ) -> list[base.ExportLocation]:
         with self._op("create_share", share) as tx:
             return self._create_share(tx, share, share_server)
 
     def create_share_from_snapshot(
-        self, share: dict, snapshot: dict, share_server: dict | None = None
-    ) -> list[dict]:
+        self, share: base.Share, snapshot: base.Snapshot,
+        share_server: base.ShareServer | None = None
+    ) -> list[base.ExportLocation]:
         with self._op("create_share_from_snapshot", share) as tx:
             snap = self._need(tx, snapshot.get("id"), ("snapshot",), "snapshot")
             size = self._size(share.get("size"))
@@ -98,7 +102,7 @@ class DummyDriver(DummyReads):
             snapshot_id = share.get("snapshot_id") or snapshot.get("snapshot_id") or snap["id"]
             return self._create_share(tx, share, share_server, snapshot_id, size)
 
-    def delete_share(self, share: dict, share_server: dict | None = None) -> None:
+    def delete_share(self, share: base.Share, share_server: base.ShareServer | None = None) -> None:
         with self._op("delete_share", share) as tx:
             if tx.get(share["id"], ("share",)) is not None:
                 # A real backend cannot drop a volume that still has snapshots.
@@ -106,11 +110,12 @@ class DummyDriver(DummyReads):
                                      "share")
                 tx.delete(share["id"])
 
-    def _resize(self, method: str, share: dict, new_size: int, grow: bool) -> None:
+    def _resize(self, method: str, share: base.Share, new_size: int, grow: bool) -> None:
         with self._op(method, share) as tx:
             obj = self._need(tx, share["id"], SHARE_KINDS, "share")
             new_size = self._size(new_size)
-            if (grow and new_size < obj["size"]) or (not grow and new_size > obj["size"]):
+            current = obj["size"] or 0  # a share always has one
+            if (grow and new_size < current) or (not grow and new_size > current):
                 verb = "extend" if grow else "shrink"
                 raise InvalidShareRequest(
                     f"dummy backend: cannot {verb} share {obj['id']} of {obj['size']} GiB "
@@ -118,32 +123,37 @@ class DummyDriver(DummyReads):
                 )
             tx.update(obj["id"], size=new_size)
 
-    def extend_share(self, share: dict, new_size: int, share_server: dict | None = None) -> None:
+    def extend_share(self, share: base.Share, new_size: int,
+                     share_server: base.ShareServer | None = None) -> None:
         self._resize("extend_share", share, new_size, grow=True)
 
-    def shrink_share(self, share: dict, new_size: int, share_server: dict | None = None) -> None:
+    def shrink_share(self, share: base.Share, new_size: int,
+                     share_server: base.ShareServer | None = None) -> None:
         self._resize("shrink_share", share, new_size, grow=False)
 
     # Access rules ------------------------------------------------------------
 
-    def update_access(self, share: dict, access_rules: list[dict], add_rules: list[dict],
-                      delete_rules: list[dict], share_server: dict | None = None
-                      ) -> dict[str, dict[str, Any]] | None:
+    def update_access(self, share: base.Share, access_rules: list[base.AccessRule],
+                      add_rules: list[base.AccessRule], delete_rules: list[base.AccessRule],
+                      share_server: base.ShareServer | None = None
+                      ) -> dict[str, base.RuleError] | None:
         """The share's export allows exactly the rules of ``access_rules``
         it can serve (kept in the object's details, which
         ``sharemgr-dummy-backend list`` shows); ``add_rules`` and
         ``delete_rules`` are not needed: the full set is the truth."""
         with self._op("update_access", share) as tx:
             obj = self._need(tx, share["id"], SHARE_KINDS, "share")
-            details = dict(obj["details"] or {})
+            details = obj["details"].copy()
             allowed = ACCESS_TYPES_BY_PROTO.get(
                 str(details.get("share_proto") or share.get("share_proto") or "").upper(),
                 ("ip", "user", "cert"))
-            applied, refused = [], {}
+            applied: list[AppliedRule] = []
+            refused: dict[str, base.RuleError] = {}
             for rule in access_rules:
                 if rule["access_type"] in allowed:
-                    applied.append({k: rule[k] for k in ("id", "access_type", "access_to",
-                                                         "access_level")})
+                    applied.append({"id": rule["id"], "access_type": rule["access_type"],
+                                    "access_to": rule["access_to"],
+                                    "access_level": rule["access_level"]})
                 else:
                     refused[rule["id"]] = {"state": "error"}
             details["access_rules"] = sorted(applied, key=lambda r: (r["access_type"],
@@ -153,7 +163,8 @@ class DummyDriver(DummyReads):
 
     # Snapshots -------------------------------------------------------------
 
-    def create_snapshot(self, snapshot: dict, share_server: dict | None = None) -> None:
+    def create_snapshot(self, snapshot: base.Snapshot,
+                        share_server: base.ShareServer | None = None) -> None:
         with self._op("create_snapshot", snapshot) as tx:
             parent = self._need(tx, snapshot.get("share_instance_id"), SHARE_KINDS, "share")
             if tx.get(snapshot["id"], ("snapshot",)) is not None:
@@ -166,7 +177,8 @@ class DummyDriver(DummyReads):
             )
         return None
 
-    def delete_snapshot(self, snapshot: dict, share_server: dict | None = None) -> None:
+    def delete_snapshot(self, snapshot: base.Snapshot,
+                        share_server: base.ShareServer | None = None) -> None:
         with self._op("delete_snapshot", snapshot) as tx:
             if tx.get(snapshot["id"], ("snapshot",)) is not None:
                 tx.delete(snapshot["id"])
@@ -174,8 +186,9 @@ class DummyDriver(DummyReads):
     # Replicas ---------------------------------------------------------------
 
     def create_replica(
-        self, replica: dict, active_replica: dict, share_server: dict | None = None
-    ) -> dict[str, Any]:
+        self, replica: base.Replica, active_replica: base.Replica,
+        share_server: base.ShareServer | None = None
+    ) -> base.ReplicaUpdate:
         with self._op("create_replica", replica) as tx:
             server_id = self._check_server(tx, share_server, "a replica")
             active = self._need(tx, active_replica.get("id"), SHARE_KINDS, "active replica")
@@ -194,14 +207,16 @@ class DummyDriver(DummyReads):
                 "replica_state": existing["replica_state"],
             }
 
-    def delete_replica(self, replica: dict, share_server: dict | None = None) -> None:
+    def delete_replica(self, replica: base.Replica,
+                       share_server: base.ShareServer | None = None) -> None:
         with self._op("delete_replica", replica) as tx:
             if tx.get(replica["id"], ("replica",)) is not None:
                 tx.delete(replica["id"])
 
     # Share groups ---------------------------------------------------------------
 
-    def create_share_group(self, group: dict, share_server: dict | None = None) -> None:
+    def create_share_group(self, group: base.ShareGroup,
+                           share_server: base.ShareServer | None = None) -> None:
         with self._op("create_share_group", group) as tx:
             server_id = share_server["id"] if share_server else None
             if tx.get(group["id"], ("share_group",)) is None:
@@ -211,7 +226,8 @@ class DummyDriver(DummyReads):
                 )
         return None
 
-    def delete_share_group(self, group: dict, share_server: dict | None = None) -> None:
+    def delete_share_group(self, group: base.ShareGroup,
+                           share_server: base.ShareServer | None = None) -> None:
         with self._op("delete_share_group", group) as tx:
             if tx.get(group["id"], ("share_group",)) is not None:
                 self._refuse_if_used(tx, "share_group_id", group["id"], ("group_snapshot",),
@@ -219,7 +235,7 @@ class DummyDriver(DummyReads):
                 tx.delete(group["id"])
 
     def create_share_group_snapshot(
-        self, group_snapshot: dict, share_server: dict | None = None
+        self, group_snapshot: base.GroupSnapshot, share_server: base.ShareServer | None = None
     ) -> None:
         with self._op("create_share_group_snapshot", group_snapshot) as tx:
             group = self._need(
@@ -234,7 +250,7 @@ class DummyDriver(DummyReads):
         return None
 
     def delete_share_group_snapshot(
-        self, group_snapshot: dict, share_server: dict | None = None
+        self, group_snapshot: base.GroupSnapshot, share_server: base.ShareServer | None = None
     ) -> None:
         with self._op("delete_share_group_snapshot", group_snapshot) as tx:
             if tx.get(group_snapshot["id"], ("group_snapshot",)) is not None:
@@ -242,7 +258,8 @@ class DummyDriver(DummyReads):
 
     # Share servers --------------------------------------------------------------
 
-    def setup_server(self, server: dict, network_info: dict | None = None) -> dict[str, Any]:
+    def setup_server(self, server: base.ShareServer,
+                     network_info: Mapping[str, object] | None = None) -> base.JSONDict:
         with self._op("setup_server", server) as tx:
             if not self.driver_handles_share_servers:
                 raise InvalidShareRequest(
@@ -251,16 +268,19 @@ class DummyDriver(DummyReads):
                 )
             existing = tx.get(server["id"], ("share_server",))
             if existing is not None:
-                return existing["details"]
-            details = {
+                # What the first call made and returned (the details hold no more).
+                made = existing["details"]
+                return {"server_name": made["server_name"], "address": made["address"]}
+            details: Details = {
                 "server_name": f"dummy-server-{server['id']}",
                 "address": f"{server['id'][:8]}.{self.backend_name}.dummy",
             }
             tx.insert(id=server["id"], kind="share_server", share_server_id=server["id"],
                       name=details["server_name"], status=CREATED, details=details)
-            return details
+            return {"server_name": details["server_name"], "address": details["address"]}
 
-    def teardown_server(self, server: dict, backend_details: dict[str, Any]) -> None:
+    def teardown_server(self, server: base.ShareServer,
+                        backend_details: Mapping[str, object]) -> None:
         with self._op("teardown_server", server) as tx:
             if tx.get(server["id"], ("share_server",)) is not None:
                 self._refuse_if_used(tx, "share_server_id", server["id"],
@@ -271,7 +291,7 @@ class DummyDriver(DummyReads):
     # Progress moves by half on every *_continue call, so a backup takes two
     # periodic runs: enough to see the transient status, no clocks involved.
 
-    def create_backup(self, share: dict, backup: dict) -> None:
+    def create_backup(self, share: base.Share, backup: base.Backup) -> None:
         with self._op("create_backup", backup) as tx:
             parent = self._need(tx, share.get("id"), SHARE_KINDS, "share")
             if tx.get(backup["id"], ("backup",)) is None:
@@ -283,19 +303,20 @@ class DummyDriver(DummyReads):
                 )
         return None
 
-    def _advance(self, method: str, backup: dict, key: str, done_status: str) -> dict[str, str]:
+    def _advance(self, method: str, backup: base.Backup, key: ProgressKey,
+                 done_status: str) -> base.Progress:
         with self._op(method, backup) as tx:
             obj = self._need(tx, backup.get("id"), ("backup",), "backup")
-            details = dict(obj["details"])
+            details = obj["details"].copy()
             details[key] = min(100, int(details.get(key, 0)) + 50)
             status = done_status if details[key] == 100 else obj["status"]
             tx.update(obj["id"], details=details, status=status)
             return {"total_progress": str(details[key])}
 
-    def create_backup_continue(self, share: dict, backup: dict) -> dict[str, str]:
+    def create_backup_continue(self, share: base.Share, backup: base.Backup) -> base.Progress:
         return self._advance("create_backup_continue", backup, "progress", CREATED)
 
-    def restore_backup(self, backup: dict, share: dict) -> None:
+    def restore_backup(self, backup: base.Backup, share: base.Share) -> None:
         with self._op("restore_backup", backup) as tx:
             obj = self._need(tx, backup.get("id"), ("backup",), "backup")
             self._need(tx, share.get("id"), SHARE_KINDS, "share")
@@ -303,13 +324,14 @@ class DummyDriver(DummyReads):
                 raise InvalidShareRequest(
                     f"dummy backend: backup {obj['id']} is {obj['status']}, not available"
                 )
-            details = {**obj["details"], "restore_progress": 0, "restore_to": share["id"]}
+            details: Details = {**obj["details"], "restore_progress": 0,
+                                "restore_to": share["id"]}
             tx.update(obj["id"], status="restoring", details=details)
 
-    def restore_backup_continue(self, backup: dict, share: dict) -> dict[str, str]:
+    def restore_backup_continue(self, backup: base.Backup, share: base.Share) -> base.Progress:
         return self._advance("restore_backup_continue", backup, "restore_progress", CREATED)
 
-    def delete_backup(self, backup: dict) -> None:
+    def delete_backup(self, backup: base.Backup) -> None:
         with self._op("delete_backup", backup) as tx:
             if tx.get(backup["id"], ("backup",)) is not None:
                 tx.delete(backup["id"])

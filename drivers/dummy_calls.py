@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+from oslo_config import cfg
 from sharemgr.drivers import base
 from sharemgr.drivers.dummy_knobs import Knobs
 from sharemgr.drivers.dummy_options import dummy_opts
-from sharemgr.drivers.dummy_state import BackendState, Tx
+from sharemgr.drivers.dummy_state import BackendObject, BackendState, Tx
 from sharemgr.drivers.exceptions import (
     FencedCall,
     InvalidShareRequest,
@@ -34,7 +35,7 @@ class DummyCalls(base.ShareDriver):
 
     def __init__(
         self,
-        configuration: Any,
+        configuration: cfg.ConfigOpts.GroupAttr,
         *,
         backend_name: str,
         host: str,
@@ -70,7 +71,10 @@ class DummyCalls(base.ShareDriver):
     # The one path of every call ------------------------------------------
 
     @contextlib.contextmanager
-    def _op(self, method: str, resource: dict | None, write: bool = True) -> Iterator[Tx]:
+    def _op(self, method: str, resource: Mapping[str, Any] | None, write: bool = True
+            ) -> Iterator[Tx]:
+        """``resource``: whichever of the manager's argument dicts the call is
+        about (None for a call about the backend)."""
         resource = resource or {}
         rid = resource.get("id")
         name = str(resource.get("name") or rid or "")
@@ -116,7 +120,8 @@ class DummyCalls(base.ShareDriver):
 
     # Helpers ------------------------------------------------------------------
 
-    def _export_locations(self, instance_id: str, server: dict | None) -> list[dict]:
+    def _export_locations(self, instance_id: str, server: base.ShareServer | None
+                          ) -> list[base.ExportLocation]:
         details = (server or {}).get("backend_details") or {}
         address = details.get("address") or f"{self.host}.{self.backend_name}.dummy"
         return [
@@ -126,7 +131,7 @@ class DummyCalls(base.ShareDriver):
              "preferred": False},
         ]
 
-    def _check_server(self, tx: Tx, server: dict | None, what: str) -> str | None:
+    def _check_server(self, tx: Tx, server: base.ShareServer | None, what: str) -> str | None:
         if not self.driver_handles_share_servers:
             return None
         if not server:
@@ -139,13 +144,13 @@ class DummyCalls(base.ShareDriver):
         return server["id"]
 
     @staticmethod
-    def _size(value: Any) -> int:
+    def _size(value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidShareRequest(f"size must be a positive integer, not {value!r}")
         return value
 
     @staticmethod
-    def _need(tx: Tx, obj_id: str | None, kinds: tuple[str, ...], what: str) -> dict:
+    def _need(tx: Tx, obj_id: str | None, kinds: tuple[str, ...], what: str) -> BackendObject:
         obj = tx.get(obj_id, kinds)
         if obj is None:
             raise ShareResourceNotFound(f"dummy backend has no {what} {obj_id}")
