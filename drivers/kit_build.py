@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from oslo_config import cfg
 from sharemgr.drivers import loader
@@ -15,7 +14,7 @@ KIT_HOST = "kithost"
 KIT_ENGINE = "kithost.conformance"
 
 
-def _option_text(value: Any) -> str:
+def _option_text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
@@ -31,7 +30,7 @@ def build_driver(
     *,
     backend: str = "kit",
     setup: bool = False,
-    **options: Any,
+    **options: object,
 ) -> ShareDriver:
     """Build a driver the way ``share-manager`` does, from a config file.
 

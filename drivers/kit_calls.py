@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import uuid
-from typing import Any
+from collections.abc import Mapping
 
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
@@ -36,7 +36,7 @@ class Kit:
         self.driver = driver
         self.server = server
         # object id -> (create method, its arguments, its result), to repeat it
-        self.created: dict[str, tuple[str, tuple, Any]] = {}
+        self.created: dict[str, tuple[str, tuple[object, ...], object]] = {}
 
     # Dicts in the shapes the manager passes ---------------------------------
 
@@ -85,7 +85,7 @@ class Kit:
 
     # Calls ----------------------------------------------------------------------
 
-    def call(self, method: str, *args: Any) -> Any:
+    def call(self, method: str, *args: object) -> object:
         """Call; a driver error stays an exception, anything else fails."""
         try:
             return getattr(self.driver, method)(*args)
@@ -98,7 +98,7 @@ class Kit:
                 "ShareBackendException subclasses"
             )
 
-    def ok(self, method: str, *args: Any, what: str, optional: bool = True) -> Any:
+    def ok(self, method: str, *args: object, what: str, optional: bool = True) -> object:
         """Call a method that must succeed; skip if it is not implemented
         and ``optional``."""
         try:
@@ -124,14 +124,14 @@ class Kit:
                 "is already gone"
             )
 
-    def _delete_args(self, kind: str, obj: dict) -> tuple:
+    def _delete_args(self, kind: str, obj: dict) -> tuple[object, ...]:
         if kind == "share_server":
             return (obj, obj.get("backend_details") or {})
         if kind == "backup":
             return (obj,)
         return (obj, self.server)
 
-    def status(self, method: str, obj: dict, what: str) -> dict | None:
+    def status(self, method: str, obj: dict, what: str) -> Mapping[str, object] | None:
         """A status method's answer, checked for shape; None if unimplemented."""
         try:
             result = self.call(method, obj, self.server)
@@ -151,7 +151,7 @@ class Kit:
             )
         return result
 
-    def expect_not_found(self, method: str, *args: Any, what: str) -> None:
+    def expect_not_found(self, method: str, *args: object, what: str) -> None:
         try:
             result = self.call(method, *args)
         except NotImplementedError:
@@ -164,7 +164,7 @@ class Kit:
         fail(f"{method_name(self.driver, method)} of {what} returned {result!r}; it must raise "
              "ShareResourceNotFound")
 
-    def expect_error(self, method: str, *args: Any, what: str) -> None:
+    def expect_error(self, method: str, *args: object, what: str) -> None:
         try:
             result = self.call(method, *args)
         except NotImplementedError:
@@ -176,8 +176,8 @@ class Kit:
         fail(f"{method_name(self.driver, method)} of {what} returned {result!r}; it must raise "
              "a ShareBackendException")
 
-    def create_call(self, obj: dict, method: str, *args: Any, what: str,
-                    optional: bool = True) -> Any:
+    def create_call(self, obj: dict, method: str, *args: object, what: str,
+                    optional: bool = True) -> object:
         """``ok`` for the create of ``obj``, remembered so a check can repeat it."""
         result = self.ok(method, *args, what=what, optional=optional)
         self.created[obj["id"]] = (method, copy.deepcopy(args), copy.deepcopy(result))
@@ -255,7 +255,7 @@ class Kit:
         }[kind]
 
 
-def check_export_locations(driver: ShareDriver, method: str, locations: Any) -> None:
+def check_export_locations(driver: ShareDriver, method: str, locations: object) -> None:
     """Fail unless ``locations`` is a list of export location dicts."""
     if not isinstance(locations, list) or not locations:
         fail(f"{method_name(driver, method)} returned {locations!r}; it must return a non-empty "

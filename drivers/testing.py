@@ -26,7 +26,6 @@ import numbers
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sharemgr.drivers.base import BATCH_STATUS_METHODS, STATUS_METHODS, ShareDriver
@@ -275,7 +274,7 @@ class DriverConformanceTests:
             fail(f"after {name} of a share of size 2 to 2, get_share_status reports size "
                  f"{status.get('size')!r}")
 
-    def _reported_size(self, kit: Kit, share: dict, after: str) -> int | None:
+    def _reported_size(self, kit: Kit, share: dict, after: str) -> object:
         status = kit.status("get_share_status", share, f"a share after {after}")
         if status is None:
             unsupported(kit.driver, "get_share_status")
@@ -327,7 +326,7 @@ class DriverConformanceTests:
             fail(f"get_share_status of a share created from a snapshot says "
                  f"{status['status']!r}, not 'available'")
 
-    def _poll(self, kit: Kit, method: str, *args: Any) -> None:
+    def _poll(self, kit: Kit, method: str, *args: object) -> None:
         last = -1
         for _ in range(self.backup_max_polls):
             result = kit.ok(method, *args, what="a running backup")
@@ -432,7 +431,7 @@ class DriverConformanceTests:
                  "be None, 'readable', 'writable' or 'dr'")
         # Manila's shape: pools, or (a backend without pools) the capacity at
         # the top; a capacity is a number of GiB, or 'infinite' / 'unknown'.
-        def capacity(value: Any) -> bool:
+        def capacity(value: object) -> bool:
             return value in CAPACITY_WORDS or (
                 isinstance(value, numbers.Real) and not isinstance(value, bool))
 
