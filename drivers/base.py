@@ -25,6 +25,9 @@ from collections.abc import Mapping
 
 from oslo_config import cfg
 from sharemgr.drivers.exceptions import OperationNotSupported
+
+# The dicts of the contract, named here too: drivers read them as
+# ``base.Share``, ``base.StatusAnswer``, ...
 from sharemgr.drivers.shapes import (
     AccessRule,
     Backup,
@@ -46,13 +49,6 @@ from sharemgr.drivers.shapes import (
     StatusAnswer,
     StatusReport,
 )
-
-# The dicts of the contract (shapes.py), named here too: drivers read them as
-# ``base.Share``, ``base.StatusAnswer``, ...
-__all__ = ["AccessRule", "Backup", "ExportLocation", "GroupSnapshot", "JSONDict", "ListedShare",
-           "ModelUpdate", "Progress", "Replica", "ReplicaUpdate", "RuleError", "Share",
-           "ShareDriver", "ShareGroup", "ShareServer", "ShareStats", "ShareUpdate", "Snapshot",
-           "StatusAnswer", "StatusReport"]
 
 STATUS_METHODS = (
     "get_share_status",
