@@ -21,20 +21,34 @@ Error rules, for every method:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from oslo_config import cfg
-from sharemgr.drivers.exceptions import OperationNotSupported, ShareResourceNotFound
+from sharemgr.drivers.exceptions import OperationNotSupported
 
-# Type aliases for the dicts the manager passes; documented in doc/drivers.rst.
-Share = dict[str, Any]
-Snapshot = dict[str, Any]
-Replica = dict[str, Any]
-ShareServer = dict[str, Any]
-ShareGroup = dict[str, Any]
-GroupSnapshot = dict[str, Any]
-Backup = dict[str, Any]
-ExportLocation = dict[str, Any]
+# The dicts of the contract, named here too: drivers read them as
+# ``base.Share``, ``base.StatusAnswer``, ...
+from sharemgr.drivers.shapes import (
+    AccessRule,
+    Backup,
+    ExportLocation,
+    GroupSnapshot,
+    JSONDict,
+    ListedShare,
+    ModelUpdate,
+    Progress,
+    Replica,
+    ReplicaUpdate,
+    RuleError,
+    Share,
+    ShareGroup,
+    ShareServer,
+    ShareStats,
+    ShareUpdate,
+    Snapshot,
+    StatusAnswer,
+    StatusReport,
+)
 
 STATUS_METHODS = (
     "get_share_status",
@@ -53,10 +67,6 @@ BATCH_STATUS_METHODS: dict[str, str] = {
     "get_share_group_status": "get_share_group_statuses",
     "get_share_group_snapshot_status": "get_share_group_snapshot_statuses",
 }
-
-# A batch status method's answer for one resource: what the single method
-# returns, or the ShareResourceNotFound it raises.
-StatusAnswer = dict[str, Any] | ShareResourceNotFound
 
 
 def _inherited(driver: object, method: str) -> bool:
@@ -99,7 +109,7 @@ class ShareDriver:
 
     def __init__(
         self,
-        configuration: Any,
+        configuration: cfg.ConfigOpts.GroupAttr,
         *,
         backend_name: str,
         host: str,
@@ -157,7 +167,7 @@ class ShareDriver:
         :raises ShareBackendException: with a message saying what is wrong.
         """
 
-    def get_backend_info(self) -> dict[str, Any]:
+    def get_backend_info(self) -> JSONDict:
         """A description of the backend's configuration for ``ensure_shares``.
 
         The manager stores it and skips ``ensure_shares`` at start when it has
@@ -168,7 +178,7 @@ class ShareDriver:
         """
         return {}
 
-    def ensure_shares(self, shares: list[Share]) -> dict[str, dict[str, Any]]:
+    def ensure_shares(self, shares: list[Share]) -> dict[str, ShareUpdate]:
         """Check that existing shares are exported as recorded; fix what can be.
 
         :param shares: share instance dicts this backend should hold.
@@ -250,7 +260,7 @@ class ShareDriver:
 
     def create_snapshot(
         self, snapshot: Snapshot, share_server: ShareServer | None = None
-    ) -> dict[str, Any] | None:
+    ) -> ModelUpdate | None:
         """Snapshot the share instance ``snapshot["share_instance_id"]``.
 
         :returns: ``None`` or a model update (``status``, ``size``,
@@ -277,7 +287,7 @@ class ShareDriver:
         replica: Replica,
         active_replica: Replica,
         share_server: ShareServer | None = None,
-    ) -> dict[str, Any]:
+    ) -> ReplicaUpdate:
         """Create a replica (a share instance) of ``active_replica``.
 
         :returns: ``{"export_locations": [...], "replica_state": "in_sync" |
@@ -300,7 +310,7 @@ class ShareDriver:
 
     def create_share_group(
         self, group: ShareGroup, share_server: ShareServer | None = None
-    ) -> dict[str, Any] | None:
+    ) -> ModelUpdate | None:
         """Create a share group.
 
         :returns: ``None`` or a model update (``status``).
@@ -321,7 +331,7 @@ class ShareDriver:
 
     def create_share_group_snapshot(
         self, group_snapshot: GroupSnapshot, share_server: ShareServer | None = None
-    ) -> dict[str, Any] | None:
+    ) -> ModelUpdate | None:
         """Snapshot the group ``group_snapshot["share_group_id"]``.
 
         :returns: ``None`` or a model update (``status``).
@@ -344,8 +354,8 @@ class ShareDriver:
     # Share servers (DHSS) ------------------------------------------------------
 
     def setup_server(
-        self, server: ShareServer, network_info: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
+        self, server: ShareServer, network_info: Mapping[str, object] | None = None
+    ) -> JSONDict:
         """Create the share server ``server["id"]`` on a DHSS backend.
 
         :param network_info: network allocations, when the manager has any.
@@ -356,7 +366,8 @@ class ShareDriver:
         """
         raise OperationNotSupported("setup_server")
 
-    def teardown_server(self, server: ShareServer, backend_details: dict[str, Any]) -> None:
+    def teardown_server(self, server: ShareServer, backend_details: Mapping[str, object]
+                        ) -> None:
         """Delete a share server.
 
         :param backend_details: what ``setup_server`` returned (may be empty
@@ -371,7 +382,7 @@ class ShareDriver:
 
     # Backups ---------------------------------------------------------------
 
-    def create_backup(self, share: Share, backup: Backup) -> dict[str, Any] | None:
+    def create_backup(self, share: Share, backup: Backup) -> ModelUpdate | None:
         """Start backing up ``share`` as ``backup``; progress comes from
         ``create_backup_continue``.
 
@@ -381,7 +392,7 @@ class ShareDriver:
         """
         raise OperationNotSupported("create_backup")
 
-    def create_backup_continue(self, share: Share, backup: Backup) -> dict[str, str]:
+    def create_backup_continue(self, share: Share, backup: Backup) -> Progress:
         """Report (and advance) a backup started by ``create_backup``.
 
         :returns: ``{"total_progress": "0".."100"}``; ``"100"`` means done.
@@ -398,7 +409,7 @@ class ShareDriver:
         """
         raise OperationNotSupported("restore_backup")
 
-    def restore_backup_continue(self, backup: Backup, share: Share) -> dict[str, str]:
+    def restore_backup_continue(self, backup: Backup, share: Share) -> Progress:
         """Report (and advance) a restore started by ``restore_backup``.
 
         :returns: ``{"total_progress": "0".."100"}``.
@@ -421,11 +432,11 @@ class ShareDriver:
     def update_access(
         self,
         share: Share,
-        access_rules: list[dict[str, Any]],
-        add_rules: list[dict[str, Any]],
-        delete_rules: list[dict[str, Any]],
+        access_rules: list[AccessRule],
+        add_rules: list[AccessRule],
+        delete_rules: list[AccessRule],
         share_server: ShareServer | None = None,
-    ) -> dict[str, dict[str, Any]] | None:
+    ) -> dict[str, RuleError] | None:
         """Make the backend's export of ``share`` allow exactly ``access_rules``.
 
         Manila's shape. Each rule is ``{"id", "access_type" ("ip", "user",
@@ -444,7 +455,7 @@ class ShareDriver:
 
     # Capabilities ----------------------------------------------------------
 
-    def get_share_stats(self, refresh: bool = False) -> dict[str, Any]:
+    def get_share_stats(self, refresh: bool = False) -> ShareStats:
         """What this backend can do and how much room it has (Manila's shape).
 
         ``{"share_backend_name", "vendor_name", "driver_version",
@@ -467,7 +478,7 @@ class ShareDriver:
 
     def get_share_status(
         self, share: Share, share_server: ShareServer | None = None
-    ) -> dict[str, Any]:
+    ) -> StatusReport:
         """:returns: ``{"status", "size", "export_locations"}`` of a share instance.
 
         :raises ShareResourceNotFound: the backend has no such share.
@@ -477,7 +488,7 @@ class ShareDriver:
 
     def get_snapshot_status(
         self, snapshot: Snapshot, share_server: ShareServer | None = None
-    ) -> dict[str, Any]:
+    ) -> StatusReport:
         """:returns: ``{"status", ...}`` of a snapshot instance.
 
         :raises ShareResourceNotFound: the backend has no such snapshot.
@@ -487,7 +498,7 @@ class ShareDriver:
 
     def get_replica_status(
         self, replica: Replica, share_server: ShareServer | None = None
-    ) -> dict[str, Any]:
+    ) -> StatusReport:
         """:returns: ``{"status", "replica_state", "export_locations", ...}``.
 
         :raises ShareResourceNotFound: the backend has no such replica.
@@ -497,7 +508,7 @@ class ShareDriver:
 
     def get_share_group_status(
         self, group: ShareGroup, share_server: ShareServer | None = None
-    ) -> dict[str, Any]:
+    ) -> StatusReport:
         """:returns: ``{"status", ...}`` of a share group.
 
         :raises ShareResourceNotFound: the backend has no such group.
@@ -507,7 +518,7 @@ class ShareDriver:
 
     def get_share_group_snapshot_status(
         self, group_snapshot: GroupSnapshot, share_server: ShareServer | None = None
-    ) -> dict[str, Any]:
+    ) -> StatusReport:
         """:returns: ``{"status", ...}`` of a group snapshot.
 
         :raises ShareResourceNotFound: the backend has no such group snapshot.
@@ -520,7 +531,7 @@ class ShareDriver:
     # share objects to find orphans: objects named like this manager's that no
     # share instance claims. Read only, like the status methods.
 
-    def list_shares(self) -> list[dict[str, Any]]:
+    def list_shares(self) -> list[ListedShare]:
         """:returns: the share objects (shares and replicas) on this backend
             that this driver's naming says belong to the manager, each
             ``{"id": share instance id, "name", "size", "status",

@@ -17,8 +17,8 @@ import glob
 import json
 import os
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Mapping
+from typing import NoReturn
 
 from sharemgr.drivers.dummy_state import DB_NAME, KINDS, BackendState
 
@@ -26,7 +26,7 @@ PROG = "sharemgr-dummy-backend"
 EXIT_BAD_INPUT = 2
 
 # What `set` may change, and how a value is read.
-_SETTABLE: dict[str, Callable[[str], Any]] = {
+_SETTABLE: dict[str, Callable[[str], object]] = {
     "status": str,
     "size": int,
     "name": str,
@@ -81,8 +81,8 @@ def open_states(path: str, backend: str | None = None) -> list[BackendState]:
     return states
 
 
-def _parse_changes(changes: list[str]) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
+def _parse_changes(changes: list[str]) -> dict[str, object]:
+    fields: dict[str, object] = {}
     for change in changes:
         key, sep, raw = change.partition("=")
         if not sep:
@@ -99,7 +99,7 @@ def _parse_changes(changes: list[str]) -> dict[str, Any]:
 
 
 def _one_object(states: list[BackendState], any_id: str, verb: str,
-                fields: dict[str, Any] | None = None) -> dict:
+                fields: Mapping[str, object] | None = None) -> dict[str, object]:
     """Change or remove the single object ``any_id`` names."""
     matches = []
     for state in states:
@@ -123,7 +123,8 @@ def _one_object(states: list[BackendState], any_id: str, verb: str,
     return {"backend": state.backend, **obj}
 
 
-def run(argv: list[str]) -> Any:
+def run(argv: list[str]) -> object:
+    """What ``main`` prints as JSON."""
     args = _parser().parse_args(argv)
     states = open_states(args.state_path, args.backend)
     if args.command == "list":

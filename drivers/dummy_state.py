@@ -14,10 +14,11 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Literal, Required, TypedDict, Unpack
 
 import tenacity
+from sharemgr.drivers.shapes import ExportLocation
 
 DB_NAME = "dummy-backend.sqlite"
 
@@ -93,11 +94,93 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
 
 
-def _row_to_object(row: sqlite3.Row) -> dict[str, Any]:
-    obj = dict(row)
-    for col in _JSON_COLUMNS:
-        obj[col] = json.loads(obj[col])
-    return obj
+class AppliedRule(TypedDict):
+    id: str
+    access_type: str
+    access_to: str
+    access_level: str
+
+
+class Details(TypedDict, total=False):
+    """What the dummy driver keeps beside an object's columns."""
+
+    share_proto: str | None  # shares
+    pool: str  # shares and replicas placed in a pool
+    access_rules: list[AppliedRule]  # shares: what update_access applied
+    progress: int  # backups: 0..100
+    restore_progress: int
+    restore_to: str  # backups: the share being restored into
+    server_name: str  # share servers: their backend_details
+    address: str
+
+
+# The progress keys of a backup's details, one per phase.
+ProgressKey = Literal["progress", "restore_progress"]
+
+
+class NewObject(TypedDict, total=False):
+    """The columns ``Tx.insert`` takes; the others start empty."""
+
+    id: Required[str]
+    kind: Required[str]
+    share_id: str | None
+    share_instance_id: str | None
+    snapshot_id: str | None
+    share_server_id: str | None
+    share_group_id: str | None
+    name: str | None
+    size: int | None
+    status: Required[str]
+    replica_state: str | None
+    export_locations: list[ExportLocation]
+    details: Details
+
+
+class BackendObject(TypedDict):
+    """An object on the dummy backend: a row of ``objects``."""
+
+    id: str
+    kind: str
+    share_id: str | None
+    share_instance_id: str | None
+    snapshot_id: str | None
+    share_server_id: str | None
+    share_group_id: str | None
+    name: str | None
+    size: int | None
+    status: str
+    replica_state: str | None
+    export_locations: list[ExportLocation]
+    details: Details
+    created_at: str
+    updated_at: str
+
+
+class Call(TypedDict):
+    """A driver call in the log: a row of ``calls``."""
+
+    seq: int
+    time: str
+    method: str
+    resource_id: str | None
+    engine_id: str | None
+    pid: int
+    token: int | None
+    fenced: bool
+    finished: str | None
+
+
+def _row_to_object(row: sqlite3.Row) -> BackendObject:
+    return {
+        "id": row["id"], "kind": row["kind"], "share_id": row["share_id"],
+        "share_instance_id": row["share_instance_id"], "snapshot_id": row["snapshot_id"],
+        "share_server_id": row["share_server_id"], "share_group_id": row["share_group_id"],
+        "name": row["name"], "size": row["size"], "status": row["status"],
+        "replica_state": row["replica_state"],
+        "export_locations": json.loads(row["export_locations"]),
+        "details": json.loads(row["details"]),
+        "created_at": row["created_at"], "updated_at": row["updated_at"],
+    }
 
 
 class Tx:
@@ -106,7 +189,8 @@ class Tx:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
-    def get(self, obj_id: str | None, kinds: tuple[str, ...] | None = None) -> dict | None:
+    def get(self, obj_id: str | None, kinds: tuple[str, ...] | None = None
+            ) -> BackendObject | None:
         if obj_id is None:
             return None
         row = self.conn.execute("SELECT * FROM objects WHERE id = ?", (obj_id,)).fetchone()
@@ -114,9 +198,9 @@ class Tx:
             return None
         return _row_to_object(row)
 
-    def get_many(self, obj_ids: list[str], kinds: tuple[str, ...]) -> dict[str, dict]:
+    def get_many(self, obj_ids: list[str], kinds: tuple[str, ...]) -> dict[str, BackendObject]:
         """Objects of ``kinds`` with these ids, by id (a batch status call)."""
-        found: dict[str, dict] = {}
+        found: dict[str, BackendObject] = {}
         ids = [i for i in obj_ids if i is not None]
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
@@ -126,7 +210,7 @@ class Tx:
             found.update((r["id"], _row_to_object(r)) for r in rows if r["kind"] in kinds)
         return found
 
-    def find(self, column: str, value: str, kinds: tuple[str, ...]) -> list[dict]:
+    def find(self, column: str, value: str, kinds: tuple[str, ...]) -> list[BackendObject]:
         assert column in LOGICAL_IDS
         marks = ",".join("?" * len(kinds))
         rows = self.conn.execute(
@@ -135,19 +219,28 @@ class Tx:
         ).fetchall()
         return [_row_to_object(r) for r in rows]
 
-    def insert(self, **fields: Any) -> dict[str, Any]:
+    def insert(self, **fields: Unpack[NewObject]) -> BackendObject:
         stamp = now()
-        obj: dict[str, Any] = {c: None for c in _COLUMNS}
-        obj.update(export_locations=[], details={}, created_at=stamp, updated_at=stamp)
-        obj.update(fields)
-        values = [json.dumps(obj[c]) if c in _JSON_COLUMNS else obj[c] for c in _COLUMNS]
+        obj: BackendObject = {
+            "id": fields["id"], "kind": fields["kind"], "share_id": fields.get("share_id"),
+            "share_instance_id": fields.get("share_instance_id"),
+            "snapshot_id": fields.get("snapshot_id"),
+            "share_server_id": fields.get("share_server_id"),
+            "share_group_id": fields.get("share_group_id"), "name": fields.get("name"),
+            "size": fields.get("size"), "status": fields["status"],
+            "replica_state": fields.get("replica_state"),
+            "export_locations": fields.get("export_locations", []),
+            "details": fields.get("details", {}), "created_at": stamp, "updated_at": stamp,
+        }
+        row: Mapping[str, object] = obj
+        values = [json.dumps(row[c]) if c in _JSON_COLUMNS else row[c] for c in _COLUMNS]
         self.conn.execute(
             f"INSERT INTO objects ({','.join(_COLUMNS)}) VALUES ({','.join('?' * len(_COLUMNS))})",
             values,
         )
         return obj
 
-    def update(self, obj_id: str, **fields: Any) -> None:
+    def update(self, obj_id: str, **fields: object) -> None:
         fields["updated_at"] = now()
         for col in fields:
             assert col in _COLUMNS and col not in ("id", "created_at"), col
@@ -158,7 +251,7 @@ class Tx:
     def delete(self, obj_id: str) -> bool:
         return self.conn.execute("DELETE FROM objects WHERE id = ?", (obj_id,)).rowcount > 0
 
-    def objects(self, kind: str | None = None) -> list[dict]:
+    def objects(self, kind: str | None = None) -> list[BackendObject]:
         if kind:
             rows = self.conn.execute(
                 "SELECT * FROM objects WHERE kind = ? ORDER BY created_at, id", (kind,)
@@ -167,7 +260,7 @@ class Tx:
             rows = self.conn.execute("SELECT * FROM objects ORDER BY created_at, id")
         return [_row_to_object(r) for r in rows]
 
-    def lookup(self, any_id: str) -> list[dict]:
+    def lookup(self, any_id: str) -> list[BackendObject]:
         """Objects whose id is ``any_id``, else those it is a logical id of,
         else those named ``any_id``."""
         obj = self.get(any_id)
@@ -206,9 +299,12 @@ class Tx:
                               (obj_id, token))
         return None
 
-    def calls(self) -> list[dict]:
+    def calls(self) -> list[Call]:
         rows = self.conn.execute("SELECT * FROM calls ORDER BY seq").fetchall()
-        return [{**dict(r), "fenced": bool(r["fenced"])} for r in rows]
+        return [{"seq": r["seq"], "time": r["time"], "method": r["method"],
+                 "resource_id": r["resource_id"], "engine_id": r["engine_id"], "pid": r["pid"],
+                 "token": r["token"], "fenced": bool(r["fenced"]), "finished": r["finished"]}
+                for r in rows]
 
     def meta(self) -> dict[str, str]:
         return dict(self.conn.execute("SELECT key, value FROM meta").fetchall())

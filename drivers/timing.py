@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 from sharemgr.common import metrics
 from sharemgr.drivers.base import ShareDriver
@@ -17,17 +17,20 @@ from sharemgr.drivers.base import ShareDriver
 # Set up by the loader itself, not called by operations.
 _NOT_CALLS = frozenset({"do_setup", "check_for_setup_error"})
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 METHODS = tuple(sorted(
     name for name, value in vars(ShareDriver).items()
     if not name.startswith("_") and callable(value) and name not in _NOT_CALLS))
 
 
-def _timed(method: Callable[..., Any], backend: str, name: str) -> Callable[..., Any]:
+def _timed(method: Callable[P, R], backend: str, name: str) -> Callable[P, R]:
     histogram = {outcome: metrics.DRIVER_CALL_SECONDS.labels(backend, name, outcome)
                  for outcome in ("ok", "error")}
 
     @functools.wraps(method)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
         started = time.monotonic()
         outcome = "error"  # any exception, ShareResourceNotFound included
         try:

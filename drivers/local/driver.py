@@ -17,8 +17,8 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
+from oslo_config import cfg
 from sharemgr.drivers import base
 from sharemgr.drivers.exceptions import (
     InvalidShareRequest,
@@ -46,8 +46,8 @@ class LocalDriver(base.ShareDriver):
     supported_dhss_modes = (False,)
     honours_fencing = True
 
-    def __init__(self, configuration: Any, *, backend_name: str, host: str, engine_id: str,
-                 state_path: str) -> None:
+    def __init__(self, configuration: cfg.ConfigOpts.GroupAttr, *, backend_name: str, host: str,
+                 engine_id: str, state_path: str) -> None:
         super().__init__(configuration, backend_name=backend_name, host=host,
                          engine_id=engine_id, state_path=state_path)
         conf = configuration
@@ -166,7 +166,7 @@ class LocalDriver(base.ShareDriver):
     def _units(self, size_bytes: int) -> int:
         return -(-size_bytes // self.unit_bytes)
 
-    def _locations(self, record: dict) -> list[dict[str, Any]]:
+    def _locations(self, record: dict) -> list[base.ExportLocation]:
         if record["proto"] == "NFS":
             path = f"{self.ip}:{pseudo_path(record['id'])}"
         else:
@@ -234,7 +234,7 @@ class LocalDriver(base.ShareDriver):
         self.records.remove(object_id)
 
     def _make_share(self, share: dict, proto: str,
-                    fill: Callable[[Path], None]) -> list[dict[str, Any]]:
+                    fill: Callable[[Path], None]) -> list[base.ExportLocation]:
         """The common path of create_share and create_share_from_snapshot:
         return the existing share, or make it with ``fill(image)`` and
         export it; a failure removes what was made."""
@@ -264,7 +264,7 @@ class LocalDriver(base.ShareDriver):
         return self._locations(record)
 
     def create_share(self, share: dict, share_server: dict | None = None
-                     ) -> list[dict[str, Any]]:
+                     ) -> list[base.ExportLocation]:
         with self.fence.guard(share, "share") as oid:
             proto = self._check_share(share)
             size_bytes = self._bytes(share["size"])
@@ -273,7 +273,8 @@ class LocalDriver(base.ShareDriver):
                                     lambda image: images.create(image, size_bytes))
 
     def create_share_from_snapshot(self, share: dict, snapshot: dict,
-                                   share_server: dict | None = None) -> list[dict[str, Any]]:
+                                   share_server: dict | None = None
+                                   ) -> list[base.ExportLocation]:
         with self.fence.guard(share, "share") as oid:
             proto = self._check_share(share)
             snap_id = validation.object_id(snapshot.get("id"), "snapshot id")
@@ -372,14 +373,14 @@ class LocalDriver(base.ShareDriver):
 
     # Access ---------------------------------------------------------------------
 
-    def update_access(self, share: dict, access_rules: list[dict[str, Any]],
-                      add_rules: list[dict[str, Any]], delete_rules: list[dict[str, Any]],
-                      share_server: dict | None = None) -> dict[str, dict[str, Any]] | None:
+    def update_access(self, share: dict, access_rules: list[base.AccessRule],
+                      add_rules: list[base.AccessRule], delete_rules: list[base.AccessRule],
+                      share_server: dict | None = None) -> dict[str, base.RuleError] | None:
         with self.fence.guard(share, "share") as oid:
             record = self._existing(oid)
             proto = record["proto"]
             applied: list[dict] = []
-            errors: dict[str, dict[str, Any]] = {}
+            errors: dict[str, base.RuleError] = {}
             # The full set, every time: add_rules and delete_rules only say
             # what changed, and recovery passes neither.
             for raw in access_rules or []:
@@ -401,7 +402,7 @@ class LocalDriver(base.ShareDriver):
     # Snapshots ------------------------------------------------------------------
 
     def create_snapshot(self, snapshot: dict, share_server: dict | None = None
-                        ) -> dict[str, Any] | None:
+                        ) -> base.ModelUpdate | None:
         with self.fence.guard(snapshot, "snapshot") as sid:
             share_id = validation.object_id(snapshot.get("share_instance_id"),
                                             "share instance id")
@@ -432,11 +433,12 @@ class LocalDriver(base.ShareDriver):
 
     # Truth from the backend ---------------------------------------------------
 
-    def get_share_status(self, share: dict, share_server: dict | None = None) -> dict[str, Any]:
+    def get_share_status(self, share: dict, share_server: dict | None = None
+                         ) -> base.StatusReport:
         with self.fence.guard(share, "share") as oid:
             return self._share_status(oid)
 
-    def _share_status(self, oid: str) -> dict[str, Any]:
+    def _share_status(self, oid: str) -> base.StatusReport:
         record = self.records.get(oid)
         image = self._image(oid)
         if record is None or record.get("kind") != "share":
@@ -459,7 +461,7 @@ class LocalDriver(base.ShareDriver):
         return _each(self.get_share_status, shares)
 
     def get_snapshot_status(self, snapshot: dict, share_server: dict | None = None
-                            ) -> dict[str, Any]:
+                            ) -> base.StatusReport:
         with self.fence.guard(snapshot, "snapshot") as sid:
             record = self.records.get(sid)
             if (record is None or record.get("kind") != "snapshot"
@@ -471,8 +473,8 @@ class LocalDriver(base.ShareDriver):
                               ) -> dict[str, base.StatusAnswer]:
         return _each(self.get_snapshot_status, snapshots)
 
-    def list_shares(self) -> list[dict[str, Any]]:
-        found = []
+    def list_shares(self) -> list[base.ListedShare]:
+        found: list[base.ListedShare] = []
         for record in self.records.all("share"):
             try:
                 status = self._share_status(record["id"])
@@ -483,11 +485,11 @@ class LocalDriver(base.ShareDriver):
                           "export_locations": status["export_locations"]})
         return found
 
-    def ensure_shares(self, shares: list[dict]) -> dict[str, dict[str, Any]]:
+    def ensure_shares(self, shares: list[dict]) -> dict[str, base.ShareUpdate]:
         """Bring every share back (mount, export, servers), then report the
         shares whose status or export locations differ from their record."""
         self._restore()
-        updates: dict[str, dict[str, Any]] = {}
+        updates: dict[str, base.ShareUpdate] = {}
         for share in shares:
             try:
                 oid = validation.object_id(share.get("id"), "share id")
@@ -495,8 +497,9 @@ class LocalDriver(base.ShareDriver):
             except ShareBackendException:
                 updates[str(share.get("id"))] = {"status": "error", "export_locations": []}
                 continue
-            found = {"status": "available" if status["status"] == "available" else "error",
-                     "export_locations": status["export_locations"]}
+            found: base.ShareUpdate = {
+                "status": "available" if status["status"] == "available" else "error",
+                "export_locations": status["export_locations"]}
             recorded = sorted(str(loc.get("path")) if isinstance(loc, dict) else str(loc)
                               for loc in share.get("export_locations") or [])
             if (share.get("status") != found["status"]
@@ -504,10 +507,10 @@ class LocalDriver(base.ShareDriver):
                 updates[oid] = found
         return updates
 
-    def get_backend_info(self) -> dict[str, Any]:
+    def get_backend_info(self) -> base.JSONDict:
         return {}  # always run ensure_shares: a reboot does not change the config
 
-    def get_share_stats(self, refresh: bool = False) -> dict[str, Any]:
+    def get_share_stats(self, refresh: bool = False) -> base.ShareStats:
         try:
             st = os.statvfs(self.images if self.images.exists() else self.root.parent)
         except OSError:
@@ -570,7 +573,7 @@ def _cifs_share(name: str, path: Path, rules: list[dict]) -> CifsShare:
                      read_only=all(r["access_level"] == "ro" for r in rules))
 
 
-def _each(single: Callable[[dict, dict | None], dict[str, Any]],
+def _each(single: Callable[[dict, dict | None], base.StatusReport],
           items: list[tuple[dict, dict | None]]) -> dict[str, base.StatusAnswer]:
     """A batch status method as its single one per resource (the host has
     no cheaper way to ask about many): a missing object is its answer, any

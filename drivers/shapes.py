@@ -1,0 +1,129 @@
+"""The dicts of the driver contract (doc/drivers.rst, "Arguments: plain
+dicts", and the docstrings of ``base.ShareDriver``): what the manager passes
+and what a driver answers. ``base`` re-exports every name.
+
+A driver's answers are TypedDicts with the documented keys. The manager's
+arguments stay open dicts: the manager builds them from its rows
+(manager/views.py) with more keys than a driver reads (``fence_token``, the
+parent's dict, ...), and a driver reads the keys it needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Required, TypedDict
+
+from sharemgr.common.jsontypes import JSONValue
+from sharemgr.drivers.exceptions import ShareResourceNotFound
+
+# The manager's arguments, documented in doc/drivers.rst.
+Share = dict[str, Any]
+Snapshot = dict[str, Any]
+Replica = dict[str, Any]
+ShareServer = dict[str, Any]
+ShareGroup = dict[str, Any]
+GroupSnapshot = dict[str, Any]
+Backup = dict[str, Any]
+#: ``{"id", "access_type" ("ip", "user", "cert"), "access_to", "access_level" ("rw", "ro")}``
+AccessRule = dict[str, Any]
+
+#: What ``get_backend_info`` and ``setup_server`` return: stored as JSON.
+JSONDict = dict[str, JSONValue]
+
+
+class ExportLocation(TypedDict):
+    path: str
+    is_admin_only: bool
+    preferred: bool
+
+
+class ModelUpdate(TypedDict, total=False):
+    """What a create may return for the manager to record; other keys are
+    ignored."""
+
+    status: str
+    size: int
+    export_locations: list[ExportLocation]
+
+
+class ShareUpdate(TypedDict, total=False):
+    """``ensure_shares``' answer for one share whose record must change."""
+
+    status: Required[str]
+    export_locations: list[ExportLocation]
+
+
+class ReplicaUpdate(TypedDict):
+    """What ``create_replica`` returns."""
+
+    export_locations: list[ExportLocation]
+    # "in_sync", "out_of_sync" or "error"; None (or none) is read as "in_sync"
+    replica_state: str | None
+
+
+class Progress(TypedDict):
+    """What ``create_backup_continue`` and ``restore_backup_continue`` return."""
+
+    total_progress: str  # "0".."100"; "100" means done
+
+
+class RuleError(TypedDict):
+    """``update_access``' answer for a rule the backend refused."""
+
+    state: Literal["error"]
+
+
+class StatusReport(TypedDict, total=False):
+    """A status method's answer: ``status`` and what the method documents."""
+
+    status: Required[str]  # Manila's: "available" when healthy, "error", a transient one
+    size: int | None  # GiB; None (or no size) tells nothing: it is not recorded
+    export_locations: list[ExportLocation]
+    replica_state: str
+    detail: str | None  # why it is not healthy, for a person reading the answer
+
+
+# A batch status method's answer for one resource: what the single method
+# returns, or the ShareResourceNotFound it raises.
+StatusAnswer = StatusReport | ShareResourceNotFound
+
+
+class ListedShare(TypedDict, total=False):
+    """One share object of ``list_shares``; only ``id`` is required."""
+
+    id: Required[str]  # the share instance id
+    name: str | None
+    size: int | None
+    status: str
+    export_locations: list[ExportLocation]
+
+
+#: A capacity in GiB, or Manila's words "infinite" / "unknown".
+Capacity = int | float | str
+
+
+class PoolStats(TypedDict, total=False):
+    pool_name: Required[str]
+    total_capacity_gb: Required[Capacity]
+    free_capacity_gb: Required[Capacity]
+    allocated_capacity_gb: Capacity
+    provisioned_capacity_gb: float
+    reserved_percentage: float
+    thin_provisioning: bool
+    max_over_subscription_ratio: float
+
+
+class ShareStats(TypedDict, total=False):
+    """``get_share_stats``' answer, Manila's shape; ``{}`` reports nothing."""
+
+    share_backend_name: str
+    vendor_name: str
+    driver_version: str
+    storage_protocol: str
+    driver_handles_share_servers: bool
+    snapshot_support: bool
+    create_share_from_snapshot_support: bool
+    replication_type: str | None  # None, "readable", "writable" or "dr"
+    share_group_support: bool
+    total_capacity_gb: Capacity  # a backend without pools reports its capacity here
+    free_capacity_gb: Capacity
+    pools: list[PoolStats]
