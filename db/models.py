@@ -9,8 +9,9 @@ re-exported for the code that reads them through this module."""
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+import sqlalchemy as sa
 from sharemgr.db import tables
 from sharemgr.db.tables import (  # noqa: F401  (re-exported)
     BACKEND_HOST,
@@ -24,6 +25,16 @@ from sqlalchemy.orm import DeclarativeBase, Mapped
 
 class Base(DeclarativeBase):
     metadata = tables.metadata
+
+    if TYPE_CHECKING:
+        # Each class's ``__table__`` is one of db/tables.py's tables (SQLAlchemy
+        # types it as any FROM clause): a name, a primary key, typed columns.
+        __table__: ClassVar[sa.Table]
+
+
+# A helper taking one mapped class and giving back its rows: ``get_tx(session,
+# models.Share, id)`` is a ``models.Share | None``.
+M = TypeVar("M", bound=Base)
 
 
 # A mapped class chosen at run time (``RESOURCE_MODELS``, a status table):
