@@ -60,7 +60,7 @@ class _PlusOne:
 PLUS_ONE = _PlusOne()
 
 
-def _stamped(model: type[models.Base], values: Columns) -> Columns:
+def _stamped(model: type[models.HasTable], values: Columns) -> Columns:
     """``values`` with ``updated_at`` set to now, where the model has one and
     the caller did not set it: what every conditional update writes. A
     status change of a fenced resource also bumps its fencing token
@@ -116,7 +116,7 @@ def _update_many_stmt(table: sa.Table, tests: tuple[str, ...],
             .returning(c.id))
 
 
-def conditional_update_many_tx(session: Session, model: type[models.Base], ids: Sequence[Ident],
+def conditional_update_many_tx(session: Session, model: type[models.HasTable], ids: Sequence[Ident],
                                expected: Columns, values: Columns) -> set[Ident]:
     """:func:`conditional_update_tx` of the same change on many rows in one
     statement (``UPDATE … RETURNING``: PostgreSQL, SQLite); each row is still
@@ -130,7 +130,7 @@ def conditional_update_many_tx(session: Session, model: type[models.Base], ids: 
     return set(session.scalars(stmt, params))
 
 
-def conditional_update_rows_tx(session: Session, model: type[models.Base],
+def conditional_update_rows_tx(session: Session, model: type[models.HasTable],
                                rows: Sequence[tuple[Ident, Columns, Columns]]
                                ) -> set[Ident]:
     """PostgreSQL: many rows' conditional updates of one shape (the same
@@ -156,7 +156,7 @@ def conditional_update_rows_tx(session: Session, model: type[models.Base],
 
 
 def conditional_update_tx(
-    session: Session, model: type[models.Base], ident: Ident, expected: Columns,
+    session: Session, model: type[models.HasTable], ident: Ident, expected: Columns,
     values: Columns,
 ) -> bool:
     stamped = _stamped(model, values)
@@ -212,7 +212,7 @@ def insert_rows_tx(session: Session, rows: Iterable[models.Base]) -> None:
 
 @retry_on_conflict
 def conditional_update(
-    db: Database, model: type[models.Base], ident: Ident, expected: Columns, values: Columns,
+    db: Database, model: type[models.HasTable], ident: Ident, expected: Columns, values: Columns,
 ) -> bool:
     """Set ``values`` on row ``ident`` only if its columns match ``expected``
     (a value, None, or a collection of allowed values). True if this call won."""
@@ -234,7 +234,7 @@ def conditional_update_then(db: Database, first: Change, then: Change) -> bool:
 
 
 @retry_on_conflict
-def upsert(db: Database, model: type[models.Base], key: str, values: Columns) -> None:
+def upsert(db: Database, model: type[models.HasTable], key: str, values: Columns) -> None:
     """Insert the row, or update it where its primary key ``key`` exists, in
     one statement: engines of one host writing together never collide on
     the key (a read-then-insert lets two of them insert)."""
@@ -493,7 +493,7 @@ def add_with_request(db: Database, rows: Sequence[models.Base], request: dict | 
 
 
 # One conditional update: (model, id, expected column values, new values).
-Change = tuple[type[models.Base], Ident, Columns, Columns]
+Change = tuple[type[models.HasTable], Ident, Columns, Columns]
 
 
 @retry_on_conflict

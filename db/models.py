@@ -9,7 +9,7 @@ re-exported for the code that reads them through this module."""
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sharemgr.db import tables
@@ -20,7 +20,7 @@ from sharemgr.db.tables import (  # noqa: F401  (re-exported)
     new_id,
     utcnow,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped
+from sqlalchemy.orm import DeclarativeBase, InstrumentedAttribute, Mapped
 
 
 class Base(DeclarativeBase):
@@ -35,6 +35,40 @@ class Base(DeclarativeBase):
 # A helper taking one mapped class and giving back its rows: ``get_tx(session,
 # models.Share, id)`` is a ``models.Share | None``.
 M = TypeVar("M", bound=Base)
+
+
+# The columns a helper taking one of several mapped classes reads by name,
+# as the classes have them (``Share.deleted_at``: a column attribute).
+
+class HasTable(Protocol):
+    """A mapped class, as a conditional update takes it: its table."""
+
+    __table__: ClassVar[sa.Table]
+
+
+class Live(HasTable, Protocol):
+    """Rows keyed by a uuid and deleted softly: the resources."""
+
+    id: ClassVar[InstrumentedAttribute[str]]
+    deleted_at: ClassVar[InstrumentedAttribute[datetime.datetime | None]]
+
+
+class WithStatus(Live, Protocol):
+    """A resource with a status of its own (a share's is its instances')."""
+
+    status: ClassVar[InstrumentedAttribute[str]]
+
+
+class Hosted(WithStatus, Protocol):
+    """A resource on a backend (``host@backend#pool``)."""
+
+    host: ClassVar[InstrumentedAttribute[str]]
+    created_at: ClassVar[InstrumentedAttribute[datetime.datetime]]
+
+
+L = TypeVar("L", bound=Live)
+S = TypeVar("S", bound=WithStatus)
+H = TypeVar("H", bound=Hosted)
 
 
 # A mapped class chosen at run time (``RESOURCE_MODELS``, a status table):
