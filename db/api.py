@@ -263,9 +263,9 @@ def get_tx(session: Session, model: type[M], ident: Ident,
 
 
 def get(db: Database, model: type[M], ident: Ident, include_deleted: bool = False) -> Any:
-    # Any, not ``M | None`` as get_tx: callers in manager/, reconcile/ and
-    # cli/ read a row they know is there (a parent, include_deleted) without
-    # checking for None; typed, they fail the type check.
+    # Untyped, not ``M | None`` as get_tx: callers in manager/, reconcile/
+    # and cli/ read a row they know is there (a parent, include_deleted)
+    # without checking for None; typed, they fail the type check.
     with db.reading() as session:
         return get_tx(session, model, ident, include_deleted)
 
