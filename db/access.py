@@ -10,7 +10,6 @@ any rule is in error, else ``active``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
@@ -83,7 +82,7 @@ def finish(db: Database, share_id: str, outcome: Mapping[str, tuple[str, str]]) 
     won = 0
     with db.session() as session:
         for rule_id, (sent, new) in outcome.items():
-            values: dict[str, Any] = {"state": new}
+            values: dict[str, object] = {"state": new}
             if new == vocab.ACCESS_DELETED:
                 values["deleted_at"] = now
             won += db_api.conditional_update_tx(session, Rule, rule_id, {"state": sent},

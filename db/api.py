@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,19 +19,29 @@ from sharemgr.common import messages, vocab
 from sharemgr.db import capacity, models, notify, records
 from sharemgr.db import messages as db_messages
 from sharemgr.db.engine import Database
+from sharemgr.db.models import M
 from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
 
 utcnow = models.utcnow
 
+# A row's primary key: a uuid, or a number the database made (requests,
+# stack resources).
+Ident = str | int
+# Column values by column name: what a change writes, or what it expects
+# (a value, None, or a collection of allowed values); SQLAlchemy binds them.
+Columns = Mapping[str, object]
+# An expected value that is one of several (``IN``).
+_MANY = (list, tuple, set, frozenset)
 
-def _criteria(model: Any, expected: dict[str, Any]) -> list:
+
+def _criteria(model: object, expected: Columns) -> list[sa.ColumnElement[bool]]:
     """``column = value`` (``IN``, ``IS NULL``) per item, on ``model``'s
     attributes: a mapped class's, or a table's columns (``table.c``)."""
-    out = []
+    out: list[sa.ColumnElement[bool]] = []
     for column, value in expected.items():
         attr = getattr(model, column)
-        if isinstance(value, (list, tuple, set, frozenset)):
+        if isinstance(value, _MANY):
             out.append(attr.in_(list(value)))
         elif value is None:
             out.append(attr.is_(None))
@@ -50,7 +60,7 @@ class _PlusOne:
 PLUS_ONE = _PlusOne()
 
 
-def _stamped(model: models.ModelClass, values: dict[str, Any]) -> dict[str, Any]:
+def _stamped(model: type[models.HasTable], values: Columns) -> Columns:
     """``values`` with ``updated_at`` set to now, where the model has one and
     the caller did not set it: what every conditional update writes. A
     status change of a fenced resource also bumps its fencing token
@@ -63,11 +73,11 @@ def _stamped(model: models.ModelClass, values: dict[str, Any]) -> dict[str, Any]
     return values
 
 
-def _test(value: Any) -> str:
+def _test(value: object) -> str:
     """How a column is compared with an expected value: the statement's shape."""
     if value is None:
         return "null"
-    return "in" if isinstance(value, (list, tuple, set, frozenset)) else "eq"
+    return "in" if isinstance(value, _MANY) else "eq"
 
 
 @functools.lru_cache(maxsize=512)
@@ -106,23 +116,23 @@ def _update_many_stmt(table: sa.Table, tests: tuple[str, ...],
             .returning(c.id))
 
 
-def conditional_update_many_tx(session: Session, model: models.ModelClass, ids: Sequence[Any],
-                               expected: dict[str, Any], values: dict[str, Any]) -> set:
+def conditional_update_many_tx(session: Session, model: type[models.HasTable], ids: Sequence[Ident],
+                               expected: Columns, values: Columns) -> set[Ident]:
     """:func:`conditional_update_tx` of the same change on many rows in one
     statement (``UPDATE … RETURNING``: PostgreSQL, SQLite); each row is still
     checked against ``expected`` (plain values), and the ids of the rows that
     matched are returned."""
-    values = _stamped(model, values)
+    stamped = _stamped(model, values)
     stmt = _update_many_stmt(model.__table__, tuple(expected),
-                             tuple((n, v is PLUS_ONE) for n, v in values.items()))
+                             tuple((n, v is PLUS_ONE) for n, v in stamped.items()))
     params = {"ids": list(ids), **{f"w_{n}": v for n, v in expected.items()},
-              **{f"v_{n}": v for n, v in values.items() if v is not PLUS_ONE}}
+              **{f"v_{n}": v for n, v in stamped.items() if v is not PLUS_ONE}}
     return set(session.scalars(stmt, params))
 
 
-def conditional_update_rows_tx(session: Session, model: models.ModelClass,
-                               rows: Sequence[tuple[Any, dict[str, Any], dict[str, Any]]]
-                               ) -> set:
+def conditional_update_rows_tx(session: Session, model: type[models.HasTable],
+                               rows: Sequence[tuple[Ident, Columns, Columns]]
+                               ) -> set[Ident]:
     """PostgreSQL: many rows' conditional updates of one shape (the same
     expected and set columns; each row ``(id, expected, values)`` with its
     own values) in one ``UPDATE … FROM (VALUES …) RETURNING id``, each row
@@ -146,31 +156,31 @@ def conditional_update_rows_tx(session: Session, model: models.ModelClass,
 
 
 def conditional_update_tx(
-    session: Session, model: models.ModelClass, ident: Any, expected: dict[str, Any],
-    values: dict[str, Any],
+    session: Session, model: type[models.HasTable], ident: Ident, expected: Columns,
+    values: Columns,
 ) -> bool:
-    values = _stamped(model, values)
+    stamped = _stamped(model, values)
     table = model.__table__
-    if any(isinstance(v, sa.ClauseElement) for v in values.values()):
+    if any(isinstance(v, sa.ClauseElement) for v in stamped.values()):
         # Another value computed in SQL (a stack's end: a CASE): built for
         # this call.
         c = table.c
         stmt = sa.update(table).where(c.id == ident, *_criteria(c, expected)).values(
-            **{n: c[n] + 1 if v is PLUS_ONE else v for n, v in values.items()})
+            **{n: c[n] + 1 if v is PLUS_ONE else v for n, v in stamped.items()})
         return records.rowcount(session.execute(stmt)) == 1
     tests = tuple((name, _test(v)) for name, v in expected.items())
     stmt = _update_stmt(table, tests,
-                        tuple((n, v is PLUS_ONE) for n, v in values.items()))
-    params = {"w_id": ident, **{f"v_{n}": v for n, v in values.items() if v is not PLUS_ONE}}
+                        tuple((n, v is PLUS_ONE) for n, v in stamped.items()))
+    params = {"w_id": ident, **{f"v_{n}": v for n, v in stamped.items() if v is not PLUS_ONE}}
     for name, test in tests:
         if test != "null":
             value = expected[name]
-            params[f"w_{name}"] = list(value) if test == "in" else value
+            params[f"w_{name}"] = list(value) if isinstance(value, _MANY) else value
     return records.rowcount(session.execute(stmt, params)) == 1
 
 
 @functools.cache
-def _insert_order() -> dict[Any, int]:
+def _insert_order() -> dict[sa.Table, int]:
     # The tables' foreign-key order; the schema is fixed once imported, and
     # ``sorted_tables`` sorts anew at every use.
     return {t: i for i, t in enumerate(models.Base.metadata.sorted_tables)}
@@ -183,7 +193,7 @@ def insert_statement(table: sa.Table) -> sa.Insert:
     return sa.insert(table)
 
 
-def insert_rows_tx(session: Session, rows: Iterable[Any]) -> None:
+def insert_rows_tx(session: Session, rows: Iterable[models.Base]) -> None:
     """Insert new mapped objects as plain INSERTs on their tables, without
     the ORM's unit of work: parents before children (the foreign keys'
     order, as a flush would), a column left unset takes its default, and a
@@ -202,8 +212,7 @@ def insert_rows_tx(session: Session, rows: Iterable[Any]) -> None:
 
 @retry_on_conflict
 def conditional_update(
-    db: Database, model: models.ModelClass, ident: Any, expected: dict[str, Any],
-    values: dict[str, Any],
+    db: Database, model: type[models.HasTable], ident: Ident, expected: Columns, values: Columns,
 ) -> bool:
     """Set ``values`` on row ``ident`` only if its columns match ``expected``
     (a value, None, or a collection of allowed values). True if this call won."""
@@ -225,7 +234,7 @@ def conditional_update_then(db: Database, first: Change, then: Change) -> bool:
 
 
 @retry_on_conflict
-def upsert(db: Database, model: models.ModelClass, key: str, values: dict[str, Any]) -> None:
+def upsert(db: Database, model: type[models.HasTable], key: str, values: Columns) -> None:
     """Insert the row, or update it where its primary key ``key`` exists, in
     one statement: engines of one host writing together never collide on
     the key (a read-then-insert lets two of them insert)."""
@@ -243,8 +252,8 @@ def upsert(db: Database, model: models.ModelClass, key: str, values: dict[str, A
         session.execute(stmt)
 
 
-def get_tx(session: Session, model: models.ModelClass, ident: Any,
-           include_deleted: bool = False) -> Any:
+def get_tx(session: Session, model: type[M], ident: Ident,
+           include_deleted: bool = False) -> M | None:
     """Row ``ident`` in the caller's transaction; None if absent or (unless
     ``include_deleted``) soft-deleted."""
     row = session.get(model, ident)
@@ -253,7 +262,10 @@ def get_tx(session: Session, model: models.ModelClass, ident: Any,
     return row
 
 
-def get(db: Database, model: models.ModelClass, ident: Any, include_deleted: bool = False) -> Any:
+def get(db: Database, model: type[M], ident: Ident, include_deleted: bool = False) -> Any:
+    # Untyped, not ``M | None`` as get_tx: callers in manager/, reconcile/
+    # and cli/ read a row they know is there (a parent, include_deleted)
+    # without checking for None; typed, they fail the type check.
     with db.reading() as session:
         return get_tx(session, model, ident, include_deleted)
 
@@ -261,16 +273,18 @@ def get(db: Database, model: models.ModelClass, ident: Any, include_deleted: boo
 @retry_on_conflict
 def query(
     db: Database,
-    model: models.ModelClass,
-    filters: dict[str, Any] | None = None,
+    model: type[M],
+    filters: Columns | None = None,
     include_deleted: bool = False,
     order_by: str = "created_at",
     limit: int | None = None,
-) -> list:
+) -> list[M]:
     stmt = sa.select(model).where(*_criteria(model, filters or {}))
-    if not include_deleted and hasattr(model, "deleted_at"):
-        stmt = stmt.where(model.deleted_at.is_(None))
-    stmt = stmt.order_by(getattr(model, order_by), *([model.id] if hasattr(model, "id") else []))
+    # Columns not every model has, read by name.
+    deleted_at, ident = getattr(model, "deleted_at", None), getattr(model, "id", None)
+    if not include_deleted and deleted_at is not None:
+        stmt = stmt.where(deleted_at.is_(None))
+    stmt = stmt.order_by(getattr(model, order_by), *([ident] if ident is not None else []))
     if limit:
         stmt = stmt.limit(limit)
     with db.session() as session:
@@ -278,11 +292,11 @@ def query(
 
 
 @retry_on_conflict
-def add_all(db: Database, rows: Iterable[Any]) -> list:
-    rows = list(rows)
+def add_all(db: Database, rows: Iterable[M]) -> list[M]:
+    added = list(rows)
     with db.session() as session:
-        session.add_all(rows)
-    return rows
+        session.add_all(added)
+    return added
 
 
 # Requests -----------------------------------------------------------------
@@ -386,7 +400,7 @@ def request_claim(
                 for r in session.execute(read, {"ids": ids, "engine": engine_id})]
 
 
-def _own_running_tx(session: Session, request_id: int, owner: str, **values: Any) -> bool:
+def _own_running_tx(session: Session, request_id: int, owner: str, **values: object) -> bool:
     """Change the request that engine ``owner`` is still running."""
     stmt = (
         sa.update(models.Request)
@@ -401,7 +415,7 @@ def _own_running_tx(session: Session, request_id: int, owner: str, **values: Any
 
 
 @retry_on_conflict
-def _own_running(db: Database, request_id: int, owner: str, **values: Any) -> bool:
+def _own_running(db: Database, request_id: int, owner: str, **values: object) -> bool:
     with db.session() as session:
         return _own_running_tx(session, request_id, owner, **values)
 
@@ -466,7 +480,8 @@ def request_list(
 
 
 @retry_on_conflict
-def add_with_request(db: Database, rows: Sequence[Any], request: dict | None) -> int | None:
+def add_with_request(db: Database, rows: Sequence[models.Base], request: dict | None
+                     ) -> int | None:
     """Insert ``rows`` and, if given, a request (``request_add_tx`` keywords)
     in one transaction. Returns the request id."""
     with db.session() as session:
@@ -478,7 +493,7 @@ def add_with_request(db: Database, rows: Sequence[Any], request: dict | None) ->
 
 
 # One conditional update: (model, id, expected column values, new values).
-Change = tuple[type, Any, dict[str, Any], dict[str, Any]]
+Change = tuple[type[models.HasTable], Ident, Columns, Columns]
 
 
 @retry_on_conflict
@@ -486,7 +501,7 @@ def transition_with_request(
     db: Database,
     changes: Sequence[Change],
     request: dict | None,
-    rows: Sequence[Any] = (),
+    rows: Sequence[models.Base] = (),
     claims: Sequence[capacity.Claim] = (),
 ) -> bool:
     """Apply conditional updates ``(model, id, expected, values)``, insert

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import Any
+from collections.abc import Mapping
 
 import sqlalchemy as sa
 from sharemgr.db import api as db_api
@@ -23,7 +23,7 @@ from sharemgr.db.retry import retry_on_conflict
 # the reports change every ``backend_stats_interval`` (60 s by default). An
 # engine's own refresh replaces its copy at once (``save``).
 MAX_AGE_SECONDS = 1.0
-_cache: weakref.WeakKeyDictionary[Database, dict[str, tuple[float, Any]]] = \
+_cache: weakref.WeakKeyDictionary[Database, dict[str, tuple[float, models.BackendStats | None]]] = \
     weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
 
@@ -33,7 +33,7 @@ def _remember(db: Database, host: str, row: models.BackendStats | None) -> None:
         _cache.setdefault(db, {})[host] = (time.monotonic() + MAX_AGE_SECONDS, row)
 
 
-def save(db: Database, host: str, stats: dict[str, Any], engine_id: str) -> None:
+def save(db: Database, host: str, stats: Mapping[str, object], engine_id: str) -> None:
     """Insert or replace ``host``'s report in one statement (an upsert), so
     engines of one host refreshing together never collide on the key."""
     values = {"host": host, "stats": stats, "engine_id": engine_id,

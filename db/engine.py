@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sharemgr.db import retry, stats
@@ -14,7 +14,13 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
 if TYPE_CHECKING:
+    import sqlite3
+
+    from sqlalchemy.engine.default import DefaultExecutionContext
+    from sqlalchemy.engine.interfaces import DBAPICursor
     from sqlalchemy.orm import Session, sessionmaker
+    from sqlalchemy.pool import ConnectionPoolEntry
+    from sqlalchemy.sql.compiler import SQLCompiler
 
 
 class DatabaseUnavailable(Exception):
@@ -29,7 +35,7 @@ def safe_url(url: str) -> str:
         return "<unparsable database URL>"
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+def _sqlite_pragmas(dbapi_conn: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
     # Autocommit at the driver level; SQLAlchemy's "begin" event below issues
     # BEGIN IMMEDIATE so that a read-then-write transaction never fails to
     # upgrade its lock when another process wrote in between.
@@ -42,7 +48,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def _sqlite_begin(conn: Any) -> None:
+def _sqlite_begin(conn: sa.Connection) -> None:
     conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get(_BEGIN, 'IMMEDIATE')}")
 
 
@@ -71,7 +77,7 @@ class ColumnLimitError(ValueError):
     PostgreSQL's and MariaDB's refusals are."""
 
 
-def column_limit(type_: Any) -> tuple[str, int, int] | None:
+def column_limit(type_: object) -> tuple[str, int, int] | None:
     """('str', 0, length) for a String with a length, ('int', min, max) for an
     integer column, else None."""
     if isinstance(type_, sa.String) and type_.length:
@@ -85,10 +91,11 @@ def column_limit(type_: Any) -> tuple[str, int, int] | None:
 
 # The written (INSERT VALUES / UPDATE SET) parameters of a compiled statement
 # and their limits; compiled statements are cached and reused, so are these.
-_LIMITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LIMITS: weakref.WeakKeyDictionary[SQLCompiler, list[tuple[str, str, tuple[str, int, int]]]] = \
+    weakref.WeakKeyDictionary()
 
 
-def _written_limits(compiled: Any) -> list[tuple[str, str, tuple[str, int, int]]]:
+def _written_limits(compiled: SQLCompiler) -> list[tuple[str, str, tuple[str, int, int]]]:
     try:
         return _LIMITS[compiled]
     except KeyError:
@@ -115,11 +122,11 @@ def _written_limits(compiled: Any) -> list[tuple[str, str, tuple[str, int, int]]
     return limits
 
 
-def _column_name(table: Any, bind: Any) -> str:
+def _column_name(table: sa.TableClause | None, bind: sa.BindParameter[object]) -> str:
     """'table.column' for the message. A value given to ``.values()`` has an
     anonymous bind name, but the column's own type object."""
     columns = getattr(table, "c", None)
-    if columns is None:
+    if table is None or columns is None:
         return str(bind.key)
     column = columns.get(bind.key) if isinstance(bind.key, str) else None
     if column is None:
@@ -127,7 +134,7 @@ def _column_name(table: Any, bind: Any) -> str:
     return f"{table.name}.{column.name if column is not None else '?'}"
 
 
-def _refuse(column: str, limit: tuple[str, int, int], value: Any) -> str | None:
+def _refuse(column: str, limit: tuple[str, int, int], value: object) -> str | None:
     kind, low, high = limit
     if kind == "str":
         if isinstance(value, str) and len(value) > high:
@@ -138,19 +145,25 @@ def _refuse(column: str, limit: tuple[str, int, int], value: Any) -> str | None:
     return None
 
 
-def _sqlite_check_limits(conn: Any, cursor: Any, statement: str, parameters: Any,
-                         context: Any, executemany: bool) -> None:
+# Set on an execution context whose values were checked.
+_CHECKED = "_sharemgr_limits_checked"
+
+
+def _sqlite_check_limits(conn: sa.Connection, cursor: DBAPICursor, statement: str,
+                         parameters: Sequence[object] | Mapping[str, object],
+                         context: DefaultExecutionContext | None, executemany: bool) -> None:
     compiled = getattr(context, "compiled", None)
-    if not (getattr(compiled, "isinsert", False) or getattr(compiled, "isupdate", False)):
+    if context is None or compiled is None or not (
+            getattr(compiled, "isinsert", False) or getattr(compiled, "isupdate", False)):
         return
     limits = _written_limits(compiled)
-    if not limits or getattr(context, "_sharemgr_limits_checked", False):
+    if not limits or getattr(context, _CHECKED, False):
         return
     # Every row of the statement at its first cursor call: an INSERT of
     # many rows may reach the cursor in many batches (insertmanyvalues),
     # each with the whole statement's parameters; checked again at each,
     # 1,000 rows cost a million checks.
-    context._sharemgr_limits_checked = True
+    setattr(context, _CHECKED, True)  # an attribute of our own on SQLAlchemy's object
     for params in context.compiled_parameters or ():
         for name, column, limit in limits:
             problem = _refuse(column, limit, params.get(name))

@@ -13,7 +13,7 @@ from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 # Whose user-facing id a request's resource carries: (model, column).
-_PARENT: dict[str, tuple[models.ModelClass, InstrumentedAttribute[str]]] = {
+_PARENT: dict[str, tuple[type[models.Live], InstrumentedAttribute[str]]] = {
     "share_instance": (models.ShareInstance, models.ShareInstance.share_id),
     "snapshot_instance": (models.ShareSnapshotInstance,
                           models.ShareSnapshotInstance.snapshot_id),

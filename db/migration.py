@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from alembic import command
@@ -13,6 +13,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sharemgr.db.engine import Database, DatabaseUnavailable
 from sqlalchemy.engine import Connection
+
+if TYPE_CHECKING:
+    import sqlite3
 
 MIGRATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "migrations")
 
@@ -115,7 +118,8 @@ FLOOR = "engine_floor"
 def _pragma(conn: Connection, sql: str) -> None:
     # On the DBAPI connection: SQLite takes these pragmas only outside a
     # transaction, and SQLAlchemy's connection would begin one.
-    raw: Any = conn.connection.driver_connection
+    raw: sqlite3.Connection | None = conn.connection.driver_connection
+    assert raw is not None, "an open connection has one"
     raw.execute(sql)
 
 

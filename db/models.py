@@ -9,8 +9,10 @@ re-exported for the code that reads them through this module."""
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
+import sqlalchemy as sa
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.db import tables
 from sharemgr.db.tables import (  # noqa: F401  (re-exported)
     BACKEND_HOST,
@@ -19,15 +21,59 @@ from sharemgr.db.tables import (  # noqa: F401  (re-exported)
     new_id,
     utcnow,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped
+from sqlalchemy.orm import DeclarativeBase, InstrumentedAttribute, Mapped
 
 
 class Base(DeclarativeBase):
     metadata = tables.metadata
 
+    if TYPE_CHECKING:
+        # Each class's ``__table__`` is one of db/tables.py's tables (SQLAlchemy
+        # types it as any FROM clause): a name, a primary key, typed columns.
+        __table__: ClassVar[sa.Table]
 
-# A mapped class chosen at run time (``RESOURCE_MODELS``, a status table):
-# the code that takes one reads its columns by name.
+
+# A helper taking one mapped class and giving back its rows: ``get_tx(session,
+# models.Share, id)`` is a ``models.Share | None``.
+M = TypeVar("M", bound=Base)
+
+
+# The columns a helper taking one of several mapped classes reads by name,
+# as the classes have them (``Share.deleted_at``: a column attribute).
+
+class HasTable(Protocol):
+    """A mapped class, as a conditional update takes it: its table."""
+
+    __table__: ClassVar[sa.Table]
+
+
+class Live(HasTable, Protocol):
+    """Rows keyed by a uuid, stamped, and deleted softly: the resources."""
+
+    id: ClassVar[InstrumentedAttribute[str]]
+    created_at: ClassVar[InstrumentedAttribute[datetime.datetime]]
+    updated_at: ClassVar[InstrumentedAttribute[datetime.datetime | None]]
+    deleted_at: ClassVar[InstrumentedAttribute[datetime.datetime | None]]
+
+
+class WithStatus(Live, Protocol):
+    """A resource with a status of its own (a share's is its instances')."""
+
+    status: ClassVar[InstrumentedAttribute[str]]
+
+
+class Hosted(WithStatus, Protocol):
+    """A resource on a backend (``host@backend#pool``)."""
+
+    host: ClassVar[InstrumentedAttribute[str]]
+
+
+S = TypeVar("S", bound=WithStatus)
+H = TypeVar("H", bound=Hosted)
+
+
+# A mapped class chosen at run time, as code outside db/ takes one (it reads
+# columns a model may lack: manager/intake.py, a name's length).
 ModelClass = type[Any]
 
 
@@ -65,6 +111,8 @@ class Request(Base):
     resource_type: Mapped[str]
     resource_id: Mapped[str]
     action: Mapped[str]
+    # Read by key and converted by their readers (convergence/watchdog.py:
+    # ``int(args.get("resource_id", 0))``), which a JSON value's type refuses.
     args: Mapped[dict[str, Any]]
     host: Mapped[str | None]
     status: Mapped[str]
@@ -83,7 +131,7 @@ class ShareServer(Base):
     host: Mapped[str]
     status: Mapped[str]
     task_state: Mapped[str | None]
-    backend_details: Mapped[dict[str, Any]]
+    backend_details: Mapped[dict[str, JSONValue]]
     fence: Mapped[int]
     created_at: Mapped[datetime.datetime]
     updated_at: Mapped[datetime.datetime | None]
@@ -116,9 +164,9 @@ class ShareInstance(Base):
     replica_state: Mapped[str | None]
     task_state: Mapped[str | None]
     progress: Mapped[str | None]
-    export_locations: Mapped[list[Any]]
+    export_locations: Mapped[list[JSONValue]]
     access_rules_status: Mapped[str]
-    drift: Mapped[dict[str, Any] | None]
+    drift: Mapped[dict[str, JSONValue] | None]
     pending_size: Mapped[int | None]
     fence: Mapped[int]
     created_at: Mapped[datetime.datetime]
@@ -149,7 +197,7 @@ class ShareSnapshotInstance(Base):
     status: Mapped[str]
     progress: Mapped[str | None]
     provider_location: Mapped[str | None]
-    drift: Mapped[dict[str, Any] | None]
+    drift: Mapped[dict[str, JSONValue] | None]
     fence: Mapped[int]
     created_at: Mapped[datetime.datetime]
     updated_at: Mapped[datetime.datetime | None]
@@ -225,7 +273,7 @@ class BackendStats(Base):
     __table__ = tables.backend_stats
 
     host: Mapped[str]
-    stats: Mapped[dict[str, Any]]
+    stats: Mapped[dict[str, JSONValue]]
     engine_id: Mapped[str | None]
     updated_at: Mapped[datetime.datetime | None]
 
@@ -265,6 +313,8 @@ class ReconcilePass(Base):
     dry_run: Mapped[bool]
     started_at: Mapped[datetime.datetime]
     finished_at: Mapped[datetime.datetime | None]
+    # Indexed deep by its reader (cli/reconcile_cmds.py), which a JSON value's
+    # type refuses.
     summary: Mapped[dict[str, Any]]
 
 
@@ -273,7 +323,7 @@ class StackTemplate(Base):
 
     id: Mapped[int]
     stack_id: Mapped[str | None]
-    template: Mapped[dict[str, Any]]
+    template: Mapped[dict[str, JSONValue]]
     created_at: Mapped[datetime.datetime]
 
 
@@ -288,7 +338,7 @@ class Stack(Base):
     template_id: Mapped[int | None]
     prev_template_id: Mapped[int | None]
     current_traversal: Mapped[str | None]
-    current_deps: Mapped[dict[str, Any]]
+    current_deps: Mapped[dict[str, JSONValue]]
     disable_rollback: Mapped[bool]
     timeout_seconds: Mapped[int | None]
     traversal_started_at: Mapped[datetime.datetime | None]
@@ -305,8 +355,8 @@ class StackResource(Base):
     name: Mapped[str]
     type: Mapped[str]
     template_id: Mapped[int | None]
-    properties: Mapped[dict[str, Any]]
-    attributes: Mapped[dict[str, Any]]
+    properties: Mapped[dict[str, JSONValue]]
+    attributes: Mapped[dict[str, JSONValue]]
     physical_id: Mapped[str | None]
     action: Mapped[str]
     status: Mapped[str]
@@ -330,7 +380,7 @@ class SyncPoint(Base):
     is_update: Mapped[bool]
     stack_id: Mapped[str]
     atomic_key: Mapped[int]
-    input_data: Mapped[dict[str, Any]]
+    input_data: Mapped[dict[str, JSONValue]]
     created_at: Mapped[datetime.datetime]
     updated_at: Mapped[datetime.datetime | None]
 

@@ -20,7 +20,7 @@ import select
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from oslo_log import log as logging
@@ -28,6 +28,9 @@ from sharemgr.common.outage import Backoff
 from sharemgr.db.engine import Database
 from sqlalchemy import event
 from sqlalchemy.orm import Session
+
+if TYPE_CHECKING:
+    import psycopg2.extensions
 
 LOG = logging.getLogger(__name__)
 
@@ -143,7 +146,8 @@ def _listen_postgresql(db: Database, wake: Callable[[], None],
             stopping.wait(backoff.failed(exc))
             continue
         try:
-            conn: Any = raw.driver_connection  # psycopg2's: LISTEN, poll, notifies
+            # psycopg2's (untyped): LISTEN, poll, notifies
+            conn: psycopg2.extensions.connection = raw.driver_connection
             conn.autocommit = True
             with conn.cursor() as cur:
                 cur.execute(f"LISTEN {CHANNEL}")

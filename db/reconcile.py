@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import collections
 import datetime
-from collections.abc import Callable
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, cast
 
 import sqlalchemy as sa
 from sharemgr.common import messages, vocab
@@ -13,6 +13,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import messages as db_messages
 from sharemgr.db import models, records, tables
 from sharemgr.db.engine import Database
+from sharemgr.db.models import M
 from sharemgr.db.resources import host_match
 from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
@@ -44,7 +45,8 @@ def _lease_statements(deadline: bool) -> tuple[sa.Select, sa.Update, sa.Update]:
     mine = (r.c.engine_id == sa.bindparam("engine"), r.c.status == vocab.REQUEST_RUNNING)
     about = r.c.resource_id.in_(sa.bindparam("resources", expanding=True))
     by_id = r.c.id.in_(sa.bindparam("ids", expanding=True))
-    values: dict[str, Any] = {"lease_expires_at": sa.bindparam("until")}
+    values: dict[str, sa.BindParameter[datetime.datetime]] = {
+        "lease_expires_at": sa.bindparam("until")}
     if deadline:
         values["lease_deadline"] = sa.bindparam("deadline")
     lease = sa.update(r).values(values)
@@ -86,7 +88,7 @@ def lease_set(db: Database, resource_ids: list[str], engine_id: str,
         return _lease_set_tx(session, resource_ids, engine_id, until, deadline)
 
 
-def take_tx(session: Session, model: models.ModelClass, ident: str,
+def take_tx(session: Session, model: type[models.HasTable], ident: str,
             statuses: tuple[str, ...]) -> bool:
     """Take a fenced resource in one of ``statuses``: bump its fencing token
     (doc/reconciliation.rst, "Fencing"), so that an outcome or a driver call
@@ -97,10 +99,12 @@ def take_tx(session: Session, model: models.ModelClass, ident: str,
 
 
 @retry_on_conflict
-def take_rows(db: Database, model: models.ModelClass, rows: dict[str, str]) -> dict[str, Any]:
+def take_rows(db: Database, model: type[models.Live], rows: dict[str, str]
+              ) -> dict[str, Any]:
     """Take many fenced resources, each in the status it was seen with
     (``{id: status}``), and read them back: the rows taken, by id (a row
     whose status changed is left out)."""
+    # Rows of any class: the reconciler's kinds name theirs as a bare ``type``.
     with db.session() as session:
         taken = [ident for ident, status in rows.items()
                  if take_tx(session, model, ident, (status,))]
@@ -110,11 +114,21 @@ def take_rows(db: Database, model: models.ModelClass, rows: dict[str, str]) -> d
         return {row.id: row for row in found}
 
 
+class Lease(Protocol):
+    """A lease's terms (manager/leases.py): held until, never past the deadline."""
+
+    @property
+    def until(self) -> datetime.datetime: ...
+
+    @property
+    def deadline(self) -> datetime.datetime | None: ...
+
+
 @retry_on_conflict
-def read_and_lease(db: Database, model: models.ModelClass, ident: str, engine_id: str,
-                   until_of: Callable[[Any], Any],
-                   read: Callable[[Session], Any] | None = None,
-                   take: tuple[str, ...] | None = None) -> tuple[Any, int]:
+def read_and_lease(db: Database, model: type[M], ident: str, engine_id: str,
+                   until_of: Callable[[M], Lease | datetime.datetime | None],
+                   read: Callable[[Session], M | None] | None = None,
+                   take: tuple[str, ...] | None = None) -> tuple[M | None, int]:
     """Re-read a resource row (None if gone or deleted) and, in the same
     transaction, set the lease of this engine's running request about it to
     ``until_of(row)`` (None: no lease; an object with ``until`` and
@@ -153,7 +167,7 @@ def expired_leases(db: Database, hosts: list[str]) -> list[models.Request]:
 
 @retry_on_conflict
 def last_request_args(db: Database, resource_type: str, resource_id: str, action: str
-                      ) -> dict[str, Any]:
+                      ) -> dict[str, object]:
     """The args of the newest ``action`` request of this resource, whatever
     its status ({} when there is none): how a delete a crash cut short was
     asked (forced or not)."""
@@ -194,7 +208,7 @@ def abandon_request(db: Database, request_id: int, dead_engine: str | None, note
 MANY_AT_ONCE = 500
 
 
-def _plain(value: Any) -> bool:
+def _plain(value: object) -> bool:
     return isinstance(value, (str, int, float, bool))
 
 
@@ -286,7 +300,7 @@ def pass_start(db: Database, host: str, engine_id: str, trigger: str, dry_run: b
 
 
 @retry_on_conflict
-def pass_finish(db: Database, pass_id: int, summary: dict[str, Any]) -> bool:
+def pass_finish(db: Database, pass_id: int, summary: Mapping[str, object]) -> bool:
     """Record the outcome of a running pass (finished_at NULL → set); True
     if this call recorded it."""
     stmt = (
@@ -300,7 +314,7 @@ def pass_finish(db: Database, pass_id: int, summary: dict[str, Any]) -> bool:
 
 @retry_on_conflict
 def pass_failed(db: Database, pass_id: int | None, host: str, engine_id: str, trigger: str,
-                dry_run: bool, summary: dict[str, Any]) -> int:
+                dry_run: bool, summary: Mapping[str, object]) -> int:
     """Record a pass that failed: finish its row, or, when it failed before
     its row was written (``pass_id`` None), add a finished one. The trigger
     is cut to its column if needed: a trigger that does not fit must not

@@ -7,18 +7,21 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import cast
 
 import sqlalchemy as sa
 
 Record = SimpleNamespace
+# A row or a result of any columns.
+Row = sa.Row[*tuple[object, ...]]
+Result = sa.Result[*tuple[object, ...]]
 
 
 def columns(table: sa.Table, without: Collection[str] = ()) -> list[sa.Column]:
     return [c for c in table.c if c.name not in without]
 
 
-def pair(row: Any, parent: sa.Table, child: sa.Table, without: Collection[str] = ()
+def pair(row: Row, parent: sa.Table, child: sa.Table, without: Collection[str] = ()
          ) -> tuple[Record, Record | None]:
     """A row of ``parent`` outer-joined with ``child`` as (parent, child)
     records (``without``: the parent's columns not read); child None when
@@ -29,19 +32,26 @@ def pair(row: Any, parent: sa.Table, child: sa.Table, without: Collection[str] =
     return first, second
 
 
-def rowcount(result: sa.Result[Any]) -> int:
+def rowcount(result: Result) -> int:
     """The rows an UPDATE or DELETE matched. Executing one returns a
     ``CursorResult``, which ``Session.execute`` is not typed to return."""
-    return cast("sa.CursorResult[Any]", result).rowcount
+    return cast("sa.CursorResult[*tuple[object, ...]]", result).rowcount
 
 
-def new_key(result: sa.Result[Any]) -> Any:
-    """The primary key an INSERT of one row made (its first column)."""
-    return new_keys(result)[0]
-
-
-def new_keys(result: sa.Result[Any]) -> tuple[Any, ...]:
-    """The primary key columns an INSERT of one row made."""
-    made = cast("sa.CursorResult[Any]", result).inserted_primary_key
+def _inserted(result: Result) -> Row:
+    made = cast("sa.CursorResult[*tuple[object, ...]]", result).inserted_primary_key
     assert made is not None, "not an INSERT"
-    return tuple(made)
+    return made
+
+
+def new_key(result: Result) -> int:
+    """The number the database made as the primary key of an INSERT of one
+    row (an autoincrement id: a request's, a stack resource's)."""
+    key = _inserted(result)[0]
+    assert isinstance(key, int), "not a number the database made"
+    return key
+
+
+def new_keys(result: Result) -> tuple[object, ...]:
+    """The primary key columns an INSERT of one row made."""
+    return tuple(_inserted(result))

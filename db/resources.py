@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -9,10 +10,12 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db.engine import Database
-from sqlalchemy.orm import Session
+from sharemgr.db.models import H, S
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 
-def host_match(column: Any, host: str) -> Any:
+def host_match(column: InstrumentedAttribute[str] | InstrumentedAttribute[str | None], host: str
+               ) -> sa.ColumnElement[bool]:
     """'host@backend' itself or one of its pools ('host@backend#pool'), never
     'host@backend2'."""
     escaped = host.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
@@ -69,7 +72,7 @@ def snapshot_instance_of(db: Database, snapshot_id: str) -> models.ShareSnapshot
         return session.scalars(stmt).first()
 
 
-def live_count(db: Database, model: models.ModelClass, **filters: Any) -> int:
+def live_count(db: Database, model: type[models.Live], **filters: object) -> int:
     stmt = sa.select(sa.func.count()).select_from(model).where(model.deleted_at.is_(None))
     for column, value in filters.items():
         stmt = stmt.where(getattr(model, column) == value)
@@ -77,8 +80,9 @@ def live_count(db: Database, model: models.ModelClass, **filters: Any) -> int:
         return session.scalar(stmt) or 0
 
 
-def _children_on_host(db: Database, child: models.ModelClass, parent: models.ModelClass,
-                      link: Any, host: str, statuses: list[str] | None) -> list[tuple]:
+def _children_on_host(db: Database, child: type[S], parent: type[H],
+                      link: InstrumentedAttribute[str], host: str, statuses: list[str] | None
+                      ) -> list[tuple[S, H]]:
     """Live ``child`` rows whose ``parent`` (which carries the host) is on
     ``host``, as (child, parent) pairs."""
     stmt = (
@@ -89,7 +93,7 @@ def _children_on_host(db: Database, child: models.ModelClass, parent: models.Mod
     if statuses is not None:
         stmt = stmt.where(child.status.in_(statuses))
     with db.reading() as session:
-        return [tuple(r) for r in session.execute(stmt)]
+        return [(found, of) for found, of in session.execute(stmt)]
 
 
 def snapshot_instances_on_host(
@@ -123,9 +127,10 @@ def set_backend_info_hash(db: Database, host: str, info_hash: str) -> None:
 
 
 def on_host(
-    db: Database, model: models.ModelClass, host: str,
-    statuses: list[str] | tuple[str, ...] | None = None, extra: dict[str, Any] | None = None,
-) -> list:
+    db: Database, model: type[H], host: str,
+    statuses: list[str] | tuple[str, ...] | None = None,
+    extra: Mapping[str, object] | None = None,
+) -> list[H]:
     """Live rows of ``model`` on ``host`` ('host@backend'), pools included,
     and never 'host@backend2'."""
     stmt = sa.select(model).where(model.deleted_at.is_(None), host_match(model.host, host))
@@ -137,7 +142,7 @@ def on_host(
         return list(session.scalars(stmt.order_by(model.created_at)))
 
 
-def _backup_started() -> Any:
+def _backup_started() -> sa.ColumnElement[bool]:
     """Backups being created or restored whose driver call has started (their
     progress column set): the continue tasks' work."""
     backup = models.ShareBackup
@@ -162,12 +167,13 @@ def backup_in_progress(db: Database, share_id: str) -> bool:
         return (session.scalar(stmt) or 0) > 0
 
 
-def rows_by_id(db: Database, model: models.ModelClass, ids: list[str] | set[str],
+def rows_by_id(db: Database, model: type[models.Live], ids: list[str] | set[str],
                include_deleted: bool = False, chunk: int = 500) -> dict[str, Any]:
     """Rows of ``model`` with these ids, by id, in one query per ``chunk``
     ids (the reconciliation pass reads a batch at once); soft-deleted rows
     only with ``include_deleted``."""
     ids = list(dict.fromkeys(i for i in ids if i is not None))
+    # Rows of any class: the reconciler's kinds name theirs as a bare ``type``.
     found: dict[str, Any] = {}
     with db.reading() as session:
         for start in range(0, len(ids), chunk):

@@ -19,15 +19,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 import tenacity
 from oslo_log import log as logging
 from sqlalchemy import exc as sa_exc
 
+if TYPE_CHECKING:
+    from sharemgr.db.engine import Database
+
 LOG = logging.getLogger(__name__)
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _PG_CODES = frozenset({"40P01", "40001"})
 _MYSQL_CODES = frozenset({1213, 1205})
@@ -42,7 +46,7 @@ def is_conflict(exc: BaseException) -> bool:
     code = getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)
     if code is not None:
         return code in _PG_CODES
-    args: tuple[Any, ...] = getattr(orig, "args", ())
+    args: tuple[object, ...] = getattr(orig, "args", ())
     return bool(args) and args[0] in _MYSQL_CODES
 
 
@@ -75,16 +79,17 @@ def _log(state: tenacity.RetryCallState) -> None:
              state.attempt_number + 1)
 
 
-def retry_on_conflict(fn: F) -> F:
+def retry_on_conflict(fn: Callable[Concatenate[Database, P], R]
+                      ) -> Callable[Concatenate[Database, P], R]:
     """Run ``fn(db, ...)`` again while it loses a conflict, by ``db.retry``
     (a :class:`Policy`)."""
 
     @functools.wraps(fn)
-    def run(db: Any, *args: Any, **kwargs: Any) -> Any:
+    def run(db: Database, *args: P.args, **kwargs: P.kwargs) -> R:
         policy: Policy = db.retry
         retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(is_conflict),
                                      wait=policy.wait(), stop=policy.stop(),
                                      before_sleep=_log, reraise=True)
         return retrying(fn, db, *args, **kwargs)
 
-    return run  # type: ignore[return-value]
+    return run

@@ -24,9 +24,8 @@ supersede it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
@@ -133,7 +132,7 @@ def stack_swap_traversal_tx(
     stack_id: str,
     previous: str | None,
     new: str,
-    values: Mapping[str, Any] | None = None,
+    values: api.Columns | None = None,
 ) -> bool:
     """``UPDATE stacks SET current_traversal=:new, <values> WHERE id=:id AND
     current_traversal=:previous`` (IS NULL for a stack that never had one).
@@ -181,7 +180,7 @@ def stack_set_status_tx(
     ``traversal_id`` is still current and the status is ``expected_status``.
     A DELETE that completes also soft-deletes the stack row. True if won."""
     now = models.utcnow()
-    values: dict[str, Any] = {"status": status, "status_reason": reason}
+    values: dict[str, object] = {"status": status, "status_reason": reason}
     if status == vocab.STACK_COMPLETE:
         values["deleted_at"] = sa.case((Stack.action == vocab.STACK_DELETE, now), else_=None)
     expected = expected_status if isinstance(expected_status, str) else tuple(expected_status)
@@ -200,7 +199,7 @@ def stack_mark_checked(db: Database, stack_id: str, traversal_id: str | None, st
     """Record a stack check (CHECK COMPLETE/FAILED) if the stack still is at
     ``traversal_id``, COMPLETE (or checked before) and not deleted. The
     checked template completed: it stays the rollback target."""
-    expected: dict[str, Any] = {"current_traversal": traversal_id, "deleted_at": None,
+    expected: dict[str, object] = {"current_traversal": traversal_id, "deleted_at": None,
                                 "status": (vocab.STACK_COMPLETE, vocab.STACK_FAILED)}
     with db.session() as session:
         stack = stack_get_tx(session, stack_id, lock="update")
@@ -327,7 +326,7 @@ def resource_list(db: Database, stack_id: str) -> list[Resource]:
 
 
 def resource_update_tx(
-    session: Session, resource_id: int, expected: Mapping[str, Any], values: Mapping[str, Any]
+    session: Session, resource_id: int, expected: api.Columns, values: api.Columns
 ) -> bool:
     """Conditional update: ``values`` only if the row matches ``expected``
     (e.g. ``{"engine_id": me, "action": "CREATE", "status": "IN_PROGRESS"}``)."""
@@ -343,8 +342,8 @@ def resource_set_state_tx(
     action: str,
     status: str,
     reason: str | None = None,
-    values: Mapping[str, Any] | None = None,
-    expected: Mapping[str, Any] | None = None,
+    values: api.Columns | None = None,
+    expected: api.Columns | None = None,
 ) -> bool:
     """Set action/status (and ``values``) as the lock holder: the write
     happens only while ``engine_id`` holds the row's lock (and it matches
@@ -365,8 +364,8 @@ def resource_set_state(
     action: str,
     status: str,
     reason: str | None = None,
-    values: Mapping[str, Any] | None = None,
-    expected: Mapping[str, Any] | None = None,
+    values: api.Columns | None = None,
+    expected: api.Columns | None = None,
 ) -> bool:
     with db.session() as session:
         return resource_set_state_tx(
@@ -380,7 +379,7 @@ def resource_start_tx(
     engine_id: str,
     traversal_id: str,
     action: str,
-    values: Mapping[str, Any] | None = None,
+    values: api.Columns | None = None,
     lock_key: int | None = None,
 ) -> bool:
     """``action IN_PROGRESS`` on a row this engine holds; the caller checked
@@ -428,7 +427,7 @@ def resource_replace_tx(
             )
         ],
     )[0]
-    values: dict[str, Any] = {"replaced_by": new.id}
+    values: dict[str, object] = {"replaced_by": new.id}
     if old.status == vocab.STACK_IN_PROGRESS:
         # Its action was cut short (a crash) and its physical resource
         # failed: that action is over, whatever happens to the replacement.
@@ -501,7 +500,7 @@ def resource_lock_release(db: Database, resource_id: int, engine_id: str) -> boo
 
 
 # What releasing a row's lock writes: every lock change bumps the key.
-RELEASED: Mapping[str, Any] = {"engine_id": None, "atomic_key": api.PLUS_ONE}
+RELEASED: api.Columns = {"engine_id": None, "atomic_key": api.PLUS_ONE}
 
 
 def resource_lock_release_tx(session: Session, resource_id: int, engine_id: str) -> bool:

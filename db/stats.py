@@ -16,9 +16,13 @@ import os
 import re
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from sqlalchemy import event
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy.engine.interfaces import DBAPICursor, ExecutionContext
 
 ENV = "SHAREMGR_SQL_STATS"
 # ``SHAREMGR_SQL_TRACE=<file>`` as well: every statement, one line each with
@@ -52,12 +56,26 @@ def _key(statement: str) -> str:
     return f"{verb} {m.group(1)}" if m else verb
 
 
+class Snapshot(TypedDict):
+    """The counts as written: since ``at - seconds`` (epoch seconds)."""
+
+    pid: int
+    at: float
+    seconds: float
+    statements: int
+    commits: int
+    write_commits: int
+    rollbacks: int
+    by_kind: dict[str, int]  # "SELECT shares": how many
+
+
 class SqlStats:
-    def __init__(self, engine: Any, path: str | None = None, trace: str | None = None) -> None:
+    def __init__(self, engine: sa.Engine, path: str | None = None,
+                 trace: str | None = None) -> None:
         self.path = path
         self.trace = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
         self.started = time.time()
-        self.statements: collections.Counter = collections.Counter()
+        self.statements: collections.Counter[str] = collections.Counter()
         self.commits = 0
         self.write_commits = 0  # commits of transactions that wrote something
         self.rollbacks = 0
@@ -67,8 +85,9 @@ class SqlStats:
         event.listen(engine, "commit", self._commit)
         event.listen(engine, "rollback", self._rollback)
 
-    def _statement(self, conn: Any, cursor: Any, statement: str, parameters: Any,
-                   context: Any, executemany: bool) -> None:
+    def _statement(self, conn: sa.Connection, cursor: DBAPICursor, statement: str,
+                   parameters: object, context: ExecutionContext | None,
+                   executemany: bool) -> None:
         key = _key(statement)
         if key.split(None, 1)[0] in _WRITES:
             conn.info[_WROTE] = True
@@ -79,18 +98,18 @@ class SqlStats:
                                  f"{' '.join(statement.split())[:160]}\n")
         self._maybe_flush()
 
-    def _commit(self, conn: Any) -> None:
+    def _commit(self, conn: sa.Connection) -> None:
         wrote = conn.info.pop(_WROTE, False)
         with self._lock:
             self.commits += 1
             self.write_commits += wrote
 
-    def _rollback(self, conn: Any) -> None:
+    def _rollback(self, conn: sa.Connection) -> None:
         conn.info.pop(_WROTE, None)
         with self._lock:
             self.rollbacks += 1
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> Snapshot:
         with self._lock:
             now = time.time()
             return {"pid": os.getpid(), "at": round(now, 3),
@@ -114,6 +133,6 @@ class SqlStats:
         os.replace(tmp, self.path)
 
 
-def from_environment(engine: Any) -> SqlStats | None:
+def from_environment(engine: sa.Engine) -> SqlStats | None:
     path = os.environ.get(ENV)
     return SqlStats(engine, path, os.environ.get(TRACE_ENV)) if path else None

@@ -15,7 +15,7 @@ from sharemgr.db.engine import Database
 from sharemgr.db.retry import retry_on_conflict
 
 # The rows that hold a resource's status, by the type the CLI names.
-STATUS_TABLES: dict[str, models.ModelClass] = {
+STATUS_TABLES: dict[str, type[models.WithStatus]] = {
     vocab.SHARE_INSTANCE: models.ShareInstance,
     vocab.SNAPSHOT_INSTANCE: models.ShareSnapshotInstance,
     vocab.SHARE_SERVER: models.ShareServer,

@@ -17,22 +17,20 @@ one attribute per column, like the mapped classes' rows (db/records.py).
 
 from __future__ import annotations
 
-from typing import Any
-
 import sqlalchemy as sa
 from sharemgr.db import tables as t
 from sharemgr.db.engine import Database
 from sharemgr.db.records import Record, pair
 
 
-def _live_primary_of_share() -> Any:
+def _live_primary_of_share() -> sa.ColumnElement[bool]:
     """Join condition: the share's live instances that are not secondary replicas."""
     si = t.share_instances
     return sa.and_(si.c.share_id == t.shares.c.id, si.c.deleted_at.is_(None),
                    sa.or_(si.c.replica_state.is_(None), si.c.replica_state == "active"))
 
 
-def _live_instance_of_snapshot() -> Any:
+def _live_instance_of_snapshot() -> sa.ColumnElement[bool]:
     ssi = t.share_snapshot_instances
     return sa.and_(ssi.c.snapshot_id == t.share_snapshots.c.id, ssi.c.deleted_at.is_(None))
 
