@@ -33,11 +33,6 @@ class Base(DeclarativeBase):
         __table__: ClassVar[sa.Table]
 
 
-# A helper taking one mapped class and giving back its rows: ``get_tx(session,
-# models.Share, id)`` is a ``models.Share | None``.
-M = TypeVar("M", bound=Base)
-
-
 # The columns a helper taking one of several mapped classes reads by name,
 # as the classes have them (``Share.deleted_at``: a column attribute).
 
@@ -68,6 +63,9 @@ class Hosted(WithStatus, Protocol):
     host: ClassVar[InstrumentedAttribute[str]]
 
 
+# A helper taking one mapped class and giving back its rows: ``get_tx(session,
+# models.Share, id)`` is a ``models.Share | None``.
+M = TypeVar("M", bound=HasTable)
 S = TypeVar("S", bound=WithStatus)
 H = TypeVar("H", bound=Hosted)
 

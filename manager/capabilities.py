@@ -40,11 +40,11 @@ def refresh(db: Database, host: str, driver: ShareDriver, engine_id: str) -> boo
     not JSON) is logged with its traceback and leaves the previous report.
     """
     try:
-        stats = driver.get_share_stats(refresh=True)
+        stats: object = driver.get_share_stats(refresh=True)
         if not isinstance(stats, dict):
             raise TypeError(f"get_share_stats returned {type(stats).__name__}, not a dict")
-        stats = with_options(stats, getattr(driver, "configuration", None))
-        db_capabilities.save(db, host, stats, engine_id)
+        db_capabilities.save(db, host, with_options(stats, getattr(driver, "configuration", None)),
+                             engine_id)
     except Exception as exc:  # one backend's trouble must not stop the others
         if is_outage(exc):
             raise  # the database is away: the caller backs off

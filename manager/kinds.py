@@ -28,7 +28,7 @@ from sharemgr.manager import views
 from sharemgr.manager.lock_names import resource_lock_name
 
 
-class StatusRow(Protocol):
+class StatusRow(models.HasTable, Protocol):
     """A row that holds a kind's status (``Kind.model``)."""
 
     @property
@@ -43,7 +43,7 @@ class _Hosted(Protocol):
     def host(self) -> str | None: ...
 
 
-_Row = TypeVar("_Row")
+_Row = TypeVar("_Row", bound=models.HasTable)
 
 
 @dataclass(frozen=True)

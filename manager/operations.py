@@ -177,9 +177,9 @@ class Operations:
 
         # The row is taken (its fencing token bumped) in the same transaction:
         # the call and its outcome carry the new token.
-        row, leased = db_rec.read_and_lease(self.db, model, ident, self.engine_id, until_of,
-                                            read, take=expected)
-        _expect(model, ident, row, expected)
+        found, leased = db_rec.read_and_lease(self.db, model, ident, self.engine_id, until_of,
+                                              read, take=expected)
+        row = _expect(model, ident, found, expected)
         return row, chosen["method"], chosen["terms"], bool(leased) or chosen["written"]
 
     def _commit(self, changes: list[Change], what: str, rtype: str, ident: str) -> None:

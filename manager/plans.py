@@ -22,7 +22,7 @@ from sharemgr.db.engine import Database
 from sharemgr.manager import capabilities, kinds, leases, operation_table, views
 
 Change = db_api.Change
-T = TypeVar("T")
+T = TypeVar("T", bound=models.HasTable)
 
 
 class Refused(Exception):
@@ -60,7 +60,7 @@ class Op:
 @dataclass
 class Plan:
     physical_id: str | None = None  # the id users and stacks know it by
-    add: list[object] = field(default_factory=list)
+    add: list[models.Base] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
     op: Op | None = None
     row: Any = None  # the resource users know (share, snapshot, ...) as planned

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sharemgr.common import vocab
@@ -104,6 +105,11 @@ def update_access(ops: Operations, op: Op, held: bool = False) -> list[Change] |
     return None
 
 
+def _refused(answer: object) -> bool:
+    """A rule ``update_access`` answered ``{"state": "error"}`` for."""
+    return isinstance(answer, dict) and answer.get("state") == vocab.ACCESS_ERROR
+
+
 def _flush_access(ops: Operations, inst: models.ShareInstance) -> None:
     """After an operation that leaves the share available: rules queued
     meanwhile (a stack's, or any that found the share busy) are applied
@@ -123,17 +129,16 @@ def _sync_access(ops: Operations, inst: models.ShareInstance, resync: bool = Fal
     driver = ops.driver_for(inst.host)
     share_d, server = ops.share_parts(inst)
     try:
-        updates = driver.update_access(share_d, [access.view(r) for r in full],
-                                       [access.view(r) for r in add],
-                                       [access.view(r) for r in remove], server) or {}
+        updates: Mapping[str, object] = driver.update_access(
+            share_d, [access.view(r) for r in full], [access.view(r) for r in add],
+            [access.view(r) for r in remove], server) or {}
     except Exception as exc:
         log_failure(what, "update_access", exc)
         # What the backend now allows is unknown: every rule sent is in error.
         db_access.finish(ops.db, inst.share_id, {
             r.id: (r.state, vocab.ACCESS_ERROR) for r in full + remove})
         raise OperationFailed(f"{what} failed: {exc}")
-    refused = sorted(r.id for r in add
-                     if (updates.get(r.id) or {}).get("state") == vocab.ACCESS_ERROR)
+    refused = sorted(r.id for r in add if _refused(updates.get(r.id)))
     outcome = {r.id: (r.state, vocab.ACCESS_ERROR if r.id in refused else vocab.ACCESS_ACTIVE)
                for r in add}
     outcome.update({r.id: (r.state, vocab.ACCESS_DELETED) for r in remove})
