@@ -132,7 +132,7 @@ def instances_with_rules(db: Database, instance_ids: Sequence[str]) -> list[str]
 
 
 @retry_on_conflict
-def add_requests(db: Database, requests: Sequence[dict]) -> None:
+def add_requests(db: Database, requests: Sequence[db_api.NewRequest]) -> None:
     """Several requests (``request_add_tx`` keywords) in one transaction."""
     with db.session() as session:
         for request in requests:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import sqlalchemy as sa
 from sharemgr.common import messages, vocab
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.db import capacity, models, notify, records
 from sharemgr.db import messages as db_messages
 from sharemgr.db.engine import Database
@@ -496,11 +497,22 @@ def add_with_request(db: Database, rows: Sequence[models.Base], request: dict | 
 Change = tuple[type[models.HasTable], Ident, Columns, Columns]
 
 
+class NewRequest(TypedDict):
+    """A request row's values as an operation's plan writes them
+    (``plans.Op.request``)."""
+
+    resource_type: str
+    resource_id: str
+    action: str
+    host: str | None
+    args: dict[str, JSONValue]
+
+
 @retry_on_conflict
 def transition_with_request(
     db: Database,
     changes: Sequence[Change],
-    request: dict | None,
+    request: NewRequest | None,
     rows: Sequence[models.Base] = (),
     claims: Sequence[capacity.Claim] = (),
 ) -> bool:

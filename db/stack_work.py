@@ -12,6 +12,7 @@ together with stack rows, so no cycle can form.
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from sharemgr.common.outcome import REPLAN, RETRY, SUPERSEDED, Outcome
 from sharemgr.db import api, capacity, models, records
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
+from sharemgr.db.reconcile import Lease
 from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session, defer
 
@@ -115,11 +117,11 @@ class Begin:
     abandons the request) if it dies."""
 
     action: str
-    values: dict[str, Any] = field(default_factory=dict)
-    add: Sequence[Any] = ()
+    values: dict[str, object] = field(default_factory=dict)
+    add: Sequence[models.Base] = ()
     changes: Sequence[Change] = ()
-    op: Mapping[str, Any] | None = None  # resource_type, resource_id, action, host, args
-    op_lease: Any = None  # its lease (``Operations.default_lease``), written with it
+    op: api.NewRequest | None = None
+    op_lease: Lease | None = None  # its lease (``Operations.default_lease``), written with it
     claims: Sequence[capacity.Claim] = ()  # pool capacity its rows take (NoRoom)
 
 
@@ -127,7 +129,7 @@ class Begin:
 class Begun:
     resource_id: int  # the row the action runs on (a replacement's when replacing)
     op_request_id: int | None
-    op_lease: Any = None  # the lease its request was written with
+    op_lease: Lease | None = None  # the lease its request was written with
 
 
 class _NotBegun(Exception):
@@ -217,8 +219,8 @@ def _running_request_tx(
     action: str,
     host: str | None,
     args: dict | None = None,
-    lease_expires_at: Any = None,
-    lease_deadline: Any = None,
+    lease_expires_at: datetime.datetime | None = None,
+    lease_deadline: datetime.datetime | None = None,
 ) -> int:
     """A request ``running`` for this engine as it is written; its id."""
     now = M.utcnow()
@@ -237,7 +239,7 @@ def end(
     action: str,
     status: str,
     reason: str | None = None,
-    values: Mapping[str, Any] | None = None,
+    values: Mapping[str, object] | None = None,
     op_request_id: int | None = None,
     op_error: str | None = None,
     changes: Sequence[Change] = (),
@@ -256,7 +258,7 @@ def end_tx(
     action: str,
     status: str,
     reason: str | None = None,
-    values: Mapping[str, Any] | None = None,
+    values: Mapping[str, object] | None = None,
     op_request_id: int | None = None,
     op_error: str | None = None,
     changes: Sequence[Change] = (),

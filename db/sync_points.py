@@ -40,18 +40,21 @@ import functools
 import json
 import random
 import time
+import types
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import sqlalchemy as sa
 import tenacity
 from sharemgr.common import metrics
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.db import models, records
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
 
 SP = models.SyncPoint
+# A node's entity: a stack_resources row id, or the stack's id for its own point.
+EntityId = int | str
 
 # Back-off between CAS attempts: "full jitter" — a uniform draw from
 # [0, min(cap, base * 2**attempt)] — so writers that collided spread out.
@@ -89,7 +92,7 @@ class SyncResult:
     attempts: int = 0
 
 
-def is_ready(input_data: Mapping[str, Any], required: Collection[str]) -> bool:
+def is_ready(input_data: Mapping[str, JSONValue], required: Collection[str]) -> bool:
     """All ``required`` sender keys are present in ``input_data``."""
     return all(k in input_data for k in required)
 
@@ -122,11 +125,11 @@ def _cas_holding(count: int) -> sa.Update:
 _CAS = _cas_holding(0)
 
 
-def _key(entity_id: Any, traversal_id: str, is_update: bool) -> dict:
+def _key(entity_id: EntityId, traversal_id: str, is_update: bool) -> dict:
     return {"e": str(entity_id), "t": traversal_id, "u": bool(is_update)}
 
 
-def _snapshot(row: Any) -> SyncPoint:
+def _snapshot(row: records.Row) -> SyncPoint:
     return SyncPoint(
         entity_id=row.entity_id,
         traversal_id=row.traversal_id,
@@ -144,7 +147,7 @@ def create_tx(
     session: Session,
     stack_id: str,
     traversal_id: str,
-    nodes: Iterable[tuple[Any, bool]],
+    nodes: Iterable[tuple[EntityId, bool]],
     include_stack: bool = True,
 ) -> int:
     """One point per ``(entity_id, is_update)`` node, plus, with
@@ -152,7 +155,7 @@ def create_tx(
     multi-row INSERT, so thousands of nodes cost one round trip."""
     now = models.utcnow()
 
-    def row(entity: Any, is_update: bool) -> dict:
+    def row(entity: EntityId, is_update: bool) -> dict:
         return {
             "entity_id": str(entity),
             "traversal_id": traversal_id,
@@ -172,7 +175,7 @@ def create_tx(
 
 
 def get_tx(
-    session: Session, entity_id: Any, traversal_id: str, is_update: bool, lock: bool = False
+    session: Session, entity_id: EntityId, traversal_id: str, is_update: bool, lock: bool = False
 ) -> SyncPoint | None:
     # The table's columns, not the mapped class: a plain row, no ORM object
     # to build and throw away (the point is returned as a snapshot).
@@ -206,7 +209,7 @@ def delete_all_tx(session: Session, stack_id: str, traversal_id: str | None = No
 
 def cas_tx(
     session: Session,
-    entity_id: Any,
+    entity_id: EntityId,
     traversal_id: str,
     is_update: bool,
     expected_key: int,
@@ -220,8 +223,8 @@ def cas_tx(
     return records.rowcount(session.execute(_CAS, params)) == 1
 
 
-def blind_write_tx(session: Session, entity_id: Any, traversal_id: str, is_update: bool,
-                   known: Mapping[str, Any], sender: str, data: Any) -> bool:
+def blind_write_tx(session: Session, entity_id: EntityId, traversal_id: str, is_update: bool,
+                   known: Mapping[str, JSONValue], sender: str, data: JSONValue) -> bool:
     """Store ``{**known, sender: data}`` in a point that holds ``known``,
     without reading it first: what a read and a CAS would write there. The
     statement checks that it does: the key is ``len(known)`` (that many
@@ -243,7 +246,7 @@ def blind_write_tx(session: Session, entity_id: Any, traversal_id: str, is_updat
 
 
 def _known(sender: str, required: Collection[str],
-           known: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+           known: Mapping[str, JSONValue] | None) -> Mapping[str, JSONValue] | None:
     """What the point holds before ``sender``'s report, if known: the
     caller's word, or nothing for a point that waits for ``sender`` alone."""
     if known is None and len(required) == 1 and sender in required:
@@ -259,13 +262,13 @@ class CasLost(Exception):
 
 def sync_tx(
     session: Session,
-    entity_id: Any,
+    entity_id: EntityId,
     traversal_id: str,
     is_update: bool,
     sender: str,
-    data: Any,
+    data: JSONValue,
     required: Collection[str] = (),
-    known: Mapping[str, Any] | None = None,
+    known: Mapping[str, JSONValue] | None = None,
     lock: bool = True,
     blind: bool = True,
 ) -> SyncResult:
@@ -306,10 +309,10 @@ def sync_tx(
 
 def sync_many_tx(
     session: Session,
-    entity_id: Any,
+    entity_id: EntityId,
     traversal_id: str,
     is_update: bool,
-    reports: Mapping[str, Any],
+    reports: Mapping[str, JSONValue],
     required: Collection[str] = (),
 ) -> SyncResult:
     """The reports of several senders (``{sender: data}``) merged into the
@@ -319,8 +322,8 @@ def sync_many_tx(
     return _read_and_cas(session, entity_id, traversal_id, is_update, reports, required, True)
 
 
-def _read_and_cas(session: Session, entity_id: Any, traversal_id: str, is_update: bool,
-                  reports: Mapping[str, Any], required: Collection[str], lock: bool
+def _read_and_cas(session: Session, entity_id: EntityId, traversal_id: str, is_update: bool,
+                  reports: Mapping[str, JSONValue], required: Collection[str], lock: bool
                   ) -> SyncResult:
     point = get_tx(session, entity_id, traversal_id, is_update, lock=lock)
     if point is None:
@@ -334,7 +337,7 @@ def _read_and_cas(session: Session, entity_id: Any, traversal_id: str, is_update
     return _merged(point.input_data, reports, required)
 
 
-def _merged(prior: Mapping[str, Any], reports: Mapping[str, Any],
+def _merged(prior: Mapping[str, JSONValue], reports: Mapping[str, JSONValue],
             required: Collection[str]) -> SyncResult:
     merged = {**prior, **reports}
     ready = is_ready(merged, required)
@@ -398,24 +401,25 @@ class Attempt:
         self._attempt.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> bool | None:
-        return self._attempt.__exit__(*exc)
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: types.TracebackType | None) -> bool | None:
+        return self._attempt.__exit__(exc_type, exc, tb)
 
 
 def sync(
     db: Database,
-    entity_id: Any,
+    entity_id: EntityId,
     traversal_id: str,
     is_update: bool,
     sender: str,
-    data: Any,
+    data: JSONValue,
     required: Collection[str] = (),
     *,
     lock_after: int | None = LOCK_AFTER,
     max_attempts: int = MAX_ATTEMPTS,
     backoff_base: float = BACKOFF_BASE,
     backoff_cap: float = BACKOFF_CAP,
-    known: Mapping[str, Any] | None = None,
+    known: Mapping[str, JSONValue] | None = None,
 ) -> SyncResult:
     """:func:`sync_tx` in a transaction of its own, retried as
     :func:`retrying` says: for a report that writes nothing else with it."""

@@ -41,7 +41,7 @@ R = TypeVar("R", bound=kinds.StatusRow)
 
 # ``Op.lease`` of the operation this thread performs, for ``_fresh_leased``:
 # the handlers pass their own arguments to ``run``, not the op.
-_WRITTEN_LEASE: contextvars.ContextVar[leases.Terms | None] = contextvars.ContextVar(
+_WRITTEN_LEASE: contextvars.ContextVar[db_rec.Lease | None] = contextvars.ContextVar(
     "sharemgr_written_lease", default=None)
 
 

@@ -19,7 +19,8 @@ from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
-from sharemgr.manager import capabilities, kinds, leases, operation_table, views
+from sharemgr.db.reconcile import Lease
+from sharemgr.manager import capabilities, kinds, operation_table, views
 
 Change = db_api.Change
 T = TypeVar("T", bound=models.HasTable)
@@ -42,14 +43,14 @@ class Op:
     request_id: int | None = None
     # The lease its request row was written with (``Operations.default_lease``,
     # a stack's begin): the call keeps it when its method's lease is the default.
-    lease: leases.Terms | None = None
+    lease: Lease | None = None
 
     @classmethod
     def of_request(cls, req: models.Request) -> Op:
         return cls(req.resource_type, req.resource_id, req.action, req.host,
                    dict(req.args or {}), req.id)
 
-    def request(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def request(self, extra: Mapping[str, Any] | None = None) -> db_api.NewRequest:
         """The request row's values (requests go to 'host@backend', pools
         stripped, so claims match the host exactly)."""
         return {"resource_type": self.kind, "resource_id": self.ident, "action": self.action,
