@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sharemgr.cli import base
 from sharemgr.cli.resource_cmds import _intake, add_wait
 from sharemgr.common import vocab
 
+if TYPE_CHECKING:
+    from sharemgr.cli.app import SharectlApp
+    from sharemgr.db import models
+
 COLUMNS = ("id", "access_type", "access_to", "access_level", "state", "created_at")
 
 
-def _rule_state(app: Any, rule_id: str) -> str:
+def _rule_state(app: SharectlApp, rule_id: str) -> str:
     from sharemgr.db import api as db_api
     from sharemgr.db import models
 
@@ -23,7 +27,7 @@ def _rule_state(app: Any, rule_id: str) -> str:
     return rule.state if rule is not None else vocab.ACCESS_DELETED
 
 
-def _wait(app: Any, rule_id: str, timeout: float) -> str:
+def _wait(app: SharectlApp, rule_id: str, timeout: float) -> str:
     """Poll until the rule's change has reached the backend (or failed)."""
     start = time.monotonic()
     while True:
@@ -36,7 +40,7 @@ def _wait(app: Any, rule_id: str, timeout: float) -> str:
         time.sleep(0.2)
 
 
-def _row(rule: Any) -> tuple:
+def _row(rule: models.ShareAccessRule) -> tuple[object, ...]:
     return tuple(base.fmt(getattr(rule, c)) for c in COLUMNS)
 
 
@@ -58,7 +62,7 @@ class AccessAllow(base.ShowOne):
         add_wait(parser)
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         a = parsed_args
         rule = _intake(self.app).allow_access(a.share, a.access_type, a.access_to,
                                               a.access_level)
@@ -81,7 +85,7 @@ class AccessDeny(base.Command):
         add_wait(parser)
         return parser
 
-    def take_action(self, parsed_args: Any) -> int:
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
         a = parsed_args
         _intake(self.app).deny_access(a.share, a.rule)
         if not a.wait:
@@ -102,7 +106,7 @@ class AccessList(base.Lister):
         parser.add_argument("share", metavar="SHARE_ID")
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.db import access as db_access
         from sharemgr.manager import plans
 

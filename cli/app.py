@@ -6,13 +6,14 @@ import argparse
 import gc
 import logging  # cliff configures the stdlib root logger; this tunes that
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cliff.app import App
 from cliff.commandmanager import CommandManager
 from sharemgr.cli import commands
 
 if TYPE_CHECKING:
+    from cliff.command import Command
     from sharemgr.cli.context import Context
 
 
@@ -63,7 +64,7 @@ class SharectlApp(App):
             self._context = Context(self.options.config_file)
         return self._context
 
-    def clean_up(self, cmd: Any, result: int, err: BaseException | None) -> None:
+    def clean_up(self, cmd: Command, result: int, err: BaseException | None) -> None:
         if self._context is not None:
             self._context.close()
             self._context = None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from cliff import command, lister, show
 
@@ -29,19 +31,24 @@ class OperationFailed(Exception):
     """The operation ended in an error status: exit code 1."""
 
 
-def fmt(value: Any) -> Any:
+def fmt(value: object) -> object:
     if isinstance(value, datetime.datetime):
         return value.isoformat(timespec="seconds")
     return value
 
 
-def _flat(value: Any) -> Any:
+def _flat(value: object) -> object:
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True)
     return value
 
 
 STRUCTURED_FORMATS = ("json", "yaml")
+
+# What take_action returns: a Lister's column names and rows, a ShowOne's
+# names and values.
+Listed = tuple[Sequence[str], Sequence[Sequence[object]]]
+Shown = tuple[Sequence[str], Sequence[object]]
 
 
 # The project's exceptions a command may end with, by module: looked up only
@@ -75,7 +82,7 @@ class _Errors(_Base):
                      if h.obj is not None and (e := h.obj.get_epilog()) is not None)
         return "\n\n".join(parts)
 
-    def run(self, parsed_args: Any) -> int:
+    def run(self, parsed_args: argparse.Namespace) -> int:
         try:
             return super().run(parsed_args) or EXIT_OK
         except OperationFailed as exc:
@@ -94,7 +101,7 @@ class _Errors(_Base):
             raise
 
 
-def _database_error(cmd: Any, exc: BaseException) -> str:
+def _database_error(cmd: _Errors, exc: BaseException) -> str:
     """One line for a failed query: a schema that is missing or behind
     (the usual cause: 'db sync' not run) says so; else the driver's first
     line, without the SQL."""
@@ -118,7 +125,8 @@ class Command(_Errors, command.Command):
 
 
 class Lister(_Errors, lister.Lister):
-    def produce_output(self, parsed_args: Any, column_names: Any, data: Any) -> int:
+    def produce_output(self, parsed_args: argparse.Namespace, column_names: Sequence[str],
+                       data: Iterable[Sequence[object]]) -> int:
         # Lists and dicts stay structured in json/yaml, one JSON string elsewhere.
         if parsed_args.formatter not in STRUCTURED_FORMATS:
             data = [tuple(_flat(v) for v in row) for row in data]
@@ -126,7 +134,8 @@ class Lister(_Errors, lister.Lister):
 
 
 class ShowOne(_Errors, show.ShowOne):
-    def produce_output(self, parsed_args: Any, column_names: Any, data: Any) -> int:
+    def produce_output(self, parsed_args: argparse.Namespace, column_names: Sequence[str],
+                       data: Sequence[object]) -> int:
         if parsed_args.formatter not in STRUCTURED_FORMATS:
             data = tuple(_flat(v) for v in data)
         return super().produce_output(parsed_args, column_names, data)

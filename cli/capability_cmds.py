@@ -3,12 +3,17 @@ its driver's get_share_stats() (refreshed every backend_stats_interval)."""
 
 from __future__ import annotations
 
-from typing import Any
+import argparse
+from typing import TYPE_CHECKING
 
 from sharemgr.cli import base
 
+if TYPE_CHECKING:
+    from sharemgr.cli.app import SharectlApp
+    from sharemgr.db import models
 
-def _reports(app: Any) -> list:
+
+def _reports(app: SharectlApp) -> list[models.BackendStats]:
     from sharemgr.db import capabilities as db_capabilities
 
     return db_capabilities.all_stats(app.context.db)
@@ -21,7 +26,7 @@ def _backend(host: str) -> str:
 class BackendList(base.Lister):
     """List backends with their capabilities, as their drivers last reported."""
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         columns = ("host", "backend", "share_backend_name", "vendor_name",
                    "driver_handles_share_servers", "snapshot_support",
                    "create_share_from_snapshot_support", "replication_type",
@@ -42,7 +47,7 @@ class PoolList(base.Lister):
     take there (the reserve, over-subscription and placements since the
     report counted; empty: no bound)."""
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.manager import capabilities
 
         columns = ("name", "backend", "total_capacity_gb", "free_capacity_gb",
@@ -53,7 +58,7 @@ class PoolList(base.Lister):
         return columns, data
 
 
-def _gb(value: Any) -> Any:
+def _gb(value: object) -> object:
     """Whole GiB as an integer (how sizes are asked for); a reported
     'infinite' or 'unknown' as it is."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+import argparse
 
 from sharemgr.cli import base
 
@@ -10,7 +10,7 @@ from sharemgr.cli import base
 class DbSync(base.Command):
     """Create or upgrade the database schema to the newest revision."""
 
-    def take_action(self, parsed_args: Any) -> int:
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
         from sharemgr.db import migration  # alembic is slow to import: only here
 
         db = self.app.context.db
@@ -25,7 +25,7 @@ class DbSync(base.Command):
 class DbVersion(base.ShowOne):
     """Show the schema revision of the database and the newest one."""
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         from sharemgr.db import migration
 
         db = self.app.context.db

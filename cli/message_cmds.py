@@ -4,15 +4,18 @@ request left to read (common/messages.py)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sharemgr.cli import base
+
+if TYPE_CHECKING:
+    from sharemgr.db import models
 
 COLUMNS = ("id", "resource_type", "resource_id", "action_id", "detail_id",
            "message_level", "user_message", "created_at", "expires_at", "request_id")
 
 
-def _values(msg: Any) -> tuple:
+def _values(msg: models.Message) -> tuple[object, ...]:
     from sharemgr.common import messages
 
     text = messages.user_message(msg.resource_type, msg.action_id, msg.detail_id)
@@ -32,7 +35,7 @@ class MessageList(base.Lister):
         parser.add_argument("--limit", type=int, default=None)
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.db import messages as db_messages
 
         rows = db_messages.message_list(self.app.context.db, parsed_args.resource,
@@ -48,7 +51,7 @@ class MessageShow(base.ShowOne):
         parser.add_argument("id", help="message id")
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         from sharemgr.db import messages as db_messages
 
         msg = db_messages.message_get(self.app.context.db, parsed_args.id)
@@ -65,7 +68,7 @@ class MessageDelete(base.Command):
         parser.add_argument("id", help="message id")
         return parser
 
-    def take_action(self, parsed_args: Any) -> int:
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
         from sharemgr.db import messages as db_messages
 
         if not db_messages.message_delete(self.app.context.db, parsed_args.id):

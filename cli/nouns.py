@@ -7,9 +7,10 @@ statuses) is in ``manager/kinds.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import datetime
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from sharemgr.common import vocab
 
@@ -21,22 +22,71 @@ if TYPE_CHECKING:
 # The database modules (SQLAlchemy) are imported by the functions that query:
 # 'sharectl --help' loads every command and needs none of them.
 
+# One resource as 'show' prints it, column -> value; every row has a status.
+Row = Mapping[str, object]
+
+
+class ShareRow(TypedDict):
+    id: str
+    name: str | None
+    size: int
+    proto: str
+    status: str  # its primary instance's; error when it has none
+    host: str | None
+    instance_id: str | None
+    export_locations: list[object]
+    access_rules_status: str | None
+    drift: Mapping[str, object] | None  # what the last drift check found (None: it agreed)
+    share_server_id: str | None
+    snapshot_id: str | None
+    share_group_id: str | None
+    created_at: datetime.datetime
+
+
+class InstanceRow(TypedDict):
+    id: str
+    share_id: str
+    host: str
+    status: str
+    replica_state: str | None
+    task_state: str | None
+    share_server_id: str | None
+    export_locations: list[object]
+    drift: Mapping[str, object] | None
+    created_at: datetime.datetime
+
+
+class SnapshotRow(TypedDict):
+    id: str
+    share_id: str
+    name: str | None
+    size: int
+    status: str  # its live instance's; error when it has none
+    instance_id: str | None
+    share_instance_id: str | None
+    drift: Mapping[str, object] | None
+    created_at: datetime.datetime
+
 
 @dataclass(frozen=True)
 class Noun:
     noun: str  # CLI noun, e.g. "share-server"
     rtype: str  # constants resource type (reset-state, valid statuses)
     columns: tuple[str, ...]
-    rows: Callable[[Database], list[dict[str, Any]]]
-    one: Callable[[Database, str], dict[str, Any] | None]
+    rows: Callable[[Database], Sequence[Row]]
+    one: Callable[[Database, str], Row | None]
     delete: str | None  # the Intake method that deletes one
     ok_statuses: tuple[str, ...] = (vocab.AVAILABLE,)
 
     def status(self, db: Database, ident: str) -> str:
         row = self.one(db, ident)
-        return vocab.DELETED if row is None else row["status"]
+        if row is None:
+            return vocab.DELETED
+        status = row["status"]
+        assert isinstance(status, str)  # a status column is never null
+        return status
 
-    def show(self, db: Database, ident: str) -> dict[str, Any]:
+    def show(self, db: Database, ident: str) -> Row:
         from sharemgr.manager.intake import InvalidRequest
 
         row = self.one(db, ident)
@@ -46,14 +96,13 @@ class Noun:
 
 
 def _share_row(share: models.Share | Record, inst: models.ShareInstance | Record | None
-               ) -> dict[str, Any]:
+               ) -> ShareRow:
     return {
         "id": share.id, "name": share.name, "size": share.size, "proto": share.share_proto,
         "status": inst.status if inst else vocab.ERROR, "host": inst.host if inst else None,
         "instance_id": inst.id if inst else None,
         "export_locations": inst.export_locations if inst else [],
         "access_rules_status": inst.access_rules_status if inst else None,
-        # What the last drift check found on the backend (None: it agreed).
         "drift": inst.drift if inst else None,
         "share_server_id": inst.share_server_id if inst else None,
         "snapshot_id": share.snapshot_id, "share_group_id": share.share_group_id,
@@ -61,14 +110,14 @@ def _share_row(share: models.Share | Record, inst: models.ShareInstance | Record
     }
 
 
-def _share_one(db: Database, ident: str) -> dict[str, Any] | None:
+def _share_one(db: Database, ident: str) -> ShareRow | None:
     from sharemgr.db import status_reads
 
     found = status_reads.share_with_status(db, ident)
     return None if found is None else _share_row(*found)
 
 
-def _instance_row(inst: models.ShareInstance) -> dict[str, Any]:
+def _instance_row(inst: models.ShareInstance) -> InstanceRow:
     return {
         "id": inst.id, "share_id": inst.share_id, "host": inst.host, "status": inst.status,
         "replica_state": inst.replica_state, "task_state": inst.task_state,
@@ -78,7 +127,7 @@ def _instance_row(inst: models.ShareInstance) -> dict[str, Any]:
 
 
 def _snapshot_row(snap: models.ShareSnapshot | Record,
-                  inst: models.ShareSnapshotInstance | Record | None) -> dict[str, Any]:
+                  inst: models.ShareSnapshotInstance | Record | None) -> SnapshotRow:
     return {
         "id": snap.id, "share_id": snap.share_id, "name": snap.name, "size": snap.size,
         "status": inst.status if inst else vocab.ERROR, "instance_id": inst.id if inst else None,
@@ -87,14 +136,14 @@ def _snapshot_row(snap: models.ShareSnapshot | Record,
     }
 
 
-def _snapshot_one(db: Database, ident: str) -> dict[str, Any] | None:
+def _snapshot_one(db: Database, ident: str) -> SnapshotRow | None:
     from sharemgr.db import status_reads
 
     found = status_reads.snapshot_with_status(db, ident)
     return None if found is None else _snapshot_row(*found)
 
 
-def _replica_one(db: Database, ident: str) -> dict[str, Any] | None:
+def _replica_one(db: Database, ident: str) -> InstanceRow | None:
     inst = _instance(db, ident)
     return _instance_row(inst) if inst is not None and inst.replica_state else None
 
@@ -106,43 +155,44 @@ def _instance(db: Database, ident: str) -> models.ShareInstance | None:
     return db_api.get(db, models.ShareInstance, ident)
 
 
-def _instance_one(db: Database, ident: str) -> dict[str, Any] | None:
+def _instance_one(db: Database, ident: str) -> InstanceRow | None:
     inst = _instance(db, ident)
     return _instance_row(inst) if inst is not None else None
 
 
-def _inst_rows(db: Database) -> list[dict[str, Any]]:
+def _inst_rows(db: Database) -> list[InstanceRow]:
     from sharemgr.db import api as db_api
     from sharemgr.db import models
 
     return [_instance_row(i) for i in db_api.query(db, models.ShareInstance)]
 
 
-def _share_rows(db: Database) -> list[dict[str, Any]]:
+def _share_rows(db: Database) -> list[ShareRow]:
     from sharemgr.db import status_reads
 
     return [_share_row(s, i) for s, i in status_reads.shares_with_status(db)]
 
 
-def _snapshot_rows(db: Database) -> list[dict[str, Any]]:
+def _snapshot_rows(db: Database) -> list[SnapshotRow]:
     from sharemgr.db import status_reads
 
     return [_snapshot_row(s, i) for s, i in status_reads.snapshots_with_status(db)]
 
 
-def _plain(model_name: str, fields: tuple[str, ...]) -> tuple[Callable, Callable]:
+def _plain(model_name: str, fields: tuple[str, ...]
+           ) -> tuple[Callable[[Database], list[Row]], Callable[[Database, str], Row | None]]:
     """rows/one of a model whose own row holds everything shown."""
 
-    def row(r: Any) -> dict[str, Any]:
+    def row(r: object) -> Row:
         return {f: getattr(r, f) for f in fields}
 
-    def rows(db: Database) -> list[dict[str, Any]]:
+    def rows(db: Database) -> list[Row]:
         from sharemgr.db import api as db_api
         from sharemgr.db import models
 
         return [row(r) for r in db_api.query(db, getattr(models, model_name))]
 
-    def one(db: Database, ident: str) -> dict[str, Any] | None:
+    def one(db: Database, ident: str) -> Row | None:
         from sharemgr.db import api as db_api
         from sharemgr.db import models
 

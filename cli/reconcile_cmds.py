@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sharemgr.cli import base
 from sharemgr.common import vocab
 
 if TYPE_CHECKING:
+    from sharemgr.cli.context import Context
     from sharemgr.db import models
 
 
-def _summary_row(p: models.ReconcilePass) -> tuple[tuple, tuple]:
+def _summary_row(p: models.ReconcilePass) -> tuple[tuple[str, ...], tuple[object, ...]]:
     s = p.summary or {}
     status = "failed" if s.get("failed") else "finished" if p.finished_at else "running"
     cols = ("id", "host", "engine_id", "trigger", "dry_run", "status", "started_at",
@@ -39,18 +40,19 @@ class ReconcileRun(base.Lister):
                             help="how long to wait for a manager to run it (default 120)")
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         rec = _ask(self.app.context, vocab.ACTION_RUN, "manual", parsed_args)
         if parsed_args.dry_run:
-            cols = ("type", "id", "status", "action", "outcome")
+            plan_cols = ("type", "id", "status", "action", "outcome")
             plan = rec.summary.get("plan", [])
-            return cols, [(i["type"], i["id"], i["status"], i["action"],
+            return plan_cols, [(i["type"], i["id"], i["status"], i["action"],
                            i.get("outcome") or i.get("reason")) for i in plan]
         cols, vals = _summary_row(rec)
         return cols, [vals]
 
 
-def _ask(ctx: Any, action: str, prefix: str, parsed_args: Any) -> models.ReconcilePass:
+def _ask(ctx: Context, action: str, prefix: str, parsed_args: argparse.Namespace
+         ) -> models.ReconcilePass:
     """Write a request for a manager of this host, wait for it, return the
     record of the pass (or check) it ran."""
     from sharemgr.db import api as db_api
@@ -69,7 +71,7 @@ def _ask(ctx: Any, action: str, prefix: str, parsed_args: Any) -> models.Reconci
     return found[0]
 
 
-def wait_request(ctx: Any, req_id: int, timeout: float, who: str, what: str = "the pass"
+def wait_request(ctx: Context, req_id: int, timeout: float, who: str, what: str = "the pass"
                  ) -> None:
     """Wait for a request to be carried out; OperationFailed (one line)
     when it failed, nobody took it, or it did not finish in ``timeout``."""
@@ -107,7 +109,7 @@ class ReconcileDrift(base.Lister):
                             help="how long to wait for a manager to run it (default 120)")
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         rec = _ask(self.app.context, vocab.ACTION_DRIFT, "drift", parsed_args)
         cols = ("kind", "resource_type", "share_id", "snapshot_id", "instance_id", "database",
                 "backend", "policy", "action")
@@ -129,7 +131,7 @@ class ReconcileShow(base.ShowOne):
                             help="the newest pass of any host")
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         from sharemgr.db import reconcile as db_rec
 
         ctx = self.app.context
@@ -150,7 +152,7 @@ class ReconcileList(base.Lister):
         parser.add_argument("--limit", type=int, default=20)
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.db import models
         from sharemgr.db import reconcile as db_rec
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from sharemgr.cli import base
 from sharemgr.cli.nouns import NOUNS, Noun
 from sharemgr.common import vocab
 
 if TYPE_CHECKING:
+    from sharemgr.cli.app import SharectlApp
     from sharemgr.manager.intake import Intake
 
 # A refusal from the intake (plans.Refused) ends the command with exit 2
@@ -20,17 +22,17 @@ if TYPE_CHECKING:
 # command runs, not when 'sharectl --help' lists it.
 
 
-def _intake(app: Any) -> Intake:
+def _intake(app: SharectlApp) -> Intake:
     from sharemgr.manager.intake import Intake
 
     return Intake(app.context.db, app.context.conf)
 
 
-def _columns_values(row: dict[str, Any]) -> tuple[tuple, tuple]:
+def _columns_values(row: Mapping[str, object]) -> tuple[tuple[str, ...], tuple[object, ...]]:
     return tuple(row), tuple(base.fmt(v) for v in row.values())
 
 
-def unserved(app: Any, ident: str) -> str | None:
+def unserved(app: SharectlApp, ident: str) -> str | None:
     """The 'host@backend' of the resource's open request when no live
     engine of that host is there to carry it out, else None."""
     from sharemgr.db import api as db_api
@@ -57,7 +59,8 @@ def unserved(app: Any, ident: str) -> str | None:
     return None if host.partition("@")[0] in alive else host
 
 
-def wait_for(app: Any, kind: Noun, ident: str, timeout: float, deleting: bool = False) -> str:
+def wait_for(app: SharectlApp, kind: Noun, ident: str, timeout: float,
+             deleting: bool = False) -> str:
     """Poll until the resource leaves its transient status; show progress on a
     terminal. Returns the final status. Says at once when no live engine
     serves the request (it waits on: one may be started)."""
@@ -91,7 +94,7 @@ def wait_for(app: Any, kind: Noun, ident: str, timeout: float, deleting: bool = 
     return status
 
 
-def _finish(app: Any, kind: Noun, ident: str, status: str, ok: tuple[str, ...]) -> None:
+def _finish(app: SharectlApp, kind: Noun, ident: str, status: str, ok: tuple[str, ...]) -> None:
     if status not in ok:
         raise base.OperationFailed(f"{kind.noun} {ident} ended in status {status}")
 
@@ -122,7 +125,7 @@ def integer(text: str) -> int:
 class ResourceList(base.Lister):
     kind: Noun
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         rows = self.kind.rows(self.app.context.db)
         cols = self.kind.columns
         return cols, [tuple(base.fmt(r[c]) for c in cols) for r in rows]
@@ -136,7 +139,7 @@ class ResourceShow(base.ShowOne):
         parser.add_argument("id", help=f"{self.kind.noun} id")
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         return _columns_values(self.kind.show(self.app.context.db, parsed_args.id))
 
 
@@ -154,7 +157,7 @@ class ResourceDelete(base.Command):
         add_wait(parser)
         return parser
 
-    def take_action(self, parsed_args: Any) -> int:
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
         method = self.kind.delete
         assert method is not None  # the command exists only for nouns with a delete
         getattr(_intake(self.app), method)(parsed_args.id, force=parsed_args.force)
@@ -180,7 +183,7 @@ class ResourceResetState(base.Command):
                             help="one of: " + ", ".join(vocab.VALID_STATUSES[self.kind.rtype]))
         return parser
 
-    def take_action(self, parsed_args: Any) -> int:
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
         _intake(self.app).reset_state(self.kind.rtype, parsed_args.id, parsed_args.state)
         self.app.stdout.write(f"{self.kind.noun} {parsed_args.id}: {parsed_args.state}\n")
         return 0
@@ -200,14 +203,15 @@ class _Create(base.ShowOne):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         pass
 
-    def submit(self, intake: Intake, args: Any) -> str:
+    def submit(self, intake: Intake, args: argparse.Namespace) -> str:
         raise NotImplementedError
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         ident = self.submit(_intake(self.app), parsed_args)
         return self.show_after(ident, parsed_args, self.kind.ok_statuses)
 
-    def show_after(self, ident: str, parsed_args: Any, ok: tuple[str, ...]) -> tuple:
+    def show_after(self, ident: str, parsed_args: argparse.Namespace, ok: tuple[str, ...]
+                   ) -> base.Shown:
         status = None
         if parsed_args.wait:
             status = wait_for(self.app, self.kind, ident, parsed_args.timeout)
@@ -236,7 +240,7 @@ class ShareCreate(_Create):
         parser.add_argument("--snapshot", metavar="ID", help="create from this snapshot")
         parser.add_argument("--share-group", metavar="ID", help="member of this group")
 
-    def submit(self, intake: Intake, a: Any) -> str:
+    def submit(self, intake: Intake, a: argparse.Namespace) -> str:
         return intake.create_share(a.size, a.proto, a.name, a.backend, a.share_server,
                                    a.snapshot, a.share_group, host=a.host).id
 
@@ -249,7 +253,7 @@ class _Resize(_Create):
         parser.add_argument("new_size", type=integer,
                             help=f"new size in GiB, at most {vocab.MAX_SHARE_SIZE_GB}")
 
-    def submit(self, intake: Intake, a: Any) -> str:
+    def submit(self, intake: Intake, a: argparse.Namespace) -> str:
         return intake.resize_share(a.id, a.new_size, extend=self.extend).id
 
 
@@ -276,7 +280,7 @@ class SnapshotCreate(_Create):
         parser.add_argument("share", metavar="SHARE_ID")
         parser.add_argument("--name")
 
-    def submit(self, intake: Intake, a: Any) -> str:
+    def submit(self, intake: Intake, a: argparse.Namespace) -> str:
         return intake.create_snapshot(a.share, a.name).id
 
 
@@ -290,7 +294,7 @@ class ReplicaCreate(_Create):
         parser.add_argument("--backend")
         add_host(parser)
 
-    def submit(self, intake: Intake, a: Any) -> str:
+    def submit(self, intake: Intake, a: argparse.Namespace) -> str:
         return intake.create_replica(a.share, a.backend, a.host).id
 
 
@@ -303,7 +307,7 @@ class ShareServerCreate(_Create):
         parser.add_argument("--backend")
         add_host(parser)
 
-    def submit(self, intake: Intake, a: Any) -> str:
+    def submit(self, intake: Intake, a: argparse.Namespace) -> str:
         return intake.create_share_server(a.backend, a.host).id
 
 
@@ -318,7 +322,7 @@ class ShareGroupCreate(_Create):
         add_host(parser)
         parser.add_argument("--share-server", metavar="ID")
 
-    def submit(self, intake: Intake, a: Any) -> str:
+    def submit(self, intake: Intake, a: argparse.Namespace) -> str:
         return intake.create_share_group(a.name, a.backend, a.share_server, a.host).id
 
 
@@ -331,7 +335,7 @@ class GroupSnapshotCreate(_Create):
         parser.add_argument("group", metavar="SHARE_GROUP_ID")
         parser.add_argument("--name")
 
-    def submit(self, intake: Intake, a: Any) -> str:
+    def submit(self, intake: Intake, a: argparse.Namespace) -> str:
         return intake.create_group_snapshot(a.group, a.name).id
 
 
@@ -344,7 +348,7 @@ class BackupCreate(_Create):
         parser.add_argument("share", metavar="SHARE_ID")
         parser.add_argument("--name")
 
-    def submit(self, intake: Intake, a: Any) -> str:
+    def submit(self, intake: Intake, a: argparse.Namespace) -> str:
         return intake.create_backup(a.share, a.name).id
 
 
@@ -356,10 +360,10 @@ class BackupRestore(_Create):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("id", metavar="BACKUP_ID")
 
-    def submit(self, intake: Intake, a: Any) -> str:
+    def submit(self, intake: Intake, a: argparse.Namespace) -> str:
         return intake.restore_backup(a.id).id
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         backup = _intake(self.app).restore_backup(parsed_args.id)
         result = self.show_after(backup.id, parsed_args, (vocab.AVAILABLE,))
         if parsed_args.wait:
@@ -383,7 +387,7 @@ class RequestList(base.Lister):
         parser.add_argument("--limit", type=int, default=None)
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.db import api as db_api
 
         rows = db_api.request_list(self.app.context.db, parsed_args.status,

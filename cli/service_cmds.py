@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import datetime
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from sharemgr.cli import base
 
+if TYPE_CHECKING:
+    from sharemgr.db import models
 
-def backend_states(rows: list[Any]) -> str:
+
+def backend_states(rows: Iterable[models.ServiceBackend]) -> str:
     """'dummy: up, broken: failed (reason)': each backend's state."""
     return ", ".join(f"{r.backend}: {r.state}" + (f" ({r.reason})" if r.reason else "")
                      for r in rows)
@@ -23,7 +28,7 @@ class ServiceList(base.Lister):
         parser.add_argument("--all", action="store_true", help="include stopped engines")
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.db import services as db_services
 
         ctx = self.app.context
@@ -51,7 +56,7 @@ def _seconds(text: str) -> int:
     return value
 
 
-def died_at(row: Any, alive: bool) -> Any:
+def died_at(row: models.Service, alive: bool) -> datetime.datetime | None:
     """When a dead engine died, as far as the database can tell: its last
     heartbeat (None for an engine alive or stopped with SIGTERM)."""
     if alive or row.stopped_at is not None:
@@ -71,7 +76,7 @@ class ServiceCleanup(base.Command):
                             help="only engines silent for at least this long (default 0)")
         return parser
 
-    def take_action(self, parsed_args: Any) -> int:
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
         from sharemgr.db import services as db_services
 
         ctx = self.app.context

@@ -6,17 +6,23 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sharemgr.cli import base
 from sharemgr.common import vocab
+
+if TYPE_CHECKING:
+    from sharemgr.cli.app import SharectlApp
+    from sharemgr.convergence.prepare import Traversal
+    from sharemgr.convergence.template import Template
+    from sharemgr.db import models
 
 # --wait reads the stack's head this often: a read-only primary-key read, so
 # the end of a traversal is seen within a tenth of a second.
 POLL = 0.1
 
 
-def _lookup(app: Any, name: str) -> Any:
+def _lookup(app: SharectlApp, name: str) -> models.Stack:
     from sharemgr.db import stacks
     from sharemgr.db.stacks import StackNotFound
 
@@ -26,7 +32,7 @@ def _lookup(app: Any, name: str) -> Any:
         raise base.UserError(str(exc))
 
 
-def _template(app: Any, path: str) -> Any:
+def _template(app: SharectlApp, path: str) -> Template:
     from sharemgr.convergence import actions
     from sharemgr.convergence.template import TemplateError
 
@@ -41,15 +47,15 @@ def _template(app: Any, path: str) -> Any:
         raise base.UserError(f"invalid template {path}: {exc}")
 
 
-def _show(app: Any, stack: Any) -> tuple[tuple, tuple]:
+def _show(app: SharectlApp, stack: models.Stack) -> base.Shown:
     from sharemgr.convergence import actions
 
     row = actions.show(app.context.db, stack)
     return tuple(row), tuple(base.fmt(v) for v in row.values())
 
 
-def wait_for_stack(app: Any, stack_id: str, traversal: str,
-                   timeout: float | None) -> tuple[Any, bool]:
+def wait_for_stack(app: SharectlApp, stack_id: str, traversal: str,
+                   timeout: float | None) -> tuple[models.Stack, bool]:
     """Poll until the traversal (or the rollback that replaced it) ends; show
     progress on a terminal. Returns (stack row, rolled back). ``timeout``
     None: until it ends (every traversal ends: the watchdog and the stack's
@@ -81,7 +87,11 @@ def wait_for_stack(app: Any, stack_id: str, traversal: str,
                                  f"({time.monotonic() - start:.1f}s)\033[K")
                 sys.stderr.flush()
             if stack.status != vocab.STACK_IN_PROGRESS:
-                return stacks.stack_get(db, stack_id, include_deleted=True), rolled_back
+                # The whole row (the head read without a terminal lacks the graph).
+                ended = stacks.stack_get(db, stack_id, include_deleted=True)
+                if ended is None:
+                    raise base.OperationFailed(f"stack {stack_id} is gone")
+                return ended, rolled_back
             if timeout is not None and time.monotonic() - start > timeout:
                 raise base.OperationFailed(
                     f"stack {stack.name} still {stack.action} {stack.status} after "
@@ -112,16 +122,16 @@ class _Start(base.ShowOne):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         pass
 
-    def begin(self, args: Any) -> Any:
+    def begin(self, args: argparse.Namespace) -> Traversal:
         from sharemgr.convergence import actions
 
         return actions.start(self.app.context.db, args.name, self.action,
                              self.template(args))
 
-    def template(self, args: Any) -> Any:
+    def template(self, args: argparse.Namespace) -> Template | None:
         return None
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         from sharemgr.convergence.prepare import TraversalLost
         from sharemgr.db import stacks
 
@@ -131,8 +141,10 @@ class _Start(base.ShowOne):
             raise base.OperationFailed(f"{exc}; nothing was changed, try again")
         db = self.app.context.db
         if not parsed_args.wait:
-            stack = stacks.stack_get(db, tr.stack_id, include_deleted=True)
-            return _show(self.app, stack)
+            started = stacks.stack_get(db, tr.stack_id, include_deleted=True)
+            if started is None:
+                raise base.OperationFailed(f"stack {tr.stack_id} is gone")
+            return _show(self.app, started)
         stack, rolled_back = wait_for_stack(self.app, tr.stack_id, tr.traversal_id,
                                             parsed_args.wait_timeout)
         result = _show(self.app, stack)
@@ -177,7 +189,7 @@ class StackCreate(_Start):
         parser.add_argument("--disable-rollback", action="store_true",
                             help="on failure leave the stack FAILED instead of rolling back")
 
-    def begin(self, args: Any) -> Any:
+    def begin(self, args: argparse.Namespace) -> Traversal:
         from sharemgr.convergence import actions
 
         template = _template(self.app, args.template)
@@ -195,7 +207,7 @@ class StackUpdate(_Start):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         _template_args(parser)
 
-    def begin(self, args: Any) -> Any:
+    def begin(self, args: argparse.Namespace) -> Traversal:
         from sharemgr.convergence import actions
 
         template = _template(self.app, args.template)
@@ -230,7 +242,7 @@ class StackCancel(base.ShowOne):
                             help="block until the rollback ends (exit 1 unless it completed)")
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         from sharemgr.convergence import lifecycle
         from sharemgr.db import stacks
 
@@ -242,9 +254,10 @@ class StackCancel(base.ShowOne):
         if not lifecycle.cancel(db, stack, rollback=not parsed_args.no_rollback):
             raise base.UserError(f"stack {stack.name}: its traversal ended or changed "
                                  "meanwhile; nothing was cancelled")
-        stack = stacks.stack_get(db, stack.id, include_deleted=True)
-        if stack is None:
+        found = stacks.stack_get(db, stack.id, include_deleted=True)
+        if found is None:
             raise base.OperationFailed(f"stack {parsed_args.name} is gone")
+        stack = found
         if parsed_args.wait and stack.status == vocab.STACK_IN_PROGRESS:
             stack, _ = wait_for_stack(self.app, stack.id, stack.current_traversal or "", None)
             if stack.status != vocab.STACK_COMPLETE:
@@ -262,14 +275,14 @@ class StackShow(base.ShowOne):
         parser.add_argument("name", metavar="NAME", help="stack name (or id)")
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         return _show(self.app, _lookup(self.app, parsed_args.name))
 
 
 class StackList(base.Lister):
     """List stacks."""
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.db import stacks
 
         cols = ("id", "name", "action", "status", "created_at", "updated_at")
@@ -286,7 +299,7 @@ class StackResourceList(base.Lister):
         parser.add_argument("name", metavar="NAME", help="stack name (or id)")
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.convergence import actions
 
         stack = _lookup(self.app, parsed_args.name)
@@ -303,7 +316,7 @@ class StackGraph(base.Command):
         parser.add_argument("name", metavar="NAME", help="stack name (or id)")
         return parser
 
-    def take_action(self, parsed_args: Any) -> int:
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
         from sharemgr.convergence import actions
 
         stack = _lookup(self.app, parsed_args.name)
@@ -311,7 +324,7 @@ class StackGraph(base.Command):
         return 0
 
 
-def _check(app: Any, stack: Any, timeout: float) -> Any:
+def _check(app: SharectlApp, stack: models.Stack, timeout: float) -> models.Stack:
     """Have an engine check the stack (reconcile/stack_check.py); the row after."""
     from sharemgr.cli.reconcile_cmds import wait_request
     from sharemgr.db import api as db_api
@@ -325,7 +338,10 @@ def _check(app: Any, stack: Any, timeout: float) -> Any:
         "action": vocab.ACTION_STACK_CHECK, "host": None, "args": {}})
     assert req_id is not None  # a request was given
     wait_request(app.context, req_id, timeout, "share-manager", "the check")
-    return stacks.stack_get(app.context.db, stack.id)
+    checked = stacks.stack_get(app.context.db, stack.id)
+    if checked is None:  # deleted meanwhile
+        raise base.OperationFailed(f"stack {stack.name} is gone")
+    return checked
 
 
 class StackCheck(base.ShowOne):
@@ -342,7 +358,7 @@ class StackCheck(base.ShowOne):
                             help="how long to wait for a manager to run it (default 120)")
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         stack = _check(self.app, _lookup(self.app, parsed_args.name), parsed_args.timeout)
         result = _show(self.app, stack)
         if stack.status != vocab.STACK_COMPLETE:
@@ -359,13 +375,14 @@ class StackConverge(_Start):
 
     action = vocab.STACK_UPDATE
 
-    def begin(self, args: Any) -> Any:
+    def begin(self, args: argparse.Namespace) -> Traversal:
         from sharemgr.convergence import actions
         from sharemgr.convergence.template import Template
         from sharemgr.db import stacks
 
         stack = _check(self.app, _lookup(self.app, args.name), 120)
-        stored = stacks.template_get(self.app.context.db, stack.template_id)
+        stored = None if stack.template_id is None else \
+            stacks.template_get(self.app.context.db, stack.template_id)
         if stored is None:
             raise base.UserError(f"stack {stack.name} has no template to converge to")
         return actions.start(self.app.context.db, stack.id, self.action,

@@ -4,9 +4,46 @@ from __future__ import annotations
 
 import argparse
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from sharemgr.cli import base
+
+if TYPE_CHECKING:
+    from sharemgr.db import models
+
+
+# What the command shows (as JSON or YAML with -f json/yaml, as text else).
+
+
+class EngineState(TypedDict):
+    engine_id: str
+    host: str
+    alive: bool | None  # None: the coordination backend did not answer
+    heartbeat_age_seconds: int | None
+
+
+class EnginesSummary(TypedDict):
+    alive: int | None
+    running: int
+    engines: list[EngineState]
+    coordination_error: NotRequired[str]
+
+
+class BackendReport(TypedDict):
+    host: str
+    stats_age_seconds: int | None
+    engine_id: str | None
+
+
+class LastPass(TypedDict):
+    id: int
+    trigger: str
+    status: str
+    started_at: object  # fmt()'s text of the time
+    finished_at: object
+    outcomes: dict[str, dict[str, int]]  # resource type -> status written -> count
+    failures: int
+    error: str | None
 
 
 def _age(when: datetime.datetime | None, now: datetime.datetime) -> int | None:
@@ -32,7 +69,7 @@ class Status(base.ShowOne):
             "(default 30)")
         return parser
 
-    def take_action(self, parsed_args: Any) -> tuple:
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         from sharemgr.db import capabilities as db_capabilities
         from sharemgr.db import models
         from sharemgr.db import reconcile as db_rec
@@ -47,11 +84,12 @@ class Status(base.ShowOne):
         now = models.utcnow()
         running = db_services.service_list(ctx.db, include_stopped=False)
         alive, coord_error = self._alive()
-        engines = [{"engine_id": r.engine_id, "host": r.host,
+        engines: list[EngineState] = [{"engine_id": r.engine_id, "host": r.host,
                     "alive": None if alive is None else r.engine_id in alive,
                     "heartbeat_age_seconds": _age(r.heartbeat_at, now)} for r in running]
-        backends = [{"host": r.host, "stats_age_seconds": _age(r.updated_at, now),
-                     "engine_id": r.engine_id} for r in db_capabilities.all_stats(ctx.db)]
+        backends: list[BackendReport] = [
+            {"host": r.host, "stats_age_seconds": _age(r.updated_at, now),
+             "engine_id": r.engine_id} for r in db_capabilities.all_stats(ctx.db)]
         queue: dict[str, dict[str, int]] = {}
         for (qhost, status), n in sorted(db_status.request_counts(ctx.db).items(),
                                          key=lambda kv: (kv[0][0] or "", kv[0][1])):
@@ -63,7 +101,7 @@ class Status(base.ShowOne):
 
         structured = parsed_args.formatter in base.STRUCTURED_FORMATS
         n_alive = None if alive is None else sum(1 for e in engines if e["alive"])
-        summary: dict[str, Any] = {"alive": n_alive, "running": len(engines),
+        summary: EnginesSummary = {"alive": n_alive, "running": len(engines),
                                    "engines": engines}
         if coord_error:
             summary["coordination_error"] = coord_error
@@ -86,7 +124,7 @@ class Status(base.ShowOne):
             return None, str(exc)
 
     @staticmethod
-    def _pass(p: Any) -> dict[str, Any]:
+    def _pass(p: models.ReconcilePass) -> LastPass:
         s = p.summary or {}
         status = "failed" if s.get("failed") else "finished" if p.finished_at else "running"
         return {"id": p.id, "trigger": p.trigger, "status": status,
@@ -95,7 +133,7 @@ class Status(base.ShowOne):
                 "error": s.get("error")}
 
     @staticmethod
-    def _engines_text(summary: dict[str, Any]) -> str:
+    def _engines_text(summary: EnginesSummary) -> str:
         alive = "?" if summary["alive"] is None else summary["alive"]
         lines = [f"{alive} alive of {summary['running']} running"]
         if summary.get("coordination_error"):
@@ -107,12 +145,12 @@ class Status(base.ShowOne):
         return "\n".join(lines)
 
     @staticmethod
-    def _backends_text(backends: list[dict[str, Any]]) -> str:
+    def _backends_text(backends: list[BackendReport]) -> str:
         return "\n".join(f"{b['host']}: stats {_ago(b['stats_age_seconds'])}"
                          for b in backends) or "none reported"
 
     @staticmethod
-    def _pass_text(last: dict[str, Any] | None) -> str:
+    def _pass_text(last: LastPass | None) -> str:
         if last is None:
             return "none recorded for this host"
         acted = ", ".join(f"{t}: " + " ".join(f"{s}={n}" for s, n in sorted(c.items()))

@@ -17,7 +17,7 @@ query per scrape.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Protocol
 
 from oslo_log import log as logging
 from prometheus_client import (
@@ -124,11 +124,11 @@ class QueueCollector(Collector):
         # a zero and not an absent series.
         self._hosts = hosts
 
-    def describe(self) -> Iterator[Any]:
+    def describe(self) -> Iterator[Metric]:
         # Describing without collecting: registering must not query.
         yield GaugeMetricFamily("sharemgr_requests", "", labels=["host", "status"])
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         try:
             counts = self._count()
         except Exception as exc:  # the database is down: the scrape still answers
@@ -156,10 +156,10 @@ class BackendCollector(Collector):
     def __init__(self, states: Callable[[], Mapping[str, tuple[bool, str]]]) -> None:
         self._states = states
 
-    def describe(self) -> Iterator[Any]:
+    def describe(self) -> Iterator[Metric]:
         yield GaugeMetricFamily("sharemgr_backend_up", "", labels=["backend"])
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
             "sharemgr_backend_up", "1 while the backend serves, 0 while its set-up "
             "fails or runs (this engine's).", labels=["backend"])
@@ -181,20 +181,31 @@ _POOL_GAUGES = (
 )
 
 
+class PoolFigures(Protocol):
+    """A pool as PoolCollector reads it (manager/capabilities.py's
+    PoolState): its names, and its figures by the names of ``_POOL_GAUGES``."""
+
+    @property
+    def host(self) -> str: ...  # 'host@backend#pool'
+
+    @property
+    def backend(self) -> str: ...
+
+
 class PoolCollector(Collector):
     """Each pool's capacity, read at scrape time (``states``: objects with
     ``host``, ``backend`` and the figures of ``_POOL_GAUGES``; a figure that
     is not a number, 'infinite' or no bound, is left out). A failed read is
     logged and the pools left out of that scrape."""
 
-    def __init__(self, states: Callable[[], Iterable[Any]]) -> None:
+    def __init__(self, states: Callable[[], Iterable[PoolFigures]]) -> None:
         self._states = states
 
-    def describe(self) -> Iterator[Any]:
+    def describe(self) -> Iterator[Metric]:
         for name, _attr, _help in _POOL_GAUGES:
             yield GaugeMetricFamily(name, "", labels=["pool", "backend"])
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         try:
             states = list(self._states())
         except Exception as exc:  # the database is down: the scrape still answers

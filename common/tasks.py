@@ -13,13 +13,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent import futures
-from typing import Any
+from typing import TypeVar
 
 from oslo_log import log as logging
 
 LOG = logging.getLogger(__name__)
 
 ErrorHook = Callable[[BaseException], None]
+T = TypeVar("T")
 
 
 def log_failure(fut: futures.Future, what: str, on_error: ErrorHook | None = None) -> None:
@@ -40,8 +41,10 @@ def log_failure(fut: futures.Future, what: str, on_error: ErrorHook | None = Non
             LOG.exception("recording the failure of %s failed too", what)
 
 
-def submit_logged(executor: futures.Executor, fn: Callable[..., Any], *args: Any, what: str,
-                  on_error: ErrorHook | None = None, **kwargs: Any) -> futures.Future:
+# The arguments are passed on as they are (a ParamSpec cannot have the
+# keyword-only 'what' after them).
+def submit_logged(executor: futures.Executor, fn: Callable[..., T], *args: object, what: str,
+                  on_error: ErrorHook | None = None, **kwargs: object) -> futures.Future[T]:
     """``executor.submit(fn, *args, **kwargs)``; if ``fn`` raises, the
     exception is logged with its traceback (``what`` names the work in the
     line) and passed to ``on_error``, whether or not anyone waits for the
@@ -51,7 +54,7 @@ def submit_logged(executor: futures.Executor, fn: Callable[..., Any], *args: Any
     return fut
 
 
-def start_thread(target: Callable[..., Any], *args: Any, name: str,
+def start_thread(target: Callable[..., object], *args: object, name: str,
                  daemon: bool = True, on_error: ErrorHook | None = None) -> threading.Thread:
     """Start a thread whose exception, if it ends with one, is logged with
     its traceback through oslo.log (and passed to ``on_error``)."""
@@ -73,7 +76,7 @@ def start_thread(target: Callable[..., Any], *args: Any, name: str,
     return thread
 
 
-def log_periodic_failure(cb: Callable[..., Any], kind: str, spacing: float,
+def log_periodic_failure(cb: Callable[..., object], kind: str, spacing: float,
                          exc_info: tuple, traceback: str | None = None) -> None:
     """``on_failure`` for ``futurist.periodics.PeriodicWorker``: a periodic
     task's exception with its traceback, through oslo.log like every other

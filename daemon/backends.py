@@ -8,19 +8,24 @@ passes, the backend joins the running service."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import tenacity
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.daemon.parts import started
 from sharemgr.db import services as db_services
 from sharemgr.drivers import loader
+from sharemgr.drivers.base import ShareDriver
 from sharemgr.manager import capabilities, ensure
+
+if TYPE_CHECKING:
+    from sharemgr.daemon.service import ShareManagerService
 
 LOG = logging.getLogger(__name__)
 
 
-def _set_up(driver: Any) -> loader.BackendSetupError | None:
+def _set_up(driver: ShareDriver) -> loader.BackendSetupError | None:
     """The driver's set-up; its failure returned, not raised."""
     try:
         loader.setup_driver(driver)
@@ -33,9 +38,9 @@ class BackendSetup:
     """The set-up of one service's backends (``service``: a started or
     starting ShareManagerService)."""
 
-    def __init__(self, service: Any) -> None:
+    def __init__(self, service: ShareManagerService) -> None:
         self.service = service
-        self.failed: dict[str, Any] = {}  # backend -> its driver, set-up failed
+        self.failed: dict[str, ShareDriver] = {}  # backend -> its driver, set-up failed
         # backend -> 'up', 'initializing' or 'failed (<reason>)': what the
         # health endpoint reports (daemon/health.py, backend_states).
         self.states: dict[str, str] = {}
@@ -46,11 +51,11 @@ class BackendSetup:
         svc = self.service
         self.states[backend] = f"{state} ({reason})" if reason else state
         try:
-            db_services.service_backend_set(svc.db, svc.engine_id, backend, state, reason)
+            db_services.service_backend_set(started(svc.db), svc.engine_id, backend, state, reason)
         except Exception:  # oslo.log appends the error's first line
             LOG.warning("backend [%s]: could not record its state '%s'", backend, state)
 
-    def first_tries(self, constructed: dict[str, Any]) -> dict[str, Any]:
+    def first_tries(self, constructed: dict[str, ShareDriver]) -> dict[str, ShareDriver]:
         """Set each backend up once, at start; returns those that are up."""
         for backend in constructed:
             self.record(backend, vocab.BACKEND_INITIALIZING)
@@ -85,7 +90,7 @@ class BackendSetup:
             multiplier=2 * conf.backend_setup_retry_interval,
             max=conf.backend_setup_retry_max_interval)(retry_state)
 
-    def _retry(self, backend: str, driver: Any) -> None:
+    def _retry(self, backend: str, driver: ShareDriver) -> None:
         """Until the set-up passes (then the backend joins) or the daemon stops."""
         stopping = self.service.stopping
         if stopping.wait(self.service.conf.backend_setup_retry_interval):
@@ -96,6 +101,9 @@ class BackendSetup:
                 return False
             loader.setup_driver(driver)
             return True
+
+        def sleep(seconds: float) -> None:  # a stop ends the wait at once
+            stopping.wait(seconds)
 
         def failed(retry_state: tenacity.RetryCallState) -> None:
             outcome, action = retry_state.outcome, retry_state.next_action
@@ -109,7 +117,7 @@ class BackendSetup:
                 retry=tenacity.retry_if_exception_type(loader.BackendSetupError),
                 wait=self._wait,
                 stop=lambda _state: stopping.is_set(),
-                sleep=stopping.wait,
+                sleep=sleep,
                 before_sleep=failed,
                 reraise=True,
             )(attempt)
@@ -118,26 +126,27 @@ class BackendSetup:
         if up and not stopping.is_set():
             self._join(backend, driver)
 
-    def _join(self, backend: str, driver: Any) -> None:
+    def _join(self, backend: str, driver: ShareDriver) -> None:
         """Ensure its resources, report its stats, claim its requests, reconcile."""
         svc = self.service
         host = f"{svc.host}@{backend}"
         LOG.info("backend [%s]: set-up passed; %s joins", backend, host)
         try:
-            ensure.ensure_backend(svc.db, host, driver)
+            ensure.ensure_backend(started(svc.db), host, driver)
         except Exception:  # as at start: logged, the backend still serves
             LOG.exception("%s: ensure_driver_resources failed", host)
         # A new dict, not an insert: a pass or refresh may be iterating.
         svc.drivers = {**svc.drivers, backend: driver}
-        for holder in (svc.operations, svc.reconciler, svc.stacks):
+        stacks = started(svc.stacks)
+        for holder in (started(svc.operations), started(svc.reconciler), stacks):
             holder.drivers = svc.drivers
         self.failed.pop(backend, None)
         svc.hosts = [*svc.hosts, host]
         try:
-            capabilities.refresh(svc.db, host, driver, svc.engine_id)
+            capabilities.refresh(started(svc.db), host, driver, svc.engine_id)
         except Exception:  # an outage: the periodic refresh reports it later
             LOG.warning("%s: stats not reported yet", host)  # oslo.log appends why
-        svc.runner.add_hosts([host, *svc.stacks.add_backend(backend, driver)])
+        started(svc.runner).add_hosts([host, *stacks.add_backend(backend, driver)])
         self.record(backend, vocab.BACKEND_UP)
         if svc.conf.startup_reconciliation_enabled:
-            svc.passes.run_soon(f"backend:{backend}")
+            started(svc.passes).run_soon(f"backend:{backend}")

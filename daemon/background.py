@@ -15,7 +15,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from concurrent import futures
+from typing import TypeVar
 
 import futurist
 from futurist import periodics, waiters
@@ -25,6 +26,7 @@ from sharemgr.common.outage import Backoff
 from sharemgr.manager.outage import backing_off
 
 LOG = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Seconds the stop waits for an offloaded task's run (every() offload).
 OFFLOAD_STOP_WAIT = 10.0
@@ -32,8 +34,8 @@ OFFLOAD_STOP_WAIT = 10.0
 
 class Background:
     def __init__(self) -> None:
-        self._periodic: list[tuple[Callable[[], Any], tuple, dict]] = []
-        self._stops: list[tuple[str, Callable[[], Any]]] = []
+        self._periodic: list[tuple[Callable[[], None], tuple, dict]] = []
+        self._stops: list[tuple[str, Callable[[], object]]] = []
         self._worker: periodics.PeriodicWorker | None = None
         self._executor: futurist.SynchronousExecutor | None = None
         self._thread: threading.Thread | None = None
@@ -41,7 +43,7 @@ class Background:
         # Tasks with a thread and a clock of their own (every(alone=True)).
         self._alone: list[tuple[str, float, Callable[[], None]]] = []
 
-    def every(self, spacing: float, what: str, fn: Callable[[], Any],
+    def every(self, spacing: float, what: str, fn: Callable[[], object],
               outage_max_interval: float = 30.0, offload: bool = False,
               alone: bool = False) -> None:
         """Run ``fn`` every ``spacing`` seconds once periodics start; a
@@ -118,7 +120,8 @@ class Background:
 
         return start
 
-    def submit(self, what: str, fn: Callable[..., Any], *args: Any, workers: int = 4) -> Any:
+    def submit(self, what: str, fn: Callable[..., T], *args: object, workers: int = 4
+               ) -> futures.Future[T]:
         """Run ``fn(*args)`` on the owner's worker pool (e.g. a backend's
         set-up retries); its exception is logged with its traceback. The
         pool (``workers`` threads, set by the first call: work that waits
@@ -134,7 +137,7 @@ class Background:
         assert self._pool is not None
         self._pool.shutdown(wait=True)
 
-    def own(self, what: str, stop: Callable[[], Any]) -> None:
+    def own(self, what: str, stop: Callable[[], object]) -> None:
         """A started component and how to stop it."""
         self._stops.append((what, stop))
 

@@ -32,19 +32,48 @@ import os
 import socket
 import socketserver
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from oslo_log import log as logging
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from sharemgr.common import metrics, tasks, vocab
+from sharemgr.daemon.parts import started
 from sharemgr.db import status as db_status
 from sharemgr.manager import capabilities
 
+if TYPE_CHECKING:
+    from sharemgr.db.engine import Database
+    from sharemgr.manager.coordination import Coordinator
+
 LOG = logging.getLogger(__name__)
+
+
+class Engine(Protocol):
+    """What the endpoint reads of its daemon, at each check (the
+    ShareManagerService; ``membership``, ``runner`` and ``backend_states``
+    too where it has them)."""
+
+    @property
+    def db(self) -> Database | None: ...  # None until start() connects
+
+    @property
+    def coordinator(self) -> Coordinator | None: ...
+
+    @property
+    def engine_id(self) -> str: ...
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def hosts(self) -> list[str]: ...  # 'host@backend' of the backends that serve
+
+    @property
+    def drivers(self) -> Mapping[str, object]: ...  # backend -> its driver
 
 
 class HealthUnavailable(Exception):
@@ -67,7 +96,7 @@ class _Server6(_Server):
 
 
 class _Handler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base's name
         # Probes come every few seconds: the access log goes to debug.
         LOG.debug("health endpoint: %s: " + format, self.address_string(), *args)
 
@@ -77,7 +106,7 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
-def backend_states(service: Any) -> dict[str, tuple[bool, str]]:
+def backend_states(service: Engine) -> dict[str, tuple[bool, str]]:
     """Each backend's state as the daemon knows it: ``{backend: (ok,
     detail)}``. Today a backend is in ``service.drivers`` only once its
     driver is loaded and set up (a load failure stops the daemon), so each
@@ -95,18 +124,19 @@ class HealthServer:
     """The endpoint of one daemon (``service``: its ``db``, ``coordinator``,
     ``engine_id``, ``host`` and ``drivers``, read at each check)."""
 
-    def __init__(self, service: Any, bind_host: str, port: int, check_timeout: float,
-                 states: Callable[[Any], dict[str, tuple[bool, str]]] = backend_states,
+    def __init__(self, service: Engine, bind_host: str, port: int, check_timeout: float,
+                 states: Callable[[Engine], dict[str, tuple[bool, str]]] = backend_states,
                  disable_by_file: str | None = None) -> None:
         self.service = service
         self.disable_by_file = disable_by_file
         self.check_timeout = check_timeout
         self.states = states
         self.registry: CollectorRegistry = metrics.daemon_registry(
-            metrics.QueueCollector(lambda: db_status.request_counts(service.db),
+            # Before start() connects, a scrape's read fails: logged, the series left out.
+            metrics.QueueCollector(lambda: db_status.request_counts(started(service.db)),
                                    vocab.REQUEST_OPEN, lambda: service.hosts),
             metrics.BackendCollector(lambda: self.states(service)),
-            metrics.PoolCollector(lambda: capabilities.pool_states(service.db)))
+            metrics.PoolCollector(lambda: capabilities.pool_states(started(service.db))))
         self._metrics_app = make_wsgi_app(self.registry)
         # A check that hangs keeps its worker until it returns (bounded by the
         # database's connect_timeout); later probes use the other workers, or

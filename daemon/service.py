@@ -9,7 +9,6 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable
-from typing import TypeVar
 
 import tenacity
 from oslo_config import cfg
@@ -20,11 +19,13 @@ from sharemgr.daemon import health, systemd
 from sharemgr.daemon.backends import BackendSetup
 from sharemgr.daemon.background import Background
 from sharemgr.daemon.heal import StackHealer
+from sharemgr.daemon.parts import started
 from sharemgr.db import messages as db_messages
 from sharemgr.db import migration, models
 from sharemgr.db import services as db_services
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
 from sharemgr.drivers import loader
+from sharemgr.drivers.base import ShareDriver
 from sharemgr.manager import backup_ops, capabilities, config, ensure, handlers, leases
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.membership import Membership
@@ -63,17 +64,6 @@ class Handlers(dict):
 
 class StartupError(Exception):
     """A problem that stops the daemon at start; its message is one line."""
-
-
-T = TypeVar("T")
-
-
-def _started(part: T | None) -> T:
-    """A part of the engine that ``start()`` made (the periodic tasks and the
-    stops that read one run only once it exists)."""
-    if part is None:
-        raise RuntimeError("share-manager is not started")
-    return part
 
 
 def _sleep_until(stopping: threading.Event | None) -> Callable[[float], None]:
@@ -136,7 +126,7 @@ class ShareManagerService:
         self.registered = False
         # The backends that are up; one whose set-up failed joins when a
         # retry passes (daemon/backends.py: a new dict for every holder).
-        self.drivers: dict = {}
+        self.drivers: dict[str, ShareDriver] = {}
         self.backends = BackendSetup(self)
         self.reload_requested = False  # SIGHUP, handled by wait()
         self.notifier = systemd.Notifier()
@@ -258,8 +248,8 @@ class ShareManagerService:
 
     def _start_reconciliation(self) -> None:
         self.reconciler = Reconciler(
-            _started(self.db), self.drivers, _started(self.coordinator),
-            _started(self.operations), self.host, self.engine_id,
+            started(self.db), self.drivers, started(self.coordinator),
+            started(self.operations), self.host, self.engine_id,
             self.conf.reconciliation_workers,
         )
         self.reconciler.message_ttl = self.conf.message_ttl
@@ -284,14 +274,14 @@ class ShareManagerService:
             # No automatic pass at all (startup or peer); 'reconcile run' still works.
             LOG.info("startup reconciliation disabled")
         # The stack watchdog starts once the pass has settled what a crash left.
-        _started(self.stacks).start(
+        started(self.stacks).start(
             self.passes if self.conf.startup_reconciliation_enabled else None)
 
     def ensure_driver_resources(self) -> None:
         for backend, driver in self.drivers.items():
             host = f"{self.host}@{backend}"
             try:
-                ensure.ensure_backend(_started(self.db), host, driver)
+                ensure.ensure_backend(started(self.db), host, driver)
             except Exception:  # one backend's trouble must not stop the others
                 LOG.exception("%s: ensure_driver_resources failed", host)
 
@@ -307,19 +297,19 @@ class ShareManagerService:
         """One backend's report (nothing while its set-up has not passed)."""
         driver = self.drivers.get(backend)
         if driver is not None and not self.stopping.is_set():
-            capabilities.refresh(_started(self.db), f"{self.host}@{backend}", driver,
+            capabilities.refresh(started(self.db), f"{self.host}@{backend}", driver,
                                  self.engine_id)
 
     def continue_backups_of(self, backend: str) -> None:
         """Drive one backend's started backups and restores on."""
         if backend in self.drivers and not self.stopping.is_set():
-            backup_ops.continue_backups(_started(self.operations),
+            backup_ops.continue_backups(started(self.operations),
                                         [f"{self.host}@{backend}"])
 
     def _start_periodics(self) -> None:
         bg = self.background
-        db, membership = _started(self.db), _started(self.membership)
-        operations = _started(self.operations)
+        db, membership = started(self.db), started(self.membership)
+        operations = started(self.operations)
         most = self.conf.outage_retry_max_interval
         bg.every(self.conf.heartbeat_interval, "heartbeat",
                  lambda: db_services.service_heartbeat(db, self.engine_id,
@@ -370,8 +360,8 @@ class ShareManagerService:
             self.passes.drift_periodic()
 
     def _membership(self) -> None:
-        _started(self.membership).check()
-        _started(self.coordinator).run_watchers()
+        started(self.membership).check()
+        started(self.coordinator).run_watchers()
 
     def _reobserve(self, rtype: str, ident: str) -> None:
         """An outcome that could not be written: the resource is asked about
@@ -390,7 +380,7 @@ class ShareManagerService:
 
     def _stack_watchdog(self) -> None:
         if not self.stopping.is_set():
-            _started(self.stacks).watchdog.run_safely()
+            started(self.stacks).watchdog.run_safely()
 
     # Stop ------------------------------------------------------------------
 
@@ -427,14 +417,14 @@ class ShareManagerService:
         self.stopping.set()
 
     def _stop_runner(self) -> None:
-        if not _started(self.runner).stop(self.conf.graceful_shutdown_timeout):
+        if not started(self.runner).stop(self.conf.graceful_shutdown_timeout):
             LOG.warning("driver calls still running after graceful_shutdown_timeout "
                         "(%ss); their resources stay transient until reconciled",
                         self.conf.graceful_shutdown_timeout)
 
     def _stop_passes(self) -> None:
         self.stopping.set()  # a pass still waiting for its start returns at once
-        _started(self.passes).stop()
+        started(self.passes).stop()
 
     def stop(self) -> None:
         self.notifier.stopping()
