@@ -36,7 +36,7 @@ class BackendList(base.Lister):
             stats = row.stats or {}
             data.append((row.host.split("@", 1)[0], _backend(row.host),
                          *(stats.get(c) for c in columns[2:9]),
-                         len(stats.get("pools") or []), base.fmt(row.updated_at)))
+                         _count(stats.get("pools")), base.fmt(row.updated_at)))
         return columns, data
 
 
@@ -64,3 +64,8 @@ def _gb(value: object) -> object:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return value
     return int(value) if float(value).is_integer() else round(value, 2)
+
+
+def _count(pools: object) -> int:
+    """How many pools a report lists (none when it lists none, or not as a list)."""
+    return len(pools) if isinstance(pools, list) else 0

@@ -34,7 +34,7 @@ class ShareRow(TypedDict):
     status: str  # its primary instance's; error when it has none
     host: str | None
     instance_id: str | None
-    export_locations: list[object]
+    export_locations: Sequence[object]
     access_rules_status: str | None
     drift: Mapping[str, object] | None  # what the last drift check found (None: it agreed)
     share_server_id: str | None
@@ -51,7 +51,7 @@ class InstanceRow(TypedDict):
     replica_state: str | None
     task_state: str | None
     share_server_id: str | None
-    export_locations: list[object]
+    export_locations: Sequence[object]
     drift: Mapping[str, object] | None
     created_at: datetime.datetime
 
