@@ -1,4 +1,4 @@
-"""An operable daemon (issue 15): a backend whose set-up fails is retried
+"""The daemon's lifecycle, an operable daemon (issue 15): a backend whose set-up fails is retried
 while the others serve; SIGHUP reloads; SIGTERM at any early moment stops
 cleanly; systemd hears READY, WATCHDOG and STOPPING; an unusable state_path
 is one line."""
