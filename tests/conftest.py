@@ -133,9 +133,10 @@ def sqlite_db(sqlite_url):
 
 
 # A reconciliation engine (tests/unit/reconcile_harness.py) -------------------------------
-# Unit tests (test_reconcile_*) and functional ones (test_hygiene) drive the same
-# in-process engine. tests/unit/conftest.py puts it on a copy of a migrated SQLite
-# file; a module may override ``engine_db`` (test_hygiene: every database).
+# Unit tests (tests/unit/reconcile/) and functional ones
+# (test_limits_races_and_logged_errors) drive the same in-process engine.
+# tests/unit/conftest.py puts it on a copy of a migrated SQLite file; a module
+# may override ``engine_db`` (test_limits_races_and_logged_errors: every database).
 
 
 def _reconcile_engine(database, tmp_path):

@@ -16,7 +16,7 @@ from sharemgr.manager import capabilities
 from tests.functional.harness import SETUPS, database, servers, wait_until
 from tests.functional.test_daemon import one_error_line
 from tests.functional.test_health import _get, _sample, _url
-from tests.unit.test_driver_loader import write_dist
+from tests.unit.drivers.test_loader import write_dist
 
 pytestmark = pytest.mark.functional
 

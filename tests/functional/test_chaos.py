@@ -1,7 +1,7 @@
 """Crash chaos (issue 11, "Stacks that never hang"): random share operations
 and stack create/update/delete/rollback through sharectl while share-manager
 engines are SIGKILLed, SIGTERMed and crashed at dummy crash points; then every
-invariant is checked at once (tests/functional/chaos.py, doc/chaos.rst).
+invariant is checked at once (tests/functional/chaos/, doc/chaos.rst).
 
 The short version CI runs: 30 kills on SQLite + file locks with one engine,
 30 on PostgreSQL + Redis with two engines. ``SHAREMGR_CHAOS_SEED`` and

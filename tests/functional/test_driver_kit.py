@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_driver_loader import EXAMPLE, example_site
+from tests.unit.drivers.test_loader import EXAMPLE, example_site
 
 pytestmark = pytest.mark.functional
 

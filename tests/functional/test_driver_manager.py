@@ -7,7 +7,7 @@ import pytest
 
 from tests.functional.harness import Deployment
 from tests.functional.test_daemon import one_error_line
-from tests.unit.test_driver_loader import bad_plugins_site, example_site
+from tests.unit.drivers.test_loader import bad_plugins_site, example_site
 
 pytestmark = pytest.mark.functional
 

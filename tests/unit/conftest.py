@@ -1,5 +1,6 @@
 """Fixtures of the reconciliation unit tests (the engine itself, ``engine``,
-``any_engine`` and ``runner``, is in tests/conftest.py: test_hygiene uses it too)."""
+``any_engine`` and ``runner``, is in tests/conftest.py: the functional
+test_limits_races_and_logged_errors.py uses it too)."""
 
 from __future__ import annotations
 

@@ -466,3 +466,31 @@ class Engine:
         for coord in self._peers:
             coord.stop()
         self.coordinator.stop()
+
+
+# One status per type that the pass settles without help (a mark, a query
+# answered healthy, or a delete), and what it becomes.
+SETTLE = {
+    vocab.SHARE_SERVER: (vocab.CREATING, vocab.ERROR),
+    vocab.SHARE_INSTANCE: (vocab.CREATING, vocab.AVAILABLE),
+    vocab.REPLICA: (vocab.CREATING, vocab.AVAILABLE),
+    vocab.SNAPSHOT_INSTANCE: (vocab.CREATING, vocab.AVAILABLE),
+    vocab.SHARE_GROUP: (vocab.CREATING, vocab.AVAILABLE),
+    vocab.GROUP_SNAPSHOT: (vocab.CREATING, vocab.AVAILABLE),
+    vocab.BACKUP: (vocab.DELETING, vocab.DELETED),
+}
+
+
+def _stuck(eng, rtype, host=HOSTBE):
+    status, _ = SETTLE[rtype]
+    return make(eng.db, rtype, status, host=host)
+
+
+def _untouched(eng, rtype, row):
+    after = fetch(eng.db, rtype, row.id)
+    assert (after.status, after.deleted_at) == (row.status, None)
+    assert all(ident != row.id for _, ident in eng.driver.calls)
+
+
+def _settled(eng, rtype, row):
+    assert fetch(eng.db, rtype, row.id).status == SETTLE[rtype][1]

@@ -6,6 +6,7 @@ exactly what runs when."""
 
 from __future__ import annotations
 
+import collections
 import threading
 import uuid
 from pathlib import Path
@@ -206,3 +207,39 @@ class Engine:
     def stop(self) -> None:
         self.coordinator.stop()
 
+
+# What the stack worker tests (tests/unit/convergence/test_worker*.py) ask of
+# a Rig: a template and the state they check.
+
+V1 = """
+resources:
+  data: {type: share, properties: {size: 1, proto: NFS}}
+  snap: {type: snapshot, properties: {share: {get_resource: data}}}
+outputs:
+  path: {get_attr: [data, export_locations, 0, path]}
+"""
+
+
+def _add(template, line):
+    """The template with one more resource (a line of YAML)."""
+    return template.replace("outputs:", f"  {line}\noutputs:")
+
+
+def _status(rig, name):
+    s = rig.stack(name)
+    return s.action, s.status
+
+
+def _creates(rig):
+    """(method, name) of every backend change of a create or delete."""
+    by_id = {o["id"]: o["name"] for o in rig.objects()}
+    return [(c["method"], by_id.get(c["resource_id"])) for c in rig.calls()
+            if c["method"].startswith(("create_", "delete_"))]
+
+
+def _one_each(rig, kinds=("share", "snapshot")):
+    """Exactly one backend object per live stack resource, and nothing else."""
+    objects = rig.objects()
+    names = collections.Counter(o["name"].rsplit("-", 1)[0] for o in objects)
+    assert all(n == 1 for n in names.values()), names
+    return sorted(names)

@@ -1,5 +1,6 @@
-"""Issue 11's hygiene: sizes no database can hold, engines starting together,
-exceptions that must not vanish in a future or a thread.
+"""Limits, races and errors that must be logged (issue 11's hygiene): sizes
+no database can hold, engines starting together, exceptions that must not
+vanish in a future or a thread.
 
 Through real processes: ``sharectl`` refuses a share size above
 MAX_SHARE_SIZE_GB with exit code 2 before anything is written (and the

@@ -11,7 +11,7 @@ from oslo_config import cfg
 from sharemgr.manager import config
 from sharemgr.manager.coordination import safe_url
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_sample_config_is_current(tmp_path):

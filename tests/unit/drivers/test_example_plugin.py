@@ -16,7 +16,7 @@ from sharemgr.drivers import loader
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.drivers.testing import DriverConformanceTests
 
-from tests.unit.test_driver_loader import (
+from tests.unit.drivers.test_loader import (
     EXAMPLE,
     example_entry_points,
     example_site,

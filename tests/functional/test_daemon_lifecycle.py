@@ -1,7 +1,7 @@
-"""An operable daemon (issue 15): a backend whose set-up fails is retried
-while the others serve; SIGHUP reloads; SIGTERM at any early moment stops
-cleanly; systemd hears READY, WATCHDOG and STOPPING; an unusable state_path
-is one line."""
+"""The daemon's lifecycle (issue 15, an operable daemon): a backend whose
+set-up fails is retried while the others serve; SIGHUP reloads; SIGTERM at
+any early moment stops cleanly; systemd hears READY, WATCHDOG and STOPPING;
+an unusable state_path is one line."""
 
 from __future__ import annotations
 

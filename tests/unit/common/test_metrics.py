@@ -185,8 +185,7 @@ def test_driver_calls_are_timed_by_backend_method_and_outcome(fails):
 
 
 def test_traversals_are_counted_when_they_end(tmp_path):
-    from tests.unit.stack_rig import Rig
-    from tests.unit.test_stack_worker import V1
+    from tests.unit.stack_rig import V1, Rig
 
     def ended(action: str, status: str) -> float:
         return _value(metrics.TRAVERSAL_SECONDS, action=action, status=status)

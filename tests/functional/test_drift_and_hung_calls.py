@@ -1,6 +1,8 @@
-"""Observe reality (issue 16) through the daemon: leases tell a stuck
-operation from a slow one, and the periodic pass settles the stuck one while
-the engine stays up."""
+"""Drift and hung calls through the daemon (issue 16, "Observe reality"):
+leases tell a stuck operation from a slow one, and the periodic pass settles
+the stuck one while the engine stays up; drift of every kind is handled by
+its policy (a bad policy stops the start), a stack check finds drift and
+converge repairs it, and a self-healing stack repairs itself."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from stevedore import driver as stevedore_driver
 from stevedore import exception as stevedore_exc
 from stevedore import extension as stevedore_ext
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "sharemgr-example-driver"
 
 # A distribution of bad plugins, one module per way to fail.

@@ -1,0 +1,156 @@
+"""A reader finds a module's tests (doc/testing.rst): every source module has
+``tests/unit/<package>/test_<module>.py`` or ``tests/functional/test_<module>.py``,
+or is listed in ``COVERED_BY`` with the test files that cover it; and no test
+module is over 600 lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("cli", "common", "convergence", "daemon", "db", "drivers", "manager", "reconcile")
+MAX_LINES = 600
+
+# Modules tested through others, by the behaviour they take part in: the test
+# files that cover each. A module that gets a test file named after it leaves
+# this table (a test below says so).
+UNIT, FUNC = "tests/unit/", "tests/functional/"
+WORKER = (UNIT + "convergence/test_worker.py", UNIT + "convergence/test_worker_recovery.py")
+LOCAL = (UNIT + "drivers/local/test_driver.py", FUNC + "test_local_driver.py")
+COVERED_BY: dict[str, tuple[str, ...]] = {
+    # sharectl, run as a process by the functional tests
+    "cli/access_cmds.py": (FUNC + "test_access.py",),
+    "cli/app.py": (FUNC + "test_operations.py", FUNC + "test_rolling_upgrade.py"),
+    "cli/base.py": (FUNC + "test_operations.py",),
+    "cli/capability_cmds.py": (FUNC + "test_capabilities.py",),
+    "cli/commands.py": (FUNC + "test_operations.py",),
+    "cli/context.py": (FUNC + "test_operations.py",),
+    "cli/db_cmds.py": (FUNC + "test_rolling_upgrade.py", FUNC + "test_daemon.py"),
+    "cli/message_cmds.py": (FUNC + "test_operations.py", FUNC + "test_reconcile.py"),
+    "cli/nouns.py": (UNIT + "db/test_status_reads.py", FUNC + "test_operations.py"),
+    "cli/reconcile_cmds.py": (FUNC + "test_reconcile.py", FUNC + "test_drift_and_hung_calls.py"),
+    "cli/resource_cmds.py": (FUNC + "test_operations.py",),
+    "cli/service_cmds.py": (UNIT + "db/test_services.py",),
+    "cli/stack_cmds.py": (FUNC + "test_stacks.py", FUNC + "test_stacks_hang.py"),
+    "cli/status_cmds.py": (FUNC + "test_health.py",),
+    "common/messages.py": (UNIT + "db/test_messages.py",),
+    "common/tasks.py": (FUNC + "test_limits_races_and_logged_errors.py",),
+    "common/version.py": (UNIT + "test_packaging.py",),
+    "common/vocab.py": (UNIT + "test_column_lengths.py",),
+    # a node's check, step by step, and the watchdog
+    "convergence/act.py": WORKER,
+    "convergence/actions.py": (*WORKER, FUNC + "test_stacks.py"),
+    "convergence/decide.py": WORKER,
+    "convergence/engine.py": WORKER,
+    "convergence/lifecycle.py": (*WORKER, UNIT + "convergence/test_prepare.py"),
+    "convergence/node_check.py": WORKER,
+    "convergence/physical.py": WORKER,
+    "convergence/properties.py": (UNIT + "convergence/test_template.py",),
+    "convergence/report.py": (UNIT + "convergence/test_worker.py",),
+    "convergence/row_locks.py": (UNIT + "convergence/test_worker_recovery.py",),
+    "convergence/tracking.py": WORKER,
+    "convergence/watchdog.py": (UNIT + "convergence/test_worker_recovery.py",
+                                UNIT + "test_convergence_properties.py"),
+    "daemon/backends.py": (UNIT + "db/test_services.py", FUNC + "test_daemon_lifecycle.py"),
+    "daemon/heal.py": (UNIT + "common/test_outage.py", FUNC + "test_drift_and_hung_calls.py"),
+    "daemon/service.py": (FUNC + "test_daemon.py", FUNC + "test_daemon_lifecycle.py"),
+    "daemon/systemd.py": (UNIT + "common/test_outage.py", FUNC + "test_daemon_lifecycle.py"),
+    "db/migrations/env.py": (UNIT + "db/test_migration.py",),
+    "db/notify.py": (FUNC + "test_wakeups.py",),
+    "db/records.py": (UNIT + "db/test_status_reads.py", UNIT + "db/test_sync_points.py"),
+    "db/resources.py": (UNIT + "test_column_lengths.py", FUNC + "test_operations.py"),
+    "db/stack_work.py": (UNIT + "db/test_stacks.py", *WORKER),
+    "db/status.py": (UNIT + "common/test_metrics.py",),
+    "db/tables.py": (UNIT + "db/test_models.py",),
+    "drivers/dummy_cli.py": (UNIT + "drivers/test_dummy.py",),
+    "drivers/dummy_knobs.py": (UNIT + "drivers/test_dummy.py",),
+    "drivers/dummy_state.py": (UNIT + "drivers/test_dummy.py",),
+    "drivers/exceptions.py": (UNIT + "drivers/test_base.py", UNIT + "drivers/test_testing.py"),
+    "drivers/local/commands.py": LOCAL,
+    "drivers/local/fencing.py": LOCAL,
+    "drivers/local/ganesha.py": LOCAL,
+    "drivers/local/images.py": LOCAL,
+    "drivers/local/options.py": LOCAL,
+    "drivers/local/process.py": LOCAL,
+    "drivers/local/records.py": LOCAL,
+    "drivers/local/samba.py": LOCAL,
+    "drivers/local/validation.py": LOCAL,
+    "drivers/options.py": (UNIT + "drivers/test_loader.py", UNIT + "manager/test_config.py"),
+    "drivers/timing.py": (UNIT + "common/test_metrics.py",),
+    "manager/backup_ops.py": (UNIT + "test_force_delete.py", FUNC + "test_operations.py"),
+    "manager/coordination.py": (UNIT + "test_fencing.py", UNIT + "manager/test_config.py"),
+    "manager/ensure.py": (UNIT + "manager/test_access.py",
+                          FUNC + "test_limits_races_and_logged_errors.py"),
+    "manager/handlers.py": (FUNC + "test_operations.py",),
+    "manager/intake.py": (UNIT + "test_sizes.py", UNIT + "manager/test_access.py",
+                          UNIT + "manager/test_capabilities.py"),
+    "manager/kinds.py": (UNIT + "test_column_lengths.py",),
+    "manager/lock_names.py": (UNIT + "reconcile/test_reconciler_locks_and_failures.py",),
+    "manager/membership.py": (UNIT + "test_fencing.py",),
+    "manager/options.py": (UNIT + "manager/test_config.py",),
+    "manager/outage.py": (UNIT + "common/test_outage.py",),
+    "manager/plans.py": (UNIT + "test_force_delete.py", UNIT + "manager/test_capabilities.py"),
+    "manager/resource_ops.py": (FUNC + "test_operations.py", UNIT + "reconcile/test_reconciler.py"),
+    "manager/share_ops.py": (FUNC + "test_operations.py", UNIT + "manager/test_access.py"),
+    "manager/views.py": (UNIT + "reconcile/test_reconciler_batches.py",),
+    "reconcile/answers.py": (UNIT + "reconcile/test_reconciler.py", UNIT + "test_sizes.py"),
+    "reconcile/ask.py": (UNIT + "reconcile/test_reconciler_batches.py",),
+    "reconcile/rules.py": (UNIT + "reconcile/test_reconciler.py",),
+    "reconcile/scan.py": (UNIT + "reconcile/test_reconciler_skips.py",
+                          UNIT + "reconcile/test_reconciler_locks_and_failures.py"),
+    "reconcile/stack_check.py": (FUNC + "test_drift_and_hung_calls.py",),
+    "reconcile/summary.py": (UNIT + "common/test_metrics.py",
+                             UNIT + "reconcile/test_reconciler_locks_and_failures.py"),
+}
+
+
+def source_modules() -> list[str]:
+    """Every module of the packages, as a path from the root, but packages'
+    ``__init__.py`` and the migrations' revisions."""
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if path.name != "__init__.py" and not rel.startswith("db/migrations/versions/"):
+                found.append(rel)
+    return found
+
+
+def named_test(module: str) -> str | None:
+    """The test file named after a module, if there is one."""
+    folder, _, name = module.rpartition("/")
+    for candidate in (f"tests/unit/{folder}/test_{name}", f"tests/functional/test_{name}"):
+        if (ROOT / candidate).is_file():
+            return candidate
+    return None
+
+
+def test_every_module_has_tests_a_reader_finds():
+    lost = [m for m in source_modules() if named_test(m) is None and m not in COVERED_BY]
+    assert lost == [], ("no tests/unit/<package>/test_<module>.py, no "
+                        "tests/functional/test_<module>.py and not in COVERED_BY: "
+                        + ", ".join(lost))
+
+
+def test_the_table_names_modules_and_test_files_that_exist():
+    modules = set(source_modules())
+    assert sorted(set(COVERED_BY) - modules) == []
+    named = {m: named_test(m) for m in COVERED_BY if named_test(m) is not None}
+    assert named == {}, "a module with a test file of its own leaves COVERED_BY"
+    missing = sorted({f for files in COVERED_BY.values() for f in files
+                      if not (ROOT / f).is_file()})
+    assert missing == []
+
+
+def test_every_test_folder_is_a_package():
+    """Two test modules of one name in two folders need both folders to be
+    packages, or pytest cannot import them both."""
+    folders = {p.parent for p in (ROOT / "tests").rglob("*.py")}
+    assert sorted(str(f.relative_to(ROOT)) for f in folders
+                  if not (f / "__init__.py").is_file()) == []
+
+
+def test_no_test_module_is_over_600_lines():
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "tests").rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
