@@ -22,6 +22,7 @@ from sharemgr.common.vocab import STACK_ROLLBACK as ROLLBACK
 from sharemgr.convergence import prepare
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources, stacks
+from sharemgr.db.engine import Database
 
 from tests.unit.property_rig import (
     TRANSIENT,
@@ -357,7 +358,7 @@ _LIVE = (("share", models.Share), ("share_instance", models.ShareInstance),
          ("snapshot", models.ShareSnapshot), ("snapshot_instance", models.ShareSnapshotInstance))
 
 
-def _live_physical(db: Any) -> dict[str, dict[str, str]]:
+def _live_physical(db: Database) -> dict[str, dict[str, str]]:
     """Physical rows that are not deleted: kind -> id -> status."""
     out: dict[str, dict[str, str]] = {}
     with db.session() as session:
@@ -367,8 +368,8 @@ def _live_physical(db: Any) -> dict[str, dict[str, str]]:
     return out
 
 
-def _physical(db: Any, stack: str, name: str, defn: dict, row: models.StackResource, want: dict,
-              backend: dict, expect_db: dict, expect_backend: dict) -> list[str]:
+def _physical(db: Database, stack: str, name: str, defn: dict, row: models.StackResource,
+              want: dict, backend: dict, expect_db: dict, expect_backend: dict) -> list[str]:
     problems: list[str] = []
     pid = row.physical_id
     where = f"{name} (row {row.id}, physical {pid})"

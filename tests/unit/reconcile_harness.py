@@ -294,7 +294,7 @@ def sqlite_copy(template: Path, folder: Path) -> Database:
 # Rows ---------------------------------------------------------------------------
 
 
-def add(db: Any, *rows: Any) -> None:
+def add(db: Database, *rows: models.Base) -> None:
     """Insert in order (foreign keys are enforced)."""
     with db.session() as session:
         for row in rows:
@@ -302,7 +302,7 @@ def add(db: Any, *rows: Any) -> None:
             session.flush()
 
 
-def make_share(db: Any, status: str = vocab.AVAILABLE, host: str = HOSTBE, size: int = 5,
+def make_share(db: Database, status: str = vocab.AVAILABLE, host: str = HOSTBE, size: int = 5,
                replica_state: str | None = None, task_state: str | None = None,
                server_id: str | None = None) -> models.ShareInstance:
     share = models.Share(id=models.new_id(), size=size, share_proto="NFS", name="s")
@@ -313,7 +313,7 @@ def make_share(db: Any, status: str = vocab.AVAILABLE, host: str = HOSTBE, size:
     return inst
 
 
-def make_replica(db: Any, status: str, host: str = HOSTBE,
+def make_replica(db: Database, status: str, host: str = HOSTBE,
                  task_state: str | None = None) -> models.ShareInstance:
     active = make_share(db, vocab.AVAILABLE, host, replica_state=vocab.REPLICA_ACTIVE)
     rep = models.ShareInstance(
@@ -329,14 +329,14 @@ def make_replica(db: Any, status: str, host: str = HOSTBE,
     return rep
 
 
-def make_server(db: Any, status: str, host: str = HOSTBE) -> models.ShareServer:
+def make_server(db: Database, status: str, host: str = HOSTBE) -> models.ShareServer:
     row = models.ShareServer(id=models.new_id(), host=host, status=status,
                              backend_details={"k": "v"})
     add(db, row)
     return row
 
 
-def make_snapshot(db: Any, status: str, host: str = HOSTBE) -> models.ShareSnapshotInstance:
+def make_snapshot(db: Database, status: str, host: str = HOSTBE) -> models.ShareSnapshotInstance:
     inst = make_share(db, vocab.AVAILABLE, host)
     snap = models.ShareSnapshot(id=models.new_id(), share_id=inst.share_id, size=5, name="snap")
     snap_inst = models.ShareSnapshotInstance(id=models.new_id(), snapshot_id=snap.id,
@@ -346,13 +346,13 @@ def make_snapshot(db: Any, status: str, host: str = HOSTBE) -> models.ShareSnaps
     return snap_inst
 
 
-def make_group(db: Any, status: str, host: str = HOSTBE) -> models.ShareGroup:
+def make_group(db: Database, status: str, host: str = HOSTBE) -> models.ShareGroup:
     row = models.ShareGroup(id=models.new_id(), host=host, status=status, name="g")
     add(db, row)
     return row
 
 
-def make_group_snapshot(db: Any, status: str, host: str = HOSTBE) -> models.ShareGroupSnapshot:
+def make_group_snapshot(db: Database, status: str, host: str = HOSTBE) -> models.ShareGroupSnapshot:
     grp = make_group(db, vocab.AVAILABLE, host)
     row = models.ShareGroupSnapshot(id=models.new_id(), share_group_id=grp.id, status=status,
                                     name="gs")
@@ -360,7 +360,7 @@ def make_group_snapshot(db: Any, status: str, host: str = HOSTBE) -> models.Shar
     return row
 
 
-def make_backup(db: Any, status: str, host: str = HOSTBE, progress: str | None = None,
+def make_backup(db: Database, status: str, host: str = HOSTBE, progress: str | None = None,
                 restore_progress: str | None = None,
                 share_status: str = vocab.AVAILABLE) -> models.ShareBackup:
     inst = make_share(db, share_status, host)
@@ -381,15 +381,15 @@ MAKE = {
 }
 
 
-def make(db: Any, rtype: str, status: str, host: str = HOSTBE) -> Any:
+def make(db: Database, rtype: str, status: str, host: str = HOSTBE) -> Any:
     return MAKE[rtype](db, status, host=host)
 
 
-def fetch(db: Any, rtype: str, ident: str) -> Any:
+def fetch(db: Database, rtype: str, ident: str) -> Any:
     return api.get(db, kinds.kind(rtype).model, ident, include_deleted=True)
 
 
-def host_of_row(db: Any, rtype: str, row: Any) -> str:
+def host_of_row(db: Database, rtype: str, row: kinds.StatusRow) -> str:
     """The 'host@backend' a request for this resource names (as intake does)."""
     if rtype == vocab.SNAPSHOT_INSTANCE:
         return api.get(db, models.ShareInstance, row.share_instance_id).host
@@ -398,8 +398,9 @@ def host_of_row(db: Any, rtype: str, row: Any) -> str:
     return row.host
 
 
-def add_request(db: Any, rtype: str, ident: str, host: str, status: str = vocab.REQUEST_PENDING,
-                engine_id: str | None = None, action: str = "create") -> int:
+def add_request(db: Database, rtype: str, ident: str, host: str,
+                status: str = vocab.REQUEST_PENDING, engine_id: str | None = None,
+                action: str = "create") -> int:
     req = models.Request(resource_type=rtype, resource_id=ident, action=action, host=host,
                     status=status, engine_id=engine_id, args={},
                     claimed_at=models.utcnow() if engine_id else None)
@@ -407,14 +408,14 @@ def add_request(db: Any, rtype: str, ident: str, host: str, status: str = vocab.
     return req.id
 
 
-def request_row(db: Any, request_id: int) -> models.Request:
+def request_row(db: Database, request_id: int) -> models.Request:
     return api.get(db, models.Request, request_id)
 
 
 # An engine ------------------------------------------------------------------------
 
 
-def coord_url(tmp_path: Any, threaded: bool = False) -> str:
+def coord_url(tmp_path: Path, threaded: bool = False) -> str:
     """A tooz file coordinator in the test's folder. tooz runs group calls on
     a futurist thread whose stop() idles for a second; the synchronous
     executor runs them in the caller (locks are the same either way).
@@ -429,7 +430,7 @@ def engine_id(host: str = HOST) -> str:
 class Engine:
     """One share-manager engine's reconciliation parts, driver faked."""
 
-    def __init__(self, db: Any, coord_url: str, drivers: dict[str, Any] | None = None,
+    def __init__(self, db: Database, coord_url: str, drivers: dict[str, Any] | None = None,
                  workers: int = 4) -> None:
         self.db = db
         self.coord_url = coord_url
