@@ -157,7 +157,7 @@ def stuck_pass(dbkind: str, resources: int, workers: int, delay: float = 0.0,
             setup.close()
 
 
-def figure_stuck(args: argparse.Namespace) -> dict[str, Any]:
+def figure_stuck(args: argparse.Namespace) -> dict[str, object]:
     one, _ = stuck_pass(args.db, args.resources, 1)
     many, sql = stuck_pass(args.db, args.resources, args.workers)
     return {
@@ -172,7 +172,7 @@ def figure_stuck(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def figure_delay(args: argparse.Namespace) -> dict[str, Any]:
+def figure_delay(args: argparse.Namespace) -> dict[str, object]:
     zero, _ = stuck_pass(args.db, args.resources, args.workers)
     single, _ = stuck_pass(args.db, args.resources, args.workers, args.delay,
                            batch_method=False)
@@ -221,7 +221,7 @@ def scan_plan(db: Database) -> list[str]:
     return [" ".join(str(c) for c in row) for row in rows]
 
 
-def figure_healthy(args: argparse.Namespace) -> dict[str, Any]:
+def figure_healthy(args: argparse.Namespace) -> dict[str, object]:
     big = healthy_pass(args.db, args.healthy, args.workers)
     small = healthy_pass(args.db, max(1, args.healthy // 10), args.workers)
     return {
@@ -248,7 +248,7 @@ def rss_child(args: argparse.Namespace) -> None:
     print(json.dumps({"peak_rss_kib_before_pass": before, "peak_rss_kib_after_pass": after}))
 
 
-def figure_memory(args: argparse.Namespace) -> dict[str, Any]:
+def figure_memory(args: argparse.Namespace) -> dict[str, object]:
     def child(n: int) -> dict[str, Any]:
         out = subprocess.run(
             [sys.executable, __file__, "--rss-child", "--db", args.db, "--resources", str(n),

@@ -7,10 +7,9 @@ import fcntl
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from oslo_config import cfg
-from sharemgr.drivers.base import ShareDriver
+from sharemgr.drivers.base import ShareDriver, ShareStats, StatusReport
 from sharemgr.drivers.exceptions import InvalidShareRequest, ShareResourceNotFound
 
 example_opts = [
@@ -92,14 +91,14 @@ class ExampleDriver(ShareDriver):
     def delete_snapshot(self, snapshot: dict, share_server: dict | None = None) -> None:
         self._delete(snapshot["id"], "snapshot")
 
-    def get_share_status(self, share: dict, share_server: dict | None = None) -> dict[str, Any]:
+    def get_share_status(self, share: dict, share_server: dict | None = None) -> StatusReport:
         with self._backend() as data:
             obj = self._get(data, share["id"], "share")
         return {"status": "available", "size": obj["size"],
                 "export_locations": obj["export_locations"]}
 
     def get_snapshot_status(self, snapshot: dict,
-                            share_server: dict | None = None) -> dict[str, Any]:
+                            share_server: dict | None = None) -> StatusReport:
         with self._backend() as data:
             obj = self._get(data, snapshot["id"], "snapshot")
         return {"status": "available", "size": obj["size"]}
@@ -114,7 +113,7 @@ class ExampleDriver(ShareDriver):
                 r["access_to"]: r["access_level"] for r in access_rules if r["id"] not in refused}
         return refused or None
 
-    def get_share_stats(self, refresh: bool = False) -> dict[str, Any]:
+    def get_share_stats(self, refresh: bool = False) -> ShareStats:
         with self._backend() as data:
             used = sum(o["size"] for o in data.values() if o["kind"] == "share")
         total = self.configuration.example_capacity_gb
