@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -91,8 +92,8 @@ class FaultFleet(chaos.Fleet):
     """Two engine slots, each behind forwarders of its own to Redis and to
     PostgreSQL, and the fault loop."""
 
-    def __init__(self, d: Deployment, rng: random.Random, opts: Options, log: Any,
-                 busy: Any, redis_url: str, db_url: str) -> None:
+    def __init__(self, d: Deployment, rng: random.Random, opts: Options, log: chaos.Log,
+                 busy: Callable[[], bool], redis_url: str, db_url: str) -> None:
         super().__init__(d, 2, rng, opts, log, busy)
         self.redis_url, self.db_url = redis_url, db_url
         self.proxies = [(Proxy(urlsplit(redis_url).port or 6379),

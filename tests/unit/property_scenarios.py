@@ -24,7 +24,7 @@ FAILING = "b"  # the resource whose creates fail, when a scenario injects a fail
 
 
 @st.composite
-def templates(draw: Any) -> dict:
+def templates(draw: st.DrawFn) -> dict:
     """A valid template of 1-6 resources; references only point backwards,
     so there is no cycle. A share made from a snapshot is 4 GiB, every other
     share 1-3 GiB, so it is never smaller than its snapshot."""

@@ -52,6 +52,7 @@ from tests.functional.chaos.options import (
     PG_ADMIN,
     READ_METHODS,
     REDIS_URL,
+    Log,
     Options,
     Result,
     reproduce_command,
@@ -71,7 +72,7 @@ from tests.functional.chaos.templates import mutate_template, random_template
 
 __all__ = [
     "DB_NAME", "DELAY_METHODS", "ENGINE_OPTIONS", "PG_ADMIN", "READ_METHODS", "REDIS_URL",
-    "Checker", "EngineRecord", "Fleet", "Operator", "Options", "Reader", "Result",
+    "Checker", "EngineRecord", "Fleet", "Log", "Operator", "Options", "Reader", "Result",
     "StackModel", "_drop_pg_database", "_fresh_pg_database", "main", "mutate_template",
     "open_narrative", "random_template", "reproduce_command", "run", "settle", "teardown",
     "utcnow",

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from tests.functional.chaos.options import (
     DELAY_METHODS,
     ENGINE_ID,
     FAIL_METHODS,
+    Log,
     Options,
     parse_time,
     utcnow,
@@ -93,7 +95,7 @@ class Fleet:
     """The engine slots (one per engine that should run) and the killer."""
 
     def __init__(self, d: Deployment, slots: int, rng: random.Random, opts: Options,
-                 log: Any, busy: Any = None) -> None:
+                 log: Log, busy: Callable[[], bool] | None = None) -> None:
         self.d = d
         self.busy = busy or (lambda: True)  # is a traversal or an operation under way?
         self.rng = rng

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from sharemgr.common import vocab
 
-from tests.functional.chaos.options import MANUAL_SHARE, Options, utcnow
+from tests.functional.chaos.options import MANUAL_SHARE, Log, Options, utcnow
 from tests.functional.chaos.reader import Reader, backend_now, made_but_error, transient_resources
 from tests.functional.chaos.templates import mutate_template, random_template
 from tests.functional.harness import Deployment
@@ -44,7 +44,7 @@ class Op:
 class Operator:
     """Worker threads firing random sharectl commands."""
 
-    def __init__(self, d: Deployment, reader: Reader, opts: Options, seed: int, log: Any) -> None:
+    def __init__(self, d: Deployment, reader: Reader, opts: Options, seed: int, log: Log) -> None:
         self.d = d
         self.reader = reader
         self.opts = opts

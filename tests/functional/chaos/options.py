@@ -8,6 +8,7 @@ import datetime
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,9 @@ STACK_NAME = re.compile(r"^s\d+$")
 STACK_MADE = re.compile(r"^(s\d+)-([a-z]+\d*)-")
 ENGINE_ID = re.compile(r"share-manager starting: engine (\S+?),")
 ERROR_STATUSES = vocab.ERROR_STATUSES
+
+# A run's narrative: writes one stamped line.
+Log = Callable[[str], None]
 
 
 def utcnow() -> datetime.datetime:

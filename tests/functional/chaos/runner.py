@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
 import sqlalchemy as sa
 
@@ -27,6 +27,7 @@ from tests.functional.chaos.options import (
     REDIS_URL,
     SETUPS,
     STACK_MADE,
+    Log,
     Options,
     Result,
     reproduce_command,
@@ -35,7 +36,7 @@ from tests.functional.chaos.reader import Reader, backend_now, stale_rows, trans
 from tests.functional.harness import Deployment
 
 
-def settle(reader: Reader, fleet: Fleet, timeout: float, log: Any) -> tuple[bool, float]:
+def settle(reader: Reader, fleet: Fleet, timeout: float, log: Log) -> tuple[bool, float]:
     """Wait (bounded) until nothing is transient, no stack is IN_PROGRESS, no
     row is IN_PROGRESS in a stack that is not, and no request is pending,
     steadily for 3 s."""
@@ -73,7 +74,7 @@ def settle(reader: Reader, fleet: Fleet, timeout: float, log: Any) -> tuple[bool
 
 
 def teardown(d: Deployment, reader: Reader, records: list[EngineRecord], timeout: float,
-             log: Any) -> tuple[list[str], float]:
+             log: Log) -> tuple[list[str], float]:
     """Delete every stack still there (FAILED ones included), engines calm,
     and check that each goes and takes everything it made with it. A delete
     that fails on the stack's own traversal timeout (``--timeout`` sticks to
@@ -160,7 +161,7 @@ def _drop_pg_database(admin_url: str, url: str) -> None:
     engine.dispose()
 
 
-def open_narrative(path: Path, echo: bool) -> tuple[Any, Any]:
+def open_narrative(path: Path, echo: bool) -> tuple[TextIO, Log]:
     """A run's narrative file and the function that writes a line to it,
     each stamped with the seconds since the run began (and, with ``echo``,
     to stderr too). The caller closes the file."""
