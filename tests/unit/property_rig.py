@@ -24,7 +24,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
@@ -32,9 +32,11 @@ from sharemgr.db import api, migration, models
 from sharemgr.db.engine import Database
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.reconcile.reconciler import Reconciler
+from sqlalchemy.orm import Session
 
 from tests.unit.stack_rig import Engine, Rig
 
+T = TypeVar("T")
 TASK_TIMEOUT = 60.0  # seconds a task may run between two boundaries before we call it stuck
 
 
@@ -64,7 +66,7 @@ class SteppedDatabase(Database):
         self.transactions = 0  # sessions opened, all threads: a cheap "did anything happen"
 
     @contextlib.contextmanager
-    def _boundary(self, open_: Any) -> Iterator[Any]:
+    def _boundary(self, open_: Callable[[], contextlib.AbstractContextManager[T]]) -> Iterator[T]:
         local = self.local
         task = local.task
         if task is not None:
@@ -77,13 +79,15 @@ class SteppedDatabase(Database):
         finally:
             local.depth -= 1
 
-    def session(self) -> Any:
+    def session(self) -> contextlib.AbstractContextManager[Session]:
         return self._boundary(super().session)
 
-    def reading(self) -> Any:  # a read is a boundary too: others may write in between
+    # A read is a boundary too (others may write in between), on a plain
+    # connection likewise.
+    def reading(self) -> contextlib.AbstractContextManager[Session]:
         return self._boundary(super().reading)
 
-    def connect(self) -> Any:  # a read on a plain connection, likewise
+    def connect(self) -> contextlib.AbstractContextManager[sa.Connection]:
         return self._boundary(super().connect)
 
 
@@ -98,7 +102,7 @@ class Task:
     boundary after the next ``n``."""
 
     def __init__(self, rig: PropertyRig, engine: PEngine, label: str,
-                 fn: Callable[[], Any]) -> None:
+                 fn: Callable[[], object]) -> None:
         self.rig = rig
         self.engine = engine
         self.label = label
@@ -110,7 +114,7 @@ class Task:
         self.state = "new"  # new | running | paused | done
         self.passed = 0  # boundaries passed
         self.crashed = False
-        self.result: Any = None
+        self.result: object = None
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name=f"task-{label}", daemon=True)
 
@@ -343,7 +347,7 @@ class PropertyRig(Rig):
     def watchdog_task(self, engine: PEngine) -> Task:
         return self._task(engine, f"watchdog@e{engine.number}", engine.watchdog.run_once)
 
-    def _task(self, engine: PEngine, label: str, fn: Callable[[], Any]) -> Task:
+    def _task(self, engine: PEngine, label: str, fn: Callable[[], object]) -> Task:
         task = Task(self, engine, label, fn)
         engine.tasks.append(task)
         return task

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,7 @@ FORBIDDEN = (
 class Literal:
     """A status method answer returned as it is."""
 
-    value: Any
+    value: object
 
 
 def export_path(ident: str) -> str:
@@ -162,7 +163,7 @@ class FakeDriver:
     def __init__(self, dhss: bool = True) -> None:
         self.driver_handles_share_servers = dhss
         self.answer = HEALTHY
-        self.answers: dict[str, Any] = {}
+        self.answers: dict[str, object] = {}
         self.delete_fails: set[str] = set()
         self.replica_state: str | None = vocab.REPLICA_OUT_OF_SYNC
         self.calls: list[tuple[str, str]] = []
@@ -175,7 +176,7 @@ class FakeDriver:
     def methods(self) -> list[str]:
         return [m for m, _ in self.calls]
 
-    def _status(self, method: str, obj: dict, healthy: dict) -> Any:
+    def _status(self, method: str, obj: dict, healthy: dict) -> object:
         ident = obj["id"]
         self._record(method, ident)
         answer = self.answers.get(ident, self.answer)
@@ -199,15 +200,15 @@ class FakeDriver:
 
     # Status methods -----------------------------------------------------------
 
-    def get_share_status(self, share: dict, share_server: dict | None = None) -> Any:
+    def get_share_status(self, share: dict, share_server: dict | None = None) -> object:
         return self._status("get_share_status", share, {
             "size": BACKEND_SIZE,
             "export_locations": [{"path": export_path(share["id"]), "is_admin_only": False,
                                   "preferred": True}],
         })
 
-    def get_replica_status(self, replica: dict, share_server: dict | None = None) -> Any:
-        healthy: dict[str, Any] = {
+    def get_replica_status(self, replica: dict, share_server: dict | None = None) -> object:
+        healthy: dict[str, object] = {
             "size": BACKEND_SIZE,
             "export_locations": [{"path": export_path(replica["id"]), "is_admin_only": False,
                                   "preferred": False}],
@@ -216,14 +217,14 @@ class FakeDriver:
             healthy["replica_state"] = self.replica_state
         return self._status("get_replica_status", replica, healthy)
 
-    def get_snapshot_status(self, snapshot: dict, share_server: dict | None = None) -> Any:
+    def get_snapshot_status(self, snapshot: dict, share_server: dict | None = None) -> object:
         return self._status("get_snapshot_status", snapshot, {"size": 1})
 
-    def get_share_group_status(self, group: dict, share_server: dict | None = None) -> Any:
+    def get_share_group_status(self, group: dict, share_server: dict | None = None) -> object:
         return self._status("get_share_group_status", group, {})
 
     def get_share_group_snapshot_status(self, group_snapshot: dict,
-                                        share_server: dict | None = None) -> Any:
+                                        share_server: dict | None = None) -> object:
         return self._status("get_share_group_snapshot_status", group_snapshot, {})
 
     # Deletes ------------------------------------------------------------------
@@ -257,9 +258,9 @@ class FakeDriver:
 
     # What must never be called -------------------------------------------------
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Callable[..., None]:
         if name in FORBIDDEN:
-            def forbidden(*args: Any, **kwargs: Any) -> None:
+            def forbidden(*args: object, **kwargs: object) -> None:
                 self._record(name, "?")
                 raise AssertionError(f"reconciliation called {name}")
             return forbidden
@@ -430,7 +431,7 @@ def engine_id(host: str = HOST) -> str:
 class Engine:
     """One share-manager engine's reconciliation parts, driver faked."""
 
-    def __init__(self, db: Database, coord_url: str, drivers: dict[str, Any] | None = None,
+    def __init__(self, db: Database, coord_url: str, drivers: dict[str, object] | None = None,
                  workers: int = 4) -> None:
         self.db = db
         self.coord_url = coord_url
@@ -448,8 +449,8 @@ class Engine:
     def driver(self) -> FakeDriver:
         return self.drivers[BACKEND]
 
-    def run(self, **kwargs: Any) -> dict[str, Any]:
-        return self.reconciler.run(**kwargs)
+    def run(self, trigger: str = "startup", dry_run: bool = False) -> dict[str, Any]:
+        return self.reconciler.run(trigger, dry_run)
 
     def peer(self, join: bool = True, host: str = HOST) -> Coordinator:
         """Another engine's coordinator (a different member id)."""
