@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sharemgr.db.engine import Database
+from sharemgr.db.stats import Snapshot
 
 from tests.functional import harness
 from tests.functional.harness import Deployment, wait_until
@@ -71,7 +72,7 @@ def wait_settled(d: Deployment, timeout: float = 120) -> None:
     time.sleep(1)
 
 
-def read_stats(path: Path, after: float | None = None, timeout: float = 60) -> dict[str, Any]:
+def read_stats(path: Path, after: float | None = None, timeout: float = 60) -> Snapshot:
     """The counts a process last wrote; with ``after``, wait for counts
     written after that time (a process writes them when it runs a
     statement, at most once a second)."""
@@ -87,7 +88,7 @@ def read_stats(path: Path, after: float | None = None, timeout: float = 60) -> d
     raise RuntimeError(f"no counts in {path} written after {after}")
 
 
-def rate(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+def rate(before: Snapshot, after: Snapshot) -> dict[str, object]:
     seconds = max(after["seconds"] - before["seconds"], 1e-9)
     kinds = {k: round((n - before["by_kind"].get(k, 0)) / seconds, 3)
              for k, n in after["by_kind"].items() if n != before["by_kind"].get(k, 0)}

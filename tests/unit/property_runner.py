@@ -26,7 +26,9 @@ from sharemgr.db.engine import Database
 
 from tests.unit.property_rig import (
     TRANSIENT,
+    PEngine,
     PropertyRig,
+    Task,
     open_requests,
     pending_checks,
 )
@@ -43,6 +45,7 @@ from tests.unit.property_scenarios import (
     Run,
     Scenario,
     Start,
+    Step,
     Watchdog,
     failing,
 )
@@ -96,7 +99,7 @@ class Runner:
                          f"{' (complete at once)' if tr.complete else ''}")
         model.observe(rig)
 
-    def advance(self, task: Any, stop: int | None, crash: bool) -> None:
+    def advance(self, task: Task, stop: int | None, crash: bool) -> None:
         task.go(stop, crash)
         if task.error is not None:
             raise AssertionError(f"{task.label} raised {task.error!r}") from task.error
@@ -106,18 +109,18 @@ class Runner:
         if task.crashed:
             self.die(task.engine)
 
-    def die(self, engine: Any) -> None:
+    def die(self, engine: PEngine) -> None:
         self.rig.kill(engine)
         self.model.log.append(f"engine {engine.number} died")
         if not self.rig.live():
             engine = self.rig.start_engine()
             self.model.log.append(f"engine {engine.number} started")
 
-    def live(self, pick: int) -> Any:
+    def live(self, pick: int) -> PEngine:
         live = self.rig.live()
         return live[pick % len(live)]
 
-    def step(self, step: Any) -> None:
+    def step(self, step: Step) -> None:
         rig = self.rig
         if isinstance(step, Act):
             self.act(step.kind, self.sc.templates[step.t % len(self.sc.templates)])

@@ -35,7 +35,7 @@ def templates(draw: st.DrawFn) -> dict:
         shares = [n for n, r in out.items() if r["type"] == "share"]
         snaps = [n for n, r in out.items() if r["type"] == "snapshot"]
         kind = draw(st.sampled_from(["share", "snapshot", "replica"] if shares else ["share"]))
-        props: dict[str, Any]
+        props: dict[str, object]
         if kind == "share":
             source = draw(st.sampled_from([None, *snaps])) if snaps else None
             props = {"size": 4 if source else draw(st.integers(1, 3)),
@@ -48,7 +48,7 @@ def templates(draw: st.DrawFn) -> dict:
             label = draw(st.sampled_from([None, "x", "y"]))
             if label:
                 props["name"] = label
-        res: dict[str, Any] = {"type": kind, "properties": props}
+        res: dict[str, object] = {"type": kind, "properties": props}
         earlier = [n for n in out]
         if earlier:
             deps = draw(st.lists(st.sampled_from(earlier), unique=True, max_size=2))
@@ -131,10 +131,14 @@ steps = st.one_of(
 )
 
 
+# One step of a scenario.
+Step = Act | Run | Go | Watchdog | Reconcile | Start | Kill
+
+
 @dataclass(frozen=True)
 class Scenario:
     templates: tuple[dict, ...]
-    steps: tuple[Any, ...]
+    steps: tuple[Step, ...]
     fail: bool = False  # creates of resource FAILING fail on the backend
     disable_rollback: bool = False
 
@@ -152,7 +156,7 @@ def _compact(template: dict) -> str:
                           width=10_000).strip()
 
 
-def _short(step: Any) -> str:
+def _short(step: Step) -> str:
     args = ", ".join(f"{k}={v!r}" for k, v in vars(step).items())
     return f"{type(step).__name__}({args})"
 

@@ -57,8 +57,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
@@ -74,14 +74,14 @@ SEED = os.environ.get("SHAREMGR_HYPOTHESIS_SEED")
 # The tests ------------------------------------------------------------------------------------
 
 
-def _settings(examples: int) -> Any:
+def _settings(examples: int) -> settings:
     return settings(max_examples=examples, deadline=None, derandomize=SEED is None,
                     database=None, print_blob=SEED is not None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
 
 
-def _seeded(fn: Any) -> Any:
+def _seeded(fn: Callable[..., None]) -> Callable[..., None]:
     return seed(int(SEED))(fn) if SEED is not None else fn
 
 

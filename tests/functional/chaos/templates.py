@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import copy
 import random
-from typing import Any
 
 
-def _refs(value: Any) -> list[str]:
+def _refs(value: object) -> list[str]:
     if isinstance(value, dict):
         if "get_resource" in value:
             return [value["get_resource"]]
@@ -45,10 +44,10 @@ def add_resource(rng: random.Random, resources: dict) -> None:
     kind = rng.choices([k for k, _ in kinds], [w for _, w in kinds])[0]
     if kind == "share":
         name = _fresh_name(rng, resources, "data")
-        props: dict[str, Any] = {"size": rng.randint(1, 3), "proto": rng.choice(("NFS", "CIFS"))}
+        props: dict[str, object] = {"size": rng.randint(1, 3), "proto": rng.choice(("NFS", "CIFS"))}
         if rng.random() < 0.3:
             props["backend"] = "dummy"
-        res: dict[str, Any] = {"type": "share", "properties": props}
+        res: dict[str, object] = {"type": "share", "properties": props}
         if resources and rng.random() < 0.3:
             res["depends_on"] = [rng.choice(sorted(resources))]
     elif kind == "copy":
@@ -70,7 +69,7 @@ def add_resource(rng: random.Random, resources: dict) -> None:
 
 
 def random_template(rng: random.Random) -> dict:
-    resources: dict[str, Any] = {}
+    resources: dict[str, object] = {}
     for _ in range(rng.randint(1, 5)):
         add_resource(rng, resources)
     return {"resources": resources}
