@@ -78,7 +78,7 @@ def check(access_type: Any, access_to: Any, access_level: Any = "rw") -> RuleSpe
     return RuleSpec(access_type, to, access_level)
 
 
-def check_list(rules: Any) -> list[RuleSpec]:
+def check_list(rules: object) -> list[RuleSpec]:
     """A template's list of ``{access_type, access_to, access_level}``
     mappings, checked, without duplicates."""
     if not isinstance(rules, list):
@@ -100,7 +100,7 @@ def check_list(rules: Any) -> list[RuleSpec]:
     return out
 
 
-def view(rule: models.ShareAccessRule) -> dict[str, Any]:
+def view(rule: models.ShareAccessRule) -> dict[str, object]:
     """A rule as drivers receive it."""
     return {"id": rule.id, "access_type": rule.access_type, "access_to": rule.access_to,
             "access_level": rule.access_level}

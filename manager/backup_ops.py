@@ -4,7 +4,8 @@ restore (``Operations.run``), and the periodic ``*_continue`` tasks
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
@@ -127,7 +128,7 @@ def _continue_one(ops: Operations, ident: str, status: str, column: str) -> None
 
 
 def _settle_backup(ops: Operations, ident: str, status: str, inst_id: str, share_busy: str,
-                   backup_values: dict[str, Any], share_status: str) -> None:
+                   backup_values: Mapping[str, object], share_status: str) -> None:
     """The backup's outcome; the share follows, in the same transaction,
     only if it is still held by the backup (an admin may have reset it),
     so a moved share never keeps the backup from settling. One

@@ -11,6 +11,7 @@ cannot do is refused.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -89,7 +90,7 @@ class Pool:
         return db_capacity.Limits(f"{backend_host}#{self.name}", cap, free, reported_at)
 
 
-def _pool(p: dict[str, Any]) -> Pool:
+def _pool(p: Mapping[str, object]) -> Pool:
     ratio = _gib(p.get("max_over_subscription_ratio"))
     reserved = _gib(p.get("reserved_percentage"))
     return Pool(str(p["pool_name"]), _gib(p.get("total_capacity_gb")),
@@ -98,19 +99,20 @@ def _pool(p: dict[str, Any]) -> Pool:
                 ratio if ratio is not None and ratio >= 1.0 else DEFAULT_OVER_SUBSCRIPTION)
 
 
-def with_options(stats: dict[str, Any], configuration: Any) -> dict[str, Any]:
+def with_options(stats: dict[str, object], configuration: object) -> dict[str, object]:
     """The report with the backend group's ``reserved_percentage`` and
     ``max_over_subscription_ratio`` in each pool, where set (they win over
     what the driver reported, as Manila's drivers report what is configured)."""
-    overrides = {}
+    overrides: dict[str, object] = {}
     for key in ("reserved_percentage", "max_over_subscription_ratio"):
         value = getattr(configuration, key, None)
         if value is not None:
             overrides[key] = value
-    if not overrides or not isinstance(stats.get("pools"), list):
+    pools = stats.get("pools")
+    if not overrides or not isinstance(pools, list):
         return stats
     return {**stats, "pools": [{**p, **overrides} if isinstance(p, dict) else p
-                               for p in stats["pools"]]}
+                               for p in pools]}
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from collections.abc import Mapping
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
@@ -14,6 +14,7 @@ from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
+from sharemgr.drivers.base import ShareDriver
 from sharemgr.drivers.exceptions import ShareBackendException
 from sharemgr.manager import views
 from sharemgr.manager.plans import Op
@@ -21,11 +22,11 @@ from sharemgr.manager.plans import Op
 LOG = logging.getLogger(__name__)
 
 
-def info_hash(info: dict[str, Any]) -> str:
+def info_hash(info: Mapping[str, object]) -> str:
     return hashlib.sha256(json.dumps(info, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def ensure_backend(db: Database, host: str, driver: Any) -> int:
+def ensure_backend(db: Database, host: str, driver: ShareDriver) -> int:
     """Ensure one backend's shares; returns how many were ensured (0 when
     skipped because the backend info is unchanged)."""
     try:
@@ -62,8 +63,8 @@ def ensure_backend(db: Database, host: str, driver: Any) -> int:
             updates = {}
         ensured = []
         for inst in mine:
-            update = updates.get(inst.id) or {}
-            values: dict[str, Any] = {"status": update.get("status") or vocab.AVAILABLE}
+            update: Mapping[str, object] = updates.get(inst.id) or {}
+            values: dict[str, object] = {"status": update.get("status") or vocab.AVAILABLE}
             if update.get("export_locations") is not None:
                 values["export_locations"] = views.export_locations(update["export_locations"])
             if db_api.conditional_update(db, models.ShareInstance, inst.id,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from sharemgr.common.outage import Backoff
 from sharemgr.db.engine import DatabaseUnavailable
@@ -43,7 +42,7 @@ def is_outage(exc: BaseException) -> bool:
     return isinstance(exc, _OUTAGE_TYPES + _coordination_outages())
 
 
-def backing_off(backoff: Backoff, fn: Callable[[], Any]) -> None:
+def backing_off(backoff: Backoff, fn: Callable[[], object]) -> None:
     """Run ``fn``: an outage it meets goes to ``backoff`` (the process's one
     WARNING, no traceback; the caller skips runs until ``retry_at``), any
     other exception goes on; a success after failures is the INFO."""

@@ -321,7 +321,7 @@ def resize_share(db: Database, share_id: str, new_size: int) -> Plan:
                          new_size - row.size, f"extend share {share_id} by "
                          f"{new_size - row.size} GiB to {new_size} GiB")
         plan.claims += [claim] if claim else []
-    values: dict[str, Any] = {"status": spec.transient[0]}
+    values: dict[str, object] = {"status": spec.transient[0]}
     if action == vocab.ACTION_EXTEND:
         values["pending_size"] = new_size  # counted in its pool while extending
     plan.changes.append((models.ShareInstance, inst.id, {"status": vocab.AVAILABLE}, values))

@@ -8,7 +8,6 @@ import functools
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import futurist
 import tenacity
@@ -49,7 +48,7 @@ class _Lane:
         self.any_host = any_host
         self.hosts: list[str] = []
         self.executor = futurist.ThreadPoolExecutor(max_workers=workers)
-        self.inflight: set[Any] = set()
+        self.inflight: set[futurist.Future] = set()
 
 
 class RequestRunner:
@@ -181,7 +180,7 @@ class RequestRunner:
     def _sleep(self, seconds: float) -> None:
         self._stopping.wait(seconds)
 
-    def _done(self, lane: _Lane, fut: Any) -> None:
+    def _done(self, lane: _Lane, fut: futurist.Future) -> None:
         with self._lock:
             lane.inflight.discard(fut)
         self._wake.set()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sharemgr.common import vocab
 from sharemgr.db import access as db_access
@@ -20,6 +20,7 @@ from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:
     from sharemgr.manager.operations import Operations
+    from sqlalchemy.orm import Session
 
 
 def create_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
@@ -34,11 +35,11 @@ def create_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
     # The share is read with the instance, in the re-read under the lock.
     shares: dict[str, models.Share | None] = {}
 
-    def read(session: Any) -> models.ShareInstance | None:
+    def read(session: Session) -> models.ShareInstance | None:
         inst, shares["share"] = resources.instance_with_share_tx(session, op.ident)
         return inst
 
-    def call(inst: models.ShareInstance) -> Any:
+    def call(inst: models.ShareInstance) -> object:
         share = shares["share"]
         if share is None:
             raise Stale(f"the share of instance {inst.id} is gone")
@@ -74,7 +75,7 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
     assert spec.method is not None
     method = getattr(driver, spec.method)
 
-    def call(inst: models.ShareInstance) -> Any:
+    def call(inst: models.ShareInstance) -> object:
         share_d, server = ops.share_parts(inst)
         return method(share_d, new_size, server)
 

@@ -22,7 +22,7 @@ def _fence(row: object) -> int | None:
     return getattr(row, "fence", None)
 
 
-def share(inst: models.ShareInstance, logical: models.Share) -> dict[str, Any]:
+def share(inst: models.ShareInstance, logical: models.Share) -> dict[str, object]:
     return {
         "id": inst.id,
         "share_id": logical.id,
@@ -43,7 +43,7 @@ def snapshot(
     snap: models.ShareSnapshot,
     inst: models.ShareInstance,
     logical: models.Share,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     return {
         "id": snap_inst.id,
         "snapshot_id": snap.id,
@@ -56,12 +56,12 @@ def snapshot(
     }
 
 
-def server(row: models.ShareServer) -> dict[str, Any]:
+def server(row: models.ShareServer) -> dict[str, object]:
     return {"id": row.id, "host": row.host, "backend_details": dict(row.backend_details or {}),
             "fence_token": _fence(row)}
 
 
-def group(row: models.ShareGroup) -> dict[str, Any]:
+def group(row: models.ShareGroup) -> dict[str, object]:
     return {
         "id": row.id,
         "name": row.name or f"group-{row.id}",
@@ -71,7 +71,7 @@ def group(row: models.ShareGroup) -> dict[str, Any]:
     }
 
 
-def group_snapshot(row: models.ShareGroupSnapshot, grp: models.ShareGroup) -> dict[str, Any]:
+def group_snapshot(row: models.ShareGroupSnapshot, grp: models.ShareGroup) -> dict[str, object]:
     return {
         "id": row.id,
         "name": row.name or f"group-snapshot-{row.id}",
@@ -81,7 +81,7 @@ def group_snapshot(row: models.ShareGroupSnapshot, grp: models.ShareGroup) -> di
     }
 
 
-def backup(row: models.ShareBackup) -> dict[str, Any]:
+def backup(row: models.ShareBackup) -> dict[str, object]:
     return {
         "id": row.id,
         "share_id": row.share_id,
@@ -91,9 +91,10 @@ def backup(row: models.ShareBackup) -> dict[str, Any]:
     }
 
 
-def export_locations(raw: Any) -> list[dict[str, Any]]:
+def export_locations(raw: Any) -> list[dict[str, object]]:
     """Manila's shape: path, is_admin_only, preferred. Drivers may return
-    plain path strings."""
+    plain path strings. ``raw`` is what a driver returned, unchecked (a
+    broken answer fails here, as the caller expects)."""
     out = []
     for item in raw or []:
         if isinstance(item, str):

@@ -4,18 +4,22 @@ before they are recorded."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from sharemgr.common import vocab
 from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import views
+
+# A judged answer: (healthy, reason, the answer's dict; {} when it has none).
+# The dict is the driver's, read key by key with the checks below.
+Verdict = tuple[bool, str, Mapping[str, object]]
 
 
 class Unusable(Exception):
     """A healthy status answer whose details cannot be recorded."""
 
 
-def size_of(answer: dict[str, Any]) -> int:
+def size_of(answer: Mapping[str, object]) -> int:
     """A whole, positive number of GiB (``8``, ``8.0``, ``"8"``): shares
     have at least 1 GiB and at most ``MAX_SHARE_SIZE_GB``."""
     size = answer.get("size")
@@ -33,7 +37,7 @@ def size_of(answer: dict[str, Any]) -> int:
     return value
 
 
-def exports_of(raw: Any) -> list[dict[str, Any]]:
+def exports_of(raw: object) -> list[dict[str, object]]:
     if not isinstance(raw, (list, tuple)):
         raise Unusable(f"export locations that are not a list ({raw!r})")
     if not all(isinstance(i, str) or (isinstance(i, dict) and isinstance(i.get("path"), str))
@@ -42,7 +46,7 @@ def exports_of(raw: Any) -> list[dict[str, Any]]:
     return views.export_locations(raw)
 
 
-def _classify(answer: Any) -> tuple[bool, str, dict[str, Any]]:
+def _classify(answer: object) -> Verdict:
     """A status method's answer → (healthy, reason, answer dict)."""
     if not isinstance(answer, dict) or not answer.get("status"):
         return False, f"status method returned {answer!r} (no status)", {}
@@ -51,7 +55,7 @@ def _classify(answer: Any) -> tuple[bool, str, dict[str, Any]]:
     return False, f"backend status {answer['status']}", answer
 
 
-def verdict(method: str, answer: Any) -> tuple[bool, str, dict[str, Any]]:
+def verdict(method: str, answer: object) -> Verdict:
     """An answer of ``ask.ask`` → (healthy, reason, answer dict)."""
     if isinstance(answer, ShareResourceNotFound):
         return False, f"missing on the backend ({answer})", {}

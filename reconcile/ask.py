@@ -13,7 +13,6 @@ or any other (the call failed).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from oslo_log import log as logging
 from sharemgr.drivers.base import BATCH_STATUS_METHODS, ShareDriver
@@ -21,7 +20,7 @@ from sharemgr.drivers.base import BATCH_STATUS_METHODS, ShareDriver
 LOG = logging.getLogger(__name__)
 
 
-def ask(driver: ShareDriver, method: str, items: Mapping[str, tuple]) -> dict[str, Any]:
+def ask(driver: ShareDriver, method: str, items: Mapping[str, tuple]) -> dict[str, object]:
     """Each resource's answer, by id; ``items``: id → the status method's
     arguments."""
     answers = _batch(driver, method, items)
@@ -31,7 +30,7 @@ def ask(driver: ShareDriver, method: str, items: Mapping[str, tuple]) -> dict[st
     return answers
 
 
-def _batch(driver: ShareDriver, method: str, items: Mapping[str, tuple]) -> dict[str, Any]:
+def _batch(driver: ShareDriver, method: str, items: Mapping[str, tuple]) -> dict[str, object]:
     """The batch method's answers for these ids; {} when the driver has none
     or it fails (every resource is then asked on its own, so the outcome is
     what the single method says)."""
@@ -53,7 +52,7 @@ def _batch(driver: ShareDriver, method: str, items: Mapping[str, tuple]) -> dict
     return {ident: answers[ident] for ident in items if ident in answers}
 
 
-def _single(driver: ShareDriver, method: str, args: tuple) -> Any:
+def _single(driver: ShareDriver, method: str, args: tuple) -> object:
     try:
         return getattr(driver, method)(*args)
     except Exception as exc:  # the answer, for the caller to read

@@ -24,9 +24,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Required, TypedDict
 
 from oslo_log import log as logging
 from sharemgr.common import metrics, vocab
@@ -98,8 +98,29 @@ TARGET = {t.rtype: t for t in TARGETS}
 @dataclass(frozen=True)
 class Found:
     kind: str
-    database: Any
-    backend: Any
+    database: object  # what the record says (a size, export locations)
+    backend: object  # what the backend says
+
+
+class Ids(TypedDict, total=False):
+    """The ids a finding names, besides the instance's."""
+
+    share_id: str
+    snapshot_id: str
+
+
+class DriftItem(TypedDict, total=False):
+    """One finding, as the check's record lists it."""
+
+    kind: Required[str]
+    resource_type: str  # not for an orphan: no resource claims it
+    share_id: str | None
+    snapshot_id: str
+    instance_id: Required[str]
+    database: object
+    backend: object
+    policy: str
+    action: str
 
 
 @dataclass
@@ -112,15 +133,16 @@ class Subject:
     cand: Candidate
     size: int | None
     size_row: tuple[type, str] | None
-    exports: list[dict[str, Any]] | None
-    ids: dict[str, str]
+    exports: Sequence[object] | None
+    ids: Ids
 
 
-def _paths(locations: list[dict[str, Any]] | None) -> list[str]:
+def _paths(locations: Sequence[object] | None) -> list[str]:
     return sorted(str(loc.get("path")) for loc in locations or [] if isinstance(loc, dict))
 
 
-def compare(answer: Any, size: int | None, exports: list[dict[str, Any]] | None,
+def compare(answer: Mapping[str, object] | ShareResourceNotFound, size: int | None,
+            exports: Sequence[object] | None,
             kinds_: tuple[str, ...] = (MISSING, SIZE, EXPORTS)) -> list[Found]:
     """What disagrees between the record (``size``, ``exports``) and the
     backend's answer (a status dict, or the ShareResourceNotFound it
@@ -155,17 +177,17 @@ class DriftSummary:
         self.drift: collections.Counter = collections.Counter()
         self.actions: collections.Counter = collections.Counter()
         self.skipped: collections.Counter = collections.Counter()
-        self.items: list[dict[str, Any]] = []
+        self.items: list[DriftItem] = []
         self.failures = 0
 
-    def found(self, item: dict[str, Any], action: str) -> None:
+    def found(self, item: DriftItem, action: str) -> None:
         metrics.DRIFT_FINDINGS.labels(item["kind"], action).inc()
         with self._lock:
             self.drift[item["kind"]] += 1
             self.actions[action] += 1
             self.items.append(item)
 
-    def as_dict(self, duration: float) -> dict[str, Any]:
+    def as_dict(self, duration: float) -> dict[str, object]:
         return {"checked": self.checked, "drift": dict(self.drift),
                 "actions": dict(self.actions), "skipped": dict(self.skipped),
                 "failures": self.failures, "items": self.items,
@@ -179,11 +201,11 @@ class DriftSummary:
                 f"{duration:.2f}s")
 
 
-def _as_read(cand: Candidate) -> dict[str, Any]:
+def _as_read(cand: Candidate) -> dict[str, object]:
     """A finding's condition: the resource as the check read it, its token
     included, so that an answer the backend gave about an older state
     (another engine changed the resource meanwhile) is not written."""
-    expected: dict[str, Any] = {"status": vocab.AVAILABLE}
+    expected: dict[str, object] = {"status": vocab.AVAILABLE}
     if getattr(cand.row, "fence", None) is not None:
         expected["fence"] = cand.row.fence
     return expected
@@ -197,7 +219,7 @@ class DriftChecker:
         self.rec = reconciler
         self.policies = policies
 
-    def run(self, trigger: str = "drift", dry_run: bool = False) -> dict[str, Any]:
+    def run(self, trigger: str = "drift", dry_run: bool = False) -> dict[str, object]:
         summary = DriftSummary()
 
         def check() -> None:
@@ -321,10 +343,11 @@ class DriftChecker:
         cand = subject.cand
         policies = {f.kind: policies_in[f.kind] for f in found}
         marked = ERROR in policies.values()
-        values: dict[str, Any] = {}
+        values: dict[str, object] = {}
         extra: list = []
-        record: dict[str, Any] = {"checked_at": models.utcnow().isoformat(timespec="seconds"),
-                                  "found": {}}
+        found_by_kind: dict[str, dict[str, object]] = {}
+        record: dict[str, object] = {"checked_at": models.utcnow().isoformat(timespec="seconds"),
+                                     "found": found_by_kind}
         for f in found:
             policy = policies[f.kind]
             action = policy
@@ -339,7 +362,7 @@ class DriftChecker:
                 action = "corrected"
             if dry_run:
                 action = f"would {action}"
-            record["found"][f.kind] = {"database": f.database, "backend": f.backend,
+            found_by_kind[f.kind] = {"database": f.database, "backend": f.backend,
                                        "policy": policy, "action": action}
             summary.found({"kind": f.kind, "resource_type": target.noun, **subject.ids,
                            "instance_id": cand.id, "database": f.database,

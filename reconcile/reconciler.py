@@ -20,8 +20,8 @@ import contextlib
 import datetime
 import math
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import futurist
 from futurist import waiters
@@ -40,7 +40,7 @@ from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Op
 from sharemgr.reconcile import access, answers, ask, rules, scan
 from sharemgr.reconcile.scan import Candidate
-from sharemgr.reconcile.summary import Summary, observe_pass
+from sharemgr.reconcile.summary import PlanItem, Summary, observe_pass
 
 if TYPE_CHECKING:
     from sharemgr.reconcile.drift import DriftSummary
@@ -101,7 +101,7 @@ class Reconciler:
 
     # The pass ----------------------------------------------------------------
 
-    def run(self, trigger: str = "startup", dry_run: bool = False) -> dict[str, Any]:
+    def run(self, trigger: str = "startup", dry_run: bool = False) -> dict[str, object]:
         """One pass; its record says what it did."""
         summary = Summary()
         return self.recorded(trigger, dry_run, summary, lambda: self._stages(summary, dry_run),
@@ -112,7 +112,7 @@ class Reconciler:
     def recorded(self, trigger: str, dry_run: bool, summary: Summary | DriftSummary,
                  work: Callable[[], None],
                  label: str, observe: Callable[[str, float], None] | None = None
-                 ) -> dict[str, Any]:
+                 ) -> dict[str, object]:
         """Run ``work`` as a recorded pass of this engine (a reconciliation
         pass, a drift check): its ``reconcile_passes`` row, ``summary``'s
         result in it, one INFO line naming it by ``label``. A pass that fails
@@ -177,7 +177,7 @@ class Reconciler:
         result = summary.as_dict(time.monotonic() - started)
         lines = str(exc).strip().splitlines()  # a DBAPIError goes on with SQL
         error = f"{type(exc).__name__}: {lines[0] if lines else ''}"
-        result.update(failures=result["failures"] + 1, failed=True,
+        result.update(failures=summary.failures + 1, failed=True,
                       error=error[:ERROR_LIMIT])
         try:
             db_rec.pass_failed(self.db, record_id, self.host, self.engine_id, trigger,
@@ -362,10 +362,12 @@ class Reconciler:
             target = {rules.QUERY: f"{rule.ok} or {rule.error}",
                       rules.DELETE: f"{rule.ok} or {rule.error}",
                       rules.MARK: rule.error}[rule.action]
-            summary.planned({"type": cand.rtype, "id": cand.id, "status": cand.status,
-                             "action": rule.action + (f" {rule.method}" if rule.method else ""),
-                             "outcome": target,
-                             **({"stuck": "lease expired"} if cand.id in summary.stuck else {})})
+            item: PlanItem = {"type": cand.rtype, "id": cand.id, "status": cand.status,
+                              "action": rule.action + (f" {rule.method}" if rule.method else ""),
+                              "outcome": target}
+            if cand.id in summary.stuck:
+                item["stuck"] = "lease expired"
+            summary.planned(item)
             return None
         return rule
 
@@ -434,11 +436,11 @@ class Reconciler:
                 return requests[backup.id]
         return None
 
-    def _changes(self, cand: Candidate, status: str, values: dict[str, Any] | None = None,
+    def _changes(self, cand: Candidate, status: str, values: Mapping[str, object] | None = None,
                  extra: list | None = None) -> tuple[str, list]:
         """The outcome's conditional updates: the row's status first, written
         only if it still has the status it was read with."""
-        seen: dict[str, Any] = {"status": cand.status}
+        seen: dict[str, object] = {"status": cand.status}
         if getattr(cand.row, "fence", None) is not None:
             seen["fence"] = cand.row.fence  # as taken: written only while still ours
         return status, [(cand.model, cand.id, seen,
@@ -468,11 +470,11 @@ class Reconciler:
     # Query and converge ---------------------------------------------------------
 
     def _answers(self, queries: list[tuple[Candidate, rules.Rule]]
-                 ) -> dict[str, tuple[bool, str, dict[str, Any]]]:
+                 ) -> dict[str, answers.Verdict]:
         """(healthy, reason, answer) per resource: one batch call per driver
         and method where the driver has the batch form, the single method
         for the resources it leaves out (or when it has none or fails)."""
-        results: dict[str, tuple[bool, str, dict[str, Any]]] = {}
+        results: dict[str, answers.Verdict] = {}
         groups: dict[tuple[str, str], dict[str, tuple]] = collections.defaultdict(dict)
         args = self.status_args([c for c, _ in queries])
         for cand, rule in queries:
@@ -488,9 +490,9 @@ class Reconciler:
         return results
 
     def _converge(self, cand: Candidate, rule: rules.Rule,
-                  answered: tuple[bool, str, dict[str, Any]]) -> tuple[str, list]:
+                  answered: answers.Verdict) -> tuple[str, list]:
         healthy, reason, answer = answered
-        values: dict[str, Any] = {}
+        values: dict[str, object] = {}
         extra: list = []
         if healthy:
             try:
@@ -549,12 +551,12 @@ class Reconciler:
         grp = db_api.get(self.db, models.ShareGroup, cand.row.share_group_id, include_deleted=True)
         return views.group_snapshot(cand.row, grp), ops.server_dict(grp.share_server_id)
 
-    def _healthy_values(self, cand: Candidate, answer: dict[str, Any]
-                        ) -> tuple[dict[str, Any], list]:
+    def _healthy_values(self, cand: Candidate, answer: Mapping[str, object]
+                        ) -> tuple[dict[str, object], list]:
         """The columns a healthy answer sets; ``Unusable`` when the answer cannot
         be recorded (the error outcome, not a crash that leaves the resource
         transient for every later pass too)."""
-        values: dict[str, Any] = {}
+        values: dict[str, object] = {}
         extra: list = []
         if cand.rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA):
             if answer.get("export_locations") is not None:

@@ -5,9 +5,21 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any
+from typing import Required, TypedDict
 
 from sharemgr.common import metrics
+
+
+class PlanItem(TypedDict, total=False):
+    """What a dry run would do to one resource, as its record lists it."""
+
+    type: Required[str]
+    id: Required[str]
+    status: Required[str]
+    action: Required[str]  # "skip", or the rule's action and method
+    reason: str  # why it is skipped
+    outcome: str  # the statuses it would settle to
+    stuck: str  # its request is taken over (its lease expired)
 
 
 class Summary:
@@ -20,7 +32,7 @@ class Summary:
         self.skipped: collections.Counter = collections.Counter()
         self.abandoned = 0
         self.failures = 0
-        self.plan: list[dict[str, Any]] = []
+        self.plan: list[PlanItem] = []
         # Resources whose request this pass took over because its lease had
         # expired (stuck): their operation's thread may still hold the lock.
         self.stuck: set[str] = set()
@@ -40,11 +52,11 @@ class Summary:
         with self._lock:
             self.failures += 1
 
-    def planned(self, item: dict[str, Any]) -> None:
+    def planned(self, item: PlanItem) -> None:
         with self._lock:
             self.plan.append(item)
 
-    def as_dict(self, duration: float) -> dict[str, Any]:
+    def as_dict(self, duration: float) -> dict[str, object]:
         return {
             "outcomes": {t: dict(c) for t, c in self.outcomes.items()},
             "skipped": dict(self.skipped),
