@@ -16,7 +16,7 @@ import datetime
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
@@ -107,8 +107,12 @@ def stack_deps(db: Database, stack_id: str, traversal_id: str) -> dict | None:
 # Starting and ending an action on a locked resource row ---------------------------
 
 
+# The lease's terms: the caller's own type (manager/leases.py's Terms), given back.
+L = TypeVar("L", bound=Lease)
+
+
 @dataclass
-class Begin:
+class Begin(Generic[L]):
     """What starting an action writes besides the row's IN_PROGRESS: physical
     rows to insert (a create), conditional changes of physical rows (the
     transient status of an update or delete, a rename) and the operation's
@@ -121,15 +125,15 @@ class Begin:
     add: Sequence[models.Base] = ()
     changes: Sequence[Change] = ()
     op: api.NewRequest | None = None
-    op_lease: Lease | None = None  # its lease (``Operations.default_lease``), written with it
+    op_lease: L | None = None  # its lease (``Operations.default_lease``), written with it
     claims: Sequence[capacity.Claim] = ()  # pool capacity its rows take (NoRoom)
 
 
 @dataclass(frozen=True)
-class Begun:
+class Begun(Generic[L]):
     resource_id: int  # the row the action runs on (a replacement's when replacing)
     op_request_id: int | None
-    op_lease: Lease | None = None  # the lease its request was written with
+    op_lease: L | None = None  # the lease its request was written with
 
 
 class _NotBegun(Exception):
@@ -149,12 +153,12 @@ def begin(
     engine_id: str,
     stack_id: str,
     traversal_id: str,
-    work: Begin,
+    work: Begin[L],
     replace_template_id: int | None = None,
     replace_requires: Iterable[int] = (),
     replace: bool = False,
     lock_key: int | None = None,
-) -> Begun | Outcome:
+) -> Begun[L] | Outcome:
     """Start ``work`` on a row this engine has locked, in one transaction.
 
     With ``replace`` a replacement row is made first (``resource_replace_tx``,

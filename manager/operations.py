@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 import tenacity
 from oslo_log import log as logging
@@ -41,7 +42,7 @@ R = TypeVar("R", bound=kinds.StatusRow)
 
 # ``Op.lease`` of the operation this thread performs, for ``_fresh_leased``:
 # the handlers pass their own arguments to ``run``, not the op.
-_WRITTEN_LEASE: contextvars.ContextVar[db_rec.Lease | None] = contextvars.ContextVar(
+_WRITTEN_LEASE: contextvars.ContextVar[leases.Terms | None] = contextvars.ContextVar(
     "sharemgr_written_lease", default=None)
 
 
@@ -78,6 +79,15 @@ def lock_name(rtype: str, ident: str) -> bytes:
 
 def deleted() -> dict[str, object]:
     return {"status": vocab.DELETED, "deleted_at": models.utcnow()}
+
+
+@dataclass
+class _Chosen:
+    """What ``_fresh_leased``'s read chose, in its transaction."""
+
+    method: str | None = None
+    terms: leases.Terms | None = None
+    written: bool = False  # the request row was written with these terms
 
 
 class Operations:
@@ -159,7 +169,7 @@ class Operations:
         re-reads the row in that transaction (see ``db_rec.read_and_lease``).
         Returns the row, the method, the lease's terms and whether this
         engine's request took them."""
-        chosen: dict[str, Any] = {"method": None, "terms": None, "written": False}
+        chosen = _Chosen()
         written = _WRITTEN_LEASE.get()
 
         def until_of(row: R) -> leases.Terms | None:
@@ -169,10 +179,10 @@ class Operations:
             seconds = self.leases.seconds(name)
             if written is not None and seconds == self.leases.seconds(None):
                 # The request row was written with this lease a moment ago.
-                chosen.update(method=name, terms=written, written=True)
+                chosen.method, chosen.terms, chosen.written = name, written, True
                 return None
             terms = self.keeper.terms(seconds, self.leases.heartbeat)
-            chosen.update(method=name, terms=terms)
+            chosen.method, chosen.terms = name, terms
             return terms
 
         # The row is taken (its fencing token bumped) in the same transaction:
@@ -180,7 +190,7 @@ class Operations:
         found, leased = db_rec.read_and_lease(self.db, model, ident, self.engine_id, until_of,
                                               read, take=expected)
         row = _expect(model, ident, found, expected)
-        return row, chosen["method"], chosen["terms"], bool(leased) or chosen["written"]
+        return row, chosen.method, chosen.terms, bool(leased) or chosen.written
 
     def _commit(self, changes: list[Change], what: str, rtype: str, ident: str) -> None:
         """Write the outcome; while the database is away it waits for it

@@ -19,8 +19,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
-from sharemgr.db.reconcile import Lease
-from sharemgr.manager import capabilities, kinds, operation_table, views
+from sharemgr.manager import capabilities, kinds, leases, operation_table, views
 
 Change = db_api.Change
 T = TypeVar("T", bound=models.HasTable)
@@ -43,7 +42,7 @@ class Op:
     request_id: int | None = None
     # The lease its request row was written with (``Operations.default_lease``,
     # a stack's begin): the call keeps it when its method's lease is the default.
-    lease: Lease | None = None
+    lease: leases.Terms | None = None
 
     @classmethod
     def of_request(cls, req: models.Request) -> Op:
