@@ -11,7 +11,7 @@ a physical resource is never created twice. Each step returns an
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from oslo_log import log as logging
@@ -161,7 +161,7 @@ class Actor:
         return self.carry_out(ctx, row.name, begun, action, plan, final)
 
     def _noop(self, ctx: Ctx, row: models.StackResource, effective: models.StackResource,
-              d: decide_mod.Decision, final: dict) -> Outcome:
+              d: decide_mod.Decision, final: decide_mod.RowEnd) -> Outcome:
         """Nothing to change: record the template and dependencies (and finish
         an action a dead engine left IN_PROGRESS whose resource turned out
         fine)."""
@@ -224,7 +224,7 @@ class Actor:
                                 plan.claims)
 
     def carry_out(self, ctx: Ctx, name: str, begun: stack_work.Begun, action: str,
-                  plan: phys.Plan, final: dict,
+                  plan: phys.Plan, final: Mapping[str, object],
                   known: tuple[int, str, str | None] | None = None,
                   defer: bool = False) -> Outcome:
         """Run the begun action's operation and end the row's action.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from sharemgr.common import vocab
 from sharemgr.convergence import lifecycle, prepare
@@ -111,7 +110,7 @@ def current_rows(db: Database, stack: models.Stack) -> dict[str, models.StackRes
     return chosen
 
 
-def outputs(db: Database, stack: models.Stack) -> dict[str, Any]:
+def outputs(db: Database, stack: models.Stack) -> dict[str, object]:
     """The template's outputs from the resources as they are now (an output
     whose resource is missing or failed is None)."""
     if stack.template_id is None:
@@ -129,7 +128,7 @@ def outputs(db: Database, stack: models.Stack) -> dict[str, Any]:
     return resolve_outputs(template, data)
 
 
-def show(db: Database, stack: models.Stack) -> dict[str, Any]:
+def show(db: Database, stack: models.Stack) -> dict[str, object]:
     rows = stacks.resource_list(db, stack.id)
     return {
         "id": stack.id,
@@ -150,7 +149,7 @@ def show(db: Database, stack: models.Stack) -> dict[str, Any]:
     }
 
 
-def resource_rows(db: Database, stack: models.Stack) -> list[dict[str, Any]]:
+def resource_rows(db: Database, stack: models.Stack) -> list[dict[str, object]]:
     return [
         {"id": r.id, "name": r.name, "type": r.type, "physical_id": r.physical_id,
          "action": r.action, "status": r.status, "status_reason": r.status_reason}

@@ -5,9 +5,9 @@ resources goes through ``physical.observe``."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
@@ -41,7 +41,7 @@ class Decision:
 
 
 def decide(db: Database, template: Template, row: models.StackResource,
-           effective: models.StackResource, input_data: Mapping[str, Any]) -> Decision:
+           effective: models.StackResource, input_data: Mapping[str, object]) -> Decision:
     """What the update node of ``row`` does to ``effective`` (the row or its
     replacement, see ``effective``) for the template's definition."""
     defn = template.resources[row.name]
@@ -104,7 +104,7 @@ def orphan(db: Database, graph: Graph, row: models.StackResource
 
 
 def route(db: Database, template: Template, stack: models.Stack, row: models.StackResource,
-          node: Node, graph: Graph, input_data: Mapping[str, Any]) -> str | None:
+          node: Node, graph: Graph, input_data: Mapping[str, object]) -> str | None:
     """Where this node's physical work must run: an update node that creates
     or replaces goes where the new resource goes, any other node to the
     existing physical resource's ``host@backend``; None: any engine. A
@@ -121,8 +121,16 @@ def route(db: Database, template: Template, stack: models.Stack, row: models.Sta
         return None
 
 
-def row_values(template: Template, stack: models.Stack, name: str, props: Mapping[str, Any],
-               requires: Any, input_data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+class RowEnd(TypedDict):
+    """A row's values when its action completes (``row_values``)."""
+
+    template_id: int | None
+    requires: list[int]
+
+
+def row_values(template: Template, stack: models.Stack, name: str, props: Mapping[str, object],
+               requires: Iterable[int] | None, input_data: Mapping[str, object]
+               ) -> tuple[dict[str, object], RowEnd]:
     """A row's values when its action starts (its properties; the rows it
     requires, old and new, so neither is deleted under it) and when it
     completes (its template; only the rows it requires now)."""
@@ -130,8 +138,8 @@ def row_values(template: Template, stack: models.Stack, name: str, props: Mappin
     data = data_by_name(input_data)
     deps = sorted({d_.resource_id for d_ in data.values()
                    if d_.name in defn.requires and d_.resource_id is not None})
-    final = {"template_id": stack.template_id, "requires": deps}
-    start = {"properties": props, "status_reason": None,
+    final: RowEnd = {"template_id": stack.template_id, "requires": deps}
+    start: dict[str, object] = {"properties": props, "status_reason": None,
              "requires": sorted(set(requires or ()) | set(deps))}
     return start, final
 

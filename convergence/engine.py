@@ -3,20 +3,33 @@ handler, the hosts it claims check requests for, and the watchdog."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Protocol
 
 from sharemgr.common import vocab
 from sharemgr.convergence.physical import ANY_HOST, Placement
 from sharemgr.convergence.watchdog import Watchdog
 from sharemgr.convergence.worker import Worker
 from sharemgr.db.engine import Database
+from sharemgr.drivers.base import ShareDriver
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import Operations
+from sharemgr.manager.runner import Handler
+
+
+# The daemon's handler registry and the reconciliation's pass runner, by
+# what the engine calls: both live in layers convergence may not import.
+class HandlerRegistry(Protocol):
+    def add(self, rtype: str, action: str, handler: Handler, hostless: bool = False) -> None: ...
+
+
+class Passes(Protocol):
+    def then(self, fn: Callable[[], object], what: str) -> None: ...
 
 
 class StackEngine:
     def __init__(self, db: Database, operations: Operations, coordinator: Coordinator,
-                 engine_id: str, host: str, drivers: dict[str, Any]) -> None:
+                 engine_id: str, host: str, drivers: dict[str, ShareDriver]) -> None:
         self.drivers = drivers
         # Grows when a backend's set-up passes late (add_backend).
         self._dhss = {b: bool(getattr(d, "driver_handles_share_servers", False))
@@ -25,12 +38,12 @@ class StackEngine:
         self.worker = Worker(db, operations, coordinator, engine_id, placement)
         self.watchdog = Watchdog(db, coordinator, engine_id, self.worker)
 
-    def register(self, handlers: Any) -> None:
+    def register(self, handlers: HandlerRegistry) -> None:
         """Check requests without a host are for any engine (hostless)."""
         handlers.add(vocab.STACK_RESOURCE, vocab.ACTION_CHECK, self.worker,
                      hostless=True)
 
-    def add_backend(self, backend: str, driver: Any) -> list[str]:
+    def add_backend(self, backend: str, driver: ShareDriver) -> list[str]:
         """A backend that came up after start (its driver is in ``drivers``
         already); returns the hosts to claim check requests for."""
         self._dhss[backend] = bool(getattr(driver, "driver_handles_share_servers", False))
@@ -41,7 +54,7 @@ class StackEngine:
         on a backend, wherever its host."""
         return [f"{ANY_HOST}@{backend}" for backend in self.drivers]
 
-    def start(self, passes: Any) -> None:
+    def start(self, passes: Passes | None) -> None:
         """Arm the watchdog once the startup reconciliation pass has settled
         what a crash left (the pass runner has one worker: this runs after
         the pass), at once if there is no pass. It runs as a periodic task

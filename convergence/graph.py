@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from oslo_log import log as logging
 
@@ -36,6 +36,14 @@ UPDATE = True
 CLEANUP = False
 _DIRECTION = {True: "update", False: "cleanup"}
 _PARSE_DIRECTION = {v: k for k, v in _DIRECTION.items()}
+
+
+class GraphJSON(TypedDict):
+    """:meth:`Graph.to_json`'s form: nodes as ``[resource_id, is_update]``
+    (a bool is an int), edges as ``[i, j]`` indexes into ``nodes``."""
+
+    nodes: list[list[int]]
+    edges: list[list[int]]
 
 
 class Node(NamedTuple):
@@ -203,7 +211,7 @@ class Graph:
 
     # Serialisation ------------------------------------------------------------
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> GraphJSON:
         """``{"nodes": [[id, is_update], ...], "edges": [[i, j], ...]}`` where
         ``[i, j]`` means nodes[i] runs before nodes[j]: compact even for
         thousands of nodes, and what ``stacks.current_deps`` stores."""
@@ -214,6 +222,7 @@ class Graph:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Graph:
+        # Not checked: the stored column is read back in the shape to_json wrote.
         graph = cls()
         if not data:
             return graph

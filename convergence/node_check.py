@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from sharemgr.common.outcome import ENDED, REPLAN, RETRY, SUPERSEDED, Outcome, Result
 from sharemgr.convergence.graph import Graph, Node
@@ -38,10 +37,10 @@ class Ctx:
     traversal: str
     node: Node
     graph: Graph
-    input_data: Mapping[str, Any]
+    input_data: Mapping[str, object]
     held: list[int] = field(default_factory=list)  # rows locked by this check
     chain: int = 0  # how many more successors this thread may run after this one
-    args: Mapping[str, Any] = field(default_factory=dict)
+    args: Mapping[str, object] = field(default_factory=dict)
     end: End | None = None  # the row's end, when left to the report's transaction
     template: Template | None = None  # the traversal's: what successors read (passed_on)
 

@@ -178,10 +178,11 @@ def observe_after(db: Database, type_: str, physical_id: str | None, plan: Plan,
     return observe(db, type_, physical_id)
 
 
-def _as_written(add: Sequence[Any], written: Sequence[Change]) -> dict[type, Any]:
+def _as_written(add: Sequence[models.Base], written: Sequence[Change]
+                ) -> dict[type, SimpleNamespace]:
     """The new rows by model, each with ``written``'s values for it; a model
     with more than one new row is left out (which one is meant?)."""
-    rows: dict[type, Any] = {}
+    rows: dict[type, SimpleNamespace | None] = {}
     for row in add:
         model = type(row)
         values = {c.key: getattr(row, c.key, None) for c in model.__table__.columns}

@@ -30,7 +30,6 @@ import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
@@ -95,7 +94,7 @@ class Traversal:
 
 def check_request_args(
     stack_id: str, traversal_id: str, node: tuple[int, bool], input_data: Mapping | None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The ``args`` of a ``check_resource`` request for a graph node."""
     return {
         "stack_id": stack_id,
@@ -131,7 +130,7 @@ def enqueue_check_tx(
 # Choosing rows ----------------------------------------------------------------------
 
 
-def _usable(row: Any) -> bool:
+def _usable(row: models.StackResource) -> bool:
     # A row being (or already) deleted is never updated again: its resource
     # gets a fresh row. This is doc/specs.rst, spec 001: "an update node whose resource is
     # DELETE_IN_PROGRESS gets a replacement", decided here once instead of
@@ -140,11 +139,11 @@ def _usable(row: Any) -> bool:
 
 
 def choose_rows(
-    rows: Sequence[Any],
+    rows: Sequence[models.StackResource],
     template: Template,
     new_template_id: int | None,
     current_template_id: int | None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[dict[str, models.StackResource], dict[str, models.StackResource]]:
     """For each resource of ``template``, the row its update node works on.
 
     Among the usable rows of the same name and type, the best is, in order:
@@ -155,14 +154,14 @@ def choose_rows(
     another type (a type change), which a new row is to replace.
     O(rows), not O(rows x names): rows are grouped by name first.
     """
-    by_name: dict[str, list[Any]] = defaultdict(list)
+    by_name: dict[str, list[models.StackResource]] = defaultdict(list)
     for row in rows:
         by_name[row.name].append(row)
     extant = {row.id for row in rows}
     superseded = {r.replaces for r in rows if r.replaces in extant}
     superseded |= {r.id for r in rows if r.replaced_by in extant}
 
-    def rank(row: Any) -> tuple:
+    def rank(row: models.StackResource) -> tuple[bool, bool, bool, bool, int]:
         return (
             new_template_id is not None and row.template_id == new_template_id,
             row.status != vocab.STACK_FAILED,
@@ -171,8 +170,8 @@ def choose_rows(
             row.id,
         )
 
-    chosen: dict[str, Any] = {}
-    replaced: dict[str, Any] = {}
+    chosen: dict[str, models.StackResource] = {}
+    replaced: dict[str, models.StackResource] = {}
     for name, defn in template.resources.items():
         usable = [r for r in by_name.get(name, ()) if _usable(r)]
         same_type = [r for r in usable if r.type == defn.type]
@@ -315,7 +314,7 @@ def _prepare_locked(
     )
 
     traversal_id = str(uuid.uuid4())
-    values: dict[str, Any] = {
+    values: dict[str, object] = {
         "action": action,
         "template_id": template_id,
         "prev_template_id": prev_template_id,

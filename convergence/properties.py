@@ -34,9 +34,9 @@ class ResourceData:
     name: str
     resource_id: int | None = None  # the stack_resources row (maybe a replacement)
     physical_id: str | None = None
-    attributes: Mapping[str, Any] = field(default_factory=dict)
+    attributes: Mapping[str, object] = field(default_factory=dict)
 
-    def passed_on(self, template: Template | None) -> dict:
+    def passed_on(self, template: Template | None) -> dict[str, object]:
         """:meth:`to_dict` with only the attributes ``template`` reads of
         this resource (:attr:`Template.referenced_attributes`); all of them
         without a template."""
@@ -46,7 +46,7 @@ class ResourceData:
         return {**self.to_dict(),
                 "attributes": {k: v for k, v in self.attributes.items() if k in wanted}}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {
             "name": self.name,
             "resource_id": self.resource_id,
@@ -56,6 +56,7 @@ class ResourceData:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ResourceData:
+        # Not checked: what to_dict wrote, read back from a SyncPoint.
         return cls(
             name=data["name"],
             resource_id=data.get("resource_id"),
@@ -64,7 +65,7 @@ class ResourceData:
         )
 
 
-def data_by_name(input_data: Mapping[str, Any]) -> dict[str, ResourceData]:
+def data_by_name(input_data: Mapping[str, object]) -> dict[str, ResourceData]:
     """SyncPoint input data ({sender key: ResourceData dict or None}) keyed
     by resource name, ready for :func:`resolve_properties`. Senders without
     data (clean-up nodes) are skipped."""
@@ -76,7 +77,7 @@ def data_by_name(input_data: Mapping[str, Any]) -> dict[str, ResourceData]:
     return out
 
 
-def _resolve(where: str, value: Any, resources: Mapping[str, ResourceData]) -> Any:
+def _resolve(where: str, value: object, resources: Mapping[str, ResourceData]) -> object:
     call = _function(value)
     if call is not None:
         ref = _parse_function(where, *call)
@@ -86,6 +87,8 @@ def _resolve(where: str, value: Any, resources: Mapping[str, ResourceData]) -> A
         if isinstance(ref, GetResource) or ref.attribute == "id":
             if rd.physical_id is None:
                 raise ResolutionError(f"{where}: resource {ref.name!r} has no physical id yet")
+            # Indexed by the path's steps whatever it is: a TypeError is the
+            # ResolutionError below.
             result: Any = rd.physical_id
         elif ref.attribute in rd.attributes:
             result = rd.attributes[ref.attribute]
@@ -116,8 +119,9 @@ def resolve_properties(
     referenced physical id, get_attr the attribute's value. Values are
     checked against the schema again (a get_attr may yield anything) and
     strings with a fixed set of values take the listed spelling (``nfs`` ->
-    ``NFS``), so comparing with stored properties is exact."""
-    out = {}
+    ``NFS``), so comparing with stored properties is exact. Each value has
+    its schema's type, which the plans rely on."""
+    out: dict[str, Any] = {}
     for prop, value in defn.properties.items():
         if value is None:
             continue
@@ -128,13 +132,15 @@ def resolve_properties(
             _check_value(where, ps, resolved)
         except TemplateError as exc:
             raise ResolutionError(str(exc))
-        if ps.allowed is not None:
+        # A schema with allowed values is a string's: _check_value made it one.
+        if ps.allowed is not None and isinstance(resolved, str):
             resolved = next(a for a in ps.allowed if a.upper() == resolved.upper())
         out[prop] = resolved
     return out
 
 
-def resolve_outputs(template: Template, resources: Mapping[str, ResourceData]) -> dict[str, Any]:
+def resolve_outputs(template: Template, resources: Mapping[str, ResourceData]
+                    ) -> dict[str, object]:
     """Output values; an output that cannot be resolved yet (its resource is
     missing or failed) maps to None rather than failing the whole lot."""
     out = {}
@@ -160,7 +166,7 @@ class PropertyDiff:
 
 
 def diff_properties(
-    type_: str, old: Mapping[str, Any], new: Mapping[str, Any]
+    type_: str, old: Mapping[str, object], new: Mapping[str, Any]
 ) -> PropertyDiff:
     """Compare resolved properties (``old`` as stored on the resource row,
     ``new`` from :func:`resolve_properties`). A property left out counts as

@@ -27,7 +27,6 @@ import re
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import yaml
 from sharemgr.common import vocab
@@ -87,8 +86,7 @@ def check_stack_name(name: str) -> None:
                             "'-', '.' (at most 60, starting with a letter)")
 
 
-def _p(type_: str, **kw: Any) -> PropertySchema:
-    return PropertySchema(type=type_, **kw)
+_p = PropertySchema  # short, for the table below
 
 
 # Only share ``size`` (extend/shrink), ``access_rules`` and ``name`` change
@@ -177,7 +175,7 @@ class GetAttr:
     path: tuple[str | int, ...] = ()
 
 
-def _function(value: Any) -> tuple[str, Any] | None:
+def _function(value: object) -> tuple[str, object] | None:
     """(function name, argument) if ``value`` is an intrinsic function call."""
     if isinstance(value, dict) and len(value) == 1:
         ((key, arg),) = value.items()
@@ -186,7 +184,7 @@ def _function(value: Any) -> tuple[str, Any] | None:
     return None
 
 
-def _parse_function(where: str, fn: str, arg: Any) -> GetResource | GetAttr:
+def _parse_function(where: str, fn: str, arg: object) -> GetResource | GetAttr:
     if fn == GET_RESOURCE:
         if not isinstance(arg, str):
             raise TemplateError(f"{where}: get_resource takes a resource name, got {arg!r}")
@@ -203,7 +201,7 @@ def _parse_function(where: str, fn: str, arg: Any) -> GetResource | GetAttr:
     return GetAttr(arg[0], arg[1], tuple(arg[2:]))
 
 
-def _references(where: str, value: Any) -> Iterable[GetResource | GetAttr]:
+def _references(where: str, value: object) -> Iterable[GetResource | GetAttr]:
     """Every function call inside ``value`` (nested lists and maps included)."""
     call = _function(value)
     if call is not None:
@@ -224,7 +222,7 @@ def _references(where: str, value: Any) -> Iterable[GetResource | GetAttr]:
 class ResourceDefinition:
     name: str
     type: str
-    properties: Mapping[str, Any]  # as written: may hold get_resource/get_attr
+    properties: Mapping[str, object]  # as written: may hold get_resource/get_attr
     depends_on: tuple[str, ...] = ()
     requires: frozenset[str] = frozenset()  # depends_on + every referenced resource
 
@@ -238,7 +236,7 @@ class Template:
     """A validated template. ``resources`` keeps the template's order."""
 
     resources: Mapping[str, ResourceDefinition]
-    outputs: Mapping[str, Any] = field(default_factory=dict)
+    outputs: Mapping[str, object] = field(default_factory=dict)
     description: str | None = None
     timeout: float | None = None  # minutes, as Heat's timeout_mins; 0: none
     # Seconds between self-healing checks of the stack (daemon/heal.py); None: never.
@@ -270,17 +268,18 @@ class Template:
         return cls(resources={})
 
     @classmethod
-    def from_dict(cls, data: Any) -> Template:
+    def from_dict(cls, data: object) -> Template:
         return _validate(data)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         """The JSON-able form stored in ``stack_templates`` (``from_dict`` reads it)."""
-        out: dict[str, Any] = {"resources": {}}
+        resources: dict[str, dict[str, object]] = {}
+        out: dict[str, object] = {"resources": resources}
         for d in self.resources.values():
-            r: dict[str, Any] = {"type": d.type, "properties": dict(d.properties)}
+            r: dict[str, object] = {"type": d.type, "properties": dict(d.properties)}
             if d.depends_on:
                 r["depends_on"] = list(d.depends_on)
-            out["resources"][d.name] = r
+            resources[d.name] = r
         if self.outputs:
             out["outputs"] = dict(self.outputs)
         if self.description is not None:
@@ -345,7 +344,7 @@ for _loader in (_StrictLoader, _FastStrictLoader):
     _loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _validate(data: Any) -> Template:
+def _validate(data: object) -> Template:
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -405,7 +404,7 @@ def _validate(data: Any) -> Template:
                     timeout=timeout, converge_interval=interval)
 
 
-def _check_shape(name: str, raw: Any) -> None:
+def _check_shape(name: str, raw: object) -> None:
     where = f"resource {name!r}"
     if not isinstance(raw, dict):
         raise TemplateError(f"{where}: must be a mapping with 'type' and 'properties'")
@@ -419,7 +418,8 @@ def _check_shape(name: str, raw: Any) -> None:
         )
 
 
-def _validate_resource(name: str, raw: dict, all_raw: Mapping[str, Any]) -> ResourceDefinition:
+def _validate_resource(name: str, raw: dict, all_raw: Mapping[str, Mapping[str, object]]
+                       ) -> ResourceDefinition:
     where = f"resource {name!r}"
     type_ = raw["type"]
     schema = RESOURCE_TYPES[type_]
@@ -484,7 +484,7 @@ def _validate_resource(name: str, raw: dict, all_raw: Mapping[str, Any]) -> Reso
     )
 
 
-def _check_value(where: str, ps: PropertySchema, value: Any) -> None:
+def _check_value(where: str, ps: PropertySchema, value: object) -> None:
     """Type and range of a literal value (also used on resolved values)."""
     if ps.type == INTEGER:
         # bool is an int in Python; "size: true" is still a mistake.
@@ -515,12 +515,14 @@ def _check_value(where: str, ps: PropertySchema, value: Any) -> None:
             )
 
 
-def _check_reference(where: str, ref: GetResource | GetAttr, resources: Mapping[str, Any]) -> None:
+def _check_reference(where: str, ref: GetResource | GetAttr,
+                     resources: Mapping[str, ResourceDefinition | Mapping[str, object]]) -> None:
     if ref.name not in resources:
         raise TemplateError(f"{where}: references unknown resource {ref.name!r}")
     if isinstance(ref, GetAttr):
         target = resources[ref.name]
-        type_ = target.type if isinstance(target, ResourceDefinition) else target.get("type")
+        # A raw resource's type is a known type's name: _check_shape saw to it.
+        type_ = target.type if isinstance(target, ResourceDefinition) else str(target.get("type"))
         attrs = RESOURCE_TYPES[type_].attributes
         if ref.attribute not in attrs:
             raise TemplateError(

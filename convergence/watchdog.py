@@ -47,7 +47,6 @@ import collections
 import datetime
 import threading
 import time
-from typing import Any
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
@@ -204,7 +203,8 @@ class Watchdog:
                 out[node].append(req.error or "unknown error")
         return out
 
-    def _wait_reason(self, row: Any, rows: dict[int, Any], alive: set[str],
+    def _wait_reason(self, row: models.StackResource | None,
+                     rows: dict[int, models.StackResource], alive: set[str],
                      busy_hosts: set[str]) -> str | None:
         """Why a stalled node must wait (see the module doc), or None."""
         if row is None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Generic, TypeVar
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
@@ -80,8 +80,8 @@ class Worker:
         self.locks = RowLocks(db, coordinator, engine_id, self.tracker)
         self.actor = Actor(db, operations, engine_id, placement, self.locks, self.template)
         self.reporter = Reporter(db, engine_id, self.locks)
-        self._templates = _Cache(64)
-        self._graphs = _Cache(16)
+        self._templates: _Cache[Template] = _Cache(64)
+        self._graphs: _Cache[Graph | None] = _Cache(16)
 
     def __call__(self, req: models.Request) -> bool:
         """The request loop's handler; True when the check recorded its
@@ -307,15 +307,19 @@ class Worker:
         return self._after(ctx, outcome)
 
 
-class _Cache:
-    """A small thread-safe LRU (templates by id, graphs by traversal)."""
+V = TypeVar("V")
+
+
+class _Cache(Generic[V]):
+    """A small thread-safe LRU (templates by id, graphs by traversal); a
+    load that answers None is not kept."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._items: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
+        self._items: collections.OrderedDict[Hashable, V] = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, load: Callable[[], Any]) -> Any:
+    def get(self, key: Hashable, load: Callable[[], V]) -> V:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
