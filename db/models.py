@@ -3,7 +3,7 @@ described there once, and created by the alembic migrations of
 db/migrations). Each class names its columns again as ``Mapped[]``
 annotations, for the type checker only: with ``__table__`` given, SQLAlchemy
 maps the table's columns and reads no column from them
-(tests/unit/test_models.py checks the two agree). The names below are
+(tests/unit/db/test_models.py checks the two agree). The names below are
 re-exported for the code that reads them through this module."""
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ from sharemgr.drivers.kit_report import (
 # names a driver's test suite imports from here.
 __all__ = ["CAPACITY_WORDS", "KINDS", "KIT_ENGINE", "KIT_HOST", "STATUS_KIND",
            "DriverConformanceTests", "DriverSkip", "build_driver", "check_export_locations"]
-_Kit = Kit  # tests/unit/test_driver_kit_skips.py drives the kit directly
+_Kit = Kit  # tests/unit/drivers/test_testing.py drives the kit directly
 
 
 class DriverConformanceTests:

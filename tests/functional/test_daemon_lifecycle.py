@@ -159,7 +159,7 @@ def test_a_database_outage_is_one_warning_and_nothing_is_lost(deployment, pg_url
     proxy.start()
     via_proxy = make_url(pg_url).set(port=proxy.port).render_as_string(False)
     # The startup pass before the cut (a pass the outage interrupts runs
-    # again: tests/unit/test_reconcile_runner.py).
+    # again: tests/unit/reconcile/test_runner.py).
     d = deployment(db_url=via_proxy, backends={"dummy": {}},
                    extra={"DEFAULT": {"outage_retry_max_interval": "1",
                                       "startup_reconciliation_wait_seconds": "0"}})
