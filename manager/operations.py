@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 import tenacity
 from oslo_log import log as logging
@@ -78,6 +79,15 @@ def lock_name(rtype: str, ident: str) -> bytes:
 
 def deleted() -> dict[str, object]:
     return {"status": vocab.DELETED, "deleted_at": models.utcnow()}
+
+
+@dataclass
+class _Chosen:
+    """What ``_fresh_leased``'s lease callback chose, read once it ran."""
+
+    method: str | None = None
+    terms: leases.Terms | None = None
+    written: bool = False  # the terms are those the request row was written with
 
 
 class Operations:
@@ -159,7 +169,7 @@ class Operations:
         re-reads the row in that transaction (see ``db_rec.read_and_lease``).
         Returns the row, the method, the lease's terms and whether this
         engine's request took them."""
-        chosen: dict[str, Any] = {"method": None, "terms": None, "written": False}
+        chosen = _Chosen()
         written = _WRITTEN_LEASE.get()
 
         def until_of(row: R) -> leases.Terms | None:
@@ -167,12 +177,13 @@ class Operations:
                 return None  # Stale below: no call, no lease
             name = method(row) if callable(method) else method
             seconds = self.leases.seconds(name)
-            if written is not None and seconds == self.leases.seconds(None):
-                # The request row was written with this lease a moment ago.
-                chosen.update(method=name, terms=written, written=True)
+            if isinstance(written, leases.Terms) and seconds == self.leases.seconds(None):
+                # The request row was written with this lease a moment ago
+                # (``default_lease``'s terms: the only leases requests carry).
+                chosen.method, chosen.terms, chosen.written = name, written, True
                 return None
             terms = self.keeper.terms(seconds, self.leases.heartbeat)
-            chosen.update(method=name, terms=terms)
+            chosen.method, chosen.terms = name, terms
             return terms
 
         # The row is taken (its fencing token bumped) in the same transaction:
@@ -180,7 +191,7 @@ class Operations:
         found, leased = db_rec.read_and_lease(self.db, model, ident, self.engine_id, until_of,
                                               read, take=expected)
         row = _expect(model, ident, found, expected)
-        return row, chosen["method"], chosen["terms"], bool(leased) or chosen["written"]
+        return row, chosen.method, chosen.terms, bool(leased) or chosen.written
 
     def _commit(self, changes: list[Change], what: str, rtype: str, ident: str) -> None:
         """Write the outcome; while the database is away it waits for it
