@@ -158,7 +158,7 @@ def observe(db: Database, type_: str, physical_id: str | None) -> Observed:
     return _OBSERVERS[type_](db, physical_id)
 
 
-def _share_seen(share: Any, inst: Any) -> Observed:  # rows or status_reads' records
+def _share_seen(share: models.Share | Record, inst: models.ShareInstance | Record) -> Observed:
     attrs = {"id": share.id, "name": share.name, "size": share.size,
              "proto": share.share_proto, "status": inst.status, "host": inst.host,
              "export_locations": list(inst.export_locations or [])}
@@ -170,7 +170,7 @@ def _observe_share(db: Database, pid: str) -> Observed:
     found = status_reads.share_with_status(db, pid)
     if found is None or found[1] is None:
         return Observed(GONE)
-    return _share_seen(*found)
+    return _share_seen(found[0], found[1])
 
 
 def _observe_snapshot(db: Database, pid: str) -> Observed:

@@ -28,8 +28,8 @@ import datetime
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from oslo_config import cfg
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db.engine import Database
@@ -49,7 +49,7 @@ class Leases:
         return value if value > 0 else None
 
     @classmethod
-    def from_conf(cls, conf: Any) -> Leases:
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Leases:
         return cls(conf.operation_lease_seconds, conf.operation_lease_seconds_by_method or {},
                    conf.operation_heartbeat_seconds)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import futurist
 import tenacity
@@ -26,6 +25,7 @@ from sharemgr.manager.outage import Backoff, is_outage
 from sharemgr.reconcile import drift as drift_mod
 from sharemgr.reconcile.reconciler import Reconciler
 from sharemgr.reconcile.scan import Candidate
+from tooz import coordination
 
 LOG = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class PassRunner:
         """Reconcile what a peer of this host leaves behind when it drops out
         of the engines group (a crash without restart)."""
 
-        def left(event: Any) -> None:
+        def left(event: coordination.MemberLeftGroup) -> None:
             member = event.member_id.decode() if isinstance(event.member_id, bytes) \
                 else event.member_id
             if member != engine_id and engine_host(member) == host:
