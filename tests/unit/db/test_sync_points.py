@@ -284,6 +284,21 @@ def test_delete_all_of_one_traversal(db, stack):
         assert sync_points.delete_all_tx(session, stack.id) == 2
 
 
+def test_a_report_that_keeps_losing_its_cas_gives_up_and_locks_after_three(monkeypatch):
+    """``retrying``: each lost CAS is another attempt, in a new transaction;
+    from the fourth the read locks the point; at the limit the report ends
+    with SyncPointContention (it never loops for ever)."""
+    monkeypatch.setattr(sync_points.time, "sleep", lambda _s: None)
+    locks = []
+    with pytest.raises(sync_points.SyncPointContention, match="5 times"):
+        for attempt in sync_points.retrying(lock_after=3, max_attempts=5):
+            with attempt:
+                locks.append((attempt.number, attempt.lock, attempt.first))
+                raise sync_points.CasLost()
+    assert locks == [(1, False, True), (2, False, False), (3, False, False),
+                     (4, True, False), (5, True, False)]
+
+
 def test_is_ready():
     assert sync_points.is_ready({}, ())
     assert sync_points.is_ready({"a": 1, "b": None}, {"a", "b"})
