@@ -363,7 +363,7 @@ def _fenced(changes: list[Change], model: models.ModelClass, ident: str, fence: 
 def _expect(model: type[R], ident: str, row: R | None, expected: tuple[str, ...]) -> R:
     """The re-read row, or Stale if it is gone or not in an expected status."""
     if row is None or row.status not in expected:
-        raise Stale(f"{model.__name__} {ident} is "
+        raise Stale(f"{model.__table__.name} {ident} is "
                     f"{getattr(row, 'status', 'gone')}, not {'/'.join(expected)}")
     return row
 
