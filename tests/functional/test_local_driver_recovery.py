@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -42,6 +43,26 @@ def _kill_when(engine, predicate, timeout: float = 60) -> None:
     raise AssertionError("the moment to kill never came")
 
 
+def _held_resize(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose ``resize2fs`` stops before an offline resize
+    (one of an image file, not a /dev/loop device), says so in the file
+    returned, and exits without resizing once its caller is gone: the
+    engine can be killed at that moment whatever the machine's speed."""
+    real = shutil.which("resize2fs", path=os.environ["PATH"] + ":/usr/sbin:/sbin")
+    assert real, "resize2fs is missing"
+    shims, reached = tmp_path / "shims", tmp_path / "resize-reached"
+    shims.mkdir()
+    shim = shims / "resize2fs"
+    shim.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in /dev/*) exec {real} "$@";; esac\n'
+        f"touch {reached}\n"
+        'while kill -0 "$PPID" 2>/dev/null; do sleep 0.05; done\n'
+        "exit 1\n")
+    shim.chmod(0o755)
+    return {"PATH": f"{shims}:{os.environ['PATH']}"}, reached
+
+
 def _served(client, proto, loc) -> bool:
     return client.ls(proto, loc).returncode == 0
 
@@ -65,7 +86,8 @@ def test_kills_inside_create_and_extend_then_a_reboot(local, request, tmp_path, 
     made = d.json("share", "create", "1", "--proto", "NFS", "--name", "crashed",
                   "--backend", "local")
     _kill_when(engine, lambda: made["instance_id"] in _records(root))
-    engine = d.start(preexec_fn=lh.without_online_resize)
+    held, reached = _held_resize(tmp_path)
+    engine = d.start(preexec_fn=lh.without_online_resize, env=held)
     wait_until(lambda: d.json("share", "show", made["id"])["status"] in ("available", "error"),
                timeout=90, what="the killed create settled")
     settled = d.json("share", "show", made["id"])
@@ -76,10 +98,11 @@ def test_kills_inside_create_and_extend_then_a_reboot(local, request, tmp_path, 
         d.sharectl("share", "delete", made["id"], "--wait")
         assert made["instance_id"] not in _records(root)
 
-    # Killed inside an extend: the image is unmounted for the offline resize.
+    # Killed inside an extend: the image is unmounted for the offline resize,
+    # which the shim holds until the engine is gone.
     d.sharectl("share", "extend", kept["id"], "2")
-    _kill_when(engine, lambda: _records(root).get(kept["instance_id"], {}).get("state")
-               == "resizing")
+    _kill_when(engine, reached.exists)
+    assert _records(root)[kept["instance_id"]]["state"] == "resizing"
     engine = d.start()
     wait_until(lambda: d.json("share", "show", kept["id"])["status"] == "available",
                timeout=90, what="the killed extend settled")
