@@ -25,6 +25,19 @@ REDIS_URL = os.environ.get("SHAREMGR_TEST_REDIS", "redis://127.0.0.1:6379")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked ``long(seconds)`` run first, the longest first: with
+    several workers a test of minutes started last is the suite's tail,
+    started first it overlaps the many short ones. (The Makefile's
+    ``--maxschedchunk=1`` hands tests out one at a time, so the long ones go
+    to different workers.) A stable sort: the rest keep their order."""
+    def rank(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("long")
+        return -mark.args[0] if mark is not None else 0.0
+
+    items.sort(key=rank)
+
+
 def need_server(name: str, host: str, port: int) -> None:
     try:
         with socket.create_connection((host, port), timeout=2):

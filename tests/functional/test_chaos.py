@@ -46,11 +46,13 @@ def _run(opts: chaos.Options) -> None:
     assert not result.violations, result.report()
 
 
+@pytest.mark.long(165)
 def test_chaos_sqlite_file_locks(tmp_path):
     _run(chaos.Options(kills=KILLS, seed=_seed(), setup="sqlite", root=tmp_path / "chaos",
                        settle_timeout=SETTLE, kill_interval=INTERVAL))
 
 
+@pytest.mark.long(85)
 def test_chaos_postgresql_redis_two_engines(tmp_path, pg_url, redis_url):
     _run(chaos.Options(kills=KILLS, seed=_seed(), setup="servers", root=tmp_path / "chaos",
                        db_url=pg_url, redis_url=redis_url, settle_timeout=SETTLE,

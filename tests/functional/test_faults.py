@@ -11,9 +11,12 @@ import json
 import os
 import random
 
+import pytest
+
 from tests.functional import faults
 
 
+@pytest.mark.long(75)
 def test_pauses_and_partitions_two_engines(tmp_path, pg_url, redis_url):
     env = os.environ.get("SHAREMGR_FAULTS_SEED")
     seed = int(env) if env else random.SystemRandom().randrange(10**9)

@@ -43,6 +43,7 @@ def _deny_all(d, sid):
         d.sharectl("access", "deny", sid, r["id"], "--wait")
 
 
+@pytest.mark.long(40)
 @pytest.mark.parametrize("setup", SETUPS)
 @pytest.mark.parametrize("proto", ["NFS", "CIFS"])
 def test_walk_through(local, request, tmp_path, setup, proto):

@@ -175,6 +175,7 @@ def test_export_removed_out_of_band_is_drift(local, request, tmp_path, setup):
 HOSTILE = ['a b', 'x"y', "a;b\nc", "$(touch /tmp/pwned)", "../../etc", "]", "}"]
 
 
+@pytest.mark.long(55)
 def test_hostile_values_are_refused_or_harmless(local, tmp_path):
     d, options = local()
     client = lh.Client(options)
@@ -220,6 +221,7 @@ def _settled(d) -> bool:
     return not any(x["status"] in vocab.TRANSIENT_STATUSES for x in shares + snaps)
 
 
+@pytest.mark.long(40)
 def test_short_crash_chaos(local, tmp_path):
     """Random operations through sharectl while share-manager is SIGKILLed
     at random moments; then one engine settles everything, and the host

@@ -122,6 +122,7 @@ def scenario() -> tuple[list[dict], dict[str, str]]:
     return play["vars"]["sm_cases"], transient
 
 
+@pytest.mark.long(210)
 def test_reconciliation_playbook(tmp_path, pg_url, redis_url):
     """The playbook passes, on SQLite with one engine and on PostgreSQL +
     Redis with two engines of the host started together (each resource

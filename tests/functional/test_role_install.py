@@ -40,6 +40,7 @@ def _role_vars(root: Path, src: Path) -> dict:
     }
 
 
+@pytest.mark.long(45)
 def test_the_role_installs_and_restarts_on_new_code_only(tmp_path):
     tool = ansible_playbook()
     root, src = tmp_path / "deployment", tmp_path / "src"
