@@ -6,9 +6,13 @@ the operation table says, with the user message it leaves."""
 
 from __future__ import annotations
 
-import pytest
+import json
 
-from tests.functional.harness import SETUPS, servers, wait_until
+import pytest
+from sharemgr.cli.nouns import NOUNS
+from sharemgr.drivers.dummy_state import BackendState
+
+from tests.functional.harness import SETUPS, database, servers, wait_until
 
 pytestmark = pytest.mark.functional
 
@@ -20,16 +24,23 @@ FAST = {"DEFAULT": {"startup_reconciliation_wait_seconds": "2"}}
 
 
 @pytest.fixture(params=SETUPS)
-def setup(deployment, request):
-    def make(**kw):
-        d = deployment(backends=BACKENDS, **servers(request), **kw)
-        d.sync()
-        return d
-    return make
+def setup(deployment, request, tmp_path):
+    """A deployment whose dummy backends wait at the gates in ``gates`` and
+    crash after managing a share named ``crash-...``."""
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    backends = {name: {**opts, "dummy_gate_dir": str(gates)} for name, opts in BACKENDS.items()}
+    backends["dummy"]["dummy_crash_after"] = "manage_existing.crash-"
+    d = deployment(backends=backends, extra=FAST, **servers(request))
+    d.sync()
+    return d, gates
 
 
 def _objects(d, backend="dummy"):
-    return {o["id"]: o for o in d.backend("list", backend=backend)}
+    """The dummy backend's objects by id (what `sharemgr-dummy-backend list`
+    prints, read in this process: the test reads it often)."""
+    with BackendState(d.sections[backend]["dummy_state_path"]).reading() as tx:
+        return {o["id"]: o for o in tx.objects()}
 
 
 def _gone(d, noun, ident):
@@ -37,9 +48,14 @@ def _gone(d, noun, ident):
     return out.returncode == 2 and f"no {noun}" in out.stderr
 
 
-def test_manage_and_unmanage(setup):
-    d = setup()
-    d.start()
+def _statuses(db, wanted):
+    """What `sharectl <noun> show` says of each (noun, id), read in this process."""
+    return {k: NOUNS[k[0]].status(db, k[1]) for k in wanted}
+
+
+def test_manage_unmanage_and_a_crash_inside_each(setup):
+    d, gates = setup
+    engine = d.start()
     share = d.json("share", "create", "2", "--proto", "NFS", "--name", "data", "--wait")
     inst = share["instance_id"]
     snap = d.json("snapshot", "create", share["id"], "--name", "s1", "--wait")
@@ -89,8 +105,8 @@ def test_manage_and_unmanage(setup):
     out = d.sharectl("share", "manage", cifs, "--proto", "NFS", "--backend", "dummy",
                      "--wait", "-f", "json", check=False)
     assert out.returncode == 1 and "manage_error" in out.stderr
-    wrong = d.json("share", "list")
-    (bad,) = [s for s in wrong if s["status"] == "manage_error"]
+    bad = json.loads(out.stdout)  # the row is shown before the exit
+    assert (bad["status"], bad["size"]) == ("manage_error", 0)
     (msg,) = d.json("message", "list", "--resource", bad["id"])
     assert (msg["action_id"], msg["detail_id"]) == ("007", "002")
     assert msg["user_message"].startswith("manage share: it failed")
@@ -121,22 +137,13 @@ def test_manage_and_unmanage(setup):
     assert out.returncode == 2 and "not key=value" in out.stderr
     reqs = d.json("request", "list")
     assert [r for r in reqs if r["status"] not in ("done", "failed")] == []
+    _crash_inside_each(d, gates, engine, legacy["id"], adopted["id"])
 
 
-def test_a_crash_inside_each_operation(setup, tmp_path):
+def _crash_inside_each(d, gates, engine, share, parent):
     """Five calls held at the dummy's gates and a sixth that crashes the
-    engine after the backend change: after a restart the pass settles each as
-    the operation table says, and each request leaves its message."""
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    d = setup(extra=FAST)
-    for backend in BACKENDS:
-        d.sections[backend].update(dummy_gate_dir=str(gates))
-    d.sections["dummy"]["dummy_crash_after"] = "manage_existing"
-    d.write_config()
-    engine = d.start()
-    share = d.json("share", "create", "1", "--proto", "NFS", "--wait")["id"]
-    parent = d.json("share", "create", "1", "--proto", "NFS", "--wait")["id"]
+    engine after the backend change: after a restart the pass settles each
+    as the operation table says, and each request leaves its message."""
     snap = d.json("snapshot", "create", parent, "--wait")["id"]
     loose = d.json("snapshot", "create", parent, "--wait")
     server = d.json("share-server", "create", "--backend", "dhss", "--wait")["id"]
@@ -156,10 +163,14 @@ def test_a_crash_inside_each_operation(setup, tmp_path):
     server2 = d.json("share-server", "manage", loose_server, "--backend", "dhss")["id"]
 
     def waiting():
-        calls = d.backend("calls") + d.backend("calls", backend="dhss")
+        calls = []
+        for backend in BACKENDS:
+            with BackendState(d.sections[backend]["dummy_state_path"]).reading() as tx:
+                calls += tx.calls()
         return {c["method"] for c in calls} >= set(held)
     wait_until(waiting, what="the five calls at their gates")
-    adopted = d.json("share", "manage", path, "--proto", "NFS", "--backend", "dummy")["id"]
+    adopted = d.json("share", "manage", path, "--proto", "NFS", "--backend", "dummy",
+                     "--name", "crash-me")["id"]
     assert engine.proc.wait(60) == 137  # crashed right after manage_existing's change
 
     expected = {("share", share): "unmanage_starting", ("snapshot", snap): "unmanage_starting",
@@ -167,13 +178,12 @@ def test_a_crash_inside_each_operation(setup, tmp_path):
                 ("share-server", server): "unmanage_starting",
                 ("share-server", server2): "manage_starting",
                 ("share", adopted): "manage_starting"}
-    assert {k: d.json(*k[:1], "show", k[1])["status"] for k in expected} == expected
+    db, _ = database(d)
+    assert _statuses(db, expected) == expected
 
     for gate in gates.iterdir():
         gate.unlink()
-    d.sections["dummy"].pop("dummy_crash_after")
-    d.write_config()
-    d.start()
+    d.start()  # the crash point stays: the pass asks get_share_status, not manage again
     # Unmanage cannot be resumed: unmanage_error. Manage asks the backend
     # where a status method can tell: the share was taken over before the
     # crash (available, with the backend's size), the snapshot was not.
@@ -181,16 +191,17 @@ def test_a_crash_inside_each_operation(setup, tmp_path):
                ("snapshot", snap2): "manage_error", ("share-server", server): "unmanage_error",
                ("share-server", server2): "manage_error", ("share", adopted): "available"}
 
-    def now():
-        return {k: d.json(*k[:1], "show", k[1])["status"] for k in settled}
-    wait_until(lambda: now() == settled, timeout=60, what="the pass settling all six")
+    wait_until(lambda: _statuses(db, settled) == settled, timeout=60,
+               what="the pass settling all six")
+    db.dispose()
     assert d.json("share", "show", adopted)["size"] == 5
-    # Each request was abandoned and left a message: engine stopped (003).
-    actions = {"unmanage": "008", "manage": "007"}
-    for (noun, ident), status in settled.items():
-        (msg,) = d.json("message", "list", "--resource", ident)
-        action = status.split("_")[0] if status != "available" else "manage"
-        assert (msg["action_id"], msg["detail_id"]) == (actions[action], "003"), (noun, msg)
+    # Each request was abandoned and left a message: engine stopped (003),
+    # the action manage (007) or unmanage (008).
+    messages = {m["resource_id"]: m for m in d.json("message", "list")}
+    assert {ident: (messages[ident]["action_id"], messages[ident]["detail_id"])
+            for _, ident in settled} == {
+        share: ("008", "003"), snap: ("008", "003"), snap2: ("007", "003"),
+        server: ("008", "003"), server2: ("007", "003"), adopted: ("007", "003")}
     # From unmanage_error an unmanage is asked again, and goes through.
     d.sharectl("share", "unmanage", share, "--wait")
     assert _gone(d, "share", share)
