@@ -20,7 +20,7 @@ operation table's (``operation_table._manage``, ``_unmanage``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from sharemgr.common import vocab
@@ -65,7 +65,7 @@ def _location(value: str | None, what: str) -> str:
     return value
 
 
-def _paths(locations: object) -> set[str]:
+def _paths(locations: Sequence[object] | None) -> set[str]:
     return {str(loc.get("path")) for loc in locations or [] if isinstance(loc, dict)}
 
 
