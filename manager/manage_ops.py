@@ -82,8 +82,9 @@ def plan_manage_share(db: Database, host: str, dhss: bool, export_path: str, pro
         raise Refused(f"backend {views.backend_of(host)!r} handles share servers: managing "
                       "a share there is not supported (only on backends with "
                       "driver_handles_share_servers = False)")
+    # One whose manage failed holds nothing: it does not stand in the way.
     taken = [i.id for i in resources.on_host(db, models.ShareInstance, host)
-             if path in _paths(i.export_locations)]
+             if path in _paths(i.export_locations) and i.status != vocab.MANAGE_ERROR]
     if taken:
         raise Refused(f"{path} on {host} is already managed: share instance {taken[0]}")
     row = models.Share(id=models.new_id(), name=name, size=0, share_proto=proto,
@@ -106,7 +107,7 @@ def plan_manage_snapshot(db: Database, share_id: str, provider_location: str,
     need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", "manage a snapshot of")
     taken = [s.id for s in db_api.query(db, models.ShareSnapshotInstance,
                                         {"share_instance_id": inst.id})
-             if s.provider_location == location]
+             if s.provider_location == location and s.status != vocab.MANAGE_ERROR]
     if taken:
         raise Refused(f"snapshot {location} of share {share_id} is already managed: "
                       f"snapshot instance {taken[0]}")
@@ -128,7 +129,8 @@ def plan_manage_server(db: Database, host: str, dhss: bool, identifier: str,
         raise Refused(f"backend {views.backend_of(host)!r} does not handle share servers "
                       "(driver_handles_share_servers = False)")
     taken = [s.id for s in resources.on_host(db, models.ShareServer, host)
-             if (s.backend_details or {}).get(IDENTIFIER) == ident]
+             if (s.backend_details or {}).get(IDENTIFIER) == ident
+             and s.status != vocab.MANAGE_ERROR]
     if taken:
         raise Refused(f"share server {ident} on {host} is already managed: {taken[0]}")
     server = models.ShareServer(id=models.new_id(), host=host, status=vocab.MANAGING,

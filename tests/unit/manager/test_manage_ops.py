@@ -138,6 +138,10 @@ def test_a_driver_error_ends_manage_error_and_unmanage_goes_from_there(eng):
     with pytest.raises(OperationFailed, match="is a CIFS share, not NFS"):
         run(eng, inst.id)
     assert instance_of(eng.db, share.id).status == vocab.MANAGE_ERROR
+    # A share whose manage failed holds nothing: the path may be managed again.
+    retry = intake.manage_share(path, "CIFS", BACKEND)
+    run(eng, instance_of(eng.db, retry.id).id)
+    assert instance_of(eng.db, retry.id).status == vocab.AVAILABLE
     intake.unmanage(vocab.SHARE, share.id)
     run(eng, inst.id)
     assert api.get(eng.db, models.Share, share.id) is None  # the record went, soft-deleted
