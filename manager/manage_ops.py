@@ -165,6 +165,8 @@ def plan_unmanage(db: Database, type_: str, ident: str) -> Plan:
         snap, snap_inst = snapshot(db, ident)
         return _unmanaging(kinds.SNAPSHOT_INSTANCE, snap_inst, f"snapshot {ident}",
                            kinds.SNAPSHOT_INSTANCE.host_of(db, snap_inst), snap)
+    if type_ != vocab.SHARE_SERVER:
+        raise Refused(f"a {type_.replace('_', ' ')} cannot be unmanaged")
     server = get(db, models.ShareServer, ident, "share server")
     if resources.live_count(db, models.ShareInstance, share_server_id=server.id) or \
             resources.live_count(db, models.ShareGroup, share_server_id=server.id):

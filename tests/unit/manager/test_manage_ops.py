@@ -166,6 +166,8 @@ def test_unmanage_keeps_the_share_on_the_backend_and_is_refused_while_needed(eng
     assert snap_inst.id in objects(eng)
     with pytest.raises(InvalidRequest, match="no share"):
         intake.unmanage(vocab.SHARE, "nope")
+    with pytest.raises(InvalidRequest, match="a replica cannot be unmanaged"):
+        intake.unmanage(vocab.REPLICA, inst.id)
     intake.unmanage(vocab.SHARE, share.id)
     with pytest.raises(InvalidRequest, match="'unmanage_starting'"):
         intake.unmanage(vocab.SHARE, share.id)
