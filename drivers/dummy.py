@@ -11,7 +11,8 @@ This module holds the operations that change the backend; the others are
 ``dummy_options`` (the knobs), ``dummy_calls`` (the path every call takes:
 log, gate, delay, fail, crash-before, change in one transaction,
 crash-after), ``dummy_reads`` (status methods, stats, listing),
-``dummy_state`` (the SQLite file) and ``dummy_cli`` (the command).
+``dummy_manage`` (manage and unmanage), ``dummy_state`` (the SQLite file)
+and ``dummy_cli`` (the command).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 
 from sharemgr.drivers import base
 from sharemgr.drivers.dummy_calls import CREATED, SHARE_KINDS
+from sharemgr.drivers.dummy_manage import DummyManage
 from sharemgr.drivers.dummy_options import dummy_opts
 from sharemgr.drivers.dummy_reads import DummyReads
 from sharemgr.drivers.dummy_state import AppliedRule, Details, ProgressKey, Tx
@@ -42,7 +44,7 @@ def _pool(resource: base.Share | base.Replica) -> Details:
     host = resource.get("host") or ""
     return {"pool": host.split("#", 1)[1]} if "#" in host else {}
 
-class DummyDriver(DummyReads):
+class DummyDriver(DummyManage, DummyReads):
     """A share driver over a fake backend persisted in SQLite."""
 
     # Set-up -----------------------------------------------------------------

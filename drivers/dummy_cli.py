@@ -4,9 +4,12 @@
     sharemgr-dummy-backend --state-path DIR calls [--method M] [--resource ID]
     sharemgr-dummy-backend --state-path DIR set ID key=value...
     sharemgr-dummy-backend --state-path DIR remove ID
+    sharemgr-dummy-backend --state-path DIR add-share --size N --proto P [--name N]
 
 DIR is a backend's ``dummy_state_path`` or the manager's ``state_path`` (then
-every backend under ``DIR/dummy/`` is used; ``--backend`` picks one). Output is
+every backend under ``DIR/dummy/`` is used; ``--backend`` picks one; ``add-share``
+needs exactly one). ``add-share`` puts a share on the backend that no manager
+made (for ``sharectl share manage``) and prints it. Output is
 JSON on stdout. Bad input prints one line on stderr and exits 2.
 """
 
@@ -17,6 +20,7 @@ import glob
 import json
 import os
 import sys
+import uuid
 from collections.abc import Callable, Mapping
 from typing import NoReturn
 
@@ -61,7 +65,28 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"keys: {', '.join(_SETTABLE)}")
     rm = sub.add_parser("remove", help="remove an object (drift)")
     rm.add_argument("id", help="instance id, logical id or name of the object")
+    add = sub.add_parser("add-share", help="put a share no manager made on the backend")
+    add.add_argument("--size", type=int, required=True, help="GiB")
+    add.add_argument("--proto", required=True, help="NFS, CIFS, ...")
+    add.add_argument("--name")
     return p
+
+
+def _add_share(states: list[BackendState], size: int, proto: str, name: str | None
+               ) -> dict[str, object]:
+    if len(states) != 1:
+        raise BadInput("add-share: several backends here; pick one with --backend")
+    if size < 1:
+        raise BadInput(f"--size must be a positive integer, not {size}")
+    state = states[0]
+    ident = f"unmanaged-{uuid.uuid4()}"
+    path = f"unmanaged.{state.backend or 'dummy'}.dummy:/shares/{ident}"
+    with state.transaction() as tx:
+        obj = tx.insert(id=ident, kind="share", name=name or ident, size=size,
+                        status="available", details={"share_proto": proto.upper()},
+                        export_locations=[{"path": path, "is_admin_only": False,
+                                           "preferred": True}])
+    return {"backend": state.backend, **obj}
 
 
 def open_states(path: str, backend: str | None = None) -> list[BackendState]:
@@ -144,6 +169,8 @@ def run(argv: list[str]) -> object:
         if args.resource:
             out = [c for c in out if c["resource_id"] == args.resource]
         return out
+    if args.command == "add-share":
+        return _add_share(states, args.size, args.proto, args.name)
     if args.command == "set":
         return _one_object(states, args.id, "set", _parse_changes(args.changes))
     return _one_object(states, args.id, "remove")

@@ -112,6 +112,8 @@ class Details(TypedDict, total=False):
     restore_to: str  # backups: the share being restored into
     server_name: str  # share servers: their backend_details
     address: str
+    managed_with: dict[str, str]  # managed objects: the driver options given
+    provider_location: str  # managed snapshots: where they were found
 
 
 # The progress keys of a backup's details, one per phase.
@@ -247,6 +249,22 @@ class Tx:
         sets = ", ".join(f"{c} = ?" for c in fields)
         values = [json.dumps(v) if c in _JSON_COLUMNS else v for c, v in fields.items()]
         self.conn.execute(f"UPDATE objects SET {sets} WHERE id = ?", (*values, obj_id))
+
+    def rekey(self, obj_id: str, new_id: str, **fields: object) -> None:
+        """Give object ``obj_id`` the id ``new_id`` (a manage: the backend
+        object now answers to the manager's new ids), with ``fields``
+        changed too; the objects that name it as their share instance or
+        share server follow."""
+        fields["id"] = new_id
+        fields["updated_at"] = now()
+        for col in fields:
+            assert col in _COLUMNS and col != "created_at", col
+        sets = ", ".join(f"{c} = ?" for c in fields)
+        values = [json.dumps(v) if c in _JSON_COLUMNS else v for c, v in fields.items()]
+        self.conn.execute(f"UPDATE objects SET {sets} WHERE id = ?", (*values, obj_id))
+        for column in ("share_instance_id", "share_server_id"):
+            self.conn.execute(f"UPDATE objects SET {column} = ? WHERE {column} = ? AND id != ?",
+                              (new_id, obj_id, new_id))
 
     def delete(self, obj_id: str) -> bool:
         return self.conn.execute("DELETE FROM objects WHERE id = ?", (obj_id,)).rowcount > 0

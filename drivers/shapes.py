@@ -52,6 +52,20 @@ class ShareUpdate(TypedDict, total=False):
     export_locations: list[ExportLocation]
 
 
+class ManagedShare(TypedDict, total=False):
+    """What ``manage_existing`` returns (Manila's shape)."""
+
+    size: Required[int]  # GiB, a whole number of at least 1
+    export_locations: list[ExportLocation]  # left out: the path the user gave is kept
+
+
+class ManagedSnapshot(TypedDict, total=False):
+    """What ``manage_existing_snapshot`` returns (Manila's shape)."""
+
+    size: int  # GiB; left out, the share's size is recorded (as Manila)
+    provider_location: str  # left out, the one the user gave is kept
+
+
 class ReplicaUpdate(TypedDict):
     """What ``create_replica`` returns."""
 

@@ -129,6 +129,9 @@ DONE: dict[tuple[str, str], Done] = {
     (vocab.SNAPSHOT_INSTANCE, vocab.ACTION_DELETE): _snapshot_gone,
     (vocab.SHARE_SERVER, vocab.ACTION_CREATE): _server_set_up,
     (vocab.SHARE_GROUP, vocab.ACTION_DELETE): _group_gone,
+    # Unmanage: the records go as a delete's do; the objects stay.
+    (vocab.SHARE_INSTANCE, vocab.ACTION_UNMANAGE): _share_gone,
+    (vocab.SNAPSHOT_INSTANCE, vocab.ACTION_UNMANAGE): _snapshot_gone,
 }
 
 
@@ -198,4 +201,8 @@ DRIVER_ARGS: dict[str, Args] = {
     "create_share_group_snapshot": _group_snapshot,
     "delete_share_group_snapshot": _group_snapshot,
     "delete_backup": _backup,
+    "unmanage": lambda ops, row: _share(ops, row)[:1],
+    "unmanage_snapshot": lambda ops, row: _snapshot(ops, row)[:1],
+    # Manila's (server_details, security_services): sharemgr has no security services.
+    "unmanage_server": lambda ops, row: (_server_and_details(ops, row)[1], []),
 }

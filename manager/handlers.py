@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sharemgr.common import vocab
-from sharemgr.manager import backup_ops, share_ops
+from sharemgr.manager import backup_ops, manage_ops, share_ops
 from sharemgr.manager.carry_out import carry_out
 from sharemgr.manager.operation_table import TABLE
 from sharemgr.manager.plans import Change, Op
@@ -33,6 +33,10 @@ OWN: dict[tuple[str, str], Handler] = {
     # returns the share too.
     (vocab.BACKUP, vocab.ACTION_CREATE): backup_ops.create_backup,
     (vocab.BACKUP, vocab.ACTION_RESTORE): backup_ops.restore_backup,
+    # The driver is given the request's options; its answer is checked.
+    (vocab.SHARE_INSTANCE, vocab.ACTION_MANAGE): manage_ops.manage_existing,
+    (vocab.SNAPSHOT_INSTANCE, vocab.ACTION_MANAGE): manage_ops.manage_existing_snapshot,
+    (vocab.SHARE_SERVER, vocab.ACTION_MANAGE): manage_ops.manage_server,
 }
 
 HANDLERS: dict[tuple[str, str], Handler] = {

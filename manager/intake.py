@@ -16,7 +16,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models
 from sharemgr.db.engine import Database
-from sharemgr.manager import access, kinds, plans, views
+from sharemgr.manager import access, kinds, manage_ops, plans, views
 
 # One class for every refusal: a bad request or a resource not in a state
 # for the operation. Nothing was written.
@@ -228,6 +228,41 @@ class Intake:
 
     def restore_backup(self, backup_id: str) -> models.ShareBackup:
         return self._write(plans.restore_backup(self.db, backup_id), f"backup {backup_id}")
+
+    # Manage and unmanage (manager/manage_ops.py) ---------------------------------
+
+    def manage_share(self, export_path: str, proto: str, backend: str,
+                     name: str | None = None, driver_options: dict[str, str] | None = None
+                     ) -> models.Share:
+        check_name(name, models.Share, "share")
+        proto = (proto or "").upper()
+        if proto not in vocab.PROTOCOLS:
+            raise InvalidRequest(f"unknown protocol {proto!r}; one of "
+                                 f"{', '.join(vocab.PROTOCOLS)}")
+        host = self.host_for(backend)
+        plan = manage_ops.plan_manage_share(self.db, host, self.dhss(host), export_path, proto,
+                                            name, driver_options)
+        return self._write(plan, "share")
+
+    def manage_snapshot(self, share_id: str, provider_location: str, name: str | None = None,
+                        driver_options: dict[str, str] | None = None) -> models.ShareSnapshot:
+        check_name(name, models.ShareSnapshot, "snapshot")
+        return self._write(manage_ops.plan_manage_snapshot(self.db, share_id,
+                                                           provider_location, name,
+                                                           driver_options),
+                           f"snapshot of share {share_id}")
+
+    def manage_share_server(self, identifier: str, backend: str,
+                            driver_options: dict[str, str] | None = None
+                            ) -> models.ShareServer:
+        host = self.host_for(backend)
+        plan = manage_ops.plan_manage_server(self.db, host, self.dhss(host), identifier,
+                                             driver_options)
+        return self._write(plan, "share server")
+
+    def unmanage(self, type_: str, ident: str) -> Any:
+        return self._write(manage_ops.plan_unmanage(self.db, type_, ident),
+                           f"{type_.replace('_', ' ')} {ident}")
 
     # Admin -----------------------------------------------------------------
 

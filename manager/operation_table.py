@@ -12,8 +12,9 @@ one function (``generic_ops.carry_out``) from the spec's ``call`` and
 a replica's create, a backup's two phases) name a handler of their own.
 
 Some rows are put in a transient status by what this manager does not carry
-out itself (Manila's API for manage, revert, promote; a backup's side status
-on its share): their specs have no handler, only the rule that settles them.
+out itself (Manila's API for revert, promote; a backup's side status on its
+share; a replica's manage): their specs have no handler, only the rule that
+settles them.
 
 To add an operation: an entry here (a new action in ``common/vocab.py`` if it
 needs one), its plan in ``plans.py`` where users or stacks start it, and a
@@ -106,6 +107,20 @@ def _delete(kind: str, starts_from: tuple[str, ...], error: str, method: str,
                 vocab.DELETED, error, method=method, forcible=True)
 
 
+def _manage(kind: str, settle: Rule, method: str, success: str = vocab.AVAILABLE) -> Spec:
+    """Manila's manage: a new record for an object the backend already has
+    (manager/manage_ops.py)."""
+    return Spec(kind, vocab.ACTION_MANAGE, "manage", (vocab.MANAGING,), settle, (), success,
+                vocab.MANAGE_ERROR, method=method)
+
+
+def _unmanage(kind: str, starts_from: tuple[str, ...], method: str) -> Spec:
+    """Manila's unmanage: the record goes as a delete's does, the object stays."""
+    return Spec(kind, vocab.ACTION_UNMANAGE, "unmanage", (vocab.UNMANAGING,),
+                mark(vocab.UNMANAGE_ERROR), starts_from, vocab.DELETED, vocab.UNMANAGE_ERROR,
+                method=method)
+
+
 def _settled(kind: str, action: str, transient: str, rule: Rule) -> Spec:
     """A transient status set by what this manager does not carry out."""
     return Spec(kind, action, action, (transient,), rule, error=rule.error, carried=False)
@@ -114,9 +129,11 @@ def _settled(kind: str, action: str, transient: str, rule: Rule) -> Spec:
 _SI, _REP, _SNAP = vocab.SHARE_INSTANCE, vocab.REPLICA, vocab.SNAPSHOT_INSTANCE
 _SRV, _GRP, _GSNAP, _BAK = (vocab.SHARE_SERVER, vocab.SHARE_GROUP, vocab.GROUP_SNAPSHOT,
                             vocab.BACKUP)
-_SHARED = (  # a share instance's and a replica's: nothing but a mark settles them
+_MANAGED = (  # a replica's manage statuses (a share instance's are carried out)
     ("manage", vocab.MANAGING, mark(vocab.MANAGE_ERROR)),
     ("unmanage", vocab.UNMANAGING, mark(vocab.UNMANAGE_ERROR)),
+)
+_SHARED = (  # a share instance's and a replica's: nothing but a mark settles them
     ("restore", vocab.RESTORING, mark(vocab.ERROR)),
     ("revert", vocab.REVERTING, mark(vocab.ERROR)),
     ("promote", vocab.REPLICATION_CHANGE, mark(vocab.ERROR)),
@@ -129,8 +146,9 @@ TABLE: tuple[Spec, ...] = (
     # Share servers come first: reconciliation settles in this order (rules.STAGES).
     _create(_SRV, mark(vocab.ERROR), "setup_server", vocab.ACTIVE, verb="setup"),
     _delete(_SRV, SERVER_DELETABLE, vocab.ERROR, "teardown_server", verb="teardown"),
-    _settled(_SRV, "manage", vocab.MANAGING, mark(vocab.MANAGE_ERROR)),
-    _settled(_SRV, "unmanage", vocab.UNMANAGING, mark(vocab.UNMANAGE_ERROR)),
+    # No status method tells whether a server was taken over: a crash marks.
+    _manage(_SRV, mark(vocab.MANAGE_ERROR), "manage_server", vocab.ACTIVE),
+    _unmanage(_SRV, SERVER_DELETABLE, "unmanage_server"),
     _settled(_SRV, "network_change", vocab.SERVER_NETWORK_CHANGE, mark(vocab.ERROR)),
     Spec(_SI, vocab.ACTION_CREATE, "create", (vocab.CREATING, vocab.CREATING_FROM_SNAPSHOT),
          query("get_share_status"), success=vocab.AVAILABLE, method="create_share"),
@@ -147,15 +165,18 @@ TABLE: tuple[Spec, ...] = (
     Spec(_SI, vocab.ACTION_UPDATE_ACCESS, "update_access", (), None, (vocab.AVAILABLE,),
          error=None, method="update_access"),
     *(_settled(_SI, action, status, rule) for action, status, rule in _SHARED),
+    # A crash inside manage asks the backend whether the share is there now.
+    _manage(_SI, query("get_share_status", vocab.MANAGE_ERROR), "manage_existing"),
+    _unmanage(_SI, SHARE_DELETABLE, "unmanage"),
     # A replica is a share instance: only its create and delete differ.
     _create(_REP, query("get_replica_status"), "create_replica",
             error_also=(("replica_state", vocab.REPLICA_ERROR),)),
     _delete(_REP, SHARE_DELETABLE, vocab.ERROR_DELETING, "delete_replica"),
-    *(_settled(_REP, action, status, rule) for action, status, rule in _SHARED),
+    *(_settled(_REP, action, status, rule) for action, status, rule in _MANAGED + _SHARED),
     _create(_SNAP, query("get_snapshot_status"), "create_snapshot"),
     _delete(_SNAP, SNAPSHOT_DELETABLE, vocab.ERROR_DELETING, "delete_snapshot"),
-    _settled(_SNAP, "manage", vocab.MANAGING, mark(vocab.MANAGE_ERROR)),
-    _settled(_SNAP, "unmanage", vocab.UNMANAGING, mark(vocab.UNMANAGE_ERROR)),
+    _manage(_SNAP, query("get_snapshot_status", vocab.MANAGE_ERROR), "manage_existing_snapshot"),
+    _unmanage(_SNAP, SNAPSHOT_DELETABLE, "unmanage_snapshot"),
     _settled(_SNAP, "restore", vocab.RESTORING, mark(vocab.ERROR)),
     _create(_GRP, query("get_share_group_status"), "create_share_group"),
     _delete(_GRP, SIMPLE_DELETABLE, vocab.ERROR, "delete_share_group"),

@@ -52,6 +52,7 @@ def snapshot(
         "name": snap.name or f"snapshot-{snap.id}",
         "size": snap.size,
         "share": share(inst, logical),
+        "provider_location": snap_inst.provider_location,
         "fence_token": _fence(snap_inst),
     }
 

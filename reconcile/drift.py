@@ -404,9 +404,13 @@ class DriftChecker:
             unknown = [i for i in unknown if i not in claimed]
         for ident in unknown:
             obj = listed[ident]
+            seen: dict[str, object] = {k: obj.get(k) for k in ("name", "size", "status")
+                                       if obj.get(k) is not None}
+            if _paths(obj.get("export_locations")):
+                # What 'sharectl share manage EXPORT_PATH' adopts it by.
+                seen["export_paths"] = _paths(obj.get("export_locations"))
             summary.found({"kind": ORPHAN, "share_id": None, "instance_id": ident,
-                           "database": None, "backend": {k: obj.get(k) for k in (
-                               "name", "size", "status") if obj.get(k) is not None},
+                           "database": None, "backend": seen,
                            "policy": self.policies[ORPHAN],
                            "action": f"would {REPORT}" if dry_run else REPORT}, REPORT)
             LOG.warning("drift: orphan on %s: share object %s (%s) has no share instance",

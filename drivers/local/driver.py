@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from oslo_config import cfg
@@ -26,7 +26,7 @@ from sharemgr.drivers.exceptions import (
     ShareResourceNotFound,
     ShareShrinkingPossibleDataLoss,
 )
-from sharemgr.drivers.local import commands, images, validation
+from sharemgr.drivers.local import commands, images, manage, validation
 from sharemgr.drivers.local.fencing import FenceStore, file_lock
 from sharemgr.drivers.local.ganesha import GaneshaServer, NfsExport, exported_ids, pseudo_path
 from sharemgr.drivers.local.options import local_opts
@@ -370,6 +370,13 @@ class LocalDriver(base.ShareDriver):
                 self._offline(record, change)
             record["size"] = new_size
             self.records.put(record)
+
+    def manage_existing(self, share: dict, driver_options: Mapping[str, str]
+                        ) -> base.ManagedShare:
+        """A share of this backend, found by its export path, renamed to
+        ``share["id"]`` (drivers/local/manage.py); unmanage is the base
+        class's: the share stays exported as it is."""
+        return manage.take_over(self, share, driver_options)
 
     # Access ---------------------------------------------------------------------
 

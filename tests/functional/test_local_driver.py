@@ -161,3 +161,45 @@ def test_cifs_user_rules(local, tmp_path):
     assert client.get("CIFS", loc, "note.txt", back, user="daemon%secret").returncode == 0
     assert back.read_text() == "for daemon\n"
     assert _refused(client.put("CIFS", loc, note, "again.txt", user="daemon%secret"))
+
+
+def test_manage_and_unmanage_keep_the_data(local, tmp_path):
+    """An NFS and a CIFS share unmanaged stay served with their data; drift
+    reports them; managed again by their export paths they are renamed to
+    their new shares (new export paths), start with no rule, and hold what
+    was written before."""
+    d, options = local()
+    client = lh.Client(options)
+    d.start()
+    note, back = tmp_path / "note.txt", tmp_path / "back.txt"
+    note.write_text("kept across manage\n")
+    old = {}
+    for proto in ("NFS", "CIFS"):
+        share = d.json("share", "create", "1", "--proto", proto, "--backend", "local",
+                       "--wait")
+        _rule(d, share["id"], "--type", "ip", "--to", "127.0.0.1")
+        assert client.put(proto, _location(d, share["id"]), note, "note.txt").returncode == 0
+        d.sharectl("share", "unmanage", share["id"], "--wait")
+        old[proto] = share
+    orphans = {i["instance_id"]: i for i in d.json("reconcile", "drift")
+               if i["kind"] == "orphan"}
+    assert set(orphans) == {s["instance_id"] for s in old.values()}
+    for proto, share in old.items():
+        path = share["export_locations"][0]["path"]
+        assert path in orphans[share["instance_id"]]["backend"]["export_paths"]
+        # Still served as it was while unmanaged: the backend forgot nothing.
+        assert client.get(proto, path, "note.txt", back).returncode == 0
+        wrong = "CIFS" if proto == "NFS" else "NFS"
+        out = d.sharectl("share", "manage", path, "--proto", wrong, "--backend", "local",
+                         "--wait", check=False)
+        assert out.returncode == 1 and "manage_error" in out.stderr
+        managed = d.json("share", "manage", path, "--proto", proto, "--backend", "local",
+                         "--name", f"managed-{proto}", "--wait")
+        assert (managed["status"], managed["size"]) == ("available", 1)
+        new_path = _location(d, managed["id"])
+        assert managed["instance_id"] in new_path and new_path != path
+        assert _refused(client.ls(proto, new_path))  # no rule yet
+        _rule(d, managed["id"], "--type", "ip", "--to", "127.0.0.1")
+        out = client.get(proto, new_path, "note.txt", back)
+        assert out.returncode == 0 and back.read_text() == "kept across manage\n", out.stderr
+    assert [i for i in d.json("reconcile", "drift") if i["kind"] == "orphan"] == []

@@ -26,6 +26,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "cli/commands.py": (FUNC + "test_operations.py",),
     "cli/context.py": (FUNC + "test_operations.py",),
     "cli/db_cmds.py": (FUNC + "test_rolling_upgrade.py", FUNC + "test_daemon.py"),
+    "cli/manage_cmds.py": (FUNC + "test_manage.py",),
     "cli/message_cmds.py": (FUNC + "test_operations.py", FUNC + "test_reconcile.py"),
     "cli/nouns.py": (UNIT + "db/test_status_reads.py", FUNC + "test_operations.py"),
     "cli/reconcile_cmds.py": (FUNC + "test_reconcile.py", FUNC + "test_drift_and_hung_calls.py"),
@@ -68,6 +69,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "drivers/dummy_reads.py": (UNIT + "drivers/test_dummy.py",),
     "drivers/kit_build.py": (UNIT + "drivers/test_testing.py", FUNC + "test_driver_kit.py"),
     "drivers/kit_calls.py": (UNIT + "drivers/test_testing.py", FUNC + "test_driver_kit.py"),
+    "drivers/kit_manage.py": (UNIT + "drivers/test_dummy.py", FUNC + "test_driver_kit.py"),
     "drivers/kit_report.py": (UNIT + "drivers/test_testing.py", FUNC + "test_driver_kit.py"),
     # Types only: the type checker reads them (test_types runs it).
     "drivers/shapes.py": (UNIT + "test_types.py", UNIT + "drivers/test_base.py"),
