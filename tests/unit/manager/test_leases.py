@@ -66,29 +66,33 @@ def _lease_of(db, request_id: int) -> datetime.datetime:
         return session.get(models.Request, request_id).lease_expires_at
 
 
-def test_running_calls_are_renewed_to_their_deadline_a_lost_one_is_not(db):
-    import time
-
+def test_running_calls_are_renewed_to_their_deadline_a_lost_one_is_not(db, monkeypatch):
     from sharemgr.manager.leases import Keeper
 
+    # The leases' clock is the test's: a loaded machine's slow steps must not
+    # carry r3 past its deadline before the renewal the test looks at.
+    clock = [models.utcnow()]
+    monkeypatch.setattr(models, "utcnow", lambda: clock[0])
     keeper = Keeper(db, ENGINE)
     live, lost, near = _running(db, "r1"), _running(db, "r2"), _running(db, "r3")
-    started = models.utcnow()
+    started = clock[0]
     with keeper.lease("r1", 3600, 2), keeper.lease("r3", 3, 2):
         with keeper.lease("r2", 3600, 2):
             first = _lease_of(db, live)
             # A heartbeat ahead, not the hour of the deadline.
-            assert first < started + datetime.timedelta(seconds=3)
+            assert first == started + datetime.timedelta(seconds=2)
         # r2's call is over but its request is still running: a lost thread.
         assert keeper.running("r1") and not keeper.running("r2")
-        time.sleep(2.2)
+        clock[0] += datetime.timedelta(seconds=2.2)
         keeper.renew()
         assert [r.id for r in db_rec.expired_leases(db, [HOST])] == [lost]
-        assert _lease_of(db, live) > first
+        assert _lease_of(db, live) == clock[0] + datetime.timedelta(seconds=2)
         # r3's deadline (3 s) is nearer than a heartbeat: its lease is its
         # deadline now, and it is not renewed again.
-        assert _lease_of(db, near) <= started + datetime.timedelta(seconds=3.1)
+        assert _lease_of(db, near) == started + datetime.timedelta(seconds=3)
         assert not keeper.running("r3")
+        clock[0] += datetime.timedelta(seconds=1)
+        assert [r.id for r in db_rec.expired_leases(db, [HOST])] == [lost, near]
     assert not keeper.running("r1")
     # No deadline (0 seconds configured): no lease at all.
     fresh = _running(db, "r4")
