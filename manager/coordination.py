@@ -77,8 +77,17 @@ class Coordinator:
         """Join again after the membership expired (tooz never does)."""
         with contextlib.suppress(coordination.GroupAlreadyExist):
             self._coord.create_group(ENGINE_GROUP).get()
-        with contextlib.suppress(coordination.MemberAlreadyExist):
+        try:
             self._coord.join_group(ENGINE_GROUP).get()
+        except coordination.MemberAlreadyExist:
+            # tooz's file driver keeps an expired member's file, and its
+            # run_watchers forgets the group was joined, so the heartbeat no
+            # longer refreshes it: leave (the file goes) and join anew. Only
+            # when expired: a live member leaving would look dead to peers.
+            if self.member_id not in self.engines():
+                with contextlib.suppress(coordination.MemberNotJoined):
+                    self._coord.leave_group(ENGINE_GROUP).get()
+                self._coord.join_group(ENGINE_GROUP).get()
         self.joined = True
 
     def leave_engines(self) -> None:

@@ -11,6 +11,7 @@ from sharemgr.db import api, models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.drivers.dummy_state import BackendState
 from sharemgr.drivers.exceptions import FencedCall
+from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.membership import Membership
 from sharemgr.manager.operations import Lost, NotNow
 from sharemgr.manager.plans import Op
@@ -189,6 +190,37 @@ def test_membership_heals():
     assert "unreachable" in membership.not_member()
 
 
+def test_a_file_membership_that_expired_while_paused_comes_back(tmp_path):
+    """tooz's file driver keeps an expired member's file, and its
+    run_watchers forgets that the group was joined, so the heartbeat stops
+    refreshing the file and a plain join finds it there: the engine stayed
+    out for good (seen after a SIGSTOP under load)."""
+    import os
+
+    from sharemgr.common.vocab import ENGINE_GROUP
+
+    coord = Coordinator(f"file://{tmp_path}/coordination?timeout=2", "me")
+    coord.start(heartbeat=False)
+    try:
+        coord.join_engines()
+        coord.watch_leave(lambda event: None)
+        coord.run_watchers()
+        membership = Membership(coord, "me", stale_after=60)
+        membership.check()
+        assert membership.not_member() is None
+        group = tmp_path / "coordination" / "groups"
+        [member] = group.glob("*/*.raw")
+        os.utime(member, (0, 0))  # the heartbeats a pause missed
+        coord.run_watchers()  # the engine's own watcher runs first on resume
+        membership.check()
+        assert membership.not_member() is None, membership.not_member()
+        coord.heartbeat()  # and the heartbeat keeps the new membership fresh
+        assert coord.engines() == {"me"}
+        assert ENGINE_GROUP in coord._coord._joined_groups
+    finally:
+        coord.stop()
+
+
 def test_membership_is_only_as_good_as_its_last_answer(monkeypatch):
     import time as time_mod
 
@@ -225,7 +257,6 @@ def test_an_expired_redis_lock_is_not_still_held(redis_url, tmp_path):
     import time
     import uuid
 
-    from sharemgr.manager.coordination import Coordinator
 
     url = f"{redis_url}?lock_timeout=1&membership_timeout=1"
     frozen, peer = Coordinator(url, f"a-{uuid.uuid4()}"), Coordinator(url, f"b-{uuid.uuid4()}")
