@@ -53,6 +53,7 @@ def _statuses(db, wanted):
     return {k: NOUNS[k[0]].status(db, k[1]) for k in wanted}
 
 
+@pytest.mark.long(55)
 def test_manage_unmanage_and_a_crash_inside_each(setup):
     d, gates = setup
     engine = d.start()
