@@ -146,7 +146,6 @@ TABLE: tuple[Spec, ...] = (
     # Share servers come first: reconciliation settles in this order (rules.STAGES).
     _create(_SRV, mark(vocab.ERROR), "setup_server", vocab.ACTIVE, verb="setup"),
     _delete(_SRV, SERVER_DELETABLE, vocab.ERROR, "teardown_server", verb="teardown"),
-    # No status method tells whether a server was taken over: a crash marks.
     _manage(_SRV, mark(vocab.MANAGE_ERROR), "manage_server", vocab.ACTIVE),
     _unmanage(_SRV, SERVER_DELETABLE, "unmanage_server"),
     _settled(_SRV, "network_change", vocab.SERVER_NETWORK_CHANGE, mark(vocab.ERROR)),
@@ -165,8 +164,10 @@ TABLE: tuple[Spec, ...] = (
     Spec(_SI, vocab.ACTION_UPDATE_ACCESS, "update_access", (), None, (vocab.AVAILABLE,),
          error=None, method="update_access"),
     *(_settled(_SI, action, status, rule) for action, status, rule in _SHARED),
-    # A crash inside manage asks the backend whether the share is there now.
-    _manage(_SI, query("get_share_status", vocab.MANAGE_ERROR), "manage_existing"),
+    # The spec: a crash inside manage cannot be resumed without the call's
+    # context (the export path, the driver options): manage_error, from
+    # where the admin unmanages or manages again (specs/002).
+    _manage(_SI, mark(vocab.MANAGE_ERROR), "manage_existing"),
     _unmanage(_SI, SHARE_DELETABLE, "unmanage"),
     # A replica is a share instance: only its create and delete differ.
     _create(_REP, query("get_replica_status"), "create_replica",
@@ -175,7 +176,7 @@ TABLE: tuple[Spec, ...] = (
     *(_settled(_REP, action, status, rule) for action, status, rule in _MANAGED + _SHARED),
     _create(_SNAP, query("get_snapshot_status"), "create_snapshot"),
     _delete(_SNAP, SNAPSHOT_DELETABLE, vocab.ERROR_DELETING, "delete_snapshot"),
-    _manage(_SNAP, query("get_snapshot_status", vocab.MANAGE_ERROR), "manage_existing_snapshot"),
+    _manage(_SNAP, mark(vocab.MANAGE_ERROR), "manage_existing_snapshot"),
     _unmanage(_SNAP, SNAPSHOT_DELETABLE, "unmanage_snapshot"),
     _settled(_SNAP, "restore", vocab.RESTORING, mark(vocab.ERROR)),
     _create(_GRP, query("get_share_group_status"), "create_share_group"),

@@ -567,15 +567,11 @@ class Reconciler:
                 state = answer.get("replica_state") or vocab.REPLICA_IN_SYNC
                 values["replica_state"] = state if state in SECONDARY_STATES \
                     else vocab.REPLICA_OUT_OF_SYNC
-            if cand.status in (vocab.EXTENDING, vocab.SHRINKING, vocab.MANAGING):
+            if cand.status in (vocab.EXTENDING, vocab.SHRINKING):
                 # The backend's size is the truth, whichever way the resize
-                # went (a managed share's is only known there); without it
-                # the database cannot be made to match.
+                # went; without it the database cannot be made to match.
                 extra.append((models.Share, cand.row.share_id, {},
                               {"size": answers.size_of(answer)}))
         if cand.rtype == vocab.SNAPSHOT_INSTANCE:
             values["progress"] = "100%"  # as a completed create records it
-            if cand.status == vocab.MANAGING:  # its size is only known on the backend
-                extra.append((models.ShareSnapshot, cand.row.snapshot_id, {},
-                              {"size": answers.size_of(answer)}))
         return values, extra

@@ -54,7 +54,7 @@ SHARE_CASES = {
     "shrinking": "available",
     "deleting": "deleted",
     "deferred_deleting": "deleted",
-    "manage_starting": "available",  # the backend has it: taken over before the crash
+    "manage_starting": "manage_error",
     "unmanage_starting": "unmanage_error",
     "restoring": "error",
     "reverting": "error",
@@ -65,7 +65,7 @@ SHARE_CASES = {
 SNAPSHOT_CASES = {
     "creating": "available",
     "deleting": "deleted",
-    "manage_starting": "available",
+    "manage_starting": "manage_error",
     "unmanage_starting": "unmanage_error",
     "restoring": "error",
 }

@@ -62,6 +62,7 @@ Q, D, K = "query", "delete", "mark"
 # replica is a share instance: the share-instance rows that need no driver
 # (mark) apply to it too; its create asks get_replica_status.
 INSTANCE_MARKS = {
+    vocab.MANAGING: (K, vocab.MANAGE_ERROR),
     vocab.UNMANAGING: (K, vocab.UNMANAGE_ERROR),
     vocab.RESTORING: (K, vocab.ERROR),
     vocab.REVERTING: (K, vocab.ERROR),
@@ -84,20 +85,17 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         vocab.SHRINKING: (Q, vocab.SHRINKING_ERROR),
         vocab.DELETING: (D, vocab.ERROR_DELETING),
         vocab.DEFERRED_DELETING: (D, vocab.ERROR_DELETING),
-        # A crash inside manage: the backend says whether the share was taken.
-        vocab.MANAGING: (Q, vocab.MANAGE_ERROR),
         **INSTANCE_MARKS,
     },
     vocab.REPLICA: {
         vocab.CREATING: (Q, vocab.ERROR),
         vocab.DELETING: (D, vocab.ERROR_DELETING),
-        vocab.MANAGING: (K, vocab.MANAGE_ERROR),  # replicas are never managed here
         **INSTANCE_MARKS,
     },
     vocab.SNAPSHOT_INSTANCE: {
         vocab.CREATING: (Q, vocab.ERROR),
         vocab.DELETING: (D, vocab.ERROR_DELETING),
-        vocab.MANAGING: (Q, vocab.MANAGE_ERROR),
+        vocab.MANAGING: (K, vocab.MANAGE_ERROR),
         vocab.UNMANAGING: (K, vocab.UNMANAGE_ERROR),
         vocab.RESTORING: (K, vocab.ERROR),
     },
