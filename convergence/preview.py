@@ -15,8 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sharemgr.convergence import physical as phys
 from sharemgr.convergence.decide import Kind, decide
-from sharemgr.convergence.properties import ResourceData, diff_properties
+from sharemgr.convergence.properties import (
+    ResourceData,
+    data_by_name,
+    diff_properties,
+    resolve_properties,
+)
 from sharemgr.convergence.template import REPLACE, RESOURCE_TYPES, Template, TemplateError
 from sharemgr.db import models
 from sharemgr.db.engine import Database
@@ -75,23 +81,30 @@ def preview(db: Database, template: Template,
             continue
         input_data = {n: data[n].to_dict() for n in defn.requires if n in data}
         try:
-            decision = decide(db, template, row, row, input_data)
+            props = resolve_properties(defn, data_by_name(input_data))
+            observed = phys.observe(db, row.type, row.physical_id)
         except TemplateError as exc:  # ResolutionError: known once the update runs
             out.changes.append(Change(name, defn.type, UNKNOWN, reason=str(exc)))
             data[name] = ResourceData(name, row.id, row.physical_id)
             continue
-        current = {**(row.properties or {}), **decision.observed.actual}
-        diff = diff_properties(row.type, current, decision.props)
+        try:
+            kind = decide(db, template, row, row, input_data).kind
+        except phys.CheckError:
+            # Raised only where a new physical resource is placed: its
+            # parent is one the update makes (our placeholder id).
+            kind = Kind.REPLACE
+        current = {**(row.properties or {}), **observed.actual}
+        diff = diff_properties(row.type, current, props)
         schema = RESOURCE_TYPES[row.type].properties
         forcing = tuple(sorted(p for p in diff.changed if schema[p].update == REPLACE))
-        if decision.kind == Kind.NOOP:
+        if kind == Kind.NOOP:
             change = Change(name, defn.type, UNCHANGED)
-        elif decision.kind == Kind.UPDATE:
+        elif kind == Kind.UPDATE:
             change = Change(name, defn.type, UPDATED, tuple(sorted(diff.in_place)))
-        elif decision.kind == Kind.REPLACE:
+        elif kind == Kind.REPLACE:
             change = Change(name, defn.type, REPLACED, forcing,
                             "" if forcing else f"resource is {row.action} {row.status}")
-        elif decision.kind == Kind.CREATE:
+        elif kind == Kind.CREATE:
             change = Change(name, defn.type, REPLACED, (),
                             "its physical resource is gone: made anew")
         else:
@@ -99,10 +112,10 @@ def preview(db: Database, template: Template,
         out.changes.append(change)
         if change.change == REPLACED:
             data[name] = ResourceData(name, None, f"(new {name})",
-                                      decision.observed.attributes)
+                                      observed.attributes)
         else:
             data[name] = ResourceData(name, row.id, row.physical_id,
-                                      decision.observed.attributes)
+                                      observed.attributes)
     for name, row in rows.items():
         if name not in template.resources:
             out.changes.append(Change(name, row.type, DELETED))
