@@ -114,17 +114,17 @@ def _check_constraint(where: str, c: Mapping[str, object], value: object) -> Non
         lo, hi = arg.get("min"), arg.get("max")
         if not isinstance(value, (int, float)):
             return
-        if lo is not None and value < lo:  # type: ignore[operator]
+        if lo is not None and value < lo:
             raise ParameterError(f"{where}: must be at least {lo}, got {value}")
-        if hi is not None and value > hi:  # type: ignore[operator]
+        if hi is not None and value > hi:
             raise ParameterError(f"{where}: must be at most {hi}, got {value}")
     elif kind == "length":
         assert isinstance(arg, dict)
         lo, hi = arg.get("min"), arg.get("max")
         size = len(value) if isinstance(value, (str, list, dict)) else 0
-        if lo is not None and size < lo:  # type: ignore[operator]
+        if lo is not None and size < lo:
             raise ParameterError(f"{where}: length must be at least {lo}, got {size}")
-        if hi is not None and size > hi:  # type: ignore[operator]
+        if hi is not None and size > hi:
             raise ParameterError(f"{where}: length must be at most {hi}, got {size}")
     elif kind == "allowed_values":
         assert isinstance(arg, list)
