@@ -245,6 +245,12 @@ class StackCreate(_TemplateStart):
     action = vocab.STACK_CREATE
 
     def dry_run(self, args: argparse.Namespace) -> base.Shown:
+        from sharemgr.convergence.template import TemplateError, check_stack_name
+
+        try:
+            check_stack_name(args.name)
+        except TemplateError as exc:
+            raise base.UserError(str(exc))
         return _preview(self.app, _template(self.app, args.template, args), None)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
