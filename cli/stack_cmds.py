@@ -32,17 +32,44 @@ def _lookup(app: SharectlApp, name: str) -> models.Stack:
         raise base.UserError(str(exc))
 
 
-def _template(app: SharectlApp, path: str) -> Template:
-    from sharemgr.convergence import actions
-    from sharemgr.convergence.template import TemplateError
-
+def _read(path: str, what: str) -> bytes:
     try:
         with open(path, "rb") as f:
-            text = f.read()
+            return f.read()
     except OSError as exc:
-        raise base.UserError(f"cannot read template {path}: {exc.strerror or exc}")
+        raise base.UserError(f"cannot read {what} {path}: {exc.strerror or exc}")
+
+
+def _template(app: SharectlApp, path: str, args: argparse.Namespace | None = None,
+              previous: Template | None = None) -> Template:
+    """The template at ``path`` with its parameters: ``-e`` files, then
+    ``-P`` (which wins); on an update, a parameter given neither keeps the
+    value the stack was last given, if the new template still declares it."""
+    import yaml
+    from sharemgr.convergence import actions
+    from sharemgr.convergence import parameters as params
+    from sharemgr.convergence.template import TemplateError
+
+    text = _read(path, "template")
+    given: dict[str, object] = {}
+    if args is not None:
+        try:
+            for env in args.environment or ():
+                given.update(params.read_environment(_read(env, "environment")))
+            given.update(params.parse_assignments(args.parameter or []))
+        except params.ParameterError as exc:
+            raise base.UserError(str(exc))
+    if previous is not None and previous.parameter_values:
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raw = None  # parse() below names the error
+        declared = raw.get("parameters") if isinstance(raw, dict) else None
+        if isinstance(declared, dict):
+            given = {**{k: v for k, v in previous.parameter_values.items()
+                        if k in declared}, **given}
     try:
-        return actions.load_template(text, app.context.conf.enabled_share_backends)
+        return actions.load_template(text, app.context.conf.enabled_share_backends, given)
     except TemplateError as exc:
         raise base.UserError(f"invalid template {path}: {exc}")
 
@@ -177,12 +204,54 @@ def _template_args(parser: argparse.ArgumentParser) -> None:
                         help="fail (and roll back) the traversal if it runs longer; 0: no "
                         "timeout (default: the template's 'timeout', else the "
                         "stack_timeout_minutes option)")
+    parser.add_argument("-P", "--parameter", action="append", metavar="NAME=VALUE",
+                        help="a template parameter's value (repeatable; wins over -e)")
+    parser.add_argument("-e", "--environment", action="append", metavar="ENV_FILE",
+                        help="YAML with 'parameters:' and/or 'parameter_defaults:' "
+                        "(repeatable, later files win)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print what would be added, updated in place, replaced, "
+                        "deleted or left unchanged, per resource; change nothing")
 
 
-class StackCreate(_Start):
+def _preview(app: SharectlApp, template: Template, stack: models.Stack | None
+             ) -> base.Shown:
+    """The dry run's answer: resource -> its change (and why)."""
+    from sharemgr.convergence import actions, preview
+
+    rows = {} if stack is None else actions.current_rows(app.context.db, stack)
+    result = preview.preview(app.context.db, template, rows)
+    cols, vals = [], []
+    for c in result.changes:
+        cols.append(c.name)
+        text = c.change + (f" ({', '.join(c.properties)})" if c.properties else "")
+        vals.append(text + (f": {c.reason}" if c.reason else ""))
+    return tuple(cols), tuple(vals)
+
+
+class _TemplateStart(_Start):
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
+        if parsed_args.dry_run:
+            return self.dry_run(parsed_args)
+        return super().take_action(parsed_args)
+
+    def dry_run(self, args: argparse.Namespace) -> base.Shown:
+        raise NotImplementedError
+
+
+class StackCreate(_TemplateStart):
     """Create a stack from a template."""
 
     action = vocab.STACK_CREATE
+
+    def dry_run(self, args: argparse.Namespace) -> base.Shown:
+        from sharemgr.convergence.template import TemplateError, check_stack_name
+
+        try:
+            check_stack_name(args.name)
+        except TemplateError as exc:
+            raise base.UserError(str(exc))
+        return _preview(self.app, _template(self.app, args.template, args), None)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         _template_args(parser)
@@ -192,28 +261,53 @@ class StackCreate(_Start):
     def begin(self, args: argparse.Namespace) -> Traversal:
         from sharemgr.convergence import actions
 
-        template = _template(self.app, args.template)
+        template = _template(self.app, args.template, args)
         timeout = actions.timeout_for(template, args.timeout,
                                       self.app.context.conf.stack_timeout_minutes)
         return actions.create(self.app.context.db, args.name, template, args.disable_rollback,
                               timeout)
 
 
-class StackUpdate(_Start):
-    """Update a stack to a new template."""
+class StackUpdate(_TemplateStart):
+    """Update a stack to a new template. An update that would replace a
+    share (a new, empty one) is refused unless --allow-replace is given."""
 
     action = vocab.STACK_UPDATE
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         _template_args(parser)
+        parser.add_argument("--allow-replace", action="store_true",
+                            help="go on even if the update replaces shares (the data on "
+                            "the old shares is not carried over)")
 
-    def begin(self, args: argparse.Namespace) -> Traversal:
+    def _new(self, args: argparse.Namespace) -> tuple[models.Stack, Template]:
         from sharemgr.convergence import actions
 
-        template = _template(self.app, args.template)
+        stack = _lookup(self.app, args.name)
+        previous = actions.stored_template(self.app.context.db, stack)
+        return stack, _template(self.app, args.template, args, previous)
+
+    def dry_run(self, args: argparse.Namespace) -> base.Shown:
+        stack, template = self._new(args)
+        return _preview(self.app, template, stack)
+
+    def begin(self, args: argparse.Namespace) -> Traversal:
+        from sharemgr.convergence import actions, preview
+
+        stack, template = self._new(args)
+        if not args.allow_replace:
+            rows = actions.current_rows(self.app.context.db, stack)
+            lost = preview.preview(self.app.context.db, template, rows).lost_shares()
+            if lost:
+                raise base.UserError(
+                    f"stack {stack.name}: the update replaces "
+                    + "; ".join(f"share {c.name!r} ({', '.join(c.properties) or c.reason})"
+                                for c in lost)
+                    + ": a replaced share's data is lost; pass --allow-replace to go on "
+                    "(see --dry-run)")
         timeout = actions.timeout_for(template, args.timeout,
                                       self.app.context.conf.stack_timeout_minutes)
-        return actions.start(self.app.context.db, args.name, self.action, template, timeout)
+        return actions.start(self.app.context.db, stack.id, self.action, template, timeout)
 
 
 class StackDelete(_Start):
@@ -389,6 +483,43 @@ class StackConverge(_Start):
                              Template.from_dict(stored))
 
 
+class StackOutputList(base.Lister):
+    """List a stack's outputs, resolved from its resources as they are now."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
+        from sharemgr.convergence import actions
+
+        stack = _lookup(self.app, parsed_args.name)
+        outputs = actions.outputs(self.app.context.db, stack)
+        return ("output_key", "output_value"), [(k, base.fmt(v)) for k, v in outputs.items()]
+
+
+class StackOutputShow(base.ShowOne):
+    """Show one output of a stack."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+        parser.add_argument("output", metavar="OUTPUT", help="output name")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
+        from sharemgr.convergence import actions
+
+        stack = _lookup(self.app, parsed_args.name)
+        outputs = actions.outputs(self.app.context.db, stack)
+        if parsed_args.output not in outputs:
+            raise base.UserError(f"stack {stack.name} has no output {parsed_args.output!r} "
+                                 f"(outputs: {', '.join(sorted(outputs)) or 'none'})")
+        return ("output_key", "output_value"), (parsed_args.output,
+                                                base.fmt(outputs[parsed_args.output]))
+
+
 COMMANDS: dict[str, type] = {
     "stack create": StackCreate,
     "stack update": StackUpdate,
@@ -401,4 +532,6 @@ COMMANDS: dict[str, type] = {
     "stack graph": StackGraph,
     "stack check": StackCheck,
     "stack converge": StackConverge,
+    "stack output list": StackOutputList,
+    "stack output show": StackOutputShow,
 }

@@ -8,7 +8,7 @@ prepares its traversal in one transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sharemgr.common import vocab
@@ -21,10 +21,12 @@ from sharemgr.db import models, stacks, sync_points
 from sharemgr.db.engine import Database
 
 
-def load_template(text: str | bytes, backends: Iterable[str]) -> Template:
-    """Parse and validate; a literal ``backend`` must be one of ``backends``
-    (the enabled ones), like ``sharectl share create --backend``."""
-    template = parse(text)
+def load_template(text: str | bytes, backends: Iterable[str],
+                  parameters: Mapping[str, object] | None = None) -> Template:
+    """Parse and validate, ``parameters`` substituted (convergence/parameters.py);
+    a literal ``backend`` must be one of ``backends`` (the enabled ones), like
+    ``sharectl share create --backend``."""
+    template = parse(text, parameters)
     known = list(backends)
     for name, defn in template.resources.items():
         backend = defn.properties.get("backend")
@@ -110,6 +112,13 @@ def current_rows(db: Database, stack: models.Stack) -> dict[str, models.StackRes
     return chosen
 
 
+def stored_template(db: Database, stack: models.Stack) -> Template:
+    """The stack's current template (empty if it has none)."""
+    if stack.template_id is None:
+        return Template.empty()
+    return Template.from_dict(stacks.template_get(db, stack.template_id) or {})
+
+
 def outputs(db: Database, stack: models.Stack) -> dict[str, object]:
     """The template's outputs from the resources as they are now (an output
     whose resource is missing or failed is None)."""
@@ -141,6 +150,7 @@ def show(db: Database, stack: models.Stack) -> dict[str, object]:
         else float(f"{stack.timeout_seconds / 60:g}"),
         "resources": len({r.name for r in rows}),
         "progress": str(progress(db, stack)),
+        "parameters": stored_template(db, stack).parameters,
         "outputs": outputs(db, stack),
         "current_traversal": stack.current_traversal,
         "template_id": stack.template_id,

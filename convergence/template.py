@@ -148,7 +148,9 @@ RESOURCE_TYPES: Mapping[str, ResourceType] = {
 }
 
 TOP_LEVEL_KEYS = frozenset({"resources", "outputs", "description", "heat_template_version",
-                            "timeout", "converge_interval"})
+                            "timeout", "converge_interval", "parameters",
+                            # Stored form only: the values the stack was given (-P, -e).
+                            "parameter_values"})
 MAX_CONVERGE_INTERVAL = 604800  # a week, in seconds
 MAX_TIMEOUT_MINUTES = 525600  # a year: the same bound as the stack_timeout_minutes option
 RESOURCE_KEYS = frozenset({"type", "properties", "depends_on", "description"})
@@ -241,6 +243,19 @@ class Template:
     timeout: float | None = None  # minutes, as Heat's timeout_mins; 0: none
     # Seconds between self-healing checks of the stack (daemon/heal.py); None: never.
     converge_interval: int | None = None
+    # The ``parameters:`` section as written, and the values given for it
+    # (-P, -e); ``get_param`` is already substituted in resources and outputs.
+    parameter_declarations: Mapping[str, object] = field(default_factory=dict)
+    parameter_values: Mapping[str, object] = field(default_factory=dict)
+
+    @functools.cached_property
+    def parameters(self) -> Mapping[str, object]:
+        """Every parameter's value (given, else default), for ``stack show``
+        (hidden ones masked)."""
+        from sharemgr.convergence import parameters as params
+
+        declared = params.declare(dict(self.parameter_declarations))
+        return params.shown(declared, params.values(declared, self.parameter_values))
 
     @functools.cached_property
     def referenced_attributes(self) -> Mapping[str, frozenset[str]]:
@@ -288,6 +303,9 @@ class Template:
             out["timeout"] = self.timeout
         if self.converge_interval is not None:
             out["converge_interval"] = self.converge_interval
+        if self.parameter_declarations:
+            out["parameters"] = dict(self.parameter_declarations)
+            out["parameter_values"] = dict(self.parameter_values)
         return out
 
     def dependencies(self) -> dict[str, frozenset[str]]:
@@ -299,8 +317,10 @@ class Template:
         return _toposort(self.dependencies())
 
 
-def parse(text: str | bytes) -> Template:
-    """Parse and validate a YAML template. Raises :class:`TemplateError`."""
+def parse(text: str | bytes, parameters: Mapping[str, object] | None = None) -> Template:
+    """Parse and validate a YAML template, ``parameters`` (name: value, from
+    -P and -e) substituted for its ``get_param`` calls. Raises
+    :class:`TemplateError`."""
     try:
         try:
             data = yaml.load(text, Loader=_FastStrictLoader)  # noqa: S506 - SafeLoader's kind
@@ -312,7 +332,7 @@ def parse(text: str | bytes) -> Template:
         raise TemplateError(f"malformed YAML{where}: {exc.problem or exc}")
     except yaml.YAMLError as exc:
         raise TemplateError(f"malformed YAML: {exc}")
-    return _validate(data)
+    return _validate(data, parameters)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -344,7 +364,7 @@ for _loader in (_StrictLoader, _FastStrictLoader):
     _loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _validate(data: object) -> Template:
+def _validate(data: object, given: Mapping[str, object] | None = None) -> Template:
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -353,8 +373,11 @@ def _validate(data: object) -> Template:
     if unknown:
         raise TemplateError(
             f"unknown top-level section {unknown[0]!r} "
-            f"(allowed: {', '.join(sorted(TOP_LEVEL_KEYS))})"
+            f"(allowed: {', '.join(sorted(TOP_LEVEL_KEYS - {'parameter_values'}))})"
         )
+    declarations, given = _parameters(data, given)
+    if declarations or given:
+        data = _substituted(data, declarations, given)
     raw_resources = data.get("resources") or {}
     if not isinstance(raw_resources, dict):
         raise TemplateError("'resources' must be a mapping of resource names")
@@ -401,7 +424,46 @@ def _validate(data: object) -> Template:
 
     _toposort({n: d.requires for n, d in resources.items()})  # raises on a cycle
     return Template(resources=resources, outputs=outputs, description=description,
-                    timeout=timeout, converge_interval=interval)
+                    timeout=timeout, converge_interval=interval,
+                    parameter_declarations=declarations, parameter_values=dict(given))
+
+
+def _parameters(data: Mapping[str, object], given: Mapping[str, object] | None
+                ) -> tuple[dict[str, object], Mapping[str, object]]:
+    """The declarations as written and the values given: ``given`` (-P,
+    -e), else the stored form's ``parameter_values``."""
+    raw = data.get("parameters")
+    declarations = dict(raw) if isinstance(raw, dict) else {}
+    if raw is not None and not isinstance(raw, dict):
+        raise TemplateError("'parameters' must be a mapping of parameter names")
+    if given is None:
+        stored = data.get("parameter_values") or {}
+        given = dict(stored) if isinstance(stored, dict) else {}
+    return declarations, given
+
+
+def _substituted(data: Mapping[str, object], declarations: Mapping[str, object],
+                 given: Mapping[str, object]) -> dict[str, object]:
+    """``data`` with every get_param replaced by its value: the engine's
+    nodes see plain values only."""
+    from sharemgr.convergence import parameters as params
+
+    try:
+        declared = params.declare(dict(declarations))
+        resolved = params.values(declared, given)
+        out = dict(data)
+        raw_resources = data.get("resources")
+        if isinstance(raw_resources, dict):
+            out["resources"] = {
+                name: params.substitute(f"resource {name!r}", r, resolved)
+                for name, r in raw_resources.items()}
+        raw_outputs = data.get("outputs")
+        if isinstance(raw_outputs, dict):
+            out["outputs"] = {name: params.substitute(f"output {name!r}", v, resolved)
+                              for name, v in raw_outputs.items()}
+        return out
+    except params.ParameterError as exc:
+        raise TemplateError(str(exc))
 
 
 def _check_shape(name: str, raw: object) -> None:

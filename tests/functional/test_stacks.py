@@ -187,7 +187,8 @@ def test_create_update_replace_delete_and_failures(deployment, setup):
     assert_backend_agrees(d)
 
     # Replace: a new share and snapshot first, the old ones deleted after.
-    d.sharectl("stack", "update", "web", "-t", _write(d, "v3", V3), "--wait")
+    d.sharectl("stack", "update", "web", "-t", _write(d, "v3", V3), "--wait",
+               "--allow-replace")
     final = _rows(d, "web")
     assert set(final) == {"data", "snap", "logs"}
     assert final["data"].physical_id != after["data"].physical_id

@@ -126,7 +126,7 @@ def test_replacement_cut_by_a_crash_is_cleaned_up(deployment, setup):
     d.sharectl("stack", "create", "web", "-t", _write(d, "v1", ONE_SHARE), "--wait")
     first = _rows(d, "web")["data"]
     (gates / "create_share.web-data-").write_text("")
-    d.sharectl("stack", "update", "web", "-t",
+    d.sharectl("stack", "update", "web", "--allow-replace", "-t",
                _write(d, "v2", ONE_SHARE.replace("NFS", "CIFS")))
     wait_until(lambda: len(_calls(d, "create_share")) == 2,
                what="the replacement's create to reach the gate")

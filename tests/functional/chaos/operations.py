@@ -219,8 +219,8 @@ class Operator:
         if label == "stack update":
             base = model.template or random_template(rng)
             template = mutate_template(rng, base) if rng.random() < 0.9 else random_template(rng)
-            return Op(label, ["stack", "update", model.name, *self.timeout(rng)], model,
-                      template, "UPDATE")
+            return Op(label, ["stack", "update", model.name, "--allow-replace",
+                              *self.timeout(rng)], model, template, "UPDATE")
         if label == "stack cancel":
             if model.name not in running:
                 return None

@@ -91,7 +91,7 @@ outputs:
     [
         ("resources: [", ["malformed YAML", "line 1"]),
         ("- a\n- b\n", ["mapping"]),
-        ("resources: {}\nparameters: {}\n", ["parameters"]),
+        ("resources: {}\nconditions: {}\n", ["conditions"]),
         ("resources: {a: {type: volume}}", ["'a'", "unknown type 'volume'"]),
         ("resources: {a: [1]}", ["'a'", "mapping"]),
         ("resources: {a: {type: share, propertys: {}}}", ["'a'", "propertys"]),

@@ -1,0 +1,123 @@
+"""What an update would do, without doing it (``stack update --dry-run``,
+doc/convergence.rst "Preview").
+
+Each resource of the new template is classified by the engine's own
+decision (:func:`sharemgr.convergence.decide.decide`, the code an update
+node runs first), fed with the data its references would carry: the
+physical id and attributes of the resources as they are, or a placeholder
+id for one that the update adds or replaces (so a reference to a replaced
+share makes its snapshot replaced too, as the traversal would). Nothing is
+written: decide only reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sharemgr.convergence import physical as phys
+from sharemgr.convergence.decide import Kind, decide
+from sharemgr.convergence.properties import (
+    ResourceData,
+    data_by_name,
+    diff_properties,
+    resolve_properties,
+)
+from sharemgr.convergence.template import REPLACE, RESOURCE_TYPES, Template, TemplateError
+from sharemgr.db import models
+from sharemgr.db.engine import Database
+
+ADDED = "added"
+UPDATED = "updated"
+REPLACED = "replaced"
+DELETED = "deleted"
+UNCHANGED = "unchanged"
+UNKNOWN = "unknown"  # busy, or a value only known once the update runs
+
+
+@dataclass(frozen=True)
+class Change:
+    name: str
+    type: str
+    change: str
+    properties: tuple[str, ...] = ()  # replaced: the ones that force it; updated: changed
+    reason: str = ""
+
+
+@dataclass
+class Preview:
+    changes: list[Change] = field(default_factory=list)
+
+    def names(self, change: str) -> set[str]:
+        return {c.name for c in self.changes if c.change == change}
+
+    def lost_shares(self) -> list[Change]:
+        """Shares the new template replaces (a property that forces a new
+        share changed): the data on the old one does not come along. A
+        share replaced because it failed or is gone is not counted: there
+        is nothing to keep, and refusing would block its repair."""
+        return [c for c in self.changes
+                if c.change == REPLACED and c.type == "share" and c.properties]
+
+
+def preview(db: Database, template: Template,
+            rows: Mapping[str, models.StackResource]) -> Preview:
+    """Classify each resource of ``template`` against ``rows`` (name -> the
+    row that embodies it now, ``actions.current_rows``; empty for a
+    create)."""
+    out = Preview()
+    data: dict[str, ResourceData] = {}
+    for name in template.dependency_order():
+        defn = template.resources[name]
+        row = rows.get(name)
+        if row is None:
+            out.changes.append(Change(name, defn.type, ADDED))
+            data[name] = ResourceData(name, None, f"(new {name})")
+            continue
+        if row.type != defn.type:
+            out.changes.append(Change(name, defn.type, REPLACED, ("type",),
+                                      f"type {row.type} -> {defn.type}"))
+            data[name] = ResourceData(name, None, f"(new {name})")
+            continue
+        input_data = {n: data[n].to_dict() for n in defn.requires if n in data}
+        try:
+            props = resolve_properties(defn, data_by_name(input_data))
+            observed = phys.observe(db, row.type, row.physical_id)
+        except TemplateError as exc:  # ResolutionError: known once the update runs
+            out.changes.append(Change(name, defn.type, UNKNOWN, reason=str(exc)))
+            data[name] = ResourceData(name, row.id, row.physical_id)
+            continue
+        try:
+            kind = decide(db, template, row, row, input_data).kind
+        except phys.CheckError:
+            # Raised only where a new physical resource is placed: its
+            # parent is one the update makes (our placeholder id).
+            kind = Kind.REPLACE
+        current = {**(row.properties or {}), **observed.actual}
+        diff = diff_properties(row.type, current, props)
+        schema = RESOURCE_TYPES[row.type].properties
+        forcing = tuple(sorted(p for p in diff.changed if schema[p].update == REPLACE))
+        if kind == Kind.NOOP:
+            change = Change(name, defn.type, UNCHANGED)
+        elif kind == Kind.UPDATE:
+            change = Change(name, defn.type, UPDATED, tuple(sorted(diff.in_place)))
+        elif kind == Kind.REPLACE:
+            change = Change(name, defn.type, REPLACED, forcing,
+                            "" if forcing else f"resource is {row.action} {row.status}")
+        elif kind == Kind.CREATE:
+            change = Change(name, defn.type, REPLACED, (),
+                            "its physical resource is gone: made anew")
+        else:
+            change = Change(name, defn.type, UNKNOWN, reason="another operation is under way")
+        out.changes.append(change)
+        if change.change == REPLACED:
+            data[name] = ResourceData(name, None, f"(new {name})",
+                                      observed.attributes)
+        else:
+            data[name] = ResourceData(name, row.id, row.physical_id,
+                                      observed.attributes)
+    for name, row in rows.items():
+        if name not in template.resources:
+            out.changes.append(Change(name, row.type, DELETED))
+    return out
+

@@ -1,0 +1,121 @@
+"""Stack parameters, outputs and the update preview through sharectl and a
+real share-manager (doc/convergence.rst, "Parameters", "Preview"): on SQLite
++ file locks and on PostgreSQL + Redis."""
+
+from __future__ import annotations
+
+import pytest
+from sharemgr.db import stacks
+
+from tests.functional.harness import database
+from tests.functional.test_stacks import _rows, _setup, _write, embedded, servers  # noqa: F401
+
+pytestmark = pytest.mark.functional
+
+V1 = """
+parameters:
+  size: {type: number, constraints: [{range: {min: 1, max: 5}}]}
+  proto: {type: string, default: NFS, constraints: [{allowed_values: [NFS, CIFS]}]}
+  label: {type: string, hidden: true, constraints: [{allowed_pattern: "[a-z]+"}]}
+resources:
+  data:
+    type: share
+    properties: {size: {get_param: size}, proto: {get_param: proto}, backend: dummy,
+                 name: {get_param: label}}
+  snap:
+    type: snapshot
+    properties: {share: {get_resource: data}}
+  logs:
+    type: share
+    properties: {size: 1, proto: NFS}
+  old:
+    type: share
+    properties: {size: 1, proto: NFS}
+outputs:
+  data_size: {get_attr: [data, size]}
+  label: {get_param: label}
+"""
+# data: proto (replace, and so its snapshot); logs grows (in place); old
+# goes; extra is new.
+V2 = V1.replace("""  old:
+    type: share
+    properties: {size: 1, proto: NFS}""", """  extra:
+    type: share
+    properties: {size: 1, proto: NFS}""").replace(
+    "properties: {size: 1, proto: NFS}\n  extra", "properties: {size: 2, proto: NFS}\n  extra")
+
+
+def _snapshot(d):
+    """Every row of the stack tables: a dry run must leave them as they are."""
+    db, _ = database(d)
+    try:
+        stack = stacks.stack_lookup(db, "web")
+        return (stack.template_id, stack.current_traversal, stack.updated_at,
+                sorted((r.id, r.name, r.physical_id, r.action, r.status)
+                       for r in stacks.resource_list(db, stack.id)))
+    finally:
+        db.dispose()
+
+
+@pytest.fixture(params=["embedded", "servers"])
+def either(request):
+    return request.getfixturevalue(request.param)
+
+
+def test_parameters_outputs_and_preview(deployment, either):
+    d = _setup(deployment, either)
+    d.sync()
+    d.start()
+    v1, v2 = _write(d, "v1", V1), _write(d, "v2", V2)
+    env = d.root / "env.yaml"
+    env.write_text("parameter_defaults: {size: 4}\nparameters: {size: 9, label: secret}\n")
+
+    # Missing and invalid values: exit 2 naming the parameter, nothing written.
+    out = d.sharectl("stack", "create", "web", "-t", v1, check=False)
+    assert out.returncode == 2 and "parameter 'size'" in out.stderr, out.stderr
+    out = d.sharectl("stack", "create", "web", "-t", v1, "-e", str(env), check=False)
+    assert out.returncode == 2 and "parameter 'size': must be at most 5" in out.stderr
+    assert d.json("stack", "list") == []
+
+    # -P wins over -e.
+    shown = d.json("stack", "create", "web", "-t", v1, "-e", str(env), "-P", "size=2",
+                   "--wait")
+    assert shown["status"] == "COMPLETE"
+    assert shown["parameters"] == {"size": 2, "proto": "NFS", "label": "******"}
+    assert d.json("stack", "output", "list", "web") == [
+        {"output_key": "data_size", "output_value": 2},
+        {"output_key": "label", "output_value": "secret"}]
+    assert d.json("stack", "output", "show", "web", "data_size")["output_value"] == 2
+    out = d.sharectl("stack", "output", "show", "web", "nope", check=False)
+    assert out.returncode == 2 and "no output 'nope'" in out.stderr
+
+    # The preview: the update keeps size and label (given before), changes proto.
+    before = _rows(d, "web")
+    unchanged_db = _snapshot(d)
+    preview = d.json("stack", "update", "web", "-t", v2, "-P", "proto=CIFS", "--dry-run")
+    assert preview == {"data": "replaced (proto)", "snap": "replaced (share)",
+                       "logs": "updated (size)", "extra": "added", "old": "deleted"}
+    assert _snapshot(d) == unchanged_db
+
+    # Refused without --allow-replace, naming the share and the property.
+    out = d.sharectl("stack", "update", "web", "-t", v2, "-P", "proto=CIFS", "--wait",
+                     check=False)
+    assert out.returncode == 2 and "share 'data' (proto)" in out.stderr, out.stderr
+    assert _snapshot(d) == unchanged_db
+
+    shown = d.json("stack", "update", "web", "-t", v2, "-P", "proto=CIFS", "--wait",
+                   "--allow-replace")
+    assert shown["status"] == "COMPLETE"
+    assert shown["parameters"] == {"size": 2, "proto": "CIFS", "label": "******"}
+    after = _rows(d, "web")
+    did = {
+        "added": set(after) - set(before),
+        "deleted": set(before) - set(after),
+        "replaced": {n for n in set(after) & set(before)
+                     if after[n].physical_id != before[n].physical_id},
+        "updated": {n for n in set(after) & set(before)
+                    if after[n].physical_id == before[n].physical_id
+                    and after[n].properties != before[n].properties},
+    }
+    said = {kind: {n for n, c in preview.items() if c.split(" ")[0] == kind} for kind in did}
+    assert did == said
