@@ -16,10 +16,14 @@ ACTION_IDS: dict[str, str] = {
     vocab.ACTION_SHRINK: "004",
     vocab.ACTION_UPDATE_ACCESS: "005",
     vocab.ACTION_RESTORE: "006",
+    vocab.ACTION_REVERT: "007",
+    vocab.ACTION_PROMOTE: "008",
+    vocab.ACTION_RESYNC: "009",
 }
 ACTION_NAMES: dict[str, str] = {
     "001": "create", "002": "delete", "003": "extend", "004": "shrink",
     "005": "update access rules", "006": "restore",
+    "007": "revert to snapshot", "008": "promote", "009": "resync",
 }
 
 UNEXPECTED = "001"

@@ -118,8 +118,6 @@ _SHARED = (  # a share instance's and a replica's: nothing but a mark settles th
     ("manage", vocab.MANAGING, mark(vocab.MANAGE_ERROR)),
     ("unmanage", vocab.UNMANAGING, mark(vocab.UNMANAGE_ERROR)),
     ("restore", vocab.RESTORING, mark(vocab.ERROR)),
-    ("revert", vocab.REVERTING, mark(vocab.ERROR)),
-    ("promote", vocab.REPLICATION_CHANGE, mark(vocab.ERROR)),
     # A backup's side status on its share (the backup's own row is settled apart).
     ("backup", vocab.BACKUP_CREATING, mark(vocab.ERROR)),
     ("backup_restore", vocab.BACKUP_RESTORING, mark(vocab.ERROR)),
@@ -147,16 +145,36 @@ TABLE: tuple[Spec, ...] = (
     Spec(_SI, vocab.ACTION_UPDATE_ACCESS, "update_access", (), None, (vocab.AVAILABLE,),
          error=None, method="update_access"),
     *(_settled(_SI, action, status, rule) for action, status, rule in _SHARED),
+    # Revert to the latest snapshot (manager/revert_ops.py): the snapshot is
+    # ``restoring`` meanwhile (its own spec below). What a crash left on the
+    # backend is unknown: the share goes to reverting_error, as a failure.
+    Spec(_SI, vocab.ACTION_REVERT, "revert", (vocab.REVERTING,),
+         mark(vocab.REVERTING_ERROR), (vocab.AVAILABLE,), vocab.AVAILABLE,
+         vocab.REVERTING_ERROR, method="revert_to_snapshot"),
+    _settled(_SI, vocab.ACTION_PROMOTE, vocab.REPLICATION_CHANGE, mark(vocab.ERROR)),
     # A replica is a share instance: only its create and delete differ.
     _create(_REP, query("get_replica_status"), "create_replica",
             error_also=(("replica_state", vocab.REPLICA_ERROR),)),
     _delete(_REP, SHARE_DELETABLE, vocab.ERROR_DELETING, "delete_replica"),
     *(_settled(_REP, action, status, rule) for action, status, rule in _SHARED),
+    _settled(_REP, vocab.ACTION_REVERT, vocab.REVERTING, mark(vocab.ERROR)),
+    # Promotion (manager/replica_ops.py): the backend is asked which replica
+    # is active now (get_replica_status): the answer's state is written, as
+    # the periodic update does; without an answer the replica is marked error
+    # (replica_state error), as Manila leaves a failed promotion.
+    Spec(_REP, vocab.ACTION_PROMOTE, "promote", (vocab.REPLICATION_CHANGE,),
+         query("get_replica_status"), (vocab.AVAILABLE,), vocab.AVAILABLE, vocab.AVAILABLE,
+         (("replica_state", vocab.REPLICA_ERROR),), method="promote_replica"),
+    # A replica's state asked now (``sharectl replica resync``); its status
+    # does not move.
+    Spec(_REP, vocab.ACTION_RESYNC, "resync", (), None, (vocab.AVAILABLE,), error=None,
+         method="update_replica_state"),
     _create(_SNAP, query("get_snapshot_status"), "create_snapshot"),
     _delete(_SNAP, SNAPSHOT_DELETABLE, vocab.ERROR_DELETING, "delete_snapshot"),
     _settled(_SNAP, "manage", vocab.MANAGING, mark(vocab.MANAGE_ERROR)),
     _settled(_SNAP, "unmanage", vocab.UNMANAGING, mark(vocab.UNMANAGE_ERROR)),
-    _settled(_SNAP, "restore", vocab.RESTORING, mark(vocab.ERROR)),
+    # A snapshot a share is reverted to: intact whatever the revert did.
+    _settled(_SNAP, "restore", vocab.RESTORING, mark(vocab.AVAILABLE)),
     _create(_GRP, query("get_share_group_status"), "create_share_group"),
     _delete(_GRP, SIMPLE_DELETABLE, vocab.ERROR, "delete_share_group"),
     _create(_GSNAP, query("get_share_group_snapshot_status"), "create_share_group_snapshot"),

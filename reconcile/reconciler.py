@@ -38,6 +38,7 @@ from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale, lock_name
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Op
+from sharemgr.manager.replica_ops import promoted_changes
 from sharemgr.reconcile import access, answers, ask, rules, scan
 from sharemgr.reconcile.scan import Candidate
 from sharemgr.reconcile.summary import PlanItem, Summary, observe_pass
@@ -567,6 +568,10 @@ class Reconciler:
                 state = answer.get("replica_state") or vocab.REPLICA_IN_SYNC
                 values["replica_state"] = state if state in SECONDARY_STATES \
                     else vocab.REPLICA_OUT_OF_SYNC
+                if cand.status == vocab.REPLICATION_CHANGE and state == vocab.REPLICA_ACTIVE:
+                    # A promotion the backend finished: the old active is demoted.
+                    values["replica_state"] = vocab.REPLICA_ACTIVE
+                    extra += promoted_changes(self.db, cand.row)
             if cand.status in (vocab.EXTENDING, vocab.SHRINKING):
                 # The backend's size is the truth, whichever way the resize
                 # went; without it the database cannot be made to match.
