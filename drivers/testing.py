@@ -38,6 +38,7 @@ from sharemgr.drivers.kit_calls import (
     Kit,
     check_export_locations,
 )
+from sharemgr.drivers.kit_replicas import ReplicaChecks
 from sharemgr.drivers.kit_report import (
     DriverSkip,
     SkipLocations,
@@ -55,7 +56,7 @@ __all__ = ["CAPACITY_WORDS", "KINDS", "KIT_ENGINE", "KIT_HOST", "STATUS_KIND",
 _Kit = Kit  # tests/unit/drivers/test_testing.py drives the kit directly
 
 
-class DriverConformanceTests:
+class DriverConformanceTests(ReplicaChecks):
     """Checks of the ShareDriver contract. Subclass as ``Test...`` and
     implement ``make_driver``; see the module docstring."""
 

@@ -86,18 +86,23 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         vocab.DELETING: (D, vocab.ERROR_DELETING),
         vocab.DEFERRED_DELETING: (D, vocab.ERROR_DELETING),
         **INSTANCE_MARKS,
+        # A revert this manager carries out: what the backend holds is unknown.
+        vocab.REVERTING: (K, vocab.REVERTING_ERROR),
     },
     vocab.REPLICA: {
         vocab.CREATING: (Q, vocab.ERROR),
         vocab.DELETING: (D, vocab.ERROR_DELETING),
         **INSTANCE_MARKS,
+        # A promotion this manager carries out: the backend says how it ended.
+        vocab.REPLICATION_CHANGE: (Q, vocab.ERROR),
     },
     vocab.SNAPSHOT_INSTANCE: {
         vocab.CREATING: (Q, vocab.ERROR),
         vocab.DELETING: (D, vocab.ERROR_DELETING),
         vocab.MANAGING: (K, vocab.MANAGE_ERROR),
         vocab.UNMANAGING: (K, vocab.UNMANAGE_ERROR),
-        vocab.RESTORING: (K, vocab.ERROR),
+        # The snapshot a share is reverted to is intact, whatever the revert did.
+        vocab.RESTORING: (K, vocab.AVAILABLE),
     },
     vocab.SHARE_GROUP: {vocab.CREATING: (Q, vocab.ERROR), vocab.DELETING: (D, vocab.ERROR)},
     vocab.GROUP_SNAPSHOT: {vocab.CREATING: (Q, vocab.ERROR), vocab.DELETING: (D, vocab.ERROR)},
