@@ -152,3 +152,19 @@ def test_a_promotion_cut_by_a_crash_is_settled_from_the_backend(engine, backend_
     assert (after.status, after.replica_state) == (vocab.AVAILABLE, rep_state)
     assert fetch(db, vocab.REPLICA, old.id).replica_state == old_state
     assert result["outcomes"] == {vocab.REPLICA: {vocab.AVAILABLE: 1}}
+
+
+@pytest.mark.parametrize("new_size,method", [(7, "extend_share"), (3, "shrink_share")])
+def test_a_resize_reaches_every_replica_of_the_share(engine, new_size, method):
+    from sharemgr.manager import plans
+
+    db = engine.db
+    rep = make_replica(db, vocab.AVAILABLE)
+    active = _active_of(db, rep)
+    resized: list[tuple[str, int]] = []
+    setattr(engine.driver, method,
+            lambda share, size, server=None: resized.append((share["id"], size)))
+    op = _write(db, plans.resize_share(db, rep.share_id, new_size))
+    engine.operations.perform(op)
+    assert resized == [(active.id, new_size), (rep.id, new_size)]
+    assert api.get(db, models.Share, rep.share_id).size == new_size
