@@ -57,7 +57,7 @@ SHARE_CASES = {
     "manage_starting": "manage_error",
     "unmanage_starting": "unmanage_error",
     "restoring": "error",
-    "reverting": "error",
+    "reverting": "reverting_error",  # a revert this manager carries out (issue 30)
     "replication_change": "error",
     "backup_creating": "error",
     "backup_restoring": "error",
@@ -67,7 +67,7 @@ SNAPSHOT_CASES = {
     "deleting": "deleted",
     "manage_starting": "manage_error",
     "unmanage_starting": "unmanage_error",
-    "restoring": "error",
+    "restoring": "available",  # the snapshot a share is reverted to is intact
 }
 SERVER_CASES = {
     "creating": "error",
