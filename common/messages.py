@@ -18,11 +18,15 @@ ACTION_IDS: dict[str, str] = {
     vocab.ACTION_RESTORE: "006",
     vocab.ACTION_MANAGE: "007",
     vocab.ACTION_UNMANAGE: "008",
+    vocab.ACTION_REVERT: "009",
+    vocab.ACTION_PROMOTE: "010",
+    vocab.ACTION_RESYNC: "011",
 }
 ACTION_NAMES: dict[str, str] = {
     "001": "create", "002": "delete", "003": "extend", "004": "shrink",
     "005": "update access rules", "006": "restore",
     "007": "manage", "008": "unmanage",
+    "009": "revert to snapshot", "010": "promote", "011": "resync",
 }
 
 UNEXPECTED = "001"

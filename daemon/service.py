@@ -26,7 +26,15 @@ from sharemgr.db import services as db_services
 from sharemgr.db.engine import Database, DatabaseUnavailable, safe_url
 from sharemgr.drivers import loader
 from sharemgr.drivers.base import ShareDriver
-from sharemgr.manager import backup_ops, capabilities, config, ensure, handlers, leases
+from sharemgr.manager import (
+    backup_ops,
+    capabilities,
+    config,
+    ensure,
+    handlers,
+    leases,
+    replica_ops,
+)
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.membership import Membership
 from sharemgr.manager.operations import Operations
@@ -306,6 +314,12 @@ class ShareManagerService:
             backup_ops.continue_backups(started(self.operations),
                                         [f"{self.host}@{backend}"])
 
+    def update_replicas_of(self, backend: str) -> None:
+        """Ask one backend's secondary replicas for their states."""
+        if backend in self.drivers and not self.stopping.is_set():
+            replica_ops.update_replica_states(started(self.operations),
+                                              [f"{self.host}@{backend}"])
+
     def _start_periodics(self) -> None:
         bg = self.background
         db, membership = started(self.db), started(self.membership)
@@ -331,6 +345,9 @@ class ShareManagerService:
                      offload=True)
             bg.every(self.conf.backup_continue_interval, f"backup_continue:{backend}",
                      functools.partial(self.continue_backups_of, backend), most,
+                     offload=True)
+            bg.every(self.conf.replica_state_update_interval, f"replica_state:{backend}",
+                     functools.partial(self.update_replicas_of, backend), most,
                      offload=True)
         if self.notifier.watchdog_interval:
             bg.every(self.notifier.watchdog_interval, "systemd_watchdog",

@@ -40,6 +40,7 @@ from sharemgr.drivers.shapes import (
     ModelUpdate,
     Progress,
     Replica,
+    ReplicaState,
     ReplicaUpdate,
     RuleError,
     Share,
@@ -307,6 +308,59 @@ class ShareDriver:
         if _inherited(self, "create_replica"):
             return None  # it never creates replicas: there is nothing to delete
         raise OperationNotSupported("delete_replica")
+
+    def promote_replica(
+        self,
+        replica_list: list[Replica],
+        replica: Replica,
+        access_rules: list[AccessRule],
+        share_server: ShareServer | None = None,
+    ) -> list[ReplicaState]:
+        """Make ``replica`` the active replica of its share (Manila's
+        ``promote_replica``). ``replica_list``: every replica of the share,
+        the active one included (``replica_state`` says which).
+
+        :returns: the new ``{"id", "replica_state"}`` of each replica whose
+            state changed: ``replica`` ``active``, the old active ``in_sync``
+            or ``out_of_sync`` (missing ids keep their state).
+        :raises ShareBackendException: the backend failed; the states are
+            unknown (the manager marks ``replica``'s state ``error``).
+        """
+        raise OperationNotSupported("promote_replica")
+
+    def update_replica_state(
+        self,
+        replica_list: list[Replica],
+        replica: Replica,
+        access_rules: list[AccessRule],
+        share_server: ShareServer | None = None,
+    ) -> str | None:
+        """Bring a non-active ``replica`` up to date and say how it stands
+        (Manila's ``update_replica_state``), called periodically
+        (``replica_state_update_interval``) and by ``sharectl replica resync``.
+
+        :returns: ``in_sync``, ``out_of_sync``, ``error``, or None (unchanged).
+        :raises ShareResourceNotFound: the backend has no such replica.
+        """
+        raise OperationNotSupported("update_replica_state")
+
+    def revert_to_snapshot(
+        self,
+        snapshot: Snapshot,
+        share_access_rules: list[AccessRule],
+        snapshot_access_rules: list[AccessRule],
+        share_server: ShareServer | None = None,
+    ) -> None:
+        """Revert the share instance ``snapshot["share_instance_id"]`` to
+        ``snapshot`` (Manila's ``revert_to_snapshot``); the manager only asks
+        for the share's latest snapshot. The share takes the snapshot's size
+        (``snapshot["size"]``).
+
+        :raises ShareResourceNotFound: the backend has no such share or snapshot.
+        :raises ShareBackendException: the backend failed (the share goes to
+            ``reverting_error``, the snapshot back to ``available``).
+        """
+        raise OperationNotSupported("revert_to_snapshot")
 
     # Share groups ------------------------------------------------------------
 

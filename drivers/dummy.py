@@ -25,6 +25,7 @@ from sharemgr.drivers.dummy_calls import CREATED, SHARE_KINDS
 from sharemgr.drivers.dummy_manage import DummyManage
 from sharemgr.drivers.dummy_options import dummy_opts
 from sharemgr.drivers.dummy_reads import DummyReads
+from sharemgr.drivers.dummy_replicas import DummyReplicas
 from sharemgr.drivers.dummy_state import AppliedRule, Details, ProgressKey, Tx
 from sharemgr.drivers.exceptions import InvalidShareRequest, ShareBackendException
 
@@ -44,7 +45,7 @@ def _pool(resource: base.Share | base.Replica) -> Details:
     host = resource.get("host") or ""
     return {"pool": host.split("#", 1)[1]} if "#" in host else {}
 
-class DummyDriver(DummyManage, DummyReads):
+class DummyDriver(DummyManage, DummyReplicas, DummyReads):
     """A share driver over a fake backend persisted in SQLite."""
 
     # Set-up -----------------------------------------------------------------

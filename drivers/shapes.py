@@ -74,6 +74,13 @@ class ReplicaUpdate(TypedDict):
     replica_state: str | None
 
 
+class ReplicaState(TypedDict):
+    """One replica's new state, as ``promote_replica`` answers it."""
+
+    id: str
+    replica_state: str
+
+
 class Progress(TypedDict):
     """What ``create_backup_continue`` and ``restore_backup_continue`` return."""
 

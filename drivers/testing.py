@@ -39,6 +39,7 @@ from sharemgr.drivers.kit_calls import (
     check_export_locations,
 )
 from sharemgr.drivers.kit_manage import ManageChecks
+from sharemgr.drivers.kit_replicas import ReplicaChecks
 from sharemgr.drivers.kit_report import (
     DriverSkip,
     SkipLocations,
@@ -56,10 +57,10 @@ __all__ = ["CAPACITY_WORDS", "KINDS", "KIT_ENGINE", "KIT_HOST", "STATUS_KIND",
 _Kit = Kit  # tests/unit/drivers/test_testing.py drives the kit directly
 
 
-class DriverConformanceTests(ManageChecks):
-    """Checks of the ShareDriver contract (manage and unmanage: kit_manage.py).
-    Subclass as ``Test...`` and implement ``make_driver``; see the module
-    docstring."""
+class DriverConformanceTests(ManageChecks, ReplicaChecks):
+    """Checks of the ShareDriver contract (manage and unmanage: kit_manage.py;
+    replicas and revert: kit_replicas.py). Subclass as ``Test...`` and
+    implement ``make_driver``; see the module docstring."""
 
     #: DHSS modes the driver supports; every check runs in each.
     dhss_modes: tuple[bool, ...] = (False,)

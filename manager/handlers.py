@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sharemgr.common import vocab
-from sharemgr.manager import backup_ops, manage_ops, share_ops
+from sharemgr.manager import backup_ops, manage_ops, replica_ops, revert_ops, share_ops
 from sharemgr.manager.carry_out import carry_out
 from sharemgr.manager.operation_table import TABLE
 from sharemgr.manager.plans import Change, Op
@@ -37,6 +37,10 @@ OWN: dict[tuple[str, str], Handler] = {
     (vocab.SHARE_INSTANCE, vocab.ACTION_MANAGE): manage_ops.manage_existing,
     (vocab.SNAPSHOT_INSTANCE, vocab.ACTION_MANAGE): manage_ops.manage_existing_snapshot,
     (vocab.SHARE_SERVER, vocab.ACTION_MANAGE): manage_ops.manage_server,
+    # Two rows (the share and its snapshot); the replicas' states.
+    (vocab.SHARE_INSTANCE, vocab.ACTION_REVERT): revert_ops.revert,
+    (vocab.REPLICA, vocab.ACTION_PROMOTE): replica_ops.promote,
+    (vocab.REPLICA, vocab.ACTION_RESYNC): replica_ops.resync,
 }
 
 HANDLERS: dict[tuple[str, str], Handler] = {

@@ -16,7 +16,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models
 from sharemgr.db.engine import Database
-from sharemgr.manager import access, kinds, manage_ops, plans, views
+from sharemgr.manager import access, kinds, manage_ops, plans, replica_ops, revert_ops, views
 
 # One class for every refusal: a bad request or a resource not in a state
 # for the operation. Nothing was written.
@@ -183,6 +183,18 @@ class Intake:
 
     def delete_replica(self, replica_id: str, force: bool = False) -> models.ShareInstance:
         return self._delete(vocab.REPLICA, replica_id, force)
+
+    def promote_replica(self, replica_id: str) -> models.ShareInstance:
+        return self._write(replica_ops.plan_promote(self.db, replica_id),
+                           f"replica {replica_id}")
+
+    def resync_replica(self, replica_id: str) -> models.ShareInstance:
+        return self._write(replica_ops.plan_resync(self.db, replica_id),
+                           f"replica {replica_id}")
+
+    def revert_share(self, snapshot_id: str) -> models.Share:
+        return self._write(revert_ops.plan_revert(self.db, snapshot_id),
+                           f"snapshot {snapshot_id}")
 
     # Share servers -----------------------------------------------------------
 

@@ -135,8 +135,6 @@ _MANAGED = (  # a replica's manage statuses (a share instance's are carried out)
 )
 _SHARED = (  # a share instance's and a replica's: nothing but a mark settles them
     ("restore", vocab.RESTORING, mark(vocab.ERROR)),
-    ("revert", vocab.REVERTING, mark(vocab.ERROR)),
-    ("promote", vocab.REPLICATION_CHANGE, mark(vocab.ERROR)),
     # A backup's side status on its share (the backup's own row is settled apart).
     ("backup", vocab.BACKUP_CREATING, mark(vocab.ERROR)),
     ("backup_restore", vocab.BACKUP_RESTORING, mark(vocab.ERROR)),
@@ -169,15 +167,35 @@ TABLE: tuple[Spec, ...] = (
     # where the admin unmanages or manages again (specs/002).
     _manage(_SI, mark(vocab.MANAGE_ERROR), "manage_existing"),
     _unmanage(_SI, SHARE_DELETABLE, "unmanage"),
+    # Revert to the latest snapshot (manager/revert_ops.py): the snapshot is
+    # ``restoring`` meanwhile (its own spec below). A failure leaves the share
+    # reverting_error (Manila's); a crash cannot be resumed without the call's
+    # context: error, as the startup-reconciliation spec says (specs/002).
+    Spec(_SI, vocab.ACTION_REVERT, "revert", (vocab.REVERTING,),
+         mark(vocab.ERROR), (vocab.AVAILABLE,), vocab.AVAILABLE,
+         vocab.REVERTING_ERROR, method="revert_to_snapshot"),
+    _settled(_SI, vocab.ACTION_PROMOTE, vocab.REPLICATION_CHANGE, mark(vocab.ERROR)),
     # A replica is a share instance: only its create and delete differ.
     _create(_REP, query("get_replica_status"), "create_replica",
             error_also=(("replica_state", vocab.REPLICA_ERROR),)),
     _delete(_REP, SHARE_DELETABLE, vocab.ERROR_DELETING, "delete_replica"),
     *(_settled(_REP, action, status, rule) for action, status, rule in _MANAGED + _SHARED),
+    _settled(_REP, vocab.ACTION_REVERT, vocab.REVERTING, mark(vocab.ERROR)),
+    # Promotion (manager/replica_ops.py). A crash inside it: error, as the
+    # spec says (specs/002); replica_state error, as Manila leaves a failed
+    # promotion.
+    Spec(_REP, vocab.ACTION_PROMOTE, "promote", (vocab.REPLICATION_CHANGE,),
+         mark(vocab.ERROR), (vocab.AVAILABLE,), vocab.AVAILABLE, vocab.AVAILABLE,
+         (("replica_state", vocab.REPLICA_ERROR),), method="promote_replica"),
+    # A replica's state asked now (``sharectl replica resync``); its status
+    # does not move.
+    Spec(_REP, vocab.ACTION_RESYNC, "resync", (), None, (vocab.AVAILABLE,), error=None,
+         method="update_replica_state"),
     _create(_SNAP, query("get_snapshot_status"), "create_snapshot"),
     _delete(_SNAP, SNAPSHOT_DELETABLE, vocab.ERROR_DELETING, "delete_snapshot"),
     _manage(_SNAP, mark(vocab.MANAGE_ERROR), "manage_existing_snapshot"),
     _unmanage(_SNAP, SNAPSHOT_DELETABLE, "unmanage_snapshot"),
+    # The snapshot a share is reverted to; a crash: error (specs/002).
     _settled(_SNAP, "restore", vocab.RESTORING, mark(vocab.ERROR)),
     _create(_GRP, query("get_share_group_status"), "create_share_group"),
     _delete(_GRP, SIMPLE_DELETABLE, vocab.ERROR, "delete_share_group"),

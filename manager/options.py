@@ -224,6 +224,13 @@ manager_opts = [
         max=3600,
         help="Seconds between create_backup_continue/restore_backup_continue runs.",
     ),
+    cfg.IntOpt(
+        "replica_state_update_interval",
+        default=300,
+        min=1,
+        help="Seconds between update_replica_state calls for each secondary replica "
+        "this engine serves (Manila's option); 'sharectl replica resync' asks at once.",
+    ),
     cfg.FloatOpt(
         "backend_stats_interval",
         default=60.0,

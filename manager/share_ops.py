@@ -14,7 +14,7 @@ from sharemgr.common import vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
-from sharemgr.manager import access, operation_table, views
+from sharemgr.manager import access, kinds, operation_table, views
 from sharemgr.manager.operations import OperationFailed, Stale, log_failure
 from sharemgr.manager.plans import Change, Op
 
@@ -73,11 +73,19 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
     new_size = int(op.args["new_size"])
     spec = operation_table.spec(op.kind, op.action)
     assert spec.method is not None
-    method = getattr(driver, spec.method)
+    name = spec.method
+    method = getattr(driver, name)
 
     def call(inst: models.ShareInstance) -> object:
         share_d, server = ops.share_parts(inst)
-        return method(share_d, new_size, server)
+        method(share_d, new_size, server)
+        # Replica-aware, as Manila's: every secondary replica takes the size
+        # too (its backend's driver; the share's size is theirs).
+        for rep in db_api.query(ops.db, models.ShareInstance, {"share_id": inst.share_id}):
+            if rep.id != inst.id and kinds.is_secondary(rep):
+                rep_d, rep_server = ops.share_parts(rep)
+                getattr(ops.driver_for(rep.host), name)(rep_d, new_size, rep_server)
+        return None
 
     return ops.run(
         vocab.SHARE_INSTANCE, models.ShareInstance, inst0.id, spec.transient, call,

@@ -87,8 +87,9 @@ class Target:
 
 TARGETS: tuple[Target, ...] = (
     Target(vocab.SHARE_INSTANCE, "get_share_status", (MISSING, SIZE, EXPORTS), "share"),
-    # A replica's size is its share's, compared through the primary.
-    Target(vocab.REPLICA, "get_replica_status", (MISSING, EXPORTS), "replica"),
+    # A replica's size is its share's: compared, never corrected (the share's
+    # size is its active instance's; a replica that differs needs an operator).
+    Target(vocab.REPLICA, "get_replica_status", (MISSING, SIZE, EXPORTS), "replica"),
     # Snapshots are not exported in this manager (no mountable snapshots).
     Target(vocab.SNAPSHOT_INSTANCE, "get_snapshot_status", (MISSING, SIZE), "snapshot"),
 )
@@ -330,7 +331,7 @@ class DriftChecker:
                     for c in fresh if c.row.snapshot_id in snaps]
         shares = db_res.rows_by_id(db, models.Share, {c.row.share_id for c in fresh})
         replica = target.rtype == vocab.REPLICA
-        return [Subject(c, None if replica else shares[c.row.share_id].size,
+        return [Subject(c, shares[c.row.share_id].size,
                         None if replica else (models.Share, c.row.share_id),
                         c.row.export_locations, {"share_id": c.row.share_id})
                 for c in fresh if c.row.share_id in shares]
@@ -357,6 +358,8 @@ class DriftChecker:
                 model, ident = subject.size_row
                 extra.append((model, ident, {"size": subject.size}, {"size": f.backend}))
                 action = "corrected"
+            elif policy == CORRECT and f.kind == SIZE:
+                action = REPORT  # a replica's size is its share's: not corrected here
             elif policy == CORRECT and f.kind == EXPORTS:
                 values["export_locations"] = f.backend
                 action = "corrected"

@@ -438,6 +438,31 @@ class LocalDriver(base.ShareDriver):
             images.remove(self._snap_image(sid))
             self.records.remove(sid)
 
+    def revert_to_snapshot(self, snapshot: dict, share_access_rules: list[base.AccessRule],
+                           snapshot_access_rules: list[base.AccessRule],
+                           share_server: dict | None = None) -> None:
+        """A snapshot is a whole copy of the share's image: the share is
+        taken offline, its image replaced by a copy of the snapshot's (the
+        same filesystem, so the same identity) in one rename, and served
+        again. A crash in between leaves the share resizing, which the
+        driver's start finishes (``_restore``) with one image or the other."""
+        with self.fence.guard(snapshot, "snapshot") as sid:
+            share_id = validation.object_id(snapshot.get("share_instance_id"),
+                                            "share instance id")
+            snap, source = self.records.get(sid), self._snap_image(sid)
+            if snap is None or snap.get("state") != AVAILABLE or not source.exists():
+                raise ShareResourceNotFound(f"local driver: no snapshot {sid}")
+            with file_lock(self.fence.locks / f"{share_id}.lock"):
+                # The manager's revert holds the share: its token is the share's.
+                share = snapshot.get("share")
+                self.fence.check(share_id, share.get("fence_token")
+                                 if isinstance(share, dict) else None, "share")
+                record = self._existing(share_id)
+                LOG.info("local driver: reverting share %s to snapshot %s", share_id, sid)
+                self._offline(record, lambda: images.copy(source, self._image(share_id)))
+                record["size"] = snap["size"]
+                self.records.put(record)
+
     # Truth from the backend ---------------------------------------------------
 
     def get_share_status(self, share: dict, share_server: dict | None = None

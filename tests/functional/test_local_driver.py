@@ -118,6 +118,14 @@ def test_walk_through(local, request, tmp_path, setup, proto):
     out = client.get(proto, copy_loc, "one.txt", back)
     assert out.returncode == 0 and back.read_text() == "version one\n"
 
+    # Reverted to the snapshot, the share holds what it held then, served
+    # with its rules as before.
+    assert d.json("share", "revert", snap["id"], "--wait")["status"] == "available"
+    _rule(d, sid, "--type", "ip", "--to", "127.0.0.1")
+    listing = client.ls(proto, loc)
+    assert listing.returncode == 0 and "one.txt" in listing.stdout, listing
+    assert "later.txt" not in listing.stdout, listing.stdout
+
     # Deleting everything leaves no mount, export, image or loop device.
     d.sharectl("share", "delete", copy["id"], "--wait")
     d.sharectl("snapshot", "delete", snap["id"], "--wait")

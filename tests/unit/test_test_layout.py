@@ -71,6 +71,9 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "drivers/kit_calls.py": (UNIT + "drivers/test_testing.py", FUNC + "test_driver_kit.py"),
     "drivers/kit_manage.py": (UNIT + "drivers/test_dummy.py", FUNC + "test_driver_kit.py"),
     "drivers/kit_report.py": (UNIT + "drivers/test_testing.py", FUNC + "test_driver_kit.py"),
+    "drivers/kit_replicas.py": (UNIT + "drivers/test_dummy.py",
+                                UNIT + "drivers/test_example_plugin.py",
+                                FUNC + "test_local_driver_kit.py"),
     # Types only: the type checker reads them (test_types runs it).
     "drivers/shapes.py": (UNIT + "test_types.py", UNIT + "drivers/test_base.py"),
     "common/jsontypes.py": (UNIT + "test_types.py",),

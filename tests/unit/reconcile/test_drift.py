@@ -4,8 +4,14 @@ counts as drift in a backend's answer."""
 from __future__ import annotations
 
 import pytest
+from sharemgr.common import vocab
+from sharemgr.db import api, models
 from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.reconcile import drift
+from sharemgr.reconcile.scan import Candidate
+from sharemgr.reconcile.stack_check import CHECK_POLICIES
+
+from tests.unit.reconcile_harness import BACKEND_SIZE, HOSTBE, make_replica
 
 LOCS = [{"path": "h:/shares/1", "is_admin_only": False, "preferred": True}]
 
@@ -66,3 +72,17 @@ def test_findings_are_counted_in_the_metrics():
     assert metrics.REGISTRY.get_sample_value("sharemgr_drift_findings_total", labels) == \
         before + 1
     assert summary.drift["size"] == 1
+
+
+def test_a_replica_s_size_is_compared_with_its_share_s_and_only_reported(engine):
+    """Issue 30: a stack check (size: correct) finds a replica whose backend
+    size differs from its share's, and leaves the share's size alone."""
+    rep = make_replica(engine.db, vocab.AVAILABLE)  # its share: 5 GiB
+    checker = drift.DriftChecker(engine.reconciler, {})
+    summary, unchecked = checker.check_resources(
+        [Candidate(vocab.REPLICA, rep.id, rep.status, HOSTBE, rep)], CHECK_POLICIES)
+    assert unchecked == set()
+    (size,) = [i for i in summary.items if i["kind"] == "size"]
+    assert (size["instance_id"], size["database"], size["backend"], size["action"]) == (
+        rep.id, 5, BACKEND_SIZE, "report")
+    assert api.get(engine.db, models.Share, rep.share_id).size == 5
