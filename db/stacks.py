@@ -511,6 +511,24 @@ def resource_lock_release_tx(session: Session, resource_id: int, engine_id: str)
 # Purge ------------------------------------------------------------------------------
 
 
+def resources_settle_tx(session: Session, resource_ids: Iterable[int], template_id: int,
+                        chunk: int = 500) -> int:
+    """Record ``template_id`` on rows a preparation settled (their update
+    node would change nothing else): one UPDATE per ``chunk`` rows, only
+    rows nobody holds. Returns the rows updated."""
+    ids = list(resource_ids)
+    done = 0
+    for i in range(0, len(ids), chunk):
+        result = session.execute(
+            sa.update(Resource)
+            .where(Resource.id.in_(ids[i:i + chunk]), Resource.engine_id.is_(None),
+                   Resource.deleted_at.is_(None))
+            .values(template_id=template_id)
+            .execution_options(synchronize_session=False))
+        done += records.rowcount(result)
+    return done
+
+
 def purge_resources_tx(session: Session, stack_id: str) -> int:
     """Delete the rows whose clean-up finished (``DELETE COMPLETE``): replaced
     rows and rows of removed resources. Their ids may linger in other rows'

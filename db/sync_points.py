@@ -149,20 +149,26 @@ def create_tx(
     traversal_id: str,
     nodes: Iterable[tuple[EntityId, bool]],
     include_stack: bool = True,
+    reported: Mapping[tuple[str, bool], Mapping[str, object]] | None = None,
 ) -> int:
     """One point per ``(entity_id, is_update)`` node, plus, with
     ``include_stack``, the stack's own point ``(stack_id, True)``. One
-    multi-row INSERT, so thousands of nodes cost one round trip."""
+    multi-row INSERT, so thousands of nodes cost one round trip.
+    ``reported``: by ``(str(entity_id), is_update)``, the reports a point
+    holds from the start (of nodes the preparation settled), its key the
+    number of them, as if each had been written by a CAS."""
     now = models.utcnow()
+    reported = reported or {}
 
     def row(entity: EntityId, is_update: bool) -> dict:
+        data = dict(reported.get((str(entity), bool(is_update)), {}))
         return {
             "entity_id": str(entity),
             "traversal_id": traversal_id,
             "is_update": bool(is_update),
             "stack_id": stack_id,
-            "atomic_key": 0,
-            "input_data": {},
+            "atomic_key": len(data),
+            "input_data": data,
             "created_at": now,
         }
 
