@@ -341,7 +341,7 @@ def _prepare_locked(
         values.update(status=vocab.STACK_IN_PROGRESS, status_reason=f"Stack {action} started")
         sync_points.create_tx(
             session, stack.id, traversal_id, ((n.resource_id, n.is_update) for n in graph),
-            reported=reports,
+            reported=reports, roots=graph.root_keys(),
         )
     if settled.rows:
         db_stacks.resources_settle_tx(session, settled.rows, template_id)

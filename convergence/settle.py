@@ -34,7 +34,7 @@ from sharemgr.convergence.properties import (
     resolve_properties,
 )
 from sharemgr.convergence.template import Template
-from sharemgr.db import models, status_reads
+from sharemgr.db import models, status_reads, sync_points
 from sharemgr.manager import kinds
 from sqlalchemy.orm import Session
 
@@ -64,7 +64,8 @@ class Settled:
         """The reports the points start with (``sync_points.create_tx``'s
         ``reported``): a settled node's to each of its successors — its data
         to an update node, None to a clean-up node, which reads nothing —
-        and a settled root's to the stack's point."""
+        and a settled root's to its point at the stack
+        (``sync_points.root_entity``)."""
         out: dict[tuple[str, bool], dict[str, object]] = {}
         for node, data in self.data.items():
             succs = graph.required_by(node)
@@ -72,7 +73,7 @@ class Settled:
                 out.setdefault((str(succ.resource_id), succ.is_update), {})[node.key] = \
                     data if succ.is_update else None
             if not succs:
-                out.setdefault((stack_id, True), {})[node.key] = None
+                out[(sync_points.root_entity(stack_id, node.key), False)] = {node.key: None}
         return out
 
     def ready(self, graph: Graph) -> list[Node]:
