@@ -125,7 +125,8 @@ class Worker:
                 return Template.from_dict({})
             return Template.from_dict(stacks.template_get(self.db, template_id) or {})
 
-        return self._templates.get((stack.current_traversal, template_id), load)
+        self._forget_others(stack.id, stack.current_traversal)
+        return self._templates.get((stack.id, stack.current_traversal, template_id), load)
 
     def graph(self, stack_id: str, traversal: str) -> Graph | None:
         """The traversal's graph (parsed once per engine and traversal), or
@@ -135,7 +136,18 @@ class Worker:
             deps = stack_work.stack_deps(self.db, stack_id, traversal)
             return None if deps is None else Graph.from_json(deps)
 
-        return self._graphs.get(traversal, load)
+        self._forget_others(stack_id, traversal)
+        return self._graphs.get((stack_id, traversal), load)
+
+    def _forget_others(self, stack_id: str, traversal: str | None) -> None:
+        """Drop the template and graph of the stack's older traversals (a
+        check of one finds it superseded before it loads them): at 10,000
+        resources each is megabytes, and an engine keeps only the current."""
+        def other(key: Hashable) -> bool:
+            return isinstance(key, tuple) and key[0] == stack_id and key[1] != traversal
+
+        self._templates.discard(other)
+        self._graphs.discard(other)
 
     # The check ----------------------------------------------------------------------
 
@@ -318,16 +330,32 @@ class _Cache(Generic[V]):
         self.size = size
         self._items: collections.OrderedDict[Hashable, V] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._loading: dict[Hashable, threading.Lock] = {}  # a lock per key being loaded
 
     def get(self, key: Hashable, load: Callable[[], V]) -> V:
+        """The value of ``key``, loaded once however many threads ask at
+        once (a traversal's first checks all want its template and graph,
+        whose loads cost as much as hundreds of checks at 10,000 resources)."""
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        value = load()
-        if value is not None:
+            gate = self._loading.setdefault(key, threading.Lock())
+        with gate:
             with self._lock:
-                self._items[key] = value
-                while len(self._items) > self.size:
-                    self._items.popitem(last=False)
+                if key in self._items:
+                    return self._items[key]
+            value = load()
+            with self._lock:
+                self._loading.pop(key, None)
+                if value is not None:
+                    self._items[key] = value
+                    while len(self._items) > self.size:
+                        self._items.popitem(last=False)
         return value
+
+    def discard(self, which: Callable[[Hashable], bool]) -> None:
+        """Drop the entries whose key ``which`` says."""
+        with self._lock:
+            for key in [k for k in self._items if which(k)]:
+                del self._items[key]
