@@ -43,6 +43,7 @@ from benchmarks.bench_stack import (  # noqa: E402
     graph_nodes,
     memory_kib,
     profile,
+    traversal_seconds,
 )
 from tests.functional.harness import Deployment  # noqa: E402
 
@@ -66,12 +67,16 @@ def step(d: Deployment, url: str, stats: Stats, idle: dict, args: list[str], nam
         raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     work = diff(before, stats.read())
     nodes = graph_nodes(url, name) if what != "delete" else 2 * n
+    # The engine's part (first check request to the stack's end), the rest
+    # being sharectl's start, the preparation and --wait's polling.
+    traversal = traversal_seconds(url, name)
     idle_stmt = idle["statements"] / idle["seconds"]
     idle_commits = idle["commits"] / idle["seconds"]
     stmts = work["statements"] - idle_stmt * work["seconds"]
     commits = work["commits"] - idle_commits * work["seconds"]
     return {"step": what, "resources": n, "nodes": nodes, "seconds": round(elapsed, 3),
             "nodes_per_s": round(nodes / elapsed, 1),
+            "traversal_seconds": None if traversal is None else round(traversal, 3),
             "resources_per_s": round(n / elapsed, 1),
             "statements_per_resource": round(stmts / n, 2),
             "commits_per_resource": round(commits / n, 2),

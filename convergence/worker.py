@@ -31,6 +31,7 @@ exception takes the same path.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
@@ -228,6 +229,10 @@ class Worker:
                 fast = self._fast_update(ctx, stack, row)
                 if fast is not None:
                     return fast
+            if not node.is_update:
+                fast = self._fast_delete(ctx, row)
+                if fast is not None:
+                    return fast
 
         target = decide.route(self.db, self.template(stack), stack, row, node, graph,
                               input_data)
@@ -312,6 +317,56 @@ class Worker:
             outcome = Outcome.failed(f"{type(exc).__name__}: {exc}")
             ctx.end = None
             self.actor.mark_failed(row.id, outcome.reason or "")
+        if outcome.result is not Result.FAILED and ctx.end is not None:
+            return self.reporter.end_and_report(ctx, outcome)
+        for rid in ctx.held:
+            self.locks.release(rid)
+        return self._after(ctx, outcome)
+
+
+    def _fast_delete(self, ctx: Ctx, row: models.StackResource
+                     ) -> tuple[Claimed | None, bool] | None:
+        """A clean-up node that deletes its row's resource, on a row nobody
+        holds: as ``_fast_update`` — plan from the row as read, take the
+        lock and begin in one transaction (``begin(lock_key=…)``), carry
+        out, then end, release and report in one more. A resource that is
+        busy, elsewhere, already deleted or whose plan is refused, and a
+        lock that moved, return None before anything is written: the
+        general path decides again under the lock (and fails, forwards or
+        waits as it does)."""
+        if row.action == vocab.STACK_DELETE and row.status == vocab.STACK_COMPLETE:
+            return None
+        observed = phys.observe(self.db, row.type, row.physical_id)
+        if observed.state not in (phys.OK, phys.ERROR) or not self.placement.serves(observed.host):
+            return None
+        try:
+            plan = phys.plan_delete(self.db, row.type, row.physical_id)
+        except Exception:  # refused, or a bug: the general path fails the node with it
+            return None
+        if plan is None:
+            return None
+        work = self.actor.work(ctx, vocab.STACK_DELETE, {"status_reason": None}, plan)
+        self.tracker.claim(row.id)
+        try:
+            begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id,
+                                     ctx.traversal, work, lock_key=row.atomic_key)
+        except BaseException:
+            self.tracker.unclaim(row.id)
+            raise
+        if isinstance(begun, Outcome):  # nothing was written, the lock not taken
+            self.tracker.unclaim(row.id)
+            return None
+        ctx.held.append(row.id)
+        try:
+            outcome = self.actor.carry_out(ctx, row.name, begun, vocab.STACK_DELETE, plan, {},
+                                           known=(row.id, row.type, row.physical_id),
+                                           defer=True)
+            outcome = dataclasses.replace(outcome, data=None)  # a clean-up passes nothing on
+        except Exception as exc:  # a bug or a lost database: fail the stack, never hang it
+            LOG.exception("check of node %s (traversal %s) failed", ctx.node, ctx.traversal)
+            outcome = Outcome.failed(f"{type(exc).__name__}: {exc}")
+            ctx.end = None
+            self.actor.mark_failed(row.id, outcome.reason or "", vocab.STACK_DELETE)
         if outcome.result is not Result.FAILED and ctx.end is not None:
             return self.reporter.end_and_report(ctx, outcome)
         for rid in ctx.held:
