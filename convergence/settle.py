@@ -22,7 +22,7 @@ swap or not at all, so the crash guarantees are those of the preparation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from sharemgr.common import vocab
@@ -89,7 +89,7 @@ def settle_tx(
     template: Template,
     graph: Graph,
     chosen: Mapping[str, models.StackResource],
-    deps: Mapping[str, list[str]],
+    deps: Mapping[str, Collection[str]],
 ) -> Settled:
     """The nodes of ``graph`` to settle (see the module doc). ``chosen``:
     the existing rows the update nodes work on, by resource name (not the
