@@ -340,7 +340,7 @@ class Worker:
         if observed.state not in (phys.OK, phys.ERROR) or not self.placement.serves(observed.host):
             return None
         try:
-            plan = phys.plan_delete(self.db, row.type, row.physical_id)
+            plan = phys.plan_delete(self.db, row.type, row.physical_id, observed)
         except Exception:  # refused, or a bug: the general path fails the node with it
             return None
         if plan is None:
