@@ -325,6 +325,15 @@ def resource_list(db: Database, stack_id: str) -> list[Resource]:
         return resource_list_tx(session, stack_id)
 
 
+def resource_name_count(db: Database, stack_id: str) -> int:
+    """How many resource names the stack's extant rows have (one statement:
+    ``stack show`` of a 10,000-resource stack built every row to count)."""
+    with db.reading() as session:
+        return session.execute(
+            sa.select(sa.func.count(sa.distinct(Resource.name)))
+            .where(Resource.stack_id == stack_id, Resource.deleted_at.is_(None))).scalar_one()
+
+
 def resource_update_tx(
     session: Session, resource_id: int, expected: api.Columns, values: api.Columns
 ) -> bool:
