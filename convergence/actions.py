@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sharemgr.common import vocab
 from sharemgr.convergence import lifecycle, prepare
 from sharemgr.convergence import physical as phys
-from sharemgr.convergence.graph import Node
+from sharemgr.convergence.graph import Node, resource_ids_in
 from sharemgr.convergence.properties import ResourceData, resolve_outputs
 from sharemgr.convergence.template import Template, TemplateError, check_stack_name, parse
 from sharemgr.db import models, stacks, sync_points
@@ -88,7 +88,7 @@ def progress(db: Database, stack: models.Stack) -> Progress:
     SyncPoint's input data). A finished traversal counts all of them."""
     if stack.status != vocab.STACK_IN_PROGRESS or not stack.current_traversal:
         # The resources of the graph's nodes, without building the graph.
-        total = len({n[0] for n in (stack.current_deps or {}).get("nodes", ())})
+        total = len(resource_ids_in(stack.current_deps))
         return Progress(total if stack.status == vocab.STACK_COMPLETE else 0, total)
     graph = prepare.load_traversal_graph(stack)
     resources = graph.resource_ids()
