@@ -8,7 +8,7 @@ BIN = $(VENV)/bin
 # they started (measured: -n 2 24.5 min, -n 3 19 min, -n 4 21 min: overloaded).
 PYTEST_ARGS ?= -n 3 --maxschedchunk=1 --durations=15
 
-.PHONY: run test lint genconfig bench clean local-packages
+.PHONY: run test lint genconfig bench bench-scale bench-50k clean local-packages
 
 $(BIN)/.installed: setup.cfg pyproject.toml constraints.txt constraints-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,15 @@ test: $(BIN)/.installed lint local-packages
 # doc/performance.rst holds the figures and what bounds them.
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
+
+# One stack of N independent shares: create, 1 % update, delete; ratios in
+# one run (benchmarks/bench_scale.py; doc/performance.rst, "Stacks at scale").
+bench-scale: $(BIN)/.installed
+	$(BIN)/python benchmarks/bench_scale.py --sizes 1000,10000 $(BENCH_ARGS)
+
+# The same up to 50,000 (about an hour on a quiet two-core machine).
+bench-50k: $(BIN)/.installed
+	$(BIN)/python benchmarks/bench_scale.py --sizes 1000,10000,50000 $(BENCH_ARGS)
 
 genconfig: $(BIN)/.installed
 	$(BIN)/oslo-config-generator --config-file etc/sharemgr-config-generator.conf

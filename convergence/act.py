@@ -201,7 +201,7 @@ class Actor:
             return self.fail(row, vocab.STACK_DELETE, f"physical resource {row.physical_id} is "
                              f"{observed.status}: another operation is under way")
         try:
-            plan = phys.plan_delete(self.db, row.type, row.physical_id) or phys.Plan()
+            plan = phys.plan_delete(self.db, row.type, row.physical_id, observed) or phys.Plan()
         except phys.CheckError as exc:
             return self.fail(row, vocab.STACK_DELETE, str(exc))
         work = self.work(ctx, vocab.STACK_DELETE, {"status_reason": None}, plan)
@@ -261,7 +261,10 @@ class Actor:
                         LOG.exception("could not record the outcome of request %s",
                                       begun.op_request_id)
                 raise
-        observed = phys.observe_after(self.db, type_, physical_id, plan, written)
+        if action == vocab.STACK_DELETE and plan.op is not None:
+            observed = phys.Observed(phys.GONE)  # its delete succeeded: nothing to read
+        else:
+            observed = phys.observe_after(self.db, type_, physical_id, plan, written)
         values = {**final, "attributes": dict(observed.attributes)}
         if defer:
             ctx.end = (rid, action, values, begun.op_request_id)

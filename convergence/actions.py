@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sharemgr.common import vocab
 from sharemgr.convergence import lifecycle, prepare
 from sharemgr.convergence import physical as phys
-from sharemgr.convergence.graph import Node
+from sharemgr.convergence.graph import Node, resource_ids_in
 from sharemgr.convergence.properties import ResourceData, resolve_outputs
 from sharemgr.convergence.template import Template, TemplateError, check_stack_name, parse
 from sharemgr.db import models, stacks, sync_points
@@ -88,11 +88,12 @@ def progress(db: Database, stack: models.Stack) -> Progress:
     template keeps when its update node has reported, one being removed when
     its clean-up node has (a node has reported once its key is in a
     SyncPoint's input data). A finished traversal counts all of them."""
+    if stack.status != vocab.STACK_IN_PROGRESS or not stack.current_traversal:
+        # The resources of the graph's nodes, without building the graph.
+        total = len(resource_ids_in(stack.current_deps))
+        return Progress(total if stack.status == vocab.STACK_COMPLETE else 0, total)
     graph = prepare.load_traversal_graph(stack)
     resources = graph.resource_ids()
-    if stack.status != vocab.STACK_IN_PROGRESS or not stack.current_traversal:
-        done = len(resources) if stack.status == vocab.STACK_COMPLETE else 0
-        return Progress(done, len(resources))
     reported: set[str] = set()
     for point in sync_points.list_for_traversal(db, stack.id, stack.current_traversal):
         reported.update(point.input_data)
@@ -138,7 +139,6 @@ def outputs(db: Database, stack: models.Stack) -> dict[str, object]:
 
 
 def show(db: Database, stack: models.Stack) -> dict[str, object]:
-    rows = stacks.resource_list(db, stack.id)
     return {
         "id": stack.id,
         "name": stack.name,
@@ -148,7 +148,7 @@ def show(db: Database, stack: models.Stack) -> dict[str, object]:
         "disable_rollback": stack.disable_rollback,
         "timeout_minutes": None if not stack.timeout_seconds
         else float(f"{stack.timeout_seconds / 60:g}"),
-        "resources": len({r.name for r in rows}),
+        "resources": stacks.resource_name_count(db, stack.id),
         "progress": str(progress(db, stack)),
         "parameters": stored_template(db, stack).parameters,
         "outputs": outputs(db, stack),

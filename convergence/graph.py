@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple, TypedDict, cast
 
 from oslo_log import log as logging
 
@@ -70,6 +70,13 @@ def parse_node_key(key: str) -> Node:
         return Node(int(rid), _PARSE_DIRECTION[direction])
     except (ValueError, KeyError):
         raise ValueError(f"not a graph node key: {key!r}")
+
+
+def resource_ids_in(data: Mapping[str, object] | None) -> set[int]:
+    """The resource ids of the nodes of a stored graph (``Graph.to_json``'s
+    shape), without building the graph."""
+    nodes = cast("list[list[int]]", (data or {}).get("nodes") or [])
+    return {int(node[0]) for node in nodes}
 
 
 class GraphCycleError(ValueError):

@@ -226,7 +226,7 @@ def reported(graph: Graph, points: Mapping[tuple[str, bool], Mapping], stack_id:
     to the stack's point). A missing point counts as not reported."""
     targets = [(str(s.resource_id), s.is_update) for s in graph.required_by(node)]
     if graph.is_root(node):
-        targets.append((stack_id, True))
+        targets.append((sync_points.root_entity(stack_id, node.key), False))
     return all(node.key in (points.get(t) or {}) for t in targets)
 
 
@@ -243,7 +243,7 @@ def _points_tx(session: Session, stack_id: str, traversal_id: str, nodes: Iterab
         keys.add((str(node.resource_id), node.is_update))
         keys.update((str(s.resource_id), s.is_update) for s in graph.required_by(node))
         if graph.is_root(node):
-            keys.add((stack_id, True))
+            keys.add((sync_points.root_entity(stack_id, node.key), False))
     out = {}
     for entity, is_update in keys:
         point = sync_points.get_tx(session, entity, traversal_id, is_update)

@@ -157,9 +157,12 @@ def plan_update(db: Database, type_: str, physical_id: str | None, changes: Mapp
     return plan
 
 
-def plan_delete(db: Database, type_: str, physical_id: str | None) -> Plan | None:
-    """The deleting status and the delete operation; None if it is gone."""
-    if physical_id is None or observe(db, type_, physical_id).state == GONE:
+def plan_delete(db: Database, type_: str, physical_id: str | None,
+                observed: Observed | None = None) -> Plan | None:
+    """The deleting status and the delete operation; None if it is gone.
+    ``observed``: the resource as the caller just observed it (not read
+    again)."""
+    if physical_id is None or (observed or observe(db, type_, physical_id)).state == GONE:
         return None
     return plans.delete(db, type_, physical_id)
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.convergence import settle
 from sharemgr.convergence.graph import (
     ExistingResource,
     Graph,
@@ -86,7 +87,8 @@ class Traversal:
     chosen: Mapping[str, int]  # resource name -> row id of its update node
     created: tuple[int, ...]  # rows this preparation inserted
     leaves: tuple[Node, ...]  # triggered (requests enqueued) in the same transaction
-    complete: bool  # empty graph: the stack was marked COMPLETE at once
+    complete: bool  # empty graph, or every node settled: the stack was marked COMPLETE at once
+    settled: frozenset[Node] = frozenset()  # nodes settled by the preparation (settle.py)
 
 
 # Triggers ------------------------------------------------------------------------
@@ -323,19 +325,26 @@ def _prepare_locked(
     }
     if timeout_seconds is not None:
         values["timeout_seconds"] = timeout_seconds or None
-    complete = len(graph) == 0
+    # Nodes whose check would change nothing, settled here (settle.py).
+    settled = settle.settle_tx(session, action, template, graph, chosen_rows, deps)
+    reports = settled.reports(graph, stack.id)
+    complete = len(graph) == len(settled)
     if complete:
         # Nothing to do, and no node would ever report: finish here, or the
         # stack would wait IN_PROGRESS forever.
+        what = "nothing to do" if not settled else "nothing changed"
         values.update(status=vocab.STACK_COMPLETE,
-                      status_reason=f"Stack {action} completed (nothing to do)")
+                      status_reason=f"Stack {action} completed ({what})")
         if action == vocab.STACK_DELETE:
             values["deleted_at"] = models.utcnow()
     else:
         values.update(status=vocab.STACK_IN_PROGRESS, status_reason=f"Stack {action} started")
         sync_points.create_tx(
-            session, stack.id, traversal_id, ((n.resource_id, n.is_update) for n in graph)
+            session, stack.id, traversal_id, ((n.resource_id, n.is_update) for n in graph),
+            reported=reports, roots=graph.root_keys(),
         )
+    if settled.rows:
+        db_stacks.resources_settle_tx(session, settled.rows, template_id)
     if not db_stacks.stack_swap_traversal_tx(session, stack.id, previous, traversal_id, values):
         # Not reachable while the stack row is locked above; kept because the
         # swap, not the lock, is what the design promises.
@@ -343,13 +352,17 @@ def _prepare_locked(
     if complete:
         db_stacks.purge_tx(session, stack.id)
 
-    leaves = tuple(sorted(graph.leaves(), key=lambda n: (not n.is_update, n.resource_id)))
+    leaves = () if complete else tuple(sorted(
+        settled.ready(graph) if settled else graph.leaves(),
+        key=lambda n: (not n.is_update, n.resource_id)))
     api.requests_add_tx(session, vocab.STACK_RESOURCE, vocab.ACTION_CHECK, [
-        (str(leaf.resource_id), check_request_args(stack.id, traversal_id, leaf, None))
+        (str(leaf.resource_id), check_request_args(
+            stack.id, traversal_id, leaf,
+            reports.get((str(leaf.resource_id), leaf.is_update)) if leaf.is_update else None))
         for leaf in leaves])
     LOG.info(
-        "stack %s: %s traversal %s prepared: %d nodes, %d leaves, %d new rows",
-        stack.name, action, traversal_id, len(graph), len(leaves), len(new_rows),
+        "stack %s: %s traversal %s prepared: %d nodes (%d settled), %d triggered, %d new rows",
+        stack.name, action, traversal_id, len(graph), len(settled), len(leaves), len(new_rows),
     )
     return Traversal(
         stack_id=stack.id,
@@ -364,6 +377,7 @@ def _prepare_locked(
         created=tuple(sorted(r.id for r in new_rows.values())),
         leaves=leaves,
         complete=complete,
+        settled=frozenset(settled.data),
     )
 
 

@@ -299,12 +299,12 @@ class Reporter:
                 return False
         if not tx.roots:
             return True
-        # The stack's point, last of all: the reports of every root this
-        # transaction ended (a fan-in's leaves, a batch of eight) in one
-        # read and one write.
-        result = sync_points.sync_many_tx(
-            session, ctx.stack_id, ctx.traversal, True, dict.fromkeys(r.key for r in tx.roots),
-            ctx.graph.root_keys())
+        # The stack's points, last of all: the reports of every root this
+        # transaction ended (a fan-in's leaves, a batch of eight), each to
+        # its own point, then the count on the stack's.
+        result = sync_points.report_roots_tx(
+            session, ctx.stack_id, ctx.traversal, [r.key for r in tx.roots],
+            len(ctx.graph.root_keys()))
         if result.fired:
             tx.complete(session)
         return result.found
@@ -319,13 +319,11 @@ class Reporter:
         if not self._report_later(ctx, [(node, data, sorted(graph.required_by(node)))]):
             return False
         if graph.is_root(node):
-            for attempt in sync_points.retrying():
-                with attempt, self.db.session() as session:
-                    result = sync_points.sync_tx(session, ctx.stack_id, traversal, True,
-                                                 node.key, None, graph.root_keys(),
-                                                 lock=attempt.lock, blind=attempt.first)
-                    if result.fired:
-                        lifecycle.complete_tx(session, ctx.stack_id, traversal)
+            with self.db.session() as session:  # no CAS to lose: a count
+                result = sync_points.report_roots_tx(session, ctx.stack_id, traversal,
+                                                     [node.key], len(graph.root_keys()))
+                if result.fired:
+                    lifecycle.complete_tx(session, ctx.stack_id, traversal)
             return result.found
         return True
 

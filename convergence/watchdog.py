@@ -65,6 +65,7 @@ OWN_STALE_AFTER = 30.0  # a check of this engine not in flight this long after i
 PASS_INTERVAL = 10.0  # seconds between reconciliation passes asked of one host
 MAX_CHECK_FAILURES = 3  # failed checks of one node before its stack fails
 TIDY_EVERY = 12  # runs between looks for rows a dead engine left on ended traversals
+SPACING = 20.0  # a periodic run's time, times this, before the next may start
 
 Key = tuple[str, str]  # (stack id, traversal id)
 
@@ -80,6 +81,7 @@ class Watchdog:
         self._lock = threading.Lock()  # one run at a time per engine
         self._passes_asked: dict[str, float] = {}
         self._runs = 0
+        self._next_run = 0.0  # monotonic time before which the periodic task skips (SPACING)
 
     def arm(self) -> None:
         """Start watching (after the startup reconciliation pass)."""
@@ -91,15 +93,24 @@ class Watchdog:
 
     def run_safely(self) -> None:
         """The periodic task: raises only an outage of the database or the
-        coordination backend (the next run tries again)."""
-        if not self.armed:
+        coordination backend (the next run tries again). A run reads every
+        open check request and every point of each traversal in progress,
+        so its cost grows with the stacks: a run that took ``t`` seconds is
+        followed by the next no sooner than ``SPACING * t`` seconds after it
+        started (the watchdog then takes at most 1/SPACING of the engine's
+        time however large the stack; a small one is watched at every
+        period, as before)."""
+        if not self.armed or time.monotonic() < self._next_run:
             return
+        started = time.monotonic()
         try:
             self.run_once()
         except Exception as exc:
             if is_outage(exc):
                 raise  # the periodic task backs off and logs the outage once
             LOG.exception("stack watchdog run failed")
+        finally:
+            self._next_run = started + SPACING * (time.monotonic() - started)
 
     def run_once(self) -> dict[str, int]:
         """One look at every stack IN_PROGRESS; returns counts for the log and

@@ -31,6 +31,7 @@ exception takes the same path.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
@@ -125,7 +126,8 @@ class Worker:
                 return Template.from_dict({})
             return Template.from_dict(stacks.template_get(self.db, template_id) or {})
 
-        return self._templates.get((stack.current_traversal, template_id), load)
+        self._forget_others(stack.id, stack.current_traversal)
+        return self._templates.get((stack.id, stack.current_traversal, template_id), load)
 
     def graph(self, stack_id: str, traversal: str) -> Graph | None:
         """The traversal's graph (parsed once per engine and traversal), or
@@ -135,7 +137,18 @@ class Worker:
             deps = stack_work.stack_deps(self.db, stack_id, traversal)
             return None if deps is None else Graph.from_json(deps)
 
-        return self._graphs.get(traversal, load)
+        self._forget_others(stack_id, traversal)
+        return self._graphs.get((stack_id, traversal), load)
+
+    def _forget_others(self, stack_id: str, traversal: str | None) -> None:
+        """Drop the template and graph of the stack's older traversals (a
+        check of one finds it superseded before it loads them): at 10,000
+        resources each is megabytes, and an engine keeps only the current."""
+        def other(key: Hashable) -> bool:
+            return isinstance(key, tuple) and key[0] == stack_id and key[1] != traversal
+
+        self._templates.discard(other)
+        self._graphs.discard(other)
 
     # The check ----------------------------------------------------------------------
 
@@ -214,6 +227,10 @@ class Worker:
                 return self.reporter.end_and_report(ctx, Outcome.done())
             if node.is_update and row.replaced_by is None:
                 fast = self._fast_update(ctx, stack, row)
+                if fast is not None:
+                    return fast
+            if not node.is_update:
+                fast = self._fast_delete(ctx, row)
                 if fast is not None:
                     return fast
 
@@ -307,6 +324,56 @@ class Worker:
         return self._after(ctx, outcome)
 
 
+    def _fast_delete(self, ctx: Ctx, row: models.StackResource
+                     ) -> tuple[Claimed | None, bool] | None:
+        """A clean-up node that deletes its row's resource, on a row nobody
+        holds: as ``_fast_update`` — plan from the row as read, take the
+        lock and begin in one transaction (``begin(lock_key=…)``), carry
+        out, then end, release and report in one more. A resource that is
+        busy, elsewhere, already deleted or whose plan is refused, and a
+        lock that moved, return None before anything is written: the
+        general path decides again under the lock (and fails, forwards or
+        waits as it does)."""
+        if row.action == vocab.STACK_DELETE and row.status == vocab.STACK_COMPLETE:
+            return None
+        observed = phys.observe(self.db, row.type, row.physical_id)
+        if observed.state not in (phys.OK, phys.ERROR) or not self.placement.serves(observed.host):
+            return None
+        try:
+            plan = phys.plan_delete(self.db, row.type, row.physical_id, observed)
+        except Exception:  # refused, or a bug: the general path fails the node with it
+            return None
+        if plan is None:
+            return None
+        work = self.actor.work(ctx, vocab.STACK_DELETE, {"status_reason": None}, plan)
+        self.tracker.claim(row.id)
+        try:
+            begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id,
+                                     ctx.traversal, work, lock_key=row.atomic_key)
+        except BaseException:
+            self.tracker.unclaim(row.id)
+            raise
+        if isinstance(begun, Outcome):  # nothing was written, the lock not taken
+            self.tracker.unclaim(row.id)
+            return None
+        ctx.held.append(row.id)
+        try:
+            outcome = self.actor.carry_out(ctx, row.name, begun, vocab.STACK_DELETE, plan, {},
+                                           known=(row.id, row.type, row.physical_id),
+                                           defer=True)
+            outcome = dataclasses.replace(outcome, data=None)  # a clean-up passes nothing on
+        except Exception as exc:  # a bug or a lost database: fail the stack, never hang it
+            LOG.exception("check of node %s (traversal %s) failed", ctx.node, ctx.traversal)
+            outcome = Outcome.failed(f"{type(exc).__name__}: {exc}")
+            ctx.end = None
+            self.actor.mark_failed(row.id, outcome.reason or "", vocab.STACK_DELETE)
+        if outcome.result is not Result.FAILED and ctx.end is not None:
+            return self.reporter.end_and_report(ctx, outcome)
+        for rid in ctx.held:
+            self.locks.release(rid)
+        return self._after(ctx, outcome)
+
+
 V = TypeVar("V")
 
 
@@ -318,16 +385,32 @@ class _Cache(Generic[V]):
         self.size = size
         self._items: collections.OrderedDict[Hashable, V] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._loading: dict[Hashable, threading.Lock] = {}  # a lock per key being loaded
 
     def get(self, key: Hashable, load: Callable[[], V]) -> V:
+        """The value of ``key``, loaded once however many threads ask at
+        once (a traversal's first checks all want its template and graph,
+        whose loads cost as much as hundreds of checks at 10,000 resources)."""
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        value = load()
-        if value is not None:
+            gate = self._loading.setdefault(key, threading.Lock())
+        with gate:
             with self._lock:
-                self._items[key] = value
-                while len(self._items) > self.size:
-                    self._items.popitem(last=False)
+                if key in self._items:
+                    return self._items[key]
+            value = load()
+            with self._lock:
+                self._loading.pop(key, None)
+                if value is not None:
+                    self._items[key] = value
+                    while len(self._items) > self.size:
+                        self._items.popitem(last=False)
         return value
+
+    def discard(self, which: Callable[[Hashable], bool]) -> None:
+        """Drop the entries whose key ``which`` says."""
+        with self._lock:
+            for key in [k for k in self._items if which(k)]:
+                del self._items[key]

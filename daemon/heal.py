@@ -17,7 +17,7 @@ from sharemgr.common import vocab
 from sharemgr.convergence import actions
 from sharemgr.convergence.prepare import PrepareError
 from sharemgr.convergence.template import Template
-from sharemgr.db import models, stacks
+from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.stacks import StackNotFound
 from sharemgr.manager.outage import Backoff, backing_off, is_outage
 from sharemgr.reconcile.stack_check import StackChecker
@@ -55,7 +55,7 @@ class StackHealer:
 
     def run(self) -> None:
         now = time.monotonic()
-        for stack in stacks.stack_list(self.db):
+        for stack in stack_work.stack_heads(self.db):
             if stack.status == vocab.STACK_IN_PROGRESS or stack.template_id is None or (
                     stack.status != vocab.STACK_COMPLETE and stack.action != vocab.STACK_CHECK):
                 continue

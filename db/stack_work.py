@@ -384,6 +384,19 @@ def rows_left_in_progress(db: Database) -> list[M.StackResource]:
 
 
 @retry_on_conflict
+def stack_heads(db: Database) -> list[M.Stack]:
+    """Every live stack without its graph: what the self-healing round looks
+    at every period (a graph of 10,000 resources is a JSON of a megabyte
+    decoded at each read)."""
+    stmt = (sa.select(M.Stack).options(defer(M.Stack.current_deps))
+            .where(M.Stack.deleted_at.is_(None)).order_by(M.Stack.created_at, M.Stack.id))
+    with db.reading() as session:
+        rows = list(session.scalars(stmt))
+        for row in rows:
+            session.expunge(row)
+        return rows
+
+
 def live_checks(db: Database) -> list[M.Request]:
     """Check requests that are ``pending`` or ``running``."""
     stmt = sa.select(M.Request).where(

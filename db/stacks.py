@@ -325,6 +325,15 @@ def resource_list(db: Database, stack_id: str) -> list[Resource]:
         return resource_list_tx(session, stack_id)
 
 
+def resource_name_count(db: Database, stack_id: str) -> int:
+    """How many resource names the stack's extant rows have (one statement:
+    ``stack show`` of a 10,000-resource stack built every row to count)."""
+    with db.reading() as session:
+        return session.execute(
+            sa.select(sa.func.count(sa.distinct(Resource.name)))
+            .where(Resource.stack_id == stack_id, Resource.deleted_at.is_(None))).scalar_one()
+
+
 def resource_update_tx(
     session: Session, resource_id: int, expected: api.Columns, values: api.Columns
 ) -> bool:
@@ -509,6 +518,24 @@ def resource_lock_release_tx(session: Session, resource_id: int, engine_id: str)
 
 
 # Purge ------------------------------------------------------------------------------
+
+
+def resources_settle_tx(session: Session, resource_ids: Iterable[int], template_id: int,
+                        chunk: int = 500) -> int:
+    """Record ``template_id`` on rows a preparation settled (their update
+    node would change nothing else): one UPDATE per ``chunk`` rows, only
+    rows nobody holds. Returns the rows updated."""
+    ids = list(resource_ids)
+    done = 0
+    for i in range(0, len(ids), chunk):
+        result = session.execute(
+            sa.update(Resource)
+            .where(Resource.id.in_(ids[i:i + chunk]), Resource.engine_id.is_(None),
+                   Resource.deleted_at.is_(None))
+            .values(template_id=template_id)
+            .execution_options(synchronize_session=False))
+        done += records.rowcount(result)
+    return done
 
 
 def purge_resources_tx(session: Session, stack_id: str) -> int:

@@ -17,10 +17,13 @@ one attribute per column, like the mapped classes' rows (db/records.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import sqlalchemy as sa
 from sharemgr.db import tables as t
 from sharemgr.db.engine import Database
 from sharemgr.db.records import Record, pair
+from sqlalchemy.orm import Session
 
 
 def _live_primary_of_share() -> sa.ColumnElement[bool]:
@@ -101,3 +104,21 @@ def snapshots_with_status(db: Database) -> list[tuple[Record, Record | None]]:
     sn, ssi = t.share_snapshots, t.share_snapshot_instances
     return _all(db, _snapshots().order_by(sn.c.created_at, sn.c.id, ssi.c.created_at,
                                           ssi.c.id), sn, ssi)
+
+
+def shares_with_status_tx(session: Session, share_ids: Iterable[str], chunk: int = 500
+                          ) -> dict[str, tuple[Record, Record | None]]:
+    """Live shares by id with their primary instance, in the caller's
+    transaction: a statement per ``chunk`` ids (a traversal's preparation
+    observes a stack's shares in bulk)."""
+    ids = list(dict.fromkeys(share_ids))
+    s, si = t.shares, t.share_instances
+    out: dict[str, tuple[Record, Record | None]] = {}
+    for i in range(0, len(ids), chunk):
+        stmt = _shares().where(s.c.id.in_(ids[i:i + chunk])).order_by(
+            s.c.id, si.c.created_at, si.c.id)
+        for row in session.execute(stmt):
+            share_id = row._mapping[s.c.id]
+            if share_id not in out:
+                out[share_id] = pair(row, s, si)
+    return out

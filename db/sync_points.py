@@ -123,6 +123,11 @@ def _cas_holding(count: int) -> sa.Update:
 
 
 _CAS = _cas_holding(0)
+# The stack's point counts its roots' reports (``report_roots_tx``).
+_COUNT = (sa.update(SP.__table__).where(*_by_key())
+          .values(atomic_key=SP.__table__.c.atomic_key + sa.bindparam("n"),
+                  updated_at=sa.bindparam("now")))
+_KEY_OF = sa.select(SP.__table__.c.atomic_key).where(*_by_key())
 
 
 def _key(entity_id: EntityId, traversal_id: str, is_update: bool) -> dict:
@@ -149,26 +154,39 @@ def create_tx(
     traversal_id: str,
     nodes: Iterable[tuple[EntityId, bool]],
     include_stack: bool = True,
+    reported: Mapping[tuple[str, bool], Mapping[str, object]] | None = None,
+    roots: Iterable[str] = (),
 ) -> int:
     """One point per ``(entity_id, is_update)`` node, plus, with
     ``include_stack``, the stack's own point ``(stack_id, True)``. One
-    multi-row INSERT, so thousands of nodes cost one round trip."""
+    multi-row INSERT, so thousands of nodes cost one round trip.
+    ``reported``: by ``(str(entity_id), is_update)``, the reports a point
+    holds from the start (of nodes the preparation settled), its key the
+    number of them, as if each had been written by a CAS. ``roots``: the
+    graph's roots' keys, each given its point at the stack
+    (:func:`root_entity`, :func:`report_roots_tx`); the stack's point's key
+    counts those reported already."""
     now = models.utcnow()
+    reported = reported or {}
 
     def row(entity: EntityId, is_update: bool) -> dict:
+        data = dict(reported.get((str(entity), bool(is_update)), {}))
         return {
             "entity_id": str(entity),
             "traversal_id": traversal_id,
             "is_update": bool(is_update),
             "stack_id": stack_id,
-            "atomic_key": 0,
-            "input_data": {},
+            "atomic_key": len(data),
+            "input_data": data,
             "created_at": now,
         }
 
     rows = [row(entity, is_update) for entity, is_update in nodes]
+    markers = [row(root_entity(stack_id, key), False) for key in roots]
+    rows += markers
     if include_stack:
         rows.append(row(stack_id, True))
+        rows[-1]["atomic_key"] = sum(1 for m in markers if m["atomic_key"])
     if rows:
         session.execute(sa.insert(SP), rows)
     return len(rows)
@@ -307,19 +325,44 @@ def sync_tx(
                          lock)
 
 
-def sync_many_tx(
-    session: Session,
-    entity_id: EntityId,
-    traversal_id: str,
-    is_update: bool,
-    reports: Mapping[str, JSONValue],
-    required: Collection[str] = (),
-) -> SyncResult:
-    """The reports of several senders (``{sender: data}``) merged into the
-    point in one read (locking it) and one CAS, in the caller's
-    transaction: the roots of a graph that one transaction reports for, to
-    the stack's point. Otherwise as :func:`sync_tx`."""
-    return _read_and_cas(session, entity_id, traversal_id, is_update, reports, required, True)
+def root_entity(stack_id: str, key: str) -> str:
+    """The entity of the point at which the root ``key`` reports to the
+    stack: one point per root, so that the stack's own point stays one small
+    row however many roots the graph has (a point holding every root's key
+    made each root's report read and write a JSON that grew with the
+    stack)."""
+    return f"{stack_id}/{key}"
+
+
+def report_roots_tx(session: Session, stack_id: str, traversal_id: str,
+                    keys: Collection[str], roots: int) -> SyncResult:
+    """The reports of roots ``keys`` to the stack, in the caller's
+    transaction: each root's point (:func:`root_entity`) written from key 0
+    to 1 with ``{key: None}`` — a root reporting again finds it written and
+    changes nothing —, then the stack's point's key raised by the number of
+    roots that reported for the first time, in one UPDATE that locks it.
+    ``fired``: this report brought the count to ``roots`` (exactly one
+    transaction sees that). The points are written in sorted order, the
+    stack's last. Returns ``found=False`` if a point is gone (the traversal
+    is over)."""
+    new = 0
+    for key in sorted(keys):
+        entity = root_entity(stack_id, key)
+        if cas_tx(session, entity, traversal_id, False, 0, {key: None}):
+            new += 1
+        elif get_tx(session, entity, traversal_id, False) is None:
+            return SyncResult(found=False, attempts=1)
+    point = _key(stack_id, traversal_id, True)
+    if not new:
+        found = get_tx(session, stack_id, traversal_id, True) is not None
+        return SyncResult(found=found, attempts=1)
+    if records.rowcount(session.execute(_COUNT, {**point, "n": new,
+                                                 "now": models.utcnow()})) != 1:
+        return SyncResult(found=False, attempts=1)
+    count = session.execute(_KEY_OF, point).scalar_one()
+    ready = count >= roots
+    return SyncResult(found=True, ready=ready, fired=ready and count - new < roots,
+                      attempts=1)
 
 
 def _read_and_cas(session: Session, entity_id: EntityId, traversal_id: str, is_update: bool,

@@ -401,10 +401,11 @@ def test_racing_updates_one_wins(deployment, setup):
     winner = results[won[0]]
     after = count()
     # Only the winner's rows: one template, its new resource row, one
-    # SyncPoint per node plus the stack's, one check request per leaf.
+    # SyncPoint per node plus the stack's and one per root (its report to
+    # the stack), one check request per leaf.
     assert after["stack_templates"] - before["stack_templates"] == 1
     assert after["stack_resources"] - before["stack_resources"] == len(winner.created) == 1
-    assert after["sync_points"] == len(winner.graph) + 1
+    assert after["sync_points"] == len(winner.graph) + 1 + len(winner.graph.roots())
     assert after["requests"] - before["requests"] >= len(winner.leaves)
     assert stacks.stack_get(db, winner.stack_id).current_traversal == winner.traversal_id
     (gates / "extend_share").unlink()

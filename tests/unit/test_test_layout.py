@@ -50,8 +50,6 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "convergence/report.py": (UNIT + "convergence/test_worker.py",),
     "convergence/row_locks.py": (UNIT + "convergence/test_worker_recovery.py",),
     "convergence/tracking.py": WORKER,
-    "convergence/watchdog.py": (UNIT + "convergence/test_worker_recovery.py",
-                                UNIT + "test_convergence_properties.py"),
     "daemon/backends.py": (UNIT + "db/test_services.py", FUNC + "test_daemon_lifecycle.py"),
     "daemon/heal.py": (UNIT + "common/test_outage.py", FUNC + "test_drift_and_hung_calls.py"),
     "daemon/service.py": (FUNC + "test_daemon.py", FUNC + "test_daemon_lifecycle.py"),

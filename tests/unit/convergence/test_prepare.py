@@ -110,7 +110,8 @@ def test_create(db):
                             "resource_id": d, "is_update": True, "input_data": {}}
 
     points = sync_points.list_for_traversal(db, tr.stack_id, tr.traversal_id)
-    assert len(points) == len(tr.graph) + 1 == 7
+    # One per node, the stack's, and one per root at the stack (its report).
+    assert len(points) == len(tr.graph) + 1 + len(tr.graph.roots()) == 8
     assert (tr.stack_id, True) in {(p.entity_id, p.is_update) for p in points}
 
     with pytest.raises(prepare.InvalidStackAction):
@@ -140,7 +141,7 @@ def test_update_keeps_rows_adds_new_ones_and_cleans_up_removed(db):
     assert sync_points.list_for_traversal(db, stack.id, first.traversal_id) == []
     assert not sync_points.sync(db, d, first.traversal_id, True, "x", 1).found
     assert len(sync_points.list_for_traversal(db, stack.id, tr.traversal_id)) == len(
-        tr.graph) + 1
+        tr.graph) + 1 + len(tr.graph.roots())
 
 
 def test_update_while_an_update_is_in_progress_keeps_the_rollback_target(db):
@@ -342,7 +343,8 @@ def test_two_preparations_racing_one_wins_and_the_loser_leaves_no_rows(db_url):
             after = _counts(db)
             assert after["stack_templates"] == before["stack_templates"] + 1
             assert after["stack_resources"] == before["stack_resources"] + len(won.created)
-            assert after["sync_points"] == before["sync_points"] + len(won.graph) + 1
+            assert after["sync_points"] == before["sync_points"] + len(won.graph) + 1 + len(
+                won.graph.roots())
             assert after["requests"] == before["requests"] + len(won.leaves)
             assert {r.id for r in stacks.resource_list(db, stack.id)} == set(won.names)
     finally:

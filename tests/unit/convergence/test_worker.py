@@ -308,3 +308,30 @@ def test_the_watchdog_leaves_a_node_alone_while_it_is_still_reporting(rig, monke
     updates = collections.Counter(c.args["resource_id"] for c in rig.checks()
                                   if c.args["is_update"])
     assert set(updates.values()) == {1} and len(rig.checks()) == len(leaves) + 1
+
+
+def test_a_traversals_template_or_graph_is_loaded_once_however_many_ask():
+    import threading
+
+    from sharemgr.convergence.worker import _Cache
+
+    cache: _Cache[str] = _Cache(4)
+    started, release, loads = threading.Event(), threading.Event(), []
+
+    def load():
+        loads.append(1)
+        started.set()
+        release.wait(10)
+        return "graph"
+
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(cache.get("t1", load)))
+               for _ in range(4)]
+    threads[0].start()
+    assert started.wait(10)
+    for t in threads[1:]:
+        t.start()
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert got == ["graph"] * 4 and len(loads) == 1

@@ -185,3 +185,23 @@ def test_purge_rows_and_templates(db, stack):
     assert stacks.template_get(db, t_old) is None
     for kept in (t_cur, t_row, other):
         assert stacks.template_get(db, kept) is not None
+
+
+def test_heads_names_counted_and_rows_settled(db, stack):
+    """The reads and the write of a large stack's hot spots (issue 29): the
+    stacks without their graphs, the resource names in one count, settled
+    rows' template in bulk (only rows nobody holds)."""
+    with db.session() as session:
+        stacks.stack_swap_traversal_tx(session, stack.id, None, "t1",
+                                       {"current_deps": {"nodes": [[1, True]], "edges": []}})
+    heads = {s.id: s for s in stack_work.stack_heads(db)}
+    assert stack.id in heads and "current_deps" not in heads[stack.id].__dict__
+    a, b = _resource(db, stack, "a").id, _resource(db, stack, "b").id
+    _resource(db, stack, "a")  # a second row of the same name
+    assert stacks.resource_name_count(db, stack.id) == 2
+    assert stacks.resource_lock_acquire(db, b, "e1").acquired
+    with db.session() as session:
+        tid = stacks.template_create_tx(session, {"resources": {}}, stack.id)
+        assert stacks.resources_settle_tx(session, [a, b], tid, chunk=1) == 1
+    assert stacks.resource_get(db, a).template_id == tid
+    assert stacks.resource_get(db, b).template_id != tid

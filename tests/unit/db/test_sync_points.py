@@ -237,33 +237,40 @@ def test_a_blind_write_checks_who_wrote_not_only_how_many(db, stack):
     assert last.fired and calls == [{"8:cleanup": None, "9:update": None}]
 
 
-def test_several_senders_in_one_read_and_one_write(db, stack):
-    """``sync_many_tx``: the reports of several roots in one read and one
-    CAS; the write that completes the point fires once, a later one merges
-    and fires nothing, a missing point says so."""
-    _create(db, stack.id, T1, [], include_stack=True)
-    required = {"1:cleanup", "2:cleanup", "3:cleanup"}
-    calls = []
-    seen = _statements(db)
+def test_roots_report_to_points_of_their_own_and_the_stack_counts_them(db, stack):
+    """``report_roots_tx``: each root writes its own point at the stack
+    (``root_entity``), a root reporting again changes nothing, and the
+    stack's point counts: the report that brings it to the number of roots
+    fires, once. The stack's point stays one small row whatever the roots."""
+    roots = ["1:cleanup", "2:cleanup", "3:cleanup"]
+    _create(db, stack.id, T1, [], roots=roots)
     with db.session() as session:
-        two = _tx_then(session, sync_points.sync_many_tx(
-            session, stack.id, T1, True, {"1:cleanup": None, "2:cleanup": None}, required),
-            lambda s, d: calls.append(d))
-    assert [s for s in seen if s in ("SELECT", "UPDATE")] == ["SELECT", "UPDATE"]
-    assert two.found and not two.ready and calls == []
+        two = sync_points.report_roots_tx(session, stack.id, T1, ["2:cleanup", "1:cleanup"], 3)
+    assert two.found and not two.ready and not two.fired
     with db.session() as session:
-        last = _tx_then(session, sync_points.sync_many_tx(
-            session, stack.id, T1, True, {"3:cleanup": None, "2:cleanup": None}, required),
-            lambda s, d: calls.append(d))
-        again = _tx_then(session, sync_points.sync_many_tx(
-            session, stack.id, T1, True, {"1:cleanup": None}, required),
-            lambda s, d: calls.append(d))
-    assert last.fired and calls == [dict.fromkeys(sorted(required))]
-    assert again.ready and not again.fired and len(calls) == 1
-    assert _get(db, stack.id, T1, True).atomic_key == 3
+        again = sync_points.report_roots_tx(session, stack.id, T1, ["1:cleanup"], 3)
+    assert again.found and not again.fired
     with db.session() as session:
-        assert not sync_points.sync_many_tx(session, stack.id, "other", True,
-                                            {"1:cleanup": None}, required).found
+        last = sync_points.report_roots_tx(session, stack.id, T1, ["3:cleanup", "2:cleanup"], 3)
+        late = sync_points.report_roots_tx(session, stack.id, T1, ["3:cleanup"], 3)
+    assert last.fired and late.found and not late.fired
+    point = _get(db, stack.id, T1, True)
+    assert point.atomic_key == 3 and point.input_data == {}
+    assert _get(db, sync_points.root_entity(stack.id, "1:cleanup"), T1, False).input_data == {
+        "1:cleanup": None}
+    with db.session() as session:
+        assert not sync_points.report_roots_tx(session, stack.id, "other", ["1:cleanup"], 3).found
+
+
+def test_roots_reported_from_the_start_are_counted(db, stack):
+    """A preparation's settled roots: their points written, the stack's key
+    counting them, so the remaining root's report completes the stack."""
+    key = sync_points.root_entity(stack.id, "1:cleanup")
+    _create(db, stack.id, T1, [], roots=["1:cleanup", "2:cleanup"],
+            reported={(key, False): {"1:cleanup": None}})
+    assert _get(db, stack.id, T1, True).atomic_key == 1
+    with db.session() as session:
+        assert sync_points.report_roots_tx(session, stack.id, T1, ["2:cleanup"], 2).fired
 
 
 def test_sync_on_a_missing_point_reports_a_superseded_traversal(db, stack):
