@@ -180,12 +180,12 @@ def test_self_healing_rounds_back_off_in_an_outage_without_a_traceback(caplog, m
     monkeypatch.setattr(common_outage.OUTAGES, "ongoing", False)
     errors = [_operational()]
 
-    def stack_list(_db):
+    def stack_heads(_db):
         if errors:
             raise errors.pop(0)
         return []
 
-    monkeypatch.setattr(heal.stacks, "stack_list", stack_list)
+    monkeypatch.setattr(heal.stack_work, "stack_heads", stack_heads)
     clock = [1000.0]
     monkeypatch.setattr(common_outage.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(heal.time, "monotonic", lambda: clock[0])
