@@ -1,8 +1,9 @@
 """Revert to snapshot, replica promotion and resync, replica-aware resize
 (issue 30) through sharectl and real share-manager processes, on SQLite and
 PostgreSQL + Redis: one daemon walking the commands, then a crash inside a
-revert and one inside a promotion (the dummy's crash points, by name), each
-settled by the next engine's startup pass and told in a user message."""
+revert, one inside a promotion and one inside a resync (the dummy's crash
+points, by name), each settled by the next engine's startup pass and told in
+a user message."""
 
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ def test_revert_promote_resync_and_their_crashes(setup, tmp_path):
     d.sharectl("replica", "promote", crashy_rep)
     assert engine.proc.wait(60) == 137, engine.text()[-2000:]
     assert d.json("replica", "show", crashy_rep)["status"] == "replication_change"
-    d.start()
+    engine = d.start()
     wait_until(lambda: d.json("replica", "show", crashy_rep)["status"] == "error",
                timeout=60, what="the promotion settled by the startup pass")
     states = {r["id"]: r["replica_state"] for r in d.json("replica", "list")
@@ -105,5 +106,20 @@ def test_revert_promote_resync_and_their_crashes(setup, tmp_path):
     assert states[crashy["instance_id"]] == "active", states
     (msg,) = d.json("message", "list", "--resource", crashy_rep)
     assert (msg["action_id"], msg["detail_id"]) == ("010", "003")
+
+    # A crash inside a resync: nothing transient to settle (the replica's
+    # status does not move); the request is abandoned and a message says so.
+    crashz = d.json("share", "create", "1", "--proto", "NFS", "--name", "crashz", "--wait")
+    crashz_rep = d.json("replica", "create", crashz["id"], "--wait")["id"]
+    engine.terminate()
+    engine = _crashing(d, tmp_path, "third", "update_replica_state.crashz")
+    d.sharectl("replica", "resync", crashz_rep)
+    assert engine.proc.wait(60) == 137, engine.text()[-2000:]
+    d.start()
+    wait_until(lambda: d.json("message", "list", "--resource", crashz_rep), timeout=60,
+               what="the resync's message")
+    assert d.json("replica", "show", crashz_rep)["status"] == "available"
+    (msg,) = d.json("message", "list", "--resource", crashz_rep)
+    assert (msg["action_id"], msg["detail_id"]) == ("011", "003")
     reqs = [r for r in d.json("request", "list") if r["status"] == "abandoned"]
-    assert sorted(r["action"] for r in reqs) == ["promote", "revert"]
+    assert sorted(r["action"] for r in reqs) == ["promote", "resync", "revert"]
