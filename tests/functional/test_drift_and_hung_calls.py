@@ -216,7 +216,8 @@ def test_drift_of_replicas_and_snapshots(deployment, servers):
     """Replicas and snapshots are checked too (drift.TARGETS): a replica
     moved and a snapshot resized are corrected, a snapshot removed behind
     the manager's back is marked error; each is shown by its show command;
-    a replica's size is not compared (it is its share's)."""
+    a replica's size is compared with its share's and reported, never
+    corrected (issue 30: a replica that differs needs an operator)."""
     d = deployment(**servers, host="observe-drift-more",
                    extra={"DEFAULT": {"startup_reconciliation_wait_seconds": "0",
                                       "drift_policy": "missing:error,size:correct,"
@@ -249,10 +250,14 @@ def test_drift_of_replicas_and_snapshots(deployment, servers):
     d.backend("remove", snaps[1])
 
     found = {(i["kind"], i["resource_type"]): i for i in d.json("reconcile", "drift")}
-    assert set(found) == {("export_locations", "replica"), ("size", "snapshot"),
-                          ("missing", "snapshot")}
+    assert set(found) == {("export_locations", "replica"), ("size", "replica"),
+                          ("size", "snapshot"), ("missing", "snapshot")}
     assert found[("size", "snapshot")]["snapshot_id"] == snaps[0]
-    assert {i["action"] for i in found.values()} == {"corrected", "error"}
+    assert {k: i["action"] for k, i in found.items()} == {
+        ("export_locations", "replica"): "corrected", ("size", "replica"): "report",
+        ("size", "snapshot"): "corrected", ("missing", "snapshot"): "error"}
+    assert (found[("size", "replica")]["database"], found[("size", "replica")]["backend"]) \
+        == (1, 7)
     assert [e["path"] for e in replica_row()["export_locations"]] == ["10.9.9.9:/moved"]
     assert replica_row()["drift"]["found"]["export_locations"]["action"] == "corrected"
     big, gone = snapshot(snaps[0]), snapshot(snaps[1])
@@ -261,6 +266,7 @@ def test_drift_of_replicas_and_snapshots(deployment, servers):
                                              "policy": "correct", "action": "corrected"}
     assert gone["status"] == vocab.ERROR and "missing" in gone["drift"]["found"]
     assert _status(db, share) == vocab.AVAILABLE  # the share itself agrees
+    d.backend("set", replica, "size=1")  # what an operator does about the replica
     # Corrected, they agree now: the next check finds nothing and clears.
     assert _drift(d) == {}
     assert snapshot(snaps[0])["drift"] is None and replica_row()["drift"] is None
