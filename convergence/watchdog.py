@@ -66,6 +66,9 @@ PASS_INTERVAL = 10.0  # seconds between reconciliation passes asked of one host
 MAX_CHECK_FAILURES = 3  # failed checks of one node before its stack fails
 TIDY_EVERY = 12  # runs between looks for rows a dead engine left on ended traversals
 SPACING = 20.0  # a periodic run's time, times this, before the next may start
+# ... but never longer than this: a run slowed by a stalled database or a
+# partition (seconds for one statement) must not put the next off for minutes.
+MAX_SPACING_SECONDS = 30.0
 
 Key = tuple[str, str]  # (stack id, traversal id)
 
@@ -99,7 +102,8 @@ class Watchdog:
         followed by the next no sooner than ``SPACING * t`` seconds after it
         started (the watchdog then takes at most 1/SPACING of the engine's
         time however large the stack; a small one is watched at every
-        period, as before)."""
+        period, as before), and within ``MAX_SPACING_SECONDS`` whatever the
+        run took."""
         if not self.armed or time.monotonic() < self._next_run:
             return
         started = time.monotonic()
@@ -110,7 +114,8 @@ class Watchdog:
                 raise  # the periodic task backs off and logs the outage once
             LOG.exception("stack watchdog run failed")
         finally:
-            self._next_run = started + SPACING * (time.monotonic() - started)
+            self._next_run = started + min(SPACING * (time.monotonic() - started),
+                                           MAX_SPACING_SECONDS)
 
     def run_once(self) -> dict[str, int]:
         """One look at every stack IN_PROGRESS; returns counts for the log and
