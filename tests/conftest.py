@@ -117,8 +117,11 @@ def sqlite_url(tmp_path):
 
 @pytest.fixture
 def redis_url():
+    """Redis with a key namespace of the test's own: tests running at once
+    on other workers (the same host name, the same engines group) must not
+    see each other's engines come and go."""
     need_server("Redis", "127.0.0.1", 6379)
-    return REDIS_URL
+    return f"{REDIS_URL}?namespace=sm_{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "mysql"])

@@ -46,7 +46,7 @@ from sqlalchemy.engine import make_url
 
 from tests.functional import chaos
 from tests.functional.harness import Deployment, wait_until
-from tests.functional.netfault import Proxy
+from tests.functional.netfault import Proxy, through
 
 KINDS = ("pause", "redis", "database", "both")
 
@@ -110,7 +110,7 @@ class FaultFleet(chaos.Fleet):
         path = self.d.root / f"engine-{slot}-{self.generation}.conf"
         self.d.write_config(
             path, dummy=knobs,
-            coordination={"backend_url": f"redis://127.0.0.1:{redis.port}"},
+            coordination={"backend_url": through(self.redis_url, redis.port)},
             database={"connection": make_url(self.db_url).set(port=pg.port)
                       .render_as_string(hide_password=False)})
         engine = self.d.start(wait=False, config=path,

@@ -80,3 +80,11 @@ class Proxy:
 
     def thaw(self) -> None:
         self._flowing.set()
+
+
+def through(url: str, port: int) -> str:
+    """``url`` pointed at a proxy on ``port`` of 127.0.0.1, its query (the
+    test's Redis key namespace) kept."""
+    from urllib.parse import urlsplit
+
+    return urlsplit(url)._replace(netloc=f"127.0.0.1:{port}").geturl()

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.functional.harness import wait_until
-from tests.functional.netfault import Proxy
+from tests.functional.netfault import Proxy, through
 from tests.functional.test_daemon import one_error_line
 from tests.functional.test_health import _get, _url
 
@@ -197,7 +197,7 @@ def test_a_coordination_outage_is_one_warning(deployment, redis_url):
 
     proxy = Proxy(urlsplit(redis_url).port or 6379)
     proxy.start()
-    d = deployment(coordination_url=f"redis://127.0.0.1:{proxy.port}",
+    d = deployment(coordination_url=through(redis_url, proxy.port),
                    extra={"DEFAULT": {"outage_retry_max_interval": "1"}})
     d.sync()
     engine = d.start()

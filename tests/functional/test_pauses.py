@@ -16,7 +16,7 @@ import signal
 import pytest
 
 from tests.functional.harness import SETUPS, Deployment, servers, wait_until
-from tests.functional.netfault import Proxy
+from tests.functional.netfault import Proxy, through
 from tests.functional.test_health import _get, _url
 
 FAST = {
@@ -234,7 +234,7 @@ def test_cut_off_engine_claims_nothing_and_comes_back(deployment, pg_url, redis_
                                extra={"DEFAULT": FAST})
     d.sync()
     config_a = d.write_config(d.root / "engine-a.conf",
-                              coordination={"backend_url": f"redis://127.0.0.1:{proxy.port}"},
+                              coordination={"backend_url": through(redis_url, proxy.port)},
                               health={"enabled": "true", "port": "0"})
     a = d.start(config=config_a, name="a")
     b = d.start(name="b")

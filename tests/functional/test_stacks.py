@@ -67,7 +67,7 @@ def _setup(deployment, setup, redis_options="", **kw):
     url = request.getfixturevalue("mysql_url" if kind == MARIADB else "pg_url")
     redis = request.getfixturevalue("redis_url")
     if redis_options:
-        redis += "?" + redis_options
+        redis += "&" + redis_options
     return deployment(db_url=url, coordination_url=redis, **kw)
 
 

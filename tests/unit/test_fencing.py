@@ -258,7 +258,7 @@ def test_an_expired_redis_lock_is_not_still_held(redis_url, tmp_path):
     import uuid
 
 
-    url = f"{redis_url}?lock_timeout=1&membership_timeout=1"
+    url = f"{redis_url}&lock_timeout=1&membership_timeout=1"
     frozen, peer = Coordinator(url, f"a-{uuid.uuid4()}"), Coordinator(url, f"b-{uuid.uuid4()}")
     frozen.start(heartbeat=False)
     peer.start(heartbeat=False)
