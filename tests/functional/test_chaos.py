@@ -67,14 +67,24 @@ def test_random_templates_and_changes_are_valid():
 
     rng = random.Random(11)
     kinds = set()
+    given = 0
     for _ in range(200):
         template = chaos.random_template(rng)
         for _ in range(4):
             actions.load_template(yaml.safe_dump(template), ["dummy"])
+            written, values = chaos.explicit_values(template)
+            parsed = actions.load_template(yaml.safe_dump(written), ["dummy"], values)
+            given += len(values)
+            for name, res in template["resources"].items():
+                size = res["properties"].get("size")
+                if isinstance(size, dict):  # the value given wins over the default 1
+                    want = template["parameters"][size["get_param"]]["default"]
+                    assert parsed.resources[name].properties["size"] == want
             kinds |= {r["type"] for r in template["resources"].values()}
             assert 1 <= len(template["resources"]) <= 5
             template = chaos.mutate_template(rng, template)
     assert kinds == {"share", "snapshot", "replica"}
+    assert given > 50  # parameters are part of what the chaos sends
 
 
 WEB = {"resources": {

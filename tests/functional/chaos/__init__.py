@@ -68,12 +68,13 @@ from tests.functional.chaos.runner import (
     settle,
     teardown,
 )
-from tests.functional.chaos.templates import mutate_template, random_template
+from tests.functional.chaos.templates import explicit_values, mutate_template, random_template
 
 __all__ = [
     "DB_NAME", "DELAY_METHODS", "ENGINE_OPTIONS", "PG_ADMIN", "READ_METHODS", "REDIS_URL",
     "Checker", "EngineRecord", "Fleet", "Log", "Operator", "Options", "Reader", "Result",
-    "StackModel", "_drop_pg_database", "_fresh_pg_database", "main", "mutate_template",
+    "StackModel", "_drop_pg_database", "_fresh_pg_database", "explicit_values", "main",
+    "mutate_template",
     "open_narrative", "random_template", "reproduce_command", "run", "settle", "teardown",
     "utcnow",
 ]

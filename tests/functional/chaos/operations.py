@@ -17,7 +17,7 @@ from sharemgr.common import vocab
 
 from tests.functional.chaos.options import MANUAL_SHARE, Log, Options, utcnow
 from tests.functional.chaos.reader import Reader, backend_now, made_but_error, transient_resources
-from tests.functional.chaos.templates import mutate_template, random_template
+from tests.functional.chaos.templates import explicit_values, mutate_template, random_template
 from tests.functional.harness import Deployment
 
 
@@ -30,6 +30,9 @@ class StackModel:
     deleted: bool = False  # a delete was accepted (updates may still supersede it)
     disable_rollback: bool = False
     versions: int = 0
+    # Parameter values given with -P on every create and update (else the
+    # templates' defaults apply): templates.explicit_values.
+    explicit: bool = False
 
 
 @dataclasses.dataclass
@@ -197,6 +200,7 @@ class Operator:
             model = StackModel(f"s{n}")
             template = random_template(rng)
             model.disable_rollback = rng.random() < 0.15
+            model.explicit = rng.random() < 0.5
             args = ["stack", "create", model.name]
             if model.disable_rollback:
                 args.append("--disable-rollback")
@@ -250,8 +254,11 @@ class Operator:
         if op.template is not None:
             op.stack.versions += 1
             path = self.templates / f"{op.stack.name}-v{op.stack.versions}.yaml"
-            path.write_text(yaml.safe_dump(op.template, sort_keys=False))
-            args[3:3] = ["-t", str(path)]
+            written, values = (explicit_values(op.template) if op.stack.explicit
+                               else (op.template, {}))
+            path.write_text(yaml.safe_dump(written, sort_keys=False))
+            args[3:3] = ["-t", str(path)] + [a for k, v in sorted(values.items())
+                                             for a in ("-P", f"{k}={v}")]
         started = time.monotonic()
         try:
             out = self.d.sharectl(*args, check=False, timeout=120)

@@ -1,5 +1,7 @@
 """Templates: random small stacks and random changes to them (every one
-valid input: test_chaos.py checks)."""
+valid input: test_chaos.py checks). A share's size is now and then a
+parameter (``get_param``), its value the parameter's default or, for a
+stack whose values are given explicitly, a ``-P`` (``explicit_values``)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,12 @@ def _word(rng: random.Random) -> str:
     return rng.choice(("alpha", "beta", "gamma", "delta", "omega", "main", "blue", "red"))
 
 
-def add_resource(rng: random.Random, resources: dict) -> None:
+def _param_of(props: dict) -> str | None:
+    size = props.get("size")
+    return size["get_param"] if isinstance(size, dict) and "get_param" in size else None
+
+
+def add_resource(rng: random.Random, resources: dict, params: dict | None = None) -> None:
     shares = [n for n, r in resources.items() if r["type"] == "share"]
     snaps = [n for n, r in resources.items() if r["type"] == "snapshot"]
     kinds = [("share", 4.0)]
@@ -45,6 +52,11 @@ def add_resource(rng: random.Random, resources: dict) -> None:
     if kind == "share":
         name = _fresh_name(rng, resources, "data")
         props: dict[str, object] = {"size": rng.randint(1, 3), "proto": rng.choice(("NFS", "CIFS"))}
+        if params is not None and rng.random() < 0.3:
+            param = f"size_{name}"
+            params[param] = {"type": "number", "default": props["size"],
+                             "constraints": [{"range": {"min": 1, "max": 4}}]}
+            props["size"] = {"get_param": param}
         if rng.random() < 0.3:
             props["backend"] = "dummy"
         res: dict[str, object] = {"type": "share", "properties": props}
@@ -70,9 +82,22 @@ def add_resource(rng: random.Random, resources: dict) -> None:
 
 def random_template(rng: random.Random) -> dict:
     resources: dict[str, object] = {}
+    params: dict[str, object] = {}
     for _ in range(rng.randint(1, 5)):
-        add_resource(rng, resources)
-    return {"resources": resources}
+        add_resource(rng, resources, params)
+    return {"parameters": params, "resources": resources} if params else {"resources": resources}
+
+
+def explicit_values(template: dict) -> tuple[dict, dict[str, str]]:
+    """The template with every parameter's default put to 1, and the values
+    (the generated defaults) to give with ``-P``: the stored sizes then come
+    from the values given, not from the defaults."""
+    t = copy.deepcopy(template)
+    values = {}
+    for name, decl in (t.get("parameters") or {}).items():
+        values[name] = str(decl["default"])
+        decl["default"] = 1
+    return t, values
 
 
 def mutate_template(rng: random.Random, template: dict) -> dict:
@@ -80,6 +105,7 @@ def mutate_template(rng: random.Random, template: dict) -> dict:
     (replace), add or remove a resource."""
     t = copy.deepcopy(template)
     res = t["resources"]
+    params = t.setdefault("parameters", {})
     for _ in range(rng.choice((1, 1, 2))):
         originals = [n for n, r in res.items()
                      if r["type"] == "share" and "snapshot" not in r["properties"]]
@@ -101,7 +127,12 @@ def mutate_template(rng: random.Random, template: dict) -> dict:
         what = rng.choices([c for c, _ in choices], [w for _, w in choices])[0]
         if what == "resize":
             props = res[rng.choice(originals)]["properties"]
-            props["size"] = rng.choice([s for s in (1, 2, 3) if s != props["size"]])
+            param = _param_of(props)
+            if param:  # a new default: the value to use
+                decl = params[param]
+                decl["default"] = rng.choice([s for s in (1, 2, 3) if s != decl["default"]])
+            else:
+                props["size"] = rng.choice([s for s in (1, 2, 3) if s != props["size"]])
         elif what == "rename":
             props = res[rng.choice(named)]["properties"]
             props["name"] = rng.choice([w for w in ("alpha", "beta", "gamma", "delta", "omega")
@@ -110,7 +141,10 @@ def mutate_template(rng: random.Random, template: dict) -> dict:
             props = res[rng.choice(shares)]["properties"]
             props["proto"] = "CIFS" if props["proto"] == "NFS" else "NFS"
         elif what == "add":
-            add_resource(rng, res)
+            add_resource(rng, res, params)
         else:
-            del res[rng.choice(leaves)]
+            gone = res.pop(rng.choice(leaves))
+            params.pop(_param_of(gone["properties"]) or "", None)
+    if not params:
+        del t["parameters"]
     return t
