@@ -12,9 +12,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.db import api, models, sync_points
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
@@ -137,7 +139,7 @@ class Adopted:
     name: str
     type: str
     physical_id: str
-    properties: Mapping[str, object]
+    properties: Mapping[str, object]  # JSON values
     attributes: Mapping[str, object]
     requires: Sequence[str] = ()  # names of the resources it requires
 
@@ -156,7 +158,7 @@ def owners_tx(session: Session, found: Sequence[tuple[str, str]]) -> dict[tuple[
                sa.not_(sa.and_(Resource.action == vocab.STACK_DELETE,
                                Resource.status == vocab.STACK_COMPLETE)))).all()
     wanted = set(found)
-    return {(t, p): name for t, p, name in rows if (t, p) in wanted}
+    return {(t, p): name for t, p, name in rows if p is not None and (t, p) in wanted}
 
 
 def owners(db: Database, found: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
@@ -187,7 +189,8 @@ def adopt(db: Database, name: str, template: dict, resources: Sequence[Adopted],
         for r in resources:
             row = rows[r.name]
             row.physical_id, row.action = r.physical_id, vocab.STACK_CREATE
-            row.properties, row.attributes = dict(r.properties), dict(r.attributes)
+            row.properties = cast("dict[str, JSONValue]", dict(r.properties))
+            row.attributes = cast("dict[str, JSONValue]", dict(r.attributes))
         db_stacks.resources_add_tx(session, rows.values())
         for r in resources:
             rows[r.name].requires = sorted(rows[d].id for d in r.requires)
