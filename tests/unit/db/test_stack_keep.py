@@ -137,3 +137,33 @@ def test_adopt_refuses_a_resource_another_stack_has_and_writes_nothing(db):
     assert stack_keep.owners(db, [("share", "phys-other-0")]) == {}
     with pytest.raises(stacks.StackExists):
         stack_keep.adopt(db, "other", {"resources": {}}, [_adopted("a", "pa")])
+
+
+def test_two_adopts_of_one_share_at_once_one_wins(db):
+    """The share's row is locked while the adopt checks that nobody owns it:
+    racing adopts (threads, each its own transaction) cannot both take it."""
+    import threading
+
+    with db.session() as session:
+        share = models.Share(id=models.new_id(), size=1, share_proto="NFS", name="s")
+        session.add(share)
+        pid = share.id
+    barrier = threading.Barrier(4)
+    results: list[object] = []
+
+    def adopt(name):
+        barrier.wait()
+        try:
+            results.append(stack_keep.adopt(db, name, {"resources": {}},
+                                            [_adopted("a", pid)]).name)
+        except stack_keep.Refused as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=adopt, args=(f"s{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    won = [r for r in results if isinstance(r, str)]
+    assert len(results) == 4 and len(won) == 1, results
+    assert stack_keep.owners(db, [("share", pid)]) == {("share", pid): won[0]}
