@@ -52,6 +52,11 @@ def test_abandon_keeps_everything_physical_and_prints_what_adopt_reads(rig):
     assert rows == {n: r["physical_id"] for n, r in data["resources"].items()}
     assert actions.progress(rig.db, stack).done == 2
 
+    # Its rows are what a create would have left: an update of the same
+    # template settles the share at the preparation (settle.py).
+    same = rig.update("again", V1.replace("default: 1", "default: 2"))
+    assert {same.names[n.resource_id] for n in same.settled if n.is_update} == {"data"}
+    e.pump()
     # The adopted stack updates in place and deletes as any other.
     rig.update("again", V1.replace("default: 1", "default: 3"))
     e.pump()
