@@ -70,7 +70,7 @@ class Actor:
             return self._update(ctx, stack, row)
         if (row.id, True) in ctx.graph and row.replaced_by is None:
             return Outcome.done()  # still wanted: nothing to clean up
-        return self._delete_row(ctx, row, keep=retain.keeps(self.db, stack, row))
+        return self._delete_row(ctx, row, keep=retain.keeps(self.db, stack.action, row))
 
     # Update nodes ------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sharemgr.common import vocab
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence import retain
 from sharemgr.convergence.decide import Kind, decide, unhealthy
@@ -117,7 +118,7 @@ def preview(db: Database, template: Template,
                             "its physical resource is gone: made anew")
         else:
             change = Change(name, defn.type, UNKNOWN, reason="another operation is under way")
-        if change.change == REPLACED and retain.policy_retains(db, row):
+        if change.change == REPLACED and retain.keeps(db, vocab.STACK_UPDATE, row):
             change = Change(change.name, change.type, change.change, change.properties,
                             "; ".join(filter(None, (change.reason, "the old one is retained"))),
                             kept=True)
@@ -130,7 +131,7 @@ def preview(db: Database, template: Template,
                                       observed.attributes)
     for name, row in rows.items():
         if name not in template.resources:
-            kept = row.physical_id is not None and retain.policy_retains(db, row)
+            kept = retain.keeps(db, vocab.STACK_UPDATE, row)
             out.changes.append(Change(name, row.type, RETAINED if kept else DELETED))
     return out
 

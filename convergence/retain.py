@@ -48,12 +48,13 @@ def _retained(db: Database, template_id: int) -> frozenset[tuple[str, str]]:
                      if d.retain)
 
 
-def keeps(db: Database, stack: models.Stack, row: models.StackResource) -> bool:
-    """Whether the clean-up of ``row`` keeps its physical resource: the
-    policy says retain, the traversal is not a ROLLBACK (which undoes what
+def keeps(db: Database, action: str, row: models.StackResource) -> bool:
+    """Whether the clean-up of ``row`` in a traversal of ``action`` keeps
+    its physical resource: the policy says retain, the traversal is not a
+    ROLLBACK (which undoes what
     a failed action made: never accepted, never kept) and there is a usable
     resource to keep (a failed or vanished one is deleted as before)."""
-    if stack.action == vocab.STACK_ROLLBACK or row.physical_id is None:
+    if action == vocab.STACK_ROLLBACK or row.physical_id is None:
         return False
     if not policy_retains(db, row):
         return False

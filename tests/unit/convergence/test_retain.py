@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from sharemgr.convergence import actions, preview
 from sharemgr.convergence.template import TemplateError, parse
-from sharemgr.db import stacks, status_reads
+from sharemgr.db import api, models, stacks, status_reads
 
 from tests.unit.stack_rig import Rig
 
@@ -117,3 +117,23 @@ def test_a_rollback_deletes_what_the_failed_create_made_retained_or_not(tmp_path
                 and o["status"] != "deleted"] == []
     finally:
         rig.close()
+
+
+def test_a_failed_retained_share_is_deleted_as_before(rig):
+    """Nothing worth keeping: an errored share is not left behind."""
+    e = rig.engine()
+    rig.create("web", V1)
+    e.pump()
+    data = rig.rows("web")["data"][0].physical_id
+    _share_row, inst = status_reads.share_with_status(rig.db, data)
+    with rig.db.session() as session:
+        api.conditional_update_tx(session, models.ShareInstance, inst.id, {},
+                                  {"status": "error"})
+    got = preview.preview(rig.db, actions.load_template(WITHOUT_DATA, rig.backends),
+                          actions.current_rows(rig.db, rig.stack("web")))
+    assert {(c.name, c.change) for c in got.changes} == {
+        ("data", "deleted"), ("scratch", "unchanged")}
+    rig.update("web", WITHOUT_DATA)
+    e.pump()
+    assert rig.stack("web").status == "COMPLETE"
+    assert _share(rig, data) is None
