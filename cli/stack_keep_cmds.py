@@ -57,8 +57,6 @@ class StackAdopt(base.ShowOne):
         from sharemgr.db.stacks import StackExists
 
         args = parsed_args
-        if args.dry_run:
-            raise base.UserError("stack adopt has no --dry-run: it changes no resource")
         try:
             check_stack_name(args.name)
             data = abandon.read_data(_read(args.adopt_file, "adopt data"))
@@ -72,6 +70,10 @@ class StackAdopt(base.ShowOne):
         timeout = actions.timeout_for(template, args.timeout,
                                       self.app.context.conf.stack_timeout_minutes)
         try:
+            if args.dry_run:  # every check, nothing written
+                adopted = abandon.plan(db, template, data)
+                return (tuple(r.name for r in adopted),
+                        tuple(f"adopted ({r.type} {r.physical_id})" for r in adopted))
             stack = abandon.adopt(db, args.name, template, data, args.disable_rollback, timeout)
         except (abandon.AdoptError, StackExists) as exc:
             raise base.UserError(f"cannot adopt stack {args.name}: {exc}")

@@ -106,6 +106,11 @@ def test_abandon_then_adopt(deployment, either):
     assert out.returncode == 2 and "cannot read adopt data" in out.stderr
     assert d.json("stack", "list") == []
 
+    snap = data["resources"]["snap"]["physical_id"]
+    assert d.json("stack", "adopt", "again", "-t", v1, "--adopt-file", str(path),
+                  "--dry-run") == {"data": f"adopted (share {share})",
+                                   "snap": f"adopted (snapshot {snap})"}
+    assert d.json("stack", "list") == []
     calls = len(d.backend("calls"))
     shown = d.json("stack", "adopt", "again", "-t", v1, "--adopt-file", str(path))
     assert (shown["action"], shown["status"], shown["progress"]) == ("CREATE", "COMPLETE", "2/2")
