@@ -18,6 +18,7 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence import decide as decide_mod
 from sharemgr.convergence import physical as phys
+from sharemgr.convergence import retain
 from sharemgr.convergence.decide import Kind
 from sharemgr.convergence.node_check import (
     ENDED,
@@ -69,7 +70,7 @@ class Actor:
             return self._update(ctx, stack, row)
         if (row.id, True) in ctx.graph and row.replaced_by is None:
             return Outcome.done()  # still wanted: nothing to clean up
-        return self._delete_row(ctx, row)
+        return self._delete_row(ctx, row, keep=retain.keeps(self.db, stack.action, row))
 
     # Update nodes ------------------------------------------------------------------
 
@@ -178,10 +179,13 @@ class Actor:
 
     # Clean-up nodes ------------------------------------------------------------------
 
-    def _delete_row(self, ctx: Ctx, row: models.StackResource) -> Outcome:
+    def _delete_row(self, ctx: Ctx, row: models.StackResource, keep: bool = False) -> Outcome:
         """Delete the physical resource of a row this check holds, then mark
         the row DELETE COMPLETE; a physical row that changed meanwhile is
-        planned again."""
+        planned again. ``keep``: the row goes, its physical resource stays
+        (``retain.keeps``)."""
+        if keep:
+            return self._retain_row(ctx, row)
         for _attempt in range(REPLAN_ATTEMPTS):
             outcome = self._delete_once(ctx, row)
             if outcome.result is not Result.REPLAN:
@@ -192,6 +196,22 @@ class Actor:
             row = again
         return self.fail(row, vocab.STACK_DELETE, "its physical resources kept changing while "
                          f"its delete was planned ({REPLAN_ATTEMPTS} attempts)")
+
+    def _retain_row(self, ctx: Ctx, row: models.StackResource) -> Outcome:
+        """DELETE COMPLETE without a driver call, the row no longer naming
+        its physical resource, which stays as any user's (``begin`` checks
+        the traversal is current, as for a delete)."""
+        LOG.info("stack %s: %s: deletion_policy retain: %s %s kept outside the stack",
+                 ctx.stack_name, row.name, row.type, row.physical_id)
+        work = self.work(ctx, vocab.STACK_DELETE, {"status_reason": None, "physical_id": None},
+                         phys.Plan())
+        begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id, ctx.traversal, work)
+        if isinstance(begun, Outcome):
+            return begun
+        stack_work.end(self.db, row.id, self.engine_id, vocab.STACK_DELETE, vocab.STACK_COMPLETE,
+                       f"retained: {row.type} {row.physical_id} kept outside the stack",
+                       op_request_id=begun.op_request_id)
+        return Outcome.done()
 
     def _delete_once(self, ctx: Ctx, row: models.StackResource) -> Outcome:
         if row.action == vocab.STACK_DELETE and row.status == vocab.STACK_COMPLETE:

@@ -51,6 +51,8 @@ def decide(db: Database, template: Template, row: models.StackResource,
     in_place: Mapping[str, Any] = {}
     if effective.action == vocab.STACK_DELETE:
         kind = Kind.REPLACE  # doc/specs.rst, spec 001: update node whose row is being deleted
+    elif unhealthy(effective):
+        kind = Kind.REPLACE  # marked so by the user (stack resource mark-unhealthy)
     elif observed.state == phys.GONE:
         kind = Kind.CREATE
     elif observed.state == phys.BUSY:
@@ -66,6 +68,11 @@ def decide(db: Database, template: Template, row: models.StackResource,
     else:
         host = observed.host
     return Decision(kind, props, observed, in_place, host)
+
+
+def unhealthy(row: models.StackResource) -> bool:
+    """Marked unhealthy (Heat's CHECK_FAILED): its next update replaces it."""
+    return row.action == vocab.STACK_CHECK and row.status == vocab.STACK_FAILED
 
 
 def effective(db: Database, stack: models.Stack, row: models.StackResource

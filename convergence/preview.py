@@ -15,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sharemgr.common import vocab
 from sharemgr.convergence import physical as phys
-from sharemgr.convergence.decide import Kind, decide
+from sharemgr.convergence import retain
+from sharemgr.convergence.decide import Kind, decide, unhealthy
 from sharemgr.convergence.properties import (
     ResourceData,
     data_by_name,
@@ -31,6 +33,7 @@ ADDED = "added"
 UPDATED = "updated"
 REPLACED = "replaced"
 DELETED = "deleted"
+RETAINED = "retained"  # removed from the stack, its physical resource kept (retain.py)
 UNCHANGED = "unchanged"
 UNKNOWN = "unknown"  # busy, or a value only known once the update runs
 
@@ -42,6 +45,7 @@ class Change:
     change: str
     properties: tuple[str, ...] = ()  # replaced: the ones that force it; updated: changed
     reason: str = ""
+    kept: bool = False  # replaced, the old physical resource retained (deletion_policy)
 
 
 @dataclass
@@ -55,9 +59,11 @@ class Preview:
         """Shares the new template replaces (a property that forces a new
         share changed): the data on the old one does not come along. A
         share replaced because it failed or is gone is not counted: there
-        is nothing to keep, and refusing would block its repair."""
+        is nothing to keep, and refusing would block its repair; nor is one
+        marked unhealthy, whose replacement the user asked for, nor one
+        whose old share is retained (its data stays, outside the stack)."""
         return [c for c in self.changes
-                if c.change == REPLACED and c.type == "share" and c.properties]
+                if c.change == REPLACED and c.type == "share" and c.properties and not c.kept]
 
 
 def preview(db: Database, template: Template,
@@ -101,6 +107,9 @@ def preview(db: Database, template: Template,
             change = Change(name, defn.type, UNCHANGED)
         elif kind == Kind.UPDATE:
             change = Change(name, defn.type, UPDATED, tuple(sorted(diff.in_place)))
+        elif kind == Kind.REPLACE and unhealthy(row):
+            change = Change(name, defn.type, REPLACED, (),
+                            f"marked unhealthy: {row.status_reason or 'no reason given'}")
         elif kind == Kind.REPLACE:
             change = Change(name, defn.type, REPLACED, forcing,
                             "" if forcing else f"resource is {row.action} {row.status}")
@@ -109,6 +118,10 @@ def preview(db: Database, template: Template,
                             "its physical resource is gone: made anew")
         else:
             change = Change(name, defn.type, UNKNOWN, reason="another operation is under way")
+        if change.change == REPLACED and retain.keeps(db, vocab.STACK_UPDATE, row):
+            change = Change(change.name, change.type, change.change, change.properties,
+                            "; ".join(filter(None, (change.reason, "the old one is retained"))),
+                            kept=True)
         out.changes.append(change)
         if change.change == REPLACED:
             data[name] = ResourceData(name, None, f"(new {name})",
@@ -118,6 +131,7 @@ def preview(db: Database, template: Template,
                                       observed.attributes)
     for name, row in rows.items():
         if name not in template.resources:
-            out.changes.append(Change(name, row.type, DELETED))
+            kept = retain.keeps(db, vocab.STACK_UPDATE, row)
+            out.changes.append(Change(name, row.type, RETAINED if kept else DELETED))
     return out
 

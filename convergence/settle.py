@@ -41,7 +41,9 @@ from sqlalchemy.orm import Session
 # The actions whose update nodes may be settled: a create has nothing to
 # settle, a delete no update node.
 SETTLING_ACTIONS = frozenset({vocab.STACK_UPDATE, vocab.STACK_ROLLBACK})
-_SETTLED_ACTIONS = frozenset({vocab.STACK_CREATE, vocab.STACK_UPDATE})
+# CHECK COMPLETE: a mark-unhealthy reset; CHECK FAILED (marked unhealthy)
+# is never settled, its check replaces it (status COMPLETE is required).
+_SETTLED_ACTIONS = frozenset({vocab.STACK_CREATE, vocab.STACK_UPDATE, vocab.STACK_CHECK})
 
 
 @dataclass(frozen=True)

@@ -153,7 +153,12 @@ TOP_LEVEL_KEYS = frozenset({"resources", "outputs", "description", "heat_templat
                             "parameter_values"})
 MAX_CONVERGE_INTERVAL = 604800  # a week, in seconds
 MAX_TIMEOUT_MINUTES = 525600  # a year: the same bound as the stack_timeout_minutes option
-RESOURCE_KEYS = frozenset({"type", "properties", "depends_on", "description"})
+RESOURCE_KEYS = frozenset({"type", "properties", "depends_on", "description",
+                           "deletion_policy"})
+# Heat's deletion policies, any case (doc/convergence.rst, "Keeping what matters").
+DELETE_POLICY = "delete"
+RETAIN_POLICY = "retain"
+DELETION_POLICIES = (DELETE_POLICY, RETAIN_POLICY)
 GET_RESOURCE = "get_resource"
 GET_ATTR = "get_attr"
 FUNCTIONS = frozenset({GET_RESOURCE, GET_ATTR})
@@ -227,6 +232,8 @@ class ResourceDefinition:
     properties: Mapping[str, object]  # as written: may hold get_resource/get_attr
     depends_on: tuple[str, ...] = ()
     requires: frozenset[str] = frozenset()  # depends_on + every referenced resource
+    # deletion_policy: retain: its physical resource outlives the stack's use of it.
+    retain: bool = False
 
     @property
     def schema(self) -> ResourceType:
@@ -294,6 +301,8 @@ class Template:
             r: dict[str, object] = {"type": d.type, "properties": dict(d.properties)}
             if d.depends_on:
                 r["depends_on"] = list(d.depends_on)
+            if d.retain:
+                r["deletion_policy"] = RETAIN_POLICY
             resources[d.name] = r
         if self.outputs:
             out["outputs"] = dict(self.outputs)
@@ -392,6 +401,7 @@ def _validate(data: object, given: Mapping[str, object] | None = None) -> Templa
     for name, raw in raw_resources.items():
         _check_shape(name, raw)
     resources = {n: _validate_resource(n, r, raw_resources) for n, r in raw_resources.items()}
+    _check_retained_parents(resources)
 
     raw_outputs = data.get("outputs") or {}
     if not isinstance(raw_outputs, dict):
@@ -543,7 +553,33 @@ def _validate_resource(name: str, raw: dict, all_raw: Mapping[str, Mapping[str, 
         properties=dict(props),
         depends_on=tuple(depends_on),
         requires=frozenset(requires),
+        retain=_deletion_policy(where, raw.get("deletion_policy")) == RETAIN_POLICY,
     )
+
+
+def _deletion_policy(where: str, value: object) -> str:
+    """Heat's ``Delete``/``Retain``, in any case; absent: delete."""
+    if value is None:
+        return DELETE_POLICY
+    if not isinstance(value, str) or value.lower() not in DELETION_POLICIES:
+        raise TemplateError(f"{where}: 'deletion_policy' must be Retain or Delete, got {value!r}")
+    return value.lower()
+
+
+def _check_retained_parents(resources: Mapping[str, ResourceDefinition]) -> None:
+    """A retained resource may only reference retained resources: the
+    snapshot kept while its share is deleted makes the share's delete fail
+    (a share with snapshots, a group with shares cannot be deleted)."""
+    for d in resources.values():
+        if not d.retain:
+            continue
+        for ref in _references(f"resource {d.name!r}", dict(d.properties)):
+            parent = resources.get(ref.name)
+            if parent is not None and not parent.retain:
+                raise TemplateError(
+                    f"resource {d.name!r} has deletion_policy retain but {ref.name!r}, "
+                    f"which it references, does not: deleting {ref.name!r} would fail "
+                    f"while {d.name!r} is kept")
 
 
 def _check_value(where: str, ps: PropertySchema, value: object) -> None:

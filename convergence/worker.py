@@ -38,7 +38,7 @@ from typing import Generic, TypeVar
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
-from sharemgr.convergence import decide
+from sharemgr.convergence import decide, retain
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.act import Actor
 from sharemgr.convergence.graph import Graph, Node
@@ -336,6 +336,8 @@ class Worker:
         waits as it does)."""
         if row.action == vocab.STACK_DELETE and row.status == vocab.STACK_COMPLETE:
             return None
+        if retain.policy_retains(self.db, row):
+            return None  # the general path keeps it (or deletes it in a rollback)
         observed = phys.observe(self.db, row.type, row.physical_id)
         if observed.state not in (phys.OK, phys.ERROR) or not self.placement.serves(observed.host):
             return None
