@@ -7,16 +7,45 @@ records after the in-process engine (tests/unit/stack_rig.py) ran it."""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sharemgr.convergence import actions, preview
+from sharemgr.convergence import physical as phys
 
 from tests.unit.property_scenarios import templates
 from tests.unit.stack_rig import Rig
 
 EXAMPLES = 30
+CLASSES = (preview.ADDED, preview.UPDATED, preview.REPLACED, preview.DELETED,
+           preview.RETAINED, preview.UNCHANGED)
+
+
+def _refs(value: object) -> set[str]:
+    if isinstance(value, dict):
+        if "get_resource" in value:
+            return {value["get_resource"]}
+        return {r for v in value.values() for r in _refs(v)}
+    return set()
+
+
+@st.composite
+def kept_templates(draw: st.DrawFn) -> dict:
+    """A template of the property tests' strategy, some resources with
+    ``deletion_policy: retain`` (only where everything they refer to is
+    retained too, as the template requires)."""
+    template = draw(templates())
+    retained: set[str] = set()
+    for name, res in template["resources"].items():
+        parents = _refs(res["properties"]) | set(res.get("depends_on", ()))
+        if parents <= retained and draw(st.booleans()):
+            res["deletion_policy"] = "retain"
+            retained.add(name)
+    return template
 
 
 def _current(rig: Rig) -> dict:
@@ -24,21 +53,23 @@ def _current(rig: Rig) -> dict:
     return actions.current_rows(rig.db, stack)
 
 
-def _done(rig: Rig, before: dict, after: dict) -> dict[str, set[str]]:
+def _done(before: dict, after: dict, exists: Callable[[Any], bool]) -> dict[str, set[str]]:
     """Per change, the names the update put through it, from the rows: a
     name's physical resource made anew is a replacement, the same one with
-    other properties an update in place."""
-    out: dict[str, set[str]] = {k: set() for k in (preview.ADDED, preview.UPDATED,
-                                                   preview.REPLACED, preview.DELETED,
-                                                   preview.UNCHANGED)}
+    other properties an update in place; a name gone whose physical resource
+    is still there was retained. Replacements whose old physical resource
+    is still there go in ``kept`` as well."""
+    out: dict[str, set[str]] = {k: set() for k in (*CLASSES, "kept")}
     for name in set(before) | set(after):
         old, new = before.get(name), after.get(name)
         if old is None:
             out[preview.ADDED].add(name)
         elif new is None:
-            out[preview.DELETED].add(name)
+            out[preview.RETAINED if exists(old) else preview.DELETED].add(name)
         elif new.physical_id != old.physical_id or new.type != old.type:
             out[preview.REPLACED].add(name)
+            if exists(old):
+                out["kept"].add(name)
         elif new.properties != old.properties:
             out[preview.UPDATED].add(name)
         else:
@@ -46,14 +77,18 @@ def _done(rig: Rig, before: dict, after: dict) -> dict[str, set[str]]:
     return out
 
 
+def _exists(rig: Rig, row) -> bool:
+    return phys.observe(rig.db, row.type, row.physical_id).state != phys.GONE
+
+
 def _said(got: preview.Preview) -> dict[str, set[str]]:
-    return {k: got.names(k) for k in (preview.ADDED, preview.UPDATED, preview.REPLACED,
-                                      preview.DELETED, preview.UNCHANGED)}
+    return {**{k: got.names(k) for k in CLASSES},
+            "kept": {c.name for c in got.changes if c.kept}}
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(first=templates(), second=templates())
+@given(first=kept_templates(), second=kept_templates())
 def test_the_preview_says_what_the_update_does(first: dict, second: dict) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rig = Rig(Path(tmp))
@@ -69,7 +104,7 @@ def test_the_preview_says_what_the_update_does(first: dict, second: dict) -> Non
             rig.update("web", text)
             e.pump()
             assert rig.stack("web").status == "COMPLETE", rig.stack("web").status_reason
-            assert _said(said) == _done(rig, before, _current(rig))
+            assert _said(said) == _done(before, _current(rig), lambda row: _exists(rig, row))
         finally:
             rig.close()
 
@@ -86,6 +121,8 @@ def test_the_comparison_tells_a_replacement_from_an_update() -> None:
               "c": Row("p3", {"size": 1})}
     after = {"a": Row("p1", {"size": 2}), "b": Row("p9", {"size": 1}),
              "d": Row("p4", {"size": 1})}
-    got = _done(None, before, after)  # type: ignore[arg-type]
+    got = _done(before, after, lambda row: row.physical_id == "p3")
+    assert got["retained"] == {"c"} and not got["deleted"]
+    got = _done(before, after, lambda row: False)
     assert got == {"added": {"d"}, "updated": {"a"}, "replaced": {"b"}, "deleted": {"c"},
-                   "unchanged": set()}
+                   "retained": set(), "unchanged": set(), "kept": set()}
