@@ -241,7 +241,7 @@ class Actor:
         return stack_work.Begin(action, values, plan.add, plan.changes,
                                 op.request({"stack_id": ctx.stack_id}) if op else None,
                                 self.operations.default_lease() if op else None,
-                                plan.claims)
+                                plan.claims, plan.conditions)
 
     def carry_out(self, ctx: Ctx, name: str, begun: stack_work.Begun, action: str,
                   plan: phys.Plan, final: Mapping[str, object],

@@ -17,7 +17,7 @@ from typing import Any, TypedDict
 import sqlalchemy as sa
 from sharemgr.common import messages, vocab
 from sharemgr.common.jsontypes import JSONValue
-from sharemgr.db import capacity, models, notify, records
+from sharemgr.db import capacity, models, notify, quiet, records
 from sharemgr.db import messages as db_messages
 from sharemgr.db.engine import Database
 from sharemgr.db.models import M
@@ -515,11 +515,13 @@ def transition_with_request(
     request: NewRequest | None,
     rows: Sequence[models.Base] = (),
     claims: Sequence[capacity.Claim] = (),
+    conditions: Sequence[quiet.Quiet] = (),
 ) -> bool:
     """Apply conditional updates ``(model, id, expected, values)``, insert
     ``rows`` and add a request, all or nothing: if any update loses, the
     transaction rolls back and False is returned. ``claims``: pool capacity
-    the rows take, claimed first (db/capacity.py; NoRoom is raised)."""
+    the rows take, claimed first (db/capacity.py; NoRoom is raised);
+    ``conditions``: checked after the updates (db/quiet.py; Busy is raised)."""
 
     class _Lost(Exception):
         pass
@@ -531,6 +533,7 @@ def transition_with_request(
             for model, ident, expected, values in changes:
                 if not conditional_update_tx(session, model, ident, expected, values):
                     raise _Lost()
+            quiet.check_tx(session, conditions)
             if rows:
                 session.add_all(list(rows))
                 session.flush()

@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.common.outcome import REPLAN, RETRY, SUPERSEDED, Outcome
-from sharemgr.db import api, capacity, models, records
+from sharemgr.db import api, capacity, models, quiet, records
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
 from sharemgr.db.reconcile import Lease
@@ -127,6 +127,7 @@ class Begin(Generic[L]):
     op: api.NewRequest | None = None
     op_lease: L | None = None  # its lease (``Operations.default_lease``), written with it
     claims: Sequence[capacity.Claim] = ()  # pool capacity its rows take (NoRoom)
+    conditions: Sequence[quiet.Quiet] = ()  # checked after the changes (db/quiet.py)
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,10 @@ def begin(
             for model, ident, expected, values in work.changes:
                 if not api.conditional_update_tx(session, model, ident, expected, values):
                     raise _NotBegun(REPLAN)
+            try:
+                quiet.check_tx(session, work.conditions)
+            except quiet.Busy:
+                raise _NotBegun(REPLAN)  # planned again, the plan's own check refuses
             op_id = None
             if work.op is not None:
                 op_id = _running_request_tx(

@@ -14,7 +14,7 @@ from oslo_config import cfg
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
-from sharemgr.db import models
+from sharemgr.db import models, quiet
 from sharemgr.db.engine import Database
 from sharemgr.manager import access, kinds, manage_ops, plans, replica_ops, revert_ops, views
 
@@ -84,7 +84,10 @@ class Intake:
         assert plan.op is not None
         try:
             written = db_api.transition_with_request(self.db, plan.changes, plan.op.request(),
-                                                     rows=plan.add, claims=plan.claims)
+                                                     rows=plan.add, claims=plan.claims,
+                                                     conditions=plan.conditions)
+        except quiet.Busy as exc:  # busy meanwhile (its plan's early check passed)
+            raise InvalidRequest(str(exc))
         except db_capacity.NoRoom as exc:
             # Placed meanwhile by another request: the room is gone.
             raise InvalidRequest(f"cannot {plan.op.action} {what}: {exc} (placed meanwhile "

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
-from sharemgr.db import models, resources
+from sharemgr.db import models, quiet, resources
 from sharemgr.db.engine import Database
 from sharemgr.manager import capabilities, kinds, leases, operation_table, views
 
@@ -66,6 +66,9 @@ class Plan:
     row: Any = None  # the resource users know (share, snapshot, ...) as planned
     # Pool capacity its rows take, claimed in the transaction that writes it.
     claims: list[db_capacity.Claim] = field(default_factory=list)
+    # No related row busy: checked now and again after the changes, in the
+    # transaction that writes them (db/quiet.py).
+    conditions: list[quiet.Quiet] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.row is None and self.add:
@@ -76,6 +79,25 @@ def need(status: str, allowed: tuple[str, ...], what: str, doing: str) -> None:
     if status not in allowed:
         raise Refused(f"cannot {doing} {what}: its status is {status!r} "
                       f"(needs {' or '.join(allowed)})")
+
+
+def quiet_share(db: Database, plan: Plan, share_id: str, *conditions: quiet.Quiet) -> Plan:
+    """``plan`` as one of the share's family (db/quiet.py): its changes end
+    with the share's anchor, and ``conditions`` are checked now (Refused)
+    and again in the writing transaction."""
+    try:
+        quiet.check(db, conditions)
+    except quiet.Busy as exc:
+        raise Refused(str(exc))
+    plan.changes.append(quiet.anchor(share_id))
+    plan.conditions += conditions
+    return plan
+
+
+# What a share's family must not be doing while one of its members starts
+# something (db/quiet.py): a resize calls the driver on every replica.
+_RESIZING = frozenset({vocab.EXTENDING, vocab.SHRINKING, vocab.REVERTING,
+                       vocab.REPLICATION_CHANGE})
 
 
 def get(db: Database, model: type[T], ident: str | None, what: str) -> T:
@@ -223,8 +245,11 @@ def create_snapshot(db: Database, share_id: str, name: str | None = None) -> Pla
                                 project_id=row.project_id)
     snap_inst = models.ShareSnapshotInstance(id=models.new_id(), snapshot_id=snap.id,
                                              share_instance_id=inst.id, status=vocab.CREATING)
-    return Plan(snap.id, [snap, snap_inst], [],
-                Op(vocab.SNAPSHOT_INSTANCE, snap_inst.id, vocab.ACTION_CREATE, inst.host))
+    # The instance still available when written: not resized meanwhile.
+    return quiet_share(db, Plan(snap.id, [snap, snap_inst],
+                                [(models.ShareInstance, inst.id, {"status": vocab.AVAILABLE}, {})],
+                                Op(vocab.SNAPSHOT_INSTANCE, snap_inst.id, vocab.ACTION_CREATE,
+                                   inst.host)), row.id)
 
 
 def create_replica(db: Database, share_id: str, host: str | None, dhss: bool) -> Plan:
@@ -241,13 +266,16 @@ def create_replica(db: Database, share_id: str, host: str | None, dhss: bool) ->
     rep = models.ShareInstance(id=models.new_id(), share_id=row.id, host=host,
                                status=vocab.CREATING, replica_state=vocab.REPLICA_OUT_OF_SYNC,
                                export_locations=[])
-    changes: list[Change] = []
+    # The instance still available when written (not resized meanwhile);
+    # the first replica makes it the active replica.
+    expected: dict[str, object] = {"status": vocab.AVAILABLE}
+    values: dict[str, object] = {}
     if inst.replica_state is None:
-        # The first replica makes the original instance the active replica.
-        changes.append((models.ShareInstance, inst.id, {"replica_state": None},
-                        {"replica_state": vocab.REPLICA_ACTIVE}))
-    return Plan(rep.id, [rep], changes, Op(vocab.REPLICA, rep.id, vocab.ACTION_CREATE, host),
-                claims=[claim] if claim else [])
+        expected["replica_state"], values["replica_state"] = None, vocab.REPLICA_ACTIVE
+    changes: list[Change] = [(models.ShareInstance, inst.id, expected, values)]
+    return quiet_share(db, Plan(rep.id, [rep], changes,
+                                Op(vocab.REPLICA, rep.id, vocab.ACTION_CREATE, host),
+                                claims=[claim] if claim else []), row.id)
 
 
 def create_share_server(host: str, dhss: bool) -> Plan:
@@ -304,15 +332,6 @@ def resize_share(db: Database, share_id: str, new_size: int) -> Plan:
     if new_size == row.size:
         return plan
     action = vocab.ACTION_EXTEND if new_size > row.size else vocab.ACTION_SHRINK
-    # A snapshot being made records the share's size when it is asked for,
-    # the backend when its driver call runs: resizing in between would leave
-    # the two disagreeing.
-    busy = sorted({si.status for si in db_api.query(db, models.ShareSnapshotInstance,
-                                                     {"share_instance_id": inst.id})
-                   if si.status in vocab.TRANSIENT_STATUSES})
-    if busy:
-        raise Refused(f"cannot {action} share {share_id}: it has a snapshot that is "
-                      f"{', '.join(busy)}; try again when it is done")
     spec = operation_table.spec(vocab.SHARE_INSTANCE, action)
     need(inst.status, spec.starts_from, f"share {share_id}", action)
     if action == vocab.ACTION_EXTEND:
@@ -325,7 +344,18 @@ def resize_share(db: Database, share_id: str, new_size: int) -> Plan:
         values["pending_size"] = new_size  # counted in its pool while extending
     plan.changes.append((models.ShareInstance, inst.id, {"status": vocab.AVAILABLE}, values))
     plan.op = Op(vocab.SHARE_INSTANCE, inst.id, action, inst.host, {"new_size": new_size})
-    return plan
+    # A snapshot being made records the share's size when it is asked for,
+    # the backend when its driver call runs: resizing in between would leave
+    # the two disagreeing. A replica being made, deleted or promoted would
+    # see the resize's driver call on it while its own runs.
+    return quiet_share(
+        db, plan, row.id,
+        quiet.Quiet(models.ShareSnapshotInstance, {"share_instance_id": inst.id},
+                    vocab.TRANSIENT_STATUSES, f"cannot {action} share {share_id}: it has a "
+                    "snapshot that is {statuses}; try again when it is done"),
+        quiet.Quiet(models.ShareInstance, {"share_id": row.id}, vocab.TRANSIENT_STATUSES,
+                    f"cannot {action} share {share_id}: it has a replica that is "
+                    "{statuses}; try again when it is done", but=(inst.id,)))
 
 
 def restore_backup(db: Database, backup_id: str) -> Plan:
@@ -398,8 +428,14 @@ def _delete_snapshot(db: Database, ident: str, force: bool = False) -> Plan:
 
 
 def _delete_replica(db: Database, ident: str, force: bool = False) -> Plan:
+    """Refused while its share is resized or another replica promoted (even
+    forced: the two would call the driver on it at once)."""
     row = replica(db, ident)
-    return _deleting(kinds.REPLICA, row, f"replica {ident}", row.host, force=force)
+    return quiet_share(db, _deleting(kinds.REPLICA, row, f"replica {ident}", row.host,
+                                     force=force), row.share_id,
+                       quiet.Quiet(models.ShareInstance, {"share_id": row.share_id}, _RESIZING,
+                                   f"cannot delete replica {ident}: its share is "
+                                   "{statuses}; try again when it is done", but=(row.id,)))
 
 
 def _delete_server(db: Database, ident: str, force: bool = False) -> Plan:

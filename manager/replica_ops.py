@@ -23,11 +23,11 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
-from sharemgr.db import models
+from sharemgr.db import models, quiet
 from sharemgr.db.engine import Database
 from sharemgr.manager import access, kinds, operation_table, views
 from sharemgr.manager.operations import OperationFailed, Stale
-from sharemgr.manager.plans import Change, Op, Plan, Refused, need, replica
+from sharemgr.manager.plans import Change, Op, Plan, need, quiet_share, replica
 
 if TYPE_CHECKING:
     from sharemgr.manager.operations import Operations
@@ -66,13 +66,13 @@ def plan_promote(db: Database, replica_id: str) -> Plan:
     rep = replica(db, replica_id)
     spec = operation_table.spec(vocab.REPLICA, vocab.ACTION_PROMOTE)
     need(rep.status, spec.starts_from, f"replica {replica_id}", "promote")
-    busy = [i.id for i in _siblings(db, rep.share_id) if i.status in vocab.TRANSIENT_STATUSES]
-    if busy:
-        raise Refused(f"cannot promote replica {replica_id}: its share's instance(s) "
-                      f"{', '.join(busy)} are busy; try again when they are done")
-    return Plan(rep.id, [], [(models.ShareInstance, rep.id, {"status": vocab.AVAILABLE},
+    plan = Plan(rep.id, [], [(models.ShareInstance, rep.id, {"status": vocab.AVAILABLE},
                               {"status": spec.transient[0]})],
                 Op(vocab.REPLICA, rep.id, vocab.ACTION_PROMOTE, rep.host), row=rep)
+    return quiet_share(db, plan, rep.share_id, quiet.Quiet(
+        models.ShareInstance, {"share_id": rep.share_id}, vocab.TRANSIENT_STATUSES,
+        f"cannot promote replica {replica_id}: its share has instances that are "
+        "{statuses}; try again when they are done", but=(rep.id,)))
 
 
 def plan_resync(db: Database, replica_id: str) -> Plan:

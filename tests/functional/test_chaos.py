@@ -67,7 +67,7 @@ def test_random_templates_and_changes_are_valid():
 
     rng = random.Random(11)
     kinds = set()
-    given = 0
+    given = kept = 0
     for _ in range(200):
         template = chaos.random_template(rng)
         for _ in range(4):
@@ -81,10 +81,11 @@ def test_random_templates_and_changes_are_valid():
                     want = template["parameters"][size["get_param"]]["default"]
                     assert parsed.resources[name].properties["size"] == want
             kinds |= {r["type"] for r in template["resources"].values()}
+            kept += sum("deletion_policy" in r for r in template["resources"].values())
             assert 1 <= len(template["resources"]) <= 5
             template = chaos.mutate_template(rng, template)
     assert kinds == {"share", "snapshot", "replica"}
-    assert given > 50  # parameters are part of what the chaos sends
+    assert given > 50 and kept > 50  # parameters and retained shares are in the mix
 
 
 WEB = {"resources": {

@@ -16,6 +16,7 @@ from tests.functional.chaos.options import (
     DELETE_METHODS,
     READ_METHODS,
     STACK_MADE,
+    kept_resource,
     parse_time,
 )
 from tests.functional.chaos.reader import Reader, backend_now, made_but_error, transient_resources
@@ -308,6 +309,8 @@ class Checker:
             if not m:
                 return
             st = stacks.get(m.group(1))
+            if kept_resource(name) and self.status_of(what, pid) == vocab.AVAILABLE:
+                return  # deletion_policy retain: kept outside the stack (templates.py)
             if st is None:
                 self.bad(f"orphan: {what} {pid} ({name}) of unknown stack {m.group(1)}")
             elif st["deleted_at"] is not None:

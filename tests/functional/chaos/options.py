@@ -68,6 +68,15 @@ FAIL_METHODS = ("extend_share", "create_snapshot.s", "create_replica.m", "delete
 MANUAL_SHARE = re.compile(r"^m\d+$")
 STACK_NAME = re.compile(r"^s\d+$")
 STACK_MADE = re.compile(r"^(s\d+)-([a-z]+\d*)-")
+
+
+def kept_resource(name: str | None) -> bool:
+    """Made by a stack for a resource with ``deletion_policy: retain``
+    (templates.py names them ``keep<N>``): it may outlive its stack."""
+    m = STACK_MADE.match(name or "")
+    return bool(m) and m.group(2).startswith("keep")
+
+
 ENGINE_ID = re.compile(r"share-manager starting: engine (\S+?),")
 ERROR_STATUSES = vocab.ERROR_STATUSES
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 import sqlalchemy as sa
+from sharemgr.common import vocab
 
 from tests.functional.chaos.checker import Checker
 from tests.functional.chaos.fleet import EngineRecord, Fleet
@@ -30,6 +31,7 @@ from tests.functional.chaos.options import (
     Log,
     Options,
     Result,
+    kept_resource,
     reproduce_command,
 )
 from tests.functional.chaos.reader import Reader, backend_now, stale_rows, transient_resources
@@ -119,9 +121,12 @@ def teardown(d: Deployment, reader: Reader, records: list[EngineRecord], timeout
     for kind, row in transient_resources(world):
         problems.append(f"teardown: {kind} {row['id']} stuck in {row['status']!r}")
     deleted = {s["name"] for s in world["stacks"] if s["deleted_at"] is not None}
+    # deletion_policy retain (templates.py's "keep" shares): kept, usable.
+    kept = {share["name"] for share in world["shares"].values()
+            if share["status"] == vocab.AVAILABLE and kept_resource(share["name"])}
     for sid, share in world["shares"].items():
         m = STACK_MADE.match(share["name"] or "")
-        if m and m.group(1) in deleted:
+        if m and m.group(1) in deleted and share["name"] not in kept:
             problems.append(f"teardown: share {sid} ({share['name']}, {share['status']}) "
                             f"outlived its deleted stack {m.group(1)}")
     for sid, snap in world["snapshots"].items():
@@ -131,7 +136,7 @@ def teardown(d: Deployment, reader: Reader, records: list[EngineRecord], timeout
                             f"outlived its deleted stack {m.group(1)}")
     for obj in backend_now(d).values():
         m = STACK_MADE.match(obj["name"] or "")
-        if m and m.group(1) in deleted:
+        if m and m.group(1) in deleted and obj["name"] not in kept:
             problems.append(f"teardown: backend {obj['kind']} {obj['id']} ({obj['name']}) "
                             f"outlived its deleted stack {m.group(1)}")
     checker = Checker(d, reader, records, {})

@@ -1,7 +1,8 @@
 """Templates: random small stacks and random changes to them (every one
 valid input: test_chaos.py checks). A share's size is now and then a
 parameter (``get_param``), its value the parameter's default or, for a
-stack whose values are given explicitly, a ``-P`` (``explicit_values``)."""
+stack whose values are given explicitly, a ``-P`` (``explicit_values``).
+Shares named ``keep<N>`` carry ``deletion_policy: retain``."""
 
 from __future__ import annotations
 
@@ -49,7 +50,13 @@ def add_resource(rng: random.Random, resources: dict, params: dict | None = None
     if snaps:
         kinds.append(("copy", 2.0))
     kind = rng.choices([k for k, _ in kinds], [w for _, w in kinds])[0]
-    if kind == "share":
+    if kind == "share" and rng.random() < 0.2:
+        # Kept when the stack or the resource goes (and its old share when
+        # replaced): the checker lets a "keep" share outlive its stack.
+        name = _fresh_name(rng, resources, "keep")
+        res = {"type": "share", "deletion_policy": "retain",
+               "properties": {"size": rng.randint(1, 3), "proto": rng.choice(("NFS", "CIFS"))}}
+    elif kind == "share":
         name = _fresh_name(rng, resources, "data")
         props: dict[str, object] = {"size": rng.randint(1, 3), "proto": rng.choice(("NFS", "CIFS"))}
         if params is not None and rng.random() < 0.3:

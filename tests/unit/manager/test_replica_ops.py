@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 from sharemgr.common import vocab
-from sharemgr.db import api, models, resources
+from sharemgr.db import api, models, quiet, resources
 from sharemgr.drivers.exceptions import ShareBackendException
-from sharemgr.manager import replica_ops
+from sharemgr.manager import plans, replica_ops
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.manager.plans import Refused
 
@@ -166,3 +166,45 @@ def test_a_resize_reaches_every_replica_of_the_share(engine, new_size, method):
     engine.operations.perform(op)
     assert resized == [(active.id, new_size), (rep.id, new_size)]
     assert api.get(db, models.Share, rep.share_id).size == new_size
+
+
+def _written(db, plan) -> bool:
+    return api.transition_with_request(db, plan.changes, plan.op.request(), rows=plan.add,
+                                       conditions=plan.conditions)
+
+
+def test_a_replica_s_delete_and_its_share_s_resize_never_both_start(engine):
+    """Both planned while the share was quiet (each plan's early check
+    passes), the first written wins and the second is refused in its own
+    transaction: a chaos run saw the resize call the driver on the replica
+    its delete was deleting (db/quiet.py)."""
+    db = engine.db
+    rep = make_replica(db, vocab.AVAILABLE)
+    shrink = plans.resize_share(db, rep.share_id, 3)
+    delete = plans.delete(db, vocab.REPLICA, rep.id)
+    assert _written(db, delete)
+    with pytest.raises(quiet.Busy, match="it has a replica that is deleting"):
+        _written(db, shrink)
+    assert _active_of(db, rep).status == vocab.AVAILABLE  # nothing of the shrink written
+    with pytest.raises(Refused, match="it has a replica that is deleting"):
+        plans.resize_share(db, rep.share_id, 3)
+
+    other = make_replica(db, vocab.AVAILABLE)
+    delete = plans.delete(db, vocab.REPLICA, other.id)
+    assert _written(db, plans.resize_share(db, other.share_id, 3))
+    with pytest.raises(quiet.Busy, match="its share is shrinking"):
+        _written(db, delete)
+    assert fetch(db, vocab.REPLICA, other.id).status == vocab.AVAILABLE
+    with pytest.raises(Refused, match="its share is shrinking"):
+        plans.delete(db, vocab.REPLICA, other.id)
+
+
+def test_a_snapshot_or_replica_planned_before_a_resize_was_written_is_refused(engine):
+    """They need the share's instance available: written after the resize,
+    their condition on it loses ("changed meanwhile")."""
+    db = engine.db
+    inst = make_share(db, vocab.AVAILABLE)
+    snap = plans.create_snapshot(db, inst.share_id)
+    assert _written(db, plans.resize_share(db, inst.share_id, 3))
+    assert not _written(db, snap)
+    assert not api.query(db, models.ShareSnapshotInstance, {"share_instance_id": inst.id})
