@@ -302,6 +302,8 @@ class _Rewriter:
                 raise GroupError(f"{where}: get_attr [{name}, {attr}, ...] takes one "
                                  f"{'index' if attr == REFS else 'key'}, got {path!r}")
             try:
+                if attr == REFS and not 0 <= step < g.count:
+                    raise IndexError(step)
                 return whole[key]  # type: ignore[index]
             except (KeyError, IndexError):
                 raise GroupError(f"{where}: group {name!r} has no member {step!r} "
