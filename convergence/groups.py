@@ -32,6 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 GROUP_TYPE = "resource_group"
 GROUP_KEYS = frozenset({"type", "properties", "depends_on", "description"})
@@ -170,10 +171,10 @@ def _group(name: str, raw: dict, names: Mapping[str, object], known_types: Mappi
     return GroupDefinition(name, count, dict(rdef), tuple(depends_on))
 
 
-def expand(raw_resources: Mapping[str, object], raw_outputs: Mapping[str, object],
+def expand(raw_resources: Mapping[str, Any], raw_outputs: Mapping[str, object],
            known_types: Mapping[str, object], attributes: Mapping[str, frozenset[str]],
            name_re: re.Pattern[str]
-           ) -> tuple[dict[str, object], dict[str, object], dict[str, GroupDefinition],
+           ) -> tuple[dict[str, Any], dict[str, object], dict[str, GroupDefinition],
                       dict[str, tuple[str, int]]]:
     """The resources with each group replaced by its members (in its place,
     index order), references to groups rewritten (below) in every
@@ -198,7 +199,7 @@ def expand(raw_resources: Mapping[str, object], raw_outputs: Mapping[str, object
                              f"of group {owner[0]!r} (members are named GROUP.INDEX): "
                              "rename the resource")
     members: dict[str, tuple[str, int]] = {}
-    out: dict[str, object] = {}
+    out: dict[str, Any] = {}
     for name, raw in raw_resources.items():
         if name not in groups:
             out[name] = raw
