@@ -74,7 +74,7 @@ def test_random_templates_and_changes_are_valid():
             kinds |= {r["type"] for r in template["resources"].values()}
             assert 1 <= len(template["resources"]) <= 5
             template = chaos.mutate_template(rng, template)
-    assert kinds == {"share", "snapshot", "replica"}
+    assert kinds == {"share", "snapshot", "replica", "resource_group"}
 
 
 WEB = {"resources": {
