@@ -151,12 +151,21 @@ def show(db: Database, stack: models.Stack) -> dict[str, object]:
         "resources": stacks.resource_name_count(db, stack.id),
         "progress": str(progress(db, stack)),
         "parameters": stored_template(db, stack).parameters,
+        **_groups(stored_template(db, stack)),
         "outputs": outputs(db, stack),
         "current_traversal": stack.current_traversal,
         "template_id": stack.template_id,
         "created_at": stack.created_at,
         "updated_at": stack.updated_at,
     }
+
+
+def _groups(template: Template) -> dict[str, object]:
+    """``stack show``'s ``groups`` (each group's count), if the template has any:
+    the members are resource rows of their own (``GROUP.INDEX``), a group is none."""
+    if not template.groups:
+        return {}
+    return {"groups": {g.name: g.count for g in template.groups.values()}}
 
 
 def resource_rows(db: Database, stack: models.Stack) -> list[dict[str, object]]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import yaml
 from sharemgr.common import vocab
+from sharemgr.convergence import groups as grp
 
 
 class TemplateError(ValueError):
@@ -254,6 +255,14 @@ class Template:
     # (-P, -e); ``get_param`` is already substituted in resources and outputs.
     parameter_declarations: Mapping[str, object] = field(default_factory=dict)
     parameter_values: Mapping[str, object] = field(default_factory=dict)
+    # The resource groups as written; their members are in ``resources``
+    # (convergence/groups.py).
+    groups: Mapping[str, grp.GroupDefinition] = field(default_factory=dict)
+
+    @functools.cached_property
+    def members(self) -> Mapping[str, tuple[str, int]]:
+        """Per member resource, its (group, index)."""
+        return {m: (g.name, i) for g in self.groups.values() for i, m in enumerate(g.members)}
 
     @functools.cached_property
     def parameters(self) -> Mapping[str, object]:
@@ -298,12 +307,18 @@ class Template:
         resources: dict[str, dict[str, object]] = {}
         out: dict[str, object] = {"resources": resources}
         for d in self.resources.values():
+            if d.name in self.members:  # stored as its group, in the first member's place
+                group = self.members[d.name][0]
+                resources.setdefault(group, self.groups[group].to_dict())
+                continue
             r: dict[str, object] = {"type": d.type, "properties": dict(d.properties)}
             if d.depends_on:
                 r["depends_on"] = list(d.depends_on)
             if d.retain:
                 r["deletion_policy"] = RETAIN_POLICY
             resources[d.name] = r
+        for g in self.groups.values():  # those of no member (count 0)
+            resources.setdefault(g.name, g.to_dict())
         if self.outputs:
             out["outputs"] = dict(self.outputs)
         if self.description is not None:
@@ -396,16 +411,23 @@ def _validate(data: object, given: Mapping[str, object] | None = None) -> Templa
                 f"resource name {name!r} is invalid: use letters, digits, '_', '-', '.' "
                 "(at most 128, starting with a letter or digit)"
             )
-    # Shapes and types first, so a property may reference a resource that
-    # comes later in the template and still be checked against its type.
-    for name, raw in raw_resources.items():
-        _check_shape(name, raw)
-    resources = {n: _validate_resource(n, r, raw_resources) for n, r in raw_resources.items()}
-    _check_retained_parents(resources)
-
     raw_outputs = data.get("outputs") or {}
     if not isinstance(raw_outputs, dict):
         raise TemplateError("'outputs' must be a mapping of output names")
+    try:
+        raw_resources, raw_outputs, groups, members = grp.expand(
+            raw_resources, raw_outputs, RESOURCE_TYPES,
+            {n: t.attributes for n, t in RESOURCE_TYPES.items()}, NAME_RE)
+    except grp.GroupError as exc:
+        raise TemplateError(str(exc))
+    # Shapes and types first, so a property may reference a resource that
+    # comes later in the template and still be checked against its type.
+    for name, raw in raw_resources.items():
+        _check_shape(name, raw, _member_label(members, name))
+    resources = {n: _validate_resource(n, r, raw_resources, _member_label(members, n))
+                 for n, r in raw_resources.items()}
+    _check_retained_parents(resources)
+
     outputs = {}
     for name, value in raw_outputs.items():
         # Heat's form {value: ..., description: ...} and the short form both work.
@@ -435,7 +457,16 @@ def _validate(data: object, given: Mapping[str, object] | None = None) -> Templa
     _toposort({n: d.requires for n, d in resources.items()})  # raises on a cycle
     return Template(resources=resources, outputs=outputs, description=description,
                     timeout=timeout, converge_interval=interval,
-                    parameter_declarations=declarations, parameter_values=dict(given))
+                    parameter_declarations=declarations, parameter_values=dict(given),
+                    groups=groups)
+
+
+def _member_label(members: Mapping[str, tuple[str, int]], name: str) -> str | None:
+    """How messages name a group's member: its group and index."""
+    if name not in members:
+        return None
+    group, index = members[name]
+    return f"group {group!r} member {index}"
 
 
 def _parameters(data: Mapping[str, object], given: Mapping[str, object] | None
@@ -476,8 +507,8 @@ def _substituted(data: Mapping[str, object], declarations: Mapping[str, object],
         raise TemplateError(str(exc))
 
 
-def _check_shape(name: str, raw: object) -> None:
-    where = f"resource {name!r}"
+def _check_shape(name: str, raw: object, where: str | None = None) -> None:
+    where = where or f"resource {name!r}"
     if not isinstance(raw, dict):
         raise TemplateError(f"{where}: must be a mapping with 'type' and 'properties'")
     unknown = sorted(set(map(str, raw)) - RESOURCE_KEYS)
@@ -490,9 +521,9 @@ def _check_shape(name: str, raw: object) -> None:
         )
 
 
-def _validate_resource(name: str, raw: dict, all_raw: Mapping[str, Mapping[str, object]]
-                       ) -> ResourceDefinition:
-    where = f"resource {name!r}"
+def _validate_resource(name: str, raw: dict, all_raw: Mapping[str, Mapping[str, object]],
+                       where: str | None = None) -> ResourceDefinition:
+    where = where or f"resource {name!r}"
     type_ = raw["type"]
     schema = RESOURCE_TYPES[type_]
     props = raw.get("properties") or {}

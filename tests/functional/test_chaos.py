@@ -84,7 +84,7 @@ def test_random_templates_and_changes_are_valid():
             kept += sum("deletion_policy" in r for r in template["resources"].values())
             assert 1 <= len(template["resources"]) <= 5
             template = chaos.mutate_template(rng, template)
-    assert kinds == {"share", "snapshot", "replica"}
+    assert kinds == {"share", "snapshot", "replica", "resource_group"}
     assert given > 50 and kept > 50  # parameters and retained shares are in the mix
 
 

@@ -8,6 +8,7 @@ import traceback
 from typing import Any
 
 from sharemgr.common import vocab
+from sharemgr.convergence.template import Template
 
 from tests.functional.chaos.fleet import EngineRecord
 from tests.functional.chaos.operations import StackModel
@@ -158,7 +159,9 @@ class Checker:
         if template is None:
             self.bad(f"stack {name}: COMPLETE but its template #{st['template_id']} is gone")
             return
-        resources = template.get("resources") or {}
+        # Groups expanded into their members: the rows are the members'.
+        resources = {n: {"type": d.type, "properties": dict(d.properties)}
+                     for n, d in Template.from_dict(template).resources.items()}
         names = collections.Counter(r["name"] for r in rows)
         if set(names) != set(resources) or any(n > 1 for n in names.values()):
             self.bad(f"stack {name} ({st['action']} COMPLETE): rows {dict(names)} but the "

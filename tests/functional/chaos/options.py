@@ -67,7 +67,7 @@ FAIL_METHODS = ("extend_share", "create_snapshot.s", "create_replica.m", "delete
 
 MANUAL_SHARE = re.compile(r"^m\d+$")
 STACK_NAME = re.compile(r"^s\d+$")
-STACK_MADE = re.compile(r"^(s\d+)-([a-z]+\d*)-")
+STACK_MADE = re.compile(r"^(s\d+)-([a-z]+\d*(?:\.\d+)?)-")  # a group member: grp3.1
 
 
 def kept_resource(name: str | None) -> bool:

@@ -44,7 +44,7 @@ def _param_of(props: dict) -> str | None:
 def add_resource(rng: random.Random, resources: dict, params: dict | None = None) -> None:
     shares = [n for n, r in resources.items() if r["type"] == "share"]
     snaps = [n for n, r in resources.items() if r["type"] == "snapshot"]
-    kinds = [("share", 4.0)]
+    kinds = [("share", 4.0), ("group", 1.0)]
     if shares:
         kinds += [("snapshot", 3.0), ("replica", 1.5)]
     if snaps:
@@ -76,6 +76,17 @@ def add_resource(rng: random.Random, resources: dict, params: dict | None = None
         props = {"size": 4, "proto": rng.choice(("NFS", "CIFS")),
                  "snapshot": {"get_resource": rng.choice(snaps)}}
         res = {"type": "share", "properties": props}
+    elif kind == "group":
+        # Alike shares; nothing references a member, so the checker's
+        # reference checks stay those of plain resources.
+        name = _fresh_name(rng, resources, "grp")
+        member: dict[str, object] = {"size": rng.randint(1, 3),
+                                     "proto": rng.choice(("NFS", "CIFS"))}
+        if rng.random() < 0.5:
+            member["name"] = f"{_word(rng)}-%index%"
+        res = {"type": "resource_group",
+               "properties": {"count": rng.randint(0, 3),
+                              "resource_def": {"type": "share", "properties": member}}}
     elif kind == "snapshot":
         name = _fresh_name(rng, resources, "snap")
         res = {"type": "snapshot", "properties": {"share": {"get_resource": rng.choice(shares)}}}
@@ -109,7 +120,7 @@ def explicit_values(template: dict) -> tuple[dict, dict[str, str]]:
 
 def mutate_template(rng: random.Random, template: dict) -> dict:
     """One or two changes: resize or rename (in place), change protocol
-    (replace), add or remove a resource."""
+    (replace), scale a group, add or remove a resource."""
     t = copy.deepcopy(template)
     res = t["resources"]
     params = t.setdefault("parameters", {})
@@ -118,6 +129,7 @@ def mutate_template(rng: random.Random, template: dict) -> dict:
                      if r["type"] == "share" and "snapshot" not in r["properties"]]
         shares = [n for n, r in res.items() if r["type"] == "share"]
         named = [n for n, r in res.items() if r["type"] in ("share", "snapshot")]
+        groups = [n for n, r in res.items() if r["type"] == "resource_group"]
         referenced = {ref for r in res.values() for ref in template_refs(r)}
         leaves = [n for n in res if n not in referenced]
         choices = []
@@ -127,6 +139,8 @@ def mutate_template(rng: random.Random, template: dict) -> dict:
             choices.append(("rename", 2))
         if shares:
             choices.append(("proto", 2))
+        if groups:
+            choices.append(("scale", 2))
         if len(res) < 5:
             choices.append(("add", 2))
         if len(res) > 1 and leaves:
@@ -147,6 +161,9 @@ def mutate_template(rng: random.Random, template: dict) -> dict:
         elif what == "proto":
             props = res[rng.choice(shares)]["properties"]
             props["proto"] = "CIFS" if props["proto"] == "NFS" else "NFS"
+        elif what == "scale":
+            props = res[rng.choice(groups)]["properties"]
+            props["count"] = rng.choice([c for c in range(5) if c != props["count"]])
         elif what == "add":
             add_resource(rng, res, params)
         else:
