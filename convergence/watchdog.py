@@ -9,7 +9,8 @@ IN_PROGRESS and
 * marks check requests that will never finish ``abandoned``: running for an
   engine that is no longer a member of ``sharemgr-engines``, or for this
   engine while no check of its runs them (their outcome was lost);
-* (every TIDY_EVERY runs) ends the action of rows that a dead engine left
+* (in the run after a watched stack ended, and every TIDY_EVERY runs)
+  ends the action of rows that a dead engine left
   IN_PROGRESS on a stack whose traversal has ended since (FAILED): they are
   marked FAILED and unlocked, so they do not look busy until the next user
   action;
@@ -84,6 +85,7 @@ class Watchdog:
         self._lock = threading.Lock()  # one run at a time per engine
         self._passes_asked: dict[str, float] = {}
         self._runs = 0
+        self._active: set[str] = set()  # the stacks IN_PROGRESS at the last run
         self._next_run = 0.0  # monotonic time before which the periodic task skips (SPACING)
 
     def arm(self) -> None:
@@ -125,15 +127,21 @@ class Watchdog:
                                          timed_out=0, failed_stacks=0, passes_requested=0,
                                          tidied=0)
             self._runs += 1
-            if self._runs % TIDY_EVERY == 1:
-                counts["tidied"] = sum(self.worker.tidy(row)
-                                       for row in stack_work.rows_left_in_progress(self.db))
             # Requests first, then membership, then points: a check that ended
             # before the requests were read has reported in what is read after,
             # and an engine that joins in between is seen alive. Lost requests
             # are abandoned even when no stack is IN_PROGRESS any more.
             requests = stack_work.live_checks(self.db)
             active = stack_work.active_stacks(self.db)
+            # A row a dead engine left is found once its stack's traversal
+            # ended: look at once when one ended since the last run (a chaos
+            # run's row waited 12 runs, past its settle bound), and every
+            # TIDY_EVERY runs for an engine that died after its stack ended.
+            ended = self._active - {s.id for s in active}
+            self._active = {s.id for s in active}
+            if ended or self._runs % TIDY_EVERY == 1:
+                counts["tidied"] = sum(self.worker.tidy(row)
+                                       for row in stack_work.rows_left_in_progress(self.db))
             if not requests and not active:
                 return dict(counts)
             alive = self.coordinator.engines()

@@ -446,3 +446,22 @@ resources:
         assert len([o for o in rig.objects() if o["kind"] == "share"]) == 1
     finally:
         rig.close()
+
+
+def test_watchdog_tidies_at_once_when_a_stack_it_watched_ends(rig):
+    """Not only every TIDY_EVERY runs: the run after a stack it saw IN_PROGRESS
+    ended looks for rows left behind (a chaos run's row stayed IN_PROGRESS
+    past the run's settle bound, waiting for the twelfth run)."""
+    e = rig.engine()
+    rig.create("web", V1)
+    assert e.watchdog.run_once()["tidied"] == 0  # the first run: nothing left yet
+    data = rig.rows("web")["data"][0]
+    ghost = f"{HOST}.33333333-3333-3333-3333-333333333333"
+    assert stacks.resource_lock_acquire(rig.db, data.id, ghost).acquired
+    assert stacks.resource_set_state(rig.db, data.id, ghost, "CREATE", "IN_PROGRESS")
+    assert e.watchdog.run_once()["tidied"] == 0  # still IN_PROGRESS: its node may come
+    stack = rig.stack("web")
+    assert lifecycle.fail(rig.db, stack.id, stack.current_traversal, "boom", rollback=False)
+    assert e.watchdog.run_once()["tidied"] == 1
+    row = stacks.resource_get(rig.db, data.id)
+    assert (row.action, row.status, row.engine_id) == ("CREATE", "FAILED", None)
