@@ -173,7 +173,8 @@ def fail_tx(session: Session, stack_id: str, traversal_id: str, reason: str,
         failed = stacks.stack_get_tx(session, stack_id, lock="update")
         if failed is None:  # written FAILED just above, in this transaction
             raise Lost()
-        tr = prepare.prepare_traversal_tx(session, failed, vocab.STACK_ROLLBACK)
+        # Its event is the one of the note below (same status, the reason why).
+        tr = prepare.prepare_traversal_tx(session, failed, vocab.STACK_ROLLBACK, event=False)
         expected = vocab.STACK_COMPLETE if tr.complete else vocab.STACK_IN_PROGRESS
         note = (f"Stack ROLLBACK completed (nothing to do); rolled back because {reason}"
                 if tr.complete else ROLLING_BACK + reason)
