@@ -13,6 +13,7 @@ from sharemgr.cli import (
     resource_cmds,
     service_cmds,
     stack_cmds,
+    stack_event_cmds,
     status_cmds,
 )
 
@@ -33,6 +34,7 @@ COMMANDS: dict[str, type] = {
     "reconcile list": reconcile_cmds.ReconcileList,
     "reconcile drift": reconcile_cmds.ReconcileDrift,
     **stack_cmds.COMMANDS,
+    **stack_event_cmds.COMMANDS,
     **message_cmds.COMMANDS,
     "backend list": capability_cmds.BackendList,
     "pool list": capability_cmds.PoolList,

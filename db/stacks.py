@@ -180,11 +180,13 @@ def stack_set_status_tx(
     status: str,
     reason: str | None = None,
     expected_status: str | Iterable[str] = vocab.STACK_IN_PROGRESS,
+    event: bool = True,
 ) -> bool:
     """End (or fail) the stack's current traversal: set ``status`` only if
     ``traversal_id`` is still current and the status is ``expected_status``.
     A DELETE that completes also soft-deletes the stack row. True if won;
-    the change is recorded as an event."""
+    the change is recorded as an event (``event`` False: the caller records
+    it later in the transaction, ``stack_events.stack_event_tx``)."""
     now = models.utcnow()
     values: dict[str, object] = {"status": status, "status_reason": reason}
     if status == vocab.STACK_COMPLETE:
@@ -197,7 +199,7 @@ def stack_set_status_tx(
         {"current_traversal": traversal_id, "status": expected, "deleted_at": None},
         values,
     )
-    if won:
+    if won and event:
         stack_events.stack_event_tx(session, stack_id, status)
     return won
 
