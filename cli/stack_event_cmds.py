@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from sharemgr.cli import base
@@ -66,10 +66,10 @@ class StackEventList(base.Lister):
         return COLUMNS, [_row(e) for e in rows]
 
     def produce_output(self, parsed_args: argparse.Namespace, column_names: Sequence[str],
-                       data: object) -> int:
+                       data: Iterable[Sequence[object]]) -> int:
         if parsed_args.follow:  # printed as it came
             return 0
-        return super().produce_output(parsed_args, column_names, data)  # type: ignore[arg-type]
+        return super().produce_output(parsed_args, column_names, data)
 
     def _follow(self, stack: models.Stack, resource: str | None) -> None:
         """Print the events as they come: read the head, then the events
