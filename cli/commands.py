@@ -13,6 +13,7 @@ from sharemgr.cli import (
     resource_cmds,
     service_cmds,
     stack_cmds,
+    stack_event_cmds,
     stack_keep_cmds,
     status_cmds,
 )
@@ -35,6 +36,7 @@ COMMANDS: dict[str, type] = {
     "reconcile drift": reconcile_cmds.ReconcileDrift,
     **stack_cmds.COMMANDS,
     **stack_keep_cmds.COMMANDS,
+    **stack_event_cmds.COMMANDS,
     **message_cmds.COMMANDS,
     "backend list": capability_cmds.BackendList,
     "pool list": capability_cmds.PoolList,

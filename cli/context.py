@@ -34,6 +34,7 @@ class Context:
                 pool_size=2,
             )
             db.retry = config.retry_policy(self.conf)
+            db.max_events_per_stack = self.conf.max_events_per_stack
             db.check()
             self._db = db
         return self._db

@@ -172,8 +172,11 @@ class Actor:
             created = effective.action in (vocab.STACK_INIT, vocab.STACK_CREATE)
             action = vocab.STACK_CREATE if created else vocab.STACK_UPDATE
         values = {**final, "properties": d.props, "attributes": dict(d.observed.attributes)}
+        # An event only if the row's state changes (an action a dead engine
+        # left IN_PROGRESS): an unchanged resource has none, as in Heat.
+        changed = (effective.action, effective.status) != (action, vocab.STACK_COMPLETE)
         stacks.resource_set_state(self.db, effective.id, self.engine_id, action,
-                                  vocab.STACK_COMPLETE, None, values)
+                                  vocab.STACK_COMPLETE, None, values, event=changed)
         return Outcome.done(ResourceData(row.name, effective.id, effective.physical_id,
                                          d.observed.attributes).passed_on(ctx.template))
 

@@ -34,7 +34,7 @@ from sharemgr.common import metrics, vocab
 from sharemgr.convergence import prepare
 from sharemgr.convergence.graph import Graph, Node
 from sharemgr.convergence.template import Template
-from sharemgr.db import models, stacks, sync_points
+from sharemgr.db import models, stack_events, stacks, sync_points
 from sharemgr.db.engine import Database, after_commit
 from sqlalchemy.orm import Session
 
@@ -104,8 +104,9 @@ def end_tx(session: Session, stack_id: str, traversal_id: str) -> Ended:
             (stack.status_reason or "").startswith(ROLLING_BACK):
         reason += f"; rolled back because {(stack.status_reason or '')[len(ROLLING_BACK):]}"
     sync_points.delete_all_tx(session, stack_id, traversal_id)
+    # Its event is written by purge_tx, after the last node's: in order.
     done = stacks.stack_set_status_tx(session, stack_id, traversal_id, vocab.STACK_COMPLETE,
-                                      reason)
+                                      reason, event=False)
     return Ended(stack, done, reason)
 
 
@@ -114,6 +115,9 @@ def purge_tx(session: Session, ended: Ended) -> bool:
     traversal :func:`end_tx` ended. True if it did end it."""
     if ended.stack is None or not ended.done:
         return False
+    # The stack's COMPLETE event, after the last node's (a completed
+    # DELETE's goes with the others in the purge).
+    stack_events.stack_event_tx(session, ended.stack.id, vocab.STACK_COMPLETE)
     stacks.purge_tx(session, ended.stack.id)
     LOG.info("stack %s: %s", ended.stack.name, ended.reason)
     _count_traversal(session, ended.stack, vocab.STACK_COMPLETE)
@@ -173,7 +177,8 @@ def fail_tx(session: Session, stack_id: str, traversal_id: str, reason: str,
         failed = stacks.stack_get_tx(session, stack_id, lock="update")
         if failed is None:  # written FAILED just above, in this transaction
             raise Lost()
-        tr = prepare.prepare_traversal_tx(session, failed, vocab.STACK_ROLLBACK)
+        # Its event is the one of the note below (same status, the reason why).
+        tr = prepare.prepare_traversal_tx(session, failed, vocab.STACK_ROLLBACK, event=False)
         expected = vocab.STACK_COMPLETE if tr.complete else vocab.STACK_IN_PROGRESS
         note = (f"Stack ROLLBACK completed (nothing to do); rolled back because {reason}"
                 if tr.complete else ROLLING_BACK + reason)

@@ -231,6 +231,7 @@ def prepare_traversal_tx(
     action: str,
     template: Template | None = None,
     timeout_seconds: int | None = None,
+    event: bool = True,
 ) -> Traversal:
     """Prepare a traversal in the caller's transaction (see the module doc).
 
@@ -239,6 +240,8 @@ def prepare_traversal_tx(
     template for CREATE and UPDATE; DELETE converges to the empty template
     and ROLLBACK to the last template that completed (both ignore it).
     ``timeout_seconds`` replaces the stack's timeout (0: none; None: keep it).
+    ``event`` False: the caller records the stack's new status as an event
+    itself (with a reason of its own, in the same transaction).
     Raises :class:`TraversalLost` (nothing written), InvalidStackAction,
     StackNotFound.
     """
@@ -254,7 +257,8 @@ def prepare_traversal_tx(
                 f"before this {action} could replace {previous}"
             )
         _check_action(locked, action)
-        result = _prepare_locked(session, locked, action, template, previous, timeout_seconds)
+        result = _prepare_locked(session, locked, action, template, previous, timeout_seconds,
+                                 event)
     return result
 
 
@@ -265,6 +269,7 @@ def _prepare_locked(
     template: Template | None,
     previous: str | None,
     timeout_seconds: int | None = None,
+    event: bool = True,
 ) -> Traversal:
     template, template_id = _target_template(session, stack, action, template)
     # The last template that completed stays the rollback target while
@@ -345,7 +350,8 @@ def _prepare_locked(
         )
     if settled.rows:
         db_stacks.resources_settle_tx(session, settled.rows, template_id)
-    if not db_stacks.stack_swap_traversal_tx(session, stack.id, previous, traversal_id, values):
+    if not db_stacks.stack_swap_traversal_tx(session, stack.id, previous, traversal_id, values,
+                                             event):
         # Not reachable while the stack row is locked above; kept because the
         # swap, not the lock, is what the design promises.
         raise TraversalLost(f"stack {stack.id}: traversal {previous} was replaced concurrently")

@@ -99,6 +99,7 @@ def open_database(conf: cfg.ConfigOpts, stopping: threading.Event | None = None)
         recycle=opts.connection_recycle_time,
     )
     db.retry = config.retry_policy(conf)
+    db.max_events_per_stack = conf.max_events_per_stack
     stop: tenacity.stop.stop_base = tenacity.stop_never if opts.max_retries < 0 else \
         tenacity.stop_after_attempt(opts.max_retries + 1)
     if stopping is not None:

@@ -216,6 +216,9 @@ class Database:
         self.stats = stats.from_environment(self.engine)
         # How a transaction that lost a conflict is run again (db/retry.py).
         self.retry = retry.Policy()
+        # The events kept per stack (``max_events_per_stack``; 0: all), read
+        # through ``session.info`` by db/stack_events.py.
+        self.max_events_per_stack = 1000
 
     @property
     def _sessions(self) -> sessionmaker:
@@ -224,7 +227,8 @@ class Database:
         if self._session_factory is None:
             from sqlalchemy.orm import sessionmaker
 
-            self._session_factory = sessionmaker(self.engine, expire_on_commit=False)
+            self._session_factory = sessionmaker(self.engine, expire_on_commit=False,
+                                                 info={"database": self})
         return self._session_factory
 
     @property

@@ -370,6 +370,21 @@ class StackResource(Base):
     deleted_at: Mapped[datetime.datetime | None]
 
 
+class StackEvent(Base):
+    __table__ = tables.stack_events
+
+    id: Mapped[int]
+    stack_id: Mapped[str]
+    resource_name: Mapped[str | None]
+    resource_id: Mapped[int | None]
+    physical_id: Mapped[str | None]
+    action: Mapped[str]
+    status: Mapped[str]
+    reason: Mapped[str | None]
+    traversal_id: Mapped[str | None]
+    created_at: Mapped[datetime.datetime]
+
+
 class SyncPoint(Base):
     __table__ = tables.sync_points
 

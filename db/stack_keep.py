@@ -17,7 +17,7 @@ from typing import cast
 import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.common.jsontypes import JSONValue
-from sharemgr.db import api, models, sync_points
+from sharemgr.db import api, models, stack_events, sync_points
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
 from sharemgr.db.retry import retry_on_conflict
@@ -73,7 +73,9 @@ def resource_mark_unhealthy(db: Database, stack_id: str, resource_id: int, reaso
         won = db_stacks.resource_update_tx(
             session, resource_id, {**expected, "stack_id": stack.id, "engine_id": None},
             {**values, "atomic_key": api.PLUS_ONE})
-        if not won:
+        if won:  # an event as any status change (db/stack_events.py)
+            stack_events.resource_event_tx(session, resource_id)
+        else:
             row = db_stacks.resource_get_tx(session, resource_id)
             state = "gone" if row is None else f"{row.action} {row.status}" + (
                 f", held by {row.engine_id}" if row.engine_id else "")
@@ -124,6 +126,7 @@ def abandon(db: Database, stack_id: str) -> Abandoned:
                         .execution_options(synchronize_session=False))
         T = models.StackTemplate.__table__
         session.execute(sa.delete(T).where(T.c.stack_id == stack_id))
+        stack_events.delete_tx(session, stack_id)
         for obj in (stack, *rows):
             session.expunge(obj)
         return Abandoned(stack, template, rows)

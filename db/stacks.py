@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
-from sharemgr.db import api, models, records
+from sharemgr.db import api, models, records, stack_events
 from sharemgr.db.engine import Database
 from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
@@ -133,17 +133,22 @@ def stack_swap_traversal_tx(
     previous: str | None,
     new: str,
     values: api.Columns | None = None,
+    event: bool = True,
 ) -> bool:
     """``UPDATE stacks SET current_traversal=:new, <values> WHERE id=:id AND
     current_traversal=:previous`` (IS NULL for a stack that never had one).
-    True if this caller won."""
-    return api.conditional_update_tx(
+    True if this caller won. A ``status`` in ``values`` is recorded as an
+    event (unless ``event`` is False: the caller records it)."""
+    won = api.conditional_update_tx(
         session,
         Stack,
         stack_id,
         {"current_traversal": previous, "deleted_at": None},
         {**(values or {}), "current_traversal": new},
     )
+    if won and event and values and "status" in values:
+        stack_events.stack_event_tx(session, stack_id, str(values["status"]))
+    return won
 
 
 # Two columns, not the row (its graph, current_deps, can be large); on the
@@ -175,22 +180,28 @@ def stack_set_status_tx(
     status: str,
     reason: str | None = None,
     expected_status: str | Iterable[str] = vocab.STACK_IN_PROGRESS,
+    event: bool = True,
 ) -> bool:
     """End (or fail) the stack's current traversal: set ``status`` only if
     ``traversal_id`` is still current and the status is ``expected_status``.
-    A DELETE that completes also soft-deletes the stack row. True if won."""
+    A DELETE that completes also soft-deletes the stack row. True if won;
+    the change is recorded as an event (``event`` False: the caller records
+    it later in the transaction, ``stack_events.stack_event_tx``)."""
     now = models.utcnow()
     values: dict[str, object] = {"status": status, "status_reason": reason}
     if status == vocab.STACK_COMPLETE:
         values["deleted_at"] = sa.case((Stack.action == vocab.STACK_DELETE, now), else_=None)
     expected = expected_status if isinstance(expected_status, str) else tuple(expected_status)
-    return api.conditional_update_tx(
+    won = api.conditional_update_tx(
         session,
         Stack,
         stack_id,
         {"current_traversal": traversal_id, "status": expected, "deleted_at": None},
         values,
     )
+    if won and event:
+        stack_events.stack_event_tx(session, stack_id, status)
+    return won
 
 
 @retry_on_conflict
@@ -206,10 +217,13 @@ def stack_mark_checked(db: Database, stack_id: str, traversal_id: str | None, st
         if stack is None or (stack.action != vocab.STACK_CHECK
                              and stack.status != vocab.STACK_COMPLETE):
             return False
-        return api.conditional_update_tx(
+        won = api.conditional_update_tx(
             session, Stack, stack_id, expected,
             {"action": vocab.STACK_CHECK, "status": status, "status_reason": reason,
              "prev_template_id": stack.template_id})
+        if won:
+            stack_events.stack_event_tx(session, stack_id, status)
+        return won
 
 
 # Templates ---------------------------------------------------------------------
@@ -353,16 +367,21 @@ def resource_set_state_tx(
     reason: str | None = None,
     values: api.Columns | None = None,
     expected: api.Columns | None = None,
+    event: bool = True,
 ) -> bool:
     """Set action/status (and ``values``) as the lock holder: the write
     happens only while ``engine_id`` holds the row's lock (and it matches
-    ``expected``)."""
-    return resource_update_tx(
+    ``expected``). A write that won is recorded as an event, unless
+    ``event`` is False (the caller knows action and status are unchanged)."""
+    won = resource_update_tx(
         session,
         resource_id,
         {**(expected or {}), "engine_id": engine_id},
         {**(values or {}), "action": action, "status": status, "status_reason": reason},
     )
+    if won and event:
+        stack_events.resource_event_tx(session, resource_id)
+    return won
 
 
 @retry_on_conflict
@@ -375,10 +394,11 @@ def resource_set_state(
     reason: str | None = None,
     values: api.Columns | None = None,
     expected: api.Columns | None = None,
+    event: bool = True,
 ) -> bool:
     with db.session() as session:
         return resource_set_state_tx(
-            session, resource_id, engine_id, action, status, reason, values, expected
+            session, resource_id, engine_id, action, status, reason, values, expected, event
         )
 
 
@@ -400,10 +420,13 @@ def resource_start_tx(
     if lock_key is None:
         return resource_set_state_tx(
             session, resource_id, engine_id, action, vocab.STACK_IN_PROGRESS, None, values)
-    return resource_update_tx(
+    won = resource_update_tx(
         session, resource_id, {"engine_id": None, "atomic_key": lock_key},
         {**values, "engine_id": engine_id, "atomic_key": lock_key + 1, "action": action,
          "status": vocab.STACK_IN_PROGRESS, "status_reason": None})
+    if won:
+        stack_events.resource_event_tx(session, resource_id)
+    return won
 
 
 def resource_replace_tx(
@@ -448,6 +471,8 @@ def resource_replace_tx(
         # Cannot happen: the row is locked FOR UPDATE above (and SQLite
         # serialises transactions); raising rolls the insert back with it.
         raise RuntimeError(f"resource {old.id} changed while its holder replaced it")
+    if "status" in values:
+        stack_events.resource_event_tx(session, old.id)
     return new
 
 
@@ -550,6 +575,9 @@ def purge_resources_tx(session: Session, stack_id: str) -> int:
 
 
 def purge_tx(session: Session, stack_id: str) -> tuple[int, int]:
-    """Purge finished rows, then templates nothing refers to any more.
+    """Purge finished rows, then templates nothing refers to any more, and
+    the events of a stack whose DELETE completed (they go with it).
     Returns (resource rows, templates) deleted."""
-    return purge_resources_tx(session, stack_id), purge_templates_tx(session, stack_id)
+    done = purge_resources_tx(session, stack_id), purge_templates_tx(session, stack_id)
+    stack_events.delete_gone_tx(session, stack_id)
+    return done

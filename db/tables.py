@@ -372,6 +372,31 @@ stack_resources = sa.Table(
 )
 
 
+# Stack events (migration 0015, db/stack_events.py): one per status change of
+# a stack (``resource_name`` NULL) or of one of its resource rows, written in
+# the transaction of the change. Ordered by ``id`` (never by time: two events
+# of one transaction may share a timestamp); the newest
+# ``max_events_per_stack`` of a stack are kept.
+stack_events = sa.Table(
+    "stack_events", metadata,
+    sa.Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+              autoincrement=True),
+    sa.Column("stack_id", String(36), nullable=False),
+    sa.Column("resource_name", String(255)),
+    sa.Column("resource_id", Integer),  # the stack_resources row (purged rows' too)
+    sa.Column("physical_id", String(64)),
+    sa.Column("action", String(16), nullable=False),
+    sa.Column("status", String(16), nullable=False),
+    sa.Column("reason", Text),
+    sa.Column("traversal_id", String(36)),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    Index("ix_stack_events_stack", "stack_id", "id"),
+    Index("ix_stack_events_resource", "stack_id", "resource_name", "id"),
+    # Purged events' ids must never come back: a follower reads "after id N".
+    sqlite_autoincrement=True,
+)
+
+
 sync_points = sa.Table(
     "sync_points", metadata,
     sa.Column("entity_id", String(64), primary_key=True),

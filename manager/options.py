@@ -356,6 +356,14 @@ stack_opts = [
         help="Seconds between the stack watchdog's runs: it fails traversals past "
         "their timeout and retriggers graph nodes that are ready but have no live "
         "check request (a crash, a dead engine's lock).",
+    ),    cfg.IntOpt(
+        "max_events_per_stack",
+        default=1000,
+        min=0,
+        help="Events kept per stack ('sharectl stack event list'), as Heat's "
+        "option of that name: the oldest beyond it are deleted when the stack's "
+        "traversal (or check) ends, so a traversal under way may briefly add more. "
+        "0: keep them all.",
     ),
 ]
 

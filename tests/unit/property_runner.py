@@ -21,7 +21,7 @@ from sharemgr.common.vocab import STACK_INIT as INIT
 from sharemgr.common.vocab import STACK_ROLLBACK as ROLLBACK
 from sharemgr.convergence import prepare
 from sharemgr.db import api as db_api
-from sharemgr.db import models, resources, stacks
+from sharemgr.db import models, resources, stack_events, stacks
 from sharemgr.db.engine import Database
 
 from tests.unit.property_rig import (
@@ -297,6 +297,7 @@ def _state(rig: PropertyRig, stack: models.Stack | None, template: dict | None) 
             problems.append(f"SyncPoints of old traversals left: {len(old)}")
     if stack is None and points:
         problems.append(f"SyncPoints left of a deleted stack: {len(points)}")
+    problems += _events(db, stack, rows)
 
     backend = {o["id"]: o for o in rig.objects()}
     live = _live_physical(db)
@@ -354,6 +355,34 @@ def _state(rig: PropertyRig, stack: models.Stack | None, template: dict | None) 
     for ident, kind in expect_backend.items():
         if ident not in backend:
             problems.append(f"missing on the backend: {kind} {ident}")
+    return problems
+
+
+def _events(db: Database, stack: models.Stack | None, rows: list[models.StackResource]
+            ) -> list[str]:
+    """Every status change left its event (written in its transaction,
+    whatever crashed): the stack's newest event and each row's newest say
+    what the stack and the row say now; a deleted stack left none."""
+    problems: list[str] = []
+    with db.session() as session:
+        gone = session.execute(
+            sa.select(sa.func.count()).select_from(models.StackEvent)
+            .join(models.Stack, models.Stack.id == models.StackEvent.stack_id)
+            .where(models.Stack.deleted_at.is_not(None))).scalar_one()
+    if gone:
+        problems.append(f"events of deleted stacks left: {gone}")
+    if stack is None:
+        return problems
+    events = stack_events.events(db, stack.id)
+    own = [(e.action, e.status) for e in events if e.resource_name is None]
+    if stack.action != INIT and (own[-1:] != [(stack.action, stack.status)]):
+        problems.append(f"the stack is {stack.action} {stack.status}, its last event "
+                        f"{own[-1:]}")
+    last = {e.resource_id: (e.action, e.status) for e in events if e.resource_id is not None}
+    for row in rows:
+        if (row.action, row.status) != (INIT, COMPLETE) and \
+                last.get(row.id) != (row.action, row.status):
+            problems.append(f"row {_row(row)}: its last event is {last.get(row.id)}")
     return problems
 
 

@@ -8,7 +8,7 @@ import uuid
 import pytest
 import sqlalchemy as sa
 from sharemgr.common import vocab
-from sharemgr.db import api, models, stack_keep, stacks, sync_points
+from sharemgr.db import api, models, stack_events, stack_keep, stacks, sync_points
 
 ME = "host-a.1"
 
@@ -46,6 +46,10 @@ def test_mark_unhealthy_and_reset_are_conditional(db):
     assert (_row(db, rid).action, _row(db, rid).status) == ("CHECK", "COMPLETE")
     with pytest.raises(stack_keep.Refused, match="not marked unhealthy"):
         stack_keep.resource_mark_unhealthy(db, stack.id, rid, None, reset=True)
+    # Each mark and reset is an event of the row (the refused one is not).
+    marks = [(e.action, e.status, e.reason) for e in stack_events.events(db, stack.id, "data")]
+    assert marks == [("CHECK", "FAILED", "bad disk"), ("CHECK", "FAILED", "again"),
+                     ("CHECK", "COMPLETE", None)]
 
 
 def test_mark_unhealthy_refuses_a_held_row_a_deleted_one_and_a_busy_stack(db):
@@ -75,7 +79,10 @@ def test_abandon_deletes_the_stacks_records_only(db):
         check = api.request_add_tx(session, vocab.STACK, stack.id, vocab.ACTION_STACK_CHECK,
                                    None, {})
         share_op = api.request_add_tx(session, vocab.SHARE, "phys-web-0", "delete", None, {})
+    assert stack_events.events(db, stack.id) and stack_events.events(db, keep.id)
     gone = stack_keep.abandon(db, stack.id)
+    assert stack_events.events(db, stack.id) == []  # its events go with its records
+    assert stack_events.events(db, keep.id)
     assert gone.stack.name == "web" and sorted(r.id for r in gone.rows) == sorted(ids)
     assert gone.template == {"resources": {}}
     assert stacks.stack_get(db, stack.id, include_deleted=True) is None
