@@ -81,8 +81,8 @@ def preview(db: Database, template: Template,
             data[name] = ResourceData(name, None, f"(new {name})")
             continue
         if row.type != defn.type:
-            out.changes.append(Change(name, defn.type, REPLACED, ("type",),
-                                      f"type {row.type} -> {defn.type}"))
+            out.changes.append(_kept(db, row, Change(name, defn.type, REPLACED, ("type",),
+                                                     f"type {row.type} -> {defn.type}")))
             data[name] = ResourceData(name, None, f"(new {name})")
             continue
         input_data = {n: data[n].to_dict() for n in defn.requires if n in data}
@@ -118,10 +118,7 @@ def preview(db: Database, template: Template,
                             "its physical resource is gone: made anew")
         else:
             change = Change(name, defn.type, UNKNOWN, reason="another operation is under way")
-        if change.change == REPLACED and retain.keeps(db, vocab.STACK_UPDATE, row):
-            change = Change(change.name, change.type, change.change, change.properties,
-                            "; ".join(filter(None, (change.reason, "the old one is retained"))),
-                            kept=True)
+        change = _kept(db, row, change)
         out.changes.append(change)
         if change.change == REPLACED:
             data[name] = ResourceData(name, None, f"(new {name})",
@@ -135,3 +132,13 @@ def preview(db: Database, template: Template,
             out.changes.append(Change(name, row.type, RETAINED if kept else DELETED))
     return out
 
+
+def _kept(db: Database, row: models.StackResource, change: Change) -> Change:
+    """A replacement whose old physical resource the update keeps
+    (``deletion_policy: retain``, whatever forces the replacement: a type
+    change too) says so."""
+    if change.change != REPLACED or not retain.keeps(db, vocab.STACK_UPDATE, row):
+        return change
+    return Change(change.name, change.type, change.change, change.properties,
+                  "; ".join(filter(None, (change.reason, "the old one is retained"))),
+                  kept=True)

@@ -1,8 +1,9 @@
 """The update preview against the real engine, for random templates and
 random updates (issue 31): what ``stack update --dry-run`` says each
 resource will go through (added, updated in place, replaced, deleted,
-unchanged) is what the update then does, read back from the stack's
-records after the in-process engine (tests/unit/stack_rig.py) ran it."""
+retained, unchanged) is what the update then does, read back from the
+stack's rows and from its events after the in-process engine
+(tests/unit/stack_rig.py) ran it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sharemgr.convergence import actions, preview
 from sharemgr.convergence import physical as phys
+from sharemgr.db import stack_events
 
 from tests.unit.property_scenarios import templates
 from tests.unit.stack_rig import Rig
@@ -101,10 +103,18 @@ def test_the_preview_says_what_the_update_does(first: dict, second: dict) -> Non
             text = yaml.safe_dump(second)
             said = preview.preview(rig.db, actions.load_template(text, rig.backends), before)
             assert not said.names(preview.UNKNOWN), said.changes
-            rig.update("web", text)
+            traversal = rig.update("web", text).traversal_id
             e.pump()
-            assert rig.stack("web").status == "COMPLETE", rig.stack("web").status_reason
-            assert _said(said) == _done(before, _current(rig), lambda row: _exists(rig, row))
+            stack = rig.stack("web")
+            assert stack.status == "COMPLETE", stack.status_reason
+            done = _done(before, _current(rig), lambda row: _exists(rig, row))
+            assert _said(said) == done
+            # The stack's events say the same (a retained resource's row is
+            # deleted as any other's: its physical resource tells them apart).
+            recorded = stack_events.changes(stack_events.events(rig.db, stack.id), traversal)
+            assert (recorded.added, recorded.updated, recorded.replaced, recorded.deleted) == (
+                done[preview.ADDED], done[preview.UPDATED], done[preview.REPLACED],
+                done[preview.DELETED] | done[preview.RETAINED])
         finally:
             rig.close()
 
