@@ -94,7 +94,8 @@ def delete_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
         share = shares["share"]
         if share is None:
             raise Stale(f"the share of instance {inst.id} is gone")
-        return driver.delete_share(views.share(inst, share), ops.server_dict(inst.share_server_id))
+        driver.delete_share(views.share(inst, share), ops.server_dict(inst.share_server_id))
+        return None
 
     return ops.run(
         vocab.SHARE_INSTANCE, models.ShareInstance, op.ident, spec.transient, call,
