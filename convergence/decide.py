@@ -41,12 +41,16 @@ class Decision:
 
 
 def decide(db: Database, template: Template, row: models.StackResource,
-           effective: models.StackResource, input_data: Mapping[str, object]) -> Decision:
+           effective: models.StackResource, input_data: Mapping[str, object],
+           observed: phys.Observed | None = None) -> Decision:
     """What the update node of ``row`` does to ``effective`` (the row or its
-    replacement, see ``effective``) for the template's definition."""
+    replacement, see ``effective``) for the template's definition.
+    ``observed``: ``effective``'s physical resource as the caller just
+    observed it (not read again)."""
     defn = template.resources[row.name]
     props = resolve_properties(defn, data_by_name(input_data))
-    observed = phys.observe(db, effective.type, effective.physical_id)
+    if observed is None:
+        observed = phys.observe(db, effective.type, effective.physical_id)
     kind: Kind = Kind.REPLACE
     in_place: Mapping[str, Any] = {}
     if effective.action == vocab.STACK_DELETE:

@@ -12,7 +12,7 @@ written: decide only reads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sharemgr.common import vocab
@@ -26,7 +26,7 @@ from sharemgr.convergence.properties import (
     resolve_properties,
 )
 from sharemgr.convergence.template import REPLACE, RESOURCE_TYPES, Template, TemplateError
-from sharemgr.db import models
+from sharemgr.db import models, status_reads
 from sharemgr.db.engine import Database
 
 ADDED = "added"
@@ -73,6 +73,7 @@ def preview(db: Database, template: Template,
     create)."""
     out = Preview()
     data: dict[str, ResourceData] = {}
+    seen = _shares_observed(db, rows.values())
     for name in template.dependency_order():
         defn = template.resources[name]
         row = rows.get(name)
@@ -88,13 +89,13 @@ def preview(db: Database, template: Template,
         input_data = {n: data[n].to_dict() for n in defn.requires if n in data}
         try:
             props = resolve_properties(defn, data_by_name(input_data))
-            observed = phys.observe(db, row.type, row.physical_id)
+            observed = seen.get(row.id) or phys.observe(db, row.type, row.physical_id)
         except TemplateError as exc:  # ResolutionError: known once the update runs
             out.changes.append(Change(name, defn.type, UNKNOWN, reason=str(exc)))
             data[name] = ResourceData(name, row.id, row.physical_id)
             continue
         try:
-            kind = decide(db, template, row, row, input_data).kind
+            kind = decide(db, template, row, row, input_data, observed).kind
         except phys.CheckError:
             # Raised only where a new physical resource is placed: its
             # parent is one the update makes (our placeholder id).
@@ -142,3 +143,23 @@ def _kept(db: Database, row: models.StackResource, change: Change) -> Change:
     return Change(change.name, change.type, change.change, change.properties,
                   "; ".join(filter(None, (change.reason, "the old one is retained"))),
                   kept=True)
+
+
+def _shares_observed(db: Database, rows: Iterable[models.StackResource]
+                     ) -> dict[int, phys.Observed]:
+    """The rows' shares observed in bulk, by row id (a statement per 500,
+    where a read each made a 10,000-share stack's preview 20,000 statements
+    long). Other types are read one by one, as before."""
+    shares = {r.id: r.physical_id for r in rows if r.type == vocab.SHARE and r.physical_id}
+    found = status_reads.shares_with_status_by_id(db, shares.values())
+    out: dict[int, phys.Observed] = {}
+    for rid, pid in shares.items():
+        pair = found.get(pid)
+        if pair is None or pair[1] is None:  # as ``observe`` answers it
+            out[rid] = phys.Observed(phys.GONE)
+            continue
+        seen = phys.observe_rows(vocab.SHARE, {models.Share: pair[0],
+                                               models.ShareInstance: pair[1]})
+        if seen is not None:
+            out[rid] = seen
+    return out

@@ -72,6 +72,29 @@ def snapshot_instance_of(db: Database, snapshot_id: str) -> models.ShareSnapshot
         return session.scalars(stmt).first()
 
 
+def share_to_delete(db: Database, share_id: str
+                    ) -> tuple[models.Share | None, list[models.ShareInstance], int]:
+    """A live share, its live instances (oldest first) and the number of its
+    live snapshots, in one statement: what a delete's plan checks (a
+    stack's delete makes one per resource). (None, [], 0) when the share is
+    not live."""
+    si, snap = models.ShareInstance, models.ShareSnapshot
+    snapshots = (sa.select(sa.func.count()).select_from(snap)
+                 .where(snap.share_id == models.Share.id, snap.deleted_at.is_(None))
+                 .scalar_subquery())
+    stmt = (
+        sa.select(models.Share, si, snapshots)
+        .outerjoin(si, sa.and_(si.share_id == models.Share.id, si.deleted_at.is_(None)))
+        .where(models.Share.id == share_id, models.Share.deleted_at.is_(None))
+        .order_by(si.created_at, si.id)
+    )
+    with db.reading() as session:
+        rows = session.execute(stmt).all()
+    if not rows:
+        return None, [], 0
+    return rows[0][0], [r[1] for r in rows if r[1] is not None], int(rows[0][2] or 0)
+
+
 def live_count(db: Database, model: type[models.Live], **filters: object) -> int:
     stmt = sa.select(sa.func.count()).select_from(model).where(model.deleted_at.is_(None))
     for column, value in filters.items():

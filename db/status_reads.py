@@ -106,6 +106,14 @@ def snapshots_with_status(db: Database) -> list[tuple[Record, Record | None]]:
                                           ssi.c.id), sn, ssi)
 
 
+def shares_with_status_by_id(db: Database, share_ids: Iterable[str]
+                             ) -> dict[str, tuple[Record, Record | None]]:
+    """``shares_with_status_tx`` in a read transaction of its own (a
+    stack's update preview observes its shares in bulk)."""
+    with db.connect() as conn:
+        return shares_with_status_tx(conn, share_ids)  # type: ignore[arg-type]
+
+
 def shares_with_status_tx(session: Session, share_ids: Iterable[str], chunk: int = 500
                           ) -> dict[str, tuple[Record, Record | None]]:
     """Live shares by id with their primary instance, in the caller's

@@ -122,7 +122,6 @@ def _group_gone(ops: Operations, spec: operation_table.Spec, row: Row, result: o
 
 
 DONE: dict[tuple[str, str], Done] = {
-    (vocab.SHARE_INSTANCE, vocab.ACTION_DELETE): _share_gone,
     (vocab.REPLICA, vocab.ACTION_CREATE): _replica_made,
     (vocab.REPLICA, vocab.ACTION_DELETE): _share_gone,
     (vocab.SNAPSHOT_INSTANCE, vocab.ACTION_CREATE): _snapshot_made,
@@ -189,7 +188,6 @@ def _backup(ops: Operations, row: Row) -> tuple[object, ...]:
 
 
 DRIVER_ARGS: dict[str, Args] = {
-    "delete_share": _share,
     "create_replica": _replica_and_active,
     "delete_replica": _share,
     "create_snapshot": _snapshot,

@@ -24,6 +24,8 @@ OWN: dict[tuple[str, str], Handler] = {
     # Reads the share with the instance under the lock; from a snapshot or
     # not; applies rules queued meanwhile.
     (vocab.SHARE_INSTANCE, vocab.ACTION_CREATE): share_ops.create_share,
+    # The same reads: the request's backend, the share under the lock.
+    (vocab.SHARE_INSTANCE, vocab.ACTION_DELETE): share_ops.delete_share,
     # The share's size goes with the instance's status; queued rules after.
     (vocab.SHARE_INSTANCE, vocab.ACTION_EXTEND): share_ops.resize_share,
     (vocab.SHARE_INSTANCE, vocab.ACTION_SHRINK): share_ops.resize_share,

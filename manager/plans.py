@@ -404,11 +404,18 @@ def delete(db: Database, type_: str, ident: str, force: bool = False) -> Plan:
 
 
 def _delete_share(db: Database, ident: str, force: bool = False) -> Plan:
-    row, inst = share(db, ident)
-    if _in_use(db, ((models.ShareSnapshot, "share_id"),), row.id):
+    # One read (a stack's delete makes one per resource): the share, its live
+    # instances, whose primary is ``resources.primary_instance``'s choice (the
+    # oldest that is not a secondary) and any other a replica, and its snapshots.
+    row, live, snapshots = resources.share_to_delete(db, ident) if ident else (None, [], 0)
+    if row is None:
+        raise Refused(f"no share with id {ident!r}")
+    inst = next((i for i in live if not kinds.is_secondary(i)), None)
+    if inst is None:
+        raise Refused(f"share {ident} has no instance")
+    if snapshots:
         raise Refused(f"share {ident} has snapshots: delete them first")
-    if any(i.id != inst.id for i in db_api.query(db, models.ShareInstance,
-                                                  {"share_id": row.id})):
+    if len(live) > 1:
         raise Refused(f"share {ident} has replicas: delete them first")
     if force:
         # Any status goes, but a backup being made or restored owns the share

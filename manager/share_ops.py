@@ -1,7 +1,8 @@
 """The share operations with more to them than one driver call and one
-outcome (``handlers.OWN``): a share's create, extend and shrink, access rules.
+outcome (``handlers.OWN``): a share's create, delete, extend and shrink, access
+rules.
 Their statuses, methods and messages come from the operation table; the rest
-(deletes, replicas) are carried out by ``carry_out``."""
+(other deletes, replicas) are carried out by ``carry_out``."""
 
 from __future__ import annotations
 
@@ -62,6 +63,46 @@ def create_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
         held=held, then=functools.partial(_flush_access, ops), read=read,
         method=lambda inst: "create_share_from_snapshot"
         if inst.status == vocab.CREATING_FROM_SNAPSHOT else "create_share",
+    )
+
+
+def delete_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
+    """``carry_out``'s delete of a share instance with ``create_share``'s
+    reads (a stack's delete makes one per resource): the request names the
+    backend, so nothing is read before the lock, and the share is read with
+    the instance under it. An instance found on another backend there is
+    ``Stale``, nothing written, as a pre-lock read finding it would be."""
+    host = op.host
+    if host is None:
+        inst0 = db_api.get(ops.db, models.ShareInstance, op.ident)
+        if inst0 is None:
+            raise Stale(f"share instance {op.ident} is gone")
+        host = inst0.host
+    if host is None:
+        raise Stale(f"share instance {op.ident} is on no backend")
+    driver = ops.driver_for(host)
+    spec = operation_table.spec(op.kind, op.action)
+    shares: dict[str, models.Share | None] = {}
+
+    def read(session: Session) -> models.ShareInstance | None:
+        inst, shares["share"] = resources.instance_with_share_tx(session, op.ident)
+        return inst
+
+    def call(inst: models.ShareInstance) -> object:
+        if inst.host is None or views.host_of(inst.host) != views.host_of(host):
+            raise Stale(f"share instance {inst.id} is on {inst.host}, not {host}")
+        share = shares["share"]
+        if share is None:
+            raise Stale(f"the share of instance {inst.id} is gone")
+        driver.delete_share(views.share(inst, share), ops.server_dict(inst.share_server_id))
+        return None
+
+    return ops.run(
+        vocab.SHARE_INSTANCE, models.ShareInstance, op.ident, spec.transient, call,
+        lambda inst, _r: ops.share_gone_changes(inst),
+        spec.error_values(), f"{spec.verb} of share instance {op.ident}",
+        held=held, method=spec.method, read=read,
+        force=spec.forcible and bool(op.args.get("force")),
     )
 
 

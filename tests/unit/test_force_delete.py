@@ -205,3 +205,62 @@ def test_a_backup_continue_bug_is_logged_with_its_traceback(engine, caplog):
         f"backup {backup.id} failed: unexpected KeyError from driver method "
         "create_backup_continue")
     assert fetch(engine.db, vocab.BACKUP, backup.id).status == vocab.ERROR
+
+
+# A share's delete: one read to plan, none before the lock (issue 29) -------------------
+
+
+def test_share_delete_plan_refuses_replicas_and_takes_the_primary(engine):
+    from tests.unit.reconcile_harness import make_replica
+
+    db = engine.db
+    inst = make_share(db, vocab.AVAILABLE)
+    plan = plans.delete(db, vocab.SHARE, inst.share_id)
+    assert plan.changes == [(models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
+                             {"status": vocab.DELETING})]
+    rep = make_replica(db, vocab.AVAILABLE)
+    with pytest.raises(plans.Refused, match="has replicas"):
+        plans.delete(db, vocab.SHARE, rep.share_id)
+    with pytest.raises(plans.Refused, match="no share with id 'nope'"):
+        plans.delete(db, vocab.SHARE, "nope")
+
+
+def test_share_delete_on_another_backend_under_the_lock_is_stale(engine):
+    """The request names the backend and nothing is read before the lock:
+    an instance found elsewhere under it is Stale, no call, nothing written."""
+    from sharemgr.manager.operations import Stale
+
+    inst = make_share(engine.db, vocab.DELETING)
+    api.conditional_update(engine.db, models.ShareInstance, inst.id, {},
+                           {"host": HOSTBE.replace("@", "2@")})
+    with pytest.raises(Stale, match="is on"):
+        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                     HOSTBE))
+    assert engine.driver.calls == []
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.DELETING
+
+
+def test_share_delete_reads_the_instance_once_before_its_outcome(engine):
+    """Under the lock, the instance and its share in one statement; before it, none."""
+    from sqlalchemy import event
+
+    inst = make_share(engine.db, vocab.DELETING)
+    selects: list[str] = []
+
+    def count(conn, cursor, statement, *_args):
+        if statement.lstrip().upper().startswith("SELECT") and "share_instances" in statement:
+            selects.append(statement)
+
+    event.listen(engine.db.engine, "before_cursor_execute", count)
+    try:
+        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                     HOSTBE))
+    finally:
+        event.remove(engine.db.engine, "before_cursor_execute", count)
+    assert engine.driver.calls == [("delete_share", inst.id)]
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.DELETED
+    assert api.get(engine.db, models.Share, inst.share_id) is None
+    # The re-read under the lock (with the share) and the outcome's look for
+    # other instances: the pre-lock read and the share's own read are gone.
+    assert len(selects) == 2, selects
+    assert "shares" in selects[0].split("FROM", 1)[1]

@@ -58,7 +58,6 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "db/migrations/env.py": (UNIT + "db/test_migration.py",),
     "db/notify.py": (FUNC + "test_wakeups.py",),
     "db/records.py": (UNIT + "db/test_status_reads.py", UNIT + "db/test_sync_points.py"),
-    "db/resources.py": (UNIT + "test_column_lengths.py", FUNC + "test_operations.py"),
     "db/stack_work.py": (UNIT + "db/test_stacks.py", *WORKER),
     "db/status.py": (UNIT + "common/test_metrics.py",),
     "db/tables.py": (UNIT + "db/test_models.py",),

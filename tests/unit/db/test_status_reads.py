@@ -124,3 +124,21 @@ def test_a_share_read_without_the_orm(db):
         (models.ShareInstance, inst.id, {"status": inst.status}, _gone())], None)
     assert status_reads.share_with_status(db, share.id)[1] is None
     assert [s.id for s, i in status_reads.shares_with_status(db)] == [share.id]
+
+
+def test_shares_by_id_in_bulk_answer_as_the_one_by_one_read(db):
+    """The preview's bulk read (a statement per chunk) pairs each share with
+    the instance ``share_with_status`` gives, and leaves out a deleted one."""
+    from sharemgr.db import status_reads
+
+    shares = [_share(db) for _ in range(3)]
+    gone, gone_inst = shares[2]
+    assert api.transition_with_request(db, [
+        (models.ShareInstance, gone_inst.id, {"status": vocab.DELETING}, _gone()),
+        (models.Share, gone.id, {"deleted_at": None}, {"deleted_at": models.utcnow()})], None)
+    got = status_reads.shares_with_status_by_id(db, [s.id for s, _ in shares] + ["nope"])
+    assert set(got) == {shares[0][0].id, shares[1][0].id}
+    for share, inst in shares[:2]:
+        one = status_reads.share_with_status(db, share.id)
+        assert (got[share.id][0].id, got[share.id][1].id) == (one[0].id, one[1].id) \
+            == (share.id, inst.id)

@@ -1,0 +1,58 @@
+"""db/resources.py: the one-statement read a share delete's plan makes."""
+
+from __future__ import annotations
+
+import datetime
+
+from sharemgr.common import vocab
+from sharemgr.db import models, resources
+
+
+def _at(seconds: int) -> datetime.datetime:
+    return datetime.datetime(2026, 1, 1) + datetime.timedelta(seconds=seconds)
+
+
+def _share(db, instances=(), snapshots=()):
+    """A share with instances (replica_state, deleted?) and snapshots (deleted?)."""
+    share = models.Share(size=1, share_proto="NFS", name="s")
+    with db.session() as session:
+        session.add(share)
+        session.flush()
+        ids = []
+        for n, (state, gone) in enumerate(instances):
+            inst = models.ShareInstance(share_id=share.id, host="h@dummy", status=vocab.AVAILABLE,
+                                        replica_state=state, created_at=_at(10 - n),
+                                        deleted_at=models.utcnow() if gone else None)
+            session.add(inst)
+            session.flush()
+            ids.append(inst.id)
+        for gone in snapshots:
+            session.add(models.ShareSnapshot(share_id=share.id, size=1, name="x",
+                                             deleted_at=models.utcnow() if gone else None))
+    return share.id, ids
+
+
+def test_live_instances_oldest_first_and_live_snapshots_counted(db):
+    sid, ids = _share(db, [(None, False), ("in_sync", False), (None, True)],
+                      [False, False, True])
+    other, _ = _share(db, [(None, False)], [False])
+    share, live, snapshots = resources.share_to_delete(db, sid)
+    assert share.id == sid
+    # Created 10 s, 9 s, 8 s after the epoch, in that order: the deleted one is left out.
+    assert [i.id for i in live] == [ids[1], ids[0]]
+    assert snapshots == 2
+    assert resources.share_to_delete(db, other)[2] == 1
+
+
+def test_a_share_without_instances_or_snapshots(db):
+    sid, _ = _share(db)
+    share, live, snapshots = resources.share_to_delete(db, sid)
+    assert (share.id, live, snapshots) == (sid, [], 0)
+
+
+def test_a_deleted_or_unknown_share_is_none(db):
+    sid, _ = _share(db, [(None, False)])
+    with db.session() as session:
+        session.get(models.Share, sid).deleted_at = models.utcnow()
+    assert resources.share_to_delete(db, sid) == (None, [], 0)
+    assert resources.share_to_delete(db, "nope") == (None, [], 0)
