@@ -64,7 +64,9 @@ class StackAdopt(base.ShowOne):
             raise base.UserError(f"{args.adopt_file}: {exc}" if isinstance(
                 exc, abandon.AdoptError) else str(exc))
         # The values the abandoned stack was given, under -e and -P.
-        given = Template(resources={}, parameter_values=dict(data.get("parameters") or {}))
+        params = data.get("parameters") or {}
+        assert isinstance(params, dict)  # read_data checked it
+        given = Template(resources={}, parameter_values=dict(params))
         template = _template(self.app, args.template, args, given)
         db = self.app.context.db
         timeout = actions.timeout_for(template, args.timeout,

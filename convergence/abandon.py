@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 from sharemgr.common import vocab
 from sharemgr.convergence import physical as phys
@@ -35,7 +34,7 @@ class AdoptError(ValueError):
 # Abandon -----------------------------------------------------------------------------
 
 
-def abandon(db: Database, stack: models.Stack) -> dict[str, Any]:
+def abandon(db: Database, stack: models.Stack) -> dict[str, object]:
     """Delete the stack's records (``stack_keep.abandon``: refused while a
     traversal is in progress) and return what adopt reads."""
     gone = stack_keep.abandon(db, stack.id)
@@ -63,7 +62,7 @@ def abandon(db: Database, stack: models.Stack) -> dict[str, Any]:
 # Adopt -------------------------------------------------------------------------------
 
 
-def read_data(text: str | bytes) -> dict[str, Any]:
+def read_data(text: str | bytes) -> dict[str, object]:
     """The abandon data, shape-checked (AdoptError)."""
     try:
         data = json.loads(text)
@@ -96,14 +95,16 @@ def _facts(type_: str, observed: phys.Observed) -> dict[str, object]:
     return {}
 
 
-def plan(db: Database, template: Template, data: Mapping[str, Any]
+def plan(db: Database, template: Template, data: Mapping[str, object]
          ) -> list[stack_keep.Adopted]:
     """The rows an adopt makes: each resource of ``template`` with its
     physical resource from ``data``, which must exist and be available,
     belong to no live stack, and have the properties the template gives
     it (a mismatch is refused: AdoptError names them all for the first
     resource that has one)."""
-    entries: Mapping[str, Any] = data["resources"]
+    entries = data.get("resources")
+    if not isinstance(entries, dict):  # read_data checked it; a caller's own may not be
+        raise AdoptError("the adopt data has no 'resources' mapping")
     out: list[stack_keep.Adopted] = []
     sent: dict[str, ResourceData] = {}
     seen: dict[tuple[str, str], str] = {}
@@ -150,7 +151,7 @@ def plan(db: Database, template: Template, data: Mapping[str, Any]
     return out
 
 
-def adopt(db: Database, name: str, template: Template, data: Mapping[str, Any],
+def adopt(db: Database, name: str, template: Template, data: Mapping[str, object],
           disable_rollback: bool = False, timeout_seconds: int | None = None) -> models.Stack:
     """A COMPLETE stack named ``name`` over the resources ``data`` names.
     Raises AdoptError (``stack_keep.Refused`` too: a resource taken
