@@ -115,7 +115,7 @@ def test_revert_promote_resync_and_their_crashes(setup, tmp_path):
     engine = _crashing(d, tmp_path, "third", "update_replica_state.crashz")
     d.sharectl("replica", "resync", crashz_rep)
     assert engine.proc.wait(60) == 137, engine.text()[-2000:]
-    d.start()
+    engine = d.start()
     wait_until(lambda: d.json("message", "list", "--resource", crashz_rep), timeout=60,
                what="the resync's message")
     assert d.json("replica", "show", crashz_rep)["status"] == "available"
@@ -123,3 +123,10 @@ def test_revert_promote_resync_and_their_crashes(setup, tmp_path):
     assert (msg["action_id"], msg["detail_id"]) == ("011", "003")
     reqs = [r for r in d.json("request", "list") if r["status"] == "abandoned"]
     assert sorted(r["action"] for r in reqs) == ["promote", "resync", "revert"]
+
+    # A resync changes no status: --wait waits for its request (with no
+    # engine to take it: exit 1, where it once returned the old state at once).
+    engine.terminate()
+    out = d.sharectl("replica", "resync", crashz_rep, "--wait", "--timeout", "1", check=False)
+    assert out.returncode == 1 and "no share-manager took the request" in out.stderr, out
+    assert "Traceback" not in out.stderr
