@@ -33,7 +33,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Generic, TypeVar
 
 from oslo_log import log as logging
@@ -294,35 +294,7 @@ class Worker:
         if plan.physical_id is not None:
             start["physical_id"] = plan.physical_id
         work = self.actor.work(ctx, vocab.STACK_CREATE, start, plan)
-        self.tracker.claim(row.id)
-        try:
-            begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id,
-                                     ctx.traversal, work, lock_key=row.atomic_key)
-        except db_capacity.NoRoom:  # the general path fails the node with the reason
-            self.tracker.unclaim(row.id)
-            return None
-        except BaseException:
-            self.tracker.unclaim(row.id)
-            raise
-        if isinstance(begun, Outcome):  # nothing was written, the lock not taken
-            self.tracker.unclaim(row.id)
-            return None
-        ctx.held.append(row.id)
-        try:
-            outcome = self.actor.carry_out(ctx, row.name, begun, vocab.STACK_CREATE, plan,
-                                           final, known=(row.id, row.type, plan.physical_id),
-                                           defer=True)
-        except Exception as exc:  # a bug or a lost database: fail the stack, never hang it
-            LOG.exception("check of node %s (traversal %s) failed", ctx.node, ctx.traversal)
-            outcome = Outcome.failed(f"{type(exc).__name__}: {exc}")
-            ctx.end = None
-            self.actor.mark_failed(row.id, outcome.reason or "")
-        if outcome.result is not Result.FAILED and ctx.end is not None:
-            return self.reporter.end_and_report(ctx, outcome)
-        for rid in ctx.held:
-            self.locks.release(rid)
-        return self._after(ctx, outcome)
-
+        return self._fast(ctx, row, work, plan, final, (row.id, row.type, plan.physical_id))
 
     def _fast_delete(self, ctx: Ctx, row: models.StackResource
                      ) -> tuple[Claimed | None, bool] | None:
@@ -348,10 +320,22 @@ class Worker:
         if plan is None:
             return None
         work = self.actor.work(ctx, vocab.STACK_DELETE, {"status_reason": None}, plan)
+        return self._fast(ctx, row, work, plan, {}, (row.id, row.type, row.physical_id))
+
+    def _fast(self, ctx: Ctx, row: models.StackResource, work: stack_work.Begin,
+              plan: phys.Plan, final: Mapping[str, object], known: tuple[int, str, str | None]
+              ) -> tuple[Claimed | None, bool] | None:
+        """A fast path's begin, carry-out and end: the lock taken in the
+        begin (only if it did not move since ``row`` was read), then end,
+        release and report in one transaction. None, with nothing written,
+        when the begin did not start (the general path decides again)."""
         self.tracker.claim(row.id)
         try:
             begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id,
                                      ctx.traversal, work, lock_key=row.atomic_key)
+        except db_capacity.NoRoom:  # the general path fails the node with the reason
+            self.tracker.unclaim(row.id)
+            return None
         except BaseException:
             self.tracker.unclaim(row.id)
             raise
@@ -360,15 +344,15 @@ class Worker:
             return None
         ctx.held.append(row.id)
         try:
-            outcome = self.actor.carry_out(ctx, row.name, begun, vocab.STACK_DELETE, plan, {},
-                                           known=(row.id, row.type, row.physical_id),
-                                           defer=True)
-            outcome = dataclasses.replace(outcome, data=None)  # a clean-up passes nothing on
+            outcome = self.actor.carry_out(ctx, row.name, begun, work.action, plan, final,
+                                           known=known, defer=True)
+            if work.action == vocab.STACK_DELETE:  # a clean-up passes nothing on
+                outcome = dataclasses.replace(outcome, data=None)
         except Exception as exc:  # a bug or a lost database: fail the stack, never hang it
             LOG.exception("check of node %s (traversal %s) failed", ctx.node, ctx.traversal)
             outcome = Outcome.failed(f"{type(exc).__name__}: {exc}")
             ctx.end = None
-            self.actor.mark_failed(row.id, outcome.reason or "", vocab.STACK_DELETE)
+            self.actor.mark_failed(row.id, outcome.reason or "", work.action)
         if outcome.result is not Result.FAILED and ctx.end is not None:
             return self.reporter.end_and_report(ctx, outcome)
         for rid in ctx.held:
