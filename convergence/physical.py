@@ -167,6 +167,16 @@ def plan_delete(db: Database, type_: str, physical_id: str | None,
     return plans.delete(db, type_, physical_id)
 
 
+def observe_for_delete(db: Database, type_: str, physical_id: str | None
+                       ) -> tuple[Observed, Plan | None]:
+    """The resource as observed now and its delete's plan (None: gone), in
+    one read for a share (``plans.delete_seen``); raises CheckError as
+    :func:`plan_delete` does."""
+    if physical_id is None:
+        return Observed(GONE), None
+    return plans.delete_seen(db, type_, physical_id)
+
+
 def observe_after(db: Database, type_: str, physical_id: str | None, plan: Plan,
                   written: Sequence[Change] | None) -> Observed:
     """The physical resource once ``plan``'s operation succeeded. A

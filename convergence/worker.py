@@ -310,14 +310,12 @@ class Worker:
             return None
         if retain.policy_retains(self.db, row):
             return None  # the general path keeps it (or deletes it in a rollback)
-        observed = phys.observe(self.db, row.type, row.physical_id)
-        if observed.state not in (phys.OK, phys.ERROR) or not self.placement.serves(observed.host):
-            return None
-        try:
-            plan = phys.plan_delete(self.db, row.type, row.physical_id, observed)
+        try:  # one read for a share: the observation and the plan's checks
+            observed, plan = phys.observe_for_delete(self.db, row.type, row.physical_id)
         except Exception:  # refused, or a bug: the general path fails the node with it
             return None
-        if plan is None:
+        if plan is None or observed.state not in (phys.OK, phys.ERROR) \
+                or not self.placement.serves(observed.host):
             return None
         work = self.actor.work(ctx, vocab.STACK_DELETE, {"status_reason": None}, plan)
         return self._fast(ctx, row, work, plan, {}, (row.id, row.type, row.physical_id))

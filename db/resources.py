@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
-from sharemgr.db import models
+from sharemgr.db import models, quiet
 from sharemgr.db.engine import Database
 from sharemgr.db.models import H, S
 from sqlalchemy.orm import InstrumentedAttribute, Session
@@ -93,6 +93,24 @@ def share_to_delete(db: Database, share_id: str
     if not rows:
         return None, [], 0
     return rows[0][0], [r[1] for r in rows if r[1] is not None], int(rows[0][2] or 0)
+
+
+def share_gone_with_last_instance(share_id: str) -> list[db_api.Change]:
+    """Changes that delete the share once no live instance is left, to end
+    a change list that deletes one of its instances: decided in SQL, in the
+    writing transaction. A read before that transaction (as this was) is a
+    transaction more per delete, and two deletes of a share's last two
+    instances could each see the other's instance and both keep the share.
+    The share's row is written first (``quiet.anchor``): on PostgreSQL and
+    MariaDB a second such transaction waits there for the first, and the
+    decision, a statement of its own (READ COMMITTED: a fresh snapshot),
+    sees the first's delete. Both changes match any row of the share, so
+    the list never loses on them."""
+    si, s = models.ShareInstance.__table__, models.Share.__table__
+    live = sa.exists().where(si.c.share_id == share_id, si.c.deleted_at.is_(None))
+    gone = sa.case((live, s.c.deleted_at),
+                   else_=sa.func.coalesce(s.c.deleted_at, models.utcnow()))
+    return [quiet.anchor(share_id), (models.Share, share_id, {}, {"deleted_at": gone})]
 
 
 def live_count(db: Database, model: type[models.Live], **filters: object) -> int:

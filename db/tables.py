@@ -180,6 +180,8 @@ share_snapshots = sa.Table(
     sa.Column("project_id", String(255)),
     sa.Column("share_group_snapshot_id", String(36), ForeignKey("share_group_snapshots.id")),
     *_timestamps(),
+    # A share's delete counts its snapshots (migration 0016).
+    Index("ix_share_snapshots_share_id", "share_id"),
 )
 
 

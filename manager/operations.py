@@ -18,7 +18,7 @@ import tenacity
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
-from sharemgr.db import models
+from sharemgr.db import models, resources
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db.engine import Database
 from sharemgr.drivers.exceptions import (
@@ -334,18 +334,10 @@ class Operations:
         return views.snapshot(snap_inst, snap, inst, share), self.server_dict(inst.share_server_id)
 
     def share_gone_changes(self, inst: models.ShareInstance) -> list[Change]:
-        """The instance is deleted; the logical share goes with its last instance."""
-        changes: list[Change] = [(models.ShareInstance, inst.id, {"status": inst.status},
-                                  deleted())]
-        others = [
-            i
-            for i in db_api.query(self.db, models.ShareInstance, {"share_id": inst.share_id})
-            if i.id != inst.id
-        ]
-        if not others:
-            changes.append((models.Share, inst.share_id, {"deleted_at": None},
-                            {"deleted_at": models.utcnow()}))
-        return changes
+        """The instance is deleted; the logical share goes with its last
+        instance (decided in the outcome's transaction)."""
+        return [(models.ShareInstance, inst.id, {"status": inst.status}, deleted()),
+                *resources.share_gone_with_last_instance(inst.share_id)]
 
 
 def _fenced(changes: list[Change], model: models.ModelClass, ident: str, fence: int | None

@@ -403,14 +403,42 @@ def delete(db: Database, type_: str, ident: str, force: bool = False) -> Plan:
     return _DELETERS[type_](db, ident, force)
 
 
-def _delete_share(db: Database, ident: str, force: bool = False) -> Plan:
+def delete_seen(db: Database, type_: str, ident: str) -> tuple[kinds.Observed, Plan | None]:
+    """The resource as observed now and, unless it is gone, its delete's
+    plan (``delete``'s checks: Refused), from one read where the type
+    allows it — a share's (``resources.share_to_delete``) holds the rows
+    its observation is made of; a stack's delete makes one per resource —
+    else an observation, then the plan."""
+    if type_ != vocab.SHARE:
+        observed = kinds.observe(db, type_, ident)
+        return observed, None if observed.state == kinds.GONE else delete(db, type_, ident)
+    found = resources.share_to_delete(db, ident) if ident else (None, [], 0)
+    row, inst = found[0], _primary(found[1])
+    seen = None if row is None or inst is None else kinds.observe_rows(
+        vocab.SHARE, {models.Share: row, models.ShareInstance: inst})
+    if seen is None:
+        return kinds.Observed(kinds.GONE), None
+    return seen, _delete_share(db, ident, found=found)
+
+
+def _primary(live: list[models.ShareInstance]) -> models.ShareInstance | None:
+    """Of a share's live instances (oldest first), the primary: the oldest
+    that is not a secondary (``resources.primary_instance``'s choice)."""
+    return next((i for i in live if not kinds.is_secondary(i)), None)
+
+
+def _delete_share(db: Database, ident: str, force: bool = False,
+                  found: tuple[models.Share | None, list[models.ShareInstance], int] | None = None
+                  ) -> Plan:
     # One read (a stack's delete makes one per resource): the share, its live
-    # instances, whose primary is ``resources.primary_instance``'s choice (the
-    # oldest that is not a secondary) and any other a replica, and its snapshots.
-    row, live, snapshots = resources.share_to_delete(db, ident) if ident else (None, [], 0)
+    # instances (the primary and any other a replica) and its snapshots;
+    # ``found``: that read, made by the caller.
+    if found is None:
+        found = resources.share_to_delete(db, ident) if ident else (None, [], 0)
+    row, live, snapshots = found
     if row is None:
         raise Refused(f"no share with id {ident!r}")
-    inst = next((i for i in live if not kinds.is_secondary(i)), None)
+    inst = _primary(live)
     if inst is None:
         raise Refused(f"share {ident} has no instance")
     if snapshots:
