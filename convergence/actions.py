@@ -87,7 +87,8 @@ def progress(db: Database, stack: models.Stack) -> Progress:
     """Resources of the current traversal that are done: a resource the
     template keeps when its update node has reported, one being removed when
     its clean-up node has (a node has reported once its key is in a
-    SyncPoint's input data). A finished traversal counts all of them."""
+    SyncPoint's input data), and one whose node the preparation settled (it
+    has no point). A finished traversal counts all of them."""
     if stack.status != vocab.STACK_IN_PROGRESS or not stack.current_traversal:
         # The resources of the graph's nodes, without building the graph.
         total = len(resource_ids_in(stack.current_deps))
@@ -95,10 +96,13 @@ def progress(db: Database, stack: models.Stack) -> Progress:
     graph = prepare.load_traversal_graph(stack)
     resources = graph.resource_ids()
     reported: set[str] = set()
+    pointed: set[tuple[str, bool]] = set()
     for point in sync_points.list_for_traversal(db, stack.id, stack.current_traversal):
         reported.update(point.input_data)
-    done = sum(1 for rid in resources
-               if Node(rid, (rid, True) in graph).key in reported)
+        pointed.add((point.entity_id, point.is_update))
+    nodes = [Node(rid, (rid, True) in graph) for rid in resources]
+    done = sum(1 for n in nodes
+               if n.key in reported or (str(n.resource_id), n.is_update) not in pointed)
     return Progress(done, len(resources))
 
 

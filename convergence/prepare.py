@@ -12,7 +12,7 @@ stack, in one transaction:
 4. load every extant resource row, choose for each resource of the template
    the most up-to-date row in a valid state, create rows for new names;
 5. build the traversal graph (``graph.build_traversal_graph``);
-6. a SyncPoint per node plus one for the stack;
+6. a SyncPoint per node left to traverse (not settled) plus the stack's;
 7. swap ``current_traversal`` (``WHERE current_traversal = :previous``) and
    store ``current_deps``, the template ids, action and status;
 8. enqueue a ``check_resource`` request for each leaf.
@@ -332,7 +332,7 @@ def _prepare_locked(
         values["timeout_seconds"] = timeout_seconds or None
     # Nodes whose check would change nothing, settled here (settle.py).
     settled = settle.settle_tx(session, action, template, graph, chosen_rows, deps)
-    reports = settled.reports(graph, stack.id)
+    reports = settled.reports(graph)
     complete = len(graph) == len(settled)
     if complete:
         # Nothing to do, and no node would ever report: finish here, or the
@@ -344,9 +344,14 @@ def _prepare_locked(
             values["deleted_at"] = models.utcnow()
     else:
         values.update(status=vocab.STACK_IN_PROGRESS, status_reason=f"Stack {action} started")
+        # Points for the nodes to traverse only: a settled node's is never
+        # read (its check never runs), and at 1 % changed that is 99 % of them.
+        roots = graph.roots()
         sync_points.create_tx(
-            session, stack.id, traversal_id, ((n.resource_id, n.is_update) for n in graph),
-            reported=reports, roots=graph.root_keys(),
+            session, stack.id, traversal_id,
+            ((n.resource_id, n.is_update) for n in graph if n not in settled),
+            reported=reports, roots=[r.key for r in roots if r not in settled],
+            settled_roots=sum(1 for r in roots if r in settled),
         )
     if settled.rows:
         db_stacks.resources_settle_tx(session, settled.rows, template_id)

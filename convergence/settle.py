@@ -34,7 +34,7 @@ from sharemgr.convergence.properties import (
     resolve_properties,
 )
 from sharemgr.convergence.template import Template
-from sharemgr.db import models, status_reads, sync_points
+from sharemgr.db import models, status_reads
 from sharemgr.manager import kinds
 from sqlalchemy.orm import Session
 
@@ -61,21 +61,19 @@ class Settled:
     def __len__(self) -> int:
         return len(self.data)
 
-    def reports(self, graph: Graph, stack_id: str
-                ) -> dict[tuple[str, bool], dict[str, object]]:
-        """The reports the points start with (``sync_points.create_tx``'s
-        ``reported``): a settled node's to each of its successors — its data
-        to an update node, None to a clean-up node, which reads nothing —
-        and a settled root's to its point at the stack
-        (``sync_points.root_entity``)."""
+    def reports(self, graph: Graph) -> dict[tuple[str, bool], dict[str, object]]:
+        """The reports the points of the nodes left to traverse start with
+        (``sync_points.create_tx``'s ``reported``): a settled node's to each
+        of its successors that is not settled too — its data to an update
+        node, None to a clean-up node, which reads nothing. Settled nodes
+        and settled roots' points at the stack have no point (the stack's
+        point counts those roots)."""
         out: dict[tuple[str, bool], dict[str, object]] = {}
         for node, data in self.data.items():
-            succs = graph.required_by(node)
-            for succ in succs:
-                out.setdefault((str(succ.resource_id), succ.is_update), {})[node.key] = \
-                    data if succ.is_update else None
-            if not succs:
-                out[(sync_points.root_entity(stack_id, node.key), False)] = {node.key: None}
+            for succ in graph.required_by(node):
+                if succ not in self.data:
+                    out.setdefault((str(succ.resource_id), succ.is_update), {})[node.key] = \
+                        data if succ.is_update else None
         return out
 
     def ready(self, graph: Graph) -> list[Node]:

@@ -156,6 +156,7 @@ def create_tx(
     include_stack: bool = True,
     reported: Mapping[tuple[str, bool], Mapping[str, object]] | None = None,
     roots: Iterable[str] = (),
+    settled_roots: int = 0,
 ) -> int:
     """One point per ``(entity_id, is_update)`` node, plus, with
     ``include_stack``, the stack's own point ``(stack_id, True)``. One
@@ -163,9 +164,10 @@ def create_tx(
     ``reported``: by ``(str(entity_id), is_update)``, the reports a point
     holds from the start (of nodes the preparation settled), its key the
     number of them, as if each had been written by a CAS. ``roots``: the
-    graph's roots' keys, each given its point at the stack
-    (:func:`root_entity`, :func:`report_roots_tx`); the stack's point's key
-    counts those reported already."""
+    keys of the graph's roots still to report, each given its point at the
+    stack (:func:`root_entity`, :func:`report_roots_tx`); the stack's
+    point's key starts at ``settled_roots``, the roots that need not (a
+    settled node has no point: nothing reads one)."""
     now = models.utcnow()
     reported = reported or {}
 
@@ -186,7 +188,7 @@ def create_tx(
     rows += markers
     if include_stack:
         rows.append(row(stack_id, True))
-        rows[-1]["atomic_key"] = sum(1 for m in markers if m["atomic_key"])
+        rows[-1]["atomic_key"] = settled_roots + sum(1 for m in markers if m["atomic_key"])
     if rows:
         session.execute(sa.insert(SP), rows)
     return len(rows)

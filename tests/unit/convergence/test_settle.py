@@ -73,6 +73,30 @@ def test_an_update_traverses_only_what_changed_and_what_follows(any_rig):
     assert sync_points.list_for_traversal(rig.db, stack.id, tr.traversal_id) == []
 
 
+def test_settled_nodes_have_no_points_and_count_as_done(any_rig):
+    """A settled node's check never runs, so nothing reads a point of its:
+    the preparation writes points for the nodes to traverse only (and the
+    markers at the stack of the roots among them); the stack's point
+    counts the settled roots, and the progress counts settled nodes done."""
+    from sharemgr.convergence import actions
+
+    rig = any_rig
+    e, rows = _created(rig)
+    tr = rig.update("web", GROW_A)
+    stack = rig.stack("web")
+    points = {(p.entity_id, p.is_update): p
+              for p in sync_points.list_for_traversal(rig.db, stack.id, tr.traversal_id)}
+    traversed = _nodes(rows, "a", "b")
+    roots = [n for n in tr.graph.roots() if n in traversed]
+    assert set(points) == ({(str(n.resource_id), n.is_update) for n in traversed}
+                           | {(sync_points.root_entity(stack.id, n.key), False) for n in roots}
+                           | {(stack.id, True)})
+    assert points[(stack.id, True)].atomic_key == len(tr.graph.roots()) - len(roots)
+    assert actions.progress(rig.db, stack) == actions.Progress(3, 5)
+    e.pump()
+    assert (rig.stack("web").action, rig.stack("web").status) == ("UPDATE", "COMPLETE")
+
+
 def test_a_change_upstream_traverses_everything_downstream(any_rig):
     rig = any_rig
     e, rows = _created(rig)
