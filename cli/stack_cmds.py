@@ -214,12 +214,13 @@ def _template_args(parser: argparse.ArgumentParser) -> None:
                         "deleted or left unchanged, per resource; change nothing")
 
 
-def _preview(app: SharectlApp, template: Template, stack: models.Stack | None
-             ) -> base.Shown:
-    """The dry run's answer: resource -> its change (and why)."""
+def _preview(app: SharectlApp, template: Template, stack: models.Stack | None,
+             previous: Template | None = None) -> base.Shown:
+    """The dry run's answer: resource -> its change (and why); ``previous``:
+    the stack's stored template, if read already."""
     from sharemgr.convergence import actions, preview
 
-    rows = {} if stack is None else actions.current_rows(app.context.db, stack)
+    rows = {} if stack is None else actions.current_rows(app.context.db, stack, previous)
     result = preview.preview(app.context.db, template, rows)
     cols, vals = [], []
     for c in result.changes:
@@ -280,23 +281,24 @@ class StackUpdate(_TemplateStart):
                             help="go on even if the update replaces shares (the data on "
                             "the old shares is not carried over)")
 
-    def _new(self, args: argparse.Namespace) -> tuple[models.Stack, Template]:
+    def _new(self, args: argparse.Namespace) -> tuple[models.Stack, Template, Template]:
+        """The stack, the new template and the stored one."""
         from sharemgr.convergence import actions
 
         stack = _lookup(self.app, args.name)
         previous = actions.stored_template(self.app.context.db, stack)
-        return stack, _template(self.app, args.template, args, previous)
+        return stack, _template(self.app, args.template, args, previous), previous
 
     def dry_run(self, args: argparse.Namespace) -> base.Shown:
-        stack, template = self._new(args)
-        return _preview(self.app, template, stack)
+        stack, template, previous = self._new(args)
+        return _preview(self.app, template, stack, previous)
 
     def begin(self, args: argparse.Namespace) -> Traversal:
         from sharemgr.convergence import actions, preview
 
-        stack, template = self._new(args)
+        stack, template, previous = self._new(args)
         if not args.allow_replace:
-            rows = actions.current_rows(self.app.context.db, stack)
+            rows = actions.current_rows(self.app.context.db, stack, previous)
             lost = preview.preview(self.app.context.db, template, rows).lost_shares()
             if lost:
                 raise base.UserError(

@@ -130,6 +130,7 @@ def test_shares_by_id_in_bulk_answer_as_the_one_by_one_read(db):
     """The preview's bulk read (a statement per chunk) pairs each share with
     the instance ``share_with_status`` gives, and leaves out a deleted one."""
     from sharemgr.db import status_reads
+    from sharemgr.manager import kinds
 
     shares = [_share(db) for _ in range(3)]
     gone, gone_inst = shares[2]
@@ -142,3 +143,7 @@ def test_shares_by_id_in_bulk_answer_as_the_one_by_one_read(db):
         one = status_reads.share_with_status(db, share.id)
         assert (got[share.id][0].id, got[share.id][1].id) == (one[0].id, one[1].id) \
             == (share.id, inst.id)
+        # It holds the columns an observation reads: the same observation.
+        seen = kinds.observe_rows(vocab.SHARE, {models.Share: got[share.id][0],
+                                                models.ShareInstance: got[share.id][1]})
+        assert seen == kinds.observe(db, vocab.SHARE, share.id)
