@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import sqlalchemy as sa
@@ -61,6 +62,18 @@ class _PlusOne:
 PLUS_ONE = _PlusOne()
 
 
+@dataclass(frozen=True)
+class Computed:
+    """A value for conditional_update_tx computed in SQL by ``expr``, an
+    expression built once (a module's constant) whose bound parameters are
+    ``params``: the statement that writes it is then built once per shape
+    too, where an expression built per call makes a statement, and its
+    cache key, per call (which costs more than running it)."""
+
+    expr: sa.ColumnElement[Any]
+    params: Mapping[str, object]
+
+
 def _stamped(model: type[models.HasTable], values: Columns) -> Columns:
     """``values`` with ``updated_at`` set to now, where the model has one and
     the caller did not set it: what every conditional update writes. A
@@ -79,6 +92,21 @@ def _test(value: object) -> str:
     if value is None:
         return "null"
     return "in" if isinstance(value, _MANY) else "eq"
+
+
+# Statements that write Computed values, by shape and the expressions' ids
+# (each a module's constant, kept alive there).
+_COMPUTED_STMTS: dict[tuple, sa.Update] = {}
+
+
+def _computed_stmt(table: sa.Table, tests: tuple[tuple[str, str], ...],
+                   columns: tuple[tuple[str, bool], ...],
+                   computed: Mapping[str, sa.ColumnElement[Any]]) -> sa.Update:
+    key = (table, tests, columns, tuple((n, id(e)) for n, e in computed.items()))
+    stmt = _COMPUTED_STMTS.get(key)
+    if stmt is None:
+        stmt = _COMPUTED_STMTS[key] = _update_stmt(table, tests, columns).values(computed)
+    return stmt
 
 
 @functools.lru_cache(maxsize=512)
@@ -170,9 +198,14 @@ def conditional_update_tx(
             **{n: c[n] + 1 if v is PLUS_ONE else v for n, v in stamped.items()})
         return records.rowcount(session.execute(stmt)) == 1
     tests = tuple((name, _test(v)) for name, v in expected.items())
-    stmt = _update_stmt(table, tests,
-                        tuple((n, v is PLUS_ONE) for n, v in stamped.items()))
-    params = {"w_id": ident, **{f"v_{n}": v for n, v in stamped.items() if v is not PLUS_ONE}}
+    computed = {n: v for n, v in stamped.items() if isinstance(v, Computed)}
+    plain = {n: v for n, v in stamped.items() if n not in computed}
+    columns = tuple((n, v is PLUS_ONE) for n, v in plain.items())
+    stmt = _computed_stmt(table, tests, columns, {n: v.expr for n, v in computed.items()}) \
+        if computed else _update_stmt(table, tests, columns)
+    params = {"w_id": ident, **{f"v_{n}": v for n, v in plain.items() if v is not PLUS_ONE}}
+    for extra in computed.values():
+        params.update(extra.params)
     for name, test in tests:
         if test != "null":
             value = expected[name]

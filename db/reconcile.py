@@ -233,7 +233,7 @@ def _applied_together(session: Session, groups: list[list[db_api.Change]],
         if seen[(model, ident)] > 1 or not all(_plain(v) for v in expected.values()):
             continue
         if own_values:
-            if any(isinstance(v, sa.ClauseElement) or v is db_api.PLUS_ONE
+            if any(isinstance(v, (sa.ClauseElement, db_api.Computed)) or v is db_api.PLUS_ONE
                    for v in values.values()):
                 continue
             key: tuple = (model, tuple(expected), tuple(values))

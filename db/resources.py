@@ -8,9 +8,10 @@ from typing import Any
 import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
-from sharemgr.db import models, quiet
+from sharemgr.db import models, quiet, records
 from sharemgr.db.engine import Database
 from sharemgr.db.models import H, S
+from sharemgr.db.records import Record
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 
@@ -72,27 +73,50 @@ def snapshot_instance_of(db: Database, snapshot_id: str) -> models.ShareSnapshot
         return session.scalars(stmt).first()
 
 
+def _share_to_delete_stmt() -> sa.Select:
+    s, si = models.Share.__table__, models.ShareInstance.__table__
+    snap = models.ShareSnapshot.__table__
+    snapshots = (sa.select(sa.func.count()).select_from(snap)
+                 .where(snap.c.share_id == s.c.id, snap.c.deleted_at.is_(None))
+                 .scalar_subquery())
+    return (sa.select(s, si, snapshots.label("snapshots"))
+            .select_from(s.outerjoin(si, sa.and_(si.c.share_id == s.c.id,
+                                                 si.c.deleted_at.is_(None))))
+            .where(s.c.id == sa.bindparam("id"), s.c.deleted_at.is_(None))
+            .order_by(si.c.created_at, si.c.id))
+
+
+# Built once, on the tables (no ORM): a stack's delete reads it per resource,
+# and building and running it through the ORM was a tenth of such a delete.
+_SHARE_TO_DELETE = _share_to_delete_stmt()
+
+
 def share_to_delete(db: Database, share_id: str
-                    ) -> tuple[models.Share | None, list[models.ShareInstance], int]:
+                    ) -> tuple[Record | None, list[Record], int]:
     """A live share, its live instances (oldest first) and the number of its
     live snapshots, in one statement: what a delete's plan checks (a
-    stack's delete makes one per resource). (None, [], 0) when the share is
-    not live."""
-    si, snap = models.ShareInstance, models.ShareSnapshot
-    snapshots = (sa.select(sa.func.count()).select_from(snap)
-                 .where(snap.share_id == models.Share.id, snap.deleted_at.is_(None))
-                 .scalar_subquery())
-    stmt = (
-        sa.select(models.Share, si, snapshots)
-        .outerjoin(si, sa.and_(si.share_id == models.Share.id, si.deleted_at.is_(None)))
-        .where(models.Share.id == share_id, models.Share.deleted_at.is_(None))
-        .order_by(si.created_at, si.id)
-    )
-    with db.reading() as session:
-        rows = session.execute(stmt).all()
+    stack's delete makes one per resource), as read-only records. (None,
+    [], 0) when the share is not live."""
+    s, si = models.Share.__table__, models.ShareInstance.__table__
+    with db.connect() as conn:
+        rows = conn.execute(_SHARE_TO_DELETE, {"id": share_id}).all()
     if not rows:
         return None, [], 0
-    return rows[0][0], [r[1] for r in rows if r[1] is not None], int(rows[0][2] or 0)
+    pairs = [records.pair(r, s, si) for r in rows]
+    return (pairs[0][0], [inst for _share, inst in pairs if inst is not None],
+            int(rows[0].snapshots or 0))
+
+
+def _gone_if_last() -> sa.ColumnElement[Any]:
+    si, s = models.ShareInstance.__table__, models.Share.__table__
+    live = sa.exists().where(si.c.share_id == sa.bindparam("g_share"), si.c.deleted_at.is_(None))
+    return sa.case((live, s.c.deleted_at),
+                   else_=sa.func.coalesce(s.c.deleted_at,
+                                         sa.bindparam("g_now", type_=s.c.deleted_at.type)))
+
+
+# Built once (db_api.Computed): a share's delete writes it.
+_GONE_IF_LAST = _gone_if_last()
 
 
 def share_gone_with_last_instance(share_id: str) -> list[db_api.Change]:
@@ -106,10 +130,7 @@ def share_gone_with_last_instance(share_id: str) -> list[db_api.Change]:
     decision, a statement of its own (READ COMMITTED: a fresh snapshot),
     sees the first's delete. Both changes match any row of the share, so
     the list never loses on them."""
-    si, s = models.ShareInstance.__table__, models.Share.__table__
-    live = sa.exists().where(si.c.share_id == share_id, si.c.deleted_at.is_(None))
-    gone = sa.case((live, s.c.deleted_at),
-                   else_=sa.func.coalesce(s.c.deleted_at, models.utcnow()))
+    gone = db_api.Computed(_GONE_IF_LAST, {"g_share": share_id, "g_now": models.utcnow()})
     return [quiet.anchor(share_id), (models.Share, share_id, {}, {"deleted_at": gone})]
 
 

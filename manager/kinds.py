@@ -112,7 +112,7 @@ def kind(name: str) -> Kind:
     return KINDS[name]
 
 
-def is_secondary(inst: models.ShareInstance) -> bool:
+def is_secondary(inst: models.ShareInstance | Record) -> bool:
     """A share instance that is a secondary replica, not the share's active one."""
     return inst.replica_state not in (None, vocab.REPLICA_ACTIVE)
 

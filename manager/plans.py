@@ -375,7 +375,8 @@ def restore_backup(db: Database, backup_id: str) -> Plan:
 # Deletes ------------------------------------------------------------------------------
 
 
-def _deleting(kind: kinds.Kind, row: kinds.StatusRow, what: str, host: str | None,
+def _deleting(kind: kinds.Kind, row: kinds.StatusRow | resources.Record, what: str,
+              host: str | None,
               shown: object = None, force: bool = False) -> Plan:
     """``row`` holds the status; ``shown`` is what users know (a share, not
     its instance), when it differs. A forced delete (admin) starts from any
@@ -421,14 +422,14 @@ def delete_seen(db: Database, type_: str, ident: str) -> tuple[kinds.Observed, P
     return seen, _delete_share(db, ident, found=found)
 
 
-def _primary(live: list[models.ShareInstance]) -> models.ShareInstance | None:
+def _primary(live: list[resources.Record]) -> resources.Record | None:
     """Of a share's live instances (oldest first), the primary: the oldest
     that is not a secondary (``resources.primary_instance``'s choice)."""
     return next((i for i in live if not kinds.is_secondary(i)), None)
 
 
 def _delete_share(db: Database, ident: str, force: bool = False,
-                  found: tuple[models.Share | None, list[models.ShareInstance], int] | None = None
+                  found: tuple[resources.Record | None, list[resources.Record], int] | None = None
                   ) -> Plan:
     # One read (a stack's delete makes one per resource): the share, its live
     # instances (the primary and any other a replica) and its snapshots;
