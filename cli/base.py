@@ -120,6 +120,21 @@ def _database_error(cmd: _Errors, exc: BaseException) -> str:
     return f"database error: {type(orig).__name__}: {lines[0] if lines else ''}"
 
 
+class OnStack(_Errors):
+    """A command on one stack, put before its cliff kind
+    (``class StackShow(OnStack, ShowOne)``): its parser takes the stack's
+    NAME (or id) first, then what :meth:`add_arguments` adds."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+        self.add_arguments(parser)
+        return parser
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        pass
+
+
 class Command(_Errors, command.Command):
     pass
 

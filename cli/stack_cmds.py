@@ -129,15 +129,13 @@ def wait_for_stack(app: SharectlApp, stack_id: str, traversal: str,
             sys.stderr.write("\n")
 
 
-class _Start(base.ShowOne):
+class _Start(base.OnStack, base.ShowOne):
     """Start a traversal; with --wait, block until it ends."""
 
     action = ""
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
-        self.add_arguments(parser)
+        parser = super().get_parser(prog_name)  # NAME, then add_arguments
         parser.add_argument("--wait", action="store_true",
                             help="block until the traversal (or its rollback) ends; exit 1 "
                             "unless it completed")
@@ -145,9 +143,6 @@ class _Start(base.ShowOne):
                             help="with --wait: give up after this long (default: until the "
                             "traversal ends)")
         return parser
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        pass
 
     def begin(self, args: argparse.Namespace) -> Traversal:
         from sharemgr.convergence import actions
@@ -324,19 +319,16 @@ class StackRollback(_Start):
     action = vocab.STACK_ROLLBACK
 
 
-class StackCancel(base.ShowOne):
+class StackCancel(base.OnStack, base.ShowOne):
     """Cancel a stack's traversal (Heat's cancel-update): stop it and roll
     back, or with --no-rollback leave the stack FAILED. Checks already
     running finish their current step (a driver call is not interrupted)."""
 
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--no-rollback", action="store_true",
                             help="leave the stack FAILED instead of rolling back")
         parser.add_argument("--wait", action="store_true",
                             help="block until the rollback ends (exit 1 unless it completed)")
-        return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         from sharemgr.convergence import lifecycle
@@ -363,13 +355,8 @@ class StackCancel(base.ShowOne):
         return _show(self.app, stack)
 
 
-class StackShow(base.ShowOne):
+class StackShow(base.OnStack, base.ShowOne):
     """Show a stack, its outputs resolved."""
-
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
-        return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         return _show(self.app, _lookup(self.app, parsed_args.name))
@@ -386,14 +373,9 @@ class StackList(base.Lister):
         return cols, [tuple(base.fmt(getattr(s, c)) for c in cols) for s in rows]
 
 
-class StackResourceList(base.Lister):
+class StackResourceList(base.OnStack, base.Lister):
     """List a stack's resource rows (a replaced resource has two while the
     replacement is under way)."""
-
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
-        return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.convergence import actions
@@ -404,13 +386,8 @@ class StackResourceList(base.Lister):
         return cols, [tuple(r[c] for c in cols) for r in rows]
 
 
-class StackGraph(base.Command):
+class StackGraph(base.OnStack, base.Command):
     """Print the stack's current traversal graph as Graphviz DOT."""
-
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
-        return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from sharemgr.convergence import actions
@@ -440,19 +417,16 @@ def _check(app: SharectlApp, stack: models.Stack, timeout: float) -> models.Stac
     return checked
 
 
-class StackCheck(base.ShowOne):
+class StackCheck(base.OnStack, base.ShowOne):
     """Check a stack (Heat's stack check): ask the backend about each of its
     shares; the stack becomes CHECK COMPLETE, or CHECK FAILED naming the
     resources that drifted (exit 1). A missing share is marked error and a
     size or export drift taken from the backend, so that 'stack converge'
     repairs them."""
 
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--timeout", type=float, default=120, metavar="SECONDS",
                             help="how long to wait for a manager to run it (default 120)")
-        return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         stack = _check(self.app, _lookup(self.app, parsed_args.name), parsed_args.timeout)
@@ -485,13 +459,8 @@ class StackConverge(_Start):
                              Template.from_dict(stored))
 
 
-class StackOutputList(base.Lister):
+class StackOutputList(base.OnStack, base.Lister):
     """List a stack's outputs, resolved from its resources as they are now."""
-
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
-        return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.convergence import actions
@@ -501,14 +470,11 @@ class StackOutputList(base.Lister):
         return ("output_key", "output_value"), [(k, base.fmt(v)) for k, v in outputs.items()]
 
 
-class StackOutputShow(base.ShowOne):
+class StackOutputShow(base.OnStack, base.ShowOne):
     """Show one output of a stack."""
 
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("output", metavar="OUTPUT", help="output name")
-        return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         from sharemgr.convergence import actions

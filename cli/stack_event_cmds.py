@@ -38,19 +38,16 @@ def _line(stack_name: str, event: models.StackEvent) -> str:
             f"{event.action} {event.status}{reason}\n")
 
 
-class StackEventList(base.Lister):
+class StackEventList(base.OnStack, base.Lister):
     """List a stack's events, oldest first; with --follow, keep printing new
     ones until the stack's action ends (or Ctrl-C)."""
 
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--resource", metavar="RESOURCE",
                             help="only the events of this resource (by name)")
         parser.add_argument("--follow", action="store_true",
                             help="print events as lines as they happen, until the stack "
                             "is no longer IN_PROGRESS (Ctrl-C stops, exit 0)")
-        return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.db import stack_events
@@ -93,14 +90,11 @@ class StackEventList(base.Lister):
             time.sleep(FOLLOW_POLL)
 
 
-class StackEventShow(base.ShowOne):
+class StackEventShow(base.OnStack, base.ShowOne):
     """Show one event of a stack."""
 
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("event", metavar="EVENT_ID", help="event id (from 'event list')")
-        return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         from sharemgr.db import stack_events
@@ -117,14 +111,9 @@ class StackEventShow(base.ShowOne):
         return COLUMNS, _row(event)
 
 
-class StackFailuresList(base.Lister):
+class StackFailuresList(base.OnStack, base.Lister):
     """List a stack's failed resources with their reasons (Heat's stack
     failures list)."""
-
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
-        return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.db import stack_events

@@ -11,15 +11,10 @@ from sharemgr.cli import base
 from sharemgr.cli.stack_cmds import _lookup, _read, _show, _template, _template_args
 
 
-class StackAbandon(base.Command):
+class StackAbandon(base.OnStack, base.Command):
     """Delete a stack's records, leaving its physical resources as they are
     (managed, outside any stack); print what 'stack adopt' reads, as JSON.
     Refused while a traversal is in progress."""
-
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
-        return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from sharemgr.convergence import abandon
@@ -82,19 +77,16 @@ class StackAdopt(base.ShowOne):
         return _show(self.app, stack)
 
 
-class StackResourceMarkUnhealthy(base.ShowOne):
+class StackResourceMarkUnhealthy(base.OnStack, base.ShowOne):
     """Mark a stack's resource unhealthy (CHECK FAILED, Heat's
     mark-unhealthy): the next 'stack update' or 'stack converge' replaces
     it, without --allow-replace. --reset clears the mark."""
 
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("name", metavar="NAME", help="stack name (or id)")
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("resource", metavar="RESOURCE", help="resource name")
         parser.add_argument("--reason", default=None, help="why (shown as its status_reason)")
         parser.add_argument("--reset", action="store_true",
                             help="clear the mark instead (CHECK COMPLETE)")
-        return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         from sharemgr.convergence import actions

@@ -34,6 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sharemgr.convergence.keys import first_unknown
+
 GROUP_TYPE = "resource_group"
 GROUP_KEYS = frozenset({"type", "properties", "depends_on", "description"})
 GROUP_PROPERTIES = frozenset({"count", "resource_def"})
@@ -122,17 +124,15 @@ def member_of(name: str, groups: Mapping[str, GroupDefinition]) -> tuple[str, in
 def _group(name: str, raw: dict, names: Mapping[str, object], known_types: Mapping[str, object],
            name_re: re.Pattern[str]) -> GroupDefinition:
     where = f"group {name!r}"
-    unknown = sorted(set(map(str, raw)) - GROUP_KEYS)
-    if unknown:
-        hint = " (put it in resource_def)" if unknown[0] == "deletion_policy" else ""
-        raise GroupError(f"{where}: unknown key {unknown[0]!r}{hint}")
+    if (bad := first_unknown(raw, GROUP_KEYS)) is not None:
+        hint = " (put it in resource_def)" if bad == "deletion_policy" else ""
+        raise GroupError(f"{where}: unknown key {bad!r}{hint}")
     props = raw.get("properties")
     if not isinstance(props, dict):
         raise GroupError(f"{where}: 'properties' must be a mapping with 'count' and "
                          "'resource_def'")
-    unknown = sorted(set(map(str, props)) - GROUP_PROPERTIES)
-    if unknown:
-        raise GroupError(f"{where}: unknown property {unknown[0]!r} "
+    if (bad := first_unknown(props, GROUP_PROPERTIES)) is not None:
+        raise GroupError(f"{where}: unknown property {bad!r} "
                          f"(known: {', '.join(sorted(GROUP_PROPERTIES))})")
     count = props.get("count")
     if isinstance(count, float) and count.is_integer():
@@ -144,9 +144,8 @@ def _group(name: str, raw: dict, names: Mapping[str, object], known_types: Mappi
     if not isinstance(rdef, dict):
         raise GroupError(f"{where} property 'resource_def': must be a mapping with "
                          "'type' and 'properties'")
-    unknown = sorted(set(map(str, rdef)) - RESOURCE_DEF_KEYS)
-    if unknown:
-        raise GroupError(f"{where} property 'resource_def': unknown key {unknown[0]!r} "
+    if (bad := first_unknown(rdef, RESOURCE_DEF_KEYS)) is not None:
+        raise GroupError(f"{where} property 'resource_def': unknown key {bad!r} "
                          f"(allowed: {', '.join(sorted(RESOURCE_DEF_KEYS))})")
     type_ = rdef.get("type")
     if type_ == GROUP_TYPE:

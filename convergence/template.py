@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import yaml
 from sharemgr.common import vocab
 from sharemgr.convergence import groups as grp
+from sharemgr.convergence.keys import first_unknown
 
 
 class TemplateError(ValueError):
@@ -393,10 +394,9 @@ def _validate(data: object, given: Mapping[str, object] | None = None) -> Templa
         data = {}
     if not isinstance(data, dict):
         raise TemplateError("a template must be a mapping with a 'resources' section")
-    unknown = sorted(set(map(str, data)) - TOP_LEVEL_KEYS)
-    if unknown:
+    if (bad := first_unknown(data, TOP_LEVEL_KEYS)) is not None:
         raise TemplateError(
-            f"unknown top-level section {unknown[0]!r} "
+            f"unknown top-level section {bad!r} "
             f"(allowed: {', '.join(sorted(TOP_LEVEL_KEYS - {'parameter_values'}))})"
         )
     declarations, given = _parameters(data, given)
@@ -511,9 +511,8 @@ def _check_shape(name: str, raw: object, where: str | None = None) -> None:
     where = where or f"resource {name!r}"
     if not isinstance(raw, dict):
         raise TemplateError(f"{where}: must be a mapping with 'type' and 'properties'")
-    unknown = sorted(set(map(str, raw)) - RESOURCE_KEYS)
-    if unknown:
-        raise TemplateError(f"{where}: unknown key {unknown[0]!r}")
+    if (bad := first_unknown(raw, RESOURCE_KEYS)) is not None:
+        raise TemplateError(f"{where}: unknown key {bad!r}")
     type_ = raw.get("type")
     if not isinstance(type_, str) or type_ not in RESOURCE_TYPES:
         raise TemplateError(
