@@ -61,6 +61,8 @@ LOG = logging.getLogger(__name__)
 # bounded so that a long chain does not hold a request thread (and a
 # graceful stop) for ever. The rest are left to the request loop.
 CHAIN_LIMIT = 50
+# The update nodes' work that takes the fast path, and the row's action for it.
+_FAST_KINDS = {decide.Kind.CREATE: vocab.STACK_CREATE, decide.Kind.UPDATE: vocab.STACK_UPDATE}
 
 
 class Worker:
@@ -268,33 +270,38 @@ class Worker:
 
     def _fast_update(self, ctx: Ctx, stack: models.Stack, row: models.StackResource
                      ) -> tuple[Claimed | None, bool] | None:
-        """An update node that creates its resource on a row nobody holds:
-        plan from the row as read, take the lock and begin in one
-        transaction (``begin(lock_key=…)``: only if the row's lock did not
-        move since it was read), carry out, then end, release and report in
-        one more (``Reporter.end_and_report``). Anything else — another kind
-        of work, a lock that moved, a plan refused — returns None before
-        anything is written, and the general path decides again under the
-        lock."""
+        """An update node that creates its resource, or updates it in place
+        (a resize: what an update of a large stack mostly does), on a row
+        nobody holds and nothing replaces: plan from the row as read, take
+        the lock and begin in one transaction (``begin(lock_key=…)``: only
+        if the row's lock did not move since it was read), carry out, then
+        end, release and report in one more (``Reporter.end_and_report``).
+        Anything else — another kind of work, a lock that moved, a plan
+        refused — returns None before anything is written, and the general
+        path decides again under the lock (with no replacement, its
+        ``effective`` row is this one and it has no orphan to delete)."""
         template = self.template(stack)
         try:
             d = decide.decide(self.db, template, row, row, ctx.input_data)
         except Exception:  # the general path fails the node with the reason
             return None
-        if d.kind != decide.Kind.CREATE or not self.placement.serves(d.host):
+        if d.kind not in _FAST_KINDS or not self.placement.serves(d.host):
             return None
         start, final = decide.row_values(template, stack, row.name, d.props, row.requires,
                                          ctx.input_data)
+        name = phys.new_name(ctx.stack_name, row.name, d.props)
         try:
-            plan = phys.plan_create(self.db, row.type, d.props,
-                                    phys.new_name(ctx.stack_name, row.name, d.props),
-                                    self.placement)
+            plan = phys.plan_create(self.db, row.type, d.props, name, self.placement) \
+                if d.kind == decide.Kind.CREATE \
+                else phys.plan_update(self.db, row.type, row.physical_id, d.in_place, name)
         except Exception:  # refused, or a bug: the general path fails the node with it
             return None
         if plan.physical_id is not None:
             start["physical_id"] = plan.physical_id
-        work = self.actor.work(ctx, vocab.STACK_CREATE, start, plan)
-        return self._fast(ctx, row, work, plan, final, (row.id, row.type, plan.physical_id))
+        action = _FAST_KINDS[d.kind]
+        work = self.actor.work(ctx, action, start, plan)
+        physical_id = plan.physical_id if action == vocab.STACK_CREATE else row.physical_id
+        return self._fast(ctx, row, work, plan, final, (row.id, row.type, physical_id))
 
     def _fast_delete(self, ctx: Ctx, row: models.StackResource
                      ) -> tuple[Claimed | None, bool] | None:

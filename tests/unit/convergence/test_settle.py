@@ -97,6 +97,28 @@ def test_settled_nodes_have_no_points_and_count_as_done(any_rig):
     assert (rig.stack("web").action, rig.stack("web").status) == ("UPDATE", "COMPLETE")
 
 
+def test_an_in_place_update_takes_the_fast_path(any_rig, monkeypatch):
+    """A resize of a share whose row nobody holds is begun, carried out and
+    reported as a create is (worker ``_fast_update``), not through the
+    general path's lock, re-read and second plan; b, after it and
+    unchanged, still is checked the general way."""
+    from sharemgr.convergence.act import Actor
+
+    general: list[Node] = []
+    act = Actor.act
+    monkeypatch.setattr(Actor, "act", lambda self, ctx: general.append(ctx.node) or act(self, ctx))
+    rig = any_rig
+    e, rows = _created(rig)
+    general.clear()
+    rig.update("web", GROW_A)
+    e.pump()
+    assert (rig.stack("web").action, rig.stack("web").status) == ("UPDATE", "COMPLETE")
+    assert [c["method"] for c in rig.calls()].count("extend_share") == 1
+    assert rig.rows("web")["a"][0].properties["size"] == 2
+    assert Node(rows["a"].id, True) not in general
+    assert Node(rows["b"].id, True) in general
+
+
 def test_a_change_upstream_traverses_everything_downstream(any_rig):
     rig = any_rig
     e, rows = _created(rig)
