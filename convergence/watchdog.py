@@ -57,6 +57,7 @@ from sharemgr.convergence.graph import Node
 from sharemgr.convergence.worker import Worker
 from sharemgr.db import models, stack_work, stacks, sync_points
 from sharemgr.db.engine import Database
+from sharemgr.db.records import Record
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.outage import is_outage
 
@@ -176,7 +177,7 @@ class Watchdog:
                 LOG.info("stack watchdog: %s", dict(counts))
             return dict(counts)
 
-    def _lost(self, req: models.Request, alive: set[str], inflight: set[int]) -> bool:
+    def _lost(self, req: Record, alive: set[str], inflight: set[int]) -> bool:
         if req.status != vocab.REQUEST_RUNNING:
             return False
         if req.engine_id not in alive:
