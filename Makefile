@@ -43,7 +43,7 @@ bench: $(BIN)/.installed
 bench-scale: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_scale.py --sizes 1000,10000 $(BENCH_ARGS)
 
-# The same up to 50,000 (about an hour on a quiet two-core machine).
+# The same up to 50,000 (about 35 minutes on a quiet two-core machine).
 bench-50k: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_scale.py --sizes 1000,10000,50000 $(BENCH_ARGS)
 
