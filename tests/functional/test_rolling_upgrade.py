@@ -39,8 +39,11 @@ def previous_release(into: Path) -> tuple[Path, str]:
     head = migration.head()
     (newest,) = (ROOT / "db" / "migrations" / "versions").glob(f"{head}_*.py")
     try:
-        added = _git("log", "-1", "--format=%H", "--diff-filter=A", "--",
-                     str(newest.relative_to(ROOT)))
+        # The oldest commit that added a file of this revision: a migration
+        # renamed before it was released shows as added again by the rename.
+        added_by = _git("log", "--format=%H", "--diff-filter=A", "--",
+                        str(newest.relative_to(ROOT).with_name(f"{head}_*.py"))).split()
+        added = added_by[-1] if added_by else ""
     except (OSError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"no git history to take the previous release from: {exc}")
     if not added:
