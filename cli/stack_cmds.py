@@ -60,8 +60,8 @@ def _template(app: SharectlApp, path: str, args: argparse.Namespace | None = Non
         except params.ParameterError as exc:
             raise base.UserError(str(exc))
     if previous is not None and previous.parameter_values:
-        try:
-            raw = yaml.safe_load(text)
+        try:  # libyaml's parser where PyYAML has it (template.parse says why)
+            raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
         except yaml.YAMLError:
             raw = None  # parse() below names the error
         declared = raw.get("parameters") if isinstance(raw, dict) else None
@@ -74,10 +74,11 @@ def _template(app: SharectlApp, path: str, args: argparse.Namespace | None = Non
         raise base.UserError(f"invalid template {path}: {exc}")
 
 
-def _show(app: SharectlApp, stack: models.Stack) -> base.Shown:
+def _show(app: SharectlApp, stack: models.Stack, template: Template | None = None
+          ) -> base.Shown:
     from sharemgr.convergence import actions
 
-    row = actions.show(app.context.db, stack)
+    row = actions.show(app.context.db, stack, template)
     return tuple(row), tuple(base.fmt(v) for v in row.values())
 
 
@@ -169,7 +170,9 @@ class _Start(base.OnStack, base.ShowOne):
             return _show(self.app, started)
         stack, rolled_back = wait_for_stack(self.app, tr.stack_id, tr.traversal_id,
                                             parsed_args.wait_timeout)
-        result = _show(self.app, stack)
+        # The template this traversal stored, when it is still the stack's.
+        result = _show(self.app, stack,
+                       tr.template if stack.template_id == tr.template_id else None)
         if stack.status != vocab.STACK_COMPLETE or rolled_back:
             self.produce_output(parsed_args, *result)
             raise base.OperationFailed(
@@ -292,19 +295,22 @@ class StackUpdate(_TemplateStart):
         from sharemgr.convergence import actions, preview
 
         stack, template, previous = self._new(args)
-        if not args.allow_replace:
-            rows = actions.current_rows(self.app.context.db, stack, previous)
-            lost = preview.preview(self.app.context.db, template, rows).lost_shares()
-            if lost:
-                raise base.UserError(
-                    f"stack {stack.name}: the update replaces "
-                    + "; ".join(f"share {c.name!r} ({', '.join(c.properties) or c.reason})"
-                                for c in lost)
-                    + ": a replaced share's data is lost; pass --allow-replace to go on "
-                    "(see --dry-run)")
         timeout = actions.timeout_for(template, args.timeout,
                                       self.app.context.conf.stack_timeout_minutes)
-        return actions.start(self.app.context.db, stack.id, self.action, template, timeout)
+        # The safeguard runs inside the preparation (preview.refuse_lost_shares).
+        guard = (None if args.allow_replace
+                 else preview.refuse_lost_shares(self.app.context.db, template, previous,
+                                                 stack.template_id))
+        try:
+            return actions.start(self.app.context.db, stack.id, self.action, template, timeout,
+                                 guard)
+        except preview.LosesShares as exc:
+            raise base.UserError(
+                f"stack {stack.name}: the update replaces "
+                + "; ".join(f"share {c.name!r} ({', '.join(c.properties) or c.reason})"
+                            for c in exc.lost)
+                + ": a replaced share's data is lost; pass --allow-replace to go on "
+                "(see --dry-run)")
 
 
 class StackDelete(_Start):

@@ -62,13 +62,15 @@ def start(
     action: str,
     template: Template | None = None,
     timeout_seconds: int | None = None,
+    guard: prepare.Guard | None = None,
 ) -> prepare.Traversal:
     """UPDATE (to ``template``), DELETE or ROLLBACK an existing stack
-    (``timeout_seconds`` None keeps the stack's timeout). Raises StackNotFound,
+    (``timeout_seconds`` None keeps the stack's timeout; ``guard``: see
+    ``prepare.prepare_traversal_tx``). Raises StackNotFound,
     InvalidStackAction, TraversalLost (another traversal started first:
-    nothing written)."""
+    nothing written), and what ``guard`` raises (nothing written)."""
     stack = stacks.stack_lookup(db, name_or_id)
-    return lifecycle.prepare_traversal(db, stack, action, template, timeout_seconds)
+    return lifecycle.prepare_traversal(db, stack, action, template, timeout_seconds, guard)
 
 
 # Describing ------------------------------------------------------------------------
@@ -148,9 +150,13 @@ def outputs(db: Database, stack: models.Stack, template: Template | None = None
     return resolve_outputs(template, data)
 
 
-def show(db: Database, stack: models.Stack) -> dict[str, object]:
+def show(db: Database, stack: models.Stack, template: Template | None = None
+         ) -> dict[str, object]:
+    """``stack show``'s fields; ``template``: the stack's stored one, if the
+    caller has it already."""
     # Parsed once: at 10,000 resources a parse is a tenth of a second or more.
-    template = stored_template(db, stack)
+    if template is None:
+        template = stored_template(db, stack)
     return {
         "id": stack.id,
         "name": stack.name,

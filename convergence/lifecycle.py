@@ -64,11 +64,12 @@ def create_stack(db: Database, name: str, template: Template, disable_rollback: 
 
 def prepare_traversal(
     db: Database, stack: models.Stack, action: str, template: Template | None = None,
-    timeout_seconds: int | None = None,
+    timeout_seconds: int | None = None, guard: prepare.Guard | None = None,
 ) -> prepare.Traversal:
     """:func:`prepare.prepare_traversal_tx` in a transaction of its own."""
     with db.session() as session:
-        return prepare.prepare_traversal_tx(session, stack, action, template, timeout_seconds)
+        return prepare.prepare_traversal_tx(session, stack, action, template, timeout_seconds,
+                                            guard=guard)
 
 
 # Completion --------------------------------------------------------------------------

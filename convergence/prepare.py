@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from oslo_log import log as logging
@@ -89,6 +89,24 @@ class Traversal:
     leaves: tuple[Node, ...]  # triggered (requests enqueued) in the same transaction
     complete: bool  # empty graph, or every node settled: the stack was marked COMPLETE at once
     settled: frozenset[Node] = frozenset()  # nodes settled by the preparation (settle.py)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a :data:`Guard` sees of a preparation before its points,
+    swap and triggers are written: the stack row as locked (its template
+    still the current one), every extant row (not those deleted, waiting
+    for the purge) and what was settled."""
+
+    stack: models.Stack
+    rows: Sequence[models.StackResource]
+    settled: settle.Settled
+
+
+# Called inside the preparation's transaction: raising refuses the traversal
+# and rolls back everything the preparation wrote (``stack update``'s
+# safeguard against replacing shares: preview.refuse_lost_shares).
+Guard = Callable[[Prepared], None]
 
 
 # Triggers ------------------------------------------------------------------------
@@ -232,6 +250,7 @@ def prepare_traversal_tx(
     template: Template | None = None,
     timeout_seconds: int | None = None,
     event: bool = True,
+    guard: Guard | None = None,
 ) -> Traversal:
     """Prepare a traversal in the caller's transaction (see the module doc).
 
@@ -242,6 +261,8 @@ def prepare_traversal_tx(
     ``timeout_seconds`` replaces the stack's timeout (0: none; None: keep it).
     ``event`` False: the caller records the stack's new status as an event
     itself (with a reason of its own, in the same transaction).
+    ``guard``: called once the nodes are settled; what it raises refuses the
+    traversal, nothing written.
     Raises :class:`TraversalLost` (nothing written), InvalidStackAction,
     StackNotFound.
     """
@@ -258,7 +279,7 @@ def prepare_traversal_tx(
             )
         _check_action(locked, action)
         result = _prepare_locked(session, locked, action, template, previous, timeout_seconds,
-                                 event)
+                                 event, guard)
     return result
 
 
@@ -270,6 +291,7 @@ def _prepare_locked(
     previous: str | None,
     timeout_seconds: int | None = None,
     event: bool = True,
+    guard: Guard | None = None,
 ) -> Traversal:
     template, template_id = _target_template(session, stack, action, template)
     # The last template that completed stays the rollback target while
@@ -332,6 +354,8 @@ def _prepare_locked(
         values["timeout_seconds"] = timeout_seconds or None
     # Nodes whose check would change nothing, settled here (settle.py).
     settled = settle.settle_tx(session, action, template, graph, chosen_rows, deps)
+    if guard is not None:
+        guard(Prepared(stack, rows, settled))
     reports = settled.reports(graph)
     complete = len(graph) == len(settled)
     if complete:

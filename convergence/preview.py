@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 from sharemgr.common import vocab
 from sharemgr.convergence import physical as phys
-from sharemgr.convergence import retain
+from sharemgr.convergence import prepare, retain
 from sharemgr.convergence.decide import Kind, decide, unhealthy
+from sharemgr.convergence.graph import Node
 from sharemgr.convergence.properties import (
     ResourceData,
     data_by_name,
@@ -26,7 +27,7 @@ from sharemgr.convergence.properties import (
     resolve_properties,
 )
 from sharemgr.convergence.template import REPLACE, RESOURCE_TYPES, Template, TemplateError
-from sharemgr.db import models, status_reads
+from sharemgr.db import models, stacks, status_reads
 from sharemgr.db.engine import Database
 
 ADDED = "added"
@@ -67,19 +68,26 @@ class Preview:
 
 
 def preview(db: Database, template: Template,
-            rows: Mapping[str, models.StackResource]) -> Preview:
+            rows: Mapping[str, models.StackResource],
+            unchanged: Mapping[str, ResourceData] | None = None) -> Preview:
     """Classify each resource of ``template`` against ``rows`` (name -> the
     row that embodies it now, ``actions.current_rows``; empty for a
-    create)."""
+    create). ``unchanged``: resources known to be unchanged already (a
+    preparation settled them), with the data they pass on."""
     out = Preview()
+    unchanged = unchanged or {}
     data: dict[str, ResourceData] = {}
-    seen = _shares_observed(db, rows.values())
+    seen = _shares_observed(db, (r for n, r in rows.items() if n not in unchanged))
     for name in template.dependency_order():
         defn = template.resources[name]
         row = rows.get(name)
         if row is None:
             out.changes.append(Change(name, defn.type, ADDED))
             data[name] = ResourceData(name, None, f"(new {name})")
+            continue
+        if name in unchanged:
+            out.changes.append(Change(name, defn.type, UNCHANGED))
+            data[name] = unchanged[name]
             continue
         if row.type != defn.type:
             out.changes.append(_kept(db, row, Change(name, defn.type, REPLACED, ("type",),
@@ -132,6 +140,45 @@ def preview(db: Database, template: Template,
             kept = retain.keeps(db, vocab.STACK_UPDATE, row)
             out.changes.append(Change(name, row.type, RETAINED if kept else DELETED))
     return out
+
+
+class LosesShares(Exception):
+    """An update would replace shares (``Preview.lost_shares``)."""
+
+    def __init__(self, lost: list[Change]) -> None:
+        super().__init__(", ".join(c.name for c in lost))
+        self.lost = lost
+
+
+def refuse_lost_shares(db: Database, template: Template, previous: Template,
+                       previous_id: int | None) -> prepare.Guard:
+    """A preparation's guard (``prepare.Guard``) raising :class:`LosesShares`
+    when the update to ``template`` would replace shares; ``previous``: the
+    stack's stored template as the caller read it (``previous_id``), read
+    again if the stack has moved to another since. Run in the preparation, after the
+    stack row is locked, it judges the state the traversal starts from, and
+    the nodes the preparation settled are unchanged without a second look:
+    at 1 % changed, that is 99 % of the preview's work not done twice."""
+
+    def guard(prepared: prepare.Prepared) -> None:
+        stack = prepared.stack
+        if stack.template_id is None:
+            return
+        stored = previous if stack.template_id == previous_id else Template.from_dict(
+            stacks.template_get(db, stack.template_id) or {})
+        # The rows as ``actions.current_rows`` chooses them, from those read.
+        rows, _ = prepare.choose_rows(prepared.rows, stored, stack.template_id,
+                                      stack.template_id)
+        settled = prepared.settled
+        kept = set(settled.rows)
+        unchanged = {name: ResourceData.from_dict(sent) for name, row in rows.items()
+                     if row.id in kept
+                     and isinstance(sent := settled.data.get(Node(row.id, True)), Mapping)}
+        lost = preview(db, template, rows, unchanged).lost_shares()
+        if lost:
+            raise LosesShares(lost)
+
+    return guard
 
 
 def _kept(db: Database, row: models.StackResource, change: Change) -> Change:

@@ -106,3 +106,69 @@ def test_shares_are_observed_in_bulk_with_the_same_classification(rig):
     # The four shares in one statement; the snapshot (not observed in bulk)
     # reads its instance's host.
     assert len([s for s in selects if "shares" in s]) == 1, selects
+
+
+def _guarded_update(rig, text):
+    """``stack update`` without --allow-replace: the safeguard runs inside
+    the preparation (preview.refuse_lost_shares)."""
+    stack = rig.stack("web")
+    template = actions.load_template(text, rig.backends)
+    stored = actions.stored_template(rig.db, stack)
+    guard = preview.refuse_lost_shares(rig.db, template, stored, stack.template_id)
+    return actions.start(rig.db, "web", "UPDATE", template, guard=guard)
+
+
+def test_the_safeguard_refuses_inside_the_preparation_and_writes_nothing(rig):
+    import pytest
+    from sharemgr.db import stacks
+
+    e = rig.engine()
+    rig.create("web", V1)
+    e.pump()
+    before = rig.stack("web")
+    rows_before = {r.id for r in stacks.resource_list(rig.db, before.id)}
+    checks_before = len(rig.checks())
+    with pytest.raises(preview.LosesShares) as caught:
+        _guarded_update(rig, V2)
+    assert [c.name for c in caught.value.lost] == ["data"]
+    after = rig.stack("web")
+    # The preparation rolled back: no traversal, template, row or request.
+    assert (after.current_traversal, after.template_id, after.action, after.status) == (
+        before.current_traversal, before.template_id, before.action, before.status)
+    assert {r.id for r in stacks.resource_list(rig.db, after.id)} == rows_before
+    assert len(rig.checks()) == checks_before
+
+    # Without the replacement the same guard lets the update through.
+    safe = V2.replace("proto: CIFS", "proto: NFS")
+    traversal = _guarded_update(rig, safe)
+    e.pump()
+    assert rig.stack("web").status == "COMPLETE"
+    assert rig.rows("web")["keep"][0].id in {n.resource_id for n in traversal.settled}
+
+
+def test_the_safeguard_judges_settled_resources_without_a_second_look(rig, monkeypatch):
+    """At 1 % changed, the preview the safeguard ran was the whole stack's
+    work done twice (issue 29): resources the preparation settled are
+    unchanged without deciding them again, and the answer is the full
+    preview's."""
+    e = rig.engine()
+    rig.create("web", V1)
+    e.pump()
+    changed = V1.replace("logs: {type: share, properties: {size: 1, proto: NFS}}",
+                         "logs: {type: share, properties: {size: 1, proto: CIFS}}")
+    full = _preview(rig, changed)
+    decided: list[str] = []
+    real = preview.decide
+
+    def counting(db, template, row, *args, **kw):
+        decided.append(row.name)
+        return real(db, template, row, *args, **kw)
+
+    monkeypatch.setattr(preview, "decide", counting)
+    import pytest
+    with pytest.raises(preview.LosesShares) as caught:
+        _guarded_update(rig, changed)
+    assert [c.name for c in caught.value.lost] == [c.name for c in full.lost_shares()] == ["logs"]
+    # The shares data, keep and old were settled; logs changed, and the
+    # snapshot is not a type the preparation settles.
+    assert sorted(decided) == ["logs", "snap"]
