@@ -99,9 +99,10 @@ def progress(db: Database, stack: models.Stack) -> Progress:
     resources = graph.resource_ids()
     reported: set[str] = set()
     pointed: set[tuple[str, bool]] = set()
-    for point in sync_points.list_for_traversal(db, stack.id, stack.current_traversal):
-        reported.update(point.input_data)
-        pointed.add((point.entity_id, point.is_update))
+    for key, input_data in sync_points.reports_for_traversal(
+            db, stack.id, stack.current_traversal).items():
+        reported.update(input_data)
+        pointed.add(key)
     nodes = [Node(rid, (rid, True) in graph) for rid in resources]
     done = sum(1 for n in nodes
                if n.key in reported or (str(n.resource_id), n.is_update) not in pointed)

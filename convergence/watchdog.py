@@ -193,8 +193,7 @@ class Watchdog:
         graph = self.worker.graph(stack.id, traversal)
         if graph is None:
             return
-        points = {(p.entity_id, p.is_update): p.input_data
-                  for p in sync_points.list_for_traversal(self.db, stack.id, traversal)}
+        points = sync_points.reports_for_traversal(self.db, stack.id, traversal)
         stalled = lifecycle.stalled_nodes(graph, points, stack.id, live)
         if not stalled:
             return

@@ -364,7 +364,7 @@ def active_stacks(db: Database) -> list[M.Stack]:
     query; what the watchdog reads when there is nothing to do)."""
     stmt = (sa.select(M.Stack).options(defer(M.Stack.current_deps))
             .where(M.Stack.status == vocab.STACK_IN_PROGRESS, M.Stack.deleted_at.is_(None)))
-    with db.session() as session:
+    with db.reading() as session:  # no write lock (BEGIN DEFERRED on SQLite)
         rows = list(session.scalars(stmt))
         for row in rows:
             session.expunge(row)
@@ -384,7 +384,7 @@ def rows_left_in_progress(db: Database) -> list[M.StackResource]:
         .where(M.StackResource.status == vocab.STACK_IN_PROGRESS,
                M.Stack.status != vocab.STACK_IN_PROGRESS, M.Stack.deleted_at.is_(None))
     )
-    with db.session() as session:
+    with db.reading() as session:  # no write lock (BEGIN DEFERRED on SQLite)
         return list(session.scalars(stmt))
 
 
@@ -472,7 +472,7 @@ def failed_checks(db: Database, limit: int = 200) -> list[M.Request]:
         .order_by(M.Request.id.desc())
         .limit(limit)
     )
-    with db.session() as session:
+    with db.reading() as session:  # no write lock (BEGIN DEFERRED on SQLite)
         return list(session.scalars(stmt))
 
 

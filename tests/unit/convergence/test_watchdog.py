@@ -43,3 +43,37 @@ def test_a_long_run_delays_the_next_one_in_proportion(monkeypatch):
     clock[0] = started + watchdog.MAX_SPACING_SECONDS
     dog.run_safely()
     assert len(runs) == 5
+
+
+def test_a_run_takes_no_write_lock(rig):
+    """The watchdog reads every open check and every point of a traversal
+    at each run: on SQLite a read begun as a write (BEGIN IMMEDIATE) held
+    every engine's writes up for the whole of it. A run while another
+    connection holds the write lock finishes before that lock is let go."""
+    import sqlite3
+    import threading
+
+    e = rig.engine()
+    rig.create("web", "resources:\n  a: {type: share, properties: {size: 1, proto: NFS}}\n"
+               "  b: {type: share, properties: {size: 1, proto: NFS}}\n")
+    assert rig.db.dialect == "sqlite"
+    writer = sqlite3.connect(rig.db.engine.url.database, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    released = threading.Event()
+
+    def release() -> None:
+        writer.execute("ROLLBACK")
+        released.set()
+
+    # Let go in any case: a run that waits for the lock then ends too.
+    timer = threading.Timer(20.0, release)
+    timer.start()
+    try:
+        counts = e.watchdog.run_once()
+        assert not released.is_set(), "the run waited for the write lock"
+        assert counts["retriggered"] == 0  # the leaves' checks are pending: live
+    finally:
+        timer.cancel()
+        if not released.is_set():
+            release()
+        writer.close()

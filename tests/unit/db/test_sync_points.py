@@ -73,6 +73,20 @@ def test_create_one_point_per_node_plus_the_stack(db, stack):
     assert _get(db, 3, T1, True) is None
 
 
+def test_reports_for_traversal_are_each_points_input_data(db, stack):
+    """The watchdog's read: each point's reports by key, as the whole rows
+    hold them, of one traversal only."""
+    _create(db, stack.id, T1, [(1, True), (1, False), (2, True)])
+    _create(db, stack.id, T2, [(1, True)], include_stack=False)
+    report(db, 1, T1, False, "1:update", {"name": "a", "resource_id": 1}, required={"1:update"})
+    got = sync_points.reports_for_traversal(db, stack.id, T1)
+    assert got == {(p.entity_id, p.is_update): p.input_data
+                   for p in sync_points.list_for_traversal(db, stack.id, T1)}
+    assert got[("1", False)] == {"1:update": {"name": "a", "resource_id": 1}}
+    assert sync_points.reports_for_traversal(db, stack.id, T2) == {("1", True): {}}
+
+
+
 def test_sync_merges_and_bumps_the_key(db, stack):
     _create(db, stack.id, T1, [(5, True)], include_stack=False)
     assert sync_points.sync(db, 5, T1, True, "1:update", {"a": 1}).input_data == {
