@@ -19,6 +19,7 @@ def test_a_long_run_delays_the_next_one_in_proportion(monkeypatch):
         return {}
 
     monkeypatch.setattr(watchdog.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(watchdog.time, "thread_time", lambda: 0.0)  # runs that waited
     monkeypatch.setattr(dog, "run_once", run_once)
     durations = [0.01, 1.0, 0.01, 10.0, 0.01]
     dog.run_safely()  # 10 ms: the next at once (a small stack is watched every period)
@@ -43,6 +44,34 @@ def test_a_long_run_delays_the_next_one_in_proportion(monkeypatch):
     clock[0] = started + watchdog.MAX_SPACING_SECONDS
     dog.run_safely()
     assert len(runs) == 5
+
+
+def test_a_run_that_spent_cpu_spaces_the_next_past_the_cap(monkeypatch):
+    """The cap is for runs that waited; a run that spent its time on the
+    CPU (a large stack's rows and graph) spaces the next by SPACING times
+    that time, so the watchdog stays within 1/SPACING of a core."""
+    clock, cpu = [100.0], [5.0]
+    runs = []
+    dog = watchdog.Watchdog(None, None, "e1", None)  # type: ignore[arg-type]
+    dog.arm()
+
+    def run_once():
+        runs.append(clock[0])
+        clock[0] += 3.0  # 3 s, of which 2.5 s on the CPU
+        cpu[0] += 2.5
+        return {}
+
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(watchdog.time, "thread_time", lambda: cpu[0])
+    monkeypatch.setattr(dog, "run_once", run_once)
+    dog.run_safely()
+    started = runs[-1]
+    clock[0] = started + watchdog.MAX_SPACING_SECONDS + 1  # past the cap
+    dog.run_safely()
+    assert len(runs) == 1
+    clock[0] = started + watchdog.SPACING * 2.5
+    dog.run_safely()
+    assert len(runs) == 2
 
 
 def test_a_run_takes_no_write_lock(rig):
