@@ -94,19 +94,24 @@ def _test(value: object) -> str:
     return "in" if isinstance(value, _MANY) else "eq"
 
 
-# Statements that write Computed values, by shape and the expressions' ids
-# (each a module's constant, kept alive there).
-_COMPUTED_STMTS: dict[tuple, sa.Update] = {}
+# Statements that write Computed values, by shape and the expressions' ids;
+# each entry holds its expressions, so an id in a key is never reused while
+# the entry lives. Bounded: expressions built per call would fill it.
+_COMPUTED_STMTS: dict[tuple, tuple[sa.Update, tuple[sa.ColumnElement[Any], ...]]] = {}
+_COMPUTED_MAX = 512
 
 
 def _computed_stmt(table: sa.Table, tests: tuple[tuple[str, str], ...],
                    columns: tuple[tuple[str, bool], ...],
                    computed: Mapping[str, sa.ColumnElement[Any]]) -> sa.Update:
     key = (table, tests, columns, tuple((n, id(e)) for n, e in computed.items()))
-    stmt = _COMPUTED_STMTS.get(key)
-    if stmt is None:
-        stmt = _COMPUTED_STMTS[key] = _update_stmt(table, tests, columns).values(computed)
-    return stmt
+    found = _COMPUTED_STMTS.get(key)
+    if found is None:
+        if len(_COMPUTED_STMTS) >= _COMPUTED_MAX:
+            _COMPUTED_STMTS.clear()
+        found = _COMPUTED_STMTS[key] = (_update_stmt(table, tests, columns).values(computed),
+                                        tuple(computed.values()))
+    return found[0]
 
 
 @functools.lru_cache(maxsize=512)
@@ -321,7 +326,7 @@ def query(
     stmt = stmt.order_by(getattr(model, order_by), *([ident] if ident is not None else []))
     if limit:
         stmt = stmt.limit(limit)
-    with db.session() as session:
+    with db.reading() as session:  # no write lock: periodic tasks list with it
         return list(session.scalars(stmt))
 
 
@@ -374,21 +379,32 @@ def requests_add_tx(session: Session, resource_type: str, action: str,
     return len(requests)
 
 
-@functools.lru_cache(maxsize=8)
-def _claim_statements(any_host: bool, skip_locked: bool, returning: bool
+@functools.lru_cache(maxsize=32)
+def _claim_statements(any_host: bool, hosts: int, skip_locked: bool, returning: bool
                       ) -> tuple[sa.Select, sa.Update, sa.Select | None]:
-    """The claim's statements, built once (the loop runs them at every
-    wake-up): which pending rows, the UPDATE that takes them, and where the
-    UPDATE cannot return the rows, the read of what it took."""
+    """The claim's statements for a lane of ``hosts`` hosts (bound as
+    ``host0``...), built once (the loop runs them at every wake-up): which
+    pending rows, the UPDATE that takes them, and where the UPDATE cannot
+    return the rows, the read of what it took."""
     table = models.Request.__table__
     c = table.c
-    where = [c.host.in_(sa.bindparam("hosts", expanding=True))]
+    limit = sa.bindparam("limit", type_=sa.Integer)
+    matches = [c.host == sa.bindparam(f"host{i}") for i in range(hosts)]
     if any_host:
-        where.append(c.host.is_(None))
-    pick = (sa.select(c.id).where(c.status == vocab.REQUEST_PENDING, sa.or_(*where))
-            .order_by(c.id).limit(sa.bindparam("limit", type_=sa.Integer)))
+        matches.append(c.host.is_(None))
     if skip_locked:
-        pick = pick.with_for_update(skip_locked=True)
+        pick = (sa.select(c.id).where(c.status == vocab.REQUEST_PENDING, sa.or_(*matches))
+                .order_by(c.id).limit(limit).with_for_update(skip_locked=True))
+    else:
+        # SQLite: the first ``limit`` of each host, each on the index
+        # (status, host), which ends in the id; then the first ``limit`` of
+        # those. A walk of (status, id) testing each row's host read every
+        # pending row when few were the lane's: 10 ms with 50,000 checks
+        # pending, under the write lock, at every claim of a host's lane.
+        firsts = [sa.select(c.id).where(c.status == vocab.REQUEST_PENDING, m)
+                  .order_by(c.id).limit(limit).subquery() for m in matches]
+        each = sa.union_all(*(sa.select(f.c.id) for f in firsts)).subquery()
+        pick = sa.select(each.c.id).order_by(each.c.id).limit(limit)
     take = sa.update(table).values(status=vocab.REQUEST_RUNNING, engine_id=sa.bindparam("engine"),
                                    claimed_at=sa.bindparam("now"))
     if returning:
@@ -419,8 +435,13 @@ def request_claim(
     lock (BEGIN IMMEDIATE) so the select and update are one step. In both
     cases the UPDATE is conditional on status='pending'. Where UPDATE ...
     RETURNING exists (PostgreSQL, SQLite) the claim is that one statement."""
-    pick, take, read = _claim_statements(any_host, db.skip_locked, db.update_returning)
-    params = {"hosts": list(hosts), "limit": limit, "engine": engine_id}
+    hosts = sorted(set(hosts))
+    if not hosts and not any_host:
+        return []
+    pick, take, read = _claim_statements(any_host, len(hosts), db.skip_locked,
+                                         db.update_returning)
+    params: dict[str, object] = {f"host{i}": h for i, h in enumerate(hosts)}
+    params.update(limit=limit, engine=engine_id)
     with db.session() as session:
         if read is None:
             rows = session.execute(take, {**params, "now": utcnow()})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from sharemgr.common import vocab
@@ -24,21 +24,33 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 
-def create_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
-    # The request names the instance's backend: no read before the lock.
-    host = op.host
-    if host is None:
-        inst0 = db_api.get(ops.db, models.ShareInstance, op.ident)
-        if inst0 is None:
-            raise Stale(f"share instance {op.ident} is gone")
-        host = inst0.host
-    driver = ops.driver_for(host)
-    # The share is read with the instance, in the re-read under the lock.
+def _request_host(ops: Operations, op: Op) -> str | None:
+    """The backend the request names (nothing read before the lock), else
+    the instance's as read now; Stale if the instance is gone."""
+    if op.host is not None:
+        return op.host
+    inst0 = db_api.get(ops.db, models.ShareInstance, op.ident)
+    if inst0 is None:
+        raise Stale(f"share instance {op.ident} is gone")
+    return inst0.host
+
+
+def _with_share(op: Op) -> tuple[Callable[[Session], models.ShareInstance | None],
+                                 dict[str, models.Share | None]]:
+    """The re-read under the lock that reads the share with the instance,
+    and where it leaves the share (``["share"]``)."""
     shares: dict[str, models.Share | None] = {}
 
     def read(session: Session) -> models.ShareInstance | None:
         inst, shares["share"] = resources.instance_with_share_tx(session, op.ident)
         return inst
+
+    return read, shares
+
+
+def create_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
+    driver = ops.driver_for(_request_host(ops, op))
+    read, shares = _with_share(op)
 
     def call(inst: models.ShareInstance) -> object:
         share = shares["share"]
@@ -72,21 +84,12 @@ def delete_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
     backend, so nothing is read before the lock, and the share is read with
     the instance under it. An instance found on another backend there is
     ``Stale``, nothing written, as a pre-lock read finding it would be."""
-    host = op.host
-    if host is None:
-        inst0 = db_api.get(ops.db, models.ShareInstance, op.ident)
-        if inst0 is None:
-            raise Stale(f"share instance {op.ident} is gone")
-        host = inst0.host
+    host = _request_host(ops, op)
     if host is None:
         raise Stale(f"share instance {op.ident} is on no backend")
     driver = ops.driver_for(host)
     spec = operation_table.spec(op.kind, op.action)
-    shares: dict[str, models.Share | None] = {}
-
-    def read(session: Session) -> models.ShareInstance | None:
-        inst, shares["share"] = resources.instance_with_share_tx(session, op.ident)
-        return inst
+    read, shares = _with_share(op)
 
     def call(inst: models.ShareInstance) -> object:
         if inst.host is None or views.host_of(inst.host) != views.host_of(host):

@@ -310,3 +310,20 @@ def test_transitions_with_each_rows_own_values(db):
     got = [api.get(db, models.ShareInstance, r.id) for r in rows]
     assert [g.status for g in got] == ["available", "available", "error", "available"]
     assert [g.export_locations for g in got] == [places[0], places[1], [], places[3]]
+
+
+def test_statements_for_computed_values_built_per_call_are_bounded():
+    """``conditional_update_tx`` keeps a statement per Computed expression
+    (each meant to be a module's constant). Expressions built per call get
+    a statement each, right for its expression, and the kept ones stay
+    bounded instead of holding every expression ever passed."""
+    import sqlalchemy as sa
+    from sharemgr.db import api as db_api
+    from sharemgr.db import models
+
+    table = models.Share.__table__
+    for i in range(3 * db_api._COMPUTED_MAX):
+        expr = table.c.size + sa.literal_column(str(100000 + i))
+        stmt = db_api._computed_stmt(table, (), (), {"size": expr})
+        assert f"{100000 + i}" in str(stmt), (i, str(stmt))
+        assert len(db_api._COMPUTED_STMTS) <= db_api._COMPUTED_MAX
