@@ -395,6 +395,12 @@ def _claim_statements(any_host: bool, hosts: int, skip_locked: bool, returning: 
     if skip_locked:
         pick = (sa.select(c.id).where(c.status == vocab.REQUEST_PENDING, sa.or_(*matches))
                 .order_by(c.id).limit(limit).with_for_update(skip_locked=True))
+        if any_host:
+            # MariaDB walked the primary key for the lane of no host (most
+            # pending rows match it), through every request done before
+            # the first pending one: 60 ms a claim after 100,000 of them.
+            # PostgreSQL's planner finds the (status, id) walk itself.
+            pick = pick.with_hint(table, "FORCE INDEX (ix_requests_status_id)", "mysql")
     else:
         # SQLite: the first ``limit`` of each host, each on the index
         # (status, host), which ends in the id; then the first ``limit`` of

@@ -45,3 +45,28 @@ def test_the_claim_walks_an_index_in_id_order(sqlite_url):
             assert not any("ix_requests_status_id" in step for *_ids, step in plan), plan
     finally:
         db.dispose()
+
+
+def test_mariadb_walks_the_pending_in_id_order_for_the_lane_of_no_host(mysql_url):
+    """MariaDB's planner took the primary key (through every request done
+    before the first pending one: 60 ms a claim after 100,000) or sorted
+    every pending row of no host; the claim of that lane walks
+    ``(status, id)``. PostgreSQL's planner finds that walk itself."""
+    db = Database(mysql_url)
+    try:
+        migration.upgrade(db)
+        with db.engine.begin() as conn:  # done rows first, as a long-lived engine leaves them
+            for status, n in (("done", 300), ("pending", 100)):
+                conn.execute(sa.text(
+                    "INSERT INTO requests (created_at, resource_type, resource_id, action, "
+                    "args, host, status) VALUES ('2026-11-27', 'stack_resource', '1', "
+                    "'check', '{}', NULL, :s)"), [{"s": status}] * n)
+            conn.exec_driver_sql("ANALYZE TABLE requests")
+        pick, _take, _read = api._claim_statements(True, 1, True, False)
+        sql = str(pick.params(host0="h@dummy", limit=4).compile(
+            db.engine, compile_kwargs={"literal_binds": True}))
+        with db.engine.connect() as conn:
+            keys = [r._mapping["key"] for r in conn.exec_driver_sql("EXPLAIN " + sql)]
+        assert keys == ["ix_requests_status_id"], keys
+    finally:
+        db.dispose()
