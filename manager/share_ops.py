@@ -24,15 +24,19 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 
-def _request_host(ops: Operations, op: Op) -> str | None:
+def _request_host(ops: Operations, op: Op) -> str:
     """The backend the request names (nothing read before the lock), else
-    the instance's as read now; Stale if the instance is gone."""
-    if op.host is not None:
-        return op.host
-    inst0 = db_api.get(ops.db, models.ShareInstance, op.ident)
-    if inst0 is None:
-        raise Stale(f"share instance {op.ident} is gone")
-    return inst0.host
+    the instance's as read now; Stale if the instance is gone or on no
+    backend."""
+    host = op.host
+    if host is None:
+        inst0 = db_api.get(ops.db, models.ShareInstance, op.ident)
+        if inst0 is None:
+            raise Stale(f"share instance {op.ident} is gone")
+        host = inst0.host
+    if not host:
+        raise Stale(f"share instance {op.ident} is on no backend")
+    return host
 
 
 def _with_share(op: Op) -> tuple[Callable[[Session], models.ShareInstance | None],
@@ -85,8 +89,6 @@ def delete_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
     the instance under it. An instance found on another backend there is
     ``Stale``, nothing written, as a pre-lock read finding it would be."""
     host = _request_host(ops, op)
-    if host is None:
-        raise Stale(f"share instance {op.ident} is on no backend")
     driver = ops.driver_for(host)
     spec = operation_table.spec(op.kind, op.action)
     read, shares = _with_share(op)
