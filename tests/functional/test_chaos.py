@@ -176,3 +176,35 @@ def test_checker_finds_planted_violations(tmp_path):
     missing = {k: v for k, v in expected.items() if v not in found}
     assert not missing, (missing, found)
     assert len(checker.violations) == len(expected), found
+
+
+def test_teardown_counts_what_a_deleted_stack_left_but_its_kept_shares():
+    """A kept share (``deletion_policy: retain``) outlives its stack, and
+    so does its backend object, found by the share it belongs to: an
+    update may have renamed the share after the backend named the object
+    (a 200-kill run reported five kept shares so renamed as left behind).
+    Anything else of a deleted stack's is reported."""
+    from tests.functional.chaos.runner import leftovers
+
+    world = {
+        "stacks": [{"name": "s1", "deleted_at": "t"}, {"name": "s2", "deleted_at": None}],
+        "shares": {
+            "k": {"name": "s1-keep3-alpha", "status": "available"},  # renamed from -x1
+            "d": {"name": "s1-data1-x2", "status": "available"},
+            "e": {"name": "s1-keep4-x3", "status": "error"},  # kept, but not usable
+            "live": {"name": "s2-data1-x4", "status": "available"},
+        },
+        "snapshots": {"p": {"name": "s1-snap1-x5", "status": "available"}},
+    }
+    backend = {
+        "i-k": {"id": "i-k", "kind": "share", "name": "s1-keep3-x1", "share_id": "k"},
+        "i-d": {"id": "i-d", "kind": "share", "name": "s1-data1-x2", "share_id": "d"},
+        "i-live": {"id": "i-live", "kind": "share", "name": "s2-data1-x4", "share_id": "live"},
+    }
+    found = leftovers(world, backend)
+    assert sorted(found) == sorted([
+        "teardown: share d (s1-data1-x2, available) outlived its deleted stack s1",
+        "teardown: share e (s1-keep4-x3, error) outlived its deleted stack s1",
+        "teardown: snapshot p (s1-snap1-x5, available) outlived its deleted stack s1",
+        "teardown: backend share i-d (s1-data1-x2) outlived its deleted stack s1",
+    ]), found

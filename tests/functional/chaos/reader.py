@@ -171,10 +171,11 @@ def backend_now(d: Deployment) -> dict[str, dict[str, Any]]:
     path = Path(d.sections["dummy"]["dummy_state_path"]) / DB_NAME
     conn = sqlite3.connect(path, timeout=30)
     try:
-        rows = conn.execute("SELECT id, kind, name, status FROM objects").fetchall()
+        rows = conn.execute("SELECT id, kind, name, status, share_id FROM objects").fetchall()
     finally:
         conn.close()
-    return {r[0]: {"id": r[0], "kind": r[1], "name": r[2], "status": r[3]} for r in rows}
+    return {r[0]: {"id": r[0], "kind": r[1], "name": r[2], "status": r[3], "share_id": r[4]}
+            for r in rows}
 
 
 def made_but_error(world: dict, backend: dict[str, dict], reader: Reader

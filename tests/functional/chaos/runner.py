@@ -120,10 +120,25 @@ def teardown(d: Deployment, reader: Reader, records: list[EngineRecord], timeout
     world = reader.world()
     for kind, row in transient_resources(world):
         problems.append(f"teardown: {kind} {row['id']} stuck in {row['status']!r}")
+    problems += leftovers(world, backend_now(d))
+    checker = Checker(d, reader, records, {})
+    checker.check_backend()
+    problems += [f"teardown: {v}" for v in checker.violations]
+    return problems, time.monotonic() - started
+
+
+def leftovers(world: dict, backend: dict[str, dict]) -> list[str]:
+    """What a deleted stack left: its shares and snapshots in the database
+    and its objects on the backend, but for the shares it keeps
+    (``deletion_policy: retain``, templates.py's "keep" shares: available,
+    usable) — a kept share's backend object by the share it belongs to, as
+    an update may have renamed the share (its ``name`` property) after the
+    backend named the object."""
+    problems: list[str] = []
     deleted = {s["name"] for s in world["stacks"] if s["deleted_at"] is not None}
-    # deletion_policy retain (templates.py's "keep" shares): kept, usable.
-    kept = {share["name"] for share in world["shares"].values()
-            if share["status"] == vocab.AVAILABLE and kept_resource(share["name"])}
+    kept_ids = {sid for sid, share in world["shares"].items()
+                if share["status"] == vocab.AVAILABLE and kept_resource(share["name"])}
+    kept = {world["shares"][sid]["name"] for sid in kept_ids}
     for sid, share in world["shares"].items():
         m = STACK_MADE.match(share["name"] or "")
         if m and m.group(1) in deleted and share["name"] not in kept:
@@ -134,15 +149,13 @@ def teardown(d: Deployment, reader: Reader, records: list[EngineRecord], timeout
         if m and m.group(1) in deleted:
             problems.append(f"teardown: snapshot {sid} ({snap['name']}, {snap['status']}) "
                             f"outlived its deleted stack {m.group(1)}")
-    for obj in backend_now(d).values():
+    for obj in backend.values():
         m = STACK_MADE.match(obj["name"] or "")
-        if m and m.group(1) in deleted and obj["name"] not in kept:
+        if m and m.group(1) in deleted and obj["name"] not in kept \
+                and obj.get("share_id") not in kept_ids:
             problems.append(f"teardown: backend {obj['kind']} {obj['id']} ({obj['name']}) "
                             f"outlived its deleted stack {m.group(1)}")
-    checker = Checker(d, reader, records, {})
-    checker.check_backend()
-    problems += [f"teardown: {v}" for v in checker.violations]
-    return problems, time.monotonic() - started
+    return problems
 
 
 # ---------------------------------------------------------------------------
