@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sharemgr.common import vocab
+from sharemgr.convergence import actions, prepare, retain
 from sharemgr.convergence import physical as phys
-from sharemgr.convergence import prepare, retain
 from sharemgr.convergence.decide import Kind, decide, unhealthy
 from sharemgr.convergence.graph import Node
 from sharemgr.convergence.properties import (
@@ -27,7 +27,7 @@ from sharemgr.convergence.properties import (
     resolve_properties,
 )
 from sharemgr.convergence.template import REPLACE, RESOURCE_TYPES, Template, TemplateError
-from sharemgr.db import models, stacks, status_reads
+from sharemgr.db import models, status_reads
 from sharemgr.db.engine import Database
 
 ADDED = "added"
@@ -164,8 +164,8 @@ def refuse_lost_shares(db: Database, template: Template, previous: Template,
         stack = prepared.stack
         if stack.template_id is None:
             return
-        stored = previous if stack.template_id == previous_id else Template.from_dict(
-            stacks.template_get(db, stack.template_id) or {})
+        stored = (previous if stack.template_id == previous_id
+                  else actions.stored_template(db, stack))
         # The rows as ``actions.current_rows`` chooses them, from those read.
         rows, _ = prepare.choose_rows(prepared.rows, stored, stack.template_id,
                                       stack.template_id)
