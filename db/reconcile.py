@@ -10,8 +10,8 @@ from typing import Any, Protocol, cast
 import sqlalchemy as sa
 from sharemgr.common import messages, vocab
 from sharemgr.db import api as db_api
+from sharemgr.db import clock, models, records, tables
 from sharemgr.db import messages as db_messages
-from sharemgr.db import models, records, tables
 from sharemgr.db.engine import Database
 from sharemgr.db.models import M
 from sharemgr.db.resources import host_match
@@ -20,24 +20,27 @@ from sqlalchemy.orm import Session
 
 
 @retry_on_conflict
-def open_requests(db: Database, hosts: list[str]) -> list[models.Request]:
+def open_requests(db: Database, hosts: list[str]
+                  ) -> tuple[list[models.Request], datetime.datetime]:
     """Pending and running requests for these hosts, pools included (and
-    host-less ones)."""
+    host-less ones), and the database's time as they were read: what their
+    leases are judged by (db/clock.py)."""
     stmt = sa.select(models.Request).where(
         models.Request.status.in_(vocab.REQUEST_OPEN),
         sa.or_(*[host_match(models.Request.host, h) for h in hosts], models.Request.host.is_(None)),
     )
     with db.session() as session:
-        return list(session.scalars(stmt.order_by(models.Request.id)))
+        now = clock.read_tx(session)
+        return list(session.scalars(stmt.order_by(models.Request.id))), now
 
 
 def lease_start(db: Database, resource_id: str, engine_id: str, seconds: float) -> bool:
     """Set the lease of this engine's running request about the resource
     (requests of every kind are keyed by the id of the row they change, a
-    uuid): its driver call must be done within ``seconds``. False when there
-    is no such request (the reconciler's own retries run without one)."""
-    return lease_set(db, [resource_id], engine_id,
-                     models.utcnow() + datetime.timedelta(seconds=seconds)) > 0
+    uuid): its driver call must be done within ``seconds`` of the database's
+    clock. False when there is no such request (the reconciler's own retries
+    run without one)."""
+    return lease_set(db, [resource_id], engine_id, seconds, seconds) > 0
 
 
 def _lease_statements(deadline: bool) -> tuple[sa.Select, sa.Update, sa.Update]:
@@ -45,10 +48,15 @@ def _lease_statements(deadline: bool) -> tuple[sa.Select, sa.Update, sa.Update]:
     mine = (r.c.engine_id == sa.bindparam("engine"), r.c.status == vocab.REQUEST_RUNNING)
     about = r.c.resource_id.in_(sa.bindparam("resources", expanding=True))
     by_id = r.c.id.in_(sa.bindparam("ids", expanding=True))
-    values: dict[str, sa.BindParameter[datetime.datetime]] = {
-        "lease_expires_at": sa.bindparam("until")}
+    until = clock.after(sa.bindparam("until"))
+    values: dict[str, sa.ColumnElement[datetime.datetime]] = {}
     if deadline:
-        values["lease_deadline"] = sa.bindparam("deadline")
+        values["lease_deadline"] = clock.after(sa.bindparam("deadline"))
+        values["lease_expires_at"] = until
+    else:
+        # A renewal: never past the call's deadline, as the database counts.
+        values["lease_expires_at"] = sa.case(
+            (r.c.lease_deadline < until, r.c.lease_deadline), else_=until)
     lease = sa.update(r).values(values)
     return sa.select(r.c.id).where(about, *mine), lease.where(about, *mine), lease.where(
         by_id, *mine)
@@ -60,7 +68,7 @@ _LEASE_STMTS = {False: _lease_statements(False), True: _lease_statements(True)}
 
 
 def _lease_set_tx(session: Session, resource_ids: list[str], engine_id: str,
-                  until: datetime.datetime, deadline: datetime.datetime | None = None) -> int:
+                  until: float, deadline: float | None = None) -> int:
     params = {"resources": list(resource_ids), "engine": engine_id, "until": until,
               "deadline": deadline}
     leased, lease, lease_by_id = _LEASE_STMTS[deadline is not None]
@@ -78,9 +86,11 @@ def _lease_set_tx(session: Session, resource_ids: list[str], engine_id: str,
 
 @retry_on_conflict
 def lease_set(db: Database, resource_ids: list[str], engine_id: str,
-              until: datetime.datetime, deadline: datetime.datetime | None = None) -> int:
+              until: float, deadline: float | None = None) -> int:
     """Set the lease of this engine's running requests about these resources
-    to ``until`` (one UPDATE), and their calls' deadline when given; how
+    to ``until`` seconds from now, and their calls' deadline to ``deadline``
+    seconds from now when given (else the lease stops at the deadline they
+    have), both by the database's clock (db/clock.py), in one UPDATE; how
     many there were."""
     if not resource_ids:
         return 0
@@ -115,24 +125,24 @@ def take_rows(db: Database, model: type[models.Live], rows: dict[str, str]
 
 
 class Lease(Protocol):
-    """A lease's terms (manager/leases.py): held until, never past the deadline."""
+    """A lease's terms (manager/leases.py), in seconds from the moment the
+    database writes them: held until, never past the deadline."""
 
     @property
-    def until(self) -> datetime.datetime: ...
+    def until(self) -> float: ...
 
     @property
-    def deadline(self) -> datetime.datetime | None: ...
+    def deadline(self) -> float: ...
 
 
 @retry_on_conflict
 def read_and_lease(db: Database, model: type[M], ident: str, engine_id: str,
-                   until_of: Callable[[M], Lease | datetime.datetime | None],
+                   until_of: Callable[[M], Lease | None],
                    read: Callable[[Session], M | None] | None = None,
                    take: tuple[str, ...] | None = None) -> tuple[M | None, int]:
     """Re-read a resource row (None if gone or deleted) and, in the same
     transaction, set the lease of this engine's running request about it to
-    ``until_of(row)`` (None: no lease; an object with ``until`` and
-    ``deadline``, or a bare time). ``read``: how the row is read in that
+    ``until_of(row)`` (None: no lease). ``read``: how the row is read in that
     transaction (a caller that also needs its parent reads both in one
     statement), by default by primary key. ``take``: the statuses in which
     the row is taken first (``take_tx``: its fencing token bumped), so the
@@ -142,12 +152,10 @@ def read_and_lease(db: Database, model: type[M], ident: str, engine_id: str,
         if take is not None and hasattr(model, "fence"):
             take_tx(session, model, ident, take)
         row = db_api.get_tx(session, model, ident) if read is None else read(session)
-        until = until_of(row) if row is not None else None
-        if until is None:
+        terms = until_of(row) if row is not None else None
+        if terms is None:
             return row, 0
-        if isinstance(until, datetime.datetime):
-            return row, _lease_set_tx(session, [ident], engine_id, until)
-        return row, _lease_set_tx(session, [ident], engine_id, until.until, until.deadline)
+        return row, _lease_set_tx(session, [ident], engine_id, terms.until, terms.deadline)
 
 
 @retry_on_conflict
@@ -158,7 +166,7 @@ def expired_leases(db: Database, hosts: list[str]) -> list[models.Request]:
         return []
     stmt = sa.select(models.Request).where(
         models.Request.status == vocab.REQUEST_RUNNING,
-        models.Request.lease_expires_at < models.utcnow(),
+        models.Request.lease_expires_at < clock.now(),
         sa.or_(*[host_match(models.Request.host, h) for h in hosts]),
     )
     with db.session() as session:
@@ -190,7 +198,7 @@ def abandon_request(db: Database, request_id: int, dead_engine: str | None, note
     where = [models.Request.id == request_id, models.Request.status == vocab.REQUEST_RUNNING,
              models.Request.engine_id == dead_engine]
     if expired:
-        where.append(models.Request.lease_expires_at < models.utcnow())
+        where.append(models.Request.lease_expires_at < clock.now())
     stmt = (
         sa.update(models.Request)
         .where(*where)

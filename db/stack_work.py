@@ -12,7 +12,6 @@ together with stack rows, so no cycle can form.
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from typing import Any, Generic, TypeVar
 import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.common.outcome import REPLAN, RETRY, SUPERSEDED, Outcome
-from sharemgr.db import api, capacity, models, quiet, records
+from sharemgr.db import api, capacity, clock, models, quiet, records
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
 from sharemgr.db.reconcile import Lease
@@ -211,10 +210,7 @@ def begin(
                 raise _NotBegun(REPLAN)  # planned again, the plan's own check refuses
             op_id = None
             if work.op is not None:
-                op_id = _running_request_tx(
-                    session, engine_id, **work.op,
-                    lease_expires_at=None if work.op_lease is None else work.op_lease.until,
-                    lease_deadline=None if work.op_lease is None else work.op_lease.deadline)
+                op_id = _running_request_tx(session, engine_id, **work.op, lease=work.op_lease)
             return Begun(rid, op_id, None if op_id is None else work.op_lease)
     except _NotBegun as exc:
         return exc.outcome
@@ -228,16 +224,25 @@ def _running_request_tx(
     action: str,
     host: str | None,
     args: dict | None = None,
-    lease_expires_at: datetime.datetime | None = None,
-    lease_deadline: datetime.datetime | None = None,
+    lease: Lease | None = None,
 ) -> int:
-    """A request ``running`` for this engine as it is written; its id."""
+    """A request ``running`` for this engine as it is written, with its
+    call's lease when given (by the database's clock); its id."""
     now = M.utcnow()
-    return records.new_key(session.execute(api.insert_statement(M.Request.__table__), dict(
+    values = dict(
         resource_type=resource_type, resource_id=resource_id, action=action, host=host,
         args=args or {}, status=vocab.REQUEST_RUNNING, engine_id=engine_id, created_at=now,
-        claimed_at=now, lease_expires_at=lease_expires_at, lease_deadline=lease_deadline,
-    )))
+        claimed_at=now)
+    if lease is None:
+        return records.new_key(session.execute(api.insert_statement(M.Request.__table__), values))
+    return records.new_key(session.execute(_LEASED_REQUEST, {
+        **values, "lease_until": lease.until, "lease_deadline_s": lease.deadline}))
+
+
+# A running request written with its lease: the times computed by the database.
+_LEASED_REQUEST = sa.insert(M.Request.__table__).values(
+    lease_expires_at=clock.after(sa.bindparam("lease_until")),
+    lease_deadline=clock.after(sa.bindparam("lease_deadline_s")))
 
 
 @retry_on_conflict

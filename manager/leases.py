@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import datetime
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from oslo_config import cfg
-from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db.engine import Database
 
@@ -60,9 +59,20 @@ NONE = Leases(0)
 
 @dataclass(frozen=True)
 class Terms:
-    until: datetime.datetime  # the lease as first set
-    deadline: datetime.datetime  # never renewed past this
+    """A call's lease, in seconds from when the database writes it (its
+    clock is the one every engine judges leases by: db/clock.py). This
+    engine's own checks count them on its monotonic clock from ``started``,
+    taken before the write: they end a little early, never late, whatever
+    its wall clock says."""
+
+    until: float  # the lease as first set
+    deadline: float  # never renewed past this
     heartbeat: float  # renewed this far ahead (0: not renewed)
+    started: float  # time.monotonic() as the terms were made
+
+    def left(self) -> float:
+        """Seconds of the lease as first set still left, by this engine's count."""
+        return self.started + self.until - time.monotonic()
 
 
 class Keeper:
@@ -74,8 +84,8 @@ class Keeper:
         self.db = db
         self.engine_id = engine_id
         self._lock = threading.Lock()
-        # resource id → (the call's deadline, heartbeat seconds)
-        self._calls: dict[str, tuple[datetime.datetime, float]] = {}
+        # resource id → (the call's deadline on time.monotonic(), heartbeat seconds)
+        self._calls: dict[str, tuple[float, float]] = {}
 
     @staticmethod
     def terms(seconds: float | None, heartbeat: float) -> Terms | None:
@@ -83,11 +93,9 @@ class Keeper:
         no lease), renewed ``heartbeat`` ahead when that is shorter."""
         if seconds is None:
             return None
-        now = models.utcnow()
-        deadline = now + datetime.timedelta(seconds=seconds)
         renewed = 0 < heartbeat < seconds
-        until = now + datetime.timedelta(seconds=heartbeat) if renewed else deadline
-        return Terms(until, deadline, heartbeat if renewed else 0)
+        return Terms(heartbeat if renewed else seconds, seconds, heartbeat if renewed else 0,
+                     time.monotonic())
 
     @contextlib.contextmanager
     def lease(self, ident: str, seconds: float | None, heartbeat: float) -> Iterator[None]:
@@ -103,12 +111,12 @@ class Keeper:
     @contextlib.contextmanager
     def holding(self, ident: str, terms: Terms | None, leased: bool) -> Iterator[None]:
         """Renew a lease already set (``leased``: the engine's request about
-        ``ident`` took ``terms.until``) while the block runs. A call with no
+        ``ident`` took ``terms``) while the block runs. A call with no
         request of its own (the reconciler's retries) has nothing to renew."""
         renewed = leased and terms is not None and terms.heartbeat > 0
         if renewed and terms is not None:
             with self._lock:
-                self._calls[ident] = (terms.deadline, terms.heartbeat)
+                self._calls[ident] = (terms.started + terms.deadline, terms.heartbeat)
         try:
             yield
         finally:
@@ -120,24 +128,22 @@ class Keeper:
         """Whether a call about ``ident`` runs in this engine within its deadline."""
         with self._lock:
             call = self._calls.get(ident)
-        return call is not None and call[0] > models.utcnow()
+        return call is not None and call[0] > time.monotonic()
 
     def renew(self) -> None:
         """Move the leases of the calls still running one heartbeat ahead
-        (one UPDATE); a lease whose deadline is nearer is set to its
-        deadline, once, and is not renewed again."""
-        now = models.utcnow()
+        (one UPDATE per heartbeat; the database stops each at its call's
+        deadline). A call whose deadline is less than a heartbeat away has
+        its lease set to the deadline, once, and is not renewed again."""
+        now = time.monotonic()
         with self._lock:
             calls = dict(self._calls)
         ahead: dict[float, list[str]] = collections.defaultdict(list)
         for ident, (deadline, heartbeat) in calls.items():
-            if now + datetime.timedelta(seconds=heartbeat) < deadline:
-                ahead[heartbeat].append(ident)
-                continue
-            db_rec.lease_set(self.db, [ident], self.engine_id, deadline)
-            with self._lock:
-                if self._calls.get(ident) == (deadline, heartbeat):
-                    del self._calls[ident]
+            ahead[heartbeat].append(ident)
+            if now + heartbeat >= deadline:
+                with self._lock:
+                    if self._calls.get(ident) == (deadline, heartbeat):
+                        del self._calls[ident]
         for heartbeat, idents in ahead.items():
-            db_rec.lease_set(self.db, idents, self.engine_id,
-                             now + datetime.timedelta(seconds=heartbeat))
+            db_rec.lease_set(self.db, idents, self.engine_id, heartbeat)

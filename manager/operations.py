@@ -233,7 +233,7 @@ class Operations:
                          "checked on the coordination backend")
         if terms is not None:
             margin = max(1.0, terms.heartbeat / 3) if terms.heartbeat else 1.0
-            left = (terms.until - models.utcnow()).total_seconds()
+            left = terms.left()
             if left < margin:
                 raise NotNow(f"{what}: not calling the driver: its lease has "
                                 f"{left:.1f}s left, under the {margin:.1f}s margin")

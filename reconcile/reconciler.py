@@ -208,11 +208,10 @@ class Reconciler:
         the request of an alive engine)."""
         by_resource: dict[str, models.Request] = {}
         # The plain host too: 'sharectl reconcile run' asks any engine of it.
-        open_requests = db_rec.open_requests(self.db, [*self.hosts, self.host])
+        open_requests, now = db_rec.open_requests(self.db, [*self.hosts, self.host])
         # This engine is alive whatever the group says: a heartbeat it missed
         # under load must not make it abandon its own running requests.
         alive = self.coordinator.engines() | {self.engine_id}
-        now = models.utcnow()
         for req in open_requests:
             if self._waits_for_deadline(req, now):
                 by_resource[req.resource_id] = req  # in progress until its deadline

@@ -4,6 +4,7 @@ than its head. On SQLite, PostgreSQL and MariaDB."""
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 from sharemgr.db import migration
 from sharemgr.db.engine import Database
@@ -80,3 +81,30 @@ def test_the_snapshot_index_downgrades_and_upgrades_again(db):
             (command.downgrade if target == "0015" else command.upgrade)(config, target)
     with db.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), models.Base.metadata) == []
+
+
+def test_every_time_column_keeps_microseconds(db):
+    """A lease's deadline is computed by the database to the microsecond
+    (db/clock.py): MariaDB cut two columns added as plain DATETIME to the
+    second (0017 widens them); its downgrade and upgrade run again."""
+    from alembic import command
+
+    def cut() -> list[tuple[str, str]]:
+        with db.engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(sa.text(
+                "SELECT table_name, column_name FROM information_schema.columns "
+                "WHERE table_schema = DATABASE() AND data_type = 'datetime' "
+                "AND datetime_precision < 6 ORDER BY 1, 2"))]
+
+    if db.dialect != "mysql":
+        pytest.skip("SQLite and PostgreSQL keep microseconds in any timestamp")
+    assert cut() == []
+    config = migration._config()
+    with db.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0016")
+    assert cut() == [("requests", "lease_deadline"), ("stacks", "traversal_started_at")]
+    with db.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")
+    assert cut() == []

@@ -8,7 +8,7 @@ import datetime
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
-from sharemgr.db import models
+from sharemgr.db import clock, models, tables
 from sharemgr.db import reconcile as db_rec
 from sharemgr.manager.leases import NONE, Leases
 
@@ -61,40 +61,94 @@ def test_expired_leases_and_one_takeover(db):
     assert db_rec.expired_leases(db, [HOST]) == []
 
 
-def _lease_of(db, request_id: int) -> datetime.datetime:
+def _lease_of(db, request_id: int) -> tuple[datetime.datetime, datetime.datetime | None]:
+    """The request's lease and its call's deadline."""
     with db.session() as session:
-        return session.get(models.Request, request_id).lease_expires_at
+        row = session.get(models.Request, request_id)
+        return row.lease_expires_at, row.lease_deadline
+
+
+def _between(value, low, high) -> None:
+    assert low <= value <= high, (low, value, high)
+
+
+def test_an_engine_whose_clock_runs_ahead_takes_over_no_live_lease(db, monkeypatch):
+    """Leases are judged by the database's clock: an engine whose own clock
+    runs two minutes ahead sees a lease with a minute left as it is, and
+    cannot abandon its request (it took calls over early when each engine
+    judged by its own clock)."""
+    live = _running(db, "r1")
+    assert db_rec.lease_start(db, "r1", ENGINE, 60)
+    ahead = models.utcnow() + datetime.timedelta(minutes=2)
+    monkeypatch.setattr(models, "utcnow", lambda: ahead)
+    monkeypatch.setattr(tables, "utcnow", lambda: ahead)
+    assert db_rec.expired_leases(db, [HOST]) == []
+    assert not db_rec.abandon_request(db, live, ENGINE, "lease expired", expired=True)
+    requests, now = db_rec.open_requests(db, [HOST])
+    # What the reconciler judges leases by: the database's time, not the engine's.
+    assert [r.id for r in requests] == [live] and now < requests[0].lease_expires_at
+
+
+def test_leases_are_set_and_renewed_by_the_databases_clock_never_past_the_deadline(db):
+    live, near = _running(db, "r1"), _running(db, "r3")
+    before = clock.read(db)
+    assert db_rec.lease_set(db, ["r1"], ENGINE, 60, 3600) == 1
+    assert db_rec.lease_set(db, ["r3"], ENGINE, 60, 90) == 1
+    after = clock.read(db)
+    second = datetime.timedelta(seconds=1)
+    lease, deadline = _lease_of(db, live)
+    _between(lease, before + 60 * second, after + 60 * second)
+    _between(deadline, before + 3600 * second, after + 3600 * second)
+    before = clock.read(db)
+    assert db_rec.lease_set(db, ["r1", "r3"], ENGINE, 120) == 2  # a renewal
+    after = clock.read(db)
+    assert _lease_of(db, live)[1] == deadline  # a renewal keeps the deadline
+    _between(_lease_of(db, live)[0], before + 120 * second, after + 120 * second)
+    lease, deadline = _lease_of(db, near)
+    assert lease == deadline  # 120 s ahead would pass its 90 s deadline
 
 
 def test_running_calls_are_renewed_to_their_deadline_a_lost_one_is_not(db, monkeypatch):
-    from sharemgr.manager.leases import Keeper
+    from sharemgr.manager import leases
 
-    # The leases' clock is the test's: a loaded machine's slow steps must not
-    # carry r3 past its deadline before the renewal the test looks at.
-    clock = [models.utcnow()]
-    monkeypatch.setattr(models, "utcnow", lambda: clock[0])
-    keeper = Keeper(db, ENGINE)
+    # The engine counts its calls' deadlines on its monotonic clock (the
+    # test's here); the database counts the leases it writes on its own.
+    mono = [1000.0]
+    monkeypatch.setattr(leases.time, "monotonic", lambda: mono[0])
+    renewals: list[tuple[list[str], float]] = []
+    real = db_rec.lease_set
+
+    def lease_set(db_, ids, engine, until, deadline=None):
+        if deadline is None:
+            renewals.append((sorted(ids), until))
+        return real(db_, ids, engine, until, deadline)
+
+    monkeypatch.setattr(db_rec, "lease_set", lease_set)
+    keeper = leases.Keeper(db, ENGINE)
     live, lost, near = _running(db, "r1"), _running(db, "r2"), _running(db, "r3")
-    started = clock[0]
     with keeper.lease("r1", 3600, 2), keeper.lease("r3", 3, 2):
         with keeper.lease("r2", 3600, 2):
-            first = _lease_of(db, live)
+            lease, deadline = _lease_of(db, live)
             # A heartbeat ahead, not the hour of the deadline.
-            assert first == started + datetime.timedelta(seconds=2)
+            assert deadline - lease > datetime.timedelta(seconds=3000)
         # r2's call is over but its request is still running: a lost thread.
         assert keeper.running("r1") and not keeper.running("r2")
-        clock[0] += datetime.timedelta(seconds=2.2)
+        lost_lease = _lease_of(db, lost)
+        mono[0] += 1.5
         keeper.renew()
-        assert [r.id for r in db_rec.expired_leases(db, [HOST])] == [lost]
-        assert _lease_of(db, live) == clock[0] + datetime.timedelta(seconds=2)
-        # r3's deadline (3 s) is nearer than a heartbeat: its lease is its
-        # deadline now, and it is not renewed again.
-        assert _lease_of(db, near) == started + datetime.timedelta(seconds=3)
-        assert not keeper.running("r3")
-        clock[0] += datetime.timedelta(seconds=1)
-        assert [r.id for r in db_rec.expired_leases(db, [HOST])] == [lost, near]
+        # r3's deadline (3 s) is less than a heartbeat away: its lease goes
+        # to the deadline (the database stops it there) and no further.
+        assert renewals == [(["r1", "r3"], 2)]
+        assert _lease_of(db, near)[0] <= _lease_of(db, near)[1]
+        assert not keeper.running("r3") and keeper.running("r1")
+        keeper.renew()
+        assert renewals[-1] == (["r1"], 2)
+        assert not any("r2" in ids for ids, _ in renewals)
+        assert _lease_of(db, lost) == lost_lease
+        mono[0] += 3600
+        assert not keeper.running("r1")  # past its deadline, by the engine's count
     assert not keeper.running("r1")
     # No deadline (0 seconds configured): no lease at all.
     fresh = _running(db, "r4")
     with keeper.lease("r4", None, 2):
-        assert _lease_of(db, fresh) is None
+        assert _lease_of(db, fresh) == (None, None)
