@@ -348,7 +348,7 @@ def _prepare_locked(
         "template_id": template_id,
         "prev_template_id": prev_template_id,
         "current_deps": graph.to_json(),
-        "traversal_started_at": models.utcnow(),
+        "traversal_started_at": api.DB_NOW,  # the stack's timeout counts from it
     }
     if timeout_seconds is not None:
         values["timeout_seconds"] = timeout_seconds or None

@@ -55,7 +55,7 @@ from sharemgr.convergence import lifecycle
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.graph import Node
 from sharemgr.convergence.worker import Worker
-from sharemgr.db import models, stack_work, stacks, sync_points
+from sharemgr.db import clock, models, stack_work, stacks, sync_points
 from sharemgr.db.engine import Database
 from sharemgr.db.records import Record
 from sharemgr.manager.coordination import Coordinator
@@ -170,7 +170,8 @@ class Watchdog:
             for stack_id, traversal, node in reporting:
                 live[(stack_id, traversal)].add(node)
             busy_hosts: set[str] = set()
-            now = models.utcnow()
+            # Timeouts by the database's clock, which wrote the traversals' starts.
+            now = clock.read(self.db) if active else None
             for stack in active:
                 if lifecycle.fail_if_timed_out(self.db, stack, now):
                     counts["timed_out"] += 1

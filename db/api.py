@@ -18,7 +18,7 @@ from typing import Any, TypedDict
 import sqlalchemy as sa
 from sharemgr.common import messages, vocab
 from sharemgr.common.jsontypes import JSONValue
-from sharemgr.db import capacity, models, notify, quiet, records
+from sharemgr.db import capacity, clock, models, notify, quiet, records
 from sharemgr.db import messages as db_messages
 from sharemgr.db.engine import Database
 from sharemgr.db.models import M
@@ -72,6 +72,11 @@ class Computed:
 
     expr: sa.ColumnElement[Any]
     params: Mapping[str, object]
+
+
+# The database's time (db/clock.py), for a time other engines judge by that
+# clock (a traversal's start, which its stack's timeout counts from).
+DB_NOW = Computed(clock.now(), {})
 
 
 def _stamped(model: type[models.HasTable], values: Columns) -> Columns:

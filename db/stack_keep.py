@@ -203,7 +203,7 @@ def adopt(db: Database, name: str, template: dict, resources: Sequence[Adopted],
             "action": vocab.STACK_CREATE, "status": vocab.STACK_COMPLETE,
             "status_reason": f"Stack ADOPT completed ({len(resources)} resources adopted)",
             "template_id": template_id, "current_deps": _deps(rows, resources),
-            "traversal_started_at": models.utcnow(), "timeout_seconds": timeout_seconds or None})
+            "traversal_started_at": api.DB_NOW, "timeout_seconds": timeout_seconds or None})
         if not won:  # the row was inserted above, in this transaction
             raise RuntimeError(f"stack {stack.id} changed while it was adopted")
         session.refresh(stack)

@@ -106,3 +106,35 @@ def test_a_run_takes_no_write_lock(rig):
         if not released.is_set():
             release()
         writer.close()
+
+
+def test_a_stack_times_out_by_the_databases_clock_not_the_engines(rig, monkeypatch):
+    """A traversal's start is written by the database's clock and the
+    watchdog judges the timeout by it: an engine whose own clock runs two
+    minutes ahead leaves a stack whose one minute has just begun alone
+    (it failed the stack when each engine's clock decided), and fails it
+    once the database's clock is past the timeout."""
+    import datetime
+
+    from sharemgr.convergence import actions
+    from sharemgr.db import api, models, stacks
+
+    e = rig.engine()
+    text = "resources:\n  a: {type: share, properties: {size: 1, proto: NFS}}\n"
+    actions.create(rig.db, "web", actions.load_template(text, rig.backends),
+                   disable_rollback=True, timeout_seconds=60)
+    ahead = models.utcnow() + datetime.timedelta(minutes=2)
+    monkeypatch.setattr(models, "utcnow", lambda: ahead)
+    assert e.watchdog.run_once()["timed_out"] == 0
+    assert rig.stack("web").status == "IN_PROGRESS"
+    monkeypatch.undo()
+    # A minute and more ago by the database's clock: timed out.
+    stack = rig.stack("web")
+    with rig.db.session() as session:
+        assert api.conditional_update_tx(session, models.Stack, stack.id, {}, {
+            "traversal_started_at": stack.traversal_started_at
+            - datetime.timedelta(seconds=61)})
+    assert e.watchdog.run_once()["timed_out"] == 1
+    failed = stacks.stack_get_by_name(rig.db, "web")
+    assert (failed.status, failed.status_reason) == (
+        "FAILED", "Stack CREATE timed out after 1 minute(s)")
