@@ -71,7 +71,6 @@ class Status(base.ShowOne):
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         from sharemgr.db import capabilities as db_capabilities
-        from sharemgr.db import models
         from sharemgr.db import reconcile as db_rec
         from sharemgr.db import services as db_services
         from sharemgr.db import status as db_status
@@ -81,8 +80,8 @@ class Status(base.ShowOne):
                                  f"{parsed_args.stuck_minutes}")
         ctx = self.app.context
         host = ctx.conf.host
-        now = models.utcnow()
-        running = db_services.service_list(ctx.db, include_stopped=False)
+        # Ages by the database's clock, which writes heartbeats and stats.
+        running, now = db_services.service_list_at(ctx.db, include_stopped=False)
         alive, coord_error = self._alive()
         engines: list[EngineState] = [{"engine_id": r.engine_id, "host": r.host,
                     "alive": None if alive is None else r.engine_id in alive,

@@ -7,7 +7,7 @@ import datetime
 from collections.abc import Iterable
 
 import sqlalchemy as sa
-from sharemgr.db import models, records
+from sharemgr.db import clock, models, records
 from sharemgr.db.engine import Database
 from sharemgr.db.retry import retry_on_conflict
 
@@ -15,14 +15,11 @@ utcnow = models.utcnow
 
 
 @retry_on_conflict
-def service_register(db: Database, host: str, binary: str, engine_id: str) -> models.Service:
-    now = utcnow()
-    row = models.Service(
-        host=host, binary=binary, engine_id=engine_id, started_at=now, heartbeat_at=now
-    )
+def service_register(db: Database, host: str, binary: str, engine_id: str) -> None:
+    # The times by the database's clock, as every heartbeat after them.
     with db.session() as session:
-        session.add(row)
-    return row
+        session.add(models.Service(host=host, binary=binary, engine_id=engine_id,
+                                   started_at=clock.now(), heartbeat_at=clock.now()))
 
 
 @retry_on_conflict
@@ -33,7 +30,7 @@ def service_heartbeat(db: Database, engine_id: str, out_of_group: str | None = N
         stmt = (  # a plain UPDATE (see conditional_update_tx)
             sa.update(models.Service.__table__)
             .where(models.Service.__table__.c.engine_id == engine_id)
-            .values(heartbeat_at=utcnow(),
+            .values(heartbeat_at=clock.now(),  # its age is read by the same clock
                     out_of_group=None if out_of_group is None else out_of_group[:255])
         )
         return records.rowcount(session.execute(stmt)) == 1
@@ -45,17 +42,25 @@ def service_stopped(db: Database, engine_id: str) -> None:
         session.execute(
             sa.update(models.Service)
             .where(models.Service.engine_id == engine_id)
-            .values(stopped_at=utcnow())
+            .values(stopped_at=clock.now())
         )
 
 
 @retry_on_conflict
 def service_list(db: Database, include_stopped: bool = True) -> list[models.Service]:
+    return service_list_at(db, include_stopped)[0]
+
+
+@retry_on_conflict
+def service_list_at(db: Database, include_stopped: bool = True
+                    ) -> tuple[list[models.Service], datetime.datetime]:
+    """The engines' records and the database's time as they were read: what
+    a heartbeat's age is counted by (heartbeats are written by that clock)."""
     stmt = sa.select(models.Service).order_by(models.Service.id)
     if not include_stopped:
         stmt = stmt.where(models.Service.stopped_at.is_(None))
     with db.session() as session:
-        return list(session.scalars(stmt))
+        return list(session.scalars(stmt)), clock.read_tx(session)
 
 
 @retry_on_conflict
@@ -63,7 +68,7 @@ def service_cleanup(db: Database, alive: set[str], older_than: float) -> list[st
     """Delete the records (and backend states) of engines not in ``alive``
     whose last sign of life (stop, heartbeat, start) is at least
     ``older_than`` seconds old; their engine ids."""
-    limit = utcnow() - datetime.timedelta(seconds=older_than)
+    limit = clock.after(sa.literal(-float(older_than)))
     last = sa.func.coalesce(models.Service.stopped_at, models.Service.heartbeat_at,
                             models.Service.started_at)
     with db.session() as session:

@@ -71,3 +71,21 @@ def test_the_health_endpoint_sees_each_backends_state(sqlite_db):
     rows = services.service_backends(sqlite_db, [ENGINE])[ENGINE]
     assert backend_states(rows) == (
         "broken: failed (do_setup failed: OSError: no route), dummy: up, slow: initializing")
+
+
+def test_heartbeats_are_written_and_aged_by_the_databases_clock(db, monkeypatch):
+    """An engine whose clock runs two minutes ahead neither ages a peer's
+    fresh heartbeat by two minutes nor cleans up the record of an engine
+    that stopped a moment ago as if it had been gone for a minute."""
+    import datetime
+
+    db_services = services
+    db_services.service_register(db, "hostA", "share-manager", "e1")
+    assert db_services.service_heartbeat(db, "e1")
+    ahead = models.utcnow() + datetime.timedelta(minutes=2)
+    monkeypatch.setattr(models, "utcnow", lambda: ahead)
+    monkeypatch.setattr(db_services, "utcnow", lambda: ahead)
+    [row], now = db_services.service_list_at(db)
+    assert datetime.timedelta(0) <= now - row.heartbeat_at < datetime.timedelta(seconds=30)
+    assert db_services.service_cleanup(db, alive=set(), older_than=60) == []
+    assert [r.engine_id for r in db_services.service_list(db)] == ["e1"]
