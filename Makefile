@@ -26,7 +26,8 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	ANSIBLE_LOCALHOST_WARNING=False $(BIN)/ansible-lint playbooks/
 
-# The local driver's Debian packages, when root and missing (.ci/local-packages).
+# The Debian packages of the local driver's and etcd's tests, when root and
+# missing (.ci/local-packages).
 local-packages:
 	.ci/local-packages
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import urllib.parse
 
 from oslo_config import cfg, iniparser
 from oslo_log import _options as oslo_log_options  # the opts of its oslo.config.opts entry point
@@ -63,6 +64,13 @@ def coordination_url(conf: cfg.ConfigOpts = CONF) -> str:
         conf.state_path, "coordination"
     )
     timeout = conf.coordination.membership_timeout
+    if url.startswith("etcd3+"):
+        return _with_defaults(url, {
+            "executor": "synchronous", "membership_timeout": str(timeout),
+            # Locks expire with the membership (tooz refreshes both at each
+            # heartbeat), and no call to etcd outlasts it: a partitioned
+            # engine hears that it is cut off before its peers act.
+            "lock_timeout": str(timeout), "timeout": str(timeout)})
     if url.startswith(("file://", "redis")) and "executor=" not in url:
         # sharemgr waits on every tooz result at once; tooz's default thread
         # pool only adds a 1 s idle wait to every coordinator stop.
@@ -78,6 +86,15 @@ def coordination_url(conf: cfg.ConfigOpts = CONF) -> str:
             # the engine dead also finds its locks free.
             url += f"&lock_timeout={timeout}"
     return url
+
+
+def _with_defaults(url: str, defaults: dict[str, str]) -> str:
+    """``url`` with the query arguments of ``defaults`` it does not set."""
+    parts = urllib.parse.urlsplit(url)
+    given = {k for k, _ in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)}
+    extra = [(k, v) for k, v in defaults.items() if k not in given]
+    query = "&".join(q for q in (parts.query, urllib.parse.urlencode(extra)) if q)
+    return urllib.parse.urlunsplit(parts._replace(query=query))
 
 
 def _raw_value(conf: cfg.ConfigOpts, group: str, name: str) -> str | None:

@@ -8,13 +8,40 @@ import threading
 import urllib.parse
 from collections.abc import Iterator
 
+import tenacity
 import tooz
 from oslo_log import log as logging
+from sharemgr.common import tasks
 from sharemgr.common.vocab import ENGINE_GROUP
 from sharemgr.db.engine import safe_url
 from tooz import coordination
 
 LOG = logging.getLogger(__name__)
+
+# Seconds a stop waits for the coordination backend (``Coordinator.stop``).
+STOP_WAIT = 5.0
+
+# The network backends whose server is probed before tooz starts.
+_DEFAULT_PORTS = {"redis": 6379, "rediss": 6379, "etcd3+http": 2379, "etcd3+https": 2379}
+
+
+def _lease_of(lock: object) -> object | None:
+    """The etcd lease a tooz etcd3gw lock was taken with (None for other
+    drivers). tooz's etcd lock cannot tell whether it is still held (a
+    holder paused past its TTL still says it is) and leaves the lease of a
+    failed or released attempt to expire by itself: the lease answers both."""
+    lease = getattr(lock, "_lease", None)
+    return lease if hasattr(lease, "ttl") and hasattr(lease, "revoke") else None
+
+
+def _drop_lease(lock: object) -> None:
+    """Revoke the lease of a lock attempt that failed or was released, so
+    that leases do not pile up on etcd for their TTL (every try-lock of a
+    reconciliation pass made one)."""
+    lease = _lease_of(lock)
+    if lease is not None:
+        with contextlib.suppress(Exception):  # gone already: expired, or the key's
+            lease.revoke()  # type: ignore[attr-defined]
 
 
 class CoordinationUnavailable(Exception):
@@ -45,12 +72,14 @@ class Coordinator:
 
     def _probe(self) -> None:
         """Fail at once when a network backend refuses connections: redis-py
-        would otherwise retry with back-off for about a minute."""
+        would otherwise retry with back-off for about a minute, and tooz's
+        etcd driver for as long as its ``timeout``."""
         parsed = urllib.parse.urlsplit(self.url)
-        if parsed.scheme not in ("redis", "rediss"):
+        port = _DEFAULT_PORTS.get(parsed.scheme)
+        if port is None:
             return
         try:
-            with socket.create_connection((parsed.hostname, parsed.port or 6379), timeout=5):
+            with socket.create_connection((parsed.hostname, parsed.port or port), timeout=5):
                 pass
         except OSError as exc:
             raise CoordinationUnavailable(
@@ -118,6 +147,7 @@ class Coordinator:
         lock = self.lock(name)
         got = lock.acquire(blocking=False)
         if not got:
+            _drop_lease(lock)
             yield False
             return
         with self._holding(name, lock):
@@ -127,7 +157,12 @@ class Coordinator:
     def hold(self, name: bytes, timeout: float | None = None) -> Iterator[None]:
         """Blocking acquire (``timeout`` seconds, None = forever)."""
         lock = self.lock(name)
-        if not lock.acquire(blocking=True if timeout is None else timeout):
+        try:
+            got = lock.acquire(blocking=True if timeout is None else timeout)
+        except tenacity.RetryError:  # tooz's etcd driver, when the time is up
+            got = False
+        if not got:
+            _drop_lease(lock)
             raise TimeoutError(f"lock {name!r} not acquired in {timeout}s")
         with self._holding(name, lock):
             yield
@@ -144,6 +179,7 @@ class Coordinator:
                     del self._held[name]
             with contextlib.suppress(coordination.ToozError):
                 lock.release()  # type: ignore[attr-defined]
+            _drop_lease(lock)
 
     def still_holds(self, name: bytes) -> bool:
         """False only when the backend says this engine's lock ``name`` is
@@ -158,7 +194,15 @@ class Coordinator:
         try:
             return bool(lock.is_still_owner())  # type: ignore[attr-defined]
         except tooz.NotImplemented:
-            return True
+            lease = _lease_of(lock)
+            if lease is None:
+                return True
+            try:
+                # Alive: the key holds this lock's value (only its release
+                # or the lease's end removes it).
+                return bool(lease.ttl() > 0)  # type: ignore[attr-defined]
+            except Exception:
+                return False
         except coordination.ToozError:
             return False
 
@@ -175,6 +219,22 @@ class Coordinator:
         self._coord.heartbeat()
 
     def stop(self) -> None:
-        self.leave_engines()
-        with contextlib.suppress(Exception):
-            self._coord.stop()
+        """Leave the group and stop tooz, waiting STOP_WAIT seconds at most:
+        tooz's heart retries a heartbeat the backend does not answer for
+        ever, and its stop waits for the heart, so a stop while Redis or
+        etcd is away never returned (the membership expires on the backend
+        by itself)."""
+        done = threading.Event()
+
+        def stop() -> None:
+            try:
+                self.leave_engines()
+                with contextlib.suppress(Exception):
+                    self._coord.stop()
+            finally:
+                done.set()
+
+        tasks.start_thread(stop, name="coordination-stop")
+        if not done.wait(STOP_WAIT):
+            LOG.warning("the coordination backend %s did not answer within %.0fs; "
+                        "stopping without it", safe_url(self.url), STOP_WAIT)

@@ -162,9 +162,12 @@ coordination_opts = [
         "backend_url",
         secret=True,
         help="tooz coordination URL for locks and engine membership. Default: "
-        "'file://$state_path/coordination'. Use redis://HOST:PORT for many "
-        "machines. The file backend needs '?timeout=N' for dead members to expire; "
-        "sharemgr adds it from 'membership_timeout' when absent.",
+        "'file://$state_path/coordination'. Use redis://HOST:PORT or "
+        "etcd3+http://HOST:PORT (an etcd gateway in front of the cluster's members) "
+        "for many machines. The file backend needs '?timeout=N' for dead members to "
+        "expire; sharemgr adds it from 'membership_timeout' when absent, and "
+        "membership_timeout and lock_timeout on Redis and etcd (and timeout, each "
+        "call's, on etcd).",
     ),
     cfg.IntOpt(
         "membership_timeout",

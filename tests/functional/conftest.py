@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tests.functional import local_harness as lh
+from tests.functional.etcd_cluster import Cluster
 from tests.functional.harness import Deployment
 
 
@@ -19,6 +20,24 @@ def deployment(tmp_path):
     yield factory
     for d in made:
         d.stop_all()
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path):
+    """A 3-member etcd cluster behind a gateway, stopped afterwards."""
+    cluster = Cluster(tmp_path / "etcd")
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def etcd_url(etcd_cluster):
+    """tooz's URL of the test's own etcd cluster (each test has its own: tooz's
+    etcd driver has no namespace, and engines of other tests must not be
+    seen coming and going)."""
+    return etcd_cluster.url()
 
 
 LOCAL_OPTIONS = {"DEFAULT": {"startup_reconciliation_wait_seconds": "2"}}

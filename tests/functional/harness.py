@@ -274,5 +274,6 @@ def servers(request) -> dict:
     (``request.param`` one of SETUPS); the servers' fixtures give the URLs."""
     if request.param == "embedded":
         return {}
+    coordination = "etcd_url" if request.param.endswith("+etcd") else "redis_url"
     return {"db_url": request.getfixturevalue("pg_url"),
-            "coordination_url": request.getfixturevalue("redis_url")}
+            "coordination_url": request.getfixturevalue(coordination)}

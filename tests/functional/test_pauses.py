@@ -35,11 +35,11 @@ def setup(request):
     return servers(request)
 
 
-@pytest.fixture(params=["postgresql+redis"])
+@pytest.fixture(params=["postgresql+redis", "postgresql+etcd"])
 def redis_setup(request):
-    """Locks that expire: on the embedded setup a frozen engine's file locks
-    stay held until it resumes, so a new operation on its resource waits for
-    it (doc/reconciliation.rst, "Fencing")."""
+    """Locks that expire (on Redis or etcd): on the embedded setup a frozen
+    engine's file locks stay held until it resumes, so a new operation on
+    its resource waits for it (doc/reconciliation.rst, "Fencing")."""
     return servers(request)
 
 
@@ -95,14 +95,14 @@ def _assert_no_overlap(calls: list[dict]) -> None:
 
 
 def _rejoined(d: Deployment, engine) -> None:
-    """A is alive again; on Redis, whose group dropped it, it noticed and
-    joined again (a file coordinator's membership comes back with the
+    """A is alive again; on Redis and etcd, whose group dropped it, it
+    noticed and joined again (a file coordinator's membership comes back with the
     resumed engine's next heartbeat)."""
     eid = _engine_id(engine)
     wait_until(lambda: any(s["engine_id"] == eid and s["alive"]
                            for s in d.json("service", "list")),
                timeout=30, what="engine A alive again")
-    if "redis" in d.sections["coordination"].get("backend_url", ""):
+    if d.sections["coordination"].get("backend_url", "").startswith(("redis", "etcd")):
         engine.wait_for_log("member of the engines group again", timeout=30)
 
 
@@ -306,3 +306,18 @@ def test_an_outcome_waits_for_the_database(deployment, pg_url, redis_url):
     wait_until(lambda: d.json("share", "show", share)["status"] == "available", timeout=60,
                what="the outcome written after the cut")
     assert [r["status"] for r in _requests(d, share)] == ["done"]
+
+
+def test_an_engine_stops_while_redis_is_away(deployment, pg_url, redis_url):
+    """SIGTERM while Redis cannot be reached: the engine stops (tooz's heart
+    retried the heartbeat for ever and its stop waited for the heart)."""
+    from urllib.parse import urlsplit
+
+    proxy = Proxy(urlsplit(redis_url).port or 6379)
+    proxy.start()
+    d: Deployment = deployment(db_url=pg_url, coordination_url=through(redis_url, proxy.port))
+    d.sync()
+    engine = d.start()
+    proxy.cut()
+    engine.wait_for_log("out of the engines group")
+    assert engine.terminate(timeout=45) == 0

@@ -79,6 +79,16 @@ def test_redis_url_gets_membership_timeout(tmp_path):
     assert safe_url(url).startswith("redis://:***@h:6379?")
 
 
+def test_etcd_url_gets_the_timeouts_it_does_not_set(tmp_path):
+    """Membership, lock and call timeouts from membership_timeout; one the
+    URL sets is kept (``lock_timeout=`` is not ``timeout=``)."""
+    conf = _load(tmp_path, "[coordination]\nbackend_url = etcd3+http://gw:2379?lock_timeout=4"
+                           "\nmembership_timeout = 6\n")
+    assert config.coordination_url(conf) == (
+        "etcd3+http://gw:2379?lock_timeout=4&executor=synchronous&membership_timeout=6"
+        "&timeout=6")
+
+
 def test_backend_names_must_fit_host_columns(tmp_path):
     path = tmp_path / "sm.conf"
     path.write_text(f"[DEFAULT]\nenabled_share_backends = {'b' * 129}\n")

@@ -1,0 +1,103 @@
+"""etcd as the coordination backend (issue 44): a 3-member cluster behind
+an ``etcd gateway`` (tests/functional/etcd_cluster.py), tooz's etcd3gw
+driver, and engines on PostgreSQL.
+
+tooz's etcd lock keeps saying it is held after its lease expired (a holder
+paused past ``lock_timeout``), and every attempt leaves a lease behind
+until its TTL; sharemgr asks the lease (manager/coordination.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.functional.harness import Deployment, wait_until
+
+
+def _coordinator(url: str, member: str, heartbeat: bool = True):
+    from sharemgr.manager.coordination import Coordinator
+
+    coordinator = Coordinator(url, member)
+    coordinator.start(heartbeat=heartbeat)
+    return coordinator
+
+
+def test_a_lock_lost_in_a_pause_is_noticed_and_attempts_leave_no_lease(etcd_cluster):
+    """A holder whose lease ran out (no heartbeat for longer than the
+    lock's TTL: a paused engine) is told its lock is gone before its next
+    driver call (it was told it still held it), and the peer takes it; a
+    failed attempt and a release leave no lease on etcd (each left one for
+    its TTL)."""
+    url = etcd_cluster.url(lock=2)
+    paused = _coordinator(url, "paused", heartbeat=False)
+    peer = _coordinator(url, "peer")
+    try:
+        before = etcd_cluster.leases()
+        with paused.hold(b"sharemgr-share-1"):
+            assert paused.still_holds(b"sharemgr-share-1")
+            with peer.try_lock(b"sharemgr-share-1") as got:
+                assert not got
+            assert etcd_cluster.leases() == before + 1  # the holder's only
+            wait_until(lambda: not paused.still_holds(b"sharemgr-share-1"), timeout=15,
+                       what="the paused holder sees its lock gone")
+
+
+            def taken() -> bool:
+                with peer.try_lock(b"sharemgr-share-1") as got:
+                    return got
+
+            wait_until(taken, timeout=10, what="the peer takes the expired lock")
+        wait_until(lambda: etcd_cluster.leases() == before, timeout=5,
+                   what="no lease left behind")
+    finally:
+        paused.stop()
+        peer.stop()
+
+
+def test_hold_with_a_timeout_says_timeout(etcd_cluster):
+    """tooz's etcd lock raises tenacity's RetryError when a blocking acquire
+    runs out of time; the coordinator says what every driver says."""
+    holder = _coordinator(etcd_cluster.url(), "holder")
+    waiter = _coordinator(etcd_cluster.url(), "waiter")
+    try:
+        with holder.hold(b"sharemgr-share-2"):
+            with pytest.raises(TimeoutError), waiter.hold(b"sharemgr-share-2", timeout=1):
+                pass
+    finally:
+        holder.stop()
+        waiter.stop()
+
+
+@pytest.mark.long(60)
+def test_engines_keep_serving_across_an_etcd_leader_kill(deployment, pg_url, etcd_cluster):
+    """Two engines coordinate through the gateway; the etcd leader is
+    killed while they work: every share still ends available, both engines
+    stay members (or rejoin), and the killed member comes back."""
+    d: Deployment = deployment(db_url=pg_url, coordination_url=etcd_cluster.url())
+    d.sync()
+    d.start(name="a")
+    d.start(name="b")
+    shares = [d.json("share", "create", "1", "--proto", "NFS")["id"] for _ in range(4)]
+    leader = etcd_cluster.leader()
+    etcd_cluster.kill(leader)
+    shares += [d.json("share", "create", "1", "--proto", "NFS", timeout=120)["id"]
+               for _ in range(4)]
+    wait_until(lambda: all(s["status"] == "available" for s in d.json("share", "list")),
+               timeout=90, what="every share available after the leader kill")
+    assert len(d.json("share", "list")) == len(shares)
+    etcd_cluster.restart(leader)
+    etcd_cluster.wait_healthy()
+    wait_until(lambda: sum(1 for s in d.json("service", "list") if s["alive"]) == 2,
+               timeout=60, what="both engines members of the group")
+
+
+def test_an_engine_stops_while_etcd_is_away(deployment, pg_url, etcd_cluster):
+    """SIGTERM while every etcd member and the gateway are gone: the engine
+    stops (tooz's heart retried the heartbeat for ever and its stop waited
+    for the heart, so share-manager never exited until etcd came back)."""
+    d: Deployment = deployment(db_url=pg_url, coordination_url=etcd_cluster.url())
+    d.sync()
+    engine = d.start()
+    etcd_cluster.stop()
+    engine.wait_for_log("out of the engines group")
+    assert engine.terminate(timeout=45) == 0
+    assert "did not answer within" in engine.text()
