@@ -33,6 +33,7 @@ from sharemgr.manager import (
     ensure,
     handlers,
     leases,
+    outage,
     replica_ops,
 )
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
@@ -456,8 +457,12 @@ class ShareManagerService:
         if self.db is not None and self.registered:
             try:
                 db_services.service_stopped(self.db, self.engine_id)
-            except Exception:  # the database may be the reason we stop
-                LOG.exception("could not mark the service row stopped")
+            except Exception as exc:  # the database may be the reason we stop
+                if outage.is_outage(exc):
+                    LOG.warning("could not mark the service row stopped: the database is "
+                                "away (%s)", (str(exc).strip().splitlines() or [""])[0])
+                else:
+                    LOG.exception("could not mark the service row stopped")
         if self.db is not None:
             self.db.dispose()
         LOG.info("share-manager stopped: engine %s", self.engine_id)

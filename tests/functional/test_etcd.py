@@ -68,7 +68,7 @@ def test_hold_with_a_timeout_says_timeout(etcd_cluster):
 
 
 @pytest.mark.long(60)
-def test_engines_keep_serving_across_an_etcd_leader_kill(deployment, pg_url, etcd_cluster):
+def test_engines_keep_serving_across_an_etcd_leader_kill(etcd_cluster, pg_url, deployment):
     """Two engines coordinate through the gateway; the etcd leader is
     killed while they work: every share still ends available, both engines
     stay members (or rejoin), and the killed member comes back."""
@@ -90,7 +90,7 @@ def test_engines_keep_serving_across_an_etcd_leader_kill(deployment, pg_url, etc
                timeout=60, what="both engines members of the group")
 
 
-def test_an_engine_stops_while_etcd_is_away(deployment, pg_url, etcd_cluster):
+def test_an_engine_stops_while_etcd_is_away(etcd_cluster, pg_url, deployment):
     """SIGTERM while every etcd member and the gateway are gone: the engine
     stops (tooz's heart retried the heartbeat for ever and its stop waited
     for the heart, so share-manager never exited until etcd came back)."""

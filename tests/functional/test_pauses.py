@@ -106,7 +106,7 @@ def _rejoined(d: Deployment, engine) -> None:
         engine.wait_for_log("member of the engines group again", timeout=30)
 
 
-def test_late_extend_is_fenced_and_no_request_is_lost(deployment, redis_setup):
+def test_late_extend_is_fenced_and_no_request_is_lost(redis_setup, deployment):
     """Cases 1-4: A frozen inside an extend; B settles the share, then runs
     the user's next extend. A's call, resumed, is refused by the backend:
     database and backend agree on B's size, A's request ends abandoned (not
