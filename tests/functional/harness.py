@@ -128,11 +128,13 @@ class Deployment:
         self.sharectl("db", "sync")
 
     def start(self, wait: bool = True, config: Path | None = None, name: str | None = None,
-              env: dict | None = None, preexec_fn=None) -> Engine:
+              env: dict | None = None, preexec_fn=None, wrap: tuple[str, ...] = ()) -> Engine:
+        """``wrap``: the command the engine runs under (``ip netns exec NS``:
+        it execs, so the engine keeps the pid signals go to)."""
         n = len(self.engines)
         log = self.root / f"{name or 'engine'}-{n}.log"
         proc = subprocess.Popen(
-            [tool("share-manager"), "--config-file", str(config or self.config)],
+            [*wrap, tool("share-manager"), "--config-file", str(config or self.config)],
             stdout=open(log, "wb"), stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})}, preexec_fn=preexec_fn,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 
 class Proxy:
@@ -13,12 +14,16 @@ class Proxy:
     refused) and restore on the same port: the database goes away and comes
     back for the daemon only. Or freeze: connections stay open and new ones
     are accepted, but nothing goes through until ``thaw`` (packets dropped,
-    not refused: a partition, as the client sees it)."""
+    not refused: a partition, as the client sees it). Or slow: ``delay``
+    seconds before each chunk goes through, both ways. ``host``: the address
+    it listens on (a bridge's, for engines in network namespaces)."""
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
         self.target = ("127.0.0.1", target_port)
+        self.host = host
+        self.delay = 0.0
         with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
+            probe.bind((host, 0))
             self.port = probe.getsockname()[1]
         self._lock = threading.Lock()
         self._open: list[socket.socket] = []
@@ -27,7 +32,7 @@ class Proxy:
         self._flowing.set()
 
     def start(self) -> None:
-        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._listener = socket.create_server((self.host, self.port))
         threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
 
     def _accept(self, listener: socket.socket) -> None:
@@ -37,7 +42,11 @@ class Proxy:
             except OSError:
                 return  # cut
             self._flowing.wait()
-            upstream = socket.create_connection(self.target)
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:  # the server is down (killed): as it would refuse
+                client.close()
+                continue
             with self._lock:
                 self._open += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
@@ -47,6 +56,8 @@ class Proxy:
         try:
             while data := src.recv(65536):
                 self._flowing.wait()
+                if self.delay:
+                    time.sleep(self.delay)
                 dst.sendall(data)
         except OSError:
             pass

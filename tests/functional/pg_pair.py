@@ -56,6 +56,7 @@ class Pair:
         self.ports = {"primary": free_port(), "standby": free_port()}
         self.dirs = {n: self.root / n for n in self.ports}
         self.started: set[str] = set()
+        self.primary, self.standby = "primary", "standby"  # the roles, as they move
         user = pwd.getpwnam("postgres")
         self._uid, self._gid = user.pw_uid, user.pw_gid
 
@@ -81,38 +82,49 @@ class Pair:
 
     def start(self) -> Pair:
         os.chown(self.root, self._uid, self._gid)
-        primary, standby = self.dirs["primary"], self.dirs["standby"]
-        self._run("initdb", "-D", str(primary), "-U", "postgres", "--auth=trust",
-                  "--no-sync")
-        with open(primary / "postgresql.conf", "a") as conf:
-            conf.write(f"port = {self.ports['primary']}\nlisten_addresses = '127.0.0.1'\n"
-                       "unix_socket_directories = ''\nwal_level = replica\n"
-                       "max_wal_senders = 5\nfsync = off\nmax_connections = 100\n")
-        with open(primary / "pg_hba.conf", "a") as hba:
+        first = self.dirs["primary"]
+        self._run("initdb", "-D", str(first), "-U", "postgres", "--auth=trust", "--no-sync")
+        with open(first / "postgresql.conf", "a") as conf:
+            conf.write("listen_addresses = '127.0.0.1'\nunix_socket_directories = ''\n"
+                       "wal_level = replica\nmax_wal_senders = 5\nfsync = off\n"
+                       "max_connections = 100\nwal_log_hints = on\n")
+        with open(first / "pg_hba.conf", "a") as hba:
             hba.write("host replication all 127.0.0.1/32 trust\n")
+        self._write_port("primary")
         self._ctl("primary", "start")
         self.started.add("primary")
-        self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.ports["primary"]),
-                  "-U", "postgres", "-D", str(standby), "-R", "-X", "stream")
-        with open(standby / "postgresql.conf", "a") as conf:
-            conf.write(f"port = {self.ports['standby']}\n")
-        with open(standby / "postgresql.auto.conf", "a") as conf:
-            conf.write("primary_conninfo = 'host=127.0.0.1 port="
-                       f"{self.ports['primary']} user=postgres application_name=standby'\n")
-        self._ctl("standby", "start")
-        self.started.add("standby")
+        self.psql("primary", "CREATE DATABASE sharemgr")
+        self._follow("standby", "primary")
+        return self
+
+    def _write_port(self, name: str) -> None:
+        # The last line wins: a copy of another server's folder says its port.
+        with open(self.dirs[name] / "postgresql.auto.conf", "a") as conf:
+            conf.write(f"port = {self.ports[name]}\n")
+
+    def _follow(self, name: str, primary: str) -> None:
+        """``name`` made a synchronous standby of ``primary`` from a fresh copy."""
+        shutil.rmtree(self.dirs[name], ignore_errors=True)
+        self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.ports[primary]),
+                  "-U", "postgres", "-D", str(self.dirs[name]), "-R", "-X", "stream",
+                  "-c", "fast")
+        with open(self.dirs[name] / "postgresql.auto.conf", "a") as conf:
+            conf.write("synchronous_standby_names = ''\nprimary_conninfo = 'host=127.0.0.1 "
+                       f"port={self.ports[primary]} user=postgres application_name=standby'\n")
+        self._write_port(name)
+        self._ctl(name, "start")
+        self.started.add(name)
         # Synchronous only once the standby streams: before, every commit
         # would wait for a standby that is not there.
-        deadline = time.monotonic() + 30
-        while self.psql("primary", "SELECT count(*) FROM pg_stat_replication "
+        deadline = time.monotonic() + 60
+        while self.psql(primary, "SELECT count(*) FROM pg_stat_replication "
                         "WHERE state = 'streaming'") != "1":
             if time.monotonic() > deadline:
-                raise RuntimeError("the standby does not stream")
+                raise RuntimeError(f"{name} does not stream from {primary}")
             time.sleep(0.2)
-        self.psql("primary", "ALTER SYSTEM SET synchronous_standby_names = 'standby'")
-        self.psql("primary", "SELECT pg_reload_conf()")
-        self.psql("primary", "CREATE DATABASE sharemgr")
-        return self
+        self.psql(primary, "ALTER SYSTEM SET synchronous_standby_names = 'standby'")
+        self.psql(primary, "SELECT pg_reload_conf()")
+        self.primary, self.standby = primary, name
 
     def url(self) -> str:
         """SQLAlchemy's multi-host URL: whichever host is read-write."""
@@ -121,9 +133,9 @@ class Pair:
 
     def kill_primary(self) -> None:
         """The primary dies (SIGKILL of its postmaster); it stays down."""
-        pid = int((self.dirs["primary"] / "postmaster.pid").read_text().split()[0])
+        pid = int((self.dirs[self.primary] / "postmaster.pid").read_text().split()[0])
         os.kill(pid, 9)
-        self.started.discard("primary")
+        self.started.discard(self.primary)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -135,7 +147,13 @@ class Pair:
             time.sleep(0.05)
 
     def promote(self) -> None:
-        self._ctl("standby", "promote")
+        self._ctl(self.standby, "promote")
+        self.primary, self.standby = self.standby, self.primary
+
+    def rebuild_standby(self) -> None:
+        """The deposed primary, down since it was killed, comes back only as
+        a synchronous standby of the new primary (from a fresh copy)."""
+        self._follow(self.standby, self.primary)
 
     def stop(self) -> None:
         for name in list(self.started):

@@ -49,3 +49,9 @@ def test_engines_go_on_after_the_primary_dies_and_the_standby_is_promoted(
                what="both engines members")
     # Both serve on the new primary.
     d.json("share", "create", "1", "--proto", "NFS", "--wait")
+    # The deposed primary, rebuilt as the new one's standby, takes over in turn.
+    pg_pair.rebuild_standby()
+    pg_pair.kill_primary()
+    pg_pair.promote()
+    share = d.json("share", "create", "1", "--proto", "NFS", "--wait", timeout=120)
+    assert share["status"] == "available"
