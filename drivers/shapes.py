@@ -10,7 +10,7 @@ parent's dict, ...), and a driver reads the keys it needs.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Required, TypedDict
+from typing import Any, Literal, NotRequired, Required, TypedDict
 
 from sharemgr.common.jsontypes import JSONValue
 from sharemgr.drivers.exceptions import ShareResourceNotFound
@@ -88,9 +88,11 @@ class Progress(TypedDict):
 
 
 class RuleError(TypedDict):
-    """``update_access``' answer for a rule the backend refused."""
+    """``update_access``' answer for a rule the backend refused: its
+    ``reason`` (one line) goes into the user message of the request."""
 
     state: Literal["error"]
+    reason: NotRequired[str]
 
 
 class StatusReport(TypedDict, total=False):

@@ -1,0 +1,61 @@
+"""Reading NFS-Ganesha's log after a re-read (drivers/local/ganesha_reload.py):
+the errors of one re-read, with the file and line each is on. The real
+server's side: tests/functional/test_ganesha_reload.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from sharemgr.drivers.local import ganesha_reload
+
+# As Ganesha 4.3 logs a re-read that drops an export (trimmed prefixes).
+LOG = """\
+x[sigmgr] sigmgr_thread :MAIN :EVENT :Received SIGHUP.... initiating export list reload
+x[sigmgr] client_commit :CONFIG :CRIT :No clients specified
+x[sigmgr] reread_exports :CONFIG :EVENT :Reread exports complete
+x :CRIT :Config File (/s/exports.conf:12): Expected a client, got a file path name for (0.0.0.0/0)
+x :CRIT :Config File (/s/exports.conf:2): Errors processing block (EXPORT)
+x[sigmgr] ganesha_yyerror :CONFIG :CRIT :Config file (/s/exports.conf:7) error: syntax error
+"""
+
+
+def test_errors_name_their_file_and_line():
+    errors = ganesha_reload.errors_in(LOG)
+    assert [(e.path, e.line) for e in errors] == [("/s/exports.conf", 12),
+                                                 ("/s/exports.conf", 2),
+                                                 ("/s/exports.conf", 7)]
+    assert errors[0].text == "Expected a client, got a file path name for (0.0.0.0/0)"
+    assert errors[2].text == "syntax error"
+
+
+def test_a_clean_reread_has_no_errors():
+    assert ganesha_reload.errors_in(LOG.splitlines()[0] + "\nReread exports complete\n") == []
+
+
+def test_only_the_first_reread_s_errors_count(tmp_path, monkeypatch):
+    """Errors a re-read logs come after its "complete"; the second SIGHUP's
+    "Received" line closes them off, and what an earlier re-read logged late
+    is before the first "Received" line."""
+    log = tmp_path / "ganesha.log"
+    log.write_text("x Config File (/s/exports.conf:99): stale, from before\n")
+    sent = []
+
+    def fake_signal(pid, sig):
+        assert (pid, sig) == (os.getpid(), signal.SIGHUP)
+        sent.append(sig)
+        with open(log, "a") as f:
+            f.write(LOG if len(sent) == 1 else
+                    "Received SIGHUP\nConfig File (/s/exports.conf:50): the second's\n"
+                    "Reread exports complete\n")
+
+    monkeypatch.setattr(ganesha_reload.process, "signal_pid", fake_signal)
+    errors = ganesha_reload.reload(os.getpid(), log)
+    assert len(sent) == 2
+    assert sorted(e.line for e in errors) == [2, 7, 12]
+
+
+def test_a_server_that_logs_nothing_is_not_judged(tmp_path, monkeypatch):
+    monkeypatch.setattr(ganesha_reload, "TIMEOUT", 0.05)
+    monkeypatch.setattr(ganesha_reload.process, "signal_pid", lambda pid, sig: None)
+    assert ganesha_reload.reload(1, tmp_path / "none.log") == []
