@@ -150,3 +150,6 @@ class ShareStats(TypedDict, total=False):
     total_capacity_gb: Capacity  # a backend without pools reports its capacity here
     free_capacity_gb: Capacity
     pools: list[PoolStats]
+    # What the backend's rules may say, per protocol (drivers/access_rules.py):
+    # {"NFS": {"ip": {"ipv6_max_prefix": 99}}, ...}; intake refuses the rest.
+    access_rule_limits: dict[str, dict[str, dict[str, object]]]

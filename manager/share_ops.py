@@ -207,6 +207,6 @@ def _sync_access(ops: Operations, inst: models.ShareInstance, resync: bool = Fal
     if refused:
         # The reasons go into the user message (message show): the user
         # learns why without the daemon's log.
-        rules = {r.id: r for r in add}
+        by_id = {r.id: r for r in add}
         raise OperationFailed(f"{what}: the backend refused " + "; ".join(
-            _refusal(rules[i], updates.get(i)) for i in refused))
+            _refusal(by_id[i], updates.get(i)) for i in refused))

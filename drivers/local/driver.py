@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from oslo_config import cfg
-from sharemgr.drivers import access_rules, base
+from sharemgr.drivers import base
 from sharemgr.drivers.exceptions import (
     InvalidShareRequest,
     ShareBackendException,
@@ -580,7 +580,7 @@ class LocalDriver(base.ShareDriver):
             "replication_type": None,
             "share_group_support": False,
             # What the exporters can express: intake refuses the rest up front.
-            access_rules.LIMITS_KEY: validation.ACCESS_LIMITS,
+            "access_rule_limits": validation.ACCESS_LIMITS,
             "pools": [{
                 "pool_name": "images",
                 "total_capacity_gb": round(st.f_blocks * st.f_frsize / gib, 2),

@@ -221,7 +221,7 @@ class GaneshaServer:
                 LOG.error("local driver: NFS-Ganesha rejected rule %s: %s", rule_id, text)
                 left_out.setdefault(rule_id, f"local driver: NFS-Ganesha rejected it: {text}")
             exports = [_without(exp, set(rejected)) for exp in exports]
-        self._roll_back(pid)
+        self._roll_back()
         raise ShareBackendException(
             f"local driver: NFS-Ganesha rejected {self.exports_file} "
             f"({'; '.join(f'line {e.line}: {e.text}' for e in ours[:3])}); the last exports "
@@ -231,8 +231,9 @@ class GaneshaServer:
     def last_good(self) -> Path:
         return self.root / "exports.last-good"
 
-    def _roll_back(self, pid: int) -> None:
-        if self.last_good.exists():
+    def _roll_back(self) -> None:
+        pid = process.pid_of(self.pid_file, PROGRAM)
+        if self.last_good.exists() and pid is not None:
             shutil.copyfile(self.last_good, self.exports_file)
             self._reload(pid)
 
