@@ -1,6 +1,9 @@
 """Reading NFS-Ganesha's log after a re-read (drivers/local/ganesha_reload.py):
-the errors of one re-read, with the file and line each is on. The real
-server's side: tests/functional/test_ganesha_reload.py."""
+the errors of one re-read, with the file and line each is on. With the real
+server every re-read of the functional tests goes through it
+(test_local_access.py, test_local_access_sweep.py), all without errors: the
+driver writes no client Ganesha rejects, so its leaving-out and roll-back
+paths are checked here only."""
 
 from __future__ import annotations
 
