@@ -62,3 +62,45 @@ def test_a_server_that_logs_nothing_is_not_judged(tmp_path, monkeypatch):
     monkeypatch.setattr(ganesha_reload, "TIMEOUT", 0.05)
     monkeypatch.setattr(ganesha_reload.process, "signal_pid", lambda pid, sig: None)
     assert ganesha_reload.reload(1, tmp_path / "none.log") == []
+
+
+def _server(tmp_path, monkeypatch, answers):
+    """A GaneshaServer whose server 'runs' and whose re-reads answer
+    ``answers`` in turn (errors on the exports file's lines)."""
+    from sharemgr.drivers.local import ganesha
+
+    server = ganesha.GaneshaServer(tmp_path, "127.0.0.1", 2049, manage=True)
+    tmp_path.mkdir(exist_ok=True)
+    monkeypatch.setattr(ganesha.process, "pid_of", lambda *a: 4242)
+    seen = []
+
+    def reread(pid):
+        seen.append(server.exports_file.read_text())
+        lines = answers.pop(0) if answers else []
+        return [ganesha_reload.ConfigError(str(server.exports_file), n, "rejected")
+                for n in lines]
+
+    monkeypatch.setattr(server, "_reload", reread)
+    return ganesha, server, seen
+
+
+def test_a_rejected_client_is_left_out_and_the_rest_served(tmp_path, monkeypatch):
+    ganesha, server, seen = _server(tmp_path, monkeypatch, [[11, 1]])
+    exports = [ganesha.NfsExport("s1", 1, tmp_path / "m", (("10.0.0.1", "rw"), ("10.0.0.2", "ro")),
+                                 ("r1", "r2"))]
+    left_out = server.write_exports(exports)  # line 11: r1's CLIENT line
+    assert set(left_out) == {"r1"} and "rejected" in left_out["r1"]
+    assert "10.0.0.1" in seen[0] and "10.0.0.1" not in seen[1] and "10.0.0.2" in seen[1]
+    assert server.last_good.read_text() == seen[1]
+
+
+def test_a_rejection_of_no_rule_rolls_back_to_the_last_good(tmp_path, monkeypatch):
+    import pytest
+    from sharemgr.drivers.exceptions import ShareBackendException
+
+    ganesha, server, seen = _server(tmp_path, monkeypatch, [[], [3]])
+    good = [ganesha.NfsExport("s1", 1, tmp_path / "m", (("10.0.0.1", "rw"),), ("r1",))]
+    server.write_exports(good)
+    with pytest.raises(ShareBackendException, match="the last exports it took are back"):
+        server.write_exports(good + [ganesha.NfsExport("s2", 2, tmp_path / "n", ())])
+    assert server.exports_file.read_text() == seen[0] and "s2" not in seen[-1]
