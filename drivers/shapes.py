@@ -10,7 +10,7 @@ parent's dict, ...), and a driver reads the keys it needs.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Required, TypedDict
+from typing import Any, Literal, NotRequired, Required, TypedDict
 
 from sharemgr.common.jsontypes import JSONValue
 from sharemgr.drivers.exceptions import ShareResourceNotFound
@@ -88,9 +88,11 @@ class Progress(TypedDict):
 
 
 class RuleError(TypedDict):
-    """``update_access``' answer for a rule the backend refused."""
+    """``update_access``' answer for a rule the backend refused: its
+    ``reason`` (one line) goes into the user message of the request."""
 
     state: Literal["error"]
+    reason: NotRequired[str]
 
 
 class StatusReport(TypedDict, total=False):
@@ -148,3 +150,6 @@ class ShareStats(TypedDict, total=False):
     total_capacity_gb: Capacity  # a backend without pools reports its capacity here
     free_capacity_gb: Capacity
     pools: list[PoolStats]
+    # What the backend's rules may say, per protocol (drivers/access_rules.py):
+    # {"NFS": {"ip": {"ipv6_max_prefix": 99}}, ...}; intake refuses the rest.
+    access_rule_limits: dict[str, dict[str, dict[str, object]]]

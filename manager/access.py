@@ -10,8 +10,6 @@ plans for a share's ``access_rules`` property.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,13 +19,10 @@ from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db.engine import Database
+from sharemgr.drivers import access_rules
+from sharemgr.manager import capabilities
 from sharemgr.manager.plans import Op, Plan, Refused, need, share
 
-# A user or group name, Windows 'DOMAIN\user' and Kerberos 'user@REALM'
-# included: Manila's limits, 4 to 255 characters.
-USER_RE = re.compile(r"^[\w.\-$@\\]{4,255}$")
-# A certificate's common name: at most 64 characters (X.509 ub-common-name).
-CERT_MAX = 64
 # Deny may start from these (a rule being applied is overtaken: the deny wins).
 DENIABLE = (vocab.ACCESS_QUEUED_TO_APPLY, vocab.ACCESS_APPLYING, vocab.ACCESS_ACTIVE,
             vocab.ACCESS_ERROR)
@@ -46,36 +41,34 @@ class RuleSpec:
         return self.access_type, self.access_to
 
 
-def _ip(value: str) -> str:
-    try:
-        net = ipaddress.ip_network(value, strict=True)
-        # One address, however written ('10.0.0.1' or '10.0.0.1/32'), is one rule.
-        return str(net.network_address if net.prefixlen == net.max_prefixlen else net)
-    except ValueError as exc:
-        raise Refused(f"invalid IP address or CIDR {value!r}: {exc}")
-
-
 def check(access_type: Any, access_to: Any, access_level: Any = "rw") -> RuleSpec:
     """The rule in its stored form ('10.0.0.0/24', not '10.0.0.0/024'), or
-    Refused naming what is wrong."""
-    if access_type not in vocab.ACCESS_TYPES:
-        raise Refused(f"unknown access type {access_type!r}; one of "
-                      f"{', '.join(vocab.ACCESS_TYPES)}")
-    if access_level not in vocab.ACCESS_LEVELS:
-        raise Refused(f"unknown access level {access_level!r}; one of "
-                      f"{', '.join(vocab.ACCESS_LEVELS)}")
-    if not isinstance(access_to, str) or not access_to.strip():
-        raise Refused("access_to must be a non-empty string")
-    to = access_to.strip()
-    if access_type == "ip":
-        to = _ip(to)
-    elif access_type == "user" and not USER_RE.match(to):
-        raise Refused(f"invalid user or group {to!r}: 4 to 255 letters, digits or "
-                      "'.', '-', '_', '$', '@', '\\'")
-    elif access_type == "cert" and len(to) > CERT_MAX:
-        raise Refused(f"certificate common name {to[:20]!r}... is {len(to)} characters "
-                      f"long; at most {CERT_MAX}")
-    return RuleSpec(access_type, to, access_level)
+    Refused naming what is wrong (``drivers/access_rules.py``: the forms
+    every backend takes; ``limited`` adds the share's backend's own)."""
+    try:
+        return RuleSpec(*access_rules.check(access_type, access_to, access_level))
+    except access_rules.RuleRefused as exc:
+        raise Refused(str(exc)) from None
+
+
+def limited(db: Database, row: models.Share, inst: models.ShareInstance,
+            spec: RuleSpec) -> RuleSpec:
+    """``spec`` checked against what the share's backend declared it can
+    express (its report's ``access_rule_limits`` for the share's protocol),
+    so that a rule it cannot take is refused here rather than failing there.
+    A backend that declared nothing is held to Manila's limits."""
+    report = capabilities.report(db, inst.host) if inst.host else None
+    declared = report.stats.get(access_rules.LIMITS_KEY) if report is not None else None
+    limits = access_rules.for_protocol(declared, row.share_proto or "")
+    if limits is None:
+        limits, where = access_rules.MANILA_LIMITS, "Manila's limits"
+    else:
+        where = f"backend {report.backend if report else inst.host}: {row.share_proto} shares"
+    try:
+        return RuleSpec(*access_rules.check(spec.access_type, spec.access_to,
+                                            spec.access_level, limits, where))
+    except access_rules.RuleRefused as exc:
+        raise Refused(str(exc)) from None
 
 
 def check_list(rules: object) -> list[RuleSpec]:
@@ -124,6 +117,7 @@ def new_rule(share_id: str, spec: RuleSpec) -> models.ShareAccessRule:
 def allow(db: Database, share_id: str, spec: RuleSpec) -> Plan:
     row, inst = share(db, share_id)
     need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", "change access to")
+    spec = limited(db, row, inst, spec)
     for rule in db_access.rules_of(db, row.id):
         if (rule.access_type, rule.access_to) == spec.key:
             raise Refused(f"share {share_id} already has rule {rule.id} for "
@@ -151,7 +145,7 @@ def converge(db: Database, share_id: str, wanted: Iterable[RuleSpec]) -> Plan:
     queued to deny, a changed level as a deny and an allow. No op when the
     rules are as wanted already."""
     row, inst = share(db, share_id)
-    by_key = {s.key: s for s in wanted}
+    by_key = {s.key: s for s in (limited(db, row, inst, w) for w in wanted)}
     plan = Plan(row.id, row=row)
     have = {}
     for rule in db_access.rules_of(db, row.id):

@@ -165,6 +165,12 @@ def _refused(answer: object) -> bool:
     return isinstance(answer, dict) and answer.get("state") == vocab.ACCESS_ERROR
 
 
+def _refusal(rule: models.ShareAccessRule, answer: object) -> str:
+    reason = answer.get("reason") if isinstance(answer, dict) else None
+    said = f": {reason}" if isinstance(reason, str) and reason else ""
+    return f"rule {rule.id} ({rule.access_type} {rule.access_to} {rule.access_level}){said}"
+
+
 def _flush_access(ops: Operations, inst: models.ShareInstance) -> None:
     """After an operation that leaves the share available: rules queued
     meanwhile (a stack's, or any that found the share busy) are applied
@@ -199,4 +205,8 @@ def _sync_access(ops: Operations, inst: models.ShareInstance, resync: bool = Fal
     outcome.update({r.id: (r.state, vocab.ACCESS_DELETED) for r in remove})
     db_access.finish(ops.db, inst.share_id, outcome)
     if refused:
-        raise OperationFailed(f"{what}: the backend refused rule(s) {', '.join(refused)}")
+        # The reasons go into the user message (message show): the user
+        # learns why without the daemon's log.
+        by_id = {r.id: r for r in add}
+        raise OperationFailed(f"{what}: the backend refused " + "; ".join(
+            _refusal(by_id[i], updates.get(i)) for i in refused))

@@ -175,25 +175,41 @@ class LocalDriver(base.ShareDriver):
 
     # Exports ------------------------------------------------------------------
 
-    def _publish(self) -> None:
+    def _publish(self) -> dict[str, str]:
         """Rewrite both servers' share files from the records: every
         available, mounted share with its rules (an unmounted one is never
-        exported: the server would serve the empty folder under it)."""
+        exported: the server would serve the empty folder under it).
+
+        A rule is served or left out on its own: one a record holds that
+        the checks refuse now, or that NFS-Ganesha rejects, is left out (and
+        marked so in its record) while every other rule and share is
+        served. Returns the rules left out by this call, with the reason."""
         with self._backend_lock():
             nfs: list[NfsExport] = []
             cifs: list[CifsShare] = []
+            records = {}
             for record in self.records.all("share"):
                 oid = record["id"]
                 if record.get("state") != AVAILABLE or not images.is_mounted(self._mount(oid)):
                     continue
-                applied = [r for r in record.get("rules", []) if not r.get("error")]
+                records[oid] = record
+                applied = _servable(record)
                 if record["proto"] == "NFS":
-                    nfs.append(NfsExport(oid, record["export_id"], self._mount(oid), tuple(
-                        (r["access_to"], r["access_level"]) for r in applied)))
+                    nfs.append(NfsExport(
+                        oid, record["export_id"], self._mount(oid),
+                        tuple((r["access_to"], r["access_level"]) for r in applied),
+                        tuple(r["id"] for r in applied)))
                 else:
                     cifs.append(_cifs_share(oid, self._mount(oid), applied))
-            self.ganesha.write_exports(nfs)
+            left_out = self.ganesha.write_exports(nfs)
             self.samba.write_shares(cifs)
+            for record in records.values():
+                marked = [r for r in record.get("rules", []) if r.get("id") in left_out]
+                for r in marked:
+                    r["error"], r["reason"] = True, left_out[r["id"]]
+                if marked:
+                    self.records.put(record)
+            return left_out
 
     def _exported(self, record: dict) -> bool:
         if record["proto"] == "NFS":
@@ -389,21 +405,25 @@ class LocalDriver(base.ShareDriver):
             applied: list[dict] = []
             errors: dict[str, base.RuleError] = {}
             # The full set, every time: add_rules and delete_rules only say
-            # what changed, and recovery passes neither.
+            # what changed, and recovery passes neither. Each rule on its
+            # own: a bad one is refused alone, the others are applied.
             for raw in access_rules or []:
                 try:
                     applied.append(validation.rule(raw, proto))
                 except InvalidShareRequest as exc:
                     LOG.warning("local driver: share %s: rule %s refused: %s", oid,
                                 raw.get("id"), exc)
-                    errors[str(raw.get("id"))] = {"state": "error"}
+                    errors[str(raw.get("id"))] = {"state": "error", "reason": str(exc)}
             if proto == "CIFS":
                 for bad in _cifs_unenforceable(applied):
-                    errors[bad["id"]] = {"state": "error"}
+                    errors[bad["id"]] = {"state": "error", "reason": CIFS_MIXED}
                     bad["error"] = True
             record["rules"] = applied
             self.records.put(record)
-            self._publish()
+            for rule_id, reason in self._publish().items():
+                # The exporter rejected it (and the driver took it out).
+                if any(r["id"] == rule_id for r in applied):
+                    errors[rule_id] = {"state": "error", "reason": reason}
             return errors or None
 
     # Snapshots ------------------------------------------------------------------
@@ -559,6 +579,8 @@ class LocalDriver(base.ShareDriver):
             "create_share_from_snapshot_support": True,
             "replication_type": None,
             "share_group_support": False,
+            # What the exporters can express: intake refuses the rest up front.
+            "access_rule_limits": validation.ACCESS_LIMITS,
             "pools": [{
                 "pool_name": "images",
                 "total_capacity_gb": round(st.f_blocks * st.f_frsize / gib, 2),
@@ -585,6 +607,10 @@ def _why(record: dict, mounted: bool) -> str:
     return "not exported"
 
 
+CIFS_MIXED = ("local driver: Samba has one 'read only' for every address of a share: "
+              "an ip rule at ro cannot stand beside a rw rule (deny one, or make all ro)")
+
+
 def _cifs_unenforceable(rules: list[dict]) -> list[dict]:
     """Rules Samba cannot hold alongside the others: a share has one
     'read only' for every address, so a read-only ip rule next to a
@@ -592,6 +618,22 @@ def _cifs_unenforceable(rules: list[dict]) -> list[dict]:
     if all(r["access_level"] == "ro" for r in rules):
         return []
     return [r for r in rules if r["access_type"] == "ip" and r["access_level"] == "ro"]
+
+
+def _servable(record: dict) -> list[dict]:
+    """The rules of a record to serve: not marked in error, and passing the
+    checks of today (a record written by an older version may hold a rule
+    they refuse: it is left out alone, never the whole backend)."""
+    good = []
+    for raw in record.get("rules", []):
+        if raw.get("error"):
+            continue
+        try:
+            good.append(validation.rule(raw, record["proto"]))
+        except InvalidShareRequest as exc:
+            LOG.error("local driver: share %s: recorded rule %s left out: %s", record["id"],
+                      raw.get("id"), exc)
+    return good
 
 
 def _cifs_share(name: str, path: Path, rules: list[dict]) -> CifsShare:

@@ -8,14 +8,20 @@ export stays invisible to them."""
 
 from __future__ import annotations
 
+import ipaddress
+import logging
+import shutil
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from sharemgr.drivers.local import process
+from sharemgr.drivers.exceptions import InvalidShareRequest, ShareBackendException
+from sharemgr.drivers.local import ganesha_reload, process
 from sharemgr.drivers.local.fencing import write_atomic
 from sharemgr.drivers.local.validation import config_token
+
+LOG = logging.getLogger(__name__)
 
 PROGRAM = "ganesha.nfsd"
 PSEUDO_ROOT = "/shares"
@@ -27,6 +33,41 @@ class NfsExport:
     export_id: int
     path: Path
     clients: tuple[tuple[str, str], ...]  # (address or CIDR, "rw" | "ro")
+    rule_ids: tuple[str, ...] = ()  # the rule of each client, when known
+
+
+# Ganesha 4's lexer reads an IPv6 network's prefix as one or two digits and no
+# network of prefix 0 (both a syntax error that drops the export).
+V6_MAX_PREFIX = 99
+
+
+def client_forms(target: str) -> list[str]:
+    """What Ganesha's ``Clients`` takes for one stored ip rule target: the
+    target itself, or for /0 (every IPv4 or every IPv6 client) its two
+    halves, which Ganesha reads and which admit exactly the same clients.
+
+    :raises InvalidShareRequest: a form Ganesha cannot read (intake refuses
+        them: validation.ACCESS_LIMITS)."""
+    try:
+        net = ipaddress.ip_network(config_token(target), strict=True)
+    except ValueError:
+        raise InvalidShareRequest(f"local driver: {target!r} is not an address or network "
+                                  "NFS-Ganesha reads") from None
+    if net.prefixlen == 0:
+        return [str(half) for half in net.subnets(prefixlen_diff=1)]
+    if net.prefixlen == net.max_prefixlen:
+        return [str(net.network_address)]
+    if net.version == 6 and net.prefixlen > V6_MAX_PREFIX:
+        raise InvalidShareRequest(f"local driver: NFS-Ganesha cannot read the IPv6 network "
+                                  f"{net}: its prefix is longer than /{V6_MAX_PREFIX}")
+    return [str(net)]
+
+
+@dataclass
+class Rendered:
+    text: str
+    rule_lines: dict[int, str] = field(default_factory=dict)  # line number -> rule id
+    refused: dict[str, str] = field(default_factory=dict)  # rule id -> why not written
 
 
 def pseudo_path(share_id: str) -> str:
@@ -38,6 +79,18 @@ def _quoted(value: str) -> str:
 
 
 def render_exports(exports: list[NfsExport]) -> str:
+    """The exports file; a client that cannot be written raises."""
+    rendered = render(exports)
+    if rendered.refused:
+        raise InvalidShareRequest(next(iter(rendered.refused.values())))
+    return rendered.text
+
+
+def render(exports: list[NfsExport]) -> Rendered:
+    """The exports file, where each rule's CLIENT block is on its own line
+    (so Ganesha's errors name the rule) and a rule that cannot be written is
+    left out alone, with the reason."""
+    out = Rendered("")
     lines = ["# Written by the sharemgr local driver; rewritten on every change."]
     for exp in sorted(exports, key=lambda e: e.export_id):
         lines += [
@@ -51,12 +104,20 @@ def render_exports(exports: list[NfsExport]) -> str:
             "  SecType = sys;",
             "  FSAL { Name = VFS; }",
         ]
-        for target, level in exp.clients:
+        for i, (target, level) in enumerate(exp.clients):
+            rule_id = exp.rule_ids[i] if i < len(exp.rule_ids) else f"{exp.share_id}:{i}"
+            try:
+                forms = client_forms(target)
+            except InvalidShareRequest as exc:
+                out.refused[rule_id] = str(exc)
+                continue
             access = "RW" if level == "rw" else "RO"
-            lines.append(f"  CLIENT {{ Clients = {config_token(target)}; "
+            lines.append(f"  CLIENT {{ Clients = {', '.join(forms)}; "
                          f"Access_Type = {access}; }}")
+            out.rule_lines[len(lines)] = rule_id
         lines.append("}")
-    return "\n".join(lines) + "\n"
+    out.text = "\n".join(lines) + "\n"
+    return out
 
 
 def render_main(ip: str, port: int, exports_file: Path, recovery: Path) -> str:
@@ -129,27 +190,61 @@ class GaneshaServer:
                        "-p", str(self.pid_file), "-N", "NIV_EVENT"],
                       self.pid_file, PROGRAM, self.ip, self.port, self.log_file)
 
-    def write_exports(self, exports: list[NfsExport]) -> None:
-        write_atomic(self.exports_file, render_exports(exports))
+    def write_exports(self, exports: list[NfsExport]) -> dict[str, str]:
+        """Write the exports and make the server read them. Returns the rules
+        left out, by id, with the reason: those that cannot be written and
+        those the server rejected (the file is then written again without
+        them, so every other export is served).
+
+        :raises ShareBackendException: the server rejected something that is
+            no rule; the last exports file it took is put back and re-read.
+        """
+        left_out: dict[str, str] = {}
+        for _ in range(3):  # a rejected rule is left out, then once more
+            rendered = render(exports)
+            left_out.update(rendered.refused)
+            write_atomic(self.exports_file, rendered.text)
+            pid = process.pid_of(self.pid_file, PROGRAM)
+            if pid is None:
+                self.ensure_running()
+                return left_out
+            errors = self._reload(pid)
+            ours = [e for e in errors if Path(e.path) == self.exports_file]
+            if not ours:
+                write_atomic(self.last_good, rendered.text)
+                return left_out
+            rejected = {rendered.rule_lines[e.line]: e.text for e in ours
+                        if e.line in rendered.rule_lines}
+            if not rejected:
+                break
+            for rule_id, text in rejected.items():
+                LOG.error("local driver: NFS-Ganesha rejected rule %s: %s", rule_id, text)
+                left_out.setdefault(rule_id, f"local driver: NFS-Ganesha rejected it: {text}")
+            exports = [_without(exp, set(rejected)) for exp in exports]
+        self._roll_back()
+        raise ShareBackendException(
+            f"local driver: NFS-Ganesha rejected {self.exports_file} "
+            f"({'; '.join(f'line {e.line}: {e.text}' for e in ours[:3])}); the last exports "
+            "it took are back")
+
+    @property
+    def last_good(self) -> Path:
+        return self.root / "exports.last-good"
+
+    def _roll_back(self) -> None:
         pid = process.pid_of(self.pid_file, PROGRAM)
-        if pid is None:
-            self.ensure_running()
-        else:
+        if self.last_good.exists() and pid is not None:
+            shutil.copyfile(self.last_good, self.exports_file)
             self._reload(pid)
 
-    def _reload(self, pid: int) -> None:
-        """SIGHUP, then wait (briefly) for the re-read to finish so the
-        caller's change is in force when it returns."""
+    def _reload(self, pid: int) -> list[ganesha_reload.ConfigError]:
+        """SIGHUP, then wait for the re-read to finish so the caller's change
+        is in force when it returns; the errors it logged."""
         if not self.manage:  # the system's server logs elsewhere: give it a moment
             process.signal_pid(pid, signal.SIGHUP)
             time.sleep(0.5)
-            return
-        done = "Reread exports complete"
-        before = self._log_text().count(done)
-        process.signal_pid(pid, signal.SIGHUP)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and self._log_text().count(done) <= before:
-            time.sleep(0.05)
+            return []
+        return ganesha_reload.reload(pid, self.log_file)
 
     def _log_text(self) -> str:
         try:
@@ -160,3 +255,12 @@ class GaneshaServer:
     def stop(self) -> None:
         if self.manage:
             process.stop(self.pid_file, PROGRAM)
+
+
+def _without(exp: NfsExport, rule_ids: set[str]) -> NfsExport:
+    keep = [i for i in range(len(exp.clients))
+            if (exp.rule_ids[i] if i < len(exp.rule_ids) else f"{exp.share_id}:{i}")
+            not in rule_ids]
+    return NfsExport(exp.share_id, exp.export_id, exp.path,
+                     tuple(exp.clients[i] for i in keep),
+                     tuple(exp.rule_ids[i] for i in keep if i < len(exp.rule_ids)))

@@ -5,9 +5,9 @@ with one clear message and nothing is changed."""
 
 from __future__ import annotations
 
-import ipaddress
 import re
 
+from sharemgr.drivers import access_rules
 from sharemgr.drivers.exceptions import InvalidShareRequest
 
 # Ids name files, mount points, export paths and Samba sections: letters,
@@ -42,48 +42,55 @@ def size(value: object) -> int:
     return value
 
 
+# What this backend's exporters can express, per protocol (the general
+# forms of drivers/access_rules.py narrowed): reported with the stats so that
+# intake refuses the rest up front, and checked again here.
+#   NFS-Ganesha 4 reads an IPv6 network's prefix as at most two digits (/100
+#   and longer are a syntax error that drops the export); /0 it cannot read
+#   at all, so ganesha.py writes it as the two halves of the space.
+#   Samba accounts are Unix ones: the portable POSIX set, no groups ('@'),
+#   no '$' (machine accounts).
+USER_HINT = ("Samba accounts of this host: 1-32 letters, digits, '_', '.' or '-', "
+             "starting with a letter or '_' (no groups)")
+ACCESS_LIMITS: dict[str, dict[str, dict[str, object]]] = {
+    "NFS": {"ip": {"ipv6_max_prefix": 99}},
+    "CIFS": {"ip": {}, "user": {"pattern": _USER.pattern, "hint": USER_HINT}},
+}
+
+
 def ip_target(value: object) -> str:
-    """An address or CIDR, normalised (``10.0.0.1/24`` is refused as a
-    network with host bits, as ipaddress does with strict=True)."""
+    """An address or CIDR in its stored form (access_rules.ip)."""
     if not isinstance(value, str) or not value or value != value.strip():
         raise InvalidShareRequest(f"local driver: ip rule target {value!r} is not an address")
     try:
-        if "/" in value:
-            net = ipaddress.ip_network(value, strict=True)
-            return str(net)
-        return str(ipaddress.ip_address(value))
-    except ValueError:
-        raise InvalidShareRequest(
-            f"local driver: ip rule target {value!r} is not an address or CIDR") from None
+        return access_rules.ip(value)
+    except access_rules.RuleRefused as exc:
+        raise InvalidShareRequest(f"local driver: ip rule target: {exc}") from None
 
 
 def user_target(value: object) -> str:
     if not isinstance(value, str) or not _USER.fullmatch(value):
         raise InvalidShareRequest(
-            f"local driver: user rule target {value!r} is not valid: use 1-32 letters, "
-            "digits, '_', '.' or '-', starting with a letter or '_'")
+            f"local driver: user rule target {value!r} is not valid: use {USER_HINT}")
     return value
 
 
 def rule(raw: dict, proto: str) -> dict:
     """A checked access rule ``{"id", "access_type", "access_to",
-    "access_level"}``.
+    "access_level"}``, by the validator intake uses, with this backend's
+    limits for the protocol.
 
     :raises InvalidShareRequest: a bad type, target or level, or a type the
         protocol cannot enforce (NFS: ip; CIFS: ip and user).
     """
-    kind = raw.get("access_type")
-    level = raw.get("access_level") or "rw"
-    if level not in LEVELS:
-        raise InvalidShareRequest(f"local driver: access level {level!r} is not rw or ro")
-    allowed = ("ip",) if proto == "NFS" else ("ip", "user")
-    if kind not in allowed:
-        raise InvalidShareRequest(
-            f"local driver: {proto} shares take {' or '.join(allowed)} rules, not {kind!r}")
-    target = ip_target(raw.get("access_to")) if kind == "ip" else user_target(
-        raw.get("access_to"))
-    return {"id": str(raw.get("id") or ""), "access_type": kind, "access_to": target,
-            "access_level": level}
+    try:
+        checked = access_rules.check(raw.get("access_type"), raw.get("access_to"),
+                                     raw.get("access_level") or "rw", ACCESS_LIMITS[proto],
+                                     f"the local backend's {proto} shares")
+    except access_rules.RuleRefused as exc:
+        raise InvalidShareRequest(f"local driver: {exc}") from None
+    return {"id": str(raw.get("id") or ""), "access_type": checked.access_type,
+            "access_to": checked.access_to, "access_level": checked.access_level}
 
 
 def config_token(value: str) -> str:

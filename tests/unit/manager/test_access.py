@@ -35,7 +35,7 @@ def test_ip_rules_are_stored_in_canonical_form(given, stored):
     ("ip", "10.0.0.300", "rw", "invalid IP"),
     ("ip", "10.0.0.1/24", "rw", "host bits"),  # a CIDR with host bits is a typo
     ("ip", "10.0.0.0/33", "rw", "invalid IP"),
-    ("user", "bob", "rw", "4 to 255"),
+    ("user", "x" * 256, "rw", "invalid user"),
     ("user", "bad name", "rw", "invalid user"),
     ("cert", "c" * 65, "rw", "at most 64"),
     ("nfs", "10.0.0.1", "rw", "unknown access type"),
@@ -72,6 +72,29 @@ def test_a_template_checks_access_rules_and_changes_them_in_place():
     new = {**old, "access_rules": []}
     diff = diff_properties("share", old, new)
     assert not diff.replace and diff.in_place == {"access_rules": []}
+
+
+def test_a_backend_s_declared_limits_are_checked_at_intake(any_engine):
+    """A share's backend's ``access_rule_limits`` narrow (or replace) the
+    general forms; a backend that declared nothing is held to Manila's."""
+    from sharemgr.db import capabilities as db_capabilities
+
+    db = any_engine.db
+    inst = make_share(db)
+    intake = Intake(db, None)
+    with pytest.raises(InvalidRequest, match="Manila's limits: .*at least 4"):
+        intake.allow_access(inst.share_id, "user", "bob")
+    db_capabilities.save(db, HOSTBE, {"access_rule_limits": {"NFS": {
+        "ip": {"ipv6_max_prefix": 99}, "user": {"pattern": "[a-z]{1,8}", "hint": "a-z"}}}},
+        "e1")
+    assert intake.allow_access(inst.share_id, "user", "bob").access_to == "bob"
+    with pytest.raises(InvalidRequest, match="NFS shares: invalid user or group 'bobbybobby'"):
+        intake.allow_access(inst.share_id, "user", "bobbybobby")
+    with pytest.raises(InvalidRequest, match="NFS shares take ip or user rules, not cert"):
+        intake.allow_access(inst.share_id, "cert", "c1")
+    with pytest.raises(InvalidRequest, match="at most /99"):
+        intake.allow_access(inst.share_id, "ip", "2001:db8::/120")
+    assert _rules(db, inst.share_id) == {"bob": vocab.ACCESS_QUEUED_TO_APPLY}
 
 
 # Allow, deny and the operation ------------------------------------------------------------

@@ -1,0 +1,63 @@
+"""The one validator per access type that intake and drivers share
+(drivers/access_rules.py): stored forms, refusals, declared limits."""
+
+from __future__ import annotations
+
+import pytest
+from sharemgr.drivers import access_rules
+from sharemgr.drivers.access_rules import RuleRefused, check
+
+LOCAL_CIFS = {"ip": {}, "user": {"pattern": "[A-Za-z_][A-Za-z0-9_.-]{0,31}",
+                                 "hint": "Samba accounts"}}
+
+
+@pytest.mark.parametrize("given, stored", [
+    ("10.0.0.1/32", "10.0.0.1"), ("2001:DB8::1", "2001:db8::1"),
+    ("::ffff:10.0.0.1", "10.0.0.1"), ("::ffff:10.0.0.0/120", "10.0.0.0/24"),
+    ("0.0.0.0/0", "0.0.0.0/0"), ("::/0", "::/0"), ("10.0.0.0/255.255.255.0", "10.0.0.0/24"),
+    (" 10.0.0.1 ", "10.0.0.1"),
+])
+def test_ip_stored_forms(given, stored):
+    assert check("ip", given).access_to == stored
+
+
+@pytest.mark.parametrize("given, words", [
+    ("fe80::1%lo", "scoped address"), ("fe80::1%25eth0", "scoped address"),
+    ("0.0.0.0", "unspecified"), ("::", "unspecified"), ("::ffff:0.0.0.0", "unspecified"),
+    ("10.0.0.1\n", "control character"), ("10.0.0.1\x00", "control character"),
+    ("\t10.0.0.1", "control character"), ("010.0.0.1", "invalid IP"),
+    ("10.0.0.0/8 10.0.0.1", "invalid IP"), ("*", "invalid IP"), ("host.example", "invalid IP"),
+    ("1" * 300, "of 300 characters"),
+])
+def test_ip_refusals(given, words):
+    with pytest.raises(RuleRefused, match=words):
+        check("ip", given)
+
+
+def test_declared_limits_narrow_and_name_the_backend():
+    nfs = {"ip": {"ipv6_max_prefix": 99}}
+    assert check("ip", "2001:db8::/99", limits=nfs).access_to == "2001:db8::/99"
+    assert check("ip", "2001:db8::1", limits=nfs).access_to == "2001:db8::1"  # a host is fine
+    with pytest.raises(RuleRefused, match="b@l NFS: IPv6 networks may have a prefix of at "
+                                          "most /99 here, not /100"):
+        check("ip", "2001:db8::/100", limits=nfs, where="b@l NFS")
+    with pytest.raises(RuleRefused, match="b@l NFS take ip rules, not user"):
+        check("user", "alice", limits=nfs, where="b@l NFS")
+    assert check("user", "bin", limits=LOCAL_CIFS).access_to == "bin"
+    for bad in ("@wheel", "a" * 33, "DOMAIN\\bob", "é"):
+        with pytest.raises(RuleRefused, match="Samba accounts"):
+            check("user", bad, limits=LOCAL_CIFS)
+    with pytest.raises(RuleRefused, match="at least 4"):
+        check("user", "bin", limits=access_rules.MANILA_LIMITS)
+
+
+def test_for_protocol_reads_a_report_defensively():
+    assert access_rules.for_protocol({"NFS": {"ip": {}}}, "nfs") == {"ip": {}}
+    assert access_rules.for_protocol({"NFS": "junk"}, "NFS") is None
+    assert access_rules.for_protocol(None, "NFS") is None
+
+
+@pytest.mark.parametrize("value", ["a b", 'x"y', "a;b", "$(touch /x)", "}", "a,b"])
+def test_users_outside_the_general_set_are_refused(value):
+    with pytest.raises(RuleRefused, match="invalid user"):
+        check("user", value)
