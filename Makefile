@@ -73,3 +73,13 @@ FAULTS ?= 400
 .PHONY: faults
 faults: $(BIN)/.installed
 	$(BIN)/python -m tests.functional.faults --faults $(FAULTS) $(if $(SEED),--seed $(SEED))
+
+# Many hosts, long version (doc/chaos.rst): HOST_FAULTS faults on three
+# engines in network namespaces, PostgreSQL primary + synchronous standby,
+# etcd (COORDINATION=redis for Redis); root only.
+HOST_FAULTS ?= 550
+COORDINATION ?= etcd
+.PHONY: hosts
+hosts: $(BIN)/.installed
+	$(BIN)/python -m tests.functional.hosts --faults $(HOST_FAULTS) \
+		--coordination $(COORDINATION) $(if $(SEED),--seed $(SEED))

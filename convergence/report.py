@@ -145,12 +145,18 @@ class Reporter:
             if marked:  # the commit failed
                 self._mark(ctx, tx.later, add=False)
             self.tracker.finished(*(req_id for req_id, _args, _succ in tx.pending))
-            if ctx.end is not None:
-                rid, action, values, op_id = ctx.end
-                stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_COMPLETE,
-                               None, values, op_request_id=op_id)
-            for rid in ctx.held:
-                self.locks.release(rid)
+            try:
+                if ctx.end is not None:
+                    rid, action, values, op_id = ctx.end
+                    stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_COMPLETE,
+                                   None, values, op_request_id=op_id)
+            finally:
+                # Also when the end fails (the database still away): a lock
+                # the engine believes a check of its own holds is never taken
+                # over, and every later check of the node bails on it. Let go
+                # of, it is a leaked lock the next check takes over.
+                for rid in ctx.held:
+                    self.locks.release(rid)
             self.after(ctx, outcome)
             return None, False
         for rid in ctx.held:

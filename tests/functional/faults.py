@@ -92,6 +92,9 @@ class FaultFleet(chaos.Fleet):
     """Two engine slots, each behind forwarders of its own to Redis and to
     PostgreSQL, and the fault loop."""
 
+    kinds: tuple[str, ...] = KINDS
+    fault_overhead = 0.0  # seconds a fault takes besides its hold (a failover's copy)
+
     def __init__(self, d: Deployment, rng: random.Random, opts: Options, log: chaos.Log,
                  busy: Callable[[], bool], redis_url: str, db_url: str) -> None:
         super().__init__(d, 2, rng, opts, log, busy)
@@ -179,13 +182,13 @@ class FaultFleet(chaos.Fleet):
     def run(self, stop: threading.Event, deadline: float) -> None:
         rng = self.rng
         # Every kind once before any repeats, in a random order.
-        plan = [KINDS[i % len(KINDS)] for i in range(self.opts.faults)]
+        plan = [self.kinds[i % len(self.kinds)] for i in range(self.opts.faults)]
         rng.shuffle(plan)
         for kind in plan:
             if stop.is_set() or time.monotonic() > deadline:
                 break
             time.sleep(rng.uniform(*self.opts.interval))
-            self.fault(kind, rng.randrange(2), rng.uniform(*self.opts.hold))
+            self.fault(kind, rng.randrange(len(self.current)), rng.uniform(*self.opts.hold))
             for rec in self.current:
                 if rec is not None and self.reap(rec):
                     self.unexpected.append(f"engine: {rec.engine.log.name} ended ({rec.how}) "
@@ -210,34 +213,58 @@ class FaultFleet(chaos.Fleet):
 
 def run(opts: Options) -> dict[str, Any]:
     seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(10**9)
-    root = Path(opts.root or tempfile.mkdtemp(prefix=f"faults-{seed}-"))
-    root.mkdir(parents=True, exist_ok=True)
     repro = f"{sys.executable} -m tests.functional.faults --faults {opts.faults} --seed {seed}"
-    print(f"faults: seed {seed}, {opts.faults} faults, root {root}\nfaults: reproduce with: "
-          f"{repro}", file=sys.stderr, flush=True)
-    narrative, log = chaos.open_narrative(root / "faults.log", opts.echo)
-    t0 = time.monotonic()
-
     made_db = None
     db_url = opts.db_url
     if db_url is None:
         db_url = made_db = chaos._fresh_pg_database(chaos.PG_ADMIN)
     redis_url = opts.redis_url or chaos.REDIS_URL
-    d = Deployment(root / "deployment", db_url=db_url, coordination_url=redis_url,
-                   host=f"faults{uuid.uuid4().hex[:6]}", extra=OPTIONS)
+    try:
+        return exercise(
+            opts, seed, repro, "faults", db_url, redis_url,
+            lambda d, rng, log, busy: FaultFleet(d, rng, opts, log, busy, redis_url, db_url))
+    finally:
+        if made_db is not None:
+            try:
+                chaos._drop_pg_database(chaos.PG_ADMIN, made_db)
+            except Exception as exc:
+                print(f"could not drop {made_db}: {exc}", file=sys.stderr)
+
+
+def exercise(opts: Options, seed: int, repro: str, name: str, db_url: str,
+             coordination_url: str,
+             fleet_of: Callable[[Deployment, random.Random, chaos.Log, Callable[[], bool]],
+                                FaultFleet],
+             extra: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """One run: a deployment on these servers, the fleet ``fleet_of`` makes
+    (its engines started in every slot), the crash chaos's operator firing
+    while the fleet's faults run; then every engine a member again, the
+    deployment settled with no engine restarted, every invariant checked,
+    the stacks torn down. The summary, also written to the run's folder."""
+    root = Path(opts.root or tempfile.mkdtemp(prefix=f"{name}-{seed}-"))
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"{name}: seed {seed}, {opts.faults} faults, root {root}\n{name}: reproduce with: "
+          f"{repro}", file=sys.stderr, flush=True)
+    narrative, log = chaos.open_narrative(root / f"{name}.log", opts.echo)
+    t0 = time.monotonic()
+    options = {section: {**values, **(extra or {}).get(section, {})}
+               for section, values in OPTIONS.items()}
+    d = Deployment(root / "deployment", db_url=db_url, coordination_url=coordination_url,
+                   host=f"{name}{uuid.uuid4().hex[:6]}", extra=options)
     d.sync()
     reader = chaos.Reader(db_url)
     operator = chaos.Operator(d, reader, opts, seed, log)
     rng = random.Random(f"{seed}:faults")
-    fleet = FaultFleet(d, rng, opts, log, operator.busy, redis_url, db_url)
+    fleet = fleet_of(d, rng, log, operator.busy)
     violations: list[str] = []
     notes: list[str] = []
     timings: dict[str, float] = {}
     checker = None
     try:
-        for slot in range(2):
+        for slot in range(len(fleet.current)):
             fleet.start(slot, _knobs(rng))
         for rec in fleet.current:
+            assert rec is not None
             rec.engine.wait_for_log("share-manager up", timeout=60)
         operator.probe()
         stop_ops = threading.Event()
@@ -246,7 +273,7 @@ def run(opts: Options) -> dict[str, Any]:
                     for i in range(opts.workers)]
         for t in threads:
             t.start()
-        cap = 60 + opts.faults * (opts.hold[1] + opts.interval[1] + 5)
+        cap = 60 + opts.faults * (opts.hold[1] + opts.interval[1] + 5 + fleet.fault_overhead)
         fleet.run(threading.Event(), time.monotonic() + cap)
         timings["faults"] = round(time.monotonic() - t0, 1)
         log(f"faults over: {dict(fleet.faults)}, {operator.total} operations")
@@ -275,11 +302,6 @@ def run(opts: Options) -> dict[str, Any]:
         fleet.stop_all()
         reader.dispose()
         operator.oplog.close()
-        if made_db is not None:
-            try:
-                chaos._drop_pg_database(chaos.PG_ADMIN, made_db)
-            except Exception as exc:
-                log(f"could not drop {made_db}: {exc}")
         narrative.close()
     calls = checker.calls() if checker else []
     summary = {
@@ -291,7 +313,7 @@ def run(opts: Options) -> dict[str, Any]:
         "requests": getattr(checker, "request_counts", None), "time": timings,
         "violations": violations, "notes": notes, "root": str(root), "reproduce": repro,
     }
-    (root / "faults-report.json").write_text(json.dumps(summary, indent=2, default=str))
+    (root / f"{name}-report.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
 
 

@@ -14,24 +14,9 @@ import datetime
 
 import pytest
 
-from tests.conftest import IN_CI
+from tests.functional.clocks import shifted_clock
 from tests.functional.harness import Deployment, servers, wait_until
 from tests.functional.test_pauses import FAST, _calls, _engine_id, _instance, _requests
-
-
-def shifted_clock(offset: str) -> dict[str, str]:
-    """The environment that runs a program with its wall clock ``offset``
-    (libfaketime's form: ``+120s``) from the machine's, monotonic clocks
-    untouched."""
-    try:
-        import libfaketime
-    except ImportError:
-        if IN_CI:
-            pytest.fail("libfaketime is not installed (make test installs it)")
-        pytest.skip("libfaketime is not installed (make test installs it)")
-    _, env = libfaketime.get_reload_information()
-    return {**env, "FAKETIME": offset, "DONT_FAKE_MONOTONIC": "1",
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
 
 @pytest.fixture(params=["postgresql+redis"])

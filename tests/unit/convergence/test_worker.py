@@ -335,3 +335,45 @@ def test_a_traversals_template_or_graph_is_loaded_once_however_many_ask():
     for t in threads:
         t.join(10)
     assert got == ["graph"] * 4 and len(loads) == 1
+
+
+def test_a_report_cut_by_the_database_leaves_no_row_held_by_the_engine(rig, monkeypatch):
+    """A database failover between a node's act and its report: the report's
+    transaction fails, and so does the step-by-step end after it. The
+    engine must not go on believing one of its checks holds the row (found
+    in a many-host run: every later check bailed on "locked by live engine"
+    — itself — and the stack never ended); the watchdog's retrigger takes
+    the leaked lock over and the stack completes."""
+    from sharemgr.db import stack_work
+    from sqlalchemy import exc as sa_exc
+
+    e = rig.engine()
+    rig.create("one", "resources:\n  a: {type: share, properties: {size: 1, proto: NFS}}\n")
+    real_tx, real_end, cut = lifecycle.in_one_transaction, stack_work.end, []
+    away = sa_exc.OperationalError("COMMIT", {}, Exception("server closed the connection"))
+
+    def in_one_transaction(db, work):
+        if not cut:
+            cut.append("report")
+            raise away
+        return real_tx(db, work)
+
+    def end(*args, **kwargs):
+        if cut == ["report"]:
+            cut.append("end")
+            raise away
+        return real_end(*args, **kwargs)
+
+    monkeypatch.setattr(lifecycle, "in_one_transaction", in_one_transaction)
+    monkeypatch.setattr(stack_work, "end", end)
+    e.pump()
+    assert cut == ["report", "end"]
+    row = rig.rows("one")["a"][0]
+    assert not e.worker.holds(row.id)
+    for _ in range(3):
+        e.watchdog.run_once()
+        e.pump()
+        if _status(rig, "one") == ("CREATE", "COMPLETE"):
+            break
+    assert _status(rig, "one") == ("CREATE", "COMPLETE")
+    assert _one_each(rig, ("share",)) == ["one-a"]
