@@ -26,12 +26,12 @@ from sharemgr.drivers.exceptions import (
     ShareResourceNotFound,
     ShareShrinkingPossibleDataLoss,
 )
-from sharemgr.drivers.local import commands, images, manage, validation
+from sharemgr.drivers.local import commands, images, manage, serving, validation
 from sharemgr.drivers.local.fencing import FenceStore, file_lock
-from sharemgr.drivers.local.ganesha import GaneshaServer, NfsExport, exported_ids, pseudo_path
+from sharemgr.drivers.local.ganesha import GaneshaServer, NfsExport, pseudo_path
 from sharemgr.drivers.local.options import local_opts
 from sharemgr.drivers.local.records import AVAILABLE, CREATING, DELETING, RESIZING, Records
-from sharemgr.drivers.local.samba import CifsShare, SambaServer, shared_names
+from sharemgr.drivers.local.samba import CifsShare, SambaServer
 
 LOG = logging.getLogger(__name__)
 MIB = 1024 * 1024
@@ -195,11 +195,11 @@ class LocalDriver(base.ShareDriver):
             self.ganesha.write_exports(nfs)
             self.samba.write_shares(cifs)
 
-    def _exported(self, record: dict) -> bool:
+    def _serving(self, record: dict) -> serving.Serving:
+        """What the running server serves of the share (asked of it)."""
         if record["proto"] == "NFS":
-            return self.ganesha.running() and record["id"] in exported_ids(
-                self.ganesha.exports_file)
-        return self.samba.running() and record["id"] in shared_names(self.samba.shares_file)
+            return serving.nfs(self.ganesha, record, self._mount(record["id"]))
+        return serving.cifs(self.samba, record)
 
     def _new_export_id(self) -> int:
         with self._backend_lock():
@@ -480,13 +480,17 @@ class LocalDriver(base.ShareDriver):
                 raise ShareResourceNotFound(f"local driver: no share {oid} (never made)")
             return {"status": "error", "size": record["size"], "export_locations": [],
                     "detail": "image missing"}
-        exported = record.get("state") == AVAILABLE and images.is_mounted(
-            self._mount(oid)) and self._exported(record)
-        return {"status": "available" if exported else "error",
+        mounted = images.is_mounted(self._mount(oid))
+        if record.get("state") == AVAILABLE and mounted:
+            seen = self._serving(record)
+        else:
+            seen = serving.Serving(False, _why(record, mounted))
+        return {"status": "available" if seen.exported else "error",
                 "size": self._units(images.size_of(image)),
-                "export_locations": self._locations(record) if exported else [],
-                "detail": None if exported else _why(record, images.is_mounted(
-                    self._mount(oid)))}
+                "export_locations": self._locations(record) if seen.exported else [],
+                # Asked of the running servers: drift re-applies what differs.
+                "served": seen.problem is None,
+                "detail": seen.problem}
 
     def get_share_statuses(self, shares: list[tuple[dict, dict | None]]
                            ) -> dict[str, base.StatusAnswer]:

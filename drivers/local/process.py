@@ -7,7 +7,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sharemgr.drivers.exceptions import ShareBackendException
@@ -39,7 +39,7 @@ def listening(ip: str, port: int, timeout: float = 0.5) -> bool:
 
 
 def start(argv: Sequence[str], pid_file: Path, program: str, ip: str, port: int,
-          log_file: Path, timeout: float = 20.0) -> int:
+          log_file: Path, timeout: float = 20.0, env: Mapping[str, str] | None = None) -> int:
     """Start a daemon that forks itself away and writes ``pid_file``; wait
     until it listens on ``ip:port``.
 
@@ -51,7 +51,8 @@ def start(argv: Sequence[str], pid_file: Path, program: str, ip: str, port: int,
     # Its own session and no inherited descriptors: the daemon outlives the
     # manager (a killed share-manager must not take the shares down).
     out = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                         stdin=subprocess.DEVNULL, start_new_session=True)
+                         stdin=subprocess.DEVNULL, start_new_session=True,
+                         env={**os.environ, **env} if env else None)
     if out.returncode != 0:
         # A daemon's stderr often ends with its banner: its log says why.
         tail = _tail(log_file)

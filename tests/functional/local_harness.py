@@ -125,8 +125,10 @@ class Client:
 
 
 def _pids(root: Path) -> list[tuple[Path, str]]:
+    # Ganesha before its private bus (drivers/local/bus.py).
     return [(root / "ganesha" / "ganesha.pid", "ganesha.nfsd"),
-            (runtime_dir(root / "samba") / "pid" / "smbd.pid", "smbd")]
+            (runtime_dir(root / "samba") / "pid" / "smbd.pid", "smbd"),
+            (root / "ganesha" / "bus.pid", "dbus-daemon")]
 
 
 def _alive(pid_file: Path, program: str) -> int | None:
@@ -189,6 +191,7 @@ def cleanup(root: Path) -> None:
     if root.exists():
         simulate_reboot(root)
     shutil.rmtree(runtime_dir(root / "samba"), ignore_errors=True)
+    shutil.rmtree(runtime_dir(root / "ganesha"), ignore_errors=True)
 
 
 def servers_for(request: pytest.FixtureRequest, setup: str) -> dict:
@@ -198,3 +201,18 @@ def servers_for(request: pytest.FixtureRequest, setup: str) -> dict:
         return {}
     return {"db_url": request.getfixturevalue("pg_url"),
             "coordination_url": request.getfixturevalue("redis_url")}
+
+
+def reload_ganesha(root: Path) -> None:
+    """SIGHUP the backend's ganesha.nfsd and wait until it has re-read its
+    exports (its log says so)."""
+    pid = int((root / "ganesha" / "ganesha.pid").read_text().split()[0])
+    done = "Reread exports complete"
+    log = root / "ganesha" / "ganesha.log"
+    before = log.read_text(errors="replace").count(done)
+    os.kill(pid, signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while log.read_text(errors="replace").count(done) <= before:
+        if time.monotonic() > deadline:
+            raise AssertionError("ganesha.nfsd did not re-read its exports in 30 s")
+        time.sleep(0.05)

@@ -337,3 +337,29 @@ def test_functional_tests_skip_without_root_but_fail_under_ci(monkeypatch):
     monkeypatch.setattr(local_harness, "IN_CI", True)
     with pytest.raises(pytest.fail.Exception, match="CI=true: they are required"):
         local_harness.require_local()
+
+
+# What the running Ganesha serves, from its D-Bus replies ---------------------------
+
+# Replies of ganesha 4.3 (busctl --json=short), captured: export 1 lets in
+# 127.0.0.1 read-write and 10.0.0.0/8 read-only; export 0 is the pseudo root.
+SHOW_EXPORTS = [[1795797131, 752825350], [
+    [1, "/srv/mnt/s1", [["NFSv40", False]], [0, 0]],
+    [0, "/", [["NFSv40", False]], [0, 0]]]]
+DISPLAY_EXPORT = [1, "/srv/mnt/s1", "/srv/mnt/s1", "", [
+    ["127.0.0.1/32", 0, 0, 255, 1, 4294967294, 4294967294, 0, 53490146, 480],
+    ["10.0.0.0/8", 0, 0, 255, 1, 4294967294, 4294967294, 0, 53489826, 480]]]
+
+
+def test_ganesha_served_reads_its_export_list_and_clients(monkeypatch):
+    calls = []
+
+    def call(address, dest, path, interface, method, signature="", *args):
+        calls.append((address, method, args))
+        return SHOW_EXPORTS if method == "ShowExports" else DISPLAY_EXPORT
+
+    monkeypatch.setattr(ganesha.bus, "call", call)
+    assert ganesha.served("unix:path=/x", Path("/srv/mnt/s1")) == {
+        ("127.0.0.1/32", "rw"), ("10.0.0.0/8", "ro")}
+    assert calls[-1] == ("unix:path=/x", "DisplayExport", ("1",))
+    assert ganesha.served("unix:path=/x", Path("/srv/mnt/s2")) is None

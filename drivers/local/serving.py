@@ -1,0 +1,81 @@
+"""Whether the running servers serve a share as its record says: asked of
+the servers themselves, not read back from the files the driver wrote (a
+file can say one thing while the server, after a failed or partial
+re-read, an export removed over its admin interface or a reload of an
+edited file, serves another).
+
+NFS: ganesha's export list and the export's clients over D-Bus (bus.py);
+where no bus answers (a ganesha started without one, a system ganesha
+without the system bus) the exports file is read instead, with one
+WARNING. CIFS: a tree connect as a client makes it (``samba.served``); a
+share with no rule is served to nobody either way, so it is not asked."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from sharemgr.drivers.local import ganesha, samba
+from sharemgr.drivers.local.bus import BusUnavailable
+
+LOG = logging.getLogger(__name__)
+_warned: set[Path] = set()  # servers whose missing bus was logged once
+
+
+@dataclass(frozen=True)
+class Serving:
+    exported: bool  # the server has the share (its export or section)
+    problem: str | None  # how it differs from the record; None: as recorded
+
+
+def applied_rules(record: dict) -> list[dict]:
+    return [r for r in record.get("rules", []) if not r.get("error")]
+
+
+def _nfs_clients(record: dict) -> set[tuple[str, str]]:
+    return {(str(ipaddress.ip_network(r["access_to"], strict=False)), r["access_level"])
+            for r in applied_rules(record) if r.get("access_type") == "ip"}
+
+
+def nfs(server: ganesha.GaneshaServer, record: dict, mount_point: Path) -> Serving:
+    if not server.running():
+        return Serving(False, "ganesha.nfsd is not running")
+    try:
+        clients = ganesha.served(server.bus_address, mount_point)
+    except BusUnavailable as exc:
+        if server.root not in _warned:
+            _warned.add(server.root)
+            LOG.warning("local driver: ganesha.nfsd of %s cannot be asked what it exports "
+                        "(%s); reading %s instead (restart the server to give it a bus)",
+                        server.root, exc, server.exports_file)
+        if record["id"] in ganesha.exported_ids(server.exports_file):
+            return Serving(True, None)
+        return Serving(False, "not in ganesha's exports file")
+    if clients is None:
+        return Serving(False, "ganesha.nfsd does not export it")
+    wanted = _nfs_clients(record)
+    if clients != wanted:
+        return Serving(True, f"ganesha.nfsd lets in {_shown(clients)}; its rules say "
+                             f"{_shown(wanted)}")
+    return Serving(True, None)
+
+
+def cifs(server: samba.SambaServer, record: dict) -> Serving:
+    if not server.running():
+        return Serving(False, "smbd is not running")
+    if not applied_rules(record):
+        # Served to nobody (available = no) and not served look alike to a
+        # client, and are alike to every client: the file says which.
+        return Serving(record["id"] in samba.shared_names(server.shares_file), None)
+    answer = samba.served(server.ip, server.port, record["id"])
+    if answer is None:  # no answer: what the file says, as before
+        if record["id"] in samba.shared_names(server.shares_file):
+            return Serving(True, None)
+        return Serving(False, "not in smbd's shares file")
+    return Serving(True, None) if answer else Serving(False, "smbd does not serve it")
+
+
+def _shown(clients: set[tuple[str, str]]) -> str:
+    return ", ".join(f"{net} {level}" for net, level in sorted(clients)) or "no client"
