@@ -547,11 +547,21 @@ class LocalDriver(base.ShareDriver):
         return {}  # always run ensure_shares: a reboot does not change the config
 
     def get_share_stats(self, refresh: bool = False) -> base.ShareStats:
+        """One pool, in units of share size (GiB by default) so that the
+        manager's room is counted in the sizes users ask for. Its total is
+        the room the shares can have: the free space of the filesystem
+        holding the images and what the images already take of it (they
+        are sparse), not the filesystem's size, most of which other files
+        may hold. So with the ratio at 1.0 the sizes of all shares fit in
+        it, and an extend or a create that would not is refused."""
         try:
             st = os.statvfs(self.images if self.images.exists() else self.root.parent)
         except OSError:
             st = os.statvfs("/")
-        gib = 1024 ** 3
+        unit = self.unit_bytes
+        free = st.f_bavail * st.f_frsize
+        taken = sum(_allocated(path) for path in self.images.glob("*.img")) \
+            if self.images.exists() else 0
         provisioned = sum(int(r.get("size") or 0) for r in self.records.all("share"))
         return {
             "share_backend_name": self.share_backend_name,
@@ -565,16 +575,24 @@ class LocalDriver(base.ShareDriver):
             "share_group_support": False,
             "pools": [{
                 "pool_name": "images",
-                "total_capacity_gb": round(st.f_blocks * st.f_frsize / gib, 2),
-                "free_capacity_gb": round(st.f_bavail * st.f_frsize / gib, 2),
+                "total_capacity_gb": round((free + taken) / unit, 2),
+                "free_capacity_gb": round(free / unit, 2),
                 # Sparse images: a share takes room as it is written.
                 "thin_provisioning": True,
-                "provisioned_capacity_gb": provisioned * self.unit_bytes / gib,
+                "provisioned_capacity_gb": provisioned,
                 "max_over_subscription_ratio":
                     float(self.configuration.local_max_over_subscription_ratio),
                 "reserved_percentage": 0,
             }],
         }
+
+
+def _allocated(path: Path) -> int:
+    """Bytes a (sparse) file takes on its filesystem."""
+    try:
+        return path.stat().st_blocks * 512
+    except FileNotFoundError:
+        return 0
 
 
 def _path(value: str | None) -> Path | None:

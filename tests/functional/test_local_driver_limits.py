@@ -10,6 +10,7 @@ import os
 import pytest
 
 from tests.functional import local_harness as lh
+from tests.functional.harness import wait_until
 from tests.functional.test_local_driver import _location, _rule
 
 pytestmark = pytest.mark.functional
@@ -48,3 +49,56 @@ def test_a_shrink_refused_to_protect_data_leaves_the_share_available(local, tmp_
     assert (shrunk["status"], shrunk["size"]) == ("available", 2), shrunk
     assert client.put("CIFS", loc, back, "again.bin").returncode != 0  # 2 units do not fit
     assert client.ls("CIFS", loc).returncode == 0
+
+
+def _pool(d) -> dict:
+    (pool,) = d.json("pool", "list")
+    return pool
+
+
+def test_an_extend_beyond_the_pool_s_room_is_refused_at_intake(local, tmp_path):
+    """Issue 42, case 6: the disk holding the images is large but mostly
+    taken by other files; at over-subscription ratio 1.0 the shares may
+    take only the room there is. Sizes in GiB (the default unit)."""
+    with lh.small_filesystem(tmp_path / "pool", size_mib=16 * 1024, free_mib=4608) as pool:
+        d, options = local()
+        root = pool / "local"
+        d.sections["local"].update(local_state_path=str(root), local_size_unit_mib="1024")
+        d.sections["DEFAULT"]["backend_stats_interval"] = "1"
+        d.write_config()
+        try:
+            client = lh.Client(options)
+            d.start()
+            share = d.json("share", "create", "1", "--proto", "NFS", "--name", "grows",
+                           "--backend", "local", "--wait")
+            sid = share["id"]
+            _rule(d, sid, "--type", "ip", "--to", "127.0.0.1")
+            note, back = tmp_path / "note.txt", tmp_path / "back.txt"
+            note.write_text("kept\n")
+            loc = _location(d, sid)
+            assert client.put("NFS", loc, note, "note.txt").returncode == 0
+            assert d.json("share", "extend", sid, "3", "--wait")["size"] == 3
+            # A report made after the extend (the issue's reports came every
+            # minute): the room must not come back with it.
+            reported = _pool(d)["updated_at"]
+            wait_until(lambda: _pool(d)["updated_at"] != reported, timeout=30,
+                       what="a stats report after the extend")
+            assert _pool(d)["room_gb"] < 2, _pool(d)
+
+            requests = len(d.json("request", "list", "--resource", share["instance_id"]))
+            out = d.sharectl("share", "extend", sid, "5", check=False)
+            assert out.returncode == 2, out.stdout + out.stderr
+            assert "cannot extend share" in out.stderr and "Traceback" not in out.stderr
+            assert out.stderr.count("\n") == 1, out.stderr
+            # Nothing written: no request, the share as it was, still served.
+            assert len(d.json("request", "list", "--resource",
+                              share["instance_id"])) == requests
+            shown = d.json("share", "show", sid)
+            assert (shown["status"], shown["size"]) == ("available", 3), shown
+            assert client.get("NFS", loc, "note.txt", back).returncode == 0
+            assert back.read_text() == "kept\n"
+            # What fits still does.
+            assert d.json("share", "extend", sid, "4", "--wait")["size"] == 4
+        finally:
+            d.stop_all()
+            lh.cleanup(root)

@@ -5,6 +5,7 @@ tests/functional/test_local_driver*.py."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import uuid
 from pathlib import Path
 
@@ -363,3 +364,21 @@ def test_ganesha_served_reads_its_export_list_and_clients(monkeypatch):
         ("127.0.0.1/32", "rw"), ("10.0.0.0/8", "ro")}
     assert calls[-1] == ("unix:path=/x", "DisplayExport", ("1",))
     assert ganesha.served("unix:path=/x", Path("/srv/mnt/s2")) is None
+
+
+def test_stats_count_in_share_units_and_the_room_the_shares_can_have(tmp_path):
+    """Total is the free space and what the (sparse) images take of it, not
+    the filesystem's size: with the ratio at 1.0 every share fits in it."""
+    drv = build_driver("local", tmp_path, local_size_unit_mib=16)
+    drv.images.mkdir(parents=True)
+    image = drv.images / "s1.img"
+    with open(image, "wb") as f:
+        f.truncate(10 * 16 * 1024 * 1024)  # ten units, sparse
+        f.write(os.urandom(16 * 1024 * 1024))  # one written
+        f.flush()
+        os.fsync(f.fileno())
+    drv.records.setup()
+    drv.records.put({"id": "s1", "kind": "share", "size": 10, "state": "available"})
+    pool = drv.get_share_stats()["pools"][0]
+    assert pool["provisioned_capacity_gb"] == 10
+    assert 0.9 <= pool["total_capacity_gb"] - pool["free_capacity_gb"] <= 1.2, pool
