@@ -21,6 +21,7 @@ from pathlib import Path
 from oslo_config import cfg
 from sharemgr.drivers import base
 from sharemgr.drivers.exceptions import (
+    InvalidDriverOption,
     InvalidShareRequest,
     ShareBackendException,
     ShareResourceNotFound,
@@ -29,7 +30,7 @@ from sharemgr.drivers.exceptions import (
 from sharemgr.drivers.local import commands, images, manage, serving, validation
 from sharemgr.drivers.local.fencing import FenceStore, file_lock
 from sharemgr.drivers.local.ganesha import GaneshaServer, NfsExport, pseudo_path
-from sharemgr.drivers.local.options import local_opts
+from sharemgr.drivers.local.options import local_opts, path_problem
 from sharemgr.drivers.local.records import AVAILABLE, CREATING, DELETING, RESIZING, Records
 from sharemgr.drivers.local.samba import CifsShare, SambaServer
 
@@ -51,8 +52,13 @@ class LocalDriver(base.ShareDriver):
         super().__init__(configuration, backend_name=backend_name, host=host,
                          engine_id=engine_id, state_path=state_path)
         conf = configuration
-        self.root = Path(conf.local_state_path or os.path.join(state_path, "local",
-                                                               backend_name)).absolute()
+        root = conf.local_state_path or os.path.join(state_path, "local", backend_name)
+        problem = path_problem(root)
+        if problem:  # the option's type checked a value given; this is the default's
+            raise InvalidDriverOption(
+                f"local_state_path {root!r} (the default, under state_path): {problem}; "
+                "set local_state_path")
+        self.root = Path(root)
         self.ip = conf.local_export_ip
         self.unit_bytes = int(conf.local_size_unit_mib) * MIB
         self.images = self.root / "images"

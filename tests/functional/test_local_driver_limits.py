@@ -1,16 +1,20 @@
 """What the local driver refuses, and how (issue 42), through sharectl and
 share-manager with the real clients: a shrink that would lose data leaves
 the share available with a user message; an extend beyond the pool's room
-is refused at intake. Needs root and the packages (local_harness)."""
+is refused at intake; paths the servers cannot use stop the start with one
+line and exit 2. Needs root and the packages (local_harness)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
 from tests.functional import local_harness as lh
 from tests.functional.harness import wait_until
+from tests.functional.test_daemon import one_error_line
 from tests.functional.test_local_driver import _location, _rule
 
 pytestmark = pytest.mark.functional
@@ -102,3 +106,51 @@ def test_an_extend_beyond_the_pool_s_room_is_refused_at_intake(local, tmp_path):
         finally:
             d.stop_all()
             lh.cleanup(root)
+
+
+def test_paths_the_servers_cannot_use_stop_the_start(local, tmp_path):
+    """Issue 42, case 4: a relative local_state_path would depend on the
+    daemon's working directory, and ganesha cannot include a file whose
+    path holds a space: both stop the start at once, exit 2, one line.
+    Without them the same deployment serves both protocols."""
+    d, options = local()
+    d.sections["local"]["local_state_path"] = "relative-local-state"
+    d.write_config()
+    relative = Path("relative-local-state").absolute()  # where it would land
+    try:
+        out = d.run_manager()
+    finally:
+        if relative.exists():  # accepted: stop its servers, unmount, remove
+            lh.cleanup(relative)
+            shutil.rmtree(relative, ignore_errors=True)
+    assert out.returncode == 2, out.stdout + out.stderr
+    line = one_error_line(out)
+    assert "[local] local_state_path" in line and "must be an absolute path" in line, line
+
+    # The default path under a state_path with a space.
+    del d.sections["local"]["local_state_path"]
+    spaced = tmp_path / "my shares"
+    d.write_config(DEFAULT={"state_path": str(spaced)}, database={
+        "connection": f"sqlite:///{d.state / 'sharemgr.sqlite'}"}, coordination={
+        "backend_url": f"file://{d.state / 'coordination'}"})
+    out = d.run_manager()
+    assert out.returncode == 2, out.stdout + out.stderr
+    line = one_error_line(out)
+    assert "my shares/local/local" in line and "set local_state_path" in line, line
+    assert not (spaced / "local").exists()
+
+    # A quote in a path option of the system's servers, the same.
+    d.sections["local"]["local_ganesha_exports_file"] = '/etc/ganesha/"x".conf'
+    d.write_config()
+    out = d.run_manager()
+    assert out.returncode == 2 and "local_ganesha_exports_file" in one_error_line(out)
+    del d.sections["local"]["local_ganesha_exports_file"]
+    d.write_config()
+
+    client = lh.Client(options)
+    d.start()
+    for proto in ("NFS", "CIFS"):
+        share = d.json("share", "create", "1", "--proto", proto, "--backend", "local",
+                       "--wait")
+        _rule(d, share["id"], "--type", "ip", "--to", "127.0.0.1")
+        assert client.ls(proto, _location(d, share["id"])).returncode == 0

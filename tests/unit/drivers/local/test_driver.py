@@ -382,3 +382,29 @@ def test_stats_count_in_share_units_and_the_room_the_shares_can_have(tmp_path):
     pool = drv.get_share_stats()["pools"][0]
     assert pool["provisioned_capacity_gb"] == 10
     assert 0.9 <= pool["total_capacity_gb"] - pool["free_capacity_gb"] <= 1.2, pool
+
+
+@pytest.mark.parametrize("value,problem", [
+    ("relative/path", "must be an absolute path"),
+    ("/srv/my shares", "cannot hold ' '"),
+    ('/srv/"x"', "cannot hold '\"'"),
+    ("/srv/a;b", "cannot hold ';'"),
+    ("/srv/a&b", "cannot hold '&'"),
+    ("/srv/sharemgr-local_1.d", None),
+])
+def test_paths_the_servers_files_can_hold(value, problem):
+    from sharemgr.drivers.local.options import ServerPath, path_problem
+
+    found = path_problem(value)
+    assert (found is None) if problem is None else (problem in found), found
+    if problem:
+        with pytest.raises(ValueError, match="absolute|cannot hold"):
+            ServerPath()(value)
+
+
+def test_a_default_state_path_with_a_space_is_refused_at_construction(tmp_path):
+    from sharemgr.drivers.loader import DriverOptionError
+
+    with pytest.raises(DriverOptionError, match=r"'/.*my shares/state/local/kit' \(the "
+                       r"default, under state_path\): cannot hold ' '.*; set local_state_path"):
+        build_driver("local", tmp_path / "my shares")
