@@ -336,6 +336,7 @@ class ShareManagerService:
         # meanwhile; and no task of the periodic thread (a heartbeat to a
         # database that does not answer) may keep the check from running,
         # or the engine would take itself out of the group for it.
+        membership.begin()  # its staleness counts from the first check, not from the join
         bg.every(1.0, "membership", self._membership, most, alone=True)
         bg.every(self.conf.stack_watchdog_interval, "stack_watchdog", self._stack_watchdog,
                  most)

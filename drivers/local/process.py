@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -63,18 +64,38 @@ def start(argv: Sequence[str], pid_file: Path, program: str, ip: str, port: int,
         pid = pid_of(pid_file, program)
         if pid is not None and listening(ip, port):
             return pid
+        written = _written_pid(pid_file)
+        if pid is None and written is not None:
+            # It wrote its pid and that process is gone: it will not listen.
+            raise ShareBackendException(
+                f"{program} (pid {written}) exited during its start; the end of "
+                f"{log_file}: {_tail(log_file, 3) or '(empty)'}")
         time.sleep(0.1)
     raise ShareBackendException(
         f"command {' '.join(argv)} started but {program} does not listen on {ip}:{port} "
-        f"after {timeout:g}s: {_tail(log_file) or '(empty log)'}")
+        f"after {timeout:g}s: {_tail(log_file, 3) or '(empty log)'}")
 
 
-def _tail(log_file: Path) -> str:
+def _written_pid(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# Ganesha's prefix ('27/11/2026 16:32:03 : epoch 6b09b083 : host :
+# nfs-ganesha-8721[main] '): the rest of its line says what happened.
+_GANESHA_PREFIX = re.compile(r"^\d\d/\d\d/\d{4} [\d:]+ : epoch \w+ : \S+ : \S+\[\w+\] ")
+
+
+def _tail(log_file: Path, count: int = 1) -> str:
+    """The last ``count`` lines of a log, joined with ' | '."""
     try:
         lines = [line for line in log_file.read_text(errors="replace").splitlines() if line]
     except OSError:
         return ""
-    return lines[-1] if lines else ""
+    return " | ".join(_GANESHA_PREFIX.sub("", " ".join(line.split()))
+                      for line in lines[-count:])
 
 
 def signal_pid(pid: int, sig: int) -> None:

@@ -2,12 +2,16 @@
 share-manager with the real clients: a shrink that would lose data leaves
 the share available with a user message; an extend beyond the pool's room
 is refused at intake; paths the servers cannot use stop the start with one
-line and exit 2. Needs root and the packages (local_harness)."""
+line and exit 2; a server that exits during its start is noticed at once;
+ensure runs at every start; the README's clean-up stops only its backend's
+servers. Needs root and the packages (local_harness)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -154,3 +158,81 @@ def test_paths_the_servers_cannot_use_stop_the_start(local, tmp_path):
                        "--wait")
         _rule(d, share["id"], "--type", "ip", "--to", "127.0.0.1")
         assert client.ls(proto, _location(d, share["id"])).returncode == 0
+
+
+def _backends(d) -> str:
+    (svc,) = [s for s in d.json("service", "list") if s["alive"]]
+    return svc["backends"]
+
+
+def test_a_server_that_exits_at_start_is_noticed_at_once_and_ensure_runs(local, tmp_path):
+    """Issue 42, case 7: ganesha exits at once (its address is not this
+    host's): the backend is failed with the end of ganesha's log as the
+    reason, with no false 'out of the engines group' meanwhile. With a good
+    address it serves, and every start runs ensure (the local driver's
+    backend info is empty: cannot tell)."""
+    d, options = local()
+    client = lh.Client(options)
+    bad = d.write_config(tmp_path / "bad-ip.conf", local={"local_export_ip": "192.0.2.1"})
+    engine = d.start(config=bad)
+    wait_until(lambda: "local: failed" in _backends(d), timeout=60,
+               what="the local backend failed")
+    reason = _backends(d)
+    assert re.search(r"ganesha\.nfsd \(pid \d+\) exited during its start", reason), reason
+    assert "192.0.2.1" in reason or "bind" in reason.lower(), reason
+    assert "out of the engines group" not in engine.text(), engine.text()
+    engine.terminate()
+    lh.stop_servers(lh.local_root(d.state))  # the smbd of no use
+
+    engine = d.start()
+    assert "local: up" in _backends(d)
+    share = d.json("share", "create", "1", "--proto", "NFS", "--backend", "local", "--wait")
+    _rule(d, share["id"], "--type", "ip", "--to", "127.0.0.1")
+    assert client.ls("NFS", _location(d, share["id"])).returncode == 0
+
+    # Ensure at every start, as the docs say: the share's rules applied again.
+    for _ in range(2):
+        engine.terminate()
+        engine = d.start()
+        engine.wait_for_log("ensured 1 share instance(s)")
+        assert "ensure skipped" not in engine.text()
+        assert client.ls("NFS", _location(d, share["id"])).returncode == 0
+
+
+def _readme_cleanup(root: Path) -> str:
+    """The README's clean-up of the local backend's servers, for ``root``."""
+    readme = Path(__file__).resolve().parents[2] / "README.rst"
+    lines = readme.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("    # ROOT="))
+    script = []
+    for line in lines[start:]:
+        if not line.startswith("    # "):
+            break
+        script.append(line[len("    # "):])
+    text = "\n".join(c for c in script if not c.startswith("rm "))
+    return text.replace("/srv/sharemgr/local/local", str(root))
+
+
+def test_the_readme_clean_up_stops_only_its_backend_s_servers(local, tmp_path):
+    served = {}
+    for name in ("a", "b"):
+        d, options = local()
+        d.start()
+        share = d.json("share", "create", "1", "--proto", "CIFS", "--backend", "local",
+                       "--wait")
+        _rule(d, share["id"], "--type", "ip", "--to", "127.0.0.1")
+        served[name] = (d, lh.Client(options), _location(d, share["id"]))
+        assert served[name][1].ls("CIFS", served[name][2]).returncode == 0
+    root_a = lh.local_root(served["a"][0].state)
+    root_b = lh.local_root(served["b"][0].state)
+    for d, _, _ in served.values():
+        d.stop_all()  # the servers outlive share-manager
+    out = subprocess.run(["bash", "-ec", _readme_cleanup(root_a)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_until(lambda: not any(lh.servers_running(root_a).values()), timeout=30,
+               what="backend a's servers stopped")
+    assert all(lh.servers_running(root_b).values()), lh.servers_running(root_b)
+    d, client, loc = served["b"]
+    assert client.ls("CIFS", loc).returncode == 0
+    assert served["a"][1].ls("CIFS", served["a"][2]).returncode != 0
