@@ -39,6 +39,11 @@ def listening(ip: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+# A daemon may write its pid before it forks and again after, from the
+# child: a written pid counts as exited once it has been gone this long.
+EXITED_AFTER = 1.0
+
+
 def start(argv: Sequence[str], pid_file: Path, program: str, ip: str, port: int,
           log_file: Path, timeout: float = 20.0, env: Mapping[str, str] | None = None) -> int:
     """Start a daemon that forks itself away and writes ``pid_file``; wait
@@ -60,12 +65,17 @@ def start(argv: Sequence[str], pid_file: Path, program: str, ip: str, port: int,
         raise commands.CommandFailed(argv, out.returncode, out.stderr or tail,
                                      detail=f"last line of {log_file}: {tail}" if tail else "")
     deadline = time.monotonic() + timeout
+    gone: tuple[int, float] | None = None  # a written pid found not running, since when
     while time.monotonic() < deadline:
         pid = pid_of(pid_file, program)
         if pid is not None and listening(ip, port):
             return pid
         written = _written_pid(pid_file)
-        if pid is None and written is not None:
+        if pid is not None or written is None:
+            gone = None
+        elif gone is None or gone[0] != written:
+            gone = (written, time.monotonic())
+        elif time.monotonic() - gone[1] >= EXITED_AFTER:
             # It wrote its pid and that process is gone: it will not listen.
             raise ShareBackendException(
                 f"{program} (pid {written}) exited during its start; the end of "
