@@ -1,6 +1,7 @@
 """What the local driver reports is what its servers serve (issue 42): a
 share whose export is removed behind the manager's back (deleted from the
-server's configuration and the server reloaded), or whose clients are
+server's configuration and the server reloaded, or removed over Ganesha's
+admin interface while its file still has it), or whose clients are
 changed there, is found by the next periodic drift check, asked of the
 running servers, and served again with its rules in that same check, with
 a user message; the clients see it again. Needs root and the packages
@@ -8,6 +9,7 @@ a user message; the clients see it again. Needs root and the packages
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -94,6 +96,18 @@ def test_a_share_removed_behind_its_back_is_served_again_by_one_periodic_check(l
         (root / "ganesha" / "exports.conf").read_text()
     assert d.json("share", "show", nfs["id"])["status"] == "available"
 
+    # NFS: the export removed over Ganesha's admin interface; its file still
+    # has it, so only asking the running server finds it.
+    record = json.loads((root / "records" / f"{nfs['instance_id']}.json").read_text())
+    bus = runtime_dir(root / "ganesha") / "bus.sock"
+    out = lh.run("busctl", f"--address=unix:path={bus}", "call", "org.ganesha.nfsd",
+                 "/org/ganesha/nfsd/ExportMgr", "org.ganesha.nfsd.exportmgr", "RemoveExport",
+                 "q", str(record["export_id"]))
+    assert out.returncode == 0, out.stderr
+    message = _repaired(d, nfs["id"], 2)
+    assert message["detail"] == "ganesha.nfsd does not export it", message
+    assert client.ls("NFS", _location(d, nfs["id"])).returncode == 0
+
     # CIFS: the section deleted from smbd's shares file, smbd reloaded.
     cifs = shares["CIFS"]
     _remove_section(root, cifs["instance_id"])
@@ -107,7 +121,7 @@ def test_a_share_removed_behind_its_back_is_served_again_by_one_periodic_check(l
                          if "CLIENT" not in line) + "\n"
 
     _edit_export(root, nfs["instance_id"], no_client)
-    message = _repaired(d, nfs["id"], 2)
+    message = _repaired(d, nfs["id"], 3)
     assert message["detail"] == ("ganesha.nfsd lets in no client; its rules say "
                                  "127.0.0.1/32 rw"), message
     assert client.ls("NFS", _location(d, nfs["id"])).returncode == 0
