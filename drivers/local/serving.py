@@ -39,6 +39,20 @@ def _nfs_clients(record: dict) -> set[tuple[str, str]]:
             for r in applied_rules(record) if r.get("access_type") == "ip"}
 
 
+def collapsed(clients: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The clients as the fewest networks per level, so that one network
+    written as several (a /0 as its two halves, which Ganesha can read)
+    compares equal to itself."""
+    out = set()
+    for level in {lvl for _, lvl in clients}:
+        nets = [ipaddress.ip_network(n, strict=False) for n, lvl in clients if lvl == level]
+        v4 = [n for n in nets if isinstance(n, ipaddress.IPv4Network)]
+        v6 = [n for n in nets if isinstance(n, ipaddress.IPv6Network)]
+        out |= {(str(n), level) for n in ipaddress.collapse_addresses(v4)}
+        out |= {(str(n), level) for n in ipaddress.collapse_addresses(v6)}
+    return out
+
+
 def nfs(server: ganesha.GaneshaServer, record: dict, mount_point: Path) -> Serving:
     if not server.running():
         return Serving(False, "ganesha.nfsd is not running")
@@ -56,7 +70,7 @@ def nfs(server: ganesha.GaneshaServer, record: dict, mount_point: Path) -> Servi
     if clients is None:
         return Serving(False, "ganesha.nfsd does not export it")
     wanted = _nfs_clients(record)
-    if clients != wanted:
+    if collapsed(clients) != collapsed(wanted):
         return Serving(True, f"ganesha.nfsd lets in {_shown(clients)}; its rules say "
                              f"{_shown(wanted)}")
     return Serving(True, None)

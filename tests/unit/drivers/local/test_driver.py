@@ -408,3 +408,12 @@ def test_a_default_state_path_with_a_space_is_refused_at_construction(tmp_path):
     with pytest.raises(DriverOptionError, match=r"'/.*my shares/state/local/kit' \(the "
                        r"default, under state_path\): cannot hold ' '.*; set local_state_path"):
         build_driver("local", tmp_path / "my shares")
+
+
+def test_served_clients_compare_as_networks():
+    from sharemgr.drivers.local.serving import collapsed
+
+    halves = {("0.0.0.0/1", "rw"), ("128.0.0.0/1", "rw"), ("10.0.0.1/32", "ro")}
+    assert collapsed(halves) == collapsed({("0.0.0.0/0", "rw"), ("10.0.0.1/32", "ro")})
+    assert collapsed({("10.0.0.0/24", "rw")}) != collapsed({("10.0.0.0/24", "ro")})
+    assert collapsed({("::/1", "rw"), ("8000::/1", "rw")}) == {("::/0", "rw")}
