@@ -33,12 +33,14 @@ from typing import Required, TypedDict
 
 from oslo_log import log as logging
 from sharemgr.common import metrics, vocab
+from sharemgr.db import access as db_access
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db import resources as db_res
+from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.drivers.exceptions import ShareResourceNotFound
-from sharemgr.manager import kinds, views
+from sharemgr.manager import access, kinds, views
 from sharemgr.manager.operations import lock_name
 from sharemgr.reconcile import ask, repair, scan
 from sharemgr.reconcile.answers import Unusable, exports_of, size_of
@@ -215,6 +217,23 @@ class DriftSummary:
                 f"{duration:.2f}s")
 
 
+def _with_active_rules(db: Database, subjects: list[Subject],
+                       args: dict[str, tuple | Exception]) -> None:
+    """Give each share's status call its active access rules
+    (``access_rules`` in the share dict), which a driver answering
+    ``served`` compares its servers' clients with; not while a rule of the
+    share is being applied or denied (the servers are changing)."""
+    for subject in subjects:
+        given = args.get(subject.cand.id)
+        if isinstance(given, Exception) or not given or not isinstance(given[0], dict):
+            continue
+        rules = db_access.rules_of(db, subject.cand.row.share_id)
+        if any(r.state in vocab.ACCESS_IN_FLIGHT for r in rules):
+            continue
+        given[0]["access_rules"] = [access.view(r) for r in rules
+                                    if r.state == vocab.ACCESS_ACTIVE]
+
+
 def _as_read(cand: Candidate) -> dict[str, object]:
     """A finding's condition: the resource as the check read it, its token
     included, so that an answer the backend gave about an older state
@@ -297,6 +316,8 @@ class DriftChecker:
             if not subjects:
                 return set()
             args = rec.status_args([s.cand for s in subjects])
+            if NOT_SERVED in target.kinds:
+                _with_active_rules(rec.db, subjects, args)
             items = {s.cand.id: given for s in subjects
                      if not isinstance(given := args[s.cand.id], Exception)}
             answers = ask.ask(driver, target.method, items)

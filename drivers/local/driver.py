@@ -201,11 +201,12 @@ class LocalDriver(base.ShareDriver):
             self.ganesha.write_exports(nfs)
             self.samba.write_shares(cifs)
 
-    def _serving(self, record: dict) -> serving.Serving:
-        """What the running server serves of the share (asked of it)."""
+    def _serving(self, record: dict, rules: list | None = None) -> serving.Serving:
+        """What the running server serves of the share (asked of it), with
+        ``rules`` (else the record's) as what it should let in."""
         if record["proto"] == "NFS":
-            return serving.nfs(self.ganesha, record, self._mount(record["id"]))
-        return serving.cifs(self.samba, record)
+            return serving.nfs(self.ganesha, record, self._mount(record["id"]), rules)
+        return serving.cifs(self.samba, record, rules)
 
     def _new_export_id(self) -> int:
         with self._backend_lock():
@@ -474,9 +475,12 @@ class LocalDriver(base.ShareDriver):
     def get_share_status(self, share: dict, share_server: dict | None = None
                          ) -> base.StatusReport:
         with self.fence.guard(share, "share") as oid:
-            return self._share_status(oid)
+            # A drift check gives the share's active rules: the clients to
+            # serve are theirs (else the record's, what was last applied).
+            rules = share.get("access_rules")
+            return self._share_status(oid, rules if isinstance(rules, list) else None)
 
-    def _share_status(self, oid: str) -> base.StatusReport:
+    def _share_status(self, oid: str, rules: list | None = None) -> base.StatusReport:
         record = self.records.get(oid)
         image = self._image(oid)
         if record is None or record.get("kind") != "share":
@@ -488,7 +492,7 @@ class LocalDriver(base.ShareDriver):
                     "detail": "image missing"}
         mounted = images.is_mounted(self._mount(oid))
         if record.get("state") == AVAILABLE and mounted:
-            seen = self._serving(record)
+            seen = self._serving(record, rules)
         else:
             seen = serving.Serving(False, _why(record, mounted))
         return {"status": "available" if seen.exported else "error",

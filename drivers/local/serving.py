@@ -30,13 +30,25 @@ class Serving:
     problem: str | None  # how it differs from the record; None: as recorded
 
 
-def applied_rules(record: dict) -> list[dict]:
+def applied_rules(record: dict, rules: list | None = None) -> list[dict]:
+    """The rules to serve: ``rules`` when given (the manager's active
+    ones), else those the record holds that are not in error."""
+    if rules is not None:
+        return [r for r in rules if isinstance(r, dict)]
     return [r for r in record.get("rules", []) if not r.get("error")]
 
 
-def _nfs_clients(record: dict) -> set[tuple[str, str]]:
-    return {(str(ipaddress.ip_network(r["access_to"], strict=False)), r["access_level"])
-            for r in applied_rules(record) if r.get("access_type") == "ip"}
+def _nfs_clients(rules: list[dict]) -> set[tuple[str, str]]:
+    clients = set()
+    for r in rules:
+        if r.get("access_type") != "ip":
+            continue
+        try:
+            net = ipaddress.ip_network(str(r.get("access_to")), strict=False)
+        except ValueError:
+            continue  # never served: the driver refuses it
+        clients.add((str(net), "ro" if r.get("access_level") == "ro" else "rw"))
+    return clients
 
 
 def collapsed(clients: set[tuple[str, str]]) -> set[tuple[str, str]]:
@@ -53,7 +65,8 @@ def collapsed(clients: set[tuple[str, str]]) -> set[tuple[str, str]]:
     return out
 
 
-def nfs(server: ganesha.GaneshaServer, record: dict, mount_point: Path) -> Serving:
+def nfs(server: ganesha.GaneshaServer, record: dict, mount_point: Path,
+        rules: list | None = None) -> Serving:
     if not server.running():
         return Serving(False, "ganesha.nfsd is not running")
     try:
@@ -69,17 +82,17 @@ def nfs(server: ganesha.GaneshaServer, record: dict, mount_point: Path) -> Servi
         return Serving(False, "not in ganesha's exports file")
     if clients is None:
         return Serving(False, "ganesha.nfsd does not export it")
-    wanted = _nfs_clients(record)
+    wanted = _nfs_clients(applied_rules(record, rules))
     if collapsed(clients) != collapsed(wanted):
         return Serving(True, f"ganesha.nfsd lets in {_shown(clients)}; its rules say "
                              f"{_shown(wanted)}")
     return Serving(True, None)
 
 
-def cifs(server: samba.SambaServer, record: dict) -> Serving:
+def cifs(server: samba.SambaServer, record: dict, rules: list | None = None) -> Serving:
     if not server.running():
         return Serving(False, "smbd is not running")
-    if not applied_rules(record):
+    if not applied_rules(record, rules):
         # Served to nobody (available = no) and not served look alike to a
         # client, and are alike to every client: the file says which.
         return Serving(record["id"] in samba.shared_names(server.shares_file), None)

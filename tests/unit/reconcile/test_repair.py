@@ -12,7 +12,14 @@ from sharemgr.db import messages as db_messages
 from sharemgr.reconcile import drift
 from sharemgr.reconcile.scan import Candidate
 
-from tests.unit.reconcile_harness import BACKEND_SIZE, HOSTBE, Literal, export_path, make_share
+from tests.unit.reconcile_harness import (
+    BACKEND_SIZE,
+    HOSTBE,
+    Literal,
+    add,
+    export_path,
+    make_share,
+)
 
 
 def _answer(ident: str, served: bool) -> Literal:
@@ -92,3 +99,31 @@ def test_report_policy_and_dry_run_change_nothing(engine):
     assert "update_access" not in engine.driver.methods()
     assert "ensure_shares" not in engine.driver.methods()
     assert db_messages.message_list(engine.db, inst.share_id) == []
+
+
+def test_the_status_call_gets_the_share_s_active_rules(engine):
+    """What the servers should let in is what the manager holds active
+    (``access_rules`` in the share dict); nothing while a rule changes."""
+    inst = _unserved(engine)
+    seen = []
+    driver = engine.driver
+
+    def get_share_status(share, server=None):
+        seen.append(share.get("access_rules"))
+        return _answer(share["id"], True).value
+
+    driver.get_share_status = get_share_status
+    rule = models.ShareAccessRule(id=models.new_id(), share_id=inst.share_id,
+                                  access_type="ip", access_to="10.0.0.1", access_level="ro",
+                                  state=vocab.ACCESS_ACTIVE)
+    gone = models.ShareAccessRule(id=models.new_id(), share_id=inst.share_id,
+                                  access_type="ip", access_to="10.0.0.2", access_level="rw",
+                                  state=vocab.ACCESS_ERROR)
+    add(engine.db, rule, gone)
+    _check(engine, inst)
+    assert seen[-1] == [{"id": rule.id, "access_type": "ip", "access_to": "10.0.0.1",
+                         "access_level": "ro"}]
+    api.conditional_update(engine.db, models.ShareAccessRule, gone.id, {},
+                           {"state": vocab.ACCESS_APPLYING})
+    _check(engine, inst)
+    assert seen[-1] is None
