@@ -256,6 +256,30 @@ class _Resize(_Create):
     def submit(self, intake: Intake, a: argparse.Namespace) -> str:
         return intake.resize_share(a.id, a.new_size, extend=self.extend).id
 
+    def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
+        shown = super().take_action(parsed_args)
+        cols, vals = shown
+        if parsed_args.wait and vals[cols.index("size")] != parsed_args.new_size:
+            # Available at its old size: the backend refused and nothing
+            # changed (a shrink that would lose data); its message says why.
+            self.produce_output(parsed_args, *shown)
+            why = _last_message(self.app, parsed_args.id)
+            raise base.OperationFailed(f"share {parsed_args.id} was not resized to "
+                                       f"{parsed_args.new_size}: {why}")
+        return shown
+
+
+def _last_message(app: SharectlApp, share_id: str) -> str:
+    from sharemgr.common import messages
+    from sharemgr.db import messages as db_messages
+
+    found = db_messages.message_list(app.context.db, share_id, limit=1)
+    if not found:
+        return "see 'sharectl message list'"
+    msg = found[0]
+    text = messages.user_message(msg.resource_type, msg.action_id, msg.detail_id)
+    return f"{text} ({msg.detail})" if msg.detail else text
+
 
 class ShareExtend(_Resize):
     """Grow a share to NEW_SIZE GiB."""

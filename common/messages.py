@@ -27,12 +27,18 @@ ACTION_NAMES: dict[str, str] = {
     "005": "update access rules", "006": "restore",
     "007": "manage", "008": "unmanage",
     "009": "revert to snapshot", "010": "promote", "011": "resync",
+    "012": "serve again",
 }
+# What a drift check did about a share its backend did not serve as
+# recorded: no request of the user's, the check's own repair.
+ACTION_REPAIR = "012"
 
 UNEXPECTED = "001"
 FAILED = "002"
 ENGINE_STOPPED = "003"
 TAKEN_OVER = "004"
+SHRINK_REFUSED = "005"
+NOT_SERVED = "006"
 DETAILS: dict[str, str] = {
     UNEXPECTED: "an unexpected error ended it",
     FAILED: "it failed; the resource's status says what it is left in",
@@ -40,9 +46,14 @@ DETAILS: dict[str, str] = {
                     "from what the backend holds (see its status and size)",
     TAKEN_OVER: "another engine took the resource over while the backend worked; this "
                 "request's outcome was not written and the resource was checked again",
+    SHRINK_REFUSED: "the backend refused it: the data in the share would not fit in the "
+                    "new size; nothing changed and the share is available at its size",
+    NOT_SERVED: "a drift check found its backend not serving it as recorded (the detail "
+                "says how) and applied its export and access rules again",
 }
 
 LEVEL_ERROR = "ERROR"
+LEVEL_WARNING = "WARNING"
 
 # Whose resource a message names: the one the user knows (a share, not its
 # instance), from the request's resource type.

@@ -187,6 +187,8 @@ class ShareManagerService:
             # (an array not reachable yet) is retried below.
             constructed = loader.load_drivers(self.conf, self.host, self.engine_id,
                                               setup=False)
+        except loader.DriverOptionError as exc:
+            raise config.ConfigError(str(exc))  # a bad value: exit 2, as at load
         except loader.DriverLoadError as exc:
             raise StartupError(str(exc))
         for where in config.unknown_options(self.conf):
@@ -335,6 +337,7 @@ class ShareManagerService:
         # meanwhile; and no task of the periodic thread (a heartbeat to a
         # database that does not answer) may keep the check from running,
         # or the engine would take itself out of the group for it.
+        membership.begin()  # its staleness counts from the first check, not from the join
         bg.every(1.0, "membership", self._membership, most, alone=True)
         bg.every(self.conf.stack_watchdog_interval, "stack_watchdog", self._stack_watchdog,
                  most)
@@ -494,16 +497,18 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, service.request_stop)
     signal.signal(signal.SIGINT, service.request_stop)
     signal.signal(signal.SIGHUP, service.request_reload)
-    failure = None
+    failure, code = None, 1
     try:
         service.start()
-    except (StartupError, config.ConfigError) as exc:
+    except StartupError as exc:
         failure = str(exc)
+    except config.ConfigError as exc:  # a bad option value, as at load: exit 2
+        failure, code = str(exc), 2
     if failure is not None:
         # Logged outside the except block: oslo.log would append the exception.
         LOG.error("share-manager cannot start: %s", failure)
         service.stop()
-        return 1
+        return code
     service.wait()
     service.stop()
     return 0

@@ -46,6 +46,23 @@ def record_tx(session: Session, request_id: int, detail_id: str, ttl: float = M.
 
 
 @retry_on_conflict
+def record_about(db: Database, resource_type: str, resource_id: str, action_id: str,
+                 detail_id: str, detail: str | None, level: str = M.LEVEL_WARNING,
+                 ttl: float = M.DEFAULT_TTL) -> str:
+    """A message about what the manager did on its own (no request of the
+    user's: a drift check's repair); ``resource_type`` is the type users
+    know (``share``)."""
+    now = models.utcnow()
+    ident = models.new_id()
+    with db.session() as session:
+        session.execute(sa.insert(models.Message.__table__).values(
+            id=ident, created_at=now, expires_at=now + datetime.timedelta(seconds=ttl),
+            resource_type=resource_type, resource_id=resource_id, action_id=action_id,
+            detail_id=detail_id, message_level=level, request_id=None, detail=detail))
+    return ident
+
+
+@retry_on_conflict
 def message_list(db: Database, resource_id: str | None = None, limit: int | None = None
                  ) -> list[models.Message]:
     """Unexpired messages, newest first; ``resource_id`` a share, snapshot,

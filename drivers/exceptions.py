@@ -49,3 +49,10 @@ class FencedCall(ShareBackendException):
 class ShareShrinkingPossibleDataLoss(ShareBackendException):
     """A shrink was refused because the share's data would not fit in the
     new size (Manila's name); the share is left as it was."""
+
+
+class InvalidDriverOption(Exception):
+    """Raised by a driver's constructor: the value of one of its options (or
+    a value derived from one, such as a path under ``state_path``) cannot be
+    used. The start stops with this one line and exit code 2, as for any
+    bad option value."""

@@ -18,6 +18,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 from sharemgr.drivers import options, timing
 from sharemgr.drivers.base import ShareDriver
+from sharemgr.drivers.exceptions import InvalidDriverOption
 from stevedore import driver as stevedore_driver
 from stevedore import exception as stevedore_exc
 from stevedore import extension as stevedore_ext
@@ -29,6 +30,11 @@ LOG = logging.getLogger(__name__)
 
 class DriverLoadError(Exception):
     """A backend's driver cannot be loaded; ``str()`` is one line."""
+
+
+class DriverOptionError(DriverLoadError):
+    """A backend option's value is wrong: the user's configuration, which
+    stops the start with exit code 2 like any bad option value."""
 
 
 class BackendSetupError(Exception):
@@ -157,7 +163,7 @@ def _register_and_validate(conf: cfg.ConfigOpts, backend: str, cls: type[ShareDr
         try:
             getattr(group, opt_name)
         except (cfg.ConfigFileValueError, ValueError) as exc:
-            raise DriverLoadError(
+            raise DriverOptionError(
                 f"{where}: invalid value for [{backend}] {opt_name}: {_bad_value(exc)}"
             )
 
@@ -203,6 +209,8 @@ def construct_driver(
             engine_id=engine_id,
             state_path=conf.state_path,
         )
+    except InvalidDriverOption as exc:
+        raise DriverOptionError(f"{where}: {' '.join(str(exc).split())}")
     except Exception as exc:
         raise _load_error(f"{where}: constructor failed: {_one_line(exc)}", exc)
     timing.time_calls(drv, backend)

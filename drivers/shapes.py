@@ -103,6 +103,10 @@ class StatusReport(TypedDict, total=False):
     export_locations: list[ExportLocation]
     replica_state: str
     detail: str | None  # why it is not healthy, for a person reading the answer
+    # False: the backend holds the share but its servers do not serve it as
+    # last applied (no export, other clients); ``detail`` says how. Left
+    # out: the driver cannot tell. Drift re-applies it (kind not_served).
+    served: bool
 
 
 # A batch status method's answer for one resource: what the single method

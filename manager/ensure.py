@@ -30,7 +30,9 @@ def ensure_backend(db: Database, host: str, driver: ShareDriver) -> int:
     """Ensure one backend's shares; returns how many were ensured (0 when
     skipped because the backend info is unchanged)."""
     try:
-        new_hash = info_hash(driver.get_backend_info() or {})
+        info = driver.get_backend_info() or {}
+        # Empty means "cannot tell" (the driver contract): ensure every time.
+        new_hash = info_hash(info) if info else None
     except Exception as exc:
         LOG.warning("%s: get_backend_info failed (%s); ensuring all shares", host, exc)
         new_hash = None

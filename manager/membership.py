@@ -37,11 +37,21 @@ class Membership:
         self._lock = threading.Lock()
         self._why: str | None = None
         self._since = 0.0
-        self._answered = time.monotonic()
+        # None until the checks begin (``begin``): a start that takes long
+        # before them (a backend's set-up) is not a silent coordination
+        # backend.
+        self._answered: float | None = None
         self.rejoins = 0
 
+    def begin(self) -> None:
+        """The checks start now: from here a backend silent for
+        ``stale_after`` seconds takes the engine out."""
+        self._answered = time.monotonic()
+
     def not_member(self) -> str | None:
-        if self._why is None and time.monotonic() - self._answered > self.stale_after:
+        answered = self._answered
+        if self._why is None and answered is not None \
+                and time.monotonic() - answered > self.stale_after:
             self._out(f"the coordination backend has not answered for "
                       f"{self.stale_after:.0f}s")
         return self._why

@@ -52,7 +52,14 @@ OUTCOME_WAIT = 300.0
 
 
 class OperationFailed(Exception):
-    """The driver call failed; the resource is in its error status."""
+    """The driver call failed; the resource is in its error status (or,
+    for a call refused before anything changed, back in its status).
+    ``detail_id``: the user message's detail (common/messages.py), when it
+    is not the plain ``FAILED``."""
+
+    def __init__(self, message: str, detail_id: str | None = None) -> None:
+        super().__init__(message)
+        self.detail_id = detail_id
 
 
 class Stale(Exception):

@@ -320,14 +320,16 @@ reconcile_opts = [
     ),
     cfg.Opt(
         "drift_policy",
-        type=types.Dict(value_type=types.String(choices=("report", "error", "correct"))),
+        type=types.Dict(value_type=types.String(
+            choices=("report", "error", "correct", "repair"))),
         default={},
         help="What a drift check does about each kind of drift, as "
         "'kind:policy,...'. Kinds: missing (report|error), size, "
-        "export_locations (report|error|correct), orphan (report). report "
-        "(the default of every kind): record and log it; error: also set the "
-        "share instance to error; correct: write the backend's value into the "
-        "database.",
+        "export_locations (report|error|correct), not_served (repair|report|error), "
+        "orphan (report); the first is each kind's default. report: record and "
+        "log it; error: also set the share instance to error; correct: write the "
+        "backend's value into the database; repair: apply the share (its export "
+        "and access rules) to the backend again, with a user message.",
     ),
     cfg.IntOpt(
         "peer_reconciliation_grace_seconds",

@@ -218,7 +218,8 @@ class RequestRunner:
                      req.resource_type, req.resource_id, exc)
             error = f"stale: {exc}"
         except OperationFailed as exc:
-            status, error, message = vocab.REQUEST_FAILED, str(exc), messages.FAILED
+            status, error = vocab.REQUEST_FAILED, str(exc)
+            message = exc.detail_id or messages.FAILED
         except Exception as exc:  # a bug or an unreachable service: keep serving
             LOG.exception("request %s (%s %s %s) failed", req.id, req.action,
                           req.resource_type, req.resource_id)

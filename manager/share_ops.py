@@ -11,10 +11,11 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from sharemgr.common import vocab
+from sharemgr.common import messages, vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
+from sharemgr.drivers.exceptions import ShareShrinkingPossibleDataLoss
 from sharemgr.manager import access, kinds, operation_table, views
 from sharemgr.manager.operations import OperationFailed, Stale, log_failure
 from sharemgr.manager.plans import Change, Op
@@ -121,10 +122,15 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
     assert spec.method is not None
     name = spec.method
     method = getattr(driver, name)
+    refused: list[ShareShrinkingPossibleDataLoss] = []
 
     def call(inst: models.ShareInstance) -> object:
         share_d, server = ops.share_parts(inst)
-        method(share_d, new_size, server)
+        try:
+            method(share_d, new_size, server)
+        except ShareShrinkingPossibleDataLoss as exc:
+            refused.append(exc)
+            raise
         # Replica-aware, as Manila's: every secondary replica takes the size
         # too (its backend's driver; the share's size is theirs).
         for rep in db_api.query(ops.db, models.ShareInstance, {"share_id": inst.share_id}):
@@ -133,15 +139,27 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
                 getattr(ops.driver_for(rep.host), name)(rep_d, new_size, rep_server)
         return None
 
-    return ops.run(
-        vocab.SHARE_INSTANCE, models.ShareInstance, inst0.id, spec.transient, call,
-        lambda inst, _r: [
-            (models.ShareInstance, inst.id, {"status": inst.status}, {"status": spec.success}),
-            (models.Share, inst.share_id, {}, {"size": new_size}),
-        ],
-        spec.error_values(), f"{spec.verb} of share instance {inst0.id} to {new_size}",
-        held=held, then=functools.partial(_flush_access, ops), method=spec.method,
-    )
+    def error_changes(inst: models.ShareInstance) -> list[Change]:
+        # A shrink the backend refused to protect the data changed nothing:
+        # the share is available again, as in Manila (the message says why).
+        values = {"status": vocab.AVAILABLE} if refused else spec.error_values()
+        return [(models.ShareInstance, inst.id, {"status": inst.status}, dict(values))]
+
+    try:
+        return ops.run(
+            vocab.SHARE_INSTANCE, models.ShareInstance, inst0.id, spec.transient, call,
+            lambda inst, _r: [
+                (models.ShareInstance, inst.id, {"status": inst.status},
+                 {"status": spec.success}),
+                (models.Share, inst.share_id, {}, {"size": new_size}),
+            ],
+            error_changes, f"{spec.verb} of share instance {inst0.id} to {new_size}",
+            held=held, then=functools.partial(_flush_access, ops), method=spec.method,
+        )
+    except OperationFailed as exc:
+        if refused:
+            raise OperationFailed(str(exc), messages.SHRINK_REFUSED) from None
+        raise
 
 
 # Not through ``Operations.run``: the instance's status does not change, and each

@@ -3,12 +3,15 @@ replicas and snapshots and record what disagrees with the database
 (doc/reconciliation.rst, "Drift").
 
 Kinds of drift: the resource is ``missing`` on the backend, its ``size``
-differs, its ``export_locations`` changed, or an object on the backend that
-this manager's naming claims has no live share instance (``orphan``). What
+differs, its ``export_locations`` changed, its backend holds it but does not
+serve it as recorded (``not_served``: the driver's status answer says
+``served: False``), or an object on the backend that this manager's naming
+claims has no live share instance (``orphan``). What
 is compared for each type of resource is data too (``TARGETS``). What a
 check does about each kind is a policy, kept as data in ``POLICIES`` and
 chosen with ``drift_policy``: ``report`` (record and log), ``error`` (also
-set the instance to ``error``) or ``correct`` (write the backend's value).
+set the instance to ``error``), ``correct`` (write the backend's value) or
+``repair`` (apply the share to the backend again, ``repair.py``).
 
 A check works in batches like a reconciliation pass: try-lock the instances
 (an operation holds the lock while it calls the driver: a share being
@@ -30,22 +33,25 @@ from typing import Required, TypedDict
 
 from oslo_log import log as logging
 from sharemgr.common import metrics, vocab
+from sharemgr.db import access as db_access
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db import resources as db_res
+from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.drivers.exceptions import ShareResourceNotFound
-from sharemgr.manager import kinds, views
+from sharemgr.manager import access, kinds, views
 from sharemgr.manager.operations import lock_name
-from sharemgr.reconcile import ask, scan
+from sharemgr.reconcile import ask, repair, scan
 from sharemgr.reconcile.answers import Unusable, exports_of, size_of
 from sharemgr.reconcile.reconciler import BATCH_SIZE, Reconciler
 from sharemgr.reconcile.scan import Candidate
 
 LOG = logging.getLogger(__name__)
 
-REPORT, ERROR, CORRECT = "report", "error", "correct"
+REPORT, ERROR, CORRECT, REPAIR = "report", "error", "correct", "repair"
 MISSING, SIZE, EXPORTS, ORPHAN = "missing", "size", "export_locations", "orphan"
+NOT_SERVED = "not_served"
 
 # The policies each kind of drift allows; the first is its default. A missing
 # share cannot be corrected from the backend (there is nothing to read), and
@@ -55,6 +61,9 @@ POLICIES: dict[str, tuple[str, ...]] = {
     MISSING: (REPORT, ERROR),
     SIZE: (REPORT, ERROR, CORRECT),
     EXPORTS: (REPORT, ERROR, CORRECT),
+    # What the manager applied is known (the share and its active rules):
+    # applying it again is safe, and the users of the share need it served.
+    NOT_SERVED: (REPAIR, REPORT, ERROR),
     ORPHAN: (REPORT,),
 }
 
@@ -86,7 +95,8 @@ class Target:
 
 
 TARGETS: tuple[Target, ...] = (
-    Target(vocab.SHARE_INSTANCE, "get_share_status", (MISSING, SIZE, EXPORTS), "share"),
+    Target(vocab.SHARE_INSTANCE, "get_share_status", (MISSING, SIZE, EXPORTS, NOT_SERVED),
+           "share"),
     # A replica's size is its share's: compared, never corrected (the share's
     # size is its active instance's; a replica that differs needs an operator).
     Target(vocab.REPLICA, "get_replica_status", (MISSING, SIZE, EXPORTS), "replica"),
@@ -152,6 +162,11 @@ def compare(answer: Mapping[str, object] | ShareResourceNotFound, size: int | No
     if isinstance(answer, ShareResourceNotFound):
         return [Found(MISSING, vocab.AVAILABLE, None)] if MISSING in kinds_ else []
     found: list[Found] = []
+    # Not served: the export it lacks is the symptom, not a new value to
+    # record; applying the share again brings it back.
+    not_served = NOT_SERVED in kinds_ and answer.get("served") is False
+    if not_served:
+        found.append(Found(NOT_SERVED, "served", answer.get("detail") or "not served"))
     if SIZE in kinds_ and size is not None:
         try:
             backend_size = size_of(answer)
@@ -159,7 +174,7 @@ def compare(answer: Mapping[str, object] | ShareResourceNotFound, size: int | No
             backend_size = None
         if backend_size is not None and backend_size != size:
             found.append(Found(SIZE, size, backend_size))
-    if EXPORTS in kinds_ and answer.get("export_locations") is not None:
+    if EXPORTS in kinds_ and not not_served and answer.get("export_locations") is not None:
         try:
             backend = exports_of(answer["export_locations"])
         except Unusable:
@@ -200,6 +215,23 @@ class DriftSummary:
         return (f"checked {self.checked} resources; drift: {drift}; "
                 f"{'would do' if dry_run else 'done'}: {acts}; failures: {self.failures}; "
                 f"{duration:.2f}s")
+
+
+def _with_active_rules(db: Database, subjects: list[Subject],
+                       args: dict[str, tuple | Exception]) -> None:
+    """Give each share's status call its active access rules
+    (``access_rules`` in the share dict), which a driver answering
+    ``served`` compares its servers' clients with; not while a rule of the
+    share is being applied or denied (the servers are changing)."""
+    for subject in subjects:
+        given = args.get(subject.cand.id)
+        if isinstance(given, Exception) or not given or not isinstance(given[0], dict):
+            continue
+        rules = db_access.rules_of(db, subject.cand.row.share_id)
+        if any(r.state in vocab.ACCESS_IN_FLIGHT for r in rules):
+            continue
+        given[0]["access_rules"] = [access.view(r) for r in rules
+                                    if r.state == vocab.ACCESS_ACTIVE]
 
 
 def _as_read(cand: Candidate) -> dict[str, object]:
@@ -284,6 +316,8 @@ class DriftChecker:
             if not subjects:
                 return set()
             args = rec.status_args([s.cand for s in subjects])
+            if NOT_SERVED in target.kinds:
+                _with_active_rules(rec.db, subjects, args)
             items = {s.cand.id: given for s in subjects
                      if not isinstance(given := args[s.cand.id], Exception)}
             answers = ask.ask(driver, target.method, items)
@@ -302,9 +336,18 @@ class DriftChecker:
                     continue
                 compared.add(ident)
                 found = compare(answer, subject.size, subject.exports, target.kinds)
+                done = {}
+                # Under the lock held for the check; not when another kind
+                # marks the share error (it needs an operator).
+                if any(f.kind == NOT_SERVED for f in found) and not dry_run \
+                        and policies[NOT_SERVED] == REPAIR \
+                        and all(policies[f.kind] != ERROR for f in found):
+                    why = next(str(f.backend) for f in found if f.kind == NOT_SERVED)
+                    done[NOT_SERVED] = repair.repair(rec, driver, subject.cand, target.method,
+                                                     subject.ids["share_id"], why)
                 if found:
                     writes.append(self._outcome(target, subject, found, summary, dry_run,
-                                                policies))
+                                                policies, done))
                 elif subject.cand.row.drift and not dry_run:
                     # The backend agrees again: the old finding goes.
                     writes.append([(subject.cand.model, ident, _as_read(subject.cand),
@@ -337,10 +380,12 @@ class DriftChecker:
                 for c in fresh if c.row.share_id in shares]
 
     def _outcome(self, target: Target, subject: Subject, found: list[Found],
-                 summary: DriftSummary, dry_run: bool, policies_in: dict[str, str]) -> list:
+                 summary: DriftSummary, dry_run: bool, policies_in: dict[str, str],
+                 done: Mapping[str, str] | None = None) -> list:
         """The resource's conditional updates for what was found: the drift
         record always; ``error`` wins over corrections (the resource needs an
-        operator); ``correct`` writes the backend's value."""
+        operator); ``correct`` writes the backend's value; ``done``: what a
+        repair made of a kind (its action)."""
         cand = subject.cand
         policies = {f.kind: policies_in[f.kind] for f in found}
         marked = ERROR in policies.values()
@@ -363,6 +408,8 @@ class DriftChecker:
             elif policy == CORRECT and f.kind == EXPORTS:
                 values["export_locations"] = f.backend
                 action = "corrected"
+            elif policy == REPAIR:
+                action = (done or {}).get(f.kind, REPAIR)
             if dry_run:
                 action = f"would {action}"
             found_by_kind[f.kind] = {"database": f.database, "backend": f.backend,

@@ -33,7 +33,9 @@ LOG = logging.getLogger(__name__)
 # What a stack check does about each kind of drift (data, like drift_policy):
 # write the backend's truth so that the converge traversal decides right.
 CHECK_POLICIES = {drift.MISSING: drift.ERROR, drift.SIZE: drift.CORRECT,
-                  drift.EXPORTS: drift.CORRECT, drift.ORPHAN: drift.REPORT}
+                  drift.EXPORTS: drift.CORRECT, drift.ORPHAN: drift.REPORT,
+                  # No traversal serves a share again: the check does it.
+                  drift.NOT_SERVED: drift.REPAIR}
 
 
 class StackChecker:

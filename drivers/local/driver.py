@@ -21,17 +21,18 @@ from pathlib import Path
 from oslo_config import cfg
 from sharemgr.drivers import base
 from sharemgr.drivers.exceptions import (
+    InvalidDriverOption,
     InvalidShareRequest,
     ShareBackendException,
     ShareResourceNotFound,
     ShareShrinkingPossibleDataLoss,
 )
-from sharemgr.drivers.local import commands, images, manage, validation
+from sharemgr.drivers.local import commands, images, manage, serving, validation
 from sharemgr.drivers.local.fencing import FenceStore, file_lock
-from sharemgr.drivers.local.ganesha import GaneshaServer, NfsExport, exported_ids, pseudo_path
-from sharemgr.drivers.local.options import local_opts
+from sharemgr.drivers.local.ganesha import GaneshaServer, NfsExport, pseudo_path
+from sharemgr.drivers.local.options import local_opts, path_problem
 from sharemgr.drivers.local.records import AVAILABLE, CREATING, DELETING, RESIZING, Records
-from sharemgr.drivers.local.samba import CifsShare, SambaServer, shared_names
+from sharemgr.drivers.local.samba import CifsShare, SambaServer
 
 LOG = logging.getLogger(__name__)
 MIB = 1024 * 1024
@@ -51,8 +52,13 @@ class LocalDriver(base.ShareDriver):
         super().__init__(configuration, backend_name=backend_name, host=host,
                          engine_id=engine_id, state_path=state_path)
         conf = configuration
-        self.root = Path(conf.local_state_path or os.path.join(state_path, "local",
-                                                               backend_name)).absolute()
+        root = conf.local_state_path or os.path.join(state_path, "local", backend_name)
+        problem = path_problem(root)
+        if problem:  # the option's type checked a value given; this is the default's
+            raise InvalidDriverOption(
+                f"local_state_path {root!r} (the default, under state_path): {problem}; "
+                "set local_state_path")
+        self.root = Path(root)
         self.ip = conf.local_export_ip
         self.unit_bytes = int(conf.local_size_unit_mib) * MIB
         self.images = self.root / "images"
@@ -193,7 +199,7 @@ class LocalDriver(base.ShareDriver):
                 if record.get("state") != AVAILABLE or not images.is_mounted(self._mount(oid)):
                     continue
                 records[oid] = record
-                applied = _servable(record)
+                applied = validation.servable(record)
                 if record["proto"] == "NFS":
                     nfs.append(NfsExport(
                         oid, record["export_id"], self._mount(oid),
@@ -211,11 +217,12 @@ class LocalDriver(base.ShareDriver):
                     self.records.put(record)
             return left_out
 
-    def _exported(self, record: dict) -> bool:
+    def _serving(self, record: dict, rules: list | None = None) -> serving.Serving:
+        """What the running server serves of the share (asked of it), with
+        ``rules`` (else the record's) as what it should let in."""
         if record["proto"] == "NFS":
-            return self.ganesha.running() and record["id"] in exported_ids(
-                self.ganesha.exports_file)
-        return self.samba.running() and record["id"] in shared_names(self.samba.shares_file)
+            return serving.nfs(self.ganesha, record, self._mount(record["id"]), rules)
+        return serving.cifs(self.samba, record, rules)
 
     def _new_export_id(self) -> int:
         with self._backend_lock():
@@ -488,9 +495,12 @@ class LocalDriver(base.ShareDriver):
     def get_share_status(self, share: dict, share_server: dict | None = None
                          ) -> base.StatusReport:
         with self.fence.guard(share, "share") as oid:
-            return self._share_status(oid)
+            # A drift check gives the share's active rules: the clients to
+            # serve are theirs (else the record's, what was last applied).
+            rules = share.get("access_rules")
+            return self._share_status(oid, rules if isinstance(rules, list) else None)
 
-    def _share_status(self, oid: str) -> base.StatusReport:
+    def _share_status(self, oid: str, rules: list | None = None) -> base.StatusReport:
         record = self.records.get(oid)
         image = self._image(oid)
         if record is None or record.get("kind") != "share":
@@ -500,13 +510,17 @@ class LocalDriver(base.ShareDriver):
                 raise ShareResourceNotFound(f"local driver: no share {oid} (never made)")
             return {"status": "error", "size": record["size"], "export_locations": [],
                     "detail": "image missing"}
-        exported = record.get("state") == AVAILABLE and images.is_mounted(
-            self._mount(oid)) and self._exported(record)
-        return {"status": "available" if exported else "error",
+        mounted = images.is_mounted(self._mount(oid))
+        if record.get("state") == AVAILABLE and mounted:
+            seen = self._serving(record, rules)
+        else:
+            seen = serving.Serving(False, _why(record, mounted))
+        return {"status": "available" if seen.exported else "error",
                 "size": self._units(images.size_of(image)),
-                "export_locations": self._locations(record) if exported else [],
-                "detail": None if exported else _why(record, images.is_mounted(
-                    self._mount(oid)))}
+                "export_locations": self._locations(record) if seen.exported else [],
+                # Asked of the running servers: drift re-applies what differs.
+                "served": seen.problem is None,
+                "detail": seen.problem}
 
     def get_share_statuses(self, shares: list[tuple[dict, dict | None]]
                            ) -> dict[str, base.StatusAnswer]:
@@ -563,11 +577,21 @@ class LocalDriver(base.ShareDriver):
         return {}  # always run ensure_shares: a reboot does not change the config
 
     def get_share_stats(self, refresh: bool = False) -> base.ShareStats:
+        """One pool, in units of share size (GiB by default) so that the
+        manager's room is counted in the sizes users ask for. Its total is
+        the room the shares can have: the free space of the filesystem
+        holding the images and what the images already take of it (they
+        are sparse), not the filesystem's size, most of which other files
+        may hold. So with the ratio at 1.0 the sizes of all shares fit in
+        it, and an extend or a create that would not is refused."""
         try:
             st = os.statvfs(self.images if self.images.exists() else self.root.parent)
         except OSError:
             st = os.statvfs("/")
-        gib = 1024 ** 3
+        unit = self.unit_bytes
+        free = st.f_bavail * st.f_frsize
+        taken = sum(_allocated(path) for path in self.images.glob("*.img")) \
+            if self.images.exists() else 0
         provisioned = sum(int(r.get("size") or 0) for r in self.records.all("share"))
         return {
             "share_backend_name": self.share_backend_name,
@@ -583,16 +607,24 @@ class LocalDriver(base.ShareDriver):
             "access_rule_limits": validation.ACCESS_LIMITS,
             "pools": [{
                 "pool_name": "images",
-                "total_capacity_gb": round(st.f_blocks * st.f_frsize / gib, 2),
-                "free_capacity_gb": round(st.f_bavail * st.f_frsize / gib, 2),
+                "total_capacity_gb": round((free + taken) / unit, 2),
+                "free_capacity_gb": round(free / unit, 2),
                 # Sparse images: a share takes room as it is written.
                 "thin_provisioning": True,
-                "provisioned_capacity_gb": provisioned * self.unit_bytes / gib,
+                "provisioned_capacity_gb": provisioned,
                 "max_over_subscription_ratio":
                     float(self.configuration.local_max_over_subscription_ratio),
                 "reserved_percentage": 0,
             }],
         }
+
+
+def _allocated(path: Path) -> int:
+    """Bytes a (sparse) file takes on its filesystem."""
+    try:
+        return path.stat().st_blocks * 512
+    except FileNotFoundError:
+        return 0
 
 
 def _path(value: str | None) -> Path | None:
@@ -618,22 +650,6 @@ def _cifs_unenforceable(rules: list[dict]) -> list[dict]:
     if all(r["access_level"] == "ro" for r in rules):
         return []
     return [r for r in rules if r["access_type"] == "ip" and r["access_level"] == "ro"]
-
-
-def _servable(record: dict) -> list[dict]:
-    """The rules of a record to serve: not marked in error, and passing the
-    checks of today (a record written by an older version may hold a rule
-    they refuse: it is left out alone, never the whole backend)."""
-    good = []
-    for raw in record.get("rules", []):
-        if raw.get("error"):
-            continue
-        try:
-            good.append(validation.rule(raw, record["proto"]))
-        except InvalidShareRequest as exc:
-            LOG.error("local driver: share %s: recorded rule %s left out: %s", record["id"],
-                      raw.get("id"), exc)
-    return good
 
 
 def _cifs_share(name: str, path: Path, rules: list[dict]) -> CifsShare:

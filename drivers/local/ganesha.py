@@ -2,9 +2,10 @@
 
 The main file holds the server's settings and includes the exports file,
 which the driver rewrites whole from its share records on every change and
-makes Ganesha re-read with SIGHUP (no D-Bus needed). A share without rules
-keeps its export with no client: Ganesha refuses every client and the
-export stays invisible to them."""
+makes Ganesha re-read with SIGHUP. A share without rules keeps its export
+with no client: Ganesha refuses every client and the export stays
+invisible to them. What the running server exports is asked over D-Bus
+(``served``): a private bus per server when the driver runs it (bus.py)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sharemgr.drivers.exceptions import InvalidShareRequest, ShareBackendException
-from sharemgr.drivers.local import ganesha_reload, process
+from sharemgr.drivers.local import bus, ganesha_reload, process
 from sharemgr.drivers.local.fencing import write_atomic
+from sharemgr.drivers.local.samba import runtime_dir
 from sharemgr.drivers.local.validation import config_token
 
 LOG = logging.getLogger(__name__)
 
 PROGRAM = "ganesha.nfsd"
 PSEUDO_ROOT = "/shares"
+DEST, OBJECT = "org.ganesha.nfsd", "/org/ganesha/nfsd/ExportMgr"
+INTERFACE = "org.ganesha.nfsd.exportmgr"
+# A client's options word as ganesha 4 reports it (DisplayExport): RW sets
+# these write bits (0x1e0 of the 0x1e0 access mask), RO leaves them out (0x0a0).
+WRITE_BITS = 0x140
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,24 @@ def exported_ids(exports_file: Path) -> set[str]:
     return found
 
 
+def served(address: str | None, path: Path) -> set[tuple[str, str]] | None:
+    """The clients (network, "rw" | "ro") the running server lets into its
+    export of ``path``; None when it does not export ``path``.
+
+    :raises bus.BusUnavailable: the server cannot be asked.
+    """
+    listing = bus.call(address, DEST, OBJECT, INTERFACE, "ShowExports")
+    ids = [int(e[0]) for e in listing[1] if str(e[1]) == str(path)]
+    if not ids:
+        return None
+    shown = bus.call(address, DEST, OBJECT, INTERFACE, "DisplayExport", "q", str(ids[0]))
+    clients = set()
+    for client in shown[4]:
+        network = str(ipaddress.ip_network(str(client[0]), strict=False))
+        clients.add((network, "rw" if int(client[8]) & WRITE_BITS == WRITE_BITS else "ro"))
+    return clients
+
+
 class GaneshaServer:
     """One ganesha.nfsd with its files under ``root``."""
 
@@ -169,6 +194,14 @@ class GaneshaServer:
         self.pid_file = pid_file or root / "ganesha.pid"
         self.log_file = root / "ganesha.log"
         self.recovery = root / "recovery"
+        # Its own bus when the driver runs it (and the tools are there);
+        # the system's ganesha is asked on the system bus.
+        self.bus = (bus.PrivateBus(root, runtime_dir(root))
+                    if manage and bus.tools_present() else None)
+
+    @property
+    def bus_address(self) -> str | None:
+        return self.bus.address if self.bus is not None else None
 
     def setup(self) -> None:
         self.exports_file.parent.mkdir(parents=True, exist_ok=True)
@@ -179,6 +212,8 @@ class GaneshaServer:
             self.recovery.mkdir(parents=True, exist_ok=True)
             write_atomic(self.config, render_main(self.ip, self.port, self.exports_file,
                                                   self.recovery))
+            if self.bus is not None:
+                self.bus.setup()
 
     def running(self) -> bool:
         return process.pid_of(self.pid_file, PROGRAM) is not None
@@ -186,9 +221,13 @@ class GaneshaServer:
     def ensure_running(self) -> None:
         if self.running() or not self.manage:
             return
+        env = None
+        if self.bus is not None:
+            self.bus.ensure_running()
+            env = {"DBUS_SYSTEM_BUS_ADDRESS": self.bus.address}
         process.start([PROGRAM, "-f", str(self.config), "-L", str(self.log_file),
                        "-p", str(self.pid_file), "-N", "NIV_EVENT"],
-                      self.pid_file, PROGRAM, self.ip, self.port, self.log_file)
+                      self.pid_file, PROGRAM, self.ip, self.port, self.log_file, env=env)
 
     def write_exports(self, exports: list[NfsExport]) -> dict[str, str]:
         """Write the exports and make the server read them. Returns the rules
@@ -255,6 +294,8 @@ class GaneshaServer:
     def stop(self) -> None:
         if self.manage:
             process.stop(self.pid_file, PROGRAM)
+            if self.bus is not None:
+                self.bus.stop()
 
 
 def _without(exp: NfsExport, rule_ids: set[str]) -> NfsExport:

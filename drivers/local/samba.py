@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sharemgr.drivers.local import process
+from sharemgr.drivers.local import commands, process
 from sharemgr.drivers.local.fencing import write_atomic
 from sharemgr.drivers.local.validation import config_token
 
@@ -165,3 +165,22 @@ class SambaServer:
     def stop(self) -> None:
         if self.manage:
             process.stop(self.pid_file, PROGRAM)
+
+
+def served(ip: str, port: int, name: str) -> bool | None:
+    """Whether the running smbd serves share ``name``, asked as a client
+    does (a tree connect with ``smbclient``; no rule needed: a share that
+    refuses this client answers differently from one it does not have).
+    None when it cannot tell (no smbclient, no answer)."""
+    try:
+        out = commands.run(["smbclient", "-p", str(int(port)), f"//{ip}/{name}", "-N",
+                            "-c", "exit"], timeout=30, check=False)
+    except commands.CommandFailed:
+        return None
+    said = out.stdout + out.stderr
+    if out.returncode == 0 or "NT_STATUS_ACCESS_DENIED" in said \
+            or "NT_STATUS_LOGON_FAILURE" in said:
+        return True
+    if "NT_STATUS_BAD_NETWORK_NAME" in said:
+        return False
+    return None

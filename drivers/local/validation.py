@@ -5,10 +5,13 @@ with one clear message and nothing is changed."""
 
 from __future__ import annotations
 
+import logging
 import re
 
 from sharemgr.drivers import access_rules
 from sharemgr.drivers.exceptions import InvalidShareRequest
+
+LOG = logging.getLogger(__name__)
 
 # Ids name files, mount points, export paths and Samba sections: letters,
 # digits, '-' and '_' only (uuids fit), never '.', '/', spaces or quotes.
@@ -100,3 +103,19 @@ def config_token(value: str) -> str:
     if any(c in value for c in '\n\r"\';{}[]=#%$\\,\t\0') or value != value.strip():
         raise InvalidShareRequest(f"local driver: {value!r} cannot be written to a config file")
     return value
+
+
+def servable(record: dict) -> list[dict]:
+    """The rules of a share's record to serve: not marked in error, and
+    passing the checks of today (a record written by an older version may
+    hold a rule they refuse: it is left out alone, never the whole backend)."""
+    good = []
+    for raw in record.get("rules", []):
+        if raw.get("error"):
+            continue
+        try:
+            good.append(rule(raw, record["proto"]))
+        except InvalidShareRequest as exc:
+            LOG.error("local driver: share %s: recorded rule %s left out: %s", record["id"],
+                      raw.get("id"), exc)
+    return good

@@ -49,6 +49,8 @@ from tests.functional.harness import Deployment, wait_until
 from tests.functional.netfault import Proxy, through
 
 KINDS = ("pause", "redis", "database", "both")
+# What a run reports (JSON).
+Summary = dict[str, Any]
 
 # Faster take-overs than the defaults: a frozen engine's lease is stuck two
 # seconds after its last renewal, and every second a peer looks for such.
@@ -211,7 +213,7 @@ class FaultFleet(chaos.Fleet):
                 proxy.thaw()
 
 
-def run(opts: Options) -> dict[str, Any]:
+def run(opts: Options) -> Summary:
     seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(10**9)
     repro = f"{sys.executable} -m tests.functional.faults --faults {opts.faults} --seed {seed}"
     made_db = None
@@ -235,7 +237,7 @@ def exercise(opts: Options, seed: int, repro: str, name: str, db_url: str,
              coordination_url: str,
              fleet_of: Callable[[Deployment, random.Random, chaos.Log, Callable[[], bool]],
                                 FaultFleet],
-             extra: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+             extra: dict[str, dict[str, str]] | None = None) -> Summary:
     """One run: a deployment on these servers, the fleet ``fleet_of`` makes
     (its engines started in every slot), the crash chaos's operator firing
     while the fleet's faults run; then every engine a member again, the

@@ -44,13 +44,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tests.functional import chaos
 from tests.functional.clocks import faked_clock
 from tests.functional.etcd_cluster import Cluster
-from tests.functional.faults import FaultFleet, Options, exercise
+from tests.functional.faults import FaultFleet, Options, Summary, exercise
 from tests.functional.harness import Deployment
 from tests.functional.netfault import Proxy
 from tests.functional.pg_pair import Pair
@@ -115,7 +115,7 @@ class HostFleet(FaultFleet):
     fault_overhead = 15.0  # a failover's rebuild of the standby
 
     def __init__(self, d: Deployment, rng: random.Random, opts: Options, log: chaos.Log,
-                 busy: Any, net: Network, pair: Pair, cluster: Cluster | None,
+                 busy: Callable[[], bool], net: Network, pair: Pair, cluster: Cluster | None,
                  redis_port: int) -> None:
         chaos.Fleet.__init__(self, d, HOSTS, rng, opts, log, busy)
         self.net, self.pair, self.cluster = net, pair, cluster
@@ -188,7 +188,7 @@ class HostFleet(FaultFleet):
         self.log(f"healed {kind} on host {slot}")
         self.faults[kind] += 1
 
-    def _inject(self, kind: str, slot: int, gw: str) -> Any:
+    def _inject(self, kind: str, slot: int, gw: str) -> Callable[[], None]:
         net = self.net
         if kind in ("partition", "database", "coordination", "asymmetric", "loss"):
             if kind == "partition":
@@ -244,7 +244,7 @@ class HostFleet(FaultFleet):
                     p.thaw()
 
 
-def run(opts: Options, coordination: str = "etcd") -> dict[str, Any]:
+def run(opts: Options, coordination: str = "etcd") -> Summary:
     seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(10**9)
     repro = (f"{sys.executable} -m tests.functional.hosts --faults {opts.faults} --seed {seed}"
              f" --coordination {coordination}")

@@ -5,6 +5,7 @@ device behind, even after a failed test."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -12,6 +13,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -125,8 +127,10 @@ class Client:
 
 
 def _pids(root: Path) -> list[tuple[Path, str]]:
+    # Ganesha before its private bus (drivers/local/bus.py).
     return [(root / "ganesha" / "ganesha.pid", "ganesha.nfsd"),
-            (runtime_dir(root / "samba") / "pid" / "smbd.pid", "smbd")]
+            (runtime_dir(root / "samba") / "pid" / "smbd.pid", "smbd"),
+            (root / "ganesha" / "bus.pid", "dbus-daemon")]
 
 
 def _alive(pid_file: Path, program: str) -> int | None:
@@ -189,6 +193,7 @@ def cleanup(root: Path) -> None:
     if root.exists():
         simulate_reboot(root)
     shutil.rmtree(runtime_dir(root / "samba"), ignore_errors=True)
+    shutil.rmtree(runtime_dir(root / "ganesha"), ignore_errors=True)
 
 
 def servers_for(request: pytest.FixtureRequest, setup: str) -> dict:
@@ -198,3 +203,48 @@ def servers_for(request: pytest.FixtureRequest, setup: str) -> dict:
         return {}
     return {"db_url": request.getfixturevalue("pg_url"),
             "coordination_url": request.getfixturevalue("redis_url")}
+
+
+def reload_ganesha(root: Path) -> None:
+    """SIGHUP the backend's ganesha.nfsd and wait until it has re-read its
+    exports (its log says so)."""
+    pid = int((root / "ganesha" / "ganesha.pid").read_text().split()[0])
+    done = "Reread exports complete"
+    log = root / "ganesha" / "ganesha.log"
+    before = log.read_text(errors="replace").count(done)
+    os.kill(pid, signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while log.read_text(errors="replace").count(done) <= before:
+        if time.monotonic() > deadline:
+            raise AssertionError("ganesha.nfsd did not re-read its exports in 30 s")
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def small_filesystem(folder: Path, size_mib: int, free_mib: int) -> Iterator[Path]:
+    """An ext4 filesystem of ``size_mib`` mounted on ``folder`` (a sparse
+    image beside it, loop-mounted) with all but about ``free_mib`` taken by
+    another file: a place whose free space is much less than its size, as
+    on a disk that holds more than the shares. Unmounted (its loop device
+    detached by the kernel) and removed afterwards; stop what uses it
+    first."""
+    image = folder.with_name(folder.name + ".img")
+    assert run("truncate", "-s", f"{size_mib}M", str(image)).returncode == 0
+    out = run("mkfs.ext4", "-q", "-F", "-m", "0", "-E",
+              "nodiscard,lazy_itable_init=1,lazy_journal_init=1", str(image))
+    assert out.returncode == 0, out.stderr
+    folder.mkdir(parents=True, exist_ok=True)
+    out = run("mount", "-o", "loop", str(image), str(folder))
+    assert out.returncode == 0, out.stderr
+    try:
+        st = os.statvfs(folder)
+        fill = st.f_bavail * st.f_frsize - free_mib * 1024 * 1024
+        out = run("fallocate", "-l", str(fill), str(folder / "other-data"))
+        assert out.returncode == 0, out.stderr
+        yield folder
+    finally:
+        for _ in range(25):
+            if run("umount", str(folder)).returncode == 0:
+                break
+            time.sleep(0.2)
+        image.unlink(missing_ok=True)

@@ -131,8 +131,7 @@ def _remove_export(root: Path, inst: str) -> None:
         start = text.index("EXPORT {", start + 1)
     end = text.index("\n}", start) + 2
     exports.write_text(text[:start] + text[end:])
-    pid = int((root / "ganesha" / "ganesha.pid").read_text().split()[0])
-    os.kill(pid, signal.SIGHUP)
+    lh.reload_ganesha(root)
 
 
 STACK = """
@@ -159,13 +158,16 @@ def test_export_removed_out_of_band_is_drift(local, request, tmp_path, setup):
 
     _remove_export(root, share["instance_id"])
     found = d.json("reconcile", "drift")
-    kinds = {(i["kind"], i["instance_id"]) for i in found}
-    assert ("export_locations", share["instance_id"]) in kinds, found
+    # Asked of the running Ganesha: not served, and served again (the
+    # default policy of not_served is repair).
+    kinds = {(i["kind"], i["instance_id"], i["action"]) for i in found}
+    assert ("not_served", share["instance_id"], "repaired") in kinds, found
+    assert d.json("reconcile", "drift") == []
 
     _remove_export(root, made_inst)
     out = d.sharectl("stack", "check", "web", check=False)
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "stack web CHECK FAILED: drifted: data" in out.stderr, out.stderr
+    assert "stack web CHECK FAILED: drifted: data (not_served)" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
 
 

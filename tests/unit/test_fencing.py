@@ -232,6 +232,20 @@ def test_membership_is_only_as_good_as_its_last_answer(monkeypatch):
     assert "has not answered" in membership.not_member()
 
 
+def test_membership_is_not_stale_before_its_checks_begin(monkeypatch):
+    """A start that takes long before the checks run (a backend's set-up)
+    is no silent coordination backend; from ``begin`` on it counts."""
+    import time as time_mod
+
+    membership = Membership(_Coordinator("me"), "me", stale_after=5)
+    now = time_mod.monotonic()
+    monkeypatch.setattr("sharemgr.manager.membership.time.monotonic", lambda: now + 60)
+    assert membership.not_member() is None
+    membership.begin()
+    monkeypatch.setattr("sharemgr.manager.membership.time.monotonic", lambda: now + 66)
+    assert "has not answered" in membership.not_member()
+
+
 def test_no_driver_call_once_the_lock_is_no_longer_ours(engine):
     """A pause longer than ``lock_timeout`` between the take and the call:
     the engine's lock may be another's by now; the call is not made."""

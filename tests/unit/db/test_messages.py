@@ -66,3 +66,17 @@ def test_expired_messages_are_hidden_then_reaped(db):
     assert api.conditional_update(db, models.Message, msg.id, {}, {"expires_at": past})
     assert db_messages.message_list(db) == [] and db_messages.message_get(db, msg.id) is None
     assert db_messages.reap(db) == 1 and db_messages.reap(db) == 0
+
+
+def test_a_message_about_what_the_manager_did_on_its_own(db):
+    """A drift check's repair has no request: its message names the share."""
+    inst = make_share(db, vocab.AVAILABLE)
+    ident = db_messages.record_about(db, vocab.SHARE, inst.share_id, messages.ACTION_REPAIR,
+                                     messages.NOT_SERVED, "ganesha.nfsd does not export it",
+                                     ttl=60)
+    (msg,) = db_messages.message_list(db, inst.share_id)
+    assert (msg.id, msg.resource_type, msg.action_id, msg.detail_id, msg.message_level,
+            msg.request_id, msg.detail) == (
+        ident, "share", "012", "006", "WARNING", None, "ganesha.nfsd does not export it")
+    assert messages.user_message(msg.resource_type, msg.action_id, msg.detail_id) \
+        .startswith("serve again share: a drift check found")

@@ -285,3 +285,19 @@ def test_ensure_resources_reapplies_the_rules_of_each_share_it_ensured(eng):
     # The full set, nothing as a change: the backend is made to match.
     assert driver.sent == [(["10.9.0.1"], [], [])]
     assert without.id not in driver.exported
+
+
+def test_ensure_runs_at_every_start_when_the_backend_info_is_empty(eng):
+    """Empty backend info means "cannot tell" (drivers/base.py): ensure is
+    never skipped for it, where an unchanged non-empty info skips it."""
+    db, driver = eng.db, eng.driver
+    make_share(db)
+    driver.ensure_shares = lambda shares: {}
+    from sharemgr.manager import ensure
+
+    driver.get_backend_info = lambda: {}
+    assert ensure.ensure_backend(db, HOSTBE, driver) == 1
+    assert ensure.ensure_backend(db, HOSTBE, driver) == 1
+    driver.get_backend_info = lambda: {"version": "2"}
+    assert ensure.ensure_backend(db, HOSTBE, driver) == 1
+    assert ensure.ensure_backend(db, HOSTBE, driver) == 0

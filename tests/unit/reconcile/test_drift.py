@@ -18,7 +18,8 @@ LOCS = [{"path": "h:/shares/1", "is_admin_only": False, "preferred": True}]
 
 def test_policy_defaults_and_choices():
     assert drift.policy_table(None) == {"missing": "report", "size": "report",
-                                        "export_locations": "report", "orphan": "report"}
+                                        "export_locations": "report", "orphan": "report",
+                                        "not_served": "repair"}
     table = drift.policy_table({"size": "correct", "missing": "error"})
     assert (table["size"], table["missing"], table["orphan"]) == ("correct", "error", "report")
 
@@ -51,6 +52,13 @@ def test_compare():
                                     None, LOCS, ("missing", "export_locations"))] == [
         "export_locations"]
     assert compare(ShareResourceNotFound("x"), kinds_=("size",)) == []
+    # Held but not served: that, and not the export it lacks.
+    found = drift.compare({"status": "error", "size": 1, "export_locations": [],
+                           "served": False, "detail": "its export is gone"}, 1, LOCS,
+                          ("missing", "size", "export_locations", "not_served"))
+    assert [(f.kind, f.backend) for f in found] == [("not_served", "its export is gone")]
+    assert compare({"status": "available", "size": 1, "export_locations": LOCS,
+                    "served": False}) == []  # a kind the type does not compare
 
 
 def test_every_target_is_a_type_with_a_status_method_and_allowed_kinds():

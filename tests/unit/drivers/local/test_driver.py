@@ -5,6 +5,7 @@ tests/functional/test_local_driver*.py."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import uuid
 from pathlib import Path
 
@@ -337,3 +338,82 @@ def test_functional_tests_skip_without_root_but_fail_under_ci(monkeypatch):
     monkeypatch.setattr(local_harness, "IN_CI", True)
     with pytest.raises(pytest.fail.Exception, match="CI=true: they are required"):
         local_harness.require_local()
+
+
+# What the running Ganesha serves, from its D-Bus replies ---------------------------
+
+# Replies of ganesha 4.3 (busctl --json=short), captured: export 1 lets in
+# 127.0.0.1 read-write and 10.0.0.0/8 read-only; export 0 is the pseudo root.
+SHOW_EXPORTS = [[1795797131, 752825350], [
+    [1, "/srv/mnt/s1", [["NFSv40", False]], [0, 0]],
+    [0, "/", [["NFSv40", False]], [0, 0]]]]
+DISPLAY_EXPORT = [1, "/srv/mnt/s1", "/srv/mnt/s1", "", [
+    ["127.0.0.1/32", 0, 0, 255, 1, 4294967294, 4294967294, 0, 53490146, 480],
+    ["10.0.0.0/8", 0, 0, 255, 1, 4294967294, 4294967294, 0, 53489826, 480]]]
+
+
+def test_ganesha_served_reads_its_export_list_and_clients(monkeypatch):
+    calls = []
+
+    def call(address, dest, path, interface, method, signature="", *args):
+        calls.append((address, method, args))
+        return SHOW_EXPORTS if method == "ShowExports" else DISPLAY_EXPORT
+
+    monkeypatch.setattr(ganesha.bus, "call", call)
+    assert ganesha.served("unix:path=/x", Path("/srv/mnt/s1")) == {
+        ("127.0.0.1/32", "rw"), ("10.0.0.0/8", "ro")}
+    assert calls[-1] == ("unix:path=/x", "DisplayExport", ("1",))
+    assert ganesha.served("unix:path=/x", Path("/srv/mnt/s2")) is None
+
+
+def test_stats_count_in_share_units_and_the_room_the_shares_can_have(tmp_path):
+    """Total is the free space and what the (sparse) images take of it, not
+    the filesystem's size: with the ratio at 1.0 every share fits in it."""
+    drv = build_driver("local", tmp_path, local_size_unit_mib=16)
+    drv.images.mkdir(parents=True)
+    image = drv.images / "s1.img"
+    with open(image, "wb") as f:
+        f.truncate(10 * 16 * 1024 * 1024)  # ten units, sparse
+        f.write(os.urandom(16 * 1024 * 1024))  # one written
+        f.flush()
+        os.fsync(f.fileno())
+    drv.records.setup()
+    drv.records.put({"id": "s1", "kind": "share", "size": 10, "state": "available"})
+    pool = drv.get_share_stats()["pools"][0]
+    assert pool["provisioned_capacity_gb"] == 10
+    assert 0.9 <= pool["total_capacity_gb"] - pool["free_capacity_gb"] <= 1.2, pool
+
+
+@pytest.mark.parametrize("value,problem", [
+    ("relative/path", "must be an absolute path"),
+    ("/srv/my shares", "cannot hold ' '"),
+    ('/srv/"x"', "cannot hold '\"'"),
+    ("/srv/a;b", "cannot hold ';'"),
+    ("/srv/a&b", "cannot hold '&'"),
+    ("/srv/sharemgr-local_1.d", None),
+])
+def test_paths_the_servers_files_can_hold(value, problem):
+    from sharemgr.drivers.local.options import ServerPath, path_problem
+
+    found = path_problem(value)
+    assert (found is None) if problem is None else (problem in found), found
+    if problem:
+        with pytest.raises(ValueError, match="absolute|cannot hold"):
+            ServerPath()(value)
+
+
+def test_a_default_state_path_with_a_space_is_refused_at_construction(tmp_path):
+    from sharemgr.drivers.loader import DriverOptionError
+
+    with pytest.raises(DriverOptionError, match=r"'/.*my shares/state/local/kit' \(the "
+                       r"default, under state_path\): cannot hold ' '.*; set local_state_path"):
+        build_driver("local", tmp_path / "my shares")
+
+
+def test_served_clients_compare_as_networks():
+    from sharemgr.drivers.local.serving import collapsed
+
+    halves = {("0.0.0.0/1", "rw"), ("128.0.0.0/1", "rw"), ("10.0.0.1/32", "ro")}
+    assert collapsed(halves) == collapsed({("0.0.0.0/0", "rw"), ("10.0.0.1/32", "ro")})
+    assert collapsed({("10.0.0.0/24", "rw")}) != collapsed({("10.0.0.0/24", "ro")})
+    assert collapsed({("::/1", "rw"), ("8000::/1", "rw")}) == {("::/0", "rw")}
