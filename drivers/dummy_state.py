@@ -79,9 +79,11 @@ CREATE TABLE IF NOT EXISTS fences (id TEXT PRIMARY KEY, token INTEGER NOT NULL);
 # Columns the call log gained after its first release: added to an older
 # state file when it is opened. ``token``: the call's fencing token;
 # ``fenced``: 1 when the backend refused it as fenced; ``finished``: when the
-# call's change was committed (with the change).
+# call's change was committed (with the change); ``finished_after``: the seq
+# of the last call logged by then — an order of calls that no engine's clock
+# writes (the times are the calling engine's, which may run ahead or behind).
 _CALL_COLUMNS = {"token": "INTEGER", "fenced": "INTEGER NOT NULL DEFAULT 0",
-                 "finished": "TEXT"}
+                 "finished": "TEXT", "finished_after": "INTEGER"}
 
 _JSON_COLUMNS = ("export_locations", "details")
 _COLUMNS = (
@@ -170,6 +172,7 @@ class Call(TypedDict):
     token: int | None
     fenced: bool
     finished: str | None
+    finished_after: int | None  # the last call's seq when this one finished
 
 
 def _row_to_object(row: sqlite3.Row) -> BackendObject:
@@ -304,7 +307,8 @@ class Tx:
         ).lastrowid or 0  # a row was inserted: SQLite gives its id
 
     def finish_call(self, seq: int) -> None:
-        self.conn.execute("UPDATE calls SET finished = ? WHERE seq = ?", (now(), seq))
+        self.conn.execute("UPDATE calls SET finished = ?, finished_after = (SELECT MAX(seq) "
+                          "FROM calls) WHERE seq = ?", (now(), seq))
 
     def accept_token(self, obj_id: str, token: int) -> int | None:
         """Accept ``token`` for ``obj_id`` unless a higher one was: None when
@@ -321,7 +325,8 @@ class Tx:
         rows = self.conn.execute("SELECT * FROM calls ORDER BY seq").fetchall()
         return [{"seq": r["seq"], "time": r["time"], "method": r["method"],
                  "resource_id": r["resource_id"], "engine_id": r["engine_id"], "pid": r["pid"],
-                 "token": r["token"], "fenced": bool(r["fenced"]), "finished": r["finished"]}
+                 "token": r["token"], "fenced": bool(r["fenced"]), "finished": r["finished"],
+                 "finished_after": r["finished_after"]}
                 for r in rows]
 
     def meta(self) -> dict[str, str]:

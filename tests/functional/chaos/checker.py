@@ -475,18 +475,20 @@ class Checker:
 
     def check_overlaps(self) -> None:
         """No two state-changing calls the backend accepted on one object
-        overlap in time (each from its log row to its committed change):
-        the per-resource lock, and where it was lost (a paused engine) the
-        fencing token, keep them apart."""
+        overlap (each from its log row to its committed change): the
+        per-resource lock, and where it was lost (a paused engine) the
+        fencing token, keep them apart. In the backend's own order of
+        events (a call overlaps one logged before it finished), not by the
+        times the engines wrote: their clocks may run ahead or behind."""
         per: dict[str, list[dict]] = collections.defaultdict(list)
         for c in self.calls():
             if c.get("finished") and not c.get("fenced") and c["resource_id"] and \
                     c["method"] not in READ_METHODS:
                 per[c["resource_id"]].append(c)
         for rid, cs in per.items():
-            cs.sort(key=lambda c: c["time"])
+            cs.sort(key=lambda c: c["seq"])
             for a, b in zip(cs, cs[1:], strict=False):
-                if b["time"] < a["finished"]:
+                if b["seq"] <= a["finished_after"]:
                     self.bad(f"overlap: {a['method']} by {a['engine_id']} ({a['time']} to "
                              f"{a['finished']}) and {b['method']} by {b['engine_id']} "
                              f"(from {b['time']}) on {rid}")

@@ -433,3 +433,33 @@ def test_two_engines_upgrading_an_old_state_file_at_once(tmp_path, monkeypatch):
     assert raced == ["database is locked"]
     columns = {r[1] for r in old.execute("PRAGMA table_info(calls)")}
     assert set(dummy_state._CALL_COLUMNS) <= columns
+
+
+def test_the_call_log_orders_calls_without_the_engines_clocks(tmp_path):
+    """``finished_after``: the last call logged when a call finished. A call
+    logged before another finished overlaps it whatever the times its
+    engine wrote (an engine's clock may run two minutes ahead); one logged
+    after does not."""
+    from sharemgr.drivers.dummy_state import BackendState
+
+    state = BackendState(str(tmp_path / "backend"), "dummy")
+    with state.transaction() as tx:
+        first = tx.log_call("extend_share", "s1", "e1")
+    with state.transaction() as tx:
+        during = tx.log_call("shrink_share", "s1", "e2")
+    with state.transaction() as tx:
+        tx.finish_call(first)
+    with state.transaction() as tx:
+        tx.finish_call(during)
+    with state.transaction() as tx:
+        after = tx.log_call("extend_share", "s1", "e1")
+        tx.finish_call(after)
+    calls = {c["seq"]: c for c in _calls(state)}
+    assert during <= calls[first]["finished_after"]  # overlaps the first
+    assert after > calls[during]["finished_after"]  # does not
+    assert calls[after]["finished_after"] == after
+
+
+def _calls(state):
+    with state.transaction() as tx:
+        return tx.calls()
