@@ -307,7 +307,7 @@ def exercise(opts: Options, seed: int, repro: str, name: str, db_url: str,
         narrative.close()
     calls = checker.calls() if checker else []
     summary = {
-        "seed": seed, "faults": dict(fleet.faults), "pauses_inside_a_call": fleet.in_call,
+        "seed": seed, "faults": dict(fleet.faults), "faults_inside_a_call": fleet.in_call,
         "operations": {"total": operator.total, "by_exit_code": dict(operator.outcomes)},
         "stacks": {"created": len(operator.stacks),
                    "actions_accepted": sum(len(m.accepted) for m in operator.stacks.values())},
