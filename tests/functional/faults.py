@@ -348,11 +348,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, help="folder for state, logs and the report")
     p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr")
     args = p.parse_args(argv)
-    summary = run(Options(faults=args.faults, seed=args.seed, root=args.root,
-                          echo=args.verbose))
+    return report("faults", run(Options(faults=args.faults, seed=args.seed, root=args.root,
+                                        echo=args.verbose)))
+
+
+def report(name: str, summary: Summary) -> int:
+    """Print a run's summary (JSON), and its violations on stderr; the exit code."""
     print(json.dumps(summary, indent=2, default=str))
     if summary["violations"]:
-        print(f"faults seed {summary['seed']}: {len(summary['violations'])} violation(s); "
+        print(f"{name} seed {summary['seed']}: {len(summary['violations'])} violation(s); "
               f"reproduce: {summary['reproduce']}", file=sys.stderr)
         for v in summary["violations"]:
             print(f"  - {v}", file=sys.stderr)

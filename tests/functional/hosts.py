@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import random
 import signal
@@ -46,11 +45,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from tests.functional import chaos
 from tests.functional.clocks import faked_clock
 from tests.functional.etcd_cluster import Cluster
-from tests.functional.faults import FaultFleet, Options, Summary, exercise
+from tests.functional.faults import FaultFleet, Options, Summary, exercise, report
 from tests.functional.harness import Deployment
 from tests.functional.netfault import Proxy
 from tests.functional.pg_pair import Pair
@@ -261,7 +261,7 @@ def run(opts: Options, coordination: str = "etcd") -> Summary:
             coord_url = cluster.url()
         else:
             coord_url = f"{chaos.REDIS_URL}?namespace=sm_hosts_{tag}"
-        redis_port = 6379
+        redis_port = urlsplit(chaos.REDIS_URL).port or 6379
         opts.root = base / "run"
         return exercise(
             opts, seed, repro, "hosts", pair.url(), coord_url,
@@ -288,16 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, help="folder for state, logs and the report")
     p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr")
     args = p.parse_args(argv)
-    summary = run(Options(faults=args.faults, seed=args.seed, root=args.root,
-                          echo=args.verbose), args.coordination)
-    print(json.dumps(summary, indent=2, default=str))
-    if summary["violations"]:
-        print(f"hosts seed {summary['seed']}: {len(summary['violations'])} violation(s); "
-              f"reproduce: {summary['reproduce']}", file=sys.stderr)
-        for v in summary["violations"]:
-            print(f"  - {v}", file=sys.stderr)
-        return 1
-    return 0
+    return report("hosts", run(Options(faults=args.faults, seed=args.seed, root=args.root,
+                                       echo=args.verbose), args.coordination))
 
 
 if __name__ == "__main__":
