@@ -145,6 +145,9 @@ def test_checker_finds_planted_violations(tmp_path):
                 backend.execute("INSERT INTO calls (time, method, resource_id, engine_id, pid, "
                                 "finished) VALUES (?, 'extend_share', ?, 'e', 1, ?)",
                                 (start, made["m4"]["instance_id"], end))
+            # Both finished once both were logged: in the backend's order too.
+            backend.execute("UPDATE calls SET finished_after = (SELECT MAX(seq) FROM calls) "
+                            "WHERE method = 'extend_share' AND engine_id = 'e'")
         backend.close()
         other = {"resources": {**WEB["resources"], "data9": WEB["resources"]["data1"]}}
         stacks = {
