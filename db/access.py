@@ -27,6 +27,16 @@ def rules_of(db: Database, share_id: str) -> list[models.ShareAccessRule]:
     return db_api.query(db, Rule, {"share_id": share_id})
 
 
+def rules_of_shares(db: Database, share_ids: Iterable[str]
+                    ) -> dict[str, list[models.ShareAccessRule]]:
+    """``rules_of`` for many shares in one read (a drift batch's), by share."""
+    out: dict[str, list[models.ShareAccessRule]] = {s: [] for s in share_ids}
+    if out:
+        for rule in db_api.query(db, Rule, {"share_id": list(out)}):
+            out[rule.share_id].append(rule)
+    return out
+
+
 def summary(states: Iterable[str]) -> str:
     states = set(states)
     if states & set(vocab.ACCESS_IN_FLIGHT):

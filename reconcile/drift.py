@@ -222,16 +222,21 @@ def _with_active_rules(db: Database, subjects: list[Subject],
     """Give each share's status call its active access rules
     (``access_rules`` in the share dict), which a driver answering
     ``served`` compares its servers' clients with; not while a rule of the
-    share is being applied or denied (the servers are changing)."""
+    share is being applied or denied (the servers are changing). One read
+    for the batch."""
+    asked: list[tuple[str, dict]] = []
     for subject in subjects:
         given = args.get(subject.cand.id)
         if isinstance(given, Exception) or not given or not isinstance(given[0], dict):
             continue
-        rules = db_access.rules_of(db, subject.cand.row.share_id)
+        asked.append((subject.cand.row.share_id, given[0]))
+    by_share = db_access.rules_of_shares(db, {share_id for share_id, _ in asked})
+    for share_id, share in asked:
+        rules = by_share[share_id]
         if any(r.state in vocab.ACCESS_IN_FLIGHT for r in rules):
             continue
-        given[0]["access_rules"] = [access.view(r) for r in rules
-                                    if r.state == vocab.ACCESS_ACTIVE]
+        share["access_rules"] = [access.view(r) for r in rules
+                                 if r.state == vocab.ACCESS_ACTIVE]
 
 
 def _as_read(cand: Candidate) -> dict[str, object]:
