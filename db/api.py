@@ -536,7 +536,7 @@ def request_list(
         stmt = stmt.where(models.Request.status == status)
     if limit:
         stmt = stmt.limit(limit)
-    with db.session() as session:
+    with db.reading() as session:
         if resource_id:
             stmt = stmt.where(models.Request.resource_id.in_(_request_keys(session, resource_id)))
         return list(session.scalars(stmt))

@@ -60,6 +60,6 @@ def get(db: Database, host: str) -> models.BackendStats | None:
 @retry_on_conflict
 def all_stats(db: Database) -> list[models.BackendStats]:
     """Every backend's report, by host."""
-    with db.session() as session:
+    with db.reading() as session:
         stmt = sa.select(models.BackendStats).order_by(models.BackendStats.host)
         return list(session.scalars(stmt))

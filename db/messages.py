@@ -74,7 +74,7 @@ def message_list(db: Database, resource_id: str | None = None, limit: int | None
         stmt = stmt.limit(limit)
     from sharemgr.db.api import _request_keys  # db/api records messages: no cycle
 
-    with db.session() as session:
+    with db.reading() as session:
         if resource_id:
             stmt = stmt.where(models.Message.resource_id.in_(_request_keys(session,
                                                                            resource_id)))
@@ -83,7 +83,7 @@ def message_list(db: Database, resource_id: str | None = None, limit: int | None
 
 @retry_on_conflict
 def message_get(db: Database, ident: str) -> models.Message | None:
-    with db.session() as session:
+    with db.reading() as session:
         return session.scalar(sa.select(models.Message).where(
             models.Message.id == ident, models.Message.expires_at > models.utcnow()))
 

@@ -29,7 +29,7 @@ def open_requests(db: Database, hosts: list[str]
         models.Request.status.in_(vocab.REQUEST_OPEN),
         sa.or_(*[host_match(models.Request.host, h) for h in hosts], models.Request.host.is_(None)),
     )
-    with db.session() as session:
+    with db.reading() as session:
         now = clock.read_tx(session)
         return list(session.scalars(stmt.order_by(models.Request.id))), now
 
@@ -169,7 +169,7 @@ def expired_leases(db: Database, hosts: list[str]) -> list[models.Request]:
         models.Request.lease_expires_at < clock.now(),
         sa.or_(*[host_match(models.Request.host, h) for h in hosts]),
     )
-    with db.session() as session:
+    with db.reading() as session:
         return list(session.scalars(stmt.order_by(models.Request.id)))
 
 
@@ -184,7 +184,7 @@ def last_request_args(db: Database, resource_type: str, resource_id: str, action
                    models.Request.resource_id == resource_id,
                    models.Request.action == action)
             .order_by(models.Request.id.desc()).limit(1))
-    with db.session() as session:
+    with db.reading() as session:
         return dict(session.scalar(stmt) or {})
 
 
@@ -353,5 +353,5 @@ def passes(db: Database, host: str | None = None, limit: int = 1,
         stmt = stmt.where(models.ReconcilePass.host == host)
     if pass_id is not None:
         stmt = stmt.where(models.ReconcilePass.id == pass_id)
-    with db.session() as session:
+    with db.reading() as session:
         return list(session.scalars(stmt))

@@ -112,7 +112,7 @@ def service_backends(db: Database,
     stmt = (sa.select(models.ServiceBackend)
             .where(models.ServiceBackend.engine_id.in_(ids))
             .order_by(models.ServiceBackend.engine_id, models.ServiceBackend.backend))
-    with db.session() as session:
+    with db.reading() as session:
         for row in session.scalars(stmt):
             out[row.engine_id].append(row)
     return out

@@ -490,7 +490,7 @@ def stack_requests(db: Database, stack_id: str, traversal_id: str | None = None
     stmt = sa.select(M.Request).where(
         M.Request.resource_type == vocab.STACK_RESOURCE, M.Request.action == vocab.ACTION_CHECK
     ).order_by(M.Request.id)
-    with db.session() as session:
+    with db.reading() as session:
         rows = list(session.scalars(stmt))
     return [r for r in rows if (r.args or {}).get("stack_id") == stack_id
             and (traversal_id is None or r.args.get("traversal") == traversal_id)]
