@@ -155,12 +155,19 @@ class Coordinator:
 
     @contextlib.contextmanager
     def hold(self, name: bytes, timeout: float | None = None) -> Iterator[None]:
-        """Blocking acquire (``timeout`` seconds, None = forever)."""
+        """Blocking acquire (``timeout`` seconds, None = forever); raises
+        CoordinationUnavailable when the backend fails while acquiring."""
         lock = self.lock(name)
         try:
             got = lock.acquire(blocking=True if timeout is None else timeout)
         except tenacity.RetryError:  # tooz's etcd driver, when the time is up
             got = False
+        except coordination.ToozError as exc:
+            # Unreachable or timed out (an etcd leader election): not held.
+            _drop_lease(lock)
+            raise CoordinationUnavailable(
+                f"lock {name.decode(errors='replace')} not acquired: the coordination "
+                f"backend failed: {type(exc).__name__}: {exc}") from exc
         if not got:
             _drop_lease(lock)
             raise TimeoutError(f"lock {name!r} not acquired in {timeout}s")

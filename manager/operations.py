@@ -27,7 +27,7 @@ from sharemgr.drivers.exceptions import (
     ShareResourceNotFound,
 )
 from sharemgr.manager import kinds, leases, views
-from sharemgr.manager.coordination import Coordinator
+from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Change, Op
 
@@ -161,7 +161,14 @@ class Operations:
 
     @contextlib.contextmanager
     def locked(self, rtype: str, ident: str) -> Iterator[None]:
-        with self.coordinator.hold(lock_name(rtype, ident)):
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(self.coordinator.hold(lock_name(rtype, ident)))
+            except CoordinationUnavailable as exc:
+                # Before any driver call: a member runs the request once the
+                # backend answers (it failed for good and left its resource
+                # in its transient status).
+                raise NotNow(str(exc)) from exc
             yield
 
     def fresh(self, model: type[R], ident: str, expected: tuple[str, ...]) -> R:

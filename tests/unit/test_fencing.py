@@ -122,6 +122,27 @@ def test_no_driver_call_while_out_of_the_group(engine):
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.EXTENDING
 
 
+def test_a_lock_the_backend_fails_to_grant_gives_the_request_back(engine):
+    """tooz's etcd lock raised OperationTimedOut while the etcd leader was
+    being replaced: the request failed for good and its share stayed
+    ``creating`` with no request to move it (tests/functional/test_etcd.py,
+    seen in CI). Nothing reached the driver: the request is given back."""
+    from tooz import coordination as tooz_coordination
+
+    inst, _ = _extending(engine)
+
+    class Unreachable:
+        def acquire(self, blocking=True):
+            raise tooz_coordination.OperationTimedOut("read timed out")
+
+    engine.operations.coordinator.lock = lambda name: Unreachable()
+    engine.driver.extend_share = lambda *a: pytest.fail("driver called without its lock")
+    with pytest.raises(NotNow, match="OperationTimedOut"):
+        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
+                                     args={"new_size": 9}))
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.EXTENDING
+
+
 def test_a_given_back_request_is_pending_again(engine):
     _, req = _extending(engine)
     assert api.request_release(engine.db, req, engine.engine_id, "out of the group")
