@@ -70,7 +70,7 @@ def coordination_url(conf: cfg.ConfigOpts = CONF) -> str:
             # Locks expire with the membership (tooz refreshes both at each
             # heartbeat), and no call to etcd outlasts it: a partitioned
             # engine hears that it is cut off before its peers act.
-            "lock_timeout": str(timeout), "timeout": str(timeout)})
+            "lock_timeout": str(timeout), "timeout": str(etcd_call_timeout(timeout))})
     if url.startswith(("file://", "redis")) and "executor=" not in url:
         # sharemgr waits on every tooz result at once; tooz's default thread
         # pool only adds a 1 s idle wait to every coordinator stop.
@@ -86,6 +86,15 @@ def coordination_url(conf: cfg.ConfigOpts = CONF) -> str:
             # the engine dead also finds its locks free.
             url += f"&lock_timeout={timeout}"
     return url
+
+
+def etcd_call_timeout(membership_timeout: int) -> int:
+    """Seconds an etcd call may take. tooz's heart refreshes the leases
+    every half TTL and retries a failed refresh a second later: a refresh
+    stuck in a leader election must give up, and its retry land, before
+    the membership runs out (a call as long as the TTL lost it). Whole
+    seconds (tooz's option); below 5 s of TTL one second is the least."""
+    return max(1, (membership_timeout - 2) // 3)
 
 
 def _with_defaults(url: str, defaults: dict[str, str]) -> str:

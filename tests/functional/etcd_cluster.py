@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sharemgr.manager.config import etcd_call_timeout
 
 from tests.conftest import IN_CI
 from tests.functional.local_harness import free_port
@@ -69,8 +70,11 @@ class Cluster:
         self.wait_healthy()
         return self
 
-    def url(self, timeout: int = 5, membership: int = 3, lock: int = 3) -> str:
-        """tooz's URL through the gateway (its options are whole seconds)."""
+    def url(self, timeout: int | None = None, membership: int = 3, lock: int = 3) -> str:
+        """tooz's URL through the gateway (its options are whole seconds);
+        each call's ``timeout`` by default the one sharemgr adds."""
+        if timeout is None:
+            timeout = etcd_call_timeout(membership)
         return (f"etcd3+http://127.0.0.1:{self.gateway_port}?timeout={timeout}"
                 f"&membership_timeout={membership}&lock_timeout={lock}")
 

