@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from sharemgr.common import vocab
 from sharemgr.drivers import base
 from sharemgr.drivers.dummy_calls import SHARE_KINDS, DummyCalls
 from sharemgr.drivers.dummy_state import BackendObject
@@ -59,7 +60,8 @@ class DummyReads(DummyCalls):
             "share_backend_name": self.share_backend_name,
             "vendor_name": "sharemgr",
             "driver_version": "1.0",
-            "storage_protocol": "NFS_CIFS",
+            # Every protocol it exports (Manila's form: joined by '_').
+            "storage_protocol": "_".join(vocab.PROTOCOLS),
             "driver_handles_share_servers": self.driver_handles_share_servers,
             "snapshot_support": conf.dummy_snapshot_support,
             "create_share_from_snapshot_support": conf.dummy_create_share_from_snapshot_support,

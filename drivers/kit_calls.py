@@ -32,9 +32,10 @@ class Kit:
     """Builds resource dicts in the manager's shapes and calls the driver,
     turning contract breaches into clear failures."""
 
-    def __init__(self, driver: ShareDriver, server: dict | None) -> None:
+    def __init__(self, driver: ShareDriver, server: dict | None, proto: str = "NFS") -> None:
         self.driver = driver
         self.server = server
+        self.proto = proto
         # object id -> (create method, its arguments, its result), to repeat it
         self.created: dict[str, tuple[str, tuple[object, ...], object]] = {}
 
@@ -48,7 +49,7 @@ class Kit:
         instance_id, name = self._ids("share")
         return {
             "id": instance_id, "share_id": str(uuid.uuid4()), "name": name, "size": size,
-            "share_proto": "NFS", "host": self.driver.backend_host,
+            "share_proto": self.proto, "host": self.driver.backend_host,
             "share_server_id": self.server["id"] if self.server else None,
             "export_locations": [],
             "snapshot_id": snapshot["snapshot_id"] if snapshot else None,

@@ -64,6 +64,8 @@ class DriverConformanceTests(ManageChecks, ReplicaChecks):
 
     #: DHSS modes the driver supports; every check runs in each.
     dhss_modes: tuple[bool, ...] = (False,)
+    #: The protocol of the shares the checks make.
+    share_proto: str = "NFS"
     #: Most ``*_continue`` calls a backup or restore may need to reach 100.
     backup_max_polls: int = 100
     #: Called between ``*_continue`` polls (e.g. ``lambda: time.sleep(1)``).
@@ -117,8 +119,8 @@ class DriverConformanceTests(ManageChecks, ReplicaChecks):
     def kit(self, driver: ShareDriver) -> Kit:
         server = None
         if driver.driver_handles_share_servers:
-            server = Kit(driver, None).create("share_server")
-        return Kit(driver, server)
+            server = Kit(driver, None, self.share_proto).create("share_server")
+        return Kit(driver, server, self.share_proto)
 
     # Set-up and information ----------------------------------------------------
 

@@ -142,6 +142,18 @@ class Report:
         leaves out is supported, as before reports existed."""
         return key not in self.stats or bool(self.stats[key])
 
+    def protocols(self) -> list[str]:
+        """The protocols the report names (Manila's ``NFS_CIFS`` form); []
+        when it names none."""
+        offered = self.stats.get("storage_protocol")
+        return [p for p in offered.upper().split("_") if p] \
+            if isinstance(offered, str) else []
+
+    def serves(self, proto: str) -> bool:
+        """False only when the report names its protocols without this one."""
+        offered = self.protocols()
+        return not offered or proto.upper() in offered
+
     def pool(self, name: str) -> Pool | None:
         return next((p for p in self.pools if p.name == name), None)
 

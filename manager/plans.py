@@ -221,6 +221,9 @@ def create_share(db: Database, host: str, dhss: bool, size: int, proto: str,
         if group.host != views.host_of(host):
             raise Refused(f"share group {share_group_id} is on {group.host}")
     caps = capabilities.report(db, host)
+    if caps is not None and not caps.serves(proto):
+        raise Refused(f"cannot create a {proto} share: backend {caps.backend!r} serves "
+                      f"{', '.join(caps.protocols())} (storage_protocol in its last report)")
     if snapshot_id:
         _can(caps, capabilities.FROM_SNAPSHOT, f"create a share from snapshot {snapshot_id}")
         if source is not None and capabilities.pool_of(source) \

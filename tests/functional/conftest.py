@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.functional import ceph_shared
 from tests.functional import local_harness as lh
 from tests.functional.etcd_cluster import Cluster
 from tests.functional.harness import Deployment
@@ -62,3 +63,17 @@ def local(deployment):
     for d in made:
         d.stop_all()
         lh.cleanup(lh.local_root(d.state))
+
+
+@pytest.fixture(scope="session")
+def ceph_cluster(tmp_path_factory):
+    """One Ceph cluster for the whole run, shared by every worker (the
+    first to need it brings it up, under a file lock); stopped at the end
+    of the run (``pytest_sessionfinish``). Tests keep apart by subvolume
+    group."""
+    return ceph_shared.cluster(tmp_path_factory)
+
+
+def pytest_sessionfinish(session):
+    if not hasattr(session.config, "workerinput"):  # the controller (or no xdist)
+        ceph_shared.stop(session.config)

@@ -136,6 +136,19 @@ def test_replica_refused_without_replication(intake, sqlite_db):
             f"cannot replicate share {share.id}", "replication_type is None")
 
 
+def test_a_protocol_the_backend_does_not_serve_is_refused(intake, sqlite_db):
+    """A CEPHFS-only backend took an NFS request, and its driver then failed
+    it: the share ended in error. Refused at intake, nothing written."""
+    report(sqlite_db, storage_protocol="CEPHFS")
+    refused(sqlite_db, lambda: intake.create_share(1, "NFS"),
+            "cannot create a NFS share", "backend 'dummy' serves CEPHFS")
+    assert intake.create_share(1, "cephfs").share_proto == "CEPHFS"
+    report(sqlite_db, storage_protocol="NFS_CIFS")
+    assert intake.create_share(1, "CIFS").share_proto == "CIFS"
+    report(sqlite_db, storage_protocol="")  # names none: anything goes
+    assert intake.create_share(1, "HDFS").share_proto == "HDFS"
+
+
 def test_share_group_refused_without_group_support(intake, sqlite_db):
     report(sqlite_db, share_group_support=False)
     refused(sqlite_db, lambda: intake.create_share_group("g"),

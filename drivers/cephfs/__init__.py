@@ -1,0 +1,1 @@
+"""The ``cephfs`` share driver: CephFS subvolumes (doc/cephfs_driver.rst)."""

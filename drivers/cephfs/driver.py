@@ -1,0 +1,292 @@
+"""The ``cephfs`` share driver: each share a CephFS subvolume.
+
+A share is a subvolume named by its instance id in the backend's subvolume
+group, its quota the share's size; snapshots are subvolume snapshots and a
+share from a snapshot is a clone. The mgr's ``volumes`` module does the
+work (asked through librados, ``client.CephClient``); clients mount the
+subvolume's path natively. doc/cephfs_driver.rst describes the mapping.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from oslo_config import cfg
+from sharemgr.drivers import base, shapes
+from sharemgr.drivers.cephfs.client import CephCallFailed, CephClient
+from sharemgr.drivers.cephfs.options import cephfs_opts
+from sharemgr.drivers.exceptions import (
+    InvalidShareRequest,
+    ShareBackendException,
+    ShareResourceNotFound,
+    ShareShrinkingPossibleDataLoss,
+)
+
+VERSION = "1.0"
+GIB = 1 << 30
+# A clone's states (``fs clone status``) and what they mean for its share.
+CLONE_STATUS = {"pending": "creating_from_snapshot", "in-progress": "creating_from_snapshot",
+                "complete": "available", "failed": "error", "canceled": "error"}
+CLONE_POLL = 0.5
+
+
+def _dict(value: object) -> dict:
+    """A JSON answer's object, or {} for anything else (a reply's shape is
+    the cluster's, not ours)."""
+    return value if isinstance(value, dict) else {}
+
+
+class CephFSDriver(base.ShareDriver):
+    """Shares as CephFS subvolumes of one subvolume group."""
+
+    driver_opts = cephfs_opts
+    supported_dhss_modes = (False,)
+
+    def __init__(self, configuration: cfg.ConfigOpts.GroupAttr, *, backend_name: str, host: str,
+                 engine_id: str, state_path: str) -> None:
+        super().__init__(configuration, backend_name=backend_name, host=host,
+                         engine_id=engine_id, state_path=state_path)
+        conf = configuration
+        self.ceph = CephClient(conf.cephfs_python, conf.cephfs_conf_path,
+                               conf.cephfs_cluster_name, conf.cephfs_auth_id,
+                               conf.cephfs_command_timeout)
+        self.group = conf.cephfs_subvolume_group or f"sharemgr_{backend_name}"
+        self.mode = conf.cephfs_volume_mode.lstrip("0") or "0"
+        self.volume: str = conf.cephfs_filesystem_name or ""
+        self.over_subscription = float(conf.cephfs_max_over_subscription_ratio)
+
+    # Set-up ----------------------------------------------------------------
+
+    def do_setup(self) -> None:
+        if self.ceph.python_missing():
+            raise ShareBackendException(
+                f"cephfs driver: no {self.ceph.python}: set cephfs_python to the Python of "
+                "the Debian package python3-rados (doc/cephfs_driver.rst)")
+        volumes = [v["name"] for v in self._list("fs volume ls")]
+        if self.volume and self.volume not in volumes:
+            raise ShareBackendException(
+                f"cephfs driver: the cluster has no file system {self.volume!r} "
+                f"(it has: {', '.join(volumes) or 'none'})")
+        if not self.volume:
+            if len(volumes) != 1:
+                raise ShareBackendException(
+                    "cephfs driver: set cephfs_filesystem_name: the cluster has "
+                    f"{len(volumes)} file systems ({', '.join(volumes) or 'none'})")
+            self.volume = volumes[0]
+        self.ceph.mgr("fs subvolumegroup create", vol_name=self.volume, group_name=self.group)
+
+    def check_for_setup_error(self) -> None:
+        self.ceph.mgr("fs subvolumegroup getpath", vol_name=self.volume,
+                      group_name=self.group)
+
+    def get_backend_info(self) -> shapes.JSONDict:
+        return {"driver": "cephfs", "version": VERSION, "volume": self.volume,
+                "group": self.group}
+
+    # Calls -------------------------------------------------------------------
+
+    def _list(self, prefix: str, **args: object) -> list[dict]:
+        answer = self.ceph.mgr(prefix, **args)
+        return answer if isinstance(answer, list) else []
+
+    def _sub(self, verb: str, name: str | None = None, **args: object) -> object:
+        """``fs subvolume <verb>`` in this backend's volume and group."""
+        if name is not None:
+            args["sub_name"] = name
+        return self.ceph.mgr(f"fs subvolume {verb}", vol_name=self.volume,
+                             group_name=self.group, **args)
+
+    def _info(self, name: str) -> dict:
+        try:
+            answer = self._sub("info", name)
+        except CephCallFailed as exc:
+            if exc.missing:
+                raise ShareResourceNotFound(f"cephfs: no subvolume {name} in group "
+                                            f"{self.group}") from exc
+            raise
+        if not isinstance(answer, dict):
+            raise ShareBackendException(f"cephfs: subvolume info {name}: {answer!r}")
+        return answer
+
+    @staticmethod
+    def _locations(info: Mapping[str, object]) -> list[shapes.ExportLocation]:
+        addrs = info.get("mon_addrs")
+        mons = ",".join(str(m) for m in addrs) if isinstance(addrs, list) else ""
+        return [{"path": f"{mons}:{info['path']}", "is_admin_only": False, "preferred": True}]
+
+    @staticmethod
+    def _proto(share: shapes.Share) -> None:
+        proto = str(share.get("share_proto", "")).upper()
+        if proto != "CEPHFS":
+            raise InvalidShareRequest(f"cephfs driver: protocol {proto or 'none'} is not "
+                                      "served (CEPHFS only)")
+
+    # Shares ----------------------------------------------------------------------
+
+    def create_share(self, share: shapes.Share, share_server: shapes.ShareServer | None = None
+                     ) -> list[shapes.ExportLocation]:
+        self._proto(share)
+        # Creating an existing subvolume sets its size: a create retried
+        # after a crash ends as the first one would have.
+        self._sub("create", share["id"], size=int(share["size"]) * GIB, mode=self.mode,
+                  namespace_isolated=True)
+        return self._locations(self._info(share["id"]))
+
+    def create_share_from_snapshot(self, share: shapes.Share, snapshot: shapes.Snapshot,
+                                   share_server: shapes.ShareServer | None = None
+                                   ) -> list[shapes.ExportLocation]:
+        self._proto(share)
+        target = share["id"]
+        try:
+            self._clone_state(target)
+        except ShareResourceNotFound:
+            try:
+                self._sub("snapshot clone", snapshot["share_instance_id"],
+                          snap_name=snapshot["id"], target_sub_name=target,
+                          target_group_name=self.group)
+            except CephCallFailed as exc:
+                if exc.missing:
+                    raise ShareResourceNotFound(
+                        f"cephfs: no snapshot {snapshot['id']} of subvolume "
+                        f"{snapshot['share_instance_id']}") from exc
+                raise
+        # The clone copies in the mgr's background: wait for it here (the
+        # call's lease bounds the wait).
+        while (state := self._clone_state(target)) == "creating_from_snapshot":
+            time.sleep(CLONE_POLL)
+        if state != "available":
+            raise ShareBackendException(f"cephfs: the clone of snapshot {snapshot['id']} "
+                                        f"into {target} failed")
+        self._sub("resize", target, new_size=str(int(share["size"]) * GIB), no_shrink=True)
+        return self._locations(self._info(target))
+
+    def _clone_state(self, name: str) -> str:
+        """The share status a clone's state means; ``available`` for a
+        subvolume that is no clone (or whose clone finished long ago)."""
+        try:
+            answer = self.ceph.mgr("fs clone status", vol_name=self.volume, clone_name=name,
+                                   group_name=self.group)
+        except CephCallFailed as exc:
+            if exc.missing:
+                raise ShareResourceNotFound(f"cephfs: no subvolume {name}") from exc
+            if "not allowed on subvolume" in str(exc) or exc.code == 95:  # not a clone
+                return "available"
+            raise
+        state = _dict(_dict(answer).get("status")).get("state", "")
+        return CLONE_STATUS.get(state, "error")
+
+    def delete_share(self, share: shapes.Share, share_server: shapes.ShareServer | None = None
+                     ) -> None:
+        # --force: a subvolume already gone counts as deleted.
+        self._sub("rm", share["id"], force=True)
+
+    def extend_share(self, share: shapes.Share, new_size: int,
+                     share_server: shapes.ShareServer | None = None) -> None:
+        if new_size < int(share["size"]):
+            raise InvalidShareRequest(f"cephfs: extend to {new_size} below the size "
+                                      f"{share['size']}")
+        self._info(share["id"])
+        self._sub("resize", share["id"], new_size=str(new_size * GIB), no_shrink=True)
+
+    def shrink_share(self, share: shapes.Share, new_size: int,
+                     share_server: shapes.ShareServer | None = None) -> None:
+        if new_size > int(share["size"]):
+            raise InvalidShareRequest(f"cephfs: shrink to {new_size} above the size "
+                                      f"{share['size']}")
+        used = int(self._info(share["id"]).get("bytes_used") or 0)
+        if used > new_size * GIB:
+            # Ceph would set a quota below the data (clients then fail every
+            # write): refused, the share left as it was.
+            raise ShareShrinkingPossibleDataLoss(
+                f"cephfs: share {share['id']} holds {used} bytes, more than {new_size} GiB")
+        self._sub("resize", share["id"], new_size=str(new_size * GIB), no_shrink=False)
+
+    def ensure_shares(self, shares: list[shapes.Share]) -> dict[str, shapes.ShareUpdate]:
+        present = {s["name"] for s in self._ls()}
+        return {s["id"]: {"status": "error"} for s in shares if s["id"] not in present}
+
+    # Snapshots -------------------------------------------------------------------
+
+    def create_snapshot(self, snapshot: shapes.Snapshot,
+                        share_server: shapes.ShareServer | None = None
+                        ) -> shapes.ModelUpdate | None:
+        try:
+            self._sub("snapshot create", snapshot["share_instance_id"],
+                      snap_name=snapshot["id"])
+        except CephCallFailed as exc:
+            if exc.missing:
+                raise ShareResourceNotFound(
+                    f"cephfs: no subvolume {snapshot['share_instance_id']}") from exc
+            if exc.code != 17:  # EEXIST: a create retried after a crash
+                raise
+        return None
+
+    def delete_snapshot(self, snapshot: shapes.Snapshot,
+                        share_server: shapes.ShareServer | None = None) -> None:
+        self._sub("snapshot rm", snapshot["share_instance_id"], snap_name=snapshot["id"],
+                  force=True)
+
+    # Capacity --------------------------------------------------------------------
+
+    def get_share_stats(self, refresh: bool = False) -> shapes.ShareStats:
+        status = self.ceph.mgr("fs status", fs=self.volume)
+        pools = _dict(status).get("pools")
+        data = [_dict(p) for p in (pools if isinstance(pools, list) else [])
+                if _dict(p).get("type") == "data"]
+        used = sum(int(p.get("used", 0)) for p in data)
+        avail = min((int(p.get("avail", 0)) for p in data), default=0)
+        return {
+            "share_backend_name": self.share_backend_name,
+            "vendor_name": "Ceph",
+            "driver_version": VERSION,
+            "storage_protocol": "CEPHFS",
+            "driver_handles_share_servers": False,
+            "snapshot_support": True,
+            "create_share_from_snapshot_support": True,
+            "replication_type": None,
+            "share_group_support": False,
+            "pools": [{"pool_name": self.volume,
+                       "total_capacity_gb": round((used + avail) / GIB, 2),
+                       "free_capacity_gb": round(avail / GIB, 2),
+                       "thin_provisioning": True,
+                       "max_over_subscription_ratio": self.over_subscription}],
+        }
+
+    # Status ------------------------------------------------------------------------
+
+    def get_share_status(self, share: shapes.Share,
+                         share_server: shapes.ShareServer | None = None) -> shapes.StatusReport:
+        info = self._info(share["id"])
+        status = self._clone_state(share["id"]) if info.get("state") != "complete" \
+            else "available"
+        quota = info.get("bytes_quota")
+        report: shapes.StatusReport = {"status": status}
+        if isinstance(quota, int):
+            report["size"] = -(-quota // GIB)
+        if status == "available":
+            report["export_locations"] = self._locations(info)
+        return report
+
+    def get_snapshot_status(self, snapshot: shapes.Snapshot,
+                            share_server: shapes.ShareServer | None = None) -> shapes.StatusReport:
+        names = {s["name"] for s in self._snapshots(snapshot["share_instance_id"])}
+        if snapshot["id"] not in names:
+            raise ShareResourceNotFound(f"cephfs: no snapshot {snapshot['id']}")
+        return {"status": "available"}
+
+    def _snapshots(self, share_id: str) -> list[dict]:
+        try:
+            answer = self._sub("snapshot ls", share_id)
+        except CephCallFailed as exc:
+            if exc.missing:
+                return []
+            raise
+        return answer if isinstance(answer, list) else []
+
+    def list_shares(self) -> list[shapes.ListedShare]:
+        return [{"id": s["name"], "name": s["name"]} for s in self._ls()]
+
+    def _ls(self) -> list[dict]:
+        answer = self._sub("ls")
+        return answer if isinstance(answer, list) else []

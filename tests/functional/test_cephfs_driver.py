@@ -1,0 +1,86 @@
+"""The cephfs driver through share-manager and sharectl on the run's Ceph
+cluster, with a libcephfs client writing and reading the shares: a share
+whose quota is its size and follows an extend and a shrink, a shrink below
+the data refused with the share left usable, a snapshot and a share made
+from it holding its content, deletes that leave no subvolume or snapshot.
+On SQLite + file locks and on PostgreSQL + Redis."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.functional.harness import SETUPS
+from tests.functional.local_harness import servers_for
+from tests.functional.test_cephfs_kit import cephfs_options
+
+pytestmark = pytest.mark.functional
+GIB = 1 << 30
+
+
+def _path(d, share_id: str) -> str:
+    location = d.json("share", "show", share_id)["export_locations"][0]
+    return (location["path"] if isinstance(location, dict) else location).split(":", 2)[-1]
+
+
+@pytest.mark.long(40)
+@pytest.mark.parametrize("setup", SETUPS)
+def test_walk_through(ceph_cluster, deployment, request, setup):
+    options = cephfs_options(ceph_cluster)
+    group = options["cephfs_subvolume_group"]
+    d = deployment(backends={"cephfs": {"share_driver": "cephfs", **options}},
+                   **servers_for(request, setup))
+    d.sync()
+    d.start()
+
+    def info(share_id: str) -> dict:
+        return ceph_cluster.json("fs", "subvolume", "info", "cephfs", share_id,
+                                 "--group_name", group)
+
+    def subvolumes() -> set[str]:
+        return {s["name"] for s in ceph_cluster.json("fs", "subvolume", "ls", "cephfs",
+                                                      "--group_name", group)}
+
+    share = d.json("share", "create", "1", "--proto", "CEPHFS", "--name", "walk",
+                   "--backend", "cephfs", "--wait")
+    sid = share["status"] == "available" and share["id"]
+    inst = d.json("share", "show", sid)["instance_id"]
+    assert info(inst)["bytes_quota"] == GIB
+    path = _path(d, sid)
+    assert path.startswith(f"/volumes/{group}/{inst}/"), path
+    ceph_cluster.files("write", f"{path}/one.txt", b"version one\n")
+    assert ceph_cluster.files("read", f"{path}/one.txt") == b"version one\n"
+
+    # NFS and CIFS are not served here: refused, nothing left behind.
+    out = d.sharectl("share", "create", "1", "--proto", "NFS", "--backend", "cephfs",
+                     "--wait", check=False)
+    assert out.returncode != 0
+
+    assert d.json("share", "extend", sid, "3", "--wait")["size"] == 3
+    assert info(inst)["bytes_quota"] == 3 * GIB
+
+    # 2.5 GiB of (sparse) data: a shrink to 2 would put the quota below it.
+    ceph_cluster.files("truncate", f"{path}/big.img", size=5 * GIB // 2)
+    out = d.sharectl("share", "shrink", sid, "2", "--wait", check=False)
+    assert out.returncode != 0
+    shown = d.json("share", "show", sid)
+    assert (shown["status"], shown["size"]) == ("available", 3), shown
+    assert info(inst)["bytes_quota"] == 3 * GIB
+    ceph_cluster.files("truncate", f"{path}/big.img", size=0)
+    assert d.json("share", "shrink", sid, "2", "--wait")["size"] == 2
+    assert info(inst)["bytes_quota"] == 2 * GIB
+
+    snap = d.json("snapshot", "create", sid, "--name", "s1", "--wait")
+    ceph_cluster.files("write", f"{path}/one.txt", b"version two\n")
+    clone = d.json("share", "create", "2", "--proto", "CEPHFS", "--backend", "cephfs",
+                   "--snapshot", snap["id"], "--wait")
+    assert clone["status"] == "available"
+    assert ceph_cluster.files("read", f"{_path(d, clone['id'])}/one.txt") == b"version one\n"
+    assert ceph_cluster.files("read", f"{path}/one.txt") == b"version two\n"
+
+    d.sharectl("share", "delete", clone["id"], "--wait")
+    d.sharectl("snapshot", "delete", snap["id"], "--wait")
+    assert ceph_cluster.json("fs", "subvolume", "snapshot", "ls", "cephfs", inst,
+                             "--group_name", group) == []
+    d.sharectl("share", "delete", sid, "--wait")
+    assert subvolumes() == set()
+    assert d.json("share", "list") == []
