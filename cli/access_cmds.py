@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from sharemgr.cli.app import SharectlApp
     from sharemgr.db import models
 
-COLUMNS = ("id", "access_type", "access_to", "access_level", "state", "created_at")
+COLUMNS = ("id", "access_type", "access_to", "access_level", "state", "access_key", "created_at")
 
 
 def _rule_state(app: SharectlApp, rule_id: str) -> str:

@@ -67,7 +67,7 @@ ACCESS_IN_FLIGHT = (ACCESS_QUEUED_TO_APPLY, ACCESS_APPLYING, ACCESS_QUEUED_TO_DE
                     ACCESS_DENYING)
 ACCESS_RULES_SYNCING = "syncing"
 ACCESS_RULES_STATUSES = (ACCESS_ACTIVE, ACCESS_RULES_SYNCING, ACCESS_ERROR)
-ACCESS_TYPES = ("ip", "user", "cert")
+ACCESS_TYPES = ("ip", "user", "cert", "cephx")
 ACCESS_LEVELS = ("rw", "ro")
 
 # Task states that mean another workflow (migration, data copy) owns the instance.

@@ -83,11 +83,13 @@ def start(db: Database, share_id: str) -> list[models.ShareAccessRule]:
 
 
 @retry_on_conflict
-def finish(db: Database, share_id: str, outcome: Mapping[str, tuple[str, str]]) -> int:
+def finish(db: Database, share_id: str, outcome: Mapping[str, tuple[str, str]],
+           keys: Mapping[str, str] | None = None) -> int:
     """Write each rule's outcome ``{rule_id: (state it was sent in, new
     state)}`` where the rule is still in the state it was sent in (a deny
-    that came meanwhile wins over an apply's outcome), and the summary, in
-    one transaction. Returns how many rules took their outcome."""
+    that came meanwhile wins over an apply's outcome), with the key the
+    backend gave it (``keys``), and the summary, in one transaction.
+    Returns how many rules took their outcome."""
     now = models.utcnow()
     won = 0
     with db.session() as session:
@@ -95,6 +97,8 @@ def finish(db: Database, share_id: str, outcome: Mapping[str, tuple[str, str]]) 
             values: dict[str, object] = {"state": new}
             if new == vocab.ACCESS_DELETED:
                 values["deleted_at"] = now
+            elif keys and rule_id in keys:
+                values["access_key"] = keys[rule_id]
             won += db_api.conditional_update_tx(session, Rule, rule_id, {"state": sent},
                                                 values)
         summarize_tx(session, share_id)

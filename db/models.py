@@ -260,6 +260,7 @@ class ShareAccessRule(Base):
     access_to: Mapped[str]
     access_level: Mapped[str]
     state: Mapped[str]
+    access_key: Mapped[str | None]
     created_at: Mapped[datetime.datetime]
     updated_at: Mapped[datetime.datetime | None]
     deleted_at: Mapped[datetime.datetime | None]

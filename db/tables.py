@@ -259,10 +259,11 @@ share_access_rules = sa.Table(
     "share_access_rules", metadata,
     sa.Column("id", String(36), primary_key=True, default=new_id),
     sa.Column("share_id", String(36), ForeignKey("shares.id"), nullable=False),
-    sa.Column("access_type", String(32), nullable=False),  # ip, user, cert
+    sa.Column("access_type", String(32), nullable=False),  # ip, user, cert, cephx
     sa.Column("access_to", String(255), nullable=False),
     sa.Column("access_level", String(2), nullable=False),  # rw, ro
     sa.Column("state", String(32), nullable=False),
+    sa.Column("access_key", String(255), nullable=True),  # a cephx rule's key (0018)
     *_timestamps(),
     Index("ix_share_access_rules_share", "share_id"),
     Index("ix_share_access_rules_state", "state"),

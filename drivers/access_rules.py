@@ -123,12 +123,23 @@ def cert(value: str, limits: Mapping[str, object] | None = None) -> str:
     return _named(value, "certificate common name", None, "", limits)
 
 
-VALIDATORS = {"ip": ip, "user": user, "cert": cert}
+# A cephx id (the client's ``client.<id>``): no periods (Manila refuses
+# them: ``client.a.b`` reads as the id ``a.b`` of type ``client``).
+CEPHX_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+CEPHX_HINT = "1 to 64 letters, digits, '_' or '-' (no periods)"
+
+
+def cephx(value: str, limits: Mapping[str, object] | None = None) -> str:
+    """A cephx identity, as ``--id`` names it."""
+    return _named(value, "cephx id", CEPHX_RE, CEPHX_HINT, limits)
+
+
+VALIDATORS = {"ip": ip, "user": user, "cert": cert, "cephx": cephx}
 
 # What a backend that declares nothing for a protocol is held to: Manila's
 # limits (a user or group of at least 4 characters).
 MANILA_LIMITS: Mapping[str, Mapping[str, object]] = {
-    "ip": {}, "user": {"min_length": 4}, "cert": {}}
+    "ip": {}, "user": {"min_length": 4}, "cert": {}, "cephx": {}}
 
 
 def check(access_type: object, access_to: object, access_level: object = "rw",

@@ -43,6 +43,7 @@ from sharemgr.drivers.shapes import (
     ReplicaState,
     ReplicaUpdate,
     RuleError,
+    RuleKey,
     Share,
     ShareGroup,
     ShareServer,
@@ -577,11 +578,11 @@ class ShareDriver:
         add_rules: list[AccessRule],
         delete_rules: list[AccessRule],
         share_server: ShareServer | None = None,
-    ) -> dict[str, RuleError] | None:
+    ) -> Mapping[str, RuleError | RuleKey] | None:
         """Make the backend's export of ``share`` allow exactly ``access_rules``.
 
         Manila's shape. Each rule is ``{"id", "access_type" ("ip", "user",
-        "cert"), "access_to", "access_level" ("rw", "ro")}``. ``access_rules``
+        "cert", "cephx"), "access_to", "access_level" ("rw", "ro")}``. ``access_rules``
         is the full set the share should have; ``add_rules`` and
         ``delete_rules`` are what changed since the last call. When both are
         empty (recovery after a crash, ensure-resources) the driver must make
@@ -589,7 +590,10 @@ class ShareDriver:
 
         :returns: None when every rule was applied, or ``{rule_id: {"state":
             "error"}}`` for the rules the backend refused (the others are
-            taken as applied).
+            taken as applied); a rule applied with a key the client needs
+            (a cephx rule: Manila's ``access_key``) is answered
+            ``{"access_key": key}``, stored on the rule and shown by
+            ``sharectl access list``.
         :raises OperationNotSupported: the backend has no access control.
         """
         raise OperationNotSupported("update_access")

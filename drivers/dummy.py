@@ -35,7 +35,7 @@ __all__ = ["DummyDriver", "dummy_opts"]
 # What the dummy backend can export each protocol to, as a real one would
 # (NFS by address, CIFS by user or address, CephFS by cephx identity): a
 # rule of another type is refused, the others applied.
-ACCESS_TYPES_BY_PROTO = {"NFS": ("ip",), "CIFS": ("user", "ip"), "CEPHFS": ("cert",),
+ACCESS_TYPES_BY_PROTO = {"NFS": ("ip",), "CIFS": ("user", "ip"), "CEPHFS": ("cephx",),
                          "GLUSTERFS": ("ip", "cert"), "HDFS": ("user",), "MAPRFS": ("user",)}
 
 

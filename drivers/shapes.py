@@ -95,6 +95,13 @@ class RuleError(TypedDict):
     reason: NotRequired[str]
 
 
+class RuleKey(TypedDict):
+    """``update_access``' answer for a rule applied with a key the client
+    needs (a cephx rule: Manila's ``access_key``)."""
+
+    access_key: str
+
+
 class StatusReport(TypedDict, total=False):
     """A status method's answer: ``status`` and what the method documents."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from sharemgr.common import messages, vocab
@@ -183,6 +183,18 @@ def _refused(answer: object) -> bool:
     return isinstance(answer, dict) and answer.get("state") == vocab.ACCESS_ERROR
 
 
+def _keys(updates: Mapping[str, object], rule_ids: Iterable[str]) -> dict[str, str]:
+    """The keys ``update_access`` gave rules (Manila's ``access_key``: a
+    cephx rule's), by rule id."""
+    keys = {}
+    for rule_id in rule_ids:
+        answer = updates.get(rule_id)
+        key = answer.get("access_key") if isinstance(answer, dict) else None
+        if isinstance(key, str) and key:
+            keys[rule_id] = key
+    return keys
+
+
 def _refusal(rule: models.ShareAccessRule, answer: object) -> str:
     reason = answer.get("reason") if isinstance(answer, dict) else None
     said = f": {reason}" if isinstance(reason, str) and reason else ""
@@ -221,7 +233,7 @@ def _sync_access(ops: Operations, inst: models.ShareInstance, resync: bool = Fal
     outcome = {r.id: (r.state, vocab.ACCESS_ERROR if r.id in refused else vocab.ACCESS_ACTIVE)
                for r in add}
     outcome.update({r.id: (r.state, vocab.ACCESS_DELETED) for r in remove})
-    db_access.finish(ops.db, inst.share_id, outcome)
+    db_access.finish(ops.db, inst.share_id, outcome, _keys(updates, outcome))
     if refused:
         # The reasons go into the user message (message show): the user
         # learns why without the daemon's log.

@@ -186,13 +186,18 @@ mds data = {r}/mds/$cluster-$id
         return keyring
 
     def files(self, op: str, path: str, data: bytes = b"", size: int = 0,
-              auth_id: str = "admin") -> bytes:
+              auth_id: str = "admin", key: str | None = None, root: str = "/") -> bytes:
         """A libcephfs client (Debian's Python and python3-cephfs) on the
-        file system: ``write`` data to ``path``, ``read`` it, or ``truncate``
-        it to ``size`` (a sparse file: its size counts in a quota, its
-        bytes are not written)."""
+        file system, mounted at ``root`` as ``client.<auth_id>`` (with
+        ``key``, when given, as its keyring): ``write`` data to ``path``
+        (under the root), ``read`` it, or ``truncate`` it to ``size`` (a
+        sparse file: its size counts in a quota, its bytes are not
+        written)."""
+        if key is not None:
+            (self.root / "keyring" / f"client.{auth_id}.keyring").write_text(
+                f"[client.{auth_id}]\n\tkey = {key}\n")
         out = subprocess.run(["/usr/bin/python3", "-c", _FILES, str(self.conf), auth_id,
-                              VOLUME, op, path, str(size)], input=data,
+                              VOLUME, op, path, str(size), root], input=data,
                              capture_output=True, timeout=60)
         if out.returncode != 0:
             raise CephError(f"cephfs {op} {path}: {out.stderr.decode(errors='replace')[-500:]}")
@@ -272,9 +277,10 @@ mds data = {r}/mds/$cluster-$id
 
 _FILES = """
 import sys, cephfs
-conf, auth, volume, op, path, size = sys.argv[1:7]
+conf, auth, volume, op, path, size, root = sys.argv[1:8]
 fs = cephfs.LibCephFS(conffile=conf, auth_id=auth)
-fs.mount(filesystem_name=volume.encode())
+fs.conf_set("client_mount_timeout", "10")
+fs.mount(mount_root=root.encode(), filesystem_name=volume.encode())
 try:
     if op == "write":
         data = sys.stdin.buffer.read()

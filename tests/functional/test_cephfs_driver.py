@@ -2,13 +2,15 @@
 cluster, with a libcephfs client writing and reading the shares: a share
 whose quota is its size and follows an extend and a shrink, a shrink below
 the data refused with the share left usable, a snapshot and a share made
-from it holding its content, deletes that leave no subvolume or snapshot.
+from it holding its content, a cephx rule whose key mounts the share (and
+only it) until it is denied, deletes that leave no subvolume or snapshot.
 On SQLite + file locks and on PostgreSQL + Redis."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.functional.ceph_cluster import CephError
 from tests.functional.harness import SETUPS
 from tests.functional.local_harness import servers_for
 from tests.functional.test_cephfs_kit import cephfs_options
@@ -49,6 +51,27 @@ def test_walk_through(ceph_cluster, deployment, request, setup):
     assert path.startswith(f"/volumes/{group}/{inst}/"), path
     ceph_cluster.files("write", f"{path}/one.txt", b"version one\n")
     assert ceph_cluster.files("read", f"{path}/one.txt") == b"version one\n"
+
+    # A cephx rule: the client mounts the share with the rule's key, and
+    # only the share; an ip rule is refused up front.
+    client = f"c{inst[:8]}"
+    rule = d.json("access", "allow", sid, "--type", "cephx", "--to", client, "--wait")
+    assert rule["state"] == "active", rule
+    [listed] = d.json("access", "list", sid)
+    key = listed["access_key"]
+    assert key and listed["access_to"] == client, listed
+    ceph_cluster.files("write", "/mine.txt", b"from the client\n", auth_id=client, key=key,
+                       root=path)
+    assert ceph_cluster.files("read", f"{path}/mine.txt") == b"from the client\n"
+    with pytest.raises(CephError):
+        ceph_cluster.files("read", f"{path}/one.txt", auth_id=client)  # not at the root
+    out = d.sharectl("access", "allow", sid, "--type", "ip", "--to", "127.0.0.1",
+                     check=False)
+    assert out.returncode == 2 and "cephx" in out.stderr, out.stderr
+    d.sharectl("access", "deny", sid, rule["id"], "--wait")
+    with pytest.raises(CephError):
+        ceph_cluster.files("read", "/mine.txt", auth_id=client, root=path)
+    assert client not in ceph_cluster.ceph("auth", "ls")
 
     # NFS and CIFS are not served here: refused, nothing left behind.
     out = d.sharectl("share", "create", "1", "--proto", "NFS", "--backend", "cephfs",

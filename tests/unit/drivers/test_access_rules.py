@@ -61,3 +61,21 @@ def test_for_protocol_reads_a_report_defensively():
 def test_users_outside_the_general_set_are_refused(value):
     with pytest.raises(RuleRefused, match="invalid user"):
         check("user", value)
+
+
+@pytest.mark.parametrize("value", ["alice", "svc-backup_2", "a" * 64])
+def test_cephx_ids_are_taken(value):
+    assert check("cephx", value) == ("cephx", value, "rw")
+
+
+@pytest.mark.parametrize("value", ["client.alice", "a.b", "a" * 65, "al ice", "bob/x"])
+def test_cephx_ids_ceph_would_misread_are_refused(value):
+    with pytest.raises(RuleRefused, match="cephx id"):
+        check("cephx", value)
+
+
+def test_a_cephfs_backend_takes_only_cephx_rules():
+    limits = access_rules.for_protocol({"CEPHFS": {"cephx": {}}}, "cephfs")
+    assert check("cephx", "alice", "ro", limits).access_level == "ro"
+    with pytest.raises(RuleRefused, match="take cephx rules, not ip"):
+        check("ip", "10.0.0.1", "rw", limits, where="backend h@cephfs, CEPHFS shares")

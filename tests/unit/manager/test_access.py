@@ -209,6 +209,31 @@ def test_a_refused_rule_and_a_failed_call_end_in_error(eng):
     assert set(_rules(db, inst.share_id).values()) == {vocab.ACCESS_ERROR}
 
 
+def test_a_key_the_backend_gives_a_rule_is_kept_with_it(eng):
+    """A cephx rule is answered with the key its client mounts with
+    (Manila's access_key): stored on the rule; a refused one gets none."""
+    db, driver = eng.db, eng.driver
+    inst = make_share(db)
+    real = driver.update_access
+
+    def with_keys(share, access_rules, add_rules, delete_rules, share_server=None):
+        answers = dict(real(share, access_rules, add_rules, delete_rules, share_server) or {})
+        for r in add_rules:
+            answers.setdefault(r["id"], {"access_key": f"key-of-{r['access_to']}"})
+        return answers
+
+    driver.update_access = with_keys
+    driver.refuse = {"10.0.0.2"}
+    intake = Intake(db, None)
+    intake.allow_access(inst.share_id, "ip", "10.0.0.1")
+    intake.allow_access(inst.share_id, "ip", "10.0.0.2")
+    with pytest.raises(OperationFailed, match="refused rule"):
+        _run_request(eng, inst)
+    keys = {r.access_to: (r.state, r.access_key) for r in db_access.rules_of(db, inst.share_id)}
+    assert keys == {"10.0.0.1": (vocab.ACCESS_ACTIVE, "key-of-10.0.0.1"),
+                    "10.0.0.2": (vocab.ACCESS_ERROR, None)}
+
+
 # Reconciliation ---------------------------------------------------------------------
 
 
