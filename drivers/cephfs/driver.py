@@ -29,6 +29,7 @@ GIB = 1 << 30
 CLONE_STATUS = {"pending": "creating_from_snapshot", "in-progress": "creating_from_snapshot",
                 "complete": "available", "failed": "error", "canceled": "error"}
 CLONE_POLL = 0.5
+CLONE_WAITS = 10
 
 
 def _dict(value: object) -> dict:
@@ -151,9 +152,14 @@ class CephFSDriver(base.ShareDriver):
                         f"cephfs: no snapshot {snapshot['id']} of subvolume "
                         f"{snapshot['share_instance_id']}") from exc
                 raise
-        # The clone copies in the mgr's background: wait for it here (the
-        # call's lease bounds the wait).
+        # The clone copies in the mgr's background: wait for it here, at
+        # most CLONE_WAITS command timeouts (the call's lease is longer).
+        deadline = time.monotonic() + CLONE_WAITS * self.ceph.timeout
         while (state := self._clone_state(target)) == "creating_from_snapshot":
+            if time.monotonic() > deadline:
+                raise ShareBackendException(
+                    f"cephfs: the clone of snapshot {snapshot['id']} into {target} is still "
+                    f"copying after {CLONE_WAITS * self.ceph.timeout:g}s")
             time.sleep(CLONE_POLL)
         if state != "available":
             raise ShareBackendException(f"cephfs: the clone of snapshot {snapshot['id']} "
