@@ -48,6 +48,12 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "convergence/node_check.py": WORKER,
     "convergence/physical.py": WORKER,
     "convergence/properties.py": (UNIT + "convergence/test_template.py",),
+    # a template's parts, through parse (test_template)
+    "convergence/dependency_order.py": (UNIT + "convergence/test_template.py",),
+    "convergence/intrinsics.py": (UNIT + "convergence/test_template.py",),
+    "convergence/resource_types.py": (UNIT + "convergence/test_template.py",),
+    "convergence/template_validation.py": (UNIT + "convergence/test_template.py",
+                                           UNIT + "convergence/test_groups.py"),
     "convergence/report.py": (UNIT + "convergence/test_worker.py",),
     "convergence/row_locks.py": (UNIT + "convergence/test_worker_recovery.py",),
     "convergence/tracking.py": WORKER,
