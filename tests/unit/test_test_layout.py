@@ -67,6 +67,10 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "db/stack_work.py": (UNIT + "db/test_stacks.py", *WORKER),
     "db/status.py": (UNIT + "common/test_metrics.py",),
     "db/tables.py": (UNIT + "db/test_models.py",),
+    # ShareDriver's method groups (drivers/base.py inherits them)
+    "drivers/backup_methods.py": (UNIT + "drivers/test_base.py",),
+    "drivers/manage_methods.py": (UNIT + "drivers/test_base.py", FUNC + "test_manage.py"),
+    "drivers/read_methods.py": (UNIT + "drivers/test_base.py", UNIT + "common/test_metrics.py"),
     "drivers/dummy_calls.py": (UNIT + "drivers/test_dummy.py",),
     "drivers/dummy_cli.py": (UNIT + "drivers/test_dummy.py",),
     "drivers/dummy_options.py": (UNIT + "drivers/test_dummy.py", UNIT + "manager/test_config.py"),
