@@ -65,6 +65,8 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "db/inserts.py": (UNIT + "db/test_api.py", UNIT + "db/test_share_gone.py"),
     "db/notify.py": (FUNC + "test_wakeups.py",),
     "db/request_queue.py": (UNIT + "db/test_api.py", UNIT + "db/test_claim_plan.py"),
+    "db/resource_locks.py": (UNIT + "db/test_stacks.py", *WORKER),
+    "db/stack_purge.py": (UNIT + "db/test_stacks.py", UNIT + "db/test_stack_events.py"),
     "db/records.py": (UNIT + "db/test_status_reads.py", UNIT + "db/test_sync_points.py"),
     "db/stack_work.py": (UNIT + "db/test_stacks.py", *WORKER),
     "db/status.py": (UNIT + "common/test_metrics.py",),
