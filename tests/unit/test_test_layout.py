@@ -111,6 +111,8 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "drivers/timing.py": (UNIT + "common/test_metrics.py",),
     "manager/backup_ops.py": (UNIT + "test_force_delete.py", FUNC + "test_operations.py"),
     "manager/coordination.py": (UNIT + "test_fencing.py", UNIT + "manager/test_config.py"),
+    "manager/delete_plans.py": (UNIT + "test_force_delete.py",
+                                UNIT + "manager/test_replica_ops.py"),
     "manager/ensure.py": (UNIT + "manager/test_access.py",
                           FUNC + "test_limits_races_and_logged_errors.py"),
     "manager/handlers.py": (UNIT + "manager/test_operation_table.py", FUNC + "test_operations.py"),
