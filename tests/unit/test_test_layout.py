@@ -135,6 +135,8 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "reconcile/scan.py": (UNIT + "reconcile/test_reconciler_skips.py",
                           UNIT + "reconcile/test_reconciler_locks_and_failures.py"),
     "reconcile/stack_check.py": (FUNC + "test_drift_and_hung_calls.py",),
+    "reconcile/status_query.py": (UNIT + "reconcile/test_reconciler_batches.py",
+                                  UNIT + "reconcile/test_reconciler.py"),
     "reconcile/summary.py": (UNIT + "common/test_metrics.py",
                              UNIT + "reconcile/test_reconciler_locks_and_failures.py"),
 }
