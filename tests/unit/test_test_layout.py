@@ -58,6 +58,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "convergence/row_locks.py": (UNIT + "convergence/test_worker_recovery.py",),
     "convergence/tracking.py": WORKER,
     "daemon/backends.py": (UNIT + "db/test_services.py", FUNC + "test_daemon_lifecycle.py"),
+    "daemon/database.py": (UNIT + "db/test_engine.py", FUNC + "test_daemon.py"),
     "daemon/heal.py": (UNIT + "common/test_outage.py", FUNC + "test_drift_and_hung_calls.py"),
     "daemon/service.py": (FUNC + "test_daemon.py", FUNC + "test_daemon_lifecycle.py"),
     "daemon/systemd.py": (UNIT + "common/test_outage.py", FUNC + "test_daemon_lifecycle.py"),
