@@ -486,7 +486,7 @@ def stack_requests(db: Database, stack_id: str, traversal_id: str | None = None
                    ) -> list[M.Request]:
     """The check requests of a stack (one traversal's, if given), oldest first.
     Filtered in Python: ``args`` is JSON, queried the same way on every
-    database; callers are tests and ``sharectl``."""
+    database; the callers are tests."""
     stmt = sa.select(M.Request).where(
         M.Request.resource_type == vocab.STACK_RESOURCE, M.Request.action == vocab.ACTION_CHECK
     ).order_by(M.Request.id)
