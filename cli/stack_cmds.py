@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from sharemgr.cli import base
+from sharemgr.cli.stack_input import load_template, lookup, template_args
 from sharemgr.common import vocab
 
 if TYPE_CHECKING:
@@ -22,59 +23,7 @@ if TYPE_CHECKING:
 POLL = 0.1
 
 
-def _lookup(app: SharectlApp, name: str) -> models.Stack:
-    from sharemgr.db import stacks
-    from sharemgr.db.stacks import StackNotFound
-
-    try:
-        return stacks.stack_lookup(app.context.db, name)
-    except StackNotFound as exc:
-        raise base.UserError(str(exc))
-
-
-def _read(path: str, what: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        raise base.UserError(f"cannot read {what} {path}: {exc.strerror or exc}")
-
-
-def _template(app: SharectlApp, path: str, args: argparse.Namespace | None = None,
-              previous: Template | None = None) -> Template:
-    """The template at ``path`` with its parameters: ``-e`` files, then
-    ``-P`` (which wins); on an update, a parameter given neither keeps the
-    value the stack was last given, if the new template still declares it."""
-    import yaml
-    from sharemgr.convergence import actions
-    from sharemgr.convergence import parameters as params
-    from sharemgr.convergence.template import TemplateError
-
-    text = _read(path, "template")
-    given: dict[str, object] = {}
-    if args is not None:
-        try:
-            for env in args.environment or ():
-                given.update(params.read_environment(_read(env, "environment")))
-            given.update(params.parse_assignments(args.parameter or []))
-        except params.ParameterError as exc:
-            raise base.UserError(str(exc))
-    if previous is not None and previous.parameter_values:
-        try:  # libyaml's parser where PyYAML has it (template.parse says why)
-            raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
-        except yaml.YAMLError:
-            raw = None  # parse() below names the error
-        declared = raw.get("parameters") if isinstance(raw, dict) else None
-        if isinstance(declared, dict):
-            given = {**{k: v for k, v in previous.parameter_values.items()
-                        if k in declared}, **given}
-    try:
-        return actions.load_template(text, app.context.conf.enabled_share_backends, given)
-    except TemplateError as exc:
-        raise base.UserError(f"invalid template {path}: {exc}")
-
-
-def _show(app: SharectlApp, stack: models.Stack, template: Template | None = None
+def show(app: SharectlApp, stack: models.Stack, template: Template | None = None
           ) -> base.Shown:
     from sharemgr.convergence import actions
 
@@ -167,11 +116,11 @@ class _Start(base.OnStack, base.ShowOne):
             started = stacks.stack_get(db, tr.stack_id, include_deleted=True)
             if started is None:
                 raise base.OperationFailed(f"stack {tr.stack_id} is gone")
-            return _show(self.app, started)
+            return show(self.app, started)
         stack, rolled_back = wait_for_stack(self.app, tr.stack_id, tr.traversal_id,
                                             parsed_args.wait_timeout)
         # The template this traversal stored, when it is still the stack's.
-        result = _show(self.app, stack,
+        result = show(self.app, stack,
                        tr.template if stack.template_id == tr.template_id else None)
         if stack.status != vocab.STACK_COMPLETE or rolled_back:
             self.produce_output(parsed_args, *result)
@@ -180,36 +129,6 @@ class _Start(base.OnStack, base.ShowOne):
         if stack.action == vocab.STACK_DELETE:
             self.app.stderr.write(f"stack {stack.name} deleted\n")
         return result
-
-
-def minutes(text: str) -> float:
-    from sharemgr.convergence.template import MAX_TIMEOUT_MINUTES
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of minutes: {text!r}")
-    if not 0 <= value <= MAX_TIMEOUT_MINUTES:  # also refuses nan
-        raise argparse.ArgumentTypeError(
-            f"must be from 0 to {MAX_TIMEOUT_MINUTES} minutes, got {value}")
-    return value
-
-
-def _template_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-t", "--template", required=True, metavar="FILE",
-                        help="YAML template")
-    parser.add_argument("--timeout", type=minutes, default=None, metavar="MINUTES",
-                        help="fail (and roll back) the traversal if it runs longer; 0: no "
-                        "timeout (default: the template's 'timeout', else the "
-                        "stack_timeout_minutes option)")
-    parser.add_argument("-P", "--parameter", action="append", metavar="NAME=VALUE",
-                        help="a template parameter's value (repeatable; wins over -e)")
-    parser.add_argument("-e", "--environment", action="append", metavar="ENV_FILE",
-                        help="YAML with 'parameters:' and/or 'parameter_defaults:' "
-                        "(repeatable, later files win)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print what would be added, updated in place, replaced, "
-                        "deleted or left unchanged, per resource; change nothing")
 
 
 def _preview(app: SharectlApp, template: Template, stack: models.Stack | None,
@@ -250,17 +169,17 @@ class StackCreate(_TemplateStart):
             check_stack_name(args.name)
         except TemplateError as exc:
             raise base.UserError(str(exc))
-        return _preview(self.app, _template(self.app, args.template, args), None)
+        return _preview(self.app, load_template(self.app, args.template, args), None)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        _template_args(parser)
+        template_args(parser)
         parser.add_argument("--disable-rollback", action="store_true",
                             help="on failure leave the stack FAILED instead of rolling back")
 
     def begin(self, args: argparse.Namespace) -> Traversal:
         from sharemgr.convergence import actions
 
-        template = _template(self.app, args.template, args)
+        template = load_template(self.app, args.template, args)
         timeout = actions.timeout_for(template, args.timeout,
                                       self.app.context.conf.stack_timeout_minutes)
         return actions.create(self.app.context.db, args.name, template, args.disable_rollback,
@@ -274,7 +193,7 @@ class StackUpdate(_TemplateStart):
     action = vocab.STACK_UPDATE
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        _template_args(parser)
+        template_args(parser)
         parser.add_argument("--allow-replace", action="store_true",
                             help="go on even if the update replaces shares (the data on "
                             "the old shares is not carried over)")
@@ -283,9 +202,9 @@ class StackUpdate(_TemplateStart):
         """The stack, the new template and the stored one."""
         from sharemgr.convergence import actions
 
-        stack = _lookup(self.app, args.name)
+        stack = lookup(self.app, args.name)
         previous = actions.stored_template(self.app.context.db, stack)
-        return stack, _template(self.app, args.template, args, previous), previous
+        return stack, load_template(self.app, args.template, args, previous), previous
 
     def dry_run(self, args: argparse.Namespace) -> base.Shown:
         stack, template, previous = self._new(args)
@@ -340,7 +259,7 @@ class StackCancel(base.OnStack, base.ShowOne):
         from sharemgr.convergence import lifecycle
         from sharemgr.db import stacks
 
-        stack = _lookup(self.app, parsed_args.name)
+        stack = lookup(self.app, parsed_args.name)
         db = self.app.context.db
         if stack.status != vocab.STACK_IN_PROGRESS:
             raise base.UserError(f"stack {stack.name} is {stack.action} {stack.status}: "
@@ -355,17 +274,17 @@ class StackCancel(base.OnStack, base.ShowOne):
         if parsed_args.wait and stack.status == vocab.STACK_IN_PROGRESS:
             stack, _ = wait_for_stack(self.app, stack.id, stack.current_traversal or "", None)
             if stack.status != vocab.STACK_COMPLETE:
-                self.produce_output(parsed_args, *_show(self.app, stack))
+                self.produce_output(parsed_args, *show(self.app, stack))
                 raise base.OperationFailed(f"stack {stack.name} {stack.action} "
                                            f"{stack.status}: {stack.status_reason}")
-        return _show(self.app, stack)
+        return show(self.app, stack)
 
 
 class StackShow(base.OnStack, base.ShowOne):
     """Show a stack, its outputs resolved."""
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
-        return _show(self.app, _lookup(self.app, parsed_args.name))
+        return show(self.app, lookup(self.app, parsed_args.name))
 
 
 class StackList(base.Lister):
@@ -386,7 +305,7 @@ class StackResourceList(base.OnStack, base.Lister):
     def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.convergence import actions
 
-        stack = _lookup(self.app, parsed_args.name)
+        stack = lookup(self.app, parsed_args.name)
         rows = actions.resource_rows(self.app.context.db, stack)
         cols = ("id", "name", "type", "physical_id", "action", "status", "status_reason")
         return cols, [tuple(r[c] for c in cols) for r in rows]
@@ -398,7 +317,7 @@ class StackGraph(base.OnStack, base.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from sharemgr.convergence import actions
 
-        stack = _lookup(self.app, parsed_args.name)
+        stack = lookup(self.app, parsed_args.name)
         self.app.stdout.write(actions.graph_dot(self.app.context.db, stack))
         return 0
 
@@ -435,8 +354,8 @@ class StackCheck(base.OnStack, base.ShowOne):
                             help="how long to wait for a manager to run it (default 120)")
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
-        stack = _check(self.app, _lookup(self.app, parsed_args.name), parsed_args.timeout)
-        result = _show(self.app, stack)
+        stack = _check(self.app, lookup(self.app, parsed_args.name), parsed_args.timeout)
+        result = show(self.app, stack)
         if stack.status != vocab.STACK_COMPLETE:
             self.produce_output(parsed_args, *result)
             raise base.OperationFailed(
@@ -456,7 +375,7 @@ class StackConverge(_Start):
         from sharemgr.convergence.template import Template
         from sharemgr.db import stacks
 
-        stack = _check(self.app, _lookup(self.app, args.name), 120)
+        stack = _check(self.app, lookup(self.app, args.name), 120)
         stored = None if stack.template_id is None else \
             stacks.template_get(self.app.context.db, stack.template_id)
         if stored is None:
@@ -471,7 +390,7 @@ class StackOutputList(base.OnStack, base.Lister):
     def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.convergence import actions
 
-        stack = _lookup(self.app, parsed_args.name)
+        stack = lookup(self.app, parsed_args.name)
         outputs = actions.outputs(self.app.context.db, stack)
         return ("output_key", "output_value"), [(k, base.fmt(v)) for k, v in outputs.items()]
 
@@ -485,7 +404,7 @@ class StackOutputShow(base.OnStack, base.ShowOne):
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         from sharemgr.convergence import actions
 
-        stack = _lookup(self.app, parsed_args.name)
+        stack = lookup(self.app, parsed_args.name)
         outputs = actions.outputs(self.app.context.db, stack)
         if parsed_args.output not in outputs:
             raise base.UserError(f"stack {stack.name} has no output {parsed_args.output!r} "

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from sharemgr.cli import base
-from sharemgr.cli.stack_cmds import _lookup
+from sharemgr.cli.stack_input import lookup
 from sharemgr.common import vocab
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class StackEventList(base.OnStack, base.Lister):
     def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.db import stack_events
 
-        stack = _lookup(self.app, parsed_args.name)
+        stack = lookup(self.app, parsed_args.name)
         if parsed_args.follow:
             try:
                 self._follow(stack, parsed_args.resource)
@@ -99,7 +99,7 @@ class StackEventShow(base.OnStack, base.ShowOne):
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         from sharemgr.db import stack_events
 
-        stack = _lookup(self.app, parsed_args.name)
+        stack = lookup(self.app, parsed_args.name)
         try:
             event_id = int(parsed_args.event)
         except ValueError:
@@ -118,7 +118,7 @@ class StackFailuresList(base.OnStack, base.Lister):
     def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:
         from sharemgr.db import stack_events
 
-        stack = _lookup(self.app, parsed_args.name)
+        stack = lookup(self.app, parsed_args.name)
         cols = ("resource_name", "type", "physical_id", "resource_id", "action", "status",
                 "reason")
         rows = stack_events.failures(self.app.context.db, stack.id)

@@ -8,7 +8,8 @@ import argparse
 import json
 
 from sharemgr.cli import base
-from sharemgr.cli.stack_cmds import _lookup, _read, _show, _template, _template_args
+from sharemgr.cli.stack_cmds import show
+from sharemgr.cli.stack_input import load_template, lookup, read, template_args
 
 
 class StackAbandon(base.OnStack, base.Command):
@@ -20,7 +21,7 @@ class StackAbandon(base.OnStack, base.Command):
         from sharemgr.convergence import abandon
         from sharemgr.db import stack_keep
 
-        stack = _lookup(self.app, parsed_args.name)
+        stack = lookup(self.app, parsed_args.name)
         try:
             data = abandon.abandon(self.app.context.db, stack)
         except stack_keep.Refused as exc:
@@ -38,7 +39,7 @@ class StackAdopt(base.ShowOne):
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("name", metavar="NAME", help="the new stack's name")
-        _template_args(parser)
+        template_args(parser)
         parser.add_argument("--adopt-file", required=True, metavar="DATA",
                             help="JSON as 'sharectl stack abandon' prints it")
         parser.add_argument("--disable-rollback", action="store_true",
@@ -54,7 +55,7 @@ class StackAdopt(base.ShowOne):
         args = parsed_args
         try:
             check_stack_name(args.name)
-            data = abandon.read_data(_read(args.adopt_file, "adopt data"))
+            data = abandon.read_data(read(args.adopt_file, "adopt data"))
         except (TemplateError, abandon.AdoptError) as exc:
             raise base.UserError(f"{args.adopt_file}: {exc}" if isinstance(
                 exc, abandon.AdoptError) else str(exc))
@@ -62,7 +63,7 @@ class StackAdopt(base.ShowOne):
         params = data.get("parameters") or {}
         assert isinstance(params, dict)  # read_data checked it
         given = Template(resources={}, parameter_values=dict(params))
-        template = _template(self.app, args.template, args, given)
+        template = load_template(self.app, args.template, args, given)
         db = self.app.context.db
         timeout = actions.timeout_for(template, args.timeout,
                                       self.app.context.conf.stack_timeout_minutes)
@@ -74,7 +75,7 @@ class StackAdopt(base.ShowOne):
             stack = abandon.adopt(db, args.name, template, data, args.disable_rollback, timeout)
         except (abandon.AdoptError, StackExists) as exc:
             raise base.UserError(f"cannot adopt stack {args.name}: {exc}")
-        return _show(self.app, stack)
+        return show(self.app, stack)
 
 
 class StackResourceMarkUnhealthy(base.OnStack, base.ShowOne):
@@ -93,7 +94,7 @@ class StackResourceMarkUnhealthy(base.OnStack, base.ShowOne):
         from sharemgr.db import stack_keep, stacks
 
         db = self.app.context.db
-        stack = _lookup(self.app, parsed_args.name)
+        stack = lookup(self.app, parsed_args.name)
         row = actions.current_rows(db, stack).get(parsed_args.resource)
         if row is None or row.physical_id is None:
             raise base.UserError(f"stack {stack.name} has no resource {parsed_args.resource!r} "

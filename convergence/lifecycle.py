@@ -34,7 +34,7 @@ from sharemgr.common import metrics, vocab
 from sharemgr.convergence import prepare
 from sharemgr.convergence.graph import Graph, Node
 from sharemgr.convergence.template import Template
-from sharemgr.db import models, stack_events, stacks, sync_points
+from sharemgr.db import models, stack_events, stack_purge, stacks, sync_points
 from sharemgr.db.engine import Database, after_commit
 from sqlalchemy.orm import Session
 
@@ -119,7 +119,7 @@ def purge_tx(session: Session, ended: Ended) -> bool:
     # The stack's COMPLETE event, after the last node's (a completed
     # DELETE's goes with the others in the purge).
     stack_events.stack_event_tx(session, ended.stack.id, vocab.STACK_COMPLETE)
-    stacks.purge_tx(session, ended.stack.id)
+    stack_purge.purge_tx(session, ended.stack.id)
     LOG.info("stack %s: %s", ended.stack.name, ended.reason)
     _count_traversal(session, ended.stack, vocab.STACK_COMPLETE)
     return True

@@ -23,7 +23,7 @@ from sharemgr.common import vocab
 from sharemgr.convergence.template import physical_name
 from sharemgr.db import models
 from sharemgr.db.engine import Database
-from sharemgr.manager import access, kinds, plans, views
+from sharemgr.manager import access, delete_plans, kinds, plans, views
 from sharemgr.manager.kinds import BUSY, ERROR, GONE, OK, Observed, observe, observe_rows
 from sharemgr.manager.plans import Change, Op, Plan
 
@@ -164,17 +164,17 @@ def plan_delete(db: Database, type_: str, physical_id: str | None,
     again)."""
     if physical_id is None or (observed or observe(db, type_, physical_id)).state == GONE:
         return None
-    return plans.delete(db, type_, physical_id)
+    return delete_plans.delete(db, type_, physical_id)
 
 
 def observe_for_delete(db: Database, type_: str, physical_id: str | None
                        ) -> tuple[Observed, Plan | None]:
     """The resource as observed now and its delete's plan (None: gone), in
-    one read for a share (``plans.delete_seen``); raises CheckError as
+    one read for a share (``delete_plans.delete_seen``); raises CheckError as
     :func:`plan_delete` does."""
     if physical_id is None:
         return Observed(GONE), None
-    return plans.delete_seen(db, type_, physical_id)
+    return delete_plans.delete_seen(db, type_, physical_id)
 
 
 def observe_after(db: Database, type_: str, physical_id: str | None, plan: Plan,

@@ -41,7 +41,7 @@ from sharemgr.convergence.graph import (
     build_traversal_graph,
 )
 from sharemgr.convergence.template import Template
-from sharemgr.db import api, models, sync_points
+from sharemgr.db import api, models, stack_purge, sync_points
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
@@ -385,7 +385,7 @@ def _prepare_locked(
         # swap, not the lock, is what the design promises.
         raise TraversalLost(f"stack {stack.id}: traversal {previous} was replaced concurrently")
     if complete:
-        db_stacks.purge_tx(session, stack.id)
+        stack_purge.purge_tx(session, stack.id)
 
     leaves = () if complete else tuple(sorted(
         settled.ready(graph) if settled else graph.leaves(),

@@ -9,20 +9,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sharemgr.convergence.template import (
+from sharemgr.convergence.intrinsics import GetAttr, GetResource, call_of, parse_call
+from sharemgr.convergence.resource_types import (
     IN_PLACE,
     REPLACE,
     RESOURCE_TYPES,
-    GetAttr,
-    GetResource,
     ResolutionError,
-    ResourceDefinition,
-    Template,
     TemplateError,
-    _check_value,
-    _function,
-    _parse_function,
+    check_value,
 )
+from sharemgr.convergence.template import ResourceDefinition, Template
 
 
 @dataclass(frozen=True)
@@ -78,9 +74,9 @@ def data_by_name(input_data: Mapping[str, object]) -> dict[str, ResourceData]:
 
 
 def _resolve(where: str, value: object, resources: Mapping[str, ResourceData]) -> object:
-    call = _function(value)
+    call = call_of(value)
     if call is not None:
-        ref = _parse_function(where, *call)
+        ref = parse_call(where, *call)
         rd = resources.get(ref.name)
         if rd is None:
             raise ResolutionError(f"{where}: no data for resource {ref.name!r}")
@@ -129,10 +125,10 @@ def resolve_properties(
         ps = defn.schema.properties[prop]
         resolved = _resolve(where, value, resources)
         try:
-            _check_value(where, ps, resolved)
+            check_value(where, ps, resolved)
         except TemplateError as exc:
             raise ResolutionError(str(exc))
-        # A schema with allowed values is a string's: _check_value made it one.
+        # A schema with allowed values is a string's: check_value made it one.
         if ps.allowed is not None and isinstance(resolved, str):
             resolved = next(a for a in ps.allowed if a.upper() == resolved.upper())
         out[prop] = resolved

@@ -29,7 +29,7 @@ from sharemgr.convergence import lifecycle, prepare
 from sharemgr.convergence.graph import Graph, Node, node_key
 from sharemgr.convergence.node_check import Claimed, Ctx, Outcome, Result
 from sharemgr.convergence.row_locks import RowLocks
-from sharemgr.db import stack_work, stacks, sync_points
+from sharemgr.db import resource_locks, stack_work, sync_points
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
 
@@ -111,7 +111,7 @@ class Reporter:
                                   release=rid in ctx.held)
             for rid in dict.fromkeys(ctx.held):
                 if rid != ended_rid:  # released as it ended
-                    stacks.resource_lock_release_tx(session, rid, self.engine_id)
+                    resource_locks.resource_lock_release_tx(session, rid, self.engine_id)
 
         def complete(session: Session) -> None:
             ended = lifecycle.end_tx(session, ctx.stack_id, ctx.traversal)

@@ -7,7 +7,7 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.tracking import Tracker
-from sharemgr.db import models, stack_work, stacks
+from sharemgr.db import models, resource_locks, stack_work, stacks
 from sharemgr.db.engine import Database
 from sharemgr.manager.coordination import Coordinator
 
@@ -35,14 +35,14 @@ class RowLocks:
 
     def release(self, rid: int) -> None:
         try:
-            stacks.resource_lock_release(self.db, rid, self.engine_id)
+            resource_locks.resource_lock_release(self.db, rid, self.engine_id)
         except Exception:  # leaked: the next check of this engine takes it over
             LOG.exception("resource %s: could not release its lock", rid)
         finally:
             self.tracker.unclaim(rid)
 
     def _try_take(self, rid: int, row: models.StackResource) -> str | None:
-        got = stacks.resource_lock_acquire(self.db, rid, self.engine_id)
+        got = resource_locks.resource_lock_acquire(self.db, rid, self.engine_id)
         if got.acquired:
             return None
         if not got.found:
@@ -60,7 +60,7 @@ class RowLocks:
                 # Our own lock, but no check of ours holds it: its release was
                 # lost (a database error). Left alone, every later check would
                 # bail on a "live" holder forever.
-                stolen = stacks.resource_lock_steal(self.db, rid, self.engine_id, holder)
+                stolen = resource_locks.resource_lock_steal(self.db, rid, self.engine_id, holder)
                 if stolen.acquired:
                     LOG.warning("resource %s: took over a lock this engine leaked", rid)
                     return None
@@ -73,7 +73,7 @@ class RowLocks:
             return (f"resource {rid} is locked by dead engine {holder} and its physical "
                     f"resource is {observed.status}: reconciliation settles it, then "
                     "the watchdog retriggers this node")
-        stolen = stacks.resource_lock_steal(self.db, rid, self.engine_id, holder)
+        stolen = resource_locks.resource_lock_steal(self.db, rid, self.engine_id, holder)
         if not stolen.acquired:
             return f"resource {rid} is locked by engine {stolen.holder}"
         LOG.warning("resource %s: broke the lock of dead engine %s", rid, holder)
@@ -93,8 +93,9 @@ class RowLocks:
             return False
         if phys.observe(self.db, row.type, row.physical_id).state == phys.BUSY:
             return False
-        taken = stacks.resource_lock_acquire(self.db, row.id, self.engine_id) if holder is None \
-            else stacks.resource_lock_steal(self.db, row.id, self.engine_id, holder)
+        taken = (resource_locks.resource_lock_acquire(self.db, row.id, self.engine_id)
+                 if holder is None else
+                 resource_locks.resource_lock_steal(self.db, row.id, self.engine_id, holder))
         if not taken.acquired:
             return False
         why = f"the death of engine {holder}" if holder else "a pause or partition"
@@ -109,7 +110,7 @@ class RowLocks:
                                       f"{row.action} cut short by {why}; the stack's "
                                       "traversal had ended")
         finally:
-            stacks.resource_lock_release(self.db, row.id, self.engine_id)
+            resource_locks.resource_lock_release(self.db, row.id, self.engine_id)
         LOG.info("resource %s: %s cut short by %s on an ended traversal; marked FAILED",
                  row.id, row.action, why)
         return True

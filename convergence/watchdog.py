@@ -55,7 +55,7 @@ from sharemgr.convergence import lifecycle
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.graph import Node
 from sharemgr.convergence.worker import Worker
-from sharemgr.db import clock, models, stack_work, stacks, sync_points
+from sharemgr.db import clock, models, resource_locks, stack_work, stacks, sync_points
 from sharemgr.db.engine import Database
 from sharemgr.db.records import Record
 from sharemgr.manager.coordination import Coordinator
@@ -252,7 +252,7 @@ class Watchdog:
                         f"{observed.status}")
             # Released only once its resource has settled: a check that
             # finds the row free does not find it busy.
-            if leaked and stacks.resource_lock_release(self.db, r.id, self.engine_id):
+            if leaked and resource_locks.resource_lock_release(self.db, r.id, self.engine_id):
                 LOG.warning("resource %s: released a lock this engine leaked", r.id)
         return None
 

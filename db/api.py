@@ -16,12 +16,21 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import sqlalchemy as sa
-from sharemgr.common import messages, vocab
 from sharemgr.common.jsontypes import JSONValue
-from sharemgr.db import capacity, clock, models, notify, quiet, records
-from sharemgr.db import messages as db_messages
+from sharemgr.db import capacity, clock, models, quiet, records
 from sharemgr.db.engine import Database
+
+# Re-exported ("x as x"): the request queue and the plain inserts have
+# modules of their own, and callers keep importing these names from here.
+from sharemgr.db.inserts import insert_rows_tx as insert_rows_tx
+from sharemgr.db.inserts import insert_statement as insert_statement
 from sharemgr.db.models import M
+from sharemgr.db.request_queue import request_add_tx as request_add_tx
+from sharemgr.db.request_queue import request_claim as request_claim
+from sharemgr.db.request_queue import request_finish as request_finish
+from sharemgr.db.request_queue import request_list as request_list
+from sharemgr.db.request_queue import request_release as request_release
+from sharemgr.db.request_queue import requests_add_tx as requests_add_tx
 from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
 
@@ -223,36 +232,6 @@ def conditional_update_tx(
     return records.rowcount(session.execute(stmt, params)) == 1
 
 
-@functools.cache
-def _insert_order() -> dict[sa.Table, int]:
-    # The tables' foreign-key order; the schema is fixed once imported, and
-    # ``sorted_tables`` sorts anew at every use.
-    return {t: i for i, t in enumerate(models.Base.metadata.sorted_tables)}
-
-
-@functools.cache
-def insert_statement(table: sa.Table) -> sa.Insert:
-    """One INSERT statement object per table, its values given at execution
-    (built once: building and caching one per call costs more than running it)."""
-    return sa.insert(table)
-
-
-def insert_rows_tx(session: Session, rows: Iterable[models.Base]) -> None:
-    """Insert new mapped objects as plain INSERTs on their tables, without
-    the ORM's unit of work: parents before children (the foreign keys'
-    order, as a flush would), a column left unset takes its default, and a
-    primary key the database or a default made is set on the object."""
-    order = _insert_order()
-    for obj in sorted(rows, key=lambda o: order[type(o).__table__]):
-        table = type(obj).__table__
-        values = {c.name: obj.__dict__[c.name] for c in table.c if c.name in obj.__dict__
-                  # an unset key is made by the database or the default, as in a flush
-                  and not (c.primary_key and obj.__dict__[c.name] is None)}
-        made = records.new_keys(session.execute(insert_statement(table), values))
-        for column, value in zip(table.primary_key.columns, made, strict=True):
-            if getattr(obj, column.name) is None:
-                setattr(obj, column.name, value)
-
 
 @retry_on_conflict
 def conditional_update(
@@ -343,206 +322,6 @@ def add_all(db: Database, rows: Iterable[M]) -> list[M]:
     return added
 
 
-# Requests -----------------------------------------------------------------
-
-
-def request_add_tx(
-    session: Session,
-    resource_type: str,
-    resource_id: str,
-    action: str,
-    host: str | None,
-    args: dict | None = None,
-) -> models.Request:
-    row = models.Request(
-        resource_type=resource_type,
-        resource_id=resource_id,
-        action=action,
-        host=host,
-        args=args or {},
-        status=vocab.REQUEST_PENDING,
-    )
-    session.add(row)
-    session.flush()
-    notify.announce(session)
-    return row
-
-
-def requests_add_tx(session: Session, resource_type: str, action: str,
-                    requests: Sequence[tuple[str, dict]], host: str | None = None) -> int:
-    """Pending requests, ``(resource_id, args)`` each, in one INSERT of many
-    rows (a preparation's leaves: a thousand independent shares were a
-    thousand flushes); the engines are woken once it commits."""
-    if not requests:
-        return 0
-    now = models.utcnow()
-    session.execute(insert_statement(models.Request.__table__), [
-        dict(resource_type=resource_type, resource_id=resource_id, action=action, host=host,
-             args=args, status=vocab.REQUEST_PENDING, created_at=now)
-        for resource_id, args in requests])
-    notify.announce(session)
-    return len(requests)
-
-
-@functools.lru_cache(maxsize=32)
-def _claim_statements(any_host: bool, hosts: int, skip_locked: bool, returning: bool
-                      ) -> tuple[sa.Select, sa.Update, sa.Select | None]:
-    """The claim's statements for a lane of ``hosts`` hosts (bound as
-    ``host0``...), built once (the loop runs them at every wake-up): which
-    pending rows, the UPDATE that takes them, and where the UPDATE cannot
-    return the rows, the read of what it took."""
-    table = models.Request.__table__
-    c = table.c
-    limit = sa.bindparam("limit", type_=sa.Integer)
-    matches = [c.host == sa.bindparam(f"host{i}") for i in range(hosts)]
-    if any_host:
-        matches.append(c.host.is_(None))
-    if skip_locked:
-        pick = (sa.select(c.id).where(c.status == vocab.REQUEST_PENDING, sa.or_(*matches))
-                .order_by(c.id).limit(limit).with_for_update(skip_locked=True))
-        if any_host:
-            # MariaDB walked the primary key for the lane of no host (most
-            # pending rows match it), through every request done before
-            # the first pending one: 60 ms a claim after 100,000 of them.
-            # PostgreSQL's planner finds the (status, id) walk itself.
-            pick = pick.with_hint(table, "FORCE INDEX (ix_requests_status_id)", "mysql")
-    else:
-        # SQLite: the first ``limit`` of each host, each on the index
-        # (status, host), which ends in the id; then the first ``limit`` of
-        # those. A walk of (status, id) testing each row's host read every
-        # pending row when few were the lane's: 10 ms with 50,000 checks
-        # pending, under the write lock, at every claim of a host's lane.
-        firsts = [sa.select(c.id).where(c.status == vocab.REQUEST_PENDING, m)
-                  .order_by(c.id).limit(limit).subquery() for m in matches]
-        each = sa.union_all(*(sa.select(f.c.id) for f in firsts)).subquery()
-        pick = sa.select(each.c.id).order_by(each.c.id).limit(limit)
-    take = sa.update(table).values(status=vocab.REQUEST_RUNNING, engine_id=sa.bindparam("engine"),
-                                   claimed_at=sa.bindparam("now"))
-    if returning:
-        # A materialized CTE: PostgreSQL may run a plain IN (subquery) with
-        # LIMIT and SKIP LOCKED more than once, and claim more than ``limit``.
-        ids = pick.cte("claimable").prefix_with("MATERIALIZED")
-        take = take.add_cte(ids).where(c.id.in_(sa.select(ids.c.id)),
-                                       c.status == vocab.REQUEST_PENDING).returning(table)
-        return pick, take, None
-    take = take.where(c.id.in_(sa.bindparam("ids", expanding=True)),
-                      c.status == vocab.REQUEST_PENDING)
-    read = (sa.select(table).where(c.id.in_(sa.bindparam("ids", expanding=True)),
-                                   c.engine_id == sa.bindparam("engine"),
-                                   c.status == vocab.REQUEST_RUNNING).order_by(c.id))
-    return pick, take, read
-
-
-@retry_on_conflict
-def request_claim(
-    db: Database, hosts: Sequence[str], engine_id: str, limit: int, any_host: bool = True
-) -> list[records.Record]:
-    """Atomically move up to ``limit`` pending requests for ``hosts`` (and,
-    with ``any_host``, requests without a host) to running for this engine;
-    the claimed rows as records, by id.
-
-    PostgreSQL/MariaDB: SELECT ... FOR UPDATE SKIP LOCKED, so concurrent engines
-    take disjoint rows without waiting. SQLite: the transaction holds the write
-    lock (BEGIN IMMEDIATE) so the select and update are one step. In both
-    cases the UPDATE is conditional on status='pending'. Where UPDATE ...
-    RETURNING exists (PostgreSQL, SQLite) the claim is that one statement."""
-    hosts = sorted(set(hosts))
-    if not hosts and not any_host:
-        return []
-    pick, take, read = _claim_statements(any_host, len(hosts), db.skip_locked,
-                                         db.update_returning)
-    params: dict[str, object] = {f"host{i}": h for i, h in enumerate(hosts)}
-    params.update(limit=limit, engine=engine_id)
-    with db.session() as session:
-        if read is None:
-            rows = session.execute(take, {**params, "now": utcnow()})
-            return sorted((records.Record(**r._mapping) for r in rows), key=lambda r: r.id)
-        ids = list(session.scalars(pick, params))
-        if not ids:
-            return []
-        # ``now`` once the rows are ours (the select may have waited for a lock).
-        session.execute(take, {"ids": ids, "engine": engine_id, "now": utcnow()})
-        return [records.Record(**r._mapping)
-                for r in session.execute(read, {"ids": ids, "engine": engine_id})]
-
-
-def _own_running_tx(session: Session, request_id: int, owner: str, **values: object) -> bool:
-    """Change the request that engine ``owner`` is still running."""
-    stmt = (
-        sa.update(models.Request)
-        .where(
-            models.Request.id == request_id,
-            models.Request.engine_id == owner,
-            models.Request.status == vocab.REQUEST_RUNNING,
-        )
-        .values(**values)
-    )
-    return records.rowcount(session.execute(stmt)) == 1
-
-
-@retry_on_conflict
-def _own_running(db: Database, request_id: int, owner: str, **values: object) -> bool:
-    with db.session() as session:
-        return _own_running_tx(session, request_id, owner, **values)
-
-
-@retry_on_conflict
-def request_finish(
-    db: Database, request_id: int, engine_id: str, status: str, error: str | None = None,
-    message: str | None = None, message_ttl: float = messages.DEFAULT_TTL,
-) -> bool:
-    """End this engine's running request; ``message``: the detail id of the
-    user message (common/messages.py) it leaves, in the same transaction."""
-    with db.session() as session:
-        won = _own_running_tx(session, request_id, engine_id, status=status, error=error,
-                              finished_at=utcnow())
-        if won and message is not None:
-            db_messages.record_tx(session, request_id, message, message_ttl)
-        return won
-
-
-def request_release(db: Database, request_id: int, engine_id: str, why: str) -> bool:
-    """Give a running request of this engine back (pending, no engine):
-    its work has not reached the driver (the engine is out of the engines
-    group); a member claims it again."""
-    return _own_running(db, request_id, engine_id, status=vocab.REQUEST_PENDING,
-                        engine_id=None, claimed_at=None, lease_expires_at=None,
-                        lease_deadline=None, error=why)
-
-
-def _request_keys(session: Session, ident: str) -> list[str]:
-    """The ids requests about ``ident`` are keyed by: a share's requests
-    name its instances (and its backups), a snapshot's its instance."""
-    keys = [ident]
-    for model, column in ((models.ShareInstance, models.ShareInstance.share_id),
-                          (models.ShareBackup, models.ShareBackup.share_id),
-                          (models.ShareSnapshotInstance,
-                           models.ShareSnapshotInstance.snapshot_id)):
-        keys += session.scalars(sa.select(model.id).where(column == ident))
-    return keys
-
-
-@retry_on_conflict
-def request_list(
-    db: Database,
-    status: str | None = None,
-    resource_id: str | None = None,
-    limit: int | None = None,
-) -> list[models.Request]:
-    """Requests, newest first; ``resource_id`` may name a share or a
-    snapshot as users know it (its instances' requests are included)."""
-    stmt = sa.select(models.Request).order_by(models.Request.id.desc())
-    if status:
-        stmt = stmt.where(models.Request.status == status)
-    if limit:
-        stmt = stmt.limit(limit)
-    with db.reading() as session:
-        if resource_id:
-            stmt = stmt.where(models.Request.resource_id.in_(_request_keys(session, resource_id)))
-        return list(session.scalars(stmt))
-
-
-# Intake: a resource change and its request in one transaction ---------------
 
 
 @retry_on_conflict

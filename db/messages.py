@@ -72,12 +72,13 @@ def message_list(db: Database, resource_id: str | None = None, limit: int | None
             .order_by(models.Message.created_at.desc(), models.Message.id))
     if limit:
         stmt = stmt.limit(limit)
-    from sharemgr.db.api import _request_keys  # db/api records messages: no cycle
+    # Here: the request queue records messages, so it imports this module.
+    from sharemgr.db.request_queue import request_keys
 
     with db.reading() as session:
         if resource_id:
-            stmt = stmt.where(models.Message.resource_id.in_(_request_keys(session,
-                                                                           resource_id)))
+            stmt = stmt.where(models.Message.resource_id.in_(request_keys(session,
+                                                                          resource_id)))
         return list(session.scalars(stmt))
 
 

@@ -1,6 +1,6 @@
 """Waking the engines when a request is written, instead of polling for it.
 
-Every pending request is written by ``api.request_add_tx``, which calls
+Every pending request is written by ``request_queue.request_add_tx``, which calls
 :func:`announce` in the same transaction. Engines of the writing process
 are called at once when it commits (:func:`subscribe`: a stack check this
 engine queued for itself). On PostgreSQL other processes hear a ``NOTIFY``

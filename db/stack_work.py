@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.common.outcome import REPLAN, RETRY, SUPERSEDED, Outcome
-from sharemgr.db import api, capacity, clock, models, quiet, records
+from sharemgr.db import api, capacity, clock, models, quiet, records, resource_locks
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
 from sharemgr.db.reconcile import Lease
@@ -286,7 +286,7 @@ def end_tx(
     for model, ident, expected, vals in changes:
         api.conditional_update_tx(session, model, ident, expected, vals)
     if release:
-        values = {**(values or {}), **db_stacks.RELEASED}
+        values = {**(values or {}), **resource_locks.RELEASED}
     return db_stacks.resource_set_state_tx(
         session, resource_id, engine_id, action, status, reason, values
     )
@@ -486,7 +486,7 @@ def stack_requests(db: Database, stack_id: str, traversal_id: str | None = None
                    ) -> list[M.Request]:
     """The check requests of a stack (one traversal's, if given), oldest first.
     Filtered in Python: ``args`` is JSON, queried the same way on every
-    database; callers are tests and ``sharectl``."""
+    database; the callers are tests."""
     stmt = sa.select(M.Request).where(
         M.Request.resource_type == vocab.STACK_RESOURCE, M.Request.action == vocab.ACTION_CHECK
     ).order_by(M.Request.id)

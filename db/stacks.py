@@ -5,14 +5,8 @@ variants take an open ``Session`` so a caller can group writes into one
 transaction. Every state change is a conditional UPDATE that reports whether
 this caller won.
 
-Resource lock (Heat's model): ``stack_resources.engine_id`` names the engine
-working on the row, ``atomic_key`` counts lock changes. Acquire is
-``UPDATE ... SET engine_id=:me, atomic_key=atomic_key+1 WHERE id=:id AND
-engine_id IS NULL``; a dead engine's lock is stolen with ``... WHERE
-engine_id=:dead``; release clears it only if it is still ours. Release and the
-holder's writes are conditional on ``engine_id`` alone, never on
-``atomic_key``: Heat conditioned them on the key, so any other write that
-bumped it made the release fail and left the resource looking locked forever.
+The rows' locks are in ``resource_locks.py`` (Heat's model) and the purge
+of finished rows in ``stack_purge.py``.
 
 Lock order (deadlock freedom): ``sync_points`` rows, then the ``stacks`` row,
 then ``stack_resources`` rows. :func:`traversal_is_current_tx` takes a
@@ -25,7 +19,6 @@ supersede it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
@@ -39,7 +32,7 @@ Resource = models.StackResource
 
 # stack_templates.stack_id comes with migration 0002; a Core view of the
 # table lets this module use it whether or not the ORM model declares it.
-_templates = sa.table(
+TEMPLATES = sa.table(
     "stack_templates",
     sa.column("id", sa.Integer),
     sa.column("stack_id", sa.String),
@@ -235,7 +228,7 @@ def template_create_tx(session: Session, template: dict, stack_id: str | None = 
     session.flush()
     if stack_id is not None:
         session.execute(
-            sa.update(_templates).where(_templates.c.id == row.id).values(stack_id=stack_id)
+            sa.update(TEMPLATES).where(TEMPLATES.c.id == row.id).values(stack_id=stack_id)
         )
     return row.id
 
@@ -250,23 +243,6 @@ def template_get(db: Database, template_id: int) -> dict | None:
     with db.reading() as session:
         return template_get_tx(session, template_id)
 
-
-def purge_templates_tx(session: Session, stack_id: str) -> int:
-    """Delete the stack's templates that neither the stack row nor any of its
-    resource rows refers to any more (earlier updates, superseded ones)."""
-    stack = session.execute(
-        sa.select(Stack.template_id, Stack.prev_template_id).where(Stack.id == stack_id)
-    ).first()
-    keep = {t for t in (stack or ()) if t is not None}
-    used = sa.select(Resource.template_id).where(
-        Resource.stack_id == stack_id, Resource.template_id.is_not(None)
-    )
-    stmt = sa.delete(_templates).where(
-        _templates.c.stack_id == stack_id, _templates.c.id.not_in(used)
-    )
-    if keep:
-        stmt = stmt.where(_templates.c.id.not_in(keep))
-    return records.rowcount(session.execute(stmt.execution_options(synchronize_session=False)))
 
 
 # Resource rows -------------------------------------------------------------------
@@ -476,75 +452,6 @@ def resource_replace_tx(
     return new
 
 
-# Resource locks ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LockResult:
-    acquired: bool
-    holder: str | None  # the engine holding the lock now (us if acquired)
-    atomic_key: int | None = None
-    found: bool = True  # False: the row does not exist (purged)
-
-
-def _lock_tx(
-    session: Session, resource_id: int, engine_id: str, expected_holder: str | None
-) -> LockResult:
-    won = resource_update_tx(
-        session,
-        resource_id,
-        {"engine_id": expected_holder},
-        {"engine_id": engine_id, "atomic_key": api.PLUS_ONE},
-    )
-    row = session.execute(
-        sa.select(Resource.engine_id, Resource.atomic_key).where(
-            Resource.id == resource_id, Resource.deleted_at.is_(None)
-        )
-    ).first()
-    if row is None:
-        return LockResult(acquired=False, holder=None, found=False)
-    return LockResult(acquired=won, holder=row.engine_id, atomic_key=row.atomic_key)
-
-
-@retry_on_conflict
-def resource_lock_acquire(db: Database, resource_id: int, engine_id: str) -> LockResult:
-    """Take the row's lock if nobody holds it. On failure ``holder`` says who
-    does (maybe this engine itself, from another thread: treat that as busy
-    too), so the caller can check whether that engine is alive."""
-    with db.session() as session:
-        return _lock_tx(session, resource_id, engine_id, None)
-
-
-@retry_on_conflict
-def resource_lock_steal(
-    db: Database, resource_id: int, engine_id: str, dead_engine_id: str | None
-) -> LockResult:
-    """Take the lock from ``dead_engine_id`` (the caller has checked it is not
-    a member of the engine group; None: the lock was let go since the caller
-    found it held); fails if anyone else holds it by now."""
-    with db.session() as session:
-        return _lock_tx(session, resource_id, engine_id, dead_engine_id)
-
-
-@retry_on_conflict
-def resource_lock_release(db: Database, resource_id: int, engine_id: str) -> bool:
-    """Release only if still ours (a lock stolen from us stays with the thief)."""
-    with db.session() as session:
-        return resource_lock_release_tx(session, resource_id, engine_id)
-
-
-# What releasing a row's lock writes: every lock change bumps the key.
-RELEASED: api.Columns = {"engine_id": None, "atomic_key": api.PLUS_ONE}
-
-
-def resource_lock_release_tx(session: Session, resource_id: int, engine_id: str) -> bool:
-    return api.conditional_update_tx(
-        session, Resource, resource_id, {"engine_id": engine_id}, dict(RELEASED))
-
-
-# Purge ------------------------------------------------------------------------------
-
-
 def resources_settle_tx(session: Session, resource_ids: Iterable[int], template_id: int,
                         chunk: int = 500) -> int:
     """Record ``template_id`` on rows a preparation settled (their update
@@ -560,24 +467,4 @@ def resources_settle_tx(session: Session, resource_ids: Iterable[int], template_
             .values(template_id=template_id)
             .execution_options(synchronize_session=False))
         done += records.rowcount(result)
-    return done
-
-
-def purge_resources_tx(session: Session, stack_id: str) -> int:
-    """Delete the rows whose clean-up finished (``DELETE COMPLETE``): replaced
-    rows and rows of removed resources. Their ids may linger in other rows'
-    ``requires``/``replaces``; the graph ignores ids that are not extant."""
-    stmt = sa.delete(Resource).where(
-        Resource.stack_id == stack_id, Resource.action == vocab.STACK_DELETE,
-        Resource.status == vocab.STACK_COMPLETE,
-    )
-    return records.rowcount(session.execute(stmt.execution_options(synchronize_session=False)))
-
-
-def purge_tx(session: Session, stack_id: str) -> tuple[int, int]:
-    """Purge finished rows, then templates nothing refers to any more, and
-    the events of a stack whose DELETE completed (they go with it).
-    Returns (resource rows, templates) deleted."""
-    done = purge_resources_tx(session, stack_id), purge_templates_tx(session, stack_id)
-    stack_events.delete_gone_tx(session, stack_id)
     return done

@@ -24,7 +24,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from oslo_config import cfg
+from sharemgr.drivers.backup_methods import BackupMethods
 from sharemgr.drivers.exceptions import OperationNotSupported
+from sharemgr.drivers.manage_methods import ManageMethods
+from sharemgr.drivers.read_methods import BATCH_STATUS_METHODS, STATUS_METHODS, ReadMethods
 
 # The dicts of the contract, named here too: drivers read them as
 # ``base.Share``, ``base.StatusAnswer``, ...
@@ -54,23 +57,16 @@ from sharemgr.drivers.shapes import (
     StatusReport,
 )
 
-STATUS_METHODS = (
-    "get_share_status",
-    "get_snapshot_status",
-    "get_replica_status",
-    "get_share_group_status",
-    "get_share_group_snapshot_status",
-)
-
-# The optional batch form of each status method: one backend call for many
-# resources (reconciliation after a crash asks about thousands at once).
-BATCH_STATUS_METHODS: dict[str, str] = {
-    "get_share_status": "get_share_statuses",
-    "get_snapshot_status": "get_snapshot_statuses",
-    "get_replica_status": "get_replica_statuses",
-    "get_share_group_status": "get_share_group_statuses",
-    "get_share_group_snapshot_status": "get_share_group_snapshot_statuses",
-}
+# What drivers import from here: the class, the names of its status methods
+# and the dicts of the contract. The methods are defined in groups beside this
+# module (backup_methods, manage_methods, read_methods), the class is this one.
+__all__ = [
+    "BATCH_STATUS_METHODS", "STATUS_METHODS", "ShareDriver", "AccessRule", "Backup",
+    "ExportLocation", "GroupSnapshot", "JSONDict", "ListedShare", "ManagedShare",
+    "ManagedSnapshot", "ModelUpdate", "Progress", "Replica", "ReplicaState", "ReplicaUpdate",
+    "RuleError", "Share", "ShareGroup", "ShareServer", "ShareStats", "ShareUpdate", "Snapshot",
+    "StatusAnswer", "StatusReport",
+]
 
 
 def _inherited(driver: object, method: str) -> bool:
@@ -81,7 +77,7 @@ def _inherited(driver: object, method: str) -> bool:
     return getattr(type(driver), method) is getattr(ShareDriver, method)
 
 
-class ShareDriver:
+class ShareDriver(BackupMethods, ManageMethods, ReadMethods):
     """Base class of share drivers: the backend operations the manager uses.
 
     Subclasses override what their backend supports; every other operation
@@ -437,138 +433,6 @@ class ShareDriver:
             return None  # it never creates share servers: there is nothing to delete
         raise OperationNotSupported("teardown_server")
 
-    # Backups ---------------------------------------------------------------
-
-    def create_backup(self, share: Share, backup: Backup) -> ModelUpdate | None:
-        """Start backing up ``share`` as ``backup``; progress comes from
-        ``create_backup_continue``.
-
-        :returns: ``None`` or a model update.
-        :raises ShareResourceNotFound: the backend has no such share.
-        :raises ShareBackendException: the backend failed.
-        """
-        raise OperationNotSupported("create_backup")
-
-    def create_backup_continue(self, share: Share, backup: Backup) -> Progress:
-        """Report (and advance) a backup started by ``create_backup``.
-
-        :returns: ``{"total_progress": "0".."100"}``; ``"100"`` means done.
-        :raises ShareResourceNotFound: the backend has no such backup.
-        :raises ShareBackendException: the backup failed.
-        """
-        raise OperationNotSupported("create_backup_continue")
-
-    def restore_backup(self, backup: Backup, share: Share) -> None:
-        """Start restoring ``backup`` into ``share``.
-
-        :raises ShareResourceNotFound: no such backup or share.
-        :raises ShareBackendException: the backend failed.
-        """
-        raise OperationNotSupported("restore_backup")
-
-    def restore_backup_continue(self, backup: Backup, share: Share) -> Progress:
-        """Report (and advance) a restore started by ``restore_backup``.
-
-        :returns: ``{"total_progress": "0".."100"}``.
-        :raises ShareResourceNotFound: no such backup.
-        :raises ShareBackendException: the restore failed.
-        """
-        raise OperationNotSupported("restore_backup_continue")
-
-    def delete_backup(self, backup: Backup) -> None:
-        """Delete a backup. Idempotent: a missing backup counts as deleted.
-
-        :raises ShareBackendException: the backend refused or failed.
-        """
-        if _inherited(self, "create_backup"):
-            return None  # it never creates backups: there is nothing to delete
-        raise OperationNotSupported("delete_backup")
-
-    # Manage and unmanage (Manila's) -------------------------------------------
-    # Manage brings an object the backend already holds under the manager: a
-    # new record whose ids the driver ties the object to (a later delete,
-    # extend or status call names the new ids). Unmanage forgets a record and
-    # leaves its object on the backend. Each may be called again with the same
-    # ids after a crash; the manager records nothing until it returns.
-
-    def manage_existing(self, share: Share, driver_options: Mapping[str, str]) -> ManagedShare:
-        """Take over the existing share at ``share["export_locations"][0]["path"]``
-        (the path the user gave) as share instance ``share["id"]``.
-
-        :param share: the new share instance dict (``share_proto``, ``name``,
-            ``host``; ``size`` is 0 until this returns).
-        :param driver_options: the user's ``--driver-option key=value`` pairs.
-        :returns: ``{"size": GiB, "export_locations": [...]}``; ``size`` is
-            required (a share without one ends ``manage_error``), export
-            locations left out keep the path given.
-        :raises ShareResourceNotFound: the backend has no share at that path.
-        :raises InvalidShareRequest: the object cannot be managed (another
-            protocol, already managed, a bad option).
-        :raises ShareBackendException: the backend failed.
-        Called again for the same ``share["id"]`` after a crash, it returns
-        what the first call took over.
-        """
-        raise OperationNotSupported("manage_existing")
-
-    def unmanage(self, share: Share) -> None:
-        """Forget ``share`` without touching its data (Manila's default does
-        nothing, and so does this one): drop what the driver keeps about the
-        manager's ownership, if anything.
-
-        :raises InvalidShareRequest: it cannot be unmanaged now.
-        Idempotent.
-        """
-        return None
-
-    def manage_existing_snapshot(self, snapshot: Snapshot, driver_options: Mapping[str, str]
-                                 ) -> ManagedSnapshot:
-        """Take over the existing snapshot at ``snapshot["provider_location"]``
-        of share instance ``snapshot["share_instance_id"]`` as snapshot
-        instance ``snapshot["id"]``.
-
-        :returns: ``{"size": GiB, "provider_location": str}``, both optional
-            (the share's size and the given location are kept).
-        :raises ShareResourceNotFound: no such snapshot on the backend.
-        :raises InvalidShareRequest: it is not a snapshot of that share.
-        :raises ShareBackendException: the backend failed.
-        Called again for the same ``snapshot["id"]``, returns what it took over.
-        """
-        raise OperationNotSupported("manage_existing_snapshot")
-
-    def unmanage_snapshot(self, snapshot: Snapshot) -> None:
-        """Forget ``snapshot`` without deleting it (does nothing by default).
-
-        Idempotent.
-        """
-        return None
-
-    def manage_server(self, share_server: ShareServer, identifier: str,
-                      driver_options: Mapping[str, str]) -> tuple[str | None, JSONDict]:
-        """Take over the existing share server ``identifier`` (the backend's
-        name for it) as ``share_server["id"]`` on a DHSS backend. Manila's
-        method without its context argument.
-
-        :returns: ``(identifier, backend_details)``: the backend's identifier
-            of the server (None: ``identifier`` as given) and the details the
-            manager stores and passes back as ``backend_details``, as
-            ``setup_server`` returns them.
-        :raises ShareResourceNotFound: no such server on the backend.
-        :raises InvalidShareRequest: the backend does not handle share servers.
-        :raises ShareBackendException: the backend failed.
-        """
-        raise OperationNotSupported("manage_server")
-
-    def unmanage_server(self, server_details: Mapping[str, object],
-                        security_services: list[Mapping[str, object]] | None = None) -> None:
-        """Forget a share server without tearing it down.
-
-        :param server_details: its ``backend_details``.
-        :param security_services: always empty here (sharemgr has none).
-        :raises OperationNotSupported: the driver cannot (the default: the
-            server ends ``unmanage_error``, as Manila without ``--force``).
-        """
-        raise OperationNotSupported("unmanage_server")
-
     # Access rules ------------------------------------------------------------
 
     def update_access(
@@ -597,134 +461,3 @@ class ShareDriver:
         :raises OperationNotSupported: the backend has no access control.
         """
         raise OperationNotSupported("update_access")
-
-    # Capabilities ----------------------------------------------------------
-
-    def get_share_stats(self, refresh: bool = False) -> ShareStats:
-        """What this backend can do and how much room it has (Manila's shape).
-
-        ``{"share_backend_name", "vendor_name", "driver_version",
-        "storage_protocol", "driver_handles_share_servers",
-        "snapshot_support", "create_share_from_snapshot_support",
-        "replication_type" (None, "readable", "writable" or "dr"),
-        "share_group_support", "pools": [{"pool_name", "total_capacity_gb",
-        "free_capacity_gb", ...}]}``. The manager calls it periodically and
-        stores the answer; intake refuses what the answer rules out. An empty
-        dict (the default) reports nothing: every request is sent as before.
-        """
-        return {}
-
-    # Optional status methods ------------------------------------------------
-    # Reconciliation asks these for ground truth after a crash. Each returns a
-    # dict with at least "status" ("available" when healthy, "error", or a
-    # transient Manila status) and raises ShareResourceNotFound for an object
-    # the backend does not have. A driver without one raises NotImplementedError
-    # and the manager falls back to marking the resource error. They read only.
-
-    def get_share_status(
-        self, share: Share, share_server: ShareServer | None = None
-    ) -> StatusReport:
-        """:returns: ``{"status", "size", "export_locations"}`` of a share instance.
-
-        :raises ShareResourceNotFound: the backend has no such share.
-        :raises NotImplementedError: the driver cannot tell.
-        """
-        raise NotImplementedError("get_share_status")
-
-    def get_snapshot_status(
-        self, snapshot: Snapshot, share_server: ShareServer | None = None
-    ) -> StatusReport:
-        """:returns: ``{"status", ...}`` of a snapshot instance.
-
-        :raises ShareResourceNotFound: the backend has no such snapshot.
-        :raises NotImplementedError: the driver cannot tell.
-        """
-        raise NotImplementedError("get_snapshot_status")
-
-    def get_replica_status(
-        self, replica: Replica, share_server: ShareServer | None = None
-    ) -> StatusReport:
-        """:returns: ``{"status", "replica_state", "export_locations", ...}``.
-
-        :raises ShareResourceNotFound: the backend has no such replica.
-        :raises NotImplementedError: the driver cannot tell.
-        """
-        raise NotImplementedError("get_replica_status")
-
-    def get_share_group_status(
-        self, group: ShareGroup, share_server: ShareServer | None = None
-    ) -> StatusReport:
-        """:returns: ``{"status", ...}`` of a share group.
-
-        :raises ShareResourceNotFound: the backend has no such group.
-        :raises NotImplementedError: the driver cannot tell.
-        """
-        raise NotImplementedError("get_share_group_status")
-
-    def get_share_group_snapshot_status(
-        self, group_snapshot: GroupSnapshot, share_server: ShareServer | None = None
-    ) -> StatusReport:
-        """:returns: ``{"status", ...}`` of a group snapshot.
-
-        :raises ShareResourceNotFound: the backend has no such group snapshot.
-        :raises NotImplementedError: the driver cannot tell.
-        """
-        raise NotImplementedError("get_share_group_snapshot_status")
-
-    # Optional listing ------------------------------------------------------------
-    # Drift detection (doc/reconciliation.rst, "Drift") asks for the backend's
-    # share objects to find orphans: objects named like this manager's that no
-    # share instance claims. Read only, like the status methods.
-
-    def list_shares(self) -> list[ListedShare]:
-        """:returns: the share objects (shares and replicas) on this backend
-            that this driver's naming says belong to the manager, each
-            ``{"id": share instance id, "name", "size", "status",
-            "export_locations"}`` (only ``id`` is required). Objects of other
-            owners are left out: the driver knows its own naming.
-
-        :raises NotImplementedError: the driver cannot list (the default):
-            drift detection then finds no orphans.
-        """
-        raise NotImplementedError("list_shares")
-
-    # Optional batch status methods ------------------------------------------
-    # Each takes a list of (resource, share_server) pairs, the arguments of
-    # its single method, and answers for many resources in one backend call:
-    # ``{id: answer}`` where answer is what the single method returns for that
-    # resource, or the ShareResourceNotFound it raises. Ids left out are asked
-    # one by one with the single method; NotImplementedError (the default) or
-    # any other exception means the manager asks every resource one by one.
-
-    def get_share_statuses(
-        self, shares: list[tuple[Share, ShareServer | None]]
-    ) -> dict[str, StatusAnswer]:
-        """:returns: ``{share instance id: get_share_status answer}``.
-
-        :raises NotImplementedError: the driver has no batch form.
-        """
-        raise NotImplementedError("get_share_statuses")
-
-    def get_snapshot_statuses(
-        self, snapshots: list[tuple[Snapshot, ShareServer | None]]
-    ) -> dict[str, StatusAnswer]:
-        """:returns: ``{snapshot instance id: get_snapshot_status answer}``."""
-        raise NotImplementedError("get_snapshot_statuses")
-
-    def get_replica_statuses(
-        self, replicas: list[tuple[Replica, ShareServer | None]]
-    ) -> dict[str, StatusAnswer]:
-        """:returns: ``{replica id: get_replica_status answer}``."""
-        raise NotImplementedError("get_replica_statuses")
-
-    def get_share_group_statuses(
-        self, groups: list[tuple[ShareGroup, ShareServer | None]]
-    ) -> dict[str, StatusAnswer]:
-        """:returns: ``{group id: get_share_group_status answer}``."""
-        raise NotImplementedError("get_share_group_statuses")
-
-    def get_share_group_snapshot_statuses(
-        self, group_snapshots: list[tuple[GroupSnapshot, ShareServer | None]]
-    ) -> dict[str, StatusAnswer]:
-        """:returns: ``{group snapshot id: get_share_group_snapshot_status answer}``."""
-        raise NotImplementedError("get_share_group_snapshot_statuses")

@@ -20,9 +20,11 @@ _NOT_CALLS = frozenset({"do_setup", "check_for_setup_error"})
 P = ParamSpec("P")
 R = TypeVar("R")
 
+# dir(), not vars(): ShareDriver inherits its method groups (drivers/base.py).
 METHODS = tuple(sorted(
-    name for name, value in vars(ShareDriver).items()
-    if not name.startswith("_") and callable(value) and name not in _NOT_CALLS))
+    name for name in dir(ShareDriver)
+    if not name.startswith("_") and callable(getattr(ShareDriver, name))
+    and name not in _NOT_CALLS))
 
 
 def _timed(method: Callable[P, R], backend: str, name: str) -> Callable[P, R]:

@@ -74,9 +74,6 @@ class Pool:
     thin: bool = False
     ratio: float = 1.0  # max_over_subscription_ratio, for a thin pool
 
-    def fits(self, size: float) -> bool:
-        return self.free_gb is None or size <= self.free_gb
-
     def limits(self, backend_host: str, reported_at: datetime.datetime | None
                ) -> db_capacity.Limits:
         """What the pool may take (Manila's capacity rules): its total less
@@ -156,15 +153,6 @@ class Report:
 
     def pool(self, name: str) -> Pool | None:
         return next((p for p in self.pools if p.name == name), None)
-
-    def best_pool(self, size: float) -> Pool | None:
-        """The pool with the most free space that holds ``size`` (no limit
-        counts as the most; ties go to the first name), or None."""
-        fits = sorted((p for p in self.pools if p.fits(size)), key=lambda p: p.name)
-        return max(fits, key=lambda p: (p.free_gb is None, p.free_gb or 0.0), default=None)
-
-    def largest_free(self) -> Pool | None:
-        return self.best_pool(0)
 
     def rooms(self, db: Database) -> dict[str, PoolRoom]:
         """Each pool's limits, what is placed in it now and the room left,

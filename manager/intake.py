@@ -16,7 +16,16 @@ from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, quiet
 from sharemgr.db.engine import Database
-from sharemgr.manager import access, kinds, manage_ops, plans, replica_ops, revert_ops, views
+from sharemgr.manager import (
+    access,
+    delete_plans,
+    kinds,
+    manage_ops,
+    plans,
+    replica_ops,
+    revert_ops,
+    views,
+)
 
 # One class for every refusal: a bad request or a resource not in a state
 # for the operation. Nothing was written.
@@ -98,7 +107,7 @@ class Intake:
         return plan.row
 
     def _delete(self, type_: str, ident: str, force: bool = False) -> Any:
-        return self._write(plans.delete(self.db, type_, ident, force),
+        return self._write(delete_plans.delete(self.db, type_, ident, force),
                            f"{type_.replace('_', ' ')} {ident}")
 
     # Shares ----------------------------------------------------------------

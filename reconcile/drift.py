@@ -42,7 +42,7 @@ from sharemgr.drivers.base import ShareDriver
 from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import access, kinds, views
 from sharemgr.manager.operations import lock_name
-from sharemgr.reconcile import ask, repair, scan
+from sharemgr.reconcile import ask, repair, scan, status_query
 from sharemgr.reconcile.answers import Unusable, exports_of, size_of
 from sharemgr.reconcile.reconciler import BATCH_SIZE, Reconciler
 from sharemgr.reconcile.scan import Candidate
@@ -320,7 +320,8 @@ class DriftChecker:
             summary.skipped["changed meanwhile"] += len(held) - len(subjects)
             if not subjects:
                 return set()
-            args = rec.status_args([s.cand for s in subjects])
+            args = status_query.status_args(rec.db, rec.operations,
+                                            [s.cand for s in subjects])
             if NOT_SERVED in target.kinds:
                 _with_active_rules(rec.db, subjects, args)
             items = {s.cand.id: given for s in subjects

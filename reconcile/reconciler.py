@@ -15,7 +15,6 @@ the pass.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import datetime
 import math
@@ -30,7 +29,6 @@ from sharemgr.common import messages, tasks, vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
-from sharemgr.db import resources as db_res
 from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.manager import views
@@ -38,7 +36,7 @@ from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed, Operations, Stale, lock_name
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Op
-from sharemgr.reconcile import access, answers, ask, rules, scan
+from sharemgr.reconcile import access, answers, rules, scan, status_query
 from sharemgr.reconcile.scan import Candidate
 from sharemgr.reconcile.summary import PlanItem, Summary, observe_pass
 
@@ -63,8 +61,6 @@ ERROR_LIMIT = 2000
 # together holds at most LOCKS_HELD_LIMIT.
 BATCH_SIZE = 200
 LOCKS_HELD_LIMIT = 1024
-
-SECONDARY_STATES = (vocab.REPLICA_IN_SYNC, vocab.REPLICA_OUT_OF_SYNC, vocab.REPLICA_ERROR)
 
 
 def batch_size(resources: int, workers: int) -> int:
@@ -390,7 +386,8 @@ class Reconciler:
                 continue
             cand.row = row
             live.append((cand, rule))
-        answered = self._answers([(c, r) for c, r in live if r.action == rules.QUERY])
+        answered = status_query.verdicts(self.db, self.operations, self.drivers,
+                                         [(c, r) for c, r in live if r.action == rules.QUERY])
         writes: list[tuple[Candidate, str, list]] = []
         for cand, rule in live:
             try:
@@ -466,27 +463,7 @@ class Reconciler:
             return None
         return rule.forced if forced else rule.ok
 
-    # Query and converge ---------------------------------------------------------
-
-    def _answers(self, queries: list[tuple[Candidate, rules.Rule]]
-                 ) -> dict[str, answers.Verdict]:
-        """(healthy, reason, answer) per resource: one batch call per driver
-        and method where the driver has the batch form, the single method
-        for the resources it leaves out (or when it has none or fails)."""
-        results: dict[str, answers.Verdict] = {}
-        groups: dict[tuple[str, str], dict[str, tuple]] = collections.defaultdict(dict)
-        args = self.status_args([c for c, _ in queries])
-        for cand, rule in queries:
-            given = args[cand.id]
-            if isinstance(given, Exception):
-                results[cand.id] = (False, f"{rule.method} raised {given!r}", {})
-            else:
-                assert rule.method is not None, "a query rule names its method"
-                groups[(views.backend_of(cand.host), rule.method)][cand.id] = given
-        for (backend, method), items in groups.items():
-            for ident, answer in ask.ask(self.drivers[backend], method, items).items():
-                results[ident] = answers.verdict(method, answer)
-        return results
+    # Converge ---------------------------------------------------------
 
     def _converge(self, cand: Candidate, rule: rules.Rule,
                   answered: answers.Verdict) -> tuple[str, list]:
@@ -495,7 +472,7 @@ class Reconciler:
         extra: list = []
         if healthy:
             try:
-                values, extra = self._healthy_values(cand, answer)
+                values, extra = status_query.healthy_values(cand, answer)
             except answers.Unusable as exc:
                 healthy, reason = False, f"{rule.method} answered {exc}"
         if not healthy:
@@ -506,71 +483,3 @@ class Reconciler:
         LOG.info("%s %s (%s) → %s: %s", cand.rtype, cand.id, cand.status, rule.ok, reason)
         assert rule.ok is not None, "a query rule names the status it settles to"
         return self._changes(cand, rule.ok, values, extra)
-
-    def _share_parts(self, cands: list[Candidate]) -> dict[str, tuple]:
-        """The status arguments of the batch's share instances and replicas,
-        their shares and servers read in one query each (the other kinds are
-        read one by one: few of them get stuck)."""
-        insts = [c.row for c in cands if c.rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA)]
-        if not insts:
-            return {}
-        shares = db_res.rows_by_id(self.db, models.Share, {i.share_id for i in insts},
-                                   include_deleted=True)
-        servers = db_res.rows_by_id(self.db, models.ShareServer,
-                                    {i.share_server_id for i in insts}, include_deleted=True)
-        parts: dict[str, tuple] = {}
-        for inst in insts:
-            share = shares.get(inst.share_id)
-            if share is None:
-                continue  # the single path reports it as the status call raising
-            server = servers.get(inst.share_server_id)
-            parts[inst.id] = (views.share(inst, share), views.server(server) if server else None)
-        return parts
-
-    def status_args(self, cands: list[Candidate]) -> dict[str, tuple | Exception]:
-        """The status method's arguments of each resource, by id (the
-        exception when they cannot be read)."""
-        parts: dict[str, tuple | Exception] = dict(self._share_parts(cands))
-        for cand in cands:
-            if cand.id not in parts:
-                try:
-                    parts[cand.id] = self._status_args(cand)
-                except Exception as exc:
-                    parts[cand.id] = exc
-        return parts
-
-    def _status_args(self, cand: Candidate) -> tuple:
-        ops = self.operations
-        if cand.rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA):
-            return ops.share_parts(cand.row)
-        if cand.rtype == vocab.SNAPSHOT_INSTANCE:
-            return ops.snapshot_parts(cand.row)
-        if cand.rtype == vocab.SHARE_GROUP:
-            return views.group(cand.row), ops.server_dict(cand.row.share_server_id)
-        grp = db_api.get(self.db, models.ShareGroup, cand.row.share_group_id, include_deleted=True)
-        return views.group_snapshot(cand.row, grp), ops.server_dict(grp.share_server_id)
-
-    def _healthy_values(self, cand: Candidate, answer: Mapping[str, object]
-                        ) -> tuple[dict[str, object], list]:
-        """The columns a healthy answer sets; ``Unusable`` when the answer cannot
-        be recorded (the error outcome, not a crash that leaves the resource
-        transient for every later pass too)."""
-        values: dict[str, object] = {}
-        extra: list = []
-        if cand.rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA):
-            if answer.get("export_locations") is not None:
-                values["export_locations"] = answers.exports_of(answer["export_locations"])
-            if cand.rtype == vocab.REPLICA:
-                # A secondary being created is never the active replica (that
-                # takes a promotion); anything else is out of sync until proven.
-                state = answer.get("replica_state") or vocab.REPLICA_IN_SYNC
-                values["replica_state"] = state if state in SECONDARY_STATES \
-                    else vocab.REPLICA_OUT_OF_SYNC
-            if cand.status in (vocab.EXTENDING, vocab.SHRINKING):
-                # The backend's size is the truth, whichever way the resize
-                # went; without it the database cannot be made to match.
-                extra.append((models.Share, cand.row.share_id, {},
-                              {"size": answers.size_of(answer)}))
-        if cand.rtype == vocab.SNAPSHOT_INSTANCE:
-            values["progress"] = "100%"  # as a completed create records it
-        return values, extra

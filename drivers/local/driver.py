@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from oslo_config import cfg
@@ -27,17 +27,16 @@ from sharemgr.drivers.exceptions import (
     ShareResourceNotFound,
     ShareShrinkingPossibleDataLoss,
 )
-from sharemgr.drivers.local import commands, images, manage, serving, validation
+from sharemgr.drivers.local import commands, images, manage, reads, validation
+from sharemgr.drivers.local.exports import CIFS_MIXED, Exports, cifs_unenforceable
 from sharemgr.drivers.local.fencing import FenceStore, file_lock
-from sharemgr.drivers.local.ganesha import GaneshaServer, NfsExport, pseudo_path
+from sharemgr.drivers.local.ganesha import GaneshaServer
 from sharemgr.drivers.local.options import local_opts, path_problem
 from sharemgr.drivers.local.records import AVAILABLE, CREATING, DELETING, RESIZING, Records
-from sharemgr.drivers.local.samba import CifsShare, SambaServer
+from sharemgr.drivers.local.samba import SambaServer
 
 LOG = logging.getLogger(__name__)
 MIB = 1024 * 1024
-VERSION = "1.0"
-MAX_EXPORT_ID = 65535  # Ganesha's export ids are 16 bits; 0 is its pseudo root
 
 
 class LocalDriver(base.ShareDriver):
@@ -76,6 +75,8 @@ class LocalDriver(base.ShareDriver):
             self.root / "samba", self.ip, conf.local_smb_port, manage, netbios,
             shares_file=_path(conf.local_samba_shares_file),
             pid_file=_path(conf.local_samba_pid_file))
+        self.exports = Exports(self.ip, self.records, self.ganesha, self.samba,
+                               self.fence.locks, self._mount)
 
     # Set-up ----------------------------------------------------------------
 
@@ -134,7 +135,7 @@ class LocalDriver(base.ShareDriver):
                 except ShareBackendException as exc:
                     LOG.error("local driver: share %s cannot be brought back: %s", oid, exc)
                     failed.append(oid)
-        self._publish()
+        self.exports.publish()
         return failed
 
     def _finish_resize(self, record: dict) -> None:
@@ -160,77 +161,11 @@ class LocalDriver(base.ShareDriver):
     def _mount(self, object_id: str) -> Path:
         return self.mounts / object_id
 
-    @contextlib.contextmanager
-    def _backend_lock(self) -> Iterator[None]:
-        # '_' cannot start an object id: this lock never collides with one.
-        with file_lock(self.fence.locks / "_backend.lock"):
-            yield
-
     def _bytes(self, size: int) -> int:
         return validation.size(size) * self.unit_bytes
 
     def _units(self, size_bytes: int) -> int:
         return -(-size_bytes // self.unit_bytes)
-
-    def _locations(self, record: dict) -> list[base.ExportLocation]:
-        if record["proto"] == "NFS":
-            path = f"{self.ip}:{pseudo_path(record['id'])}"
-        else:
-            path = f"\\\\{self.ip}\\{record['id']}"
-        return [{"path": path, "is_admin_only": False, "preferred": True}]
-
-    # Exports ------------------------------------------------------------------
-
-    def _publish(self) -> dict[str, str]:
-        """Rewrite both servers' share files from the records: every
-        available, mounted share with its rules (an unmounted one is never
-        exported: the server would serve the empty folder under it).
-
-        A rule is served or left out on its own: one a record holds that
-        the checks refuse now, or that NFS-Ganesha rejects, is left out (and
-        marked so in its record) while every other rule and share is
-        served. Returns the rules left out by this call, with the reason."""
-        with self._backend_lock():
-            nfs: list[NfsExport] = []
-            cifs: list[CifsShare] = []
-            records = {}
-            for record in self.records.all("share"):
-                oid = record["id"]
-                if record.get("state") != AVAILABLE or not images.is_mounted(self._mount(oid)):
-                    continue
-                records[oid] = record
-                applied = validation.servable(record)
-                if record["proto"] == "NFS":
-                    nfs.append(NfsExport(
-                        oid, record["export_id"], self._mount(oid),
-                        tuple((r["access_to"], r["access_level"]) for r in applied),
-                        tuple(r["id"] for r in applied)))
-                else:
-                    cifs.append(_cifs_share(oid, self._mount(oid), applied))
-            left_out = self.ganesha.write_exports(nfs)
-            self.samba.write_shares(cifs)
-            for record in records.values():
-                marked = [r for r in record.get("rules", []) if r.get("id") in left_out]
-                for r in marked:
-                    r["error"], r["reason"] = True, left_out[r["id"]]
-                if marked:
-                    self.records.put(record)
-            return left_out
-
-    def _serving(self, record: dict, rules: list | None = None) -> serving.Serving:
-        """What the running server serves of the share (asked of it), with
-        ``rules`` (else the record's) as what it should let in."""
-        if record["proto"] == "NFS":
-            return serving.nfs(self.ganesha, record, self._mount(record["id"]), rules)
-        return serving.cifs(self.samba, record, rules)
-
-    def _new_export_id(self) -> int:
-        with self._backend_lock():
-            used = {r.get("export_id") for r in self.records.all("share")}
-        for candidate in range(1, MAX_EXPORT_ID + 1):
-            if candidate not in used:
-                return candidate
-        raise ShareBackendException("local driver: no free NFS export id (65535 shares)")
 
     # Shares ---------------------------------------------------------------------
 
@@ -249,7 +184,7 @@ class LocalDriver(base.ShareDriver):
         if record is not None and record.get("state") != DELETING:
             record["state"] = DELETING
             self.records.put(record)
-        self._publish()
+        self.exports.publish()
         images.unmount(self._image(object_id), self._mount(object_id))
         with contextlib.suppress(FileNotFoundError, OSError):
             self._mount(object_id).rmdir()
@@ -266,25 +201,25 @@ class LocalDriver(base.ShareDriver):
         if (record is not None and record.get("state") == AVAILABLE
                 and self._image(oid).exists()):
             images.mount(self._image(oid), self._mount(oid))  # a retry after a crash
-            self._publish()
-            return self._locations(record)
+            self.exports.publish()
+            return self.exports.locations(record)
         if record is not None or self._image(oid).exists():
             self._destroy(oid)  # what a crashed create left half made
         record = {"id": oid, "kind": "share", "proto": proto, "size": share["size"],
                   "share_id": share.get("share_id"), "name": share.get("name"),
-                  "export_id": self._new_export_id(), "rules": [], "state": CREATING}
+                  "export_id": self.exports.new_export_id(), "rules": [], "state": CREATING}
         self.records.put(record)
         try:
             fill(self._image(oid))
             images.mount(self._image(oid), self._mount(oid))
             record["state"] = AVAILABLE
             self.records.put(record)
-            self._publish()
+            self.exports.publish()
         except BaseException:
             with contextlib.suppress(Exception):
                 self._destroy(oid)
             raise
-        return self._locations(record)
+        return self.exports.locations(record)
 
     def create_share(self, share: dict, share_server: dict | None = None
                      ) -> list[base.ExportLocation]:
@@ -347,7 +282,7 @@ class LocalDriver(base.ShareDriver):
                 self._offline(record, lambda: images.resize_offline(image, size_bytes))
             record["size"] = new_size
             self.records.put(record)
-            self._publish()
+            self.exports.publish()
 
     def _offline(self, record: dict, change: Callable[[], None]) -> None:
         """Run ``change`` with the share unexported and unmounted (a resize
@@ -356,14 +291,14 @@ class LocalDriver(base.ShareDriver):
         record["state"] = RESIZING
         self.records.put(record)
         try:
-            self._publish()
+            self.exports.publish()
             images.unmount(self._image(oid), self._mount(oid))
             change()
         finally:
             images.mount(self._image(oid), self._mount(oid))
             record["state"] = AVAILABLE
             self.records.put(record)
-            self._publish()
+            self.exports.publish()
 
     def shrink_share(self, share: dict, new_size: int, share_server: dict | None = None) -> None:
         with self.fence.guard(share, "share") as oid:
@@ -422,12 +357,12 @@ class LocalDriver(base.ShareDriver):
                                 raw.get("id"), exc)
                     errors[str(raw.get("id"))] = {"state": "error", "reason": str(exc)}
             if proto == "CIFS":
-                for bad in _cifs_unenforceable(applied):
+                for bad in cifs_unenforceable(applied):
                     errors[bad["id"]] = {"state": "error", "reason": CIFS_MIXED}
                     bad["error"] = True
             record["rules"] = applied
             self.records.put(record)
-            for rule_id, reason in self._publish().items():
+            for rule_id, reason in self.exports.publish().items():
                 # The exporter rejected it (and the driver took it out).
                 if any(r["id"] == rule_id for r in applied):
                     errors[rule_id] = {"state": "error", "reason": reason}
@@ -498,33 +433,11 @@ class LocalDriver(base.ShareDriver):
             # A drift check gives the share's active rules: the clients to
             # serve are theirs (else the record's, what was last applied).
             rules = share.get("access_rules")
-            return self._share_status(oid, rules if isinstance(rules, list) else None)
-
-    def _share_status(self, oid: str, rules: list | None = None) -> base.StatusReport:
-        record = self.records.get(oid)
-        image = self._image(oid)
-        if record is None or record.get("kind") != "share":
-            raise ShareResourceNotFound(f"local driver: no share {oid}")
-        if not image.exists():
-            if record.get("state") != AVAILABLE:
-                raise ShareResourceNotFound(f"local driver: no share {oid} (never made)")
-            return {"status": "error", "size": record["size"], "export_locations": [],
-                    "detail": "image missing"}
-        mounted = images.is_mounted(self._mount(oid))
-        if record.get("state") == AVAILABLE and mounted:
-            seen = self._serving(record, rules)
-        else:
-            seen = serving.Serving(False, _why(record, mounted))
-        return {"status": "available" if seen.exported else "error",
-                "size": self._units(images.size_of(image)),
-                "export_locations": self._locations(record) if seen.exported else [],
-                # Asked of the running servers: drift re-applies what differs.
-                "served": seen.problem is None,
-                "detail": seen.problem}
+            return reads.share_status(self, oid, rules if isinstance(rules, list) else None)
 
     def get_share_statuses(self, shares: list[tuple[dict, dict | None]]
                            ) -> dict[str, base.StatusAnswer]:
-        return _each(self.get_share_status, shares)
+        return reads.each(self.get_share_status, shares)
 
     def get_snapshot_status(self, snapshot: dict, share_server: dict | None = None
                             ) -> base.StatusReport:
@@ -537,143 +450,21 @@ class LocalDriver(base.ShareDriver):
 
     def get_snapshot_statuses(self, snapshots: list[tuple[dict, dict | None]]
                               ) -> dict[str, base.StatusAnswer]:
-        return _each(self.get_snapshot_status, snapshots)
+        return reads.each(self.get_snapshot_status, snapshots)
 
     def list_shares(self) -> list[base.ListedShare]:
-        found: list[base.ListedShare] = []
-        for record in self.records.all("share"):
-            try:
-                status = self._share_status(record["id"])
-            except ShareResourceNotFound:
-                continue
-            found.append({"id": record["id"], "name": record.get("name"),
-                          "size": status["size"], "status": status["status"],
-                          "export_locations": status["export_locations"]})
-        return found
+        return reads.listed(self)
 
     def ensure_shares(self, shares: list[dict]) -> dict[str, base.ShareUpdate]:
-        """Bring every share back (mount, export, servers), then report the
-        shares whose status or export locations differ from their record."""
-        self._restore()
-        updates: dict[str, base.ShareUpdate] = {}
-        for share in shares:
-            try:
-                oid = validation.object_id(share.get("id"), "share id")
-                status = self._share_status(oid)
-            except ShareBackendException:
-                updates[str(share.get("id"))] = {"status": "error", "export_locations": []}
-                continue
-            found: base.ShareUpdate = {
-                "status": "available" if status["status"] == "available" else "error",
-                "export_locations": status["export_locations"]}
-            recorded = sorted(str(loc.get("path")) if isinstance(loc, dict) else str(loc)
-                              for loc in share.get("export_locations") or [])
-            if (share.get("status") != found["status"]
-                    or recorded != sorted(loc["path"] for loc in found["export_locations"])):
-                updates[oid] = found
-        return updates
+        return reads.ensured(self, shares)
 
     def get_backend_info(self) -> base.JSONDict:
         return {}  # always run ensure_shares: a reboot does not change the config
 
     def get_share_stats(self, refresh: bool = False) -> base.ShareStats:
-        """One pool, in units of share size (GiB by default) so that the
-        manager's room is counted in the sizes users ask for. Its total is
-        the room the shares can have: the free space of the filesystem
-        holding the images and what the images already take of it (they
-        are sparse), not the filesystem's size, most of which other files
-        may hold. So with the ratio at 1.0 the sizes of all shares fit in
-        it, and an extend or a create that would not is refused."""
-        try:
-            st = os.statvfs(self.images if self.images.exists() else self.root.parent)
-        except OSError:
-            st = os.statvfs("/")
-        unit = self.unit_bytes
-        free = st.f_bavail * st.f_frsize
-        taken = sum(_allocated(path) for path in self.images.glob("*.img")) \
-            if self.images.exists() else 0
-        provisioned = sum(int(r.get("size") or 0) for r in self.records.all("share"))
-        return {
-            "share_backend_name": self.share_backend_name,
-            "vendor_name": "sharemgr",
-            "driver_version": VERSION,
-            "storage_protocol": "NFS_CIFS",
-            "driver_handles_share_servers": False,
-            "snapshot_support": True,
-            "create_share_from_snapshot_support": True,
-            "replication_type": None,
-            "share_group_support": False,
-            # What the exporters can express: intake refuses the rest up front.
-            "access_rule_limits": validation.ACCESS_LIMITS,
-            "pools": [{
-                "pool_name": "images",
-                "total_capacity_gb": round((free + taken) / unit, 2),
-                "free_capacity_gb": round(free / unit, 2),
-                # Sparse images: a share takes room as it is written.
-                "thin_provisioning": True,
-                "provisioned_capacity_gb": provisioned,
-                "max_over_subscription_ratio":
-                    float(self.configuration.local_max_over_subscription_ratio),
-                "reserved_percentage": 0,
-            }],
-        }
-
-
-def _allocated(path: Path) -> int:
-    """Bytes a (sparse) file takes on its filesystem."""
-    try:
-        return path.stat().st_blocks * 512
-    except FileNotFoundError:
-        return 0
+        return reads.stats(self)
 
 
 def _path(value: str | None) -> Path | None:
     return Path(value) if value else None
 
-
-def _why(record: dict, mounted: bool) -> str:
-    if record.get("state") != AVAILABLE:
-        return f"left {record.get('state')} by an interrupted call"
-    if not mounted:
-        return "not mounted"
-    return "not exported"
-
-
-CIFS_MIXED = ("local driver: Samba has one 'read only' for every address of a share: "
-              "an ip rule at ro cannot stand beside a rw rule (deny one, or make all ro)")
-
-
-def _cifs_unenforceable(rules: list[dict]) -> list[dict]:
-    """Rules Samba cannot hold alongside the others: a share has one
-    'read only' for every address, so a read-only ip rule next to a
-    read-write rule is refused (doc/local_driver.rst, limits)."""
-    if all(r["access_level"] == "ro" for r in rules):
-        return []
-    return [r for r in rules if r["access_type"] == "ip" and r["access_level"] == "ro"]
-
-
-def _cifs_share(name: str, path: Path, rules: list[dict]) -> CifsShare:
-    if not rules:
-        return CifsShare(name, path, available=False)
-    hosts = tuple(r["access_to"] for r in rules if r["access_type"] == "ip")
-    users = tuple(r["access_to"] for r in rules if r["access_type"] == "user")
-    read_users = tuple(r["access_to"] for r in rules
-                       if r["access_type"] == "user" and r["access_level"] == "ro")
-    return CifsShare(name, path, hosts=hosts, users=users, read_users=read_users,
-                     read_only=all(r["access_level"] == "ro" for r in rules))
-
-
-def _each(single: Callable[[dict, dict | None], base.StatusReport],
-          items: list[tuple[dict, dict | None]]) -> dict[str, base.StatusAnswer]:
-    """A batch status method as its single one per resource (the host has
-    no cheaper way to ask about many): a missing object is its answer, any
-    other failure leaves the resource out, to be asked again one by one."""
-    answers: dict[str, base.StatusAnswer] = {}
-    for resource, server in items:
-        try:
-            answers[resource["id"]] = single(resource, server)
-        except ShareResourceNotFound as exc:
-            answers[resource["id"]] = exc
-        except ShareBackendException:
-            continue
-    return answers

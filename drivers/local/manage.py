@@ -52,11 +52,11 @@ def take_over(drv: LocalDriver, share: base.Share, driver_options: Mapping[str, 
                 and drv._image(oid).exists():
             # Taken over by an earlier call (a crash after it): as it is.
             images.mount(drv._image(oid), drv._mount(oid))
-            drv._publish()
-            return {"size": record["size"], "export_locations": drv._locations(record)}
+            drv.exports.publish()
+            return {"size": record["size"], "export_locations": drv.exports.locations(record)}
         path = _path(share)
         found = [r for r in drv.records.all("share") if r["id"] != oid
-                 and path in {loc["path"] for loc in drv._locations(r)}]
+                 and path in {loc["path"] for loc in drv.exports.locations(r)}]
         if not found:
             raise ShareResourceNotFound(f"local driver: no share exported at {path}")
         old_id = found[0]["id"]
@@ -73,7 +73,7 @@ def take_over(drv: LocalDriver, share: base.Share, driver_options: Mapping[str, 
             drv.records.put(new)
             old["state"] = DELETING
             drv.records.put(old)
-            drv._publish()  # no longer served under the old name
+            drv.exports.publish()  # no longer served under the old name
             images.unmount(drv._image(old_id), drv._mount(old_id))
             with contextlib.suppress(OSError):
                 drv._mount(old_id).rmdir()
@@ -85,5 +85,5 @@ def take_over(drv: LocalDriver, share: base.Share, driver_options: Mapping[str, 
             images.mount(drv._image(oid), drv._mount(oid))
             new["state"] = AVAILABLE
             drv.records.put(new)
-            drv._publish()
-        return {"size": new["size"], "export_locations": drv._locations(new)}
+            drv.exports.publish()
+        return {"size": new["size"], "export_locations": drv.exports.locations(new)}

@@ -14,7 +14,7 @@ import pytest
 from sharemgr.common import vocab
 from sharemgr.convergence import actions, lifecycle, prepare
 from sharemgr.convergence import physical as phys
-from sharemgr.db import api, models, resources, stack_work, stacks
+from sharemgr.db import api, models, resource_locks, resources, stack_work, stacks
 from sqlalchemy import func, select
 
 from tests.functional.harness import assert_backend_agrees, database, wait_until
@@ -425,7 +425,7 @@ def test_dead_engines_lock_is_broken(deployment):
     stack = stacks.stack_lookup(db, "web")
     data = [r for r in stacks.resource_list(db, stack.id) if r.name == "data"][0]
     ghost = "hostA.00000000-0000-0000-0000-000000000000"  # never a member
-    assert stacks.resource_lock_acquire(db, data.id, ghost).acquired
+    assert resource_locks.resource_lock_acquire(db, data.id, ghost).acquired
     shown = d.json("stack", "update", "web", "-t", _write(d, "v2", V2), "--wait")
     assert shown["status"] == "COMPLETE"
     row = stacks.resource_get(db, data.id)

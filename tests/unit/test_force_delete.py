@@ -10,7 +10,7 @@ import logging
 import pytest
 from sharemgr.common import vocab
 from sharemgr.db import api, models
-from sharemgr.manager import backup_ops, plans
+from sharemgr.manager import backup_ops, delete_plans, plans
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.manager.plans import Op
 
@@ -44,14 +44,14 @@ def test_forced_delete_starts_from_any_status_and_carries_the_flag(engine):
     db = engine.db
     snap = make_snapshot(db, vocab.CREATING)
     with pytest.raises(plans.Refused, match="its status is 'creating'"):
-        plans.delete(db, vocab.SNAPSHOT, snap.snapshot_id)
-    plan = plans.delete(db, vocab.SNAPSHOT, snap.snapshot_id, force=True)
+        delete_plans.delete(db, vocab.SNAPSHOT, snap.snapshot_id)
+    plan = delete_plans.delete(db, vocab.SNAPSHOT, snap.snapshot_id, force=True)
     assert plan.op.args == {"force": True}
     assert plan.changes == [(models.ShareSnapshotInstance, snap.id,
                              {"status": vocab.CREATING}, {"status": vocab.DELETING})]
     # Without force nothing changes: no args.
     done = make_snapshot(db, vocab.AVAILABLE)
-    assert plans.delete(db, vocab.SNAPSHOT, done.snapshot_id).op.args == {}
+    assert delete_plans.delete(db, vocab.SNAPSHOT, done.snapshot_id).op.args == {}
 
 
 def test_forced_share_delete_is_still_refused_while_it_has_snapshots(engine):
@@ -59,7 +59,7 @@ def test_forced_share_delete_is_still_refused_while_it_has_snapshots(engine):
     snap = make_snapshot(engine.db, vocab.ERROR_DELETING)
     inst = api.get(engine.db, models.ShareInstance, snap.share_instance_id)
     with pytest.raises(plans.Refused, match="has snapshots"):
-        plans.delete(engine.db, vocab.SHARE, inst.share_id, force=True)
+        delete_plans.delete(engine.db, vocab.SHARE, inst.share_id, force=True)
 
 
 def test_forced_share_delete_waits_for_a_backup_in_progress(engine):
@@ -69,9 +69,10 @@ def test_forced_share_delete_waits_for_a_backup_in_progress(engine):
                                 status=vocab.CREATING, size=5)
     add(db, backup)
     with pytest.raises(plans.Refused, match=f"backup in progress \\({backup.id}\\)"):
-        plans.delete(db, vocab.SHARE, inst.share_id, force=True)
+        delete_plans.delete(db, vocab.SHARE, inst.share_id, force=True)
     api.conditional_update(db, models.ShareBackup, backup.id, {}, {"status": vocab.ERROR})
-    assert plans.delete(db, vocab.SHARE, inst.share_id, force=True).op.args == {"force": True}
+    plan = delete_plans.delete(db, vocab.SHARE, inst.share_id, force=True)
+    assert plan.op.args == {"force": True}
 
 
 # The operation -------------------------------------------------------------------------
@@ -179,8 +180,8 @@ def test_forced_group_delete_takes_its_group_snapshots_records_along(engine):
     gsnap = make(db, vocab.GROUP_SNAPSHOT, vocab.ERROR)
     group_id = gsnap.share_group_id
     with pytest.raises(plans.Refused, match="has snapshots"):
-        plans.delete(db, vocab.SHARE_GROUP, group_id)
-    plan = plans.delete(db, vocab.SHARE_GROUP, group_id, force=True)
+        delete_plans.delete(db, vocab.SHARE_GROUP, group_id)
+    plan = delete_plans.delete(db, vocab.SHARE_GROUP, group_id, force=True)
     assert api.transition_with_request(db, plan.changes, plan.op.request())
     engine.driver.delete_fails.add(group_id)
     engine.operations.perform(plan.op)
@@ -215,14 +216,14 @@ def test_share_delete_plan_refuses_replicas_and_takes_the_primary(engine):
 
     db = engine.db
     inst = make_share(db, vocab.AVAILABLE)
-    plan = plans.delete(db, vocab.SHARE, inst.share_id)
+    plan = delete_plans.delete(db, vocab.SHARE, inst.share_id)
     assert plan.changes == [(models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
                              {"status": vocab.DELETING})]
     rep = make_replica(db, vocab.AVAILABLE)
     with pytest.raises(plans.Refused, match="has replicas"):
-        plans.delete(db, vocab.SHARE, rep.share_id)
+        delete_plans.delete(db, vocab.SHARE, rep.share_id)
     with pytest.raises(plans.Refused, match="no share with id 'nope'"):
-        plans.delete(db, vocab.SHARE, "nope")
+        delete_plans.delete(db, vocab.SHARE, "nope")
 
 
 def test_share_delete_on_another_backend_under_the_lock_is_stale(engine):

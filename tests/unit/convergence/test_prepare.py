@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.convergence import lifecycle, prepare, properties, template
 from sharemgr.convergence.graph import Graph, Node
-from sharemgr.db import api, migration, models, stacks, sync_points
+from sharemgr.db import api, migration, models, stack_purge, stacks, sync_points
 from sharemgr.db.engine import Database
 
 U, C = True, False
@@ -72,7 +72,7 @@ def _finish(db, tr, status="COMPLETE"):
         assert stacks.stack_set_status_tx(session, tr.stack_id, tr.traversal_id, status)
     if status == "COMPLETE":
         with db.session() as session:
-            stacks.purge_tx(session, tr.stack_id)
+            stack_purge.purge_tx(session, tr.stack_id)
     return stacks.stack_get(db, tr.stack_id)
 
 

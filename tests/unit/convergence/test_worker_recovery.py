@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sharemgr.convergence import lifecycle
 from sharemgr.convergence import physical as phys
-from sharemgr.db import api, stack_work, stacks
+from sharemgr.db import api, resource_locks, stack_work, stacks
 from sharemgr.reconcile.reconciler import Reconciler
 
 from tests.unit.stack_rig import HOST, V1, Rig, _add, _creates, _one_each, _status
@@ -50,7 +50,7 @@ def test_dead_engines_lock_is_broken(rig):
     e.pump()
     data = rig.rows("web")["data"][0]
     ghost = f"{HOST}.00000000-0000-0000-0000-000000000000"
-    assert stacks.resource_lock_acquire(rig.db, data.id, ghost).acquired
+    assert resource_locks.resource_lock_acquire(rig.db, data.id, ghost).acquired
     rig.update("web", V1.replace("size: 1", "size: 2"))
     e.pump()
     assert _status(rig, "web") == ("UPDATE", "COMPLETE")
@@ -69,7 +69,7 @@ def test_crash_after_begin_is_settled_then_retriggered(rig):
     ghost = f"{HOST}.11111111-1111-1111-1111-111111111111"
     (leaf,) = api.request_claim(rig.db, e.hosts, ghost, 1)
     data = rig.rows("web")["data"][0]
-    assert stacks.resource_lock_acquire(rig.db, data.id, ghost).acquired
+    assert resource_locks.resource_lock_acquire(rig.db, data.id, ghost).acquired
     stack = rig.stack("web")
     props = {"size": 1, "proto": "NFS"}
     plan = phys.plan_create(rig.db, "share", props, "web-data-dead", e.worker.placement)
@@ -220,7 +220,7 @@ def test_a_lock_this_engine_leaked_is_taken_over(rig):
     rig.create("web", V1)
     e.pump()
     data = rig.rows("web")["data"][0]
-    assert stacks.resource_lock_acquire(rig.db, data.id, e.engine_id).acquired
+    assert resource_locks.resource_lock_acquire(rig.db, data.id, e.engine_id).acquired
     rig.update("web", V1.replace("size: 1", "size: 2"))
     e.pump()
     assert _status(rig, "web") == ("UPDATE", "COMPLETE")
@@ -232,7 +232,7 @@ def test_a_live_engines_lock_is_not_taken(rig):
     rig.create("web", V1)
     a.pump()
     data = rig.rows("web")["data"][0]
-    assert stacks.resource_lock_acquire(rig.db, data.id, a.engine_id).acquired
+    assert resource_locks.resource_lock_acquire(rig.db, data.id, a.engine_id).acquired
     rig.update("web", V1.replace("size: 1", "size: 2"))
     b.pump()
     assert _status(rig, "web") == ("UPDATE", "IN_PROGRESS")
@@ -247,7 +247,7 @@ def test_watchdog_releases_a_leaked_lock_and_retriggers(rig):
     e, other = rig.engine(), rig.engine()
     rig.create("web", V1)
     data = rig.rows("web")["data"][0]
-    assert stacks.resource_lock_acquire(rig.db, data.id, e.engine_id).acquired
+    assert resource_locks.resource_lock_acquire(rig.db, data.id, e.engine_id).acquired
     other.pump()
     assert "locked by live engine" in rig.checks()[0].error
     assert other.watchdog.run_once()["waiting"] == 1  # another engine's lock: wait
@@ -285,7 +285,7 @@ def test_watchdog_tidies_a_dead_engines_row_on_a_failed_stack(rig):
     rig.create("web", V1)
     data = rig.rows("web")["data"][0]
     ghost = f"{HOST}.22222222-2222-2222-2222-222222222222"
-    assert stacks.resource_lock_acquire(rig.db, data.id, ghost).acquired
+    assert resource_locks.resource_lock_acquire(rig.db, data.id, ghost).acquired
     assert stacks.resource_set_state(rig.db, data.id, ghost, "CREATE", "IN_PROGRESS")
     stack = rig.stack("web")
     assert lifecycle.fail(rig.db, stack.id, stack.current_traversal, "boom", rollback=False)
@@ -304,9 +304,9 @@ def test_watchdog_tidies_a_cut_row_left_unlocked_on_a_timed_out_stack(rig):
     e = rig.engine()
     rig.create("web", V1)
     data = rig.rows("web")["data"][0]
-    assert stacks.resource_lock_acquire(rig.db, data.id, e.engine_id).acquired
+    assert resource_locks.resource_lock_acquire(rig.db, data.id, e.engine_id).acquired
     assert stacks.resource_set_state(rig.db, data.id, e.engine_id, "CREATE", "IN_PROGRESS")
-    assert stacks.resource_lock_release(rig.db, data.id, e.engine_id)
+    assert resource_locks.resource_lock_release(rig.db, data.id, e.engine_id)
     stack = rig.stack("web")
     assert lifecycle.fail(rig.db, stack.id, stack.current_traversal, "timed out",
                           rollback=False)
@@ -457,7 +457,7 @@ def test_watchdog_tidies_at_once_when_a_stack_it_watched_ends(rig):
     assert e.watchdog.run_once()["tidied"] == 0  # the first run: nothing left yet
     data = rig.rows("web")["data"][0]
     ghost = f"{HOST}.33333333-3333-3333-3333-333333333333"
-    assert stacks.resource_lock_acquire(rig.db, data.id, ghost).acquired
+    assert resource_locks.resource_lock_acquire(rig.db, data.id, ghost).acquired
     assert stacks.resource_set_state(rig.db, data.id, ghost, "CREATE", "IN_PROGRESS")
     assert e.watchdog.run_once()["tidied"] == 0  # still IN_PROGRESS: its node may come
     stack = rig.stack("web")

@@ -8,12 +8,12 @@ claim sorted them all), and no walk of every pending row to test its host
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sharemgr.db import api, migration
+from sharemgr.db import migration, request_queue
 from sharemgr.db.engine import Database
 
 
 def _plan(db: Database, any_host: bool) -> list[tuple[int, int, str]]:
-    pick, _take, _read = api._claim_statements(any_host, 2, False, True)
+    pick, _take, _read = request_queue._claim_statements(any_host, 2, False, True)
     sql = str(pick.params(host0="h@dummy", host1="h@other", limit=4).compile(
         db.engine, compile_kwargs={"literal_binds": True}))
     with db.engine.connect() as conn:
@@ -62,7 +62,7 @@ def test_mariadb_walks_the_pending_in_id_order_for_the_lane_of_no_host(mysql_url
                     "args, host, status) VALUES ('2026-11-27', 'stack_resource', '1', "
                     "'check', '{}', NULL, :s)"), [{"s": status}] * n)
             conn.exec_driver_sql("ANALYZE TABLE requests")
-        pick, _take, _read = api._claim_statements(True, 1, True, False)
+        pick, _take, _read = request_queue._claim_statements(True, 1, True, False)
         sql = str(pick.params(host0="h@dummy", limit=4).compile(
             db.engine, compile_kwargs={"literal_binds": True}))
         with db.engine.connect() as conn:

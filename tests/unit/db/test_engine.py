@@ -4,7 +4,7 @@ engine share-manager opens, on each database; SQLite has no pool to shape."""
 from __future__ import annotations
 
 from oslo_config import cfg
-from sharemgr.daemon.service import open_database
+from sharemgr.daemon.database import open_database
 from sharemgr.manager import config
 
 

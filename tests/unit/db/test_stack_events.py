@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from sharemgr.db import stack_events, stack_work, stacks
+from sharemgr.db import stack_events, stack_purge, stack_work, stacks
 from sharemgr.db.models import StackEvent
 
 ME = "host-a.1"
@@ -129,14 +129,14 @@ def test_events_go_with_a_deleted_stack(db, stack):
     t = _start(db, stack, "DELETE")
     with db.session() as session:
         assert stacks.stack_set_status_tx(session, stack.id, t, "COMPLETE")
-        stacks.purge_tx(session, stack.id)
+        stack_purge.purge_tx(session, stack.id)
     assert stack_events.events(db, stack.id) == []
     # A live stack's purge keeps them.
     with db.session() as session:
         live = stacks.stack_create_tx(session, f"l-{uuid.uuid4().hex[:6]}")
     _start(db, live)
     with db.session() as session:
-        stacks.purge_tx(session, live.id)
+        stack_purge.purge_tx(session, live.id)
         assert stack_events.delete_tx(session, live.id) == 1
 
 

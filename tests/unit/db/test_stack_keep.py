@@ -8,7 +8,7 @@ import uuid
 import pytest
 import sqlalchemy as sa
 from sharemgr.common import vocab
-from sharemgr.db import api, models, stack_events, stack_keep, stacks, sync_points
+from sharemgr.db import api, models, resource_locks, stack_events, stack_keep, stacks, sync_points
 
 ME = "host-a.1"
 
@@ -54,7 +54,7 @@ def test_mark_unhealthy_and_reset_are_conditional(db):
 
 def test_mark_unhealthy_refuses_a_held_row_a_deleted_one_and_a_busy_stack(db):
     stack, (rid, other) = _stack(db, rows=("data", "logs"))
-    assert stacks.resource_lock_acquire(db, rid, ME).acquired
+    assert resource_locks.resource_lock_acquire(db, rid, ME).acquired
     with pytest.raises(stack_keep.Refused, match=f"held by {ME}"):
         stack_keep.resource_mark_unhealthy(db, stack.id, rid, None)
     with db.session() as session:
@@ -103,7 +103,7 @@ def test_abandon_is_refused_in_progress_or_with_a_held_row(db):
     with pytest.raises(stack_keep.Refused, match="UPDATE IN_PROGRESS"):
         stack_keep.abandon(db, busy.id)
     stack, (rid,) = _stack(db)
-    stacks.resource_lock_acquire(db, rid, ME)
+    resource_locks.resource_lock_acquire(db, rid, ME)
     with pytest.raises(stack_keep.Refused, match="held by"):
         stack_keep.abandon(db, stack.id)
     assert stacks.stack_get(db, busy.id) and stacks.stack_get(db, stack.id)

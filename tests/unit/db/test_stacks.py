@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 from sharemgr.common import outcome
-from sharemgr.db import stack_work, stacks
+from sharemgr.db import resource_locks, stack_purge, stack_work, stacks
 
 ME, OTHER, DEAD = "host-a.1", "host-b.2", "host-c.3"
 
@@ -79,24 +79,24 @@ def test_stack_set_status_and_delete_complete(db, stack):
 
 def test_resource_lock_acquire_release_steal(db, stack):
     r = _resource(db, stack)
-    first = stacks.resource_lock_acquire(db, r.id, ME)
+    first = resource_locks.resource_lock_acquire(db, r.id, ME)
     assert first.acquired and first.holder == ME and first.atomic_key == 1
-    busy = stacks.resource_lock_acquire(db, r.id, OTHER)
+    busy = resource_locks.resource_lock_acquire(db, r.id, OTHER)
     assert not busy.acquired and busy.holder == ME and busy.atomic_key == 1
-    assert not stacks.resource_lock_release(db, r.id, OTHER)  # not the holder
-    assert stacks.resource_lock_release(db, r.id, ME)
+    assert not resource_locks.resource_lock_release(db, r.id, OTHER)  # not the holder
+    assert resource_locks.resource_lock_release(db, r.id, ME)
     assert stacks.resource_get(db, r.id).engine_id is None
     assert stacks.resource_get(db, r.id).atomic_key == 2
 
-    assert stacks.resource_lock_acquire(db, r.id, DEAD).acquired
+    assert resource_locks.resource_lock_acquire(db, r.id, DEAD).acquired
     # Stealing names the dead holder; a stale idea of who holds it fails.
-    assert not stacks.resource_lock_steal(db, r.id, ME, OTHER).acquired
-    stolen = stacks.resource_lock_steal(db, r.id, ME, DEAD)
+    assert not resource_locks.resource_lock_steal(db, r.id, ME, OTHER).acquired
+    stolen = resource_locks.resource_lock_steal(db, r.id, ME, DEAD)
     assert stolen.acquired and stolen.holder == ME
-    assert not stacks.resource_lock_release(db, r.id, DEAD)  # the old holder woke up
+    assert not resource_locks.resource_lock_release(db, r.id, DEAD)  # the old holder woke up
     assert stacks.resource_get(db, r.id).engine_id == ME
 
-    missing = stacks.resource_lock_acquire(db, 999_999, ME)
+    missing = resource_locks.resource_lock_acquire(db, 999_999, ME)
     assert not missing.acquired and not missing.found
 
 
@@ -104,18 +104,18 @@ def test_other_writes_do_not_make_a_lock_look_held(db, stack):
     # Heat conditioned release on atomic_key; any write that bumped the key
     # made the release fail. Here a holder's own writes never block release.
     r = _resource(db, stack)
-    assert stacks.resource_lock_acquire(db, r.id, ME).acquired
+    assert resource_locks.resource_lock_acquire(db, r.id, ME).acquired
     assert stacks.resource_set_state(db, r.id, ME, "CREATE", "IN_PROGRESS")
     with db.session() as session:
         assert stacks.resource_update_tx(session, r.id, {"engine_id": ME}, {"atomic_key": 40})
-    assert stacks.resource_lock_release(db, r.id, ME)
-    assert stacks.resource_lock_acquire(db, r.id, OTHER).acquired
+    assert resource_locks.resource_lock_release(db, r.id, ME)
+    assert resource_locks.resource_lock_acquire(db, r.id, OTHER).acquired
 
 
 def test_state_changes_need_the_lock(db, stack):
     r = _resource(db, stack)
     assert not stacks.resource_set_state(db, r.id, ME, "CREATE", "IN_PROGRESS")
-    stacks.resource_lock_acquire(db, r.id, ME)
+    resource_locks.resource_lock_acquire(db, r.id, ME)
     assert stacks.resource_set_state(
         db, r.id, ME, "CREATE", "COMPLETE", "created",
         values={"physical_id": "p1"}, expected={"action": "INIT"})
@@ -131,7 +131,7 @@ def test_begin_needs_the_current_traversal(db, stack):
     with db.session() as session:
         stacks.stack_swap_traversal_tx(session, stack.id, None, t1, {"status": "IN_PROGRESS"})
     r = _resource(db, stack)
-    stacks.resource_lock_acquire(db, r.id, ME)
+    resource_locks.resource_lock_acquire(db, r.id, ME)
     assert stack_work.begin(db, r.id, ME, stack.id, t2,
                             stack_work.Begin("DELETE")) == outcome.SUPERSEDED
     assert isinstance(stack_work.begin(db, r.id, ME, stack.id, t1, stack_work.Begin("DELETE")),
@@ -154,7 +154,7 @@ def test_replace_is_atomic_and_once(db, stack):
     old = _resource(db, stack)
     with db.session() as session:
         assert stacks.resource_replace_tx(session, old.id, ME, stack.id, t, None) is None
-    stacks.resource_lock_acquire(db, old.id, ME)
+    resource_locks.resource_lock_acquire(db, old.id, ME)
     with db.session() as session:
         assert stacks.resource_replace_tx(session, old.id, ME, stack.id, "stale", None) is None
     with db.session() as session:
@@ -180,7 +180,7 @@ def test_purge_rows_and_templates(db, stack):
     with db.session() as session:
         stacks.stack_swap_traversal_tx(session, stack.id, None, "t", {"template_id": t_cur})
     with db.session() as session:
-        assert stacks.purge_tx(session, stack.id) == (1, 1)
+        assert stack_purge.purge_tx(session, stack.id) == (1, 1)
     assert [r.name for r in stacks.resource_list(db, stack.id)] == ["keep"]
     assert stacks.template_get(db, t_old) is None
     for kept in (t_cur, t_row, other):
@@ -199,7 +199,7 @@ def test_heads_names_counted_and_rows_settled(db, stack):
     a, b = _resource(db, stack, "a").id, _resource(db, stack, "b").id
     _resource(db, stack, "a")  # a second row of the same name
     assert stacks.resource_name_count(db, stack.id) == 2
-    assert stacks.resource_lock_acquire(db, b, "e1").acquired
+    assert resource_locks.resource_lock_acquire(db, b, "e1").acquired
     with db.session() as session:
         tid = stacks.template_create_tx(session, {"resources": {}}, stack.id)
         assert stacks.resources_settle_tx(session, [a, b], tid, chunk=1) == 1

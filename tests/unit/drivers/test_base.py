@@ -46,3 +46,14 @@ def test_a_driver_that_creates_a_kind_must_delete_it(tmp_path, method):
     driver = build_driver(CreatesButCannotDelete, tmp_path)
     with pytest.raises(OperationNotSupported):
         DELETES[method](driver)
+
+
+def test_out_of_tree_drivers_import_the_whole_contract_from_base():
+    """The methods are defined in groups beside base.py; a driver still
+    imports the class, the status method names and the dicts from base."""
+    from sharemgr.drivers import base
+
+    assert {"ShareDriver", "STATUS_METHODS", "BATCH_STATUS_METHODS", "Share",
+            "ShareStats", "StatusReport", "StatusAnswer"} <= set(base.__all__)
+    assert all(hasattr(base, name) for name in base.__all__)
+    assert callable(ShareDriver.get_share_status) and callable(ShareDriver.manage_existing)

@@ -9,7 +9,7 @@ import pytest
 from sharemgr.common import vocab
 from sharemgr.db import api, models, quiet, resources
 from sharemgr.drivers.exceptions import ShareBackendException
-from sharemgr.manager import plans, replica_ops
+from sharemgr.manager import delete_plans, plans, replica_ops
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.manager.plans import Refused
 
@@ -181,7 +181,7 @@ def test_a_replica_s_delete_and_its_share_s_resize_never_both_start(engine):
     db = engine.db
     rep = make_replica(db, vocab.AVAILABLE)
     shrink = plans.resize_share(db, rep.share_id, 3)
-    delete = plans.delete(db, vocab.REPLICA, rep.id)
+    delete = delete_plans.delete(db, vocab.REPLICA, rep.id)
     assert _written(db, delete)
     with pytest.raises(quiet.Busy, match="it has a replica that is deleting"):
         _written(db, shrink)
@@ -190,13 +190,13 @@ def test_a_replica_s_delete_and_its_share_s_resize_never_both_start(engine):
         plans.resize_share(db, rep.share_id, 3)
 
     other = make_replica(db, vocab.AVAILABLE)
-    delete = plans.delete(db, vocab.REPLICA, other.id)
+    delete = delete_plans.delete(db, vocab.REPLICA, other.id)
     assert _written(db, plans.resize_share(db, other.share_id, 3))
     with pytest.raises(quiet.Busy, match="its share is shrinking"):
         _written(db, delete)
     assert fetch(db, vocab.REPLICA, other.id).status == vocab.AVAILABLE
     with pytest.raises(Refused, match="its share is shrinking"):
-        plans.delete(db, vocab.REPLICA, other.id)
+        delete_plans.delete(db, vocab.REPLICA, other.id)
 
 
 def test_a_snapshot_or_replica_planned_before_a_resize_was_written_is_refused(engine):

@@ -16,7 +16,7 @@ from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotF
 from sharemgr.drivers.testing import build_driver
 from sharemgr.manager import views
 from sharemgr.manager.operations import lock_name
-from sharemgr.reconcile import reconciler
+from sharemgr.reconcile import reconciler, status_query
 
 from tests.unit.reconcile_harness import (
     BACKEND,
@@ -153,16 +153,16 @@ def test_a_resize_whose_share_row_is_gone_writes_nothing_of_that_resource(batch_
     db = batch_engine.db
     rows = [make_share(db, vocab.EXTENDING) for _ in range(3)]
     victim = rows[1]
-    real = reconciler.Reconciler._healthy_values
+    real = status_query.healthy_values
 
-    def values(self, cand, answer):
-        got_values, extra = real(self, cand, answer)
+    def values(cand, answer):
+        got_values, extra = real(cand, answer)
         if cand.id == victim.id:
             extra = [(models.Share, "no-such-share", {}, {"size": 8})]
         return got_values, extra
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(reconciler.Reconciler, "_healthy_values", values)
+        mp.setattr(status_query, "healthy_values", values)
         result = batch_engine.run()
     assert _statuses(db, rows) == [vocab.AVAILABLE, vocab.EXTENDING, vocab.AVAILABLE]
     assert api.get(db, models.Share, victim.share_id).size == 5

@@ -18,7 +18,8 @@ from sharemgr.drivers.exceptions import (
     ShareShrinkingPossibleDataLoss,
 )
 from sharemgr.drivers.local import commands, ganesha, samba, validation
-from sharemgr.drivers.local.driver import LocalDriver, _cifs_share, _cifs_unenforceable
+from sharemgr.drivers.local.driver import LocalDriver
+from sharemgr.drivers.local.exports import _cifs_share, cifs_unenforceable
 from sharemgr.drivers.local.fencing import FenceStore
 from sharemgr.drivers.testing import build_driver
 
@@ -143,8 +144,8 @@ def test_samba_render_refuses_a_hostile_user(tmp_path):
 def test_cifs_read_only_address_next_to_a_writer_is_refused():
     rules = [{"id": "1", "access_type": "ip", "access_to": "10.0.0.1", "access_level": "ro"},
              {"id": "2", "access_type": "ip", "access_to": "10.0.0.2", "access_level": "rw"}]
-    assert [r["id"] for r in _cifs_unenforceable(rules)] == ["1"]
-    assert _cifs_unenforceable(rules[:1]) == []
+    assert [r["id"] for r in cifs_unenforceable(rules)] == ["1"]
+    assert cifs_unenforceable(rules[:1]) == []
 
 
 def test_samba_main_config_keeps_its_own_folders(tmp_path):

@@ -1,0 +1,156 @@
+"""What deleting a resource writes: its deleting status and the delete
+operation, refused while something not deleted with it still needs it
+(``plans.py`` holds the plan's parts and the creates)."""
+
+from __future__ import annotations
+
+from sharemgr.common import vocab
+from sharemgr.db import api as db_api
+from sharemgr.db import models, quiet, resources
+from sharemgr.db.engine import Database
+from sharemgr.manager import kinds, operation_table
+from sharemgr.manager.plans import Op, Plan, Refused, get, need, quiet_share, replica, snapshot
+
+# What a share's family must not be doing while one of its members starts
+# something (db/quiet.py): a resize calls the driver on every replica.
+_RESIZING = frozenset({vocab.EXTENDING, vocab.SHRINKING, vocab.REVERTING,
+                       vocab.REPLICATION_CHANGE})
+
+
+def _deleting(kind: kinds.Kind, row: kinds.StatusRow | resources.Record, what: str,
+              host: str | None,
+              shown: object = None, force: bool = False) -> Plan:
+    """``row`` holds the status; ``shown`` is what users know (a share, not
+    its instance), when it differs. A forced delete (admin) starts from any
+    status, as Manila's force-delete does: its request carries
+    ``{"force": True}`` and ends in deleted whatever the driver says."""
+    spec = operation_table.spec(kind.name, vocab.ACTION_DELETE)
+    if not force:
+        need(row.status, spec.starts_from, what, "delete")
+    return Plan(None, [], [(kind.model, row.id, {"status": row.status},
+                            {"status": spec.transient[0]})],
+                Op(kind.name, row.id, vocab.ACTION_DELETE, host,
+                   {"force": True} if force else {}), shown or row)
+
+
+def _in_use(db: Database, checks: tuple[tuple[type, str], ...], ident: str) -> bool:
+    return any(resources.live_count(db, model, **{column: ident}) for model, column in checks)
+
+
+def delete(db: Database, type_: str, ident: str, force: bool = False) -> Plan:
+    """The deleting status and the delete operation of a user-facing type's
+    resource, refused while something that is not being deleted with it
+    still needs it. ``force`` lifts the status check only: as in Manila, a
+    share with snapshots or replicas, or a share server or group still in
+    use, is refused even when forced."""
+    return _DELETERS[type_](db, ident, force)
+
+
+def delete_seen(db: Database, type_: str, ident: str) -> tuple[kinds.Observed, Plan | None]:
+    """The resource as observed now and, unless it is gone, its delete's
+    plan (``delete``'s checks: Refused), from one read where the type
+    allows it — a share's (``resources.share_to_delete``) holds the rows
+    its observation is made of; a stack's delete makes one per resource —
+    else an observation, then the plan."""
+    if type_ != vocab.SHARE:
+        observed = kinds.observe(db, type_, ident)
+        return observed, None if observed.state == kinds.GONE else delete(db, type_, ident)
+    found = resources.share_to_delete(db, ident) if ident else (None, [], 0)
+    row, inst = found[0], _primary(found[1])
+    seen = None if row is None or inst is None else kinds.observe_rows(
+        vocab.SHARE, {models.Share: row, models.ShareInstance: inst})
+    if seen is None:
+        return kinds.Observed(kinds.GONE), None
+    return seen, _delete_share(db, ident, found=found)
+
+
+def _primary(live: list[resources.Record]) -> resources.Record | None:
+    """Of a share's live instances (oldest first), the primary: the oldest
+    that is not a secondary (``resources.primary_instance``'s choice)."""
+    return next((i for i in live if not kinds.is_secondary(i)), None)
+
+
+def _delete_share(db: Database, ident: str, force: bool = False,
+                  found: tuple[resources.Record | None, list[resources.Record], int] | None = None
+                  ) -> Plan:
+    # One read (a stack's delete makes one per resource): the share, its live
+    # instances (the primary and any other a replica) and its snapshots;
+    # ``found``: that read, made by the caller.
+    if found is None:
+        found = resources.share_to_delete(db, ident) if ident else (None, [], 0)
+    row, live, snapshots = found
+    if row is None:
+        raise Refused(f"no share with id {ident!r}")
+    inst = _primary(live)
+    if inst is None:
+        raise Refused(f"share {ident} has no instance")
+    if snapshots:
+        raise Refused(f"share {ident} has snapshots: delete them first")
+    if len(live) > 1:
+        raise Refused(f"share {ident} has replicas: delete them first")
+    if force:
+        # Any status goes, but a backup being made or restored owns the share
+        # (its continue task needs it): that backup must settle or go first.
+        busy = [b.id for b in db_api.query(db, models.ShareBackup, {"share_id": row.id})
+                if b.status in (vocab.CREATING, vocab.RESTORING)]
+        if busy:
+            raise Refused(f"share {ident} has a backup in progress ({', '.join(busy)}): "
+                          "wait for it or force-delete the backup first")
+    return _deleting(kinds.SHARE_INSTANCE, inst, f"share {ident}", inst.host, row, force)
+
+
+def _delete_snapshot(db: Database, ident: str, force: bool = False) -> Plan:
+    snap, inst = snapshot(db, ident)
+    return _deleting(kinds.SNAPSHOT_INSTANCE, inst, f"snapshot {ident}",
+                     kinds.SNAPSHOT_INSTANCE.host_of(db, inst), snap, force)
+
+
+def _delete_replica(db: Database, ident: str, force: bool = False) -> Plan:
+    """Refused while its share is resized or another replica promoted (even
+    forced: the two would call the driver on it at once)."""
+    row = replica(db, ident)
+    return quiet_share(db, _deleting(kinds.REPLICA, row, f"replica {ident}", row.host,
+                                     force=force), row.share_id,
+                       quiet.Quiet(models.ShareInstance, {"share_id": row.share_id}, _RESIZING,
+                                   f"cannot delete replica {ident}: its share is "
+                                   "{statuses}; try again when it is done", but=(row.id,)))
+
+
+def _delete_server(db: Database, ident: str, force: bool = False) -> Plan:
+    row = get(db, models.ShareServer, ident, "share server")
+    if _in_use(db, ((models.ShareInstance, "share_server_id"),
+                    (models.ShareGroup, "share_server_id")), row.id):
+        raise Refused(f"share server {ident} is in use by shares or groups")
+    return _deleting(kinds.SHARE_SERVER, row, f"share server {ident}", row.host, force=force)
+
+
+def _delete_group(db: Database, ident: str, force: bool = False) -> Plan:
+    row = get(db, models.ShareGroup, ident, "share group")
+    if _in_use(db, ((models.Share, "share_group_id"),), row.id):
+        raise Refused(f"share group {ident} has shares: delete them first")
+    # Forced, its group snapshots' records go with it (as Manila's force-delete).
+    if not force and _in_use(db, ((models.ShareGroupSnapshot, "share_group_id"),), row.id):
+        raise Refused(f"share group {ident} has snapshots: delete them first")
+    return _deleting(kinds.SHARE_GROUP, row, f"share group {ident}", row.host, force=force)
+
+
+def _delete_group_snapshot(db: Database, ident: str, force: bool = False) -> Plan:
+    row = get(db, models.ShareGroupSnapshot, ident, "group snapshot")
+    return _deleting(kinds.GROUP_SNAPSHOT, row, f"group snapshot {ident}",
+                     kinds.GROUP_SNAPSHOT.host_of(db, row), force=force)
+
+
+def _delete_backup(db: Database, ident: str, force: bool = False) -> Plan:
+    row = get(db, models.ShareBackup, ident, "backup")
+    return _deleting(kinds.BACKUP, row, f"backup {ident}", row.host, force=force)
+
+
+_DELETERS = {
+    vocab.SHARE: _delete_share,
+    vocab.SNAPSHOT: _delete_snapshot,
+    vocab.REPLICA: _delete_replica,
+    vocab.SHARE_SERVER: _delete_server,
+    vocab.SHARE_GROUP: _delete_group,
+    vocab.GROUP_SNAPSHOT: _delete_group_snapshot,
+    vocab.BACKUP: _delete_backup,
+}
