@@ -28,12 +28,13 @@ def test_engines_go_on_after_the_primary_dies_and_the_standby_is_promoted(
     """The engines stop before the servers (fixtures end in reverse order)."""
     d: Deployment = deployment(
         db_url=pg_pair.url(), coordination_url=redis_url,
-        backends={"dummy": {"dummy_method_delays": "create_share:5"}})
+        backends={"dummy": {"dummy_method_delays": "create_share:15"}})
     d.sync()
     a = d.start(name="a")
     b = d.start(name="b")
     accepted = [d.json("share", "create", "1", "--proto", "NFS")["id"] for _ in range(6)]
-    # Creates in flight (each driver call takes 5 s) when the primary dies.
+    # Creates in flight (each driver call takes 15 s: six sharectl runs on a
+    # loaded machine took longer than 5) when the primary dies.
     assert any(s["status"] == "creating" for s in d.json("share", "list"))
     pg_pair.kill_primary()
     pg_pair.promote()
