@@ -153,7 +153,7 @@ class CephFSDriver(base.ShareDriver):
                         f"{snapshot['share_instance_id']}") from exc
                 raise
         # The clone copies in the mgr's background: wait for it here, at
-        # most CLONE_WAITS command timeouts (the call's lease is longer).
+        # most CLONE_WAITS command timeouts.
         deadline = time.monotonic() + CLONE_WAITS * self.ceph.timeout
         while (state := self._clone_state(target)) == "creating_from_snapshot":
             if time.monotonic() > deadline:
