@@ -195,3 +195,13 @@ def runner(engine):
     yield passes
     stopping.set()
     passes.executor.shutdown(wait=False)
+
+
+def pytest_sessionfinish(session):
+    """The run's Ceph cluster stops with the run. Here, not in
+    tests/functional/conftest.py: under xdist the controller collects
+    nothing and never loads that one (the cluster outlived the run)."""
+    if not hasattr(session.config, "workerinput"):  # the controller (or no xdist)
+        from tests.functional import ceph_shared
+
+        ceph_shared.stop(session.config)

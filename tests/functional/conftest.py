@@ -69,11 +69,7 @@ def local(deployment):
 def ceph_cluster(tmp_path_factory):
     """One Ceph cluster for the whole run, shared by every worker (the
     first to need it brings it up, under a file lock); stopped at the end
-    of the run (``pytest_sessionfinish``). Tests keep apart by subvolume
+    of the run (``pytest_sessionfinish`` in tests/conftest.py). Tests keep apart by subvolume
     group."""
     return ceph_shared.cluster(tmp_path_factory)
 
-
-def pytest_sessionfinish(session):
-    if not hasattr(session.config, "workerinput"):  # the controller (or no xdist)
-        ceph_shared.stop(session.config)
