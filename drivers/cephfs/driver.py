@@ -38,6 +38,11 @@ def _dict(value: object) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def _items(value: object) -> list:
+    """A JSON answer's array, or [] for anything else."""
+    return value if isinstance(value, list) else []
+
+
 class CephFSDriver(base.ShareDriver):
     """Shares as CephFS subvolumes of one subvolume group."""
 
@@ -64,7 +69,7 @@ class CephFSDriver(base.ShareDriver):
             raise ShareBackendException(
                 f"cephfs driver: no {self.ceph.python}: set cephfs_python to the Python of "
                 "the Debian package python3-rados (doc/cephfs_driver.rst)")
-        volumes = [v["name"] for v in self._list("fs volume ls")]
+        volumes = [v["name"] for v in _items(self.ceph.mgr("fs volume ls"))]
         if self.volume and self.volume not in volumes:
             raise ShareBackendException(
                 f"cephfs driver: the cluster has no file system {self.volume!r} "
@@ -86,10 +91,6 @@ class CephFSDriver(base.ShareDriver):
                 "group": self.group}
 
     # Calls -------------------------------------------------------------------
-
-    def _list(self, prefix: str, **args: object) -> list[dict]:
-        answer = self.ceph.mgr(prefix, **args)
-        return answer if isinstance(answer, list) else []
 
     def _sub(self, verb: str, name: str | None = None, **args: object) -> object:
         """``fs subvolume <verb>`` in this backend's volume and group."""
@@ -254,7 +255,7 @@ class CephFSDriver(base.ShareDriver):
 
     def _authorized(self, name: str) -> dict[str, str]:
         answer = self._sub("authorized_list", name)
-        return {k: str(v) for entry in (answer if isinstance(answer, list) else [])
+        return {k: str(v) for entry in _items(answer)
                 for k, v in _dict(entry).items()}
 
     def _deauthorize(self, name: str, auth_id: str) -> None:
@@ -343,11 +344,11 @@ class CephFSDriver(base.ShareDriver):
             if exc.missing:
                 return []
             raise
-        return answer if isinstance(answer, list) else []
+        return _items(answer)
 
     def list_shares(self) -> list[shapes.ListedShare]:
         return [{"id": s["name"], "name": s["name"]} for s in self._ls()]
 
     def _ls(self) -> list[dict]:
         answer = self._sub("ls")
-        return answer if isinstance(answer, list) else []
+        return _items(answer)
