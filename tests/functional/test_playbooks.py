@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +123,34 @@ def scenario() -> tuple[list[dict], dict[str, str]]:
     return play["vars"]["sm_cases"], transient
 
 
+def evidence(run: Run, name: str) -> str:
+    """What a failure needs to be explained after the run's folder is gone:
+    the resource's rows (deleted ones too) and its requests from the run's
+    SQLite database, and the log of share-manager's final start."""
+    state = run.root / "deployment"
+    lines = []
+    db = state / "state" / "sharemgr.sqlite"
+    if db.exists():
+        con = sqlite3.connect(db)
+        try:
+            for table in ("shares", "share_snapshots", "share_backups", "share_servers",
+                          "share_groups", "share_group_snapshots"):
+                cols = [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
+                if "name" not in cols:
+                    continue
+                for row in con.execute(f"SELECT * FROM {table} WHERE name = ?", (name,)):
+                    record = dict(zip(cols, row, strict=True))
+                    lines.append(f"{table}: {record}")
+                    lines += [f"request: {r}" for r in con.execute(
+                        "SELECT * FROM requests WHERE resource_id = ?", (record["id"],))]
+        finally:
+            con.close()
+    log = state / "share-manager.log"
+    if log.exists():
+        lines.append(log.read_text(errors="replace").split("share-manager starting:")[-1][-4000:])
+    return "\n".join(lines)
+
+
 @pytest.mark.long(210)
 def test_reconciliation_playbook(tmp_path, pg_url, redis_url):
     """The playbook passes, on SQLite with one engine and on PostgreSQL +
@@ -168,7 +197,8 @@ def test_reconciliation_playbook(tmp_path, pg_url, redis_url):
                    rf"[^\n]*: expected {case['expect']}[^\n]*, actual {actual}\b")
         assert re.search(pattern, out), (
             f"no readable failure for {case['noun']} {case['name']} "
-            f"(expected {case['expect']}, actual {actual}):\n{out[-6000:]}")
+            f"(expected {case['expect']}, actual {actual}):\n{out[-6000:]}\n"
+            + evidence(runs["disabled"], case["name"]))
     # The resources nobody touched are fine either way.
     for case in cases:
         if case not in unsettled:
