@@ -28,9 +28,10 @@ GRACE = 5.0
 class CephCallFailed(ShareBackendException):
     """A command failed; ``code`` is its errno (positive)."""
 
-    def __init__(self, message: str, code: int) -> None:
+    def __init__(self, message: str, code: int, out: str = "") -> None:
         super().__init__(message)
         self.code = code
+        self.out = out  # the reply's output (a refused token: the highest)
 
     @property
     def missing(self) -> bool:
@@ -115,8 +116,25 @@ class CephClient:
     def mon(self, prefix: str, **args: object) -> object:
         return self._call("mon", prefix, args)
 
+    def fence(self, op: str, wait: float = 0.0, **fields: object) -> str:
+        """A fencing request (``rados_bridge.Fences``); its ``out``. It may
+        wait ``wait`` seconds for another call's lock besides the timeout."""
+        reply = self._ask({"fence": op, "wait": wait, **fields}, f"fence {op}",
+                          self.timeout + wait)
+        return str(reply.get("out") or "")
+
     def _call(self, target: str, prefix: str, args: dict[str, object]) -> object:
         cmd = {"prefix": prefix, "format": "json", **args}
+        reply = self._ask({"target": target, "cmd": cmd, "timeout": int(self.timeout)},
+                          prefix, self.timeout)
+        out = reply.get("out") or ""
+        try:
+            return json.loads(out) if out.strip() else None
+        except json.JSONDecodeError:
+            return out
+
+    def _ask(self, request: dict[str, object], what: str, timeout: float) -> dict:
+        """Send one request to the bridge; its reply, or CephCallFailed."""
         with self._lock:
             proc = self._bridge()
             ident = next(self._ids)
@@ -124,24 +142,19 @@ class CephClient:
             self._pending[ident] = fut
             assert proc.stdin is not None
             try:
-                proc.stdin.write(json.dumps({"id": ident, "target": target, "cmd": cmd,
-                                             "timeout": int(self.timeout)}) + "\n")
+                proc.stdin.write(json.dumps({"id": ident, **request}) + "\n")
                 proc.stdin.flush()
             except OSError as exc:
                 self._pending.pop(ident, None)
-                raise CephCallFailed(f"{prefix}: the rados bridge is gone: {exc}", errno.EPIPE)
+                raise CephCallFailed(f"{what}: the rados bridge is gone: {exc}", errno.EPIPE)
         try:
-            reply = fut.result(timeout=self.timeout + GRACE)
+            reply = fut.result(timeout=timeout + GRACE)
         except futures.TimeoutError:
             self._pending.pop(ident, None)
-            raise CephCallFailed(f"{prefix}: no answer in {self.timeout:g}s (is an MDS "
+            raise CephCallFailed(f"{what}: no answer in {timeout:g}s (is an MDS "
                                  "active and the cluster reachable?)", errno.ETIMEDOUT)
         if reply["ret"] != 0:
             lines = (reply.get("err") or reply.get("out") or "no message").strip().splitlines()
-            raise CephCallFailed(f"{prefix}: {lines[-1] if lines else 'failed'}",
-                                 -int(reply["ret"]))
-        out = reply.get("out") or ""
-        try:
-            return json.loads(out) if out.strip() else None
-        except json.JSONDecodeError:
-            return out
+            raise CephCallFailed(f"{what}: {lines[-1] if lines else 'failed'}",
+                                 -int(reply["ret"]), reply.get("out") or "")
+        return reply

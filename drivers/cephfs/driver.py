@@ -9,12 +9,15 @@ subvolume's path natively. doc/cephfs_driver.rst describes the mapping.
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from oslo_config import cfg
 from sharemgr.drivers import base, shapes
 from sharemgr.drivers.cephfs.client import CephCallFailed, CephClient
+from sharemgr.drivers.cephfs.fencing import ClusterFence
 from sharemgr.drivers.cephfs.options import cephfs_opts
 from sharemgr.drivers.exceptions import (
     InvalidShareRequest,
@@ -43,11 +46,29 @@ def _items(value: object) -> list:
     return value if isinstance(value, list) else []
 
 
+R = TypeVar("R")
+
+
+def _fenced(what: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """The method runs holding the fencing lock of its first argument (the
+    share or snapshot it is about), its token accepted by the cluster."""
+
+    def wrap(method: Callable[..., R]) -> Callable[..., R]:
+        @functools.wraps(method)
+        def call(self: CephFSDriver, resource: Mapping[str, Any], *args: Any, **kw: Any) -> R:
+            with self.fence.guard(resource, what):
+                return method(self, resource, *args, **kw)
+        return call
+    return wrap
+
+
 class CephFSDriver(base.ShareDriver):
     """Shares as CephFS subvolumes of one subvolume group."""
 
     driver_opts = cephfs_opts
     supported_dhss_modes = (False,)
+    # Checked and advanced in the cluster (fencing.py).
+    honours_fencing = True
 
     def __init__(self, configuration: cfg.ConfigOpts.GroupAttr, *, backend_name: str, host: str,
                  engine_id: str, state_path: str) -> None:
@@ -61,6 +82,7 @@ class CephFSDriver(base.ShareDriver):
         self.mode = conf.cephfs_volume_mode.lstrip("0") or "0"
         self.volume: str = conf.cephfs_filesystem_name or ""
         self.over_subscription = float(conf.cephfs_max_over_subscription_ratio)
+        self.fence = ClusterFence(self.ceph, self.group, conf.cephfs_fence_lock_seconds)
 
     # Set-up ----------------------------------------------------------------
 
@@ -81,6 +103,11 @@ class CephFSDriver(base.ShareDriver):
                     f"{len(volumes)} file systems ({', '.join(volumes) or 'none'})")
             self.volume = volumes[0]
         self.ceph.mgr("fs subvolumegroup create", vol_name=self.volume, group_name=self.group)
+        pools = [_dict(f).get("metadata_pool") for f in _items(self.ceph.mon("fs ls"))
+                 if _dict(f).get("name") == self.volume]
+        if not pools or not isinstance(pools[0], str):
+            raise ShareBackendException(f"cephfs driver: no metadata pool of {self.volume}")
+        self.fence.setup(pools[0])
 
     def check_for_setup_error(self) -> None:
         self.ceph.mgr("fs subvolumegroup getpath", vol_name=self.volume,
@@ -126,6 +153,7 @@ class CephFSDriver(base.ShareDriver):
 
     # Shares ----------------------------------------------------------------------
 
+    @_fenced("share")
     def create_share(self, share: shapes.Share, share_server: shapes.ShareServer | None = None
                      ) -> list[shapes.ExportLocation]:
         self._proto(share)
@@ -135,6 +163,7 @@ class CephFSDriver(base.ShareDriver):
                   namespace_isolated=True)
         return self._locations(self._info(share["id"]))
 
+    @_fenced("share")
     def create_share_from_snapshot(self, share: shapes.Share, snapshot: shapes.Snapshot,
                                    share_server: shapes.ShareServer | None = None
                                    ) -> list[shapes.ExportLocation]:
@@ -183,11 +212,13 @@ class CephFSDriver(base.ShareDriver):
         state = _dict(_dict(answer).get("status")).get("state", "")
         return CLONE_STATUS.get(state, "error")
 
+    @_fenced("share")
     def delete_share(self, share: shapes.Share, share_server: shapes.ShareServer | None = None
                      ) -> None:
         # --force: a subvolume already gone counts as deleted.
         self._sub("rm", share["id"], force=True)
 
+    @_fenced("share")
     def extend_share(self, share: shapes.Share, new_size: int,
                      share_server: shapes.ShareServer | None = None) -> None:
         if new_size < int(share["size"]):
@@ -196,6 +227,7 @@ class CephFSDriver(base.ShareDriver):
         self._info(share["id"])
         self._sub("resize", share["id"], new_size=str(new_size * GIB), no_shrink=True)
 
+    @_fenced("share")
     def shrink_share(self, share: shapes.Share, new_size: int,
                      share_server: shapes.ShareServer | None = None) -> None:
         if new_size > int(share["size"]):
@@ -215,6 +247,7 @@ class CephFSDriver(base.ShareDriver):
 
     # Access ------------------------------------------------------------------------
 
+    @_fenced("share")
     def update_access(self, share: shapes.Share, access_rules: list[shapes.AccessRule],
                       add_rules: list[shapes.AccessRule], delete_rules: list[shapes.AccessRule],
                       share_server: shapes.ShareServer | None = None
@@ -268,6 +301,7 @@ class CephFSDriver(base.ShareDriver):
 
     # Snapshots -------------------------------------------------------------------
 
+    @_fenced("snapshot")
     def create_snapshot(self, snapshot: shapes.Snapshot,
                         share_server: shapes.ShareServer | None = None
                         ) -> shapes.ModelUpdate | None:
@@ -282,6 +316,7 @@ class CephFSDriver(base.ShareDriver):
                 raise
         return None
 
+    @_fenced("snapshot")
     def delete_snapshot(self, snapshot: shapes.Snapshot,
                         share_server: shapes.ShareServer | None = None) -> None:
         self._sub("snapshot rm", snapshot["share_instance_id"], snap_name=snapshot["id"],
@@ -317,6 +352,7 @@ class CephFSDriver(base.ShareDriver):
 
     # Status ------------------------------------------------------------------------
 
+    @_fenced("share")
     def get_share_status(self, share: shapes.Share,
                          share_server: shapes.ShareServer | None = None) -> shapes.StatusReport:
         info = self._info(share["id"])
@@ -330,6 +366,7 @@ class CephFSDriver(base.ShareDriver):
             report["export_locations"] = self._locations(info)
         return report
 
+    @_fenced("snapshot")
     def get_snapshot_status(self, snapshot: shapes.Snapshot,
                             share_server: shapes.ShareServer | None = None) -> shapes.StatusReport:
         names = {s["name"] for s in self._snapshots(snapshot["share_instance_id"])}

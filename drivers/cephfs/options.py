@@ -70,6 +70,16 @@ cephfs_opts = [
         help="Seconds a call to the cluster may take (mgr 'fs' commands block while no "
         "MDS is active); a call that takes longer fails.",
     ),
+    cfg.IntOpt(
+        "cephfs_fence_lock_seconds",
+        default=60,
+        min=5,
+        max=3600,
+        help="How long a call's fencing lock in the cluster lasts unless renewed (it is "
+        "renewed every third of it while the call runs): a take-over waits at most this "
+        "long after an engine stopped, and an engine stopped inside a call for longer "
+        "than this is the window fencing leaves (doc/cephfs_driver.rst, 'Fencing').",
+    ),
 ]
 
 

@@ -4,15 +4,23 @@ Debian's Ceph bindings (python3-rados) load only into the Python they were
 built for, not into sharemgr's virtualenv, and the ``ceph`` command costs a
 Python start per call. The driver runs this file with that Python
 (``cephfs_python``): it connects once and answers one JSON request per
-line on stdin, ``{"id", "target": "mgr"|"mon", "cmd": {...}, "timeout"}``,
-with ``{"id", "ret", "out", "err"}`` on stdout (``ret`` 0 or a negative
-errno), each request in a thread of its own (librados is thread-safe).
+line on stdin, ``{"id", "target": "mgr"|"mon", "cmd": {...}, "timeout"}``
+or ``{"id", "fence": "enter"|"renew"|"exit", ...}`` (the fencing token of
+an object, kept in RADOS: doc/cephfs_driver.rst, "Fencing"), with ``{"id",
+"ret", "out", "err"}`` on stdout (``ret`` 0 or a negative errno), each
+request in a thread of its own (librados is thread-safe).
 
 It imports nothing of sharemgr: it runs outside sharemgr's environment."""
 
+import errno
 import json
 import sys
 import threading
+import time
+
+# librados's LIBRADOS_LOCK_FLAG_MAY_RENEW (the bindings do not export it).
+MAY_RENEW = 1
+FENCE_KEY = "token"
 
 
 def main() -> int:
@@ -32,12 +40,17 @@ def main() -> int:
         return 1
     print(json.dumps({"id": None, "ret": 0, "out": "", "err": "connected"}), flush=True)
     write = threading.Lock()
+    fences = Fences(rados, client)
 
     def answer(request: dict) -> None:
-        cmd = json.dumps(request["cmd"])
-        call = client.mgr_command if request.get("target") == "mgr" else client.mon_command
         try:
-            ret, out, err = call(cmd, b"", timeout=int(request.get("timeout") or timeout))
+            if "fence" in request:
+                ret, out, err = fences.call(request)
+            else:
+                cmd = json.dumps(request["cmd"])
+                call = client.mgr_command if request.get("target") == "mgr" \
+                    else client.mon_command
+                ret, out, err = call(cmd, b"", timeout=int(request.get("timeout") or timeout))
             reply = {"id": request["id"], "ret": ret,
                      "out": out.decode(errors="replace") if isinstance(out, bytes) else out,
                      "err": err.decode(errors="replace") if isinstance(err, bytes) else err}
@@ -53,6 +66,92 @@ def main() -> int:
             threading.Thread(target=answer, args=(json.loads(line),), daemon=True).start()
     client.shutdown()
     return 0
+
+
+class Fences:
+    """The highest fencing token accepted per backend object: one RADOS
+    object per backend object (``obj``, in the pool and namespace the
+    request names), its omap key ``token``. ``enter`` takes the object's
+    exclusive lock (``cookie``: the call's, for ``duration`` seconds,
+    waiting ``wait`` seconds for another holder), then refuses a lower
+    token (-ESTALE, the highest in ``out``) or records a higher one by a
+    write guarded with the version it read (of two writers that read one
+    version, one wins and the other reads again). ``renew`` extends the
+    lock while the call runs; ``exit`` releases it."""
+
+    def __init__(self, rados, client) -> None:  # noqa: ANN001 (Debian's module)
+        self.rados = rados
+        self.client = client
+        self.ioctxs: dict[tuple[str, str], object] = {}
+        self.lock = threading.Lock()
+
+    def ioctx(self, pool: str, namespace: str):  # noqa: ANN201
+        with self.lock:
+            ctx = self.ioctxs.get((pool, namespace))
+            if ctx is None:
+                ctx = self.client.open_ioctx(pool)
+                ctx.set_namespace(namespace)
+                self.ioctxs[(pool, namespace)] = ctx
+            return ctx
+
+    def call(self, req: dict) -> tuple[int, str, str]:
+        ctx = self.ioctx(req["pool"], req["namespace"])
+        obj, cookie = req["obj"], req["cookie"]
+        if req["fence"] == "exit":
+            try:
+                ctx.unlock(obj, "fence", cookie)
+            except self.rados.ObjectNotFound:  # expired, or broken by another
+                pass
+            return 0, "", ""
+        if req["fence"] == "renew":
+            try:
+                ctx.lock_exclusive(obj, "fence", cookie, "sharemgr call",
+                                   int(req["duration"]), MAY_RENEW)
+            except self.rados.ObjectBusy:
+                return -errno.EBUSY, "", "the lock was lost (expired and taken)"
+            return 0, "", ""
+        return self.enter(ctx, obj, cookie, int(req["token"]), int(req["duration"]),
+                          float(req["wait"]))
+
+    def enter(self, ctx, obj: str, cookie: str, token: int, duration: int,  # noqa: ANN001
+              wait: float) -> tuple[int, str, str]:
+        rados = self.rados
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                ctx.lock_exclusive(obj, "fence", cookie, "sharemgr call", duration, 0)
+                break
+            except rados.ObjectBusy:
+                if time.monotonic() > deadline:
+                    return -errno.EBUSY, "", (f"another call held {obj} for {wait:g}s")
+                time.sleep(0.1)
+        try:
+            while True:
+                with rados.ReadOpCtx() as op:
+                    values, _ret = ctx.get_omap_vals_by_keys(op, (FENCE_KEY,))
+                    ctx.operate_read_op(op, obj)
+                    highest = dict(values).get(FENCE_KEY)
+                version = ctx.get_last_version()
+                if highest is not None and token < int(highest):
+                    ctx.unlock(obj, "fence", cookie)
+                    return -errno.ESTALE, highest.decode(), "fenced"
+                if highest is not None and token == int(highest):
+                    return 0, "", ""
+                with rados.WriteOpCtx() as op:
+                    op.assert_version(version)
+                    ctx.set_omap(op, (FENCE_KEY,), (str(token).encode(),))
+                    try:
+                        ctx.operate_write_op(op, obj)
+                        return 0, "", ""
+                    except rados.OSError as exc:
+                        if exc.errno not in (errno.ERANGE, errno.EOVERFLOW):
+                            raise
+        except Exception:
+            try:
+                ctx.unlock(obj, "fence", cookie)
+            except rados.Error:
+                pass
+            raise
 
 
 if __name__ == "__main__":

@@ -177,8 +177,9 @@ mds data = {r}/mds/$cluster-$id
         self.ceph("fs", "volume", "create", VOLUME, timeout=timeout)
         self._wait(self._mds_active, timeout, "the MDS is active")
 
-    def client(self, name: str, caps: tuple[str, ...] = ("mgr", "allow rw", "mon", "allow r")
-               ) -> Path:
+    def client(self, name: str, caps: tuple[str, ...] = (
+            "mgr", "allow rw", "mon", "allow r",
+            "osd", f"allow rwx pool=cephfs.{VOLUME}.meta namespace=sharemgr")) -> Path:
         """A cephx client ``client.<name>`` (by default with the caps the
         cephfs driver needs); its keyring where ceph.conf looks for it."""
         keyring = self.root / "keyring" / f"client.{name}.keyring"

@@ -75,8 +75,10 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "db/status.py": (UNIT + "common/test_metrics.py",),
     "db/tables.py": (UNIT + "db/test_models.py",),
     "drivers/cephfs/driver.py": (FUNC + "test_cephfs_driver.py", FUNC + "test_cephfs_kit.py"),
+    "drivers/cephfs/fencing.py": (FUNC + "test_cephfs_fencing.py",),
     "drivers/cephfs/options.py": (FUNC + "test_cephfs_driver.py",),
-    "drivers/cephfs/rados_bridge.py": (UNIT + "drivers/cephfs/test_client.py",),
+    "drivers/cephfs/rados_bridge.py": (UNIT + "drivers/cephfs/test_client.py",
+                                       FUNC + "test_cephfs_fencing.py"),
     # ShareDriver's method groups (drivers/base.py inherits them)
     "drivers/backup_methods.py": (UNIT + "drivers/test_base.py",),
     "drivers/manage_methods.py": (UNIT + "drivers/test_base.py", FUNC + "test_manage.py"),
