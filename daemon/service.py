@@ -29,6 +29,7 @@ from sharemgr.drivers.base import ShareDriver
 from sharemgr.manager import (
     backup_ops,
     capabilities,
+    clone_poll,
     config,
     ensure,
     handlers,
@@ -272,6 +273,11 @@ class ShareManagerService:
             backup_ops.continue_backups(started(self.operations),
                                         [f"{self.host}@{backend}"])
 
+    def poll_clones_of(self, backend: str) -> None:
+        """Ask about one backend's creates from a snapshot still copying."""
+        if backend in self.drivers and not self.stopping.is_set():
+            clone_poll.poll_clones(started(self.operations), [f"{self.host}@{backend}"])
+
     def update_replicas_of(self, backend: str) -> None:
         """Ask one backend's secondary replicas for their states."""
         if backend in self.drivers and not self.stopping.is_set():
@@ -304,6 +310,9 @@ class ShareManagerService:
                      offload=True)
             bg.every(self.conf.backup_continue_interval, f"backup_continue:{backend}",
                      functools.partial(self.continue_backups_of, backend), most,
+                     offload=True)
+            bg.every(self.conf.clone_poll_interval, f"clone_poll:{backend}",
+                     functools.partial(self.poll_clones_of, backend), most,
                      offload=True)
             bg.every(self.conf.replica_state_update_interval, f"replica_state:{backend}",
                      functools.partial(self.update_replicas_of, backend), most,

@@ -213,6 +213,19 @@ def _backup_started() -> sa.ColumnElement[bool]:
         sa.and_(backup.status == vocab.RESTORING, backup.restore_progress.is_not(None))))
 
 
+def clones_in_progress(db: Database, hosts: list[str]) -> list[models.ShareInstance]:
+    """Share instances of these hosts whose create from a snapshot goes on
+    in the backend after its call returned (status creating_from_snapshot,
+    progress set): the status poll's work, in one query."""
+    inst = models.ShareInstance
+    stmt = sa.select(inst).where(sa.or_(*(host_match(inst.host, h) for h in hosts)),
+                                 inst.deleted_at.is_(None),
+                                 inst.status == vocab.CREATING_FROM_SNAPSHOT,
+                                 inst.progress.is_not(None))
+    with db.reading() as session:
+        return list(session.scalars(stmt))
+
+
 def backups_to_continue(db: Database, hosts: list[str]) -> list[models.ShareBackup]:
     """The started backups of these hosts, in one query."""
     stmt = sa.select(models.ShareBackup).where(models.ShareBackup.host.in_(hosts),

@@ -211,13 +211,20 @@ class ShareDriver(BackupMethods, ManageMethods, ReadMethods):
 
     def create_share_from_snapshot(
         self, share: Share, snapshot: Snapshot, share_server: ShareServer | None = None
-    ) -> list[ExportLocation]:
+    ) -> list[ExportLocation] | dict[str, object]:
         """Create a share holding the data of ``snapshot``.
 
         :param share: the new share instance dict (``snapshot_id`` set).
         :param snapshot: snapshot instance dict the data comes from.
         :param share_server: as for ``create_share``.
-        :returns: export locations, as ``create_share``.
+        :returns: export locations, as ``create_share``; or, as Manila's
+            drivers may, ``{"status": "available" | "creating_from_snapshot",
+            "export_locations": [...], "progress": "40%"}``. With
+            ``creating_from_snapshot`` the copy goes on in the backend after
+            the call: the manager keeps the share in that status and asks
+            ``get_share_status`` (which the driver must then have) every
+            ``clone_poll_interval`` until it answers ``available`` (its
+            export locations are recorded) or an error.
         :raises ShareResourceNotFound: the backend has no such snapshot.
         :raises ShareBackendException: the backend failed.
         """

@@ -228,6 +228,15 @@ manager_opts = [
         help="Seconds between create_backup_continue/restore_backup_continue runs.",
     ),
     cfg.IntOpt(
+        "clone_poll_interval",
+        default=5,
+        min=1,
+        max=3600,
+        help="Seconds between runs of the status poll of shares whose create from a "
+        "snapshot goes on in the backend (creating_from_snapshot after the driver's call "
+        "returned): each is asked with get_share_status until it is available or failed.",
+    ),
+    cfg.IntOpt(
         "replica_state_update_interval",
         default=300,
         min=1,

@@ -67,20 +67,55 @@ def create_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
             if snap_inst is None:
                 raise OperationFailed(f"snapshot {share.snapshot_id} is gone")
             snap_d, _ = ops.snapshot_parts(snap_inst)
-            return driver.create_share_from_snapshot(share_d, snap_d, server)
-        return driver.create_share(share_d, server)
+            return _checked(driver.create_share_from_snapshot(share_d, snap_d, server),
+                            vocab.CREATING_FROM_SNAPSHOT)
+        return _checked(driver.create_share(share_d, server))
 
     spec = operation_table.spec(op.kind, op.action)
+    later: list[bool] = []
+
+    def created(inst: models.ShareInstance, answer: object) -> list[Change]:
+        values = creation_values(inst, answer, spec.success)
+        later.append(values.get("status") is None)
+        return [(models.ShareInstance, inst.id, {"status": inst.status}, values)]
+
+    def then(inst: models.ShareInstance) -> None:
+        if not later[-1]:  # rules queued meanwhile wait for the end of a clone
+            flush_access(ops, inst)
+
     return ops.run(
         vocab.SHARE_INSTANCE, models.ShareInstance, op.ident, spec.transient, call,
-        lambda inst, locs: [(models.ShareInstance, inst.id, {"status": inst.status},
-                             {"status": spec.success,
-                              "export_locations": views.export_locations(locs)})],
-        spec.error_values(), f"{spec.verb} of share instance {op.ident}",
-        held=held, then=functools.partial(_flush_access, ops), read=read,
+        created, spec.error_values(), f"{spec.verb} of share instance {op.ident}",
+        held=held, then=then, read=read,
         method=lambda inst: "create_share_from_snapshot"
         if inst.status == vocab.CREATING_FROM_SNAPSHOT else "create_share",
     )
+
+
+def creation_values(inst: models.ShareInstance, answer: object, success: str
+                    ) -> dict[str, object]:
+    """A create's outcome: the success status with the export locations; or,
+    when the driver goes on in the background (Manila's asynchronous create
+    from a snapshot: ``{"status": "creating_from_snapshot", ...}``), the
+    status kept and ``progress`` set, which hands the instance to the status
+    poll (``clone_poll``)."""
+    if not isinstance(answer, Mapping):
+        return {"status": success, "export_locations": views.export_locations(answer)}
+    locations = views.export_locations(answer.get("export_locations"))
+    if answer.get("status") == vocab.CREATING_FROM_SNAPSHOT:
+        return {"export_locations": locations,
+                "progress": str(answer.get("progress") or "0%")[:32]}
+    return {"status": success, "export_locations": locations}
+
+
+def _checked(answer: object, *later: str) -> object:
+    """A create's answer whose status the manager can record: none,
+    available, or one of ``later`` (a failure of the call otherwise: the
+    create ends in error)."""
+    if isinstance(answer, Mapping) and answer.get("status") not in (
+            None, vocab.AVAILABLE, *later):
+        raise OperationFailed(f"the driver answered status {answer.get('status')!r}")
+    return answer
 
 
 def delete_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
@@ -154,7 +189,7 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
                 (models.Share, inst.share_id, {}, {"size": new_size}),
             ],
             error_changes, f"{spec.verb} of share instance {inst0.id} to {new_size}",
-            held=held, then=functools.partial(_flush_access, ops), method=spec.method,
+            held=held, then=functools.partial(flush_access, ops), method=spec.method,
         )
     except OperationFailed as exc:
         if refused:
@@ -201,7 +236,7 @@ def _refusal(rule: models.ShareAccessRule, answer: object) -> str:
     return f"rule {rule.id} ({rule.access_type} {rule.access_to} {rule.access_level}){said}"
 
 
-def _flush_access(ops: Operations, inst: models.ShareInstance) -> None:
+def flush_access(ops: Operations, inst: models.ShareInstance) -> None:
     """After an operation that leaves the share available: rules queued
     meanwhile (a stack's, or any that found the share busy) are applied
     now, under the same lock. Costs nothing when none are queued."""

@@ -470,6 +470,14 @@ class Reconciler:
         healthy, reason, answer = answered
         values: dict[str, object] = {}
         extra: list = []
+        if cand.status == vocab.CREATING_FROM_SNAPSHOT and \
+                answer.get("status") == vocab.CREATING_FROM_SNAPSHOT:
+            # Still copying in the backend: the status poll (clone_poll)
+            # ends it, as if the crashed call had returned.
+            LOG.info("%s %s: still copying in the backend; left to the status poll",
+                     cand.rtype, cand.id)
+            return self._changes(cand, cand.status,
+                                 {"progress": str(answer.get("progress") or "0%")[:32]})
         if healthy:
             try:
                 values, extra = status_query.healthy_values(cand, answer)

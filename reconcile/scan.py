@@ -63,6 +63,8 @@ def left_alone(db: Database, cand: Candidate) -> str | None:
     if cand.status in LEFT_ALONE:
         return LEFT_ALONE[cand.status]
     if cand.rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA):
+        if cand.status == vocab.CREATING_FROM_SNAPSHOT and cand.row.progress is not None:
+            return "create from a snapshot copying in the backend (status poll)"
         if cand.row.task_state in vocab.BUSY_TASK_STATES:
             return f"busy task_state {cand.row.task_state}"
         if cand.status in (vocab.BACKUP_CREATING, vocab.BACKUP_RESTORING) and \

@@ -32,7 +32,9 @@ GIB = 1 << 30
 CLONE_STATUS = {"pending": "creating_from_snapshot", "in-progress": "creating_from_snapshot",
                 "complete": "available", "failed": "error", "canceled": "error"}
 CLONE_POLL = 0.5
-CLONE_WAITS = 10
+# How long a create from a snapshot waits for its clone before it answers
+# creating_from_snapshot (a small clone then ends within the call).
+CLONE_MOMENT = 5.0
 
 
 def _dict(value: object) -> dict:
@@ -166,7 +168,10 @@ class CephFSDriver(base.ShareDriver):
     @_fenced("share")
     def create_share_from_snapshot(self, share: shapes.Share, snapshot: shapes.Snapshot,
                                    share_server: shapes.ShareServer | None = None
-                                   ) -> list[shapes.ExportLocation]:
+                                   ) -> dict[str, object]:
+        """A clone of the snapshot, which the mgr copies in the background:
+        ``creating_from_snapshot`` until it ends (the manager then asks
+        ``get_share_status``), unless it ended within a moment."""
         self._proto(share)
         target = share["id"]
         try:
@@ -182,20 +187,26 @@ class CephFSDriver(base.ShareDriver):
                         f"cephfs: no snapshot {snapshot['id']} of subvolume "
                         f"{snapshot['share_instance_id']}") from exc
                 raise
-        # The clone copies in the mgr's background: wait for it here, at
-        # most CLONE_WAITS command timeouts.
-        deadline = time.monotonic() + CLONE_WAITS * self.ceph.timeout
-        while (state := self._clone_state(target)) == "creating_from_snapshot":
-            if time.monotonic() > deadline:
-                raise ShareBackendException(
-                    f"cephfs: the clone of snapshot {snapshot['id']} into {target} is still "
-                    f"copying after {CLONE_WAITS * self.ceph.timeout:g}s")
+        deadline = time.monotonic() + CLONE_MOMENT
+        while (state := self._clone_state(target)) == "creating_from_snapshot" and \
+                time.monotonic() < deadline:
             time.sleep(CLONE_POLL)
+        if state == "creating_from_snapshot":
+            return {"status": state, "export_locations": []}
         if state != "available":
             raise ShareBackendException(f"cephfs: the clone of snapshot {snapshot['id']} "
                                         f"into {target} failed")
-        self._sub("resize", target, new_size=str(int(share["size"]) * GIB), no_shrink=True)
-        return self._locations(self._info(target))
+        return {"status": "available", "export_locations": self._finish_clone(share)}
+
+    def _finish_clone(self, share: shapes.Share) -> list[shapes.ExportLocation]:
+        """A finished clone's quota is its source's: raised to the share's
+        size (a share from a snapshot may be larger than its source)."""
+        info = self._info(share["id"])
+        if int(info.get("bytes_quota") or 0) < int(share["size"]) * GIB:
+            self._sub("resize", share["id"], new_size=str(int(share["size"]) * GIB),
+                      no_shrink=True)
+            info = self._info(share["id"])
+        return self._locations(info)
 
     def _clone_state(self, name: str) -> str:
         """The share status a clone's state means; ``available`` for a
@@ -355,15 +366,22 @@ class CephFSDriver(base.ShareDriver):
     @_fenced("share")
     def get_share_status(self, share: shapes.Share,
                          share_server: shapes.ShareServer | None = None) -> shapes.StatusReport:
+        # A clone still copying has no info yet: its clone state first.
+        status = self._clone_state(share["id"])
+        if status != "available":
+            return {"status": status}
         info = self._info(share["id"])
-        status = self._clone_state(share["id"]) if info.get("state") != "complete" \
-            else "available"
+        if share.get("snapshot_id") and \
+                int(info.get("bytes_quota") or 0) < int(share["size"]) * GIB:
+            # A clone that ended after its create returned: its create ends
+            # here (the manager asks until then), the quota raised to the size.
+            self._finish_clone(share)
+            info = self._info(share["id"])
         quota = info.get("bytes_quota")
-        report: shapes.StatusReport = {"status": status}
+        report: shapes.StatusReport = {"status": status,
+                                       "export_locations": self._locations(info)}
         if isinstance(quota, int):
             report["size"] = -(-quota // GIB)
-        if status == "available":
-            report["export_locations"] = self._locations(info)
         return report
 
     @_fenced("snapshot")

@@ -1,0 +1,79 @@
+"""The status poll of shares whose create from a snapshot goes on in the
+backend after the driver's call returned (Manila's asynchronous create:
+the driver answers ``{"status": "creating_from_snapshot", ...}`` and the
+instance keeps that status with its ``progress`` set). Periodically, per
+backend, each such instance is asked about with ``get_share_status``
+under its try-lock: ``available`` ends the create (export locations, the
+access rules queued meanwhile), an error or a missing share ends it in
+``error``, ``creating_from_snapshot`` leaves it for the next run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oslo_log import log as logging
+from sharemgr.common import vocab
+from sharemgr.db import api as db_api
+from sharemgr.db import models, resources
+from sharemgr.drivers.exceptions import FencedCall, ShareResourceNotFound
+from sharemgr.manager import share_ops, views
+from sharemgr.manager.operations import lock_name, log_failure
+
+if TYPE_CHECKING:
+    from sharemgr.manager.operations import Operations
+
+LOG = logging.getLogger(__name__)
+
+
+def poll_clones(ops: Operations, hosts: list[str]) -> None:
+    """One run over these hosts' creates in progress; a failure about one
+    is logged and leaves it for the next run."""
+    for inst in resources.clones_in_progress(ops.db, hosts):
+        with ops.coordinator.try_lock(lock_name(vocab.SHARE_INSTANCE, inst.id)) as got:
+            if not got:  # its request, a reconciliation or another engine has it
+                continue
+            try:
+                poll_one(ops, inst.id)
+            except Exception:
+                LOG.exception("share instance %s: the status poll failed", inst.id)
+
+
+def poll_one(ops: Operations, ident: str) -> str | None:
+    """Ask about one instance (the caller holds its lock); the status
+    written, or None when nothing was."""
+    inst = db_api.get(ops.db, models.ShareInstance, ident)
+    if inst is None or inst.status != vocab.CREATING_FROM_SNAPSHOT or inst.progress is None:
+        return None
+    what = f"create of share instance {ident} from a snapshot"
+    share_d, server = ops.share_parts(inst)
+    try:
+        answer = ops.driver_for(inst.host).get_share_status(share_d, server)
+    except FencedCall as exc:  # a newer owner asks and settles it
+        LOG.info("%s: the status poll was fenced: %s", what, exc)
+        return None
+    except ShareResourceNotFound as exc:
+        log_failure(what, "get_share_status", exc)
+        answer = {"status": vocab.ERROR}
+    status = answer.get("status") if isinstance(answer, dict) else None
+    seen = {"status": inst.status, "fence": inst.fence}
+    if status == vocab.CREATING_FROM_SNAPSHOT:
+        progress = answer.get("progress") if isinstance(answer, dict) else None
+        if progress is not None:
+            db_api.conditional_update(ops.db, models.ShareInstance, ident, seen,
+                                      {"progress": str(progress)[:32]})
+        return None
+    if status == vocab.AVAILABLE:
+        values: dict[str, object] = {"status": vocab.AVAILABLE, "progress": "100%"}
+        if answer.get("export_locations") is not None:
+            values["export_locations"] = views.export_locations(answer["export_locations"])
+    else:
+        LOG.warning("%s ended on the backend with %r", what, answer)
+        values = {"status": vocab.ERROR}
+    if not db_api.conditional_update(ops.db, models.ShareInstance, ident, seen, values):
+        return None
+    LOG.info("%s: %s", what, values["status"])
+    if values["status"] == vocab.AVAILABLE:
+        done = db_api.get(ops.db, models.ShareInstance, ident)
+        if done is not None:
+            share_ops.flush_access(ops, done)
+    return str(values["status"])
