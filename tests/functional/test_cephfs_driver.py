@@ -8,6 +8,8 @@ On SQLite + file locks and on PostgreSQL + Redis."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.functional.ceph_cluster import CephError
@@ -107,3 +109,50 @@ def test_walk_through(ceph_cluster, deployment, request, setup):
     d.sharectl("share", "delete", sid, "--wait")
     assert subvolumes() == set()
     assert d.json("share", "list") == []
+
+
+@pytest.mark.long(60)
+@pytest.mark.parametrize("setup", SETUPS)
+def test_a_clone_outlives_its_engine(ceph_cluster, deployment, request, setup):
+    """share-manager is SIGKILLed while its create from a snapshot waits for
+    the clone; the next start settles it (the pass finds the clone still
+    copying or done, the status poll ends it): the share is available with
+    the snapshot's content, and the killed call's fencing lock only delayed
+    that by its duration."""
+    options = {**cephfs_options(ceph_cluster), "cephfs_fence_lock_seconds": "10"}
+    group = options["cephfs_subvolume_group"]
+    d = deployment(backends={"cephfs": {"share_driver": "cephfs", **options}},
+                   **servers_for(request, setup))
+    d.sync()
+    engine = d.start()
+    share = d.json("share", "create", "1", "--proto", "CEPHFS", "--backend", "cephfs",
+                   "--wait")
+    path = _path(d, share["id"])
+    ceph_cluster.files("write", f"{path}/kept.txt", b"before the crash\n")
+    snap = d.json("snapshot", "create", share["id"], "--wait")
+    clone = d.json("share", "create", "1", "--proto", "CEPHFS", "--backend", "cephfs",
+                   "--snapshot", snap["id"])
+    inst = d.json("share", "show", clone["id"])["instance_id"]
+    deadline = time.monotonic() + 60
+    while True:  # the driver has started the clone: its call now waits for it
+        try:
+            ceph_cluster.json("fs", "clone", "status", "cephfs", inst, "--group_name", group)
+            break
+        except CephError:
+            assert time.monotonic() < deadline, "the clone never started"
+            time.sleep(0.1)
+    engine.kill()
+    assert d.json("share", "show", clone["id"])["status"] == "creating_from_snapshot"
+
+    d.start()
+    shown = d.json("share", "show", clone["id"])
+    deadline = time.monotonic() + 120
+    while shown["status"] == "creating_from_snapshot" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        shown = d.json("share", "show", clone["id"])
+    assert shown["status"] == "available", shown
+    assert ceph_cluster.files("read", f"{_path(d, clone['id'])}/kept.txt") == \
+        b"before the crash\n"
+    d.sharectl("share", "delete", clone["id"], "--wait")
+    d.sharectl("snapshot", "delete", snap["id"], "--wait")
+    d.sharectl("share", "delete", share["id"], "--wait")
