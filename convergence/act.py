@@ -11,6 +11,7 @@ a physical resource is never created twice. Each step returns an
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -34,6 +35,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
+from sharemgr.manager import share_ops
 from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Operations, Stale
 
 LOG = logging.getLogger(__name__)
@@ -41,6 +43,10 @@ LOG = logging.getLogger(__name__)
 # A physical row changed between planning and starting (another check of a
 # sibling made the share's first replica, say): plan again, this many times.
 REPLAN_ATTEMPTS = 5
+# A share from a snapshot still copying after its create: read this often,
+# at most the create's lease (COPY_WAIT without one).
+COPY_POLL = 0.5
+COPY_WAIT = 3600.0
 
 
 class Actor:
@@ -284,6 +290,16 @@ class Actor:
                         LOG.exception("could not record the outcome of request %s",
                                       begun.op_request_id)
                 raise
+        if written is not None and plan.op is not None and share_ops.copy_goes_on(written):
+            # A share from a snapshot still copying in the backend: the
+            # resource is complete when the status poll ends its create.
+            status = self._await_copy(plan.op.ident)
+            if status != vocab.AVAILABLE:
+                reason = f"{name}: its copy from the snapshot ended in {status}"
+                stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED, reason,
+                               op_request_id=begun.op_request_id, op_error=reason)
+                return Outcome.failed(reason)
+            written = None  # the rows are read
         if action == vocab.STACK_DELETE and plan.op is not None:
             observed = phys.Observed(phys.GONE)  # its delete succeeded: nothing to read
         else:
@@ -296,6 +312,18 @@ class Actor:
                            values, op_request_id=begun.op_request_id)
         return Outcome.done(ResourceData(name, rid, physical_id,
                                          observed.attributes).passed_on(ctx.template))
+
+    def _await_copy(self, ident: str) -> str:
+        """The status a share instance's copy ends in (the status poll
+        writes it), waiting at most the create's lease; its status then."""
+        lease = self.operations.leases.seconds("create_share_from_snapshot") or COPY_WAIT
+        deadline = time.monotonic() + lease
+        while True:
+            inst = db_api.get(self.db, models.ShareInstance, ident)
+            status = inst.status if inst is not None else vocab.DELETED
+            if status != vocab.CREATING_FROM_SNAPSHOT or time.monotonic() > deadline:
+                return status
+            time.sleep(COPY_POLL)
 
     def cut(self, ctx: Ctx, rid: int, name: str, op_request_id: int | None,
             exc: NotNow | Lost) -> Outcome:

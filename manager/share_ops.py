@@ -108,6 +108,13 @@ def creation_values(inst: models.ShareInstance, answer: object, success: str
     return {"status": success, "export_locations": locations}
 
 
+def copy_goes_on(changes: Iterable[Change]) -> bool:
+    """Whether a create's outcome (``creation_values``) left the copy to the
+    status poll."""
+    return any(m is models.ShareInstance and "progress" in v and "status" not in v
+               for m, _i, _e, v in changes)
+
+
 def _checked(answer: object, *later: str) -> object:
     """A create's answer whose status the manager can record: none,
     available, or one of ``later`` (a failure of the call otherwise: the

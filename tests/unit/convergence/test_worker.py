@@ -377,3 +377,54 @@ def test_a_report_cut_by_the_database_leaves_no_row_held_by_the_engine(rig, monk
             break
     assert _status(rig, "one") == ("CREATE", "COMPLETE")
     assert _one_each(rig, ("share",)) == ["one-a"]
+
+
+COPY_STACK = """
+resources:
+  data: {type: share, properties: {size: 1, proto: NFS}}
+  snap: {type: snapshot, properties: {share: {get_resource: data}}}
+  copy: {type: share, properties: {size: 1, proto: NFS, snapshot: {get_resource: snap}}}
+  late: {type: snapshot, properties: {share: {get_resource: copy}}}
+"""
+
+
+@pytest.mark.parametrize("ends", ["available", "error"])
+def test_a_share_still_copying_after_its_create_completes_with_its_copy(rig, ends):
+    """A create from a snapshot answered creating_from_snapshot: the
+    resource is complete (and its dependents start) only once the status
+    poll ended the copy; a copy that failed fails the resource."""
+    import threading
+
+    from sharemgr.common import vocab
+    from sharemgr.manager import clone_poll
+
+    e = rig.engine()
+    driver = e.drivers["dummy"]
+    made = driver.create_share_from_snapshot
+    answered = threading.Event()
+
+    def copying(share, snapshot, share_server=None):
+        made(share, snapshot, share_server)
+        answered.set()
+        return {"status": vocab.CREATING_FROM_SNAPSHOT, "export_locations": []}
+
+    driver.create_share_from_snapshot = copying
+    rig.create("cp", COPY_STACK, disable_rollback=True)
+    pump = threading.Thread(target=e.pump)
+    pump.start()
+    assert answered.wait(30)
+    pump.join(1.5)
+    assert pump.is_alive(), "the stack went on while the copy was still going on"
+    assert rig.rows("cp")["late"][0].physical_id is None
+    status = driver.get_share_status
+    driver.get_share_status = (lambda share, share_server=None: {"status": ends}) \
+        if ends == "error" else status
+    clone_poll.poll_clones(e.operations, e.hosts)
+    pump.join(60)
+    assert not pump.is_alive()
+    if ends == "available":
+        assert _status(rig, "cp") == ("CREATE", "COMPLETE")
+        assert rig.rows("cp")["late"][0].physical_id is not None
+    else:
+        assert _status(rig, "cp") == ("CREATE", "FAILED")
+        assert rig.rows("cp")["late"][0].physical_id is None
