@@ -75,7 +75,7 @@ def create_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
     later: list[bool] = []
 
     def created(inst: models.ShareInstance, answer: object) -> list[Change]:
-        values = creation_values(inst, answer, spec.success)
+        values = creation_values(inst, answer, spec.success or vocab.AVAILABLE)
         later.append(values.get("status") is None)
         return [(models.ShareInstance, inst.id, {"status": inst.status}, values)]
 

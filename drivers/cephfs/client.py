@@ -13,6 +13,7 @@ import logging
 import shutil
 import subprocess
 import threading
+from collections.abc import Mapping
 from concurrent import futures
 from pathlib import Path
 
@@ -116,7 +117,7 @@ class CephClient:
     def mon(self, prefix: str, **args: object) -> object:
         return self._call("mon", prefix, args)
 
-    def fence(self, op: str, wait: float = 0.0, **fields: object) -> str:
+    def fence(self, op: str, fields: Mapping[str, object], wait: float = 0.0) -> str:
         """A fencing request (``rados_bridge.Fences``); its ``out``. It may
         wait ``wait`` seconds for another call's lock besides the timeout."""
         reply = self._ask({"fence": op, "wait": wait, **fields}, f"fence {op}",

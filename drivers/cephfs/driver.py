@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from oslo_config import cfg
 from sharemgr.drivers import base, shapes
@@ -57,7 +57,8 @@ def _fenced(what: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
 
     def wrap(method: Callable[..., R]) -> Callable[..., R]:
         @functools.wraps(method)
-        def call(self: CephFSDriver, resource: Mapping[str, Any], *args: Any, **kw: Any) -> R:
+        def call(self: CephFSDriver, resource: Mapping[str, object], *args: object,
+                 **kw: object) -> R:
             with self.fence.guard(resource, what):
                 return method(self, resource, *args, **kw)
         return call

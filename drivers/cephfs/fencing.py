@@ -74,7 +74,7 @@ class ClusterFence:
         try:
             # An older holder's lock ends at most a duration after its
             # last renewal.
-            self.ceph.fence("enter", wait=self.duration + 1, token=token, **fields)
+            self.ceph.fence("enter", {**fields, "token": token}, wait=self.duration + 1)
         except CephCallFailed as exc:
             if exc.code == errno.ESTALE:
                 raise FencedCall(f"cephfs: {what} {object_id}: fence token {token} is older "
@@ -91,7 +91,7 @@ class ClusterFence:
             stop.set()
             renewer.join()
             try:
-                self.ceph.fence("exit", **fields)
+                self.ceph.fence("exit", fields)
             except CephCallFailed as exc:  # it expires by itself
                 LOG.warning("cephfs: %s %s: the fencing lock was not released: %s",
                             what, object_id, exc)
@@ -100,7 +100,7 @@ class ClusterFence:
                object_id: str) -> None:
         while not stop.wait(self.duration / 3):
             try:
-                self.ceph.fence("renew", **fields)
+                self.ceph.fence("renew", fields)
             except Exception as exc:  # a thread's failure is logged, never lost
                 LOG.error("cephfs: %s %s: the fencing lock could not be renewed (%s): "
                           "another engine may act on it once it expires", what, object_id, exc)

@@ -102,7 +102,7 @@ def test_an_engine_stopped_past_the_lock_is_fenced_after(engines):
     a, b = engines
     ident = str(uuid.uuid4())
     a.create_share(share(ident, 1, 1))
-    a.ceph.fence("enter", token=2, **a.fence._fields(ident, "stopped-engine"))
+    a.ceph.fence("enter", {**a.fence._fields(ident, "stopped-engine"), "token": 2})
     b.extend_share(share(ident, 1, 3), 2)
     assert quota(b, ident) == 2 * GIB
     with pytest.raises(FencedCall):
