@@ -9,6 +9,7 @@ subvolume's path natively. doc/cephfs_driver.rst describes the mapping.
 
 from __future__ import annotations
 
+import errno
 import functools
 import time
 from collections.abc import Callable, Mapping
@@ -16,6 +17,7 @@ from typing import TypeVar
 
 from oslo_config import cfg
 from sharemgr.drivers import base, shapes
+from sharemgr.drivers.cephfs import statuses
 from sharemgr.drivers.cephfs.client import CephCallFailed, CephClient
 from sharemgr.drivers.cephfs.fencing import ClusterFence
 from sharemgr.drivers.cephfs.options import cephfs_opts
@@ -140,6 +142,16 @@ class CephFSDriver(base.ShareDriver):
         if not isinstance(answer, dict):
             raise ShareBackendException(f"cephfs: subvolume info {name}: {answer!r}")
         return answer
+
+    def _ready_info(self, name: str) -> dict | None:
+        """``_info``, or None for a subvolume not ready (a clone copying,
+        or one that failed: EAGAIN)."""
+        try:
+            return self._info(name)
+        except CephCallFailed as exc:
+            if exc.code == errno.EAGAIN:
+                return None
+            raise
 
     @staticmethod
     def _locations(info: Mapping[str, object]) -> list[shapes.ExportLocation]:
@@ -367,11 +379,13 @@ class CephFSDriver(base.ShareDriver):
     @_fenced("share")
     def get_share_status(self, share: shapes.Share,
                          share_server: shapes.ShareServer | None = None) -> shapes.StatusReport:
-        # A clone still copying has no info yet: its clone state first.
-        status = self._clone_state(share["id"])
-        if status != "available":
-            return {"status": status}
-        info = self._info(share["id"])
+        info = self._ready_info(share["id"])
+        status = "available"
+        if info is None:  # a clone not complete: its clone state says why
+            status = self._clone_state(share["id"])
+            if status != "available":
+                return {"status": status}
+            info = self._info(share["id"])  # it completed meanwhile
         if share.get("snapshot_id") and \
                 int(info.get("bytes_quota") or 0) < int(share["size"]) * GIB:
             # A clone that ended after its create returned: its create ends
@@ -384,6 +398,15 @@ class CephFSDriver(base.ShareDriver):
         if isinstance(quota, int):
             report["size"] = -(-quota // GIB)
         return report
+
+    def get_share_statuses(self, shares: list[tuple[shapes.Share, shapes.ShareServer | None]]
+                           ) -> dict[str, shapes.StatusAnswer]:
+        return statuses.shares(self, [s for s, _ in shares])
+
+    def get_snapshot_statuses(
+            self, snapshots: list[tuple[shapes.Snapshot, shapes.ShareServer | None]]
+    ) -> dict[str, shapes.StatusAnswer]:
+        return statuses.snapshots(self, [s for s, _ in snapshots])
 
     @_fenced("snapshot")
     def get_snapshot_status(self, snapshot: shapes.Snapshot,

@@ -1,6 +1,7 @@
-"""Fencing tokens checked in the cluster (drivers/cephfs/fencing.py): two
-drivers, each with its own connection as two engines' would be, on one
-subvolume group of the run's Ceph cluster."""
+"""Fencing tokens checked in the cluster (drivers/cephfs/fencing.py, and
+the batch reads of statuses.py): two drivers, each with its own connection
+as two engines' would be, on one subvolume group of the run's Ceph
+cluster."""
 
 from __future__ import annotations
 
@@ -62,7 +63,15 @@ def test_a_lower_token_is_refused_by_the_cluster(engines):
     with pytest.raises(FencedCall):
         a.create_share(share(other, 1, 6))
     assert other not in {s["id"] for s in b.list_shares()}
-    b.delete_share(share(ident, 2, 3))
+    # The batch form fences as the single one does, a missing share's too.
+    third = str(uuid.uuid4())
+    answers = b.get_share_statuses([(share(ident, 2, 4), None), (share(third, 1, 9), None)])
+    assert answers[ident]["size"] == 2 and isinstance(answers[third], ShareResourceNotFound)
+    with pytest.raises(FencedCall):
+        a.create_share(share(third, 1, 8))
+    with pytest.raises(FencedCall):
+        a.get_share_status(share(ident, 2, 3))
+    b.delete_share(share(ident, 2, 4))
 
 
 def test_a_call_holds_its_object_until_it_ends(engines):

@@ -77,6 +77,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "drivers/cephfs/driver.py": (FUNC + "test_cephfs_driver.py", FUNC + "test_cephfs_kit.py"),
     "drivers/cephfs/fencing.py": (FUNC + "test_cephfs_fencing.py",),
     "drivers/cephfs/options.py": (FUNC + "test_cephfs_driver.py",),
+    "drivers/cephfs/statuses.py": (FUNC + "test_cephfs_fencing.py", FUNC + "test_cephfs_kit.py"),
     "drivers/cephfs/rados_bridge.py": (UNIT + "drivers/cephfs/test_client.py",
                                        FUNC + "test_cephfs_fencing.py"),
     # ShareDriver's method groups (drivers/base.py inherits them)
