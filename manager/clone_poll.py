@@ -15,7 +15,11 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
-from sharemgr.drivers.exceptions import FencedCall, ShareResourceNotFound
+from sharemgr.drivers.exceptions import (
+    FencedCall,
+    ShareBackendException,
+    ShareResourceNotFound,
+)
 from sharemgr.manager import share_ops, views
 from sharemgr.manager.operations import lock_name, log_failure
 
@@ -54,6 +58,9 @@ def poll_one(ops: Operations, ident: str) -> str | None:
     except ShareResourceNotFound as exc:
         log_failure(what, "get_share_status", exc)
         answer = {"status": vocab.ERROR}
+    except ShareBackendException as exc:  # an outage: asked again next run
+        log_failure(what, "get_share_status", exc)
+        return None
     status = answer.get("status") if isinstance(answer, dict) else None
     seen = {"status": inst.status, "fence": inst.fence}
     if status == vocab.CREATING_FROM_SNAPSHOT:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from sharemgr.common import vocab
 from sharemgr.db import models
+from sharemgr.drivers.exceptions import ShareBackendException
 from sharemgr.manager import clone_poll, share_ops
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.manager.plans import Op
@@ -122,3 +123,16 @@ def test_reconciliation_hands_a_copy_still_going_on_to_the_poll(engine):
     engine.driver.answers[inst.id] = HEALTHY
     _poll(engine)
     assert fetch(db, vocab.SHARE_INSTANCE, inst.id).status == vocab.AVAILABLE
+
+
+def test_an_outage_leaves_the_copy_for_the_next_run(engine, caplog):
+    """A backend that cannot answer now: one warning line, nothing written."""
+    inst = _clone(engine.db, progress="0%")
+
+    def outage(share, share_server=None):
+        raise ShareBackendException("cluster unreachable")
+
+    engine.driver.get_share_status = outage
+    _poll(engine)
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.CREATING_FROM_SNAPSHOT
+    assert "cluster unreachable" in caplog.text and "Traceback" not in caplog.text
