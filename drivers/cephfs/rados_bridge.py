@@ -82,20 +82,18 @@ class Fences:
     def __init__(self, rados, client) -> None:  # noqa: ANN001 (Debian's module)
         self.rados = rados
         self.client = client
-        self.ioctxs: dict[tuple[str, str], object] = {}
-        self.lock = threading.Lock()
-
-    def ioctx(self, pool: str, namespace: str):  # noqa: ANN201
-        with self.lock:
-            ctx = self.ioctxs.get((pool, namespace))
-            if ctx is None:
-                ctx = self.client.open_ioctx(pool)
-                ctx.set_namespace(namespace)
-                self.ioctxs[(pool, namespace)] = ctx
-            return ctx
 
     def call(self, req: dict) -> tuple[int, str, str]:
-        ctx = self.ioctx(req["pool"], req["namespace"])
+        # An I/O context per request: the version a read leaves in it
+        # (get_last_version) must be this request's, not another thread's.
+        ctx = self.client.open_ioctx(req["pool"])
+        try:
+            ctx.set_namespace(req["namespace"])
+            return self._call(ctx, req)
+        finally:
+            ctx.close()
+
+    def _call(self, ctx, req: dict) -> tuple[int, str, str]:  # noqa: ANN001
         obj, cookie = req["obj"], req["cookie"]
         if req["fence"] == "exit":
             try:

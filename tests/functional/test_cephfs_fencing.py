@@ -71,6 +71,14 @@ def test_a_lower_token_is_refused_by_the_cluster(engines):
         a.create_share(share(third, 1, 8))
     with pytest.raises(FencedCall):
         a.get_share_status(share(ident, 2, 3))
+    # Many objects at once (the batch's threads, one bridge): each records
+    # its own token.
+    many = [str(uuid.uuid4()) for _ in range(16)]
+    answers = b.get_share_statuses([(share(m, 1, 5), None) for m in many])
+    assert all(isinstance(answers[m], ShareResourceNotFound) for m in many)
+    for m in many:
+        with pytest.raises(FencedCall, match="older than 5"):
+            a.get_share_status(share(m, 1, 4))
     b.delete_share(share(ident, 2, 4))
 
 
