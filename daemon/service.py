@@ -238,7 +238,8 @@ class ShareManagerService:
             self.passes.watch_peers(self.coordinator, self.host, self.engine_id,
                                     self.conf.peer_reconciliation_grace_seconds)
         else:
-            # No automatic pass at all (startup or peer); 'reconcile run' still works.
+            # No automatic pass at all (startup, peer or periodic); 'reconcile
+            # run' still works.
             LOG.info("startup reconciliation disabled")
         # The stack watchdog starts once the pass has settled what a crash left.
         started(self.stacks).start(
@@ -337,7 +338,9 @@ class ShareManagerService:
         bg.start_periodics()
 
     def _periodic_pass(self) -> None:
-        if self.passes is not None:  # the periodic tasks start before the pass runner
+        # The periodic tasks start before the pass runner; reconciliation
+        # disabled means no automatic pass at all.
+        if self.passes is not None and self.conf.startup_reconciliation_enabled:
             self.passes.periodic()
 
     def _drift_check(self) -> None:

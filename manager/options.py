@@ -260,8 +260,8 @@ reconcile_opts = [
         default=True,
         help="After start (once ensure-resources is done) settle every resource of "
         "this host that a crash left in a transient status; also what a dead peer "
-        "engine of this host left. False: no automatic pass ('sharectl reconcile "
-        "run' still works).",
+        "engine of this host left. False: no automatic pass, neither these nor the "
+        "periodic one ('sharectl reconcile run' still works).",
     ),
     cfg.IntOpt(
         "startup_reconciliation_wait_seconds",
@@ -314,7 +314,8 @@ reconcile_opts = [
         max=86400,
         help="Seconds between looks for operations of this host whose lease has "
         "expired (one indexed query); when some are found a reconciliation pass "
-        "(trigger 'periodic') settles them. 0: off.",
+        "(trigger 'periodic') settles them. 0: off; off too with "
+        "startup_reconciliation_enabled = False.",
     ),
     cfg.IntOpt(
         "drift_check_interval",

@@ -5,6 +5,7 @@ restart, and the dummy backend agrees with the database."""
 from __future__ import annotations
 
 import collections
+import datetime
 import time
 
 import pytest
@@ -278,10 +279,19 @@ def test_disabled_changes_nothing_and_wait_is_honoured(deployment, tmp_path):
     d = deployment(extra={"DEFAULT": {"startup_reconciliation_wait_seconds": "6",
                                       "peer_reconciliation_grace_seconds": "3600"}})
     api, db, _, stuck = _stuck_shares(d, 3)
+    # One create left running by a dead engine, its lease run out: disabled,
+    # not even the periodic look for stuck operations starts a pass.
+    [req] = [r for r in db_api.query(db, models.Request,
+                                     {"resource_id": resources_instance(db, stuck[0])})
+             if r.action == vocab.ACTION_CREATE]
+    db_api.conditional_update(db, models.Request, req.id, {}, {
+        "status": vocab.REQUEST_RUNNING, "engine_id": "hostA.dead",
+        "lease_expires_at": models.utcnow() - datetime.timedelta(minutes=5)})
 
     disabled = d.write_config(tmp_path / "off.conf",
                               DEFAULT={"startup_reconciliation_enabled": "False",
-                                       "startup_reconciliation_wait_seconds": "0"})
+                                       "startup_reconciliation_wait_seconds": "0",
+                                       "periodic_reconciliation_interval": "1"})
     engine = d.start(config=disabled, name="disabled")
     # The daemon serves requests meanwhile.
     fresh = api.create_share(1, "NFS").id
