@@ -7,18 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.manager import operation_table, views
-from sharemgr.manager.operations import OperationFailed, Stale, lock_name, log_failure
+from sharemgr.manager.operations import OperationFailed, Stale, log_failure
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:
     from sharemgr.manager.operations import Operations
-
-LOG = logging.getLogger(__name__)
 
 
 def _backup(ops: Operations, ident: str) -> models.ShareBackup:
@@ -86,16 +83,14 @@ def continue_backups(ops: Operations, hosts: list[str]) -> None:
     """Periodic: drive create_backup_continue / restore_backup_continue
     for started backups of these hosts (any engine of the host may; the
     try-lock keeps it to one at a time)."""
-    for backup in resources.backups_to_continue(ops.db, hosts):
-        status = backup.status
+    started = {b.id: b.status for b in resources.backups_to_continue(ops.db, hosts)}
+
+    def act(ident: str) -> None:
+        status = started[ident]
         column = "progress" if status == vocab.CREATING else "restore_progress"
-        with ops.coordinator.try_lock(lock_name(vocab.BACKUP, backup.id)) as got:
-            if not got:
-                continue
-            try:
-                _continue_one(ops, backup.id, status, column)
-            except Exception:
-                LOG.exception("backup %s: continue task failed", backup.id)
+        _continue_one(ops, ident, status, column)
+
+    ops.each_unlocked(vocab.BACKUP, started, act, "continue task")
 
 
 def _continue_one(ops: Operations, ident: str, status: str, column: str) -> None:

@@ -21,7 +21,7 @@ from sharemgr.drivers.exceptions import (
     ShareResourceNotFound,
 )
 from sharemgr.manager import share_ops, views
-from sharemgr.manager.operations import lock_name, log_failure
+from sharemgr.manager.operations import log_failure
 
 if TYPE_CHECKING:
     from sharemgr.manager.operations import Operations
@@ -32,14 +32,9 @@ LOG = logging.getLogger(__name__)
 def poll_clones(ops: Operations, hosts: list[str]) -> None:
     """One run over these hosts' creates in progress; a failure about one
     is logged and leaves it for the next run."""
-    for inst in resources.clones_in_progress(ops.db, hosts):
-        with ops.coordinator.try_lock(lock_name(vocab.SHARE_INSTANCE, inst.id)) as got:
-            if not got:  # its request, a reconciliation or another engine has it
-                continue
-            try:
-                poll_one(ops, inst.id)
-            except Exception:
-                LOG.exception("share instance %s: the status poll failed", inst.id)
+    ops.each_unlocked(vocab.SHARE_INSTANCE,
+                      [i.id for i in resources.clones_in_progress(ops.db, hosts)],
+                      lambda ident: poll_one(ops, ident), "the status poll")
 
 
 def poll_one(ops: Operations, ident: str) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -170,6 +170,21 @@ class Operations:
                 # in its transient status).
                 raise NotNow(str(exc)) from exc
             yield
+
+    def each_unlocked(self, rtype: str, idents: Iterable[str], act: Callable[[str], object],
+                      what: str) -> None:
+        """A periodic task's work: ``act(ident)`` for each resource whose lock
+        this engine gets at once (one held by its request, a pass or another
+        engine is left for the next run); a failure about one is logged with
+        its traceback and the others go on."""
+        for ident in idents:
+            with self.coordinator.try_lock(lock_name(rtype, ident)) as got:
+                if not got:
+                    continue
+                try:
+                    act(ident)
+                except Exception:
+                    LOG.exception("%s %s: %s failed", rtype, ident, what)
 
     def fresh(self, model: type[R], ident: str, expected: tuple[str, ...]) -> R:
         return _expect(model, ident, db_api.get(self.db, model, ident), expected)

@@ -6,15 +6,7 @@ from __future__ import annotations
 import pytest
 from sharemgr.convergence import template, template_yaml
 
-EXAMPLE = """
-resources:
-  data:
-    type: share
-    properties: {size: 10, proto: NFS, backend: dummy}
-  snap:
-    type: snapshot
-    properties: {share: {get_resource: data}}
-"""
+from tests.unit.convergence.test_template import EXAMPLE
 
 LOADERS = [template_yaml._StrictLoader, template_yaml._FastStrictLoader]
 
