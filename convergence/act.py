@@ -295,7 +295,9 @@ class Actor:
             # resource is complete when the status poll ends its create.
             status = self._await_copy(plan.op.ident)
             if status != vocab.AVAILABLE:
-                reason = f"{name}: its copy from the snapshot ended in {status}"
+                reason = f"{name}: its copy from the snapshot " + (
+                    "did not end within the create's lease"
+                    if status == vocab.CREATING_FROM_SNAPSHOT else f"ended in {status}")
                 stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED, reason,
                                op_request_id=begun.op_request_id, op_error=reason)
                 return Outcome.failed(reason)
