@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from sharemgr.cli.app import SharectlApp
     from sharemgr.manager.intake import Intake
 
+# Seconds a refused resize waits for its request's end (and message).
+REQUEST_END_WAIT = 10.0
+
 # A refusal from the intake (plans.Refused) ends the command with exit 2
 # (cli/base.py); the intake and the database modules are imported when a
 # command runs, not when 'sharectl --help' lists it.
@@ -271,9 +274,19 @@ class _Resize(_Create):
 
 def _last_message(app: SharectlApp, share_id: str) -> str:
     from sharemgr.common import messages
+    from sharemgr.db import api as db_api
     from sharemgr.db import messages as db_messages
 
-    found = db_messages.message_list(app.context.db, share_id, limit=1)
+    db = app.context.db
+    # The share is available again in the outcome's transaction; the
+    # request's end and its message are written just after: wait for them.
+    deadline = time.monotonic() + REQUEST_END_WAIT
+    while time.monotonic() < deadline:
+        newest = db_api.request_list(db, resource_id=share_id, limit=1)
+        if not newest or newest[0].status not in vocab.REQUEST_OPEN:
+            break
+        time.sleep(0.1)
+    found = db_messages.message_list(db, share_id, limit=1)
     if not found:
         return "see 'sharectl message list'"
     msg = found[0]

@@ -80,3 +80,26 @@ def test_a_message_about_what_the_manager_did_on_its_own(db):
         ident, "share", "012", "006", "WARNING", None, "ganesha.nfsd does not export it")
     assert messages.user_message(msg.resource_type, msg.action_id, msg.detail_id) \
         .startswith("serve again share: a drift check found")
+
+
+def test_a_refused_resize_waits_for_its_requests_message(db):
+    """The share is available again before the request's end and message
+    are written (two transactions): ``sharectl share shrink --wait`` reads
+    the reason only once the request ended (CI once saw "see 'sharectl
+    message list'" instead)."""
+    import threading
+    import types
+
+    from sharemgr.cli import resource_cmds
+
+    inst = make_share(db, vocab.AVAILABLE)
+    req = _running(db, vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_SHRINK)
+    app = types.SimpleNamespace(context=types.SimpleNamespace(db=db))
+    late = threading.Timer(0.5, api.request_finish, (db, req, ENGINE, vocab.REQUEST_FAILED,
+                                                     "holds 3 GiB", messages.SHRINK_REFUSED))
+    late.start()
+    try:
+        why = resource_cmds._last_message(app, inst.share_id)
+    finally:
+        late.join()
+    assert "the backend refused it" in why and "holds 3 GiB" in why, why
