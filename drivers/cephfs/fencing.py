@@ -81,6 +81,8 @@ class ClusterFence:
                                  f"than {exc.out}, already accepted in the cluster; nothing "
                                  "was changed") from exc
             raise
+        # The two-host test reads these: a call runs between them.
+        LOG.debug("cephfs fence: %s %s token %s accepted", what, object_id, token)
         stop = threading.Event()
         renewer = threading.Thread(target=self._renew, args=(stop, fields, what, object_id),
                                    daemon=True, name=f"cephfs-fence-{object_id}")
@@ -90,6 +92,7 @@ class ClusterFence:
         finally:
             stop.set()
             renewer.join()
+            LOG.debug("cephfs fence: %s %s token %s releasing", what, object_id, token)
             try:
                 self.ceph.fence("exit", fields)
             except CephCallFailed as exc:  # it expires by itself

@@ -39,11 +39,11 @@ def missing() -> list[str]:
             if shutil.which(d) is None]
 
 
-def _free_port() -> int:
+def _free_port(ip: str = "127.0.0.1") -> int:
     import socket
 
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((ip, 0))
         return s.getsockname()[1]
 
 
@@ -55,8 +55,11 @@ class Cluster:
     """``up()`` builds and starts it (about 15 s), ``down()`` stops every
     daemon; ``ceph(...)`` runs the CLI as client.admin."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, ip: str = "127.0.0.1") -> None:
+        """``ip``: the address every daemon binds (a bridge's, for engines
+        in network namespaces)."""
         self.root = root.resolve()
+        self.ip = ip
         self.conf = self.root / "ceph.conf"
         self.admin_keyring = self.root / "keyring" / "client.admin.keyring"
         self.procs: dict[str, subprocess.Popen] = {}
@@ -85,7 +88,8 @@ class Cluster:
         r = self.root
         self.conf.write_text(f"""[global]
 fsid = {fsid}
-mon host = v2:127.0.0.1:{port}
+mon host = v2:{self.ip}:{port}
+public addr = {self.ip}
 auth cluster required = cephx
 auth service required = cephx
 auth client required = cephx
@@ -146,7 +150,7 @@ mds data = {r}/mds/$cluster-$id
         for sub in ("keyring", "run", "log", "crash", "mon/ceph-a", "mgr/ceph-x",
                     "osd/ceph-0", "mds/ceph-a"):
             (r / sub).mkdir(parents=True, exist_ok=True)
-        port, fsid = _free_port(), str(uuid.uuid4())
+        port, fsid = _free_port(self.ip), str(uuid.uuid4())
         self._write_conf(port, fsid)
         mon_keyring = r / "keyring" / "mon..keyring"  # mkfs wants an empty mon data
         self._run("ceph-authtool", "--create-keyring", str(mon_keyring), "--gen-key",
@@ -156,7 +160,7 @@ mds data = {r}/mds/$cluster-$id
                   "--cap", "mds", "allow *", "--cap", "mgr", "allow *")
         self._run("ceph-authtool", str(mon_keyring), "--import-keyring", str(self.admin_keyring))
         monmap = r / "monmap"
-        self._run("monmaptool", "--create", "--addv", "a", f"[v2:127.0.0.1:{port}]",
+        self._run("monmaptool", "--create", "--addv", "a", f"[v2:{self.ip}:{port}]",
                   "--fsid", fsid, str(monmap))
         self._run("ceph-mon", "--conf", str(self.conf), "--mkfs", "-i", "a",
                   "--monmap", str(monmap), "--keyring", str(mon_keyring))

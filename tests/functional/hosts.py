@@ -39,6 +39,7 @@ import argparse
 import collections
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,6 +60,24 @@ KINDS = ("partition", "database", "coordination", "asymmetric", "loss", "delay",
          "leader", "failover", "clock", "pause")
 REDIS_KINDS = tuple(k for k in KINDS if k not in ("member", "leader"))
 HOSTS = 3
+
+
+def require_hosts() -> None:
+    """Skip (fail under CI=true) where hosts cannot be made."""
+    import pytest
+
+    from tests.conftest import IN_CI
+
+    problems = [f"no {p}" for p in ("ip", "iptables") if shutil.which(p) is None]
+    if os.geteuid() != 0:
+        problems.append("not root (network namespaces)")
+    if not problems:
+        return
+    msg = "the many-host run needs " + "; ".join(problems) + \
+        " (Debian packages iproute2 iptables)"
+    if IN_CI:
+        pytest.fail(msg + " (CI=true: required)")
+    pytest.skip(msg)
 
 
 def _sh(*argv: str) -> None:

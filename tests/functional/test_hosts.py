@@ -11,11 +11,9 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 
 import pytest
 
-from tests.conftest import IN_CI
 from tests.functional import hosts
 from tests.functional.clocks import faked_clock
 from tests.functional.etcd_cluster import require_etcd
@@ -23,23 +21,10 @@ from tests.functional.faults import Options
 from tests.functional.pg_pair import require_pg_binaries
 
 
-def _require_hosts() -> None:
-    problems = [f"no {p}" for p in ("ip", "iptables") if shutil.which(p) is None]
-    if os.geteuid() != 0:
-        problems.append("not root (network namespaces)")
-    if not problems:
-        return
-    msg = "the many-host run needs " + "; ".join(problems) + \
-        " (Debian packages iproute2 iptables)"
-    if IN_CI:
-        pytest.fail(msg + " (CI=true: required)")
-    pytest.skip(msg)
-
-
 @pytest.mark.long(240)
 def test_faults_on_three_hosts(tmp_path):
     """The run makes its own servers: a PostgreSQL pair, an etcd cluster."""
-    _require_hosts()
+    hosts.require_hosts()
     require_etcd()
     require_pg_binaries()
     faked_clock(tmp_path / "probe")  # libfaketime is there (skip or fail otherwise)

@@ -15,6 +15,7 @@ rule. NUL cannot travel in an argument vector: the unit tests check it
 from __future__ import annotations
 
 import ipaddress
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -128,15 +129,18 @@ def test_hostile_access_allow(local, tmp_path):
         tries = [("ip", v, None) for v in dict.fromkeys(values) if _covers(v, proto)]
         if proto == "CIFS":
             tries += [("user", u, f"{u}%{SECRET}") for u in ("bin", "daemon")]
+        # Shut out before the first try; after that, each try's deny shows it
+        # (a refused try changed nothing).
+        assert all(client.ls(proto, loc, user=u).returncode != 0
+                   for u in dict.fromkeys(u for _k, _v, u in tries)), proto
         for kind, value, user in tries:
-            assert client.ls(proto, loc, user=user).returncode != 0, (proto, value)
             out = allow(sid, kind, value)
             if out.returncode == 2:
                 judged_refused(out, value)
                 assert d.json("access", "list", sid) == []
                 continue
             assert out.returncode == 0, (proto, value, out.stdout, out.stderr)
-            rule = d.json("access", "list", sid)[0]
+            rule = json.loads(out.stdout)  # the rule as it is once applied (--wait)
             assert rule["state"] == "active", (proto, value, rule)
             assert client.ls(proto, loc, user=user).returncode == 0, (proto, value)
             d.sharectl("access", "deny", sid, rule["id"], "--wait")
