@@ -6,6 +6,7 @@ two engines at once, tokens accepted in order (tests/functional/cephfs_hosts.py)
 from __future__ import annotations
 
 import json
+import types
 
 import pytest
 
@@ -28,3 +29,33 @@ def test_two_engines_on_two_hosts_drive_one_cluster(tmp_path, pg_url, redis_url)
     # The faults came while calls ran, and each kind of call was made.
     assert counts["fenced calls"] > 0 and counts.get("kill mid-clone True"), counts
     assert counts.get("pause in call True") and counts.get("partition in call True"), counts
+
+
+def test_the_lock_check_sees_an_overlap_and_a_token_going_down(tmp_path):
+    """The run's fence check reports two engines inside one object's lock
+    at once, and an object's tokens accepted out of order; calls one after
+    the other pass (the engines' log lines, as share-manager writes them)."""
+
+    def line(t: str, obj: str, token: int, what: str) -> str:
+        return (f"2026-11-28 03:10:{t} 4242 DEBUG sharemgr.drivers.cephfs.fencing [req-1] "
+                f"cephfs fence: share {obj} token {token} {what} guard fencing.py:85")
+
+    class Log:
+        def __init__(self, name: str, lines: list[str]) -> None:
+            self.log = tmp_path / name
+            self.log.write_text("\n".join(lines) + "\n")
+
+        def text(self) -> str:
+            return self.log.read_text()
+
+    run = cephfs_hosts.Run(tmp_path, "postgresql://unused", "redis://unused")
+    run.d = types.SimpleNamespace(engines=[
+        Log("a.log", [line("01.000", "x", 1, "accepted"), line("02.000", "x", 1, "releasing"),
+                      line("05.000", "y", 2, "accepted"), line("06.000", "y", 2, "releasing")]),
+        Log("b.log", [line("03.000", "x", 2, "accepted"), line("04.000", "x", 2, "releasing"),
+                      line("05.500", "y", 1, "accepted"), line("07.000", "y", 1, "releasing")]),
+    ])
+    found = run.fence_violations()
+    assert len(found) == 2, found
+    assert found[0].startswith("object y: a.log held its lock until") and "b.log" in found[0]
+    assert found[1] == "object y: tokens accepted in the order [2, 1]"
