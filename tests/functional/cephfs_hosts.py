@@ -57,13 +57,13 @@ GIB = 1 << 30
 DRIVER_ID = "manila"
 GROUP = "twohosts"
 FENCE_LOCK = 20  # seconds; a pause or partition holds for less
-HOLD = 8.0  # seconds a pause or a partition lasts: longer than the lease
+HOLD = 6.0  # seconds a pause or a partition lasts: longer than the lease
 # "<date> <time>.<ms> <pid> DEBUG <logger> [...] cephfs fence: <what> <id> token <n> accepted"
 FENCE_LINE = re.compile(r"^(\S+ \S+) \d+ DEBUG \S+ .*cephfs fence: (\w+) (\S+) token (\d+) "
                         r"(accepted|releasing)\b")
 REFUSED_LINE = re.compile(r"fence token (\d+) is older than (\d+)")
-DATA_FILES = 24  # the clone source's files (a clone copies file by file)
-DATA_FILE_BYTES = 4 << 20
+DATA_FILES = 12  # the clone source's files (a clone copies file by file)
+DATA_FILE_BYTES = 2 << 20
 
 
 def _ts(text: str) -> datetime.datetime:
@@ -434,7 +434,7 @@ drv.ceph.close()
 """
 
 
-def run(root: Path, pg_url: str, redis_url: str, chains: int = 4, rounds: int = 2) -> dict:
+def run(root: Path, pg_url: str, redis_url: str, chains: int = 3, rounds: int = 2) -> dict:
     """The whole run; its summary (``violations`` empty when it passed)."""
     r = Run(root, pg_url, redis_url)
     try:
@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path)
-    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--chains", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
     root = args.root or Path(tempfile.mkdtemp(prefix="cephfs-hosts-"))
