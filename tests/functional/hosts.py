@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import fcntl
 import os
 import random
 import shutil
@@ -90,14 +91,23 @@ class Network:
     def __init__(self, hosts: int, tag: str) -> None:
         self.tag = tag  # short: interface names hold 15 characters
         self.bridge = f"smb{tag}"
-        third = int(tag, 16) % 250
-        self.prefix = f"10.231.{third}"
-        self.gateway = f"{self.prefix}.1"
+        self.first = int(tag, 16) % 250  # where the search for a free /24 starts
+        self.prefix = self.gateway = ""  # known once started
         self.names = [f"smh{tag}{i}" for i in range(hosts)]
 
     def start(self) -> None:
-        _sh("ip", "link", "add", self.bridge, "type", "bridge")
-        _sh("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        # A /24 no other run on the machine uses (two runs on one network
+        # would route each other's packets): chosen and taken under a lock.
+        with open("/tmp/sharemgr-host-networks.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            used = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True,
+                                  text=True, timeout=30).stdout
+            third = next(n % 250 for n in range(self.first, self.first + 250)
+                         if f" 10.231.{n % 250}." not in used)
+            self.prefix = f"10.231.{third}"
+            self.gateway = f"{self.prefix}.1"
+            _sh("ip", "link", "add", self.bridge, "type", "bridge")
+            _sh("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         _sh("ip", "link", "set", self.bridge, "up")
         for i, ns in enumerate(self.names):
             outer, inner = f"smv{self.tag}{i}", f"smp{self.tag}{i}"
