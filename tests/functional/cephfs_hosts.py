@@ -42,8 +42,8 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from sqlalchemy.engine import make_url
 
@@ -66,6 +66,17 @@ DATA_FILES = 12  # the clone source's files (a clone copies file by file)
 DATA_FILE_BYTES = 2 << 20
 
 
+class FenceLine(NamedTuple):
+    """One ``cephfs fence`` line of an engine's log."""
+
+    log: Path
+    time: datetime.datetime
+    kind: str  # share | snapshot
+    obj: str
+    token: int
+    what: str  # accepted | releasing
+
+
 def _ts(text: str) -> datetime.datetime:
     return datetime.datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f")
 
@@ -82,7 +93,6 @@ class Run:
         self.cluster: Cluster | None = None
         self.proxies: list[Proxy] = []
         self.engines: list[Engine | None] = [None, None]
-        self.configs: list[Path] = []
         self.d: Deployment | None = None
         self.counts: collections.Counter = collections.Counter()
 
@@ -104,7 +114,7 @@ class Run:
             proxy.start()
         db_url = make_url(self.pg_url).set(host=gw, port=pg.port).render_as_string(
             hide_password=False)
-        head, _, query = self.redis_url.partition("?")
+        _, _, query = self.redis_url.partition("?")
         coord = f"redis://{gw}:{redis.port}" + (f"?{query}" if query else "")
         options = {k: dict(v) for k, v in faults.OPTIONS.items()}
         options["DEFAULT"].update(debug="true",  # the fence lines
@@ -141,24 +151,20 @@ class Run:
 
     # What the engines' logs say ---------------------------------------------
 
-    def fence_lines(self) -> list[tuple[Path, datetime.datetime, str, int, str]]:
-        """(log, time, object id, token, accepted|releasing) of every engine."""
+    def fence_lines(self) -> list[FenceLine]:
+        """Every engine's fence lines."""
         assert self.d is not None
-        out = []
-        for engine in self.d.engines:
-            for line in engine.text().splitlines():
-                m = FENCE_LINE.match(line)
-                if m:
-                    out.append((engine.log, _ts(m[1]), m[3], int(m[4]), m[5]))
-        return out
+        return [FenceLine(engine.log, _ts(m[1]), m[2], m[3], int(m[4]), m[5])
+                for engine in self.d.engines for line in engine.text().splitlines()
+                if (m := FENCE_LINE.match(line))]
 
     def open_calls(self, slot: int) -> set[str]:
         """Object ids whose fencing lock the slot's engine holds now."""
         engine = self.engines[slot]
         held: collections.Counter = collections.Counter()
-        for log, _t, obj, _tok, what in self.fence_lines():
-            if engine is not None and log == engine.log and obj != "_setup":
-                held[obj] += 1 if what == "accepted" else -1
+        for f in self.fence_lines():
+            if engine is not None and f.log == engine.log and f.obj != "_setup":
+                held[f.obj] += 1 if f.what == "accepted" else -1
         return {obj for obj, n in held.items() if n > 0}
 
     # The workload -------------------------------------------------------------
@@ -209,11 +215,10 @@ class Run:
 
     # The faults ------------------------------------------------------------------
 
-    def _when_in_call(self, slot: int, want: Callable[[set[str]], bool] = bool,
-                      timeout: float = 30.0) -> bool:
+    def _when_in_call(self, slot: int, timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if want(self.open_calls(slot)):
+            if self.open_calls(slot):
                 return True
             time.sleep(0.05)
         return False
@@ -257,14 +262,14 @@ class Run:
                 time.sleep(0.2)
         finally:
             db.dispose()
-        copying = instances
-        slot = next((s for s in (0, 1) if self.open_calls(s) & instances), 0)
+        in_call = {s: bool(self.open_calls(s) & instances) for s in (0, 1)}
+        slot = next((s for s in (0, 1) if in_call[s]), 0)
         engine = self.engines[slot]
         assert engine is not None
         engine.kill()
-        self.log(f"SIGKILL host {slot} while {len(copying)} share(s) copy "
-                 f"(inside the clone's call: {bool(self.open_calls(slot) & instances)})")
-        self.counts[f"kill mid-clone {bool(copying)}"] += 1
+        self.log(f"SIGKILL host {slot} while {len(instances)} share(s) copy "
+                 f"(inside the clone's call: {in_call[slot]})")
+        self.counts[f"kill mid-clone {bool(instances)}"] += 1
         time.sleep(2)
         self.start(slot)
 
@@ -342,16 +347,14 @@ class Run:
         held: dict[tuple[Path, str, int], datetime.datetime] = {}
         spans: dict[str, list[tuple[datetime.datetime, datetime.datetime, Path, int]]] = \
             collections.defaultdict(list)
-        lines = sorted(self.fence_lines(), key=lambda x: x[1])
-        for log, t, obj, token, what in lines:
-            if what == "accepted":
-                held[(log, obj, token)] = t
-            elif (log, obj, token) in held:
-                spans[obj].append((held.pop((log, obj, token)), t, log, token))
-        end = datetime.datetime.max  # a call a SIGKILL cut: held until its lock expired
+        for f in sorted(self.fence_lines(), key=lambda f: f.time):
+            if f.what == "accepted":
+                held[(f.log, f.obj, f.token)] = f.time
+            elif (f.log, f.obj, f.token) in held:
+                spans[f.obj].append((held.pop((f.log, f.obj, f.token)), f.time, f.log, f.token))
+        # A call a SIGKILL cut: held until its lock expired.
         for (log, obj, token), t in held.items():
-            spans[obj].append((t, min(end, t + datetime.timedelta(seconds=FENCE_LOCK)),
-                               log, token))
+            spans[obj].append((t, t + datetime.timedelta(seconds=FENCE_LOCK), log, token))
         for obj, calls in spans.items():
             calls.sort()
             last: tuple[datetime.datetime, Path] | None = None  # the latest end so far
@@ -373,14 +376,10 @@ class Run:
         cluster refuses it, and a live share's quota stays as it is."""
         assert self.d is not None and self.cluster is not None
         tokens: dict[str, set[int]] = collections.defaultdict(set)
-        kinds = {}
-        for _log, _t, obj, token, _what in self.fence_lines():
-            tokens[obj].add(token)
-        for line in (ln for e in self.d.engines for ln in e.text().splitlines()):
-            m = FENCE_LINE.match(line)
-            if m:
-                kinds[m[3]] = m[2]
-        taken = sorted(o for o, t in tokens.items() if len(t) > 1 and kinds.get(o) == "share")
+        for f in self.fence_lines():
+            if f.kind == "share":
+                tokens[f.obj].add(f.token)
+        taken = sorted(o for o, t in tokens.items() if len(t) > 1)
         self.counts["shares taken over"] = len(taken)
         if not taken:
             return ["no share was taken over by another engine: the faults missed"]
