@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.functional import sharectl_forks
+
 BIN = Path(sys.executable).parent
 
 
@@ -113,8 +115,8 @@ class Deployment:
 
     def sharectl(self, *args: str, check: bool = True, timeout: float = 120,
                  config: Path | None = None) -> subprocess.CompletedProcess:
-        cmd = [tool("sharectl"), "--config-file", str(config or self.config), *args]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        out = sharectl_forks.run(tool("sharectl"),
+                                 ["--config-file", str(config or self.config), *args], timeout)
         if check and out.returncode != 0:
             raise AssertionError(
                 f"{' '.join(args)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}"
