@@ -124,6 +124,13 @@ class CephClient:
                           self.timeout + wait)
         return str(reply.get("out") or "")
 
+    def exports(self, op: str, fields: Mapping[str, object]) -> object:
+        """A request to the NFS export store (``rados_bridge.Exports``); its
+        JSON answer."""
+        reply = self._ask({"exports": op, **fields}, f"exports {op}", self.timeout)
+        out = reply.get("out") or ""
+        return json.loads(out) if out.strip() else None
+
     def _call(self, target: str, prefix: str, args: dict[str, object]) -> object:
         cmd = {"prefix": prefix, "format": "json", **args}
         reply = self._ask({"target": target, "cmd": cmd, "timeout": int(self.timeout)},

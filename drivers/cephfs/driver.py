@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import errno
 import functools
+import os
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TypeVar
 
 from oslo_config import cfg
 from sharemgr.drivers import base, shapes
-from sharemgr.drivers.cephfs import statuses
+from sharemgr.drivers.cephfs import nfs, statuses
 from sharemgr.drivers.cephfs.client import CephCallFailed, CephClient
 from sharemgr.drivers.cephfs.fencing import ClusterFence
 from sharemgr.drivers.cephfs.options import cephfs_opts
@@ -88,6 +90,14 @@ class CephFSDriver(base.ShareDriver):
         self.volume: str = conf.cephfs_filesystem_name or ""
         self.over_subscription = float(conf.cephfs_max_over_subscription_ratio)
         self.fence = ClusterFence(self.ceph, self.group, conf.cephfs_fence_lock_seconds)
+        self.protocol = conf.cephfs_protocol_helper_type
+        self.nfs: nfs.Nfs | None = None
+        if self.protocol == "NFS":
+            self.nfs = nfs.Nfs(self.ceph, conf.cephfs_conf_path, conf.cephfs_auth_id, self.group,
+                           conf.cephfs_ganesha_server_ip or "",
+                           list(conf.cephfs_ganesha_export_ips), conf.cephfs_ganesha_nfs_port,
+                           conf.cephfs_ganesha_manage_server,
+                           Path(os.path.join(state_path, "cephfs", backend_name, "ganesha")))
 
     # Set-up ----------------------------------------------------------------
 
@@ -113,6 +123,12 @@ class CephFSDriver(base.ShareDriver):
         if not pools or not isinstance(pools[0], str):
             raise ShareBackendException(f"cephfs driver: no metadata pool of {self.volume}")
         self.fence.setup(pools[0])
+        if self.nfs is not None:
+            if not self.nfs.server_ip:
+                raise ShareBackendException(
+                    "cephfs driver: set cephfs_ganesha_server_ip (the NFS server's address): "
+                    "cephfs_protocol_helper_type is NFS")
+            self.nfs.setup(pools[0])
 
     def check_for_setup_error(self) -> None:
         self.ceph.mgr("fs subvolumegroup getpath", vol_name=self.volume,
@@ -153,18 +169,37 @@ class CephFSDriver(base.ShareDriver):
                 return None
             raise
 
-    @staticmethod
-    def _locations(info: Mapping[str, object]) -> list[shapes.ExportLocation]:
+    def _locations(self, share_id: str, info: Mapping[str, object]
+                   ) -> list[shapes.ExportLocation]:
+        if self.nfs is not None:
+            return self.nfs.locations(share_id)
         addrs = info.get("mon_addrs")
         mons = ",".join(str(m) for m in addrs) if isinstance(addrs, list) else ""
         return [{"path": f"{mons}:{info['path']}", "is_admin_only": False, "preferred": True}]
 
-    @staticmethod
-    def _proto(share: shapes.Share) -> None:
+    def _proto(self, share: shapes.Share) -> None:
         proto = str(share.get("share_proto", "")).upper()
-        if proto != "CEPHFS":
+        if proto != self.protocol:
             raise InvalidShareRequest(f"cephfs driver: protocol {proto or 'none'} is not "
-                                      "served (CEPHFS only)")
+                                      f"served ({self.protocol} only)")
+
+    def _serve(self, share: shapes.Share, info: Mapping[str, object]
+               ) -> list[shapes.ExportLocation]:
+        """A new share's export locations; on NFS its export, to no client
+        until its rules come (a create retried after a crash writes the
+        same)."""
+        if self.nfs is not None:
+            self.nfs.export(share["id"], str(info["path"]), self.volume,
+                            functools.partial(self._authorize, share), [])
+        return self._locations(share["id"], info)
+
+    def _authorize(self, share: shapes.Share, auth_id: str, level: str = "rw") -> str:
+        """Authorize ``auth_id`` on the share's subvolume; its key."""
+        key = self._sub("authorize", share["id"], auth_id=auth_id, access_level=level,
+                        tenant_id=str(share.get("project_id") or "sharemgr"))
+        if not isinstance(key, str) or not key.strip():
+            raise ShareBackendException(f"cephfs: authorize {auth_id} gave no key")
+        return key.strip()
 
     # Shares ----------------------------------------------------------------------
 
@@ -176,7 +211,7 @@ class CephFSDriver(base.ShareDriver):
         # after a crash ends as the first one would have.
         self._sub("create", share["id"], size=int(share["size"]) * GIB, mode=self.mode,
                   namespace_isolated=True)
-        return self._locations(self._info(share["id"]))
+        return self._serve(share, self._info(share["id"]))
 
     @_fenced("share")
     def create_share_from_snapshot(self, share: shapes.Share, snapshot: shapes.Snapshot,
@@ -219,7 +254,7 @@ class CephFSDriver(base.ShareDriver):
             self._sub("resize", share["id"], new_size=str(int(share["size"]) * GIB),
                       no_shrink=True)
             info = self._info(share["id"])
-        return self._locations(info)
+        return self._serve(share, info)
 
     def _clone_state(self, name: str) -> str:
         """The share status a clone's state means; ``available`` for a
@@ -239,6 +274,9 @@ class CephFSDriver(base.ShareDriver):
     @_fenced("share")
     def delete_share(self, share: shapes.Share, share_server: shapes.ShareServer | None = None
                      ) -> None:
+        if self.nfs is not None:
+            self.nfs.unexport(share["id"])
+            self._deauthorize(share["id"], nfs.auth_id(share["id"]))
         # --force: a subvolume already gone counts as deleted.
         self._sub("rm", share["id"], force=True)
 
@@ -267,6 +305,8 @@ class CephFSDriver(base.ShareDriver):
 
     def ensure_shares(self, shares: list[shapes.Share]) -> dict[str, shapes.ShareUpdate]:
         present = {s["name"] for s in self._ls()}
+        if self.nfs is not None:
+            self.nfs.ensure_running()
         return {s["id"]: {"status": "error"} for s in shares if s["id"] not in present}
 
     # Access ------------------------------------------------------------------------
@@ -281,7 +321,9 @@ class CephFSDriver(base.ShareDriver):
         evicted. With no changes given, the subvolume's ids are made to
         match ``access_rules`` exactly."""
         name = share["id"]
-        self._info(name)
+        info = self._info(name)
+        if self.nfs is not None:
+            return self._nfs_access(share, info, access_rules, delete_rules)
         if not add_rules and not delete_rules:
             wanted = {r["access_to"] for r in access_rules if self._refusal(r) is None}
             for auth_id in set(self._authorized(name)) - wanted:
@@ -303,7 +345,23 @@ class CephFSDriver(base.ShareDriver):
                 answers[rule["id"]] = {"access_key": key.strip()}
         return answers or None
 
+    def _nfs_access(self, share: shapes.Share, info: Mapping[str, object],
+                    access_rules: list[shapes.AccessRule],
+                    delete_rules: list[shapes.AccessRule]
+                    ) -> dict[str, shapes.RuleError | shapes.RuleKey] | None:
+        """NFS: the export's clients become the rules' (all of them, so a
+        retried or resynced call ends as one that ran once)."""
+        assert self.nfs is not None
+        gone = {r["id"] for r in delete_rules}
+        refused = self.nfs.export(share["id"], str(info["path"]), self.volume,
+                                  functools.partial(self._authorize, share),
+                                  [r for r in access_rules if r["id"] not in gone])
+        return {rule_id: {"state": "error", "reason": why}
+                for rule_id, why in refused.items()} or None
+
     def _refusal(self, rule: shapes.AccessRule) -> str | None:
+        if str(rule.get("access_to", "")).startswith(nfs.AUTH_PREFIX):
+            return f"cephx ids {nfs.AUTH_PREFIX}* are reserved (NFS-Ganesha's)"
         if rule.get("access_type") != "cephx":
             return f"a CephFS share takes cephx rules, not {rule.get('access_type')}"
         if rule.get("access_to") in (self.configuration.cephfs_auth_id, "admin"):
@@ -359,14 +417,15 @@ class CephFSDriver(base.ShareDriver):
             "share_backend_name": self.share_backend_name,
             "vendor_name": "Ceph",
             "driver_version": VERSION,
-            "storage_protocol": "CEPHFS",
+            "storage_protocol": self.protocol,
             "driver_handles_share_servers": False,
             "snapshot_support": True,
             "create_share_from_snapshot_support": True,
             "replication_type": None,
             "share_group_support": False,
             # What intake refuses before a rule reaches update_access.
-            "access_rule_limits": {"CEPHFS": {"cephx": {}}},
+            "access_rule_limits": nfs.ACCESS_LIMITS if self.nfs is not None
+            else {"CEPHFS": {"cephx": {}}},
             "pools": [{"pool_name": self.volume,
                        "total_capacity_gb": round((used + avail) / GIB, 2),
                        "free_capacity_gb": round(avail / GIB, 2),
@@ -394,7 +453,7 @@ class CephFSDriver(base.ShareDriver):
             info = self._info(share["id"])
         quota = info.get("bytes_quota")
         report: shapes.StatusReport = {"status": status,
-                                       "export_locations": self._locations(info)}
+                                       "export_locations": self._locations(share["id"], info)}
         if isinstance(quota, int):
             report["size"] = -(-quota // GIB)
         return report

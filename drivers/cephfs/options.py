@@ -43,8 +43,33 @@ cephfs_opts = [
     cfg.StrOpt(
         "cephfs_protocol_helper_type",
         default="CEPHFS",
-        choices=[("CEPHFS", "native CephFS: clients mount with a cephx id and key")],
+        choices=[("CEPHFS", "native CephFS: clients mount with a cephx id and key"),
+                 ("NFS", "NFS through NFS-Ganesha with FSAL CEPH: clients by ip rules")],
         help="How clients reach the shares.",
+    ),
+    cfg.HostAddressOpt(
+        "cephfs_ganesha_server_ip",
+        help="NFS: the address of the NFS-Ganesha server (the one the driver runs binds "
+        "it). Required with cephfs_protocol_helper_type = NFS.",
+    ),
+    cfg.ListOpt(
+        "cephfs_ganesha_export_ips",
+        default=[],
+        item_type=types.HostAddress(),
+        help="NFS: the addresses export locations name (several NFS-Ganesha servers "
+        "reading the same exports). Default: cephfs_ganesha_server_ip.",
+    ),
+    cfg.PortOpt(
+        "cephfs_ganesha_nfs_port",
+        default=2049,
+        help="NFS: the port the NFS-Ganesha server the driver runs listens on.",
+    ),
+    cfg.BoolOpt(
+        "cephfs_ganesha_manage_server",
+        default=True,
+        help="NFS: True: the driver runs an NFS-Ganesha of this host (files under the "
+        "engine's state path) that reads the exports from the cluster. False: an existing "
+        "NFS-Ganesha does, configured as doc/cephfs_driver.rst ('NFS') says.",
     ),
     cfg.FloatOpt(
         "cephfs_max_over_subscription_ratio",

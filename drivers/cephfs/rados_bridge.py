@@ -6,7 +6,9 @@ Python start per call. The driver runs this file with that Python
 (``cephfs_python``): it connects once and answers one JSON request per
 line on stdin, ``{"id", "target": "mgr"|"mon", "cmd": {...}, "timeout"}``
 or ``{"id", "fence": "enter"|"renew"|"exit", ...}`` (the fencing token of
-an object, kept in RADOS: doc/cephfs_driver.rst, "Fencing"), with ``{"id",
+an object, kept in RADOS: doc/cephfs_driver.rst, "Fencing"), or ``{"id",
+"exports": "put"|"remove"|"list", ...}`` (NFS-Ganesha's exports, kept in
+RADOS: ``Exports``), with ``{"id",
 "ret", "out", "err"}`` on stdout (``ret`` 0 or a negative errno), each
 request in a thread of its own (librados is thread-safe).
 
@@ -41,11 +43,14 @@ def main() -> int:
     print(json.dumps({"id": None, "ret": 0, "out": "", "err": "connected"}), flush=True)
     write = threading.Lock()
     fences = Fences(rados, client)
+    exports = Exports(rados, client)
 
     def answer(request: dict) -> None:
         try:
             if "fence" in request:
                 ret, out, err = fences.call(request)
+            elif "exports" in request:
+                ret, out, err = exports.call(request)
             else:
                 cmd = json.dumps(request["cmd"])
                 call = client.mgr_command if request.get("target") == "mgr" \
@@ -150,6 +155,104 @@ class Fences:
             except rados.Error:
                 pass
             raise
+
+
+class Exports:
+    """NFS-Ganesha's exports of one backend, in RADOS where every engine
+    and every ganesha reads them: an object per export (``prefix`` + share
+    id) and an index object (``index``) of ``%url`` lines naming them,
+    which ganesha's config includes and watches. The index's omap maps
+    share id to export id. A change holds the index's exclusive lock while
+    it writes the export, the omap and the index, so changes of engines on
+    several hosts never lose one another's; ``notify`` then tells the index's
+    watchers (ganesha re-reads its exports). ``put`` answers the export
+    id, ``list`` every share's, ``notify`` how many watchers answered."""
+
+    LOCK_SECONDS = 30
+    MAX_ID = 65535  # ganesha's export ids are 16 bits; 0 is its pseudo root
+
+    def __init__(self, rados, client) -> None:  # noqa: ANN001 (Debian's module)
+        self.rados = rados
+        self.client = client
+
+    def call(self, req: dict) -> tuple[int, str, str]:
+        ctx = self.client.open_ioctx(req["pool"])
+        try:
+            ctx.set_namespace(req["namespace"])
+            if req["exports"] == "list":
+                return 0, json.dumps(self._ids(ctx, req["index"])), ""
+            if req["exports"] == "notify":
+                return 0, json.dumps(self._notify(ctx, req["index"], int(req["notify_ms"]))), ""
+            return self._change(ctx, req)
+        finally:
+            ctx.close()
+
+    def _ids(self, ctx, index: str) -> dict[str, int]:  # noqa: ANN001
+        try:
+            with self.rados.ReadOpCtx() as op:
+                values, _ret = ctx.get_omap_vals(op, "", "", self.MAX_ID + 1)
+                ctx.operate_read_op(op, index)
+                return {k: int(v) for k, v in values}
+        except self.rados.ObjectNotFound:
+            return {}
+
+    def _change(self, ctx, req: dict) -> tuple[int, str, str]:  # noqa: ANN001
+        index, share = req["index"], req.get("share", "")
+        obj = req["prefix"] + share
+        cookie = f"{threading.get_ident()}-{time.monotonic_ns()}"
+        deadline = time.monotonic() + float(req.get("wait", self.LOCK_SECONDS))
+        while True:
+            try:
+                ctx.lock_exclusive(index, "exports", cookie, "sharemgr exports",
+                                   self.LOCK_SECONDS, 0)
+                break
+            except self.rados.ObjectBusy:
+                if time.monotonic() > deadline:
+                    return -errno.EBUSY, "", f"another engine held {index}"
+                time.sleep(0.05)
+        try:
+            ids = self._ids(ctx, index)
+            export_id = ids.get(share)
+            if req["exports"] == "sync":  # the index made from the omap (made if missing)
+                pass
+            elif req["exports"] == "put":
+                if export_id is None:
+                    used = set(ids.values())
+                    export_id = next((i for i in range(1, self.MAX_ID + 1) if i not in used),
+                                     None)
+                    if export_id is None:
+                        return -errno.ENOSPC, "", "no export id is free"
+                ctx.write_full(obj, req["text"].replace("@EXPORT_ID@", str(export_id))
+                               .encode())
+                ids[share] = export_id
+                with self.rados.WriteOpCtx() as op:
+                    ctx.set_omap(op, (share,), (str(export_id).encode(),))
+                    ctx.operate_write_op(op, index)
+            else:
+                try:
+                    ctx.remove_object(obj)
+                except self.rados.ObjectNotFound:
+                    pass
+                ids.pop(share, None)
+                with self.rados.WriteOpCtx() as op:
+                    ctx.remove_omap_keys(op, (share,))
+                    ctx.operate_write_op(op, index)
+            url = f"rados://{req['pool']}/{req['namespace']}/{req['prefix']}"
+            ctx.write_full(index, "".join(f'%url "{url}{s}"\n' for s in sorted(ids)).encode())
+        finally:
+            try:
+                ctx.unlock(index, "exports", cookie)
+            except self.rados.Error:
+                pass
+        return 0, json.dumps({"export_id": export_id}), ""
+
+    def _notify(self, ctx, index: str, timeout_ms: int) -> int:  # noqa: ANN001
+        """Notify the index's watchers; how many answered (-1: unknown)."""
+        try:
+            answer = ctx.notify(index, "sharemgr", timeout_ms)
+        except self.rados.Error:
+            return 0
+        return -1 if answer in (True, None) else int(answer)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,19 @@ def reload(pid: int, log_file: Path) -> list[ConfigError]:
     return errors_in(both[start:second if second >= 0 else len(both)])
 
 
+def reread(log_file: Path, offset: int) -> list[ConfigError]:
+    """Wait for a re-read that began after ``offset`` of the log (one
+    someone else signalled: a watched RADOS object's notify) to end; the
+    errors it logged."""
+    text = _wait_for(log_file, offset, lambda t: RECEIVED in t
+                     and _reread_ended(t, t.index(RECEIVED)))
+    if RECEIVED not in text:
+        return []
+    start = text.index(RECEIVED)
+    following = text.find(RECEIVED, start + 1)
+    return errors_in(text[start:following if following >= 0 else len(text)])
+
+
 def errors_in(text: str) -> list[ConfigError]:
     found = []
     for line in text.splitlines():

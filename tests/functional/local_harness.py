@@ -148,15 +148,20 @@ def servers_running(root: Path) -> dict[str, bool]:
 
 def stop_servers(root: Path) -> None:
     for pid_file, program in _pids(root):
-        pid = _alive(pid_file, program)
-        if pid is None:
-            continue
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _alive(pid_file, program) == pid:
-            time.sleep(0.1)
-        if _alive(pid_file, program) == pid:
-            os.kill(pid, signal.SIGKILL)
+        stop_pid_file(pid_file, program)
+
+
+def stop_pid_file(pid_file: Path, program: str) -> None:
+    """SIGTERM the ``program`` ``pid_file`` names, SIGKILL after 10 s."""
+    pid = _alive(pid_file, program)
+    if pid is None:
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(pid_file, program) == pid:
+        time.sleep(0.1)
+    if _alive(pid_file, program) == pid:
+        os.kill(pid, signal.SIGKILL)
 
 
 def mounts_under(root: Path) -> list[str]:
