@@ -18,8 +18,11 @@ ganesha needs."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+import shlex
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +30,7 @@ from pathlib import Path
 from sharemgr.drivers import shapes
 from sharemgr.drivers.cephfs.client import CephCallFailed, CephClient
 from sharemgr.drivers.exceptions import InvalidShareRequest, ShareBackendException
-from sharemgr.drivers.local import ganesha_reload, process
+from sharemgr.drivers.local import commands, ganesha_reload, process
 from sharemgr.drivers.local.fencing import write_atomic
 from sharemgr.drivers.local.ganesha import client_forms, pseudo_path
 from sharemgr.drivers.local.validation import config_token
@@ -186,10 +189,26 @@ class Nfs:
     def ensure_running(self) -> None:
         if not self.manage or self.running():
             return
-        process.start([PROGRAM, "-f", str(self.config), "-L", str(self.log_file),
-                       "-p", str(self.pid_file), "-N", "NIV_EVENT"],
+        # FSAL CEPH names its CephFS session of an export by host name and
+        # export id, and a new session of that name evicts the old one: two
+        # servers of one host (two backends, or two engines) would evict
+        # each other's. So each runs under a host name of its own (a UTS
+        # namespace), the same at every start of it, so that a restart
+        # reclaims the sessions its predecessor left (it does not wait for
+        # the MDS to time them out).
+        command = " ".join(shlex.quote(a) for a in (
+            commands.resolve(PROGRAM), "-f", str(self.config), "-L", str(self.log_file), "-p",
+            str(self.pid_file), "-N", "NIV_EVENT"))
+        process.start(["unshare", "--uts", "sh", "-c",
+                       f"hostname {self.node_name()} && exec {command}"],
                       self.pid_file, PROGRAM, self.server_ip, self.port, self.log_file,
                       timeout=60)
+
+    def node_name(self) -> str:
+        """This server's host name: this host's and its folder's."""
+        digest = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:10]
+        host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40].strip("-")
+        return f"{host or 'host'}-{digest}"
 
     # Exports -------------------------------------------------------------------
 

@@ -229,16 +229,20 @@ class Exports:
                     ctx.set_omap(op, (share,), (str(export_id).encode(),))
                     ctx.operate_write_op(op, index)
             else:
-                try:
-                    ctx.remove_object(obj)
-                except self.rados.ObjectNotFound:
-                    pass
                 ids.pop(share, None)
                 with self.rados.WriteOpCtx() as op:
                     ctx.remove_omap_keys(op, (share,))
                     ctx.operate_write_op(op, index)
+            # The index names only objects that exist: ganesha drops a
+            # whole re-read over one %url it cannot open. So an export is
+            # written before the index names it, and removed after.
             url = f"rados://{req['pool']}/{req['namespace']}/{req['prefix']}"
             ctx.write_full(index, "".join(f'%url "{url}{s}"\n' for s in sorted(ids)).encode())
+            if req["exports"] == "remove":
+                try:
+                    ctx.remove_object(obj)
+                except self.rados.ObjectNotFound:
+                    pass
         finally:
             try:
                 ctx.unlock(index, "exports", cookie)

@@ -135,3 +135,40 @@ def test_nfs_through_ganesha(ceph_cluster, deployment, request, setup, tmp_path)
     assert index in objects
     with pytest.raises(CephError):
         ceph_cluster.files("read", f"{path}/hello.txt")
+
+
+@pytest.mark.long(30)
+def test_two_servers_of_one_host_keep_their_sessions(ceph_cluster, deployment, request,
+                                                     tmp_path):
+    """Two NFS backends of one host, each with its ganesha: their first
+    exports have the same export id, and FSAL CEPH names a CephFS session
+    by host name and export id; each server's own host name keeps the
+    second from evicting the first's session (which then fails every call)."""
+    lh.require_local()
+    if not FSAL_CEPH.exists():
+        _unavailable(f"no {FSAL_CEPH} (Debian package nfs-ganesha-ceph)")
+    ports = {name: lh.free_port() for name in ("nfs1", "nfs2")}
+    backends = {name: {"share_driver": "cephfs", **nfs_options(ceph_cluster, port)}
+                for name, port in ports.items()}
+    d = deployment(backends=backends)
+    for name, opts in backends.items():
+        group = opts["cephfs_subvolume_group"]
+        root = d.state / "cephfs" / name / "ganesha"
+        # Bound now: the loop variables change.
+        request.addfinalizer(lambda r=root, g=group: stop_ganesha(r, ceph_cluster, g))
+    d.sync()
+    d.start()
+    payload = tmp_path / "p.txt"
+    payload.write_text("kept\n")
+    locations = {}
+    for name, port in ports.items():
+        sid = d.json("share", "create", "1", "--proto", "NFS", "--backend", name,
+                     "--wait")["id"]
+        d.json("access", "allow", sid, "--type", "ip", "--to", "127.0.0.1", "--wait")
+        client = lh.Client({"local_nfs_port": str(port), "local_smb_port": "0"})
+        locations[name] = (client, _location(d, sid))
+        put = client.put("NFS", locations[name][1], payload, f"{name}.txt")
+        assert put.returncode == 0, put.stderr
+    for name, (client, loc) in locations.items():
+        got = client.get("NFS", loc, f"{name}.txt", tmp_path / f"{name}.back")
+        assert got.returncode == 0 and got.stdout == "kept\n", (name, got.stderr)
