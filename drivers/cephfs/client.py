@@ -131,6 +131,13 @@ class CephClient:
         out = reply.get("out") or ""
         return json.loads(out) if out.strip() else None
 
+    def omap(self, op: str, fields: Mapping[str, object]) -> dict[str, str]:
+        """An object's omap (``rados_bridge.omap``): ``get`` answers it."""
+        reply = self._ask({"omap": op, **fields}, f"omap {op}", self.timeout)
+        out = reply.get("out") or ""
+        answer = json.loads(out) if out.strip() else {}
+        return {str(k): str(v) for k, v in answer.items()} if isinstance(answer, dict) else {}
+
     def _call(self, target: str, prefix: str, args: dict[str, object]) -> object:
         cmd = {"prefix": prefix, "format": "json", **args}
         reply = self._ask({"target": target, "cmd": cmd, "timeout": int(self.timeout)},

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -22,6 +23,7 @@ from sharemgr.drivers import base, shapes
 from sharemgr.drivers.cephfs import nfs, statuses
 from sharemgr.drivers.cephfs.client import CephCallFailed, CephClient
 from sharemgr.drivers.cephfs.fencing import ClusterFence
+from sharemgr.drivers.cephfs.names import Names
 from sharemgr.drivers.cephfs.options import cephfs_opts
 from sharemgr.drivers.exceptions import (
     InvalidShareRequest,
@@ -90,6 +92,7 @@ class CephFSDriver(base.ShareDriver):
         self.volume: str = conf.cephfs_filesystem_name or ""
         self.over_subscription = float(conf.cephfs_max_over_subscription_ratio)
         self.fence = ClusterFence(self.ceph, self.group, conf.cephfs_fence_lock_seconds)
+        self.names = Names(self.ceph, self.group)
         self.protocol = conf.cephfs_protocol_helper_type
         self.nfs: nfs.Nfs | None = None
         if self.protocol == "NFS":
@@ -123,6 +126,7 @@ class CephFSDriver(base.ShareDriver):
         if not pools or not isinstance(pools[0], str):
             raise ShareBackendException(f"cephfs driver: no metadata pool of {self.volume}")
         self.fence.setup(pools[0])
+        self.names.setup(pools[0])
         if self.nfs is not None:
             if not self.nfs.server_ip:
                 raise ShareBackendException(
@@ -141,9 +145,10 @@ class CephFSDriver(base.ShareDriver):
     # Calls -------------------------------------------------------------------
 
     def _sub(self, verb: str, name: str | None = None, **args: object) -> object:
-        """``fs subvolume <verb>`` in this backend's volume and group."""
+        """``fs subvolume <verb>`` in this backend's volume and group, of
+        the subvolume of share instance ``name``."""
         if name is not None:
-            args["sub_name"] = name
+            args["sub_name"] = self.names.of(name)
         return self.ceph.mgr(f"fs subvolume {verb}", vol_name=self.volume,
                              group_name=self.group, **args)
 
@@ -260,8 +265,8 @@ class CephFSDriver(base.ShareDriver):
         """The share status a clone's state means; ``available`` for a
         subvolume that is no clone (or whose clone finished long ago)."""
         try:
-            answer = self.ceph.mgr("fs clone status", vol_name=self.volume, clone_name=name,
-                                   group_name=self.group)
+            answer = self.ceph.mgr("fs clone status", vol_name=self.volume,
+                                   clone_name=self.names.of(name), group_name=self.group)
         except CephCallFailed as exc:
             if exc.missing:
                 raise ShareResourceNotFound(f"cephfs: no subvolume {name}") from exc
@@ -279,6 +284,7 @@ class CephFSDriver(base.ShareDriver):
             self._deauthorize(share["id"], nfs.auth_id(share["id"]))
         # --force: a subvolume already gone counts as deleted.
         self._sub("rm", share["id"], force=True)
+        self.names.forget(share["id"])
 
     @_fenced("share")
     def extend_share(self, share: shapes.Share, new_size: int,
@@ -488,5 +494,64 @@ class CephFSDriver(base.ShareDriver):
         return [{"id": s["name"], "name": s["name"]} for s in self._ls()]
 
     def _ls(self) -> list[dict]:
-        answer = self._sub("ls")
-        return _items(answer)
+        """The group's subvolumes, each named by its share instance's id."""
+        answer = _items(self._sub("ls"))
+        ids = self.names.ids_by_name() if answer else {}
+        return [{**_dict(s), "name": ids.get(_dict(s).get("name"), _dict(s).get("name"))}
+                for s in answer]
+
+    # Manage --------------------------------------------------------------------------
+
+    @_fenced("share")
+    def manage_existing(self, share: shapes.Share, driver_options: Mapping[str, str]
+                        ) -> shapes.ManagedShare:
+        """Take over the subvolume at the export path given (``[MONS:]
+        /volumes/<group>/<name>[/<uuid>]``, in this backend's group) under
+        its own name (drivers/cephfs/names.py); a subvolume without a quota
+        gets one of its data rounded up to whole GiB."""
+        if driver_options:
+            raise InvalidShareRequest(f"cephfs: manage takes no driver options (given: "
+                                      f"{', '.join(sorted(driver_options))})")
+        self._proto(share)
+        name = self._managed_name(share)
+        try:
+            info = self.ceph.mgr("fs subvolume info", vol_name=self.volume,
+                                 group_name=self.group, sub_name=name)
+        except CephCallFailed as exc:
+            if exc.missing:
+                raise ShareResourceNotFound(f"cephfs: no subvolume {name} in group "
+                                            f"{self.group}") from exc
+            raise
+        released = self.names.adopt(share["id"], name)
+        if released is not None and released != share["id"]:
+            # What the share it was before left: its NFS export and id.
+            if self.nfs is not None:
+                self.nfs.unexport(released)
+                self._deauthorize(share["id"], nfs.auth_id(released))
+            self.names.cleared(name)
+        quota = _dict(info).get("bytes_quota")
+        if isinstance(quota, int) and quota > 0:
+            size = -(-quota // GIB)
+        else:
+            size = max(1, -(-int(_dict(info).get("bytes_used") or 0) // GIB))
+            self._sub("resize", share["id"], new_size=str(size * GIB), no_shrink=True)
+        return {"size": size, "export_locations": self._serve(share, self._info(share["id"]))}
+
+    def _managed_name(self, share: shapes.Share) -> str:
+        locations = share.get("export_locations") or []
+        first = locations[0] if locations else None
+        path = str(first.get("path") if isinstance(first, Mapping) else first or "")
+        tail = path[path.find(":/") + 1:] if ":/" in path else path
+        found = re.fullmatch(r"/volumes/([^/]+)/([^/]+)(?:/[^/]*)?/?", tail)
+        if found is None:
+            raise InvalidShareRequest(f"cephfs: manage takes a subvolume's path "
+                                      f"(/volumes/<group>/<name>[/<uuid>]), not {path!r}")
+        if found.group(1) != self.group:
+            raise InvalidShareRequest(f"cephfs: {tail} is in subvolume group "
+                                      f"{found.group(1)}, not this backend's ({self.group})")
+        return found.group(2)
+
+    @_fenced("share")
+    def unmanage(self, share: shapes.Share) -> None:
+        """The subvolume stays as it is (exports and cephx ids too)."""
+        self.names.release(share["id"])

@@ -8,7 +8,8 @@ line on stdin, ``{"id", "target": "mgr"|"mon", "cmd": {...}, "timeout"}``
 or ``{"id", "fence": "enter"|"renew"|"exit", ...}`` (the fencing token of
 an object, kept in RADOS: doc/cephfs_driver.rst, "Fencing"), or ``{"id",
 "exports": "put"|"remove"|"list", ...}`` (NFS-Ganesha's exports, kept in
-RADOS: ``Exports``), with ``{"id",
+RADOS: ``Exports``), or ``{"id", "omap": "get"|"set"|"rm", ...}`` (an
+object's keys: ``omap``), with ``{"id",
 "ret", "out", "err"}`` on stdout (``ret`` 0 or a negative errno), each
 request in a thread of its own (librados is thread-safe).
 
@@ -51,6 +52,8 @@ def main() -> int:
                 ret, out, err = fences.call(request)
             elif "exports" in request:
                 ret, out, err = exports.call(request)
+            elif "omap" in request:
+                ret, out, err = omap(rados, client, request)
             else:
                 cmd = json.dumps(request["cmd"])
                 call = client.mgr_command if request.get("target") == "mgr" \
@@ -155,6 +158,39 @@ class Fences:
             except rados.Error:
                 pass
             raise
+
+
+def omap(rados, client, req: dict) -> tuple[int, str, str]:  # noqa: ANN001
+    """An object's omap: ``get`` (``keys``, or every key when none; JSON),
+    ``set`` (``keys`` to ``values``; the object is made if missing) or
+    ``rm`` (``keys``)."""
+    ctx = client.open_ioctx(req["pool"])
+    try:
+        ctx.set_namespace(req["namespace"])
+        keys = tuple(req.get("keys") or ())
+        if req["omap"] == "get":
+            try:
+                with rados.ReadOpCtx() as op:
+                    if keys:
+                        values, _ret = ctx.get_omap_vals_by_keys(op, keys)
+                    else:
+                        values, _ret = ctx.get_omap_vals(op, "", "", 1 << 20)
+                    ctx.operate_read_op(op, req["obj"])
+                    return 0, json.dumps({k: v.decode() for k, v in values}), ""
+            except rados.ObjectNotFound:
+                return 0, "{}", ""
+        with rados.WriteOpCtx() as op:
+            if req["omap"] == "set":
+                ctx.set_omap(op, keys, tuple(str(v).encode() for v in req["values"]))
+            else:
+                ctx.remove_omap_keys(op, keys)
+            try:
+                ctx.operate_write_op(op, req["obj"])
+            except rados.ObjectNotFound:
+                pass
+        return 0, "", ""
+    finally:
+        ctx.close()
 
 
 class Exports:
