@@ -76,6 +76,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "db/tables.py": (UNIT + "db/test_models.py",),
     "drivers/cephfs/driver.py": (FUNC + "test_cephfs_driver.py", FUNC + "test_cephfs_kit.py"),
     "drivers/cephfs/fencing.py": (FUNC + "test_cephfs_fencing.py",),
+    "drivers/cephfs/names.py": (FUNC + "test_cephfs_manage.py",),
     "drivers/cephfs/options.py": (FUNC + "test_cephfs_driver.py",),
     "drivers/cephfs/statuses.py": (FUNC + "test_cephfs_fencing.py", FUNC + "test_cephfs_kit.py"),
     "drivers/cephfs/rados_bridge.py": (UNIT + "drivers/cephfs/test_client.py",
