@@ -29,10 +29,12 @@ def nfs_options(ceph, port: int) -> dict[str, str]:
             "cephfs_ganesha_server_ip": "127.0.0.1", "cephfs_ganesha_nfs_port": str(port)}
 
 
-def stop_ganesha(root, ceph, group: str) -> None:
-    """Stop the driver's ganesha and evict its CephFS sessions of ``group``
-    (a stopped ganesha leaves them to the MDS's timeout, and the run's
-    cluster is shared)."""
+def stop_ganesha(root, ceph, group: str, d) -> None:
+    """Stop the engines (which start ganesha again when they find it
+    stopped), the driver's ganesha, and evict its CephFS sessions of
+    ``group`` (a stopped ganesha leaves them to the MDS's timeout, and the
+    run's cluster is shared)."""
+    d.stop_all()
     lh.stop_pid_file(root / "ganesha.pid", "ganesha.nfsd")
     for mds in ceph.json("fs", "status", "cephfs")["mdsmap"]:
         sessions = json.loads(ceph.ceph("tell", f"mds.{mds['name']}", "client", "ls") or "[]")
@@ -67,7 +69,7 @@ def test_nfs_through_ganesha(ceph_cluster, deployment, request, setup, tmp_path)
     d = deployment(backends={"cephfs": {"share_driver": "cephfs", **options}},
                    **servers_for(request, setup))
     ganesha = d.state / "cephfs" / "cephfs" / "ganesha"
-    request.addfinalizer(lambda: stop_ganesha(ganesha, ceph_cluster, group))
+    request.addfinalizer(lambda: stop_ganesha(ganesha, ceph_cluster, group, d))
     d.sync()
     d.start()
     client = lh.Client({"local_nfs_port": str(port), "local_smb_port": "0"})
@@ -155,7 +157,7 @@ def test_two_servers_of_one_host_keep_their_sessions(ceph_cluster, deployment, r
         group = opts["cephfs_subvolume_group"]
         root = d.state / "cephfs" / name / "ganesha"
         # Bound now: the loop variables change.
-        request.addfinalizer(lambda r=root, g=group: stop_ganesha(r, ceph_cluster, g))
+        request.addfinalizer(lambda r=root, g=group: stop_ganesha(r, ceph_cluster, g, d))
     d.sync()
     d.start()
     payload = tmp_path / "p.txt"
