@@ -249,8 +249,10 @@ class Nfs:
         """Tell every ganesha watching the index; when this host's server
         is the driver's, wait until it re-read the exports."""
         offset = self.log_file.stat().st_size if self.manage and self.log_file.exists() else 0
+        # librados's notify waits for every watcher's answer (or its
+        # timeout) but does not say how many there were.
         try:
-            answered = self._exports("notify", notify_ms=NOTIFY_MS)
+            self._exports("notify", notify_ms=NOTIFY_MS)
         except CephCallFailed as exc:  # every server reads the store when it starts
             LOG.warning("cephfs: the NFS servers were not told of a change: %s", exc)
             return
@@ -260,9 +262,6 @@ class Nfs:
                 raise ShareBackendException(
                     "cephfs driver: NFS-Ganesha rejected an export: "
                     + "; ".join(f"{e.path}:{e.line}: {e.text}" for e in errors[:3]))
-        elif answered == 0:
-            LOG.warning("cephfs: no NFS server watches %s: the change is served once one "
-                        "starts", self.store.index if self.store else "")
 
     def stop(self) -> None:
         if self.manage:

@@ -202,7 +202,7 @@ class Exports:
     it writes the export, the omap and the index, so changes of engines on
     several hosts never lose one another's; ``notify`` then tells the index's
     watchers (ganesha re-reads its exports). ``put`` answers the export
-    id, ``list`` every share's, ``notify`` how many watchers answered."""
+    id, ``list`` every share's, ``notify`` whether the notify went out."""
 
     LOCK_SECONDS = 30
     MAX_ID = 65535  # ganesha's export ids are 16 bits; 0 is its pseudo root
@@ -286,13 +286,14 @@ class Exports:
                 pass
         return 0, json.dumps({"export_id": export_id}), ""
 
-    def _notify(self, ctx, index: str, timeout_ms: int) -> int:  # noqa: ANN001
-        """Notify the index's watchers; how many answered (-1: unknown)."""
+    def _notify(self, ctx, index: str, timeout_ms: int) -> bool:  # noqa: ANN001
+        """Notify the index's watchers (the call returns once each answered
+        or the timeout passed); False when it failed."""
         try:
-            answer = ctx.notify(index, "sharemgr", timeout_ms)
+            ctx.notify(index, "sharemgr", timeout_ms)
         except self.rados.Error:
-            return 0
-        return -1 if answer in (True, None) else int(answer)
+            return False
+        return True
 
 
 if __name__ == "__main__":
