@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import re
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import TypeVar
 
 from oslo_config import cfg
 from sharemgr.drivers import base, shapes
-from sharemgr.drivers.cephfs import nfs, statuses
+from sharemgr.drivers.cephfs import manage, nfs, statuses
 from sharemgr.drivers.cephfs.client import CephCallFailed, CephClient
 from sharemgr.drivers.cephfs.fencing import ClusterFence
 from sharemgr.drivers.cephfs.names import Names
@@ -328,8 +327,13 @@ class CephFSDriver(base.ShareDriver):
         match ``access_rules`` exactly."""
         name = share["id"]
         info = self._info(name)
-        if self.nfs is not None:
-            return self._nfs_access(share, info, access_rules, delete_rules)
+        if self.nfs is not None:  # the export's clients: the whole rule set
+            gone = {r["id"] for r in delete_rules}
+            refused = self.nfs.export(name, str(info["path"]), self.volume,
+                                      functools.partial(self._authorize, share),
+                                      [r for r in access_rules if r["id"] not in gone])
+            return {rid: {"state": "error", "reason": why}
+                    for rid, why in refused.items()} or None
         if not add_rules and not delete_rules:
             wanted = {r["access_to"] for r in access_rules if self._refusal(r) is None}
             for auth_id in set(self._authorized(name)) - wanted:
@@ -350,20 +354,6 @@ class CephFSDriver(base.ShareDriver):
             if isinstance(key, str) and key.strip():
                 answers[rule["id"]] = {"access_key": key.strip()}
         return answers or None
-
-    def _nfs_access(self, share: shapes.Share, info: Mapping[str, object],
-                    access_rules: list[shapes.AccessRule],
-                    delete_rules: list[shapes.AccessRule]
-                    ) -> dict[str, shapes.RuleError | shapes.RuleKey] | None:
-        """NFS: the export's clients become the rules' (all of them, so a
-        retried or resynced call ends as one that ran once)."""
-        assert self.nfs is not None
-        gone = {r["id"] for r in delete_rules}
-        refused = self.nfs.export(share["id"], str(info["path"]), self.volume,
-                                  functools.partial(self._authorize, share),
-                                  [r for r in access_rules if r["id"] not in gone])
-        return {rule_id: {"state": "error", "reason": why}
-                for rule_id, why in refused.items()} or None
 
     def _refusal(self, rule: shapes.AccessRule) -> str | None:
         if str(rule.get("access_to", "")).startswith(nfs.AUTH_PREFIX):
@@ -497,61 +487,11 @@ class CephFSDriver(base.ShareDriver):
         """The group's subvolumes, each named by its share instance's id."""
         answer = _items(self._sub("ls"))
         ids = self.names.ids_by_name() if answer else {}
-        return [{**_dict(s), "name": ids.get(_dict(s).get("name"), _dict(s).get("name"))}
-                for s in answer]
+        listed = [_dict(s) for s in answer]
+        return [{**s, "name": ids.get(str(s.get("name")), s.get("name"))} for s in listed]
 
     # Manage --------------------------------------------------------------------------
 
-    @_fenced("share")
-    def manage_existing(self, share: shapes.Share, driver_options: Mapping[str, str]
-                        ) -> shapes.ManagedShare:
-        """Take over the subvolume at the export path given (``[MONS:]
-        /volumes/<group>/<name>[/<uuid>]``, in this backend's group) under
-        its own name (drivers/cephfs/names.py); a subvolume without a quota
-        gets one of its data rounded up to whole GiB."""
-        if driver_options:
-            raise InvalidShareRequest(f"cephfs: manage takes no driver options (given: "
-                                      f"{', '.join(sorted(driver_options))})")
-        self._proto(share)
-        name = self._managed_name(share)
-        try:
-            info = self.ceph.mgr("fs subvolume info", vol_name=self.volume,
-                                 group_name=self.group, sub_name=name)
-        except CephCallFailed as exc:
-            if exc.missing:
-                raise ShareResourceNotFound(f"cephfs: no subvolume {name} in group "
-                                            f"{self.group}") from exc
-            raise
-        released = self.names.adopt(share["id"], name)
-        if released is not None and released != share["id"]:
-            # What the share it was before left: its NFS export and id.
-            if self.nfs is not None:
-                self.nfs.unexport(released)
-                self._deauthorize(share["id"], nfs.auth_id(released))
-            self.names.cleared(name)
-        quota = _dict(info).get("bytes_quota")
-        if isinstance(quota, int) and quota > 0:
-            size = -(-quota // GIB)
-        else:
-            size = max(1, -(-int(_dict(info).get("bytes_used") or 0) // GIB))
-            self._sub("resize", share["id"], new_size=str(size * GIB), no_shrink=True)
-        return {"size": size, "export_locations": self._serve(share, self._info(share["id"]))}
-
-    def _managed_name(self, share: shapes.Share) -> str:
-        locations = share.get("export_locations") or []
-        first = locations[0] if locations else None
-        path = str(first.get("path") if isinstance(first, Mapping) else first or "")
-        tail = path[path.find(":/") + 1:] if ":/" in path else path
-        found = re.fullmatch(r"/volumes/([^/]+)/([^/]+)(?:/[^/]*)?/?", tail)
-        if found is None:
-            raise InvalidShareRequest(f"cephfs: manage takes a subvolume's path "
-                                      f"(/volumes/<group>/<name>[/<uuid>]), not {path!r}")
-        if found.group(1) != self.group:
-            raise InvalidShareRequest(f"cephfs: {tail} is in subvolume group "
-                                      f"{found.group(1)}, not this backend's ({self.group})")
-        return found.group(2)
-
-    @_fenced("share")
-    def unmanage(self, share: shapes.Share) -> None:
-        """The subvolume stays as it is (exports and cephx ids too)."""
-        self.names.release(share["id"])
+    # Manage (drivers/cephfs/manage.py); unmanage leaves the subvolume as it is.
+    manage_existing = _fenced("share")(manage.take_over)
+    unmanage = _fenced("share")(lambda self, share: self.names.release(share["id"]))
