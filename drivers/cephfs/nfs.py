@@ -32,7 +32,7 @@ from sharemgr.drivers.cephfs.client import CephCallFailed, CephClient
 from sharemgr.drivers.exceptions import InvalidShareRequest, ShareBackendException
 from sharemgr.drivers.local import commands, ganesha_reload, process
 from sharemgr.drivers.local.fencing import write_atomic
-from sharemgr.drivers.local.ganesha import client_forms, pseudo_path
+from sharemgr.drivers.local.ganesha import client_forms, pseudo_path, server_settings
 from sharemgr.drivers.local.validation import config_token
 
 LOG = logging.getLogger(__name__)
@@ -131,18 +131,7 @@ def render_main(ip: str, port: int, recovery: Path, conf_path: str, user: str,
     index = _quoted(store.url(store.index))
     return "\n".join([
         "# Written by the sharemgr cephfs driver; the exports are in RADOS.",
-        "NFS_CORE_PARAM {",
-        f"  NFS_Port = {int(port)};",
-        f"  Bind_addr = {config_token(ip)};",
-        "  Protocols = 4;",
-        "  Enable_NLM = false;",
-        "  Enable_RQUOTA = false;",
-        "}",
-        # No grace period after a restart: as the local driver's server.
-        "NFSV4 { Graceless = true; RecoveryBackend = fs;",
-        f"  RecoveryRoot = {_quoted(str(recovery))}; }}",
-        "NFS_KRB5 { Active_krb5 = false; }",
-        "EXPORT_DEFAULTS { Access_Type = None; }",
+        *server_settings(ip, port, recovery),
         f"CEPH {{ Ceph_Conf = {_quoted(conf_path)}; }}",
         f"RADOS_URLS {{ Ceph_Conf = {_quoted(conf_path)}; UserId = {_quoted(user)};",
         f"  watch_url = {index}; }}",

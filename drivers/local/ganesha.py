@@ -130,6 +130,15 @@ def render(exports: list[NfsExport]) -> Rendered:
 def render_main(ip: str, port: int, exports_file: Path, recovery: Path) -> str:
     return "\n".join([
         "# Written by the sharemgr local driver.",
+        *server_settings(ip, port, recovery),
+        f"%include {_quoted(str(exports_file))}",
+        "",
+    ])
+
+
+def server_settings(ip: str, port: int, recovery: Path) -> list[str]:
+    """The lines of a driver-run server's config before its exports."""
+    return [
         "NFS_CORE_PARAM {",
         f"  NFS_Port = {int(port)};",
         f"  Bind_addr = {config_token(ip)};",
@@ -143,9 +152,7 @@ def render_main(ip: str, port: int, exports_file: Path, recovery: Path) -> str:
         f"  RecoveryRoot = {_quoted(str(recovery))}; }}",
         "NFS_KRB5 { Active_krb5 = false; }",
         "EXPORT_DEFAULTS { Access_Type = None; }",
-        f"%include {_quoted(str(exports_file))}",
-        "",
-    ])
+    ]
 
 
 def exported_ids(exports_file: Path) -> set[str]:
