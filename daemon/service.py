@@ -14,7 +14,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence.engine import StackEngine
-from sharemgr.daemon import health, systemd
+from sharemgr.daemon import health, stacks, systemd
 from sharemgr.daemon.backends import BackendSetup
 from sharemgr.daemon.background import Background
 from sharemgr.daemon.database import open_database
@@ -463,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, service.request_stop)
     signal.signal(signal.SIGINT, service.request_stop)
     signal.signal(signal.SIGHUP, service.request_reload)
+    signal.signal(signal.SIGUSR2, stacks.log_stacks)
     failure, code = None, 1
     try:
         service.start()

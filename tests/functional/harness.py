@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from tests.functional import sharectl_forks
@@ -179,7 +180,14 @@ class Deployment:
             try:
                 engine.terminate(timeout=30)
             except subprocess.TimeoutExpired:
+                # Its threads' stacks go to its log first: a stop that hangs
+                # is a fault to find, not only to end.
+                engine.proc.send_signal(signal.SIGUSR2)
+                time.sleep(1)
                 engine.kill()
+                warnings.warn(f"share-manager did not stop within 30 s of SIGTERM; "
+                              f"its threads' stacks are at the end of {engine.log}",
+                              stacklevel=1)
 
 
 def wait_until(predicate, timeout: float = 30, interval: float = 0.2, what: str = "condition"):

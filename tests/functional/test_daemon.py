@@ -3,7 +3,11 @@ bad configuration with one clear line."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
+
+from tests.functional.harness import wait_until
 
 pytestmark = pytest.mark.functional
 
@@ -178,3 +182,17 @@ def test_a_database_late_at_start_is_waited_for(deployment, pg_url, redis_url):
     assert out.returncode == 1
     assert "try 2 of 2" in out.stdout + out.stderr
     assert f"127.0.0.1:{proxy.port}" in one_error_line(out)
+
+
+def test_sigusr2_writes_every_threads_stack_and_the_engine_goes_on(deployment):
+    """An operator's look at what a running engine waits on: SIGUSR2 writes
+    each thread's stack to its log; the engine keeps serving."""
+    d = deployment()
+    d.sync()
+    engine = d.start()
+    engine.proc.send_signal(signal.SIGUSR2)
+    wait_until(lambda: "(SIGUSR2)" in engine.text(), what="the stacks in the log")
+    assert "thread MainThread" in engine.text().split("(SIGUSR2)", 1)[1]
+    d.sharectl("share", "create", "1", "--proto", "NFS", "--wait")
+    assert engine.proc.poll() is None
+    assert engine.terminate(timeout=30) == 0
