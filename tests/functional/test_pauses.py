@@ -2,9 +2,9 @@
 inside a slow driver call while a peer takes over, then resumed.
 
 Each test runs two real engines through ``sharectl``, on the embedded setup
-(SQLite + file locks) and on PostgreSQL + Redis. Engine A's driver calls are
-slow (a delay before the backend changes, so A is frozen inside the call);
-engine B's are not (its own config file).
+(SQLite + file locks) and on PostgreSQL + Redis. Engine A's driver calls
+wait at a gate before the backend changes, so A is frozen inside the call;
+engine B's do not (its own config file).
 """
 
 from __future__ import annotations
@@ -50,14 +50,22 @@ def _engine_id(engine) -> str:
 
 
 def _engine_a(deployment, setup, slow: str, backend_opts: dict | None = None):
-    """Engine A, whose ``slow`` calls wait 10 s before the backend changes;
-    engine B (fast, its own config) starts once A is inside such a call."""
+    """Engine A, whose ``slow`` calls wait at a gate (a file) before the
+    backend changes; engine B (fast, its own config) starts once A is inside
+    such a call. A gate, not a delay: however long B takes to start under
+    load, A is still inside the call when it is frozen."""
     d: Deployment = deployment(extra={"DEFAULT": FAST},
                                backends={"dummy": dict(backend_opts or {})}, **setup)
     d.sync()
+    _gate(d).mkdir()
+    (_gate(d) / slow).touch()
     config_a = d.write_config(d.root / "engine-a.conf",
-                              dummy={"dummy_method_delays": f"{slow}:10"})
+                              dummy={"dummy_gate_dir": str(_gate(d))})
     return d, d.start(config=config_a, name="a")
+
+
+def _gate(d: Deployment):
+    return d.root / "gates-a"
 
 
 def _instance(d: Deployment, share: str) -> str:
@@ -69,13 +77,15 @@ def _calls(d: Deployment, method: str, rid: str) -> list[dict]:
 
 
 def _frozen_in_call(d: Deployment, engine, method: str, rid: str):
-    """Wait until ``engine`` is inside ``method`` for ``rid`` (its delay),
-    start engine B, then freeze A; B is returned."""
+    """Wait until ``engine`` is inside ``method`` for ``rid`` (at its gate),
+    start engine B, then freeze A and open the gate: resumed, A goes on
+    with the call. B is returned."""
     eid = _engine_id(engine)
     wait_until(lambda: any(c["engine_id"] == eid for c in _calls(d, method, rid)),
                what=f"{method} of {rid} on engine A")
     b = d.start(name="b")
     os.kill(engine.proc.pid, signal.SIGSTOP)
+    (_gate(d) / method).unlink()
     return b
 
 
