@@ -14,7 +14,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence.engine import StackEngine
-from sharemgr.daemon import health, stacks, systemd
+from sharemgr.daemon import health, signals, systemd
 from sharemgr.daemon.backends import BackendSetup
 from sharemgr.daemon.background import Background
 from sharemgr.daemon.database import open_database
@@ -378,9 +378,8 @@ class ShareManagerService:
                 self.reload_requested = False
                 self.reload()
 
-    def request_reload(self, _signum: int | None = None, _frame: object = None) -> None:
-        """SIGHUP: only a flag; the main thread reloads (wait), never inside
-        the handler, which may interrupt a thread holding a logging lock."""
+    def request_reload(self, _signum: int | None = None) -> None:
+        """SIGHUP: only a flag; the main thread reloads (wait)."""
         self.reload_requested = True
 
     def reload(self) -> None:
@@ -399,7 +398,8 @@ class ShareManagerService:
         if failure is not None:  # outside the except: oslo.log would repeat it
             LOG.error("reloading the configuration failed: %s", failure)
 
-    def request_stop(self, signum: int | None = None, _frame: object = None) -> None:
+    def request_stop(self, signum: int | None = None) -> None:
+        """SIGTERM or SIGINT, on the signals thread (daemon/signals.py)."""
         if signum is not None and not self.stopping.is_set():
             LOG.info("share-manager got signal %s, stopping", signum)
         self.stopping.set()
@@ -460,10 +460,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.setup(conf, "sharemgr")
     service = ShareManagerService(conf)
-    signal.signal(signal.SIGTERM, service.request_stop)
-    signal.signal(signal.SIGINT, service.request_stop)
-    signal.signal(signal.SIGHUP, service.request_reload)
-    signal.signal(signal.SIGUSR2, stacks.log_stacks)
+    signals.watch({signal.SIGTERM: service.request_stop, signal.SIGINT: service.request_stop,
+                   signal.SIGHUP: service.request_reload, signal.SIGUSR2: signals.log_stacks})
     failure, code = None, 1
     try:
         service.start()

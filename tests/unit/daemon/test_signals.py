@@ -1,0 +1,73 @@
+"""share-manager's signals are acted on by a thread of their own
+(daemon/signals.py): a signal that lands while the main thread holds a
+lock its action needs does not block the main thread for ever."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+# Run in a process of its own: signal handlers and the wakeup fd are the
+# whole process's.
+SCRIPT = textwrap.dedent("""
+    import signal, threading
+    from sharemgr.daemon import signals
+
+    stopping = threading.Event()
+    done = []
+    {install}
+    # The main thread inside the first SIGTERM's Event.set (it holds the
+    # event's lock) when the second SIGTERM lands.
+    with stopping._cond:
+        signal.raise_signal(signal.SIGTERM)
+        print("the main thread goes on", flush=True)
+    assert stopping.wait(10), "the stop was never acted on"
+    print("stopping", flush=True)
+""")
+
+THREAD = "signals.watch({signal.SIGTERM: lambda _s: stopping.set()})"
+IN_HANDLER = "signal.signal(signal.SIGTERM, lambda _s, _f: stopping.set())"
+
+
+def _run(install: str, timeout: float) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run([sys.executable, "-c", SCRIPT.format(install=install)],
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        return subprocess.CompletedProcess(exc.cmd, None, exc.stdout or "", exc.stderr or "")
+
+
+def test_a_signal_inside_the_stop_does_not_block_the_main_thread():
+    out = _run(THREAD, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["the", "main", "thread", "goes", "on", "stopping"]
+
+
+def test_the_same_signal_acted_on_in_its_handler_blocks_for_ever():
+    """What the thread is for: the same sequence with the action in the
+    Python handler never gets past the signal."""
+    out = _run(IN_HANDLER, timeout=5)
+    assert out.returncode is None, (out.returncode, out.stdout, out.stderr)
+    assert "goes on" not in (out.stdout if isinstance(out.stdout, str) else out.stdout.decode())
+
+
+def test_sigusr2_logs_every_threads_stack(caplog):
+    import logging
+    import threading
+
+    from sharemgr.daemon import signals
+
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait, name="a-waiting-thread")
+    worker.start()
+    try:
+        with caplog.at_level(logging.WARNING):
+            signals.log_stacks()
+    finally:
+        stop.set()
+        worker.join()
+    [record] = [r for r in caplog.records if "(SIGUSR2)" in r.getMessage()]
+    text = record.getMessage()
+    assert "thread a-waiting-thread" in text and "thread MainThread" in text
+    assert "in wait" in text  # the waiting thread's frame
