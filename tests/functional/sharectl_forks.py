@@ -102,6 +102,9 @@ class Forks:
                 atexit.register(self._proc.kill)
             return self._socket
 
+    def address(self) -> str:
+        return self._server()
+
     def run(self, argv: list[str], timeout: float, cwd: str | None = None,
             env: dict[str, str] | None = None, input_text: str | None = None
             ) -> subprocess.CompletedProcess:
@@ -134,6 +137,49 @@ class Forks:
             return subprocess.CompletedProcess(
                 ["sharectl", *argv], code, out.read().decode(errors="replace"),
                 err.read().decode(errors="replace"))
+
+
+SHIM = r"""#!{python} -S
+# sharectl through a test worker's fork server (tests/functional/sharectl_forks.py).
+import json, os, signal, socket, sys
+conn = socket.socket(socket.AF_UNIX)
+conn.connect({socket!r})
+req = {{"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}}
+socket.send_fds(conn, [json.dumps(req).encode()], [0, 1, 2])
+reader = conn.makefile("r")
+pid = int(reader.readline())
+
+
+def stop(signum, _frame):
+    os.kill(pid, signal.SIGKILL)
+    sys.exit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+line = reader.readline()
+sys.exit(int(line) if line else 1)
+"""
+
+
+def commands(folder: Path) -> Path:
+    """A folder of the venv's commands for a program that runs them by path
+    (ansible): ``sharectl`` there runs through this worker's fork server,
+    the others are links to the installed scripts. Not with
+    SHAREMGR_TEST_SHARECTL=exec: then the venv's own folder is returned."""
+    real = Path(sys.executable).parent
+    if os.environ.get("SHAREMGR_TEST_SHARECTL") == "exec":
+        return real
+    folder.mkdir(parents=True, exist_ok=True)
+    # No python here: a link to the venv's interpreter outside the venv's
+    # folder is the system's Python (the venv is found next to it).
+    for script in real.iterdir():
+        if script.name != "sharectl" and not script.name.startswith("python"):
+            (folder / script.name).symlink_to(script)
+    shim = folder / "sharectl"
+    shim.write_text(SHIM.format(python=sys.executable, socket=_FORKS.address()))
+    shim.chmod(0o755)
+    return folder
 
 
 def _kill(pid: int) -> None:
