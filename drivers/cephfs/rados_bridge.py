@@ -122,15 +122,8 @@ class Fences:
     def enter(self, ctx, obj: str, cookie: str, token: int, duration: int,  # noqa: ANN001
               wait: float) -> tuple[int, str, str]:
         rados = self.rados
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                ctx.lock_exclusive(obj, "fence", cookie, "sharemgr call", duration, 0)
-                break
-            except rados.ObjectBusy:
-                if time.monotonic() > deadline:
-                    return -errno.EBUSY, "", (f"another call held {obj} for {wait:g}s")
-                time.sleep(0.1)
+        if not lock_within(rados, ctx, obj, ("fence", cookie, "sharemgr call", duration), wait):
+            return -errno.EBUSY, "", (f"another call held {obj} for {wait:g}s")
         try:
             while True:
                 with rados.ReadOpCtx() as op:
@@ -158,6 +151,23 @@ class Fences:
             except rados.Error:
                 pass
             raise
+
+
+def lock_within(rados, ctx, obj: str, lock: tuple[str, str, str, int],  # noqa: ANN001
+                wait: float) -> bool:
+    """Take the exclusive lock ``lock`` (name, cookie, description, seconds
+    it lasts) on ``obj``, trying for ``wait`` seconds; False if another
+    holder kept it that long."""
+    name, cookie, desc, duration = lock
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            ctx.lock_exclusive(obj, name, cookie, desc, duration, 0)
+            return True
+        except rados.ObjectBusy:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
 
 
 def omap(rados, client, req: dict) -> tuple[int, str, str]:  # noqa: ANN001
@@ -236,16 +246,10 @@ class Exports:
         index, share = req["index"], req.get("share", "")
         obj = req["prefix"] + share
         cookie = f"{threading.get_ident()}-{time.monotonic_ns()}"
-        deadline = time.monotonic() + float(req.get("wait", self.LOCK_SECONDS))
-        while True:
-            try:
-                ctx.lock_exclusive(index, "exports", cookie, "sharemgr exports",
-                                   self.LOCK_SECONDS, 0)
-                break
-            except self.rados.ObjectBusy:
-                if time.monotonic() > deadline:
-                    return -errno.EBUSY, "", f"another engine held {index}"
-                time.sleep(0.05)
+        lock = ("exports", cookie, "sharemgr exports", self.LOCK_SECONDS)
+        if not lock_within(self.rados, ctx, index, lock,
+                           float(req.get("wait", self.LOCK_SECONDS))):
+            return -errno.EBUSY, "", f"another engine held {index}"
         try:
             ids = self._ids(ctx, index)
             export_id = ids.get(share)

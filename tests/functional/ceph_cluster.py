@@ -82,6 +82,15 @@ class Cluster:
     def json(self, *args: str, timeout: float = 30) -> object:
         return json.loads(self.ceph(*args, "--format", "json", timeout=timeout) or "null")
 
+    def subvolumes(self, group: str, volume: str = "cephfs") -> set[str]:
+        """The names of the subvolumes of ``group``."""
+        return {s["name"] for s in self.json("fs", "subvolume", "ls", volume,
+                                             "--group_name", group)}
+
+    def subvolume(self, group: str, name: str, volume: str = "cephfs") -> dict:
+        """``fs subvolume info`` of one subvolume (its quota: ``bytes_quota``)."""
+        return self.json("fs", "subvolume", "info", volume, name, "--group_name", group)
+
     # Set-up ----------------------------------------------------------------
 
     def _write_conf(self, port: int, fsid: str) -> None:

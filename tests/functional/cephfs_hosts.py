@@ -315,8 +315,7 @@ class Run:
         out = [f"share {s['id']} {s['status']}" for s in shares
                if s["status"] != vocab.AVAILABLE and s["status"] not in vocab.ERROR_STATUSES]
         # Database = cluster.
-        subvolumes = {s["name"] for s in self.cluster.json(
-            "fs", "subvolume", "ls", VOLUME, "--group_name", GROUP)}
+        subvolumes = self.cluster.subvolumes(GROUP, VOLUME)
         cluster = {("share", s) for s in subvolumes}
         for sub in subvolumes:
             for snap in self.cluster.json("fs", "subvolume", "snapshot", "ls", VOLUME, sub,
@@ -331,8 +330,7 @@ class Run:
             for inst in api.query(db, models.ShareInstance):
                 if inst.status != vocab.AVAILABLE or inst.id not in subvolumes:
                     continue
-                quota = self.cluster.json("fs", "subvolume", "info", VOLUME, inst.id,
-                                          "--group_name", GROUP)["bytes_quota"]
+                quota = self.cluster.subvolume(GROUP, inst.id, VOLUME)["bytes_quota"]
                 if quota != sizes[inst.share_id] * GIB:
                     out.append(f"share instance {inst.id}: quota {quota}, size "
                                f"{sizes[inst.share_id]} GiB")
@@ -383,8 +381,7 @@ class Run:
         self.counts["shares taken over"] = len(taken)
         if not taken:
             return ["no share was taken over by another engine: the faults missed"]
-        subvolumes = {s["name"] for s in self.cluster.json(
-            "fs", "subvolume", "ls", VOLUME, "--group_name", GROUP)}
+        subvolumes = self.cluster.subvolumes(GROUP, VOLUME)
         obj = next((o for o in taken if o in subvolumes), taken[0])
         folder = self.root / "late-call"
         folder.mkdir(exist_ok=True)

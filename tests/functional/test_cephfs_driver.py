@@ -37,12 +37,10 @@ def test_walk_through(ceph_cluster, deployment, request, setup):
     d.start()
 
     def info(share_id: str) -> dict:
-        return ceph_cluster.json("fs", "subvolume", "info", "cephfs", share_id,
-                                 "--group_name", group)
+        return ceph_cluster.subvolume(group, share_id)
 
     def subvolumes() -> set[str]:
-        return {s["name"] for s in ceph_cluster.json("fs", "subvolume", "ls", "cephfs",
-                                                      "--group_name", group)}
+        return ceph_cluster.subvolumes(group)
 
     share = d.json("share", "create", "1", "--proto", "CEPHFS", "--name", "walk",
                    "--backend", "cephfs", "--wait")

@@ -43,8 +43,7 @@ def test_manage_a_subvolume_made_outside(ceph_cluster, deployment, request, setu
     ceph_cluster.files("write", f"{path}/old.txt", b"from before\n")
 
     def info() -> dict:
-        return ceph_cluster.json("fs", "subvolume", "info", "cephfs", "legacy",
-                                 "--group_name", group)
+        return ceph_cluster.subvolume(group, "legacy")
 
     adopted = d.json("share", "manage", path, "--proto", "CEPHFS", "--backend", "cephfs",
                      "--name", "adopted", "--wait")
@@ -88,5 +87,5 @@ def test_manage_a_subvolume_made_outside(ceph_cluster, deployment, request, setu
     assert again["instance_id"] != inst
     assert ceph_cluster.files("read", f"{path}/old.txt") == b"from before\n"
     d.sharectl("share", "delete", again["id"], "--wait")
-    assert ceph_cluster.json("fs", "subvolume", "ls", "cephfs", "--group_name", group) == []
+    assert ceph_cluster.subvolumes(group) == set()
     assert _names_keys(ceph_cluster, group) == []

@@ -127,7 +127,7 @@ def test_nfs_through_ganesha(ceph_cluster, deployment, request, setup, tmp_path)
     d.sharectl("share", "delete", clone["id"], "--wait")
     d.sharectl("snapshot", "delete", snap["id"], "--wait")
     d.sharectl("share", "delete", sid, "--wait")
-    assert ceph_cluster.json("fs", "subvolume", "ls", "cephfs", "--group_name", group) == []
+    assert ceph_cluster.subvolumes(group) == set()
     users = json.dumps(ceph_cluster.json("auth", "ls"))
     assert "ganesha-" + inst not in users and "ganesha-" + clone_inst not in users
     index = f"{group}.nfs-index"
