@@ -134,6 +134,27 @@ def test_sigterm_at_any_early_moment_stops_cleanly(deployment):
     assert len(rows) == 2 and all(r["stopped_at"] for r in rows)
 
 
+def test_signals_in_a_burst_stop_once_and_cleanly(deployment):
+    """SIGTERM after SIGTERM, with SIGHUP and SIGUSR2 between (an operator's
+    kill twice, systemd's reload racing a stop): one stop, exit 0, no
+    traceback. (A second SIGTERM whose handler ran inside the first's used
+    to hang the stop for ever: tests/unit/daemon/test_signals.py.)"""
+    d = deployment()
+    d.sync()
+    engine = d.start()
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2, signal.SIGTERM,
+                   signal.SIGTERM, signal.SIGINT):
+        try:
+            engine.proc.send_signal(signum)
+        except ProcessLookupError:
+            break
+    assert engine.proc.wait(30) == 0, engine.text()[-3000:]
+    text = engine.text()
+    assert text.count("stopping") >= 1 and text.count("got signal") == 1, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert d.json("service", "list", "--all")[0]["stopped_at"]
+
+
 def test_a_state_path_that_cannot_be_created_is_one_line(deployment, tmp_path):
     d = deployment(backends={})
     (tmp_path / "a-file").write_text("")
