@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TextIO
 
 SERVER = r"""
 import json, os, random, socket, socketserver, sys
@@ -110,22 +111,18 @@ class Forks:
             ) -> subprocess.CompletedProcess:
         path = self._server()
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
-                tempfile.TemporaryFile() as inp, socket.socket(socket.AF_UNIX) as conn:
+                tempfile.TemporaryFile() as inp:
             if input_text is not None:
                 inp.write(input_text.encode())
                 inp.seek(0)
-            conn.connect(path)
-            req = {"argv": argv, "cwd": cwd or os.getcwd(), "env": dict(env or os.environ)}
-            socket.send_fds(conn, [json.dumps(req).encode()],
-                            [inp.fileno(), out.fileno(), err.fileno()])
-            conn.settimeout(timeout)
-            reader = conn.makefile("r")
-            pid = int(reader.readline())
+            conn, reader, pid = ask(path, argv, [inp.fileno(), out.fileno(), err.fileno()],
+                                    cwd, env, timeout)
             deadline = time.monotonic() + timeout
-            try:
-                line = reader.readline()
-            except TimeoutError:
-                line = ""
+            with conn:
+                try:
+                    line = reader.readline()
+                except TimeoutError:
+                    line = ""
             if not line:
                 _kill(pid)
                 if time.monotonic() >= deadline:
@@ -139,15 +136,31 @@ class Forks:
                 err.read().decode(errors="replace"))
 
 
+def ask(path: str, argv: list[str], fds: list[int], cwd: str | None = None,
+        env: dict[str, str] | None = None, timeout: float | None = None
+        ) -> tuple[socket.socket, TextIO, int]:
+    """Ask the server at ``path`` for a run of ``argv`` with ``fds`` as its
+    stdin, stdout and stderr; the connection, its reader (the exit code's
+    line comes next) and the run's pid."""
+    conn = socket.socket(socket.AF_UNIX)
+    try:
+        conn.connect(path)
+        req = {"argv": argv, "cwd": cwd or os.getcwd(), "env": dict(env or os.environ)}
+        socket.send_fds(conn, [json.dumps(req).encode()], fds)
+        conn.settimeout(timeout)
+        reader = conn.makefile("r")
+        return conn, reader, int(reader.readline())
+    except BaseException:
+        conn.close()
+        raise
+
+
 SHIM = r"""#!{python} -S
 # sharectl through a test worker's fork server (tests/functional/sharectl_forks.py).
-import json, os, signal, socket, sys
-conn = socket.socket(socket.AF_UNIX)
-conn.connect({socket!r})
-req = {{"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}}
-socket.send_fds(conn, [json.dumps(req).encode()], [0, 1, 2])
-reader = conn.makefile("r")
-pid = int(reader.readline())
+import os, signal, sys
+sys.path.insert(0, {repo!r})
+from tests.functional.sharectl_forks import ask
+conn, reader, pid = ask({socket!r}, sys.argv[1:], [0, 1, 2])
 
 
 def stop(signum, _frame):
@@ -177,7 +190,8 @@ def commands(folder: Path) -> Path:
         if script.name != "sharectl" and not script.name.startswith("python"):
             (folder / script.name).symlink_to(script)
     shim = folder / "sharectl"
-    shim.write_text(SHIM.format(python=sys.executable, socket=_FORKS.address()))
+    shim.write_text(SHIM.format(python=sys.executable, socket=_FORKS.address(),
+                                repo=str(Path(__file__).resolve().parents[2])))
     shim.chmod(0o755)
     return folder
 

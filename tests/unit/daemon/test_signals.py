@@ -15,7 +15,6 @@ SCRIPT = textwrap.dedent("""
     from sharemgr.daemon import signals
 
     stopping = threading.Event()
-    done = []
     {install}
     # The main thread inside the first SIGTERM's Event.set (it holds the
     # event's lock) when the second SIGTERM lands.
