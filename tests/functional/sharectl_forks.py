@@ -30,6 +30,7 @@ from typing import TextIO
 
 SERVER = r"""
 import json, os, random, socket, socketserver, sys
+sys.argv[0] = "sharectl"  # cliff names the program from it at import (usage lines)
 import sharemgr.cli.app as app
 import sharemgr.cli.context  # noqa: F401  (the database side's imports)
 
