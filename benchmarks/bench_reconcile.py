@@ -53,6 +53,7 @@ except ImportError:  # the code before batches: the same script measures "before
 from sharemgr.common import vocab
 from sharemgr.drivers.testing import build_driver
 from sharemgr.manager.coordination import Coordinator
+from sharemgr.manager.handlers import HANDLERS
 from sharemgr.manager.operations import Operations, lock_name
 from sharemgr.reconcile.reconciler import Reconciler
 
@@ -89,7 +90,7 @@ class Setup:
         self.coord = Coordinator(f"file://{root}/coord?timeout=30", self.engine)
         self.coord.start(heartbeat=False)
         self.coord.join_engines()
-        ops = Operations(self.db, {"be": self.driver}, self.coord, self.engine)
+        ops = Operations(self.db, {"be": self.driver}, self.coord, self.engine, HANDLERS)
         self.rec = Reconciler(self.db, {"be": self.driver}, self.coord, ops, "bench",
                               self.engine, workers)
 

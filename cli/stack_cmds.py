@@ -372,7 +372,7 @@ class StackConverge(_Start):
 
     def begin(self, args: argparse.Namespace) -> Traversal:
         from sharemgr.convergence import actions
-        from sharemgr.convergence.template import Template
+        from sharemgr.convergence.template import template_from_dict
         from sharemgr.db import stacks
 
         stack = _check(self.app, lookup(self.app, args.name), 120)
@@ -381,7 +381,7 @@ class StackConverge(_Start):
         if stored is None:
             raise base.UserError(f"stack {stack.name} has no template to converge to")
         return actions.start(self.app.context.db, stack.id, self.action,
-                             Template.from_dict(stored))
+                             template_from_dict(stored))
 
 
 class StackOutputList(base.OnStack, base.Lister):

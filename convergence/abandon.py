@@ -18,7 +18,7 @@ from sharemgr.common import vocab
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence import prepare
 from sharemgr.convergence.properties import ResourceData, diff_properties, resolve_properties
-from sharemgr.convergence.template import Template, TemplateError
+from sharemgr.convergence.template import Template, TemplateError, template_from_dict
 from sharemgr.db import models, stack_keep
 from sharemgr.db.engine import Database
 from sharemgr.manager import views
@@ -39,7 +39,7 @@ def abandon(db: Database, stack: models.Stack) -> dict[str, object]:
     traversal is in progress) and return what adopt reads."""
     gone = stack_keep.abandon(db, stack.id)
     stored = dict(gone.template or {})
-    template = Template.from_dict(stored) if stored else Template.empty()
+    template = template_from_dict(stored) if stored else Template.empty()
     rows = [r for r in gone.rows
             if not (r.action == vocab.STACK_DELETE and r.status == vocab.STACK_COMPLETE)]
     chosen, _ = prepare.choose_rows(rows, template, gone.stack.template_id,

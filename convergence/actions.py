@@ -16,7 +16,13 @@ from sharemgr.convergence import lifecycle, prepare
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.graph import Node, resource_ids_in
 from sharemgr.convergence.properties import ResourceData, resolve_outputs
-from sharemgr.convergence.template import Template, TemplateError, check_stack_name, parse
+from sharemgr.convergence.template import (
+    Template,
+    TemplateError,
+    check_stack_name,
+    parse,
+    template_from_dict,
+)
 from sharemgr.db import models, stacks, sync_points
 from sharemgr.db.engine import Database
 
@@ -127,7 +133,7 @@ def stored_template(db: Database, stack: models.Stack) -> Template:
     """The stack's current template (empty if it has none)."""
     if stack.template_id is None:
         return Template.empty()
-    return Template.from_dict(stacks.template_get(db, stack.template_id) or {})
+    return template_from_dict(stacks.template_get(db, stack.template_id) or {})
 
 
 def outputs(db: Database, stack: models.Stack, template: Template | None = None

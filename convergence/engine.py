@@ -14,13 +14,14 @@ from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import Operations
-from sharemgr.manager.runner import Handler
+from sharemgr.manager.runner import RequestHandler
 
 
 # The daemon's handler registry and the reconciliation's pass runner, by
 # what the engine calls: both live in layers convergence may not import.
 class HandlerRegistry(Protocol):
-    def add(self, rtype: str, action: str, handler: Handler, hostless: bool = False) -> None: ...
+    def add(self, rtype: str, action: str, handler: RequestHandler,
+            hostless: bool = False) -> None: ...
 
 
 class Passes(Protocol):

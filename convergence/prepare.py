@@ -40,7 +40,7 @@ from sharemgr.convergence.graph import (
     Node,
     build_traversal_graph,
 )
-from sharemgr.convergence.template import Template
+from sharemgr.convergence.template import Template, template_from_dict
 from sharemgr.db import api, models, stack_purge, sync_points
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
@@ -238,7 +238,7 @@ def _target_template(
         if target is not None:
             stored = db_stacks.template_get_tx(session, target)
             if stored is not None:
-                return Template.from_dict(stored), target
+                return template_from_dict(stored), target
         template = Template.empty()  # nothing ever completed: roll back to nothing
     return template, db_stacks.template_create_tx(session, template.to_dict(), stack.id)
 

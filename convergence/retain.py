@@ -14,7 +14,7 @@ import weakref
 
 from sharemgr.common import vocab
 from sharemgr.convergence import physical as phys
-from sharemgr.convergence.template import Template
+from sharemgr.convergence.template import template_from_dict
 from sharemgr.db import models, stacks
 from sharemgr.db.engine import Database
 
@@ -44,7 +44,7 @@ def _retained(db: Database, template_id: int) -> frozenset[tuple[str, str]]:
     stored = stacks.template_get(db, template_id)
     if not stored:
         return frozenset()
-    return frozenset((d.name, d.type) for d in Template.from_dict(stored).resources.values()
+    return frozenset((d.name, d.type) for d in template_from_dict(stored).resources.values()
                      if d.retain)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sharemgr.convergence import groups as grp
+from sharemgr.convergence import parameters as params
 from sharemgr.convergence.dependency_order import toposort
 from sharemgr.convergence.intrinsics import GetAttr, GetResource, call_of, parse_call, references
 from sharemgr.convergence.keys import first_unknown
@@ -24,7 +25,7 @@ from sharemgr.convergence.resource_types import (
     TemplateError,
     check_value,
 )
-from sharemgr.convergence.template import ResourceDefinition, Template
+from sharemgr.convergence.template_model import ResourceDefinition, Template
 
 
 def validate(data: object, given: Mapping[str, object] | None = None) -> Template:
@@ -125,8 +126,6 @@ def _substituted(data: Mapping[str, object], declarations: Mapping[str, object],
                  given: Mapping[str, object]) -> dict[str, object]:
     """``data`` with every get_param replaced by its value: the engine's
     nodes see plain values only."""
-    from sharemgr.convergence import parameters as params
-
     try:
         declared = params.declare(dict(declarations))
         resolved = params.values(declared, given)

@@ -45,7 +45,7 @@ from sharemgr.convergence.graph import Graph, Node
 from sharemgr.convergence.node_check import Claimed, Ctx, Head, Outcome, Result, Skip
 from sharemgr.convergence.report import Reporter
 from sharemgr.convergence.row_locks import RowLocks
-from sharemgr.convergence.template import Template
+from sharemgr.convergence.template import Template, template_from_dict
 from sharemgr.convergence.tracking import Reporting, Tracker
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks
@@ -125,8 +125,8 @@ class Worker:
 
         def load() -> Template:
             if template_id is None:
-                return Template.from_dict({})
-            return Template.from_dict(stacks.template_get(self.db, template_id) or {})
+                return template_from_dict({})
+            return template_from_dict(stacks.template_get(self.db, template_id) or {})
 
         self._forget_others(stack.id, stack.current_traversal)
         return self._templates.get((stack.id, stack.current_traversal, template_id), load)

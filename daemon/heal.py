@@ -16,7 +16,7 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence import actions
 from sharemgr.convergence.prepare import PrepareError
-from sharemgr.convergence.template import Template
+from sharemgr.convergence.template import Template, template_from_dict
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.stacks import StackNotFound
 from sharemgr.manager.outage import Backoff, backing_off, is_outage
@@ -70,7 +70,7 @@ class StackHealer:
                 current = stacks.template_get(self.db, stack.template_id)
                 if current is None:  # purged with a traversal that ended meanwhile
                     continue
-                self._heal(stack, Template.from_dict(current))
+                self._heal(stack, template_from_dict(current))
             except Exception as exc:  # one stack's trouble must not stop the others'
                 if is_outage(exc):
                     raise  # not the stack's: the round stops and backs off

@@ -8,7 +8,6 @@ import signal
 import sys
 import threading
 import uuid
-from collections.abc import Callable
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -40,7 +39,7 @@ from sharemgr.manager import (
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.membership import Membership
 from sharemgr.manager.operations import Operations
-from sharemgr.manager.runner import RequestRunner
+from sharemgr.manager.runner import RequestHandler, RequestRunner
 from sharemgr.reconcile import drift
 from sharemgr.reconcile.drift import DriftChecker
 from sharemgr.reconcile.reconciler import Reconciler
@@ -53,8 +52,6 @@ CONTEXT_FORMAT = ("%(asctime)s.%(msecs)03d %(process)d %(levelname)s %(name)s "
                   "[%(request_id)s] %(instance)s%(message)s")
 
 
-Handler = Callable[[models.Request], "bool | None"]
-
 
 class Handlers(dict):
     """(resource_type, action) → handler of a claimed request."""
@@ -63,12 +60,12 @@ class Handlers(dict):
         super().__init__()
         self.hostless: set[str] = set()
 
-    def add(self, rtype: str, action: str, handler: Handler, hostless: bool = False) -> None:
+    def add(self, rtype: str, action: str, handler: RequestHandler, hostless: bool = False) -> None:
         self[(rtype, action)] = handler
         if hostless:
             self.hostless.add(rtype)
 
-    def get_handler(self, req: models.Request) -> Handler | None:
+    def get_handler(self, req: models.Request) -> RequestHandler | None:
         return self.get((req.resource_type, req.action))
 
 
@@ -152,7 +149,8 @@ class ShareManagerService:
         self.registered = True
         self.drivers = self.backends.first_tries(constructed)
         self.hosts = [f"{self.host}@{backend}" for backend in self.drivers]
-        self.operations = Operations(self.db, self.drivers, self.coordinator, self.engine_id)
+        self.operations = Operations(self.db, self.drivers, self.coordinator, self.engine_id,
+                                     handlers.HANDLERS)
         self.operations.leases = leases.Leases.from_conf(self.conf)
         self.operations.not_member = self.membership.not_member
         self.operations.on_lost = self._reobserve

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sharemgr.common import messages as M
 from sharemgr.db import models, records
 from sharemgr.db.engine import Database
+from sharemgr.db.resource_keys import request_keys
 from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
@@ -72,9 +73,6 @@ def message_list(db: Database, resource_id: str | None = None, limit: int | None
             .order_by(models.Message.created_at.desc(), models.Message.id))
     if limit:
         stmt = stmt.limit(limit)
-    # Here: the request queue records messages, so it imports this module.
-    from sharemgr.db.request_queue import request_keys
-
     with db.reading() as session:
         if resource_id:
             stmt = stmt.where(models.Message.resource_id.in_(request_keys(session,

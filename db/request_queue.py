@@ -12,6 +12,7 @@ from sharemgr.db import messages as db_messages
 from sharemgr.db import models, notify, records
 from sharemgr.db.engine import Database
 from sharemgr.db.inserts import insert_statement
+from sharemgr.db.resource_keys import request_keys
 from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
 
@@ -180,18 +181,6 @@ def request_release(db: Database, request_id: int, engine_id: str, why: str) -> 
     return _own_running(db, request_id, engine_id, status=vocab.REQUEST_PENDING,
                         engine_id=None, claimed_at=None, lease_expires_at=None,
                         lease_deadline=None, error=why)
-
-
-def request_keys(session: Session, ident: str) -> list[str]:
-    """The ids requests about ``ident`` are keyed by: a share's requests
-    name its instances (and its backups), a snapshot's its instance."""
-    keys = [ident]
-    for model, column in ((models.ShareInstance, models.ShareInstance.share_id),
-                          (models.ShareBackup, models.ShareBackup.share_id),
-                          (models.ShareSnapshotInstance,
-                           models.ShareSnapshotInstance.snapshot_id)):
-        keys += session.scalars(sa.select(model.id).where(column == ident))
-    return keys
 
 
 @retry_on_conflict

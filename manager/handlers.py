@@ -6,21 +6,13 @@ goes through ``carry_out.carry_out`` unless it has a handler of its own
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
-
 from sharemgr.common import vocab
 from sharemgr.manager import backup_ops, manage_ops, replica_ops, revert_ops, share_ops
 from sharemgr.manager.carry_out import carry_out
 from sharemgr.manager.operation_table import TABLE
-from sharemgr.manager.plans import Change, Op
+from sharemgr.manager.operations import OpHandler
 
-if TYPE_CHECKING:
-    from sharemgr.manager.operations import Operations
-
-Handler = Callable[["Operations", Op, bool], "list[Change] | None"]
-
-OWN: dict[tuple[str, str], Handler] = {
+OWN: dict[tuple[str, str], OpHandler] = {
     # Reads the share with the instance under the lock; from a snapshot or
     # not; applies rules queued meanwhile.
     (vocab.SHARE_INSTANCE, vocab.ACTION_CREATE): share_ops.create_share,
@@ -45,5 +37,5 @@ OWN: dict[tuple[str, str], Handler] = {
     (vocab.REPLICA, vocab.ACTION_RESYNC): replica_ops.resync,
 }
 
-HANDLERS: dict[tuple[str, str], Handler] = {
+HANDLERS: dict[tuple[str, str], OpHandler] = {
     spec.key: OWN.get(spec.key, carry_out) for spec in TABLE if spec.carried}

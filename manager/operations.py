@@ -39,6 +39,8 @@ LOG = logging.getLogger(__name__)
 
 
 R = TypeVar("R", bound=kinds.StatusRow)
+# Carries out one (kind, action): the operations, the op, whether the lock is held.
+OpHandler = Callable[["Operations", Op, bool], "list[Change] | None"]
 
 # ``Op.lease`` of the operation this thread performs, for ``_fresh_leased``:
 # the handlers pass their own arguments to ``run``, not the op.
@@ -104,8 +106,12 @@ class Operations:
         drivers: dict[str, ShareDriver],
         coordinator: Coordinator,
         engine_id: str,
+        handlers: Mapping[tuple[str, str], OpHandler],
     ) -> None:
         self.db = db
+        # (kind, action) -> its handler: manager/handlers.py's table, given
+        # by whoever assembles the engine (the handlers build on this class).
+        self.handlers = handlers
         self.drivers = drivers
         self.coordinator = coordinator
         self.engine_id = engine_id
@@ -129,10 +135,7 @@ class Operations:
         which writes rules, each its own outcome). Raises
         ``OperationFailed`` (the resource is in its error status) or
         ``Stale``."""
-        # The handlers import this module: the table is read at the first call.
-        from sharemgr.manager.handlers import HANDLERS
-
-        handler = HANDLERS.get((op.kind, op.action))
+        handler = self.handlers.get((op.kind, op.action))
         if handler is None:
             raise OperationFailed(f"unknown request {op.kind} {op.action}")
         token = _WRITTEN_LEASE.set(op.lease)

@@ -26,7 +26,7 @@ LOG = logging.getLogger(__name__)
 
 # A handler returns True when it recorded the request's outcome itself (a
 # stack check does, in the transaction of its report): nothing more to write.
-Handler = Callable[[models.Request], bool | None]
+RequestHandler = Callable[[models.Request], bool | None]
 
 
 def _observe(req: models.Request, status: str, error: str | None, started: float) -> None:
@@ -57,7 +57,7 @@ class RequestRunner:
         db: Database,
         engine_id: str,
         hosts: list[str],
-        dispatch: Callable[[models.Request], Handler | None],
+        dispatch: Callable[[models.Request], RequestHandler | None],
         workers: int,
         poll_interval: float,
         any_host: bool,

@@ -23,6 +23,7 @@ from sharemgr.db.engine import Database
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.manager import kinds
 from sharemgr.manager.coordination import Coordinator
+from sharemgr.manager.handlers import HANDLERS
 from sharemgr.manager.operations import Operations
 from sharemgr.reconcile.reconciler import Reconciler
 
@@ -440,7 +441,8 @@ class Engine:
         self.coordinator.start()
         self.coordinator.join_engines()
         self.drivers = drivers if drivers is not None else {BACKEND: FakeDriver(dhss=True)}
-        self.operations = Operations(db, self.drivers, self.coordinator, self.engine_id)
+        self.operations = Operations(db, self.drivers, self.coordinator, self.engine_id,
+                                     HANDLERS)
         self.reconciler = Reconciler(db, self.drivers, self.coordinator, self.operations, HOST,
                                      self.engine_id, workers)
         self._peers: list[Coordinator] = []

@@ -22,6 +22,7 @@ from sharemgr.drivers import loader
 from sharemgr.drivers.dummy_state import BackendState
 from sharemgr.manager import config
 from sharemgr.manager.coordination import Coordinator
+from sharemgr.manager.handlers import HANDLERS
 from sharemgr.manager.operations import OperationFailed, Operations, Stale
 
 HOST = "hostA"
@@ -137,7 +138,8 @@ class Engine:
         self.raw_coordinator.join_engines()
         self.coordinator = self.wrap_coordinator(self.raw_coordinator)
         self.drivers = loader.load_drivers(self.conf, host, self.engine_id)
-        self.operations = Operations(rig.db, self.drivers, self.coordinator, self.engine_id)
+        self.operations = Operations(rig.db, self.drivers, self.coordinator, self.engine_id,
+                                     HANDLERS)
         self.stacks = StackEngine(rig.db, self.operations, self.coordinator, self.engine_id,
                                   host, self.drivers)
         self.worker = self.stacks.worker

@@ -8,7 +8,7 @@ import traceback
 from typing import Any
 
 from sharemgr.common import vocab
-from sharemgr.convergence.template import Template
+from sharemgr.convergence.template import template_from_dict
 
 from tests.functional.chaos.fleet import EngineRecord
 from tests.functional.chaos.operations import StackModel
@@ -161,7 +161,7 @@ class Checker:
             return
         # Groups expanded into their members: the rows are the members'.
         resources = {n: {"type": d.type, "properties": dict(d.properties)}
-                     for n, d in Template.from_dict(template).resources.items()}
+                     for n, d in template_from_dict(template).resources.items()}
         names = collections.Counter(r["name"] for r in rows)
         if set(names) != set(resources) or any(n > 1 for n in names.values()):
             self.bad(f"stack {name} ({st['action']} COMPLETE): rows {dict(names)} but the "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sharemgr.convergence import groups as grp
 from sharemgr.convergence import properties, template
 
 GROUPS = """
@@ -91,12 +92,12 @@ def test_stored_form_keeps_the_group_and_reads_back_the_same_expansion():
             "type": "share", "properties": {"size": 1, "proto": "NFS", "name": "data-%index%",
                                             "share_server": {"get_resource": "base"}}}}}
     assert "shares.0" not in stored["resources"]  # type: ignore[operator]
-    again = template.Template.from_dict(stored)
+    again = template.template_from_dict(stored)
     assert again == tmpl and again.to_dict() == stored
     # An empty group is kept too (its members come back when it grows).
     empty = template.parse(_group(0))
     assert empty.resources == {} and "g" in empty.to_dict()["resources"]  # type: ignore[operator]
-    assert template.Template.from_dict(empty.to_dict()) == empty
+    assert template.template_from_dict(empty.to_dict()) == empty
 
 
 def test_scaling_keeps_members_and_their_definitions():
@@ -113,7 +114,7 @@ def test_scaling_keeps_members_and_their_definitions():
 def test_deletion_policy_is_passed_on_to_each_member():
     tmpl = template.parse(GROUPS)
     g = tmpl.groups["shares"]
-    raw = template.grp.GroupDefinition(g.name, 2, {**g.resource_def,
+    raw = grp.GroupDefinition(g.name, 2, {**g.resource_def,
                                                    "deletion_policy": "retain"})
     assert raw.member(1)["deletion_policy"] == "retain"
     assert raw.to_dict()["properties"]["resource_def"]["deletion_policy"] == "retain"  # type: ignore[index]
@@ -199,4 +200,4 @@ def test_expansion_round_trips_and_lists_follow_the_count(counts, attr):
         assert len(tmpl.outputs[f"o{k}"]) == c  # type: ignore[arg-type]
         assert [tmpl.resources[f"g{k}.{i}"].properties["name"] for i in range(c)] == \
             [f"m{i}-{k}" for i in range(c)]
-    assert template.Template.from_dict(tmpl.to_dict()) == tmpl
+    assert template.template_from_dict(tmpl.to_dict()) == tmpl

@@ -42,7 +42,7 @@ def test_the_stored_form_keeps_the_given_values_and_reads_back_the_same():
     t = template.parse(T, {"proto": "CIFS"})
     stored = t.to_dict()
     assert stored["parameter_values"] == {"proto": "CIFS"}
-    back = template.Template.from_dict(stored)
+    back = template.template_from_dict(stored)
     assert back.resources == t.resources and back.parameters == t.parameters
 
 

@@ -99,7 +99,7 @@ def test_create(db):
     assert stack.template_id == tr.template_id and stack.prev_template_id is None
     assert Graph.from_json(stack.current_deps) == tr.graph
     assert prepare.load_traversal_graph(stack) == tr.graph
-    assert template.Template.from_dict(stacks.template_get(db, tr.template_id)) == V1
+    assert template.template_from_dict(stacks.template_get(db, tr.template_id)) == V1
 
     assert tr.leaves == (Node(d, U),)
     assert _check_requests(db, tr.traversal_id) == [(d, True)]

@@ -41,9 +41,9 @@ def test_architecture_example_parses():
 
 def test_round_trip_through_the_stored_form():
     tmpl = template.parse(EXAMPLE)
-    again = template.Template.from_dict(tmpl.to_dict())
+    again = template.template_from_dict(tmpl.to_dict())
     assert again == tmpl
-    assert template.Template.from_dict(template.Template.empty().to_dict()).resources == {}
+    assert template.template_from_dict(template.Template.empty().to_dict()).resources == {}
 
 
 def test_every_type_of_the_table_is_usable():
