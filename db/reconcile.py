@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import collections
 import datetime
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol, cast
+from collections.abc import Mapping
+from typing import cast
 
 import sqlalchemy as sa
 from sharemgr.common import messages, vocab
@@ -13,7 +13,6 @@ from sharemgr.db import api as db_api
 from sharemgr.db import clock, models, records, tables
 from sharemgr.db import messages as db_messages
 from sharemgr.db.engine import Database
-from sharemgr.db.models import M
 from sharemgr.db.resources import host_match
 from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
@@ -32,145 +31,6 @@ def open_requests(db: Database, hosts: list[str]
     with db.reading() as session:
         now = clock.read_tx(session)
         return list(session.scalars(stmt.order_by(models.Request.id))), now
-
-
-def lease_start(db: Database, resource_id: str, engine_id: str, seconds: float) -> bool:
-    """Set the lease of this engine's running request about the resource
-    (requests of every kind are keyed by the id of the row they change, a
-    uuid): its driver call must be done within ``seconds`` of the database's
-    clock. False when there is no such request (the reconciler's own retries
-    run without one)."""
-    return lease_set(db, [resource_id], engine_id, seconds, seconds) > 0
-
-
-def _lease_statements(deadline: bool) -> tuple[sa.Select, sa.Update, sa.Update]:
-    r = models.Request.__table__  # a plain UPDATE (see api.conditional_update_tx)
-    mine = (r.c.engine_id == sa.bindparam("engine"), r.c.status == vocab.REQUEST_RUNNING)
-    about = r.c.resource_id.in_(sa.bindparam("resources", expanding=True))
-    by_id = r.c.id.in_(sa.bindparam("ids", expanding=True))
-    until = clock.after(sa.bindparam("until"))
-    values: dict[str, sa.ColumnElement[datetime.datetime]] = {}
-    if deadline:
-        values["lease_deadline"] = clock.after(sa.bindparam("deadline"))
-        values["lease_expires_at"] = until
-    else:
-        # A renewal: never past the call's deadline, as the database counts.
-        values["lease_expires_at"] = sa.case(
-            (r.c.lease_deadline < until, r.c.lease_deadline), else_=until)
-    lease = sa.update(r).values(values)
-    return sa.select(r.c.id).where(about, *mine), lease.where(about, *mine), lease.where(
-        by_id, *mine)
-
-
-# Built once with parameters: a share operation sets its lease at each step
-# (with the call's deadline as it starts; a renewal keeps the deadline).
-_LEASE_STMTS = {False: _lease_statements(False), True: _lease_statements(True)}
-
-
-def _lease_set_tx(session: Session, resource_ids: list[str], engine_id: str,
-                  until: float, deadline: float | None = None) -> int:
-    params = {"resources": list(resource_ids), "engine": engine_id, "until": until,
-              "deadline": deadline}
-    leased, lease, lease_by_id = _LEASE_STMTS[deadline is not None]
-    if session.get_bind().dialect.name == "mysql":
-        # InnoDB locks every index record an UPDATE scans, not only the rows
-        # it changes: found first without locks, the rows are updated by
-        # primary key, so this statement holds nothing another writer of
-        # requests waits for while it waits (a deadlock seen in CI).
-        ids = list(session.scalars(leased, params))
-        if not ids:
-            return 0
-        return records.rowcount(session.execute(lease_by_id, {**params, "ids": ids}))
-    return records.rowcount(session.execute(lease, params))
-
-
-@retry_on_conflict
-def lease_set(db: Database, resource_ids: list[str], engine_id: str,
-              until: float, deadline: float | None = None) -> int:
-    """Set the lease of this engine's running requests about these resources
-    to ``until`` seconds from now, and their calls' deadline to ``deadline``
-    seconds from now when given (else the lease stops at the deadline they
-    have), both by the database's clock (db/clock.py), in one UPDATE; how
-    many there were."""
-    if not resource_ids:
-        return 0
-    with db.session() as session:
-        return _lease_set_tx(session, resource_ids, engine_id, until, deadline)
-
-
-def take_tx(session: Session, model: type[models.HasTable], ident: str,
-            statuses: tuple[str, ...]) -> bool:
-    """Take a fenced resource in one of ``statuses``: bump its fencing token
-    (doc/reconciliation.rst, "Fencing"), so that an outcome or a driver call
-    under an older token no longer counts. False when the row is in none of
-    them (or gone)."""
-    return db_api.conditional_update_tx(session, model, ident, {"status": statuses},
-                                        {"fence": db_api.PLUS_ONE})
-
-
-@retry_on_conflict
-def take_rows(db: Database, model: type[models.Live], rows: dict[str, str]
-              ) -> dict[str, Any]:
-    """Take many fenced resources, each in the status it was seen with
-    (``{id: status}``), and read them back: the rows taken, by id (a row
-    whose status changed is left out)."""
-    # Rows of any class: the reconciler's kinds name theirs as a bare ``type``.
-    with db.session() as session:
-        taken = [ident for ident, status in rows.items()
-                 if take_tx(session, model, ident, (status,))]
-        if not taken:
-            return {}
-        found = session.scalars(sa.select(model).where(model.id.in_(taken)))
-        return {row.id: row for row in found}
-
-
-class Lease(Protocol):
-    """A lease's terms (manager/leases.py), in seconds from the moment the
-    database writes them: held until, never past the deadline."""
-
-    @property
-    def until(self) -> float: ...
-
-    @property
-    def deadline(self) -> float: ...
-
-
-@retry_on_conflict
-def read_and_lease(db: Database, model: type[M], ident: str, engine_id: str,
-                   until_of: Callable[[M], Lease | None],
-                   read: Callable[[Session], M | None] | None = None,
-                   take: tuple[str, ...] | None = None) -> tuple[M | None, int]:
-    """Re-read a resource row (None if gone or deleted) and, in the same
-    transaction, set the lease of this engine's running request about it to
-    ``until_of(row)`` (None: no lease). ``read``: how the row is read in that
-    transaction (a caller that also needs its parent reads both in one
-    statement), by default by primary key. ``take``: the statuses in which
-    the row is taken first (``take_tx``: its fencing token bumped), so the
-    row read carries the new token. Returns the row and how many requests
-    were leased."""
-    with db.session() as session:
-        if take is not None and hasattr(model, "fence"):
-            take_tx(session, model, ident, take)
-        row = db_api.get_tx(session, model, ident) if read is None else read(session)
-        terms = until_of(row) if row is not None else None
-        if terms is None:
-            return row, 0
-        return row, _lease_set_tx(session, [ident], engine_id, terms.until, terms.deadline)
-
-
-@retry_on_conflict
-def expired_leases(db: Database, hosts: list[str]) -> list[models.Request]:
-    """Running requests of these hosts whose lease has expired: the one
-    query of a periodic tick (ix_requests_status_lease)."""
-    if not hosts:
-        return []
-    stmt = sa.select(models.Request).where(
-        models.Request.status == vocab.REQUEST_RUNNING,
-        models.Request.lease_expires_at < clock.now(),
-        sa.or_(*[host_match(models.Request.host, h) for h in hosts]),
-    )
-    with db.reading() as session:
-        return list(session.scalars(stmt.order_by(models.Request.id)))
 
 
 @retry_on_conflict

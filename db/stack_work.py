@@ -23,7 +23,7 @@ from sharemgr.common.outcome import REPLAN, RETRY, SUPERSEDED, Outcome
 from sharemgr.db import api, capacity, clock, models, quiet, records, resource_locks
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
-from sharemgr.db.reconcile import Lease
+from sharemgr.db.leases import Lease
 from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session, defer
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from oslo_config import cfg
-from sharemgr.db import reconcile as db_rec
+from sharemgr.db import leases as db_leases
 from sharemgr.db.engine import Database
 
 
@@ -104,7 +104,7 @@ class Keeper:
         (None: no lease)."""
         terms = self.terms(seconds, heartbeat)
         leased = terms is not None and bool(
-            db_rec.lease_set(self.db, [ident], self.engine_id, terms.until, terms.deadline))
+            db_leases.lease_set(self.db, [ident], self.engine_id, terms.until, terms.deadline))
         with self.holding(ident, terms, leased):
             yield
 
@@ -146,4 +146,4 @@ class Keeper:
                     if self._calls.get(ident) == (deadline, heartbeat):
                         del self._calls[ident]
         for heartbeat, idents in ahead.items():
-            db_rec.lease_set(self.db, idents, self.engine_id, heartbeat)
+            db_leases.lease_set(self.db, idents, self.engine_id, heartbeat)

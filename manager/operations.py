@@ -18,8 +18,8 @@ import tenacity
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
+from sharemgr.db import leases as db_leases
 from sharemgr.db import models, resources
-from sharemgr.db import reconcile as db_rec
 from sharemgr.db.engine import Database
 from sharemgr.drivers.exceptions import (
     FencedCall,
@@ -198,7 +198,7 @@ class Operations:
                       ) -> tuple[R, str | None, leases.Terms | None, bool]:
         """``fresh`` and the lease of the call about to start, in one
         transaction. ``method`` may depend on the row (its status); ``read``
-        re-reads the row in that transaction (see ``db_rec.read_and_lease``).
+        re-reads the row in that transaction (see ``db_leases.read_and_lease``).
         Returns the row, the method, the lease's terms and whether this
         engine's request took them."""
         chosen = _Chosen()
@@ -219,7 +219,7 @@ class Operations:
 
         # The row is taken (its fencing token bumped) in the same transaction:
         # the call and its outcome carry the new token.
-        found, leased = db_rec.read_and_lease(self.db, model, ident, self.engine_id, until_of,
+        found, leased = db_leases.read_and_lease(self.db, model, ident, self.engine_id, until_of,
                                               read, take=expected)
         row = _expect(model, ident, found, expected)
         return row, chosen.method, chosen.terms, bool(leased) or chosen.written

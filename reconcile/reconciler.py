@@ -27,6 +27,7 @@ from futurist import waiters
 from oslo_log import log as logging
 from sharemgr.common import messages, tasks, vocab
 from sharemgr.db import api as db_api
+from sharemgr.db import leases as db_leases
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db.engine import Database
@@ -372,7 +373,7 @@ class Reconciler:
             # Taken: each row's fencing token bumped (doc/reconciliation.rst,
             # "Fencing"), so a call of the engine that lost it can no longer
             # land on a backend that fences, nor its outcome in the database.
-            rows = db_rec.take_rows(self.db, held[0][0].model,
+            rows = db_leases.take_rows(self.db, held[0][0].model,
                                     {c.id: c.status for c, _ in held})
         except Exception:
             for cand, _ in held:

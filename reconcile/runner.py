@@ -16,8 +16,8 @@ from futurist import waiters
 from oslo_log import log as logging
 from sharemgr.common import tasks, vocab
 from sharemgr.db import api as db_api
+from sharemgr.db import leases as db_leases
 from sharemgr.db import models
-from sharemgr.db import reconcile as db_rec
 from sharemgr.manager import kinds
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed
@@ -117,7 +117,7 @@ class PassRunner:
                 self._startup_pending.is_set():
             return  # the pass already queued (or the startup pass) will see them
         rec = self.reconciler
-        stuck = db_rec.expired_leases(rec.db, rec.hosts)
+        stuck = db_leases.expired_leases(rec.db, rec.hosts)
         if not stuck:
             return
         LOG.warning("%d operation(s) of %s past their lease (requests %s): periodic "

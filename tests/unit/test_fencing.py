@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from sharemgr.common import vocab
 from sharemgr.db import api, models
+from sharemgr.db import leases as db_leases
 from sharemgr.db import reconcile as db_rec
 from sharemgr.drivers.dummy_state import BackendState
 from sharemgr.drivers.exceptions import FencedCall
@@ -27,8 +28,8 @@ def test_take_and_status_changes_bump_the_token(db):
     inst = make_share(db, vocab.EXTENDING)
     assert _fence(db, inst.id) == 0
     with db.session() as session:
-        assert db_rec.take_tx(session, models.ShareInstance, inst.id, (vocab.EXTENDING,))
-        assert not db_rec.take_tx(session, models.ShareInstance, inst.id, (vocab.CREATING,))
+        assert db_leases.take_tx(session, models.ShareInstance, inst.id, (vocab.EXTENDING,))
+        assert not db_leases.take_tx(session, models.ShareInstance, inst.id, (vocab.CREATING,))
     assert _fence(db, inst.id) == 1
     # An outcome read under token 0 no longer applies; one under 1 does, and bumps it.
     old = (models.ShareInstance, inst.id, {"status": vocab.EXTENDING, "fence": 0},
@@ -47,7 +48,7 @@ def test_batched_outcomes_bump_and_check_the_token(db):
     """The reconciliation's batched writes (one UPDATE for many rows, and on
     PostgreSQL one UPDATE … FROM VALUES) check and bump each row's token."""
     rows = [make_share(db, vocab.CREATING) for _ in range(3)]
-    taken = db_rec.take_rows(db, models.ShareInstance, {r.id: vocab.CREATING for r in rows})
+    taken = db_leases.take_rows(db, models.ShareInstance, {r.id: vocab.CREATING for r in rows})
     assert {i: r.fence for i, r in taken.items()} == {r.id: 1 for r in rows}
     groups = [[(models.ShareInstance, r.id, {"status": vocab.CREATING, "fence": 1},
                 {"status": vocab.ERROR})] for r in rows]
@@ -84,7 +85,7 @@ def test_an_outcome_under_a_moved_token_is_not_written(any_engine):
 
     def extend(share, new_size, server=None):
         tokens.append(share["fence_token"])
-        db_rec.take_rows(engine.db, models.ShareInstance, {inst.id: vocab.EXTENDING})
+        db_leases.take_rows(engine.db, models.ShareInstance, {inst.id: vocab.EXTENDING})
 
     engine.driver.extend_share = extend
     with pytest.raises(Lost):

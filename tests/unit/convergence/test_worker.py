@@ -120,13 +120,13 @@ def test_a_creates_request_is_written_with_its_lease(rig, monkeypatch, own_lease
     """With leases on, a stack's begin writes its operation's request with
     the default lease, and the call writes it no more; a method with a
     lease of its own still has it written as its call starts."""
+    from sharemgr.db import leases as db_leases
     from sharemgr.db import models
-    from sharemgr.db import reconcile as db_rec
     from sharemgr.manager import leases
 
     writes = []
-    set_tx = db_rec._lease_set_tx
-    monkeypatch.setattr(db_rec, "_lease_set_tx",
+    set_tx = db_leases._lease_set_tx
+    monkeypatch.setattr(db_leases, "_lease_set_tx",
                         lambda *a: writes.append(a[-1]) or set_tx(*a))
     e = rig.engine()
     e.operations.leases = leases.Leases(3600, {"create_share": 600} if own_lease else {}, 60)

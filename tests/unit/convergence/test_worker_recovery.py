@@ -362,15 +362,15 @@ def test_a_node_whose_resource_was_taken_over_waits_for_it(rig, monkeypatch):
     its outcome is not written (Lost), its request abandoned; the stack does
     not fail: the watchdog retriggers the node once the share has settled,
     and the check completes it with the share the backend made."""
+    from sharemgr.db import leases as db_leases
     from sharemgr.db import models
-    from sharemgr.db import reconcile as db_rec
 
     e = rig.engine()
     real = e.drivers["dummy"].create_share
 
     def create_then_taken(share, *args, **kwargs):
         out = real(share, *args, **kwargs)
-        db_rec.take_rows(rig.db, models.ShareInstance, {share["id"]: "creating"})
+        db_leases.take_rows(rig.db, models.ShareInstance, {share["id"]: "creating"})
         return out
 
     monkeypatch.setattr(e.drivers["dummy"], "create_share", create_then_taken)

@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from sharemgr.db import api, capabilities, engine, models, services, stack_work
+from sharemgr.db import leases as db_leases
 from sharemgr.db import messages as db_messages
 from sharemgr.db import reconcile as db_reconcile
 from sqlalchemy import event
 
 READS: dict[str, Callable[[engine.Database], object]] = {
     "open_requests": lambda db: db_reconcile.open_requests(db, ["h@dummy"]),
-    "expired_leases": lambda db: db_reconcile.expired_leases(db, ["h@dummy"]),
+    "expired_leases": lambda db: db_leases.expired_leases(db, ["h@dummy"]),
     "last_request_args": lambda db: db_reconcile.last_request_args(db, "share", "s", "delete"),
     "passes": lambda db: db_reconcile.passes(db),
     "request_list": lambda db: api.request_list(db, resource_id="s"),

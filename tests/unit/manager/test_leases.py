@@ -1,4 +1,4 @@
-"""Operation leases (manager/leases.py, db/reconcile.py): the per-method
+"""Operation leases (manager/leases.py, db/leases.py): the per-method
 deadline, the one query of a periodic tick, and the takeover that only one
 engine wins; on every database."""
 
@@ -9,6 +9,7 @@ import datetime
 import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.db import clock, models, tables
+from sharemgr.db import leases as db_leases
 from sharemgr.db import reconcile as db_rec
 from sharemgr.manager.leases import NONE, Leases
 
@@ -45,20 +46,20 @@ def test_expired_leases_and_one_takeover(db):
     fresh, stale, other_host, no_lease = (_running(db, "r1"), _running(db, "r2"),
                                           _running(db, "r3", "hostB@dummy"),
                                           _running(db, "r4"))
-    assert db_rec.lease_start(db, "r1", ENGINE, 3600)
-    assert db_rec.lease_start(db, "r2", ENGINE, 3600)
-    assert db_rec.lease_start(db, "r3", ENGINE, 3600)
-    assert not db_rec.lease_start(db, "r9", ENGINE, 3600)  # no request of this engine
-    assert db_rec.expired_leases(db, [HOST]) == []
+    assert db_leases.lease_start(db, "r1", ENGINE, 3600)
+    assert db_leases.lease_start(db, "r2", ENGINE, 3600)
+    assert db_leases.lease_start(db, "r3", ENGINE, 3600)
+    assert not db_leases.lease_start(db, "r9", ENGINE, 3600)  # no request of this engine
+    assert db_leases.expired_leases(db, [HOST]) == []
     _expire(db, stale)
     _expire(db, other_host)
-    assert [r.id for r in db_rec.expired_leases(db, [HOST])] == [stale]
+    assert [r.id for r in db_leases.expired_leases(db, [HOST])] == [stale]
     # Only an expired lease may be taken over, and only once.
     assert not db_rec.abandon_request(db, fresh, ENGINE, "x", expired=True)
     assert not db_rec.abandon_request(db, no_lease, ENGINE, "x", expired=True)
     assert db_rec.abandon_request(db, stale, ENGINE, "lease expired", expired=True)
     assert not db_rec.abandon_request(db, stale, ENGINE, "lease expired", expired=True)
-    assert db_rec.expired_leases(db, [HOST]) == []
+    assert db_leases.expired_leases(db, [HOST]) == []
 
 
 def _lease_of(db, request_id: int) -> tuple[datetime.datetime, datetime.datetime | None]:
@@ -78,11 +79,11 @@ def test_an_engine_whose_clock_runs_ahead_takes_over_no_live_lease(db, monkeypat
     cannot abandon its request (it took calls over early when each engine
     judged by its own clock)."""
     live = _running(db, "r1")
-    assert db_rec.lease_start(db, "r1", ENGINE, 60)
+    assert db_leases.lease_start(db, "r1", ENGINE, 60)
     ahead = models.utcnow() + datetime.timedelta(minutes=2)
     monkeypatch.setattr(models, "utcnow", lambda: ahead)
     monkeypatch.setattr(tables, "utcnow", lambda: ahead)
-    assert db_rec.expired_leases(db, [HOST]) == []
+    assert db_leases.expired_leases(db, [HOST]) == []
     assert not db_rec.abandon_request(db, live, ENGINE, "lease expired", expired=True)
     requests, now = db_rec.open_requests(db, [HOST])
     # What the reconciler judges leases by: the database's time, not the engine's.
@@ -92,15 +93,15 @@ def test_an_engine_whose_clock_runs_ahead_takes_over_no_live_lease(db, monkeypat
 def test_leases_are_set_and_renewed_by_the_databases_clock_never_past_the_deadline(db):
     live, near = _running(db, "r1"), _running(db, "r3")
     before = clock.read(db)
-    assert db_rec.lease_set(db, ["r1"], ENGINE, 60, 3600) == 1
-    assert db_rec.lease_set(db, ["r3"], ENGINE, 60, 90) == 1
+    assert db_leases.lease_set(db, ["r1"], ENGINE, 60, 3600) == 1
+    assert db_leases.lease_set(db, ["r3"], ENGINE, 60, 90) == 1
     after = clock.read(db)
     second = datetime.timedelta(seconds=1)
     lease, deadline = _lease_of(db, live)
     _between(lease, before + 60 * second, after + 60 * second)
     _between(deadline, before + 3600 * second, after + 3600 * second)
     before = clock.read(db)
-    assert db_rec.lease_set(db, ["r1", "r3"], ENGINE, 120) == 2  # a renewal
+    assert db_leases.lease_set(db, ["r1", "r3"], ENGINE, 120) == 2  # a renewal
     after = clock.read(db)
     assert _lease_of(db, live)[1] == deadline  # a renewal keeps the deadline
     _between(_lease_of(db, live)[0], before + 120 * second, after + 120 * second)
@@ -116,14 +117,14 @@ def test_running_calls_are_renewed_to_their_deadline_a_lost_one_is_not(db, monke
     mono = [1000.0]
     monkeypatch.setattr(leases.time, "monotonic", lambda: mono[0])
     renewals: list[tuple[list[str], float]] = []
-    real = db_rec.lease_set
+    real = db_leases.lease_set
 
     def lease_set(db_, ids, engine, until, deadline=None):
         if deadline is None:
             renewals.append((sorted(ids), until))
         return real(db_, ids, engine, until, deadline)
 
-    monkeypatch.setattr(db_rec, "lease_set", lease_set)
+    monkeypatch.setattr(db_leases, "lease_set", lease_set)
     keeper = leases.Keeper(db, ENGINE)
     live, lost, near = _running(db, "r1"), _running(db, "r2"), _running(db, "r3")
     with keeper.lease("r1", 3600, 2), keeper.lease("r3", 3, 2):
