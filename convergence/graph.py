@@ -35,7 +35,6 @@ LOG = logging.getLogger(__name__)
 UPDATE = True
 CLEANUP = False
 _DIRECTION = {True: "update", False: "cleanup"}
-_PARSE_DIRECTION = {v: k for k, v in _DIRECTION.items()}
 
 
 class GraphJSON(TypedDict):
@@ -62,14 +61,6 @@ def node_key(node: tuple[int, bool]) -> str:
     """The string form of a node, ``"12:update"`` / ``"12:cleanup"``: the key a
     sender uses in SyncPoint input data (JSON keys must be strings)."""
     return f"{node[0]}:{_DIRECTION[bool(node[1])]}"
-
-
-def parse_node_key(key: str) -> Node:
-    rid, _, direction = key.partition(":")
-    try:
-        return Node(int(rid), _PARSE_DIRECTION[direction])
-    except (ValueError, KeyError):
-        raise ValueError(f"not a graph node key: {key!r}")
 
 
 def resource_ids_in(data: Mapping[str, object] | None) -> set[int]:

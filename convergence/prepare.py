@@ -78,7 +78,6 @@ class Traversal:
 
     stack_id: str
     traversal_id: str
-    previous_traversal: str | None
     action: str
     template_id: int
     template: Template
@@ -402,7 +401,6 @@ def _prepare_locked(
     return Traversal(
         stack_id=stack.id,
         traversal_id=traversal_id,
-        previous_traversal=previous,
         action=action,
         template_id=template_id,
         template=template,

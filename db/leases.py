@@ -19,15 +19,6 @@ from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
 
 
-def lease_start(db: Database, resource_id: str, engine_id: str, seconds: float) -> bool:
-    """Set the lease of this engine's running request about the resource
-    (requests of every kind are keyed by the id of the row they change, a
-    uuid): its driver call must be done within ``seconds`` of the database's
-    clock. False when there is no such request (the reconciler's own retries
-    run without one)."""
-    return lease_set(db, [resource_id], engine_id, seconds, seconds) > 0
-
-
 def _lease_statements(deadline: bool) -> tuple[sa.Select, sa.Update, sa.Update]:
     r = models.Request.__table__  # a plain UPDATE (see api.conditional_update_tx)
     mine = (r.c.engine_id == sa.bindparam("engine"), r.c.status == vocab.REQUEST_RUNNING)

@@ -292,12 +292,6 @@ class GaneshaServer:
             return []
         return ganesha_reload.reload(pid, self.log_file)
 
-    def _log_text(self) -> str:
-        try:
-            return self.log_file.read_text(errors="replace")
-        except OSError:
-            return ""
-
     def stop(self) -> None:
         if self.manage:
             process.stop(self.pid_file, PROGRAM)

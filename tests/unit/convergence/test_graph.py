@@ -13,7 +13,6 @@ from sharemgr.convergence.graph import (
     Node,
     build_traversal_graph,
     node_key,
-    parse_node_key,
 )
 
 U, C = True, False
@@ -26,11 +25,7 @@ def edges(graph):
 def test_node_keys():
     assert node_key((12, True)) == "12:update"
     assert node_key(Node(3, False)) == "3:cleanup"
-    assert parse_node_key("12:update") == Node(12, True)
-    assert parse_node_key(Node(4, False).key) == Node(4, False)
-    for bad in ("12", "x:update", "12:both"):
-        with pytest.raises(ValueError):
-            parse_node_key(bad)
+    assert Node(4, False).key == "4:cleanup"
 
 
 def test_create_chain():

@@ -46,10 +46,10 @@ def test_expired_leases_and_one_takeover(db):
     fresh, stale, other_host, no_lease = (_running(db, "r1"), _running(db, "r2"),
                                           _running(db, "r3", "hostB@dummy"),
                                           _running(db, "r4"))
-    assert db_leases.lease_start(db, "r1", ENGINE, 3600)
-    assert db_leases.lease_start(db, "r2", ENGINE, 3600)
-    assert db_leases.lease_start(db, "r3", ENGINE, 3600)
-    assert not db_leases.lease_start(db, "r9", ENGINE, 3600)  # no request of this engine
+    assert db_leases.lease_set(db, ["r1"], ENGINE, 3600, 3600) == 1
+    assert db_leases.lease_set(db, ["r2"], ENGINE, 3600, 3600) == 1
+    assert db_leases.lease_set(db, ["r3"], ENGINE, 3600, 3600) == 1
+    assert db_leases.lease_set(db, ["r9"], ENGINE, 3600, 3600) == 0  # no request of this engine
     assert db_leases.expired_leases(db, [HOST]) == []
     _expire(db, stale)
     _expire(db, other_host)
@@ -79,7 +79,7 @@ def test_an_engine_whose_clock_runs_ahead_takes_over_no_live_lease(db, monkeypat
     cannot abandon its request (it took calls over early when each engine
     judged by its own clock)."""
     live = _running(db, "r1")
-    assert db_leases.lease_start(db, "r1", ENGINE, 60)
+    assert db_leases.lease_set(db, ["r1"], ENGINE, 60, 60) == 1
     ahead = models.utcnow() + datetime.timedelta(minutes=2)
     monkeypatch.setattr(models, "utcnow", lambda: ahead)
     monkeypatch.setattr(tables, "utcnow", lambda: ahead)
