@@ -20,7 +20,7 @@ from sharemgr.common import vocab
 from sharemgr.convergence import decide as decide_mod
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence import retain
-from sharemgr.convergence.decide import Kind
+from sharemgr.convergence.decide import Work
 from sharemgr.convergence.node_check import (
     ENDED,
     SUPERSEDED,
@@ -129,7 +129,7 @@ class Actor:
             d = decide_mod.decide(self.db, template, row, effective, ctx.input_data)
         except TemplateError as exc:
             return self.fail(effective, decide_mod.nominal(effective), str(exc))
-        if d.kind == Kind.BUSY:
+        if d.kind == Work.BUSY:
             return self.fail(effective, decide_mod.nominal(effective),
                              f"physical resource {effective.physical_id} "
                              f"is {d.observed.status}: another operation is under way")
@@ -137,11 +137,11 @@ class Actor:
                                              effective.requires, ctx.input_data)
         name = phys.new_name(ctx.stack_name, row.name, d.props)
 
-        if d.kind == Kind.NOOP:
+        if d.kind == Work.NOOP:
             return self._noop(ctx, row, effective, d, final)
-        action = vocab.STACK_UPDATE if d.kind == Kind.UPDATE else vocab.STACK_CREATE
+        action = vocab.STACK_UPDATE if d.kind == Work.UPDATE else vocab.STACK_CREATE
         try:
-            if d.kind == Kind.UPDATE:
+            if d.kind == Work.UPDATE:
                 plan = phys.plan_update(self.db, effective.type, effective.physical_id,
                                         d.in_place, name)
             else:
@@ -154,7 +154,7 @@ class Actor:
         try:
             begun = stack_work.begin(
                 self.db, effective.id, self.engine_id, ctx.stack_id, ctx.traversal, work,
-                replace=d.kind == Kind.REPLACE, replace_template_id=stack.template_id,
+                replace=d.kind == Work.REPLACE, replace_template_id=stack.template_id,
                 replace_requires=final["requires"])
         except db_capacity.NoRoom as exc:  # placed meanwhile by others: refused as a plan is
             return self.fail(effective, action, f"{exc} (placed meanwhile by others)")

@@ -21,7 +21,7 @@ from sharemgr.db.engine import Database
 LOG = logging.getLogger(__name__)
 
 
-class Kind(enum.StrEnum):
+class Work(enum.StrEnum):
     """What an update node does to its resource."""
 
     NOOP = "noop"
@@ -33,7 +33,7 @@ class Kind(enum.StrEnum):
 
 @dataclass
 class Decision:
-    kind: Kind
+    kind: Work
     props: dict
     observed: phys.Observed
     in_place: Mapping[str, Any]
@@ -51,23 +51,23 @@ def decide(db: Database, template: Template, row: models.StackResource,
     props = resolve_properties(defn, data_by_name(input_data))
     if observed is None:
         observed = phys.observe(db, effective.type, effective.physical_id)
-    kind: Kind = Kind.REPLACE
+    kind: Work = Work.REPLACE
     in_place: Mapping[str, Any] = {}
     if effective.action == vocab.STACK_DELETE:
-        kind = Kind.REPLACE  # doc/specs.rst, spec 001: update node whose row is being deleted
+        kind = Work.REPLACE  # doc/specs.rst, spec 001: update node whose row is being deleted
     elif unhealthy(effective):
-        kind = Kind.REPLACE  # marked so by the user (stack resource mark-unhealthy)
+        kind = Work.REPLACE  # marked so by the user (stack resource mark-unhealthy)
     elif observed.state == phys.GONE:
-        kind = Kind.CREATE
+        kind = Work.CREATE
     elif observed.state == phys.BUSY:
-        kind = Kind.BUSY
+        kind = Work.BUSY
     elif observed.state == phys.OK:
         current = {**(effective.properties or {}), **observed.actual}
         diff = diff_properties(effective.type, current, props)
         if not diff.replace:
-            kind, in_place = (Kind.UPDATE, diff.in_place) if diff.changed \
-                else (Kind.NOOP, {})
-    if kind in (Kind.CREATE, Kind.REPLACE):
+            kind, in_place = (Work.UPDATE, diff.in_place) if diff.changed \
+                else (Work.NOOP, {})
+    if kind in (Work.CREATE, Work.REPLACE):
         host = phys.target_host(db, effective.type, props)
     else:
         host = observed.host

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from sharemgr.common import vocab
 from sharemgr.convergence import actions, prepare, retain
 from sharemgr.convergence import physical as phys
-from sharemgr.convergence.decide import Kind, decide, unhealthy
+from sharemgr.convergence.decide import Work, decide, unhealthy
 from sharemgr.convergence.graph import Node
 from sharemgr.convergence.properties import (
     ResourceData,
@@ -107,22 +107,22 @@ def preview(db: Database, template: Template,
         except phys.CheckError:
             # Raised only where a new physical resource is placed: its
             # parent is one the update makes (our placeholder id).
-            kind = Kind.REPLACE
+            kind = Work.REPLACE
         current = {**(row.properties or {}), **observed.actual}
         diff = diff_properties(row.type, current, props)
         schema = RESOURCE_TYPES[row.type].properties
         forcing = tuple(sorted(p for p in diff.changed if schema[p].update == REPLACE))
-        if kind == Kind.NOOP:
+        if kind == Work.NOOP:
             change = Change(name, defn.type, UNCHANGED)
-        elif kind == Kind.UPDATE:
+        elif kind == Work.UPDATE:
             change = Change(name, defn.type, UPDATED, tuple(sorted(diff.in_place)))
-        elif kind == Kind.REPLACE and unhealthy(row):
+        elif kind == Work.REPLACE and unhealthy(row):
             change = Change(name, defn.type, REPLACED, (),
                             f"marked unhealthy: {row.status_reason or 'no reason given'}")
-        elif kind == Kind.REPLACE:
+        elif kind == Work.REPLACE:
             change = Change(name, defn.type, REPLACED, forcing,
                             "" if forcing else f"resource is {row.action} {row.status}")
-        elif kind == Kind.CREATE:
+        elif kind == Work.CREATE:
             change = Change(name, defn.type, REPLACED, (),
                             "its physical resource is gone: made anew")
         else:

@@ -62,7 +62,7 @@ LOG = logging.getLogger(__name__)
 # graceful stop) for ever. The rest are left to the request loop.
 CHAIN_LIMIT = 50
 # The update nodes' work that takes the fast path, and the row's action for it.
-_FAST_KINDS = {decide.Kind.CREATE: vocab.STACK_CREATE, decide.Kind.UPDATE: vocab.STACK_UPDATE}
+_FAST_KINDS = {decide.Work.CREATE: vocab.STACK_CREATE, decide.Work.UPDATE: vocab.STACK_UPDATE}
 
 
 class Worker:
@@ -292,7 +292,7 @@ class Worker:
         name = phys.new_name(ctx.stack_name, row.name, d.props)
         try:
             plan = phys.plan_create(self.db, row.type, d.props, name, self.placement) \
-                if d.kind == decide.Kind.CREATE \
+                if d.kind == decide.Work.CREATE \
                 else phys.plan_update(self.db, row.type, row.physical_id, d.in_place, name)
         except Exception:  # refused, or a bug: the general path fails the node with it
             return None
