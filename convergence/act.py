@@ -47,6 +47,9 @@ REPLAN_ATTEMPTS = 5
 # at most the create's lease (COPY_WAIT without one).
 COPY_POLL = 0.5
 COPY_WAIT = 3600.0
+# The stack action an update node's work is recorded as.
+_ACTION = {Work.CREATE: vocab.STACK_CREATE, Work.REPLACE: vocab.STACK_CREATE,
+           Work.UPDATE: vocab.STACK_UPDATE}
 
 
 class Actor:
@@ -133,24 +136,15 @@ class Actor:
             return self.fail(effective, decide_mod.nominal(effective),
                              f"physical resource {effective.physical_id} "
                              f"is {d.observed.status}: another operation is under way")
-        start, final = decide_mod.row_values(template, stack, row.name, d.props,
-                                             effective.requires, ctx.input_data)
-        name = phys.new_name(ctx.stack_name, row.name, d.props)
-
         if d.kind == Work.NOOP:
+            final = decide_mod.row_values(template, stack, row.name, d.props,
+                                          effective.requires, ctx.input_data)[1]
             return self._noop(ctx, row, effective, d, final)
-        action = vocab.STACK_UPDATE if d.kind == Work.UPDATE else vocab.STACK_CREATE
         try:
-            if d.kind == Work.UPDATE:
-                plan = phys.plan_update(self.db, effective.type, effective.physical_id,
-                                        d.in_place, name)
-            else:
-                plan = phys.plan_create(self.db, effective.type, d.props, name, self.placement)
+            work, plan, final = self.planned(ctx, template, stack, row, effective, d)
         except phys.CheckError as exc:
-            return self.fail(effective, action, str(exc))
-        if plan.physical_id is not None:
-            start["physical_id"] = plan.physical_id
-        work = self.work(ctx, action, start, plan)
+            return self.fail(effective, _ACTION[d.kind], str(exc))
+        action = work.action
         try:
             begun = stack_work.begin(
                 self.db, effective.id, self.engine_id, ctx.stack_id, ctx.traversal, work,
@@ -241,6 +235,26 @@ class Actor:
         return replace(outcome, data=None)  # clean-up nodes pass nothing on
 
     # The operation -----------------------------------------------------------------
+
+    def planned(self, ctx: Ctx, template: Template, stack: models.Stack,
+                row: models.StackResource, effective: models.StackResource,
+                d: decide_mod.Decision) -> tuple[stack_work.Begin, phys.Plan, decide_mod.RowEnd]:
+        """An update node's create, replacement or in-place update of
+        ``effective`` (the row, or the replacement it resumes), as decided:
+        what ``begin`` writes, the plan and the row's values at its end. The
+        general path and the worker's fast path both plan here. Raises
+        ``phys.CheckError`` when the plan is refused."""
+        start, final = decide_mod.row_values(template, stack, row.name, d.props,
+                                             effective.requires, ctx.input_data)
+        name = phys.new_name(ctx.stack_name, row.name, d.props)
+        if d.kind == Work.UPDATE:
+            plan = phys.plan_update(self.db, effective.type, effective.physical_id,
+                                    d.in_place, name)
+        else:
+            plan = phys.plan_create(self.db, effective.type, d.props, name, self.placement)
+        if plan.physical_id is not None:
+            start["physical_id"] = plan.physical_id
+        return self.work(ctx, _ACTION[d.kind], start, plan), plan, final
 
     def work(self, ctx: Ctx, action: str, values: dict, plan: phys.Plan) -> stack_work.Begin:
         """What ``begin`` writes for ``plan``: its new rows and changes, and

@@ -61,8 +61,8 @@ LOG = logging.getLogger(__name__)
 # bounded so that a long chain does not hold a request thread (and a
 # graceful stop) for ever. The rest are left to the request loop.
 CHAIN_LIMIT = 50
-# The update nodes' work that takes the fast path, and the row's action for it.
-_FAST_KINDS = {decide.Work.CREATE: vocab.STACK_CREATE, decide.Work.UPDATE: vocab.STACK_UPDATE}
+# The update nodes' work that takes the fast path.
+_FAST_KINDS = (decide.Work.CREATE, decide.Work.UPDATE)
 
 
 class Worker:
@@ -287,20 +287,11 @@ class Worker:
             return None
         if d.kind not in _FAST_KINDS or not self.placement.serves(d.host):
             return None
-        start, final = decide.row_values(template, stack, row.name, d.props, row.requires,
-                                         ctx.input_data)
-        name = phys.new_name(ctx.stack_name, row.name, d.props)
         try:
-            plan = phys.plan_create(self.db, row.type, d.props, name, self.placement) \
-                if d.kind == decide.Work.CREATE \
-                else phys.plan_update(self.db, row.type, row.physical_id, d.in_place, name)
+            work, plan, final = self.actor.planned(ctx, template, stack, row, row, d)
         except Exception:  # refused, or a bug: the general path fails the node with it
             return None
-        if plan.physical_id is not None:
-            start["physical_id"] = plan.physical_id
-        action = _FAST_KINDS[d.kind]
-        work = self.actor.work(ctx, action, start, plan)
-        physical_id = plan.physical_id if action == vocab.STACK_CREATE else row.physical_id
+        physical_id = plan.physical_id if work.action == vocab.STACK_CREATE else row.physical_id
         return self._fast(ctx, row, work, plan, final, (row.id, row.type, physical_id))
 
     def _fast_delete(self, ctx: Ctx, row: models.StackResource
