@@ -47,11 +47,13 @@ from sharemgr.convergence.report import Reporter
 from sharemgr.convergence.row_locks import RowLocks
 from sharemgr.convergence.template import Template, template_from_dict
 from sharemgr.convergence.tracking import Reporting, Tracker
+from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
 from sharemgr.manager.coordination import Coordinator
-from sharemgr.manager.operations import Operations, Stale
+from sharemgr.manager.operations import Operations
+from sharemgr.manager.runner import request_end
 
 __all__ = ["CHAIN_LIMIT", "Skip", "Worker"]
 
@@ -175,17 +177,15 @@ class Worker:
         error, nxt = None, None
         try:
             nxt, finished = self._check(req_id, args, chain=chain, head=head)
-        except Stale as exc:
-            LOG.info("request %s (check_resource): nothing to do: %s", req_id, exc)
-            status, error = vocab.REQUEST_DONE, f"stale: {exc}"
-        except Exception as exc:  # recorded on the request: the watchdog counts these
-            LOG.exception("request %s (check_resource) failed", req_id)
-            status, error = vocab.REQUEST_FAILED, f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # recorded on the request: the watchdog counts failures
+            status, error, _message = request_end(exc, req_id, vocab.ACTION_CHECK)
         else:
             if finished:  # its report recorded it
                 status = None
         try:
-            if status is not None:
+            if status == vocab.REQUEST_PENDING:  # given back, as the request loop does
+                db_api.request_release(self.db, req_id, self.engine_id, error or "")
+            elif status is not None:
                 stack_work.finish_request(self.db, req_id, self.engine_id, status, error)
         except Exception:
             LOG.exception("could not record the outcome of request %s", req_id)

@@ -37,6 +37,31 @@ def _observe(req: models.Request, status: str, error: str | None, started: float
         time.monotonic() - started)
 
 
+def request_end(exc: Exception, req_id: int, what: str
+                ) -> tuple[str, str | None, str | None]:
+    """What a request whose handler raised ``exc`` ends as: its status,
+    error and user message's detail id (common/messages.py). The request
+    loop and a stack's chained checks both read it (called in the
+    ``except`` block, so a bug's traceback is logged)."""
+    if isinstance(exc, NotNow):
+        # Nothing reached the driver: a member runs it (this engine too,
+        # once it has rejoined).
+        LOG.warning("request %s (%s) given back: %s", req_id, what, exc)
+        return vocab.REQUEST_PENDING, f"given back: {exc}", None
+    if isinstance(exc, Lost):
+        # Another engine or a reconciliation took the resource: this
+        # request's outcome is not the resource's (never 'done').
+        LOG.warning("request %s (%s) lost its resource: %s", req_id, what, exc)
+        return vocab.REQUEST_ABANDONED, f"lost: {exc}", messages.TAKEN_OVER
+    if isinstance(exc, Stale):
+        LOG.info("request %s (%s): nothing to do: %s", req_id, what, exc)
+        return vocab.REQUEST_DONE, f"stale: {exc}", None
+    if isinstance(exc, OperationFailed):
+        return vocab.REQUEST_FAILED, str(exc), exc.detail_id or messages.FAILED
+    LOG.exception("request %s (%s) failed", req_id, what)
+    return vocab.REQUEST_FAILED, f"{type(exc).__name__}: {exc}", messages.UNEXPECTED
+
+
 class _Lane:
     """The workers of one backend (its ``host@backend`` and ``*@backend``
     requests), or the general lane (this host's own requests and those
@@ -202,29 +227,8 @@ class RequestRunner:
             if handler is None:
                 raise OperationFailed(f"no handler for {req.resource_type} {req.action}")
             recorded = handler(req) is True
-        except NotNow as exc:
-            # Nothing reached the driver: a member runs it (this engine too,
-            # once it has rejoined).
-            LOG.warning("request %s (%s) given back: %s", req.id, what, exc)
-            status, error = vocab.REQUEST_PENDING, f"given back: {exc}"
-        except Lost as exc:
-            # Another engine or a reconciliation took the resource: this
-            # request's outcome is not the resource's (never 'done').
-            LOG.warning("request %s (%s) lost its resource: %s", req.id, what, exc)
-            status, error = vocab.REQUEST_ABANDONED, f"lost: {exc}"
-            message = messages.TAKEN_OVER
-        except Stale as exc:
-            LOG.info("request %s (%s %s %s): nothing to do: %s", req.id, req.action,
-                     req.resource_type, req.resource_id, exc)
-            error = f"stale: {exc}"
-        except OperationFailed as exc:
-            status, error = vocab.REQUEST_FAILED, str(exc)
-            message = exc.detail_id or messages.FAILED
-        except Exception as exc:  # a bug or an unreachable service: keep serving
-            LOG.exception("request %s (%s %s %s) failed", req.id, req.action,
-                          req.resource_type, req.resource_id)
-            status, error = vocab.REQUEST_FAILED, f"{type(exc).__name__}: {exc}"
-            message = messages.UNEXPECTED
+        except Exception as exc:  # a bug or an unreachable service too: keep serving
+            status, error, message = request_end(exc, req.id, what)
         metrics.REQUESTS_RUNNING.dec()
         _observe(req, status, error, started)
         LOG.info("request %s (%s) %s in %.2fs%s", req.id, what, status,
