@@ -11,7 +11,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.manager import operation_table, views
-from sharemgr.manager.operations import OperationFailed, Stale, log_failure
+from sharemgr.manager.operations import OperationFailed, Stale, Step, log_failure
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:
@@ -44,13 +44,12 @@ def create_backup(ops: Operations, op: Op, held: bool = False) -> list[Change] |
                 (models.ShareInstance, inst.id, {"status": vocab.BACKUP_CREATING},
                  {"status": vocab.AVAILABLE})]
 
-    return ops.run(
-        vocab.BACKUP, models.ShareBackup, row0.id, spec.transient,
+    return ops.run(op, Step(
+        models.ShareBackup, row0.id, f"{spec.verb} of backup {row0.id}",
         lambda row: driver.create_backup(share_d, views.backup(row)),
         lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status},
                           {"progress": "0"})],
-        failed, f"{spec.verb} of backup {row0.id}", held=held, method=spec.method,
-    )
+        failed), held)
 
 
 def restore_backup(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
@@ -70,13 +69,12 @@ def restore_backup(ops: Operations, op: Op, held: bool = False) -> list[Change] 
             ),
         ]
 
-    return ops.run(
-        vocab.BACKUP, models.ShareBackup, row0.id, spec.transient,
+    return ops.run(op, Step(
+        models.ShareBackup, row0.id, f"{spec.verb} of backup {row0.id}",
         lambda row: driver.restore_backup(views.backup(row), share_d),
         lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status},
                           {"restore_progress": "0"})],
-        failed, f"{spec.verb} of backup {row0.id}", held=held, method=spec.method,
-    )
+        failed), held)
 
 
 def continue_backups(ops: Operations, hosts: list[str]) -> None:

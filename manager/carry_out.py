@@ -20,7 +20,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.manager import kinds, operation_table, views
-from sharemgr.manager.operations import OperationFailed, Stale, deleted
+from sharemgr.manager.operations import OperationFailed, Stale, Step, deleted
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:
@@ -47,13 +47,10 @@ def carry_out(ops: Operations, op: Op, held: bool = False) -> list[Change] | Non
     method = getattr(ops.driver_for(host), spec.method)
     args, done = DRIVER_ARGS[spec.method], DONE.get(spec.key, _status)
     force = spec.forcible and bool(op.args.get("force"))
-    return ops.run(
-        op.kind, kind.model, row0.id, spec.transient,
+    return ops.run(op, Step(
+        kind.model, row0.id, f"{spec.verb} of {kind.what} {row0.id}",
         lambda row: method(*args(ops, row)),
-        lambda row, result: done(ops, spec, row, result, force),
-        spec.error_values(), f"{spec.verb} of {kind.what} {row0.id}",
-        held=held, method=spec.method, force=force,
-    )
+        lambda row, result: done(ops, spec, row, result, force), force=force), held)
 
 
 # What a success writes -------------------------------------------------------------

@@ -28,7 +28,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
 from sharemgr.manager import kinds, operation_table, views
-from sharemgr.manager.operations import OperationFailed, Stale
+from sharemgr.manager.operations import OperationFailed, Stale, Step
 from sharemgr.manager.plans import Change, Op, Plan, Refused, get, need, share, snapshot
 
 if TYPE_CHECKING:
@@ -240,9 +240,8 @@ def manage_existing(ops: Operations, op: Op, held: bool = False) -> list[Change]
                  {"status": spec.success, "export_locations": locations}),
                 (models.Share, inst.share_id, {}, {"size": size})]
 
-    return ops.run(op.kind, models.ShareInstance, inst0.id, spec.transient, call, done,
-                   spec.error_values(), f"{spec.verb} of share instance {inst0.id}",
-                   held=held, method=spec.method)
+    return ops.run(op, Step(models.ShareInstance, inst0.id,
+                            f"{spec.verb} of share instance {inst0.id}", call, done), held)
 
 
 def manage_existing_snapshot(ops: Operations, op: Op, held: bool = False
@@ -269,9 +268,8 @@ def manage_existing_snapshot(ops: Operations, op: Op, held: bool = False
                  {"status": spec.success, "progress": "100%", "provider_location": location}),
                 (models.ShareSnapshot, row.snapshot_id, {}, {"size": size})]
 
-    return ops.run(op.kind, models.ShareSnapshotInstance, row0.id, spec.transient, call,
-                   done, spec.error_values(), f"{spec.verb} of snapshot instance {row0.id}",
-                   held=held, method=spec.method)
+    return ops.run(op, Step(models.ShareSnapshotInstance, row0.id,
+                            f"{spec.verb} of snapshot instance {row0.id}", call, done), held)
 
 
 def manage_server(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
@@ -297,6 +295,5 @@ def manage_server(ops: Operations, op: Op, held: bool = False) -> list[Change] |
         return [(models.ShareServer, row.id, {"status": row.status},
                  {"status": spec.success, "backend_details": details})]
 
-    return ops.run(op.kind, models.ShareServer, row0.id, spec.transient, call, done,
-                   spec.error_values(), f"{spec.verb} of share server {row0.id}",
-                   held=held, method=spec.method)
+    return ops.run(op, Step(models.ShareServer, row0.id,
+                            f"{spec.verb} of share server {row0.id}", call, done), held)

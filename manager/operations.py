@@ -9,10 +9,9 @@ it expects, in one transaction with any other row the outcome touches.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import tenacity
 from oslo_log import log as logging
@@ -26,7 +25,7 @@ from sharemgr.drivers.exceptions import (
     ShareBackendException,
     ShareResourceNotFound,
 )
-from sharemgr.manager import kinds, leases, views
+from sharemgr.manager import kinds, leases, operation_table, views
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Change, Op
@@ -41,11 +40,6 @@ LOG = logging.getLogger(__name__)
 R = TypeVar("R", bound=kinds.StatusRow)
 # Carries out one (kind, action): the operations, the op, whether the lock is held.
 OpHandler = Callable[["Operations", Op, bool], "list[Change] | None"]
-
-# ``Op.lease`` of the operation this thread performs, for ``_fresh_leased``:
-# the handlers pass their own arguments to ``run``, not the op.
-_WRITTEN_LEASE: contextvars.ContextVar[leases.Terms | None] = contextvars.ContextVar(
-    "sharemgr_written_lease", default=None)
 
 
 # Seconds an outcome waits for a database that is away before it gives up
@@ -88,6 +82,26 @@ def lock_name(rtype: str, ident: str) -> bytes:
 
 def deleted() -> dict[str, object]:
     return {"status": vocab.DELETED, "deleted_at": models.utcnow()}
+
+
+@dataclass(frozen=True)
+class Step(Generic[R]):
+    """A handler's part of an operation for ``Operations.run``: the row, how
+    the driver is called and what a success (and, where it differs from the
+    spec's error status, a failure) writes. The rest — the statuses the call
+    expects, the driver method, the error status — is the operation table's."""
+
+    model: type[R]
+    ident: str
+    what: str  # '<verb> of <what> <id>', for logs and errors
+    call: Callable[[R], object]  # the driver call on the re-read row
+    done: Callable[[R, object], list[Change]]  # what its success writes
+    failed: Callable[[R], list[Change]] | None = None  # None: the spec's error status
+    expected: tuple[str, ...] | None = None  # None: the spec's transient statuses
+    method: Callable[[R], str] | None = None  # None: the spec's method
+    force: bool = False  # a forced delete: a failure is logged, the success written
+    then: Callable[[R], None] | None = None  # after the success, still under the lock
+    read: Callable[[Session], R | None] | None = None  # the re-read (None: by id)
 
 
 @dataclass
@@ -138,11 +152,7 @@ class Operations:
         handler = self.handlers.get((op.kind, op.action))
         if handler is None:
             raise OperationFailed(f"unknown request {op.kind} {op.action}")
-        token = _WRITTEN_LEASE.set(op.lease)
-        try:
-            return handler(self, op, held)
-        finally:
-            _WRITTEN_LEASE.reset(token)
+        return handler(self, op, held)
 
     def default_lease(self) -> leases.Terms | None:
         """The lease of a call of a method with no lease of its own,
@@ -194,15 +204,16 @@ class Operations:
 
     def _fresh_leased(self, model: type[R], ident: str, expected: tuple[str, ...],
                       method: str | Callable[[R], str] | None,
-                      read: Callable[[Session], R | None] | None = None,
+                      read: Callable[[Session], R | None] | None,
+                      written: leases.Terms | None,
                       ) -> tuple[R, str | None, leases.Terms | None, bool]:
         """``fresh`` and the lease of the call about to start, in one
         transaction. ``method`` may depend on the row (its status); ``read``
-        re-reads the row in that transaction (see ``db_leases.read_and_lease``).
+        re-reads the row in that transaction (see ``db_leases.read_and_lease``);
+        ``written``: the lease the request row was written with (``Op.lease``).
         Returns the row, the method, the lease's terms and whether this
         engine's request took them."""
         chosen = _Chosen()
-        written = _WRITTEN_LEASE.get()
 
         def until_of(row: R) -> leases.Terms | None:
             if row.status not in expected:
@@ -270,45 +281,29 @@ class Operations:
                 raise NotNow(f"{what}: not calling the driver: its lease has "
                                 f"{left:.1f}s left, under the {margin:.1f}s margin")
 
-    def run(
-        self,
-        rtype: str,
-        model: type[R],
-        ident: str,
-        expected: tuple[str, ...],
-        call: Callable[[R], object],
-        on_success: Callable[[R, object], list[Change]],
-        error_values: Mapping[str, str] | Callable[[R], list[Change]],
-        what: str,
-        held: bool = False,
-        method: str | Callable[[R], str] | None = None,
-        force: bool = False,
-        then: Callable[[R], None] | None = None,
-        read: Callable[[Session], R | None] | None = None,
-    ) -> list[Change]:
-        """Lock, re-read, call the driver, write success or error atomically;
-        the success's changes, as written, are returned.
-        ``held``: the caller (the reconciler) already holds the lock.
-        ``method``: the driver method ``call`` runs (or a function of the
-        re-read row that names it), for its lease and the logs. ``force``
-        (a forced delete): a driver failure is logged and the success outcome
-        (the record deleted) is written anyway. ``then``: run with the
-        re-read row after the success is written, still under the lock.
-        ``read``: how the row is re-read under the lock, given the
-        transaction (by default by primary key)."""
-        if force and isinstance(error_values, Mapping):
+    def run(self, op: Op, step: Step[R], held: bool = False) -> list[Change]:
+        """Carry out ``step``, ``op``'s driver call on one row, by the
+        operation table's spec: lock, re-read, call the driver, write success
+        or error atomically; the success's changes, as written, are returned.
+        ``held``: the caller (the reconciler) already holds the lock."""
+        spec = operation_table.spec(op.kind, op.action)
+        rtype, model, ident, what = op.kind, step.model, step.ident, step.what
+        expected = step.expected or spec.transient
+        method: str | Callable[[R], str] | None = step.method or spec.method
+        force = step.force
+        if force and step.failed is None:
             # A plain delete queued before this one may have failed meanwhile:
             # the forced one finishes it from that error status.
-            expected = (*expected, error_values["status"])
+            expected = (*expected, spec.error_values()["status"])
         with contextlib.nullcontext() if held else self.locked(rtype, ident):
             row, method, terms, leased = self._fresh_leased(model, ident, expected, method,
-                                                            read)
+                                                            step.read, op.lease)
             fence = getattr(row, "fence", None)
             with self.keeper.holding(ident, terms, leased):
                 try:
                     self._guard(what, terms if leased else None, lock_name(rtype, ident))
                     try:
-                        result = call(row)
+                        result = step.call(row)
                     except ShareResourceNotFound as exc:
                         if vocab.DELETING not in expected:
                             raise
@@ -326,11 +321,11 @@ class Operations:
                 except Exception as exc:
                     log_failure(what, method, exc)
                     if not force:
-                        if callable(error_values):
-                            changes = error_values(row)
+                        if step.failed is not None:
+                            changes = step.failed(row)
                         else:
                             changes = [(model, ident, {"status": row.status},
-                                        dict(error_values))]
+                                        spec.error_values())]
                         self._commit(_fenced(changes, model, ident, fence), what, rtype, ident)
                         raise OperationFailed(f"{what} failed: {exc}")
                     kind = kinds.kind(rtype)
@@ -339,10 +334,10 @@ class Operations:
                                 method or "the driver", kind.what, ident,
                                 kind.host_of(self.db, row))
                     result = None
-                changes = on_success(row, result)
+                changes = step.done(row, result)
                 self._commit(_fenced(changes, model, ident, fence), what, rtype, ident)
-                if then is not None:
-                    then(row)
+                if step.then is not None:
+                    step.then(row)
                 return changes
 
     # Row loading -------------------------------------------------------------

@@ -26,7 +26,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models, quiet
 from sharemgr.db.engine import Database
 from sharemgr.manager import access, kinds, operation_table, views
-from sharemgr.manager.operations import OperationFailed, Stale
+from sharemgr.manager.operations import OperationFailed, Stale, Step
 from sharemgr.manager.plans import Change, Op, Plan, need, quiet_share, replica
 
 if TYPE_CHECKING:
@@ -128,9 +128,8 @@ def promote(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
                  {"status": spec.success, "replica_state": vocab.REPLICA_ACTIVE}),
                 *promoted_changes(ops.db, rep, states)]
 
-    return ops.run(op.kind, models.ShareInstance, rep0.id, spec.transient, call, done,
-                   spec.error_values(), f"{spec.verb} of replica {rep0.id}",
-                   held=held, method=spec.method)
+    return ops.run(op, Step(models.ShareInstance, rep0.id, f"{spec.verb} of replica {rep0.id}",
+                            call, done), held)
 
 
 def resync(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
@@ -160,8 +159,8 @@ def resync(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
         return [(models.ShareInstance, rep.id, {"status": rep.status},
                  {"replica_state": vocab.REPLICA_ERROR})]
 
-    return ops.run(op.kind, models.ShareInstance, rep0.id, (vocab.AVAILABLE,), call, done,
-                   failed, f"{spec.verb} of replica {rep0.id}", held=held, method=spec.method)
+    return ops.run(op, Step(models.ShareInstance, rep0.id, f"{spec.verb} of replica {rep0.id}",
+                            call, done, failed, expected=(vocab.AVAILABLE,)), held)
 
 
 def update_replica_states(ops: Operations, hosts: Sequence[str]) -> int:

@@ -16,7 +16,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sharemgr.manager import access, kinds, operation_table
-from sharemgr.manager.operations import Stale
+from sharemgr.manager.operations import Stale, Step
 from sharemgr.manager.plans import Change, Op, Plan, Refused, need, share, snapshot
 
 if TYPE_CHECKING:
@@ -80,10 +80,9 @@ def revert(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
         return [(models.ShareInstance, inst.id, {"status": inst.status}, spec.error_values()),
                 snap_back()]
 
-    return ops.run(
-        op.kind, models.ShareInstance, inst0.id, spec.transient, call,
+    return ops.run(op, Step(
+        models.ShareInstance, inst0.id,
+        f"{spec.verb} of share instance {inst0.id} to snapshot instance {snap_id}", call,
         lambda inst, _r: [(models.ShareInstance, inst.id, {"status": inst.status},
                            {"status": spec.success}), snap_back()],
-        failed, f"{spec.verb} of share instance {inst0.id} to snapshot instance {snap_id}",
-        held=held, method=spec.method,
-    )
+        failed), held)

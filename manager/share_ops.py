@@ -17,7 +17,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.drivers.exceptions import ShareShrinkingPossibleDataLoss
 from sharemgr.manager import access, kinds, operation_table, views
-from sharemgr.manager.operations import OperationFailed, Stale, log_failure
+from sharemgr.manager.operations import OperationFailed, Stale, Step, log_failure
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:
@@ -83,13 +83,11 @@ def create_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
         if not later[-1]:  # rules queued meanwhile wait for the end of a clone
             flush_access(ops, inst)
 
-    return ops.run(
-        vocab.SHARE_INSTANCE, models.ShareInstance, op.ident, spec.transient, call,
-        created, spec.error_values(), f"{spec.verb} of share instance {op.ident}",
-        held=held, then=then, read=read,
+    return ops.run(op, Step(
+        models.ShareInstance, op.ident, f"{spec.verb} of share instance {op.ident}", call,
+        created, then=then, read=read,
         method=lambda inst: "create_share_from_snapshot"
-        if inst.status == vocab.CREATING_FROM_SNAPSHOT else "create_share",
-    )
+        if inst.status == vocab.CREATING_FROM_SNAPSHOT else "create_share"), held)
 
 
 def creation_values(inst: models.ShareInstance, answer: object, success: str
@@ -145,13 +143,10 @@ def delete_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
         driver.delete_share(views.share(inst, share), ops.server_dict(inst.share_server_id))
         return None
 
-    return ops.run(
-        vocab.SHARE_INSTANCE, models.ShareInstance, op.ident, spec.transient, call,
-        lambda inst, _r: ops.share_gone_changes(inst),
-        spec.error_values(), f"{spec.verb} of share instance {op.ident}",
-        held=held, method=spec.method, read=read,
-        force=spec.forcible and bool(op.args.get("force")),
-    )
+    return ops.run(op, Step(
+        models.ShareInstance, op.ident, f"{spec.verb} of share instance {op.ident}", call,
+        lambda inst, _r: ops.share_gone_changes(inst), read=read,
+        force=spec.forcible and bool(op.args.get("force"))), held)
 
 
 def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
@@ -188,16 +183,15 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
         return [(models.ShareInstance, inst.id, {"status": inst.status}, dict(values))]
 
     try:
-        return ops.run(
-            vocab.SHARE_INSTANCE, models.ShareInstance, inst0.id, spec.transient, call,
+        return ops.run(op, Step(
+            models.ShareInstance, inst0.id,
+            f"{spec.verb} of share instance {inst0.id} to {new_size}", call,
             lambda inst, _r: [
                 (models.ShareInstance, inst.id, {"status": inst.status},
                  {"status": spec.success}),
                 (models.Share, inst.share_id, {}, {"size": new_size}),
             ],
-            error_changes, f"{spec.verb} of share instance {inst0.id} to {new_size}",
-            held=held, then=functools.partial(flush_access, ops), method=spec.method,
-        )
+            error_changes, then=functools.partial(flush_access, ops)), held)
     except OperationFailed as exc:
         if refused:
             raise OperationFailed(str(exc), messages.SHRINK_REFUSED) from None
