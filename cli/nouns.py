@@ -152,7 +152,8 @@ def _instance(db: Database, ident: str) -> models.ShareInstance | None:
     from sharemgr.db import api as db_api
     from sharemgr.db import models
 
-    return db_api.get(db, models.ShareInstance, ident)
+    inst: models.ShareInstance | None = db_api.get(db, models.ShareInstance, ident)
+    return inst
 
 
 def _instance_one(db: Database, ident: str) -> InstanceRow | None:

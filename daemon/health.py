@@ -197,7 +197,8 @@ class HealthServer:
             return False, "not started yet"
         membership = getattr(self.service, "membership", None)
         if membership is not None:
-            return membership.state()
+            state: tuple[bool, str] = membership.state()
+            return state
         if self.service.engine_id in coord.engines():
             return True, "member of the engines group"
         return False, "this engine is not a member of the engines group"
@@ -219,7 +220,8 @@ class HealthServer:
         path = environ.get("PATH_INFO", "")
         try:
             if path == "/metrics":
-                return self._metrics_app(environ, start_response)
+                body: Iterable[bytes] = self._metrics_app(environ, start_response)
+                return body
             if path == "/healthcheck":
                 return self._healthcheck(environ, start_response)
             if path == "/readiness":

@@ -91,9 +91,10 @@ _READ = sa.select(now())
 def read(db: Database) -> datetime.datetime:
     """The database's time now (one round trip)."""
     with db.reading() as session:
-        return session.scalar(_READ)
+        return read_tx(session)
 
 
 def read_tx(session: sa.orm.Session) -> datetime.datetime:
     """The database's time now, in this transaction."""
-    return session.scalar(_READ)
+    now_: datetime.datetime = session.scalar(_READ)
+    return now_

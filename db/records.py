@@ -41,7 +41,7 @@ def rowcount(result: Result) -> int:
 def _inserted(result: Result) -> Row:
     made = cast("sa.CursorResult[*tuple[object, ...]]", result).inserted_primary_key
     assert made is not None, "not an INSERT"
-    return made
+    return cast(Row, made)
 
 
 def new_key(result: Result) -> int:

@@ -141,7 +141,7 @@ class DummyCalls(base.ShareDriver):
             )
         if tx.get(server["id"], ("share_server",)) is None:
             raise ShareResourceNotFound(f"dummy backend has no share server {server['id']}")
-        return server["id"]
+        return str(server["id"])
 
     @staticmethod
     def _size(value: object) -> int:

@@ -315,7 +315,7 @@ class Tx:
         accepted, else the highest accepted (the call is fenced)."""
         row = self.conn.execute("SELECT token FROM fences WHERE id = ?", (obj_id,)).fetchone()
         if row is not None and row[0] > token:
-            return row[0]
+            return int(row[0])
         if row is None or row[0] < token:
             self.conn.execute("INSERT OR REPLACE INTO fences (id, token) VALUES (?, ?)",
                               (obj_id, token))

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def _backup(ops: Operations, ident: str) -> models.ShareBackup:
-    row = db_api.get(ops.db, models.ShareBackup, ident)
+    row: models.ShareBackup | None = db_api.get(ops.db, models.ShareBackup, ident)
     if row is None:
         raise Stale(f"backup {ident} is gone")
     return row

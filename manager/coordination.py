@@ -14,7 +14,7 @@ from oslo_log import log as logging
 from sharemgr.common import tasks
 from sharemgr.common.vocab import ENGINE_GROUP
 from sharemgr.db.engine import safe_url
-from tooz import coordination
+from tooz import coordination, locking
 
 LOG = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class Coordinator:
     def is_alive(self, engine_id: str) -> bool:
         return engine_id in self.engines()
 
-    def lock(self, name: bytes):  # noqa: ANN201 - a tooz Lock
+    def lock(self, name: bytes) -> locking.Lock:
         """A fresh lock object: tooz's file driver keeps a stale count on a lock
         object reused after a failed non-blocking acquire (doc/specs.rst, architecture §10)."""
         return self._coord.get_lock(name)
@@ -159,7 +159,8 @@ class Coordinator:
         CoordinationUnavailable when the backend fails while acquiring."""
         lock = self.lock(name)
         try:
-            got = lock.acquire(blocking=True if timeout is None else timeout)
+            # A number is a timeout, as tooz's docs say (its annotation says bool).
+            got = lock.acquire(blocking=True if timeout is None else timeout)  # type: ignore[arg-type]
         except tenacity.RetryError:  # tooz's etcd driver, when the time is up
             got = False
         except coordination.ToozError as exc:

@@ -8,7 +8,7 @@ racing for one resource cannot both start an operation on it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from oslo_config import cfg
 from sharemgr.common import vocab
@@ -51,6 +51,9 @@ def check_name(name: str | None, model: models.ModelClass, what: str) -> None:
         raise InvalidRequest(f"{what} name is {len(name)} characters long; at most {limit}")
 
 
+T = TypeVar("T", bound=models.Base)
+
+
 class Intake:
     def __init__(self, db: Database, conf: cfg.ConfigOpts) -> None:
         self.db = db
@@ -86,7 +89,7 @@ class Intake:
         except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
             return False
 
-    def _write(self, plan: plans.Plan, what: str) -> Any:
+    def _write(self, plan: plans.Plan, what: str, model: type[T]) -> T:
         """The plan's rows, changes and pending request in one transaction; a
         concurrent change makes it fail with a clear message. Returns the
         resource's row as the plan wrote or read it."""
@@ -104,11 +107,12 @@ class Intake:
         if not written:
             raise InvalidRequest(f"cannot {plan.op.action} {what}: it changed meanwhile, "
                                  "try again")
+        assert isinstance(plan.row, model), (plan.row, model)
         return plan.row
 
-    def _delete(self, type_: str, ident: str, force: bool = False) -> Any:
+    def _delete(self, type_: str, ident: str, force: bool, model: type[T]) -> T:
         return self._write(delete_plans.delete(self.db, type_, ident, force),
-                           f"{type_.replace('_', ' ')} {ident}")
+                           f"{type_.replace('_', ' ')} {ident}", model)
 
     # Shares ----------------------------------------------------------------
 
@@ -142,10 +146,10 @@ class Intake:
             host = self.host_for(backend, host)
         plan = plans.create_share(self.db, host, self.dhss(host), size, proto, name,
                                   snapshot_id, share_server_id, share_group_id, project_id)
-        return self._write(plan, "share")
+        return self._write(plan, "share", models.Share)
 
     def delete_share(self, share_id: str, force: bool = False) -> models.Share:
-        return self._delete(vocab.SHARE, share_id, force)
+        return self._delete(vocab.SHARE, share_id, force, models.Share)
 
     def resize_share(self, share_id: str, new_size: int, extend: bool) -> models.Share:
         check_size(new_size, "new size")
@@ -158,7 +162,8 @@ class Intake:
             raise InvalidRequest(
                 f"cannot shrink share {share_id} to {new_size}: it is only {row.size}"
             )
-        self._write(plans.resize_share(self.db, share_id, new_size), f"share {share_id}")
+        self._write(plans.resize_share(self.db, share_id, new_size), f"share {share_id}",
+                    models.Base)
         return row
 
     # Access rules ------------------------------------------------------------
@@ -166,20 +171,22 @@ class Intake:
     def allow_access(self, share_id: str, access_type: str, access_to: str,
                      access_level: str = "rw") -> models.ShareAccessRule:
         spec = access.check(access_type, access_to, access_level)
-        return self._write(access.allow(self.db, share_id, spec), f"share {share_id}")
+        return self._write(access.allow(self.db, share_id, spec), f"share {share_id}",
+                           models.ShareAccessRule)
 
     def deny_access(self, share_id: str, rule_id: str) -> models.ShareAccessRule:
-        return self._write(access.deny(self.db, share_id, rule_id), f"share {share_id}")
+        return self._write(access.deny(self.db, share_id, rule_id), f"share {share_id}",
+                           models.ShareAccessRule)
 
     # Snapshots -------------------------------------------------------------
 
     def create_snapshot(self, share_id: str, name: str | None = None) -> models.ShareSnapshot:
         check_name(name, models.ShareSnapshot, "snapshot")
         return self._write(plans.create_snapshot(self.db, share_id, name),
-                           f"snapshot of share {share_id}")
+                           f"snapshot of share {share_id}", models.ShareSnapshot)
 
     def delete_snapshot(self, snapshot_id: str, force: bool = False) -> models.ShareSnapshot:
-        return self._delete(vocab.SNAPSHOT, snapshot_id, force)
+        return self._delete(vocab.SNAPSHOT, snapshot_id, force, models.ShareSnapshot)
 
     # Replicas --------------------------------------------------------------
 
@@ -188,35 +195,36 @@ class Intake:
         _, inst = plans.share(self.db, share_id)
         host = self.host_for(backend, host) if backend or host else inst.host
         return self._write(plans.create_replica(self.db, share_id, host, self.dhss(host)),
-                           f"share {share_id}")
+                           f"share {share_id}", models.ShareInstance)
 
     def replica(self, replica_id: str) -> models.ShareInstance:
         return plans.replica(self.db, replica_id)
 
     def delete_replica(self, replica_id: str, force: bool = False) -> models.ShareInstance:
-        return self._delete(vocab.REPLICA, replica_id, force)
+        return self._delete(vocab.REPLICA, replica_id, force, models.ShareInstance)
 
     def promote_replica(self, replica_id: str) -> models.ShareInstance:
         return self._write(replica_ops.plan_promote(self.db, replica_id),
-                           f"replica {replica_id}")
+                           f"replica {replica_id}", models.ShareInstance)
 
     def resync_replica(self, replica_id: str) -> models.ShareInstance:
         return self._write(replica_ops.plan_resync(self.db, replica_id),
-                           f"replica {replica_id}")
+                           f"replica {replica_id}", models.ShareInstance)
 
     def revert_share(self, snapshot_id: str) -> models.Share:
         return self._write(revert_ops.plan_revert(self.db, snapshot_id),
-                           f"snapshot {snapshot_id}")
+                           f"snapshot {snapshot_id}", models.Share)
 
     # Share servers -----------------------------------------------------------
 
     def create_share_server(self, backend: str | None = None,
                             host: str | None = None) -> models.ShareServer:
         host = self.host_for(backend, host)
-        return self._write(plans.create_share_server(host, self.dhss(host)), "share server")
+        return self._write(plans.create_share_server(host, self.dhss(host)), "share server",
+                           models.ShareServer)
 
     def delete_share_server(self, server_id: str, force: bool = False) -> models.ShareServer:
-        return self._delete(vocab.SHARE_SERVER, server_id, force)
+        return self._delete(vocab.SHARE_SERVER, server_id, force, models.ShareServer)
 
     # Share groups and group snapshots ------------------------------------------
 
@@ -226,32 +234,34 @@ class Intake:
         check_name(name, models.ShareGroup, "share group")
         plan = plans.create_share_group(self.db, self.host_for(backend, host), name,
                                         share_server_id)
-        return self._write(plan, "share group")
+        return self._write(plan, "share group", models.ShareGroup)
 
     def delete_share_group(self, group_id: str, force: bool = False) -> models.ShareGroup:
-        return self._delete(vocab.SHARE_GROUP, group_id, force)
+        return self._delete(vocab.SHARE_GROUP, group_id, force, models.ShareGroup)
 
     def create_group_snapshot(self, group_id: str, name: str | None = None
                               ) -> models.ShareGroupSnapshot:
         check_name(name, models.ShareGroupSnapshot, "group snapshot")
         return self._write(plans.create_group_snapshot(self.db, group_id, name),
-                           f"snapshot of share group {group_id}")
+                           f"snapshot of share group {group_id}", models.ShareGroupSnapshot)
 
     def delete_group_snapshot(self, gsnap_id: str, force: bool = False
                               ) -> models.ShareGroupSnapshot:
-        return self._delete(vocab.GROUP_SNAPSHOT, gsnap_id, force)
+        return self._delete(vocab.GROUP_SNAPSHOT, gsnap_id, force, models.ShareGroupSnapshot)
 
     # Backups -----------------------------------------------------------------
 
     def create_backup(self, share_id: str, name: str | None = None) -> models.ShareBackup:
         check_name(name, models.ShareBackup, "backup")
-        return self._write(plans.create_backup(self.db, share_id, name), f"share {share_id}")
+        return self._write(plans.create_backup(self.db, share_id, name), f"share {share_id}",
+                           models.ShareBackup)
 
     def delete_backup(self, backup_id: str, force: bool = False) -> models.ShareBackup:
-        return self._delete(vocab.BACKUP, backup_id, force)
+        return self._delete(vocab.BACKUP, backup_id, force, models.ShareBackup)
 
     def restore_backup(self, backup_id: str) -> models.ShareBackup:
-        return self._write(plans.restore_backup(self.db, backup_id), f"backup {backup_id}")
+        return self._write(plans.restore_backup(self.db, backup_id), f"backup {backup_id}",
+                           models.ShareBackup)
 
     # Manage and unmanage (manager/manage_ops.py) ---------------------------------
 
@@ -266,7 +276,7 @@ class Intake:
         host = self.host_for(backend)
         plan = manage_ops.plan_manage_share(self.db, host, self.dhss(host), export_path, proto,
                                             name, driver_options)
-        return self._write(plan, "share")
+        return self._write(plan, "share", models.Share)
 
     def manage_snapshot(self, share_id: str, provider_location: str, name: str | None = None,
                         driver_options: dict[str, str] | None = None) -> models.ShareSnapshot:
@@ -274,7 +284,7 @@ class Intake:
         return self._write(manage_ops.plan_manage_snapshot(self.db, share_id,
                                                            provider_location, name,
                                                            driver_options),
-                           f"snapshot of share {share_id}")
+                           f"snapshot of share {share_id}", models.ShareSnapshot)
 
     def manage_share_server(self, identifier: str, backend: str,
                             driver_options: dict[str, str] | None = None
@@ -282,11 +292,11 @@ class Intake:
         host = self.host_for(backend)
         plan = manage_ops.plan_manage_server(self.db, host, self.dhss(host), identifier,
                                              driver_options)
-        return self._write(plan, "share server")
+        return self._write(plan, "share server", models.ShareServer)
 
-    def unmanage(self, type_: str, ident: str) -> Any:
+    def unmanage(self, type_: str, ident: str) -> models.Base:
         return self._write(manage_ops.plan_unmanage(self.db, type_, ident),
-                           f"{type_.replace('_', ' ')} {ident}")
+                           f"{type_.replace('_', ' ')} {ident}", models.Base)
 
     # Admin -----------------------------------------------------------------
 

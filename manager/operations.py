@@ -200,7 +200,8 @@ class Operations:
                     LOG.exception("%s %s: %s failed", rtype, ident, what)
 
     def fresh(self, model: type[R], ident: str, expected: tuple[str, ...]) -> R:
-        return _expect(model, ident, db_api.get(self.db, model, ident), expected)
+        row: R | None = db_api.get(self.db, model, ident)
+        return _expect(model, ident, row, expected)
 
     def _fresh_leased(self, model: type[R], ident: str, expected: tuple[str, ...],
                       method: str | Callable[[R], str] | None,

@@ -95,7 +95,7 @@ def quiet_share(db: Database, plan: Plan, share_id: str, *conditions: quiet.Quie
 
 
 def get(db: Database, model: type[T], ident: str | None, what: str) -> T:
-    row = db_api.get(db, model, ident) if ident else None
+    row: T | None = db_api.get(db, model, ident) if ident else None
     if row is None:
         raise Refused(f"no {what} with id {ident!r}")
     return row

@@ -7,7 +7,7 @@ config = context.config
 target_metadata = models.Base.metadata
 
 
-def run_migrations_online():
+def run_migrations_online() -> None:
     connection = config.attributes["connection"]
     context.configure(
         connection=connection,

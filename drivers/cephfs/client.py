@@ -172,4 +172,5 @@ class CephClient:
             lines = (reply.get("err") or reply.get("out") or "no message").strip().splitlines()
             raise CephCallFailed(f"{what}: {lines[-1] if lines else 'failed'}",
                                  -int(reply["ret"]), reply.get("out") or "")
-        return reply
+        answer: dict = reply
+        return answer

@@ -20,6 +20,11 @@ import json
 import sys
 import threading
 import time
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # Debian's bindings: the checker reads them as unknown
+    from rados import Ioctx, Rados
 
 # librados's LIBRADOS_LOCK_FLAG_MAY_RENEW (the bindings do not export it).
 MAY_RENEW = 1
@@ -29,7 +34,7 @@ FENCE_KEY = "token"
 def main() -> int:
     conf, cluster, name, timeout = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     try:
-        import rados  # type: ignore[import-not-found]  # Debian's, not on PyPI
+        import rados  # Debian's, not on PyPI
     except ImportError as exc:
         print(json.dumps({"id": None, "ret": -2, "out": "", "err": f"no rados: {exc}"}),
               flush=True)
@@ -87,7 +92,7 @@ class Fences:
     version, one wins and the other reads again). ``renew`` extends the
     lock while the call runs; ``exit`` releases it."""
 
-    def __init__(self, rados, client) -> None:  # noqa: ANN001 (Debian's module)
+    def __init__(self, rados: ModuleType, client: "Rados") -> None:
         self.rados = rados
         self.client = client
 
@@ -101,7 +106,7 @@ class Fences:
         finally:
             ctx.close()
 
-    def _call(self, ctx, req: dict) -> tuple[int, str, str]:  # noqa: ANN001
+    def _call(self, ctx: "Ioctx", req: dict) -> tuple[int, str, str]:
         obj, cookie = req["obj"], req["cookie"]
         if req["fence"] == "exit":
             try:
@@ -119,7 +124,7 @@ class Fences:
         return self.enter(ctx, obj, cookie, int(req["token"]), int(req["duration"]),
                           float(req["wait"]))
 
-    def enter(self, ctx, obj: str, cookie: str, token: int, duration: int,  # noqa: ANN001
+    def enter(self, ctx: "Ioctx", obj: str, cookie: str, token: int, duration: int,
               wait: float) -> tuple[int, str, str]:
         rados = self.rados
         if not lock_within(rados, ctx, obj, ("fence", cookie, "sharemgr call", duration), wait):
@@ -153,7 +158,7 @@ class Fences:
             raise
 
 
-def lock_within(rados, ctx, obj: str, lock: tuple[str, str, str, int],  # noqa: ANN001
+def lock_within(rados: ModuleType, ctx: "Ioctx", obj: str, lock: tuple[str, str, str, int],
                 wait: float) -> bool:
     """Take the exclusive lock ``lock`` (name, cookie, description, seconds
     it lasts) on ``obj``, trying for ``wait`` seconds; False if another
@@ -170,7 +175,7 @@ def lock_within(rados, ctx, obj: str, lock: tuple[str, str, str, int],  # noqa: 
             time.sleep(0.05)
 
 
-def omap(rados, client, req: dict) -> tuple[int, str, str]:  # noqa: ANN001
+def omap(rados: ModuleType, client: "Rados", req: dict) -> tuple[int, str, str]:
     """An object's omap: ``get`` (``keys``, or every key when none; JSON),
     ``set`` (``keys`` to ``values``; the object is made if missing) or
     ``rm`` (``keys``)."""
@@ -217,7 +222,7 @@ class Exports:
     LOCK_SECONDS = 30
     MAX_ID = 65535  # ganesha's export ids are 16 bits; 0 is its pseudo root
 
-    def __init__(self, rados, client) -> None:  # noqa: ANN001 (Debian's module)
+    def __init__(self, rados: ModuleType, client: "Rados") -> None:
         self.rados = rados
         self.client = client
 
@@ -233,7 +238,7 @@ class Exports:
         finally:
             ctx.close()
 
-    def _ids(self, ctx, index: str) -> dict[str, int]:  # noqa: ANN001
+    def _ids(self, ctx: "Ioctx", index: str) -> dict[str, int]:
         try:
             with self.rados.ReadOpCtx() as op:
                 values, _ret = ctx.get_omap_vals(op, "", "", self.MAX_ID + 1)
@@ -242,7 +247,7 @@ class Exports:
         except self.rados.ObjectNotFound:
             return {}
 
-    def _change(self, ctx, req: dict) -> tuple[int, str, str]:  # noqa: ANN001
+    def _change(self, ctx: "Ioctx", req: dict) -> tuple[int, str, str]:
         index, share = req["index"], req.get("share", "")
         obj = req["prefix"] + share
         cookie = f"{threading.get_ident()}-{time.monotonic_ns()}"
@@ -290,7 +295,7 @@ class Exports:
                 pass
         return 0, json.dumps({"export_id": export_id}), ""
 
-    def _notify(self, ctx, index: str, timeout_ms: int) -> bool:  # noqa: ANN001
+    def _notify(self, ctx: "Ioctx", index: str, timeout_ms: int) -> bool:
         """Notify the index's watchers (the call returns once each answered
         or the timeout passed); False when it failed."""
         try:

@@ -29,7 +29,8 @@ class Records:
 
     def get(self, object_id: str) -> dict[str, Any] | None:
         try:
-            return json.loads(self._path(object_id).read_text())
+            record: dict[str, Any] | None = json.loads(self._path(object_id).read_text())
+            return record
         except FileNotFoundError:
             return None
 

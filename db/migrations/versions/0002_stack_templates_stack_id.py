@@ -19,13 +19,13 @@ branch_labels = None
 depends_on = None
 
 
-def upgrade():
+def upgrade() -> None:
     with op.batch_alter_table("stack_templates", schema=None) as batch_op:
         batch_op.add_column(sa.Column("stack_id", sa.String(length=36), nullable=True))
         batch_op.create_index("ix_stack_templates_stack", ["stack_id"], unique=False)
 
 
-def downgrade():
+def downgrade() -> None:
     with op.batch_alter_table("stack_templates", schema=None) as batch_op:
         batch_op.drop_index("ix_stack_templates_stack")
         batch_op.drop_column("stack_id")

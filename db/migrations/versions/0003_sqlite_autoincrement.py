@@ -21,7 +21,7 @@ depends_on = None
 TABLES = ("stack_templates", "stack_resources")
 
 
-def upgrade():
+def upgrade() -> None:
     if op.get_bind().dialect.name != "sqlite":
         return
     for table in TABLES:
@@ -31,7 +31,7 @@ def upgrade():
             pass
 
 
-def downgrade():
+def downgrade() -> None:
     if op.get_bind().dialect.name != "sqlite":
         return
     for table in TABLES:

@@ -22,7 +22,7 @@ branch_labels = None
 depends_on = None
 
 
-def upgrade():
+def upgrade() -> None:
     with op.batch_alter_table("stacks", schema=None) as batch_op:
         batch_op.add_column(sa.Column("timeout_seconds", sa.Integer(), nullable=True))
         batch_op.add_column(sa.Column("traversal_started_at", sa.DateTime(), nullable=True))
@@ -31,7 +31,7 @@ def upgrade():
                               type_=sa.String(length=400), existing_nullable=False)
 
 
-def downgrade():
+def downgrade() -> None:
     with op.batch_alter_table("reconcile_passes", schema=None) as batch_op:
         batch_op.alter_column("trigger", existing_type=sa.String(length=400),
                               type_=sa.String(length=32), existing_nullable=False)

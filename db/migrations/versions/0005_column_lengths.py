@@ -47,14 +47,14 @@ def _hosts(old: int, new: int) -> None:
                                   type_=sa.String(length=new), existing_nullable=nullable)
 
 
-def upgrade():
+def upgrade() -> None:
     _hosts(OLD_HOST, NEW_HOST)
     with op.batch_alter_table("share_snapshot_instances", schema=None) as batch_op:
         batch_op.alter_column("provider_location", existing_type=sa.String(length=255),
                               type_=sa.Text(), existing_nullable=True)
 
 
-def downgrade():
+def downgrade() -> None:
     # Refused by PostgreSQL and MariaDB if a longer value is stored: nothing
     # is cut silently.
     with op.batch_alter_table("share_snapshot_instances", schema=None) as batch_op:

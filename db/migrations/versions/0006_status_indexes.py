@@ -25,11 +25,11 @@ INDEXES = (
 )
 
 
-def upgrade():
+def upgrade() -> None:
     for name, table in INDEXES:
         op.create_index(name, table, ["status"])
 
 
-def downgrade():
+def downgrade() -> None:
     for name, table in INDEXES:
         op.drop_index(name, table_name=table)

@@ -30,7 +30,7 @@ depends_on = None
 DateTime = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
 
-def upgrade():
+def upgrade() -> None:
     op.create_table(
         "share_access_rules",
         sa.Column("id", sa.String(36), primary_key=True),
@@ -57,7 +57,7 @@ def upgrade():
     )
 
 
-def downgrade():
+def downgrade() -> None:
     op.drop_table("backend_stats")
     with op.batch_alter_table("share_instances", schema=None) as batch_op:
         batch_op.drop_column("access_rules_status")

@@ -23,7 +23,7 @@ depends_on = None
 DateTime = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
 
-def upgrade():
+def upgrade() -> None:
     op.create_table(
         "service_backends",
         sa.Column("engine_id", sa.String(320), primary_key=True),
@@ -34,5 +34,5 @@ def upgrade():
     )
 
 
-def downgrade():
+def downgrade() -> None:
     op.drop_table("service_backends")

@@ -24,7 +24,7 @@ depends_on = None
 DateTime = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
 
-def upgrade():
+def upgrade() -> None:
     with op.batch_alter_table("requests") as batch:
         batch.add_column(sa.Column("lease_expires_at", DateTime, nullable=True))
     op.create_index("ix_requests_status_lease", "requests", ["status", "lease_expires_at"])
@@ -32,7 +32,7 @@ def upgrade():
         batch.add_column(sa.Column("drift", sa.JSON(), nullable=True))
 
 
-def downgrade():
+def downgrade() -> None:
     with op.batch_alter_table("share_instances") as batch:
         batch.drop_column("drift")
     op.drop_index("ix_requests_status_lease", table_name="requests")

@@ -18,11 +18,11 @@ branch_labels = None
 depends_on = None
 
 
-def upgrade():
+def upgrade() -> None:
     with op.batch_alter_table("share_snapshot_instances") as batch:
         batch.add_column(sa.Column("drift", sa.JSON(), nullable=True))
 
 
-def downgrade():
+def downgrade() -> None:
     with op.batch_alter_table("share_snapshot_instances") as batch:
         batch.drop_column("drift")

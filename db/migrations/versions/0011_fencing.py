@@ -24,7 +24,7 @@ FENCED = ("share_servers", "share_instances", "share_snapshot_instances", "share
           "share_group_snapshots", "share_backups")
 
 
-def upgrade():
+def upgrade() -> None:
     for table in FENCED:
         with op.batch_alter_table(table) as batch:
             batch.add_column(sa.Column("fence", sa.BigInteger(), server_default="0",
@@ -35,7 +35,7 @@ def upgrade():
         batch.add_column(sa.Column("out_of_group", sa.String(255), nullable=True))
 
 
-def downgrade():
+def downgrade() -> None:
     with op.batch_alter_table("services") as batch:
         batch.drop_column("out_of_group")
     with op.batch_alter_table("requests") as batch:

@@ -9,6 +9,8 @@ Revises: 0011
 Create Date: 2026-11-26 08:00:00
 """
 
+import datetime
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
@@ -19,12 +21,12 @@ branch_labels = None
 depends_on = None
 
 
-def _datetime():
+def _datetime() -> "sa.types.TypeEngine[datetime.datetime]":
     return (sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mariadb")
             .with_variant(mysql.DATETIME(fsp=6), "mysql"))
 
 
-def upgrade():
+def upgrade() -> None:
     op.create_table(
         "messages",
         sa.Column("id", sa.String(length=36), nullable=False),
@@ -45,7 +47,7 @@ def upgrade():
         batch.create_index("ix_messages_expires", ["expires_at"], unique=False)
 
 
-def downgrade():
+def downgrade() -> None:
     with op.batch_alter_table("messages") as batch:
         batch.drop_index("ix_messages_expires")
         batch.drop_index("ix_messages_resource")

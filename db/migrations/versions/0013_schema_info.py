@@ -23,7 +23,7 @@ depends_on = None
 compat = "expand"
 
 
-def upgrade():
+def upgrade() -> None:
     op.create_table(
         "schema_info",
         sa.Column("name", sa.String(length=64), nullable=False),
@@ -32,5 +32,5 @@ def upgrade():
     )
 
 
-def downgrade():
+def downgrade() -> None:
     op.drop_table("schema_info")

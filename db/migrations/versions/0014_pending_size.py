@@ -20,11 +20,11 @@ depends_on = None
 compat = "expand"
 
 
-def upgrade():
+def upgrade() -> None:
     with op.batch_alter_table("share_instances") as batch:
         batch.add_column(sa.Column("pending_size", sa.Integer(), nullable=True))
 
 
-def downgrade():
+def downgrade() -> None:
     with op.batch_alter_table("share_instances") as batch:
         batch.drop_column("pending_size")

@@ -10,6 +10,8 @@ Revises: 0014
 Create Date: 2026-11-27 01:40:00
 """
 
+import datetime
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
@@ -23,12 +25,12 @@ depends_on = None
 compat = "expand"
 
 
-def _datetime():
+def _datetime() -> "sa.types.TypeEngine[datetime.datetime]":
     return (sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mariadb")
             .with_variant(mysql.DATETIME(fsp=6), "mysql"))
 
 
-def upgrade():
+def upgrade() -> None:
     op.create_table(
         "stack_events",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
@@ -51,7 +53,7 @@ def upgrade():
                            unique=False)
 
 
-def downgrade():
+def downgrade() -> None:
     with op.batch_alter_table("stack_events") as batch:
         batch.drop_index("ix_stack_events_resource")
         batch.drop_index("ix_stack_events_stack")

@@ -26,14 +26,14 @@ depends_on = None
 compat = "expand"
 
 
-def upgrade():
+def upgrade() -> None:
     with op.batch_alter_table("requests") as batch:
         batch.create_index("ix_requests_status_id", ["status", "id"], unique=False)
     with op.batch_alter_table("share_snapshots") as batch:
         batch.create_index("ix_share_snapshots_share_id", ["share_id"], unique=False)
 
 
-def downgrade():
+def downgrade() -> None:
     if op.get_bind().dialect.name == "mysql":
         # The foreign key needs an index, and MariaDB dropped the one it had
         # made for it (named after the column) when this one came: back first.

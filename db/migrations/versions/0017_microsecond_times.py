@@ -26,7 +26,7 @@ compat = "expand"
 _COLUMNS = (("requests", "lease_deadline"), ("stacks", "traversal_started_at"))
 
 
-def upgrade():
+def upgrade() -> None:
     if op.get_bind().dialect.name != "mysql":
         return
     for table, column in _COLUMNS:
@@ -34,7 +34,7 @@ def upgrade():
                         type_=mysql.DATETIME(fsp=6), existing_nullable=True)
 
 
-def downgrade():
+def downgrade() -> None:
     if op.get_bind().dialect.name != "mysql":
         return
     for table, column in _COLUMNS:

@@ -21,9 +21,9 @@ depends_on = None
 compat = "expand"
 
 
-def upgrade():
+def upgrade() -> None:
     op.add_column("share_access_rules", sa.Column("access_key", sa.String(255), nullable=True))
 
 
-def downgrade():
+def downgrade() -> None:
     op.drop_column("share_access_rules", "access_key")
