@@ -27,7 +27,7 @@ from sharemgr.manager import access, delete_plans, kinds, plans, views
 from sharemgr.manager.kinds import BUSY, ERROR, GONE, OK, Observed, observe, observe_rows
 from sharemgr.manager.plans import Change, Op, Plan
 
-__all__ = ["BUSY", "ERROR", "GONE", "OK", "Observed", "Op", "Plan", "observe"]
+__all__ = ["BUSY", "ERROR", "GONE", "OK", "Observed", "Op", "Plan", "observe", "observe_rows"]
 
 ANY_HOST = "*"  # "*@backend": any engine that serves the backend
 

@@ -156,10 +156,11 @@ def check_value(where: str, ps: PropertySchema, value: object) -> None:
         # Imported here: it needs the database modules, which checking a
         # template on the command line does not.
         from sharemgr.manager import access
+        from sharemgr.manager.plans import Refused
 
         try:
             access.check_list(value)
-        except access.Refused as exc:
+        except Refused as exc:
             raise TemplateError(f"{where}: {exc}")
     else:  # STRING and REF (a literal physical id)
         if not isinstance(value, str) or not value:

@@ -14,13 +14,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 import sqlalchemy as sa
 from sharemgr.common.jsontypes import JSONValue
 from sharemgr.db import tables
-from sharemgr.db.tables import (  # noqa: F401  (re-exported)
-    BACKEND_HOST,
-    BACKEND_REASON,
-    DateTime,
-    new_id,
-    utcnow,
-)
+from sharemgr.db.tables import BACKEND_HOST as BACKEND_HOST  # re-exported
+from sharemgr.db.tables import BACKEND_REASON as BACKEND_REASON
+from sharemgr.db.tables import new_id as new_id
+from sharemgr.db.tables import utcnow as utcnow
 from sqlalchemy.orm import DeclarativeBase, InstrumentedAttribute, Mapped
 
 

@@ -8,6 +8,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, quiet, resources
 from sharemgr.db.engine import Database
+from sharemgr.db.records import Record
 from sharemgr.manager import kinds, operation_table
 from sharemgr.manager.plans import Op, Plan, Refused, get, need, quiet_share, replica, snapshot
 
@@ -17,7 +18,7 @@ _RESIZING = frozenset({vocab.EXTENDING, vocab.SHRINKING, vocab.REVERTING,
                        vocab.REPLICATION_CHANGE})
 
 
-def _deleting(kind: kinds.Kind, row: kinds.StatusRow | resources.Record, what: str,
+def _deleting(kind: kinds.Kind, row: kinds.StatusRow | Record, what: str,
               host: str | None,
               shown: object = None, force: bool = False) -> Plan:
     """``row`` holds the status; ``shown`` is what users know (a share, not
@@ -64,14 +65,14 @@ def delete_seen(db: Database, type_: str, ident: str) -> tuple[kinds.Observed, P
     return seen, _delete_share(db, ident, found=found)
 
 
-def _primary(live: list[resources.Record]) -> resources.Record | None:
+def _primary(live: list[Record]) -> Record | None:
     """Of a share's live instances (oldest first), the primary: the oldest
     that is not a secondary (``resources.primary_instance``'s choice)."""
     return next((i for i in live if not kinds.is_secondary(i)), None)
 
 
 def _delete_share(db: Database, ident: str, force: bool = False,
-                  found: tuple[resources.Record | None, list[resources.Record], int] | None = None
+                  found: tuple[Record | None, list[Record], int] | None = None
                   ) -> Plan:
     # One read (a stack's delete makes one per resource): the share, its live
     # instances (the primary and any other a replica) and its snapshots;
