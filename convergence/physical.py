@@ -121,8 +121,8 @@ def plan_create(db: Database, type_: str, props: Mapping[str, Any], name: str,
             share, inst = plan.add[0], plan.add[1]
             assert isinstance(share, models.Share) and isinstance(inst, models.ShareInstance)
             inst.access_rules_status = vocab.ACCESS_RULES_SYNCING
-            plan.add += [access.new_rule(share.id, spec)
-                         for spec in access.check_list(props["access_rules"])]
+            plan = plan.and_then(add=[access.new_rule(share.id, spec)
+                                      for spec in access.check_list(props["access_rules"])])
         return plan
     if type_ == vocab.SNAPSHOT:
         return plans.create_snapshot(db, props["share"], name)
@@ -149,11 +149,10 @@ def plan_update(db: Database, type_: str, physical_id: str | None, changes: Mapp
     if "access_rules" in changes and type_ == vocab.SHARE:
         # With a resize, the resize applies them when it is done.
         rules = access.converge(db, physical_id, access.check_list(changes["access_rules"] or []))
-        plan.add += rules.add
-        plan.changes += rules.changes
-        plan.op = plan.op or rules.op
+        plan = plan.and_then(add=rules.add, changes=rules.changes, op=rules.op)
     if "name" in changes and type_ in kinds.NAMED_MODEL:
-        plan.changes.append((kinds.NAMED_MODEL[type_], physical_id, {}, {"name": name}))
+        plan = plan.and_then(changes=[(kinds.NAMED_MODEL[type_], physical_id, {},
+                                       {"name": name})])
     return plan
 
 

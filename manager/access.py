@@ -21,7 +21,7 @@ from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sharemgr.drivers import access_rules
 from sharemgr.manager import capabilities
-from sharemgr.manager.plans import Op, Plan, Refused, need, share
+from sharemgr.manager.plans import Change, Op, Plan, Refused, need, share
 
 # Deny may start from these (a rule being applied is overtaken: the deny wins).
 DENIABLE = (vocab.ACCESS_QUEUED_TO_APPLY, vocab.ACCESS_APPLYING, vocab.ACCESS_ACTIVE,
@@ -146,8 +146,8 @@ def converge(db: Database, share_id: str, wanted: Iterable[RuleSpec]) -> Plan:
     rules are as wanted already."""
     row, inst = share(db, share_id)
     by_key = {s.key: s for s in (limited(db, row, inst, w) for w in wanted)}
-    plan = Plan(row.id, row=row)
     have = {}
+    changes: list[Change] = []
     for rule in db_access.rules_of(db, row.id):
         spec = by_key.get((rule.access_type, rule.access_to))
         if rule.state in (vocab.ACCESS_QUEUED_TO_DENY, vocab.ACCESS_DENYING):
@@ -156,11 +156,10 @@ def converge(db: Database, share_id: str, wanted: Iterable[RuleSpec]) -> Plan:
                 and rule.state != vocab.ACCESS_ERROR:  # a rule in error is tried anew
             have[spec.key] = rule
             continue
-        plan.changes.append((models.ShareAccessRule, rule.id, {"state": rule.state},
-                             {"state": vocab.ACCESS_QUEUED_TO_DENY}))
-    plan.add = [new_rule(row.id, s) for k, s in by_key.items() if k not in have]
-    if plan.add or plan.changes:
-        need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", "change access to")
-        plan.changes.append(_syncing(inst))
-        plan.op = _op(inst)
-    return plan
+        changes.append((models.ShareAccessRule, rule.id, {"state": rule.state},
+                        {"state": vocab.ACCESS_QUEUED_TO_DENY}))
+    add = [new_rule(row.id, s) for k, s in by_key.items() if k not in have]
+    if not (add or changes):
+        return Plan(row.id, row=row)
+    need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", "change access to")
+    return Plan(row.id, add, [*changes, _syncing(inst)], _op(inst), row)

@@ -10,7 +10,8 @@ out raises :class:`Refused` with the reason, before anything is written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -57,22 +58,39 @@ class Op:
                 "args": {**self.args, **(extra or {})}}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    """What starting an operation writes, as its planner decided: passed on
+    as it is (a planner that builds on another's plan makes a new one,
+    ``and_then``)."""
+
     physical_id: str | None = None  # the id users and stacks know it by
-    add: list[models.Base] = field(default_factory=list)
-    changes: list[Change] = field(default_factory=list)
+    add: Sequence[models.Base] = ()
+    changes: Sequence[Change] = ()
     op: Op | None = None
     row: Any = None  # the resource users know (share, snapshot, ...) as planned
     # Pool capacity its rows take, claimed in the transaction that writes it.
-    claims: list[db_capacity.Claim] = field(default_factory=list)
+    claims: Sequence[db_capacity.Claim] = ()
     # No related row busy: checked now and again after the changes, in the
     # transaction that writes them (db/quiet.py).
-    conditions: list[quiet.Quiet] = field(default_factory=list)
+    conditions: Sequence[quiet.Quiet] = ()
 
     def __post_init__(self) -> None:
+        # Tuples: a plan handed on cannot be changed behind its planner's back.
+        for name in ("add", "changes", "claims", "conditions"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.row is None and self.add:
-            self.row = self.add[0]  # a create: its first new row
+            object.__setattr__(self, "row", self.add[0])  # a create: its first new row
+
+    def and_then(self, add: Sequence[models.Base] = (), changes: Sequence[Change] = (),
+                 op: Op | None = None, claims: Sequence[db_capacity.Claim] = (),
+                 conditions: Sequence[quiet.Quiet] = ()) -> Plan:
+        """This plan with more rows, changes, claims and conditions after its
+        own, and ``op`` if it has none."""
+        return dataclasses.replace(
+            self, add=(*self.add, *add), changes=(*self.changes, *changes),
+            op=self.op or op, claims=(*self.claims, *claims),
+            conditions=(*self.conditions, *conditions))
 
 
 def need(status: str, allowed: tuple[str, ...], what: str, doing: str) -> None:
@@ -89,9 +107,7 @@ def quiet_share(db: Database, plan: Plan, share_id: str, *conditions: quiet.Quie
         quiet.check(db, conditions)
     except quiet.Busy as exc:
         raise Refused(str(exc))
-    plan.changes.append(quiet.anchor(share_id))
-    plan.conditions += conditions
-    return plan
+    return plan.and_then(changes=[quiet.anchor(share_id)], conditions=conditions)
 
 
 def get(db: Database, model: type[T], ident: str | None, what: str) -> T:
@@ -331,16 +347,19 @@ def resize_share(db: Database, share_id: str, new_size: int) -> Plan:
     action = vocab.ACTION_EXTEND if new_size > row.size else vocab.ACTION_SHRINK
     spec = operation_table.spec(vocab.SHARE_INSTANCE, action)
     need(inst.status, spec.starts_from, f"share {share_id}", action)
+    claims: list[db_capacity.Claim] = []
     if action == vocab.ACTION_EXTEND:
         _, claim = _room(db, capabilities.report(db, inst.host), inst.host,
                          new_size - row.size, f"extend share {share_id} by "
                          f"{new_size - row.size} GiB to {new_size} GiB")
-        plan.claims += [claim] if claim else []
+        claims += [claim] if claim else []
     values: dict[str, object] = {"status": spec.transient[0]}
     if action == vocab.ACTION_EXTEND:
         values["pending_size"] = new_size  # counted in its pool while extending
-    plan.changes.append((models.ShareInstance, inst.id, {"status": vocab.AVAILABLE}, values))
-    plan.op = Op(vocab.SHARE_INSTANCE, inst.id, action, inst.host, {"new_size": new_size})
+    plan = plan.and_then(
+        changes=[(models.ShareInstance, inst.id, {"status": vocab.AVAILABLE}, values)],
+        op=Op(vocab.SHARE_INSTANCE, inst.id, action, inst.host, {"new_size": new_size}),
+        claims=claims)
     # A snapshot being made records the share's size when it is asked for,
     # the backend when its driver call runs: resizing in between would leave
     # the two disagreeing. A replica being made, deleted or promoted would

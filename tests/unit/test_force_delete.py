@@ -47,7 +47,7 @@ def test_forced_delete_starts_from_any_status_and_carries_the_flag(engine):
         delete_plans.delete(db, vocab.SNAPSHOT, snap.snapshot_id)
     plan = delete_plans.delete(db, vocab.SNAPSHOT, snap.snapshot_id, force=True)
     assert plan.op.args == {"force": True}
-    assert plan.changes == [(models.ShareSnapshotInstance, snap.id,
+    assert list(plan.changes) == [(models.ShareSnapshotInstance, snap.id,
                              {"status": vocab.CREATING}, {"status": vocab.DELETING})]
     # Without force nothing changes: no args.
     done = make_snapshot(db, vocab.AVAILABLE)
@@ -217,7 +217,7 @@ def test_share_delete_plan_refuses_replicas_and_takes_the_primary(engine):
     db = engine.db
     inst = make_share(db, vocab.AVAILABLE)
     plan = delete_plans.delete(db, vocab.SHARE, inst.share_id)
-    assert plan.changes == [(models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
+    assert list(plan.changes) == [(models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
                              {"status": vocab.DELETING})]
     rep = make_replica(db, vocab.AVAILABLE)
     with pytest.raises(plans.Refused, match="has replicas"):
