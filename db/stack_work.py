@@ -110,7 +110,7 @@ def stack_deps(db: Database, stack_id: str, traversal_id: str) -> dict | None:
 L = TypeVar("L", bound=Lease)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Begin(Generic[L]):
     """What starting an action writes besides the row's IN_PROGRESS: physical
     rows to insert (a create), conditional changes of physical rows (the
