@@ -25,6 +25,7 @@ from sharemgr.convergence.node_check import (
     ENDED,
     SUPERSEDED,
     Ctx,
+    End,
     Outcome,
     Result,
 )
@@ -159,7 +160,7 @@ class Actor:
             ctx.held.append(begun.resource_id)
             LOG.info("stack %s: %s (row %s) replaced by row %s", ctx.stack_name, row.name,
                      effective.id, begun.resource_id)
-        return self.carry_out(ctx, row.name, begun, action, plan, final)
+        return self.carry_out(ctx, row.name, begun, action, plan, final)[0]
 
     def _noop(self, ctx: Ctx, row: models.StackResource, effective: models.StackResource,
               d: decide_mod.Decision, final: decide_mod.RowEnd) -> Outcome:
@@ -231,7 +232,7 @@ class Actor:
         begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id, ctx.traversal, work)
         if isinstance(begun, Outcome):
             return begun
-        outcome = self.carry_out(ctx, row.name, begun, vocab.STACK_DELETE, plan, {})
+        outcome = self.carry_out(ctx, row.name, begun, vocab.STACK_DELETE, plan, {})[0]
         return replace(outcome, data=None)  # clean-up nodes pass nothing on
 
     # The operation -----------------------------------------------------------------
@@ -269,11 +270,11 @@ class Actor:
     def carry_out(self, ctx: Ctx, name: str, begun: stack_work.Begun, action: str,
                   plan: phys.Plan, final: Mapping[str, object],
                   known: tuple[int, str, str | None] | None = None,
-                  defer: bool = False) -> Outcome:
+                  defer: bool = False) -> tuple[Outcome, End | None]:
         """Run the begun action's operation and end the row's action.
         ``known``: the row's (id, type, physical id) as begun, so it is not
-        read again; ``defer``: a success's end is left to the report
-        (``ctx.end``)."""
+        read again; ``defer``: a success's end is not written but returned,
+        for the report's transaction to write."""
         if known is None:
             row = stacks.resource_get(self.db, begun.resource_id)
             if row is None:  # the caller fails the node, as for any error
@@ -286,12 +287,12 @@ class Actor:
                 written = self.operations.perform(replace(
                     plan.op, request_id=begun.op_request_id, lease=begun.op_lease))
             except (NotNow, Lost) as exc:
-                return self.cut(ctx, rid, name, begun.op_request_id, exc)
+                return self.cut(ctx, rid, name, begun.op_request_id, exc), None
             except (OperationFailed, Stale) as exc:
                 reason = f"{name}: {exc}"
                 stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED, reason,
                                op_request_id=begun.op_request_id, op_error=str(exc))
-                return Outcome.failed(reason)
+                return Outcome.failed(reason), None
             except Exception as exc:  # the caller fails the node; the request must not stay
                 # running for a live engine that no longer runs it: reconciliation
                 # settles a transient resource once no request is in progress.
@@ -314,20 +315,19 @@ class Actor:
                     if status == vocab.CREATING_FROM_SNAPSHOT else f"ended in {status}")
                 stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED, reason,
                                op_request_id=begun.op_request_id, op_error=reason)
-                return Outcome.failed(reason)
+                return Outcome.failed(reason), None
             written = None  # the rows are read
         if action == vocab.STACK_DELETE and plan.op is not None:
             observed = phys.Observed(phys.GONE)  # its delete succeeded: nothing to read
         else:
             observed = phys.observe_after(self.db, type_, physical_id, plan, written)
         values = {**final, "attributes": dict(observed.attributes)}
-        if defer:
-            ctx.end = (rid, action, values, begun.op_request_id)
-        else:
+        end: End = (rid, action, values, begun.op_request_id)
+        if not defer:
             stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_COMPLETE, None,
                            values, op_request_id=begun.op_request_id)
-        return Outcome.done(ResourceData(name, rid, physical_id,
-                                         observed.attributes).passed_on(ctx.template))
+        return Outcome.done(ResourceData(name, rid, physical_id, observed.attributes)
+                            .passed_on(ctx.template)), end if defer else None
 
     def _await_copy(self, ident: str) -> str:
         """The status a share instance's copy ends in (the status poll

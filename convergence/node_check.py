@@ -27,9 +27,10 @@ End = tuple[int, str, dict, "int | None"]
 Head = tuple["models.Stack | None", "models.StackResource | None"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Ctx:
-    """One node's check: what it was asked, and what it holds."""
+    """One node's check: what it was asked, and what it holds (``held``, the
+    one part that changes as it goes: the rows it has locked)."""
 
     req_id: int
     stack_id: str
@@ -41,7 +42,6 @@ class Ctx:
     held: list[int] = field(default_factory=list)  # rows locked by this check
     chain: int = 0  # how many more successors this thread may run after this one
     args: Mapping[str, object] = field(default_factory=dict)
-    end: End | None = None  # the row's end, when left to the report's transaction
     template: Template | None = None  # the traversal's: what successors read (passed_on)
 
 

@@ -27,7 +27,7 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence import lifecycle, prepare
 from sharemgr.convergence.graph import Graph, Node, node_key
-from sharemgr.convergence.node_check import Claimed, Ctx, Outcome, Result
+from sharemgr.convergence.node_check import Claimed, Ctx, End, Outcome, Result
 from sharemgr.convergence.row_locks import RowLocks
 from sharemgr.db import resource_locks, stack_work, sync_points
 from sharemgr.db.engine import Database
@@ -53,6 +53,7 @@ class _Tx:
 
     complete: Callable[[Session], None]  # the stack's point made ready: end the traversal
     own: bool = False  # the transaction that ends the check's node (``end_and_report``)
+    end: End | None = None  # the row's end that transaction writes (a fast path's)
     claim: bool = False  # claim the first node that needs a check, to run next here
     queue: list[Node] = field(default_factory=list)  # clean-ups with nothing to do: reported in it
     inlined: int = 0  # how many joined the queue
@@ -73,11 +74,12 @@ class Reporter:
     def _mark(self, ctx: Ctx, work: Work, add: bool = True) -> None:
         self.tracker.mark_reporting(ctx.stack_id, ctx.traversal, work, add)
 
-    def end_and_report(self, ctx: Ctx, outcome: Outcome) -> tuple[Claimed | None, bool]:
+    def end_and_report(self, ctx: Ctx, outcome: Outcome, end: End | None = None
+                       ) -> tuple[Claimed | None, bool]:
         """End the node in one transaction: report to its successors'
         SyncPoints (up to ``REPORT_IN_ONE`` of them, in sorted order; from a
         root, to the stack's) — the points first, for the lock order —, end
-        the row's action (``ctx.end``) and release its locks, and record the
+        the row's action (``end``, a fast path's) and release its locks, and record the
         check's own request. A successor made ready is enqueued in it, or
         (the first) claimed by this engine to run next in this thread (its
         request row, ``running`` for us, is the durable trigger); a clean-up
@@ -96,7 +98,6 @@ class Reporter:
             if ended:
                 return
             ended = True
-            end = ctx.end
             ended_rid = None if end is None else end[0]
             op_id = None if end is None else end[3]
             # The operation's request and the check's own, done in one UPDATE;
@@ -118,7 +119,7 @@ class Reporter:
             own_writes(session)
             lifecycle.purge_tx(session, ended)
 
-        tx = _Tx(complete, own=True, claim=ctx.chain > 0)
+        tx = _Tx(complete, own=True, end=end, claim=ctx.chain > 0)
         if targets[REPORT_IN_ONE:]:
             tx.later.append((node, outcome.data, targets[REPORT_IN_ONE:]))
 
@@ -146,8 +147,8 @@ class Reporter:
                 self._mark(ctx, tx.later, add=False)
             self.tracker.finished(*(req_id for req_id, _args, _succ in tx.pending))
             try:
-                if ctx.end is not None:
-                    rid, action, values, op_id = ctx.end
+                if end is not None:
+                    rid, action, values, op_id = end
                     stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_COMPLETE,
                                    None, values, op_request_id=op_id)
             finally:
@@ -262,7 +263,7 @@ class Reporter:
         if succ.is_update or (succ.resource_id, True) not in ctx.graph \
                 or tx.inlined >= INLINE_LIMIT:
             return False
-        if (tx.own and _inline(ctx, succ)) or self._free_tx(session, ctx, tx, succ):
+        if (tx.own and _inline(ctx, tx.end, succ)) or self._free_tx(session, ctx, tx, succ):
             tx.inlined += 1
             return True
         return False
@@ -397,14 +398,14 @@ class Reporter:
                                              result.input_data)
         return result.found
 
-def _inline(ctx: Ctx, succ: Node) -> bool:
+def _inline(ctx: Ctx, end: End | None, succ: Node) -> bool:
     """Whether ``succ`` is the clean-up node of the row ``ctx`` just
     created, in the transaction that ends it: a row still wanted, which
     this check held from start to end (so nobody replaced it), has nothing
     to clean up; its lock, ours, is released in that same transaction."""
-    return (ctx.end is not None and ctx.node.is_update
+    return (end is not None and ctx.node.is_update
             and succ == Node(ctx.node.resource_id, False)
-            and ctx.end[0] == ctx.node.resource_id and ctx.node.resource_id in ctx.held)
+            and end[0] == ctx.node.resource_id and ctx.node.resource_id in ctx.held)
 
 
 def _sent(graph: Graph, sender: Node, succ: Node, data: dict | None

@@ -340,17 +340,16 @@ class Worker:
             return None
         ctx.held.append(row.id)
         try:
-            outcome = self.actor.carry_out(ctx, row.name, begun, work.action, plan, final,
-                                           known=known, defer=True)
+            outcome, end = self.actor.carry_out(ctx, row.name, begun, work.action, plan, final,
+                                                known=known, defer=True)
             if work.action == vocab.STACK_DELETE:  # a clean-up passes nothing on
                 outcome = dataclasses.replace(outcome, data=None)
         except Exception as exc:  # a bug or a lost database: fail the stack, never hang it
             LOG.exception("check of node %s (traversal %s) failed", ctx.node, ctx.traversal)
-            outcome = Outcome.failed(f"{type(exc).__name__}: {exc}")
-            ctx.end = None
+            outcome, end = Outcome.failed(f"{type(exc).__name__}: {exc}"), None
             self.actor.mark_failed(row.id, outcome.reason or "", work.action)
-        if outcome.result is not Result.FAILED and ctx.end is not None:
-            return self.reporter.end_and_report(ctx, outcome)
+        if outcome.result is not Result.FAILED and end is not None:
+            return self.reporter.end_and_report(ctx, outcome, end)
         for rid in ctx.held:
             self.locks.release(rid)
         return self._after(ctx, outcome)
