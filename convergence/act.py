@@ -53,6 +53,18 @@ _ACTION = {Work.CREATE: vocab.STACK_CREATE, Work.REPLACE: vocab.STACK_CREATE,
            Work.UPDATE: vocab.STACK_UPDATE}
 
 
+def ended(won: bool, name: str, outcome: Outcome) -> Outcome:
+    """``outcome``, if the row's end was written (``stack_work.end``'s
+    answer); else another engine took the row's lock while the work ran
+    (its watchdog judged this engine dead) and the node bails: the row is
+    its new holder's to end, and reporting on it here would end the stack
+    around a row still IN_PROGRESS."""
+    if won:
+        return outcome
+    LOG.warning("%s: its row's lock was taken over while its work ran; the node bails", name)
+    return Outcome.bailed(f"{name}: its row's lock was taken over while its work ran")
+
+
 class Actor:
     """Carries out a node's work on the rows its check holds."""
 
@@ -212,10 +224,11 @@ class Actor:
         begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id, ctx.traversal, work)
         if isinstance(begun, Outcome):
             return begun
-        stack_work.end(self.db, row.id, self.engine_id, vocab.STACK_DELETE, vocab.STACK_COMPLETE,
-                       f"retained: {row.type} {row.physical_id} kept outside the stack",
-                       op_request_id=begun.op_request_id)
-        return Outcome.done()
+        won = stack_work.end(self.db, row.id, self.engine_id, vocab.STACK_DELETE,
+                             vocab.STACK_COMPLETE,
+                             f"retained: {row.type} {row.physical_id} kept outside the stack",
+                             op_request_id=begun.op_request_id)
+        return ended(won, row.name, Outcome.done())
 
     def _delete_once(self, ctx: Ctx, row: models.StackResource) -> Outcome:
         if row.action == vocab.STACK_DELETE and row.status == vocab.STACK_COMPLETE:
@@ -290,9 +303,9 @@ class Actor:
                 return self.cut(ctx, rid, name, begun.op_request_id, exc), None
             except (OperationFailed, Stale) as exc:
                 reason = f"{name}: {exc}"
-                stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED, reason,
-                               op_request_id=begun.op_request_id, op_error=str(exc))
-                return Outcome.failed(reason), None
+                won = stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED,
+                                     reason, op_request_id=begun.op_request_id, op_error=str(exc))
+                return ended(won, name, Outcome.failed(reason)), None
             except Exception as exc:  # the caller fails the node; the request must not stay
                 # running for a live engine that no longer runs it: reconciliation
                 # settles a transient resource once no request is in progress.
@@ -313,21 +326,22 @@ class Actor:
                 reason = f"{name}: its copy from the snapshot " + (
                     "did not end within the create's lease"
                     if status == vocab.CREATING_FROM_SNAPSHOT else f"ended in {status}")
-                stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED, reason,
-                               op_request_id=begun.op_request_id, op_error=reason)
-                return Outcome.failed(reason), None
+                won = stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED,
+                                     reason, op_request_id=begun.op_request_id, op_error=reason)
+                return ended(won, name, Outcome.failed(reason)), None
             written = None  # the rows are read
         if action == vocab.STACK_DELETE and plan.op is not None:
             observed = phys.Observed(phys.GONE)  # its delete succeeded: nothing to read
         else:
             observed = phys.observe_after(self.db, type_, physical_id, plan, written)
         values = {**final, "attributes": dict(observed.attributes)}
-        end: End = (rid, action, values, begun.op_request_id)
-        if not defer:
-            stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_COMPLETE, None,
-                           values, op_request_id=begun.op_request_id)
-        return Outcome.done(ResourceData(name, rid, physical_id, observed.attributes)
-                            .passed_on(ctx.template)), end if defer else None
+        done = Outcome.done(ResourceData(name, rid, physical_id, observed.attributes)
+                            .passed_on(ctx.template))
+        if defer:
+            return done, (rid, action, values, begun.op_request_id)
+        won = stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_COMPLETE, None,
+                             values, op_request_id=begun.op_request_id)
+        return ended(won, name, done), None
 
     def _await_copy(self, ident: str) -> str:
         """The status a share instance's copy ends in (the status poll

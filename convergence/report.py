@@ -22,12 +22,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence import lifecycle, prepare
 from sharemgr.convergence.graph import Graph, Node, node_key
-from sharemgr.convergence.node_check import Claimed, Ctx, End, Outcome, Result
+from sharemgr.convergence.node_check import Claimed, Ctx, End, Outcome, Result, Skip
 from sharemgr.convergence.row_locks import RowLocks
 from sharemgr.db import resource_locks, stack_work, sync_points
 from sharemgr.db.engine import Database
@@ -62,6 +63,14 @@ class _Tx:
     pending: list[tuple[int, dict, Node]] = field(default_factory=list)  # claimed: req, args, node
     batch: list[Node] = field(default_factory=list)  # the successors being reported to
     free: dict[int, bool] = field(default_factory=dict)  # rows read free and current, or not
+
+
+class _RowTaken(Exception):
+    """A node's end found its row's lock another engine's."""
+
+    def __init__(self, rid: int) -> None:
+        super().__init__(f"resource {rid}")
+        self.rid = rid
 
 
 class Reporter:
@@ -107,9 +116,10 @@ class Reporter:
                                           self.engine_id, vocab.REQUEST_DONE)
             if end is not None:
                 rid, action, values, _op = end
-                stack_work.end_tx(session, rid, self.engine_id, action,
-                                  vocab.STACK_COMPLETE, None, values,
-                                  release=rid in ctx.held)
+                if not stack_work.end_tx(session, rid, self.engine_id, action,
+                                         vocab.STACK_COMPLETE, None, values,
+                                         release=rid in ctx.held):
+                    raise _RowTaken(rid)  # nothing of this transaction may commit
             for rid in dict.fromkeys(ctx.held):
                 if rid != ended_rid:  # released as it ended
                     resource_locks.resource_lock_release_tx(session, rid, self.engine_id)
@@ -140,6 +150,8 @@ class Reporter:
 
         try:
             found = lifecycle.in_one_transaction(self.db, report)
+        except _RowTaken as taken:
+            self._row_taken(ctx, tx, end, taken.rid)
         except Exception:
             LOG.exception("node %s (traversal %s): could not report in one transaction; "
                           "writing it step by step", node, ctx.traversal)
@@ -149,8 +161,10 @@ class Reporter:
             try:
                 if end is not None:
                     rid, action, values, op_id = end
-                    stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_COMPLETE,
-                                   None, values, op_request_id=op_id)
+                    if not stack_work.end(self.db, rid, self.engine_id, action,
+                                          vocab.STACK_COMPLETE, None, values,
+                                          op_request_id=op_id):  # as _row_taken's
+                        outcome = Outcome.bailed(f"resource {rid}: its lock was taken over")
             finally:
                 # Also when the end fails (the database still away): a lock
                 # the engine believes a check of its own holds is never taken
@@ -175,6 +189,24 @@ class Reporter:
         finally:
             self._mark(ctx, later, add=False)
         return (claimed[0] if claimed else None), True
+
+    def _row_taken(self, ctx: Ctx, tx: _Tx, end: End | None, rid: int) -> NoReturn:
+        """The row's end found its lock another engine's (its watchdog judged
+        this engine dead while the driver worked): the report was rolled
+        back, so the node bails as the general path's does (``act.ended``).
+        Its driver call succeeded: its request is done; the row is the new
+        holder's to end."""
+        LOG.warning("node %s (traversal %s): resource %s's lock was taken over while its "
+                    "work ran; the node bails", ctx.node, ctx.traversal, rid)
+        self.tracker.finished(*(req_id for req_id, _args, _succ in tx.pending))
+        try:
+            if end is not None and end[3] is not None:
+                stack_work.finish_request(self.db, end[3], self.engine_id, vocab.REQUEST_DONE)
+        finally:
+            for held in ctx.held:
+                self.locks.release(held)  # only if still ours: a taken lock stays taken
+        self.after(ctx, Outcome.bailed(f"resource {rid}: its lock was taken over"))
+        raise Skip(f"resource {rid}: its lock was taken over while its work ran")
 
     def after(self, ctx: Ctx, outcome: Outcome) -> None:
         """Report the node's outcome once its locks are released; whenever

@@ -465,3 +465,55 @@ def test_watchdog_tidies_at_once_when_a_stack_it_watched_ends(rig):
     assert e.watchdog.run_once()["tidied"] == 1
     row = stacks.resource_get(rig.db, data.id)
     assert (row.action, row.status, row.engine_id) == ("CREATE", "FAILED", None)
+
+
+def test_a_node_whose_row_lock_was_taken_while_the_driver_worked_bails(rig, monkeypatch):
+    """A replacement's create whose row lock another engine took meanwhile
+    (its watchdog judged this engine dead): the row's end is not written, so
+    the node does not report done either — the stack waits for the row's
+    new holder instead of completing around a row still IN_PROGRESS."""
+    one = "resources:\n  data: {type: share, properties: {size: 1, proto: NFS}}\n"
+    e = rig.engine()
+    rig.create("web", one)
+    e.pump()
+    assert _status(rig, "web") == ("CREATE", "COMPLETE")
+    (old,) = rig.rows("web")["data"]
+    ghost = f"{HOST}.00000000-0000-0000-0000-000000000000"
+    real = e.drivers["dummy"].create_share
+
+    def create_then_stolen(share, *args, **kwargs):
+        out = real(share, *args, **kwargs)
+        for row in rig.rows("web")["data"]:
+            if row.id != old.id:  # the replacement, begun and locked by this engine
+                assert resource_locks.resource_lock_steal(rig.db, row.id, ghost,
+                                                          e.engine_id).acquired
+        return out
+
+    monkeypatch.setattr(e.drivers["dummy"], "create_share", create_then_stolen)
+    rig.update("web", one.replace("NFS", "CIFS"))
+    e.pump()
+    assert _status(rig, "web") == ("UPDATE", "IN_PROGRESS")
+    new = [r for r in rig.rows("web")["data"] if r.id != old.id]
+    assert [(r.engine_id, r.status) for r in new] == [(ghost, "IN_PROGRESS")]
+
+
+def test_a_fast_create_whose_row_lock_was_taken_meanwhile_bails(rig, monkeypatch):
+    """As above, on the fast path (a plain create, its end written in the
+    report's transaction): nothing of the report is written."""
+    one = "resources:\n  data: {type: share, properties: {size: 1, proto: NFS}}\n"
+    e = rig.engine()
+    ghost = f"{HOST}.00000000-0000-0000-0000-000000000000"
+    real = e.drivers["dummy"].create_share
+
+    def create_then_stolen(share, *args, **kwargs):
+        out = real(share, *args, **kwargs)
+        (row,) = rig.rows("web")["data"]
+        assert resource_locks.resource_lock_steal(rig.db, row.id, ghost, e.engine_id).acquired
+        return out
+
+    monkeypatch.setattr(e.drivers["dummy"], "create_share", create_then_stolen)
+    rig.create("web", one)
+    e.pump()
+    assert _status(rig, "web") == ("CREATE", "IN_PROGRESS")
+    ((holder, status),) = [(r.engine_id, r.status) for r in rig.rows("web")["data"]]
+    assert (holder, status) == (ghost, "IN_PROGRESS")
