@@ -188,10 +188,11 @@ class Actor:
         # An event only if the row's state changes (an action a dead engine
         # left IN_PROGRESS): an unchanged resource has none, as in Heat.
         changed = (effective.action, effective.status) != (action, vocab.STACK_COMPLETE)
-        stacks.resource_set_state(self.db, effective.id, self.engine_id, action,
-                                  vocab.STACK_COMPLETE, None, values, event=changed)
-        return Outcome.done(ResourceData(row.name, effective.id, effective.physical_id,
-                                         d.observed.attributes).passed_on(ctx.template))
+        won = stacks.resource_set_state(self.db, effective.id, self.engine_id, action,
+                                        vocab.STACK_COMPLETE, None, values, event=changed)
+        return ended(won, row.name, Outcome.done(ResourceData(
+            row.name, effective.id, effective.physical_id,
+            d.observed.attributes).passed_on(ctx.template)))
 
     # Clean-up nodes ------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ class Work(enum.StrEnum):
     BUSY = "busy"  # another operation is under way on it
 
 
-@dataclass
+@dataclass(frozen=True)
 class Decision:
     kind: Work
     props: dict

@@ -45,6 +45,12 @@ LOG = logging.getLogger(__name__)
 ROLLING_BACK = "rolling back: "  # status_reason prefix of a rollback after a failure
 
 
+class _Ended(Exception):
+    """``fail_tx``'s own finding that the traversal is no longer current
+    (nothing written): ``fail`` answers False. A TraversalLost from the
+    rollback's preparation is not this and goes up."""
+
+
 # Starting ----------------------------------------------------------------------------
 
 
@@ -146,7 +152,7 @@ def fail(db: Database, stack_id: str, traversal_id: str, reason: str,
     try:
         with db.session() as session:
             return fail_tx(session, stack_id, traversal_id, reason, rollback, node)
-    except prepare.TraversalLost:
+    except _Ended:
         return False
 
 
@@ -167,13 +173,13 @@ def fail_tx(session: Session, stack_id: str, traversal_id: str, reason: str,
     # current and in progress, which a report relies on (``report._inline``).
     sync_points.delete_all_tx(session, stack_id)
     if not stacks.stack_set_status_tx(session, stack_id, traversal_id, vocab.STACK_FAILED, reason):
-        raise prepare.TraversalLost(f"stack {stack_id}: traversal {traversal_id} ended meanwhile")
+        raise _Ended(f"stack {stack_id}: traversal {traversal_id} ended meanwhile")
     LOG.warning("stack %s: %s", stack.name, reason)
     _count_traversal(session, stack, vocab.STACK_FAILED)
     if rollback:
         failed = stacks.stack_get_tx(session, stack_id, lock="update")
         if failed is None:  # written FAILED just above, in this transaction
-            raise prepare.TraversalLost(f"stack {stack_id}: gone while failing")
+            raise _Ended(f"stack {stack_id}: gone while failing")
         # Its event is the one of the note below (same status, the reason why).
         tr = prepare.prepare_traversal_tx(session, failed, vocab.STACK_ROLLBACK, event=False)
         expected = vocab.STACK_COMPLETE if tr.complete else vocab.STACK_IN_PROGRESS

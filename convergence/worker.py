@@ -52,7 +52,7 @@ from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
 from sharemgr.manager.coordination import Coordinator
-from sharemgr.manager.operations import Operations
+from sharemgr.manager.operations import OperationFailed, Operations
 from sharemgr.manager.runner import request_end
 
 __all__ = ["CHAIN_LIMIT", "Skip", "Worker"]
@@ -179,6 +179,8 @@ class Worker:
             nxt, finished = self._check(req_id, args, chain=chain, head=head)
         except Exception as exc:  # recorded on the request: the watchdog counts failures
             status, error, _message = request_end(exc, req_id, vocab.ACTION_CHECK)
+            if isinstance(exc, OperationFailed):  # logged by the request loop's end line
+                LOG.warning("request %s (%s) failed: %s", req_id, vocab.ACTION_CHECK, error)
         else:
             if finished:  # its report recorded it
                 status = None

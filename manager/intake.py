@@ -16,6 +16,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, quiet
 from sharemgr.db.engine import Database
+from sharemgr.db.records import Record
 from sharemgr.manager import (
     access,
     delete_plans,
@@ -51,7 +52,7 @@ def check_name(name: str | None, model: models.ModelClass, what: str) -> None:
         raise InvalidRequest(f"{what} name is {len(name)} characters long; at most {limit}")
 
 
-T = TypeVar("T", bound=models.Base)
+T = TypeVar("T")
 
 
 class Intake:
@@ -92,8 +93,10 @@ class Intake:
     def _write(self, plan: plans.Plan, what: str, model: type[T]) -> T:
         """The plan's rows, changes and pending request in one transaction; a
         concurrent change makes it fail with a clear message. Returns the
-        resource's row as the plan wrote or read it."""
+        resource's row as the plan wrote or read it (checked against ``model``
+        before anything is written)."""
         assert plan.op is not None
+        assert isinstance(plan.row, model), (plan.row, model)
         try:
             written = db_api.transition_with_request(self.db, plan.changes, plan.op.request(),
                                                      rows=plan.add, claims=plan.claims,
@@ -107,7 +110,6 @@ class Intake:
         if not written:
             raise InvalidRequest(f"cannot {plan.op.action} {what}: it changed meanwhile, "
                                  "try again")
-        assert isinstance(plan.row, model), (plan.row, model)
         return plan.row
 
     def _delete(self, type_: str, ident: str, force: bool, model: type[T]) -> T:
@@ -148,8 +150,9 @@ class Intake:
                                   snapshot_id, share_server_id, share_group_id, project_id)
         return self._write(plan, "share", models.Share)
 
-    def delete_share(self, share_id: str, force: bool = False) -> models.Share:
-        return self._delete(vocab.SHARE, share_id, force, models.Share)
+    def delete_share(self, share_id: str, force: bool = False) -> Record:
+        # The share as its delete plan read it: a plain record (db/resources.py).
+        return self._delete(vocab.SHARE, share_id, force, Record)
 
     def resize_share(self, share_id: str, new_size: int, extend: bool) -> models.Share:
         check_size(new_size, "new size")

@@ -87,10 +87,12 @@ class Plan:
                  conditions: Sequence[quiet.Quiet] = ()) -> Plan:
         """This plan with more rows, changes, claims and conditions after its
         own, and ``op`` if it has none."""
-        return dataclasses.replace(
+        more = dataclasses.replace(
             self, add=(*self.add, *add), changes=(*self.changes, *changes),
             op=self.op or op, claims=(*self.claims, *claims),
             conditions=(*self.conditions, *conditions))
+        object.__setattr__(more, "row", self.row)  # its resource is still this plan's
+        return more
 
 
 def need(status: str, allowed: tuple[str, ...], what: str, doing: str) -> None:

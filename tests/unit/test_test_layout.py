@@ -134,8 +134,6 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "manager/handlers.py": (UNIT + "manager/test_operation_table.py", FUNC + "test_operations.py"),
     "manager/carry_out.py": (UNIT + "manager/test_operation_table.py",
                              UNIT + "test_force_delete.py", FUNC + "test_operations.py"),
-    "manager/intake.py": (UNIT + "test_sizes.py", UNIT + "manager/test_access.py",
-                          UNIT + "manager/test_capabilities.py"),
     "manager/kinds.py": (UNIT + "test_column_lengths.py",),
     "manager/lock_names.py": (UNIT + "reconcile/test_reconciler_locks_and_failures.py",),
     "manager/membership.py": (UNIT + "test_fencing.py",),
