@@ -5,6 +5,7 @@ list: what happened to a stack and its resources, as Heat's (doc/convergence.rst
 from __future__ import annotations
 
 import argparse
+import signal
 import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -54,9 +55,16 @@ class StackEventList(base.OnStack, base.Lister):
 
         stack = lookup(self.app, parsed_args.name)
         if parsed_args.follow:
+            # Ctrl-C sets a flag the loop reads between reads: raised as
+            # KeyboardInterrupt inside a database call, it could leave the
+            # connection pool's lock held, and the exit's dispose waited on
+            # it for ever (a --follow that never ended under load).
+            stopped: list[int] = []
+            previous = signal.signal(signal.SIGINT, lambda signum, _frame: stopped.append(signum))
             try:
-                self._follow(stack, parsed_args.resource)
-            except KeyboardInterrupt:
+                self._follow(stack, parsed_args.resource, stopped)
+            finally:
+                signal.signal(signal.SIGINT, previous)
                 self.app.stdout.flush()
             return COLUMNS, []
         rows = stack_events.events(self.app.context.db, stack.id, parsed_args.resource)
@@ -68,14 +76,14 @@ class StackEventList(base.OnStack, base.Lister):
             return 0
         return super().produce_output(parsed_args, column_names, data)
 
-    def _follow(self, stack: models.Stack, resource: str | None) -> None:
+    def _follow(self, stack: models.Stack, resource: str | None, stopped: list[int]) -> None:
         """Print the events as they come: read the head, then the events
         after the last printed; a head read terminal before them means its
         final event (written with it) is among them, and the loop ends."""
         from sharemgr.db import stack_events, stack_work
 
         db, out, last = self.app.context.db, self.app.stdout, 0
-        while True:
+        while not stopped:
             head = stack_work.stack_head(db, stack.id, include_deleted=True)
             for event in stack_events.events(db, stack.id, resource, after=last):
                 out.write(_line(stack.name, event))
@@ -87,7 +95,7 @@ class StackEventList(base.OnStack, base.Lister):
                 return
             if head.status != vocab.STACK_IN_PROGRESS:
                 return
-            time.sleep(FOLLOW_POLL)
+            time.sleep(FOLLOW_POLL)  # a signal's handler runs in it; the loop then ends
 
 
 class StackEventShow(base.OnStack, base.ShowOne):
