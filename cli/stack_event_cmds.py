@@ -58,13 +58,19 @@ class StackEventList(base.OnStack, base.Lister):
             # Ctrl-C sets a flag the loop reads between reads: raised as
             # KeyboardInterrupt inside a database call, it could leave the
             # connection pool's lock held, and the exit's dispose waited on
-            # it for ever (a --follow that never ended under load).
+            # it for ever (a --follow that never ended under load). A second
+            # Ctrl-C interrupts at once (a database that does not answer).
             stopped: list[int] = []
-            previous = signal.signal(signal.SIGINT, lambda signum, _frame: stopped.append(signum))
+
+            def on_interrupt(signum: int, _frame: object) -> None:
+                stopped.append(signum)
+                signal.signal(signal.SIGINT, previous or signal.default_int_handler)
+
+            previous = signal.signal(signal.SIGINT, on_interrupt)
             try:
                 self._follow(stack, parsed_args.resource, stopped)
             finally:
-                signal.signal(signal.SIGINT, previous)
+                signal.signal(signal.SIGINT, previous or signal.default_int_handler)
                 self.app.stdout.flush()
             return COLUMNS, []
         rows = stack_events.events(self.app.context.db, stack.id, parsed_args.resource)
