@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sqlite3
+import time
 
 import pytest
 
@@ -84,9 +86,35 @@ def _frozen_in_call(d: Deployment, engine, method: str, rid: str):
     wait_until(lambda: any(c["engine_id"] == eid for c in _calls(d, method, rid)),
                what=f"{method} of {rid} on engine A")
     b = d.start(name="b")
-    os.kill(engine.proc.pid, signal.SIGSTOP)
+    _freeze(d, engine)
     (_gate(d) / method).unlink()
     return b
+
+
+def _freeze(d: Deployment, engine) -> None:
+    """SIGSTOP ``engine``, outside a write transaction on SQLite: frozen
+    inside one (a lease renewal), it would hold the database's single write
+    lock and stop every engine's writes until it resumes
+    (doc/reconciliation.rst, "Fencing") — not the pause these tests are about."""
+    connection = d.sections["database"].get("connection", "")
+    while True:
+        os.kill(engine.proc.pid, signal.SIGSTOP)
+        if connection or _sqlite_writable(d.state / "sharemgr.sqlite"):
+            return
+        os.kill(engine.proc.pid, signal.SIGCONT)
+        time.sleep(0.05)
+
+
+def _sqlite_writable(path) -> bool:
+    conn = sqlite3.connect(path, timeout=0.5, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:  # "database is locked"
+        return False
+    finally:
+        conn.close()
 
 
 def _resume(engine) -> None:
