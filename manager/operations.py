@@ -199,8 +199,13 @@ class Operations:
                 except Exception:
                     LOG.exception("%s %s: %s failed", rtype, ident, what)
 
-    def fresh(self, model: type[R], ident: str, expected: tuple[str, ...]) -> R:
-        row: R | None = db_api.get(self.db, model, ident)
+    def taken(self, model: type[R], ident: str, expected: tuple[str, ...]) -> R:
+        """The row taken (its fencing token bumped) and re-read in one
+        transaction, for a driver call made outside ``run``: a call of an
+        earlier holder left running cannot land after this one. Stale when
+        it is gone or in none of ``expected``."""
+        row, _ = db_leases.read_and_lease(self.db, model, ident, self.engine_id,
+                                          lambda _row: None, take=expected)
         return _expect(model, ident, row, expected)
 
     def _fresh_leased(self, model: type[R], ident: str, expected: tuple[str, ...],

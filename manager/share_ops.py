@@ -11,9 +11,11 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from oslo_log import log as logging
 from sharemgr.common import messages, vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
+from sharemgr.db import leases as db_leases
 from sharemgr.db import models, resources
 from sharemgr.drivers.exceptions import ShareShrinkingPossibleDataLoss
 from sharemgr.manager import access, kinds, operation_table, views
@@ -23,6 +25,8 @@ from sharemgr.manager.plans import Change, Op
 if TYPE_CHECKING:
     from sharemgr.manager.operations import Operations
     from sqlalchemy.orm import Session
+
+LOG = logging.getLogger(__name__)
 
 
 def _request_host(ops: Operations, op: Op) -> str:
@@ -169,11 +173,22 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
             refused.append(exc)
             raise
         # Replica-aware, as Manila's: every secondary replica takes the size
-        # too (its backend's driver; the share's size is theirs).
-        for rep in db_api.query(ops.db, models.ShareInstance, {"share_id": inst.share_id}):
-            if rep.id != inst.id and kinds.is_secondary(rep):
-                rep_d, rep_server = ops.share_parts(rep)
-                getattr(ops.driver_for(rep.host), name)(rep_d, new_size, rep_server)
+        # too (its backend's driver; the share's size is theirs). Each is
+        # taken first, so its call carries a newer fencing token than any
+        # earlier resize's: one left running by a taken-over resize cannot
+        # land after this one (doc/reconciliation.rst, "Fencing").
+        seen = {rep.id: rep.status
+                for rep in db_api.query(ops.db, models.ShareInstance, {"share_id": inst.share_id})
+                if rep.id != inst.id and kinds.is_secondary(rep)}
+        taken = db_leases.take_rows(ops.db, models.ShareInstance, seen) if seen else {}
+        for rep_id in sorted(seen):
+            rep = taken.get(rep_id)
+            if rep is None:
+                LOG.warning("resize of share %s: replica %s changed meanwhile (no longer %s); "
+                            "left to whoever changed it", inst.share_id, rep_id, seen[rep_id])
+                continue
+            rep_d, rep_server = ops.share_parts(rep)
+            getattr(ops.driver_for(rep.host), name)(rep_d, new_size, rep_server)
         return None
 
     def error_changes(inst: models.ShareInstance) -> list[Change]:
@@ -209,7 +224,7 @@ def update_access(ops: Operations, op: Op, held: bool = False) -> list[Change] |
     if inst0 is None:
         raise Stale(f"share instance {op.ident} is gone")
     with contextlib.nullcontext() if held else ops.locked(vocab.SHARE_INSTANCE, inst0.id):
-        inst = ops.fresh(models.ShareInstance, inst0.id, (vocab.AVAILABLE,))
+        inst = ops.taken(models.ShareInstance, inst0.id, (vocab.AVAILABLE,))
         _sync_access(ops, inst, resync=bool(op.args.get("resync")))
     return None
 
@@ -242,7 +257,7 @@ def flush_access(ops: Operations, inst: models.ShareInstance) -> None:
     meanwhile (a stack's, or any that found the share busy) are applied
     now, under the same lock. Costs nothing when none are queued."""
     if inst.access_rules_status == vocab.ACCESS_RULES_SYNCING:
-        _sync_access(ops, ops.fresh(models.ShareInstance, inst.id, (vocab.AVAILABLE,)))
+        _sync_access(ops, ops.taken(models.ShareInstance, inst.id, (vocab.AVAILABLE,)))
 
 
 def _sync_access(ops: Operations, inst: models.ShareInstance, resync: bool = False) -> None:

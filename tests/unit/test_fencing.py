@@ -17,7 +17,7 @@ from sharemgr.manager.membership import Membership
 from sharemgr.manager.operations import Lost, NotNow
 from sharemgr.manager.plans import Op
 
-from tests.unit.reconcile_harness import HOSTBE, add_request, fetch, make_share
+from tests.unit.reconcile_harness import HOSTBE, add_request, fetch, make_replica, make_share
 
 
 def _fence(db, ident: str) -> int:
@@ -347,3 +347,31 @@ def test_a_drift_finding_is_not_written_over_a_newer_change(any_engine):
                                  drift.policy_table({"size": "error"})).run()
     row = fetch(engine.db, vocab.SHARE_INSTANCE, inst.id)
     assert (row.status, row.drift) == (vocab.AVAILABLE, None), summary
+
+
+def test_each_resize_reaches_a_secondary_replica_under_a_newer_token(any_engine):
+    """A resize calls the driver for the share's secondary replicas too. Each
+    such call carries a token newer than the last one's, so a call left
+    running by a taken-over resize is refused by the backend once the next
+    resize's call to the same replica arrived (the many-host run's
+    ``overlap``: two resizes' calls to one replica, equal tokens, both
+    accepted)."""
+    engine = any_engine
+    rep = make_replica(engine.db, vocab.AVAILABLE)
+    active = api.query(engine.db, models.ShareInstance, {"share_id": rep.share_id,
+                                                         "replica_state": vocab.REPLICA_ACTIVE})[0]
+    tokens: dict[str, list[int]] = {active.id: [], rep.id: []}
+
+    def resize(share, new_size, server=None):
+        tokens[share["id"]].append(share["fence_token"])
+
+    engine.driver.extend_share = resize
+    for new_size in (7, 9):
+        assert api.conditional_update(engine.db, models.ShareInstance, active.id,
+                                      {"status": vocab.AVAILABLE}, {"status": vocab.EXTENDING})
+        engine.operations.perform(Op(vocab.SHARE_INSTANCE, active.id, vocab.ACTION_EXTEND,
+                                     args={"new_size": new_size}))
+    assert len(tokens[rep.id]) == 2 and tokens[rep.id][0] < tokens[rep.id][1], tokens
+    # The replica is available still, under its newest token.
+    row = fetch(engine.db, vocab.SHARE_INSTANCE, rep.id)
+    assert (row.status, row.fence) == (vocab.AVAILABLE, tokens[rep.id][1])

@@ -326,3 +326,25 @@ def test_ensure_runs_at_every_start_when_the_backend_info_is_empty(eng):
     driver.get_backend_info = lambda: {"version": "2"}
     assert ensure.ensure_backend(db, HOSTBE, driver) == 1
     assert ensure.ensure_backend(db, HOSTBE, driver) == 0
+
+
+def test_each_update_access_call_carries_a_newer_token(eng):
+    """update_access does not go through ``Operations.run``; it takes the
+    instance all the same, so a call left running by a taken-over update
+    cannot land after the next one (doc/reconciliation.rst, "Fencing")."""
+    db, driver = eng.db, eng.driver
+    inst = make_share(db)
+    tokens = []
+    sent = driver.update_access
+
+    def update_access(share, *args, **kwargs):
+        tokens.append(share["fence_token"])
+        return sent(share, *args, **kwargs)
+
+    driver.update_access = update_access
+    intake = Intake(db, None)
+    for to in ("10.0.0.1", "10.0.0.2"):
+        intake.allow_access(inst.share_id, "ip", to)
+        _run_request(eng, inst)
+    assert len(tokens) == 2 and tokens[0] < tokens[1], tokens
+    assert api.get(db, models.ShareInstance, inst.id).fence == tokens[1]
