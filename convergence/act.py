@@ -28,6 +28,7 @@ from sharemgr.convergence.node_check import (
     End,
     Outcome,
     Result,
+    ended,
 )
 from sharemgr.convergence.properties import ResourceData
 from sharemgr.convergence.row_locks import RowLocks
@@ -51,18 +52,6 @@ COPY_WAIT = 3600.0
 # The stack action an update node's work is recorded as.
 _ACTION = {Work.CREATE: vocab.STACK_CREATE, Work.REPLACE: vocab.STACK_CREATE,
            Work.UPDATE: vocab.STACK_UPDATE}
-
-
-def ended(won: bool, name: str, outcome: Outcome) -> Outcome:
-    """``outcome``, if the row's end was written (``stack_work.end``'s
-    answer); else another engine took the row's lock while the work ran
-    (its watchdog judged this engine dead) and the node bails: the row is
-    its new holder's to end, and reporting on it here would end the stack
-    around a row still IN_PROGRESS."""
-    if won:
-        return outcome
-    LOG.warning("%s: its row's lock was taken over while its work ran; the node bails", name)
-    return Outcome.bailed(f"{name}: its row's lock was taken over while its work ran")
 
 
 class Actor:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from oslo_log import log as logging
 from sharemgr.common.outcome import ENDED, REPLAN, RETRY, SUPERSEDED, Outcome, Result
 from sharemgr.convergence.graph import Graph, Node
 from sharemgr.convergence.template import Template
@@ -14,12 +15,26 @@ from sharemgr.db import models
 from sharemgr.manager.operations import Stale
 
 __all__ = ["ENDED", "REPLAN", "RETRY", "SUPERSEDED", "Claimed", "Ctx", "Outcome",
-           "Result", "Skip"]
+           "Result", "Skip", "ended"]
+
+LOG = logging.getLogger(__name__)
 
 
 class Skip(Stale):
     """The check did nothing (bailed out, forwarded, superseded); the runner
     records the note on the request, which ends ``done``."""
+
+
+def ended(won: bool, name: str, outcome: Outcome) -> Outcome:
+    """``outcome``, if the row's end was written (``stack_work.end``'s
+    answer); else another engine took the row's lock while the work ran
+    (its watchdog judged this engine dead) and the node bails: the row is
+    its new holder's to end, and reporting on it here would end the stack
+    around a row still IN_PROGRESS. Every path that ends a row asks this."""
+    if won:
+        return outcome
+    LOG.warning("%s: its row's lock was taken over while its work ran; the node bails", name)
+    return Outcome.bailed(f"{name}: its row's lock was taken over while its work ran")
 
 
 # A check's end left to the report's transaction: (row, action, values, op request).

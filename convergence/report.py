@@ -28,7 +28,7 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence import lifecycle, prepare
 from sharemgr.convergence.graph import Graph, Node, node_key
-from sharemgr.convergence.node_check import Claimed, Ctx, End, Outcome, Result, Skip
+from sharemgr.convergence.node_check import Claimed, Ctx, End, Outcome, Result, Skip, ended
 from sharemgr.convergence.row_locks import RowLocks
 from sharemgr.db import resource_locks, stack_work, sync_points
 from sharemgr.db.engine import Database
@@ -100,13 +100,13 @@ class Reporter:
         node, graph = ctx.node, ctx.graph
         targets = sorted(graph.required_by(node))
         claimed: list[Claimed] = []
-        ended = marked = False
+        written = marked = False
 
         def own_writes(session: Session) -> None:
-            nonlocal ended
-            if ended:
+            nonlocal written
+            if written:
                 return
-            ended = True
+            written = True
             ended_rid = None if end is None else end[0]
             op_id = None if end is None else end[3]
             # The operation's request and the check's own, done in one UPDATE;
@@ -125,9 +125,9 @@ class Reporter:
                     resource_locks.resource_lock_release_tx(session, rid, self.engine_id)
 
         def complete(session: Session) -> None:
-            ended = lifecycle.end_tx(session, ctx.stack_id, ctx.traversal)
+            over = lifecycle.end_tx(session, ctx.stack_id, ctx.traversal)
             own_writes(session)
-            lifecycle.purge_tx(session, ended)
+            lifecycle.purge_tx(session, over)
 
         tx = _Tx(complete, own=True, end=end, claim=ctx.chain > 0)
         if targets[REPORT_IN_ONE:]:
@@ -161,10 +161,10 @@ class Reporter:
             try:
                 if end is not None:
                     rid, action, values, op_id = end
-                    if not stack_work.end(self.db, rid, self.engine_id, action,
-                                          vocab.STACK_COMPLETE, None, values,
-                                          op_request_id=op_id):  # as _row_taken's
-                        outcome = Outcome.bailed(f"resource {rid}: its lock was taken over")
+                    outcome = ended(stack_work.end(self.db, rid, self.engine_id, action,
+                                                   vocab.STACK_COMPLETE, None, values,
+                                                   op_request_id=op_id),
+                                    f"node {node} (resource {rid})", outcome)
             finally:
                 # Also when the end fails (the database still away): a lock
                 # the engine believes a check of its own holds is never taken
@@ -193,7 +193,7 @@ class Reporter:
     def _row_taken(self, ctx: Ctx, tx: _Tx, end: End | None, rid: int) -> NoReturn:
         """The row's end found its lock another engine's (its watchdog judged
         this engine dead while the driver worked): the report was rolled
-        back, so the node bails as the general path's does (``act.ended``).
+        back, so the node bails as the general path's does (``node_check.ended``).
         Its driver call succeeded: its request is done; the row is the new
         holder's to end."""
         LOG.warning("node %s (traversal %s): resource %s's lock was taken over while its "

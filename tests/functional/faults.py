@@ -314,6 +314,7 @@ def exercise(opts: Options, seed: int, repro: str, name: str, db_url: str,
         "backend_calls": len(calls), "fenced_calls": sum(1 for c in calls if c.get("fenced")),
         "requests": getattr(checker, "request_counts", None), "time": timings,
         "violations": violations, "notes": notes, "root": str(root), "reproduce": repro,
+        "diagnostics": checker.diagnostics if checker else {},
     }
     (root / f"{name}-report.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary

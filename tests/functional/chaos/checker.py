@@ -470,6 +470,7 @@ class Checker:
             if len(cs) - explained > max(asked, 1):
                 self.bad(f"twice: {len(cs)} deletes of {rid} with {asked} delete request(s) "
                          f"and {explained} retry(ies) after a crash: {text}")
+                self._diagnose("twice", rid, cs)
                 doubles += 1
         self.calls_total = len(self.calls())
 
@@ -492,6 +493,20 @@ class Checker:
                     self.bad(f"overlap: {a['method']} by {a['engine_id']} ({a['time']} to "
                              f"{a['finished']}) and {b['method']} by {b['engine_id']} "
                              f"(from {b['time']}) on {rid}")
+                    self._diagnose("overlap", rid, [a, b])
+
+    def _diagnose(self, kind: str, rid: str, calls: list[dict]) -> None:
+        """What a run's report keeps of a double or an overlap: the calls
+        (with their tokens) and every request about the object, or about
+        the share it belongs to (a resize reaches its replicas)."""
+        inst = self.instances.get(rid)
+        about = {rid} | ({inst["share_id"], *(i["id"] for i in self.instances.values()
+                                              if i["share_id"] == inst["share_id"])}
+                         if inst else set())
+        self.diagnostics.setdefault(kind, []).append({
+            "id": rid, "calls": calls,
+            "requests": [r for ident in sorted(about)
+                         for r in self.reader.requests(resource_id=ident)]})
 
     # -- requests and logs: notes, not invariants
 
