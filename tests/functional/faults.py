@@ -96,6 +96,7 @@ class FaultFleet(chaos.Fleet):
 
     kinds: tuple[str, ...] = KINDS
     fault_overhead = 0.0  # seconds a fault takes besides its hold (a failover's copy)
+    clock_skew = 0.0  # seconds a clock fault moves an engine's clock
 
     def __init__(self, d: Deployment, rng: random.Random, opts: Options, log: chaos.Log,
                  busy: Callable[[], bool], redis_url: str, db_url: str) -> None:
@@ -291,6 +292,7 @@ def exercise(opts: Options, seed: int, repro: str, name: str, db_url: str,
             violations.append(f"settle: not settled within {opts.settle_timeout:.0f}s")
         checker = chaos.Checker(d, reader, fleet.records, operator.stacks)
         checker.seen_during_chaos = dict(operator.made_but_error)
+        checker.clock_skew = fleet.clock_skew
         checker.run_all()
         violations += checker.violations + fault_failures(checker.world)
         notes += checker.notes

@@ -61,6 +61,7 @@ KINDS = ("partition", "database", "coordination", "asymmetric", "loss", "delay",
          "leader", "failover", "clock", "pause")
 REDIS_KINDS = tuple(k for k in KINDS if k not in ("member", "leader"))
 HOSTS = 3
+CLOCK_SHIFT = 120  # seconds, either way
 
 
 def require_hosts() -> None:
@@ -142,6 +143,7 @@ class HostFleet(FaultFleet):
     """Three engine slots, each on a host of its own, and their faults."""
 
     fault_overhead = 15.0  # a failover's rebuild of the standby
+    clock_skew = float(CLOCK_SHIFT)
 
     def __init__(self, d: Deployment, rng: random.Random, opts: Options, log: chaos.Log,
                  busy: Callable[[], bool], net: Network, pair: Pair, cluster: Cluster | None,
@@ -259,7 +261,7 @@ class HostFleet(FaultFleet):
             self.pair.promote()
             return self.pair.rebuild_standby
         if kind == "clock":
-            offset = self.rng.choice(("+120s", "-120s"))
+            offset = self.rng.choice((f"+{CLOCK_SHIFT}s", f"-{CLOCK_SHIFT}s"))
             self.clocks[slot].write_text(offset + "\n")
             return lambda: self.clocks[slot].write_text("+0s\n")
         raise ValueError(kind)

@@ -38,6 +38,9 @@ class Checker:
         self.violations: list[str] = []
         self.notes: list[str] = []
         self.seen_during_chaos: dict[str, str] = {}
+        # Seconds an engine's clock may be off (a clock fault): the backend's
+        # call log has each call's time by its engine's clock.
+        self.clock_skew = 0.0
         self._calls: list[dict] | None = None
         self.diagnostics: dict[str, Any] = {}
         self.world = reader.world()
@@ -460,7 +463,7 @@ class Checker:
                      if r["status"] == "abandoned" and r["finished_at"]]
             for a, b in zip(cs, cs[1:], strict=False):
                 died = deaths.get(a["engine_id"])
-                slack = datetime.timedelta(seconds=0.5)
+                slack = datetime.timedelta(seconds=0.5 + self.clock_skew)
                 start, end = parse_time(a["time"]) - slack, parse_time(b["time"]) + slack
                 if (died is not None and start <= died <= end) or \
                         any(start <= t <= end for t in taken):
