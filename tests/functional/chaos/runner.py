@@ -113,10 +113,28 @@ def teardown(d: Deployment, reader: Reader, records: list[EngineRecord], timeout
         if retry:
             fire(retry)
         time.sleep(0.5)
+    world = reader.world()
+    rows = world["rows"]
+    instances: dict[str, list[str]] = collections.defaultdict(list)
+    for inst in world["instances"]:
+        instances[inst["share_id"]].append(inst["id"])
     for st in remaining():
         problems.append(f"teardown: stack {st['name']} could not be deleted: {st['action']} "
                         f"{st['status']} ({st['status_reason']!r}) after {asked[st['name']]} "
                         "delete(s)")
+        # What its rows say, and the requests about what they hold: the
+        # report keeps it (the logs may not outlive the machine).
+        mine = [r for r in rows if r["stack_id"] == st["id"]]
+        log(f"teardown: stack {st['name']} rows: " + "; ".join(
+            f"{r['name']} #{r['id']} {r['action']} {r['status']} engine {r['engine_id']} "
+            f"physical {r['physical_id']} ({(r['status_reason'] or '')[:160]!r})"
+            for r in mine))
+        for r in mine:
+            if r["physical_id"] and r["status"] != "COMPLETE":
+                ids = [r["physical_id"], *instances.get(r["physical_id"], [])]
+                for req in reader.requests(resource_id=ids)[-4:]:
+                    log(f"teardown:   request {req['id']} {req['action']} {req['status']} "
+                        f"engine {req['engine_id']} {(req['error'] or '')[:160]!r}")
     world = reader.world()
     for kind, row in transient_resources(world):
         problems.append(f"teardown: {kind} {row['id']} stuck in {row['status']!r}")
