@@ -39,7 +39,7 @@ def create_backup(ops: Operations, op: Op, held: bool = False) -> list[Change] |
     driver = ops.driver_for(row0.host)
     share_d, inst = _backup_share(ops, row0)
 
-    def failed(row: models.ShareBackup) -> list[Change]:
+    def failed(row: models.ShareBackup, _exc: Exception) -> list[Change]:
         return [(models.ShareBackup, row.id, {"status": row.status}, spec.error_values()),
                 (models.ShareInstance, inst.id, {"status": vocab.BACKUP_CREATING},
                  {"status": vocab.AVAILABLE})]
@@ -58,7 +58,7 @@ def restore_backup(ops: Operations, op: Op, held: bool = False) -> list[Change] 
     driver = ops.driver_for(row0.host)
     share_d, inst = _backup_share(ops, row0)
 
-    def failed(row: models.ShareBackup) -> list[Change]:
+    def failed(row: models.ShareBackup, _exc: Exception) -> list[Change]:
         return [
             (models.ShareBackup, row.id, {"status": row.status}, spec.error_values()),
             (

@@ -96,11 +96,12 @@ class Step(Generic[R]):
     what: str  # '<verb> of <what> <id>', for logs and errors
     call: Callable[[R], object]  # the driver call on the re-read row
     done: Callable[[R, object], list[Change]]  # what its success writes
-    failed: Callable[[R], list[Change]] | None = None  # None: the spec's error status
+    failed: Callable[[R, Exception], list[Change]] | None = None  # None: the spec's error
     expected: tuple[str, ...] | None = None  # None: the spec's transient statuses
     method: Callable[[R], str] | None = None  # None: the spec's method
     force: bool = False  # a forced delete: a failure is logged, the success written
-    then: Callable[[R], None] | None = None  # after the success, still under the lock
+    # After the success (given the changes written), still under the lock.
+    then: Callable[[R, list[Change]], None] | None = None
     read: Callable[[Session], R | None] | None = None  # the re-read (None: by id)
 
 
@@ -199,13 +200,17 @@ class Operations:
                 except Exception:
                     LOG.exception("%s %s: %s failed", rtype, ident, what)
 
-    def taken(self, model: type[R], ident: str, expected: tuple[str, ...]) -> R:
-        """The row taken (its fencing token bumped) and re-read in one
-        transaction, for a driver call made outside ``run``: a call of an
-        earlier holder left running cannot land after this one. Stale when
-        it is gone or in none of ``expected``."""
+    def fresh(self, model: type[R], ident: str, expected: tuple[str, ...],
+              take: bool = False) -> R:
+        """The row re-read, or Stale when it is gone or in none of
+        ``expected``. ``take``: taken first (its fencing token bumped), in
+        the same transaction, for a driver call made outside ``run`` under a
+        lock of its own: a call of an earlier holder left running cannot
+        land after this one. A caller that holds the lock for a pass that
+        took the row already does not take it again (the pass's own writes
+        are fenced by the token it took)."""
         row, _ = db_leases.read_and_lease(self.db, model, ident, self.engine_id,
-                                          lambda _row: None, take=expected)
+                                          lambda _row: None, take=expected if take else None)
         return _expect(model, ident, row, expected)
 
     def _fresh_leased(self, model: type[R], ident: str, expected: tuple[str, ...],
@@ -328,12 +333,14 @@ class Operations:
                     log_failure(what, method, exc)
                     if not force:
                         if step.failed is not None:
-                            changes = step.failed(row)
+                            changes = step.failed(row, exc)
                         else:
                             changes = [(model, ident, {"status": row.status},
                                         spec.error_values())]
                         self._commit(_fenced(changes, model, ident, fence), what, rtype, ident)
-                        raise OperationFailed(f"{what} failed: {exc}")
+                        # The driver's exception is the cause: a handler may
+                        # tell its user more (a shrink refused to keep data).
+                        raise OperationFailed(f"{what} failed: {exc}") from exc
                     kind = kinds.kind(rtype)
                     LOG.warning("forced %s: the record is deleted although %s failed; %s %s "
                                 "may remain on backend %s: clean it up there", what,
@@ -343,7 +350,7 @@ class Operations:
                 changes = step.done(row, result)
                 self._commit(_fenced(changes, model, ident, fence), what, rtype, ident)
                 if step.then is not None:
-                    step.then(row)
+                    step.then(row, changes)
                 return changes
 
     # Row loading -------------------------------------------------------------

@@ -115,15 +115,13 @@ def promote(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
     if rep0 is None:
         raise Stale(f"replica {op.ident} is gone")
     driver = ops.driver_for(rep0.host)
-    answers: dict[str, dict[str, str]] = {}
 
     def call(rep: models.ShareInstance) -> object:
         # Judged here: an answer that cannot be recorded is a failure.
-        answers["states"] = _states(driver.promote_replica(*_arguments(ops, rep)))
-        return None
+        return _states(driver.promote_replica(*_arguments(ops, rep)))
 
-    def done(rep: models.ShareInstance, _r: object) -> list[Change]:
-        states = answers["states"]
+    def done(rep: models.ShareInstance, states: object) -> list[Change]:
+        assert isinstance(states, dict)
         return [(models.ShareInstance, rep.id, {"status": rep.status},
                  {"status": spec.success, "replica_state": vocab.REPLICA_ACTIVE}),
                 *promoted_changes(ops.db, rep, states)]
@@ -155,7 +153,7 @@ def resync(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
                  {"status": rep.status, "replica_state": rep.replica_state},
                  {"replica_state": state})]
 
-    def failed(rep: models.ShareInstance) -> list[Change]:
+    def failed(rep: models.ShareInstance, _exc: Exception) -> list[Change]:
         return [(models.ShareInstance, rep.id, {"status": rep.status},
                  {"replica_state": vocab.REPLICA_ERROR})]
 

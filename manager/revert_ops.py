@@ -76,7 +76,7 @@ def revert(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
         driver.revert_to_snapshot(snap_d, rules, [], server)
         return None
 
-    def failed(inst: models.ShareInstance) -> list[Change]:
+    def failed(inst: models.ShareInstance, _exc: Exception) -> list[Change]:
         return [(models.ShareInstance, inst.id, {"status": inst.status}, spec.error_values()),
                 snap_back()]
 

@@ -7,7 +7,6 @@ Their statuses, methods and messages come from the operation table; the rest
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -17,7 +16,7 @@ from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
 from sharemgr.db import models, resources
-from sharemgr.drivers.exceptions import ShareShrinkingPossibleDataLoss
+from sharemgr.drivers.exceptions import ShareBackendException, ShareShrinkingPossibleDataLoss
 from sharemgr.manager import access, kinds, operation_table, views
 from sharemgr.manager.operations import OperationFailed, Stale, Step, log_failure
 from sharemgr.manager.plans import Change, Op
@@ -76,15 +75,13 @@ def create_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
         return _checked(driver.create_share(share_d, server))
 
     spec = operation_table.spec(op.kind, op.action)
-    later: list[bool] = []
 
     def created(inst: models.ShareInstance, answer: object) -> list[Change]:
         values = creation_values(inst, answer, spec.success or vocab.AVAILABLE)
-        later.append(values.get("status") is None)
         return [(models.ShareInstance, inst.id, {"status": inst.status}, values)]
 
-    def then(inst: models.ShareInstance) -> None:
-        if not later[-1]:  # rules queued meanwhile wait for the end of a clone
+    def then(inst: models.ShareInstance, changes: list[Change]) -> None:
+        if not copy_goes_on(changes):  # rules queued meanwhile wait for the end of a clone
             flush_access(ops, inst)
 
     return ops.run(op, Step(
@@ -163,15 +160,10 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
     assert spec.method is not None
     name = spec.method
     method = getattr(driver, name)
-    refused: list[ShareShrinkingPossibleDataLoss] = []
 
     def call(inst: models.ShareInstance) -> object:
         share_d, server = ops.share_parts(inst)
-        try:
-            method(share_d, new_size, server)
-        except ShareShrinkingPossibleDataLoss as exc:
-            refused.append(exc)
-            raise
+        method(share_d, new_size, server)
         # Replica-aware, as Manila's: every secondary replica takes the size
         # too (its backend's driver; the share's size is theirs). Each is
         # taken first, so its call carries a newer fencing token than any
@@ -188,13 +180,19 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
                             "left to whoever changed it", inst.share_id, rep_id, seen[rep_id])
                 continue
             rep_d, rep_server = ops.share_parts(rep)
-            getattr(ops.driver_for(rep.host), name)(rep_d, new_size, rep_server)
+            try:
+                getattr(ops.driver_for(rep.host), name)(rep_d, new_size, rep_server)
+            except ShareShrinkingPossibleDataLoss as exc:
+                # The active replica has shrunk already: not a refusal that
+                # changed nothing (error_changes), a failure.
+                raise ShareBackendException(f"replica {rep.id}: {exc}") from exc
         return None
 
-    def error_changes(inst: models.ShareInstance) -> list[Change]:
+    def error_changes(inst: models.ShareInstance, exc: Exception) -> list[Change]:
         # A shrink the backend refused to protect the data changed nothing:
         # the share is available again, as in Manila (the message says why).
-        values = {"status": vocab.AVAILABLE} if refused else spec.error_values()
+        values = {"status": vocab.AVAILABLE} if isinstance(
+            exc, ShareShrinkingPossibleDataLoss) else spec.error_values()
         return [(models.ShareInstance, inst.id, {"status": inst.status}, dict(values))]
 
     try:
@@ -206,9 +204,9 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
                  {"status": spec.success}),
                 (models.Share, inst.share_id, {}, {"size": new_size}),
             ],
-            error_changes, then=functools.partial(flush_access, ops)), held)
+            error_changes, then=lambda inst, _changes: flush_access(ops, inst)), held)
     except OperationFailed as exc:
-        if refused:
+        if isinstance(exc.__cause__, ShareShrinkingPossibleDataLoss):
             raise OperationFailed(str(exc), messages.SHRINK_REFUSED) from None
         raise
 
@@ -224,7 +222,7 @@ def update_access(ops: Operations, op: Op, held: bool = False) -> list[Change] |
     if inst0 is None:
         raise Stale(f"share instance {op.ident} is gone")
     with contextlib.nullcontext() if held else ops.locked(vocab.SHARE_INSTANCE, inst0.id):
-        inst = ops.taken(models.ShareInstance, inst0.id, (vocab.AVAILABLE,))
+        inst = ops.fresh(models.ShareInstance, inst0.id, (vocab.AVAILABLE,), take=not held)
         _sync_access(ops, inst, resync=bool(op.args.get("resync")))
     return None
 
@@ -257,7 +255,8 @@ def flush_access(ops: Operations, inst: models.ShareInstance) -> None:
     meanwhile (a stack's, or any that found the share busy) are applied
     now, under the same lock. Costs nothing when none are queued."""
     if inst.access_rules_status == vocab.ACCESS_RULES_SYNCING:
-        _sync_access(ops, ops.taken(models.ShareInstance, inst.id, (vocab.AVAILABLE,)))
+        # Under the lock of the operation whose success just bumped the token.
+        _sync_access(ops, ops.fresh(models.ShareInstance, inst.id, (vocab.AVAILABLE,)))
 
 
 def _sync_access(ops: Operations, inst: models.ShareInstance, resync: bool = False) -> None:
