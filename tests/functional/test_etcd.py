@@ -8,7 +8,10 @@ until its TTL; sharemgr asks the lease (manager/coordination.py)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from sharemgr.manager.coordination import STOP_WAIT
 
 from tests.functional.harness import Deployment, wait_until
 
@@ -99,5 +102,10 @@ def test_an_engine_stops_while_etcd_is_away(etcd_cluster, pg_url, deployment):
     engine = d.start()
     etcd_cluster.stop()
     engine.wait_for_log("out of the engines group")
+    started = time.monotonic()
     assert engine.terminate(timeout=45) == 0
-    assert "did not answer within" in engine.text()
+    # Whether tooz's stop hangs depends on where its heart is when the
+    # signal comes (a refused connection fails at once): a stop that took
+    # longer than the bound says why.
+    if time.monotonic() - started > STOP_WAIT + 5:
+        assert "did not answer within" in engine.text()
