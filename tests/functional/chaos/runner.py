@@ -75,12 +75,17 @@ def settle(reader: Reader, fleet: Fleet, timeout: float, log: Log) -> tuple[bool
 # Teardown: every stack left can be deleted, and leaves nothing behind
 
 
+# Deletes of a stack whose own timeout cut them short, at most (teardown).
+DELETE_TRIES = 8
+
+
 def teardown(d: Deployment, reader: Reader, records: list[EngineRecord], timeout: float,
              log: Log) -> tuple[list[str], float]:
     """Delete every stack still there (FAILED ones included), engines calm,
     and check that each goes and takes everything it made with it. A delete
     that fails on the stack's own traversal timeout (``--timeout`` sticks to
-    a stack) is asked again, three times at most."""
+    a stack: 6 to 30 s, which a delete of slow calls can take) is asked
+    again, up to DELETE_TRIES times, as a user of such a stack would."""
     started = time.monotonic()
     problems: list[str] = []
     asked: collections.Counter = collections.Counter()
@@ -106,7 +111,7 @@ def teardown(d: Deployment, reader: Reader, records: list[EngineRecord], timeout
     while time.monotonic() - started < timeout:
         left = remaining()
         retry = [s["name"] for s in left
-                 if s["status"] != "IN_PROGRESS" and asked[s["name"]] < 3
+                 if s["status"] != "IN_PROGRESS" and asked[s["name"]] < DELETE_TRIES
                  and "timed out" in (s["status_reason"] or "")]
         if not left or (not retry and all(s["status"] != "IN_PROGRESS" for s in left)):
             break
