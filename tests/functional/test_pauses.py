@@ -99,10 +99,29 @@ def _freeze(d: Deployment, engine) -> None:
     connection = d.sections["database"].get("connection", "")
     while True:
         os.kill(engine.proc.pid, signal.SIGSTOP)
+        _wait_stopped(engine.proc.pid)
         if connection or _sqlite_writable(d.state / "sharemgr.sqlite"):
             return
         os.kill(engine.proc.pid, signal.SIGCONT)
         time.sleep(0.05)
+
+
+def _wait_stopped(pid: int) -> None:
+    """Until every thread of ``pid`` is stopped: kill() returns once the
+    signal is pending, and until the thread that takes it stops the group,
+    the others run on (under load, long enough for A's call to pass its
+    opened gate and change the backend: seen in CI)."""
+    def states() -> list[str]:
+        out = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/stat") as f:
+                    out.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                pass  # a thread that ended meanwhile
+        return out
+    wait_until(lambda: all(state in "tT" for state in states()), timeout=10, interval=0.01,
+               what=f"every thread of {pid} stopped")
 
 
 def _sqlite_writable(path) -> bool:
