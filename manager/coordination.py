@@ -21,6 +21,10 @@ LOG = logging.getLogger(__name__)
 # Seconds a stop waits for the coordination backend (``Coordinator.stop``).
 STOP_WAIT = 5.0
 
+# Locks a pass may hold at once (``Coordinator.locks_held_limit``).
+FILE_LOCKS_HELD_LIMIT = 1024
+RENEWED_LOCKS_HELD_LIMIT = 64
+
 # The network backends whose server is probed before tooz starts.
 _DEFAULT_PORTS = {"redis": 6379, "rediss": 6379, "etcd3+http": 2379, "etcd3+https": 2379}
 
@@ -69,6 +73,19 @@ class Coordinator:
         # backend whether each is still ours.
         self._held: dict[bytes, object] = {}
         self._held_guard = threading.Lock()
+
+    @property
+    def locks_held_limit(self) -> int:
+        """Most locks a pass (a reconciliation, a drift check) holds at once.
+        tooz's file driver keeps an open file per lock. Redis and etcd renew
+        every held lock with a round trip of its own inside each heartbeat,
+        after the membership's: on a loaded host each round trip waits for
+        the GIL (about 10 ms seen), so 300 held locks made a heartbeat take
+        longer than the membership timeout, and the engine lost its locks
+        and its membership in the middle of its own pass."""
+        if urllib.parse.urlsplit(self.url).scheme == "file":
+            return FILE_LOCKS_HELD_LIMIT
+        return RENEWED_LOCKS_HELD_LIMIT
 
     def _probe(self) -> None:
         """Fail at once when a network backend refuses connections: redis-py

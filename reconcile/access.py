@@ -13,7 +13,7 @@ from sharemgr.common import vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models
-from sharemgr.manager.operations import OperationFailed, Stale, lock_name
+from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Stale, lock_name
 from sharemgr.manager.plans import Op
 from sharemgr.reconcile import rules
 from sharemgr.reconcile.summary import Summary
@@ -35,9 +35,8 @@ def settle(rec: Reconciler, summary: Summary, requests: dict[str, models.Request
             try:
                 _one(rec, summary, requests, dry_run, host, inst_id, stuck)
             except Exception:
-                summary.failed()
-                LOG.exception("reconciliation of the access rules of share instance %s "
-                              "failed", inst_id)
+                rec.failure(summary, "reconciliation of the access rules of share "
+                            "instance %s failed", inst_id)
 
 
 def _skip(summary: Summary, stuck: list, reason: str, dry_run: bool) -> None:
@@ -70,6 +69,11 @@ def _one(rec: Reconciler, summary: Summary, requests: dict[str, models.Request],
         try:
             rec.operations.perform(Op(vocab.SHARE_INSTANCE, inst_id,
                                       vocab.ACTION_UPDATE_ACCESS, host), held=True)
+        except NotNow:
+            raise  # not a member now, its lock lost: the pass is run again
+        except Lost as exc:
+            LOG.info("access rules of share instance %s: taken over meanwhile (%s)",
+                     inst_id, exc)
         except Stale as exc:
             # Not available (error, deleting): nothing to send them to.
             LOG.warning("access rules of share instance %s cannot be sent (%s): error",

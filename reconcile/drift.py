@@ -271,11 +271,16 @@ class DriftChecker:
 
     # Resources the database has -----------------------------------------------------
 
+    def _batch_size(self) -> int:
+        """A batch holds its resources' locks while it checks them."""
+        return min(BATCH_SIZE, self.rec.coordinator.locks_held_limit)
+
     def _scan(self, driver: ShareDriver, target: Target, host: str, summary: DriftSummary,
               dry_run: bool) -> None:
         cands = scan.scan(self.rec.db, target.rtype, host, [vocab.AVAILABLE])
-        for start in range(0, len(cands), BATCH_SIZE):
-            batch = cands[start:start + BATCH_SIZE]
+        size = self._batch_size()
+        for start in range(0, len(cands), size):
+            batch = cands[start:start + size]
             try:
                 self._batch(driver, target, batch, summary, dry_run)
             except Exception:  # one batch's trouble must not hide the others'
@@ -296,8 +301,9 @@ class DriftChecker:
         checked: set[str] = set()
         for (backend, rtype), group in groups.items():
             driver = self.rec.drivers[backend]
-            for start in range(0, len(group), BATCH_SIZE):
-                checked |= self._batch(driver, TARGET[rtype], group[start:start + BATCH_SIZE],
+            size = self._batch_size()
+            for start in range(0, len(group), size):
+                checked |= self._batch(driver, TARGET[rtype], group[start:start + size],
                                        summary, False, policies)
         return summary, {c.id for c in cands} - checked
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
@@ -34,7 +35,13 @@ from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.manager import views
 from sharemgr.manager.coordination import Coordinator
-from sharemgr.manager.operations import OperationFailed, Operations, Stale, lock_name
+from sharemgr.manager.operations import (
+    NotNow,
+    OperationFailed,
+    Operations,
+    Stale,
+    lock_name,
+)
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Op
 from sharemgr.reconcile import access, answers, rules, scan, status_query
@@ -58,17 +65,24 @@ ERROR_LIMIT = 2000
 
 # Most resources one batch holds: one re-read, one driver call, one
 # transaction each. A batch holds the try-locks of its resources while it
-# acts; with a file coordinator each held lock is an open file, so the pool
-# together holds at most LOCKS_HELD_LIMIT.
+# acts, so the pool together holds at most the coordinator's
+# locks_held_limit (an open file each, or a renewal in every heartbeat).
 BATCH_SIZE = 200
-LOCKS_HELD_LIMIT = 1024
 
 
-def batch_size(resources: int, workers: int) -> int:
+def batch_size(resources: int, workers: int, locks_limit: int) -> int:
     """Resources per batch: every worker gets a batch (a slow driver's calls
     spread over the whole pool), within BATCH_SIZE and the lock limit."""
-    return max(1, min(BATCH_SIZE, LOCKS_HELD_LIMIT // max(1, workers),
+    return max(1, min(BATCH_SIZE, locks_limit // max(1, workers),
                       math.ceil(resources / max(1, workers))))
+
+
+def interrupts(exc: BaseException) -> bool:
+    """Whether ``exc``, met on one resource, interrupts the pass rather
+    than fails that resource: the database or coordination backend is away,
+    or this engine may not call a driver now (out of the engines group, its
+    lock lost). The pass is run again once they are back."""
+    return is_outage(exc) or isinstance(exc, NotNow)
 
 
 class Reconciler:
@@ -148,7 +162,8 @@ class Reconciler:
                 # (read before, a request begun in between was missed and the
                 # resource settled under a live engine's feet).
                 requests = self._open_requests(summary, dry_run)
-                size = batch_size(len(cands), self.workers)
+                size = batch_size(len(cands), self.workers,
+                                  self.coordinator.locks_held_limit)
                 futures = [tasks.submit_logged(executor, self._batch, cands[i:i + size],
                                                requests, summary, dry_run,
                                                what=f"reconciliation of {rtype} batch "
@@ -157,6 +172,8 @@ class Reconciler:
                 if futures:
                     waiters.wait_for_all(futures)
             access.settle(self, summary, self._open_requests(summary, dry_run), dry_run)
+            if summary.interrupted is not None:
+                raise summary.interrupted
         finally:
             # Every resource of the stage is done before the pass ends;
             # shutdown(wait=True) would add futurist's idle poll (1 s) to
@@ -272,8 +289,22 @@ class Reconciler:
     # A batch of resources ---------------------------------------------------------
 
     def _failed(self, cand: Candidate, summary: Summary) -> None:
+        self.failure(summary, "reconciliation of %s %s (%s) failed", cand.rtype, cand.id,
+                     cand.status)
+
+    def failure(self, summary: Summary, what: str, *args: object) -> None:
+        """The exception being handled, about one resource: an outage of
+        the database or the coordination backend, or this engine not being
+        allowed to call a driver now (``interrupts``), interrupts the pass (it
+        ends failed and the runner runs it again), anything else is that
+        resource's failure, logged with its traceback."""
+        exc = sys.exc_info()[1]
+        if exc is not None and interrupts(exc):
+            summary.interrupt(exc)
+            LOG.debug(what + ": %s (an outage: the pass is run again)", *args, exc)
+            return
         summary.failed()
-        LOG.exception("reconciliation of %s %s (%s) failed", cand.rtype, cand.id, cand.status)
+        LOG.exception(what, *args)
 
     def _skip(self, cand: Candidate, reason: str, summary: Summary, dry_run: bool) -> None:
         LOG.debug("reconciliation skips %s %s (%s): %s", cand.rtype, cand.id, cand.status,
@@ -320,7 +351,11 @@ class Reconciler:
                     continue
                 held.append((cand, rule))
             if held:
-                self._locked(held, summary)
+                try:
+                    self._locked(held, summary)
+                except Exception:  # a shared step (the backend's answers, a read)
+                    for cand, _ in held:
+                        self._failed(cand, summary)
 
     @contextlib.contextmanager
     def _try_lock(self, cand: Candidate, summary: Summary) -> Iterator[bool]:
@@ -460,8 +495,10 @@ class Reconciler:
         except OperationFailed as exc:
             LOG.warning("%s %s: delete retry failed: %s", cand.rtype, cand.id, exc)
             return rule.error
+        except NotNow:
+            raise  # not a member now, its lock lost: the pass is run again
         except Stale:
-            return None
+            return None  # taken by someone else meanwhile: theirs to settle
         return rule.forced if forced else rule.ok
 
     # Converge ---------------------------------------------------------

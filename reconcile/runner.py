@@ -21,9 +21,9 @@ from sharemgr.db import models
 from sharemgr.manager import kinds
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import OperationFailed
-from sharemgr.manager.outage import Backoff, is_outage
+from sharemgr.manager.outage import Backoff
 from sharemgr.reconcile import drift as drift_mod
-from sharemgr.reconcile.reconciler import Reconciler
+from sharemgr.reconcile.reconciler import Reconciler, interrupts
 from sharemgr.reconcile.scan import Candidate
 from tooz import coordination
 
@@ -73,7 +73,7 @@ class PassRunner:
                 self.stopping.wait(seconds)
 
             result = tenacity.Retrying(
-                retry=tenacity.retry_if_exception(is_outage),
+                retry=tenacity.retry_if_exception(interrupts),
                 wait=wait,
                 stop=lambda _state: self.stopping.is_set(),
                 sleep=sleep,

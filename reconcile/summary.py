@@ -39,6 +39,11 @@ class Summary:
         # Resources whose request this pass abandoned because its engine was
         # dead: the dead engine's lock may outlive its membership a moment.
         self.dead: set[str] = set()
+        # The first outage (database, coordination) met on some resource:
+        # the pass goes on with the others, then ends interrupted, and the
+        # runner runs it again once they are back (a failure would leave the
+        # resource in its transient status until the next restart).
+        self.interrupted: BaseException | None = None
 
     def outcome(self, rtype: str, status: str) -> None:
         with self._lock:
@@ -51,6 +56,11 @@ class Summary:
     def failed(self) -> None:
         with self._lock:
             self.failures += 1
+
+    def interrupt(self, exc: BaseException) -> None:
+        with self._lock:
+            if self.interrupted is None:
+                self.interrupted = exc
 
     def planned(self, item: PlanItem) -> None:
         with self._lock:

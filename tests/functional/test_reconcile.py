@@ -382,8 +382,15 @@ def test_two_engines_settle_300_resources_once(deployment, pg_url, redis_url):
     d.start(wait=False)
     for engine in d.engines[-2:]:
         engine.wait_for_log("share-manager up")
-    wait_until(lambda: not db_api.query(db, models.ShareInstance, {"status": ["creating",
-               "deleting", "extending"]}), timeout=180, interval=1, what="all settled")
+    def left():
+        return db_api.query(db, models.ShareInstance,
+                            {"status": ["creating", "deleting", "extending"]})
+
+    try:
+        wait_until(lambda: not left(), timeout=180, interval=1, what="all settled")
+    except AssertionError as exc:  # what was left, and what the passes said
+        raise AssertionError(f"{exc}; left: {[(r.id, r.status) for r in left()][:5]}; "
+                             f"passes: {d.json('reconcile', 'list')}") from None
     calls = d.backend("calls")[before:]
     acted = collections.Counter(
         c["resource_id"] for c in calls
@@ -393,12 +400,13 @@ def test_two_engines_settle_300_resources_once(deployment, pg_url, redis_url):
     assert set(acted) == set(plan) and set(acted.values()) == {1}, \
         [r for r, n in acted.items() if n != 1][:5]
     engines = {c["engine_id"] for c in calls if c["resource_id"] in plan}
-    # The two new engines' startup passes (a peer or periodic pass may come
-    # after them under load; those are not what this test counts).
-    passes = [p for p in d.json("reconcile", "list") if p["trigger"] == "startup"][:2]
-    assert {p["engine_id"] for p in passes} == engines_of(d)
+    passes = d.json("reconcile", "list", "--limit", "100")
+    assert {p["engine_id"] for p in passes if p["trigger"] == "startup"} >= engines_of(d)
+    # Each resource settled once, by whichever pass got it: the two startup
+    # passes, or a peer pass and a pass run again if an engine dropped out
+    # of the group under load (its passes then end interrupted).
     total = sum(n for p in passes for t in p["outcomes"].values() for n in t.values())
-    assert total == 300
+    assert total == 300, [(p["trigger"], p["outcomes"], p.get("error")) for p in passes]
     assert len(engines) >= 1
     assert_backend_agrees(d)
     db.dispose()

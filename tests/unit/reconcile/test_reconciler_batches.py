@@ -78,10 +78,11 @@ def _singles(driver):
 
 
 def test_batch_size_spreads_over_the_workers_within_the_limits():
-    assert reconciler.batch_size(10000, 4) == reconciler.BATCH_SIZE
-    assert reconciler.batch_size(100, 4) == 25
-    assert reconciler.batch_size(10000, 64) == reconciler.LOCKS_HELD_LIMIT // 64
-    assert reconciler.batch_size(0, 4) == 1
+    assert reconciler.batch_size(10000, 4, 1024) == reconciler.BATCH_SIZE
+    assert reconciler.batch_size(100, 4, 1024) == 25
+    assert reconciler.batch_size(10000, 64, 1024) == 16
+    assert reconciler.batch_size(10000, 8, 64) == 8  # a coordinator that renews each lock
+    assert reconciler.batch_size(0, 4, 1024) == 1
 
 
 def test_one_batch_call_answers_for_the_whole_batch(batch_engine):

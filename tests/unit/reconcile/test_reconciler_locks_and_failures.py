@@ -12,10 +12,11 @@ import threading
 import types
 
 import pytest
+import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.db import api, models
 from sharemgr.db import reconcile as db_rec
-from sharemgr.manager.operations import lock_name
+from sharemgr.manager.operations import NotNow, lock_name
 from tooz import coordination
 
 from tests.unit.reconcile_harness import (
@@ -170,21 +171,25 @@ def test_a_delete_that_raises_something_unexpected_fails_only_its_resource(engin
     assert result["outcomes"] == {vocab.SHARE_INSTANCE: {vocab.DELETED: 2, vocab.ERROR_DELETING: 1}}
 
 
-def test_an_unexpected_error_on_one_resource_does_not_stop_the_pass(engine):
-    """The coordination backend fails on one resource's lock: that resource
-    is a failure of the pass, every other one (of every stage) is settled and
-    the pass is recorded."""
-    db = engine.db
-    broken = make_share(db, vocab.CREATING)
-    others = {rtype: _stuck(engine, rtype) for rtype in STAGE_ORDER}
+def _broken_lock(engine, ident, exc):
     real_try_lock = engine.coordinator.try_lock
 
     def try_lock(name):
-        if name == lock_name(vocab.SHARE_INSTANCE, broken.id):
-            raise coordination.ToozError("lock backend unavailable")
+        if name == lock_name(vocab.SHARE_INSTANCE, ident):
+            raise exc
         return real_try_lock(name)
 
     engine.coordinator.try_lock = try_lock
+
+
+def test_an_unexpected_error_on_one_resource_does_not_stop_the_pass(engine):
+    """Taking one resource's lock fails with a bug (not an outage): that
+    resource is a failure of the pass, every other one (of every stage) is
+    settled and the pass is recorded."""
+    db = engine.db
+    broken = make_share(db, vocab.CREATING)
+    others = {rtype: _stuck(engine, rtype) for rtype in STAGE_ORDER}
+    _broken_lock(engine, broken.id, RuntimeError("a bug in the lock"))
     result = engine.run()
     _untouched(engine, vocab.SHARE_INSTANCE, broken)
     for rtype, row in others.items():
@@ -193,6 +198,81 @@ def test_an_unexpected_error_on_one_resource_does_not_stop_the_pass(engine):
     record = db_rec.passes(db, pass_id=result["id"])[0]
     assert record.finished_at is not None
     assert record.summary["failures"] == 1
+
+
+@pytest.mark.parametrize("outage", [
+    coordination.ToozError("lock backend unavailable"),
+    sa.exc.OperationalError("UPDATE", {}, Exception("too many clients already")),
+])
+def test_an_outage_on_one_resource_interrupts_the_pass(engine, outage):
+    """The coordination backend or the database is away while one
+    resource's lock is taken: every other resource is still settled, and the
+    pass ends failed with the outage (an automatic pass is then run again
+    once they are back: test_runner.py). Counted as that resource's failure,
+    it stayed in its transient status until the next restart."""
+    db = engine.db
+    broken = make_share(db, vocab.CREATING)
+    others = {rtype: _stuck(engine, rtype) for rtype in STAGE_ORDER}
+    _broken_lock(engine, broken.id, outage)
+    with pytest.raises(type(outage)):
+        engine.run()
+    _untouched(engine, vocab.SHARE_INSTANCE, broken)
+    for rtype, row in others.items():
+        _settled(engine, rtype, row)
+    (record,) = db_rec.passes(db, limit=10)
+    assert record.summary["failed"] and type(outage).__name__ in record.summary["error"]
+    assert record.summary["failures"] == 1  # the pass itself, not the resource
+
+
+def test_a_delete_this_engine_may_not_call_now_interrupts_the_pass(engine):
+    """Out of the engines group (its heartbeats starved, say) the retried
+    delete is refused before the driver (NotNow): the pass ends
+    interrupted, to be run again, instead of leaving the share in deleting
+    as if another engine had taken it."""
+    row = make_share(engine.db, vocab.DELETING)
+    engine.operations.not_member = lambda: "its membership expired"
+    with pytest.raises(NotNow):
+        engine.run()
+    _untouched(engine, vocab.SHARE_INSTANCE, row)
+    (record,) = db_rec.passes(engine.db, limit=10)
+    assert record.summary["failed"] and "NotNow" in record.summary["error"]
+    engine.operations.not_member = lambda: None
+    engine.run()
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, row.id).status == vocab.DELETED
+
+
+def test_a_pass_holds_no_more_locks_than_its_coordinator_renews(sqlite_db, redis_url):
+    """On Redis every held lock is renewed in each heartbeat, one round trip
+    each: a pass of 300 resources with eight workers once held all 300, its
+    heartbeat outran the membership timeout, and it lost its locks and its
+    membership in the middle of its own pass."""
+    eng = Engine(sqlite_db, redis_url, workers=8)
+    try:
+        rows = [make_share(sqlite_db, vocab.CREATING) for _ in range(300)]
+        held, most, guard = set(), [0], threading.Lock()
+        real_try_lock = eng.coordinator.try_lock
+
+        @contextlib.contextmanager
+        def counting(name):
+            with real_try_lock(name) as got:
+                if got:
+                    with guard:
+                        held.add(name)
+                        most[0] = max(most[0], len(held))
+                try:
+                    yield got
+                finally:
+                    with guard:
+                        held.discard(name)
+
+        eng.coordinator.try_lock = counting
+        result = eng.run()
+        assert result["outcomes"] == {vocab.SHARE_INSTANCE: {vocab.AVAILABLE: 300}}
+        assert 0 < most[0] <= eng.coordinator.locks_held_limit < 300
+        assert [fetch(sqlite_db, vocab.SHARE_INSTANCE, r.id).status for r in rows] == \
+            [vocab.AVAILABLE] * 300
+    finally:
+        eng.close()
 
 
 def test_every_rule_is_reachable_by_the_scan(engine):

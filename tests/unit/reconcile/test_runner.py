@@ -101,6 +101,33 @@ def test_a_startup_pass_an_outage_interrupts_runs_again(engine, runner, monkeypa
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.AVAILABLE
 
 
+def test_a_startup_pass_an_outage_interrupts_on_one_resource_runs_again(engine, runner,
+                                                                       monkeypatch):
+    """The database fails while one batch takes its rows: the pass settles
+    the rest, ends failed, and its retry settles that batch too."""
+    import sqlalchemy as sa
+    from sharemgr.db import leases as db_leases
+
+    insts = [make_share(engine.db, vocab.CREATING) for _ in range(3)]
+    real, calls = db_leases.take_rows, []
+
+    def flaky(db, model, rows):
+        calls.append(sorted(rows))
+        if len(calls) == 1:
+            raise sa.exc.OperationalError("UPDATE", {}, Exception("too many clients already"))
+        return real(db, model, rows)
+
+    monkeypatch.setattr(db_leases, "take_rows", flaky)
+    result = runner.defer_startup(0).result(timeout=60)
+    assert [fetch(engine.db, vocab.SHARE_INSTANCE, i.id).status for i in insts] == \
+        [vocab.AVAILABLE] * 3
+    first, second = sorted(db_rec.passes(engine.db, host=HOST, limit=10), key=lambda p: p.id)
+    assert first.summary["failed"] and "OperationalError" in first.summary["error"]
+    assert second.id == result["id"] and not second.summary.get("failed")
+    assert sum(p.summary["outcomes"][vocab.SHARE_INSTANCE][vocab.AVAILABLE]
+               for p in (first, second) if p.summary["outcomes"]) == 3
+
+
 def test_a_manual_pass_in_an_outage_fails_at_once(engine, runner, monkeypatch):
     import sqlalchemy as sa
     from sharemgr.manager.operations import OperationFailed
