@@ -76,8 +76,11 @@ class StartupError(Exception):
 class ShareManagerService:
     """One engine: a member of ``sharemgr-engines`` with a services row."""
 
-    def __init__(self, conf: cfg.ConfigOpts) -> None:
+    def __init__(self, conf: cfg.ConfigOpts, worker: int = 0) -> None:
         self.conf = conf
+        #: Its index among the engine processes of this share-manager
+        #: (``[DEFAULT] workers``, daemon/workers.py); 0 when alone.
+        self.worker = worker
         self.host = conf.host
         self.engine_id = f"{conf.host}.{uuid.uuid4()}"
         self.stopping = threading.Event()
@@ -204,7 +207,9 @@ class ShareManagerService:
         if not opts.enabled:
             return
         try:
-            server = health.HealthServer(self, opts.bind_host, opts.port, opts.check_timeout,
+            # Engine process N of several listens on port + N (0: any port).
+            port = opts.port + self.worker if opts.port else 0
+            server = health.HealthServer(self, opts.bind_host, port, opts.check_timeout,
                                          disable_by_file=opts.disable_by_file)
         except health.HealthUnavailable as exc:
             raise StartupError(str(exc))
@@ -457,9 +462,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{BINARY}: configuration error: {exc}", file=sys.stderr)
         return 2
     logging.setup(conf, "sharemgr")
+    if conf.workers > 1:
+        from sharemgr.daemon import workers  # cotyledon: only for a parent
+
+        return workers.run(conf)
     service = ShareManagerService(conf)
     signals.watch({signal.SIGTERM: service.request_stop, signal.SIGINT: service.request_stop,
                    signal.SIGHUP: service.request_reload, signal.SIGUSR2: signals.log_stacks})
+    return serve(service)
+
+
+def serve(service: ShareManagerService) -> int:
+    """Start ``service``, run it until it is asked to stop, stop it: the
+    exit code (2: a bad option value, 1: another start-up failure)."""
     failure, code = None, 1
     try:
         service.start()

@@ -60,3 +60,25 @@ def log_stacks(_signum: int = 0) -> None:
              + "".join(traceback.format_stack(frame))
              for ident, frame in sys._current_frames().items()]
     LOG.warning("the stacks of %d threads (SIGUSR2):\n%s", len(parts), "\n".join(parts))
+
+
+def stacks_on_usr2() -> None:
+    """SIGUSR2 logs the stacks in a process whose signals another loop owns
+    (an engine process under cotyledon, which holds ``set_wakeup_fd``): the
+    handler only writes a byte to a pipe of its own, and a thread of its own
+    logs. Call from the main thread."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+
+    def noted(_signum: int, _frame: object) -> None:
+        try:
+            os.write(write_end, b"!")
+        except BlockingIOError:  # one already waits: its stacks will do
+            pass
+
+    def loop() -> None:
+        while os.read(read_end, 64):
+            log_stacks()
+
+    signal.signal(signal.SIGUSR2, noted)
+    tasks.start_thread(loop, name="stacks")

@@ -180,6 +180,18 @@ coordination_opts = [
 
 manager_opts = [
     cfg.IntOpt(
+        "workers",
+        default=1,
+        min=1,
+        max=64,
+        help="Engine processes of this share-manager (a parent that starts, "
+        "restarts and signals them, as Heat's num_engine_workers): each a full "
+        "engine with its own membership, leases and request lanes. More than one "
+        "helps on PostgreSQL or MariaDB when one engine keeps a core busy; on "
+        "SQLite a second writer only waits. The health endpoint of engine "
+        "process N (from 0) listens on [health] port + N. Read at start only.",
+    ),
+    cfg.IntOpt(
         "request_workers",
         default=8,
         min=1,

@@ -1,0 +1,131 @@
+"""``[DEFAULT] workers`` > 1: several engine processes under one parent.
+
+The parent is cotyledon's ServiceManager (the process launcher of
+OpenStack's Telemetry services, without eventlet): it forks the engine
+processes, starts a new one in place of one that dies (same worker index),
+and passes SIGTERM and SIGHUP on to them. Each child is a whole engine
+(``ShareManagerService``): its own engine id, membership, leases, request
+lanes, startup pass and health endpoint. A child that dies is an engine
+of this host leaving the group: its peers' peer pass, or its successor's
+startup pass, settles what it left, exactly as for separate daemons.
+
+With one worker no parent is started (as oslo.service's launcher runs one
+service in process): the engine is the process systemd and the tests
+signal. Why a separate parent is not simply N daemons started by systemd:
+one unit, one config, one SIGHUP, and a child restarted within a second
+rather than after the unit's RestartSec.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import cotyledon
+from cotyledon.types import WorkerId
+from oslo_config import cfg
+from oslo_log import log as logging
+from sharemgr.common import tasks
+from sharemgr.daemon import signals, systemd
+from sharemgr.daemon.database import open_database
+from sharemgr.db import migration
+from sharemgr.db.engine import DatabaseUnavailable, safe_url
+from sharemgr.manager import config
+
+LOG = logging.getLogger(__name__)
+
+# Seconds the parent gives a stopping child beyond graceful_shutdown_timeout
+# (its driver calls) for the rest of its stop (passes, coordinator, database)
+# before cotyledon ends the children at once.
+STOP_MARGIN = 30
+
+
+class EngineProcess(cotyledon.Service):
+    """One engine process: cotyledon calls ``run`` on a thread of its own,
+    and ``terminate`` (SIGTERM) and ``reload`` (SIGHUP) on others; the
+    process's main thread is cotyledon's signal loop."""
+
+    name = "share-manager engine"
+
+    def __init__(self, worker_id: WorkerId, conf: cfg.ConfigOpts) -> None:
+        super().__init__(worker_id)
+        # Imported here: the parent never builds an engine.
+        from sharemgr.daemon.service import ShareManagerService
+
+        self.service = ShareManagerService(conf, worker=worker_id)
+        self.stopped = threading.Event()
+        # On the child's main thread: the only one that may set handlers.
+        signals.stacks_on_usr2()
+
+    def run(self) -> None:
+        from sharemgr.daemon.service import serve
+
+        try:
+            code = serve(self.service)
+        finally:
+            self.stopped.set()
+        if code:
+            # Its start failed: the parent starts another in its place
+            # (cotyledon slows down a child that keeps failing).
+            raise SystemExit(code)
+
+    def terminate(self) -> None:
+        self.service.request_stop(signal.SIGTERM)
+        self.stopped.wait()
+
+    def reload(self) -> None:
+        self.service.request_reload()
+
+
+def preflight(conf: cfg.ConfigOpts) -> str | None:
+    """What stops every child at once, found before any is forked (None:
+    nothing): the database's schema. The parent holds no connection after."""
+    try:
+        db = open_database(conf)
+    except DatabaseUnavailable as exc:
+        return str(exc)
+    try:
+        runs, why = migration.can_run(db)
+    finally:
+        db.dispose()
+    return None if runs else f"database {safe_url(db.url)}: {why}"
+
+
+def run(conf: cfg.ConfigOpts) -> int:
+    """The parent: start ``conf.workers`` engine processes and supervise
+    them until SIGTERM (exits 0 once they have stopped)."""
+    failure = preflight(conf)
+    if failure is not None:
+        LOG.error("share-manager cannot start: %s", failure)
+        return 1
+    if config.database_url(conf).startswith("sqlite"):
+        LOG.warning("%d engine processes on SQLite: one of them writes at a time, the "
+                    "others wait (doc/operations.rst, 'Engine processes')", conf.workers)
+    # Before cotyledon's run(): it says READY=1 itself and then removes
+    # NOTIFY_SOCKET, so the children send nothing; the watchdog is the
+    # parent's to feed.
+    notifier = systemd.Notifier()
+    manager = cotyledon.ServiceManager(
+        graceful_shutdown_timeout=conf.graceful_shutdown_timeout + STOP_MARGIN)
+    manager.add(EngineProcess, workers=conf.workers, args=(conf,))
+    manager.register_hooks(on_terminate=notifier.stopping,
+                           on_dead_worker=_dead_worker)
+    if notifier.watchdog_interval:
+        interval = notifier.watchdog_interval
+
+        def feed() -> None:
+            while True:
+                notifier.watchdog()
+                time.sleep(interval)
+
+        tasks.start_thread(feed, name="systemd_watchdog")
+    LOG.info("share-manager parent %d: %d engine processes", os.getpid(), conf.workers)
+    manager.run()  # returns only by exiting (sys.exit(0) after SIGTERM)
+    return 0
+
+
+def _dead_worker(_service_id: object, worker_id: WorkerId, exit_code: int) -> None:
+    how = f"killed by signal {-exit_code}" if exit_code < 0 else f"exited {exit_code}"
+    LOG.warning("engine process %d %s; starting another in its place", worker_id, how)
