@@ -18,6 +18,11 @@ reference measured in the same run (the machine-independent figure):
     a pass over ``--healthy`` available instances, nothing stuck: seconds
     and SQL statements; reference: the same over a tenth as many (the same
     statement count shows it is constant), and the plan of the scan query.
+``redis``
+    the ``stuck`` pass with a Redis coordinator (tooz's heart on: every held
+    lock renewed in each heartbeat, so a pass holds at most
+    ``locks_held_limit`` of them and its batches are smaller); reference: the
+    same pass with the file coordinator.
 ``memory``
     peak resident memory (``getrusage``) of a ``stuck`` pass over N and over
     N/2, each in a process of its own; the pass's own growth is the peak
@@ -58,6 +63,7 @@ from sharemgr.manager.operations import Operations, lock_name
 from sharemgr.reconcile.reconciler import Reconciler
 
 PG_ADMIN = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
+REDIS = "redis://127.0.0.1:6379"
 HOST = "bench@be"
 
 
@@ -66,8 +72,9 @@ class Setup:
     dummy backend and an engine's reconciler over them."""
 
     def __init__(self, root: Path, dbkind: str, workers: int, delay: float = 0.0,
-                 batch_method: bool = True) -> None:
+                 batch_method: bool = True, coordination: str = "file") -> None:
         self.root = root
+        self.coordination = coordination
         self.pg_name = None
         if dbkind == "postgresql":
             self.pg_name = f"bench_{uuid.uuid4().hex[:12]}"
@@ -87,8 +94,15 @@ class Setup:
                 options["dummy_method_delays"]["get_share_statuses"] = delay
         self.driver = build_driver("dummy", root, backend="be", **options)
         self.engine = f"bench.{uuid.uuid4()}"
-        self.coord = Coordinator(f"file://{root}/coord?timeout=30", self.engine)
-        self.coord.start(heartbeat=False)
+        if coordination == "redis":
+            # The heart on, as in the daemon: its renewals are the cost.
+            # The daemon's URL with the default membership_timeout (10 s).
+            self.coord = Coordinator(f"{REDIS}?namespace=bench_{uuid.uuid4().hex[:12]}"
+                                     "&membership_timeout=10&lock_timeout=10", self.engine)
+            self.coord.start(heartbeat=True)
+        else:
+            self.coord = Coordinator(f"file://{root}/coord?timeout=30", self.engine)
+            self.coord.start(heartbeat=False)
         self.coord.join_engines()
         ops = Operations(self.db, {"be": self.driver}, self.coord, self.engine, HANDLERS)
         self.rec = Reconciler(self.db, {"be": self.driver}, self.coord, ops, "bench",
@@ -119,7 +133,7 @@ class Setup:
         # The crashed operations held these resources' locks: with a file
         # coordinator their lock files exist (creating 10,000 files is the
         # setup's cost, not the pass's).
-        for inst in insts:
+        for inst in insts if self.coordination == "file" else []:
             with self.coord.try_lock(lock_name(vocab.SHARE_INSTANCE, inst["id"])):
                 pass
         with self.driver.state.transaction() as tx:
@@ -142,10 +156,11 @@ class Setup:
 
 
 def stuck_pass(dbkind: str, resources: int, workers: int, delay: float = 0.0,
-               batch_method: bool = True) -> tuple[float, dict[str, Any]]:
+               batch_method: bool = True, coordination: str = "file"
+               ) -> tuple[float, dict[str, Any]]:
     """Seconds of a pass over ``resources`` stuck instances, and its SQL counts."""
     with tempfile.TemporaryDirectory() as tmp:
-        setup = Setup(Path(tmp), dbkind, workers, delay, batch_method)
+        setup = Setup(Path(tmp), dbkind, workers, delay, batch_method, coordination)
         try:
             setup.populate(resources, "creating")
             stats = SqlStats(setup.db.engine)
@@ -170,6 +185,22 @@ def figure_stuck(args: argparse.Namespace) -> dict[str, object]:
         "ratio_to_reference": round(many / one, 3),
         "inputs": {"resources": args.resources, "workers": args.workers, "delay": 0.0,
                    "database": args.db, "coordination": "file", "driver": "dummy"},
+    }
+
+
+def figure_redis(args: argparse.Namespace) -> dict[str, object]:
+    file, _ = stuck_pass(args.db, args.resources, args.workers)
+    redis, sql = stuck_pass(args.db, args.resources, args.workers, coordination="redis")
+    return {
+        "benchmark": "reconcile_stuck_redis_locks",
+        "figure": {"resources_per_second": round(args.resources / redis, 1),
+                   "seconds": round(redis, 3), "sql": sql},
+        "reference": {"file_coordinator_resources_per_second": round(args.resources / file, 1),
+                      "file_coordinator_seconds": round(file, 3)},
+        "ratio_to_reference": round(redis / file, 3),
+        "inputs": {"resources": args.resources, "workers": args.workers, "delay": 0.0,
+                   "database": args.db, "coordination": "redis (heart on)",
+                   "driver": "dummy"},
     }
 
 
@@ -270,7 +301,7 @@ def figure_memory(args: argparse.Namespace) -> dict[str, object]:
 
 
 FIGURES = {"stuck": figure_stuck, "delay": figure_delay, "healthy": figure_healthy,
-           "memory": figure_memory}
+           "redis": figure_redis, "memory": figure_memory}
 
 
 def main() -> None:

@@ -224,6 +224,20 @@ def test_an_outage_on_one_resource_interrupts_the_pass(engine, outage):
     assert record.summary["failures"] == 1  # the pass itself, not the resource
 
 
+@pytest.mark.parametrize(("url", "limit"), [
+    ("file:///var/lib/sharemgr/coordination?timeout=2", 1024),  # open files
+    ("redis://r:6379?membership_timeout=2&lock_timeout=2", 50),
+    ("redis://r:6379?membership_timeout=10&lock_timeout=10", 250),
+    ("etcd3+http://e:2379?membership_timeout=10&lock_timeout=10&timeout=5", 125),
+    ("redis://r:6379?membership_timeout=600&lock_timeout=600", 1024),
+    ("redis://r:6379", 750),  # tooz's own 30 s
+])
+def test_the_locks_a_pass_holds_fit_in_a_quarter_of_the_timeout(url, limit):
+    from sharemgr.manager.coordination import Coordinator
+
+    assert Coordinator(url, "e").locks_held_limit == limit
+
+
 def test_a_delete_this_engine_may_not_call_now_interrupts_the_pass(engine):
     """Out of the engines group (its heartbeats starved, say) the retried
     delete is refused before the driver (NotNow): the pass ends
@@ -246,7 +260,8 @@ def test_a_pass_holds_no_more_locks_than_its_coordinator_renews(sqlite_db, redis
     each: a pass of 300 resources with eight workers once held all 300, its
     heartbeat outran the membership timeout, and it lost its locks and its
     membership in the middle of its own pass."""
-    eng = Engine(sqlite_db, redis_url, workers=8)
+    # The daemon's URL with the tests' membership timeout (manager/config.py).
+    eng = Engine(sqlite_db, f"{redis_url}&membership_timeout=2&lock_timeout=2", workers=8)
     try:
         rows = [make_share(sqlite_db, vocab.CREATING) for _ in range(300)]
         held, most, guard = set(), [0], threading.Lock()
@@ -268,7 +283,8 @@ def test_a_pass_holds_no_more_locks_than_its_coordinator_renews(sqlite_db, redis
         eng.coordinator.try_lock = counting
         result = eng.run()
         assert result["outcomes"] == {vocab.SHARE_INSTANCE: {vocab.AVAILABLE: 300}}
-        assert 0 < most[0] <= eng.coordinator.locks_held_limit < 300
+        assert eng.coordinator.locks_held_limit == 50
+        assert 0 < most[0] <= 50
         assert [fetch(sqlite_db, vocab.SHARE_INSTANCE, r.id).status for r in rows] == \
             [vocab.AVAILABLE] * 300
     finally:
