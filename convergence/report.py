@@ -196,8 +196,7 @@ class Reporter:
         back, so the node bails as the general path's does (``node_check.ended``).
         Its driver call succeeded: its request is done; the row is the new
         holder's to end."""
-        LOG.warning("node %s (traversal %s): resource %s's lock was taken over while its "
-                    "work ran; the node bails", ctx.node, ctx.traversal, rid)
+        name = f"node {ctx.node} (traversal {ctx.traversal}, resource {rid})"
         self.tracker.finished(*(req_id for req_id, _args, _succ in tx.pending))
         try:
             if end is not None and end[3] is not None:
@@ -205,8 +204,10 @@ class Reporter:
         finally:
             for held in ctx.held:
                 self.locks.release(held)  # only if still ours: a taken lock stays taken
-        self.after(ctx, Outcome.bailed(f"resource {rid}: its lock was taken over"))
-        raise Skip(f"resource {rid}: its lock was taken over while its work ran")
+        # Not won: node_check's one bail for a taken row (logged there).
+        outcome = ended(False, name, Outcome.bailed(name))
+        self.after(ctx, outcome)
+        raise Skip(outcome.reason or name)
 
     def after(self, ctx: Ctx, outcome: Outcome) -> None:
         """Report the node's outcome once its locks are released; whenever

@@ -96,8 +96,8 @@ def teardown(d: Deployment, reader: Reader, records: list[EngineRecord], timeout
         if out.returncode != 0:
             log(f"teardown: stack delete {name} exited {out.returncode}: {out.stderr.strip()}")
 
-    def remaining() -> list[dict]:
-        latest = {s["name"]: s for s in reader.world()["stacks"]}
+    def remaining(world: dict | None = None) -> list[dict]:
+        latest = {s["name"]: s for s in (world or reader.world())["stacks"]}
         return [s for s in latest.values() if s["deleted_at"] is None]
 
     def fire(names: list[str]) -> None:
@@ -123,7 +123,7 @@ def teardown(d: Deployment, reader: Reader, records: list[EngineRecord], timeout
     instances: dict[str, list[str]] = collections.defaultdict(list)
     for inst in world["instances"]:
         instances[inst["share_id"]].append(inst["id"])
-    for st in remaining():
+    for st in remaining(world):
         problems.append(f"teardown: stack {st['name']} could not be deleted: {st['action']} "
                         f"{st['status']} ({st['status_reason']!r}) after {asked[st['name']]} "
                         "delete(s)")
@@ -140,7 +140,6 @@ def teardown(d: Deployment, reader: Reader, records: list[EngineRecord], timeout
                 for req in reader.requests(resource_id=ids)[-4:]:
                     log(f"teardown:   request {req['id']} {req['action']} {req['status']} "
                         f"engine {req['engine_id']} {(req['error'] or '')[:160]!r}")
-    world = reader.world()
     for kind, row in transient_resources(world):
         problems.append(f"teardown: {kind} {row['id']} stuck in {row['status']!r}")
     problems += leftovers(world, backend_now(d))
