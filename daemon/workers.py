@@ -49,12 +49,14 @@ class EngineProcess(cotyledon.Service):
 
     name = "share-manager engine"
 
-    def __init__(self, worker_id: WorkerId, conf: cfg.ConfigOpts) -> None:
+    def __init__(self, worker_id: WorkerId, conf: cfg.ConfigOpts, up_fd: int) -> None:
         super().__init__(worker_id)
         # Imported here: the parent never builds an engine.
         from sharemgr.daemon.service import ShareManagerService
 
         self.service = ShareManagerService(conf, worker=worker_id)
+        # Its "up" goes to the parent, which tells systemd once all are.
+        self.service.notifier = ToParent(up_fd)
         self.stopped = threading.Event()
         # On the child's main thread: the only one that may set handlers.
         signals.stacks_on_usr2()
@@ -77,6 +79,26 @@ class EngineProcess(cotyledon.Service):
 
     def reload(self) -> None:
         self.service.request_reload()
+
+
+class ToParent(systemd.Notifier):
+    """A child's notifier: "up" is one byte on the pipe the parent reads
+    (``Parent.count_up``); nothing else is sent (the parent stops and feeds
+    the watchdog)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+        self.watchdog_interval = 0.0
+
+    def ready(self) -> None:
+        try:
+            os.write(self.fd, b"u")
+        except OSError:  # the parent is gone: this child stops anyway
+            pass
+
+    def stopping(self) -> None:
+        pass
 
 
 def preflight(conf: cfg.ConfigOpts) -> str | None:
@@ -103,13 +125,15 @@ def run(conf: cfg.ConfigOpts) -> int:
     if config.database_url(conf).startswith("sqlite"):
         LOG.warning("%d engine processes on SQLite: one of them writes at a time, the "
                     "others wait (doc/operations.rst, 'Engine processes')", conf.workers)
-    # Before cotyledon's run(): it says READY=1 itself and then removes
-    # NOTIFY_SOCKET, so the children send nothing; the watchdog is the
-    # parent's to feed.
+    # Read before NOTIFY_SOCKET goes: cotyledon's run() would say READY=1
+    # as soon as it forks; here it is said once every child is up.
     notifier = systemd.Notifier()
+    os.environ.pop("NOTIFY_SOCKET", None)
+    up_read, up_write = os.pipe()
+    tasks.start_thread(_count_up, up_read, conf.workers, notifier, name="children_up")
     manager = cotyledon.ServiceManager(
         graceful_shutdown_timeout=conf.graceful_shutdown_timeout + STOP_MARGIN)
-    manager.add(EngineProcess, workers=conf.workers, args=(conf,))
+    manager.add(EngineProcess, workers=conf.workers, args=(conf, up_write))
     manager.register_hooks(on_terminate=notifier.stopping,
                            on_dead_worker=_dead_worker)
     if notifier.watchdog_interval:
@@ -124,6 +148,19 @@ def run(conf: cfg.ConfigOpts) -> int:
     LOG.info("share-manager parent %d: %d engine processes", os.getpid(), conf.workers)
     manager.run()  # returns only by exiting (sys.exit(0) after SIGTERM)
     return 0
+
+
+def _count_up(fd: int, workers: int, notifier: systemd.Notifier) -> None:
+    """READY=1 once ``workers`` children have said they are up (a child
+    started in place of a dead one says so again: counted, not re-sent)."""
+    seen = 0
+    while seen < workers:
+        got = os.read(fd, 64)
+        if not got:
+            return
+        seen += len(got)
+    LOG.info("share-manager parent: all %d engine processes up", workers)
+    notifier.ready()
 
 
 def _dead_worker(_service_id: object, worker_id: WorkerId, exit_code: int) -> None:

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import urllib.request
 
 import pytest
@@ -19,7 +20,7 @@ from sharemgr.common import vocab
 from tests.functional.harness import SETUPS, database, intake, servers, wait_until
 from tests.functional.local_harness import free_port
 
-UP = "share-manager up"
+UP = "share-manager up: host"  # a child's; the parent's line differs
 
 
 def _engines(parent) -> dict[str, int]:
@@ -130,3 +131,31 @@ def test_a_schema_the_children_cannot_run_on_stops_the_parent(deployment, pg_url
     errors = [line for line in (out.stdout + out.stderr).splitlines() if " ERROR " in line]
     assert len(errors) == 1 and "share-manager cannot start: database" in errors[0], errors
     assert "engine processes" not in out.stdout + out.stderr
+
+
+def test_systemd_hears_ready_once_every_child_is_up(deployment, tmp_path):
+    """Type=notify with NotifyAccess=main: the parent says READY=1 once both
+    children are up (cotyledon alone says it as it forks), feeds the
+    watchdog, and says STOPPING=1 on SIGTERM."""
+    d = deployment(extra={"DEFAULT": {"workers": "2"}})
+    d.sync()
+    path = str(tmp_path / "notify")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(60)
+    try:
+        parent = d.start(wait=False, env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "400000"})
+        states = []
+        while not any("READY=1" in m for m in states):
+            states.append(sock.recv(4096).decode())
+            if "READY=1" in states[-1]:
+                assert parent.text().count(UP) == 2, parent.text()[-3000:]
+        while "WATCHDOG=1" not in sock.recv(4096).decode():
+            pass
+        parent.proc.send_signal(signal.SIGTERM)
+        while "STOPPING=1" not in sock.recv(4096).decode():
+            pass
+        assert parent.proc.wait(60) == 0
+    finally:
+        sock.close()
+    assert parent.text().count("share-manager stopped: engine") == 2
