@@ -32,6 +32,7 @@ from sharemgr.convergence.node_check import Claimed, Ctx, End, Outcome, Result, 
 from sharemgr.convergence.row_locks import RowLocks
 from sharemgr.db import resource_locks, stack_work, sync_points
 from sharemgr.db.engine import Database
+from sharemgr.db.retry import is_conflict
 from sqlalchemy.orm import Session
 
 LOG = logging.getLogger(__name__)
@@ -152,9 +153,17 @@ class Reporter:
             found = lifecycle.in_one_transaction(self.db, report)
         except _RowTaken as taken:
             self._row_taken(ctx, tx, end, taken.rid)
-        except Exception:
-            LOG.exception("node %s (traversal %s): could not report in one transaction; "
-                          "writing it step by step", node, ctx.traversal)
+        except Exception as exc:
+            if is_conflict(exc):
+                # The database chose this transaction as a deadlock's victim
+                # (a stack's points purged while its nodes report): expected
+                # under contention, and the steps below do the same work.
+                LOG.warning("node %s (traversal %s): its report lost a conflict (%s); "
+                            "writing it step by step", node, ctx.traversal,
+                            str(exc).strip().splitlines()[0])
+            else:
+                LOG.exception("node %s (traversal %s): could not report in one "
+                              "transaction; writing it step by step", node, ctx.traversal)
             if marked:  # the commit failed
                 self._mark(ctx, tx.later, add=False)
             self.tracker.finished(*(req_id for req_id, _args, _succ in tx.pending))

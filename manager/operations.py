@@ -279,18 +279,27 @@ class Operations:
         engines group, still hold the resource's lock (a pause longer than
         ``lock_timeout`` lets it expire), and the call's lease must have a
         margin left (a pause between the take and the call eats it)."""
-        why = self.not_member()
+        why = self.why_not_call(lock)
         if why:
             raise NotNow(f"{what}: not calling the driver: {why}")
-        if not self.coordinator.still_holds(lock):
-            raise NotNow(f"{what}: not calling the driver: its lock expired or cannot be "
-                         "checked on the coordination backend")
         if terms is not None:
             margin = max(1.0, terms.heartbeat / 3) if terms.heartbeat else 1.0
             left = terms.left()
             if left < margin:
                 raise NotNow(f"{what}: not calling the driver: its lease has "
                                 f"{left:.1f}s left, under the {margin:.1f}s margin")
+
+    def why_not_call(self, lock: bytes) -> str | None:
+        """Why this engine may not call a driver about the resource of
+        ``lock`` (held by the caller) now, or None: out of the engines group,
+        or the lock expired. A driver call made outside ``run`` (access
+        rules) asks it too."""
+        why = self.not_member()
+        if why:
+            return why
+        if not self.coordinator.still_holds(lock):
+            return "its lock expired or cannot be checked on the coordination backend"
+        return None
 
     def run(self, op: Op, step: Step[R], held: bool = False) -> list[Change]:
         """Carry out ``step``, ``op``'s driver call on one row, by the

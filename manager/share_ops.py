@@ -18,7 +18,14 @@ from sharemgr.db import leases as db_leases
 from sharemgr.db import models, resources
 from sharemgr.drivers.exceptions import ShareBackendException, ShareShrinkingPossibleDataLoss
 from sharemgr.manager import access, kinds, operation_table, views
-from sharemgr.manager.operations import OperationFailed, Stale, Step, log_failure
+from sharemgr.manager.operations import (
+    NotNow,
+    OperationFailed,
+    Stale,
+    Step,
+    lock_name,
+    log_failure,
+)
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:
@@ -255,6 +262,15 @@ def flush_access(ops: Operations, inst: models.ShareInstance) -> None:
     meanwhile (a stack's, or any that found the share busy) are applied
     now, under the same lock. Costs nothing when none are queued."""
     if inst.access_rules_status == vocab.ACCESS_RULES_SYNCING:
+        why = ops.why_not_call(lock_name(vocab.SHARE_INSTANCE, inst.id))
+        if why is not None:
+            # The operation's success is written: its rules go to a request
+            # that a member (this engine, once back) carries out.
+            LOG.warning("rules queued for share instance %s left to an update_access "
+                        "request: %s", inst.id, why)
+            db_access.add_requests(ops.db, [Op(vocab.SHARE_INSTANCE, inst.id,
+                                               vocab.ACTION_UPDATE_ACCESS, inst.host).request()])
+            return
         # Under the lock of the operation whose success just bumped the token.
         _sync_access(ops, ops.fresh(models.ShareInstance, inst.id, (vocab.AVAILABLE,)))
 
@@ -269,6 +285,11 @@ def _sync_access(ops: Operations, inst: models.ShareInstance, resync: bool = Fal
     what = f"update_access of share instance {inst.id}"
     driver = ops.driver_for(inst.host)
     share_d, server = ops.share_parts(inst)
+    why = ops.why_not_call(lock_name(vocab.SHARE_INSTANCE, inst.id))
+    if why is not None:
+        # Nothing sent: the rules stay applying/denying and are sent again
+        # (the request goes back to pending; a pass runs again).
+        raise NotNow(f"{what}: not calling the driver: {why}")
     try:
         updates: Mapping[str, object] = driver.update_access(
             share_d, [access.view(r) for r in full], [access.view(r) for r in add],

@@ -13,7 +13,7 @@ from sharemgr.common import vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models
-from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Stale, lock_name
+from sharemgr.manager.operations import NotNow, OperationFailed, Stale, lock_name
 from sharemgr.manager.plans import Op
 from sharemgr.reconcile import rules
 from sharemgr.reconcile.summary import Summary
@@ -71,9 +71,6 @@ def _one(rec: Reconciler, summary: Summary, requests: dict[str, models.Request],
                                       vocab.ACTION_UPDATE_ACCESS, host), held=True)
         except NotNow:
             raise  # not a member now, its lock lost: the pass is run again
-        except Lost as exc:
-            LOG.info("access rules of share instance %s: taken over meanwhile (%s)",
-                     inst_id, exc)
         except Stale as exc:
             # Not available (error, deleting): nothing to send them to.
             LOG.warning("access rules of share instance %s cannot be sent (%s): error",

@@ -348,3 +348,53 @@ def test_each_update_access_call_carries_a_newer_token(eng):
         _run_request(eng, inst)
     assert len(tokens) == 2 and tokens[0] < tokens[1], tokens
     assert api.get(db, models.ShareInstance, inst.id).fence == tokens[1]
+
+
+def test_update_access_out_of_the_group_sends_nothing_and_is_given_back(eng):
+    """Out of the engines group (or its lock expired) an update_access
+    request calls no driver: it ends NotNow (the runner gives it back
+    pending) with the rules still applying, sent once the engine may."""
+    from sharemgr.manager.operations import NotNow
+
+    db, driver = eng.db, eng.driver
+    inst = make_share(db)
+    Intake(db, None).allow_access(inst.share_id, "ip", "10.0.0.1")
+    eng.operations.not_member = lambda: "its membership expired"
+    with pytest.raises(NotNow, match="not calling the driver: its membership expired"):
+        _run_request(eng, inst)
+    assert driver.sent == [] and _rules(db, inst.share_id) == {"10.0.0.1": vocab.ACCESS_APPLYING}
+    eng.operations.not_member = lambda: None
+    eng.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_UPDATE_ACCESS,
+                              inst.host))
+    assert driver.sent == [(["10.0.0.1"], ["10.0.0.1"], [])]
+    assert _rules(db, inst.share_id) == {"10.0.0.1": vocab.ACCESS_ACTIVE}
+
+
+def test_rules_queued_behind_an_operation_cut_off_meanwhile_go_to_a_request(eng):
+    """Rules queued while the share was busy are sent when its operation
+    ends (``flush_access``). If the engine dropped out of the group while
+    the operation's driver call ran, the success is written but the rules
+    are not sent from there: an update_access request carries them, for
+    a member (this engine, once back) to run."""
+    db, driver = eng.db, eng.driver
+    inst = make_share(db)
+    intake = Intake(db, None)
+    intake.resize_share(inst.share_id, 10, extend=True)  # the share is extending
+    _stuck(db, inst, vocab.ACCESS_QUEUED_TO_APPLY)  # as a stack queues them meanwhile
+    extend = [r for r in api.request_list(db, vocab.REQUEST_PENDING)
+              if r.resource_id == inst.id]
+    assert [r.action for r in extend] == [vocab.ACTION_EXTEND]
+    api.conditional_update(db, models.Request, extend[0].id, {}, {"status": vocab.REQUEST_DONE})
+
+    def extend_share(share, new_size, server=None):
+        eng.operations.not_member = lambda: "its membership expired"
+
+    driver.extend_share = extend_share
+    eng.operations.perform(Op.of_request(extend[0]))
+    assert api.get(db, models.ShareInstance, inst.id).status == vocab.AVAILABLE
+    assert driver.sent == []
+    assert _rules(db, inst.share_id) == {"10.9.0.1": vocab.ACCESS_QUEUED_TO_APPLY}
+    eng.operations.not_member = lambda: None
+    _run_request(eng, inst)
+    assert driver.sent == [(["10.9.0.1"], ["10.9.0.1"], [])]
+    assert _rules(db, inst.share_id) == {"10.9.0.1": vocab.ACCESS_ACTIVE}

@@ -255,6 +255,30 @@ def test_a_delete_this_engine_may_not_call_now_interrupts_the_pass(engine):
     assert fetch(engine.db, vocab.SHARE_INSTANCE, row.id).status == vocab.DELETED
 
 
+def test_access_rules_this_engine_may_not_send_now_are_left_for_the_pass_run_again(engine):
+    """The same for a rule cut short on its way to the backend: refused
+    before the driver (NotNow), it is not marked error as a rule its
+    instance cannot take would be; the pass ends interrupted and its next
+    run sends it."""
+    inst = make_share(engine.db, vocab.AVAILABLE)
+    rule = models.ShareAccessRule(id=models.new_id(), share_id=inst.share_id,
+                                  access_type="ip", access_to="10.0.0.1", access_level="ro",
+                                  state=vocab.ACCESS_APPLYING)
+    with engine.db.session() as session:
+        session.add(rule)
+    sent = []
+    engine.driver.update_access = lambda share, rules, add, delete, server=None: \
+        sent.append([r["id"] for r in add]) or {}
+    engine.operations.not_member = lambda: "its membership expired"
+    with pytest.raises(NotNow):
+        engine.run()
+    state = lambda: api.get(engine.db, models.ShareAccessRule, rule.id).state  # noqa: E731
+    assert state() == vocab.ACCESS_APPLYING and sent == []
+    engine.operations.not_member = lambda: None
+    engine.run()
+    assert state() == vocab.ACCESS_ACTIVE and sent == [[rule.id]]
+
+
 def test_a_pass_holds_no_more_locks_than_its_coordinator_renews(sqlite_db, redis_url):
     """On Redis every held lock is renewed in each heartbeat, one round trip
     each: a pass of 300 resources with eight workers once held all 300, its
