@@ -301,7 +301,7 @@ class Reconciler:
         exc = sys.exc_info()[1]
         if exc is not None and interrupts(exc):
             summary.interrupt(exc)
-            LOG.debug(what + ": %s (an outage: the pass is run again)", *args, exc)
+            LOG.debug(what + ": %s (the pass is run again)", *args, exc)
             return
         summary.failed()
         LOG.exception(what, *args)
