@@ -416,8 +416,7 @@ class RequestList(base.Lister):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.add_argument("--status", choices=("pending", "running", "done", "failed",
-                                                 "abandoned"))
+        parser.add_argument("--status", choices=vocab.REQUEST_STATUSES)
         parser.add_argument("--resource", metavar="ID",
                             help="a resource's id: a share or snapshot includes its "
                             "instances' (and a share its backups') requests")

@@ -7,6 +7,7 @@ import datetime
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from sharemgr.cli import base
+from sharemgr.common import vocab
 
 if TYPE_CHECKING:
     from sharemgr.db import models
@@ -92,7 +93,8 @@ class Status(base.ShowOne):
         queue: dict[str, dict[str, int]] = {}
         for (qhost, status), n in sorted(db_status.request_counts(ctx.db).items(),
                                          key=lambda kv: (kv[0][0] or "", kv[0][1])):
-            queue.setdefault(qhost or "any", {"pending": 0, "running": 0})[status] = n
+            counts = queue.setdefault(qhost or "any", dict.fromkeys(vocab.REQUEST_OPEN, 0))
+            counts[status] = n
         stuck = db_status.stuck_counts(
             ctx.db, datetime.timedelta(minutes=parsed_args.stuck_minutes), now)
         found = db_rec.passes(ctx.db, host, dry_run=False)

@@ -32,7 +32,7 @@ def primary_instance(db: Database, share_id: str) -> models.ShareInstance | None
             models.ShareInstance.share_id == share_id,
             models.ShareInstance.deleted_at.is_(None),
             sa.or_(models.ShareInstance.replica_state.is_(None),
-                   models.ShareInstance.replica_state == "active"),
+                   models.ShareInstance.replica_state == vocab.REPLICA_ACTIVE),
         )
         .order_by(models.ShareInstance.created_at, models.ShareInstance.id)
         .limit(1)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import sqlalchemy as sa
+from sharemgr.common import vocab
 from sharemgr.db import tables as t
 from sharemgr.db.engine import Database
 from sharemgr.db.records import Record, pair
@@ -30,7 +31,7 @@ def _live_primary_of_share() -> sa.ColumnElement[bool]:
     """Join condition: the share's live instances that are not secondary replicas."""
     si = t.share_instances
     return sa.and_(si.c.share_id == t.shares.c.id, si.c.deleted_at.is_(None),
-                   sa.or_(si.c.replica_state.is_(None), si.c.replica_state == "active"))
+                   sa.or_(si.c.replica_state.is_(None), si.c.replica_state == vocab.REPLICA_ACTIVE))
 
 
 def _live_instance_of_snapshot() -> sa.ColumnElement[bool]:
