@@ -88,8 +88,13 @@ class RowLocks:
         resource is still transient waits for reconciliation. True if this
         call tidied it."""
         holder = None if row is None else row.engine_id
-        if row is None or row.status != vocab.STACK_IN_PROGRESS or holder == self.engine_id \
-                or (holder is not None and self.coordinator.is_alive(holder)):
+        if row is None or row.status != vocab.STACK_IN_PROGRESS:
+            return False
+        # This engine's own lock that no check of it holds was left by a cut
+        # check (``Actor.cut``): nobody else would end it.
+        leaked = holder == self.engine_id and not self.tracker.holds(row.id)
+        if holder is not None and not leaked and (
+                holder == self.engine_id or self.coordinator.is_alive(holder)):
             return False
         if phys.observe(self.db, row.type, row.physical_id).state == phys.BUSY:
             return False
@@ -98,7 +103,8 @@ class RowLocks:
                  resource_locks.resource_lock_steal(self.db, row.id, self.engine_id, holder))
         if not taken.acquired:
             return False
-        why = f"the death of engine {holder}" if holder else "a pause or partition"
+        why = f"the death of engine {holder}" if holder and not leaked \
+            else "a pause or partition"
         try:
             again = stacks.resource_get(self.db, row.id)
             stack = stack_work.stack_head(self.db, row.stack_id)

@@ -10,7 +10,8 @@ IN_PROGRESS and
   engine that is no longer a member of ``sharemgr-engines``, or for this
   engine while no check of its runs them (their outcome was lost);
 * (in the run after a watched stack ended, and every TIDY_EVERY runs)
-  ends the action of rows that a dead engine left
+  ends the action of rows that a dead engine, or a cut check of this one
+  (its lock leaked: ``Actor.cut``), left
   IN_PROGRESS on a stack whose traversal has ended since (FAILED): they are
   marked FAILED and unlocked, so they do not look busy until the next user
   action;

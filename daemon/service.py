@@ -465,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     if conf.workers > 1:
         from sharemgr.daemon import workers  # cotyledon: only for a parent
 
-        return workers.run(conf)
+        return workers.run(conf, workers.Engine(
+            lambda conf, worker: ShareManagerService(conf, worker=worker), serve))
     service = ShareManagerService(conf)
     signals.watch({signal.SIGTERM: service.request_stop, signal.SIGINT: service.request_stop,
                    signal.SIGHUP: service.request_reload, signal.SIGUSR2: signals.log_stacks})

@@ -22,6 +22,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 import cotyledon
 from cotyledon.types import WorkerId
@@ -42,6 +45,28 @@ LOG = logging.getLogger(__name__)
 STOP_MARGIN = 30
 
 
+class Service(Protocol):
+    """What a child runs: daemon/service.py's ShareManagerService."""
+
+    notifier: systemd.Notifier
+
+    def request_stop(self, signum: int | None = None) -> None: ...
+
+    def request_reload(self, _signum: int | None = None) -> None: ...
+
+
+S = TypeVar("S", bound=Service)
+
+
+@dataclass(frozen=True)
+class Engine(Generic[S]):
+    """How a child builds its engine and runs it (daemon/service.py's, given
+    by its ``main``: this module does not import it)."""
+
+    build: Callable[[cfg.ConfigOpts, int], S]
+    serve: Callable[[S], int]
+
+
 class EngineProcess(cotyledon.Service):
     """One engine process: cotyledon calls ``run`` on a thread of its own,
     and ``terminate`` (SIGTERM) and ``reload`` (SIGHUP) on others; the
@@ -49,12 +74,11 @@ class EngineProcess(cotyledon.Service):
 
     name = "share-manager engine"
 
-    def __init__(self, worker_id: WorkerId, conf: cfg.ConfigOpts, up_fd: int) -> None:
+    def __init__(self, worker_id: WorkerId, conf: cfg.ConfigOpts, up_fd: int,
+                 engine: Engine[Service]) -> None:
         super().__init__(worker_id)
-        # Imported here: the parent never builds an engine.
-        from sharemgr.daemon.service import ShareManagerService
-
-        self.service = ShareManagerService(conf, worker=worker_id)
+        self.engine = engine
+        self.service = engine.build(conf, worker_id)
         # Its "up" goes to the parent, which tells systemd once all are.
         self.service.notifier = ToParent(up_fd)
         self.stopped = threading.Event()
@@ -62,10 +86,8 @@ class EngineProcess(cotyledon.Service):
         signals.stacks_on_usr2()
 
     def run(self) -> None:
-        from sharemgr.daemon.service import serve
-
         try:
-            code = serve(self.service)
+            code = self.engine.serve(self.service)
         finally:
             self.stopped.set()
         if code:
@@ -83,7 +105,7 @@ class EngineProcess(cotyledon.Service):
 
 class ToParent(systemd.Notifier):
     """A child's notifier: "up" is one byte on the pipe the parent reads
-    (``Parent.count_up``); nothing else is sent (the parent stops and feeds
+    (``_count_up``); nothing else is sent (the parent stops and feeds
     the watchdog)."""
 
     def __init__(self, fd: int) -> None:
@@ -115,7 +137,7 @@ def preflight(conf: cfg.ConfigOpts) -> str | None:
     return None if runs else f"database {safe_url(db.url)}: {why}"
 
 
-def run(conf: cfg.ConfigOpts) -> int:
+def run(conf: cfg.ConfigOpts, engine: Engine[S]) -> int:
     """The parent: start ``conf.workers`` engine processes and supervise
     them until SIGTERM (exits 0 once they have stopped)."""
     failure = preflight(conf)
@@ -133,7 +155,7 @@ def run(conf: cfg.ConfigOpts) -> int:
     tasks.start_thread(_count_up, up_read, conf.workers, notifier, name="children_up")
     manager = cotyledon.ServiceManager(
         graceful_shutdown_timeout=conf.graceful_shutdown_timeout + STOP_MARGIN)
-    manager.add(EngineProcess, workers=conf.workers, args=(conf, up_write))
+    manager.add(EngineProcess, workers=conf.workers, args=(conf, up_write, engine))
     manager.register_hooks(on_terminate=notifier.stopping,
                            on_dead_worker=_dead_worker)
     if notifier.watchdog_interval:

@@ -20,7 +20,7 @@ import datetime
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import futurist
@@ -44,7 +44,7 @@ from sharemgr.manager.operations import (
 )
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Op
-from sharemgr.reconcile import access, answers, rules, scan, status_query
+from sharemgr.reconcile import access, outcomes, rules, scan, status_query
 from sharemgr.reconcile.scan import Candidate
 from sharemgr.reconcile.summary import PlanItem, Summary, observe_pass
 
@@ -435,9 +435,9 @@ class Reconciler:
                         summary.outcome(cand.rtype, outcome)
                     continue
                 if rule.action == rules.MARK:
-                    status, changes = self._mark(cand, rule)
+                    status, changes = outcomes.mark(cand, rule)
                 else:
-                    status, changes = self._converge(cand, rule, answered[cand.id])
+                    status, changes = outcomes.converge(cand, rule, answered[cand.id])
                 writes.append((cand, status, changes))
             except Exception:
                 self._failed(cand, summary)
@@ -468,22 +468,6 @@ class Reconciler:
                 return requests[backup.id]
         return None
 
-    def _changes(self, cand: Candidate, status: str, values: Mapping[str, object] | None = None,
-                 extra: list | None = None) -> tuple[str, list]:
-        """The outcome's conditional updates: the row's status first, written
-        only if it still has the status it was read with."""
-        seen: dict[str, object] = {"status": cand.status}
-        if getattr(cand.row, "fence", None) is not None:
-            seen["fence"] = cand.row.fence  # as taken: written only while still ours
-        return status, [(cand.model, cand.id, seen,
-                         {"status": status, **(values or {})})] + (extra or [])
-
-    def _mark(self, cand: Candidate, rule: rules.Rule) -> tuple[str, list]:
-        LOG.warning("%s %s stuck in %s cannot be resumed: %s", cand.rtype, cand.id,
-                    cand.status, rule.error)
-        values = {"replica_state": vocab.REPLICA_ERROR} if cand.rtype == vocab.REPLICA else {}
-        return self._changes(cand, rule.error, values)
-
     def _delete(self, cand: Candidate, rule: rules.Rule) -> str | None:
         # Retried as it was asked: a forced delete stays forced (its request
         # row holds the args), so it never ends in an error status.
@@ -500,32 +484,3 @@ class Reconciler:
         except Stale:
             return None  # taken by someone else meanwhile: theirs to settle
         return rule.forced if forced else rule.ok
-
-    # Converge ---------------------------------------------------------
-
-    def _converge(self, cand: Candidate, rule: rules.Rule,
-                  answered: answers.Verdict) -> tuple[str, list]:
-        healthy, reason, answer = answered
-        values: dict[str, object] = {}
-        extra: list = []
-        if cand.status == vocab.CREATING_FROM_SNAPSHOT and \
-                answer.get("status") == vocab.CREATING_FROM_SNAPSHOT:
-            # Still copying in the backend: the status poll (clone_poll)
-            # ends it, as if the crashed call had returned.
-            LOG.info("%s %s: still copying in the backend; left to the status poll",
-                     cand.rtype, cand.id)
-            return self._changes(cand, cand.status,
-                                 {"progress": str(answer.get("progress") or "0%")[:32]})
-        if healthy:
-            try:
-                values, extra = status_query.healthy_values(cand, answer)
-            except answers.Unusable as exc:
-                healthy, reason = False, f"{rule.method} answered {exc}"
-        if not healthy:
-            LOG.warning("%s %s (%s) → %s: %s", cand.rtype, cand.id, cand.status, rule.error,
-                        reason)
-            values = {"replica_state": vocab.REPLICA_ERROR} if cand.rtype == vocab.REPLICA else {}
-            return self._changes(cand, rule.error, values)
-        LOG.info("%s %s (%s) → %s: %s", cand.rtype, cand.id, cand.status, rule.ok, reason)
-        assert rule.ok is not None, "a query rule names the status it settles to"
-        return self._changes(cand, rule.ok, values, extra)

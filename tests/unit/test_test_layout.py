@@ -144,6 +144,8 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "manager/views.py": (UNIT + "reconcile/test_reconciler_batches.py",),
     "reconcile/answers.py": (UNIT + "reconcile/test_reconciler.py", UNIT + "test_sizes.py"),
     "reconcile/ask.py": (UNIT + "reconcile/test_reconciler_batches.py",),
+    "reconcile/outcomes.py": (UNIT + "reconcile/test_reconciler.py",
+                              UNIT + "reconcile/test_reconciler_batches.py"),
     "reconcile/rules.py": (UNIT + "reconcile/test_reconciler.py",
                            UNIT + "manager/test_operation_table.py"),
     "reconcile/scan.py": (UNIT + "reconcile/test_reconciler_skips.py",
