@@ -173,16 +173,15 @@ def run(conf: cfg.ConfigOpts, engine: Engine[S]) -> int:
 
 
 def _count_up(fd: int, workers: int, notifier: systemd.Notifier) -> None:
-    """READY=1 once ``workers`` children have said they are up (a child
-    started in place of a dead one says so again: counted, not re-sent)."""
+    """READY=1 once ``workers`` children have said they are up. A child
+    started in place of a dead one says so again: read (a full pipe would
+    block its start), not re-sent."""
     seen = 0
-    while seen < workers:
-        got = os.read(fd, 64)
-        if not got:
-            return
+    while got := os.read(fd, 64):
         seen += len(got)
-    LOG.info("share-manager parent: all %d engine processes up", workers)
-    notifier.ready()
+        if seen - len(got) < workers <= seen:
+            LOG.info("share-manager parent: all %d engine processes up", workers)
+            notifier.ready()
 
 
 def _dead_worker(_service_id: object, worker_id: WorkerId, exit_code: int) -> None:
