@@ -14,11 +14,13 @@ what a running engine, or one that does not stop, waits on."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
 import threading
 import traceback
+import types
 from collections.abc import Callable
 
 from oslo_log import log as logging
@@ -54,11 +56,26 @@ def watch(actions: dict[int, Callable[[int], object]]) -> threading.Thread:
     return tasks.start_thread(loop, name="signals")
 
 
+def _current_frames() -> dict[int, types.FrameType]:
+    """``sys._current_frames()`` with the garbage collector off. CPython 3.11
+    makes the frame objects while it holds the runtime's thread-list lock;
+    a collection that runs then and frees a ``threading.local`` needs that
+    lock too, and the process hangs (CPython gh-106883; seen in CI: a test
+    of this module hung its pytest worker)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def log_stacks(_signum: int = 0) -> None:
     names = {t.ident: t.name for t in threading.enumerate()}
     parts = [f"thread {names.get(ident, '?')} ({ident}):\n"
              + "".join(traceback.format_stack(frame))
-             for ident, frame in sys._current_frames().items()]
+             for ident, frame in _current_frames().items()]
     LOG.warning("the stacks of %d threads (SIGUSR2):\n%s", len(parts), "\n".join(parts))
 
 

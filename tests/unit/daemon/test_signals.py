@@ -70,3 +70,26 @@ def test_sigusr2_logs_every_threads_stack(caplog):
     text = record.getMessage()
     assert "thread a-waiting-thread" in text and "thread MainThread" in text
     assert "in wait" in text  # the waiting thread's frame
+
+
+def test_the_stacks_are_read_with_the_garbage_collector_off(monkeypatch):
+    """CPython 3.11's sys._current_frames() makes frame objects while it
+    holds the runtime's thread-list lock; a collection then that frees a
+    threading.local takes that lock too and hangs the process (a pytest
+    worker hung in this module's test). The collector is off meanwhile,
+    and on again after."""
+    import gc
+    import sys
+
+    from sharemgr.daemon import signals
+
+    real, seen = sys._current_frames, []
+
+    def current_frames():
+        seen.append(gc.isenabled())
+        return real()
+
+    monkeypatch.setattr(sys, "_current_frames", current_frames)
+    assert gc.isenabled()
+    signals.log_stacks()
+    assert seen == [False] and gc.isenabled()
