@@ -173,35 +173,35 @@ def stuck_pass(dbkind: str, resources: int, workers: int, delay: float = 0.0,
             setup.close()
 
 
+def _stuck_figure(args: argparse.Namespace, benchmark: str, seconds: float,
+                  sql: dict[str, object], reference: str, reference_seconds: float,
+                  coordination: str) -> dict[str, object]:
+    """A stuck pass's figure beside the reference pass of the same run."""
+    return {
+        "benchmark": benchmark,
+        "figure": {"resources_per_second": round(args.resources / seconds, 1),
+                   "seconds": round(seconds, 3), "sql": sql},
+        "reference": {f"{reference}_resources_per_second":
+                      round(args.resources / reference_seconds, 1),
+                      f"{reference}_seconds": round(reference_seconds, 3)},
+        "ratio_to_reference": round(seconds / reference_seconds, 3),
+        "inputs": {"resources": args.resources, "workers": args.workers, "delay": 0.0,
+                   "database": args.db, "coordination": coordination, "driver": "dummy"},
+    }
+
+
 def figure_stuck(args: argparse.Namespace) -> dict[str, object]:
     one, _ = stuck_pass(args.db, args.resources, 1)
     many, sql = stuck_pass(args.db, args.resources, args.workers)
-    return {
-        "benchmark": "reconcile_stuck_zero_delay",
-        "figure": {"resources_per_second": round(args.resources / many, 1),
-                   "seconds": round(many, 3), "sql": sql},
-        "reference": {"one_worker_resources_per_second": round(args.resources / one, 1),
-                      "one_worker_seconds": round(one, 3)},
-        "ratio_to_reference": round(many / one, 3),
-        "inputs": {"resources": args.resources, "workers": args.workers, "delay": 0.0,
-                   "database": args.db, "coordination": "file", "driver": "dummy"},
-    }
+    return _stuck_figure(args, "reconcile_stuck_zero_delay", many, sql, "one_worker", one,
+                         "file")
 
 
 def figure_redis(args: argparse.Namespace) -> dict[str, object]:
     file, _ = stuck_pass(args.db, args.resources, args.workers)
     redis, sql = stuck_pass(args.db, args.resources, args.workers, coordination="redis")
-    return {
-        "benchmark": "reconcile_stuck_redis_locks",
-        "figure": {"resources_per_second": round(args.resources / redis, 1),
-                   "seconds": round(redis, 3), "sql": sql},
-        "reference": {"file_coordinator_resources_per_second": round(args.resources / file, 1),
-                      "file_coordinator_seconds": round(file, 3)},
-        "ratio_to_reference": round(redis / file, 3),
-        "inputs": {"resources": args.resources, "workers": args.workers, "delay": 0.0,
-                   "database": args.db, "coordination": "redis (heart on)",
-                   "driver": "dummy"},
-    }
+    return _stuck_figure(args, "reconcile_stuck_redis_locks", redis, sql, "file_coordinator",
+                         file, "redis (heart on)")
 
 
 def figure_delay(args: argparse.Namespace) -> dict[str, object]:
