@@ -274,11 +274,12 @@ class Operations:
         except Exception:
             LOG.exception("re-observing %s %s failed", rtype, ident)
 
-    def _guard(self, what: str, terms: leases.Terms | None, lock: bytes) -> None:
+    def guard(self, what: str, terms: leases.Terms | None, lock: bytes) -> None:
         """Right before a driver call: this engine must be a member of the
         engines group, still hold the resource's lock (a pause longer than
         ``lock_timeout`` lets it expire), and the call's lease must have a
-        margin left (a pause between the take and the call eats it)."""
+        margin left (a pause between the take and the call eats it). A
+        driver call made outside ``run`` (access rules) is guarded too."""
         why = self.why_not_call(lock)
         if why:
             raise NotNow(f"{what}: not calling the driver: {why}")
@@ -292,8 +293,7 @@ class Operations:
     def why_not_call(self, lock: bytes) -> str | None:
         """Why this engine may not call a driver about the resource of
         ``lock`` (held by the caller) now, or None: out of the engines group,
-        or the lock expired. A driver call made outside ``run`` (access
-        rules) asks it too."""
+        or the lock expired."""
         why = self.not_member()
         if why:
             return why
@@ -321,7 +321,7 @@ class Operations:
             fence = getattr(row, "fence", None)
             with self.keeper.holding(ident, terms, leased):
                 try:
-                    self._guard(what, terms if leased else None, lock_name(rtype, ident))
+                    self.guard(what, terms if leased else None, lock_name(rtype, ident))
                     try:
                         result = step.call(row)
                     except ShareResourceNotFound as exc:

@@ -19,7 +19,6 @@ from sharemgr.db import models, resources
 from sharemgr.drivers.exceptions import ShareBackendException, ShareShrinkingPossibleDataLoss
 from sharemgr.manager import access, kinds, operation_table, views
 from sharemgr.manager.operations import (
-    NotNow,
     OperationFailed,
     Stale,
     Step,
@@ -285,11 +284,9 @@ def _sync_access(ops: Operations, inst: models.ShareInstance, resync: bool = Fal
     what = f"update_access of share instance {inst.id}"
     driver = ops.driver_for(inst.host)
     share_d, server = ops.share_parts(inst)
-    why = ops.why_not_call(lock_name(vocab.SHARE_INSTANCE, inst.id))
-    if why is not None:
-        # Nothing sent: the rules stay applying/denying and are sent again
-        # (the request goes back to pending; a pass runs again).
-        raise NotNow(f"{what}: not calling the driver: {why}")
+    # NotNow, nothing sent: the rules stay applying/denying and are sent
+    # again (the request goes back to pending; a pass runs again).
+    ops.guard(what, None, lock_name(vocab.SHARE_INSTANCE, inst.id))
     try:
         updates: Mapping[str, object] = driver.update_access(
             share_d, [access.view(r) for r in full], [access.view(r) for r in add],

@@ -39,9 +39,10 @@ class Summary:
         # Resources whose request this pass abandoned because its engine was
         # dead: the dead engine's lock may outlive its membership a moment.
         self.dead: set[str] = set()
-        # The first outage (database, coordination) met on some resource:
-        # the pass goes on with the others, then ends interrupted, and the
-        # runner runs it again once they are back (a failure would leave the
+        # The first interruption met on some resource (an outage of the
+        # database or coordination, a driver call this engine may not make
+        # now: reconciler.interrupts): the pass goes on with the others, then
+        # ends interrupted, and the runner runs it again (a failure would leave the
         # resource in its transient status until the next restart).
         self.interrupted: BaseException | None = None
 
