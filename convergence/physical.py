@@ -121,8 +121,10 @@ def plan_create(db: Database, type_: str, props: Mapping[str, Any], name: str,
             share, inst = plan.add[0], plan.add[1]
             assert isinstance(share, models.Share) and isinstance(inst, models.ShareInstance)
             inst.access_rules_status = vocab.ACCESS_RULES_SYNCING
-            plan = plan.and_then(add=[access.new_rule(share.id, spec)
-                                      for spec in access.check_list(props["access_rules"])])
+            # Held to what the backend can serve, as a change of them is.
+            wanted = access.limited(db, host, props["proto"],
+                                    access.check_list(props["access_rules"]))
+            plan = plan.and_then(add=[access.new_rule(share.id, spec) for spec in wanted])
         return plan
     if type_ == vocab.SNAPSHOT:
         return plans.create_snapshot(db, props["share"], name)

@@ -23,13 +23,20 @@ list is refused. ``ip``: ``ipv4_max_prefix``/``ipv6_max_prefix`` (longest
 network prefix; single addresses are always taken). ``user`` and ``cert``:
 ``pattern`` (a regular expression the whole value must match) with
 ``hint`` (the words a refusal shows), ``max_length``.
+
+Two limits concern a share's rules together, not one rule (``conflicts``),
+each with the backend's reason as its value: ``alone`` (rules of this type
+cannot stand beside rules of another type on one share: Samba's ``hosts
+allow`` holds a share's users to its addresses, so ip and user rules would
+admit only their intersection) and ``one_level`` (this type's rules of one
+share all have one access level: Samba has one ``read only`` per share).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from sharemgr.common import vocab
@@ -184,3 +191,38 @@ def for_protocol(declared: object, proto: str) -> Limits | None:
         return None
     limits = declared.get(proto.upper())
     return limits if isinstance(limits, Mapping) else None
+
+
+def _set_refusal(rule: Rule, other_name: str, other: Rule, limits: Limits) -> str | None:
+    """Why ``rule`` cannot stand beside ``other`` on one share (None: it can)."""
+    own, theirs = (limits.get(r.access_type) for r in (rule, other))
+    own = own if isinstance(own, Mapping) else {}
+    theirs = theirs if isinstance(theirs, Mapping) else {}
+    there = f"{other.access_type} {other.access_to} ({other.access_level}, {other_name})"
+    if other.access_type != rule.access_type:
+        why = own.get("alone") or theirs.get("alone")
+        if why:
+            return (f"{rule.access_type} rules cannot stand beside {other.access_type} rules "
+                    f"on one share ({why}): {there}")
+    elif own.get("one_level") and other.access_level != rule.access_level:
+        return (f"{rule.access_type} rules of one share all have one access level "
+                f"({own['one_level']}): {there}")
+    return None
+
+
+def conflicts(rules: Sequence[tuple[str, Rule]], limits: Limits | None) -> dict[str, str]:
+    """The rules of one share (``(name, rule)``, oldest first) that cannot
+    stand beside an older one by the set limits (``alone``, ``one_level``),
+    by name, with the reason: each rule is judged against the older rules
+    kept, so the newer of two that clash is the one refused."""
+    kept: list[tuple[str, Rule]] = []
+    refused: dict[str, str] = {}
+    for ident, rule in rules:
+        for other_id, other in kept if limits else ():
+            why = _set_refusal(rule, other_id, other, limits or {})
+            if why:
+                refused[ident] = why
+                break
+        else:
+            kept.append((ident, rule))
+    return refused

@@ -10,7 +10,7 @@ plans for a share's ``access_rules`` property.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,8 @@ from sharemgr.drivers import access_rules
 from sharemgr.manager import capabilities
 from sharemgr.manager.plans import Change, Op, Plan, Refused, need, share
 
+# Rules the backend serves or is about to: what a new rule must stand beside.
+SERVED = (vocab.ACCESS_QUEUED_TO_APPLY, vocab.ACCESS_APPLYING, vocab.ACCESS_ACTIVE)
 # Deny may start from these (a rule being applied is overtaken: the deny wins).
 DENIABLE = (vocab.ACCESS_QUEUED_TO_APPLY, vocab.ACCESS_APPLYING, vocab.ACCESS_ACTIVE,
             vocab.ACCESS_ERROR)
@@ -51,24 +53,46 @@ def check(access_type: Any, access_to: Any, access_level: Any = "rw") -> RuleSpe
         raise Refused(str(exc)) from None
 
 
-def limited(db: Database, row: models.Share, inst: models.ShareInstance,
-            spec: RuleSpec) -> RuleSpec:
-    """``spec`` checked against what the share's backend declared it can
-    express (its report's ``access_rule_limits`` for the share's protocol),
-    so that a rule it cannot take is refused here rather than failing there.
-    A backend that declared nothing is held to Manila's limits."""
-    report = capabilities.report(db, inst.host) if inst.host else None
-    declared = report.stats.get(access_rules.LIMITS_KEY) if report is not None else None
-    limits = access_rules.for_protocol(declared, row.share_proto or "")
+def _declared(db: Database, host: str | None, proto: str) -> tuple[access_rules.Limits, str]:
+    """What the backend of ``host`` declared it can express for ``proto``
+    (its report's ``access_rule_limits``), and the words that name it in a
+    refusal. A backend that declared nothing is held to Manila's limits."""
+    report = capabilities.report(db, host) if host else None
+    found = report.stats.get(access_rules.LIMITS_KEY) if report is not None else None
+    limits = access_rules.for_protocol(found, proto)
     if limits is None:
-        limits, where = access_rules.MANILA_LIMITS, "Manila's limits"
-    else:
-        where = f"backend {report.backend if report else inst.host}: {row.share_proto} shares"
-    try:
-        return RuleSpec(*access_rules.check(spec.access_type, spec.access_to,
-                                            spec.access_level, limits, where))
-    except access_rules.RuleRefused as exc:
-        raise Refused(str(exc)) from None
+        return access_rules.MANILA_LIMITS, "Manila's limits"
+    return limits, f"backend {report.backend if report else host}: {proto} shares"
+
+
+def limited(db: Database, host: str | None, proto: str, specs: Sequence[RuleSpec],
+            have: Iterable[models.ShareAccessRule] = (), listed: bool = True
+            ) -> list[RuleSpec]:
+    """``specs`` checked one by one against what ``host``'s backend declared
+    it can express (``_declared``), then together, in their order, beside
+    the share's rules ``have`` that it serves or is about to (oldest
+    first): a rule the backend cannot serve beside the others (the set
+    limits ``alone``, ``one_level``) is refused here rather than ending in
+    error there. ``listed``: the specs are a template's ``access_rules``
+    (a refusal names the rule by its place)."""
+    limits, where = _declared(db, host, proto)
+    checked = []
+    for spec in specs:
+        try:
+            checked.append(RuleSpec(*access_rules.check(
+                spec.access_type, spec.access_to, spec.access_level, limits, where)))
+        except access_rules.RuleRefused as exc:
+            raise Refused(str(exc)) from None
+    live = [(f"rule {r.id}", access_rules.Rule(r.access_type, r.access_to, r.access_level))
+            for r in have if r.state in SERVED]
+    wanted = [(f"rule {i} of access_rules" if listed else "the new rule",
+               access_rules.Rule(s.access_type, s.access_to, s.access_level))
+              for i, s in enumerate(checked, 1)]
+    clashes = access_rules.conflicts([*live, *wanted], limits)
+    for name, _rule in wanted:
+        if name in clashes:
+            raise Refused(f"{where}: {name + ': ' if listed else ''}{clashes[name]}")
+    return checked
 
 
 def check_list(rules: object) -> list[RuleSpec]:
@@ -117,11 +141,12 @@ def new_rule(share_id: str, spec: RuleSpec) -> models.ShareAccessRule:
 def allow(db: Database, share_id: str, spec: RuleSpec) -> Plan:
     row, inst = share(db, share_id)
     need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", "change access to")
-    spec = limited(db, row, inst, spec)
-    for rule in db_access.rules_of(db, row.id):
+    have = db_access.rules_of(db, row.id)
+    for rule in have:
         if (rule.access_type, rule.access_to) == spec.key:
             raise Refused(f"share {share_id} already has rule {rule.id} for "
                           f"{spec.access_type} {spec.access_to} ({rule.state})")
+    spec = limited(db, inst.host, row.share_proto or "", [spec], have, listed=False)[0]
     rule = new_rule(row.id, spec)
     return Plan(rule.id, [rule], [_syncing(inst)], _op(inst), rule)
 
@@ -145,7 +170,9 @@ def converge(db: Database, share_id: str, wanted: Iterable[RuleSpec]) -> Plan:
     queued to deny, a changed level as a deny and an allow. No op when the
     rules are as wanted already."""
     row, inst = share(db, share_id)
-    by_key = {s.key: s for s in (limited(db, row, inst, w) for w in wanted)}
+    # The wanted rules are the share's whole set: judged together, not
+    # beside the rules they replace.
+    by_key = {s.key: s for s in limited(db, inst.host, row.share_proto or "", list(wanted))}
     have = {}
     changes: list[Change] = []
     for rule in db_access.rules_of(db, row.id):

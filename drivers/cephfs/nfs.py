@@ -32,7 +32,12 @@ from sharemgr.drivers.cephfs.client import CephCallFailed, CephClient
 from sharemgr.drivers.exceptions import InvalidShareRequest, ShareBackendException
 from sharemgr.drivers.local import commands, ganesha_reload, process
 from sharemgr.drivers.local.fencing import write_atomic
-from sharemgr.drivers.local.ganesha import client_forms, pseudo_path, server_settings
+from sharemgr.drivers.local.ganesha import (
+    client_forms,
+    most_specific_first,
+    pseudo_path,
+    server_settings,
+)
 from sharemgr.drivers.local.validation import config_token
 
 LOG = logging.getLogger(__name__)
@@ -86,7 +91,7 @@ def render_export(share_id: str, path: str, volume: str, user: str, key: str,
         f"Secret_Access_Key = {_key(key)}; }}",
     ]
     refused: dict[str, str] = {}
-    for rule in rules:
+    for rule in [rules[i] for i in most_specific_first([str(r["access_to"]) for r in rules])]:
         if rule.get("access_type") != "ip":
             refused[rule["id"]] = (f"an NFS share of a cephfs backend takes ip rules, not "
                                    f"{rule.get('access_type')}")

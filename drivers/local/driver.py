@@ -28,7 +28,7 @@ from sharemgr.drivers.exceptions import (
     ShareShrinkingPossibleDataLoss,
 )
 from sharemgr.drivers.local import commands, images, manage, reads, validation
-from sharemgr.drivers.local.exports import CIFS_MIXED, Exports, cifs_unenforceable
+from sharemgr.drivers.local.exports import Exports
 from sharemgr.drivers.local.fencing import FenceStore, file_lock
 from sharemgr.drivers.local.ganesha import GaneshaServer
 from sharemgr.drivers.local.options import local_opts, path_problem
@@ -356,10 +356,11 @@ class LocalDriver(base.ShareDriver):
                     LOG.warning("local driver: share %s: rule %s refused: %s", oid,
                                 raw.get("id"), exc)
                     errors[str(raw.get("id"))] = {"state": "error", "reason": str(exc)}
-            if proto == "CIFS":
-                for bad in cifs_unenforceable(applied):
-                    errors[bad["id"]] = {"state": "error", "reason": CIFS_MIXED}
-                    bad["error"] = True
+            # Together: the newer of two rules the exporter cannot hold
+            # beside each other (intake refuses it; two allows at once pass).
+            for rule_id, reason in validation.unservable(applied, proto).items():
+                errors[rule_id] = {"state": "error", "reason": reason}
+                next(r for r in applied if r["id"] == rule_id)["error"] = True
             record["rules"] = applied
             self.records.put(record)
             for rule_id, reason in self.exports.publish().items():

@@ -97,19 +97,6 @@ class Exports:
 
     # Shares ---------------------------------------------------------------------
 
-CIFS_MIXED = ("local driver: Samba has one 'read only' for every address of a share: "
-              "an ip rule at ro cannot stand beside a rw rule (deny one, or make all ro)")
-
-
-def cifs_unenforceable(rules: list[dict]) -> list[dict]:
-    """Rules Samba cannot hold alongside the others: a share has one
-    'read only' for every address, so a read-only ip rule next to a
-    read-write rule is refused (doc/local_driver.rst, limits)."""
-    if all(r["access_level"] == "ro" for r in rules):
-        return []
-    return [r for r in rules if r["access_type"] == "ip" and r["access_level"] == "ro"]
-
-
 def _cifs_share(name: str, path: Path, rules: list[dict]) -> CifsShare:
     if not rules:
         return CifsShare(name, path, available=False)

@@ -70,6 +70,21 @@ def client_forms(target: str) -> list[str]:
     return [str(net)]
 
 
+def most_specific_first(targets: list[str]) -> list[int]:
+    """The indexes of ip rule targets, the narrowest network first (ties
+    in their order). Ganesha lets a client in by the first ``CLIENT`` that
+    names it, so written in the rules' order an older ``10.0.0.0/24 ro``
+    would overrule a newer ``10.0.0.5 rw`` for 10.0.0.5: the rule that names
+    a client most precisely decides for it, whatever the order."""
+    def width(i: int) -> int:
+        try:
+            net = ipaddress.ip_network(targets[i], strict=False)
+        except ValueError:
+            return 0  # refused when it is written
+        return net.max_prefixlen - net.prefixlen
+    return sorted(range(len(targets)), key=width)
+
+
 @dataclass
 class Rendered:
     text: str
@@ -111,7 +126,8 @@ def render(exports: list[NfsExport]) -> Rendered:
             "  SecType = sys;",
             "  FSAL { Name = VFS; }",
         ]
-        for i, (target, level) in enumerate(exp.clients):
+        for i in most_specific_first([target for target, _level in exp.clients]):
+            target, level = exp.clients[i]
             rule_id = exp.rule_ids[i] if i < len(exp.rule_ids) else f"{exp.share_id}:{i}"
             try:
                 forms = client_forms(target)

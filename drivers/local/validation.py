@@ -55,9 +55,17 @@ def size(value: object) -> int:
 #   no '$' (machine accounts).
 USER_HINT = ("Samba accounts of this host: 1-32 letters, digits, '_', '.' or '-', "
              "starting with a letter or '_' (no groups)")
+#   A Samba share has one 'hosts allow' for every account and one 'read only'
+#   for every address: ip and user rules beside each other would admit only
+#   the rules' users from the rules' addresses, and ip rules at two levels
+#   cannot both hold.
+CIFS_ALONE = ("Samba would admit only the user rules' accounts from the ip rules' "
+              "addresses; deny one kind, or give each its own share")
+CIFS_ONE_LEVEL = "Samba has one 'read only' for every address of a share"
 ACCESS_LIMITS: dict[str, dict[str, dict[str, object]]] = {
     "NFS": {"ip": {"ipv6_max_prefix": 99}},
-    "CIFS": {"ip": {}, "user": {"pattern": _USER.pattern, "hint": USER_HINT}},
+    "CIFS": {"ip": {"alone": CIFS_ALONE, "one_level": CIFS_ONE_LEVEL},
+             "user": {"pattern": _USER.pattern, "hint": USER_HINT, "alone": CIFS_ALONE}},
 }
 
 
@@ -105,10 +113,21 @@ def config_token(value: str) -> str:
     return value
 
 
+def unservable(rules: list[dict], proto: str) -> dict[str, str]:
+    """The checked rules of one share (oldest first) that cannot stand
+    beside an older one (the set limits of ACCESS_LIMITS), by id, with the
+    reason."""
+    named = [(r["id"], access_rules.Rule(r["access_type"], r["access_to"], r["access_level"]))
+             for r in rules]
+    return {ident: f"local driver: {why}"
+            for ident, why in access_rules.conflicts(named, ACCESS_LIMITS[proto]).items()}
+
+
 def servable(record: dict) -> list[dict]:
     """The rules of a share's record to serve: not marked in error, and
-    passing the checks of today (a record written by an older version may
-    hold a rule they refuse: it is left out alone, never the whole backend)."""
+    passing the checks of today, alone and together (a record written by an
+    older version may hold a rule they refuse: it is left out alone, never
+    the whole backend)."""
     good = []
     for raw in record.get("rules", []):
         if raw.get("error"):
@@ -118,4 +137,8 @@ def servable(record: dict) -> list[dict]:
         except InvalidShareRequest as exc:
             LOG.error("local driver: share %s: recorded rule %s left out: %s", record["id"],
                       raw.get("id"), exc)
-    return good
+    clashes = unservable(good, record["proto"])
+    for ident, why in clashes.items():
+        LOG.error("local driver: share %s: recorded rule %s left out: %s", record["id"],
+                  ident, why)
+    return [r for r in good if r["id"] not in clashes]

@@ -7,17 +7,24 @@ through sharectl and share-manager with the real NFS and SMB clients:
    the driver writes the two halves of the space) and the share stays served;
 3. sharectl and the driver agree on names: 'bin' (a real 3-letter account)
    works, a 33-character name or '@wheel' is refused up front naming the
-   backend's limit; a rule the backend refuses for what the other rules say
-   ends 'error' alone, with its reason in the user message.
+   backend's limit.
+
+And two rules that once left a share no client could use: on CIFS an ip
+and a user rule (Samba admitted only their intersection) and two ip rules
+at two levels are refused up front; on NFS the rule that names a client
+most precisely decides for it, whatever the order the rules came in.
 
 Needs root and the packages (local_harness)."""
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from tests.functional import local_harness as lh
-from tests.functional.test_local_driver import _location, _rule
+from tests.functional.test_local_driver import _deny_all, _location, _rule
 
 pytestmark = pytest.mark.functional
 
@@ -54,11 +61,9 @@ def test_a_bad_rule_fails_alone(local, tmp_path):
     team, team_loc = create("CIFS", "team")
     _rule(d, team, "--type", "ip", "--to", "127.0.0.1")
 
-    team_user = None  # once a user rule is in, the CIFS share admits only users
-
     def others_served():
         assert client.ls("NFS", served_loc).returncode == 0
-        assert client.ls("CIFS", team_loc, user=team_user).returncode == 0
+        assert client.ls("CIFS", team_loc).returncode == 0
         assert set(_states(d, served).values()) == {"active"}
 
     others_served()
@@ -90,23 +95,111 @@ def test_a_bad_rule_fails_alone(local, tmp_path):
     out = lh.run("pdbedit", "-s", str(root / "samba" / "smb.conf"), "-a", "-t", "-u", "bin",
                  input_text="secret\nsecret\n")
     assert out.returncode == 0, out.stderr
-    assert _rule(d, team, "--type", "user", "--to", "bin")["state"] == "active"
-    team_user = "bin%secret"
-    others_served()
-    assert "32" in _refused_at_intake(d, team, "--type", "user", "--to", "a" * 33)
-    assert "no groups" in _refused_at_intake(d, team, "--type", "user", "--to", "@wheel")
+    users, users_loc = create("CIFS", "users")
+    assert _rule(d, users, "--type", "user", "--to", "bin")["state"] == "active"
+    assert client.ls("CIFS", users_loc, user="bin%secret").returncode == 0
+    assert "32" in _refused_at_intake(d, users, "--type", "user", "--to", "a" * 33)
+    assert "no groups" in _refused_at_intake(d, users, "--type", "user", "--to", "@wheel")
     assert "take ip rules" in _refused_at_intake(d, served, "--type", "user", "--to", "bin")
     assert "take ip or user" in _refused_at_intake(d, team, "--type", "cert", "--to", "x")
-
-    # A rule the backend refuses for what the others say (Samba has one
-    # 'read only' for all addresses): it alone ends error, its reason in
-    # the user message; the others stay active and served.
-    out = d.sharectl("access", "allow", team, "--type", "ip", "--to", "10.9.9.9",
-                     "--level", "ro", "--wait", check=False)
-    assert out.returncode == 1 and "ended in state error" in out.stderr, out
-    assert _states(d, team) == {"127.0.0.1": "active", "bin": "active", "10.9.9.9": "error"}
-    messages = d.json("message", "list", "--resource", team)
-    assert len(messages) == 1
-    detail = d.json("message", "show", messages[0]["id"])["detail"]
-    assert "10.9.9.9" in detail and "read only" in detail, detail
     others_served()
+
+
+@pytest.mark.long(60)
+def test_rules_that_cannot_stand_together(local, tmp_path):
+    """The rules a new user gave that left a share reported healthy while no
+    client could use it: each refused up front (exit 2, nothing written,
+    the share served as before), or served as the rules mean."""
+    d, options = local()
+    client = lh.Client(options)
+    root = lh.local_root(d.state)
+    engine = d.start()
+    for account in ("bin", "daemon"):
+        out = lh.run("pdbedit", "-s", str(root / "samba" / "smb.conf"), "-a", "-t", "-u",
+                     account, input_text="secret\nsecret\n")
+        assert out.returncode == 0, out.stderr
+    note = tmp_path / "note.txt"
+    note.write_text("hello\n")
+
+    def create(proto, name):
+        share = d.json("share", "create", "1", "--proto", proto, "--name", name,
+                       "--backend", "local", "--wait")
+        return share["id"], _location(d, share["id"])
+
+    def can(proto, loc, user=None):
+        """(reads, writes) of this host's client."""
+        return (client.ls(proto, loc, user=user).returncode == 0,
+                client.put(proto, loc, note, f"w{os.urandom(4).hex()}.txt",
+                           user=user).returncode == 0)
+
+    # CIFS, an ip rule then a user rule: Samba would have admitted only the
+    # user from the address, so guests lost the share the ip rule gave them.
+    guests, guests_loc = create("CIFS", "guests")
+    _rule(d, guests, "--type", "ip", "--to", "127.0.0.1")
+    assert can("CIFS", guests_loc) == (True, True)
+    refusal = _refused_at_intake(d, guests, "--type", "user", "--to", "daemon")
+    assert "user rules cannot stand beside ip rules on one share" in refusal, refusal
+    assert "ip 127.0.0.1 (rw, rule " in refusal, refusal
+    # A network that does not hold this host and a user: nobody at all.
+    assert _rule(d, guests, "--type", "ip", "--to", "10.0.0.0/24")["state"] == "active"
+    _refused_at_intake(d, guests, "--type", "user", "--to", "daemon")
+    # Two levels of ip rules: Samba has one 'read only' for the share.
+    refusal = _refused_at_intake(d, guests, "--type", "ip", "--to", "10.0.1.0/24",
+                                 "--level", "ro")
+    assert "ip rules of one share all have one access level" in refusal, refusal
+    assert can("CIFS", guests_loc) == (True, True)
+    assert can("CIFS", guests_loc, user="daemon%secret") == (True, True)  # as a guest
+
+    # The other way round: a user rule, then an ip rule.
+    team, team_loc = create("CIFS", "team")
+    _rule(d, team, "--type", "user", "--to", "daemon")
+    _refused_at_intake(d, team, "--type", "ip", "--to", "127.0.0.1")
+    # Users at two levels: 'read list' holds them apart.
+    assert _rule(d, team, "--type", "user", "--to", "bin", "--level", "ro")["state"] == "active"
+    assert can("CIFS", team_loc, user="daemon%secret") == (True, True)
+    assert can("CIFS", team_loc, user="bin%secret") == (True, False)
+    assert can("CIFS", team_loc) == (False, False)
+    # Once the user rules are denied, the ip rule may come.
+    _deny_all(d, team)
+    assert _rule(d, team, "--type", "ip", "--to", "127.0.0.1")["state"] == "active"
+    assert can("CIFS", team_loc) == (True, True)
+
+    # A record of an older version holding both kinds: the older kind is
+    # served, the newer left out (and logged), the share usable by its
+    # older rules; every other share as before.
+    record_file = root / "records" / f"{d.json('share', 'show', guests)['instance_id']}.json"
+    record = json.loads(record_file.read_text())
+    record["rules"].append({"id": "old-user", "access_type": "user", "access_to": "daemon",
+                            "access_level": "rw"})
+    record_file.write_text(json.dumps(record))
+    wake, wake_loc = create("NFS", "wake")
+    _rule(d, wake, "--type", "ip", "--to", "127.0.0.1")  # rewrites every share's file
+    assert can("CIFS", guests_loc) == (True, True)
+    assert can("CIFS", team_loc) == (True, True)
+    assert "recorded rule old-user left out" in engine.text()
+
+    # NFS: a network's rule does not overrule an address's, whatever the
+    # order: Ganesha takes the first CLIENT that names a client.
+    ordered, ordered_loc = create("NFS", "ordered")
+    _rule(d, ordered, "--type", "ip", "--to", "127.0.0.0/8", "--level", "ro")
+    assert can("NFS", ordered_loc) == (True, False)
+    _rule(d, ordered, "--type", "ip", "--to", "127.0.0.1")
+    assert can("NFS", ordered_loc) == (True, True)
+    narrow, narrow_loc = create("NFS", "narrow")
+    _rule(d, narrow, "--type", "ip", "--to", "0.0.0.0/0")
+    _rule(d, narrow, "--type", "ip", "--to", "127.0.0.1", "--level", "ro")
+    assert can("NFS", narrow_loc) == (True, False)
+    # A stack's share is held to the same limits, at create and at update.
+    template = tmp_path / "mixed.yaml"
+    template.write_text(
+        "resources:\n  mixed:\n    type: share\n    properties:\n"
+        "      {size: 1, proto: CIFS, backend: local, access_rules: "
+        "[{access_type: ip, access_to: 127.0.0.1}, {access_type: user, access_to: bin}]}\n")
+    out = d.sharectl("stack", "create", "mixed", "-t", str(template), "--disable-rollback",
+                     "--wait", check=False)
+    assert out.returncode == 1 and "CREATE FAILED" in out.stderr, out.stdout + out.stderr
+    reason = d.json("stack", "show", "mixed")["status_reason"]
+    assert "rule 2 of access_rules: user rules cannot stand beside ip rules" in reason, reason
+    for sid in (guests, team, wake, ordered, narrow):
+        show = d.json("share", "show", sid)
+        assert (show["status"], show["access_rules_status"]) == ("available", "active"), show

@@ -99,9 +99,10 @@ def test_hostile_access_allow(local, tmp_path):
     witness = {"NFS": create("NFS", "witness-nfs", *here),
                "CIFS": create("CIFS", "witness-cifs", *here)}
     alone = {"NFS": create("NFS", "alone-nfs"), "CIFS": create("CIFS", "alone-cifs")}
-    crowd = {"NFS": create("NFS", "crowd-nfs", *here), "CIFS": create("CIFS", "crowd-cifs", *here)}
-    _rule(d, crowd["CIFS"][0], "--type", "user", "--to", "daemon")
-    crowd_user = {"NFS": None, "CIFS": f"daemon%{SECRET}"}
+    # A CIFS share takes ip or user rules, not both: one crowd of each.
+    crowd = {"NFS": create("NFS", "crowd-nfs", *here), "CIFS": create("CIFS", "crowd-cifs", *here),
+             "CIFS-users": create("CIFS", "crowd-users", "--type", "user", "--to", "daemon")}
+    crowd_user = {"NFS": None, "CIFS": None, "CIFS-users": f"daemon%{SECRET}"}
 
     def witnesses_read():
         for proto, (_, loc) in witness.items():
@@ -119,7 +120,7 @@ def test_hostile_access_allow(local, tmp_path):
         assert not out.stdout
 
     witnesses_read()
-    accepted: dict[str, list[str]] = {"NFS": [], "CIFS": []}
+    accepted: dict[str, list[str]] = {"NFS": [], "CIFS": [], "CIFS-users": []}
 
     # Inputs that would let the client in: one by one, alone on their share.
     for proto in ("NFS", "CIFS"):
@@ -147,25 +148,28 @@ def test_hostile_access_allow(local, tmp_path):
             assert client.ls(proto, loc, user=user).returncode != 0, (proto, value)
         witnesses_read()
 
-    # Everything else, in groups, in parallel, onto the crowded share.
+    # Everything else, in groups, in parallel, onto the crowded shares.
     # Each value goes where it tells something: every ip form and hostile
     # value to NFS (whose exporter is the pickier one), the ip forms that
-    # parse at all to CIFS (Samba reads them otherwise), names to CIFS, the
-    # only one that takes them; NFS and certificates are refused by type.
+    # parse at all to CIFS (Samba reads them otherwise), names to CIFS's
+    # user crowd, the only one that takes them; NFS and certificates are
+    # refused by type, and names on the ip crowd for standing beside ip rules.
     groups = {
         "NFS": [[("ip", v) for v in dict.fromkeys(IP + PREFIXES) if not _covers(v, "NFS")],
                 [("user", u) for u in USERS[:3]] + [("cert", c) for c in CERTS],
                 [("ip", h) for h in HOSTILE]],
         "CIFS": [[("ip", v) for v in IP if _parses(v) and not _covers(v, "CIFS")],
-                 [("user", u) for u in USERS if u not in ("bin", "daemon")]
-                 + [("cert", c) for c in CERTS[:2]],
-                 [("user", h) for h in HOSTILE]],
+                 [("user", u) for u in USERS[:3]]],
+        "CIFS-users": [[("user", u) for u in USERS if u not in ("bin", "daemon")]
+                       + [("cert", c) for c in CERTS[:2]],
+                       [("user", h) for h in HOSTILE]],
     }
     with ThreadPoolExecutor(4) as pool:
-        for proto in ("NFS", "CIFS"):
-            sid, loc = crowd[proto]
+        for key in ("NFS", "CIFS", "CIFS-users"):
+            proto = key.split("-")[0]
+            sid, loc = crowd[key]
             base = len(d.json("access", "list", sid))
-            for group in groups[proto]:
+            for group in groups[key]:
                 outs = list(pool.map(lambda kv, sid=sid: allow(sid, *kv, wait=False), group))
                 for (_kind, value), out in zip(group, outs, strict=True):
                     if out.returncode == 2 and "already has rule" not in out.stderr:
@@ -173,13 +177,13 @@ def test_hostile_access_allow(local, tmp_path):
                     else:
                         assert out.returncode in (0, 2), (proto, value, out.stderr)
                         if out.returncode == 0:
-                            accepted[proto].append(value)
+                            accepted[key].append(value)
                 # Every rule taken is applied, and the share still serves.
                 _wait_active(d, sid)
                 rules = d.json("access", "list", sid)
                 assert {r["state"] for r in rules} == {"active"}, rules
-                assert len(rules) == base + len(accepted[proto]), (rules, accepted[proto])
-                assert client.ls(proto, loc, user=crowd_user[proto]).returncode == 0, proto
+                assert len(rules) == base + len(accepted[key]), (rules, accepted[key])
+                assert client.ls(proto, loc, user=crowd_user[key]).returncode == 0, key
                 witnesses_read()
             _written(root, proto, loc, [r["access_to"] for r in rules])
 
@@ -187,7 +191,8 @@ def test_hostile_access_allow(local, tmp_path):
     assert "2001:db8::/100" not in accepted["NFS"] and "2001:db8::/100" in accepted["CIFS"]
     names = {"ALL", "EXCEPT"}  # plain words: valid account names, harmless in Samba's lists
     assert not any(v in accepted[p] for p in accepted for v in HOSTILE if v not in names)
-    assert set(accepted["CIFS"]) & set(USERS) == {"_svc", "a.b-c", "a" * 32, "nobody"}
+    assert set(accepted["CIFS"]) & set(USERS) == set()  # names beside ip rules
+    assert set(accepted["CIFS-users"]) & set(USERS) == {"_svc", "a.b-c", "a" * 32, "nobody"}
     witnesses_read()
 
 

@@ -79,3 +79,23 @@ def test_a_cephfs_backend_takes_only_cephx_rules():
     assert check("cephx", "alice", "ro", limits).access_level == "ro"
     with pytest.raises(RuleRefused, match="take cephx rules, not ip"):
         check("ip", "10.0.0.1", "rw", limits, where="backend h@cephfs, CEPHFS shares")
+
+
+def test_set_limits_refuse_the_newer_of_two_rules_that_clash():
+    """``alone`` and ``one_level`` judge a share's rules together, oldest
+    first: the rule that would clash with one kept is refused, with the
+    backend's reason and the rule it clashes with."""
+    limits = {"ip": {"alone": "no mixing", "one_level": "one level"}, "user": {}}
+    rule = access_rules.Rule
+    rules = [("r1", rule("ip", "10.0.0.1", "rw")), ("r2", rule("user", "alice", "rw")),
+             ("r3", rule("ip", "10.0.0.2", "ro")), ("r4", rule("ip", "10.0.0.3", "rw"))]
+    refused = access_rules.conflicts(rules, limits)
+    assert list(refused) == ["r2", "r3"]
+    assert refused["r2"] == ("user rules cannot stand beside ip rules on one share (no mixing): "
+                             "ip 10.0.0.1 (rw, r1)")
+    assert refused["r3"] == ("ip rules of one share all have one access level (one level): "
+                             "ip 10.0.0.1 (rw, r1)")
+    # Declared on either side; nothing declared, nothing refused.
+    assert list(access_rules.conflicts(rules[1::-1], limits)) == ["r1"]
+    assert access_rules.conflicts(rules, {"ip": {}, "user": {}}) == {}
+    assert access_rules.conflicts(rules, None) == {}

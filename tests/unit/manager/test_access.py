@@ -97,6 +97,35 @@ def test_a_backend_s_declared_limits_are_checked_at_intake(any_engine):
     assert _rules(db, inst.share_id) == {"bob": vocab.ACCESS_QUEUED_TO_APPLY}
 
 
+def test_rules_a_backend_cannot_hold_together_are_refused_at_intake(any_engine):
+    """The set limits (``alone``, ``one_level``) judge a new rule beside the
+    share's rules it serves or is about to; one on its way out or in error
+    does not count, and a refusal writes nothing."""
+    from sharemgr.db import capabilities as db_capabilities
+    from sharemgr.drivers.local.validation import ACCESS_LIMITS
+
+    db = any_engine.db
+    inst = make_share(db)
+    intake = Intake(db, None)
+    db_capabilities.save(db, HOSTBE, {"access_rule_limits": {"NFS": ACCESS_LIMITS["CIFS"]}},
+                         "e1")
+    first = intake.allow_access(inst.share_id, "ip", "10.0.0.0/24")
+    with pytest.raises(InvalidRequest, match=r"NFS shares: user rules cannot stand beside ip "
+                                             r"rules on one share \(Samba would admit .*\): "
+                                             rf"ip 10.0.0.0/24 \(rw, rule {first.id}\)"):
+        intake.allow_access(inst.share_id, "user", "daemon")
+    with pytest.raises(InvalidRequest, match="all have one access level"):
+        intake.allow_access(inst.share_id, "ip", "10.0.1.0/24", "ro")
+    assert _rules(db, inst.share_id) == {"10.0.0.0/24": vocab.ACCESS_QUEUED_TO_APPLY}
+    assert intake.allow_access(inst.share_id, "ip", "10.0.1.0/24").access_level == "rw"
+    # A rule in error or on its way out leaves room for the other kind.
+    api.conditional_update(db, models.ShareAccessRule, first.id, {}, {"state": vocab.ACCESS_ERROR})
+    rules = {r.access_to: r for r in db_access.rules_of(db, inst.share_id)}
+    api.conditional_update(db, models.ShareAccessRule, rules["10.0.1.0/24"].id, {},
+                              {"state": vocab.ACCESS_QUEUED_TO_DENY})
+    assert intake.allow_access(inst.share_id, "user", "daemon").access_type == "user"
+
+
 # Allow, deny and the operation ------------------------------------------------------------
 
 

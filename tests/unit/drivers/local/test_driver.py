@@ -19,7 +19,7 @@ from sharemgr.drivers.exceptions import (
 )
 from sharemgr.drivers.local import commands, ganesha, samba, validation
 from sharemgr.drivers.local.driver import LocalDriver
-from sharemgr.drivers.local.exports import _cifs_share, cifs_unenforceable
+from sharemgr.drivers.local.exports import _cifs_share
 from sharemgr.drivers.local.fencing import FenceStore
 from sharemgr.drivers.testing import build_driver
 
@@ -141,11 +141,65 @@ def test_samba_render_refuses_a_hostile_user(tmp_path):
         samba.render_shares([samba.CifsShare("s1", tmp_path, users=("a]\n[x",))])
 
 
-def test_cifs_read_only_address_next_to_a_writer_is_refused():
-    rules = [{"id": "1", "access_type": "ip", "access_to": "10.0.0.1", "access_level": "ro"},
-             {"id": "2", "access_type": "ip", "access_to": "10.0.0.2", "access_level": "rw"}]
-    assert [r["id"] for r in cifs_unenforceable(rules)] == ["1"]
-    assert cifs_unenforceable(rules[:1]) == []
+def _ip(ident, to, level="rw", kind="ip"):
+    return {"id": ident, "access_type": kind, "access_to": to, "access_level": level}
+
+
+def test_cifs_rules_samba_cannot_hold_together_refuse_the_newer():
+    """Samba has one 'read only' for every address and one 'hosts allow'
+    for every account: an ip rule at another level than an older ip rule,
+    and ip beside user rules, are refused, the newer of the two."""
+    ro_then_rw = [_ip("1", "10.0.0.1", "ro"), _ip("2", "10.0.0.2", "rw")]
+    assert list(validation.unservable(ro_then_rw, "CIFS")) == ["2"]
+    assert validation.unservable(ro_then_rw[:1], "CIFS") == {}
+    ip_then_user = [_ip("1", "127.0.0.1"), _ip("2", "daemon", kind="user"),
+                    _ip("3", "10.0.0.0/24")]
+    refused = validation.unservable(ip_then_user, "CIFS")
+    assert list(refused) == ["2"] and "only the user rules' accounts" in refused["2"]
+    user_then_ip = [_ip("1", "daemon", "ro", "user"), _ip("2", "127.0.0.1")]
+    assert list(validation.unservable(user_then_ip, "CIFS")) == ["2"]
+    users = [_ip("1", "daemon", "rw", "user"), _ip("2", "bin", "ro", "user")]
+    assert validation.unservable(users, "CIFS") == {}  # 'read list' holds levels per user
+    assert validation.unservable(ro_then_rw, "NFS") == {}  # a CLIENT block per rule
+    # A record of an older version holding both kinds serves the older kind.
+    record = {"id": "s1", "proto": "CIFS", "rules": ip_then_user}
+    assert [r["id"] for r in validation.servable(record)] == ["1", "3"]
+
+
+def test_update_access_errors_the_newer_of_two_rules_that_clash(tmp_path, monkeypatch):
+    """Two allows at once both pass intake; the driver still never serves
+    an ip and a user rule together: the newer ends error with the reason,
+    the older is served."""
+    driver = _driver(tmp_path)
+    driver.fence.setup()
+    driver.records.setup()
+    driver.records.put({"id": "s1", "kind": "share", "proto": "CIFS", "state": "available",
+                        "size": 1, "export_id": 1, "rules": []})
+    driver.images.mkdir(parents=True, exist_ok=True)
+    driver._image("s1").touch()
+    published = []
+    monkeypatch.setattr(driver.exports, "publish", lambda: published.append(1) or {})
+    errors = driver.update_access({"id": "s1", "fence_token": 1},
+                                  [_ip("r1", "127.0.0.1"), _ip("r2", "daemon", kind="user")],
+                                  [], [])
+    assert list(errors or {}) == ["r2"] and errors["r2"]["state"] == "error"
+    assert "cannot stand beside ip rules" in errors["r2"]["reason"]
+    record = driver.records.get("s1")
+    assert [r["id"] for r in validation.servable(record)] == ["r1"] and published == [1]
+
+
+def test_ganesha_writes_the_narrowest_client_first():
+    """Ganesha admits a client by the first CLIENT that names it: an
+    address's rule comes before a network's, whatever the order of the rules."""
+    exp = ganesha.NfsExport("s1", 1, Path("/m"), (("10.0.0.0/8", "ro"), ("0.0.0.0/0", "rw"),
+                                                   ("10.0.0.5", "rw"), ("10.0.0.0/24", "ro"),
+                                                   ("2001:db8::/64", "rw"), ("::1", "ro")),
+                            ("a", "b", "c", "d", "e", "f"))
+    rendered = ganesha.render([exp])
+    order = [rendered.rule_lines[n] for n in sorted(rendered.rule_lines)]
+    assert order == ["c", "f", "d", "a", "b", "e"]
+    lines = rendered.text.splitlines()
+    assert "10.0.0.5; Access_Type = RW" in lines[min(rendered.rule_lines) - 1]
 
 
 def test_samba_main_config_keeps_its_own_folders(tmp_path):
