@@ -40,6 +40,9 @@ SERVER_NETWORK_CHANGE = "network_change"
 BACKUP_CREATING = "backup_creating"
 BACKUP_RESTORING = "backup_restoring"
 BACKUP_RESTORING_ERROR = "backup_restoring_error"
+# A share instance being moved to another backend, and the one it moves to.
+MIGRATING = "migrating"
+MIGRATING_TO = "migrating_to"
 
 # Share protocols, as Manila names them.
 PROTOCOLS = ("NFS", "CIFS", "CEPHFS", "GLUSTERFS", "HDFS", "MAPRFS")
@@ -70,15 +73,29 @@ ACCESS_RULES_STATUSES = (ACCESS_ACTIVE, ACCESS_RULES_SYNCING, ACCESS_ERROR)
 ACCESS_TYPES = ("ip", "user", "cert", "cephx")
 ACCESS_LEVELS = ("rw", "ro")
 
+# A share migration's task states (share_instances.task_state), Manila's.
+MIGRATION_STARTING = "migration_starting"
+MIGRATION_IN_PROGRESS = "migration_in_progress"
+MIGRATION_COMPLETING = "migration_completing"
+MIGRATION_SUCCESS = "migration_success"
+MIGRATION_ERROR = "migration_error"
+MIGRATION_CANCELLED = "migration_cancelled"
+MIGRATION_CANCEL_IN_PROGRESS = "migration_cancel_in_progress"
+MIGRATION_DRIVER_STARTING = "migration_driver_starting"
+MIGRATION_DRIVER_IN_PROGRESS = "migration_driver_in_progress"
+MIGRATION_DRIVER_PHASE1_DONE = "migration_driver_phase1_done"
+MIGRATION_ENDED = (MIGRATION_SUCCESS, MIGRATION_ERROR, MIGRATION_CANCELLED)
+
 # Task states that mean another workflow (migration, data copy) owns the instance.
 BUSY_TASK_STATES = frozenset(
     {
-        "migration_starting",
-        "migration_in_progress",
-        "migration_completing",
-        "migration_driver_starting",
-        "migration_driver_in_progress",
-        "migration_driver_phase1_done",
+        MIGRATION_STARTING,
+        MIGRATION_IN_PROGRESS,
+        MIGRATION_COMPLETING,
+        MIGRATION_CANCEL_IN_PROGRESS,
+        MIGRATION_DRIVER_STARTING,
+        MIGRATION_DRIVER_IN_PROGRESS,
+        MIGRATION_DRIVER_PHASE1_DONE,
         "data_copying_starting",
         "data_copying_in_progress",
         "data_copying_completing",
@@ -107,7 +124,7 @@ VALID_STATUSES: dict[str, tuple[str, ...]] = {
         SHRINKING, SHRINKING_ERROR, SHRINKING_POSSIBLE_DATA_LOSS_ERROR, MANAGING,
         MANAGE_ERROR, UNMANAGING, UNMANAGE_ERROR, RESTORING, REVERTING, REVERTING_ERROR,
         REPLICATION_CHANGE, SERVER_MIGRATING, SERVER_MIGRATING_TO, BACKUP_CREATING,
-        BACKUP_RESTORING, BACKUP_RESTORING_ERROR, INACTIVE,
+        BACKUP_RESTORING, BACKUP_RESTORING_ERROR, INACTIVE, MIGRATING, MIGRATING_TO,
     ),
     SNAPSHOT_INSTANCE: (
         CREATING, AVAILABLE, ERROR, DELETING, ERROR_DELETING, MANAGING, MANAGE_ERROR,
@@ -134,7 +151,7 @@ TRANSIENT_STATUSES = frozenset(
         CREATING, CREATING_FROM_SNAPSHOT, DELETING, DEFERRED_DELETING, ENSURING,
         EXTENDING, SHRINKING, MANAGING, UNMANAGING, RESTORING, REVERTING,
         REPLICATION_CHANGE, SERVER_MIGRATING, SERVER_MIGRATING_TO,
-        SERVER_NETWORK_CHANGE, BACKUP_CREATING, BACKUP_RESTORING,
+        SERVER_NETWORK_CHANGE, BACKUP_CREATING, BACKUP_RESTORING, MIGRATING, MIGRATING_TO,
     }
 )
 
@@ -174,6 +191,10 @@ ACTION_UNMANAGE = "unmanage"  # forget a resource, keeping it on the backend
 ACTION_REVERT = "revert"  # a share instance to its latest snapshot
 ACTION_PROMOTE = "promote"  # a replica made the active one
 ACTION_RESYNC = "resync"  # a replica's update_replica_state, now
+# A share's migration (manager/migration_ops.py): its source instance's.
+ACTION_MIGRATION_START = "migration_start"
+ACTION_MIGRATION_COMPLETE = "migration_complete"
+ACTION_MIGRATION_CANCEL = "migration_cancel"
 ACTION_RUN = "run"  # a reconciliation pass
 ACTION_DRIFT = "drift"  # a drift check (reconcile/drift.py)
 ACTION_STACK_CHECK = "check"  # sharectl stack check (reconcile/stack_check.py)

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -33,6 +34,7 @@ from sharemgr.manager import (
     ensure,
     handlers,
     leases,
+    migration_ops,
     outage,
     replica_ops,
 )
@@ -271,22 +273,12 @@ class ShareManagerService:
             capabilities.refresh(started(self.db), f"{self.host}@{backend}", driver,
                                  self.engine_id)
 
-    def continue_backups_of(self, backend: str) -> None:
-        """Drive one backend's started backups and restores on."""
+    def on_backend(self, task: Callable[[Operations, list[str]], object], backend: str) -> None:
+        """A periodic task about one backend's resources (started backups,
+        migrations, creates from a snapshot still copying, secondary
+        replicas), while its driver is up."""
         if backend in self.drivers and not self.stopping.is_set():
-            backup_ops.continue_backups(started(self.operations),
-                                        [f"{self.host}@{backend}"])
-
-    def poll_clones_of(self, backend: str) -> None:
-        """Ask about one backend's creates from a snapshot still copying."""
-        if backend in self.drivers and not self.stopping.is_set():
-            clone_poll.poll_clones(started(self.operations), [f"{self.host}@{backend}"])
-
-    def update_replicas_of(self, backend: str) -> None:
-        """Ask one backend's secondary replicas for their states."""
-        if backend in self.drivers and not self.stopping.is_set():
-            replica_ops.update_replica_states(started(self.operations),
-                                              [f"{self.host}@{backend}"])
+            task(started(self.operations), [f"{self.host}@{backend}"])
 
     def _start_periodics(self) -> None:
         bg = self.background
@@ -312,15 +304,16 @@ class ShareManagerService:
             bg.every(self.conf.backend_stats_interval, f"backend_stats:{backend}",
                      functools.partial(self.refresh_stats_of, backend), most,
                      offload=True)
-            bg.every(self.conf.backup_continue_interval, f"backup_continue:{backend}",
-                     functools.partial(self.continue_backups_of, backend), most,
-                     offload=True)
-            bg.every(self.conf.clone_poll_interval, f"clone_poll:{backend}",
-                     functools.partial(self.poll_clones_of, backend), most,
-                     offload=True)
-            bg.every(self.conf.replica_state_update_interval, f"replica_state:{backend}",
-                     functools.partial(self.update_replicas_of, backend), most,
-                     offload=True)
+            for interval, name, task in (
+                    (self.conf.backup_continue_interval, "backup_continue",
+                     backup_ops.continue_backups),
+                    (self.conf.migration_continue_interval, "migration_continue",
+                     migration_ops.continue_migrations),
+                    (self.conf.clone_poll_interval, "clone_poll", clone_poll.poll_clones),
+                    (self.conf.replica_state_update_interval, "replica_state",
+                     replica_ops.update_replica_states)):
+                bg.every(interval, f"{name}:{backend}",
+                         functools.partial(self.on_backend, task, backend), most, offload=True)
         if self.notifier.watchdog_interval:
             bg.every(self.notifier.watchdog_interval, "systemd_watchdog",
                      self.notifier.watchdog)

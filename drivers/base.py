@@ -27,6 +27,7 @@ from oslo_config import cfg
 from sharemgr.drivers.backup_methods import BackupMethods
 from sharemgr.drivers.exceptions import OperationNotSupported
 from sharemgr.drivers.manage_methods import ManageMethods
+from sharemgr.drivers.migration_methods import MigrationMethods
 from sharemgr.drivers.read_methods import BATCH_STATUS_METHODS, STATUS_METHODS, ReadMethods
 
 # The dicts of the contract, named here too: drivers read them as
@@ -40,6 +41,8 @@ from sharemgr.drivers.shapes import (
     ListedShare,
     ManagedShare,
     ManagedSnapshot,
+    MigrationCompatibility,
+    MigrationUpdate,
     ModelUpdate,
     Progress,
     Replica,
@@ -63,9 +66,9 @@ from sharemgr.drivers.shapes import (
 __all__ = [
     "BATCH_STATUS_METHODS", "STATUS_METHODS", "ShareDriver", "AccessRule", "Backup",
     "ExportLocation", "GroupSnapshot", "JSONDict", "ListedShare", "ManagedShare",
-    "ManagedSnapshot", "ModelUpdate", "Progress", "Replica", "ReplicaState", "ReplicaUpdate",
-    "RuleError", "Share", "ShareGroup", "ShareServer", "ShareStats", "ShareUpdate", "Snapshot",
-    "StatusAnswer", "StatusReport",
+    "ManagedSnapshot", "MigrationCompatibility", "MigrationUpdate", "ModelUpdate", "Progress",
+    "Replica", "ReplicaState", "ReplicaUpdate", "RuleError", "Share", "ShareGroup",
+    "ShareServer", "ShareStats", "ShareUpdate", "Snapshot", "StatusAnswer", "StatusReport",
 ]
 
 
@@ -77,7 +80,7 @@ def _inherited(driver: object, method: str) -> bool:
     return getattr(type(driver), method) is getattr(ShareDriver, method)
 
 
-class ShareDriver(BackupMethods, ManageMethods, ReadMethods):
+class ShareDriver(BackupMethods, ManageMethods, MigrationMethods, ReadMethods):
     """Base class of share drivers: the backend operations the manager uses.
 
     Subclasses override what their backend supports; every other operation

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from sharemgr.drivers import base
 from sharemgr.drivers.dummy_calls import CREATED, SHARE_KINDS
 from sharemgr.drivers.dummy_manage import DummyManage
+from sharemgr.drivers.dummy_migration import DummyMigration
 from sharemgr.drivers.dummy_options import dummy_opts
 from sharemgr.drivers.dummy_reads import DummyReads
 from sharemgr.drivers.dummy_replicas import DummyReplicas
@@ -45,7 +46,7 @@ def _pool(resource: base.Share | base.Replica) -> Details:
     host = resource.get("host") or ""
     return {"pool": host.split("#", 1)[1]} if "#" in host else {}
 
-class DummyDriver(DummyManage, DummyReplicas, DummyReads):
+class DummyDriver(DummyManage, DummyReplicas, DummyMigration, DummyReads):
     """A share driver over a fake backend persisted in SQLite."""
 
     # Set-up -----------------------------------------------------------------

@@ -67,6 +67,10 @@ class DummyReads(DummyCalls):
             "create_share_from_snapshot_support": conf.dummy_create_share_from_snapshot_support,
             "replication_type": None if replication == "none" else replication,
             "share_group_support": conf.dummy_share_group_support,
+            # What migration_check_compatibility answers (dummy_migration.py).
+            "migration_support": {"driver_assisted": not self.driver_handles_share_servers,
+                                  "writable": True, "nondisruptive": False,
+                                  "preserve_metadata": True, "preserve_snapshots": False},
             "total_capacity_gb": "infinite",
             "free_capacity_gb": "infinite",
             "pools": [],

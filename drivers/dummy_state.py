@@ -109,7 +109,8 @@ class Details(TypedDict, total=False):
     share_proto: str | None  # shares
     pool: str  # shares and replicas placed in a pool
     access_rules: list[AppliedRule]  # shares: what update_access applied
-    progress: int  # backups: 0..100
+    progress: int  # backups, a migration's destination: 0..100
+    migrating_from: str  # a migration's destination: its source's id
     restore_progress: int
     restore_to: str  # backups: the share being restored into
     server_name: str  # share servers: their backend_details

@@ -87,6 +87,22 @@ class Progress(TypedDict):
     total_progress: str  # "0".."100"; "100" means done
 
 
+class MigrationCompatibility(TypedDict):
+    """What ``migration_check_compatibility`` answers (Manila's keys)."""
+
+    compatible: bool  # False: the driver cannot move this share there
+    writable: bool  # clients may write to the source while it moves
+    nondisruptive: bool  # clients keep their export throughout
+    preserve_metadata: bool  # modes, owners, times and xattrs kept
+    preserve_snapshots: bool  # the share's snapshots move with it
+
+
+class MigrationUpdate(TypedDict, total=False):
+    """What ``migration_complete`` may answer for the destination."""
+
+    export_locations: list[ExportLocation]
+
+
 class RuleError(TypedDict):
     """``update_access``' answer for a rule the backend refused: its
     ``reason`` (one line) goes into the user message of the request."""
@@ -164,3 +180,7 @@ class ShareStats(TypedDict, total=False):
     # What the backend's rules may say, per protocol (drivers/access_rules.py):
     # {"NFS": {"ip": {"ipv6_max_prefix": 99}}, ...}; intake refuses the rest.
     access_rule_limits: dict[str, dict[str, dict[str, object]]]
+    # What its share migration keeps (manager/migration_plans.py): intake
+    # refuses a flag not declared true. {"driver_assisted": True,
+    # "writable": True, "preserve_snapshots": False, ...}
+    migration_support: dict[str, bool]

@@ -7,7 +7,14 @@ goes through ``carry_out.carry_out`` unless it has a handler of its own
 from __future__ import annotations
 
 from sharemgr.common import vocab
-from sharemgr.manager import backup_ops, manage_ops, replica_ops, revert_ops, share_ops
+from sharemgr.manager import (
+    backup_ops,
+    manage_ops,
+    migration_ops,
+    replica_ops,
+    revert_ops,
+    share_ops,
+)
 from sharemgr.manager.carry_out import carry_out
 from sharemgr.manager.operation_table import TABLE
 from sharemgr.manager.operations import OpHandler
@@ -35,6 +42,10 @@ OWN: dict[tuple[str, str], OpHandler] = {
     (vocab.SHARE_INSTANCE, vocab.ACTION_REVERT): revert_ops.revert,
     (vocab.REPLICA, vocab.ACTION_PROMOTE): replica_ops.promote,
     (vocab.REPLICA, vocab.ACTION_RESYNC): replica_ops.resync,
+    # A migration's three requests: the source and the destination instance.
+    (vocab.SHARE_INSTANCE, vocab.ACTION_MIGRATION_START): migration_ops.start,
+    (vocab.SHARE_INSTANCE, vocab.ACTION_MIGRATION_COMPLETE): migration_ops.complete,
+    (vocab.SHARE_INSTANCE, vocab.ACTION_MIGRATION_CANCEL): migration_ops.cancel,
 }
 
 HANDLERS: dict[tuple[str, str], OpHandler] = {

@@ -22,6 +22,7 @@ from sharemgr.manager import (
     delete_plans,
     kinds,
     manage_ops,
+    migration_plans,
     plans,
     replica_ops,
     revert_ops,
@@ -217,6 +218,20 @@ class Intake:
     def revert_share(self, snapshot_id: str) -> models.Share:
         return self._write(revert_ops.plan_revert(self.db, snapshot_id),
                            f"snapshot {snapshot_id}", models.Share)
+
+    # Migration (manager/migration_plans.py) -----------------------------------
+
+    def migration_start(self, req: migration_plans.Request) -> models.Share:
+        return self._write(migration_plans.start(self.db, req), f"share {req.share_id}",
+                           models.Share)
+
+    def migration_complete(self, share_id: str) -> models.Share:
+        return self._write(migration_plans.complete(self.db, share_id), f"share {share_id}",
+                           models.Share)
+
+    def migration_cancel(self, share_id: str) -> models.Share:
+        return self._write(migration_plans.cancel(self.db, share_id), f"share {share_id}",
+                           models.Share)
 
     # Share servers -----------------------------------------------------------
 

@@ -175,6 +175,20 @@ TABLE: tuple[Spec, ...] = (
          mark(vocab.ERROR), (vocab.AVAILABLE,), vocab.AVAILABLE,
          vocab.REVERTING_ERROR, method="revert_to_snapshot"),
     _settled(_SI, vocab.ACTION_PROMOTE, vocab.REPLICATION_CHANGE, mark(vocab.ERROR)),
+    # A migration (manager/migration_ops.py): the source instance is
+    # ``migrating`` and the destination ``migrating_to`` from its start to
+    # its end, under a busy task_state, so a reconciliation pass leaves both
+    # to the migration's periodic task, which also settles one whose
+    # request a crash cut short. Only a row whose task_state ended without
+    # its status (an admin's reset) is the pass's: error. Complete and
+    # cancel move the task_state only (their Steps name the status).
+    Spec(_SI, vocab.ACTION_MIGRATION_START, "migration start",
+         (vocab.MIGRATING, vocab.MIGRATING_TO), mark(vocab.ERROR), (vocab.AVAILABLE,),
+         method="migration_start"),
+    Spec(_SI, vocab.ACTION_MIGRATION_COMPLETE, "migration complete", (), None, error=None,
+         method="migration_complete"),
+    Spec(_SI, vocab.ACTION_MIGRATION_CANCEL, "migration cancel", (), None, error=None,
+         method="migration_cancel"),
     # A replica is a share instance: only its create and delete differ.
     _create(_REP, query("get_replica_status"), "create_replica",
             error_also=(("replica_state", vocab.REPLICA_ERROR),)),

@@ -240,6 +240,15 @@ manager_opts = [
         help="Seconds between create_backup_continue/restore_backup_continue runs.",
     ),
     cfg.IntOpt(
+        "migration_continue_interval",
+        default=2,
+        min=1,
+        max=3600,
+        help="Seconds between runs of the periodic task that drives the share "
+             "migrations of each backend on (migration_continue) and settles one "
+             "a crash cut short (doc/migration.rst).",
+    ),
+    cfg.IntOpt(
         "clone_poll_interval",
         default=5,
         min=1,

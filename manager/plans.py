@@ -161,7 +161,7 @@ def _can(caps: capabilities.Report | None, key: str, doing: str) -> None:
                       f"({key} is {caps.stats[key]!r} in its last report)")
 
 
-def _room(db: Database, caps: capabilities.Report | None, host: str, size: int,
+def room(db: Database, caps: capabilities.Report | None, host: str, size: int,
           doing: str) -> tuple[str, db_capacity.Claim | None]:
     """``host`` with the pool that takes ``size`` GiB more — its own pool
     when it names one, else the pool with the most room that fits (Manila's
@@ -241,7 +241,7 @@ def create_share(db: Database, host: str, dhss: bool, size: int, proto: str,
         if source is not None and capabilities.pool_of(source) \
                 and not capabilities.pool_of(host):
             host = source  # into the snapshot's pool, where its data is
-    host, claim = _room(db, caps, host, size, f"create a share of {size} GiB")
+    host, claim = room(db, caps, host, size, f"create a share of {size} GiB")
     row = models.Share(id=models.new_id(), name=name, size=size, share_proto=proto,
                        project_id=project_id, snapshot_id=snapshot_id,
                        share_group_id=share_group_id)
@@ -276,7 +276,7 @@ def create_replica(db: Database, share_id: str, host: str | None, dhss: bool) ->
     host = host or inst.host
     caps = capabilities.report(db, host)
     _can(caps, capabilities.REPLICATION, f"replicate share {share_id}")
-    host, claim = _room(db, caps, host, row.size,
+    host, claim = room(db, caps, host, row.size,
                         f"replicate share {share_id} ({row.size} GiB)")
     rep = models.ShareInstance(id=models.new_id(), share_id=row.id, host=host,
                                status=vocab.CREATING, replica_state=vocab.REPLICA_OUT_OF_SYNC,
@@ -351,7 +351,7 @@ def resize_share(db: Database, share_id: str, new_size: int) -> Plan:
     need(inst.status, spec.starts_from, f"share {share_id}", action)
     claims: list[db_capacity.Claim] = []
     if action == vocab.ACTION_EXTEND:
-        _, claim = _room(db, capabilities.report(db, inst.host), inst.host,
+        _, claim = room(db, capabilities.report(db, inst.host), inst.host,
                          new_size - row.size, f"extend share {share_id} by "
                          f"{new_size - row.size} GiB to {new_size} GiB")
         claims += [claim] if claim else []

@@ -86,6 +86,10 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         vocab.SHRINKING: (Q, vocab.SHRINKING_ERROR),
         vocab.DELETING: (D, vocab.ERROR_DELETING),
         vocab.DEFERRED_DELETING: (D, vocab.ERROR_DELETING),
+        # Only reached when the task_state ended without the status: a
+        # migration in progress is its own periodic task's.
+        vocab.MIGRATING: (K, vocab.ERROR),
+        vocab.MIGRATING_TO: (K, vocab.ERROR),
         **INSTANCE_MARKS,
     },
     vocab.REPLICA: {
@@ -122,6 +126,8 @@ EXCLUDED = {
         vocab.SHRINKING,
         vocab.CREATING_FROM_SNAPSHOT,
         vocab.DEFERRED_DELETING,
+        vocab.MIGRATING,  # a replicated share is not migrated
+        vocab.MIGRATING_TO,
     },
     vocab.SNAPSHOT_INSTANCE: set(),
     vocab.SHARE_GROUP: set(),
@@ -138,6 +144,7 @@ FORBIDDEN = (
     "create_snapshot", "create_replica", "setup_server", "create_share_group",
     "create_share_group_snapshot", "create_backup", "restore_backup",
     "create_backup_continue", "restore_backup_continue",
+    "migration_start", "migration_continue", "migration_complete",
 )
 
 

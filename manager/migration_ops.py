@@ -1,0 +1,318 @@
+"""A share's migration, driver-assisted as Manila's (doc/migration.rst).
+
+Three requests of the source host carry out what a user asks, each under the
+source instance's lock (``Operations.run``: taken, fenced, the outcome one
+conditional transaction): ``migration_start`` (the driver checks it can,
+then starts phase 1), ``migration_complete`` (phase 2: the destination
+becomes the share's instance, the source goes, the rules go to the
+destination) and ``migration_cancel``. Between them the periodic
+``continue_migrations`` of the source host drives phase 1 on
+(``migration_continue``, progress) and settles a migration whose request a
+crash cut short: a start is undone (``migration_cancel``: the source stays,
+as it was), a complete or a cancel is carried out again (both idempotent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from oslo_log import log as logging
+from sharemgr.common import vocab
+from sharemgr.db import access as db_access
+from sharemgr.db import api as db_api
+from sharemgr.db import models, resources
+from sharemgr.manager import views
+from sharemgr.manager.migration_plans import FLAGS, destination_of
+from sharemgr.manager.operations import OperationFailed, Stale, Step, deleted, log_failure
+from sharemgr.manager.plans import Change, Op
+
+if TYPE_CHECKING:
+    from sharemgr.drivers.base import ShareDriver
+    from sharemgr.manager.operations import Operations
+
+LOG = logging.getLogger(__name__)
+
+_SI = models.ShareInstance
+# A migration's request, by the task_state its plan wrote: what a crash that
+# cut it short leaves to ``continue_migrations``.
+_REQUESTED = {vocab.MIGRATION_STARTING: vocab.ACTION_MIGRATION_START,
+              vocab.MIGRATION_COMPLETING: vocab.ACTION_MIGRATION_COMPLETE,
+              vocab.MIGRATION_CANCEL_IN_PROGRESS: vocab.ACTION_MIGRATION_CANCEL}
+
+
+class _Pair:
+    """A migration's two instances as the driver is given them."""
+
+    def __init__(self, ops: Operations, source: models.ShareInstance,
+                 dest: models.ShareInstance) -> None:
+        self.source, self.dest = source, dest
+        self.driver: ShareDriver = ops.driver_for(source.host)
+        self.source_d, self.server = ops.share_parts(source)
+        self.dest_d, self.dest_server = ops.share_parts(dest)
+
+    def args(self) -> tuple[dict, dict, list, dict, dict | None, dict | None]:
+        # No snapshots move yet (intake refuses a share that has any).
+        return self.source_d, self.dest_d, [], {}, self.server, self.dest_server
+
+
+def _dest(ops: Operations, source: models.ShareInstance, op: Op | None = None
+          ) -> models.ShareInstance:
+    ident = op.args.get("destination") if op is not None else None
+    dest = db_api.get(ops.db, _SI, str(ident)) if ident else \
+        destination_of(ops.db, source.share_id)
+    if dest is None or dest.status != vocab.MIGRATING_TO:
+        raise Stale(f"share instance {source.id} has no migration destination")
+    return dest
+
+
+def _task(row: models.ShareInstance, task_state: str, what: str) -> None:
+    if row.task_state != task_state:
+        raise Stale(f"{what}: task_state is {row.task_state!r}, not {task_state!r}")
+
+
+def _source_back(source: models.ShareInstance, task_state: str,
+                 expected_task: str | None = None) -> Change:
+    """The source available again, its migration ended with ``task_state``."""
+    return (_SI, source.id,
+            {"status": vocab.MIGRATING, "task_state": expected_task or source.task_state},
+            {"status": vocab.AVAILABLE, "task_state": task_state, "progress": None})
+
+
+def _dest_gone(dest: models.ShareInstance, task_state: str) -> Change:
+    return (_SI, dest.id, {"status": vocab.MIGRATING_TO},
+            {**deleted(), "task_state": task_state})
+
+
+def _both(source: models.ShareInstance, dest: models.ShareInstance, task_state: str,
+          expected: str, progress: str | None = None) -> list[Change]:
+    values: dict[str, object] = {"task_state": task_state}
+    return [(_SI, source.id, {"status": vocab.MIGRATING, "task_state": expected},
+             {**values, **({"progress": progress} if progress is not None else {})}),
+            (_SI, dest.id, {"status": vocab.MIGRATING_TO}, values)]
+
+
+def _failed(source: models.ShareInstance, dest: models.ShareInstance) -> list[Change]:
+    return [_source_back(source, vocab.MIGRATION_ERROR),
+            _dest_gone(dest, vocab.MIGRATION_ERROR)]
+
+
+def start(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
+    source0 = db_api.get(ops.db, _SI, op.ident)
+    if source0 is None:
+        raise Stale(f"share instance {op.ident} is gone")
+    dest = _dest(ops, source0, op)
+    what = f"migration of share instance {op.ident} to {dest.host}"
+    wanted = {flag: bool(op.args.get(flag)) for flag in FLAGS}
+
+    def call(row: models.ShareInstance) -> object:
+        _task(row, vocab.MIGRATION_STARTING, what)
+        pair = _Pair(ops, row, dest)
+        compat: Mapping[str, object] = pair.driver.migration_check_compatibility(
+            pair.source_d, pair.dest_d, pair.server, pair.dest_server) or {}
+        if not compat.get("compatible"):
+            raise OperationFailed(
+                f"backend {views.host_of(row.host)!r} cannot move the share to "
+                f"{dest.host} (migration_check_compatibility), and host-assisted "
+                "migration is not available yet")
+        missing = [f for f, asked in wanted.items() if asked and not compat.get(f)]
+        if missing:
+            raise OperationFailed(
+                f"backend {views.host_of(row.host)!r} cannot keep the share "
+                f"{', '.join(m.replace('_', ' ') for m in missing)} while it moves it to "
+                f"{dest.host}")
+        pair.driver.migration_start(*pair.args())
+        return None
+
+    return ops.run(op, Step(
+        _SI, op.ident, what, call,
+        lambda row, _r: _both(row, dest, vocab.MIGRATION_DRIVER_IN_PROGRESS,
+                              vocab.MIGRATION_STARTING, "0"),
+        lambda row, _exc: _failed(row, dest), expected=(vocab.MIGRATING,)), held)
+
+
+def complete(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
+    source0 = db_api.get(ops.db, _SI, op.ident)
+    if source0 is None:
+        raise Stale(f"share instance {op.ident} is gone")
+    dest = _dest(ops, source0, op)
+    what = f"migration complete of share instance {op.ident} to {dest.host}"
+
+    def call(row: models.ShareInstance) -> object:
+        _task(row, vocab.MIGRATION_COMPLETING, what)
+        pair = _Pair(ops, row, dest)
+        return pair.driver.migration_complete(*pair.args()) or {}
+
+    def done(row: models.ShareInstance, answer: object) -> list[Change]:
+        locations = answer.get("export_locations") if isinstance(answer, Mapping) else None
+        if not isinstance(locations, list):
+            locations = []
+        # The rules are the share's: sent to the destination once it is the
+        # share's instance (queued now, so a crash before the request is
+        # written leaves them to the reconciliation pass's resend).
+        rules = [r for r in db_access.rules_of(ops.db, row.share_id)
+                 if r.state == vocab.ACCESS_ACTIVE]
+        return [
+            (_SI, dest.id, {"status": vocab.MIGRATING_TO},
+             {"status": vocab.AVAILABLE, "task_state": vocab.MIGRATION_SUCCESS,
+              "export_locations": locations,
+              **({"access_rules_status": vocab.ACCESS_RULES_SYNCING} if rules else {})}),
+            (_SI, row.id, {"status": row.status, "task_state": vocab.MIGRATION_COMPLETING},
+             {**deleted(), "task_state": vocab.MIGRATION_SUCCESS, "progress": None}),
+            *((models.ShareAccessRule, r.id, {"state": vocab.ACCESS_ACTIVE},
+               {"state": vocab.ACCESS_QUEUED_TO_APPLY}) for r in rules),
+        ]
+
+    def then(_row: models.ShareInstance, changes: list[Change]) -> None:
+        if any(m is models.ShareAccessRule for m, *_ in changes):
+            db_access.add_requests(ops.db, [Op(vocab.SHARE_INSTANCE, dest.id,
+                                               vocab.ACTION_UPDATE_ACCESS, dest.host).request()])
+
+    return ops.run(op, Step(
+        _SI, op.ident, what, call, done, lambda row, _exc: _failed(row, dest),
+        expected=(vocab.MIGRATING,), then=then), held)
+
+
+def cancel(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
+    source0 = db_api.get(ops.db, _SI, op.ident)
+    if source0 is None:
+        raise Stale(f"share instance {op.ident} is gone")
+    dest = _dest(ops, source0, op)
+    what = f"migration cancel of share instance {op.ident}"
+
+    def call(row: models.ShareInstance) -> object:
+        _task(row, vocab.MIGRATION_CANCEL_IN_PROGRESS, what)
+        pair = _Pair(ops, row, dest)
+        pair.driver.migration_cancel(*pair.args())
+        return None
+
+    def failed(row: models.ShareInstance, _exc: Exception) -> list[Change]:
+        # What the destination still holds is unknown: it stays, in error,
+        # for an admin; the source is served as before.
+        return [_source_back(row, vocab.MIGRATION_ERROR),
+                (_SI, dest.id, {"status": vocab.MIGRATING_TO},
+                 {"status": vocab.ERROR, "task_state": vocab.MIGRATION_ERROR})]
+
+    return ops.run(op, Step(
+        _SI, op.ident, what, call,
+        lambda row, _r: [_source_back(row, vocab.MIGRATION_CANCELLED),
+                         _dest_gone(dest, vocab.MIGRATION_CANCELLED)],
+        failed, expected=(vocab.MIGRATING,)), held)
+
+
+# The periodic task ------------------------------------------------------------------
+
+
+def continue_migrations(ops: Operations, hosts: list[str]) -> None:
+    """Periodic, for the migrations whose source is on these hosts: phase 1
+    driven on, and migrations a crash cut short settled. Any engine of the
+    host may; the try-lock keeps each migration to one at a time."""
+    migrating = [i for h in hosts for i in resources.on_host(ops.db, _SI, h, [vocab.MIGRATING])]
+    by_id = {i.id: i for i in migrating}
+    orphans = _orphans(ops, [i for i in migrating if i.task_state in _REQUESTED])
+
+    def act(ident: str) -> None:
+        state = by_id[ident].task_state
+        if state == vocab.MIGRATION_DRIVER_IN_PROGRESS:
+            _continue_one(ops, ident)
+        elif ident in orphans:
+            _settle_orphan(ops, ident, str(state))
+
+    ops.each_unlocked(vocab.SHARE_INSTANCE, by_id, act, "migration continue")
+
+
+def _orphans(ops: Operations, waiting: list[models.ShareInstance]) -> set[str]:
+    """Of these sources, the ones no open request is about: the request
+    their task_state names ended without them (its engine died and a
+    reconciliation pass abandoned it, or it failed before its outcome)."""
+    if not waiting:
+        return set()
+    open_ = db_api.query(ops.db, models.Request,
+                         {"resource_id": [i.id for i in waiting],
+                          "status": list(vocab.REQUEST_OPEN)})
+    busy = {r.resource_id for r in open_}
+    return {i.id for i in waiting if i.id not in busy}
+
+
+def _fresh(ops: Operations, ident: str, task_state: str, what: str
+           ) -> tuple[models.ShareInstance, _Pair]:
+    """The source re-read and taken (its fencing token bumped: a call of
+    an earlier holder left running cannot land after this one's)."""
+    row = ops.fresh(_SI, ident, (vocab.MIGRATING,), take=True)
+    _task(row, task_state, what)
+    return row, _Pair(ops, row, _dest(ops, row))
+
+
+def _continue_one(ops: Operations, ident: str) -> None:
+    what = f"migration of share instance {ident}"
+    try:
+        row, pair = _fresh(ops, ident, vocab.MIGRATION_DRIVER_IN_PROGRESS, what)
+    except Stale:
+        return
+    try:
+        finished = pair.driver.migration_continue(*pair.args())
+        progress = "100" if finished else _progress(pair)
+    except Exception as exc:
+        log_failure(what, "migration_continue", exc)
+        _end_in_error(ops, row, pair, vocab.MIGRATION_DRIVER_IN_PROGRESS)
+        return
+    task = vocab.MIGRATION_DRIVER_PHASE1_DONE if finished else vocab.MIGRATION_DRIVER_IN_PROGRESS
+    db_api.transition_with_request(
+        ops.db, _fenced(_both(row, pair.dest, task, vocab.MIGRATION_DRIVER_IN_PROGRESS,
+                              progress), row), None)
+
+
+def _progress(pair: _Pair) -> str:
+    """The driver's ``total_progress`` as a whole percentage, '0' when it
+    cannot say."""
+    try:
+        answer = pair.driver.migration_get_progress(*pair.args()) or {}
+        return str(max(0, min(99, int(float(str(answer.get("total_progress", 0)))))))
+    except Exception as exc:  # optional: a driver that cannot say
+        LOG.debug("migration_get_progress of %s: %s", pair.source.id, exc)
+        return "0"
+
+
+def _end_in_error(ops: Operations, row: models.ShareInstance, pair: _Pair,
+                  expected_task: str) -> None:
+    """A migration that failed or was cut short: the destination removed
+    from its backend (``migration_cancel``, idempotent) and from the
+    database, the source available again with ``migration_error``. If the
+    destination cannot be removed it stays, in error, for an admin."""
+    try:
+        pair.driver.migration_cancel(*pair.args())
+        dest_change = _dest_gone(pair.dest, vocab.MIGRATION_ERROR)
+    except Exception as exc:
+        log_failure(f"migration cancel of share instance {row.id}", "migration_cancel", exc)
+        dest_change = (_SI, pair.dest.id, {"status": vocab.MIGRATING_TO},
+                       {"status": vocab.ERROR, "task_state": vocab.MIGRATION_ERROR})
+    db_api.transition_with_request(ops.db, _fenced(
+        [_source_back(row, vocab.MIGRATION_ERROR, expected_task), dest_change], row), None)
+
+
+def _settle_orphan(ops: Operations, ident: str, task_state: str) -> None:
+    what = f"migration of share instance {ident} cut short in {task_state}"
+    try:
+        row, pair = _fresh(ops, ident, task_state, what)
+    except Stale:
+        return
+    LOG.warning("%s: its request ended without it; settling it", what)
+    if task_state == vocab.MIGRATION_STARTING:
+        _end_in_error(ops, row, pair, task_state)
+        return
+    # Complete and cancel are idempotent: carried out again, under the lock
+    # held (``held``), as their request would have.
+    action = _REQUESTED[task_state]
+    handler = complete if action == vocab.ACTION_MIGRATION_COMPLETE else cancel
+    try:
+        handler(ops, Op(vocab.SHARE_INSTANCE, ident, action, row.host,
+                        {"destination": pair.dest.id}), True)
+    except (OperationFailed, Stale) as exc:
+        LOG.warning("%s: %s", what, exc)
+
+
+def _fenced(changes: list[Change], row: models.ShareInstance) -> list[Change]:
+    """The source's change written only while it has the token this task
+    took it with."""
+    return [(m, i, {**expected, "fence": row.fence} if i == row.id else expected, values)
+            for m, i, expected, values in changes]
