@@ -21,13 +21,17 @@ ACTION_IDS: dict[str, str] = {
     vocab.ACTION_REVERT: "009",
     vocab.ACTION_PROMOTE: "010",
     vocab.ACTION_RESYNC: "011",
+    vocab.ACTION_MIGRATION_START: "013",
+    vocab.ACTION_MIGRATION_COMPLETE: "014",
+    vocab.ACTION_MIGRATION_CANCEL: "015",
 }
 ACTION_NAMES: dict[str, str] = {
     "001": "create", "002": "delete", "003": "extend", "004": "shrink",
     "005": "update access rules", "006": "restore",
     "007": "manage", "008": "unmanage",
     "009": "revert to snapshot", "010": "promote", "011": "resync",
-    "012": "serve again",
+    "012": "serve again", "013": "start migration", "014": "complete migration",
+    "015": "cancel migration",
 }
 # What a drift check did about a share its backend did not serve as
 # recorded: no request of the user's, the check's own repair.

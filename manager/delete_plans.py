@@ -87,6 +87,10 @@ def _delete_share(db: Database, ident: str, force: bool = False,
         raise Refused(f"share {ident} has no instance")
     if snapshots:
         raise Refused(f"share {ident} has snapshots: delete them first")
+    if any(i.status == vocab.MIGRATING_TO for i in live):
+        # Even forced: the migration's periodic task owns both instances.
+        raise Refused(f"share {ident} is migrating: cancel its migration first (sharectl "
+                      "share migration cancel)")
     if len(live) > 1:
         raise Refused(f"share {ident} has replicas: delete them first")
     if force:

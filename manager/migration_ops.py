@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from oslo_log import log as logging
-from sharemgr.common import vocab
+from sharemgr.common import messages, vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
+from sharemgr.db import messages as db_messages
 from sharemgr.db import models, resources
 from sharemgr.manager import views
 from sharemgr.manager.migration_plans import FLAGS, destination_of
@@ -254,7 +255,13 @@ def _continue_one(ops: Operations, ident: str) -> None:
         progress = "100" if finished else _progress(pair)
     except Exception as exc:
         log_failure(what, "migration_continue", exc)
-        _end_in_error(ops, row, pair, vocab.MIGRATION_DRIVER_IN_PROGRESS)
+        if _end_in_error(ops, row, pair, vocab.MIGRATION_DRIVER_IN_PROGRESS):
+            # No request of the user's fails here: the message says it.
+            db_messages.record_about(
+                ops.db, vocab.SHARE, row.share_id,
+                messages.ACTION_IDS[vocab.ACTION_MIGRATION_START], messages.FAILED,
+                f"{what} to {pair.dest.host} failed in migration_continue: {exc}",
+                messages.LEVEL_ERROR)
         return
     task = vocab.MIGRATION_DRIVER_PHASE1_DONE if finished else vocab.MIGRATION_DRIVER_IN_PROGRESS
     db_api.transition_with_request(
@@ -274,7 +281,7 @@ def _progress(pair: _Pair) -> str:
 
 
 def _end_in_error(ops: Operations, row: models.ShareInstance, pair: _Pair,
-                  expected_task: str) -> None:
+                  expected_task: str) -> bool:
     """A migration that failed or was cut short: the destination removed
     from its backend (``migration_cancel``, idempotent) and from the
     database, the source available again with ``migration_error``. If the
@@ -286,8 +293,8 @@ def _end_in_error(ops: Operations, row: models.ShareInstance, pair: _Pair,
         log_failure(f"migration cancel of share instance {row.id}", "migration_cancel", exc)
         dest_change = (_SI, pair.dest.id, {"status": vocab.MIGRATING_TO},
                        {"status": vocab.ERROR, "task_state": vocab.MIGRATION_ERROR})
-    db_api.transition_with_request(ops.db, _fenced(
-        [_source_back(row, vocab.MIGRATION_ERROR, expected_task), dest_change], row), None)
+    return bool(db_api.transition_with_request(ops.db, _fenced(
+        [_source_back(row, vocab.MIGRATION_ERROR, expected_task), dest_change], row), None))
 
 
 def _settle_orphan(ops: Operations, ident: str, task_state: str) -> None:

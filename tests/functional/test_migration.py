@@ -86,6 +86,7 @@ def test_migrate_complete_cancel_and_refusals(setup):
                                                                 src)
     assert _objects(d, "beta")[dest]["status"] == "migrating_to"
     assert "migrating" in _refused(d, "share", "extend", sid, "2")
+    assert "cancel its migration first" in _refused(d, "share", "delete", sid, "--force")
     assert "its status is 'migrating'" in _refused(d, "share", "migration", "start", sid, beta)
 
     # Phase 2: the share is the destination's, with its rules; the source
