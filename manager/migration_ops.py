@@ -25,7 +25,14 @@ from sharemgr.db import messages as db_messages
 from sharemgr.db import models, resources
 from sharemgr.manager import views
 from sharemgr.manager.migration_plans import FLAGS, destination_of
-from sharemgr.manager.operations import OperationFailed, Stale, Step, deleted, log_failure
+from sharemgr.manager.operations import (
+    OperationFailed,
+    Stale,
+    Step,
+    deleted,
+    lock_name,
+    log_failure,
+)
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:
@@ -238,17 +245,21 @@ def _orphans(ops: Operations, waiting: list[models.ShareInstance]) -> set[str]:
 def _fresh(ops: Operations, ident: str, task_state: str, what: str
            ) -> tuple[models.ShareInstance, _Pair]:
     """The source re-read and taken (its fencing token bumped: a call of
-    an earlier holder left running cannot land after this one's)."""
+    an earlier holder left running cannot land after this one's), and this
+    engine allowed to call its driver now (a member, the lock still held:
+    else NotNow, and the next run tries again)."""
     row = ops.fresh(_SI, ident, (vocab.MIGRATING,), take=True)
     _task(row, task_state, what)
-    return row, _Pair(ops, row, _dest(ops, row))
+    pair = _Pair(ops, row, _dest(ops, row))
+    ops.guard(what, None, lock_name(vocab.SHARE_INSTANCE, ident))
+    return row, pair
 
 
 def _continue_one(ops: Operations, ident: str) -> None:
     what = f"migration of share instance {ident}"
     try:
         row, pair = _fresh(ops, ident, vocab.MIGRATION_DRIVER_IN_PROGRESS, what)
-    except Stale:
+    except Stale:  # moved on, or NotNow: the next run looks again
         return
     try:
         finished = pair.driver.migration_continue(*pair.args())

@@ -254,3 +254,19 @@ def test_a_migration_whose_request_ended_without_it_is_settled(eng, cut, settled
         assert (source.status, dest.status) == (vocab.DELETED, vocab.AVAILABLE)
     else:
         assert (source.status, dest.status) == (vocab.AVAILABLE, vocab.DELETED)
+
+
+def test_an_engine_out_of_the_group_drives_no_migration(eng):
+    """The periodic task calls no driver while its engine may not (paused,
+    cut off): the next run, once it is back, goes on."""
+    db, driver = eng.db, eng.driver
+    inst = make_share(db)
+    _start(eng, inst)
+    _run(eng, inst.id)
+    eng.operations.not_member = lambda: "out of the engines group"
+    _continue(eng)
+    assert "migration_continue" not in driver.methods()
+    assert _inst(db, inst.id).task_state == vocab.MIGRATION_DRIVER_IN_PROGRESS
+    eng.operations.not_member = lambda: None
+    _continue(eng)
+    assert driver.methods().count("migration_continue") == 1
