@@ -36,6 +36,8 @@ class ShareRow(TypedDict):
     instance_id: str | None
     export_locations: Sequence[object]
     access_rules_status: str | None
+    task_state: str | None  # a migration's (doc/migration.rst)
+    progress: str | None  # a migration's copy, or a create from a snapshot still copying
     drift: Mapping[str, object] | None  # what the last drift check found (None: it agreed)
     share_server_id: str | None
     snapshot_id: str | None
@@ -103,6 +105,8 @@ def _share_row(share: models.Share | Record, inst: models.ShareInstance | Record
         "instance_id": inst.id if inst else None,
         "export_locations": inst.export_locations if inst else [],
         "access_rules_status": inst.access_rules_status if inst else None,
+        "task_state": inst.task_state if inst else None,
+        "progress": f"{inst.progress}%" if inst and inst.progress is not None else None,
         "drift": inst.drift if inst else None,
         "share_server_id": inst.share_server_id if inst else None,
         "snapshot_id": share.snapshot_id, "share_group_id": share.share_group_id,

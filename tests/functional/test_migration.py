@@ -84,6 +84,7 @@ def test_migrate_complete_cancel_and_refusals(setup):
     row = d.json("share", "show", sid)
     assert (row["status"], row["host"], row["instance_id"]) == ("migrating", f"{d.host}@alpha",
                                                                 src)
+    assert (row["task_state"], row["progress"]) == ("migration_driver_phase1_done", "100%")
     assert _objects(d, "beta")[dest]["status"] == "migrating_to"
     assert "migrating" in _refused(d, "share", "extend", sid, "2")
     assert "cancel its migration first" in _refused(d, "share", "delete", sid, "--force")

@@ -30,6 +30,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "cli/db_cmds.py": (FUNC + "test_rolling_upgrade.py", FUNC + "test_daemon.py"),
     "cli/manage_cmds.py": (FUNC + "test_manage.py",),
     "cli/message_cmds.py": (FUNC + "test_operations.py", FUNC + "test_reconcile.py"),
+    "cli/migration_cmds.py": (FUNC + "test_migration.py",),
     "cli/nouns.py": (UNIT + "db/test_status_reads.py", FUNC + "test_operations.py"),
     "cli/reconcile_cmds.py": (FUNC + "test_reconcile.py", FUNC + "test_drift_and_hung_calls.py"),
     "cli/resource_cmds.py": (FUNC + "test_operations.py",),
@@ -90,6 +91,9 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     # ShareDriver's method groups (drivers/base.py inherits them)
     "drivers/backup_methods.py": (UNIT + "drivers/test_base.py",),
     "drivers/manage_methods.py": (UNIT + "drivers/test_base.py", FUNC + "test_manage.py"),
+    "drivers/migration_methods.py": (UNIT + "drivers/test_dummy_migration.py",),
+    "manager/migration_ops.py": (UNIT + "manager/test_migration.py", FUNC + "test_migration.py"),
+    "manager/migration_plans.py": (UNIT + "manager/test_migration.py",),
     "drivers/read_methods.py": (UNIT + "drivers/test_base.py", UNIT + "common/test_metrics.py"),
     "drivers/dummy_calls.py": (UNIT + "drivers/test_dummy.py",),
     "drivers/dummy_cli.py": (UNIT + "drivers/test_dummy.py",),
