@@ -64,13 +64,18 @@ class _Pair:
         return self.source_d, self.dest_d, [], {}, self.server, self.dest_server
 
 
+class _NoDestination(Stale):
+    """The destination row is gone or no longer migrating_to (an admin's
+    reset): nothing for the driver to move to."""
+
+
 def _dest(ops: Operations, source: models.ShareInstance, op: Op | None = None
           ) -> models.ShareInstance:
     ident = op.args.get("destination") if op is not None else None
     dest = db_api.get(ops.db, _SI, str(ident)) if ident else \
         destination_of(ops.db, source.share_id)
     if dest is None or dest.status != vocab.MIGRATING_TO:
-        raise Stale(f"share instance {source.id} has no migration destination")
+        raise _NoDestination(f"share instance {source.id} has no migration destination")
     return dest
 
 
@@ -312,6 +317,13 @@ def _settle_orphan(ops: Operations, ident: str, task_state: str) -> None:
     what = f"migration of share instance {ident} cut short in {task_state}"
     try:
         row, pair = _fresh(ops, ident, task_state, what)
+    except _NoDestination:
+        # Nothing to undo or finish: the source is served as before.
+        LOG.warning("%s: its destination is gone; the share stays on its source", what)
+        row = ops.fresh(_SI, ident, (vocab.MIGRATING,), take=True)
+        db_api.transition_with_request(ops.db, _fenced(
+            [_source_back(row, vocab.MIGRATION_ERROR, task_state)], row), None)
+        return
     except Stale:
         return
     LOG.warning("%s: its request ended without it; settling it", what)

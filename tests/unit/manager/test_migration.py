@@ -270,3 +270,17 @@ def test_an_engine_out_of_the_group_drives_no_migration(eng):
     eng.operations.not_member = lambda: None
     _continue(eng)
     assert driver.methods().count("migration_continue") == 1
+
+
+def test_a_migration_whose_destination_an_admin_removed_ends_on_its_source(eng):
+    db = eng.db
+    inst = make_share(db)
+    _start(eng, inst)
+    dest_id = str(migration_plans.shown(db, inst.share_id)["destination_instance_id"])
+    api.conditional_update(db, models.ShareInstance, dest_id, {}, {"status": vocab.ERROR})
+    (req,) = api.request_list(db, resource_id=inst.id)
+    api.conditional_update(db, models.Request, req.id, {}, {"status": vocab.REQUEST_FAILED})
+    _continue(eng)
+    source = _inst(db, inst.id)
+    assert (source.status, source.task_state) == (vocab.AVAILABLE, vocab.MIGRATION_ERROR)
+    assert eng.driver.methods() == []
