@@ -105,17 +105,29 @@ def _both(source: models.ShareInstance, dest: models.ShareInstance, task_state: 
             (_SI, dest.id, {"status": vocab.MIGRATING_TO}, values)]
 
 
+def _dest_in_error(dest: models.ShareInstance) -> Change:
+    """A destination the driver could not remove: kept, in error, for an admin."""
+    return (_SI, dest.id, {"status": vocab.MIGRATING_TO},
+            {"status": vocab.ERROR, "task_state": vocab.MIGRATION_ERROR})
+
+
+def _request_of(ops: Operations, op: Op, verb: str) -> tuple[models.ShareInstance, str]:
+    """A migration request's destination (read before the lock, as it never
+    moves once written) and the words its logs and errors name it by."""
+    source = db_api.get(ops.db, _SI, op.ident)
+    if source is None:
+        raise Stale(f"share instance {op.ident} is gone")
+    dest = _dest(ops, source, op)
+    return dest, f"{verb} of share instance {op.ident} to {dest.host}"
+
+
 def _failed(source: models.ShareInstance, dest: models.ShareInstance) -> list[Change]:
     return [_source_back(source, vocab.MIGRATION_ERROR),
             _dest_gone(dest, vocab.MIGRATION_ERROR)]
 
 
 def start(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
-    source0 = db_api.get(ops.db, _SI, op.ident)
-    if source0 is None:
-        raise Stale(f"share instance {op.ident} is gone")
-    dest = _dest(ops, source0, op)
-    what = f"migration of share instance {op.ident} to {dest.host}"
+    dest, what = _request_of(ops, op, "migration")
     wanted = {flag: bool(op.args.get(flag)) for flag in FLAGS}
 
     def call(row: models.ShareInstance) -> object:
@@ -145,11 +157,7 @@ def start(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
 
 
 def complete(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
-    source0 = db_api.get(ops.db, _SI, op.ident)
-    if source0 is None:
-        raise Stale(f"share instance {op.ident} is gone")
-    dest = _dest(ops, source0, op)
-    what = f"migration complete of share instance {op.ident} to {dest.host}"
+    dest, what = _request_of(ops, op, "migration complete")
 
     def call(row: models.ShareInstance) -> object:
         _task(row, vocab.MIGRATION_COMPLETING, what)
@@ -187,11 +195,7 @@ def complete(ops: Operations, op: Op, held: bool = False) -> list[Change] | None
 
 
 def cancel(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
-    source0 = db_api.get(ops.db, _SI, op.ident)
-    if source0 is None:
-        raise Stale(f"share instance {op.ident} is gone")
-    dest = _dest(ops, source0, op)
-    what = f"migration cancel of share instance {op.ident}"
+    dest, what = _request_of(ops, op, "migration cancel")
 
     def call(row: models.ShareInstance) -> object:
         _task(row, vocab.MIGRATION_CANCEL_IN_PROGRESS, what)
@@ -200,11 +204,9 @@ def cancel(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
         return None
 
     def failed(row: models.ShareInstance, _exc: Exception) -> list[Change]:
-        # What the destination still holds is unknown: it stays, in error,
-        # for an admin; the source is served as before.
-        return [_source_back(row, vocab.MIGRATION_ERROR),
-                (_SI, dest.id, {"status": vocab.MIGRATING_TO},
-                 {"status": vocab.ERROR, "task_state": vocab.MIGRATION_ERROR})]
+        # What the destination still holds is unknown; the source is served
+        # as before.
+        return [_source_back(row, vocab.MIGRATION_ERROR), _dest_in_error(dest)]
 
     return ops.run(op, Step(
         _SI, op.ident, what, call,
@@ -307,8 +309,7 @@ def _end_in_error(ops: Operations, row: models.ShareInstance, pair: _Pair,
         dest_change = _dest_gone(pair.dest, vocab.MIGRATION_ERROR)
     except Exception as exc:
         log_failure(f"migration cancel of share instance {row.id}", "migration_cancel", exc)
-        dest_change = (_SI, pair.dest.id, {"status": vocab.MIGRATING_TO},
-                       {"status": vocab.ERROR, "task_state": vocab.MIGRATION_ERROR})
+        dest_change = _dest_in_error(pair.dest)
     return bool(db_api.transition_with_request(ops.db, _fenced(
         [_source_back(row, vocab.MIGRATION_ERROR, expected_task), dest_change], row), None))
 
