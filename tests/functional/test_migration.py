@@ -53,6 +53,7 @@ def _ready(d) -> None:
                timeout=30, what="both backends' reports")
 
 
+@pytest.mark.long(45)
 def test_migrate_complete_cancel_and_refusals(setup):
     d = setup
     d.start()
