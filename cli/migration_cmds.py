@@ -81,13 +81,15 @@ class MigrationStart(_Migration):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("destination", metavar="DEST_HOST", help="host@backend[#pool]")
         parser.add_argument("--force-host-assisted", action="store_true",
-                            help="copy with the engine, not the driver (not available yet)")
+                            help="copy with the engine (rsync, then a checksum comparison), not "
+                            "the source backend's driver; both backends on one host")
         _flag(parser, "writable", "clients may write to the share while it moves")
         _flag(parser, "nondisruptive", "clients keep their export throughout")
         _flag(parser, "preserve-snapshots", "the share's snapshots move with it")
         _flag(parser, "preserve-metadata", "modes, owners, times and xattrs are kept")
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
+        from sharemgr.manager import migration_plans
         from sharemgr.manager.migration_plans import Request
 
         a = parsed_args
@@ -96,12 +98,13 @@ class MigrationStart(_Migration):
         _intake(self.app).migration_start(req)
         source = str(_shown(self.app, a.share)["source_instance_id"])
         # --wait: until phase 1 is done (the share is still on its source).
-        return self.result(a, source, (vocab.MIGRATION_DRIVER_PHASE1_DONE,))
+        return self.result(a, source, migration_plans.COPIED)
 
 
 class MigrationComplete(_Migration):
     """Switch a share whose migration copied its data (task_state
-    migration_driver_phase1_done) to its destination."""
+    migration_driver_phase1_done or data_copying_completed) to its
+    destination."""
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         _intake(self.app).migration_complete(parsed_args.share)

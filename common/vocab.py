@@ -85,6 +85,12 @@ MIGRATION_DRIVER_STARTING = "migration_driver_starting"
 MIGRATION_DRIVER_IN_PROGRESS = "migration_driver_in_progress"
 MIGRATION_DRIVER_PHASE1_DONE = "migration_driver_phase1_done"
 MIGRATION_ENDED = (MIGRATION_SUCCESS, MIGRATION_ERROR, MIGRATION_CANCELLED)
+# A host-assisted migration's (the engine copies the data): Manila's.
+DATA_COPYING_STARTING = "data_copying_starting"
+DATA_COPYING_IN_PROGRESS = "data_copying_in_progress"
+DATA_COPYING_COMPLETING = "data_copying_completing"
+DATA_COPYING_COMPLETED = "data_copying_completed"
+DATA_COPYING = (DATA_COPYING_STARTING, DATA_COPYING_IN_PROGRESS, DATA_COPYING_COMPLETED)
 
 # Task states that mean another workflow (migration, data copy) owns the instance.
 BUSY_TASK_STATES = frozenset(
@@ -96,10 +102,10 @@ BUSY_TASK_STATES = frozenset(
         MIGRATION_DRIVER_STARTING,
         MIGRATION_DRIVER_IN_PROGRESS,
         MIGRATION_DRIVER_PHASE1_DONE,
-        "data_copying_starting",
-        "data_copying_in_progress",
-        "data_copying_completing",
-        "data_copying_completed",
+        DATA_COPYING_STARTING,
+        DATA_COPYING_IN_PROGRESS,
+        DATA_COPYING_COMPLETING,
+        DATA_COPYING_COMPLETED,
     }
 )
 

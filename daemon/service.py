@@ -157,6 +157,7 @@ class ShareManagerService:
         self.operations = Operations(self.db, self.drivers, self.coordinator, self.engine_id,
                                      handlers.HANDLERS)
         self.operations.leases = leases.Leases.from_conf(self.conf)
+        self.operations.copy_bwlimit_kib = self.conf.migration_copy_bwlimit
         self.operations.not_member = self.membership.not_member
         self.operations.on_lost = self._reobserve
         for rtype, action in handlers.HANDLERS:

@@ -1,6 +1,8 @@
 """Share migration in the share driver contract, driver-assisted as Manila's:
 the source backend's driver moves a share instance to a destination
-instance on another backend it can reach (doc/migration.rst).
+instance on another backend it can reach (doc/migration.rst). A driver
+that cannot lends the engine its shares' data for a host-assisted one
+(``migration_data_path``).
 ``ShareDriver`` (drivers/base.py) inherits it; drivers import everything
 from there.
 
@@ -106,3 +108,17 @@ class MigrationMethods:
                                ) -> Progress:
         """How far phase 1 is: ``{"total_progress": "0".."100"}``."""
         raise OperationNotSupported("migration_get_progress")
+
+    def migration_data_path(self, share: Share, share_server: ShareServer | None = None
+                            ) -> str:
+        """A host-assisted migration's view of a share's data: a folder on
+        this host holding the share's files, which the engine's data mover
+        reads (source) or writes (destination) directly. It stays valid
+        while the share exists; the driver's own calls about the share
+        still come meanwhile (access rules, delete). Changes nothing.
+
+        :raises OperationNotSupported: the driver cannot lend its shares
+            (the base class): no host-assisted migration from or to it.
+        :raises ShareResourceNotFound: no such share.
+        """
+        raise OperationNotSupported("migration_data_path")

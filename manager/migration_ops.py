@@ -23,7 +23,8 @@ from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import messages as db_messages
 from sharemgr.db import models, resources
-from sharemgr.manager import views
+from sharemgr.drivers.exceptions import OperationNotSupported
+from sharemgr.manager import data_mover, migration_host, views
 from sharemgr.manager.migration_plans import FLAGS, destination_of
 from sharemgr.manager.operations import (
     OperationFailed,
@@ -45,6 +46,7 @@ _SI = models.ShareInstance
 # A migration's request, by the task_state its plan wrote: what a crash that
 # cut it short leaves to ``continue_migrations``.
 _REQUESTED = {vocab.MIGRATION_STARTING: vocab.ACTION_MIGRATION_START,
+              vocab.DATA_COPYING_STARTING: vocab.ACTION_MIGRATION_START,
               vocab.MIGRATION_COMPLETING: vocab.ACTION_MIGRATION_COMPLETE,
               vocab.MIGRATION_CANCEL_IN_PROGRESS: vocab.ACTION_MIGRATION_CANCEL}
 
@@ -85,7 +87,7 @@ def _task(row: models.ShareInstance, task_state: str, what: str) -> None:
 
 
 def _source_back(source: models.ShareInstance, task_state: str,
-                 expected_task: str | None = None) -> Change:
+                 expected_task: str | tuple[str, ...] | None = None) -> Change:
     """The source available again, its migration ended with ``task_state``."""
     return (_SI, source.id,
             {"status": vocab.MIGRATING, "task_state": expected_task or source.task_state},
@@ -121,46 +123,113 @@ def _request_of(ops: Operations, op: Op, verb: str) -> tuple[models.ShareInstanc
     return dest, f"{verb} of share instance {op.ident} to {dest.host}"
 
 
-def _failed(source: models.ShareInstance, dest: models.ShareInstance) -> list[Change]:
-    return [_source_back(source, vocab.MIGRATION_ERROR),
-            _dest_gone(dest, vocab.MIGRATION_ERROR)]
+def _host_assisted(dest: models.ShareInstance) -> bool:
+    """Whether the engine copies this migration (its destination's
+    task_state is a data copy's: the plans of complete and cancel move the
+    source's only)."""
+    return dest.task_state in vocab.DATA_COPYING
+
+
+def _failed(source: models.ShareInstance, dest: models.ShareInstance,
+            kept: bool = False) -> list[Change]:
+    # A start may have gone host-assisted (its own write) before it failed.
+    expected = (source.task_state, vocab.DATA_COPYING_STARTING) \
+        if source.task_state == vocab.MIGRATION_STARTING else None
+    return [_source_back(source, vocab.MIGRATION_ERROR, expected),
+            _dest_in_error(dest) if kept else _dest_gone(dest, vocab.MIGRATION_ERROR)]
+
+
+def _undone(sides: migration_host.Sides, undo: bool) -> bool:
+    """After a host-assisted step failed: its destination removed and the
+    source's rules given back (``undo``); whether the destination is kept
+    (it could not be removed: in error, for an admin)."""
+    if not undo:
+        return False
+    try:
+        migration_host.undo(sides)
+    except Exception as exc:
+        log_failure(f"undo of the migration of share instance {sides.source.id}",
+                    "delete_share", exc)
+        return True
+    return False
 
 
 def start(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
     dest, what = _request_of(ops, op, "migration")
     wanted = {flag: bool(op.args.get(flag)) for flag in FLAGS}
 
+    kept: list[bool] = []
+
     def call(row: models.ShareInstance) -> object:
         _task(row, vocab.MIGRATION_STARTING, what)
         pair = _Pair(ops, row, dest)
-        compat: Mapping[str, object] = pair.driver.migration_check_compatibility(
-            pair.source_d, pair.dest_d, pair.server, pair.dest_server) or {}
-        if not compat.get("compatible"):
-            raise OperationFailed(
-                f"backend {views.host_of(row.host)!r} cannot move the share to "
-                f"{dest.host} (migration_check_compatibility), and host-assisted "
-                "migration is not available yet")
-        missing = [f for f, asked in wanted.items() if asked and not compat.get(f)]
-        if missing:
-            raise OperationFailed(
-                f"backend {views.host_of(row.host)!r} cannot keep the share "
-                f"{', '.join(m.replace('_', ' ') for m in missing)} while it moves it to "
-                f"{dest.host}")
-        pair.driver.migration_start(*pair.args())
-        return None
+        why = "--force-host-assisted"
+        if not op.args.get("force_host_assisted"):
+            compat: Mapping[str, object] = pair.driver.migration_check_compatibility(
+                pair.source_d, pair.dest_d, pair.server, pair.dest_server) or {}
+            if compat.get("compatible"):
+                missing = [f for f, asked in wanted.items() if asked and not compat.get(f)]
+                if missing:
+                    raise OperationFailed(
+                        f"backend {views.host_of(row.host)!r} cannot keep the share "
+                        f"{', '.join(m.replace('_', ' ') for m in missing)} while it moves "
+                        f"it to {dest.host}")
+                pair.driver.migration_start(*pair.args())
+                return None
+            why = f"backend {views.host_of(row.host)!r} cannot move the share itself"
+        return _start_copying(ops, row, dest, wanted, why, kept)
+
+    def done(row: models.ShareInstance, answer: object) -> list[Change]:
+        if not isinstance(answer, Mapping):
+            return _both(row, dest, vocab.MIGRATION_DRIVER_IN_PROGRESS,
+                         vocab.MIGRATION_STARTING, "0")
+        # The engine copies from now on (the periodic task).
+        return [(_SI, row.id, {"status": vocab.MIGRATING,
+                               "task_state": vocab.DATA_COPYING_STARTING},
+                 {"task_state": vocab.DATA_COPYING_IN_PROGRESS, "progress": "0"}),
+                (_SI, dest.id, {"status": vocab.MIGRATING_TO},
+                 {"task_state": vocab.DATA_COPYING_IN_PROGRESS,
+                  "export_locations": answer["export_locations"]})]
 
     return ops.run(op, Step(
-        _SI, op.ident, what, call,
-        lambda row, _r: _both(row, dest, vocab.MIGRATION_DRIVER_IN_PROGRESS,
-                              vocab.MIGRATION_STARTING, "0"),
-        lambda row, _exc: _failed(row, dest), expected=(vocab.MIGRATING,)), held)
+        _SI, op.ident, what, call, done,
+        lambda row, _exc: _failed(row, dest, bool(kept)), expected=(vocab.MIGRATING,)), held)
+
+
+def _start_copying(ops: Operations, row: models.ShareInstance, dest: models.ShareInstance,
+                   wanted: dict[str, bool], why: str, kept: list[bool]) -> dict[str, object]:
+    """A start that goes host-assisted: written first (a crash from here on
+    leaves a migration the periodic task undoes), then the destination made
+    and the source's clients made read-only."""
+    refused = migration_host.refusal(ops, row, dest, wanted)
+    if refused:
+        raise OperationFailed(f"{why} ({dest.host}), and {refused}")
+    if not db_api.transition_with_request(ops.db, _fenced(_both(
+            row, dest, vocab.DATA_COPYING_STARTING, vocab.MIGRATION_STARTING), row), None):
+        raise Stale(f"the migration of share instance {row.id} changed meanwhile")
+    sides = migration_host.Sides(ops, row, dest)
+    try:
+        locations = migration_host.begin(sides)
+    except Exception:
+        kept.append(_undone(sides, True))
+        raise
+    return {"export_locations": locations}
 
 
 def complete(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
     dest, what = _request_of(ops, op, "migration complete")
 
+    kept: list[bool] = []
+
     def call(row: models.ShareInstance) -> object:
         _task(row, vocab.MIGRATION_COMPLETING, what)
+        if _host_assisted(dest):
+            sides = migration_host.Sides(ops, row, dest)
+            try:
+                return {"export_locations": migration_host.switch(sides)}
+            except Exception:
+                kept.append(_undone(sides, True))
+                raise
         pair = _Pair(ops, row, dest)
         return pair.driver.migration_complete(*pair.args()) or {}
 
@@ -190,7 +259,7 @@ def complete(ops: Operations, op: Op, held: bool = False) -> list[Change] | None
                                                vocab.ACTION_UPDATE_ACCESS, dest.host).request()])
 
     return ops.run(op, Step(
-        _SI, op.ident, what, call, done, lambda row, _exc: _failed(row, dest),
+        _SI, op.ident, what, call, done, lambda row, _exc: _failed(row, dest, bool(kept)),
         expected=(vocab.MIGRATING,), then=then), held)
 
 
@@ -199,6 +268,9 @@ def cancel(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
 
     def call(row: models.ShareInstance) -> object:
         _task(row, vocab.MIGRATION_CANCEL_IN_PROGRESS, what)
+        if _host_assisted(dest):
+            migration_host.undo(migration_host.Sides(ops, row, dest))
+            return None
         pair = _Pair(ops, row, dest)
         pair.driver.migration_cancel(*pair.args())
         return None
@@ -230,6 +302,8 @@ def continue_migrations(ops: Operations, hosts: list[str]) -> None:
         state = by_id[ident].task_state
         if state == vocab.MIGRATION_DRIVER_IN_PROGRESS:
             _continue_one(ops, ident)
+        elif state == vocab.DATA_COPYING_IN_PROGRESS:
+            _copy_one(ops, ident)
         elif ident in orphans:
             _settle_orphan(ops, ident, str(state))
 
@@ -273,18 +347,83 @@ def _continue_one(ops: Operations, ident: str) -> None:
         progress = "100" if finished else _progress(pair)
     except Exception as exc:
         log_failure(what, "migration_continue", exc)
-        if _end_in_error(ops, row, pair, vocab.MIGRATION_DRIVER_IN_PROGRESS):
-            # No request of the user's fails here: the message says it.
-            db_messages.record_about(
-                ops.db, vocab.SHARE, row.share_id,
-                messages.ACTION_IDS[vocab.ACTION_MIGRATION_START], messages.FAILED,
-                f"{what} to {pair.dest.host} failed in migration_continue: {exc}",
-                messages.LEVEL_ERROR)
+        _fail(ops, row, pair, vocab.MIGRATION_DRIVER_IN_PROGRESS,
+              f"{what} to {pair.dest.host} failed in migration_continue: {exc}")
         return
     task = vocab.MIGRATION_DRIVER_PHASE1_DONE if finished else vocab.MIGRATION_DRIVER_IN_PROGRESS
     db_api.transition_with_request(
         ops.db, _fenced(_both(row, pair.dest, task, vocab.MIGRATION_DRIVER_IN_PROGRESS,
                               progress), row), None)
+
+
+def _fail(ops: Operations, row: models.ShareInstance, pair: _Pair, expected_task: str,
+          text: str) -> None:
+    """The migration ended in error by the periodic task; no request of
+    the user's fails here, so a user message says it."""
+    if _end_in_error(ops, row, pair, expected_task):
+        db_messages.record_about(
+            ops.db, vocab.SHARE, row.share_id,
+            messages.ACTION_IDS[vocab.ACTION_MIGRATION_START], messages.FAILED, text,
+            messages.LEVEL_ERROR)
+
+
+def _copy_one(ops: Operations, ident: str) -> None:
+    """The engine's copy of a host-assisted migration, run to its end (or
+    until it is cancelled, taken over, or this engine may call no driver),
+    then compared; equal: phase 1 is done. A copy cut short is run again
+    by the next run (rsync goes on from what is there)."""
+    what = f"host-assisted migration of share instance {ident}"
+    try:
+        row, pair = _fresh(ops, ident, vocab.DATA_COPYING_IN_PROGRESS, what)
+    except Stale:
+        return
+    lock = lock_name(vocab.SHARE_INSTANCE, ident)
+
+    def stop() -> str | None:
+        try:
+            why = ops.why_not_call(lock)
+            now = db_api.get(ops.db, _SI, ident)
+        except Exception as exc:  # the database or coordination away: stop, try later
+            return f"cannot check the migration: {exc}"
+        if why:
+            return why
+        if now is None or now.fence != row.fence or \
+                now.task_state != vocab.DATA_COPYING_IN_PROGRESS:
+            return "the migration changed meanwhile (cancelled, or taken over)"
+        return None
+
+    shown: list[int] = []
+
+    def progress(percent: int) -> None:
+        if percent >= 100 or (shown and shown[-1] == percent):
+            return
+        shown.append(percent)
+        db_api.transition_with_request(ops.db, _fenced([
+            (_SI, row.id, {"status": vocab.MIGRATING,
+                           "task_state": vocab.DATA_COPYING_IN_PROGRESS},
+             {"progress": str(percent)})], row), None)
+
+    sides = migration_host.Sides(ops, row, pair.dest)
+    try:
+        differ = migration_host.copy(sides, stop, progress, ops.copy_bwlimit_kib)
+    except (data_mover.CopyBusy, data_mover.CopyStopped) as exc:
+        LOG.info("%s: the copy waits for the next run: %s", what, exc)
+        return
+    except Exception as exc:
+        log_failure(what, "the data copy", exc)
+        _fail(ops, row, pair, vocab.DATA_COPYING_IN_PROGRESS,
+              f"{what} to {pair.dest.host} failed while copying: {exc}")
+        return
+    if differ:
+        LOG.error("%s: the copy differs from the source: %s", what, "; ".join(differ))
+        _fail(ops, row, pair, vocab.DATA_COPYING_IN_PROGRESS,
+              f"{what} to {pair.dest.host}: the copy differs from the source: "
+              f"{'; '.join(differ)}")
+        return
+    LOG.info("%s: copied and checked equal", what)
+    db_api.transition_with_request(ops.db, _fenced(_both(
+        row, pair.dest, vocab.DATA_COPYING_COMPLETED, vocab.DATA_COPYING_IN_PROGRESS, "100"),
+        row), None)
 
 
 def _progress(pair: _Pair) -> str:
@@ -304,12 +443,20 @@ def _end_in_error(ops: Operations, row: models.ShareInstance, pair: _Pair,
     from its backend (``migration_cancel``, idempotent) and from the
     database, the source available again with ``migration_error``. If the
     destination cannot be removed it stays, in error, for an admin."""
-    try:
-        pair.driver.migration_cancel(*pair.args())
-        dest_change = _dest_gone(pair.dest, vocab.MIGRATION_ERROR)
-    except Exception as exc:
-        log_failure(f"migration cancel of share instance {row.id}", "migration_cancel", exc)
-        dest_change = _dest_in_error(pair.dest)
+    if _host_assisted(pair.dest):
+        kept = _undone(migration_host.Sides(ops, row, pair.dest), True)
+    else:
+        try:
+            pair.driver.migration_cancel(*pair.args())
+            kept = False
+        except OperationNotSupported:
+            kept = False  # a driver that migrates nothing started nothing
+        except Exception as exc:
+            log_failure(f"migration cancel of share instance {row.id}", "migration_cancel",
+                        exc)
+            kept = True
+    dest_change = _dest_in_error(pair.dest) if kept else _dest_gone(pair.dest,
+                                                                    vocab.MIGRATION_ERROR)
     return bool(db_api.transition_with_request(ops.db, _fenced(
         [_source_back(row, vocab.MIGRATION_ERROR, expected_task), dest_change], row), None))
 
@@ -328,7 +475,7 @@ def _settle_orphan(ops: Operations, ident: str, task_state: str) -> None:
     except Stale:
         return
     LOG.warning("%s: its request ended without it; settling it", what)
-    if task_state == vocab.MIGRATION_STARTING:
+    if task_state in (vocab.MIGRATION_STARTING, vocab.DATA_COPYING_STARTING):
         _end_in_error(ops, row, pair, task_state)
         return
     # Complete and cancel are idempotent: carried out again, under the lock

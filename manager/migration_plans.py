@@ -28,7 +28,12 @@ from sharemgr.manager.plans import Op, Plan, Refused, need, quiet_share, room, s
 # start (``migration_check_compatibility``).
 SUPPORT_KEY = "migration_support"
 FLAGS = ("writable", "nondisruptive", "preserve_metadata", "preserve_snapshots")
-CANCELLABLE = (vocab.MIGRATION_DRIVER_IN_PROGRESS, vocab.MIGRATION_DRIVER_PHASE1_DONE)
+# What the engine's copy keeps (rsync: modes, owners, times, xattrs).
+HOST_ASSISTED_KEEPS = ("preserve_metadata",)
+CANCELLABLE = (vocab.MIGRATION_DRIVER_IN_PROGRESS, vocab.MIGRATION_DRIVER_PHASE1_DONE,
+               vocab.DATA_COPYING_IN_PROGRESS, vocab.DATA_COPYING_COMPLETED)
+# Phase 1 done: the driver's copy, or the engine's (checked equal).
+COPIED = (vocab.MIGRATION_DRIVER_PHASE1_DONE, vocab.DATA_COPYING_COMPLETED)
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,7 @@ class Request:
     nondisruptive: bool = False
     preserve_metadata: bool = False
     preserve_snapshots: bool = False
-    force_host_assisted: bool = False
+    force_host_assisted: bool = False  # the engine copies, not the driver
 
     def flags(self) -> dict[str, bool]:
         return {flag: bool(getattr(self, flag)) for flag in FLAGS}
@@ -70,22 +75,47 @@ def _destination(db: Database, source: models.ShareInstance, given: str) -> str:
     return given
 
 
+def host_assisted_refusal(flags: Mapping[str, bool]) -> str | None:
+    """Why the engine's own copy cannot do what the flags ask, or None: the
+    source is read-only while it copies, clients are moved to a new export,
+    and snapshots are not copied (Manila's host-assisted migration keeps
+    none of these either)."""
+    kept = [f for f, asked in flags.items() if asked and f not in HOST_ASSISTED_KEEPS]
+    if not kept:
+        return None
+    return ("host-assisted migration (the engine's copy) cannot keep the share "
+            f"{', '.join(f.replace('_', ' ') for f in kept)}: leave out "
+            f"{', '.join('--' + f.replace('_', '-') for f in kept)}")
+
+
+def same_host(source: str, dest: str) -> bool:
+    """Whether both places are backends of one host (the engine's copy
+    needs both shares' data on the host that copies)."""
+    return source.partition("@")[0] == dest.partition("@")[0]
+
+
 def _supported(db: Database, source: models.ShareInstance, req: Request) -> None:
-    if req.force_host_assisted:
-        raise Refused("host-assisted migration (a copy made by the engine) is not "
-                      "available yet: leave out --force-host-assisted to let the source "
-                      "backend's driver move the share")
     report = capabilities.report(db, source.host)
     declared = report.stats.get(SUPPORT_KEY) if report is not None else None
-    if not isinstance(declared, Mapping):
-        return
-    if not declared.get("driver_assisted", True):
-        raise Refused(f"backend {views.host_of(source.host)!r} cannot migrate shares "
-                      f"({SUPPORT_KEY} in its last report)")
-    for flag, wanted in req.flags().items():
-        if wanted and not declared.get(flag):
-            raise Refused(f"backend {views.host_of(source.host)!r} cannot migrate a share "
-                          f"with --{flag.replace('_', '-')} ({SUPPORT_KEY} in its last report)")
+    declared = declared if isinstance(declared, Mapping) else None
+    by_driver = not req.force_host_assisted and (
+        declared is None or bool(declared.get("driver_assisted", True)))
+    if by_driver and declared is not None:
+        for flag, wanted in req.flags().items():
+            if wanted and not declared.get(flag):
+                raise Refused(f"backend {views.host_of(source.host)!r} cannot migrate a "
+                              f"share with --{flag.replace('_', '-')} ({SUPPORT_KEY} in its "
+                              "last report)")
+    if by_driver:
+        return  # the driver is asked at the start; the engine's copy is the fallback
+    why = host_assisted_refusal(req.flags())
+    if why:
+        raise Refused(why if req.force_host_assisted else
+                      f"backend {views.host_of(source.host)!r} does not move shares itself "
+                      f"({SUPPORT_KEY} in its last report), and {why}")
+    if not same_host(source.host, req.destination):
+        raise Refused(f"host-assisted migration copies on one host: {req.destination} is not "
+                      f"a backend of {source.host.partition('@')[0]!r}")
 
 
 def start(db: Database, req: Request) -> Plan:
@@ -168,7 +198,7 @@ def _step(db: Database, share_id: str, states: tuple[str, ...], doing: str, task
 def complete(db: Database, share_id: str) -> Plan:
     """Phase 2, once the driver's copy is done: the source host's request
     that switches the share to the destination."""
-    return _step(db, share_id, (vocab.MIGRATION_DRIVER_PHASE1_DONE,), "complete",
+    return _step(db, share_id, COPIED, "complete",
                  vocab.MIGRATION_COMPLETING, vocab.ACTION_MIGRATION_COMPLETE)
 
 
@@ -180,7 +210,8 @@ def cancel(db: Database, share_id: str) -> Plan:
 
 # What 'share migration show' reads: the share's newest migration.
 _WAITS = {vocab.MIGRATION_STARTING, vocab.MIGRATION_DRIVER_STARTING,
-          vocab.MIGRATION_DRIVER_IN_PROGRESS, vocab.MIGRATION_IN_PROGRESS}
+          vocab.MIGRATION_DRIVER_IN_PROGRESS, vocab.MIGRATION_IN_PROGRESS,
+          vocab.DATA_COPYING_STARTING, vocab.DATA_COPYING_IN_PROGRESS}
 
 
 def shown(db: Database, share_id: str) -> dict[str, object]:
@@ -191,12 +222,13 @@ def shown(db: Database, share_id: str) -> dict[str, object]:
     if row is None:
         raise Refused(f"no share with id {share_id!r}")
     # Each migration gives its source a task_state and makes its
-    # destination after it: the newest two with one are the newest pair.
+    # destination: the newest instance with one is the newest destination.
     moved = [i for i in db_api.query(db, models.ShareInstance, {"share_id": row.id},
                                      include_deleted=True) if i.task_state]
     if len(moved) < 2:
         raise Refused(f"share {share_id} has never been migrated")
-    source, dest = moved[-2], moved[-1]
+    dest = moved[-1]
+    source = _source_of(moved[:-1])
     task = source.task_state  # the source's is the migration's (the plans move it)
     progress = source.progress if source.status == vocab.MIGRATING else (
         "100" if task == vocab.MIGRATION_SUCCESS else None)
@@ -204,6 +236,19 @@ def shown(db: Database, share_id: str) -> dict[str, object]:
             "total_progress": f"{progress}%" if progress is not None else None,
             "source_host": source.host, "source_instance_id": source.id,
             "destination_host": dest.host, "destination_instance_id": dest.id}
+
+
+def _source_of(older: list[models.ShareInstance]) -> models.ShareInstance:
+    """The newest migration's source among the instances made before its
+    destination (oldest first): the one still served (migrating, or
+    available after a cancel or an error), else, once it completed, the
+    newest one that migration deleted. Not merely the one before the
+    destination: a cancelled migration's destination may be."""
+    live = [i for i in older if i.status in (vocab.MIGRATING, vocab.AVAILABLE)]
+    if live:
+        return live[-1]
+    done = [i for i in older if i.task_state == vocab.MIGRATION_SUCCESS]
+    return (done or older)[-1]
 
 
 def waits(task_state: object) -> bool:

@@ -139,6 +139,9 @@ class Operations:
         self.not_member: Callable[[], str | None] = lambda: None
         self.outcome_wait = OUTCOME_WAIT
         self.on_lost: Callable[[str, str], None] = lambda rtype, ident: None
+        # A host-assisted migration's copy rate, KiB/s (0: unbounded); the
+        # daemon sets it from [DEFAULT] migration_copy_bwlimit.
+        self.copy_bwlimit_kib = 0
 
     # Plumbing --------------------------------------------------------------
 

@@ -249,6 +249,14 @@ manager_opts = [
              "a crash cut short (doc/migration.rst).",
     ),
     cfg.IntOpt(
+        "migration_copy_bwlimit",
+        default=0,
+        min=0,
+        help="KiB per second a host-assisted migration's copy may read and write "
+             "(rsync's --bwlimit), so that moving a share does not starve the "
+             "backends' clients; 0: no bound (doc/migration.rst).",
+    ),
+    cfg.IntOpt(
         "clone_poll_interval",
         default=5,
         min=1,

@@ -336,6 +336,16 @@ class LocalDriver(base.ShareDriver):
         class's: the share stays exported as it is."""
         return manage.take_over(self, share, driver_options)
 
+    def migration_data_path(self, share: dict, share_server: dict | None = None) -> str:
+        """The share's mounted filesystem: the engine's data mover reads or
+        writes it for a host-assisted migration (doc/migration.rst)."""
+        with self.fence.guard(share, "share") as oid:
+            self._existing(oid)
+            mount_point = self._mount(oid)
+            if not images.is_mounted(mount_point):
+                raise ShareBackendException(f"local driver: share {oid} is not mounted")
+            return str(mount_point)
+
     # Access ---------------------------------------------------------------------
 
     def update_access(self, share: dict, access_rules: list[base.AccessRule],

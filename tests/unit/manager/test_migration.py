@@ -110,7 +110,8 @@ def _written(db) -> tuple[int, int]:
     (HOSTBE, {}, "is on hostA@be already"),
     ("beta", {}, "invalid destination"),
     ("a@b@c", {}, "invalid destination"),
-    (DEST, {"force_host_assisted": True}, "host-assisted"),
+    (DEST, {"force_host_assisted": True, "writable": True}, "cannot keep the share writable"),
+    ("hostB@beta", {"force_host_assisted": True}, "copies on one host"),
 ])
 def test_a_bad_start_is_refused_and_writes_nothing(eng, dest, flags, words):
     inst = make_share(eng.db)
@@ -284,3 +285,35 @@ def test_a_migration_whose_destination_an_admin_removed_ends_on_its_source(eng):
     source = _inst(db, inst.id)
     assert (source.status, source.task_state) == (vocab.AVAILABLE, vocab.MIGRATION_ERROR)
     assert eng.driver.methods() == []
+
+
+def test_show_is_about_the_newest_migration_after_a_cancelled_one(eng):
+    """The newest instance is the newest destination, and its source is the
+    instance served meanwhile, not the cancelled migration's destination
+    made just before (``migration start --wait`` read that one's end)."""
+    db = eng.db
+    inst = make_share(db)
+    _start(eng, inst)
+    _run(eng, inst.id)
+    Intake(db, None).migration_cancel(inst.share_id)
+    _run(eng, inst.id)
+    assert migration_plans.shown(db, inst.share_id)["task_state"] == \
+        vocab.MIGRATION_CANCELLED
+    _start(eng, inst)
+    shown = migration_plans.shown(db, inst.share_id)
+    assert (shown["task_state"], shown["source_instance_id"]) == (
+        vocab.MIGRATION_STARTING, inst.id)
+    _run(eng, inst.id)
+    _continue(eng)
+    _continue(eng)
+    Intake(db, None).migration_complete(inst.share_id)
+    _run(eng, inst.id)
+    shown = migration_plans.shown(db, inst.share_id)
+    assert (shown["task_state"], shown["source_instance_id"]) == (
+        vocab.MIGRATION_SUCCESS, inst.id)
+    # A migration of the moved share: its source is the first one's destination.
+    moved = _inst(db, str(shown["destination_instance_id"]))
+    _start(eng, moved, HOSTBE)
+    shown = migration_plans.shown(db, inst.share_id)
+    assert (shown["source_instance_id"], shown["destination_host"].partition("#")[0]) == (
+        moved.id, HOSTBE)
