@@ -18,6 +18,7 @@ and ``dummy_cli`` (the command).
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping
 
 from sharemgr.drivers import base
@@ -113,6 +114,8 @@ class DummyDriver(DummyManage, DummyReplicas, DummyMigration, DummyReads):
                 self._refuse_if_used(tx, "share_instance_id", share["id"], ("snapshot",),
                                      "share")
                 tx.delete(share["id"])
+        # Its files, if a host-assisted migration asked for them.
+        shutil.rmtree(self.data_folder(share["id"]), ignore_errors=True)
 
     def _resize(self, method: str, share: base.Share, new_size: int, grow: bool) -> None:
         with self._op(method, share) as tx:

@@ -10,6 +10,10 @@ progress 0); each ``migration_continue`` moves its copy half of what is
 left to 100 (so two calls end phase 1); ``migration_complete`` makes it
 ``available`` with its export locations and deletes the source object;
 ``migration_cancel`` deletes the destination object. Each is idempotent.
+
+For a host-assisted migration (the engine copies) it lends each share a
+folder of files, ``<state>/data/<share id>`` (``migration_data_path``; the
+dummy keeps no data otherwise), which ``delete_share`` removes.
 """
 
 from __future__ import annotations
@@ -162,3 +166,14 @@ class DummyMigration(DummyCalls):
                 obj = peer.get(destination_share["id"], ("share",))
                 if obj is not None and obj["status"] == MIGRATING_TO:
                     peer.delete(obj["id"])
+
+    def data_folder(self, share_id: str) -> str:
+        return os.path.join(self.dummy_state_path, "data", share_id)
+
+    def migration_data_path(self, share: base.Share,
+                            share_server: base.ShareServer | None = None) -> str:
+        with self._op("migration_data_path", share, write=False) as tx:
+            self._need(tx, share["id"], SHARE_KINDS, "share")
+            folder = self.data_folder(share["id"])
+            os.makedirs(folder, exist_ok=True)
+            return folder

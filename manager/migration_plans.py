@@ -162,7 +162,9 @@ def start(db: Database, req: Request) -> Plan:
          {"status": vocab.AVAILABLE, "task_state": source.task_state},
          {"status": vocab.MIGRATING, "task_state": vocab.MIGRATION_STARTING, "progress": "0"}),
     ], Op(vocab.SHARE_INSTANCE, source.id, vocab.ACTION_MIGRATION_START, source.host,
-          {"destination": dest.id, **req.flags()}), row, claims=[claim] if claim else [])
+          {"destination": dest.id, **req.flags(),
+           **({"force_host_assisted": True} if req.force_host_assisted else {})}),
+        row, claims=[claim] if claim else [])
     # Nothing else of the family at work meanwhile (a snapshot being made).
     return quiet_share(db, plan, row.id, quiet.Quiet(
         models.ShareSnapshotInstance, {"share_instance_id": source.id},

@@ -70,8 +70,10 @@ def test_migrate_complete_cancel_and_refusals(setup):
     assert "invalid destination" in _refused(d, "share", "migration", "start", sid, "beta")
     assert "preserve-snapshots" in _refused(d, "share", "migration", "start", sid, beta,
                                             "--preserve-snapshots")
-    assert "host-assisted" in _refused(d, "share", "migration", "start", sid, beta,
-                                       "--force-host-assisted")
+    assert "cannot keep the share writable" in _refused(
+        d, "share", "migration", "start", sid, beta, "--force-host-assisted", "--writable")
+    assert "copies on one host" in _refused(d, "share", "migration", "start", sid,
+                                            "elsewhere@beta", "--force-host-assisted")
     assert "no share with id" in _refused(d, "share", "migration", "start", "nope", beta)
     assert "it is not migrating" in _refused(d, "share", "migration", "complete", sid)
     assert "never been migrated" in _refused(d, "share", "migration", "show", sid)
