@@ -84,3 +84,24 @@ def test_the_contract_answers_incompatible_by_default():
     compat = ShareDriver.migration_check_compatibility(Plain.__new__(Plain), {}, {})
     assert compat == {"compatible": False, "writable": False, "nondisruptive": False,
                       "preserve_metadata": False, "preserve_snapshots": False}
+
+
+def test_a_share_lends_a_folder_of_files_that_its_delete_removes(tmp_path):
+    """Host-assisted migration: the dummy's shares have files only when the
+    engine asks for them; a share it does not hold lends nothing, an older
+    token is fenced."""
+    from sharemgr.drivers.exceptions import ShareResourceNotFound
+
+    alpha, _beta = _pair(tmp_path)
+    src = {**share_dict("data"), "host": "hostA@alpha", "fence_token": 2}
+    alpha.create_share(src)
+    folder = alpha.migration_data_path(src)
+    assert folder == str(tmp_path / "dummy" / "alpha" / "data" / src["id"])
+    (tmp_path / "dummy" / "alpha" / "data" / src["id"] / "f").write_text("x")
+    assert alpha.migration_data_path(src) == folder  # the same, files kept
+    with pytest.raises(FencedCall):
+        alpha.migration_data_path({**src, "fence_token": 1})
+    with pytest.raises(ShareResourceNotFound):
+        alpha.migration_data_path({**share_dict("other"), "fence_token": 1})
+    alpha.delete_share(src)
+    assert not (tmp_path / "dummy" / "alpha" / "data" / src["id"]).exists()
