@@ -18,8 +18,8 @@ from dataclasses import replace
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence import decide as decide_mod
+from sharemgr.convergence import migrate, retain
 from sharemgr.convergence import physical as phys
-from sharemgr.convergence import retain
 from sharemgr.convergence.decide import Work
 from sharemgr.convergence.node_check import (
     ENDED,
@@ -138,6 +138,8 @@ class Actor:
             return self.fail(effective, decide_mod.nominal(effective),
                              f"physical resource {effective.physical_id} "
                              f"is {d.observed.status}: another operation is under way")
+        if d.kind == Work.MIGRATE:
+            return migrate.run(self, ctx, stack, row, effective, d, template)
         if d.kind == Work.NOOP:
             final = decide_mod.row_values(template, stack, row.name, d.props,
                                           effective.requires, ctx.input_data)[1]

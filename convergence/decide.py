@@ -13,10 +13,16 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.graph import Graph, Node
-from sharemgr.convergence.properties import data_by_name, diff_properties, resolve_properties
-from sharemgr.convergence.template import Template
+from sharemgr.convergence.properties import (
+    PropertyDiff,
+    data_by_name,
+    diff_properties,
+    resolve_properties,
+)
+from sharemgr.convergence.template import REPLACE, RESOURCE_TYPES, Template
 from sharemgr.db import models, stacks
 from sharemgr.db.engine import Database
+from sharemgr.manager import views
 
 LOG = logging.getLogger(__name__)
 
@@ -28,6 +34,7 @@ class Work(enum.StrEnum):
     CREATE = "create"
     UPDATE = "update"
     REPLACE = "replace"
+    MIGRATE = "migrate"  # a share moved to another backend, its data kept
     BUSY = "busy"  # another operation is under way on it
 
 
@@ -62,16 +69,39 @@ def decide(db: Database, template: Template, row: models.StackResource,
     elif observed.state == phys.BUSY:
         kind = Work.BUSY
     elif observed.state == phys.OK:
-        current = {**(effective.properties or {}), **observed.actual}
+        current = current_properties(effective, observed, props)
         diff = diff_properties(effective.type, current, props)
         if not diff.replace:
             kind, in_place = (Work.UPDATE, diff.in_place) if diff.changed \
                 else (Work.NOOP, {})
+        elif migrates(effective.type, diff, props):
+            kind = Work.MIGRATE  # then planned again, for what else changed
     if kind in (Work.CREATE, Work.REPLACE):
         host = phys.target_host(db, effective.type, props)
     else:
         host = observed.host
     return Decision(kind, props, observed, in_place, host)
+
+
+def current_properties(row: models.StackResource, observed: phys.Observed,
+                       props: Mapping[str, Any]) -> dict[str, Any]:
+    """The properties the physical resource has now: the row's, with what
+    is observed; a share's backend, when the template names one, is the one
+    it is on (a migration moved it: a check cut short may not have recorded
+    it)."""
+    current = {**(row.properties or {}), **observed.actual}
+    if row.type == vocab.SHARE and props.get("backend") and observed.host:
+        current["backend"] = views.backend_of(observed.host)
+    return current
+
+
+def migrates(type_: str, diff: PropertyDiff, props: Mapping[str, Any]) -> bool:
+    """Whether the share is moved rather than replaced: its backend is the
+    one change that would need a new share (doc/migration.rst, "Stacks")."""
+    if type_ != vocab.SHARE or not props.get("backend"):
+        return False
+    schema = RESOURCE_TYPES[type_].properties
+    return {p for p in diff.changed if schema[p].update == REPLACE} == {"backend"}
 
 
 def unhealthy(row: models.StackResource) -> bool:

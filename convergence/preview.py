@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from sharemgr.common import vocab
 from sharemgr.convergence import actions, prepare, retain
 from sharemgr.convergence import physical as phys
-from sharemgr.convergence.decide import Work, decide, unhealthy
+from sharemgr.convergence.decide import Work, current_properties, decide, unhealthy
 from sharemgr.convergence.graph import Node
 from sharemgr.convergence.properties import (
     ResourceData,
@@ -32,6 +32,7 @@ from sharemgr.db.engine import Database
 
 ADDED = "added"
 UPDATED = "updated"
+MIGRATED = "migrate"  # a share moved to another backend with its data
 REPLACED = "replaced"
 DELETED = "deleted"
 RETAINED = "retained"  # removed from the stack, its physical resource kept (retain.py)
@@ -108,14 +109,16 @@ def preview(db: Database, template: Template,
             # Raised only where a new physical resource is placed: its
             # parent is one the update makes (our placeholder id).
             kind = Work.REPLACE
-        current = {**(row.properties or {}), **observed.actual}
-        diff = diff_properties(row.type, current, props)
+        diff = diff_properties(row.type, current_properties(row, observed, props), props)
         schema = RESOURCE_TYPES[row.type].properties
         forcing = tuple(sorted(p for p in diff.changed if schema[p].update == REPLACE))
         if kind == Work.NOOP:
             change = Change(name, defn.type, UNCHANGED)
         elif kind == Work.UPDATE:
             change = Change(name, defn.type, UPDATED, tuple(sorted(diff.in_place)))
+        elif kind == Work.MIGRATE:
+            change = Change(name, defn.type, MIGRATED, tuple(sorted(diff.changed)),
+                            f"moved to backend {props['backend']} with its data")
         elif kind == Work.REPLACE and unhealthy(row):
             change = Change(name, defn.type, REPLACED, (),
                             f"marked unhealthy: {row.status_reason or 'no reason given'}")

@@ -34,7 +34,7 @@ from sharemgr.manager import (
     ensure,
     handlers,
     leases,
-    migration_ops,
+    migration_continue,
     outage,
     replica_ops,
 )
@@ -309,7 +309,7 @@ class ShareManagerService:
                     (self.conf.backup_continue_interval, "backup_continue",
                      backup_ops.continue_backups),
                     (self.conf.migration_continue_interval, "migration_continue",
-                     migration_ops.continue_migrations),
+                     migration_continue.continue_migrations),
                     (self.conf.clone_poll_interval, "clone_poll", clone_poll.poll_clones),
                     (self.conf.replica_state_update_interval, "replica_state",
                      replica_ops.update_replica_states)):

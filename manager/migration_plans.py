@@ -47,6 +47,7 @@ class Request:
     preserve_metadata: bool = False
     preserve_snapshots: bool = False
     force_host_assisted: bool = False  # the engine copies, not the driver
+    complete: bool = False  # completed once copied (a stack's update), not by a user
 
     def flags(self) -> dict[str, bool]:
         return {flag: bool(getattr(self, flag)) for flag in FLAGS}
@@ -163,7 +164,7 @@ def start(db: Database, req: Request) -> Plan:
          {"status": vocab.MIGRATING, "task_state": vocab.MIGRATION_STARTING, "progress": "0"}),
     ], Op(vocab.SHARE_INSTANCE, source.id, vocab.ACTION_MIGRATION_START, source.host,
           {"destination": dest.id, **req.flags(),
-           **({"force_host_assisted": True} if req.force_host_assisted else {})}),
+           **{k: True for k in ("force_host_assisted", "complete") if getattr(req, k)}}),
         row, claims=[claim] if claim else [])
     # Nothing else of the family at work meanwhile (a snapshot being made).
     return quiet_share(db, plan, row.id, quiet.Quiet(

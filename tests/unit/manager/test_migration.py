@@ -1,4 +1,5 @@
-"""A share's migration (manager/migration_plans.py, migration_ops.py) on
+"""A share's migration (manager/migration_plans.py, migration_ops.py,
+migration_continue.py, migration_rows.py) on
 SQLite, PostgreSQL and MariaDB: what each plan refuses (nothing written),
 the driver-assisted flow through ``Operations.perform`` and the periodic
 task, and the periodic task settling migrations that a failure or a crash
@@ -13,7 +14,7 @@ from sharemgr.db import api, models
 from sharemgr.db import capabilities as db_capabilities
 from sharemgr.db import messages as db_messages
 from sharemgr.drivers.exceptions import ShareBackendException
-from sharemgr.manager import migration_ops, migration_plans
+from sharemgr.manager import migration_continue, migration_plans
 from sharemgr.manager.intake import Intake, InvalidRequest
 from sharemgr.manager.operations import OperationFailed
 from sharemgr.manager.plans import Op
@@ -97,7 +98,7 @@ def _inst(db, ident):
 
 
 def _continue(eng) -> None:
-    migration_ops.continue_migrations(eng.operations, [HOSTBE])
+    migration_continue.continue_migrations(eng.operations, [HOSTBE])
 
 
 def _written(db) -> tuple[int, int]:

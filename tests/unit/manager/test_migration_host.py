@@ -1,5 +1,5 @@
 """A host-assisted migration (manager/migration_host.py, the host-assisted
-paths of migration_ops.py) on SQLite, PostgreSQL and MariaDB, with two
+paths of migration_ops.py and migration_continue.py) on SQLite, PostgreSQL and MariaDB, with two
 drivers that lend folders of real files: the engine's copy and check,
 complete, cancel, a copy that differs, a start cut short, and the
 refusals."""

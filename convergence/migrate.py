@@ -1,0 +1,111 @@
+"""An update node that moves a share to another backend with its data
+(doc/migration.rst, "Stacks"): the template changed the share's
+``backend`` and nothing else that needs a new share (``decide.migrates``).
+
+The node starts the migration as ``sharectl share migration start`` would,
+in its row's begin (the plan's rows, changes and request in the same
+transaction), asking for it to complete once copied; it carries out the
+start request and waits, under its row's lock, until the migration ends.
+The source host's periodic task copies (the driver, or the engine) and
+completes it. A success is planned again (``REPLAN``): what else the
+template changed is updated in place, or nothing is. A node whose engine
+dies meanwhile leaves the share ``migrating``; the watchdog retriggers it
+once the share has settled, and the check then finds it on the new backend.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from oslo_log import log as logging
+from sharemgr.common import vocab
+from sharemgr.common.outcome import REPLAN, Outcome
+from sharemgr.convergence import decide as decide_mod
+from sharemgr.convergence.node_check import Ctx, ended
+from sharemgr.convergence.template import Template
+from sharemgr.db import capabilities as db_capabilities
+from sharemgr.db import models, stack_work
+from sharemgr.manager import migration_plans, views
+from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Stale
+from sharemgr.manager.plans import Refused
+
+if TYPE_CHECKING:
+    from sharemgr.convergence.act import Actor
+
+LOG = logging.getLogger(__name__)
+POLL = 0.5  # seconds between looks at the migration's task_state
+
+
+def destination(act: Actor, source_host: str, backend: str) -> str:
+    """Where the share goes: ``backend`` on the source's own host when that
+    host serves it (the engine can copy there), else on a host that does."""
+    here = f"{source_host.partition('@')[0]}@{backend}"
+    hosts = sorted(views.host_of(r.host) for r in db_capabilities.all_stats(act.db)
+                   if views.backend_of(r.host) == backend)
+    return here if here in hosts or not hosts else hosts[0]
+
+
+def run(act: Actor, ctx: Ctx, stack: models.Stack, row: models.StackResource,
+        effective: models.StackResource, d: decide_mod.Decision, template: Template
+        ) -> Outcome:
+    """Move ``effective``'s share to the template's backend."""
+    share_id = str(effective.physical_id)
+    start, _final = decide_mod.row_values(template, stack, row.name, d.props,
+                                          effective.requires, ctx.input_data)
+    dest = destination(act, d.observed.host or "", str(d.props["backend"]))
+    try:
+        plan = migration_plans.start(act.db, migration_plans.Request(
+            share_id, dest, complete=True))
+    except Refused as exc:
+        return act.fail(effective, vocab.STACK_UPDATE, f"cannot move the share to {dest}: {exc}")
+    work = act.work(ctx, vocab.STACK_UPDATE, {**start, "properties": effective.properties},
+                    plan)
+    begun = stack_work.begin(act.db, effective.id, act.engine_id, ctx.stack_id, ctx.traversal,
+                             work)
+    if isinstance(begun, Outcome):
+        return begun
+    LOG.info("stack %s: %s: moving share %s to %s", ctx.stack_name, row.name, share_id, dest)
+    assert plan.op is not None  # a start always has its request
+    try:
+        act.operations.perform(replace(plan.op, request_id=begun.op_request_id,
+                                       lease=begun.op_lease))
+    except (NotNow, Lost) as exc:
+        return act.cut(ctx, effective.id, row.name, begun.op_request_id, exc)
+    except (OperationFailed, Stale) as exc:
+        return _failed(act, effective, row.name, f"its migration to {dest} failed: {exc}",
+                       begun.op_request_id)
+    if begun.op_request_id is not None:
+        stack_work.finish_request(act.db, begun.op_request_id, act.engine_id,
+                                  vocab.REQUEST_DONE)
+    task = _await(act, share_id)
+    if task is None:
+        return act.cut(ctx, effective.id, row.name, None,
+                       NotNow(f"not a member while share {share_id} moves"))
+    if task != vocab.MIGRATION_SUCCESS:
+        return _failed(act, effective, row.name,
+                       f"its migration to {dest} ended in {task} (sharectl message list)")
+    LOG.info("stack %s: %s: share %s moved to %s", ctx.stack_name, row.name, share_id, dest)
+    return REPLAN  # what else changed is planned now, on the moved share
+
+
+def _await(act: Actor, share_id: str) -> str | None:
+    """The task_state the share's migration ends in; None when this engine
+    may no longer wait (out of the engines group: the watchdog retriggers
+    the node once the share has settled)."""
+    while True:
+        task = str(migration_plans.shown(act.db, share_id)["task_state"])
+        if task in vocab.MIGRATION_ENDED:
+            return task
+        if act.operations.not_member():
+            return None
+        time.sleep(POLL)
+
+
+def _failed(act: Actor, row: models.StackResource, name: str, why: str,
+            op_request_id: int | None) -> Outcome:
+    reason = f"{name}: {why}"
+    won = stack_work.end(act.db, row.id, act.engine_id, vocab.STACK_UPDATE, vocab.STACK_FAILED,
+                         reason, op_request_id=op_request_id, op_error=why)
+    return ended(won, name, Outcome.failed(reason))

@@ -1,0 +1,129 @@
+"""What a share's migration writes, and the pieces its requests
+(manager/migration_ops.py) and its periodic task
+(manager/migration_continue.py) share: the two instances as the driver is
+given them, the destination's lookup, and the conditional changes that
+move both instances' status and task_state (doc/migration.rst)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sharemgr.common import vocab
+from sharemgr.db import api as db_api
+from sharemgr.db import models
+from sharemgr.manager import migration_host
+from sharemgr.manager.migration_plans import destination_of
+from sharemgr.manager.operations import Stale, deleted, log_failure
+from sharemgr.manager.plans import Change, Op
+
+if TYPE_CHECKING:
+    from sharemgr.drivers.base import ShareDriver
+    from sharemgr.manager.operations import Operations
+
+SI = models.ShareInstance
+# A migration's request, by the task_state its plan wrote: what a crash that
+# cut it short leaves to ``continue_migrations``.
+REQUESTED = {vocab.MIGRATION_STARTING: vocab.ACTION_MIGRATION_START,
+              vocab.DATA_COPYING_STARTING: vocab.ACTION_MIGRATION_START,
+              vocab.MIGRATION_COMPLETING: vocab.ACTION_MIGRATION_COMPLETE,
+              vocab.MIGRATION_CANCEL_IN_PROGRESS: vocab.ACTION_MIGRATION_CANCEL}
+
+
+class Pair:
+    """A migration's two instances as the driver is given them."""
+
+    def __init__(self, ops: Operations, source: models.ShareInstance,
+                 dest: models.ShareInstance) -> None:
+        self.source, self.dest = source, dest
+        self.driver: ShareDriver = ops.driver_for(source.host)
+        self.source_d, self.server = ops.share_parts(source)
+        self.dest_d, self.dest_server = ops.share_parts(dest)
+
+    def args(self) -> tuple[dict, dict, list, dict, dict | None, dict | None]:
+        # No snapshots move yet (intake refuses a share that has any).
+        return self.source_d, self.dest_d, [], {}, self.server, self.dest_server
+
+
+class NoDestination(Stale):
+    """The destination row is gone or no longer migrating_to (an admin's
+    reset): nothing for the driver to move to."""
+
+
+def destination(ops: Operations, source: models.ShareInstance, op: Op | None = None
+          ) -> models.ShareInstance:
+    ident = op.args.get("destination") if op is not None else None
+    dest = db_api.get(ops.db, SI, str(ident)) if ident else \
+        destination_of(ops.db, source.share_id)
+    if dest is None or dest.status != vocab.MIGRATING_TO:
+        raise NoDestination(f"share instance {source.id} has no migration destination")
+    return dest
+
+
+def task(row: models.ShareInstance, task_state: str, what: str) -> None:
+    if row.task_state != task_state:
+        raise Stale(f"{what}: task_state is {row.task_state!r}, not {task_state!r}")
+
+
+def source_back(source: models.ShareInstance, task_state: str,
+                 expected_task: str | tuple[str, ...] | None = None) -> Change:
+    """The source available again, its migration ended with ``task_state``."""
+    return (SI, source.id,
+            {"status": vocab.MIGRATING, "task_state": expected_task or source.task_state},
+            {"status": vocab.AVAILABLE, "task_state": task_state, "progress": None})
+
+
+def dest_gone(dest: models.ShareInstance, task_state: str) -> Change:
+    return (SI, dest.id, {"status": vocab.MIGRATING_TO},
+            {**deleted(), "task_state": task_state})
+
+
+def both(source: models.ShareInstance, dest: models.ShareInstance, task_state: str,
+          expected: str, progress: str | None = None) -> list[Change]:
+    values: dict[str, object] = {"task_state": task_state}
+    return [(SI, source.id, {"status": vocab.MIGRATING, "task_state": expected},
+             {**values, **({"progress": progress} if progress is not None else {})}),
+            (SI, dest.id, {"status": vocab.MIGRATING_TO}, values)]
+
+
+def dest_in_error(dest: models.ShareInstance) -> Change:
+    """A destination the driver could not remove: kept, in error, for an admin."""
+    return (SI, dest.id, {"status": vocab.MIGRATING_TO},
+            {"status": vocab.ERROR, "task_state": vocab.MIGRATION_ERROR})
+
+
+def host_assisted(dest: models.ShareInstance) -> bool:
+    """Whether the engine copies this migration (its destination's
+    task_state is a data copy's: the plans of complete and cancel move the
+    source's only)."""
+    return dest.task_state in vocab.DATA_COPYING
+
+
+def failed(source: models.ShareInstance, dest: models.ShareInstance,
+            kept: bool = False) -> list[Change]:
+    # A start may have gone host-assisted (its own write) before it failed.
+    expected = (source.task_state, vocab.DATA_COPYING_STARTING) \
+        if source.task_state == vocab.MIGRATION_STARTING else None
+    return [source_back(source, vocab.MIGRATION_ERROR, expected),
+            dest_in_error(dest) if kept else dest_gone(dest, vocab.MIGRATION_ERROR)]
+
+
+def undone(sides: migration_host.Sides, undo: bool) -> bool:
+    """After a host-assisted step failed: its destination removed and the
+    source's rules given back (``undo``); whether the destination is kept
+    (it could not be removed: in error, for an admin)."""
+    if not undo:
+        return False
+    try:
+        migration_host.undo(sides)
+    except Exception as exc:
+        log_failure(f"undo of the migration of share instance {sides.source.id}",
+                    "delete_share", exc)
+        return True
+    return False
+
+
+def fenced(changes: list[Change], row: models.ShareInstance) -> list[Change]:
+    """The source's change written only while it has the token this task
+    took it with."""
+    return [(m, i, {**expected, "fence": row.fence} if i == row.id else expected, values)
+            for m, i, expected, values in changes]
