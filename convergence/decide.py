@@ -84,18 +84,18 @@ def decide(db: Database, template: Template, row: models.StackResource,
 
 
 def current_properties(row: models.StackResource, observed: phys.Observed,
-                       props: Mapping[str, Any]) -> dict[str, Any]:
+                       props: Mapping[str, object]) -> dict[str, object]:
     """The properties the physical resource has now: the row's, with what
     is observed; a share's backend, when the template names one, is the one
     it is on (a migration moved it: a check cut short may not have recorded
     it)."""
-    current = {**(row.properties or {}), **observed.actual}
+    current: dict[str, object] = {**(row.properties or {}), **observed.actual}
     if row.type == vocab.SHARE and props.get("backend") and observed.host:
         current["backend"] = views.backend_of(observed.host)
     return current
 
 
-def migrates(type_: str, diff: PropertyDiff, props: Mapping[str, Any]) -> bool:
+def migrates(type_: str, diff: PropertyDiff, props: Mapping[str, object]) -> bool:
     """Whether the share is moved rather than replaced: its backend is the
     one change that would need a new share (doc/migration.rst, "Stacks")."""
     if type_ != vocab.SHARE or not props.get("backend"):

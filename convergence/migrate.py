@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
-from sharemgr.common.outcome import REPLAN, Outcome
+from sharemgr.common.outcome import REPLAN, SUPERSEDED, Outcome
 from sharemgr.convergence import decide as decide_mod
 from sharemgr.convergence.node_check import Ctx, ended
 from sharemgr.convergence.template import Template
 from sharemgr.db import capabilities as db_capabilities
-from sharemgr.db import models, stack_work
+from sharemgr.db import models, stack_work, stacks
 from sharemgr.manager import migration_plans, views
 from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Stale
 from sharemgr.manager.plans import Refused
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 POLL = 0.5  # seconds between looks at the migration's task_state
+_NOT_CURRENT = "(traversal not current)"
 
 
 def destination(act: Actor, source_host: str, backend: str) -> str:
@@ -79,27 +80,35 @@ def run(act: Actor, ctx: Ctx, stack: models.Stack, row: models.StackResource,
     if begun.op_request_id is not None:
         stack_work.finish_request(act.db, begun.op_request_id, act.engine_id,
                                   vocab.REQUEST_DONE)
-    task = _await(act, share_id)
+    task = _await(act, ctx, share_id)
     if task is None:
         return act.cut(ctx, effective.id, row.name, None,
                        NotNow(f"not a member while share {share_id} moves"))
+    if task == _NOT_CURRENT:
+        # Timed out, cancelled or superseded: the migration goes on by
+        # itself; the next traversal finds the share where it ends.
+        return SUPERSEDED
     if task != vocab.MIGRATION_SUCCESS:
         return _failed(act, effective, row.name,
-                       f"its migration to {dest} ended in {task} (sharectl message list)")
+                       f"its migration to {dest} ended in {task} (sharectl message list)", None)
     LOG.info("stack %s: %s: share %s moved to %s", ctx.stack_name, row.name, share_id, dest)
     return REPLAN  # what else changed is planned now, on the moved share
 
 
-def _await(act: Actor, share_id: str) -> str | None:
+def _await(act: Actor, ctx: Ctx, share_id: str) -> str | None:
     """The task_state the share's migration ends in; None when this engine
     may no longer wait (out of the engines group: the watchdog retriggers
-    the node once the share has settled)."""
+    the node once the share has settled); ``_NOT_CURRENT`` once the
+    traversal is not current (the stack timed out, was cancelled or
+    updated again)."""
     while True:
         task = str(migration_plans.shown(act.db, share_id)["task_state"])
         if task in vocab.MIGRATION_ENDED:
             return task
         if act.operations.not_member():
             return None
+        if not stacks.traversal_is_current(act.db, ctx.stack_id, ctx.traversal):
+            return _NOT_CURRENT
         time.sleep(POLL)
 
 

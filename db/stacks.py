@@ -166,6 +166,13 @@ def traversal_is_current_tx(session: Session, stack_id: str, traversal_id: str,
             and head.status == vocab.STACK_IN_PROGRESS)
 
 
+def traversal_is_current(db: Database, stack_id: str, traversal_id: str) -> bool:
+    """``traversal_is_current_tx`` as a plain read, for a check that waits
+    (a share's migration) and stops once its traversal is not current."""
+    with db.session() as session:
+        return traversal_is_current_tx(session, stack_id, traversal_id, lock=False)
+
+
 def stack_set_status_tx(
     session: Session,
     stack_id: str,

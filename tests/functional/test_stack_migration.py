@@ -114,3 +114,25 @@ def test_a_local_share_moved_by_a_stack_keeps_its_data(deployment, tmp_path):
         d.stop_all()
         for backend in ("local", "local2"):
             lh.cleanup(lh.local_root(d.state, backend))
+
+
+@pytest.mark.long(30)
+def test_a_failed_move_fails_the_update_and_the_share_stays(dummies, tmp_path):
+    d = dummies
+    failing = d.write_config(tmp_path / "fail.conf",
+                             alpha={"dummy_fail_methods": "migration_continue"})
+    d.start(config=failing)
+    _ready(d, "alpha", "beta")
+    d.json("stack", "create", "web", "-t", _template(d, "v1", size=1, backend="alpha"),
+           "--wait")
+    before = _share_of(d, "web")
+    out = d.sharectl("stack", "update", "web", "-t", _template(d, "v2", size=1, backend="beta"),
+                     "--wait", check=False)
+    assert out.returncode == 1, out.stdout + out.stderr
+    shown = d.json("stack", "show", "web")
+    assert "ended in migration_error" in str(shown), shown
+    after = _share_of(d, "web")
+    assert (after["id"], after["status"], after["instance_id"]) == (
+        before["id"], "available", before["instance_id"])
+    assert after["host"].startswith(f"{d.host}@alpha")
+    assert_backend_agrees(d)
