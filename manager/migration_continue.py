@@ -205,7 +205,7 @@ def _end_in_error(ops: Operations, row: models.ShareInstance, pair: mrows.Pair,
     database, the source available again with ``migration_error``. If the
     destination cannot be removed it stays, in error, for an admin."""
     if mrows.host_assisted(pair.dest):
-        kept = mrows.undone(migration_host.Sides(ops, row, pair.dest), True)
+        kept = mrows.undone(migration_host.Sides(ops, row, pair.dest))
     else:
         try:
             pair.driver.migration_cancel(*pair.args())

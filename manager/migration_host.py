@@ -135,6 +135,16 @@ def undo(sides: Sides) -> None:
     sides.send_rules(None)
 
 
+def reopen(sides: Sides) -> None:
+    """The source's clients given their rules back after a failed complete
+    (best effort: the source may be half deleted; a drift check finds it)."""
+    try:
+        sides.send_rules(None)
+    except Exception as exc:
+        LOG.warning("migration of share instance %s: the source's rules could not be given "
+                    "back: %s", sides.source.id, exc)
+
+
 def switch(sides: Sides) -> list[object]:
     """Phase 2: the source deleted from its backend (its data is on the
     destination, checked equal); the destination's export locations."""

@@ -65,10 +65,10 @@ def start(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
     def done(row: models.ShareInstance, answer: object) -> list[Change]:
         if not isinstance(answer, Mapping):
             return mrows.both(row, dest, vocab.MIGRATION_DRIVER_IN_PROGRESS,
-                         vocab.MIGRATION_STARTING, "0")
+                              vocab.MIGRATION_STARTING, "0")
         # The engine copies from now on (the periodic task).
         return [(mrows.SI, row.id, {"status": vocab.MIGRATING,
-                               "task_state": vocab.DATA_COPYING_STARTING},
+                                    "task_state": vocab.DATA_COPYING_STARTING},
                  {"task_state": vocab.DATA_COPYING_IN_PROGRESS, "progress": "0"}),
                 (mrows.SI, dest.id, {"status": vocab.MIGRATING_TO},
                  {"task_state": vocab.DATA_COPYING_IN_PROGRESS,
@@ -94,7 +94,7 @@ def _start_copying(ops: Operations, row: models.ShareInstance, dest: models.Shar
     try:
         locations = migration_host.begin(sides)
     except Exception:
-        kept.append(mrows.undone(sides, True))
+        kept.append(mrows.undone(sides))
         raise
     return {"export_locations": locations}
 
@@ -111,7 +111,11 @@ def complete(ops: Operations, op: Op, held: bool = False) -> list[Change] | None
             try:
                 return {"export_locations": migration_host.switch(sides)}
             except Exception:
-                kept.append(mrows.undone(sides, True))
+                # The destination holds the checked copy, and the source's
+                # delete may have begun: the copy is kept (in error, for an
+                # admin), never removed here.
+                migration_host.reopen(sides)
+                kept.append(True)
                 raise
         pair = mrows.Pair(ops, row, dest)
         return pair.driver.migration_complete(*pair.args()) or {}
@@ -142,7 +146,8 @@ def complete(ops: Operations, op: Op, held: bool = False) -> list[Change] | None
                                                vocab.ACTION_UPDATE_ACCESS, dest.host).request()])
 
     return ops.run(op, Step(
-        mrows.SI, op.ident, what, call, done, lambda row, _exc: mrows.failed(row, dest, bool(kept)),
+        mrows.SI, op.ident, what, call, done,
+        lambda row, _exc: mrows.failed(row, dest, bool(kept)),
         expected=(vocab.MIGRATING,), then=then), held)
 
 

@@ -24,9 +24,9 @@ SI = models.ShareInstance
 # A migration's request, by the task_state its plan wrote: what a crash that
 # cut it short leaves to ``continue_migrations``.
 REQUESTED = {vocab.MIGRATION_STARTING: vocab.ACTION_MIGRATION_START,
-              vocab.DATA_COPYING_STARTING: vocab.ACTION_MIGRATION_START,
-              vocab.MIGRATION_COMPLETING: vocab.ACTION_MIGRATION_COMPLETE,
-              vocab.MIGRATION_CANCEL_IN_PROGRESS: vocab.ACTION_MIGRATION_CANCEL}
+             vocab.DATA_COPYING_STARTING: vocab.ACTION_MIGRATION_START,
+             vocab.MIGRATION_COMPLETING: vocab.ACTION_MIGRATION_COMPLETE,
+             vocab.MIGRATION_CANCEL_IN_PROGRESS: vocab.ACTION_MIGRATION_CANCEL}
 
 
 class Pair:
@@ -50,7 +50,7 @@ class NoDestination(Stale):
 
 
 def destination(ops: Operations, source: models.ShareInstance, op: Op | None = None
-          ) -> models.ShareInstance:
+                ) -> models.ShareInstance:
     ident = op.args.get("destination") if op is not None else None
     dest = db_api.get(ops.db, SI, str(ident)) if ident else \
         destination_of(ops.db, source.share_id)
@@ -65,7 +65,7 @@ def task(row: models.ShareInstance, task_state: str, what: str) -> None:
 
 
 def source_back(source: models.ShareInstance, task_state: str,
-                 expected_task: str | tuple[str, ...] | None = None) -> Change:
+                expected_task: str | tuple[str, ...] | None = None) -> Change:
     """The source available again, its migration ended with ``task_state``."""
     return (SI, source.id,
             {"status": vocab.MIGRATING, "task_state": expected_task or source.task_state},
@@ -78,7 +78,7 @@ def dest_gone(dest: models.ShareInstance, task_state: str) -> Change:
 
 
 def both(source: models.ShareInstance, dest: models.ShareInstance, task_state: str,
-          expected: str, progress: str | None = None) -> list[Change]:
+         expected: str, progress: str | None = None) -> list[Change]:
     values: dict[str, object] = {"task_state": task_state}
     return [(SI, source.id, {"status": vocab.MIGRATING, "task_state": expected},
              {**values, **({"progress": progress} if progress is not None else {})}),
@@ -99,7 +99,7 @@ def host_assisted(dest: models.ShareInstance) -> bool:
 
 
 def failed(source: models.ShareInstance, dest: models.ShareInstance,
-            kept: bool = False) -> list[Change]:
+           kept: bool = False) -> list[Change]:
     # A start may have gone host-assisted (its own write) before it failed.
     expected = (source.task_state, vocab.DATA_COPYING_STARTING) \
         if source.task_state == vocab.MIGRATION_STARTING else None
@@ -107,12 +107,10 @@ def failed(source: models.ShareInstance, dest: models.ShareInstance,
             dest_in_error(dest) if kept else dest_gone(dest, vocab.MIGRATION_ERROR)]
 
 
-def undone(sides: migration_host.Sides, undo: bool) -> bool:
+def undone(sides: migration_host.Sides) -> bool:
     """After a host-assisted step failed: its destination removed and the
-    source's rules given back (``undo``); whether the destination is kept
-    (it could not be removed: in error, for an admin)."""
-    if not undo:
-        return False
+    source's rules given back; whether the destination is kept (it could
+    not be removed: in error, for an admin)."""
     try:
         migration_host.undo(sides)
     except Exception as exc:

@@ -16,7 +16,7 @@ from sharemgr.db import access as db_access
 from sharemgr.db import api, models
 from sharemgr.db import capabilities as db_capabilities
 from sharemgr.db import messages as db_messages
-from sharemgr.drivers.exceptions import ShareResourceNotFound
+from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.manager import data_mover, migration_ops, migration_plans
 from sharemgr.manager.intake import InvalidRequest
 
@@ -50,6 +50,8 @@ class LendingDriver(FakeDriver):
 
     def delete_share(self, share, share_server=None):
         self._record("delete_share", share["id"])
+        if share["id"] in self.delete_fails:
+            raise ShareBackendException(f"delete of {share['id']} refused")
         shutil.rmtree(self.root / share["id"], ignore_errors=True)
 
     def update_access(self, share, access_rules, add_rules, delete_rules, share_server=None):
@@ -207,3 +209,23 @@ def test_what_the_engine_cannot_copy_is_refused(eng, dest, flags, words):
     with pytest.raises(InvalidRequest, match=words):
         _start(eng, inst, dest, force_host_assisted=True, **flags)
     assert api.request_list(eng.db, resource_id=inst.id) == []
+
+
+def test_a_failed_complete_keeps_the_checked_copy(eng):
+    """The source's delete failed (it may have begun): the destination,
+    which holds the checked copy, is kept for an admin, never removed; the
+    source's clients get their rules back."""
+    from sharemgr.manager.intake import Intake
+
+    db, source_driver = eng.db, eng.drivers[BACKEND]
+    inst, _data = _share(eng)
+    dest_id = _copying(eng, inst)
+    _continue(eng)
+    source_driver.delete_fails.add(inst.id)
+    Intake(db, None).migration_complete(inst.share_id)
+    _run(eng, inst.id)
+    source, dest = _inst(db, inst.id), _inst(db, dest_id)
+    assert (source.status, source.task_state) == (vocab.AVAILABLE, vocab.MIGRATION_ERROR)
+    assert (dest.status, dest.task_state) == (vocab.ERROR, vocab.MIGRATION_ERROR)
+    assert (eng.drivers["beta"].root / dest_id).exists()
+    assert source_driver.levels[-1] == ["rw"]
