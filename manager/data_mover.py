@@ -4,10 +4,11 @@ rsync copies the source's tree onto the destination's (``-aHAXS
 --numeric-ids``: modes, owners, times, ACLs, xattrs, hard links, sparse
 files; ``--delete``: a copy cut short and run again ends equal). A copy
 holds an exclusive ``flock`` on the destination's root for as long as rsync
-runs (rsync inherits the descriptor): a second copy to the same place, from
-a resumed engine or another engine of the host, finds it taken and waits
-for the next run. rsync dies with the thread that started it
-(``PR_SET_PDEATHSIG``), so a killed engine leaves no copy running.
+runs (only rsync keeps the descriptor, so a paused engine whose rsync ended
+holds nothing): a second copy to the same place, from a resumed engine or
+another engine of the host, finds it taken and waits for the next run.
+rsync dies with the thread that started it (``PR_SET_PDEATHSIG``), so a
+killed engine leaves no copy running.
 
 ``differences`` is the check before a migration may complete: both trees
 walked, every entry's type, mode, owner, size, modification time, xattrs,
@@ -63,18 +64,26 @@ def _die_with_parent() -> None:
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-@contextlib.contextmanager
-def holding(dest: Path) -> Iterator[int]:
-    """The destination root's flock, held (CopyBusy when another has it)."""
+def _taken(dest: Path) -> int:
+    """A descriptor of the destination's root holding its flock (CopyBusy
+    when another has it)."""
     fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise CopyBusy(f"another copy to {dest} is running") from None
-            raise
-        yield fd
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise CopyBusy(f"another copy to {dest} is running") from None
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def holding(dest: Path) -> Iterator[None]:
+    """The destination root's flock, held by this process meanwhile."""
+    fd = _taken(dest)
+    try:
+        yield
     finally:
         os.close(fd)
 
@@ -84,33 +93,41 @@ def copy(source: Path, dest: Path, *, stop: Callable[[], str | None],
     """Copy ``source``'s tree onto ``dest``. ``stop`` is asked every
     ``poll`` seconds: a reason ends rsync and raises CopyStopped.
     ``progress`` gets rsync's overall percentage as it changes."""
-    with holding(dest) as fd:
-        argv = [*RSYNC, *([f"--bwlimit={bwlimit_kib}"] if bwlimit_kib else []),
-                f"{source}/", f"{dest}/"]
+    argv = [*RSYNC, *([f"--bwlimit={bwlimit_kib}"] if bwlimit_kib else []),
+            f"{source}/", f"{dest}/"]
+    fd = _taken(dest)
+    try:
+        # The flock goes with rsync's copy of the descriptor: it lasts as
+        # long as rsync runs, not as long as this engine (a paused engine
+        # whose rsync ended holds nothing).
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, pass_fds=(fd,),
+                                stderr=subprocess.PIPE, pass_fds=(fd,), process_group=0,
                                 preexec_fn=_die_with_parent)
-        seen = _Output(proc)
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=poll)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                if seen.percent is not None:
-                    progress(seen.percent)
-                why = stop()
-                if why:
-                    raise CopyStopped(why)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            seen.join()
-        if proc.returncode != 0:
-            raise CopyFailed(f"rsync exited {proc.returncode}: {seen.last_error()}")
-        progress(100)
+    finally:
+        os.close(fd)
+    seen = _Output(proc)
+    try:
+        while True:
+            try:
+                proc.wait(timeout=poll)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if seen.percent is not None:
+                progress(seen.percent)
+            why = stop()
+            if why:
+                raise CopyStopped(why)
+    finally:
+        if proc.poll() is None:
+            # rsync's own children too (its receiver): the flock is theirs.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        seen.join()
+    if proc.returncode != 0:
+        raise CopyFailed(f"rsync exited {proc.returncode}: {seen.last_error()}")
+    progress(100)
 
 
 class _Output:

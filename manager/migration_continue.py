@@ -120,12 +120,36 @@ def _continue_one(ops: Operations, ident: str) -> None:
 def _fail(ops: Operations, row: models.ShareInstance, pair: mrows.Pair, expected_task: str,
           text: str) -> None:
     """The migration ended in error by the periodic task; no request of
-    the user's fails here, so a user message says it."""
+    the user's fails here, so a user message says it. Only while it is
+    still this task's: the undo calls drivers before its fenced write, and
+    an engine that was paused meanwhile must not remove a destination
+    another engine now copies to."""
+    why = _not_ours(ops, row, expected_task)
+    if why:
+        LOG.warning("migration of share instance %s: not ended in error here: %s", row.id, why)
+        return
     if _end_in_error(ops, row, pair, expected_task):
         db_messages.record_about(
             ops.db, vocab.SHARE, row.share_id,
             messages.ACTION_IDS[vocab.ACTION_MIGRATION_START], messages.FAILED, text,
             messages.LEVEL_ERROR)
+
+
+def _not_ours(ops: Operations, row: models.ShareInstance, task_state: str) -> str | None:
+    """Why this task may no longer act on the migration it took (``row``,
+    as taken), or None: this engine may call no driver (out of the group,
+    its lock expired), or the row moved on (cancelled, taken over: another
+    fencing token)."""
+    try:
+        why = ops.why_not_call(lock_name(vocab.SHARE_INSTANCE, row.id))
+        now = db_api.get(ops.db, mrows.SI, row.id)
+    except Exception as exc:  # the database or coordination away: stop, try later
+        return f"cannot check the migration: {exc}"
+    if why:
+        return why
+    if now is None or now.fence != row.fence or now.task_state != task_state:
+        return "the migration changed meanwhile (cancelled, or taken over)"
+    return None
 
 
 def _copy_one(ops: Operations, ident: str) -> None:
@@ -138,20 +162,8 @@ def _copy_one(ops: Operations, ident: str) -> None:
         row, pair = _fresh(ops, ident, vocab.DATA_COPYING_IN_PROGRESS, what)
     except Stale:
         return
-    lock = lock_name(vocab.SHARE_INSTANCE, ident)
-
     def stop() -> str | None:
-        try:
-            why = ops.why_not_call(lock)
-            now = db_api.get(ops.db, mrows.SI, ident)
-        except Exception as exc:  # the database or coordination away: stop, try later
-            return f"cannot check the migration: {exc}"
-        if why:
-            return why
-        if now is None or now.fence != row.fence or \
-                now.task_state != vocab.DATA_COPYING_IN_PROGRESS:
-            return "the migration changed meanwhile (cancelled, or taken over)"
-        return None
+        return _not_ours(ops, row, vocab.DATA_COPYING_IN_PROGRESS)
 
     shown: list[int] = []
 

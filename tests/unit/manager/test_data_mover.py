@@ -100,15 +100,21 @@ def test_a_stopped_copy_leaves_no_rsync_running(tmp_path):
     dest.mkdir()
     (source / "big").write_bytes(os.urandom(8 << 20))
     asked: list[int] = []
+    ours: list[list[str]] = []
 
     def stop() -> str | None:
         asked.append(1)
+        # The flock is rsync's alone: this process keeps no descriptor of
+        # the destination while rsync runs (a paused engine would hold it).
+        ours.append([f for f in os.listdir("/proc/self/fd")
+                     if os.path.realpath(f"/proc/self/fd/{f}") == str(dest)])
         return "cancelled" if len(asked) > 1 else None
 
     with pytest.raises(data_mover.CopyStopped, match="cancelled"):
         # 256 KiB/s: 8 MiB takes half a minute, so the stop comes first.
         data_mover.copy(source, dest, stop=stop, progress=lambda p: None, bwlimit_kib=256,
                         poll=0.2)
+    assert ours == [[], []]
     running = subprocess.run(["pgrep", "-f", f"rsync .*{dest}"], capture_output=True)
     assert running.returncode == 1, running.stdout
     assert data_mover.wait_free(dest, 1.0)  # the flock went with it

@@ -229,3 +229,24 @@ def test_a_failed_complete_keeps_the_checked_copy(eng):
     assert (dest.status, dest.task_state) == (vocab.ERROR, vocab.MIGRATION_ERROR)
     assert (eng.drivers["beta"].root / dest_id).exists()
     assert source_driver.levels[-1] == ["rw"]
+
+
+def test_a_copy_taken_over_meanwhile_is_not_undone_by_its_old_holder(eng, monkeypatch):
+    """The row was taken by another engine while this one copied (a pause
+    past its lock): its failure removes nothing, the new holder's copy goes
+    on."""
+    db = eng.db
+    inst, _data = _share(eng)
+    dest_id = _copying(eng, inst)
+
+    def taken_then_differs(a, b):
+        row = _inst(db, inst.id)
+        api.conditional_update(db, models.ShareInstance, inst.id, {}, {"fence": row.fence + 1})
+        return ["d/f1: content"]
+
+    monkeypatch.setattr(data_mover, "differences", taken_then_differs)
+    _continue(eng)
+    assert _inst(db, inst.id).task_state == vocab.DATA_COPYING_IN_PROGRESS
+    assert _inst(db, dest_id).status == vocab.MIGRATING_TO
+    assert (eng.drivers["beta"].root / dest_id).exists()
+    assert "delete_share" not in eng.drivers["beta"].methods()
