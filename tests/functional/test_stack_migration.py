@@ -44,13 +44,17 @@ def _share_of(d, stack: str) -> dict:
     return d.json("share", "show", row["physical_id"])
 
 
-@pytest.fixture(params=SETUPS)
-def dummies(deployment, request):
+def _dummies(deployment, **kw):
     d = deployment(backends={"alpha": {"share_driver": "dummy"},
                              "beta": {"share_driver": "dummy"}},
-                   extra={"DEFAULT": FAST}, **servers(request))
+                   extra={"DEFAULT": FAST}, **kw)
     d.sync()
     return d
+
+
+@pytest.fixture(params=SETUPS)
+def dummies(deployment, request):
+    return _dummies(deployment, **servers(request))
 
 
 @pytest.mark.long(40)
@@ -117,8 +121,8 @@ def test_a_local_share_moved_by_a_stack_keeps_its_data(deployment, tmp_path):
 
 
 @pytest.mark.long(30)
-def test_a_failed_move_fails_the_update_and_the_share_stays(dummies, tmp_path):
-    d = dummies
+def test_a_failed_move_fails_the_update_and_the_share_stays(deployment, tmp_path):
+    d = _dummies(deployment)
     failing = d.write_config(tmp_path / "fail.conf",
                              alpha={"dummy_fail_methods": "migration_continue"})
     d.start(config=failing)
@@ -135,4 +139,33 @@ def test_a_failed_move_fails_the_update_and_the_share_stays(dummies, tmp_path):
     assert (after["id"], after["status"], after["instance_id"]) == (
         before["id"], "available", before["instance_id"])
     assert after["host"].startswith(f"{d.host}@alpha")
+    assert_backend_agrees(d)
+
+
+@pytest.mark.long(45)
+def test_an_engine_killed_while_its_stack_moves_a_share_is_settled(dummies, tmp_path):
+    """SIGKILL in the middle of the move (inside the periodic task's first
+    migration_continue, while the update node waits): the next engine
+    drives the migration on and completes it, and the watchdog retriggers
+    the node, which finds the share on its new backend."""
+    d = dummies
+    first = d.start(name="maker")
+    _ready(d, "alpha", "beta")
+    d.json("stack", "create", "web", "-t", _template(d, "v1", size=1, backend="alpha"),
+           "--wait")
+    before = _share_of(d, "web")
+    first.terminate()
+    crashing = d.write_config(tmp_path / "crash.conf",
+                              alpha={"dummy_crash_after": "migration_continue"})
+    engine = d.start(config=crashing, name="crashing")
+    d.sharectl("stack", "update", "web", "-t", _template(d, "v2", size=2, backend="beta"))
+    assert engine.proc.wait(60) == 137, engine.text()[-2000:]
+    d.start(name="after")
+    wait_until(lambda: d.json("stack", "show", "web")["status"] != "IN_PROGRESS", timeout=120,
+               what="the update to end")
+    shown = d.json("stack", "show", "web")
+    assert (shown["action"], shown["status"]) == ("UPDATE", "COMPLETE"), shown
+    after = _share_of(d, "web")
+    assert (after["id"], after["status"], after["size"]) == (before["id"], "available", 2)
+    assert after["host"].startswith(f"{d.host}@beta"), after
     assert_backend_agrees(d)
