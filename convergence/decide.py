@@ -22,7 +22,7 @@ from sharemgr.convergence.properties import (
 from sharemgr.convergence.template import REPLACE, RESOURCE_TYPES, Template
 from sharemgr.db import models, stacks
 from sharemgr.db.engine import Database
-from sharemgr.manager import views
+from sharemgr.manager import migration_plans, views
 
 LOG = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def decide(db: Database, template: Template, row: models.StackResource,
         if not diff.replace:
             kind, in_place = (Work.UPDATE, diff.in_place) if diff.changed \
                 else (Work.NOOP, {})
-        elif migrates(effective.type, diff, props):
+        elif migrates(db, effective, diff, props, observed):
             kind = Work.MIGRATE  # then planned again, for what else changed
     if kind in (Work.CREATE, Work.REPLACE):
         host = phys.target_host(db, effective.type, props)
@@ -95,13 +95,25 @@ def current_properties(row: models.StackResource, observed: phys.Observed,
     return current
 
 
-def migrates(type_: str, diff: PropertyDiff, props: Mapping[str, object]) -> bool:
+def migrates(db: Database, row: models.StackResource, diff: PropertyDiff,
+             props: Mapping[str, object], observed: phys.Observed) -> bool:
     """Whether the share is moved rather than replaced: its backend is the
-    one change that would need a new share (doc/migration.rst, "Stacks")."""
-    if type_ != vocab.SHARE or not props.get("backend"):
+    one change that would need a new share, and a migration there can
+    start now (no snapshots, replicas or share server; a destination that
+    takes it); else it is replaced, as before (doc/migration.rst,
+    "Stacks")."""
+    backend = props.get("backend")
+    if row.type != vocab.SHARE or not backend or not row.physical_id:
         return False
-    schema = RESOURCE_TYPES[type_].properties
-    return {p for p in diff.changed if schema[p].update == REPLACE} == {"backend"}
+    schema = RESOURCE_TYPES[row.type].properties
+    if {p for p in diff.changed if schema[p].update == REPLACE} != {"backend"}:
+        return False
+    dest = migration_plans.destination_for(db, observed.host or "", str(backend))
+    why = migration_plans.refusal(db, migration_plans.Request(row.physical_id, dest,
+                                                              complete=True))
+    if why:
+        LOG.info("share %s cannot move to %s (%s): it is replaced", row.physical_id, dest, why)
+    return why is None
 
 
 def unhealthy(row: models.StackResource) -> bool:

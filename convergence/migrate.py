@@ -25,9 +25,8 @@ from sharemgr.common.outcome import REPLAN, SUPERSEDED, Outcome
 from sharemgr.convergence import decide as decide_mod
 from sharemgr.convergence.node_check import Ctx, ended
 from sharemgr.convergence.template import Template
-from sharemgr.db import capabilities as db_capabilities
 from sharemgr.db import models, stack_work, stacks
-from sharemgr.manager import migration_plans, views
+from sharemgr.manager import migration_plans
 from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Stale
 from sharemgr.manager.plans import Refused
 
@@ -39,15 +38,6 @@ POLL = 0.5  # seconds between looks at the migration's task_state
 _NOT_CURRENT = "(traversal not current)"
 
 
-def destination(act: Actor, source_host: str, backend: str) -> str:
-    """Where the share goes: ``backend`` on the source's own host when that
-    host serves it (the engine can copy there), else on a host that does."""
-    here = f"{source_host.partition('@')[0]}@{backend}"
-    hosts = sorted(views.host_of(r.host) for r in db_capabilities.all_stats(act.db)
-                   if views.backend_of(r.host) == backend)
-    return here if here in hosts or not hosts else hosts[0]
-
-
 def run(act: Actor, ctx: Ctx, stack: models.Stack, row: models.StackResource,
         effective: models.StackResource, d: decide_mod.Decision, template: Template
         ) -> Outcome:
@@ -55,7 +45,8 @@ def run(act: Actor, ctx: Ctx, stack: models.Stack, row: models.StackResource,
     share_id = str(effective.physical_id)
     start, _final = decide_mod.row_values(template, stack, row.name, d.props,
                                           effective.requires, ctx.input_data)
-    dest = destination(act, d.observed.host or "", str(d.props["backend"]))
+    dest = migration_plans.destination_for(act.db, d.observed.host or "",
+                                           str(d.props["backend"]))
     try:
         plan = migration_plans.start(act.db, migration_plans.Request(
             share_id, dest, complete=True))

@@ -7,7 +7,7 @@ holds an exclusive ``flock`` on the destination's root for as long as rsync
 runs (only rsync keeps the descriptor, so a paused engine whose rsync ended
 holds nothing): a second copy to the same place, from a resumed engine or
 another engine of the host, finds it taken and waits for the next run.
-rsync dies with the thread that started it (``PR_SET_PDEATHSIG``), so a
+rsync dies with the thread that started it (``setpriv --pdeathsig``), so a
 killed engine leaves no copy running.
 
 ``differences`` is the check before a migration may complete: both trees
@@ -18,7 +18,6 @@ link target, content (SHA-256) and hard-link grouping compared.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
 import hashlib
@@ -38,7 +37,6 @@ SKIPPED_AT_ROOT = ("lost+found",)
 RSYNC = ("rsync", "-aHAXS", "--numeric-ids", "--delete", "--info=progress2",
          "--no-inc-recursive", *(f"--exclude=/{name}" for name in SKIPPED_AT_ROOT))
 _PERCENT = re.compile(rb"\s(\d{1,3})%\s")
-_PR_SET_PDEATHSIG = 1
 # At most this many differences are named; the rest are counted.
 NAMED = 5
 
@@ -54,14 +52,6 @@ class CopyStopped(Exception):
 
 class CopyFailed(Exception):
     """rsync failed (its exit status and last words)."""
-
-
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def _die_with_parent() -> None:
-    # In the forked child before exec: one plain libc call, nothing loaded.
-    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _taken(dest: Path) -> int:
@@ -93,16 +83,20 @@ def copy(source: Path, dest: Path, *, stop: Callable[[], str | None],
     """Copy ``source``'s tree onto ``dest``. ``stop`` is asked every
     ``poll`` seconds: a reason ends rsync and raises CopyStopped.
     ``progress`` gets rsync's overall percentage as it changes."""
-    argv = [*RSYNC, *([f"--bwlimit={bwlimit_kib}"] if bwlimit_kib else []),
-            f"{source}/", f"{dest}/"]
+    argv = ["setpriv", "--pdeathsig", "KILL", *RSYNC,
+            *([f"--bwlimit={bwlimit_kib}"] if bwlimit_kib else []), f"{source}/", f"{dest}/"]
     fd = _taken(dest)
     try:
+        why = stop()  # asked again once the flock is held: still this copy's to make?
+        if why:
+            raise CopyStopped(why)
         # The flock goes with rsync's copy of the descriptor: it lasts as
         # long as rsync runs, not as long as this engine (a paused engine
         # whose rsync ended holds nothing).
+        # setpriv sets the parent-death signal and execs rsync: no Python
+        # runs in the forked child of this many-threaded process.
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, pass_fds=(fd,), process_group=0,
-                                preexec_fn=_die_with_parent)
+                                stderr=subprocess.PIPE, pass_fds=(fd,), process_group=0)
     finally:
         os.close(fd)
     seen = _Output(proc)
@@ -170,9 +164,14 @@ class _Output:
 # The check before complete --------------------------------------------------------
 
 
+def _unreadable(exc: OSError) -> None:
+    # A folder that cannot be listed must not pass as equal.
+    raise exc
+
+
 def _entries(root: Path) -> dict[str, os.stat_result]:
     found: dict[str, os.stat_result] = {}
-    for folder, dirs, files in os.walk(root):
+    for folder, dirs, files in os.walk(root, onerror=_unreadable):
         rel = os.path.relpath(folder, root)
         if rel == ".":
             dirs[:] = [d for d in dirs if d not in SKIPPED_AT_ROOT]

@@ -20,7 +20,7 @@ from sharemgr.drivers.exceptions import OperationNotSupported
 from sharemgr.manager import data_mover, migration_host, migration_ops, migration_plans
 from sharemgr.manager import migration_rows as mrows
 from sharemgr.manager.migration_plans import COPIED
-from sharemgr.manager.operations import OperationFailed, Stale, lock_name, log_failure
+from sharemgr.manager.operations import NotNow, OperationFailed, Stale, lock_name, log_failure
 from sharemgr.manager.plans import Op, Refused
 
 if TYPE_CHECKING:
@@ -171,10 +171,13 @@ def _copy_one(ops: Operations, ident: str) -> None:
         if percent >= 100 or (shown and shown[-1] == percent):
             return
         shown.append(percent)
-        db_api.transition_with_request(ops.db, mrows.fenced([
-            (mrows.SI, row.id, {"status": vocab.MIGRATING,
-                           "task_state": vocab.DATA_COPYING_IN_PROGRESS},
-             {"progress": str(percent)})], row), None)
+        try:
+            db_api.transition_with_request(ops.db, mrows.fenced([
+                (mrows.SI, row.id, {"status": vocab.MIGRATING,
+                                    "task_state": vocab.DATA_COPYING_IN_PROGRESS},
+                 {"progress": str(percent)})], row), None)
+        except Exception as exc:  # progress is for show: a database away stops no copy
+            LOG.debug("migration of share instance %s: progress not written: %s", row.id, exc)
 
     sides = migration_host.Sides(ops, row, pair.dest)
     try:
@@ -217,7 +220,11 @@ def _end_in_error(ops: Operations, row: models.ShareInstance, pair: mrows.Pair,
     database, the source available again with ``migration_error``. If the
     destination cannot be removed it stays, in error, for an admin."""
     if mrows.host_assisted(pair.dest):
-        kept = mrows.undone(migration_host.Sides(ops, row, pair.dest))
+        try:
+            kept = mrows.undone(migration_host.Sides(ops, row, pair.dest))
+        except NotNow as exc:  # a copy still runs into it: the next run
+            LOG.info("migration of share instance %s: not ended yet: %s", row.id, exc)
+            return False
     else:
         try:
             pair.driver.migration_cancel(*pair.args())

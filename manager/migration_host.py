@@ -25,7 +25,7 @@ from sharemgr.db import models
 from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import access, data_mover
 from sharemgr.manager.migration_plans import host_assisted_refusal, same_host
-from sharemgr.manager.operations import OperationFailed
+from sharemgr.manager.operations import NotNow, OperationFailed
 
 if TYPE_CHECKING:
     from sharemgr.drivers.base import ShareDriver
@@ -118,26 +118,32 @@ def _no_copy_running(sides: Sides) -> None:
     except ShareResourceNotFound:
         return
     if not data_mover.wait_free(dest, COPY_GONE_WAIT):
-        raise OperationFailed(f"a copy into {dest} is still running; try again later")
+        # Not a failure: the request goes back to pending and runs again
+        # (a paused engine's rsync ends by itself).
+        raise NotNow(f"a copy into {dest} is still running; tried again later")
 
 
 def undo(sides: Sides) -> None:
     """The destination deleted from its backend, the source's clients given
-    their rules back (what ``begin`` did, undone; idempotent)."""
+    their rules back (what ``begin`` did, undone; idempotent). Raises when
+    the destination could not be deleted (NotNow while a copy still runs
+    into it); the rules are given back whatever happens to it."""
     try:
-        _no_copy_running(sides)
-    except NotImplementedError:
-        pass  # a destination that lends nothing had no copy
-    try:
-        sides.dest_driver.delete_share(sides.dest_d, sides.dest_server)
-    except ShareResourceNotFound:
-        pass
-    sides.send_rules(None)
+        try:
+            _no_copy_running(sides)
+        except NotImplementedError:
+            pass  # a destination that lends nothing had no copy
+        try:
+            sides.dest_driver.delete_share(sides.dest_d, sides.dest_server)
+        except ShareResourceNotFound:
+            pass
+    finally:
+        reopen(sides)
 
 
 def reopen(sides: Sides) -> None:
-    """The source's clients given their rules back after a failed complete
-    (best effort: the source may be half deleted; a drift check finds it)."""
+    """The source's clients given their rules back (best effort: a drift
+    check finds a source whose rules did not take)."""
     try:
         sides.send_rules(None)
     except Exception as exc:

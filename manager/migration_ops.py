@@ -21,7 +21,7 @@ from sharemgr.db import models
 from sharemgr.manager import migration_host, views
 from sharemgr.manager import migration_rows as mrows
 from sharemgr.manager.migration_plans import FLAGS
-from sharemgr.manager.operations import OperationFailed, Stale, Step, deleted
+from sharemgr.manager.operations import NotNow, OperationFailed, Stale, Step, deleted
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:
@@ -102,21 +102,20 @@ def _start_copying(ops: Operations, row: models.ShareInstance, dest: models.Shar
 def complete(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
     dest, what = _request_of(ops, op, "migration complete")
 
-    kept: list[bool] = []
-
     def call(row: models.ShareInstance) -> object:
         mrows.task(row, vocab.MIGRATION_COMPLETING, what)
         if mrows.host_assisted(dest):
             sides = migration_host.Sides(ops, row, dest)
             try:
                 return {"export_locations": migration_host.switch(sides)}
-            except Exception:
-                # The destination holds the checked copy, and the source's
-                # delete may have begun: the copy is kept (in error, for an
-                # admin), never removed here.
-                migration_host.reopen(sides)
-                kept.append(True)
+            except (NotNow, Stale):
                 raise
+            except Exception as exc:
+                # The destination holds the checked copy and the source's
+                # delete may have begun: the only way is forward. Nothing
+                # is written; the migration stays completing, and the
+                # periodic task carries the complete out again.
+                raise Stale(f"{what}: {exc}; it is carried out again") from exc
         pair = mrows.Pair(ops, row, dest)
         return pair.driver.migration_complete(*pair.args()) or {}
 
@@ -146,8 +145,7 @@ def complete(ops: Operations, op: Op, held: bool = False) -> list[Change] | None
                                                vocab.ACTION_UPDATE_ACCESS, dest.host).request()])
 
     return ops.run(op, Step(
-        mrows.SI, op.ident, what, call, done,
-        lambda row, _exc: mrows.failed(row, dest, bool(kept)),
+        mrows.SI, op.ident, what, call, done, lambda row, _exc: mrows.failed(row, dest),
         expected=(vocab.MIGRATING,), then=then), held)
 
 

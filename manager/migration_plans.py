@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from sharemgr.common import vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
+from sharemgr.db import capabilities as db_capabilities
 from sharemgr.db import models, quiet
 from sharemgr.db.engine import Database
 from sharemgr.manager import capabilities, views
@@ -172,6 +173,26 @@ def start(db: Database, req: Request) -> Plan:
         vocab.TRANSIENT_STATUSES,
         f"cannot migrate {what}: it has a snapshot that is {{statuses}}; try again when it "
         "is done"))
+
+
+def destination_for(db: Database, source_host: str, backend: str) -> str:
+    """Where a stack moves a share whose template names ``backend``: that
+    backend on the share's own host when the host serves it (the engine
+    can copy there), else on a host that does."""
+    here = f"{source_host.partition('@')[0]}@{backend}"
+    hosts = sorted(views.host_of(r.host) for r in db_capabilities.all_stats(db)
+                   if views.backend_of(r.host) == backend)
+    return here if here in hosts or not hosts else hosts[0]
+
+
+def refusal(db: Database, req: Request) -> str | None:
+    """Why ``start`` would refuse ``req`` now, or None (it writes nothing):
+    a stack replaces a share it cannot move, as before migrations."""
+    try:
+        start(db, req)
+    except Refused as exc:
+        return str(exc)
+    return None
 
 
 def _migrating(db: Database, share_id: str, states: tuple[str, ...], doing: str

@@ -13,7 +13,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.manager import migration_host
 from sharemgr.manager.migration_plans import destination_of
-from sharemgr.manager.operations import Stale, deleted, log_failure
+from sharemgr.manager.operations import NotNow, Stale, deleted, log_failure
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:
@@ -113,6 +113,8 @@ def undone(sides: migration_host.Sides) -> bool:
     not be removed: in error, for an admin)."""
     try:
         migration_host.undo(sides)
+    except NotNow:
+        raise  # a copy still runs into it: not a failure, the caller tries later
     except Exception as exc:
         log_failure(f"undo of the migration of share instance {sides.source.id}",
                     "delete_share", exc)

@@ -109,6 +109,9 @@ def stats(drv: LocalDriver) -> base.ShareStats:
         "share_group_support": False,
         # What the exporters can express: intake refuses the rest up front.
         "access_rule_limits": validation.ACCESS_LIMITS,
+        # It moves nothing itself; the engine's copy keeps the metadata
+        # (intake refuses what a host-assisted migration cannot do).
+        "migration_support": {"driver_assisted": False, "preserve_metadata": True},
         "pools": [{
             "pool_name": "images",
             "total_capacity_gb": round((free + taken) / unit, 2),

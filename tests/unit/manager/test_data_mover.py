@@ -108,13 +108,15 @@ def test_a_stopped_copy_leaves_no_rsync_running(tmp_path):
         # the destination while rsync runs (a paused engine would hold it).
         ours.append([f for f in os.listdir("/proc/self/fd")
                      if os.path.realpath(f"/proc/self/fd/{f}") == str(dest)])
-        return "cancelled" if len(asked) > 1 else None
+        return "cancelled" if len(asked) > 2 else None
 
     with pytest.raises(data_mover.CopyStopped, match="cancelled"):
         # 256 KiB/s: 8 MiB takes half a minute, so the stop comes first.
         data_mover.copy(source, dest, stop=stop, progress=lambda p: None, bwlimit_kib=256,
                         poll=0.2)
-    assert ours == [[], []]
+    # Asked once with the flock taken, before rsync starts (this process
+    # holds it then), then twice while rsync runs.
+    assert len(ours) == 3 and ours[1:] == [[], []], ours
     running = subprocess.run(["pgrep", "-f", f"rsync .*{dest}"], capture_output=True)
     assert running.returncode == 1, running.stdout
     assert data_mover.wait_free(dest, 1.0)  # the flock went with it

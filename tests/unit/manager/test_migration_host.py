@@ -19,6 +19,7 @@ from sharemgr.db import messages as db_messages
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.manager import data_mover, migration_ops, migration_plans
 from sharemgr.manager.intake import InvalidRequest
+from sharemgr.manager.operations import Stale
 
 from tests.unit.manager.test_migration import DEST, _continue, _inst, _run, _start
 from tests.unit.reconcile_harness import BACKEND, HOSTBE, FakeDriver, add, make_share
@@ -211,10 +212,11 @@ def test_what_the_engine_cannot_copy_is_refused(eng, dest, flags, words):
     assert api.request_list(eng.db, resource_id=inst.id) == []
 
 
-def test_a_failed_complete_keeps_the_checked_copy(eng):
+def test_a_failed_complete_is_carried_out_again(eng):
     """The source's delete failed (it may have begun): the destination,
-    which holds the checked copy, is kept for an admin, never removed; the
-    source's clients get their rules back."""
+    which holds the checked copy, is never removed; the migration stays
+    completing, and the periodic task carries the complete out again
+    until the backend lets it."""
     from sharemgr.manager.intake import Intake
 
     db, source_driver = eng.db, eng.drivers[BACKEND]
@@ -223,12 +225,22 @@ def test_a_failed_complete_keeps_the_checked_copy(eng):
     _continue(eng)
     source_driver.delete_fails.add(inst.id)
     Intake(db, None).migration_complete(inst.share_id)
-    _run(eng, inst.id)
+    with pytest.raises(Stale, match="carried out again"):
+        _run(eng, inst.id)
+    (req,) = [r for r in api.request_list(db, resource_id=inst.id)
+              if r.status == vocab.REQUEST_PENDING]
+    api.conditional_update(db, models.Request, req.id, {}, {"status": vocab.REQUEST_DONE})
     source, dest = _inst(db, inst.id), _inst(db, dest_id)
-    assert (source.status, source.task_state) == (vocab.AVAILABLE, vocab.MIGRATION_ERROR)
-    assert (dest.status, dest.task_state) == (vocab.ERROR, vocab.MIGRATION_ERROR)
+    assert (source.status, source.task_state) == (vocab.MIGRATING, vocab.MIGRATION_COMPLETING)
+    assert dest.status == vocab.MIGRATING_TO
+    _continue(eng)  # still refused: still completing
+    assert _inst(db, inst.id).task_state == vocab.MIGRATION_COMPLETING
     assert (eng.drivers["beta"].root / dest_id).exists()
-    assert source_driver.levels[-1] == ["rw"]
+    source_driver.delete_fails.clear()
+    _continue(eng)
+    source, dest = _inst(db, inst.id), _inst(db, dest_id)
+    assert (source.status, dest.status, dest.task_state) == (
+        vocab.DELETED, vocab.AVAILABLE, vocab.MIGRATION_SUCCESS)
 
 
 def test_a_copy_taken_over_meanwhile_is_not_undone_by_its_old_holder(eng, monkeypatch):
