@@ -96,6 +96,19 @@ def _populate(mount_point: Path) -> None:
     (mount_point / "hello.txt").write_text("hello from the source\n")
 
 
+def _started(d, size: str, name: str) -> tuple[str, str, Path]:
+    """The engine up with both backends reported, and an NFS share on
+    ``local``: its id, its instance's id and where its image is mounted."""
+    d.start()
+    wait_until(lambda: {b["backend"] for b in d.json("backend", "list")} >= {"local",
+                                                                          "local2"},
+               timeout=30, what="both backends' reports")
+    share = d.json("share", "create", size, "--proto", "NFS", "--name", name,
+                   "--backend", "local", "--wait")
+    return share["id"], share["instance_id"], \
+        lh.local_root(d.state) / "mnt" / share["instance_id"]
+
+
 def _task(d, sid: str) -> str:
     return d.json("share", "migration", "show", sid)["task_state"]
 
@@ -104,14 +117,7 @@ def _task(d, sid: str) -> str:
 @pytest.mark.parametrize("setup", SETUPS)
 def test_local_to_local_moves_the_data(two_locals, request, tmp_path, setup):
     d, src, dst = two_locals({}, **lh.servers_for(request, setup))
-    d.start()
-    wait_until(lambda: {b["backend"] for b in d.json("backend", "list")} >= {"local",
-                                                                          "local2"},
-               timeout=30, what="both backends' reports")
-    share = d.json("share", "create", "2", "--proto", "NFS", "--name", "moving",
-                   "--backend", "local", "--wait")
-    sid, source_id = share["id"], share["instance_id"]
-    source_mount = lh.local_root(d.state) / "mnt" / source_id
+    sid, source_id, source_mount = _started(d, "2", "moving")
     _populate(source_mount)
     before = _manifest(source_mount)
     d.sharectl("access", "allow", sid, "--type", "ip", "--to", "127.0.0.1", "--wait")
@@ -154,14 +160,7 @@ def test_clients_are_read_only_while_copied_and_cancel_restores_them(two_locals,
     # 1 MiB/s: the 12 MiB below take about twelve seconds to copy.
     d, src, _dst = two_locals({"migration_copy_bwlimit": "1024"},
                               **lh.servers_for(request, setup))
-    d.start()
-    wait_until(lambda: {b["backend"] for b in d.json("backend", "list")} >= {"local",
-                                                                          "local2"},
-               timeout=30, what="both backends' reports")
-    share = d.json("share", "create", "1", "--proto", "NFS", "--name", "held",
-                   "--backend", "local", "--wait")
-    sid, source_id = share["id"], share["instance_id"]
-    source_mount = lh.local_root(d.state) / "mnt" / source_id
+    sid, source_id, source_mount = _started(d, "1", "held")
     (source_mount / "big").write_bytes(os.urandom(12 << 20))
     (source_mount / "hello.txt").write_text("still here\n")
     d.sharectl("access", "allow", sid, "--type", "ip", "--to", "127.0.0.1", "--wait")

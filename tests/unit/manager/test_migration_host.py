@@ -93,6 +93,17 @@ def _share(eng) -> tuple[models.ShareInstance, Path]:
     return inst, data
 
 
+def _undone(eng, inst, dest_id: str) -> None:
+    """The migration ended in error and was undone: the source available
+    with its rules back, the destination gone from the database and the
+    backend."""
+    source = _inst(eng.db, inst.id)
+    assert (source.status, source.task_state) == (vocab.AVAILABLE, vocab.MIGRATION_ERROR)
+    assert _inst(eng.db, dest_id).status == vocab.DELETED
+    assert not (eng.drivers["beta"].root / dest_id).exists()
+    assert eng.drivers[BACKEND].levels[-1] == ["rw"]
+
+
 def _copying(eng, inst) -> str:
     """Started host-assisted: the destination made, the source read-only."""
     _start(eng, inst, force_host_assisted=True, preserve_metadata=True)
@@ -161,11 +172,7 @@ def test_a_copy_that_differs_ends_in_error(eng, monkeypatch):
     dest_id = _copying(eng, inst)
     monkeypatch.setattr(data_mover, "differences", lambda a, b: ["d/f1: content"])
     _continue(eng)
-    source = _inst(db, inst.id)
-    assert (source.status, source.task_state) == (vocab.AVAILABLE, vocab.MIGRATION_ERROR)
-    assert _inst(db, dest_id).status == vocab.DELETED
-    assert not (eng.drivers["beta"].root / dest_id).exists()
-    assert eng.drivers[BACKEND].levels[-1] == ["rw"]
+    _undone(eng, inst, dest_id)
     (message,) = db_messages.message_list(db, inst.share_id)
     assert "the copy differs from the source: d/f1: content" in (message.detail or "")
 
@@ -192,11 +199,7 @@ def test_a_start_cut_after_it_went_host_assisted_is_undone(eng, monkeypatch):
     api.conditional_update(db, models.Request, req.id, {},
                            {"status": vocab.REQUEST_ABANDONED})
     _continue(eng)
-    source = _inst(db, inst.id)
-    assert (source.status, source.task_state) == (vocab.AVAILABLE, vocab.MIGRATION_ERROR)
-    assert _inst(db, dest_id).status == vocab.DELETED
-    assert not (eng.drivers["beta"].root / dest_id).exists()
-    assert eng.drivers[BACKEND].levels[-1] == ["rw"]
+    _undone(eng, inst, dest_id)
 
 
 @pytest.mark.parametrize("dest, flags, words", [
