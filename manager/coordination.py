@@ -216,7 +216,23 @@ class Coordinator:
                     del self._held[name]
             with contextlib.suppress(coordination.ToozError):
                 lock.release()  # type: ignore[attr-defined]
+            self._forget(lock)
             _drop_lease(lock)
+
+    def _forget(self, lock: object) -> None:
+        """tooz stops renewing ``lock``, whatever its release did. tooz's
+        etcd driver forgets a lock only when its release deletes the key:
+        one whose release failed (etcd unreachable) it went on renewing on
+        every heartbeat, so the lock stayed held for ever after the
+        partition healed; one found gone (expired in a pause) cost a
+        keep-alive per heartbeat for ever, until the heartbeat outlasted
+        the membership's TTL and the engine fell out of the group (the
+        long many-host run). tooz has no call for this: its driver's set
+        of held locks is what its heartbeat renews (Redis's release
+        empties it in a ``finally``; the etcd driver's does not)."""
+        held = getattr(self._coord, "_acquired_locks", None)
+        if isinstance(held, set):
+            held.discard(lock)
 
     def still_holds(self, name: bytes) -> bool:
         """False only when the backend says this engine's lock ``name`` is

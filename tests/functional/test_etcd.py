@@ -8,12 +8,14 @@ until its TTL; sharemgr asks the lease (manager/coordination.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
 from sharemgr.manager.coordination import STOP_WAIT
 
 from tests.functional.harness import Deployment, wait_until
+from tests.functional.netfault import Proxy
 
 
 def _coordinator(url: str, member: str, heartbeat: bool = True):
@@ -68,6 +70,77 @@ def test_hold_with_a_timeout_says_timeout(etcd_cluster):
     finally:
         holder.stop()
         waiter.stop()
+
+
+def _through_proxy(etcd_cluster, **kw):
+    """A proxy in front of the gateway and tooz's URL through it."""
+    proxy = Proxy(etcd_cluster.gateway_port)
+    proxy.start()
+    return proxy, etcd_cluster.url(**kw).replace(f":{etcd_cluster.gateway_port}",
+                                                 f":{proxy.port}")
+
+
+def test_a_lock_whose_release_failed_is_free_again_after_its_ttl(etcd_cluster):
+    """The holder's release, and the revoke of its lease, fail while etcd
+    is unreachable: once etcd is back the lock is free within its TTL
+    (tooz's etcd driver went on renewing it on every heartbeat: the lock
+    was held for ever by an engine that had let it go)."""
+    proxy, url = _through_proxy(etcd_cluster, lock=3)
+    holder = _coordinator(url, "holder")
+    peer = _coordinator(etcd_cluster.url(), "peer")
+    try:
+        with holder.hold(b"sharemgr-share-3"):
+            proxy.cut()
+        proxy.start()
+
+        def taken() -> bool:
+            with peer.try_lock(b"sharemgr-share-3") as got:
+                return got
+
+        wait_until(taken, timeout=15, what="the peer takes the lock the holder let go")
+    finally:
+        holder.stop()
+        peer.stop()
+
+
+def test_locks_lost_in_a_partition_cost_no_heartbeat_after_it(etcd_cluster):
+    """An engine cut off from etcd for longer than the locks' TTL loses the
+    locks it held, releases them (each release finds its lock gone), and
+    joins the group again. Its heartbeat must not renew those locks any
+    more: tooz's etcd driver kept every one of them and sent it a keep-alive
+    on each heartbeat for ever; on a slow link forty of them made a
+    heartbeat outlast the membership's TTL, and the engine fell out of the
+    group again and again (the long many-host run's ``membership``)."""
+    proxy, url = _through_proxy(etcd_cluster, membership=3, lock=3)
+    engine = _coordinator(url, "engine")
+    peer = _coordinator(etcd_cluster.url(), "peer")
+    try:
+        engine.join_engines()
+        with contextlib.ExitStack() as held:
+            for i in range(40):
+                held.enter_context(engine.hold(b"sharemgr-share-lost-%d" % i))
+            proxy.cut()
+            time.sleep(5)  # past both TTLs: etcd expires the locks and the membership
+            proxy.start()
+            wait_until(lambda: not engine.still_holds(b"sharemgr-share-lost-0"), timeout=10,
+                       what="the engine sees its lock gone")
+        wait_until(lambda: _rejoined(engine), timeout=15, what="the engine a member again")
+        proxy.delay = 0.05  # a slow link: each etcd call takes a few tenths of a second
+        for _ in range(40):  # 10 s: three TTLs
+            assert "engine" in peer.engines(), "the engine fell out of the group"
+            time.sleep(0.25)
+    finally:
+        proxy.delay = 0.0
+        engine.stop()
+        peer.stop()
+
+
+def _rejoined(engine) -> bool:
+    """What the daemon's membership check does (manager/membership.py)."""
+    if "engine" not in engine.engines():
+        with contextlib.suppress(Exception):  # the heart has not made its new lease yet
+            engine.rejoin_engines()
+    return "engine" in engine.engines()
 
 
 @pytest.mark.long(60)
