@@ -81,19 +81,11 @@ def refusal(ops: Operations, source: models.ShareInstance, dest: models.ShareIns
 
 def begin(sides: Sides) -> list[object]:
     """The destination made and both shares' data reachable, the source's
-    clients read-only; the destination's export locations. A failure
-    undoes what was done before it is raised."""
-    try:
-        locations = sides.dest_driver.create_share(sides.dest_d, sides.dest_server)
-        sides.paths()  # both lend their data (OperationNotSupported: a driver cannot)
-        sides.send_rules("ro")
-    except Exception:
-        try:
-            undo(sides)
-        except Exception as exc:  # the first failure is the one to tell
-            LOG.warning("host-assisted migration of share instance %s: undo after a failed "
-                        "start: %s", sides.source.id, exc)
-        raise
+    clients read-only; the destination's export locations. A failure is
+    raised as it is: the caller undoes (``undo``), once."""
+    locations = sides.dest_driver.create_share(sides.dest_d, sides.dest_server)
+    sides.paths()  # both lend their data (OperationNotSupported: a driver cannot)
+    sides.send_rules("ro")
     return list(locations or [])
 
 

@@ -76,7 +76,7 @@ def start(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
 
     return ops.run(op, Step(
         mrows.SI, op.ident, what, call, done,
-        lambda row, _exc: mrows.failed(row, dest, bool(kept)), expected=(vocab.MIGRATING,)), held)
+        lambda row, _exc: mrows.failed(row, dest, any(kept)), expected=(vocab.MIGRATING,)), held)
 
 
 def _start_copying(ops: Operations, row: models.ShareInstance, dest: models.ShareInstance,

@@ -200,12 +200,22 @@ class FaultFleet(chaos.Fleet):
     def rejoined(self, timeout: float) -> list[str]:
         """Every engine is a member of the group again (sharectl service list)."""
         ids = {r.engine_id for r in self.current if r is not None}
+
+        def alive() -> set[str]:
+            return {s["engine_id"] for s in self.d.json("service", "list") if s["alive"]}
+
         try:
-            wait_until(lambda: ids <= {s["engine_id"] for s in self.d.json("service", "list")
-                                       if s["alive"]}, timeout=timeout,
+            wait_until(lambda: ids <= alive(), timeout=timeout,
                        what="every engine a member of the group again")
         except AssertionError as exc:
-            return [f"membership: {exc}"]
+            # Each engine still out logs every thread's stack (SIGUSR2), so
+            # that the run's logs say where its membership check stands.
+            out = [r for r in self.current if r is not None and r.engine_id not in alive()]
+            for r in out:
+                if r.engine.proc.poll() is None:
+                    r.engine.proc.send_signal(signal.SIGUSR2)
+            names = ", ".join(r.engine.log.name for r in out) or "none by now"
+            return [f"membership: {exc} (out: {names}; their logs hold their threads' stacks)"]
         return []
 
     def close(self) -> None:

@@ -177,6 +177,28 @@ def test_a_copy_that_differs_ends_in_error(eng, monkeypatch):
     assert "the copy differs from the source: d/f1: content" in (message.detail or "")
 
 
+def test_a_start_whose_clients_cannot_be_made_read_only_is_undone_once(eng, monkeypatch):
+    """The source refuses the read-only rules: the destination is deleted
+    once and the rules given back once (the start's own undo and its
+    caller's both ran: two deletes and two rule resends for one failure)."""
+    inst, _data = _share(eng)
+    source_driver, dest_driver = eng.drivers[BACKEND], eng.drivers["beta"]
+    given = source_driver.update_access
+
+    def refuse_ro(share, access_rules, *args, **kwargs):
+        if any(r["access_level"] == "ro" for r in access_rules):
+            raise ShareBackendException("read-only rules refused")
+        return given(share, access_rules, *args, **kwargs)
+
+    monkeypatch.setattr(source_driver, "update_access", refuse_ro)
+    _start(eng, inst, force_host_assisted=True, preserve_metadata=True)
+    dest_id = str(migration_plans.shown(eng.db, inst.share_id)["destination_instance_id"])
+    _run(eng, inst.id)
+    _undone(eng, inst, dest_id)
+    assert dest_driver.calls.count(("delete_share", dest_id)) == 1
+    assert source_driver.levels == [["rw"]]  # given back once
+
+
 def test_a_start_cut_after_it_went_host_assisted_is_undone(eng, monkeypatch):
     """The engine died between its own write (data_copying_starting) and
     the outcome: the periodic task removes the destination and gives the
