@@ -9,6 +9,7 @@ idempotent).
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 from oslo_log import log as logging
@@ -45,11 +46,29 @@ def continue_migrations(ops: Operations, hosts: list[str]) -> None:
         elif state == vocab.DATA_COPYING_IN_PROGRESS:
             _copy_one(ops, ident)
         elif state in COPIED:
-            _complete_if_asked(ops, by_id[ident])
+            if _destination_gone(ops, by_id[ident]):
+                _settle_on_source(ops, ident, str(state))
+            else:
+                _complete_if_asked(ops, by_id[ident])
         elif ident in orphans:
             _settle_orphan(ops, ident, str(state))
 
     ops.each_unlocked(vocab.SHARE_INSTANCE, by_id, act, "migration continue")
+
+
+def _destination_gone(ops: Operations, source: models.ShareInstance) -> bool:
+    try:
+        mrows.destination(ops, source)
+    except mrows.NoDestination:
+        return True
+    return False
+
+
+def _settle_on_source(ops: Operations, ident: str, task_state: str) -> None:
+    """A copied migration waiting for its complete whose destination is
+    gone: taken, and ended on its source (``_fresh`` does it)."""
+    with contextlib.suppress(Stale):
+        _fresh(ops, ident, task_state, f"migration of share instance {ident}")
 
 
 def _complete_if_asked(ops: Operations, source: models.ShareInstance) -> None:
@@ -92,9 +111,37 @@ def _fresh(ops: Operations, ident: str, task_state: str, what: str
     else NotNow, and the next run tries again)."""
     row = ops.fresh(mrows.SI, ident, (vocab.MIGRATING,), take=True)
     mrows.task(row, task_state, what)
-    pair = mrows.Pair(ops, row, mrows.destination(ops, row))
+    try:
+        dest = mrows.destination(ops, row)
+    except mrows.NoDestination:
+        _on_source(ops, row, task_state, what)
+        raise
+    pair = mrows.Pair(ops, row, dest)
     ops.guard(what, None, lock_name(vocab.SHARE_INSTANCE, ident))
     return row, pair
+
+
+def _on_source(ops: Operations, row: models.ShareInstance, task_state: str, what: str) -> None:
+    """The destination is gone or no longer ``migrating_to`` (an admin's
+    reset or delete): nothing to undo or finish, the share stays on its
+    source, in whatever step the migration was (it stayed ``migrating``
+    for ever); a source whose clients the copy made read-only gets its
+    rules back."""
+    LOG.warning("%s: its destination is gone; the share stays on its source", what)
+    if not db_api.transition_with_request(ops.db, mrows.fenced(
+            [mrows.source_back(row, vocab.MIGRATION_ERROR, task_state)], row), None):
+        return
+    db_messages.record_about(
+        ops.db, vocab.SHARE, row.share_id, messages.ACTION_IDS[vocab.ACTION_MIGRATION_START],
+        messages.FAILED, f"{what}: its destination was removed; the share stays on its source",
+        messages.LEVEL_ERROR)
+    if task_state in vocab.DATA_COPYING:
+        try:
+            ops.guard(what, None, lock_name(vocab.SHARE_INSTANCE, row.id))
+        except Stale as exc:  # the drift check gives the rules back later
+            LOG.warning("%s: the source's rules not given back now: %s", what, exc)
+            return
+        migration_host.reopen_source(ops, row)
 
 
 def _continue_one(ops: Operations, ident: str) -> None:
@@ -245,14 +292,7 @@ def _settle_orphan(ops: Operations, ident: str, task_state: str) -> None:
     what = f"migration of share instance {ident} cut short in {task_state}"
     try:
         row, pair = _fresh(ops, ident, task_state, what)
-    except mrows.NoDestination:
-        # Nothing to undo or finish: the source is served as before.
-        LOG.warning("%s: its destination is gone; the share stays on its source", what)
-        row = ops.fresh(mrows.SI, ident, (vocab.MIGRATING,), take=True)
-        db_api.transition_with_request(ops.db, mrows.fenced(
-            [mrows.source_back(row, vocab.MIGRATION_ERROR, task_state)], row), None)
-        return
-    except Stale:
+    except Stale:  # NoDestination too: settled on its source
         return
     LOG.warning("%s: its request ended without it; settling it", what)
     if task_state in (vocab.MIGRATION_STARTING, vocab.DATA_COPYING_STARTING):

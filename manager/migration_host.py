@@ -56,10 +56,17 @@ class Sides:
     def send_rules(self, level: str | None) -> None:
         """The source's active rules sent to its driver again, each at
         ``level`` (None: its own)."""
-        rules = [{**access.view(r), **({"access_level": level} if level else {})}
-                 for r in db_access.rules_of(self.ops.db, self.source.share_id)
-                 if r.state == vocab.ACCESS_ACTIVE]
-        self.source_driver.update_access(self.source_d, rules, [], [], self.source_server)
+        send_rules(self.ops, self.source, level)
+
+
+def send_rules(ops: Operations, source: models.ShareInstance, level: str | None) -> None:
+    """``source``'s active rules sent to its driver again, each at
+    ``level`` (None: its own)."""
+    share, server = ops.share_parts(source)
+    rules = [{**access.view(r), **({"access_level": level} if level else {})}
+             for r in db_access.rules_of(ops.db, source.share_id)
+             if r.state == vocab.ACCESS_ACTIVE]
+    ops.driver_for(source.host).update_access(share, rules, [], [], server)
 
 
 def refusal(ops: Operations, source: models.ShareInstance, dest: models.ShareInstance,
@@ -136,11 +143,16 @@ def undo(sides: Sides) -> None:
 def reopen(sides: Sides) -> None:
     """The source's clients given their rules back (best effort: a drift
     check finds a source whose rules did not take)."""
+    reopen_source(sides.ops, sides.source)
+
+
+def reopen_source(ops: Operations, source: models.ShareInstance) -> None:
+    """``reopen`` for a source whose destination is gone."""
     try:
-        sides.send_rules(None)
+        send_rules(ops, source, None)
     except Exception as exc:
         LOG.warning("migration of share instance %s: the source's rules could not be given "
-                    "back: %s", sides.source.id, exc)
+                    "back: %s", source.id, exc)
 
 
 def switch(sides: Sides) -> list[object]:

@@ -122,6 +122,17 @@ def test_migrate_complete_cancel_and_refusals(setup):
     assert gone not in _objects(d, "beta") and other["instance_id"] in _objects(d, "alpha")
     assert "it is not migrating" in _refused(d, "share", "migration", "cancel", other["id"])
 
+    # An admin resets the destination of a migration that waits for its
+    # complete: the share stays on its source, available again.
+    third = _new_share(d, "reset")
+    shown = d.json("share", "migration", "start", third["id"], beta, "--wait")
+    d.sharectl("share-instance", "reset-state", shown["destination_instance_id"],
+               "--state", "error")
+    wait_until(lambda: d.json("share", "show", third["id"])["status"] == "available",
+               timeout=30, what="the share available on its source")
+    row = d.json("share", "show", third["id"])
+    assert (row["host"], row["task_state"]) == (f"{d.host}@alpha", "migration_error"), row
+
 
 @pytest.mark.parametrize("crash, after", [
     ("migration_start", "migration_error"),

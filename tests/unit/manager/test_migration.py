@@ -288,6 +288,21 @@ def test_a_migration_whose_destination_an_admin_removed_ends_on_its_source(eng):
     assert eng.driver.methods() == []
 
 
+def test_a_driver_migration_whose_destination_an_admin_reset_ends_on_its_source(eng):
+    """Phase 1 under way in the driver when an admin resets the destination:
+    the source is available again (it stayed migrating for ever)."""
+    db = eng.db
+    inst = make_share(db)
+    _start(eng, inst)
+    _run(eng, inst.id)
+    assert _inst(db, inst.id).task_state == vocab.MIGRATION_DRIVER_IN_PROGRESS
+    dest_id = str(migration_plans.shown(db, inst.share_id)["destination_instance_id"])
+    api.conditional_update(db, models.ShareInstance, dest_id, {}, {"status": vocab.ERROR})
+    _continue(eng)
+    source = _inst(db, inst.id)
+    assert (source.status, source.task_state) == (vocab.AVAILABLE, vocab.MIGRATION_ERROR)
+
+
 def test_show_is_about_the_newest_migration_after_a_cancelled_one(eng):
     """The newest instance is the newest destination, and its source is the
     instance served meanwhile, not the cancelled migration's destination

@@ -199,6 +199,26 @@ def test_a_start_whose_clients_cannot_be_made_read_only_is_undone_once(eng, monk
     assert source_driver.levels == [["rw"]]  # given back once
 
 
+@pytest.mark.parametrize("when", ["copying", "copied"])
+def test_a_copy_whose_destination_an_admin_reset_ends_on_its_source(eng, when):
+    """The destination reset to error while the copy runs or waits for its
+    complete: the source is available again with its rules back (it stayed
+    migrating, read-only, for ever) and a message says why."""
+    db = eng.db
+    inst, data = _share(eng)
+    dest_id = _copying(eng, inst)
+    if when == "copied":
+        _continue(eng)
+        assert _inst(db, inst.id).task_state == vocab.DATA_COPYING_COMPLETED
+    api.conditional_update(db, models.ShareInstance, dest_id, {}, {"status": vocab.ERROR})
+    _continue(eng)
+    source = _inst(db, inst.id)
+    assert (source.status, source.task_state) == (vocab.AVAILABLE, vocab.MIGRATION_ERROR)
+    assert eng.drivers[BACKEND].levels[-1] == ["rw"] and data.exists()
+    (message,) = db_messages.message_list(db, inst.share_id)
+    assert "its destination was removed" in (message.detail or "")
+
+
 def test_a_start_cut_after_it_went_host_assisted_is_undone(eng, monkeypatch):
     """The engine died between its own write (data_copying_starting) and
     the outcome: the periodic task removes the destination and gives the
