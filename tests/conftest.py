@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import shutil
 import socket
 import tempfile
 import uuid
@@ -46,6 +47,17 @@ def need_server(name: str, host: str, port: int) -> None:
         msg = f"{name} at {host}:{port} is not reachable: {exc}"
     if IN_CI:
         pytest.fail(msg + " (CI=true: servers are required)")
+    pytest.skip(msg)
+
+
+def need_program(name: str, package: str) -> None:
+    """Skip without ``name`` on the PATH; under CI=true fail instead
+    (``make test`` installs it: a missing one is a broken set-up)."""
+    if shutil.which(name) is not None:
+        return
+    msg = f"{name} is not installed (Debian package {package})"
+    if IN_CI:
+        pytest.fail(msg + " (CI=true: required)")
     pytest.skip(msg)
 
 

@@ -13,8 +13,12 @@ from pathlib import Path
 import pytest
 from sharemgr.manager import data_mover
 
-pytestmark = pytest.mark.skipif(shutil.which("rsync") is None,
-                                reason="rsync is not installed (Debian package rsync)")
+from tests.conftest import need_program
+
+
+@pytest.fixture(autouse=True)
+def _rsync() -> None:
+    need_program("rsync", "rsync")
 
 
 def _tree(root: Path) -> None:

@@ -21,11 +21,14 @@ from sharemgr.manager import data_mover, migration_ops, migration_plans
 from sharemgr.manager.intake import InvalidRequest
 from sharemgr.manager.operations import Stale
 
+from tests.conftest import need_program
 from tests.unit.manager.test_migration import DEST, _continue, _inst, _run, _start
 from tests.unit.reconcile_harness import BACKEND, HOSTBE, FakeDriver, add, make_share
 
-pytestmark = pytest.mark.skipif(shutil.which("rsync") is None,
-                                reason="rsync is not installed (Debian package rsync)")
+
+@pytest.fixture(autouse=True)
+def _rsync() -> None:
+    need_program("rsync", "rsync")
 
 
 class LendingDriver(FakeDriver):
