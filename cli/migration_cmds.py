@@ -6,10 +6,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sharemgr.cli import base
-from sharemgr.cli.resource_cmds import _columns_values, _intake, add_wait, unserved
+from sharemgr.cli.resource_cmds import (
+    REQUEST_END_WAIT,
+    _columns_values,
+    _intake,
+    add_wait,
+    message_text,
+    unserved,
+)
 from sharemgr.common import vocab
 
 if TYPE_CHECKING:
@@ -22,8 +30,15 @@ def _shown(app: SharectlApp, share_id: str) -> dict[str, object]:
     return migration_plans.shown(app.context.db, share_id)
 
 
+def _messages(app: SharectlApp, share_id: str) -> set[str]:
+    """The ids of the share's messages now: the ones a --wait does not report."""
+    from sharemgr.db import messages as db_messages
+
+    return {m.id for m in db_messages.message_list(app.context.db, share_id)}
+
+
 def _wait(app: SharectlApp, share_id: str, source_id: str, timeout: float,
-          ok: tuple[str, ...], still: tuple[str, ...] = ()) -> dict[str, object]:
+          ok: tuple[str, ...], still: tuple[str, ...], seen: set[str]) -> dict[str, object]:
     """Poll the migration until its task_state leaves ``still`` (or, with
     ``still`` empty, the waiting states of a start); exit 1 unless it ends
     in one of ``ok``."""
@@ -42,12 +57,28 @@ def _wait(app: SharectlApp, share_id: str, source_id: str, timeout: float,
         if not going:
             if task not in ok:
                 raise base.OperationFailed(f"the migration of share {share_id} ended in "
-                                           f"task_state {task}")
+                                           f"task_state {task}: {_why(app, share_id, seen)}")
             return shown
         if time.monotonic() > deadline:
             raise base.OperationFailed(f"the migration of share {share_id} is still {task} "
                                        f"after {timeout:.0f}s")
         time.sleep(0.2)
+
+
+def _why(app: SharectlApp, share_id: str, seen: set[str]) -> str:
+    """The message the migration's end left about the share (written just
+    after its status: waited for a little)."""
+    from sharemgr.db import messages as db_messages
+
+    deadline = time.monotonic() + REQUEST_END_WAIT
+    while True:
+        new = [m for m in db_messages.message_list(app.context.db, share_id)
+               if m.id not in seen]
+        if new:
+            return message_text(new[0])
+        if time.monotonic() > deadline:
+            return "see 'sharectl message list'"
+        time.sleep(0.1)
 
 
 class _Migration(base.ShowOne):
@@ -61,12 +92,20 @@ class _Migration(base.ShowOne):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         pass
 
-    def result(self, parsed_args: argparse.Namespace, source_id: str, ok: tuple[str, ...],
-               still: tuple[str, ...] = ()) -> base.Shown:
+    def requested(self, parsed_args: argparse.Namespace, request: Callable[[], object],
+                  ok: tuple[str, ...], still: tuple[str, ...] = ()) -> base.Shown:
+        """``request`` written, then the migration shown (--wait: once it
+        leaves ``still``; exit 1 with the message its end left unless it
+        ends in ``ok``)."""
+        share = parsed_args.share
+        # Before the request: its failure's message may come at once.
+        seen = _messages(self.app, share) if parsed_args.wait else set()
+        request()
         if parsed_args.wait:
-            return _columns_values(_wait(self.app, parsed_args.share, source_id,
-                                         parsed_args.timeout, ok, still))
-        return _columns_values(_shown(self.app, parsed_args.share))
+            source = str(_shown(self.app, share)["source_instance_id"])
+            return _columns_values(_wait(self.app, share, source, parsed_args.timeout, ok,
+                                         still, seen))
+        return _columns_values(_shown(self.app, share))
 
 
 def _flag(parser: argparse.ArgumentParser, name: str, text: str) -> None:
@@ -95,10 +134,9 @@ class MigrationStart(_Migration):
         a = parsed_args
         req = Request(a.share, a.destination, a.writable, a.nondisruptive, a.preserve_metadata,
                       a.preserve_snapshots, a.force_host_assisted)
-        _intake(self.app).migration_start(req)
-        source = str(_shown(self.app, a.share)["source_instance_id"])
         # --wait: until phase 1 is done (the share is still on its source).
-        return self.result(a, source, migration_plans.COPIED)
+        return self.requested(a, lambda: _intake(self.app).migration_start(req),
+                              migration_plans.COPIED)
 
 
 class MigrationComplete(_Migration):
@@ -107,20 +145,18 @@ class MigrationComplete(_Migration):
     destination."""
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
-        _intake(self.app).migration_complete(parsed_args.share)
-        source = str(_shown(self.app, parsed_args.share)["source_instance_id"])
-        return self.result(parsed_args, source, (vocab.MIGRATION_SUCCESS,),
-                           (vocab.MIGRATION_COMPLETING,))
+        return self.requested(
+            parsed_args, lambda: _intake(self.app).migration_complete(parsed_args.share),
+            (vocab.MIGRATION_SUCCESS,), (vocab.MIGRATION_COMPLETING,))
 
 
 class MigrationCancel(_Migration):
     """Stop a share's migration: the destination goes, the share stays."""
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
-        _intake(self.app).migration_cancel(parsed_args.share)
-        source = str(_shown(self.app, parsed_args.share)["source_instance_id"])
-        return self.result(parsed_args, source, (vocab.MIGRATION_CANCELLED,),
-                           (vocab.MIGRATION_CANCEL_IN_PROGRESS,))
+        return self.requested(
+            parsed_args, lambda: _intake(self.app).migration_cancel(parsed_args.share),
+            (vocab.MIGRATION_CANCELLED,), (vocab.MIGRATION_CANCEL_IN_PROGRESS,))
 
 
 class MigrationShow(base.ShowOne):

@@ -15,6 +15,7 @@ from sharemgr.common import vocab
 
 if TYPE_CHECKING:
     from sharemgr.cli.app import SharectlApp
+    from sharemgr.db import models
     from sharemgr.manager.intake import Intake
 
 # Seconds a refused resize waits for its request's end (and message).
@@ -273,7 +274,6 @@ class _Resize(_Create):
 
 
 def _last_message(app: SharectlApp, share_id: str) -> str:
-    from sharemgr.common import messages
     from sharemgr.db import api as db_api
     from sharemgr.db import messages as db_messages
 
@@ -289,7 +289,13 @@ def _last_message(app: SharectlApp, share_id: str) -> str:
     found = db_messages.message_list(db, share_id, limit=1)
     if not found:
         return "see 'sharectl message list'"
-    msg = found[0]
+    return message_text(found[0])
+
+
+def message_text(msg: models.Message) -> str:
+    """A user message as one line: what failed, and the detail."""
+    from sharemgr.common import messages
+
     text = messages.user_message(msg.resource_type, msg.action_id, msg.detail_id)
     return f"{text} ({msg.detail})" if msg.detail else text
 

@@ -13,7 +13,9 @@ from tests.functional.harness import SETUPS, servers, wait_until
 
 pytestmark = pytest.mark.functional
 
-BACKENDS = {"alpha": {"share_driver": "dummy"}, "beta": {"share_driver": "dummy"}}
+BACKENDS = {"alpha": {"share_driver": "dummy"}, "beta": {"share_driver": "dummy"},
+            # A destination that cannot make shares: a start that fails.
+            "broken": {"share_driver": "dummy", "dummy_fail_methods": "create_share"}}
 FAST = {"DEFAULT": {"startup_reconciliation_wait_seconds": "2",
                     "migration_continue_interval": "1", "backend_stats_interval": "1"}}
 
@@ -49,8 +51,8 @@ def _new_share(d, name: str) -> dict:
 
 def _ready(d) -> None:
     # Both backends have reported: the destination is known.
-    wait_until(lambda: {b["backend"] for b in d.json("backend", "list")} >= {"alpha", "beta"},
-               timeout=30, what="both backends' reports")
+    wait_until(lambda: {b["backend"] for b in d.json("backend", "list")} >= set(BACKENDS),
+               timeout=30, what="every backend's report")
 
 
 @pytest.mark.long(45)
@@ -121,6 +123,14 @@ def test_migrate_complete_cancel_and_refusals(setup):
     assert (row["status"], row["host"]) == ("available", f"{d.host}@alpha")
     assert gone not in _objects(d, "beta") and other["instance_id"] in _objects(d, "alpha")
     assert "it is not migrating" in _refused(d, "share", "migration", "cancel", other["id"])
+
+    # A start that fails says why, and the share stays on its source.
+    out = d.sharectl("share", "migration", "start", other["id"], f"{d.host}@broken",
+                     "--force-host-assisted", "--wait", check=False)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert "ended in task_state migration_error" in out.stderr, out.stderr
+    assert "create_share" in out.stderr, out.stderr
+    assert d.json("share", "show", other["id"])["status"] == "available"
 
     # An admin resets the destination of a migration that waits for its
     # complete: the share stays on its source, available again.
