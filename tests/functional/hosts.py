@@ -153,11 +153,11 @@ class HostFleet(FaultFleet):
         self.kinds = KINDS if cluster is not None else REDIS_KINDS
         coord_port = cluster.gateway_port if cluster is not None else redis_port
         # Per host: the two PostgreSQL servers and the coordination service.
-        self.proxies = [{"pg": [Proxy(pair.ports[n], net.gateway)
-                                for n in ("primary", "standby")],
-                         "coordination": [Proxy(coord_port, net.gateway)]}
-                        for _ in range(HOSTS)]
-        for proxies in self.proxies:
+        self.forwarders: list[dict[str, list[Proxy]]] = [
+            {"pg": [Proxy(pair.ports[n], net.gateway) for n in ("primary", "standby")],
+             "coordination": [Proxy(coord_port, net.gateway)]}
+            for _ in range(HOSTS)]
+        for proxies in self.forwarders:
             for group in proxies.values():
                 for proxy in group:
                     proxy.start()
@@ -170,11 +170,11 @@ class HostFleet(FaultFleet):
 
     def _urls(self, slot: int) -> tuple[str, str]:
         gw = self.net.gateway
-        pg = self.proxies[slot]["pg"]
+        pg = self.forwarders[slot]["pg"]
         db = ("postgresql+psycopg2://postgres@/sharemgr?"
               + "&".join(f"host={gw}:{p.port}" for p in pg)
               + "&target_session_attrs=read-write")
-        coord = self.proxies[slot]["coordination"][0]
+        coord = self.forwarders[slot]["coordination"][0]
         head, _, query = self.coordination_url.partition("?")
         scheme, _, _ = head.partition("://")
         return db, f"{scheme}://{gw}:{coord.port}" + (f"?{query}" if query else "")
@@ -196,7 +196,7 @@ class HostFleet(FaultFleet):
         return rec
 
     def _ports(self, slot: int, what: str) -> list[str]:
-        return [str(p.port) for p in self.proxies[slot][what]]
+        return [str(p.port) for p in self.forwarders[slot][what]]
 
     def fault(self, kind: str, slot: int, hold: float) -> None:
         if kind == "pause":
@@ -236,7 +236,7 @@ class HostFleet(FaultFleet):
                 net.drop(slot, ("OUTPUT", "-d", gw, *rnd), ("INPUT", "-s", gw, *rnd))
             return lambda: net.heal(slot)
         if kind == "delay":
-            proxies = [p for group in self.proxies[slot].values() for p in group]
+            proxies = [p for group in self.forwarders[slot].values() for p in group]
             for p in proxies:
                 p.delay = 0.3
 
@@ -263,13 +263,15 @@ class HostFleet(FaultFleet):
         if kind == "clock":
             offset = self.rng.choice((f"+{CLOCK_SHIFT}s", f"-{CLOCK_SHIFT}s"))
             self.clocks[slot].write_text(offset + "\n")
-            return lambda: self.clocks[slot].write_text("+0s\n")
+            def unshift() -> None:
+                self.clocks[slot].write_text("+0s\n")
+            return unshift
         raise ValueError(kind)
 
     def close(self) -> None:
         for slot in range(HOSTS):
             self.net.heal(slot)
-            for group in self.proxies[slot].values():
+            for group in self.forwarders[slot].values():
                 for p in group:
                     p.delay = 0.0
                     p.thaw()
@@ -279,6 +281,9 @@ def run(opts: Options, coordination: str = "etcd") -> Summary:
     seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(10**9)
     repro = (f"{sys.executable} -m tests.functional.hosts --faults {opts.faults} --seed {seed}"
              f" --coordination {coordination}")
+    for name in ("hold", "interval"):
+        if getattr(opts, name) != getattr(Options, name):
+            repro += f" --{name} {' '.join(f'{v:g}' for v in getattr(opts, name))}"
     tag = f"{os.getpid() % 4096:03x}"
     net = Network(HOSTS, tag)
     pair = Pair()
@@ -317,10 +322,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, help="seed of every random choice (default: random)")
     p.add_argument("--coordination", choices=("etcd", "redis"), default="etcd")
     p.add_argument("--root", type=Path, help="folder for state, logs and the report")
+    p.add_argument("--hold", type=float, nargs=2, metavar=("MIN", "MAX"),
+                   default=Options.hold,
+                   help="seconds a fault lasts, drawn between the two (default %(default)s; "
+                        "keep MIN above the 3 s membership and lock TTLs)")
+    p.add_argument("--interval", type=float, nargs=2, metavar=("MIN", "MAX"),
+                   default=Options.interval,
+                   help="seconds between two faults (default %(default)s)")
     p.add_argument("-v", "--verbose", action="store_true", help="narrate on stderr")
     args = p.parse_args(argv)
+    if args.hold[0] <= 3 or args.hold[0] > args.hold[1] or args.interval[0] > args.interval[1] \
+            or args.interval[0] < 0:
+        p.error("--hold needs 3 < MIN <= MAX, --interval 0 <= MIN <= MAX")
     return report("hosts", run(Options(faults=args.faults, seed=args.seed, root=args.root,
-                                       echo=args.verbose), args.coordination))
+                                       echo=args.verbose, hold=tuple(args.hold),
+                                       interval=tuple(args.interval)), args.coordination))
 
 
 if __name__ == "__main__":
