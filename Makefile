@@ -76,10 +76,14 @@ faults: $(BIN)/.installed
 
 # Many hosts, long version (doc/chaos.rst): HOST_FAULTS faults on three
 # engines in network namespaces, PostgreSQL primary + synchronous standby,
-# etcd (COORDINATION=redis for Redis); root only.
+# etcd (COORDINATION=redis for Redis); HOLD="MIN MAX" seconds a fault lasts,
+# INTERVAL="MIN MAX" seconds between two; root only.
 HOST_FAULTS ?= 550
 COORDINATION ?= etcd
+HOLD ?=
+INTERVAL ?=
 .PHONY: hosts
 hosts: $(BIN)/.installed
 	$(BIN)/python -m tests.functional.hosts --faults $(HOST_FAULTS) \
-		--coordination $(COORDINATION) $(if $(SEED),--seed $(SEED))
+		--coordination $(COORDINATION) $(if $(SEED),--seed $(SEED)) \
+		$(if $(HOLD),--hold $(HOLD)) $(if $(INTERVAL),--interval $(INTERVAL))
