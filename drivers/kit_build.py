@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar, overload
 
 from oslo_config import cfg
 from sharemgr.drivers import loader
 from sharemgr.drivers import options as driver_options
 from sharemgr.drivers.base import ShareDriver
+
+D = TypeVar("D", bound=ShareDriver)
 
 KIT_HOST = "kithost"
 KIT_ENGINE = "kithost.conformance"
@@ -22,6 +25,16 @@ def _option_text(value: object) -> str:
     if isinstance(value, list | tuple):
         return ",".join(str(v) for v in value)
     return str(value)
+
+
+@overload
+def build_driver(driver: type[D], tmp_path: Path, *, backend: str = ..., setup: bool = ...,
+                 **options: object) -> D: ...
+
+
+@overload
+def build_driver(driver: str, tmp_path: Path, *, backend: str = ..., setup: bool = ...,
+                 **options: object) -> ShareDriver: ...
 
 
 def build_driver(

@@ -28,6 +28,8 @@ import time
 import uuid
 from pathlib import Path
 
+from tests.functional.harness import Loaded
+
 PACKAGES = "ceph-mon ceph-mgr ceph-osd ceph-mds ceph-common ceph-fuse"
 DAEMONS = ("ceph-mon", "ceph-mgr", "ceph-osd", "ceph-mds")
 VOLUME = "cephfs"
@@ -79,7 +81,7 @@ class Cluster:
             raise CephError(f"ceph {' '.join(args)}: {out.stderr.strip()}")
         return out.stdout
 
-    def json(self, *args: str, timeout: float = 30) -> object:
+    def json(self, *args: str, timeout: float = 30) -> Loaded:
         return json.loads(self.ceph(*args, "--format", "json", timeout=timeout) or "null")
 
     def subvolumes(self, group: str, volume: str = "cephfs") -> set[str]:
@@ -185,7 +187,7 @@ mds data = {r}/mds/$cluster-$id
                   "-o", str(r / "keyring" / "mds.a.keyring"))
         self._start("mds.a", "ceph-mds", "-i", "a")
         self._wait(self._mgr_available, timeout, "the mgr is available")
-        self._wait(lambda: self.json("osd", "stat").get("num_up_osds") == 1,  # type: ignore[union-attr]
+        self._wait(lambda: self.json("osd", "stat").get("num_up_osds") == 1,
                    timeout, "the OSD is up")
         self.ceph("fs", "volume", "create", VOLUME, timeout=timeout)
         self._wait(self._mds_active, timeout, "the MDS is active")
@@ -239,11 +241,11 @@ mds data = {r}/mds/$cluster-$id
         return out.stdout.strip()
 
     def _mgr_available(self) -> bool:
-        return bool(self.json("mgr", "stat", timeout=10).get("available"))  # type: ignore[union-attr]
+        return bool(self.json("mgr", "stat", timeout=10).get("available"))
 
     def _mds_active(self) -> bool:
         status = self.json("fs", "status", VOLUME, timeout=10)
-        return any(m.get("state") == "active" for m in status.get("mdsmap", []))  # type: ignore[union-attr]
+        return any(m.get("state") == "active" for m in status.get("mdsmap", []))
 
     def _check_alive(self) -> None:
         for name, proc in self.procs.items():

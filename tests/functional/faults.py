@@ -64,19 +64,14 @@ OPTIONS = {
 
 
 @dataclasses.dataclass
-class Options:
+class Options(chaos.Options):
+    """The crash chaos's options (its operator and fleet read them), with
+    a fault run's own: no kills, faults held and spaced."""
+
     faults: int = 4
-    seed: int | None = None
-    root: Path | None = None
-    workers: int = 3
     hold: tuple[float, float] = (6.0, 12.0)  # seconds a fault lasts
     interval: tuple[float, float] = (1.0, 4.0)  # seconds between two faults
     settle_timeout: float = 180.0
-    keep: bool = True
-    echo: bool = False
-    db_url: str | None = None  # an empty database (made and dropped when None)
-    redis_url: str | None = None
-    # What the crash chaos's operator reads.
     max_stacks: int = 4
     max_manual_shares: int = 8
     kills: int = 0
@@ -94,6 +89,7 @@ class FaultFleet(chaos.Fleet):
     """Two engine slots, each behind forwarders of its own to Redis and to
     PostgreSQL, and the fault loop."""
 
+    opts: Options  # a fault run's
     kinds: tuple[str, ...] = KINDS
     fault_overhead = 0.0  # seconds a fault takes besides its hold (a failover's copy)
     clock_skew = 0.0  # seconds a clock fault moves an engine's clock

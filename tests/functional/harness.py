@@ -12,8 +12,13 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any, TypeAlias
 
 from tests.functional import sharectl_forks
+
+# What sharectl's ``-f json`` and the dummy's CLI print, as json.loads gives it:
+# any JSON value (a test knows which shape it asked for).
+Loaded: TypeAlias = Any
 
 BIN = Path(sys.executable).parent
 
@@ -124,7 +129,7 @@ class Deployment:
             )
         return out
 
-    def json(self, *args: str, **kw) -> object:
+    def json(self, *args: str, **kw) -> Loaded:
         return json.loads(self.sharectl(*args, "-f", "json", **kw).stdout)
 
     def sync(self) -> None:
@@ -156,7 +161,7 @@ class Deployment:
             env={**os.environ, **(env or {})},
         )
 
-    def backend(self, *args: str, backend: str = "dummy") -> object:
+    def backend(self, *args: str, backend: str = "dummy") -> Loaded:
         out = subprocess.run(
             [tool("sharemgr-dummy-backend"), "--state-path",
              self.sections[backend]["dummy_state_path"], *args],
@@ -246,12 +251,12 @@ def db_objects(d: Deployment, settled_only: bool = False) -> dict[str, set[tuple
             for gsnap, _g in resources.group_snapshots_on_host(db, host):
                 if keep(gsnap):
                     out[backend].add(("group_snapshot", gsnap.id))
-        for row in filter(keep, api.query(db, models.ShareServer)):
-            out[views.backend_of(row.host)].add(("share_server", row.id))
-        for row in filter(keep, api.query(db, models.ShareGroup)):
-            out[views.backend_of(row.host)].add(("share_group", row.id))
-        for row in filter(keep, api.query(db, models.ShareBackup)):
-            out[views.backend_of(row.host)].add(("backup", row.id))
+        for server in filter(keep, api.query(db, models.ShareServer)):
+            out[views.backend_of(server.host)].add(("share_server", server.id))
+        for group in filter(keep, api.query(db, models.ShareGroup)):
+            out[views.backend_of(group.host)].add(("share_group", group.id))
+        for backup in filter(keep, api.query(db, models.ShareBackup)):
+            out[views.backend_of(backup.host)].add(("backup", backup.id))
     finally:
         db.dispose()
     return out

@@ -38,6 +38,7 @@ def _seed() -> int:
 
 
 def _run(opts: chaos.Options) -> None:
+    assert opts.seed is not None
     print(f"chaos seed {opts.seed} ({opts.setup}); reproduce: "
           f"{chaos.reproduce_command(opts, opts.seed)}")
     result = chaos.run(opts)

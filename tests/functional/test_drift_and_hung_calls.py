@@ -7,6 +7,7 @@ converge repairs it, and a self-healing stack repairs itself."""
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 
 import pytest
 from sharemgr.common import vocab
@@ -31,7 +32,7 @@ def _status(db, share_id: str) -> str:
     return NOUNS["share"].status(db, share_id)
 
 
-def _show(db, share_id: str) -> dict:
+def _show(db, share_id: str) -> Mapping[str, object]:
     """What `sharectl share show` prints (in-process: each sharectl costs a
     second or two here)."""
     from sharemgr.cli.nouns import NOUNS

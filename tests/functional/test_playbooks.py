@@ -98,7 +98,7 @@ class Run:
             env=ansible_env(self.root), cwd=self.root, start_new_session=True,
         )
 
-    def wait(self) -> tuple[int, str]:
+    def wait(self) -> tuple[int | None, str]:  # None: killed at RUN_TIMEOUT
         try:
             rc = self.proc.wait(RUN_TIMEOUT)
         except subprocess.TimeoutExpired:

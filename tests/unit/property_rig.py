@@ -28,13 +28,13 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
-from sharemgr.db import api, migration, models
+from sharemgr.db import api, migration, models, records
 from sharemgr.db.engine import Database
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.reconcile.reconciler import Reconciler
 from sqlalchemy.orm import Session
 
-from tests.unit.stack_rig import Engine, Rig
+from tests.unit.stack_rig import HOST, Engine, Rig
 
 T = TypeVar("T")
 TASK_TIMEOUT = 60.0  # seconds a task may run between two boundaries before we call it stuck
@@ -79,15 +79,17 @@ class SteppedDatabase(Database):
         finally:
             local.depth -= 1
 
-    def session(self) -> contextlib.AbstractContextManager[Session]:
+    # The same contexts as the database's, wrapped: a generator's context
+    # manager each (typeshed's name for it is private).
+    def session(self) -> contextlib.AbstractContextManager[Session]:  # type: ignore[override]
         return self._boundary(super().session)
 
     # A read is a boundary too (others may write in between), on a plain
     # connection likewise.
-    def reading(self) -> contextlib.AbstractContextManager[Session]:
+    def reading(self) -> contextlib.AbstractContextManager[Session]:  # type: ignore[override]
         return self._boundary(super().reading)
 
-    def connect(self) -> contextlib.AbstractContextManager[sa.Connection]:
+    def connect(self) -> contextlib.AbstractContextManager[sa.Connection]:  # type: ignore[override]
         return self._boundary(super().connect)
 
 
@@ -319,6 +321,11 @@ class PropertyRig(Rig):
         # nothing to do, and examples are many.
         return SteppedDatabase(url)
 
+    def engine(self, host: str = HOST, backends: dict | None = None) -> PEngine:
+        engine = super().engine(host, backends)
+        assert isinstance(engine, PEngine)  # new_engine's
+        return engine
+
     def new_engine(self, host: str, backends: dict) -> PEngine:
         self.started += 1
         engine = PEngine(self, host, backends)
@@ -390,12 +397,12 @@ class PropertyRig(Rig):
 def claim_request(db: Database, request_id: int, engine_id: str) -> models.Request | None:
     """Claim one pending request (by id), as ``api.request_claim`` would."""
     with db.session() as session:
-        won = session.execute(
+        won = records.rowcount(session.execute(
             sa.update(models.Request)
             .where(models.Request.id == request_id, models.Request.status == "pending")
             .values(status="running", engine_id=engine_id, claimed_at=models.utcnow())
             .execution_options(synchronize_session=False)
-        ).rowcount == 1
+        )) == 1
         if not won:
             return None
         row = session.get(models.Request, request_id)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import collections
 import re
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
 import sqlalchemy as sa
 import yaml
@@ -71,14 +72,17 @@ class Runner:
             model.log.append(f"{kind}: no stack")
             return
         text = yaml.safe_dump(template) if template is not None else None
+        target: dict | str | None
         try:
             if stack is None:
                 kind = "create"
+                assert text is not None  # a delete or rollback of no stack returned above
                 tr = rig.create(STACK, text, disable_rollback=self.sc.disable_rollback)
                 model.targets = {}
                 model.last_completed = None
                 target = template
             elif kind == "update":
+                assert text is not None  # an update has its template
                 tr = rig.update(STACK, text)
                 target = template
             elif kind == "delete":
@@ -89,6 +93,7 @@ class Runner:
                 tr = rig.start(STACK, "ROLLBACK")
         except prepare.InvalidStackAction as exc:
             # The one refusal a stack that exists may give: it is being deleted.
+            assert stack is not None
             assert (stack.action, stack.status) == (DELETE, IN_PROGRESS), \
                 f"{kind} refused while the stack is {stack.action} {stack.status}: {exc}"
             model.log.append(f"{kind}: refused ({exc})")
@@ -186,7 +191,7 @@ class Runner:
         log = self.model.log
         _event(f"engine deaths: {min(3, sum('died' in line for line in log))}")
         _event(f"user actions: {min(4, sum('-> traversal' in line for line in log))}")
-        _event(f"last action: {self.model.last[0]}")
+        _event(f"last action: {self.model.last[0] if self.model.last else None}")
         waits = sum(" paused " in line for line in log)
         _event(f"tasks left waiting at a boundary: {min(2, waits)}")
         problems = _judge(self.rig, self.model, self.sc)
@@ -211,6 +216,7 @@ def _event(text: str) -> None:
 def _judge(rig: PropertyRig, model: Model, sc: Scenario) -> list[str]:
     problems: list[str] = []
     stack = model.observe(rig)
+    assert model.last is not None, "no action was accepted"
     kind, target = model.last
     opened = open_requests(rig.db)
     if opened:
@@ -386,8 +392,11 @@ def _events(db: Database, stack: models.Stack | None, rows: list[models.StackRes
     return problems
 
 
-_LIVE = (("share", models.Share), ("share_instance", models.ShareInstance),
-         ("snapshot", models.ShareSnapshot), ("snapshot_instance", models.ShareSnapshotInstance))
+_Physical = models.Share | models.ShareInstance | models.ShareSnapshot \
+    | models.ShareSnapshotInstance
+_LIVE: tuple[tuple[str, type[_Physical]], ...] = (
+    ("share", models.Share), ("share_instance", models.ShareInstance),
+    ("snapshot", models.ShareSnapshot), ("snapshot_instance", models.ShareSnapshotInstance))
 
 
 def _live_physical(db: Database) -> dict[str, dict[str, str]]:
@@ -395,7 +404,9 @@ def _live_physical(db: Database) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     with db.session() as session:
         for kind, model in _LIVE:
-            rows = session.scalars(sa.select(model).where(model.deleted_at.is_(None)))
+            # A select of one of the models gives its rows (typed by the union's base).
+            rows = cast("Iterable[_Physical]", session.scalars(
+                sa.select(model).where(model.deleted_at.is_(None))))
             out[kind] = {r.id: getattr(r, "status", "-") for r in rows}
     return out
 
@@ -437,14 +448,14 @@ def _physical(db: Database, stack: str, name: str, defn: dict, row: models.Stack
                             f"{obj.get('details')} {obj['status']}")
     elif row.type == "snapshot":
         snap = get(models.ShareSnapshot, pid)
-        inst = resources.snapshot_instance_of(db, pid)
-        if snap is None or snap.deleted_at is not None or inst is None:
+        snap_inst = resources.snapshot_instance_of(db, pid)
+        if snap is None or snap.deleted_at is not None or snap_inst is None:
             return [f"{where}: the snapshot is gone"]
         expect_db["snapshot"].add(snap.id)
-        expect_db["snapshot_instance"].add(inst.id)
-        expect_backend[inst.id] = "snapshot"
-        if inst.status != "available":
-            problems.append(f"{where}: snapshot instance {inst.status}")
+        expect_db["snapshot_instance"].add(snap_inst.id)
+        expect_backend[snap_inst.id] = "snapshot"
+        if snap_inst.status != "available":
+            problems.append(f"{where}: snapshot instance {snap_inst.status}")
         if snap.share_id != want["share"]:
             problems.append(f"{where}: snapshot of share {snap.share_id}, template says "
                             f"{want['share']}")
@@ -467,7 +478,8 @@ def _name(where: str, actual: str | None, prefix: str, label: str | None) -> lis
     if label is not None:
         ok = actual == prefix + label
     else:
-        ok = actual is not None and re.fullmatch(re.escape(prefix) + "[0-9a-f]{8}", actual)
+        ok = actual is not None and bool(re.fullmatch(re.escape(prefix) + "[0-9a-f]{8}",
+                                                      actual))
     return [] if ok else [f"{where}: physical name {actual!r}, expected "
                           f"{prefix}{label or '<random>'}"]
 

@@ -202,7 +202,7 @@ class Model:
             return None
         if stack.current_traversal not in self.targets:
             self.targets[stack.current_traversal] = self.rollback_target()
-            self.log.append(f"engine started traversal {stack.current_traversal[:8]} "
+            self.log.append(f"engine started traversal {(stack.current_traversal or '')[:8]} "
                             f"({stack.action} {stack.status})")
         if stack.status == COMPLETE:
             self.last_completed = self.targets[stack.current_traversal]

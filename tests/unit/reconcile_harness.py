@@ -15,11 +15,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sharemgr.common import vocab
 from sharemgr.db import api, migration, models
 from sharemgr.db.engine import Database
+from sharemgr.drivers.base import ShareDriver
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.manager import kinds
 from sharemgr.manager.coordination import Coordinator
@@ -379,7 +380,7 @@ def make_backup(db: Database, status: str, host: str = HOSTBE, progress: str | N
     return row
 
 
-MAKE = {
+MAKE: dict[str, Callable[..., models.Base]] = {
     vocab.SHARE_SERVER: make_server,
     vocab.SHARE_INSTANCE: make_share,
     vocab.REPLICA: make_replica,
@@ -400,11 +401,14 @@ def fetch(db: Database, rtype: str, ident: str) -> Any:
 
 def host_of_row(db: Database, rtype: str, row: kinds.StatusRow) -> str:
     """The 'host@backend' a request for this resource names (as intake does)."""
-    if rtype == vocab.SNAPSHOT_INSTANCE:
-        return api.get(db, models.ShareInstance, row.share_instance_id).host
-    if rtype == vocab.GROUP_SNAPSHOT:
-        return api.get(db, models.ShareGroup, row.share_group_id).host
-    return row.host
+    parent: models.Base | None = row  # type: ignore[assignment]  # every kind's row is a model
+    if isinstance(row, models.ShareSnapshotInstance):
+        parent = api.get(db, models.ShareInstance, row.share_instance_id)
+    elif isinstance(row, models.ShareGroupSnapshot):
+        parent = api.get(db, models.ShareGroup, row.share_group_id)
+    host = getattr(parent, "host", None)
+    assert isinstance(host, str), (rtype, row.id)
+    return host
 
 
 def add_request(db: Database, rtype: str, ident: str, host: str,
@@ -439,7 +443,7 @@ def engine_id(host: str = HOST) -> str:
 class Engine:
     """One share-manager engine's reconciliation parts, driver faked."""
 
-    def __init__(self, db: Database, coord_url: str, drivers: dict[str, object] | None = None,
+    def __init__(self, db: Database, coord_url: str, drivers: dict[str, FakeDriver] | None = None,
                  workers: int = 4) -> None:
         self.db = db
         self.coord_url = coord_url
@@ -448,9 +452,12 @@ class Engine:
         self.coordinator.start()
         self.coordinator.join_engines()
         self.drivers = drivers if drivers is not None else {BACKEND: FakeDriver(dhss=True)}
-        self.operations = Operations(db, self.drivers, self.coordinator, self.engine_id,
+        # Fakes that answer what the engine asks as a driver would (a test
+        # may put a real driver in): the engine's parts take them as drivers.
+        as_drivers = cast(dict[str, ShareDriver], self.drivers)
+        self.operations = Operations(db, as_drivers, self.coordinator, self.engine_id,
                                      HANDLERS)
-        self.reconciler = Reconciler(db, self.drivers, self.coordinator, self.operations, HOST,
+        self.reconciler = Reconciler(db, as_drivers, self.coordinator, self.operations, HOST,
                                      self.engine_id, workers)
         self._peers: list[Coordinator] = []
 

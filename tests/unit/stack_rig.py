@@ -10,16 +10,16 @@ import collections
 import threading
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from oslo_config import cfg
 from sharemgr.common import vocab
 from sharemgr.convergence import actions, prepare
 from sharemgr.convergence.engine import StackEngine
-from sharemgr.db import api, migration, models, stacks
+from sharemgr.db import api, migration, models, records, stacks
 from sharemgr.db.engine import Database
 from sharemgr.drivers import loader
-from sharemgr.drivers.dummy_state import BackendState
+from sharemgr.drivers.dummy_state import BackendObject, BackendState, Call
 from sharemgr.manager import config
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.handlers import HANDLERS
@@ -104,11 +104,11 @@ class Rig:
     def backend(self, backend: str = "dummy") -> BackendState:
         return BackendState(str(self.root / "dummy" / backend), backend=backend)
 
-    def objects(self, backend: str = "dummy") -> list[dict]:
+    def objects(self, backend: str = "dummy") -> list[BackendObject]:
         with self.backend(backend).reading() as tx:
             return tx.objects()
 
-    def calls(self, backend: str = "dummy") -> list[dict]:
+    def calls(self, backend: str = "dummy") -> list[Call]:
         with self.backend(backend).reading() as tx:
             return tx.calls()
 
@@ -152,7 +152,7 @@ class Engine:
         """What the engine's parts use as their coordinator (here: itself)."""
         return coordinator
 
-    def claim(self, limit: int = 1) -> list[models.Request]:
+    def claim(self, limit: int = 1) -> list[records.Record]:
         """Claim pending check requests; a share operation's pending request
         (given back by a cut check) is left pending for the test to run."""
         claimed = api.request_claim(self.rig.db, self.hosts, self.engine_id, limit + 16)
@@ -162,12 +162,14 @@ class Engine:
                 api.request_release(self.rig.db, r.id, self.engine_id, r.error or "")
         return checks
 
-    def run(self, req: models.Request) -> str:
+    def run(self, req: models.Request | records.Record) -> str:
         """Run one claimed request as the daemon's runner would; returns the
         request's final status."""
         status, error = "done", None
         try:
-            self.worker(req)
+            # A claimed record reads as the row (the daemon's runner hands
+            # the worker the same).
+            self.worker(cast(models.Request, req))
         except Stale as exc:
             error = f"stale: {exc}"
         except OperationFailed as exc:

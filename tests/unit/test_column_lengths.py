@@ -30,8 +30,15 @@ ENGINE_ID = f"{HOST}.{uuid.uuid4()}"  # ShareManagerService: '<host>.<uuid4>'
 BACKEND_HOST = f"{HOST}@{BACKEND}"
 
 
-def length(model: type, column: str) -> int:
-    return model.__table__.c[column].type.length
+def length(model: type[models.Base], column: str) -> int:
+    kind = model.__table__.c[column].type
+    assert isinstance(kind, sa.String) and kind.length is not None, (model, column)
+    return kind.length
+
+
+def _model(kind: kinds.Kind) -> type[models.Base]:
+    assert issubclass(kind.model, models.Base), kind.name
+    return kind.model
 
 
 def test_the_longest_hostname_is_what_the_config_accepts():
@@ -80,7 +87,7 @@ LONGEST += [(models.Stack, "action", vocab.STACK_CHECK, "sharectl stack check")]
 LONGEST += [(models.Request, "status", s, "request statuses")
             for s in (vocab.REQUEST_PENDING, vocab.REQUEST_RUNNING, vocab.REQUEST_DONE,
                       vocab.REQUEST_FAILED, vocab.REQUEST_ABANDONED)]
-LONGEST += [(kind.model, "status", status, f"{kind.name} statuses")
+LONGEST += [(_model(kind), "status", status, f"{kind.name} statuses")
             for kind in kinds.KINDS.values() for status in kind.statuses]
 LONGEST += [(models.ShareAccessRule, "state", s, "access rule states")
             for s in vocab.ACCESS_RULE_STATES]

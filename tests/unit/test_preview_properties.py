@@ -10,14 +10,13 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sharemgr.convergence import actions, preview
 from sharemgr.convergence import physical as phys
-from sharemgr.db import stack_events
+from sharemgr.db import models, stack_events
 
 from tests.unit.property_scenarios import templates
 from tests.unit.stack_rig import Rig
@@ -50,12 +49,13 @@ def kept_templates(draw: st.DrawFn) -> dict:
     return template
 
 
-def _current(rig: Rig) -> dict:
+def _current(rig: Rig) -> dict[str, models.StackResource]:
     stack = rig.stack("web")
     return actions.current_rows(rig.db, stack)
 
 
-def _done(before: dict, after: dict, exists: Callable[[Any], bool]) -> dict[str, set[str]]:
+def _done(before: dict[str, models.StackResource], after: dict[str, models.StackResource],
+          exists: Callable[[models.StackResource], bool]) -> dict[str, set[str]]:
     """Per change, the names the update put through it, from the rows: a
     name's physical resource made anew is a replacement, the same one with
     other properties an update in place; a name gone whose physical resource

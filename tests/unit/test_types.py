@@ -37,6 +37,37 @@ def test_mypy_finds_the_probe_s_error_and_none_in_sharemgr(tmp_path: Path) -> No
     assert errors[0].startswith("sharemgr/typecheck_probe.py:5: error: Incompatible return")
 
 
+# The tests at mypy's default strictness (a test function without
+# annotations is not checked; an annotated helper is), beside the package.
+TESTS_CONFIG = """[mypy]
+python_version = 3.11
+namespace_packages = True
+explicit_package_bases = True
+ignore_missing_imports = True
+"""
+TESTS_PROBE = "def count(names: list[str]) -> int:\n    return names\n"
+
+
+def test_mypy_finds_the_probe_s_error_and_none_in_the_tests(tmp_path: Path) -> None:
+    base = tree(tmp_path / "src")
+    tests = base / "tests"
+    tests.mkdir()
+    for entry in (ROOT / "tests").iterdir():
+        if entry.name != "__pycache__":
+            (tests / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    (tests / "typecheck_probe.py").write_text(TESTS_PROBE)
+    config = tmp_path / "mypy.ini"
+    config.write_text(TESTS_CONFIG)
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(config),
+         "--cache-dir", str(tmp_path / "cache"), "--no-error-summary", "-p", "tests"],
+        cwd=base, capture_output=True, text=True, env={**os.environ, "MYPY_FORCE_COLOR": "0"})
+    errors = [line for line in out.stdout.splitlines() if ": error:" in line]
+    assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-2000:]
+    assert len(errors) == 1, "\n".join(errors[:60])
+    assert errors[0].startswith("tests/typecheck_probe.py:2: error: Incompatible return")
+
+
 def test_no_module_of_sharemgr_is_exempted() -> None:
     import tomllib
 

@@ -92,7 +92,7 @@ class Checker:
         by_name: dict[str, list[dict]] = collections.defaultdict(list)
         for st in self.world["stacks"]:
             by_name[st["name"]].append(st)
-        finals = collections.Counter()
+        finals: collections.Counter[str] = collections.Counter()
         for name in sorted(set(self.stacks) | set(by_name)):
             model = self.stacks.get(name) or StackModel(name)
             versions = by_name.get(name, [])
@@ -150,6 +150,7 @@ class Checker:
                      f"ended {got[0]} {got[1]}" + (" (deleted)" if st["deleted_at"] else ""))
             return
         if action in ("CREATE", "UPDATE") and got == (action, "COMPLETE"):
+            assert template is not None  # a create or update is sent with its template
             stored = self.reader.template(st["template_id"]) or {}
             want = {n: r["type"] for n, r in template["resources"].items()}
             have = {n: r.get("type") for n, r in (stored.get("resources") or {}).items()}
@@ -193,7 +194,7 @@ class Checker:
             if isinstance(value, dict) and "get_resource" in value:
                 target = by_name.get(value["get_resource"])
                 return target["physical_id"] if target else None
-            return value
+            return value if isinstance(value, str) else None
 
         def named(actual: str | None) -> None:
             prefix = f"{stack}-{res_name}-"
@@ -438,6 +439,7 @@ class Checker:
         for rec in self.records:
             # Engines that died without finishing what they had started.
             if rec.engine_id and rec.how and rec.how != "sigterm":
+                assert rec.died_at is not None  # reaped: its end is known
                 deaths[rec.engine_id] = rec.died_at
         per: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
         for c in calls:

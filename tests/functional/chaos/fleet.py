@@ -194,6 +194,7 @@ class Fleet:
                 if rec is not None and self.reap(rec):
                     self.restart_at[slot] = now + rng.uniform(*self.opts.restart_delay)
                 if rec is not None and rec.signal_sent == "term" and rec.ended is None and \
+                        rec.signalled_at is not None and \
                         (utcnow() - rec.signalled_at).total_seconds() > 20:
                     rec.engine.proc.send_signal(signal.SIGKILL)  # stuck stopping
                 if (rec is None or rec.ended is not None) and now >= self.restart_at[slot]:
@@ -237,6 +238,7 @@ class Fleet:
                 if rec is not None:
                     self.reap(rec)
                     if rec.signal_sent == "term" and rec.ended is None and \
+                            rec.signalled_at is not None and \
                             (utcnow() - rec.signalled_at).total_seconds() > 20:
                         rec.engine.proc.send_signal(signal.SIGKILL)
             if all(r is None or r.ended is not None or (not r.knobs and r.signal_sent is None)
@@ -247,6 +249,7 @@ class Fleet:
             if rec is None or rec.ended is not None:
                 self.start(slot, {})
         for rec in self.current:
+            assert rec is not None  # each slot started again above
             rec.engine.wait_for_log("share-manager up", timeout=60)
 
     def watch(self) -> None:

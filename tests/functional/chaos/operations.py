@@ -252,6 +252,7 @@ class Operator:
     def run_op(self, op: Op, worker: int) -> None:
         args = list(op.args)
         if op.template is not None:
+            assert op.stack is not None  # a template is a stack's
             op.stack.versions += 1
             path = self.templates / f"{op.stack.name}-v{op.stack.versions}.yaml"
             written, values = (explicit_values(op.template) if op.stack.explicit
@@ -260,6 +261,7 @@ class Operator:
             args[3:3] = ["-t", str(path)] + [a for k, v in sorted(values.items())
                                              for a in ("-P", f"{k}={v}")]
         started = time.monotonic()
+        rc: int | str
         try:
             out = self.d.sharectl(*args, check=False, timeout=120)
             rc, stderr = out.returncode, out.stderr
@@ -277,6 +279,7 @@ class Operator:
                 self.problems.append(f"cli: sharectl {' '.join(args)} exited {rc} with a "
                                      f"traceback: {stderr.strip().splitlines()[-1][:300]}")
             if op.stack is not None and rc == 0:
+                assert op.action is not None  # a stack's operation names its action
                 op.stack.accepted.append((op.action, op.template, utcnow().isoformat()))
                 if op.action in ("CREATE", "UPDATE"):
                     op.stack.template = op.template

@@ -74,7 +74,7 @@ def kept_resource(name: str | None) -> bool:
     """Made by a stack for a resource with ``deletion_policy: retain``
     (templates.py names them ``keep<N>``): it may outlive its stack."""
     m = STACK_MADE.match(name or "")
-    return bool(m) and m.group(2).startswith("keep")
+    return m is not None and m.group(2).startswith("keep")
 
 
 ENGINE_ID = re.compile(r"share-manager starting: engine (\S+?),")

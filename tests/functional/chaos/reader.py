@@ -33,7 +33,7 @@ class Reader:
 
     def world(self) -> dict[str, Any]:
         with Session(self.engine) as s:
-            def live(model: type) -> list:
+            def live(model: type[models.Live] | type[models.StackResource]) -> list:
                 return list(s.scalars(sa.select(model).where(model.deleted_at.is_(None))))
 
             instances = [_row(i, "id", "share_id", "host", "status", "replica_state",
@@ -44,20 +44,20 @@ class Reader:
                 if inst["replica_state"] in (None, vocab.REPLICA_ACTIVE):
                     primaries.setdefault(inst["share_id"], inst)
             for sh in live(models.Share):
-                inst = primaries.get(sh.id)
+                primary = primaries.get(sh.id)
                 shares[sh.id] = {**_row(sh, "id", "name", "size", "share_proto", "snapshot_id",
                                         "share_group_id"),
-                                 "status": inst["status"] if inst else None,
-                                 "instance_id": inst["id"] if inst else None}
+                                 "status": primary["status"] if primary else None,
+                                 "instance_id": primary["id"] if primary else None}
             snap_insts = {i.snapshot_id: _row(i, "id", "snapshot_id", "share_instance_id",
                                               "status")
                           for i in live(models.ShareSnapshotInstance)}
             snapshots = {}
             for sn in live(models.ShareSnapshot):
-                inst = snap_insts.get(sn.id)
+                snap_inst = snap_insts.get(sn.id)
                 snapshots[sn.id] = {**_row(sn, "id", "share_id", "name", "size"),
-                                    "status": inst["status"] if inst else None,
-                                    "instance_id": inst["id"] if inst else None}
+                                    "status": snap_inst["status"] if snap_inst else None,
+                                    "instance_id": snap_inst["id"] if snap_inst else None}
             world = {
                 "instances": instances,
                 "shares": shares,

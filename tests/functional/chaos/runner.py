@@ -254,6 +254,7 @@ def run(opts: Options) -> Result:
         for slot in range(slots):
             fleet.start(slot, {})
         for rec in fleet.current:
+            assert rec is not None  # each slot started above
             rec.engine.wait_for_log("share-manager up", timeout=60)
         operator.probe()
         stop_ops = threading.Event()

@@ -50,6 +50,7 @@ def add_resource(rng: random.Random, resources: dict, params: dict | None = None
     if snaps:
         kinds.append(("copy", 2.0))
     kind = rng.choices([k for k, _ in kinds], [w for _, w in kinds])[0]
+    res: dict  # a template's resource, as YAML gives it
     if kind == "share" and rng.random() < 0.2:
         # Kept when the stack or the resource goes (and its old share when
         # replaced): the checker lets a "keep" share outlive its stack.
@@ -66,7 +67,7 @@ def add_resource(rng: random.Random, resources: dict, params: dict | None = None
             props["size"] = {"get_param": param}
         if rng.random() < 0.3:
             props["backend"] = "dummy"
-        res: dict[str, object] = {"type": "share", "properties": props}
+        res = {"type": "share", "properties": props}
         if resources and rng.random() < 0.3:
             res["depends_on"] = [rng.choice(sorted(resources))]
     elif kind == "copy":

@@ -4,6 +4,7 @@ lock its action needs does not block the main thread for ever."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -29,12 +30,24 @@ THREAD = "signals.watch({signal.SIGTERM: lambda _s: stopping.set()})"
 IN_HANDLER = "signal.signal(signal.SIGTERM, lambda _s, _f: stopping.set())"
 
 
-def _run(install: str, timeout: float) -> subprocess.CompletedProcess:
+@dataclasses.dataclass
+class Ran:
+    returncode: int | None  # None: still running at the timeout (killed)
+    stdout: str
+    stderr: str
+
+
+def _text(out: str | bytes | None) -> str:
+    return out.decode() if isinstance(out, bytes) else out or ""
+
+
+def _run(install: str, timeout: float) -> Ran:
     try:
-        return subprocess.run([sys.executable, "-c", SCRIPT.format(install=install)],
+        done = subprocess.run([sys.executable, "-c", SCRIPT.format(install=install)],
                               capture_output=True, text=True, timeout=timeout)
+        return Ran(done.returncode, done.stdout, done.stderr)
     except subprocess.TimeoutExpired as exc:
-        return subprocess.CompletedProcess(exc.cmd, None, exc.stdout or "", exc.stderr or "")
+        return Ran(None, _text(exc.stdout), _text(exc.stderr))
 
 
 def test_a_signal_inside_the_stop_does_not_block_the_main_thread():
@@ -48,7 +61,7 @@ def test_the_same_signal_acted_on_in_its_handler_blocks_for_ever():
     Python handler never gets past the signal."""
     out = _run(IN_HANDLER, timeout=5)
     assert out.returncode is None, (out.returncode, out.stdout, out.stderr)
-    assert "goes on" not in (out.stdout if isinstance(out.stdout, str) else out.stdout.decode())
+    assert "goes on" not in out.stdout
 
 
 def test_sigusr2_logs_every_threads_stack(caplog):

@@ -11,7 +11,7 @@ MODELS = sorted((c for c in vars(models).values()
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda c: c.__name__)
-def test_annotations_name_the_columns(model: type) -> None:
+def test_annotations_name_the_columns(model: type[models.Base]) -> None:
     annotated = {k: v for k, v in model.__annotations__.items() if k != "__table__"}
     columns = {c.key: c for c in model.__table__.columns}
     assert set(annotated) == set(columns)

@@ -10,6 +10,7 @@ import uuid
 import pytest
 from sharemgr.drivers import dummy_cli, dummy_knobs
 from sharemgr.drivers.dummy import DummyDriver
+from sharemgr.drivers.dummy_state import BackendObject, Call
 from sharemgr.drivers.exceptions import (
     InvalidShareRequest,
     ShareBackendException,
@@ -53,12 +54,12 @@ def share_dict(name: str = "data", size: int = 1, **extra) -> dict:
             "share_server_id": None, "export_locations": [], "snapshot_id": None, **extra}
 
 
-def calls(drv: DummyDriver, method: str | None = None) -> list[dict]:
+def calls(drv: DummyDriver, method: str | None = None) -> list[Call]:
     with drv.state.reading() as tx:
         return [c for c in tx.calls() if method is None or c["method"] == method]
 
 
-def objects(drv: DummyDriver) -> list[dict]:
+def objects(drv: DummyDriver) -> list[BackendObject]:
     with drv.state.reading() as tx:
         return tx.objects()
 

@@ -10,6 +10,7 @@ import uuid
 import pytest
 from sharemgr.drivers import dummy_cli
 from sharemgr.drivers.dummy import DummyDriver
+from sharemgr.drivers.dummy_state import BackendObject
 from sharemgr.drivers.exceptions import InvalidShareRequest, ShareResourceNotFound
 from sharemgr.drivers.testing import build_driver
 
@@ -24,7 +25,7 @@ def share_dict(path: str | None = None, proto: str = "NFS") -> dict:
             "export_locations": [{"path": path}] if path else []}
 
 
-def objects(drv: DummyDriver) -> dict[str, dict]:
+def objects(drv: DummyDriver) -> dict[str, BackendObject]:
     with drv.state.reading() as tx:
         return {o["id"]: o for o in tx.objects()}
 

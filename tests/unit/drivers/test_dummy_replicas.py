@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from sharemgr.drivers.dummy import DummyDriver
+from sharemgr.drivers.dummy_state import BackendObject
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.drivers.testing import build_driver
 
@@ -15,7 +16,7 @@ def _driver(tmp_path, **options) -> DummyDriver:
     return build_driver(DummyDriver, tmp_path, setup=True, **options)
 
 
-def _obj(drv: DummyDriver, ident: str) -> dict:
+def _obj(drv: DummyDriver, ident: str) -> BackendObject | None:
     with drv.state.reading() as tx:
         return tx.get(ident)
 

@@ -13,12 +13,12 @@ from sharemgr.drivers.testing import DriverConformanceTests, DriverSkip, _Kit, b
 
 
 class NoExtend(DummyDriver):
-    extend_share = ShareDriver.extend_share  # back to the base class's: not implemented
+    extend_share = ShareDriver.extend_share  # type: ignore[assignment]  # the base's: not implemented
 
 
 class NoAccessNoStats(DummyDriver):
     # Back to the base class's: no access control, reports nothing.
-    update_access = ShareDriver.update_access
+    update_access = ShareDriver.update_access  # type: ignore[assignment]
     get_share_stats = ShareDriver.get_share_stats
 
 

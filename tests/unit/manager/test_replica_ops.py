@@ -22,7 +22,9 @@ def _write(db, plan):
 
 
 def _active_of(db, rep) -> models.ShareInstance:
-    return resources.primary_instance(db, rep.share_id)
+    active = resources.primary_instance(db, rep.share_id)
+    assert active is not None
+    return active
 
 
 def _promoter(engine, answer=None, fails: bool = False) -> list:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sharemgr.db import api, models
+from sharemgr.db import api, models, records
 from sharemgr.manager.runner import RequestRunner
 
 
@@ -17,7 +17,7 @@ def _execute(db, handler, req: models.Request) -> None:
             lane.executor.shutdown()
 
 
-def _claimed(db) -> models.Request:
+def _claimed(db) -> records.Record:
     with db.session() as session:
         api.request_add_tx(session, "share", "r1", "create", "h@dummy")
     (req,) = api.request_claim(db, ["h@dummy"], "e1", limit=1)

@@ -31,7 +31,9 @@ HOSTILE = [
 
 
 def _driver(tmp_path: Path) -> LocalDriver:
-    return build_driver("local", tmp_path, local_nfs_port=12049, local_smb_port=1445)
+    driver = build_driver("local", tmp_path, local_nfs_port=12049, local_smb_port=1445)
+    assert isinstance(driver, LocalDriver)  # through its entry point, as share-manager loads it
+    return driver
 
 
 # Validation --------------------------------------------------------------------
