@@ -8,8 +8,9 @@ stack's rows and from its events after the in-process engine
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -54,8 +55,24 @@ def _current(rig: Rig) -> dict[str, models.StackResource]:
     return actions.current_rows(rig.db, stack)
 
 
-def _done(before: dict[str, models.StackResource], after: dict[str, models.StackResource],
-          exists: Callable[[models.StackResource], bool]) -> dict[str, set[str]]:
+class _Row(Protocol):
+    """What the comparison reads of a resource's row."""
+
+    @property
+    def physical_id(self) -> str | None: ...
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def properties(self) -> Mapping[str, object]: ...
+
+
+R = TypeVar("R", bound=_Row)
+
+
+def _done(before: Mapping[str, R], after: Mapping[str, R],
+          exists: Callable[[R], bool]) -> dict[str, set[str]]:
     """Per change, the names the update put through it, from the rows: a
     name's physical resource made anew is a replacement, the same one with
     other properties an update in place; a name gone whose physical resource
@@ -124,8 +141,10 @@ def test_the_comparison_tells_a_replacement_from_an_update() -> None:
     changed is a replacement, one whose properties changed an update."""
 
     class Row:
-        def __init__(self, pid: str, props: dict, type_: str = "share") -> None:
-            self.physical_id, self.properties, self.type = pid, props, type_
+        def __init__(self, pid: str, props: dict[str, object], type_: str = "share") -> None:
+            self.physical_id: str | None = pid
+            self.properties: Mapping[str, object] = props
+            self.type = type_
 
     before = {"a": Row("p1", {"size": 1}), "b": Row("p2", {"size": 1}),
               "c": Row("p3", {"size": 1})}
