@@ -26,15 +26,20 @@ def tree(base: Path) -> Path:
 
 
 def test_mypy_finds_the_probe_s_error_and_none_in_sharemgr(tmp_path: Path) -> None:
+    error = _only_error(ROOT / "pyproject.toml", tree(tmp_path / "src"), "sharemgr", tmp_path)
+    assert error.startswith("sharemgr/typecheck_probe.py:5: error: Incompatible return")
+
+
+def _only_error(config: Path, cwd: Path, package: str, tmp_path: Path) -> str:
+    """mypy on ``package`` fails with exactly one error (the probe's): it."""
     out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-         "--cache-dir", str(tmp_path / "cache"), "--no-error-summary", "-p", "sharemgr"],
-        cwd=tree(tmp_path / "src"), capture_output=True, text=True,
-        env={**os.environ, "MYPY_FORCE_COLOR": "0"})
+        [sys.executable, "-m", "mypy", "--config-file", str(config),
+         "--cache-dir", str(tmp_path / "cache"), "--no-error-summary", "-p", package],
+        cwd=cwd, capture_output=True, text=True, env={**os.environ, "MYPY_FORCE_COLOR": "0"})
     errors = [line for line in out.stdout.splitlines() if ": error:" in line]
     assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-2000:]
     assert len(errors) == 1, "\n".join(errors[:60])
-    assert errors[0].startswith("sharemgr/typecheck_probe.py:5: error: Incompatible return")
+    return errors[0]
 
 
 # The tests at mypy's default strictness (a test function without
@@ -58,14 +63,8 @@ def test_mypy_finds_the_probe_s_error_and_none_in_the_tests(tmp_path: Path) -> N
     (tests / "typecheck_probe.py").write_text(TESTS_PROBE)
     config = tmp_path / "mypy.ini"
     config.write_text(TESTS_CONFIG)
-    out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(config),
-         "--cache-dir", str(tmp_path / "cache"), "--no-error-summary", "-p", "tests"],
-        cwd=base, capture_output=True, text=True, env={**os.environ, "MYPY_FORCE_COLOR": "0"})
-    errors = [line for line in out.stdout.splitlines() if ": error:" in line]
-    assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-2000:]
-    assert len(errors) == 1, "\n".join(errors[:60])
-    assert errors[0].startswith("tests/typecheck_probe.py:2: error: Incompatible return")
+    error = _only_error(config, base, "tests", tmp_path)
+    assert error.startswith("tests/typecheck_probe.py:2: error: Incompatible return")
 
 
 def test_no_module_of_sharemgr_is_exempted() -> None:
