@@ -25,7 +25,9 @@ release and its first reports written in one more
 the stack FAILED with the reason — or, unless ``disable_rollback``, starts
 the rollback in the same transaction — so a failure can never leave the
 stack waiting for a node that will not report (Heat's hang). Any unexpected
-exception takes the same path.
+exception takes the same path, except an outage of the database or the
+coordination backend: that is not the node's failure, and the check is given
+back to run again (``Worker._check``).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
 from sharemgr.manager.coordination import Coordinator
-from sharemgr.manager.operations import OperationFailed, Operations
+from sharemgr.manager.operations import NotNow, OperationFailed, Operations
+from sharemgr.manager.outage import is_outage
 from sharemgr.manager.runner import request_end
 
 __all__ = ["CHAIN_LIMIT", "Skip", "Worker"]
@@ -197,6 +200,23 @@ class Worker:
 
     def _check(self, req_id: int, args: dict, chain: int, head: Head | None = None
                ) -> tuple[Claimed | None, bool]:
+        """``_node``; an outage of the database or the coordination backend
+        met anywhere in it is not the node's failure (a failover's closed
+        connection failed a stack's delete in the long many-host run): the
+        check is given back (``NotNow``: its request goes back to pending
+        once the database answers) and runs again, as after a crash there."""
+        try:
+            return self._node(req_id, args, chain, head)
+        except NotNow:
+            raise
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise NotNow(f"an outage cut the check: {type(exc).__name__}: {first}") from exc
+
+    def _node(self, req_id: int, args: dict, chain: int, head: Head | None = None
+              ) -> tuple[Claimed | None, bool]:
         """One node, whose report records its request done in its own
         transaction. ``head``: the stack and row as the transaction that
         claimed it read them (the fast paths re-check both in their own
@@ -254,7 +274,8 @@ class Worker:
         ctx.held.append(row.id)
         try:
             outcome = self.actor.act(ctx)
-        except Exception as exc:  # a bug or a lost database: fail the stack, never hang it
+        except Exception as exc:  # a bug: fail the stack, never hang it
+            self._cut_by_outage(ctx, exc)
             LOG.exception("check of node %s (traversal %s) failed", node, traversal)
             outcome = Outcome.failed(f"{type(exc).__name__}: {exc}")
             self.actor.mark_failed(ctx.held[-1], outcome.reason or "")
@@ -346,7 +367,8 @@ class Worker:
                                                 known=known, defer=True)
             if work.action == vocab.STACK_DELETE:  # a clean-up passes nothing on
                 outcome = dataclasses.replace(outcome, data=None)
-        except Exception as exc:  # a bug or a lost database: fail the stack, never hang it
+        except Exception as exc:  # a bug: fail the stack, never hang it
+            self._cut_by_outage(ctx, exc)
             LOG.exception("check of node %s (traversal %s) failed", ctx.node, ctx.traversal)
             outcome, end = Outcome.failed(f"{type(exc).__name__}: {exc}"), None
             self.actor.mark_failed(row.id, outcome.reason or "", work.action)
@@ -355,6 +377,19 @@ class Worker:
         for rid in ctx.held:
             self.locks.release(rid)
         return self._after(ctx, outcome)
+
+    def _cut_by_outage(self, ctx: Ctx, exc: Exception) -> None:
+        """Re-raise ``exc`` if it is an outage (``_check`` gives the check
+        back), leaving the node's row locks held as ``Actor.cut`` does: the
+        act may have begun, and no check takes a row whose resource is
+        transient; the next check of this engine, or its watchdog once the
+        resource has settled, takes them over."""
+        if not is_outage(exc):
+            return
+        for rid in ctx.held:
+            self.tracker.unclaim(rid)
+        ctx.held.clear()
+        raise exc
 
 
 V = TypeVar("V")

@@ -23,7 +23,8 @@ from sharemgr.drivers.dummy_state import BackendObject, BackendState, Call
 from sharemgr.manager import config
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.handlers import HANDLERS
-from sharemgr.manager.operations import OperationFailed, Operations, Stale
+from sharemgr.manager.operations import Operations
+from sharemgr.manager.runner import request_end
 
 HOST = "hostA"
 
@@ -165,18 +166,18 @@ class Engine:
     def run(self, req: models.Request | records.Record) -> str:
         """Run one claimed request as the daemon's runner would; returns the
         request's final status."""
-        status, error = "done", None
+        status: str = vocab.REQUEST_DONE
+        error: str | None = None
         try:
             # A claimed record reads as the row (the daemon's runner hands
             # the worker the same).
             self.worker(cast(models.Request, req))
-        except Stale as exc:
-            error = f"stale: {exc}"
-        except OperationFailed as exc:
-            status, error = "failed", str(exc)
-        except Exception as exc:
-            status, error = "failed", f"{type(exc).__name__}: {exc}"
-        api.request_finish(self.rig.db, req.id, self.engine_id, status, error)
+        except Exception as exc:  # ended as the daemon's request loop ends it
+            status, error, _message = request_end(exc, req.id, vocab.ACTION_CHECK)
+        if status == vocab.REQUEST_PENDING:
+            api.request_release(self.rig.db, req.id, self.engine_id, error or "")
+        else:
+            api.request_finish(self.rig.db, req.id, self.engine_id, status, error)
         return status
 
     def step(self, count: int = 1) -> int:
