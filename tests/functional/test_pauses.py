@@ -14,8 +14,10 @@ import re
 import signal
 import sqlite3
 import time
+from pathlib import Path
 
 import pytest
+from sharemgr.drivers.dummy_state import DB_NAME
 
 from tests.functional.harness import SETUPS, Deployment, servers, wait_until
 from tests.functional.netfault import Proxy, through
@@ -92,15 +94,22 @@ def _frozen_in_call(d: Deployment, engine, method: str, rid: str):
 
 
 def _freeze(d: Deployment, engine) -> None:
-    """SIGSTOP ``engine``, outside a write transaction on SQLite: frozen
-    inside one (a lease renewal), it would hold the database's single write
-    lock and stop every engine's writes until it resumes
-    (doc/reconciliation.rst, "Fencing") — not the pause these tests are about."""
-    connection = d.sections["database"].get("connection", "")
+    """SIGSTOP ``engine``, outside a write transaction on any SQLite file it
+    writes: frozen inside one (a lease renewal in the embedded database, a
+    periodic task's call recorded by the dummy backend), it would hold that
+    file's single write lock and stop every engine's writes there until it
+    resumes (doc/reconciliation.rst, "Fencing") — not the pause these tests
+    are about. The dummy's file is shared on every setup: B's pass, asking
+    the backend, waited out its 60 s busy timeout behind a frozen A (seen in
+    CI)."""
+    files = [Path(s["dummy_state_path"]) / DB_NAME
+             for s in d.sections.values() if "dummy_state_path" in s]
+    if not d.sections["database"].get("connection", ""):
+        files.append(d.state / "sharemgr.sqlite")
     while True:
         os.kill(engine.proc.pid, signal.SIGSTOP)
         _wait_stopped(engine.proc.pid)
-        if connection or _sqlite_writable(d.state / "sharemgr.sqlite"):
+        if all(_sqlite_writable(f) for f in files):
             return
         os.kill(engine.proc.pid, signal.SIGCONT)
         time.sleep(0.05)
