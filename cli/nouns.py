@@ -225,7 +225,7 @@ NOUNS: dict[str, Noun] = {
              _share_rows, _share_one, "delete_share"),
         Noun("share-instance", vocab.SHARE_INSTANCE,
              ("id", "share_id", "host", "status", "replica_state"),
-             _inst_rows, _instance_one, None),
+             _inst_rows, _instance_one, "delete_share_instance"),
         Noun("snapshot", vocab.SNAPSHOT, ("id", "share_id", "name", "size", "status"),
              _snapshot_rows, _snapshot_one, "delete_snapshot"),
         Noun("replica", vocab.REPLICA, ("id", "share_id", "host", "status", "replica_state"),

@@ -92,6 +92,10 @@ def _delete_share(db: Database, ident: str, force: bool = False,
         raise Refused(f"share {ident} is migrating: cancel its migration first (sharectl "
                       "share migration cancel)")
     if len(live) > 1:
+        kept = [i.id for i in live if i is not inst and not kinds.is_secondary(i)]
+        if kept:  # a migration's destination it could not remove (doc/migration.rst)
+            raise Refused(f"share {ident} has another instance ({', '.join(kept)}): delete "
+                          "it first (sharectl share-instance delete)")
         raise Refused(f"share {ident} has replicas: delete them first")
     if force:
         # Any status goes, but a backup being made or restored owns the share
@@ -102,6 +106,27 @@ def _delete_share(db: Database, ident: str, force: bool = False,
             raise Refused(f"share {ident} has a backup in progress ({', '.join(busy)}): "
                           "wait for it or force-delete the backup first")
     return _deleting(kinds.SHARE_INSTANCE, inst, f"share {ident}", inst.host, row, force)
+
+
+def _delete_instance(db: Database, ident: str, force: bool = False) -> Plan:
+    """An instance that is neither its share's own nor a replica: what a
+    migration that ended in error left when its destination's driver could
+    not remove it (Manila's share-instance-force-delete). The share's own
+    instance goes with the share, a replica with ``replica delete``, and a
+    migration's instances are its own until it ends (even forced)."""
+    row = get(db, models.ShareInstance, ident, "share instance")
+    if kinds.is_secondary(row):
+        raise Refused(f"share instance {ident} is a replica: sharectl replica delete")
+    _share, live, _snapshots = resources.share_to_delete(db, row.share_id)
+    primary = _primary(live)
+    if primary is not None and primary.id == row.id:
+        raise Refused(f"share instance {ident} is its share's own: delete the share "
+                      f"(sharectl share delete {row.share_id})")
+    if any(i.status in (vocab.MIGRATING, vocab.MIGRATING_TO) for i in live):
+        raise Refused(f"share {row.share_id} is migrating: cancel its migration first "
+                      "(sharectl share migration cancel)")
+    return _deleting(kinds.SHARE_INSTANCE, row, f"share instance {ident}", row.host,
+                     force=force)
 
 
 def _delete_snapshot(db: Database, ident: str, force: bool = False) -> Plan:
@@ -152,6 +177,7 @@ def _delete_backup(db: Database, ident: str, force: bool = False) -> Plan:
 
 _DELETERS = {
     vocab.SHARE: _delete_share,
+    vocab.SHARE_INSTANCE: _delete_instance,
     vocab.SNAPSHOT: _delete_snapshot,
     vocab.REPLICA: _delete_replica,
     vocab.SHARE_SERVER: _delete_server,

@@ -204,6 +204,11 @@ class Intake:
     def replica(self, replica_id: str) -> models.ShareInstance:
         return plans.replica(self.db, replica_id)
 
+    def delete_share_instance(self, instance_id: str, force: bool = False
+                              ) -> models.ShareInstance:
+        """An instance a migration left behind (``delete_plans``)."""
+        return self._delete(vocab.SHARE_INSTANCE, instance_id, force, models.ShareInstance)
+
     def delete_replica(self, replica_id: str, force: bool = False) -> models.ShareInstance:
         return self._delete(vocab.REPLICA, replica_id, force, models.ShareInstance)
 

@@ -142,6 +142,15 @@ def test_migrate_complete_cancel_and_refusals(setup):
                timeout=30, what="the share available on its source")
     row = d.json("share", "show", third["id"])
     assert (row["host"], row["task_state"]) == (f"{d.host}@alpha", "migration_error"), row
+    # The destination left in error is the admin's to remove, and the share's
+    # delete says so until it is gone.
+    dest = shown["destination_instance_id"]
+    refused = d.sharectl("share", "delete", third["id"], check=False)
+    assert refused.returncode == 2 and f"has another instance ({dest})" in refused.stderr, \
+        refused.stderr
+    d.sharectl("share-instance", "delete", dest, "--wait")
+    d.sharectl("share", "delete", third["id"], "--wait")
+    assert third["id"] not in [s["id"] for s in d.json("share", "list")]
 
 
 @pytest.mark.parametrize("crash, after", [

@@ -333,3 +333,36 @@ def test_show_is_about_the_newest_migration_after_a_cancelled_one(eng):
     shown = migration_plans.shown(db, inst.share_id)
     assert (shown["source_instance_id"], shown["destination_host"].partition("#")[0]) == (
         moved.id, HOSTBE)
+
+
+def test_an_instance_a_failed_migration_left_is_deleted_and_then_its_share(eng):
+    """A destination a migration could not remove (or an admin reset) stays
+    in error beside the share's own instance: the share's delete names it,
+    ``share-instance delete`` removes it (refused for the share's own
+    instance and while a migration is under way), then the share goes."""
+    db = eng.db
+    beta = eng.drivers["beta"] = FakeDriver(dhss=False)
+    intake = Intake(db, None)
+    inst = make_share(db)
+    _start(eng, inst)
+    _run(eng, inst.id)
+    dest_id = str(migration_plans.shown(db, inst.share_id)["destination_instance_id"])
+    with pytest.raises(InvalidRequest, match="is migrating: cancel its migration first"):
+        intake.delete_share_instance(dest_id)
+    api.conditional_update(db, models.ShareInstance, dest_id, {}, {"status": vocab.ERROR})
+    _continue(eng)
+    assert _inst(db, inst.id).task_state == vocab.MIGRATION_ERROR
+    with pytest.raises(InvalidRequest, match=rf"has another instance \({dest_id}\): delete "
+                                             "it first \\(sharectl share-instance delete\\)"):
+        intake.delete_share(inst.share_id)
+    with pytest.raises(InvalidRequest, match="is its share's own: delete the share"):
+        intake.delete_share_instance(inst.id)
+    intake.delete_share_instance(dest_id)
+    assert _inst(db, dest_id).status == vocab.DELETING
+    _run(eng, dest_id)
+    assert _inst(db, dest_id).status == vocab.DELETED
+    assert beta.methods() == ["delete_share"]
+    assert api.get(db, models.Share, inst.share_id) is not None  # not its last instance
+    intake.delete_share(inst.share_id)
+    _run(eng, inst.id)
+    assert api.get(db, models.Share, inst.share_id) is None
