@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 # Three workers on two cores: the functional tests mostly wait on processes
 # they started (measured: -n 2 24.5 min, -n 3 19 min, -n 4 21 min: overloaded).
-PYTEST_ARGS ?= -n 3 --maxschedchunk=1 --durations=15
+PYTEST_ARGS ?= -n 3 --maxschedchunk=1 --durations=40
 
 .PHONY: run test lint genconfig bench bench-scale bench-50k clean local-packages
 
