@@ -10,9 +10,11 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from cliff import command, lister, show
+from sharemgr.common import vocab
 
 if TYPE_CHECKING:
     from sharemgr.cli.app import SharectlApp
+    from sharemgr.db import models
 
     _Base = command.Command
 else:
@@ -29,6 +31,13 @@ class UserError(Exception):
 
 class OperationFailed(Exception):
     """The operation ended in an error status: exit code 1."""
+
+
+def pass_status(p: models.ReconcilePass) -> str:
+    """A reconciliation pass's status as sharectl shows it."""
+    if (p.summary or {}).get("failed"):
+        return vocab.PASS_FAILED
+    return vocab.PASS_FINISHED if p.finished_at else vocab.PASS_RUNNING
 
 
 def fmt(value: object) -> object:

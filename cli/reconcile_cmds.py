@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def _summary_row(p: models.ReconcilePass) -> tuple[tuple[str, ...], tuple[object, ...]]:
     s = p.summary or {}
-    status = "failed" if s.get("failed") else "finished" if p.finished_at else "running"
+    status = base.pass_status(p)
     cols = ("id", "host", "engine_id", "trigger", "dry_run", "status", "started_at",
             "finished_at", "duration_seconds", "outcomes", "skipped", "abandoned_requests",
             "failures", "drift", "error")

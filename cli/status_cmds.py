@@ -127,8 +127,7 @@ class Status(base.ShowOne):
     @staticmethod
     def _pass(p: models.ReconcilePass) -> LastPass:
         s = p.summary or {}
-        status = "failed" if s.get("failed") else "finished" if p.finished_at else "running"
-        return {"id": p.id, "trigger": p.trigger, "status": status,
+        return {"id": p.id, "trigger": p.trigger, "status": base.pass_status(p),
                 "started_at": base.fmt(p.started_at), "finished_at": base.fmt(p.finished_at),
                 "outcomes": s.get("outcomes", {}), "failures": s.get("failures", 0),
                 "error": s.get("error")}

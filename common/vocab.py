@@ -176,6 +176,16 @@ BACKEND_UP = "up"
 BACKEND_FAILED = "failed"  # its set-up failed; retried with back-off
 BACKEND_STATES = (BACKEND_INITIALIZING, BACKEND_UP, BACKEND_FAILED)
 
+# A reconciliation pass as sharectl shows it (reconcile show, status).
+PASS_RUNNING = "running"
+PASS_FINISHED = "finished"
+PASS_FAILED = "failed"  # some resource of it failed
+
+# The health endpoint's overall status (/healthcheck).
+HEALTH_OK = "OK"
+HEALTH_DEGRADED = "DEGRADED"  # a backend failed, another serves
+HEALTH_FAILED = "FAILED"
+
 REQUEST_PENDING = "pending"
 REQUEST_RUNNING = "running"
 REQUEST_DONE = "done"

@@ -115,7 +115,7 @@ def backend_states(service: Engine) -> dict[str, tuple[bool, str]]:
     a failure, with its text."""
     known = getattr(service, "backend_states", None)
     if isinstance(known, dict):
-        return {name: (str(state) in ("up", "set up", "ready"), str(state))
+        return {name: (str(state) == vocab.BACKEND_UP, str(state))
                 for name, state in known.items()}
     return {name: (True, "set up") for name in service.drivers}
 
@@ -247,7 +247,8 @@ class HealthServer:
         elif changed:
             LOG.info("healthcheck passes")
         body = {
-            "status": "FAILED" if not healthy else "DEGRADED" if failed else "OK",
+            "status": vocab.HEALTH_FAILED if not healthy else vocab.HEALTH_DEGRADED if failed
+            else vocab.HEALTH_OK,
             "host": self.service.host,
             "engine_id": self.service.engine_id,
             "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in found},

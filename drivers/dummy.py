@@ -21,6 +21,7 @@ import os
 import shutil
 from collections.abc import Mapping
 
+from sharemgr.common import vocab
 from sharemgr.drivers import base
 from sharemgr.drivers.dummy_calls import CREATED, SHARE_KINDS
 from sharemgr.drivers.dummy_manage import DummyManage
@@ -162,7 +163,7 @@ class DummyDriver(DummyManage, DummyReplicas, DummyMigration, DummyReads):
                                     "access_to": rule["access_to"],
                                     "access_level": rule["access_level"]})
                 else:
-                    refused[rule["id"]] = {"state": "error"}
+                    refused[rule["id"]] = {"state": vocab.ACCESS_ERROR}
             details["access_rules"] = sorted(applied, key=lambda r: (r["access_type"],
                                                                      r["access_to"]))
             tx.update(obj["id"], details=details)
@@ -205,7 +206,7 @@ class DummyDriver(DummyManage, DummyReplicas, DummyMigration, DummyReads):
                     id=replica["id"], kind="replica",
                     share_id=replica.get("share_id") or active["share_id"],
                     share_server_id=server_id, name=replica.get("name"),
-                    size=active["size"], status=CREATED, replica_state="in_sync",
+                    size=active["size"], status=CREATED, replica_state=vocab.REPLICA_IN_SYNC,
                     export_locations=self._export_locations(replica["id"], share_server),
                     details=_pool(replica),
                 )
@@ -306,7 +307,7 @@ class DummyDriver(DummyManage, DummyReplicas, DummyMigration, DummyReads):
                     id=backup["id"], kind="backup",
                     share_id=backup.get("share_id") or parent["share_id"],
                     share_instance_id=parent["id"], name=backup.get("name"),
-                    size=parent["size"], status="creating", details={"progress": 0},
+                    size=parent["size"], status=vocab.CREATING, details={"progress": 0},
                 )
         return None
 
@@ -327,13 +328,13 @@ class DummyDriver(DummyManage, DummyReplicas, DummyMigration, DummyReads):
         with self._op("restore_backup", backup) as tx:
             obj = self._need(tx, backup.get("id"), ("backup",), "backup")
             self._need(tx, share.get("id"), SHARE_KINDS, "share")
-            if obj["status"] not in (CREATED, "restoring"):
+            if obj["status"] not in (CREATED, vocab.RESTORING):
                 raise InvalidShareRequest(
                     f"dummy backend: backup {obj['id']} is {obj['status']}, not available"
                 )
             details: Details = {**obj["details"], "restore_progress": 0,
                                 "restore_to": share["id"]}
-            tx.update(obj["id"], status="restoring", details=details)
+            tx.update(obj["id"], status=vocab.RESTORING, details=details)
 
     def restore_backup_continue(self, backup: base.Backup, share: base.Share) -> base.Progress:
         return self._advance("restore_backup_continue", backup, "restore_progress", CREATED)

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import NoReturn
 
+from sharemgr.common import vocab
 from sharemgr.drivers.dummy_state import DB_NAME, KINDS, BackendState
 
 PROG = "sharemgr-dummy-backend"
@@ -83,7 +84,7 @@ def _add_share(states: list[BackendState], size: int, proto: str, name: str | No
     path = f"unmanaged.{state.backend or 'dummy'}.dummy:/shares/{ident}"
     with state.transaction() as tx:
         obj = tx.insert(id=ident, kind="share", name=name or ident, size=size,
-                        status="available", details={"share_proto": proto.upper()},
+                        status=vocab.AVAILABLE, details={"share_proto": proto.upper()},
                         export_locations=[{"path": path, "is_admin_only": False,
                                            "preferred": True}])
     return {"backend": state.backend, **obj}

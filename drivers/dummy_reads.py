@@ -37,7 +37,7 @@ class DummyReads(DummyCalls):
             for share in shares:
                 obj = tx.get(share["id"], SHARE_KINDS)
                 if obj is None:
-                    updates[share["id"]] = {"status": "error", "export_locations": []}
+                    updates[share["id"]] = {"status": vocab.ERROR, "export_locations": []}
                 else:
                     updates[share["id"]] = {
                         "status": obj["status"],

@@ -7,6 +7,7 @@ import copy
 import uuid
 from collections.abc import Mapping
 
+from sharemgr.common import vocab
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.drivers.kit_report import fail, method_name, skip, unsupported
@@ -63,7 +64,7 @@ class Kit:
 
     def replica_dict(self, share: dict) -> dict:
         replica = self.share_dict(share["size"])
-        replica.update(share_id=share["share_id"], replica_state="out_of_sync")
+        replica.update(share_id=share["share_id"], replica_state=vocab.REPLICA_OUT_OF_SYNC)
         return replica
 
     def group_dict(self) -> dict:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sharemgr.common import vocab
 from sharemgr.drivers.base import BATCH_STATUS_METHODS, STATUS_METHODS, ShareDriver
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.drivers.kit_build import KIT_ENGINE, KIT_HOST, build_driver
@@ -156,7 +157,7 @@ class DriverConformanceTests(ManageChecks, ReplicaChecks):
         if status is None:
             unsupported(kit.driver, "get_share_status")
         method = method_name(kit.driver, "get_share_status")
-        if status["status"] != "available":
+        if status["status"] != vocab.AVAILABLE:
             fail(f"{method} of a share just created says {status['status']!r}, "
                  "not 'available'")
         if status.get("size") != 2:
@@ -333,7 +334,7 @@ class DriverConformanceTests(ManageChecks, ReplicaChecks):
         locations = self._created_from_snapshot(kit, share, answer)
         check_export_locations(kit.driver, "create_share_from_snapshot", locations)
         status = kit.status("get_share_status", share, "a share created from a snapshot")
-        if status is not None and status["status"] != "available":
+        if status is not None and status["status"] != vocab.AVAILABLE:
             fail(f"get_share_status of a share created from a snapshot says "
                  f"{status['status']!r}, not 'available'")
 
@@ -345,11 +346,11 @@ class DriverConformanceTests(ManageChecks, ReplicaChecks):
             return answer
         method = method_name(kit.driver, "create_share_from_snapshot")
         status = answer.get("status")
-        if status not in ("available", "creating_from_snapshot"):
+        if status not in (vocab.AVAILABLE, vocab.CREATING_FROM_SNAPSHOT):
             fail(f"{method} returned {answer!r}; its status must be 'available' or "
                  "'creating_from_snapshot'")
         for _ in range(self.clone_max_polls):
-            if status == "available":
+            if status == vocab.AVAILABLE:
                 return answer.get("export_locations")
             time.sleep(self.clone_poll_seconds)
             polled = kit.status("get_share_status", share, "a share copying from a snapshot")
@@ -357,7 +358,7 @@ class DriverConformanceTests(ManageChecks, ReplicaChecks):
                 fail(f"{method} answered 'creating_from_snapshot' but the driver has no "
                      "get_share_status to tell when the copy ends")
             answer, status = polled, polled["status"]
-            if status not in ("available", "creating_from_snapshot"):
+            if status not in (vocab.AVAILABLE, vocab.CREATING_FROM_SNAPSHOT):
                 fail(f"get_share_status of a share copying from a snapshot says {status!r}")
         fail(f"a share from a snapshot was still copying after {self.clone_max_polls} polls")
 
@@ -402,7 +403,8 @@ class DriverConformanceTests(ManageChecks, ReplicaChecks):
         name = method_name(kit.driver, method)
         given = {r["id"] for r in rules}
         if not isinstance(result, dict) or set(result) - given or not all(
-                isinstance(v, dict) and v.get("state") == "error" for v in result.values()):
+                isinstance(v, dict) and v.get("state") == vocab.ACCESS_ERROR
+                for v in result.values()):
             fail(f"{name} for {what} returned {result!r}; it must return None or "
                  "{rule id: {'state': 'error'}} for rules of the full set it refused")
 

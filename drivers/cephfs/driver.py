@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from oslo_config import cfg
+from sharemgr.common import vocab
 from sharemgr.drivers import base, shapes
 from sharemgr.drivers.cephfs import manage, nfs, statuses
 from sharemgr.drivers.cephfs.client import CephCallFailed, CephClient
@@ -240,15 +241,15 @@ class CephFSDriver(base.ShareDriver):
                         f"{snapshot['share_instance_id']}") from exc
                 raise
         deadline = time.monotonic() + CLONE_MOMENT
-        while (state := self._clone_state(target)) == "creating_from_snapshot" and \
+        while (state := self._clone_state(target)) == vocab.CREATING_FROM_SNAPSHOT and \
                 time.monotonic() < deadline:
             time.sleep(CLONE_POLL)
-        if state == "creating_from_snapshot":
+        if state == vocab.CREATING_FROM_SNAPSHOT:
             return {"status": state, "export_locations": []}
-        if state != "available":
+        if state != vocab.AVAILABLE:
             raise ShareBackendException(f"cephfs: the clone of snapshot {snapshot['id']} "
                                         f"into {target} failed")
-        return {"status": "available", "export_locations": self._finish_clone(share)}
+        return {"status": vocab.AVAILABLE, "export_locations": self._finish_clone(share)}
 
     def _finish_clone(self, share: shapes.Share) -> list[shapes.ExportLocation]:
         """A finished clone's quota is its source's: raised to the share's
@@ -312,7 +313,7 @@ class CephFSDriver(base.ShareDriver):
         present = {s["name"] for s in self._ls()}
         if self.nfs is not None:
             self.nfs.ensure_running()
-        return {s["id"]: {"status": "error"} for s in shares if s["id"] not in present}
+        return {s["id"]: {"status": vocab.ERROR} for s in shares if s["id"] not in present}
 
     # Access ------------------------------------------------------------------------
 
@@ -332,7 +333,7 @@ class CephFSDriver(base.ShareDriver):
             refused = self.nfs.export(name, str(info["path"]), self.volume,
                                       functools.partial(self._authorize, share),
                                       [r for r in access_rules if r["id"] not in gone])
-            return {rid: {"state": "error", "reason": why}
+            return {rid: {"state": vocab.ACCESS_ERROR, "reason": why}
                     for rid, why in refused.items()} or None
         if not add_rules and not delete_rules:
             wanted = {r["access_to"] for r in access_rules if self._refusal(r) is None}
@@ -347,7 +348,7 @@ class CephFSDriver(base.ShareDriver):
         for rule in add_rules:
             refusal = self._refusal(rule)
             if refusal is not None:
-                answers[rule["id"]] = {"state": "error", "reason": refusal}
+                answers[rule["id"]] = {"state": vocab.ACCESS_ERROR, "reason": refusal}
                 continue
             key = self._sub("authorize", name, auth_id=rule["access_to"],
                             access_level=rule["access_level"], tenant_id=tenant)
@@ -435,10 +436,10 @@ class CephFSDriver(base.ShareDriver):
     def get_share_status(self, share: shapes.Share,
                          share_server: shapes.ShareServer | None = None) -> shapes.StatusReport:
         info = self._ready_info(share["id"])
-        status = "available"
+        status = vocab.AVAILABLE
         if info is None:  # a clone not complete: its clone state says why
             status = self._clone_state(share["id"])
-            if status != "available":
+            if status != vocab.AVAILABLE:
                 return {"status": status}
             info = self._info(share["id"])  # it completed meanwhile
         if share.get("snapshot_id") and \
@@ -469,7 +470,7 @@ class CephFSDriver(base.ShareDriver):
         names = {s["name"] for s in self._snapshots(snapshot["share_instance_id"])}
         if snapshot["id"] not in names:
             raise ShareResourceNotFound(f"cephfs: no snapshot {snapshot['id']}")
-        return {"status": "available"}
+        return {"status": vocab.AVAILABLE}
 
     def _snapshots(self, share_id: str) -> list[dict]:
         try:

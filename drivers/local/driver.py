@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from oslo_config import cfg
+from sharemgr.common import vocab
 from sharemgr.drivers import base
 from sharemgr.drivers.exceptions import (
     InvalidDriverOption,
@@ -365,18 +366,18 @@ class LocalDriver(base.ShareDriver):
                 except InvalidShareRequest as exc:
                     LOG.warning("local driver: share %s: rule %s refused: %s", oid,
                                 raw.get("id"), exc)
-                    errors[str(raw.get("id"))] = {"state": "error", "reason": str(exc)}
+                    errors[str(raw.get("id"))] = {"state": vocab.ACCESS_ERROR, "reason": str(exc)}
             # Together: the newer of two rules the exporter cannot hold
             # beside each other (intake refuses it; two allows at once pass).
             for rule_id, reason in validation.unservable(applied, proto).items():
-                errors[rule_id] = {"state": "error", "reason": reason}
+                errors[rule_id] = {"state": vocab.ACCESS_ERROR, "reason": reason}
                 next(r for r in applied if r["id"] == rule_id)["error"] = True
             record["rules"] = applied
             self.records.put(record)
             for rule_id, reason in self.exports.publish().items():
                 # The exporter rejected it (and the driver took it out).
                 if any(r["id"] == rule_id for r in applied):
-                    errors[rule_id] = {"state": "error", "reason": reason}
+                    errors[rule_id] = {"state": vocab.ACCESS_ERROR, "reason": reason}
             return errors or None
 
     # Snapshots ------------------------------------------------------------------
@@ -388,7 +389,7 @@ class LocalDriver(base.ShareDriver):
                                             "share instance id")
             existing = self.records.get(sid)
             if existing is not None and self._snap_image(sid).exists():
-                return {"status": "available", "size": existing["size"]}
+                return {"status": vocab.AVAILABLE, "size": existing["size"]}
             with file_lock(self.fence.locks / f"{share_id}.lock"):
                 record = self._existing(share_id)
                 image, mount_point = self._image(share_id), self._mount(share_id)
@@ -404,7 +405,7 @@ class LocalDriver(base.ShareDriver):
                         images.remove(self._snap_image(sid))
                         self.records.remove(sid)
                     raise
-            return {"status": "available", "size": record["size"]}
+            return {"status": vocab.AVAILABLE, "size": record["size"]}
 
     def delete_snapshot(self, snapshot: dict, share_server: dict | None = None) -> None:
         with self.fence.guard(snapshot, "snapshot") as sid:
@@ -457,7 +458,7 @@ class LocalDriver(base.ShareDriver):
             if (record is None or record.get("kind") != "snapshot"
                     or not self._snap_image(sid).exists() or record.get("state") != AVAILABLE):
                 raise ShareResourceNotFound(f"local driver: no snapshot {sid}")
-            return {"status": "available", "size": record["size"]}
+            return {"status": vocab.AVAILABLE, "size": record["size"]}
 
     def get_snapshot_statuses(self, snapshots: list[tuple[dict, dict | None]]
                               ) -> dict[str, base.StatusAnswer]:

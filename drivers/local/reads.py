@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sharemgr.common import vocab
 from sharemgr.drivers import base
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.drivers.local import images, serving, validation
@@ -29,14 +30,14 @@ def share_status(drv: LocalDriver, oid: str, rules: list | None = None) -> base.
     if not image.exists():
         if record.get("state") != AVAILABLE:
             raise ShareResourceNotFound(f"local driver: no share {oid} (never made)")
-        return {"status": "error", "size": record["size"], "export_locations": [],
+        return {"status": vocab.ERROR, "size": record["size"], "export_locations": [],
                 "detail": "image missing"}
     mounted = images.is_mounted(drv._mount(oid))
     if record.get("state") == AVAILABLE and mounted:
         seen = drv.exports.serving(record, rules)
     else:
         seen = serving.Serving(False, _why(record, mounted))
-    return {"status": "available" if seen.exported else "error",
+    return {"status": vocab.AVAILABLE if seen.exported else vocab.ERROR,
             "size": drv._units(images.size_of(image)),
             "export_locations": drv.exports.locations(record) if seen.exported else [],
             # Asked of the running servers: drift re-applies what differs.
@@ -67,10 +68,10 @@ def ensured(drv: LocalDriver, shares: list[dict]) -> dict[str, base.ShareUpdate]
             oid = validation.object_id(share.get("id"), "share id")
             status = share_status(drv, oid)
         except ShareBackendException:
-            updates[str(share.get("id"))] = {"status": "error", "export_locations": []}
+            updates[str(share.get("id"))] = {"status": vocab.ERROR, "export_locations": []}
             continue
         found: base.ShareUpdate = {
-            "status": "available" if status["status"] == "available" else "error",
+            "status": vocab.AVAILABLE if status["status"] == vocab.AVAILABLE else vocab.ERROR,
             "export_locations": status["export_locations"]}
         recorded = sorted(str(loc.get("path")) if isinstance(loc, dict) else str(loc)
                           for loc in share.get("export_locations") or [])

@@ -91,14 +91,14 @@ def test_starting_is_unhealthy(serve):
 def test_not_a_member_and_a_failing_backend(serve, sqlite_db):
     svc = _service(sqlite_db, _Coordinator({"someone.else"}), runner=object(),
                    drivers={"dummy": object()})
-    svc.backend_states = {"dummy": "set up", "flaky": "setup failed: no route to array"}
+    svc.backend_states = {"dummy": "up", "flaky": "failed (no route to array)"}
     code, body, _ = _get(serve(svc).url + "/healthcheck")
     assert code == 503
     checks = json.loads(body)["checks"]
     assert checks["coordination"]["ok"] is False
     assert checks["backend:dummy"]["ok"] is True
     assert checks["backend:flaky"] == {"ok": False,
-                                       "detail": "setup failed: no route to array"}
+                                       "detail": "failed (no route to array)"}
 
 
 def test_one_failed_backend_of_two_is_live_and_degraded(serve, sqlite_db, tmp_path):
@@ -109,7 +109,7 @@ def test_one_failed_backend_of_two_is_live_and_degraded(serve, sqlite_db, tmp_pa
     drain = tmp_path / "drain"
     svc = _service(sqlite_db, _Coordinator({"hostA.e1"}), runner=object(),
                    drivers={"dummy": object()})
-    svc.backend_states = {"dummy": "set up", "flaky": "setup failed: no route to array"}
+    svc.backend_states = {"dummy": "up", "flaky": "failed (no route to array)"}
     server = serve(svc, disable_by_file=str(drain))
     code, body, _ = _get(server.url + "/healthcheck")
     answer = json.loads(body)
@@ -129,7 +129,7 @@ def test_one_failed_backend_of_two_is_live_and_degraded(serve, sqlite_db, tmp_pa
     assert _get(server.url + "/healthcheck")[0] == 200
     drain.unlink()
 
-    svc.backend_states = {"dummy": "setup failed: gone", "flaky": "setup failed: no route"}
+    svc.backend_states = {"dummy": "failed (gone)", "flaky": "initializing"}
     code, body, _ = _get(server.url + "/healthcheck")
     assert (code, json.loads(body)["status"]) == (503, "FAILED")
     code, body, _ = _get(server.url + "/readiness")
