@@ -7,6 +7,8 @@ statuses) and the stack vocabulary (Heat's actions and statuses). This module
 imports nothing from sharemgr: every layer may use it.
 """
 
+from typing import Final
+
 # Generic statuses.
 NEW = "new"
 CREATING = "creating"
@@ -61,7 +63,7 @@ ACCESS_APPLYING = "applying"
 ACCESS_ACTIVE = "active"
 ACCESS_QUEUED_TO_DENY = "queued_to_deny"
 ACCESS_DENYING = "denying"
-ACCESS_ERROR = "error"
+ACCESS_ERROR: Final = "error"  # Final: the literal a refused rule's answer names
 ACCESS_DELETED = "deleted"  # denied and gone from the backend (row kept, deleted_at set)
 ACCESS_RULE_STATES = (ACCESS_QUEUED_TO_APPLY, ACCESS_APPLYING, ACCESS_ACTIVE,
                       ACCESS_QUEUED_TO_DENY, ACCESS_DENYING, ACCESS_ERROR, ACCESS_DELETED)
