@@ -32,7 +32,7 @@ class SharectlApp(App):
 
     def build_option_parser(
         self, description: str | None, version: str | None,
-        argparse_kwargs: dict | None = None
+        argparse_kwargs: dict[str, object] | None = None
     ) -> argparse.ArgumentParser:
         parser = super().build_option_parser(description, version, argparse_kwargs)
         parser.add_argument(

@@ -8,6 +8,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from sharemgr.common.jsontypes import JSONValue
+
 
 class Result(enum.StrEnum):
     DONE = "done"  # the node's work is done: report ``data`` to its successors
@@ -22,11 +24,11 @@ class Result(enum.StrEnum):
 @dataclass(frozen=True)
 class Outcome:
     result: Result
-    data: dict | None = None  # what a DONE update node passes on
+    data: dict[str, JSONValue] | None = None  # what a DONE update node passes on
     reason: str | None = None  # why it FAILED or BAILED
 
     @classmethod
-    def done(cls, data: dict | None = None) -> Outcome:
+    def done(cls, data: dict[str, JSONValue] | None = None) -> Outcome:
         return cls(Result.DONE, data)
 
     @classmethod

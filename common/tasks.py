@@ -11,6 +11,7 @@ timestamp). Every future and thread of the daemon goes through here instead.
 from __future__ import annotations
 
 import threading
+import types
 from collections.abc import Callable
 from concurrent import futures
 from typing import TypeVar
@@ -20,10 +21,11 @@ from oslo_log import log as logging
 LOG = logging.getLogger(__name__)
 
 ErrorHook = Callable[[BaseException], None]
+ExcInfo = tuple[type[BaseException], BaseException, types.TracebackType | None]
 T = TypeVar("T")
 
 
-def log_failure(fut: futures.Future, what: str, on_error: ErrorHook | None = None) -> None:
+def log_failure(fut: futures.Future[T], what: str, on_error: ErrorHook | None = None) -> None:
     """Done-callback: log the future's exception with its traceback, then
     give it to ``on_error`` (e.g. to record a failed pass). A cancelled or
     successful future is left alone."""
@@ -77,14 +79,16 @@ def start_thread(target: Callable[..., object], *args: object, name: str,
 
 
 def log_periodic_failure(cb: Callable[..., object], kind: str, spacing: float,
-                         exc_info: tuple, traceback: str | None = None) -> None:
+                         exc_info: ExcInfo | tuple[None, None, None],
+                         traceback: str | None = None) -> None:
     """``on_failure`` for ``futurist.periodics.PeriodicWorker``: a periodic
     task's exception with its traceback, through oslo.log like every other
     (futurist's default logs through its own logger)."""
     name = getattr(cb, "__qualname__", None) or repr(cb)
-    if exc_info and all(exc_info):
+    etype, exc, tb = exc_info
+    if etype is not None and exc is not None and tb is not None:
         LOG.error("periodic task %s (every %.1fs) failed: %s: %s", name, spacing,
-                  exc_info[0].__name__, exc_info[1], exc_info=exc_info)
+                  etype.__name__, exc, exc_info=(etype, exc, tb))
     else:
         LOG.error("periodic task %s (every %.1fs) failed:\n%s", name, spacing, traceback)
 

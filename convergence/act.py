@@ -38,6 +38,7 @@ from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
 from sharemgr.manager import share_ops
+from sharemgr.manager.leases import Terms
 from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Operations, Stale
 
 LOG = logging.getLogger(__name__)
@@ -244,7 +245,8 @@ class Actor:
 
     def planned(self, ctx: Ctx, template: Template, stack: models.Stack,
                 row: models.StackResource, effective: models.StackResource,
-                d: decide_mod.Decision) -> tuple[stack_work.Begin, phys.Plan, decide_mod.RowEnd]:
+                d: decide_mod.Decision
+                ) -> tuple[stack_work.Begin[Terms], phys.Plan, decide_mod.RowEnd]:
         """An update node's create, replacement or in-place update of
         ``effective`` (the row, or the replacement it resumes), as decided:
         what ``begin`` writes, the plan and the row's values at its end. The
@@ -262,7 +264,8 @@ class Actor:
             start["physical_id"] = plan.physical_id
         return self.work(ctx, _ACTION[d.kind], start, plan), plan, final
 
-    def work(self, ctx: Ctx, action: str, values: dict, plan: phys.Plan) -> stack_work.Begin:
+    def work(self, ctx: Ctx, action: str, values: dict[str, object], plan: phys.Plan
+             ) -> stack_work.Begin[Terms]:
         """What ``begin`` writes for ``plan``: its new rows and changes, and
         its operation's request, running for this engine with the default
         lease (which the call keeps unless its method has one of its own)."""
@@ -272,7 +275,7 @@ class Actor:
                                 self.operations.default_lease() if op else None,
                                 plan.claims, plan.conditions)
 
-    def carry_out(self, ctx: Ctx, name: str, begun: stack_work.Begun, action: str,
+    def carry_out(self, ctx: Ctx, name: str, begun: stack_work.Begun[Terms], action: str,
                   plan: phys.Plan, final: Mapping[str, object],
                   known: tuple[int, str, str | None] | None = None,
                   defer: bool = False) -> tuple[Outcome, End | None]:

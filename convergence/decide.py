@@ -41,7 +41,7 @@ class Work(enum.StrEnum):
 @dataclass(frozen=True)
 class Decision:
     kind: Work
-    props: dict
+    props: dict[str, object]
     observed: phys.Observed
     in_place: Mapping[str, Any]
     host: str | None  # where the work runs ('host@backend', '*@backend', None: anywhere)

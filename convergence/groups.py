@@ -121,8 +121,8 @@ def member_of(name: str, groups: Mapping[str, GroupDefinition]) -> tuple[str, in
     return None
 
 
-def _group(name: str, raw: dict, names: Mapping[str, object], known_types: Mapping[str, object],
-           name_re: re.Pattern[str]) -> GroupDefinition:
+def _group(name: str, raw: dict[str, object], names: Mapping[str, object],
+           known_types: Mapping[str, object], name_re: re.Pattern[str]) -> GroupDefinition:
     where = f"group {name!r}"
     if (bad := first_unknown(raw, GROUP_KEYS)) is not None:
         hint = " (put it in resource_def)" if bad == "deletion_policy" else ""
@@ -264,8 +264,9 @@ class _Rewriter:
         self._check_member(where, name)
         return {"get_resource": name}
 
-    def _get_attr(self, where: str, arg: list, single: bool) -> object:
+    def _get_attr(self, where: str, arg: list[object], single: bool) -> object:
         name = arg[0]
+        assert isinstance(name, str)  # rewrite() passes only such
         if name not in self.groups:
             self._check_member(where, name)
             return {"get_attr": list(arg)}
@@ -302,7 +303,7 @@ class _Rewriter:
                 raise GroupError(f"{where}: get_attr [{name}, {attr}, ...] takes one "
                                  f"{'index' if attr == REFS else 'key'}, got {path!r}")
             try:
-                if attr == REFS and not 0 <= step < g.count:
+                if attr == REFS and isinstance(step, int) and not 0 <= step < g.count:
                     raise IndexError(step)
                 return whole[key]  # type: ignore[index]
             except (KeyError, IndexError):

@@ -31,6 +31,7 @@ from typing import TypeVar
 
 from oslo_log import log as logging
 from sharemgr.common import metrics, vocab
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.convergence import prepare
 from sharemgr.convergence.graph import Graph, Node
 from sharemgr.convergence.template import Template
@@ -41,6 +42,9 @@ from sqlalchemy.orm import Session
 T = TypeVar("T")
 
 LOG = logging.getLogger(__name__)
+
+# A traversal's points as read: (entity id, is_update) -> the reports it holds.
+Points = Mapping[tuple[str, bool], Mapping[str, JSONValue]]
 
 ROLLING_BACK = "rolling back: "  # status_reason prefix of a rollback after a failure
 
@@ -228,8 +232,7 @@ def fail_if_timed_out(db: Database, stack: models.Stack, now: datetime.datetime 
 # Retriggering ------------------------------------------------------------------------
 
 
-def reported(graph: Graph, points: Mapping[tuple[str, bool], Mapping], stack_id: str,
-             node: Node) -> bool:
+def reported(graph: Graph, points: Points, stack_id: str, node: Node) -> bool:
     """Whether ``node`` has reported to every successor (and, from a root,
     to the stack's point). A missing point counts as not reported."""
     targets = [(str(s.resource_id), s.is_update) for s in graph.required_by(node)]
@@ -238,13 +241,13 @@ def reported(graph: Graph, points: Mapping[tuple[str, bool], Mapping], stack_id:
     return all(node.key in (points.get(t) or {}) for t in targets)
 
 
-def ready(graph: Graph, points: Mapping[tuple[str, bool], Mapping], node: Node) -> bool:
+def ready(graph: Graph, points: Points, node: Node) -> bool:
     point = points.get((str(node.resource_id), node.is_update))
     return point is not None and sync_points.is_ready(point, graph.requires_keys(node))
 
 
 def _points_tx(session: Session, stack_id: str, traversal_id: str, nodes: Iterable[Node],
-               graph: Graph) -> dict[tuple[str, bool], dict]:
+               graph: Graph) -> dict[tuple[str, bool], dict[str, JSONValue]]:
     """The points a readiness-and-reported test of ``nodes`` reads."""
     keys: set[tuple[str, bool]] = set()
     for node in nodes:
@@ -297,11 +300,11 @@ def retrigger(db: Database, stack_id: str, resource_id: int,
 @dataclass(frozen=True)
 class Stalled:
     node: Node
-    input_data: dict
+    input_data: dict[str, JSONValue]
 
 
-def stalled_nodes(graph: Graph, points: Mapping[tuple[str, bool], Mapping], stack_id: str,
-                  live: Collection[Node]) -> list[Stalled]:
+def stalled_nodes(graph: Graph, points: Points, stack_id: str, live: Collection[Node]
+                  ) -> list[Stalled]:
     """Nodes that are ready, have not reported, and have no live check
     request. ``live`` must be read before ``points``: a check that ended
     before the requests were read has reported in the points read after."""

@@ -38,7 +38,7 @@ def ended(won: bool, name: str, outcome: Outcome) -> Outcome:
 
 
 # A check's end left to the report's transaction: (row, action, values, op request).
-End = tuple[int, str, dict, "int | None"]
+End = tuple[int, str, dict[str, object], "int | None"]
 Head = tuple["models.Stack | None", "models.StackResource | None"]
 
 
@@ -65,5 +65,5 @@ class Claimed:
     """A successor's check this engine claimed as it made the node ready."""
 
     req_id: int
-    args: dict
+    args: models.RequestArgs
     head: Head

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.convergence import settle
 from sharemgr.convergence.graph import (
     ExistingResource,
@@ -112,8 +113,9 @@ Guard = Callable[[Prepared], None]
 
 
 def check_request_args(
-    stack_id: str, traversal_id: str, node: tuple[int, bool], input_data: Mapping | None
-) -> dict[str, object]:
+    stack_id: str, traversal_id: str, node: tuple[int, bool],
+    input_data: Mapping[str, JSONValue] | None,
+) -> dict[str, JSONValue]:
     """The ``args`` of a ``check_resource`` request for a graph node."""
     return {
         "stack_id": stack_id,
@@ -129,7 +131,7 @@ def enqueue_check_tx(
     stack_id: str,
     traversal_id: str,
     node: tuple[int, bool],
-    input_data: Mapping | None = None,
+    input_data: Mapping[str, JSONValue] | None = None,
 ) -> models.Request:
     """Add the ``check_resource`` request of a node in the caller's
     transaction — from a preparation for the leaves, and from the report
@@ -428,7 +430,8 @@ def graph_dot(db: Database, stack: models.Stack) -> str:
     return load_traversal_graph(stack).to_dot(names, title=stack.name)
 
 
-def node_ready(graph: Graph, node: tuple[int, bool], input_data: Mapping | None) -> bool:
+def node_ready(graph: Graph, node: tuple[int, bool], input_data: Mapping[str, JSONValue] | None
+               ) -> bool:
     """Whether every predecessor of ``node`` has reported (doc/specs.rst, spec 001: the check
     before retriggering a node in a newer traversal)."""
     return sync_points.is_ready(input_data or {}, graph.requires_keys(node))

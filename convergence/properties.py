@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.convergence.intrinsics import GetAttr, GetResource, call_of, parse_call
 from sharemgr.convergence.resource_types import (
     IN_PLACE,
@@ -32,23 +33,27 @@ class ResourceData:
     physical_id: str | None = None
     attributes: Mapping[str, object] = field(default_factory=dict)
 
-    def passed_on(self, template: Template | None) -> dict[str, object]:
+    def passed_on(self, template: Template | None) -> dict[str, JSONValue]:
         """:meth:`to_dict` with only the attributes ``template`` reads of
         this resource (:attr:`Template.referenced_attributes`); all of them
         without a template."""
         if template is None:
             return self.to_dict()
         wanted = template.referenced_attributes.get(self.name, frozenset())
-        return {**self.to_dict(),
-                "attributes": {k: v for k, v in self.attributes.items() if k in wanted}}
+        return {**self.to_dict(), "attributes": {k: v for k, v in self._json().items()
+                                                 if k in wanted}}
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, JSONValue]:
         return {
             "name": self.name,
             "resource_id": self.resource_id,
             "physical_id": self.physical_id,
-            "attributes": dict(self.attributes),
+            "attributes": self._json(),
         }
+
+    def _json(self) -> dict[str, JSONValue]:
+        # What a row's columns hold (kinds.observe): JSON already.
+        return cast("dict[str, JSONValue]", dict(self.attributes))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ResourceData:

@@ -26,11 +26,12 @@ from typing import NoReturn
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.convergence import lifecycle, prepare
 from sharemgr.convergence.graph import Graph, Node, node_key
 from sharemgr.convergence.node_check import Claimed, Ctx, End, Outcome, Result, Skip, ended
 from sharemgr.convergence.row_locks import RowLocks
-from sharemgr.db import resource_locks, stack_work, sync_points
+from sharemgr.db import models, resource_locks, stack_work, sync_points
 from sharemgr.db.engine import Database
 from sharemgr.db.retry import is_conflict
 from sqlalchemy.orm import Session
@@ -45,7 +46,8 @@ REPORT_IN_ONE = 8
 # bounded so that a long chain's clean-up does not become one long transaction.
 INLINE_LIMIT = 64
 
-Work = list[tuple[Node, dict | None, list[Node]]]  # (sender, data, successors) left to report
+# (sender, data, successors) left to report
+Work = list[tuple[Node, dict[str, JSONValue] | None, list[Node]]]
 
 
 @dataclass
@@ -61,7 +63,8 @@ class _Tx:
     inlined: int = 0  # how many joined the queue
     later: Work = field(default_factory=list)
     roots: list[Node] = field(default_factory=list)  # reported to the stack's point at the end
-    pending: list[tuple[int, dict, Node]] = field(default_factory=list)  # claimed: req, args, node
+    # claimed: request, args, node
+    pending: list[tuple[int, models.RequestArgs, Node]] = field(default_factory=list)
     batch: list[Node] = field(default_factory=list)  # the successors being reported to
     free: dict[int, bool] = field(default_factory=dict)  # rows read free and current, or not
 
@@ -254,7 +257,7 @@ class Reporter:
     # In one transaction --------------------------------------------------------------
 
     def _reports_tx(self, session: Session, ctx: Ctx, tx: _Tx, sender: Node,
-                    data: dict | None, succs: list[Node]) -> bool:
+                    data: dict[str, JSONValue] | None, succs: list[Node]) -> bool:
         """``sender``'s report to ``succs`` (its successors, sorted: every
         multi-point report locks them in that order) in the caller's
         transaction, or, with none, from a root to the stack's point (left
@@ -275,7 +278,7 @@ class Reporter:
         return True
 
     def _ready_tx(self, ctx: Ctx, tx: _Tx, succ: Node, session: Session,
-                  input_data: dict) -> None:
+                  input_data: dict[str, JSONValue]) -> None:
         """``succ`` was made ready in ``tx``: a clean-up with nothing to do
         joins its queue, to be reported for in it; else its check request is
         written, claimed by this engine to run next in this thread (the
@@ -360,7 +363,7 @@ class Reporter:
 
     # After the transaction -----------------------------------------------------------
 
-    def _propagate(self, ctx: Ctx, data: dict | None) -> bool:
+    def _propagate(self, ctx: Ctx, data: dict[str, JSONValue] | None) -> bool:
         """Report to every successor's SyncPoint and, from a root, to the
         stack's (after the node's locks are released). False if a point is
         missing (a newer traversal exists)."""
@@ -392,7 +395,7 @@ class Reporter:
         def complete(session: Session) -> None:
             lifecycle.complete_tx(session, ctx.stack_id, traversal)
 
-        def batch_tx(tx: _Tx, sender: Node, data: dict | None, batch: list[Node],
+        def batch_tx(tx: _Tx, sender: Node, data: dict[str, JSONValue] | None, batch: list[Node],
                      session: Session) -> bool:
             if not (self._reports_tx(session, ctx, tx, sender, data, batch)
                     and self._cascade_tx(session, ctx, tx)):
@@ -425,7 +428,8 @@ class Reporter:
             self._mark(ctx, marked, add=False)
 
 
-    def _report_alone(self, ctx: Ctx, sender: Node, data: dict | None, succ: Node) -> bool:
+    def _report_alone(self, ctx: Ctx, sender: Node, data: dict[str, JSONValue] | None,
+                      succ: Node) -> bool:
         """``sender``'s report to ``succ`` in a transaction of its own,
         retried on a lost CAS; a ``succ`` it makes ready is enqueued in it.
         False if the point is missing."""
@@ -450,8 +454,8 @@ def _inline(ctx: Ctx, end: End | None, succ: Node) -> bool:
             and end[0] == ctx.node.resource_id and ctx.node.resource_id in ctx.held)
 
 
-def _sent(graph: Graph, sender: Node, succ: Node, data: dict | None
-          ) -> tuple[dict | None, dict | None]:
+def _sent(graph: Graph, sender: Node, succ: Node, data: dict[str, JSONValue] | None
+          ) -> tuple[dict[str, JSONValue] | None, dict[str, JSONValue] | None]:
     """What ``sender`` writes into ``succ``'s point, and what that point
     holds before, when the graph's order tells (``sync_tx``'s ``known``: a
     write without a read). A clean-up node reads nothing of its input: its

@@ -26,6 +26,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from sharemgr.common import vocab
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.convergence.graph import Graph, Node
 from sharemgr.convergence.properties import (
     ResourceData,
@@ -52,7 +53,7 @@ class Settled:
     on (None: a clean-up node's report), and the rows whose ``template_id``
     is to be recorded."""
 
-    data: Mapping[Node, Mapping[str, object] | None] = field(default_factory=dict)
+    data: Mapping[Node, dict[str, JSONValue] | None] = field(default_factory=dict)
     rows: tuple[int, ...] = ()
 
     def __contains__(self, node: object) -> bool:
@@ -61,14 +62,14 @@ class Settled:
     def __len__(self) -> int:
         return len(self.data)
 
-    def reports(self, graph: Graph) -> dict[tuple[str, bool], dict[str, object]]:
+    def reports(self, graph: Graph) -> dict[tuple[str, bool], dict[str, JSONValue]]:
         """The reports the points of the nodes left to traverse start with
         (``sync_points.create_tx``'s ``reported``): a settled node's to each
         of its successors that is not settled too — its data to an update
         node, None to a clean-up node, which reads nothing. Settled nodes
         and settled roots' points at the stack have no point (the stack's
         point counts those roots)."""
-        out: dict[tuple[str, bool], dict[str, object]] = {}
+        out: dict[tuple[str, bool], dict[str, JSONValue]] = {}
         for node, data in self.data.items():
             for succ in graph.required_by(node):
                 if succ not in self.data:
@@ -103,7 +104,7 @@ def settle_tx(
         session, (row.physical_id or "" for _n, row in candidates.values()
                   if row.type == vocab.SHARE))
     row_of_name = {name: row.id for name, row in chosen.items()}
-    data: dict[Node, Mapping[str, object] | None] = {}
+    data: dict[Node, dict[str, JSONValue] | None] = {}
     rows: list[int] = []
     for node in graph.topological_order():
         preds = graph.requires(node)
@@ -137,7 +138,7 @@ def _plain(row: models.StackResource) -> bool:
 
 def _unchanged(template: Template, name: str, row: models.StackResource,
                shares: Mapping[str, tuple[object, object | None]],
-               input_data: Mapping[str, object]) -> dict[str, object] | None:
+               input_data: Mapping[str, object]) -> dict[str, JSONValue] | None:
     """What the update node of ``row`` passes on if its check would change
     nothing on the row or its resource (``decide``'s NOOP, and the row's
     properties, attributes and dependencies as the check would write them);

@@ -7,7 +7,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.convergence import groups as grp
 from sharemgr.convergence import parameters as params
 from sharemgr.convergence.dependency_order import toposort
@@ -85,7 +87,7 @@ class Template:
         """The template a stack delete converges to."""
         return cls(resources={})
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, JSONValue]:
         """The JSON-able form stored in ``stack_templates``
         (``template.template_from_dict`` reads it)."""
         resources: dict[str, dict[str, object]] = {}
@@ -114,7 +116,8 @@ class Template:
         if self.parameter_declarations:
             out["parameters"] = dict(self.parameter_declarations)
             out["parameter_values"] = dict(self.parameter_values)
-        return out
+        # Values a template was loaded from (YAML or JSON) or validated into.
+        return cast("dict[str, JSONValue]", out)
 
     def dependencies(self) -> dict[str, frozenset[str]]:
         """name -> names it requires (must exist before it)."""

@@ -157,10 +157,11 @@ def _check_shape(name: str, raw: object, where: str | None = None) -> None:
         )
 
 
-def _validate_resource(name: str, raw: dict, all_raw: Mapping[str, Mapping[str, object]],
+def _validate_resource(name: str, raw: dict[str, object],
+                       all_raw: Mapping[str, Mapping[str, object]],
                        where: str | None = None) -> ResourceDefinition:
     where = where or f"resource {name!r}"
-    type_ = raw["type"]
+    type_ = str(raw["type"])  # a known type's name: _check_shape checked it
     schema = RESOURCE_TYPES[type_]
     props = raw.get("properties") or {}
     if not isinstance(props, dict):

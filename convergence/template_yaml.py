@@ -3,6 +3,8 @@ keys, on libyaml's parser where PyYAML has it."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import yaml
 from sharemgr.convergence.resource_types import TemplateError
 
@@ -37,8 +39,9 @@ class _FastStrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type:
     have seen it."""
 
 
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: set = set()
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False
+                       ) -> dict[Hashable, object]:
+    seen: set[str] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:

@@ -9,6 +9,7 @@ import collections
 import threading
 from collections.abc import Iterable
 
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.convergence.graph import Node
 
 Reporting = tuple[str, str, Node]  # (stack id, traversal, sender)
@@ -63,7 +64,7 @@ class Tracker:
     # Reports -------------------------------------------------------------------------
 
     def mark_reporting(self, stack_id: str, traversal: str,
-                       work: Iterable[tuple[Node, dict | None, list[Node]]],
+                       work: Iterable[tuple[Node, dict[str, JSONValue] | None, list[Node]]],
                        add: bool = True) -> None:
         """``work``'s senders have reports left to write (or, ``add=False``,
         no longer)."""

@@ -195,7 +195,7 @@ class Watchdog:
         return False
 
     def _scan(self, stack: models.Stack, live: set[Node], alive: set[str], busy_hosts: set[str],
-              counts: collections.Counter) -> None:
+              counts: collections.Counter[str]) -> None:
         traversal = stack.current_traversal or ""  # an IN_PROGRESS stack has one
         graph = self.worker.graph(stack.id, traversal)
         if graph is None:

@@ -54,6 +54,7 @@ from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
 from sharemgr.manager.coordination import Coordinator
+from sharemgr.manager.leases import Terms
 from sharemgr.manager.operations import NotNow, OperationFailed, Operations
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.runner import request_end
@@ -172,7 +173,8 @@ class Worker:
             nxt = self._chained(nxt.req_id, nxt.args, CHAIN_LIMIT - hops, nxt.head)
         return finished
 
-    def _chained(self, req_id: int, args: dict, chain: int, head: Head | None = None
+    def _chained(self, req_id: int, args: models.RequestArgs, chain: int,
+                 head: Head | None = None
                  ) -> Claimed | None:
         """A check this engine claimed as it made the node ready: run it and
         record its request's outcome as the request loop would."""
@@ -198,7 +200,7 @@ class Worker:
             self.tracker.finished(req_id)
         return nxt
 
-    def _check(self, req_id: int, args: dict, chain: int, head: Head | None = None
+    def _check(self, req_id: int, args: models.RequestArgs, chain: int, head: Head | None = None
                ) -> tuple[Claimed | None, bool]:
         """``_node``; an outage of the database or the coordination backend
         met anywhere in it is not the node's failure (a failover's closed
@@ -215,7 +217,7 @@ class Worker:
             first = (str(exc).strip().splitlines() or [""])[0]
             raise NotNow(f"an outage cut the check: {type(exc).__name__}: {first}") from exc
 
-    def _node(self, req_id: int, args: dict, chain: int, head: Head | None = None
+    def _node(self, req_id: int, args: models.RequestArgs, chain: int, head: Head | None = None
               ) -> tuple[Claimed | None, bool]:
         """One node, whose report records its request done in its own
         transaction. ``head``: the stack and row as the transaction that
@@ -341,7 +343,7 @@ class Worker:
         work = self.actor.work(ctx, vocab.STACK_DELETE, {"status_reason": None}, plan)
         return self._fast(ctx, row, work, plan, {}, (row.id, row.type, row.physical_id))
 
-    def _fast(self, ctx: Ctx, row: models.StackResource, work: stack_work.Begin,
+    def _fast(self, ctx: Ctx, row: models.StackResource, work: stack_work.Begin[Terms],
               plan: phys.Plan, final: Mapping[str, object], known: tuple[int, str, str | None]
               ) -> tuple[Claimed | None, bool] | None:
         """A fast path's begin, carry-out and end: the lock taken in the

@@ -34,7 +34,7 @@ OFFLOAD_STOP_WAIT = 10.0
 
 class Background:
     def __init__(self) -> None:
-        self._periodic: list[tuple[Callable[[], None], tuple, dict]] = []
+        self._periodic: list[tuple[Callable[[], None], tuple[object, ...], dict[str, object]]] = []
         self._stops: list[tuple[str, Callable[[], object]]] = []
         self._worker: periodics.PeriodicWorker | None = None
         self._executor: futurist.SynchronousExecutor | None = None
@@ -91,7 +91,7 @@ class Background:
         """``run`` on a thread of its own, skipped while a run is going on."""
         executor = futurist.ThreadPoolExecutor(max_workers=1)
         busy = threading.Event()
-        running: list = []
+        running: list[futures.Future[None]] = []
 
         def stop() -> None:
             # A run that ends soon (it checks the stopping event between

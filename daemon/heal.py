@@ -61,7 +61,8 @@ class StackHealer:
                 continue
             if stack.template_id not in self._intervals:
                 stored = stacks.template_get(self.db, stack.template_id) or {}
-                self._intervals[stack.template_id] = stored.get("converge_interval")
+                value = stored.get("converge_interval")  # validated: a number or absent
+                self._intervals[stack.template_id] = value if isinstance(value, int) else None
             interval = self._intervals[stack.template_id]
             if not interval or now - self._last.get(stack.id, -interval) < interval:
                 continue

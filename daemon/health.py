@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 
+Environ = dict[str, object]  # a WSGI request's environment
+
 
 class Engine(Protocol):
     """What the endpoint reads of its daemon, at each check (the
@@ -216,7 +218,8 @@ class HealthServer:
 
     # WSGI ----------------------------------------------------------------------
 
-    def _app(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+    def _app(self, environ: Environ, start_response: Callable[..., object]
+             ) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         try:
             if path == "/metrics":
@@ -233,7 +236,8 @@ class HealthServer:
             LOG.exception("health endpoint: %s failed", path)
             return _reply(start_response, "500 Internal Server Error", {"error": "internal"})
 
-    def _healthcheck(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+    def _healthcheck(self, environ: Environ, start_response: Callable[..., object]
+                     ) -> Iterable[bytes]:
         found = self.checks()
         healthy = _live(found)
         failed = [f"{c.name}: {c.detail}" for c in found if not c.ok]
@@ -257,7 +261,8 @@ class HealthServer:
         return _reply(start_response, status, body,
                       head=environ.get("REQUEST_METHOD") == "HEAD")
 
-    def _readiness(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+    def _readiness(self, environ: Environ, start_response: Callable[..., object]
+                   ) -> Iterable[bytes]:
         found = self.checks()
         serving = [c.name.split(":", 1)[1] for c in found
                    if c.name.startswith("backend:") and c.ok]
@@ -281,7 +286,7 @@ def _live(found: list[Check]) -> bool:
     return all(c.ok for c in others) and (not backends or any(c.ok for c in backends))
 
 
-def _reply(start_response: Callable, status: str, body: dict,
+def _reply(start_response: Callable[..., object], status: str, body: Mapping[str, object],
            head: bool = False) -> list[bytes]:
     data = json.dumps(body, sort_keys=True).encode() + b"\n"
     start_response(status, [("Content-Type", "application/json"),

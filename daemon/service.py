@@ -55,7 +55,7 @@ CONTEXT_FORMAT = ("%(asctime)s.%(msecs)03d %(process)d %(levelname)s %(name)s "
 
 
 
-class Handlers(dict):
+class Handlers(dict[tuple[str, str], "RequestHandler"]):
     """(resource_type, action) → handler of a claimed request."""
 
     def __init__(self) -> None:

@@ -111,7 +111,7 @@ def _test(value: object) -> str:
 # Statements that write Computed values, by shape and the expressions' ids;
 # each entry holds its expressions, so an id in a key is never reused while
 # the entry lives. Bounded: expressions built per call would fill it.
-_COMPUTED_STMTS: dict[tuple, tuple[sa.Update, tuple[sa.ColumnElement[Any], ...]]] = {}
+_COMPUTED_STMTS: dict[tuple[object, ...], tuple[sa.Update, tuple[sa.ColumnElement[Any], ...]]] = {}
 _COMPUTED_MAX = 512
 
 
@@ -325,7 +325,7 @@ def add_all(db: Database, rows: Iterable[M]) -> list[M]:
 
 
 @retry_on_conflict
-def add_with_request(db: Database, rows: Sequence[models.Base], request: dict | None
+def add_with_request(db: Database, rows: Sequence[models.Base], request: NewRequest | None
                      ) -> int | None:
     """Insert ``rows`` and, if given, a request (``request_add_tx`` keywords)
     in one transaction. Returns the request id."""

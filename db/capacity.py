@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
-from sharemgr.db import models
+from sharemgr.db import models, records
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
 
@@ -65,7 +66,7 @@ def room(limits: Limits, usage: Usage) -> float | None:
     return min(rooms) if rooms else None
 
 
-def _usage_stmt(hosts: list[str], since: datetime | None) -> sa.Select:
+def _usage_stmt(hosts: list[str], since: datetime | None) -> records.Query:
     inst, share = models.ShareInstance.__table__, models.Share.__table__
     # An extend under way counts at the size it asks for.
     size = sa.case((sa.and_(inst.c.status == vocab.EXTENDING,
@@ -84,8 +85,9 @@ def usage_tx(session: Session, hosts: Iterable[str], since: datetime | None
              ) -> dict[str, Usage]:
     """Each pool's usage (every pool of ``hosts`` present, 0 when empty)."""
     hosts = list(hosts)
-    found = {host: Usage(float(total), float(made))
-             for host, total, made in session.execute(_usage_stmt(hosts, since))}
+    rows = cast("Iterable[tuple[str, float, float]]",
+                session.execute(_usage_stmt(hosts, since)))
+    found = {host: Usage(float(total), float(made)) for host, total, made in rows}
     return {host: found.get(host, Usage()) for host in hosts}
 
 

@@ -24,7 +24,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 
-class now(FunctionElement):  # noqa: N801 (used as a SQL function)
+class now(FunctionElement[datetime.datetime]):  # noqa: N801 (used as a SQL function)
     """The database server's current UTC time."""
 
     type = DateTime
@@ -32,7 +32,7 @@ class now(FunctionElement):  # noqa: N801 (used as a SQL function)
     name = "sharemgr_now"
 
 
-class after(FunctionElement):  # noqa: N801
+class after(FunctionElement[datetime.datetime]):  # noqa: N801
     """The database server's current UTC time plus ``seconds`` (a bound or a
     column expression, fractional seconds allowed; negative for before)."""
 
@@ -96,5 +96,6 @@ def read(db: Database) -> datetime.datetime:
 
 def read_tx(session: sa.orm.Session) -> datetime.datetime:
     """The database's time now, in this transaction."""
-    now_: datetime.datetime = session.scalar(_READ)
+    now_ = session.scalar(_READ)
+    assert now_ is not None  # a SELECT of a function: one row
     return now_

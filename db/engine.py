@@ -186,7 +186,7 @@ class Database:
         except Exception as exc:
             raise DatabaseUnavailable(f"invalid database URL {safe_url(url)}: {exc}")
         self.dialect = parsed.get_backend_name()
-        kwargs: dict = {"future": True}
+        kwargs: dict[str, object] = {"future": True}
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
                 folder = os.path.dirname(os.path.abspath(parsed.database))
@@ -212,7 +212,7 @@ class Database:
             event.listen(self.engine, "connect", _sqlite_pragmas)
             event.listen(self.engine, "begin", _sqlite_begin)
             event.listen(self.engine, "before_cursor_execute", _sqlite_check_limits)
-        self._session_factory: sessionmaker | None = None
+        self._session_factory: sessionmaker[Session] | None = None
         self.stats = stats.from_environment(self.engine)
         # How a transaction that lost a conflict is run again (db/retry.py).
         self.retry = retry.Policy()
@@ -221,7 +221,7 @@ class Database:
         self.max_events_per_stack = 1000
 
     @property
-    def _sessions(self) -> sessionmaker:
+    def _sessions(self) -> sessionmaker[Session]:
         # The ORM is imported by the first session, not with the engine: a
         # reader of plain tables (``connect``) needs none of it.
         if self._session_factory is None:

@@ -19,7 +19,7 @@ from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
 
 
-def _lease_statements(deadline: bool) -> tuple[sa.Select, sa.Update, sa.Update]:
+def _lease_statements(deadline: bool) -> tuple[records.Query, sa.Update, sa.Update]:
     r = models.Request.__table__  # a plain UPDATE (see api.conditional_update_tx)
     mine = (r.c.engine_id == sa.bindparam("engine"), r.c.status == vocab.REQUEST_RUNNING)
     about = r.c.resource_id.in_(sa.bindparam("resources", expanding=True))

@@ -70,6 +70,10 @@ H = TypeVar("H", bound=Hosted)
 # A mapped class chosen at run time, as code outside db/ takes one (it reads
 # columns a model may lack: manager/intake.py, a name's length).
 ModelClass = type[Any]
+# A request's arguments: JSON whose shape its action decides, read by key and
+# converted by its readers (convergence/watchdog.py: ``int(args.get(
+# "resource_id", 0))``), which a JSON value's type refuses.
+RequestArgs = dict[str, Any]
 
 
 
@@ -106,9 +110,7 @@ class Request(Base):
     resource_type: Mapped[str]
     resource_id: Mapped[str]
     action: Mapped[str]
-    # Read by key and converted by their readers (convergence/watchdog.py:
-    # ``int(args.get("resource_id", 0))``), which a JSON value's type refuses.
-    args: Mapped[dict[str, Any]]
+    args: Mapped[RequestArgs]
     host: Mapped[str | None]
     status: Mapped[str]
     engine_id: Mapped[str | None]

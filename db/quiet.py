@@ -42,7 +42,7 @@ class Quiet:
     but: tuple[str, ...] = field(default=())
 
 
-def anchor(share_id: str) -> tuple[type[models.Share], str, dict, dict]:
+def anchor(share_id: str) -> tuple[type[models.Share], str, dict[str, object], dict[str, object]]:
     """The change every plan of a share's family ends with (a
     ``db.api`` change: no condition, only ``updated_at`` set): the last
     write of the plan's transaction, so that its checks follow it, and in

@@ -91,27 +91,30 @@ def _applied_together(session: Session, groups: list[list[db_api.Change]],
     RETURNING id``: error marks, snapshots). A row named by more than one
     group, or a value computed in SQL, is left to the one by one path, in
     order."""
-    seen: collections.Counter = collections.Counter(
+    seen: collections.Counter[tuple[type[models.HasTable], db_api.Ident]] = collections.Counter(
         (change[0], change[1]) for group in groups for change in group)
-    buckets: dict[tuple, list[int]] = {}
+    # (model, the expected and new columns, with their values unless own_values)
+    buckets: dict[tuple[type[models.HasTable], tuple[object, ...], tuple[object, ...]],
+                  list[int]] = {}
     for i, group in enumerate(groups):
         if len(group) != 1:
             continue
         model, ident, expected, values = group[0]
         if seen[(model, ident)] > 1 or not all(_plain(v) for v in expected.values()):
             continue
+        key: tuple[type[models.HasTable], tuple[object, ...], tuple[object, ...]]
         if own_values:
             if any(isinstance(v, (sa.ClauseElement, db_api.Computed)) or v is db_api.PLUS_ONE
                    for v in values.values()):
                 continue
-            key: tuple = (model, tuple(expected), tuple(values))
+            key = (model, tuple(expected), tuple(values))
         elif all(_plain(v) for v in values.values()):
             key = (model, tuple(expected.items()), tuple(values.items()))
         else:
             continue
         buckets.setdefault(key, []).append(i)
     out: dict[int, bool] = {}
-    for (model, expected, values), members in buckets.items():
+    for (model, same_expected, same_values), members in buckets.items():
         if len(members) < 2:
             continue
         for at in range(0, len(members), MANY_AT_ONCE):
@@ -121,8 +124,9 @@ def _applied_together(session: Session, groups: list[list[db_api.Change]],
                     session, model, [groups[i][0][1:] for i in part])
             else:
                 won = db_api.conditional_update_many_tx(
-                    session, model, [groups[i][0][1] for i in part], dict(expected),
-                    dict(values))
+                    session, model, [groups[i][0][1] for i in part],
+                    dict(cast("tuple[tuple[str, object], ...]", same_expected)),
+                    dict(cast("tuple[tuple[str, object], ...]", same_values)))
             out.update((i, groups[i][0][1] in won) for i in part)
     return out
 

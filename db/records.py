@@ -15,9 +15,11 @@ Record = SimpleNamespace
 # A row or a result of any columns.
 Row = sa.Row[*tuple[object, ...]]
 Result = sa.Result[*tuple[object, ...]]
+# A SELECT of any columns (a helper that runs the statements of several).
+Query = sa.Select[*tuple[object, ...]]
 
 
-def columns(table: sa.Table, without: Collection[str] = ()) -> list[sa.Column]:
+def columns(table: sa.Table, without: Collection[str] = ()) -> list[sa.Column[object]]:
     return [c for c in table.c if c.name not in without]
 
 

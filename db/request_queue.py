@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sharemgr.common import messages, vocab
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.db import messages as db_messages
 from sharemgr.db import models, notify, records
 from sharemgr.db.engine import Database
@@ -25,7 +26,7 @@ def request_add_tx(
     resource_id: str,
     action: str,
     host: str | None,
-    args: dict | None = None,
+    args: dict[str, JSONValue] | None = None,
 ) -> models.Request:
     row = models.Request(
         resource_type=resource_type,
@@ -42,7 +43,8 @@ def request_add_tx(
 
 
 def requests_add_tx(session: Session, resource_type: str, action: str,
-                    requests: Sequence[tuple[str, dict]], host: str | None = None) -> int:
+                    requests: Sequence[tuple[str, dict[str, JSONValue]]],
+                    host: str | None = None) -> int:
     """Pending requests, ``(resource_id, args)`` each, in one INSERT of many
     rows (a preparation's leaves: a thousand independent shares were a
     thousand flushes); the engines are woken once it commits."""
@@ -59,7 +61,7 @@ def requests_add_tx(session: Session, resource_type: str, action: str,
 
 @functools.lru_cache(maxsize=32)
 def _claim_statements(any_host: bool, hosts: int, skip_locked: bool, returning: bool
-                      ) -> tuple[sa.Select, sa.Update, sa.Select | None]:
+                      ) -> tuple[records.Query, sa.Update, records.Query | None]:
     """The claim's statements for a lane of ``hosts`` hosts (bound as
     ``host0``...), built once (the loop runs them at every wake-up): which
     pending rows, the UPDATE that takes them, and where the UPDATE cannot

@@ -73,7 +73,7 @@ def snapshot_instance_of(db: Database, snapshot_id: str) -> models.ShareSnapshot
         return session.scalars(stmt).first()
 
 
-def _share_to_delete_stmt() -> sa.Select:
+def _share_to_delete_stmt() -> records.Query:
     s, si = models.Share.__table__, models.ShareInstance.__table__
     snap = models.ShareSnapshot.__table__
     snapshots = (sa.select(sa.func.count()).select_from(snap)

@@ -92,7 +92,7 @@ class Abandoned:
     every resource row (their physical resources are left alone)."""
 
     stack: models.Stack
-    template: dict | None
+    template: dict[str, JSONValue] | None
     rows: list[models.StackResource] = field(default_factory=list)
 
 
@@ -170,7 +170,7 @@ def owners(db: Database, found: Sequence[tuple[str, str]]) -> dict[tuple[str, st
 
 
 @retry_on_conflict
-def adopt(db: Database, name: str, template: dict, resources: Sequence[Adopted],
+def adopt(db: Database, name: str, template: dict[str, JSONValue], resources: Sequence[Adopted],
           disable_rollback: bool = False, timeout_seconds: int | None = None) -> models.Stack:
     """A COMPLETE stack over existing physical resources, in one
     transaction: the physical rows are locked (FOR UPDATE) and checked to

@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.common.outcome import REPLAN, RETRY, SUPERSEDED, Outcome
 from sharemgr.db import api, capacity, clock, models, quiet, records, resource_locks
 from sharemgr.db import stacks as db_stacks
@@ -54,7 +55,7 @@ def check_head(db: Database, stack_id: str, resource_id: int) -> tuple[Any, Any]
         return check_head_tx(conn, stack_id, resource_id)
 
 
-def _check_head_stmt() -> sa.Select:
+def _check_head_stmt() -> records.Query:
     s, r = M.Stack.__table__, M.StackResource.__table__
     return (sa.select(*records.columns(s, ("current_deps",)), r)
             .select_from(s.outerjoin(r, sa.and_(r.c.id == sa.bindparam("rid"),
@@ -92,7 +93,7 @@ def free_and_current_tx(session: Session | sa.Connection, resource_ids: Iterable
     return set(session.execute(_FREE_AND_CURRENT, {"rids": list(resource_ids)}).scalars())
 
 
-def stack_deps(db: Database, stack_id: str, traversal_id: str) -> dict | None:
+def stack_deps(db: Database, stack_id: str, traversal_id: str) -> dict[str, JSONValue] | None:
     """``current_deps`` if ``traversal_id`` is still the stack's traversal."""
     with db.reading() as session:
         row = session.execute(
@@ -223,7 +224,7 @@ def _running_request_tx(
     resource_id: str,
     action: str,
     host: str | None,
-    args: dict | None = None,
+    args: models.RequestArgs | None = None,
     lease: Lease | None = None,
 ) -> int:
     """A request ``running`` for this engine as it is written, with its
@@ -321,7 +322,7 @@ _FINISH = (sa.update(M.Request.__table__)
                    finished_at=sa.bindparam("now")))
 
 
-def running_check_tx(session: Session, engine_id: str, resource_id: int, args: dict
+def running_check_tx(session: Session, engine_id: str, resource_id: int, args: models.RequestArgs
                      ) -> int:
     """A ``check_resource`` request claimed by this engine as it is written:
     the engine runs it at once, in the thread that made the node ready; the
@@ -407,7 +408,7 @@ def stack_heads(db: Database) -> list[M.Stack]:
         return rows
 
 
-def _live_checks_stmt() -> sa.Select:
+def _live_checks_stmt() -> records.Query:
     c = M.Request.__table__.c
     return (sa.select(c.id, c.status, c.engine_id, c.claimed_at, c.args)
             .where(c.resource_type == vocab.STACK_RESOURCE, c.action == vocab.ACTION_CHECK,

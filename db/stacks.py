@@ -22,6 +22,7 @@ from collections.abc import Iterable
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.db import api, models, records, stack_events
 from sharemgr.db.engine import Database
 from sharemgr.db.retry import retry_on_conflict
@@ -229,7 +230,8 @@ def stack_mark_checked(db: Database, stack_id: str, traversal_id: str | None, st
 # Templates ---------------------------------------------------------------------
 
 
-def template_create_tx(session: Session, template: dict, stack_id: str | None = None) -> int:
+def template_create_tx(session: Session, template: dict[str, JSONValue],
+                       stack_id: str | None = None) -> int:
     row = models.StackTemplate(template=template)
     session.add(row)
     session.flush()
@@ -240,13 +242,13 @@ def template_create_tx(session: Session, template: dict, stack_id: str | None = 
     return row.id
 
 
-def template_get_tx(session: Session, template_id: int) -> dict | None:
+def template_get_tx(session: Session, template_id: int) -> dict[str, JSONValue] | None:
     return session.execute(
         sa.select(models.StackTemplate.template).where(models.StackTemplate.id == template_id)
     ).scalar_one_or_none()
 
 
-def template_get(db: Database, template_id: int) -> dict | None:
+def template_get(db: Database, template_id: int) -> dict[str, JSONValue] | None:
     with db.reading() as session:
         return template_get_tx(session, template_id)
 

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.db import tables as t
 from sharemgr.db.engine import Database
-from sharemgr.db.records import Record, pair
+from sharemgr.db.records import Query, Record, pair
 from sqlalchemy.orm import Session
 
 
@@ -39,14 +39,14 @@ def _live_instance_of_snapshot() -> sa.ColumnElement[bool]:
     return sa.and_(ssi.c.snapshot_id == t.share_snapshots.c.id, ssi.c.deleted_at.is_(None))
 
 
-def _one(db: Database, stmt: sa.Select, params: dict, parent: sa.Table, child: sa.Table
+def _one(db: Database, stmt: Query, params: dict[str, object], parent: sa.Table, child: sa.Table
          ) -> tuple[Record, Record | None] | None:
     with db.connect() as conn:
         row = conn.execute(stmt, params).first()
     return None if row is None else pair(row, parent, child)
 
 
-def _all(db: Database, stmt: sa.Select, parent: sa.Table, child: sa.Table
+def _all(db: Database, stmt: Query, parent: sa.Table, child: sa.Table
          ) -> list[tuple[Record, Record | None]]:
     """Rows ordered by parent then child: the first child of each parent,
     in the parents' order."""
@@ -60,13 +60,13 @@ def _all(db: Database, stmt: sa.Select, parent: sa.Table, child: sa.Table
     return list(seen.values())
 
 
-def _shares() -> sa.Select:
+def _shares() -> Query:
     s, si = t.shares, t.share_instances
     return (sa.select(s, si).select_from(s.outerjoin(si, _live_primary_of_share()))
             .where(s.c.deleted_at.is_(None)))
 
 
-def _snapshots() -> sa.Select:
+def _snapshots() -> Query:
     sn, ssi = t.share_snapshots, t.share_snapshot_instances
     return (sa.select(sn, ssi).select_from(sn.outerjoin(ssi, _live_instance_of_snapshot()))
             .where(sn.c.deleted_at.is_(None)))

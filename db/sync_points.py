@@ -43,6 +43,7 @@ import time
 import types
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 import sqlalchemy as sa
 import tenacity
@@ -77,7 +78,7 @@ class SyncPoint:
     is_update: bool
     stack_id: str
     atomic_key: int
-    input_data: dict = field(default_factory=dict)
+    input_data: dict[str, JSONValue] = field(default_factory=dict)
 
     def is_ready(self, required: Collection[str]) -> bool:
         return is_ready(self.input_data, required)
@@ -88,7 +89,7 @@ class SyncResult:
     found: bool  # False: no such point — the traversal was superseded
     ready: bool = False  # every required sender has now reported
     fired: bool = False  # this write made it ready: the caller enqueues the successor
-    input_data: dict = field(default_factory=dict)
+    input_data: dict[str, JSONValue] = field(default_factory=dict)
     attempts: int = 0
 
 
@@ -97,7 +98,7 @@ def is_ready(input_data: Mapping[str, JSONValue], required: Collection[str]) -> 
     return all(k in input_data for k in required)
 
 
-def _by_key() -> list:
+def _by_key() -> list[sa.ColumnElement[bool]]:
     c = SP.__table__.c
     return [c.entity_id == sa.bindparam("e"), c.traversal_id == sa.bindparam("t"),
             c.is_update == sa.bindparam("u")]
@@ -130,7 +131,7 @@ _COUNT = (sa.update(SP.__table__).where(*_by_key())
 _KEY_OF = sa.select(SP.__table__.c.atomic_key).where(*_by_key())
 
 
-def _key(entity_id: EntityId, traversal_id: str, is_update: bool) -> dict:
+def _key(entity_id: EntityId, traversal_id: str, is_update: bool) -> dict[str, object]:
     return {"e": str(entity_id), "t": traversal_id, "u": bool(is_update)}
 
 
@@ -171,7 +172,7 @@ def create_tx(
     now = models.utcnow()
     reported = reported or {}
 
-    def row(entity: EntityId, is_update: bool) -> dict:
+    def row(entity: EntityId, is_update: bool) -> dict[str, object]:
         data = dict(reported.get((str(entity), bool(is_update)), {}))
         return {
             "entity_id": str(entity),
@@ -215,7 +216,7 @@ def list_for_traversal(db: Database, stack_id: str, traversal_id: str) -> list[S
         return [_snapshot(r) for r in rows]
 
 
-def _reports_stmt() -> sa.Select:
+def _reports_stmt() -> records.Query:
     c = SP.__table__.c
     return sa.select(c.entity_id, c.is_update, c.input_data).where(
         c.stack_id == sa.bindparam("s"), c.traversal_id == sa.bindparam("t"))
@@ -228,12 +229,12 @@ _REPORTS = _reports_stmt()
 
 
 def reports_for_traversal(db: Database, stack_id: str, traversal_id: str
-                          ) -> dict[tuple[str, bool], dict[str, object]]:
+                          ) -> dict[tuple[str, bool], dict[str, JSONValue]]:
     """Each point of a traversal, (entity id, is_update) -> its input data
     (the reports it has had), in a read that takes no write lock: on
     SQLite a run of the watchdog held every writer up for its length."""
     with db.connect() as conn:
-        return {(row[0], bool(row[1])): row[2] or {}
+        return {(str(row[0]), bool(row[1])): cast("dict[str, JSONValue]", row[2] or {})
                 for row in conn.execute(_REPORTS, {"s": stack_id, "t": traversal_id})}
 
 
@@ -255,7 +256,7 @@ def cas_tx(
     traversal_id: str,
     is_update: bool,
     expected_key: int,
-    input_data: dict,
+    input_data: dict[str, JSONValue],
 ) -> bool:
     """One compare-and-swap: store ``input_data`` if the point's key is still
     ``expected_key`` (and bump it). False if another writer got there first

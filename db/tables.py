@@ -37,14 +37,14 @@ def new_id() -> str:
 metadata = sa.MetaData()
 
 
-def _timestamps() -> list[sa.Column]:
+def _timestamps() -> list[sa.Column[datetime.datetime]]:
     """The created/updated/deleted times of a soft-deleted resource's row
     (new Column objects each call: a column belongs to one table)."""
     return [sa.Column("created_at", DateTime, default=utcnow, nullable=False),
             sa.Column("updated_at", DateTime, default=None, onupdate=utcnow),
             sa.Column("deleted_at", DateTime, default=None)]
 
-def _fence() -> sa.Column:
+def _fence() -> sa.Column[int]:
     """The fencing token of a resource an operation acts on (migration 0011,
     doc/reconciliation.rst "Fencing"): bumped by every take (an operation's
     re-read under its lock, a reconciliation) and every status change, and

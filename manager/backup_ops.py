@@ -25,7 +25,8 @@ def _backup(ops: Operations, ident: str) -> models.ShareBackup:
     return row
 
 
-def _backup_share(ops: Operations, backup: models.ShareBackup) -> tuple[dict, models.ShareInstance]:
+def _backup_share(ops: Operations, backup: models.ShareBackup
+                  ) -> tuple[dict[str, object], models.ShareInstance]:
     inst = resources.primary_instance(ops.db, backup.share_id)
     if inst is None:
         raise OperationFailed(f"share {backup.share_id} of backup {backup.id} is gone")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models
+from sharemgr.drivers import shapes
 from sharemgr.manager import migration_host
 from sharemgr.manager.migration_plans import destination_of
 from sharemgr.manager.operations import NotNow, Stale, deleted, log_failure
@@ -39,7 +40,8 @@ class Pair:
         self.source_d, self.server = ops.share_parts(source)
         self.dest_d, self.dest_server = ops.share_parts(dest)
 
-    def args(self) -> tuple[dict, dict, list, dict, dict | None, dict | None]:
+    def args(self) -> tuple[dict[str, object], dict[str, object], list[shapes.Snapshot],
+                            dict[str, str], dict[str, object] | None, dict[str, object] | None]:
         # No snapshots move yet (intake refuses a share that has any).
         return self.source_d, self.dest_d, [], {}, self.server, self.dest_server
 

@@ -20,6 +20,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
+from sharemgr.drivers import shapes
 from sharemgr.drivers.exceptions import (
     FencedCall,
     ShareBackendException,
@@ -367,17 +368,19 @@ class Operations:
 
     # Row loading -------------------------------------------------------------
 
-    def share_parts(self, inst: models.ShareInstance) -> tuple[dict, dict | None]:
+    def share_parts(self, inst: models.ShareInstance
+                    ) -> tuple[dict[str, object], dict[str, object] | None]:
         share = db_api.get(self.db, models.Share, inst.share_id, include_deleted=True)
         return views.share(inst, share), self.server_dict(inst.share_server_id)
 
-    def server_dict(self, server_id: str | None) -> dict | None:
+    def server_dict(self, server_id: str | None) -> dict[str, object] | None:
         if not server_id:
             return None
         row = db_api.get(self.db, models.ShareServer, server_id, include_deleted=True)
         return views.server(row) if row else None
 
-    def snapshot_parts(self, snap_inst: models.ShareSnapshotInstance) -> tuple[dict, dict | None]:
+    def snapshot_parts(self, snap_inst: models.ShareSnapshotInstance
+                       ) -> tuple[shapes.Snapshot, dict[str, object] | None]:
         snap = db_api.get(self.db, models.ShareSnapshot, snap_inst.snapshot_id,
                           include_deleted=True)
         inst = db_api.get(self.db, models.ShareInstance, snap_inst.share_instance_id,

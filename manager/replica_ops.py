@@ -86,7 +86,8 @@ def plan_resync(db: Database, replica_id: str) -> Plan:
 
 
 def _arguments(ops: Operations, rep: models.ShareInstance
-               ) -> tuple[list[dict], dict, list[dict], dict | None]:
+               ) -> tuple[list[dict[str, object]], dict[str, object], list[dict[str, object]],
+                          dict[str, object] | None]:
     replicas = [ops.share_parts(i)[0] for i in _siblings(ops.db, rep.share_id)]
     rep_d, server = ops.share_parts(rep)
     rules = [access.view(r) for r in db_access.rules_of(ops.db, rep.share_id)

@@ -73,7 +73,7 @@ class _Lane:
         self.any_host = any_host
         self.hosts: list[str] = []
         self.executor = futurist.ThreadPoolExecutor(max_workers=workers)
-        self.inflight: set[futurist.Future] = set()
+        self.inflight: set[futurist.Future[None]] = set()
 
 
 class RequestRunner:
@@ -205,7 +205,7 @@ class RequestRunner:
     def _sleep(self, seconds: float) -> None:
         self._stopping.wait(seconds)
 
-    def _done(self, lane: _Lane, fut: futurist.Future) -> None:
+    def _done(self, lane: _Lane, fut: futurist.Future[object]) -> None:
         with self._lock:
             lane.inflight.discard(fut)
         self._wake.set()

@@ -39,7 +39,8 @@ def settle(rec: Reconciler, summary: Summary, requests: dict[str, models.Request
                             "instance %s failed", inst_id)
 
 
-def _skip(summary: Summary, stuck: list, reason: str, dry_run: bool) -> None:
+def _skip(summary: Summary, stuck: list[models.ShareAccessRule], reason: str, dry_run: bool
+          ) -> None:
     for rule in stuck:
         summary.skip(reason)
         if dry_run:

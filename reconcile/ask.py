@@ -20,7 +20,8 @@ from sharemgr.drivers.base import BATCH_STATUS_METHODS, ShareDriver
 LOG = logging.getLogger(__name__)
 
 
-def ask(driver: ShareDriver, method: str, items: Mapping[str, tuple]) -> dict[str, object]:
+def ask(driver: ShareDriver, method: str, items: Mapping[str, tuple[object, ...]]
+        ) -> dict[str, object]:
     """Each resource's answer, by id; ``items``: id → the status method's
     arguments."""
     answers = _batch(driver, method, items)
@@ -30,7 +31,8 @@ def ask(driver: ShareDriver, method: str, items: Mapping[str, tuple]) -> dict[st
     return answers
 
 
-def _batch(driver: ShareDriver, method: str, items: Mapping[str, tuple]) -> dict[str, object]:
+def _batch(driver: ShareDriver, method: str, items: Mapping[str, tuple[object, ...]]
+           ) -> dict[str, object]:
     """The batch method's answers for these ids; {} when the driver has none
     or it fails (every resource is then asked on its own, so the outcome is
     what the single method says)."""
@@ -52,7 +54,7 @@ def _batch(driver: ShareDriver, method: str, items: Mapping[str, tuple]) -> dict
     return {ident: answers[ident] for ident in items if ident in answers}
 
 
-def _single(driver: ShareDriver, method: str, args: tuple) -> object:
+def _single(driver: ShareDriver, method: str, args: tuple[object, ...]) -> object:
     try:
         return getattr(driver, method)(*args)
     except Exception as exc:  # the answer, for the caller to read

@@ -37,6 +37,7 @@ from sharemgr.db import access as db_access
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
 from sharemgr.db import resources as db_res
+from sharemgr.db.api import Change
 from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.drivers.exceptions import ShareResourceNotFound
@@ -190,9 +191,9 @@ class DriftSummary:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.checked = 0
-        self.drift: collections.Counter = collections.Counter()
-        self.actions: collections.Counter = collections.Counter()
-        self.skipped: collections.Counter = collections.Counter()
+        self.drift: collections.Counter[str] = collections.Counter()
+        self.actions: collections.Counter[str] = collections.Counter()
+        self.skipped: collections.Counter[str] = collections.Counter()
         self.items: list[DriftItem] = []
         self.failures = 0
 
@@ -218,13 +219,13 @@ class DriftSummary:
 
 
 def _with_active_rules(db: Database, subjects: list[Subject],
-                       args: dict[str, tuple | Exception]) -> None:
+                       args: dict[str, tuple[object, ...] | Exception]) -> None:
     """Give each share's status call its active access rules
     (``access_rules`` in the share dict), which a driver answering
     ``served`` compares its servers' clients with; not while a rule of the
     share is being applied or denied (the servers are changing). One read
     for the batch."""
-    asked: list[tuple[str, dict]] = []
+    asked: list[tuple[str, dict[str, object]]] = []
     for subject in subjects:
         given = args.get(subject.cand.id)
         if isinstance(given, Exception) or not given or not isinstance(given[0], dict):
@@ -393,7 +394,7 @@ class DriftChecker:
 
     def _outcome(self, target: Target, subject: Subject, found: list[Found],
                  summary: DriftSummary, dry_run: bool, policies_in: dict[str, str],
-                 done: Mapping[str, str] | None = None) -> list:
+                 done: Mapping[str, str] | None = None) -> list[Change]:
         """The resource's conditional updates for what was found: the drift
         record always; ``error`` wins over corrections (the resource needs an
         operator); ``correct`` writes the backend's value; ``done``: what a
@@ -402,7 +403,7 @@ class DriftChecker:
         policies = {f.kind: policies_in[f.kind] for f in found}
         marked = ERROR in policies.values()
         values: dict[str, object] = {}
-        extra: list = []
+        extra: list[Change] = []
         found_by_kind: dict[str, dict[str, object]] = {}
         record: dict[str, object] = {"checked_at": models.utcnow().isoformat(timespec="seconds"),
                                      "found": found_by_kind}

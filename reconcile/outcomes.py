@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.db.api import Change
 from sharemgr.reconcile import answers, rules, status_query
 from sharemgr.reconcile.scan import Candidate
 
@@ -17,7 +18,7 @@ LOG = logging.getLogger(__name__)
 
 
 def changes(cand: Candidate, status: str, values: Mapping[str, object] | None = None,
-            extra: list | None = None) -> tuple[str, list]:
+            extra: list[Change] | None = None) -> tuple[str, list[Change]]:
     """The outcome's conditional updates: the row's status first, written
     only if it still has the status it was read with."""
     seen: dict[str, object] = {"status": cand.status}
@@ -31,7 +32,7 @@ def _error_values(cand: Candidate) -> dict[str, object]:
     return {"replica_state": vocab.REPLICA_ERROR} if cand.rtype == vocab.REPLICA else {}
 
 
-def mark(cand: Candidate, rule: rules.Rule) -> tuple[str, list]:
+def mark(cand: Candidate, rule: rules.Rule) -> tuple[str, list[Change]]:
     """A status that cannot be resumed: its rule's error status."""
     LOG.warning("%s %s stuck in %s cannot be resumed: %s", cand.rtype, cand.id,
                 cand.status, rule.error)
@@ -39,12 +40,12 @@ def mark(cand: Candidate, rule: rules.Rule) -> tuple[str, list]:
 
 
 def converge(cand: Candidate, rule: rules.Rule,
-             answered: answers.Verdict) -> tuple[str, list]:
+             answered: answers.Verdict) -> tuple[str, list[Change]]:
     """A status the backend was asked about: its rule's ok status with what
     the answer says (size, export locations, ...), or its error status."""
     healthy, reason, answer = answered
     values: dict[str, object] = {}
-    extra: list = []
+    extra: list[Change] = []
     if cand.status == vocab.CREATING_FROM_SNAPSHOT and \
             answer.get("status") == vocab.CREATING_FROM_SNAPSHOT:
         # Still copying in the backend: the status poll (clone_poll)

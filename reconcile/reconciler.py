@@ -21,6 +21,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 import futurist
@@ -31,6 +32,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
+from sharemgr.db.api import Change
 from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.manager import views
@@ -153,7 +155,7 @@ class Reconciler:
 
     def _stages(self, summary: Summary, dry_run: bool) -> None:
         executor = futurist.ThreadPoolExecutor(max_workers=self.workers)
-        futures: list = []
+        futures: list[Future[None]] = []
         try:
             for rtype in rules.STAGES:
                 cands = self._stage(rtype)
@@ -424,7 +426,7 @@ class Reconciler:
             live.append((cand, rule))
         answered = status_query.verdicts(self.db, self.operations, self.drivers,
                                          [(c, r) for c, r in live if r.action == rules.QUERY])
-        writes: list[tuple[Candidate, str, list]] = []
+        writes: list[tuple[Candidate, str, list[Change]]] = []
         for cand, rule in live:
             try:
                 if rule.action == rules.DELETE:

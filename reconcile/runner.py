@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent import futures
 
 import futurist
 import tenacity
@@ -29,6 +30,10 @@ from tooz import coordination
 
 LOG = logging.getLogger(__name__)
 
+PassResult = dict[str, object] | None  # a pass's summary; None when it did not run
+# What the pass worker has been given: passes, re-observations, ``then``'s calls.
+Pending = futures.Future[PassResult] | futures.Future[None] | futures.Future[object]
+
 
 
 def engine_host(engine_id: str) -> str:
@@ -41,7 +46,7 @@ class PassRunner:
         self.reconciler = reconciler
         self.stopping = stopping
         self.executor = futurist.ThreadPoolExecutor(max_workers=1)
-        self._futures: list = []
+        self._futures: list[Pending] = []
         # Until the startup pass begins, a peer of this host that leaves (this
         # engine's own previous life, killed) is the startup pass's to settle.
         self._startup_pending = threading.Event()
@@ -52,7 +57,7 @@ class PassRunner:
         self.drift: drift_mod.DriftChecker | None = None
         self._drift_queued = threading.Event()
 
-    def _after(self, delay: float, trigger: str, dry_run: bool = False) -> dict | None:
+    def _after(self, delay: float, trigger: str, dry_run: bool = False) -> dict[str, object] | None:
         if delay and self.stopping.wait(delay):
             return None
         if self.stopping.is_set():
@@ -89,17 +94,17 @@ class PassRunner:
                 # the requests it is about to take over and queue another.
                 self._periodic_queued.clear()
 
-    def _run(self, trigger: str, dry_run: bool) -> dict | None:
+    def _run(self, trigger: str, dry_run: bool) -> dict[str, object] | None:
         if trigger.startswith("drift"):
             if self.drift is None:
                 raise OperationFailed("this engine does not check drift")
             return self.drift.run(trigger, dry_run)
         return self.reconciler.run(trigger, dry_run)
 
-    def _run_unless_stopping(self, trigger: str, dry_run: bool) -> dict | None:
+    def _run_unless_stopping(self, trigger: str, dry_run: bool) -> dict[str, object] | None:
         return None if self.stopping.is_set() else self._run(trigger, dry_run)
 
-    def defer_startup(self, wait_seconds: int) -> futurist.Future:
+    def defer_startup(self, wait_seconds: int) -> futures.Future[PassResult]:
         LOG.info("startup reconciliation in %ss", wait_seconds)
         self._startup_pending.set()
         return self._submit(wait_seconds, "startup")
@@ -133,7 +138,7 @@ class PassRunner:
         self._drift_queued.set()
         self._submit(0, "drift")
 
-    def run_soon(self, trigger: str) -> futurist.Future:
+    def run_soon(self, trigger: str) -> futures.Future[PassResult]:
         """A pass after those asked for so far (e.g. 'backend:<name>' when a
         backend's set-up passed after start)."""
         return self._submit(0, trigger)
@@ -185,7 +190,7 @@ class PassRunner:
             raise RuntimeError("watch_peers: the engine has no coordinator yet")
         coordinator.watch_leave(left)
 
-    def reobserve(self, rtype: str, ident: str) -> futurist.Future | None:
+    def reobserve(self, rtype: str, ident: str) -> futures.Future[None] | None:
         """Ask the backend about a resource whose outcome could not be
         written (doc/reconciliation.rst, "Fencing"), on the pass worker."""
         if self.stopping.is_set():
@@ -221,7 +226,8 @@ class PassRunner:
                     ("; ".join(str(i["kind"]) for i in summary.items)
                      or "the backend agrees"))
 
-    def _submit(self, delay: float, trigger: str, dry_run: bool = False) -> futurist.Future:
+    def _submit(self, delay: float, trigger: str, dry_run: bool = False
+                ) -> futures.Future[PassResult]:
         # A pass that fails is logged with its traceback here, whether or not
         # anyone waits for it (a peer pass has nobody), and recorded as
         # failed by the reconciler.

@@ -11,6 +11,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db import resources as db_res
+from sharemgr.db.api import Change
 from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.manager import views
@@ -27,7 +28,7 @@ def verdicts(db: Database, operations: Operations, drivers: Mapping[str, ShareDr
     and method where the driver has the batch form, the single method
     for the resources it leaves out (or when it has none or fails)."""
     results: dict[str, answers.Verdict] = {}
-    groups: dict[tuple[str, str], dict[str, tuple]] = collections.defaultdict(dict)
+    groups: dict[tuple[str, str], dict[str, tuple[object, ...]]] = collections.defaultdict(dict)
     args = status_args(db, operations, [c for c, _ in queries])
     for cand, rule in queries:
         given = args[cand.id]
@@ -42,7 +43,7 @@ def verdicts(db: Database, operations: Operations, drivers: Mapping[str, ShareDr
     return results
 
 
-def _share_parts(db: Database, cands: list[Candidate]) -> dict[str, tuple]:
+def _share_parts(db: Database, cands: list[Candidate]) -> dict[str, tuple[object, ...]]:
     """The status arguments of the batch's share instances and replicas,
     their shares and servers read in one query each (the other kinds are
     read one by one: few of them get stuck)."""
@@ -53,7 +54,7 @@ def _share_parts(db: Database, cands: list[Candidate]) -> dict[str, tuple]:
                                include_deleted=True)
     servers = db_res.rows_by_id(db, models.ShareServer,
                                 {i.share_server_id for i in insts}, include_deleted=True)
-    parts: dict[str, tuple] = {}
+    parts: dict[str, tuple[object, ...]] = {}
     for inst in insts:
         share = shares.get(inst.share_id)
         if share is None:
@@ -64,10 +65,10 @@ def _share_parts(db: Database, cands: list[Candidate]) -> dict[str, tuple]:
 
 
 def status_args(db: Database, operations: Operations, cands: list[Candidate]
-                ) -> dict[str, tuple | Exception]:
+                ) -> dict[str, tuple[object, ...] | Exception]:
     """The status method's arguments of each resource, by id (the
     exception when they cannot be read)."""
-    parts: dict[str, tuple | Exception] = dict(_share_parts(db, cands))
+    parts: dict[str, tuple[object, ...] | Exception] = dict(_share_parts(db, cands))
     for cand in cands:
         if cand.id not in parts:
             try:
@@ -77,7 +78,7 @@ def status_args(db: Database, operations: Operations, cands: list[Candidate]
     return parts
 
 
-def _status_args(db: Database, ops: Operations, cand: Candidate) -> tuple:
+def _status_args(db: Database, ops: Operations, cand: Candidate) -> tuple[object, ...]:
     if cand.rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA):
         return ops.share_parts(cand.row)
     if cand.rtype == vocab.SNAPSHOT_INSTANCE:
@@ -89,12 +90,12 @@ def _status_args(db: Database, ops: Operations, cand: Candidate) -> tuple:
 
 
 def healthy_values(cand: Candidate, answer: Mapping[str, object]
-                   ) -> tuple[dict[str, object], list]:
+                   ) -> tuple[dict[str, object], list[Change]]:
     """The columns a healthy answer sets; ``Unusable`` when the answer cannot
     be recorded (the error outcome, not a crash that leaves the resource
     transient for every later pass too)."""
     values: dict[str, object] = {}
-    extra: list = []
+    extra: list[Change] = []
     if cand.rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA):
         if answer.get("export_locations") is not None:
             values["export_locations"] = answers.exports_of(answer["export_locations"])

@@ -27,9 +27,9 @@ class Summary:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.outcomes: dict[str, collections.Counter] = collections.defaultdict(
+        self.outcomes: dict[str, collections.Counter[str]] = collections.defaultdict(
             collections.Counter)
-        self.skipped: collections.Counter = collections.Counter()
+        self.skipped: collections.Counter[str] = collections.Counter()
         self.abandoned = 0
         self.failures = 0
         self.plan: list[PlanItem] = []

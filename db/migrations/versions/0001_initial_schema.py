@@ -5,6 +5,8 @@ Revises:
 Create Date: 2026-11-22 06:45:30.184739
 """
 
+import datetime
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
@@ -15,7 +17,7 @@ branch_labels = None
 depends_on = None
 
 
-def _time(name: str, nullable: bool) -> sa.Column:
+def _time(name: str, nullable: bool) -> sa.Column[datetime.datetime]:
     """A timestamp column: microseconds on MariaDB and MySQL too."""
     return sa.Column(name, sa.DateTime()
                      .with_variant(mysql.DATETIME(fsp=6), "mariadb")
