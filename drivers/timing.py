@@ -2,11 +2,15 @@
 ``sharemgr_driver_call_duration_seconds``: the loader wraps the methods of
 the driver interface on each driver it constructs, so the calls of
 operations, reconciliation passes, drift checks and periodic reports are
-all timed in one place, whatever the driver."""
+all timed in one place, whatever the driver. The same place counts the
+calls each thread began (``calls_begun``): an operation that meets the
+database away before its first driver call knows nothing reached the
+backend."""
 
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
@@ -16,6 +20,8 @@ from sharemgr.drivers.base import ShareDriver
 
 # Set up by the loader itself, not called by operations.
 _NOT_CALLS = frozenset({"do_setup", "check_for_setup_error"})
+
+_begun = threading.local()
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -33,6 +39,7 @@ def _timed(method: Callable[P, R], backend: str, name: str) -> Callable[P, R]:
 
     @functools.wraps(method)
     def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        _begun.count = calls_begun() + 1
         started = time.monotonic()
         outcome = "error"  # any exception, ShareResourceNotFound included
         try:
@@ -45,9 +52,17 @@ def _timed(method: Callable[P, R], backend: str, name: str) -> Callable[P, R]:
     return call
 
 
+def calls_begun() -> int:
+    """How many driver calls this thread has begun so far."""
+    count: int = getattr(_begun, "count", 0)
+    return count
+
+
 def time_calls(driver: ShareDriver, backend: str) -> ShareDriver:
     """Wrap ``driver``'s interface methods (on the instance: checks of what
     a driver class implements look at the class and are unchanged)."""
     for name in METHODS:
-        setattr(driver, name, _timed(getattr(driver, name), backend, name))
+        method = getattr(driver, name, None)
+        if method is not None:  # a stand-in that lacks one (a test's fake)
+            setattr(driver, name, _timed(method, backend, name))
     return driver

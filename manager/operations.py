@@ -20,7 +20,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
-from sharemgr.drivers import shapes
+from sharemgr.drivers import shapes, timing
 from sharemgr.drivers.exceptions import (
     FencedCall,
     ShareBackendException,
@@ -324,6 +324,7 @@ class Operations:
                                                             step.read, op.lease)
             fence = getattr(row, "fence", None)
             with self.keeper.holding(ident, terms, leased):
+                begun = timing.calls_begun()
                 try:
                     self.guard(what, terms if leased else None, lock_name(rtype, ident))
                     try:
@@ -343,6 +344,13 @@ class Operations:
                     self._lost(rtype, ident)
                     raise Lost(f"{what}: fenced by the backend: {exc}")
                 except Exception as exc:
+                    if is_outage(exc) and timing.calls_begun() == begun:
+                        # A read of the step met the database (or the
+                        # coordination backend) away before any driver call:
+                        # nothing changed, and the request waits for a member.
+                        first = (str(exc).strip().splitlines() or [""])[0]
+                        raise NotNow(f"{what}: before its driver call: "
+                                     f"{type(exc).__name__}: {first}") from exc
                     log_failure(what, method, exc)
                     if not force:
                         if step.failed is not None:

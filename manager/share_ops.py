@@ -169,23 +169,28 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
 
     def call(inst: models.ShareInstance) -> object:
         share_d, server = ops.share_parts(inst)
-        method(share_d, new_size, server)
         # Replica-aware, as Manila's: every secondary replica takes the size
         # too (its backend's driver; the share's size is theirs). Each is
         # taken first, so its call carries a newer fencing token than any
         # earlier resize's: one left running by a taken-over resize cannot
-        # land after this one (doc/reconciliation.rst, "Fencing").
+        # land after this one (doc/reconciliation.rst, "Fencing"). Read and
+        # taken before the first driver call: a database away there changes
+        # nothing (``Operations.run`` gives the request back), where after
+        # it the share ended in error with its backend resized.
         seen = {rep.id: rep.status
                 for rep in db_api.query(ops.db, models.ShareInstance, {"share_id": inst.share_id})
                 if rep.id != inst.id and kinds.is_secondary(rep)}
         taken = db_leases.take_rows(ops.db, models.ShareInstance, seen) if seen else {}
+        replicas = []
         for rep_id in sorted(seen):
             rep = taken.get(rep_id)
             if rep is None:
                 LOG.warning("resize of share %s: replica %s changed meanwhile (no longer %s); "
                             "left to whoever changed it", inst.share_id, rep_id, seen[rep_id])
                 continue
-            rep_d, rep_server = ops.share_parts(rep)
+            replicas.append((rep, *ops.share_parts(rep)))
+        method(share_d, new_size, server)
+        for rep, rep_d, rep_server in replicas:
             try:
                 getattr(ops.driver_for(rep.host), name)(rep_d, new_size, rep_server)
             except ShareShrinkingPossibleDataLoss as exc:

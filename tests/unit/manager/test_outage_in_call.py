@@ -1,0 +1,105 @@
+"""An operation whose step meets the database away (a failover's closed
+connection): before its first driver call nothing reached the backend, and
+the request is given back (``NotNow``) with the row untouched; from the
+driver itself, the failure is the call's, as any other (``Operations.run``;
+the long many-host run, doc/chaos.rst)."""
+
+from __future__ import annotations
+
+import pytest
+from sharemgr.common import vocab
+from sharemgr.db import api, models
+from sharemgr.drivers import timing
+from sharemgr.manager import share_ops
+from sharemgr.manager.operations import NotNow, OperationFailed
+from sharemgr.manager.plans import Op
+from sqlalchemy import exc as sa_exc
+
+from tests.unit.reconcile_harness import (
+    BACKEND,
+    HOSTBE,
+    add_request,
+    fetch,
+    make_replica,
+    make_share,
+)
+
+AWAY = sa_exc.OperationalError("SELECT 1", {}, Exception(
+    "server closed the connection unexpectedly"))
+
+
+@pytest.fixture
+def timed(engine):
+    """The engine with its driver wrapped as the loader wraps every driver."""
+    timing.time_calls(engine.driver, BACKEND)
+    return engine
+
+
+def _running(engine, inst: models.ShareInstance, action: str) -> None:
+    add_request(engine.db, vocab.SHARE_INSTANCE, inst.id, HOSTBE,
+                status=vocab.REQUEST_RUNNING, engine_id=engine.engine_id, action=action)
+
+
+def _once(monkeypatch, target: object, name: str) -> list[str]:
+    real, cut = getattr(target, name), list[str]()
+
+    def once(*args: object, **kwargs: object) -> object:
+        if not cut:
+            cut.append(name)
+            raise AWAY
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, once)
+    return cut
+
+
+def test_a_resize_whose_replicas_read_meets_an_outage_changes_nothing(timed, monkeypatch):
+    """The replicas of an extended share are read and taken before the
+    first driver call: the read meeting a failover leaves the share
+    extending, its request to be run again, and no backend resized. (It was
+    read after the active replica's call: the share ended extending_error
+    with its backend grown.)"""
+    engine = timed
+    rep = make_replica(engine.db, vocab.AVAILABLE)
+    (active,) = [i for i in api.query(engine.db, models.ShareInstance, {"share_id": rep.share_id})
+                 if i.id != rep.id]
+    api.conditional_update(engine.db, models.ShareInstance, active.id, {},
+                           {"status": vocab.EXTENDING})
+    _running(engine, active, vocab.ACTION_EXTEND)
+    cut = _once(monkeypatch, share_ops.db_api, "query")
+    with pytest.raises(NotNow, match="before its driver call: OperationalError"):
+        engine.operations.perform(Op(vocab.SHARE_INSTANCE, active.id, vocab.ACTION_EXTEND,
+                                     args={"new_size": 9}))
+    assert cut
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, active.id).status == vocab.EXTENDING
+    assert "extend_share" not in engine.driver.methods()
+
+
+def test_a_delete_whose_read_meets_an_outage_is_given_back(timed, monkeypatch):
+    engine = timed
+    inst = make_share(engine.db, vocab.DELETING)
+    _running(engine, inst, vocab.ACTION_DELETE)
+    cut = _once(monkeypatch, engine.operations, "server_dict")
+    with pytest.raises(NotNow):
+        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                     host=HOSTBE))
+    assert cut and engine.driver.methods() == []
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.DELETING
+
+
+def test_an_outage_inside_the_driver_is_the_call_s_failure(engine):
+    """The driver's own database (a backend that keeps one) went away
+    during the call: the backend may have changed, and the share ends in
+    its error status as for any failed call."""
+    inst = make_share(engine.db, vocab.DELETING)
+    _running(engine, inst, vocab.ACTION_DELETE)
+
+    def delete_share(share: dict, share_server: dict | None = None) -> None:
+        raise AWAY
+
+    engine.driver.delete_share = delete_share
+    timing.time_calls(engine.driver, BACKEND)
+    with pytest.raises(OperationFailed):
+        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                     host=HOSTBE))
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.ERROR_DELETING
