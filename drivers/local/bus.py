@@ -15,6 +15,7 @@ import json
 import time
 from pathlib import Path
 
+from sharemgr.common.jsontypes import JSONValue
 from sharemgr.drivers.exceptions import ShareBackendException
 from sharemgr.drivers.local import commands, process
 from sharemgr.drivers.local.fencing import write_atomic
@@ -95,7 +96,7 @@ class PrivateBus:
 
 
 def call(address: str | None, dest: str, path: str, interface: str, method: str,
-         signature: str = "", *args: str) -> list:
+         signature: str = "", *args: str) -> list[JSONValue]:
     """The reply's values of one method call (``address`` None: the
     system bus).
 

@@ -34,7 +34,7 @@ class CommandFailed(ShareBackendException):
 
 
 def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, check: bool = True,
-        input_text: str | None = None) -> subprocess.CompletedProcess:
+        input_text: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` (a list: no shell) and return its completed process.
 
     :raises CommandFailed: the command is missing, timed out or (with

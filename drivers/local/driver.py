@@ -28,7 +28,7 @@ from sharemgr.drivers.exceptions import (
     ShareResourceNotFound,
     ShareShrinkingPossibleDataLoss,
 )
-from sharemgr.drivers.local import commands, images, manage, reads, validation
+from sharemgr.drivers.local import commands, images, manage, reads, records, validation
 from sharemgr.drivers.local.exports import Exports
 from sharemgr.drivers.local.fencing import FenceStore, file_lock
 from sharemgr.drivers.local.ganesha import GaneshaServer
@@ -139,7 +139,7 @@ class LocalDriver(base.ShareDriver):
         self.exports.publish()
         return failed
 
-    def _finish_resize(self, record: dict) -> None:
+    def _finish_resize(self, record: records.Record) -> None:
         """A resize cut off by a crash (the caller holds the share's lock):
         fit the filesystem to the image (its size before a shrink's
         truncate, after an extend's) and serve the share again."""
@@ -170,7 +170,7 @@ class LocalDriver(base.ShareDriver):
 
     # Shares ---------------------------------------------------------------------
 
-    def _check_share(self, share: dict) -> str:
+    def _check_share(self, share: base.Share) -> str:
         proto = validation.protocol(share.get("share_proto"))
         validation.size(share.get("size"))
         return proto
@@ -192,7 +192,7 @@ class LocalDriver(base.ShareDriver):
         images.remove(self._image(object_id))
         self.records.remove(object_id)
 
-    def _make_share(self, share: dict, proto: str,
+    def _make_share(self, share: base.Share, proto: str,
                     fill: Callable[[Path], None]) -> list[base.ExportLocation]:
         """The common path of create_share and create_share_from_snapshot:
         return the existing share, or make it with ``fill(image)`` and
@@ -222,7 +222,7 @@ class LocalDriver(base.ShareDriver):
             raise
         return self.exports.locations(record)
 
-    def create_share(self, share: dict, share_server: dict | None = None
+    def create_share(self, share: base.Share, share_server: base.ShareServer | None = None
                      ) -> list[base.ExportLocation]:
         with self.fence.guard(share, "share") as oid:
             proto = self._check_share(share)
@@ -231,8 +231,8 @@ class LocalDriver(base.ShareDriver):
             return self._make_share(share, proto,
                                     lambda image: images.create(image, size_bytes))
 
-    def create_share_from_snapshot(self, share: dict, snapshot: dict,
-                                   share_server: dict | None = None
+    def create_share_from_snapshot(self, share: base.Share, snapshot: base.Snapshot,
+                                   share_server: base.ShareServer | None = None
                                    ) -> list[base.ExportLocation]:
         with self.fence.guard(share, "share") as oid:
             proto = self._check_share(share)
@@ -255,19 +255,20 @@ class LocalDriver(base.ShareDriver):
 
             return self._make_share(share, proto, fill)
 
-    def delete_share(self, share: dict, share_server: dict | None = None) -> None:
+    def delete_share(self, share: base.Share, share_server: base.ShareServer | None = None) -> None:
         with self.fence.guard(share, "share") as oid:
             LOG.info("local driver: deleting share %s", oid)
             self._destroy(oid)
 
-    def _existing(self, oid: str) -> dict:
+    def _existing(self, oid: str) -> records.Record:
         record = self.records.get(oid)
         if (record is None or record.get("kind") != "share" or record.get("state") != AVAILABLE
                 or not self._image(oid).exists()):
             raise ShareResourceNotFound(f"local driver: no share {oid}")
         return record
 
-    def extend_share(self, share: dict, new_size: int, share_server: dict | None = None) -> None:
+    def extend_share(self, share: base.Share, new_size: int,
+                     share_server: base.ShareServer | None = None) -> None:
         with self.fence.guard(share, "share") as oid:
             record = self._existing(oid)
             size_bytes = self._bytes(new_size)
@@ -285,7 +286,7 @@ class LocalDriver(base.ShareDriver):
             self.records.put(record)
             self.exports.publish()
 
-    def _offline(self, record: dict, change: Callable[[], None]) -> None:
+    def _offline(self, record: records.Record, change: Callable[[], None]) -> None:
         """Run ``change`` with the share unexported and unmounted (a resize
         ext4 cannot do mounted), then mount and export it again."""
         oid = record["id"]
@@ -301,7 +302,8 @@ class LocalDriver(base.ShareDriver):
             self.records.put(record)
             self.exports.publish()
 
-    def shrink_share(self, share: dict, new_size: int, share_server: dict | None = None) -> None:
+    def shrink_share(self, share: base.Share, new_size: int,
+                     share_server: base.ShareServer | None = None) -> None:
         with self.fence.guard(share, "share") as oid:
             record = self._existing(oid)
             size_bytes = self._bytes(new_size)
@@ -330,14 +332,15 @@ class LocalDriver(base.ShareDriver):
             record["size"] = new_size
             self.records.put(record)
 
-    def manage_existing(self, share: dict, driver_options: Mapping[str, str]
+    def manage_existing(self, share: base.Share, driver_options: Mapping[str, str]
                         ) -> base.ManagedShare:
         """A share of this backend, found by its export path, renamed to
         ``share["id"]`` (drivers/local/manage.py); unmanage is the base
         class's: the share stays exported as it is."""
         return manage.take_over(self, share, driver_options)
 
-    def migration_data_path(self, share: dict, share_server: dict | None = None) -> str:
+    def migration_data_path(self, share: base.Share,
+                            share_server: base.ShareServer | None = None) -> str:
         """The share's mounted filesystem: the engine's data mover reads or
         writes it for a host-assisted migration (doc/migration.rst)."""
         with self.fence.guard(share, "share") as oid:
@@ -349,13 +352,14 @@ class LocalDriver(base.ShareDriver):
 
     # Access ---------------------------------------------------------------------
 
-    def update_access(self, share: dict, access_rules: list[base.AccessRule],
+    def update_access(self, share: base.Share, access_rules: list[base.AccessRule],
                       add_rules: list[base.AccessRule], delete_rules: list[base.AccessRule],
-                      share_server: dict | None = None) -> dict[str, base.RuleError] | None:
+                      share_server: base.ShareServer | None = None
+                      ) -> dict[str, base.RuleError] | None:
         with self.fence.guard(share, "share") as oid:
             record = self._existing(oid)
             proto = record["proto"]
-            applied: list[dict] = []
+            applied: list[validation.CheckedRule] = []
             errors: dict[str, base.RuleError] = {}
             # The full set, every time: add_rules and delete_rules only say
             # what changed, and recovery passes neither. Each rule on its
@@ -382,7 +386,7 @@ class LocalDriver(base.ShareDriver):
 
     # Snapshots ------------------------------------------------------------------
 
-    def create_snapshot(self, snapshot: dict, share_server: dict | None = None
+    def create_snapshot(self, snapshot: base.Snapshot, share_server: base.ShareServer | None = None
                         ) -> base.ModelUpdate | None:
         with self.fence.guard(snapshot, "snapshot") as sid:
             share_id = validation.object_id(snapshot.get("share_instance_id"),
@@ -407,14 +411,15 @@ class LocalDriver(base.ShareDriver):
                     raise
             return {"status": vocab.AVAILABLE, "size": record["size"]}
 
-    def delete_snapshot(self, snapshot: dict, share_server: dict | None = None) -> None:
+    def delete_snapshot(self, snapshot: base.Snapshot,
+                        share_server: base.ShareServer | None = None) -> None:
         with self.fence.guard(snapshot, "snapshot") as sid:
             images.remove(self._snap_image(sid))
             self.records.remove(sid)
 
-    def revert_to_snapshot(self, snapshot: dict, share_access_rules: list[base.AccessRule],
+    def revert_to_snapshot(self, snapshot: base.Snapshot, share_access_rules: list[base.AccessRule],
                            snapshot_access_rules: list[base.AccessRule],
-                           share_server: dict | None = None) -> None:
+                           share_server: base.ShareServer | None = None) -> None:
         """A snapshot is a whole copy of the share's image: the share is
         taken offline, its image replaced by a copy of the snapshot's (the
         same filesystem, so the same identity) in one rename, and served
@@ -439,7 +444,7 @@ class LocalDriver(base.ShareDriver):
 
     # Truth from the backend ---------------------------------------------------
 
-    def get_share_status(self, share: dict, share_server: dict | None = None
+    def get_share_status(self, share: base.Share, share_server: base.ShareServer | None = None
                          ) -> base.StatusReport:
         with self.fence.guard(share, "share") as oid:
             # A drift check gives the share's active rules: the clients to
@@ -447,11 +452,12 @@ class LocalDriver(base.ShareDriver):
             rules = share.get("access_rules")
             return reads.share_status(self, oid, rules if isinstance(rules, list) else None)
 
-    def get_share_statuses(self, shares: list[tuple[dict, dict | None]]
+    def get_share_statuses(self, shares: list[tuple[base.Share, base.ShareServer | None]]
                            ) -> dict[str, base.StatusAnswer]:
         return reads.each(self.get_share_status, shares)
 
-    def get_snapshot_status(self, snapshot: dict, share_server: dict | None = None
+    def get_snapshot_status(self, snapshot: base.Snapshot,
+                            share_server: base.ShareServer | None = None
                             ) -> base.StatusReport:
         with self.fence.guard(snapshot, "snapshot") as sid:
             record = self.records.get(sid)
@@ -460,14 +466,15 @@ class LocalDriver(base.ShareDriver):
                 raise ShareResourceNotFound(f"local driver: no snapshot {sid}")
             return {"status": vocab.AVAILABLE, "size": record["size"]}
 
-    def get_snapshot_statuses(self, snapshots: list[tuple[dict, dict | None]]
+    def get_snapshot_statuses(
+            self, snapshots: list[tuple[base.Snapshot, base.ShareServer | None]]
                               ) -> dict[str, base.StatusAnswer]:
         return reads.each(self.get_snapshot_status, snapshots)
 
     def list_shares(self) -> list[base.ListedShare]:
         return reads.listed(self)
 
-    def ensure_shares(self, shares: list[dict]) -> dict[str, base.ShareUpdate]:
+    def ensure_shares(self, shares: list[base.Share]) -> dict[str, base.ShareUpdate]:
         return reads.ensured(self, shares)
 
     def get_backend_info(self) -> base.JSONDict:

@@ -13,7 +13,7 @@ from sharemgr.drivers.exceptions import ShareBackendException
 from sharemgr.drivers.local import images, serving, validation
 from sharemgr.drivers.local.fencing import file_lock
 from sharemgr.drivers.local.ganesha import GaneshaServer, NfsExport, pseudo_path
-from sharemgr.drivers.local.records import AVAILABLE, Records
+from sharemgr.drivers.local.records import AVAILABLE, Record, Records
 from sharemgr.drivers.local.samba import CifsShare, SambaServer
 
 MAX_EXPORT_ID = 65535  # Ganesha's export ids are 16 bits; 0 is its pseudo root
@@ -37,7 +37,7 @@ class Exports:
         with file_lock(self.locks / "_backend.lock"):
             yield
 
-    def locations(self, record: dict) -> list[base.ExportLocation]:
+    def locations(self, record: Record) -> list[base.ExportLocation]:
         if record["proto"] == "NFS":
             path = f"{self.ip}:{pseudo_path(record['id'])}"
         else:
@@ -56,7 +56,7 @@ class Exports:
         with self.backend_lock():
             nfs: list[NfsExport] = []
             cifs: list[CifsShare] = []
-            records = {}
+            records: dict[str, Record] = {}
             for record in self.records.all("share"):
                 oid = record["id"]
                 if record.get("state") != AVAILABLE or not images.is_mounted(self._mount(oid)):
@@ -80,7 +80,7 @@ class Exports:
                     self.records.put(record)
             return left_out
 
-    def serving(self, record: dict, rules: list | None = None) -> serving.Serving:
+    def serving(self, record: Record, rules: list[object] | None = None) -> serving.Serving:
         """What the running server serves of the share (asked of it), with
         ``rules`` (else the record's) as what it should let in."""
         if record["proto"] == "NFS":
@@ -97,7 +97,7 @@ class Exports:
 
     # Shares ---------------------------------------------------------------------
 
-def _cifs_share(name: str, path: Path, rules: list[dict]) -> CifsShare:
+def _cifs_share(name: str, path: Path, rules: list[validation.CheckedRule]) -> CifsShare:
     if not rules:
         return CifsShare(name, path, available=False)
     hosts = tuple(r["access_to"] for r in rules if r["access_type"] == "ip")

@@ -12,7 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from sharemgr.drivers.exceptions import FencedCall
@@ -65,7 +65,7 @@ class FenceStore:
             return None
 
     @contextlib.contextmanager
-    def guard(self, resource: dict, what: str) -> Iterator[str]:
+    def guard(self, resource: Mapping[str, object], what: str) -> Iterator[str]:
         """Serialise calls about ``resource["id"]`` and check its fencing
         token before the caller changes anything.
 

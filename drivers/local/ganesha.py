@@ -16,6 +16,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from sharemgr.drivers.exceptions import InvalidShareRequest, ShareBackendException
 from sharemgr.drivers.local import bus, ganesha_reload, process
@@ -193,13 +194,16 @@ def served(address: str | None, path: Path) -> set[tuple[str, str]] | None:
 
     :raises bus.BusUnavailable: the server cannot be asked.
     """
+    # busctl gives a struct as the list of its fields: an export's id and
+    # path first; a client's network first, its access bits ninth.
     listing = bus.call(address, DEST, OBJECT, INTERFACE, "ShowExports")
-    ids = [int(e[0]) for e in listing[1] if str(e[1]) == str(path)]
+    exports = cast("list[list[int | str]]", listing[1])
+    ids = [int(e[0]) for e in exports if str(e[1]) == str(path)]
     if not ids:
         return None
     shown = bus.call(address, DEST, OBJECT, INTERFACE, "DisplayExport", "q", str(ids[0]))
     clients = set()
-    for client in shown[4]:
+    for client in cast("list[list[int | str]]", shown[4]):
         network = str(ipaddress.ip_network(str(client[0]), strict=False))
         clients.add((network, "rw" if int(client[8]) & WRITE_BITS == WRITE_BITS else "ro"))
     return clients

@@ -14,15 +14,18 @@ from sharemgr.common import vocab
 from sharemgr.drivers import base
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.drivers.local import images, serving, validation
-from sharemgr.drivers.local.records import AVAILABLE
+from sharemgr.drivers.local.records import AVAILABLE, Record
 
 if TYPE_CHECKING:
     from sharemgr.drivers.local.driver import LocalDriver
 
 VERSION = "1.0"
+# What a batch status method asks about: shares, or snapshots.
+Resource = base.Share | base.Snapshot
 
 
-def share_status(drv: LocalDriver, oid: str, rules: list | None = None) -> base.StatusReport:
+def share_status(drv: LocalDriver, oid: str, rules: list[object] | None = None
+                 ) -> base.StatusReport:
     record = drv.records.get(oid)
     image = drv._image(oid)
     if record is None or record.get("kind") != "share":
@@ -58,7 +61,7 @@ def listed(drv: LocalDriver) -> list[base.ListedShare]:
     return found
 
 
-def ensured(drv: LocalDriver, shares: list[dict]) -> dict[str, base.ShareUpdate]:
+def ensured(drv: LocalDriver, shares: list[base.Share]) -> dict[str, base.ShareUpdate]:
     """Bring every share back (mount, export, servers), then report the
     shares whose status or export locations differ from their record."""
     drv._restore()
@@ -140,7 +143,7 @@ def _path(value: str | None) -> Path | None:
     return Path(value) if value else None
 
 
-def _why(record: dict, mounted: bool) -> str:
+def _why(record: Record, mounted: bool) -> str:
     if record.get("state") != AVAILABLE:
         return f"left {record.get('state')} by an interrupted call"
     if not mounted:
@@ -148,8 +151,8 @@ def _why(record: dict, mounted: bool) -> str:
     return "not exported"
 
 
-def each(single: Callable[[dict, dict | None], base.StatusReport],
-          items: list[tuple[dict, dict | None]]) -> dict[str, base.StatusAnswer]:
+def each(single: Callable[[Resource, base.ShareServer | None], base.StatusReport],
+          items: list[tuple[Resource, base.ShareServer | None]]) -> dict[str, base.StatusAnswer]:
     """A batch status method as its single one per resource (the host has
     no cheaper way to ask about many): a missing object is its answer, any
     other failure leaves the resource out, to be asked again one by one."""

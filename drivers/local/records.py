@@ -16,6 +16,10 @@ CREATING, AVAILABLE, DELETING = "creating", "available", "deleting"
 # finished (its filesystem fitted to its image) and mounted again.
 RESIZING = "resizing"
 
+# A record as its JSON file holds it: the keys are the driver's own (id,
+# kind, proto, size, export_id, rules, state, ...), read where they are used.
+Record = dict[str, Any]
+
 
 class Records:
     def __init__(self, folder: Path) -> None:
@@ -27,20 +31,20 @@ class Records:
     def _path(self, object_id: str) -> Path:
         return self.folder / f"{object_id}.json"
 
-    def get(self, object_id: str) -> dict[str, Any] | None:
+    def get(self, object_id: str) -> Record | None:
         try:
-            record: dict[str, Any] | None = json.loads(self._path(object_id).read_text())
+            record: Record | None = json.loads(self._path(object_id).read_text())
             return record
         except FileNotFoundError:
             return None
 
-    def put(self, record: dict[str, Any]) -> None:
+    def put(self, record: Record) -> None:
         write_atomic(self._path(record["id"]), json.dumps(record, sort_keys=True))
 
     def remove(self, object_id: str) -> None:
         self._path(object_id).unlink(missing_ok=True)
 
-    def all(self, kind: str | None = None) -> list[dict[str, Any]]:
+    def all(self, kind: str | None = None) -> list[Record]:
         found = []
         for path in sorted(self.folder.glob("*.json")):
             try:

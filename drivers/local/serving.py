@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from sharemgr.drivers.local import ganesha, samba, validation
 from sharemgr.drivers.local.bus import BusUnavailable
+from sharemgr.drivers.local.records import Record
 
 LOG = logging.getLogger(__name__)
 _warned: set[Path] = set()  # servers whose missing bus was logged once
@@ -30,7 +32,8 @@ class Serving:
     problem: str | None  # how it differs from the record; None: as recorded
 
 
-def applied_rules(record: dict, rules: list | None = None) -> list[dict]:
+def applied_rules(record: Record, rules: list[object] | None = None
+                  ) -> Sequence[Mapping[str, object]]:
     """The rules to serve: ``rules`` when given (the manager's active
     ones), else those the record holds that the driver serves
     (``validation.servable``)."""
@@ -39,7 +42,7 @@ def applied_rules(record: dict, rules: list | None = None) -> list[dict]:
     return validation.servable(record)
 
 
-def _nfs_clients(rules: list[dict]) -> set[tuple[str, str]]:
+def _nfs_clients(rules: Sequence[Mapping[str, object]]) -> set[tuple[str, str]]:
     clients = set()
     for r in rules:
         if r.get("access_type") != "ip":
@@ -66,8 +69,8 @@ def collapsed(clients: set[tuple[str, str]]) -> set[tuple[str, str]]:
     return out
 
 
-def nfs(server: ganesha.GaneshaServer, record: dict, mount_point: Path,
-        rules: list | None = None) -> Serving:
+def nfs(server: ganesha.GaneshaServer, record: Record, mount_point: Path,
+        rules: list[object] | None = None) -> Serving:
     if not server.running():
         return Serving(False, "ganesha.nfsd is not running")
     try:
@@ -90,7 +93,7 @@ def nfs(server: ganesha.GaneshaServer, record: dict, mount_point: Path,
     return Serving(True, None)
 
 
-def cifs(server: samba.SambaServer, record: dict, rules: list | None = None) -> Serving:
+def cifs(server: samba.SambaServer, record: Record, rules: list[object] | None = None) -> Serving:
     if not server.running():
         return Serving(False, "smbd is not running")
     if not applied_rules(record, rules):

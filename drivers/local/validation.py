@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from sharemgr.drivers import access_rules
 from sharemgr.drivers.exceptions import InvalidShareRequest
+
+if TYPE_CHECKING:  # records imports fencing, which imports this module
+    from sharemgr.drivers.local.records import Record
 
 LOG = logging.getLogger(__name__)
 
@@ -86,7 +91,18 @@ def user_target(value: object) -> str:
     return value
 
 
-def rule(raw: dict, proto: str) -> dict:
+class CheckedRule(TypedDict):
+    """A rule as ``rule`` answers it and a share's record keeps it."""
+
+    id: str
+    access_type: str
+    access_to: str
+    access_level: str
+    error: NotRequired[bool]  # True: not served (refused beside another, or by the exporter)
+    reason: NotRequired[str]  # the exporter's refusal (exports.py)
+
+
+def rule(raw: Mapping[str, object], proto: str) -> CheckedRule:
     """A checked access rule ``{"id", "access_type", "access_to",
     "access_level"}``, by the validator intake uses, with this backend's
     limits for the protocol.
@@ -113,7 +129,7 @@ def config_token(value: str) -> str:
     return value
 
 
-def unservable(rules: list[dict], proto: str) -> dict[str, str]:
+def unservable(rules: list[CheckedRule], proto: str) -> dict[str, str]:
     """The checked rules of one share (oldest first) that cannot stand
     beside an older one (the set limits of ACCESS_LIMITS), by id, with the
     reason."""
@@ -123,7 +139,7 @@ def unservable(rules: list[dict], proto: str) -> dict[str, str]:
             for ident, why in access_rules.conflicts(named, ACCESS_LIMITS[proto]).items()}
 
 
-def servable(record: dict) -> list[dict]:
+def servable(record: Record) -> list[CheckedRule]:
     """The rules of a share's record to serve: not marked in error, and
     passing the checks of today, alone and together (a record written by an
     older version may hold a rule they refuse: it is left out alone, never
