@@ -16,6 +16,7 @@ import threading
 from collections.abc import Mapping
 from concurrent import futures
 from pathlib import Path
+from typing import Required, TypedDict
 
 from sharemgr.drivers.exceptions import ShareBackendException
 
@@ -24,6 +25,33 @@ BRIDGE = Path(__file__).with_name("rados_bridge.py")
 # The bridge's own answer to a call that outlived the timeout comes a
 # little after it: the caller waits this much longer before giving up.
 GRACE = 5.0
+
+
+class Reply(TypedDict, total=False):
+    """The bridge's answer to a request (rados_bridge.py)."""
+
+    id: int | None  # the request's; None: the answer to connecting
+    ret: Required[int]  # 0, or a negative errno
+    out: str
+    err: str
+
+
+# Two answers of the mgr, of the keys the driver reads (cephfs/driver.py).
+class SubvolumeInfo(TypedDict, total=False):
+    """``fs subvolume info``."""
+
+    path: str
+    bytes_quota: int | str  # "infinite": no quota
+    bytes_used: int
+    mon_addrs: list[str]
+
+
+class PoolUsage(TypedDict, total=False):
+    """A pool of ``fs status``."""
+
+    type: str  # "data" or "metadata"
+    used: int  # bytes
+    avail: int
 
 
 class CephCallFailed(ShareBackendException):
@@ -49,8 +77,8 @@ class CephClient:
         self.python = python
         self.timeout = timeout
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
-        self._pending: dict[int | None, futures.Future] = {}
+        self._proc: subprocess.Popen[str] | None = None
+        self._pending: dict[int | None, futures.Future[Reply]] = {}
         self._ids = itertools.count(1)
 
     def python_missing(self) -> bool:
@@ -58,11 +86,11 @@ class CephClient:
 
     # The bridge ----------------------------------------------------------------
 
-    def _bridge(self) -> subprocess.Popen:
+    def _bridge(self) -> subprocess.Popen[str]:
         """The running bridge (the caller holds ``_lock``)."""
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
-        connected: futures.Future = futures.Future()
+        connected: futures.Future[Reply] = futures.Future()
         self._pending = {None: connected}
         try:
             proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -84,7 +112,8 @@ class CephClient:
         return proc
 
     @staticmethod
-    def _read(proc: subprocess.Popen, pending: dict[int | None, futures.Future]) -> None:
+    def _read(proc: subprocess.Popen[str], pending: dict[int | None, futures.Future[Reply]]
+              ) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             try:
@@ -148,12 +177,12 @@ class CephClient:
         except json.JSONDecodeError:
             return out
 
-    def _ask(self, request: dict[str, object], what: str, timeout: float) -> dict:
+    def _ask(self, request: dict[str, object], what: str, timeout: float) -> Reply:
         """Send one request to the bridge; its reply, or CephCallFailed."""
         with self._lock:
             proc = self._bridge()
             ident = next(self._ids)
-            fut: futures.Future = futures.Future()
+            fut: futures.Future[Reply] = futures.Future()
             self._pending[ident] = fut
             assert proc.stdin is not None
             try:
@@ -172,5 +201,4 @@ class CephClient:
             lines = (reply.get("err") or reply.get("out") or "no message").strip().splitlines()
             raise CephCallFailed(f"{what}: {lines[-1] if lines else 'failed'}",
                                  -int(reply["ret"]), reply.get("out") or "")
-        answer: dict = reply
-        return answer
+        return reply

@@ -15,13 +15,13 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from oslo_config import cfg
 from sharemgr.common import vocab
 from sharemgr.drivers import base, shapes
 from sharemgr.drivers.cephfs import manage, nfs, statuses
-from sharemgr.drivers.cephfs.client import CephCallFailed, CephClient
+from sharemgr.drivers.cephfs.client import CephCallFailed, CephClient, PoolUsage, SubvolumeInfo
 from sharemgr.drivers.cephfs.fencing import ClusterFence
 from sharemgr.drivers.cephfs.names import Names
 from sharemgr.drivers.cephfs.options import cephfs_opts
@@ -43,13 +43,13 @@ CLONE_POLL = 0.5
 CLONE_MOMENT = 5.0
 
 
-def _dict(value: object) -> dict:
+def _dict(value: object) -> dict[str, object]:
     """A JSON answer's object, or {} for anything else (a reply's shape is
     the cluster's, not ours)."""
     return value if isinstance(value, dict) else {}
 
 
-def _items(value: object) -> list:
+def _items(value: object) -> list[object]:
     """A JSON answer's array, or [] for anything else."""
     return value if isinstance(value, list) else []
 
@@ -109,7 +109,8 @@ class CephFSDriver(base.ShareDriver):
             raise ShareBackendException(
                 f"cephfs driver: no {self.ceph.python}: set cephfs_python to the Python of "
                 "the Debian package python3-rados (doc/cephfs_driver.rst)")
-        volumes = [v["name"] for v in _items(self.ceph.mgr("fs volume ls"))]
+        listed = cast("list[dict[str, str]]", _items(self.ceph.mgr("fs volume ls")))
+        volumes = [v["name"] for v in listed]
         if self.volume and self.volume not in volumes:
             raise ShareBackendException(
                 f"cephfs driver: the cluster has no file system {self.volume!r} "
@@ -152,7 +153,7 @@ class CephFSDriver(base.ShareDriver):
         return self.ceph.mgr(f"fs subvolume {verb}", vol_name=self.volume,
                              group_name=self.group, **args)
 
-    def _info(self, name: str) -> dict:
+    def _info(self, name: str) -> SubvolumeInfo:
         try:
             answer = self._sub("info", name)
         except CephCallFailed as exc:
@@ -162,9 +163,9 @@ class CephFSDriver(base.ShareDriver):
             raise
         if not isinstance(answer, dict):
             raise ShareBackendException(f"cephfs: subvolume info {name}: {answer!r}")
-        return answer
+        return cast(SubvolumeInfo, answer)
 
-    def _ready_info(self, name: str) -> dict | None:
+    def _ready_info(self, name: str) -> SubvolumeInfo | None:
         """``_info``, or None for a subvolume not ready (a clone copying,
         or one that failed: EAGAIN)."""
         try:
@@ -273,7 +274,7 @@ class CephFSDriver(base.ShareDriver):
             if "not allowed on subvolume" in str(exc) or exc.code == 95:  # not a clone
                 return "available"
             raise
-        state = _dict(_dict(answer).get("status")).get("state", "")
+        state = cast(str, _dict(_dict(answer).get("status")).get("state", ""))
         return CLONE_STATUS.get(state, "error")
 
     @_fenced("share")
@@ -406,8 +407,8 @@ class CephFSDriver(base.ShareDriver):
     def get_share_stats(self, refresh: bool = False) -> shapes.ShareStats:
         status = self.ceph.mgr("fs status", fs=self.volume)
         pools = _dict(status).get("pools")
-        data = [_dict(p) for p in (pools if isinstance(pools, list) else [])
-                if _dict(p).get("type") == "data"]
+        data = cast("list[PoolUsage]", [_dict(p) for p in (pools if isinstance(pools, list) else [])
+                                        if _dict(p).get("type") == "data"])
         used = sum(int(p.get("used", 0)) for p in data)
         avail = min((int(p.get("avail", 0)) for p in data), default=0)
         return {
@@ -472,24 +473,25 @@ class CephFSDriver(base.ShareDriver):
             raise ShareResourceNotFound(f"cephfs: no snapshot {snapshot['id']}")
         return {"status": vocab.AVAILABLE}
 
-    def _snapshots(self, share_id: str) -> list[dict]:
+    def _snapshots(self, share_id: str) -> list[dict[str, str]]:
         try:
             answer = self._sub("snapshot ls", share_id)
         except CephCallFailed as exc:
             if exc.missing:
                 return []
             raise
-        return _items(answer)
+        return cast("list[dict[str, str]]", _items(answer))
 
     def list_shares(self) -> list[shapes.ListedShare]:
         return [{"id": s["name"], "name": s["name"]} for s in self._ls()]
 
-    def _ls(self) -> list[dict]:
+    def _ls(self) -> list[dict[str, str]]:
         """The group's subvolumes, each named by its share instance's id."""
         answer = _items(self._sub("ls"))
         ids = self.names.ids_by_name() if answer else {}
         listed = [_dict(s) for s in answer]
-        return [{**s, "name": ids.get(str(s.get("name")), s.get("name"))} for s in listed]
+        return cast("list[dict[str, str]]",
+                    [{**s, "name": ids.get(str(s.get("name")), s.get("name"))} for s in listed])
 
     # Manage --------------------------------------------------------------------------
 

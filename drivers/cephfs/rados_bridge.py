@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:  # Debian's bindings: the checker reads them as unknown
     from rados import Ioctx, Rados
@@ -29,6 +29,32 @@ if TYPE_CHECKING:  # Debian's bindings: the checker reads them as unknown
 # librados's LIBRADOS_LOCK_FLAG_MAY_RENEW (the bindings do not export it).
 MAY_RENEW = 1
 FENCE_KEY = "token"
+
+
+class Request(TypedDict, total=False):
+    """A request as the driver writes it (client.py): the keys of its kind."""
+
+    id: int
+    target: str  # a command's: "mgr" or "mon"
+    cmd: dict[str, object]
+    timeout: int
+    fence: str  # a fencing request's: "enter", "renew" or "exit"
+    exports: str  # an export store's: "put", "remove", "sync", "list" or "notify"
+    omap: str  # an omap request's: "get", "set" or "rm"
+    pool: str
+    namespace: str
+    obj: str
+    cookie: str
+    duration: int
+    token: int
+    wait: float
+    index: str
+    prefix: str
+    share: str
+    text: str
+    notify_ms: int
+    keys: list[str]
+    values: list[str]
 
 
 def main() -> int:
@@ -51,7 +77,7 @@ def main() -> int:
     fences = Fences(rados, client)
     exports = Exports(rados, client)
 
-    def answer(request: dict) -> None:
+    def answer(request: Request) -> None:
         try:
             if "fence" in request:
                 ret, out, err = fences.call(request)
@@ -96,7 +122,7 @@ class Fences:
         self.rados = rados
         self.client = client
 
-    def call(self, req: dict) -> tuple[int, str, str]:
+    def call(self, req: Request) -> tuple[int, str, str]:
         # An I/O context per request: the version a read leaves in it
         # (get_last_version) must be this request's, not another thread's.
         ctx = self.client.open_ioctx(req["pool"])
@@ -106,7 +132,7 @@ class Fences:
         finally:
             ctx.close()
 
-    def _call(self, ctx: "Ioctx", req: dict) -> tuple[int, str, str]:
+    def _call(self, ctx: "Ioctx", req: Request) -> tuple[int, str, str]:
         obj, cookie = req["obj"], req["cookie"]
         if req["fence"] == "exit":
             try:
@@ -175,7 +201,7 @@ def lock_within(rados: ModuleType, ctx: "Ioctx", obj: str, lock: tuple[str, str,
             time.sleep(0.05)
 
 
-def omap(rados: ModuleType, client: "Rados", req: dict) -> tuple[int, str, str]:
+def omap(rados: ModuleType, client: "Rados", req: Request) -> tuple[int, str, str]:
     """An object's omap: ``get`` (``keys``, or every key when none; JSON),
     ``set`` (``keys`` to ``values``; the object is made if missing) or
     ``rm`` (``keys``)."""
@@ -226,7 +252,7 @@ class Exports:
         self.rados = rados
         self.client = client
 
-    def call(self, req: dict) -> tuple[int, str, str]:
+    def call(self, req: Request) -> tuple[int, str, str]:
         ctx = self.client.open_ioctx(req["pool"])
         try:
             ctx.set_namespace(req["namespace"])
@@ -247,7 +273,7 @@ class Exports:
         except self.rados.ObjectNotFound:
             return {}
 
-    def _change(self, ctx: "Ioctx", req: dict) -> tuple[int, str, str]:
+    def _change(self, ctx: "Ioctx", req: Request) -> tuple[int, str, str]:
         index, share = req["index"], req.get("share", "")
         obj = req["prefix"] + share
         cookie = f"{threading.get_ident()}-{time.monotonic_ns()}"
