@@ -21,10 +21,11 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import cast
 
 from sharemgr.drivers import base
 from sharemgr.drivers.dummy_calls import CREATED, SHARE_KINDS, DummyCalls
-from sharemgr.drivers.dummy_state import DB_NAME, BackendState, Details, Tx
+from sharemgr.drivers.dummy_state import DB_NAME, BackendObject, BackendState, Details, Tx
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 
 MIGRATING_TO = "migrating_to"
@@ -93,12 +94,12 @@ class DummyMigration(DummyCalls):
                             share_id=src["share_id"], name=src["name"], size=src["size"],
                             status=MIGRATING_TO, details=details)
 
-    def _destination(self, peer: Tx, destination: base.Share) -> dict:
+    def _destination(self, peer: Tx, destination: base.Share) -> BackendObject:
         obj = peer.get(destination["id"], ("share",))
         if obj is None:
             raise ShareResourceNotFound(f"dummy backend has no migration destination "
                                         f"{destination['id']}")
-        return dict(obj)
+        return cast(BackendObject, dict(obj))
 
     def migration_continue(self, source_share: base.Share, destination_share: base.Share,
                            source_snapshots: list[base.Snapshot],
@@ -111,7 +112,7 @@ class DummyMigration(DummyCalls):
                 obj = self._destination(peer, destination_share)
                 if obj["status"] != MIGRATING_TO:
                     return True
-                details = dict(obj["details"] or {})
+                details = cast(Details, dict(obj["details"] or {}))
                 progress = int(details.get("progress") or 0)
                 progress = 100 if progress >= 50 else 50
                 details["progress"] = progress

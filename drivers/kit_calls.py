@@ -8,7 +8,16 @@ import uuid
 from collections.abc import Mapping
 
 from sharemgr.common import vocab
-from sharemgr.drivers.base import ShareDriver
+from sharemgr.drivers.base import (
+    Backup,
+    GroupSnapshot,
+    Replica,
+    Share,
+    ShareDriver,
+    ShareGroup,
+    ShareServer,
+    Snapshot,
+)
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.drivers.kit_report import fail, method_name, skip, unsupported
 
@@ -27,13 +36,15 @@ KINDS: dict[str, tuple[str, str, str | None]] = {
     "share_server": ("setup_server", "teardown_server", None),
 }
 STATUS_KIND = {status: kind for kind, (_, _, status) in KINDS.items() if status}
+# A dict of one of the KINDS, in the manager's shape.
+Resource = Share | Snapshot | Replica | ShareGroup | GroupSnapshot | Backup | ShareServer
 
 
 class Kit:
     """Builds resource dicts in the manager's shapes and calls the driver,
     turning contract breaches into clear failures."""
 
-    def __init__(self, driver: ShareDriver, server: dict | None, proto: str = "NFS") -> None:
+    def __init__(self, driver: ShareDriver, server: ShareServer | None, proto: str = "NFS") -> None:
         self.driver = driver
         self.server = server
         self.proto = proto
@@ -46,7 +57,7 @@ class Kit:
     def _ids(kind: str) -> tuple[str, str]:
         return str(uuid.uuid4()), f"kit-{kind}-{uuid.uuid4().hex[:8]}"
 
-    def share_dict(self, size: int = 1, snapshot: dict | None = None) -> dict:
+    def share_dict(self, size: int = 1, snapshot: Snapshot | None = None) -> Share:
         instance_id, name = self._ids("share")
         return {
             "id": instance_id, "share_id": str(uuid.uuid4()), "name": name, "size": size,
@@ -56,32 +67,32 @@ class Kit:
             "snapshot_id": snapshot["snapshot_id"] if snapshot else None,
         }
 
-    def snapshot_dict(self, share: dict) -> dict:
+    def snapshot_dict(self, share: Share) -> Snapshot:
         instance_id, name = self._ids("snapshot")
         return {"id": instance_id, "snapshot_id": str(uuid.uuid4()),
                 "share_instance_id": share["id"], "share_id": share["share_id"],
                 "name": name, "size": share["size"], "share": share}
 
-    def replica_dict(self, share: dict) -> dict:
+    def replica_dict(self, share: Share) -> Replica:
         replica = self.share_dict(share["size"])
         replica.update(share_id=share["share_id"], replica_state=vocab.REPLICA_OUT_OF_SYNC)
         return replica
 
-    def group_dict(self) -> dict:
+    def group_dict(self) -> ShareGroup:
         group_id, name = self._ids("group")
         return {"id": group_id, "name": name, "host": self.driver.backend_host,
                 "share_server_id": self.server["id"] if self.server else None}
 
-    def group_snapshot_dict(self, group: dict) -> dict:
+    def group_snapshot_dict(self, group: ShareGroup) -> GroupSnapshot:
         gs_id, name = self._ids("group-snapshot")
         return {"id": gs_id, "name": name, "share_group_id": group["id"], "share_group": group}
 
-    def backup_dict(self, share: dict) -> dict:
+    def backup_dict(self, share: Share) -> Backup:
         backup_id, name = self._ids("backup")
         return {"id": backup_id, "share_id": share["share_id"], "name": name,
                 "size": share["size"]}
 
-    def server_dict(self) -> dict:
+    def server_dict(self) -> ShareServer:
         return {"id": str(uuid.uuid4()), "host": self.driver.backend_host,
                 "backend_details": {}}
 
@@ -113,7 +124,7 @@ class Kit:
             fail(f"{method_name(self.driver, method)} failed for {what}: "
                  f"{type(exc).__name__}: {exc}")
 
-    def delete(self, kind: str, obj: dict, what: str) -> None:
+    def delete(self, kind: str, obj: Resource, what: str) -> None:
         method = KINDS[kind][1]
         try:
             self.call(method, *self._delete_args(kind, obj))
@@ -126,14 +137,14 @@ class Kit:
                 "is already gone"
             )
 
-    def _delete_args(self, kind: str, obj: dict) -> tuple[object, ...]:
+    def _delete_args(self, kind: str, obj: Resource) -> tuple[object, ...]:
         if kind == "share_server":
             return (obj, obj.get("backend_details") or {})
         if kind == "backup":
             return (obj,)
         return (obj, self.server)
 
-    def status(self, method: str, obj: dict, what: str) -> Mapping[str, object] | None:
+    def status(self, method: str, obj: Resource, what: str) -> Mapping[str, object] | None:
         """A status method's answer, checked for shape; None if unimplemented."""
         try:
             result = self.call(method, obj, self.server)
@@ -178,7 +189,7 @@ class Kit:
         fail(f"{method_name(self.driver, method)} of {what} returned {result!r}; it must raise "
              "a ShareBackendException")
 
-    def create_call(self, obj: dict, method: str, *args: object, what: str,
+    def create_call(self, obj: Resource, method: str, *args: object, what: str,
                     optional: bool = True) -> object:
         """``ok`` for the create of ``obj``, remembered so a check can repeat it."""
         result = self.ok(method, *args, what=what, optional=optional)
@@ -187,7 +198,7 @@ class Kit:
 
     # Objects ---------------------------------------------------------------------
 
-    def create_share(self, size: int = 1) -> dict:
+    def create_share(self, size: int = 1) -> Share:
         share = self.share_dict(size)
         locations = self.create_call(share, "create_share", share, self.server,
                                      what="a new share", optional=False)
@@ -195,7 +206,7 @@ class Kit:
         share["export_locations"] = locations
         return share
 
-    def create(self, kind: str) -> dict:
+    def create(self, kind: str) -> Resource:
         """Create an object of ``kind`` (with its parents); skip if the driver
         cannot."""
         method = KINDS[kind][0]
@@ -243,7 +254,7 @@ class Kit:
         backup["share"] = share
         return backup
 
-    def never_created(self, kind: str) -> dict:
+    def never_created(self, kind: str) -> Resource:
         """A dict of ``kind`` whose object the backend never had."""
         share = self.share_dict()
         return {

@@ -17,6 +17,7 @@ import copy
 import uuid
 from collections.abc import Mapping
 
+from sharemgr.drivers.base import ShareServer, Snapshot
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
 from sharemgr.drivers.kit_calls import Kit, check_export_locations
 from sharemgr.drivers.kit_report import fail, method_name, skip, unsupported
@@ -46,14 +47,14 @@ class ManageChecks:
     """Checks of manage_existing, unmanage, manage_existing_snapshot,
     unmanage_snapshot, manage_server and unmanage_server."""
 
-    def snapshot_provider_location(self, snapshot: dict, created: object) -> str:
+    def snapshot_provider_location(self, snapshot: Snapshot, created: object) -> str:
         """Where the backend keeps ``snapshot`` (``created``: what
         ``create_snapshot`` returned)."""
         if isinstance(created, Mapping) and created.get("provider_location"):
             return str(created["provider_location"])
         return str(snapshot["id"])
 
-    def server_identifier(self, server: dict) -> str:
+    def server_identifier(self, server: ShareServer) -> str:
         """The backend's identifier of a server ``setup_server`` made."""
         return str(server["id"])
 

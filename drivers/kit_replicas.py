@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from sharemgr.common import vocab
+from sharemgr.drivers.base import Replica, Share
 from sharemgr.drivers.kit_calls import Kit
 from sharemgr.drivers.kit_report import fail, method_name
 
@@ -37,7 +38,7 @@ class ReplicaChecks:
         kit.expect_error("revert_to_snapshot", kit.snapshot_dict(share), [], [], kit.server,
                          what="a snapshot the backend never had")
 
-    def _replicated(self, kit: Kit) -> tuple[dict, dict]:
+    def _replicated(self, kit: Kit) -> tuple[Share, Replica]:
         share = kit.create_share(size=1)
         replica = kit.replica_dict(share)
         kit.create_call(replica, "create_replica", replica, share, kit.server,

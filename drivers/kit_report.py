@@ -59,7 +59,7 @@ class SkipLocations:
     NAME = "sharemgr-driver-kit-skips"
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
                                   ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         exc = call.excinfo.value if call.excinfo else None

@@ -51,6 +51,7 @@ from sharemgr.drivers.kit_report import (
     skip,
     unsupported,
 )
+from sharemgr.drivers.shapes import AccessRule, Share
 
 # The kit's parts live in kit_build, kit_calls and kit_report; these are the
 # names a driver's test suite imports from here.
@@ -84,7 +85,7 @@ class DriverConformanceTests(ManageChecks, ReplicaChecks):
             "driver_handles_share_servers)"
         )
 
-    def backend_access_rules(self, driver: ShareDriver, share: dict
+    def backend_access_rules(self, driver: ShareDriver, share: Share
                              ) -> set[tuple[str, str, str]] | None:
         """The rules the backend applies to ``share`` now, as ``(access_type,
         access_to, access_level)``; None (the default): the suite cannot look,
@@ -285,7 +286,7 @@ class DriverConformanceTests(ManageChecks, ReplicaChecks):
             fail(f"after {name} of a share of size 2 to 2, get_share_status reports size "
                  f"{status.get('size')!r}")
 
-    def _reported_size(self, kit: Kit, share: dict, after: str) -> object:
+    def _reported_size(self, kit: Kit, share: Share, after: str) -> object:
         status = kit.status("get_share_status", share, f"a share after {after}")
         if status is None:
             unsupported(kit.driver, "get_share_status")
@@ -338,7 +339,7 @@ class DriverConformanceTests(ManageChecks, ReplicaChecks):
             fail(f"get_share_status of a share created from a snapshot says "
                  f"{status['status']!r}, not 'available'")
 
-    def _created_from_snapshot(self, kit: Kit, share: dict, answer: object) -> object:
+    def _created_from_snapshot(self, kit: Kit, share: Share, answer: object) -> object:
         """The export locations of a create from a snapshot: its answer's,
         or, when it answered that the copy goes on (``creating_from_snapshot``),
         those of the ``get_share_status`` that reports its end."""
@@ -394,8 +395,8 @@ class DriverConformanceTests(ManageChecks, ReplicaChecks):
 
     # Access rules ------------------------------------------------------------------------
 
-    def _update_access(self, kit: Kit, share: dict, rules: list[dict], add: list[dict],
-                       delete: list[dict], what: str) -> None:
+    def _update_access(self, kit: Kit, share: Share, rules: list[AccessRule],
+                       add: list[AccessRule], delete: list[AccessRule], what: str) -> None:
         method = "update_access"
         result = kit.ok(method, share, rules, add, delete, kit.server, what=what)
         if result is None:
@@ -408,7 +409,7 @@ class DriverConformanceTests(ManageChecks, ReplicaChecks):
             fail(f"{name} for {what} returned {result!r}; it must return None or "
                  "{rule id: {'state': 'error'}} for rules of the full set it refused")
 
-    def _rules_on_backend(self, kit: Kit, share: dict, expected: list[dict], rule: str
+    def _rules_on_backend(self, kit: Kit, share: Share, expected: list[AccessRule], rule: str
                           ) -> None:
         seen = self.backend_access_rules(kit.driver, share)
         want = {(r["access_type"], r["access_to"], r["access_level"]) for r in expected}
