@@ -195,7 +195,7 @@ def served(address: str | None, path: Path) -> set[tuple[str, str]] | None:
     :raises bus.BusUnavailable: the server cannot be asked.
     """
     # busctl gives a struct as the list of its fields: an export's id and
-    # path first; a client's network first, its access bits ninth.
+    # path first; a client's network first, its options word ninth.
     listing = bus.call(address, DEST, OBJECT, INTERFACE, "ShowExports")
     exports = cast("list[list[int | str]]", listing[1])
     ids = [int(e[0]) for e in exports if str(e[1]) == str(path)]
