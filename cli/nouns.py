@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from sharemgr.db import models
     from sharemgr.db.engine import Database
     from sharemgr.db.records import Record
+    from sharemgr.manager.intake import Intake
 
 # The database modules (SQLAlchemy) are imported by the functions that query:
 # 'sharectl --help' loads every command and needs none of them.
@@ -70,6 +71,9 @@ class SnapshotRow(TypedDict):
     created_at: datetime.datetime
 
 
+Deleter = Callable[["Intake", str, bool], object]
+
+
 @dataclass(frozen=True)
 class Noun:
     noun: str  # CLI noun, e.g. "share-server"
@@ -77,7 +81,7 @@ class Noun:
     columns: tuple[str, ...]
     rows: Callable[[Database], Sequence[Row]]
     one: Callable[[Database, str], Row | None]
-    delete: str | None  # the Intake method that deletes one
+    delete: Deleter | None  # how the Intake deletes one (id, force)
     ok_statuses: tuple[str, ...] = (vocab.AVAILABLE,)
 
     def status(self, db: Database, ident: str) -> str:
@@ -222,22 +226,27 @@ NOUNS: dict[str, Noun] = {
     for k in (
         Noun("share", vocab.SHARE,
              ("id", "name", "size", "proto", "status", "host"),
-             _share_rows, _share_one, "delete_share"),
+             _share_rows, _share_one, lambda i, ident, force: i.delete_share(ident, force)),
         Noun("share-instance", vocab.SHARE_INSTANCE,
              ("id", "share_id", "host", "status", "replica_state"),
-             _inst_rows, _instance_one, "delete_share_instance"),
+             _inst_rows, _instance_one,
+             lambda i, ident, force: i.delete_share_instance(ident, force)),
         Noun("snapshot", vocab.SNAPSHOT, ("id", "share_id", "name", "size", "status"),
-             _snapshot_rows, _snapshot_one, "delete_snapshot"),
+             _snapshot_rows, _snapshot_one,
+             lambda i, ident, force: i.delete_snapshot(ident, force)),
         Noun("replica", vocab.REPLICA, ("id", "share_id", "host", "status", "replica_state"),
              lambda db: [r for r in _inst_rows(db) if r["replica_state"]],
-             _replica_one, "delete_replica"),
+             _replica_one, lambda i, ident, force: i.delete_replica(ident, force)),
         Noun("share-server", vocab.SHARE_SERVER, ("id", "host", "status"),
-             _server_rows, _server_one, "delete_share_server", (vocab.ACTIVE,)),
+             _server_rows, _server_one,
+             lambda i, ident, force: i.delete_share_server(ident, force), (vocab.ACTIVE,)),
         Noun("share-group", vocab.SHARE_GROUP, ("id", "name", "host", "status"),
-             _group_rows, _group_one, "delete_share_group"),
+             _group_rows, _group_one,
+             lambda i, ident, force: i.delete_share_group(ident, force)),
         Noun("group-snapshot", vocab.GROUP_SNAPSHOT, ("id", "name", "share_group_id", "status"),
-             _gsnap_rows, _gsnap_one, "delete_group_snapshot"),
+             _gsnap_rows, _gsnap_one,
+             lambda i, ident, force: i.delete_group_snapshot(ident, force)),
         Noun("backup", vocab.BACKUP, ("id", "name", "share_id", "status", "progress"),
-             _backup_rows, _backup_one, "delete_backup"),
+             _backup_rows, _backup_one, lambda i, ident, force: i.delete_backup(ident, force)),
     )
 }

@@ -162,9 +162,9 @@ class ResourceDelete(base.Command):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
-        method = self.kind.delete
-        assert method is not None  # the command exists only for nouns with a delete
-        getattr(_intake(self.app), method)(parsed_args.id, force=parsed_args.force)
+        delete = self.kind.delete
+        assert delete is not None  # the command exists only for nouns with a delete
+        delete(_intake(self.app), parsed_args.id, parsed_args.force)
         if parsed_args.wait:
             status = wait_for(self.app, self.kind, parsed_args.id, parsed_args.timeout,
                               deleting=True)

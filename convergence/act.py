@@ -37,7 +37,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
-from sharemgr.manager import share_ops
+from sharemgr.manager import operation_table, share_ops
 from sharemgr.manager.leases import Terms
 from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Operations, Stale
 
@@ -341,7 +341,7 @@ class Actor:
     def _await_copy(self, ident: str) -> str:
         """The status a share instance's copy ends in (the status poll
         writes it), waiting at most the create's lease; its status then."""
-        lease = self.operations.leases.seconds("create_share_from_snapshot") or COPY_WAIT
+        lease = self.operations.leases.seconds(operation_table.CREATE_FROM_SNAPSHOT) or COPY_WAIT
         deadline = time.monotonic() + lease
         while True:
             inst = db_api.get(self.db, models.ShareInstance, ident)

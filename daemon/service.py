@@ -35,6 +35,7 @@ from sharemgr.manager import (
     handlers,
     leases,
     migration_continue,
+    operation_table,
     outage,
     replica_ops,
 )
@@ -308,7 +309,7 @@ class ShareManagerService:
             for interval, name, task in (
                     (self.conf.backup_continue_interval, "backup_continue",
                      backup_ops.continue_backups),
-                    (self.conf.migration_continue_interval, "migration_continue",
+                    (self.conf.migration_continue_interval, operation_table.MIGRATION_CONTINUE,
                      migration_continue.continue_migrations),
                     (self.conf.clone_poll_interval, "clone_poll", clone_poll.poll_clones),
                     (self.conf.replica_state_update_interval, "replica_state",

@@ -106,8 +106,8 @@ def _continue_one(ops: Operations, ident: str, status: str, column: str) -> None
         else:
             result = driver.restore_backup_continue(views.backup(backup), share_d)
     except Exception as exc:
-        log_failure(f"backup {ident}",
-                     "create_backup_continue" if creating else "restore_backup_continue", exc)
+        log_failure(f"backup {ident}", operation_table.BACKUP_CONTINUE[
+            vocab.ACTION_CREATE if creating else vocab.ACTION_RESTORE], exc)
         _settle_backup(ops, ident, status, inst.id, share_busy,
                             {"status": vocab.ERROR if creating else vocab.AVAILABLE},
                             vocab.AVAILABLE if creating else vocab.BACKUP_RESTORING_ERROR)

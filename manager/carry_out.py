@@ -3,8 +3,8 @@
 method and the messages; what is left to say per operation is here, as two
 small tables:
 
-- ``DRIVER_ARGS``: the arguments each driver method takes, built from the
-  re-read row (drivers/base.py documents them);
+- ``DRIVER_ARGS``: the arguments of each spec's driver method, built from
+  the re-read row (drivers/base.py documents them);
 - ``DONE``: what a success writes besides the spec's ``success`` status (a
   delete's record going, a share going with its last instance, a server's
   backend details).
@@ -45,7 +45,7 @@ def carry_out(ops: Operations, op: Op, held: bool = False) -> list[Change] | Non
         raise Stale(f"{kind.what} {op.ident} is on no backend")
     assert spec.method is not None, spec.key
     method = getattr(ops.driver_for(host), spec.method)
-    args, done = DRIVER_ARGS[spec.method], DONE.get(spec.key, _status)
+    args, done = DRIVER_ARGS[spec.key], DONE.get(spec.key, _status)
     force = spec.forcible and bool(op.args.get("force"))
     return ops.run(op, Step(
         kind.model, row0.id, f"{spec.verb} of {kind.what} {row0.id}",
@@ -184,20 +184,25 @@ def _backup(ops: Operations, row: Row) -> tuple[object, ...]:
     return (views.backup(row),)
 
 
-DRIVER_ARGS: dict[str, Args] = {
-    "create_replica": _replica_and_active,
-    "delete_replica": _share,
-    "create_snapshot": _snapshot,
-    "delete_snapshot": _snapshot,
-    "setup_server": _server,
-    "teardown_server": _server_and_details,
-    "create_share_group": _group,
-    "delete_share_group": _group,
-    "create_share_group_snapshot": _group_snapshot,
-    "delete_share_group_snapshot": _group_snapshot,
-    "delete_backup": _backup,
-    "unmanage": lambda ops, row: _share(ops, row)[:1],
-    "unmanage_snapshot": lambda ops, row: _snapshot(ops, row)[:1],
+_SI, _REP, _SNAP = vocab.SHARE_INSTANCE, vocab.REPLICA, vocab.SNAPSHOT_INSTANCE
+_SRV, _GRP, _GSNAP = vocab.SHARE_SERVER, vocab.SHARE_GROUP, vocab.GROUP_SNAPSHOT
+_CREATE, _DELETE, _UNMANAGE = vocab.ACTION_CREATE, vocab.ACTION_DELETE, vocab.ACTION_UNMANAGE
+
+# By the spec's key: its ``method`` is the one called.
+DRIVER_ARGS: dict[tuple[str, str], Args] = {
+    (_REP, _CREATE): _replica_and_active,
+    (_REP, _DELETE): _share,
+    (_SNAP, _CREATE): _snapshot,
+    (_SNAP, _DELETE): _snapshot,
+    (_SRV, _CREATE): _server,
+    (_SRV, _DELETE): _server_and_details,
+    (_GRP, _CREATE): _group,
+    (_GRP, _DELETE): _group,
+    (_GSNAP, _CREATE): _group_snapshot,
+    (_GSNAP, _DELETE): _group_snapshot,
+    (vocab.BACKUP, _DELETE): _backup,
+    (_SI, _UNMANAGE): lambda ops, row: _share(ops, row)[:1],
+    (_SNAP, _UNMANAGE): lambda ops, row: _snapshot(ops, row)[:1],
     # Manila's (server_details, security_services): sharemgr has no security services.
-    "unmanage_server": lambda ops, row: (_server_and_details(ops, row)[1], []),
+    (_SRV, _UNMANAGE): lambda ops, row: (_server_and_details(ops, row)[1], []),
 }

@@ -20,13 +20,15 @@ from sharemgr.drivers.exceptions import (
     ShareBackendException,
     ShareResourceNotFound,
 )
-from sharemgr.manager import share_ops, views
+from sharemgr.manager import operation_table, share_ops, views
 from sharemgr.manager.operations import log_failure
 
 if TYPE_CHECKING:
     from sharemgr.manager.operations import Operations
 
 LOG = logging.getLogger(__name__)
+
+_STATUS = operation_table.STATUS_METHOD[vocab.SHARE_INSTANCE]
 
 
 def poll_clones(ops: Operations, hosts: list[str]) -> None:
@@ -51,10 +53,10 @@ def poll_one(ops: Operations, ident: str) -> str | None:
         LOG.info("%s: the status poll was fenced: %s", what, exc)
         return None
     except ShareResourceNotFound as exc:
-        log_failure(what, "get_share_status", exc)
+        log_failure(what, _STATUS, exc)
         answer = {"status": vocab.ERROR}
     except ShareBackendException as exc:  # an outage: asked again next run
-        log_failure(what, "get_share_status", exc)
+        log_failure(what, _STATUS, exc)
         return None
     status = answer.get("status") if isinstance(answer, dict) else None
     seen = {"status": inst.status, "fence": inst.fence}

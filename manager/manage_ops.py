@@ -143,7 +143,7 @@ def plan_manage_server(db: Database, host: str, dhss: bool, identifier: str,
 def _unmanaging(kind: kinds.Kind, row: kinds.StatusRow, what: str, host: str | None,
                 shown: object = None) -> Plan:
     spec = operation_table.spec(kind.name, vocab.ACTION_UNMANAGE)
-    need(row.status, spec.starts_from, what, "unmanage")
+    need(row.status, spec.starts_from, what, spec.verb)
     return Plan(None, [], [(kind.model, row.id, {"status": row.status},
                             {"status": spec.transient[0]})],
                 Op(kind.name, row.id, vocab.ACTION_UNMANAGE, host), shown or row)
@@ -215,21 +215,22 @@ def manage_existing(ops: Operations, op: Op, held: bool = False) -> list[Change]
     """The share's size and export locations from the driver's answer, the
     size written to the share with the instance's status."""
     spec = operation_table.spec(op.kind, op.action)
+    method = str(spec.method)
     inst0, host = _first(ops, op, models.ShareInstance)
     driver = ops.driver_for(host)
     options = dict(op.args.get(OPTIONS) or {})
 
     def call(inst: models.ShareInstance) -> object:
         share_d, _ = ops.share_parts(inst)
-        answer = _answer(driver.manage_existing(share_d, options), "manage_existing")
-        size = _size(answer, "manage_existing")
+        answer = _answer(driver.manage_existing(share_d, options), method)
+        size = _size(answer, method)
         if size is None:
-            raise OperationFailed("manage_existing did not say the share's size")
+            raise OperationFailed(f"{method} did not say the share's size")
         raw = answer.get("export_locations")
         try:
             locations = views.export_locations(raw) if raw else list(inst.export_locations)
         except (KeyError, TypeError, AttributeError) as exc:
-            raise OperationFailed(f"manage_existing answered unusable export locations "
+            raise OperationFailed(f"{method} answered unusable export locations "
                                   f"{raw!r}: {exc}")
         return size, locations
 
@@ -249,13 +250,13 @@ def manage_existing_snapshot(ops: Operations, op: Op, held: bool = False
     """The snapshot's size (the share's when the driver leaves it out, as
     Manila) and provider location from the driver's answer."""
     spec = operation_table.spec(op.kind, op.action)
+    method = str(spec.method)
     row0, host = _first(ops, op, models.ShareSnapshotInstance)
     driver = ops.driver_for(host)
     options = dict(op.args.get(OPTIONS) or {})
 
     def call(row: models.ShareSnapshotInstance) -> object:
         snap_d, _ = ops.snapshot_parts(row)
-        method = "manage_existing_snapshot"
         answer = _answer(driver.manage_existing_snapshot(snap_d, options), method)
         size = _size(answer, method) or snap_d["share"]["size"]
         location = answer.get("provider_location") or row.provider_location

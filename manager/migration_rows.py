@@ -119,7 +119,7 @@ def undone(sides: migration_host.Sides) -> bool:
         raise  # a copy still runs into it: not a failure, the caller tries later
     except Exception as exc:
         log_failure(f"undo of the migration of share instance {sides.source.id}",
-                    "delete_share", exc)
+                    vocab.ACTION_DELETE, exc)
         return True
     return False
 

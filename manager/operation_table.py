@@ -129,6 +129,19 @@ def _settled(kind: str, action: str, transient: str, rule: Rule) -> Spec:
 _SI, _REP, _SNAP = vocab.SHARE_INSTANCE, vocab.REPLICA, vocab.SNAPSHOT_INSTANCE
 _SRV, _GRP, _GSNAP, _BAK = (vocab.SHARE_SERVER, vocab.SHARE_GROUP, vocab.GROUP_SNAPSHOT,
                             vocab.BACKUP)
+
+# Driver methods an operation calls besides its spec's ``method``; with the
+# specs', the only place outside drivers/ that names one
+# (tests/unit/test_vocabulary.py).
+STATUS_METHOD: dict[str, str] = {  # each kind's optional status method
+    _SI: "get_share_status", _REP: "get_replica_status", _SNAP: "get_snapshot_status",
+    _GRP: "get_share_group_status", _GSNAP: "get_share_group_snapshot_status",
+}
+CREATE_FROM_SNAPSHOT = "create_share_from_snapshot"  # a share create from a snapshot
+BACKUP_CONTINUE = {  # a backup's second phase, polled until done
+    vocab.ACTION_CREATE: "create_backup_continue", vocab.ACTION_RESTORE: "restore_backup_continue",
+}
+MIGRATION_CONTINUE = "migration_continue"  # a driver-assisted migration's poll
 _MANAGED = (  # a replica's manage statuses (a share instance's are carried out)
     ("manage", vocab.MANAGING, mark(vocab.MANAGE_ERROR)),
     ("unmanage", vocab.UNMANAGING, mark(vocab.UNMANAGE_ERROR)),
@@ -148,12 +161,12 @@ TABLE: tuple[Spec, ...] = (
     _unmanage(_SRV, SERVER_DELETABLE, "unmanage_server"),
     _settled(_SRV, "network_change", vocab.SERVER_NETWORK_CHANGE, mark(vocab.ERROR)),
     Spec(_SI, vocab.ACTION_CREATE, "create", (vocab.CREATING, vocab.CREATING_FROM_SNAPSHOT),
-         query("get_share_status"), success=vocab.AVAILABLE, method="create_share"),
+         query(STATUS_METHOD[_SI]), success=vocab.AVAILABLE, method="create_share"),
     Spec(_SI, vocab.ACTION_EXTEND, "extend", (vocab.EXTENDING,),
-         query("get_share_status", vocab.EXTENDING_ERROR), (vocab.AVAILABLE,),
+         query(STATUS_METHOD[_SI], vocab.EXTENDING_ERROR), (vocab.AVAILABLE,),
          vocab.AVAILABLE, vocab.EXTENDING_ERROR, method="extend_share"),
     Spec(_SI, vocab.ACTION_SHRINK, "shrink", (vocab.SHRINKING,),
-         query("get_share_status", vocab.SHRINKING_ERROR), (vocab.AVAILABLE,),
+         query(STATUS_METHOD[_SI], vocab.SHRINKING_ERROR), (vocab.AVAILABLE,),
          vocab.AVAILABLE, vocab.SHRINKING_ERROR, method="shrink_share"),
     _delete(_SI, SHARE_DELETABLE, vocab.ERROR_DELETING, "delete_share",
             transient=(vocab.DELETING, vocab.DEFERRED_DELETING)),
@@ -190,7 +203,7 @@ TABLE: tuple[Spec, ...] = (
     Spec(_SI, vocab.ACTION_MIGRATION_CANCEL, "migration cancel", (), None, error=None,
          method="migration_cancel"),
     # A replica is a share instance: only its create and delete differ.
-    _create(_REP, query("get_replica_status"), "create_replica",
+    _create(_REP, query(STATUS_METHOD[_REP]), "create_replica",
             error_also=(("replica_state", vocab.REPLICA_ERROR),)),
     _delete(_REP, SHARE_DELETABLE, vocab.ERROR_DELETING, "delete_replica"),
     *(_settled(_REP, action, status, rule) for action, status, rule in _MANAGED + _SHARED),
@@ -205,15 +218,15 @@ TABLE: tuple[Spec, ...] = (
     # does not move.
     Spec(_REP, vocab.ACTION_RESYNC, "resync", (), None, (vocab.AVAILABLE,), error=None,
          method="update_replica_state"),
-    _create(_SNAP, query("get_snapshot_status"), "create_snapshot"),
+    _create(_SNAP, query(STATUS_METHOD[_SNAP]), "create_snapshot"),
     _delete(_SNAP, SNAPSHOT_DELETABLE, vocab.ERROR_DELETING, "delete_snapshot"),
     _manage(_SNAP, mark(vocab.MANAGE_ERROR), "manage_existing_snapshot"),
     _unmanage(_SNAP, SNAPSHOT_DELETABLE, "unmanage_snapshot"),
     # The snapshot a share is reverted to; a crash: error (specs/002).
     _settled(_SNAP, "restore", vocab.RESTORING, mark(vocab.ERROR)),
-    _create(_GRP, query("get_share_group_status"), "create_share_group"),
+    _create(_GRP, query(STATUS_METHOD[_GRP]), "create_share_group"),
     _delete(_GRP, SIMPLE_DELETABLE, vocab.ERROR, "delete_share_group"),
-    _create(_GSNAP, query("get_share_group_snapshot_status"), "create_share_group_snapshot"),
+    _create(_GSNAP, query(STATUS_METHOD[_GSNAP]), "create_share_group_snapshot"),
     _delete(_GSNAP, SIMPLE_DELETABLE, vocab.ERROR, "delete_share_group_snapshot"),
     # Backups are two-phase: once the driver call has started, the periodic
     # *_continue tasks own them (reconcile/scan.py leaves them alone); one whose

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 
+ACCESS_METHOD = operation_table.spec(vocab.SHARE_INSTANCE, vocab.ACTION_UPDATE_ACCESS).method
+
 
 def _request_host(ops: Operations, op: Op) -> str:
     """The backend the request names (nothing read before the lock), else
@@ -93,8 +95,8 @@ def create_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
     return ops.run(op, Step(
         models.ShareInstance, op.ident, f"{spec.verb} of share instance {op.ident}", call,
         created, then=then, read=read,
-        method=lambda inst: "create_share_from_snapshot"
-        if inst.status == vocab.CREATING_FROM_SNAPSHOT else "create_share"), held)
+        method=lambda inst: operation_table.CREATE_FROM_SNAPSHOT
+        if inst.status == vocab.CREATING_FROM_SNAPSHOT else str(spec.method)), held)
 
 
 def creation_values(inst: models.ShareInstance, answer: object, success: str
@@ -297,7 +299,7 @@ def _sync_access(ops: Operations, inst: models.ShareInstance, resync: bool = Fal
             share_d, [access.view(r) for r in full], [access.view(r) for r in add],
             [access.view(r) for r in remove], server) or {}
     except Exception as exc:
-        log_failure(what, "update_access", exc)
+        log_failure(what, ACCESS_METHOD, exc)
         # What the backend now allows is unknown: every rule sent is in error.
         db_access.finish(ops.db, inst.share_id, {
             r.id: (r.state, vocab.ACCESS_ERROR) for r in full + remove})

@@ -42,6 +42,7 @@ from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import access, kinds, views
+from sharemgr.manager.operation_table import STATUS_METHOD
 from sharemgr.manager.operations import lock_name
 from sharemgr.reconcile import ask, repair, scan, status_query
 from sharemgr.reconcile.answers import Unusable, exports_of, size_of
@@ -96,13 +97,14 @@ class Target:
 
 
 TARGETS: tuple[Target, ...] = (
-    Target(vocab.SHARE_INSTANCE, "get_share_status", (MISSING, SIZE, EXPORTS, NOT_SERVED),
-           "share"),
+    Target(vocab.SHARE_INSTANCE, STATUS_METHOD[vocab.SHARE_INSTANCE],
+           (MISSING, SIZE, EXPORTS, NOT_SERVED), "share"),
     # A replica's size is its share's: compared, never corrected (the share's
     # size is its active instance's; a replica that differs needs an operator).
-    Target(vocab.REPLICA, "get_replica_status", (MISSING, SIZE, EXPORTS), "replica"),
+    Target(vocab.REPLICA, STATUS_METHOD[vocab.REPLICA], (MISSING, SIZE, EXPORTS), "replica"),
     # Snapshots are not exported in this manager (no mountable snapshots).
-    Target(vocab.SNAPSHOT_INSTANCE, "get_snapshot_status", (MISSING, SIZE), "snapshot"),
+    Target(vocab.SNAPSHOT_INSTANCE, STATUS_METHOD[vocab.SNAPSHOT_INSTANCE], (MISSING, SIZE),
+           "snapshot"),
 )
 TARGET = {t.rtype: t for t in TARGETS}
 

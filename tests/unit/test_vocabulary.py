@@ -7,7 +7,7 @@ attribute, or given as such a parameter's default. A plain word that happens
 to be a status ("error" as a dict key, "failed" in a message) is not a use.
 
 The scan is of the syntax tree, so a test of its own (below) shows it finds
-each of those uses."""
+each of those uses. Driver method names are held to the same rule (below)."""
 
 from __future__ import annotations
 
@@ -122,3 +122,61 @@ outcome = {"state": "active" if ok else "queued_to_deny"}
         (2, "available"), (3, "creating"), (3, "deleting"), (4, "extending_error"),
         (5, "in_sync"), (6, "out_of_sync"), (7, "error_deleting"), (9, "active"),
         (9, "queued_to_deny")]
+
+
+# Driver methods ---------------------------------------------------------------------
+# The framework names a driver method only through the operation table (a
+# spec's ``method``, its status methods, the few second calls it lists):
+# every string equal to one is flagged, wherever it stands. drivers/ is the
+# methods' own package (base declares them, the dummy's knobs and the
+# conformance kit name them by contract), common/ the words users read.
+METHOD_HOMES = ("manager/operation_table.py", "drivers/", "common/")
+
+
+def _driver_methods() -> frozenset[str]:
+    from sharemgr.drivers import read_methods
+    from sharemgr.drivers.base import ShareDriver
+
+    # The optional status methods are the contract's too, declared by name.
+    return frozenset(name for name in dir(ShareDriver)
+                     if callable(getattr(ShareDriver, name)) and not name.startswith("_")
+                     ) | set(read_methods.STATUS_METHODS) \
+        | set(read_methods.BATCH_STATUS_METHODS.values())
+
+
+DRIVER_METHODS = _driver_methods()
+
+
+def method_names(source: str) -> list[tuple[int, str]]:
+    return sorted({(node.lineno, node.value) for node in ast.walk(ast.parse(source))
+                   if isinstance(node, ast.Constant) and node.value in DRIVER_METHODS})
+
+
+def test_no_driver_method_is_named_outside_the_table() -> None:
+    uses = {}
+    for folder in PACKAGES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = str(path.relative_to(ROOT))
+            if not rel.startswith(METHOD_HOMES) and (found := method_names(path.read_text())):
+                uses[rel] = found
+    assert uses == {}, "\n".join(f"{f}: {u}" for f, u in uses.items())
+
+
+def test_the_method_scan_finds_a_name_wherever_it_stands() -> None:
+    source = '''
+leases.seconds("create_share_from_snapshot")
+ARGS = {"delete_snapshot": build}
+log_failure(what, "update_access" if access else "extend_share", exc)
+getattr(driver, "get_share_status")
+'''
+    assert method_names(source) == [
+        (2, "create_share_from_snapshot"), (3, "delete_snapshot"), (4, "extend_share"),
+        (4, "update_access"), (5, "get_share_status")]
+    assert "create_share" in DRIVER_METHODS and "get_share_status" in DRIVER_METHODS
+
+
+def test_the_table_names_each_status_method_of_the_contract() -> None:
+    from sharemgr.drivers import read_methods
+    from sharemgr.manager import operation_table
+
+    assert sorted(operation_table.STATUS_METHOD.values()) == sorted(read_methods.STATUS_METHODS)

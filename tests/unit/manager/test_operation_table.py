@@ -73,7 +73,7 @@ def test_what_is_carried_out_has_a_handler_and_nothing_else_has() -> None:
         if spec.carried and spec.key not in handlers.OWN:
             # The generic path: it needs the driver method's arguments.
             assert handlers.HANDLERS[spec.key] is carry_out.carry_out
-            assert spec.method in carry_out.DRIVER_ARGS, spec.key
+            assert spec.key in carry_out.DRIVER_ARGS, spec.key
             assert spec.error is not None and spec.transient, spec.key
     assert set(carry_out.DONE) <= carried - set(handlers.OWN)
 
@@ -88,7 +88,7 @@ def test_the_generic_path_passes_a_driver_method_what_its_contract_names(
     signature (drivers/base.py: the contract third-party drivers implement)."""
     row = make(engine.db, spec.kind, spec.transient[0])
     assert spec.method is not None
-    args = carry_out.DRIVER_ARGS[spec.method](engine.operations, row)
+    args = carry_out.DRIVER_ARGS[spec.key](engine.operations, row)
     inspect.signature(getattr(ShareDriver, spec.method)).bind(None, *args)
 
 
