@@ -39,7 +39,7 @@ from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
 from sharemgr.manager import operation_table, share_ops
 from sharemgr.manager.leases import Terms
-from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Operations, Stale
+from sharemgr.manager.operations import Operations
 
 LOG = logging.getLogger(__name__)
 
@@ -292,15 +292,8 @@ class Actor:
         written = None
         if plan.op is not None:
             try:
-                written = self.operations.perform(replace(
+                performed = self.operations.perform(replace(
                     plan.op, request_id=begun.op_request_id, lease=begun.op_lease))
-            except (NotNow, Lost) as exc:
-                return self.cut(ctx, rid, name, begun.op_request_id, exc), None
-            except (OperationFailed, Stale) as exc:
-                reason = f"{name}: {exc}"
-                won = stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED,
-                                     reason, op_request_id=begun.op_request_id, op_error=str(exc))
-                return ended(won, name, Outcome.failed(reason)), None
             except Exception as exc:  # the caller fails the node; the request must not stay
                 # running for a live engine that no longer runs it: reconciliation
                 # settles a transient resource once no request is in progress.
@@ -313,6 +306,15 @@ class Actor:
                         LOG.exception("could not record the outcome of request %s",
                                       begun.op_request_id)
                 raise
+            if performed.result in (Result.NOT_NOW, Result.LOST):
+                return self.cut(ctx, rid, name, begun.op_request_id, performed), None
+            if performed.result is not Result.DONE:  # FAILED or STALE: the node fails
+                reason = f"{name}: {performed.reason}"
+                won = stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_FAILED,
+                                     reason, op_request_id=begun.op_request_id,
+                                     op_error=performed.reason)
+                return ended(won, name, Outcome.failed(reason)), None
+            written = performed.data
         if written is not None and plan.op is not None and share_ops.copy_goes_on(written):
             # A share from a snapshot still copying in the backend: the
             # resource is complete when the status poll ends its create.
@@ -351,10 +353,10 @@ class Actor:
             time.sleep(COPY_POLL)
 
     def cut(self, ctx: Ctx, rid: int, name: str, op_request_id: int | None,
-            exc: NotNow | Lost) -> Outcome:
+            why: Outcome[object]) -> Outcome:
         """The engine could not see the operation through — out of the
-        group or its lease running out before the driver call (``NotNow``),
-        or the resource taken over while the driver worked (``Lost``). That
+        group or its lease running out before the driver call (NOT_NOW),
+        or the resource taken over while the driver worked (LOST). That
         is not the stack's failure: the node bails as if its engine had
         died there, the row's lock left held (no check takes it while the
         resource is transient), and the watchdog retriggers it once the
@@ -365,14 +367,14 @@ class Actor:
             ctx.held.remove(rid)
             self.locks.tracker.unclaim(rid)
         if op_request_id is not None:
-            if isinstance(exc, NotNow):
+            if why.result is Result.NOT_NOW:
                 db_api.request_release(self.db, op_request_id, self.engine_id,
-                                       f"given back: {exc}")
+                                       f"given back: {why.reason}")
             else:
                 stack_work.finish_request(self.db, op_request_id, self.engine_id,
-                                          vocab.REQUEST_ABANDONED, f"lost: {exc}")
-        LOG.warning("%s: %s; the node waits for the watchdog", name, exc)
-        return Outcome.bailed(f"{name}: {exc}")
+                                          vocab.REQUEST_ABANDONED, f"lost: {why.reason}")
+        LOG.warning("%s: %s; the node waits for the watchdog", name, why.reason)
+        return Outcome.bailed(f"{name}: {why.reason}")
 
     # Failure -----------------------------------------------------------------------
 

@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
-from sharemgr.common.outcome import REPLAN, SUPERSEDED, Outcome
+from sharemgr.common.outcome import REPLAN, SUPERSEDED, Outcome, Result
 from sharemgr.convergence import decide as decide_mod
 from sharemgr.convergence.node_check import Ctx, ended
 from sharemgr.convergence.template import Template
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.manager import migration_plans
-from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Stale
 from sharemgr.manager.plans import Refused
 
 if TYPE_CHECKING:
@@ -60,21 +59,20 @@ def run(act: Actor, ctx: Ctx, stack: models.Stack, row: models.StackResource,
         return begun
     LOG.info("stack %s: %s: moving share %s to %s", ctx.stack_name, row.name, share_id, dest)
     assert plan.op is not None  # a start always has its request
-    try:
-        act.operations.perform(replace(plan.op, request_id=begun.op_request_id,
-                                       lease=begun.op_lease))
-    except (NotNow, Lost) as exc:
-        return act.cut(ctx, effective.id, row.name, begun.op_request_id, exc)
-    except (OperationFailed, Stale) as exc:
-        return _failed(act, effective, row.name, f"its migration to {dest} failed: {exc}",
-                       begun.op_request_id)
+    started = act.operations.perform(replace(plan.op, request_id=begun.op_request_id,
+                                             lease=begun.op_lease))
+    if started.result in (Result.NOT_NOW, Result.LOST):
+        return act.cut(ctx, effective.id, row.name, begun.op_request_id, started)
+    if started.result is not Result.DONE:  # FAILED or STALE
+        return _failed(act, effective, row.name,
+                       f"its migration to {dest} failed: {started.reason}", begun.op_request_id)
     if begun.op_request_id is not None:
         stack_work.finish_request(act.db, begun.op_request_id, act.engine_id,
                                   vocab.REQUEST_DONE)
     task = _await(act, ctx, share_id)
     if task is None:
         return act.cut(ctx, effective.id, row.name, None,
-                       NotNow(f"not a member while share {share_id} moves"))
+                       Outcome(Result.NOT_NOW, reason=f"not a member while share {share_id} moves"))
     if task == _NOT_CURRENT:
         # Timed out, cancelled or superseded: the migration goes on by
         # itself; the next traversal finds the share where it ends.

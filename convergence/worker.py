@@ -40,6 +40,7 @@ from typing import Generic, TypeVar
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.common.outcome import RECORDED
 from sharemgr.convergence import decide, retain
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.act import Actor
@@ -55,9 +56,9 @@ from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.leases import Terms
-from sharemgr.manager.operations import NotNow, OperationFailed, Operations
+from sharemgr.manager.operations import NotNow, OperationFailed, Operations, Stale, outcome_of
 from sharemgr.manager.outage import is_outage
-from sharemgr.manager.runner import request_end
+from sharemgr.manager.runner import request_end, unexpected
 
 __all__ = ["CHAIN_LIMIT", "Skip", "Worker"]
 
@@ -92,10 +93,10 @@ class Worker:
         self._templates: _Cache[Template] = _Cache(64)
         self._graphs: _Cache[Graph | None] = _Cache(16)
 
-    def __call__(self, req: models.Request) -> bool:
-        """The request loop's handler; True when the check recorded its
-        request's outcome itself (in its report's transaction), so the
-        loop writes nothing more."""
+    def __call__(self, req: models.Request) -> Outcome[object]:
+        """The request loop's handler; RECORDED when the check wrote its
+        request's end itself (in its report's transaction), so the loop
+        writes nothing more."""
         self.tracker.running(req.id)
         try:
             return self.check(req)
@@ -160,18 +161,21 @@ class Worker:
 
     # The check ----------------------------------------------------------------------
 
-    def check(self, req: models.Request) -> bool:
+    def check(self, req: models.Request) -> Outcome[object]:
         """Run the claimed request's node, then, in this thread, each
         successor it made ready and claimed (``Reporter.end_and_report``),
         up to ``CHAIN_LIMIT`` of them; the rest wait for the request loop.
-        True when the node's report recorded the request done; otherwise
-        the request loop records its outcome."""
-        nxt, finished = self._check(req.id, req.args or {}, chain=CHAIN_LIMIT)
+        RECORDED when the node's report recorded the request done;
+        otherwise the request loop records the outcome."""
+        try:
+            nxt, finished = self._check(req.id, req.args or {}, chain=CHAIN_LIMIT)
+        except (Stale, OperationFailed) as exc:  # a Skip is Stale: done, with its note
+            return outcome_of(exc)
         hops = 0
         while nxt is not None:
             hops += 1
             nxt = self._chained(nxt.req_id, nxt.args, CHAIN_LIMIT - hops, nxt.head)
-        return finished
+        return RECORDED if finished else Outcome.done()
 
     def _chained(self, req_id: int, args: models.RequestArgs, chain: int,
                  head: Head | None = None
@@ -183,8 +187,9 @@ class Worker:
         try:
             nxt, finished = self._check(req_id, args, chain=chain, head=head)
         except Exception as exc:  # recorded on the request: the watchdog counts failures
-            status, error, _message = request_end(exc, req_id, vocab.ACTION_CHECK)
-            if isinstance(exc, OperationFailed):  # logged by the request loop's end line
+            outcome = unexpected(exc, req_id, vocab.ACTION_CHECK)
+            status, error, _message = request_end(outcome, req_id, vocab.ACTION_CHECK)
+            if outcome.result is Result.FAILED:  # logged by the request loop's end line
                 LOG.warning("request %s (%s) failed: %s", req_id, vocab.ACTION_CHECK, error)
         else:
             if finished:  # its report recorded it

@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, Never, TypeVar
 
 import tenacity
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.common.outcome import Outcome, Result
 from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
 from sharemgr.db import models, resources
@@ -75,6 +76,19 @@ class NotNow(Stale):
     """This engine may not call the driver now: it is out of the engines
     group (paused, cut off), or the call's lease is about to run out.
     Nothing reached the driver; the request goes back to pending."""
+
+
+def outcome_of(exc: OperationFailed | Stale) -> Outcome[Never]:
+    """The outcome an operation's exception says: raised where it is found,
+    deep in a step, and returned as a value from ``perform`` up."""
+    reason = str(exc)
+    if isinstance(exc, NotNow):
+        return Outcome(Result.NOT_NOW, reason=reason)
+    if isinstance(exc, Lost):
+        return Outcome(Result.LOST, reason=reason)
+    if isinstance(exc, Stale):
+        return Outcome.stale(reason)
+    return Outcome.failed(reason, exc.detail_id)
 
 
 def lock_name(rtype: str, ident: str) -> bytes:
@@ -146,18 +160,24 @@ class Operations:
 
     # Plumbing --------------------------------------------------------------
 
-    def perform(self, op: Op, held: bool = False) -> list[Change] | None:
+    def perform(self, op: Op, held: bool = False) -> Outcome[list[Change]]:
         """Carry out ``op`` in this thread: the one entry for the request
         runner, the reconciler and stacks. ``held``: the caller (the
-        reconciler) already holds the resource's lock. Returns the changes
-        its success wrote under that lock (None from ``update_access``,
-        which writes rules, each its own outcome). Raises
-        ``OperationFailed`` (the resource is in its error status) or
-        ``Stale``."""
+        reconciler) already holds the resource's lock. DONE carries the
+        changes its success wrote under that lock (None from
+        ``update_access``, which writes rules, each its own outcome); FAILED
+        (the resource is in its error status), STALE, LOST or NOT_NOW say
+        why not (``outcome_of``). Anything else raised is a bug or an outage
+        with no way back, and propagates."""
         handler = self.handlers.get((op.kind, op.action))
         if handler is None:
-            raise OperationFailed(f"unknown request {op.kind} {op.action}")
-        return handler(self, op, held)
+            return Outcome.failed(f"unknown request {op.kind} {op.action}")
+        try:
+            return Outcome.done(handler(self, op, held))
+        except Stale as exc:
+            return outcome_of(exc)
+        except OperationFailed as exc:
+            return outcome_of(exc)
 
     def default_lease(self) -> leases.Terms | None:
         """The lease of a call of a method with no lease of its own,
@@ -166,9 +186,9 @@ class Operations:
         passes it in ``Op.lease``: the call then writes it no more."""
         return self.keeper.terms(self.leases.seconds(None), self.leases.heartbeat)
 
-    def handle(self, req: models.Request) -> None:
+    def handle(self, req: models.Request) -> Outcome[list[Change]]:
         """The request runner's handler for a claimed request."""
-        self.perform(Op.of_request(req))
+        return self.perform(Op.of_request(req))
 
     def driver_for(self, host: str) -> ShareDriver:
         backend = views.backend_of(host)

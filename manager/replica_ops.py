@@ -173,8 +173,7 @@ def update_replica_states(ops: Operations, hosts: Sequence[str]) -> int:
             if views.host_of(rep.host) not in wanted:
                 continue
             asked += 1
-            try:
-                ops.perform(Op(vocab.REPLICA, rep.id, vocab.ACTION_RESYNC, rep.host))
-            except (OperationFailed, Stale) as exc:
-                LOG.info("replica %s: state not updated: %s", rep.id, exc)
+            asked_now = ops.perform(Op(vocab.REPLICA, rep.id, vocab.ACTION_RESYNC, rep.host))
+            if not asked_now.ok:
+                LOG.info("replica %s: state not updated: %s", rep.id, asked_now.reason)
     return asked

@@ -5,9 +5,12 @@ rest, so that a slow or hung backend only ever holds its own workers."""
 from __future__ import annotations
 
 import functools
+import logging as std_logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Never
 
 import futurist
 import tenacity
@@ -15,18 +18,19 @@ from futurist import waiters
 from oslo_context import context
 from oslo_log import log as logging
 from sharemgr.common import messages, metrics, tasks, vocab
+from sharemgr.common.outcome import Outcome, Result
 from sharemgr.db import api as db_api
 from sharemgr.db import models, notify
 from sharemgr.db.engine import Database
 from sharemgr.manager import views
-from sharemgr.manager.operations import Lost, NotNow, OperationFailed, Stale
+from sharemgr.manager.operations import OperationFailed, Stale, outcome_of
 from sharemgr.manager.outage import Backoff, is_outage
 
 LOG = logging.getLogger(__name__)
 
-# A handler returns True when it recorded the request's outcome itself (a
-# stack check does, in the transaction of its report): nothing more to write.
-RequestHandler = Callable[[models.Request], bool | None]
+# A handler's outcome says how its request ends (``REQUEST_ENDS``); RECORDED:
+# it wrote that itself (a stack check does, in its report's transaction).
+RequestHandler = Callable[[models.Request], Outcome[object]]
 
 
 def _observe(req: models.Request, status: str, error: str | None, started: float) -> None:
@@ -37,29 +41,52 @@ def _observe(req: models.Request, status: str, error: str | None, started: float
         time.monotonic() - started)
 
 
-def request_end(exc: Exception, req_id: int, what: str
-                ) -> tuple[str, str | None, str | None]:
-    """What a request whose handler raised ``exc`` ends as: its status,
-    error and user message's detail id (common/messages.py). The request
-    loop and a stack's chained checks both read it (called in the
-    ``except`` block, so a bug's traceback is logged)."""
-    if isinstance(exc, NotNow):
-        # Nothing reached the driver: a member runs it (this engine too,
-        # once it has rejoined).
-        LOG.warning("request %s (%s) given back: %s", req_id, what, exc)
-        return vocab.REQUEST_PENDING, f"given back: {exc}", None
-    if isinstance(exc, Lost):
-        # Another engine or a reconciliation took the resource: this
-        # request's outcome is not the resource's (never 'done').
-        LOG.warning("request %s (%s) lost its resource: %s", req_id, what, exc)
-        return vocab.REQUEST_ABANDONED, f"lost: {exc}", messages.TAKEN_OVER
-    if isinstance(exc, Stale):
-        LOG.info("request %s (%s): nothing to do: %s", req_id, what, exc)
-        return vocab.REQUEST_DONE, f"stale: {exc}", None
-    if isinstance(exc, OperationFailed):
-        return vocab.REQUEST_FAILED, str(exc), exc.detail_id or messages.FAILED
+@dataclass(frozen=True)
+class RequestEnd:
+    status: str  # the request's
+    note: str  # put before the outcome's reason in the request's error
+    message: str | None  # the user message's detail id (common/messages.py)
+    level: int  # how the ending is logged, with its reason
+
+
+# How a request ends, by its handler's outcome.
+REQUEST_ENDS: dict[Result, RequestEnd] = {
+    Result.DONE: RequestEnd(vocab.REQUEST_DONE, "", None, std_logging.DEBUG),
+    Result.RECORDED: RequestEnd(vocab.REQUEST_DONE, "", None, std_logging.DEBUG),
+    # Nothing to do: the resource moved on without it.
+    Result.STALE: RequestEnd(vocab.REQUEST_DONE, "stale: ", None, std_logging.INFO),
+    # Another engine or a reconciliation took the resource: this request's
+    # outcome is not the resource's (never 'done').
+    Result.LOST: RequestEnd(vocab.REQUEST_ABANDONED, "lost: ", messages.TAKEN_OVER,
+                            std_logging.WARNING),
+    # Nothing reached the driver: a member runs it (this engine too, once
+    # it has rejoined).
+    Result.NOT_NOW: RequestEnd(vocab.REQUEST_PENDING, "given back: ", None, std_logging.WARNING),
+    Result.FAILED: RequestEnd(vocab.REQUEST_FAILED, "", messages.FAILED, std_logging.DEBUG),
+}
+
+
+def unexpected(exc: Exception, req_id: int, what: str) -> Outcome[Never]:
+    """The outcome of a handler that raised: an operation's own exception
+    (``outcome_of``) or a bug, whose traceback is logged (called in the
+    ``except`` block)."""
+    if isinstance(exc, (Stale, OperationFailed)):
+        return outcome_of(exc)
     LOG.exception("request %s (%s) failed", req_id, what)
-    return vocab.REQUEST_FAILED, f"{type(exc).__name__}: {exc}", messages.UNEXPECTED
+    return Outcome.failed(f"{type(exc).__name__}: {exc}", messages.UNEXPECTED)
+
+
+def request_end(outcome: Outcome[object], req_id: int, what: str
+                ) -> tuple[str, str | None, str | None]:
+    """What a request whose handler came back with ``outcome`` ends as: its
+    status, error and user message's detail id. The request loop and a
+    stack's chained checks both read it."""
+    end = REQUEST_ENDS[outcome.result]
+    if outcome.result in (Result.DONE, Result.RECORDED):
+        return end.status, None, None
+    error = f"{end.note}{outcome.reason or ''}"
+    LOG.log(end.level, "request %s (%s): %s", req_id, what, error)
+    return end.status, error, outcome.detail or end.message
 
 
 class _Lane:
@@ -220,20 +247,18 @@ class RequestRunner:
         LOG.info("request %s (%s) started", req.id, what)
         started = time.monotonic()
         handler = self.dispatch(req)
-        status, error, recorded = vocab.REQUEST_DONE, None, False
-        message = None  # the user message's detail id (common/messages.py)
         metrics.REQUESTS_RUNNING.inc()  # every Exception is caught below: the dec runs
         try:
-            if handler is None:
-                raise OperationFailed(f"no handler for {req.resource_type} {req.action}")
-            recorded = handler(req) is True
+            outcome: Outcome[object] = handler(req) if handler is not None else \
+                Outcome.failed(f"no handler for {req.resource_type} {req.action}")
         except Exception as exc:  # a bug or an unreachable service too: keep serving
-            status, error, message = request_end(exc, req.id, what)
+            outcome = unexpected(exc, req.id, what)
         metrics.REQUESTS_RUNNING.dec()
+        status, error, message = request_end(outcome, req.id, what)
         _observe(req, status, error, started)
         LOG.info("request %s (%s) %s in %.2fs%s", req.id, what, status,
                  time.monotonic() - started, f": {error}" if error else "")
-        if recorded:
+        if outcome.result is Result.RECORDED:
             return
         try:
             # The database away: wait for it (back-off) rather than leave the

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.common.outcome import Result
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models
-from sharemgr.manager.operations import NotNow, OperationFailed, Stale, lock_name
+from sharemgr.manager.operations import NotNow, lock_name
 from sharemgr.manager.plans import Op
 from sharemgr.reconcile import rules
 from sharemgr.reconcile.summary import Summary
@@ -67,19 +68,19 @@ def _one(rec: Reconciler, summary: Summary, requests: dict[str, models.Request],
         if not got:
             _skip(summary, stuck, "locked by another engine", dry_run)
             return
-        try:
-            rec.operations.perform(Op(vocab.SHARE_INSTANCE, inst_id,
-                                      vocab.ACTION_UPDATE_ACCESS, host), held=True)
-        except NotNow:
-            raise  # not a member now, its lock lost: the pass is run again
-        except Stale as exc:
+        sent = rec.operations.perform(Op(vocab.SHARE_INSTANCE, inst_id,
+                                         vocab.ACTION_UPDATE_ACCESS, host), held=True)
+        if sent.result is Result.NOT_NOW:
+            # Not a member now, its lock lost: the pass is run again.
+            raise NotNow(sent.reason or "")
+        if sent.result in (Result.STALE, Result.LOST):
             # Not available (error, deleting): nothing to send them to.
             LOG.warning("access rules of share instance %s cannot be sent (%s): error",
-                        inst_id, exc)
+                        inst_id, sent.reason)
             db_access.finish(rec.db, stuck[0].share_id,
                              {r.id: (r.state, vocab.ACCESS_ERROR) for r in stuck})
-        except OperationFailed as exc:
-            LOG.warning("access rules of share instance %s: %s", inst_id, exc)
+        elif sent.result is Result.FAILED:
+            LOG.warning("access rules of share instance %s: %s", inst_id, sent.reason)
     for rule in stuck:
         row = db_api.get(rec.db, models.ShareAccessRule, rule.id, include_deleted=True)
         summary.outcome(TYPE, row.state if row is not None else vocab.ACCESS_DELETED)

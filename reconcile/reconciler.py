@@ -28,6 +28,7 @@ import futurist
 from futurist import waiters
 from oslo_log import log as logging
 from sharemgr.common import messages, tasks, vocab
+from sharemgr.common.outcome import Result
 from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
 from sharemgr.db import models
@@ -39,9 +40,7 @@ from sharemgr.manager import views
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import (
     NotNow,
-    OperationFailed,
     Operations,
-    Stale,
     lock_name,
 )
 from sharemgr.manager.outage import is_outage
@@ -475,14 +474,15 @@ class Reconciler:
         # row holds the args), so it never ends in an error status.
         args = db_rec.last_request_args(self.db, cand.rtype, cand.id, vocab.ACTION_DELETE)
         forced = bool(args.get("force")) and rule.forced is not None
-        try:
-            self.operations.perform(Op(cand.rtype, cand.id, vocab.ACTION_DELETE, args=args),
-                                    held=True)
-        except OperationFailed as exc:
-            LOG.warning("%s %s: delete retry failed: %s", cand.rtype, cand.id, exc)
-            return rule.error
-        except NotNow:
-            raise  # not a member now, its lock lost: the pass is run again
-        except Stale:
-            return None  # taken by someone else meanwhile: theirs to settle
+        deleted = self.operations.perform(Op(cand.rtype, cand.id, vocab.ACTION_DELETE,
+                                             args=args), held=True)
+        match deleted.result:
+            case Result.FAILED:
+                LOG.warning("%s %s: delete retry failed: %s", cand.rtype, cand.id,
+                            deleted.reason)
+                return rule.error
+            case Result.NOT_NOW:  # not a member now, its lock lost: the pass is run again
+                raise NotNow(deleted.reason or "")
+            case Result.STALE | Result.LOST:
+                return None  # taken by someone else meanwhile: theirs to settle
         return rule.forced if forced else rule.ok

@@ -10,12 +10,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent import futures
+from typing import Never
 
 import futurist
 import tenacity
 from futurist import waiters
 from oslo_log import log as logging
 from sharemgr.common import tasks, vocab
+from sharemgr.common.outcome import Outcome
 from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
 from sharemgr.db import models
@@ -150,14 +152,14 @@ class PassRunner:
         fut = tasks.submit_logged(self.executor, fn, what=what)
         self._futures = [f for f in self._futures if not f.done()] + [fut]
 
-    def handle_request(self, req: models.Request) -> None:
+    def handle_request(self, req: models.Request) -> Outcome[Never]:
         """Handler of a 'reconcile run' request (sharectl reconcile run) and
         of a 'reconcile drift' one (a drift check)."""
         dry_run = bool((req.args or {}).get("dry_run"))
         drift = getattr(req, "action", vocab.ACTION_RUN) == vocab.ACTION_DRIFT
         trigger = f"drift:{req.id}" if drift else f"manual:{req.id}"
         if drift and self.drift is None:
-            raise OperationFailed("this engine does not check drift")
+            return Outcome.failed("this engine does not check drift")
         fut = self._submit(0, trigger, dry_run)
         try:
             fut.result()
@@ -165,7 +167,8 @@ class PassRunner:
             # Logged with its traceback and recorded as a failed pass already:
             # the request only needs the reason (sharectl prints it).
             lines = str(exc).strip().splitlines()
-            raise OperationFailed(f"{type(exc).__name__}: {lines[0] if lines else ''}")
+            return Outcome.failed(f"{type(exc).__name__}: {lines[0] if lines else ''}")
+        return Outcome.done()
 
     def watch_peers(self, coordinator: Coordinator | None, host: str, engine_id: str,
                     grace: int) -> None:

@@ -16,14 +16,16 @@ named as not checked. Share servers and groups have nothing to compare.
 
 from __future__ import annotations
 
+from typing import Never
+
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.common.outcome import Outcome
 from sharemgr.db import api as db_api
 from sharemgr.db import models, stacks
 from sharemgr.db import resources as db_res
 from sharemgr.db.engine import Database
 from sharemgr.manager import kinds, views
-from sharemgr.manager.operations import OperationFailed
 from sharemgr.reconcile import drift
 from sharemgr.reconcile.drift import DriftChecker
 from sharemgr.reconcile.scan import Candidate
@@ -42,15 +44,15 @@ class StackChecker:
     def __init__(self, checker: DriftChecker) -> None:
         self.checker = checker
 
-    def handle(self, req: models.Request) -> None:
+    def handle(self, req: models.Request) -> Outcome[Never]:
         """Handler of a 'stack check' request (resource id: the stack's id)."""
         db = self.checker.rec.db
         stack = stacks.stack_get(db, req.resource_id)
         if stack is None:
-            raise OperationFailed(f"stack {req.resource_id} does not exist")
+            return Outcome.failed(f"stack {req.resource_id} does not exist")
         if stack.status == vocab.STACK_IN_PROGRESS or (
                 stack.status != vocab.STACK_COMPLETE and stack.action != vocab.STACK_CHECK):
-            raise OperationFailed(f"cannot check stack {stack.name} while it is "
+            return Outcome.failed(f"cannot check stack {stack.name} while it is "
                                   f"{stack.action} {stack.status}")
         drifted, unchecked = self.check(stack)
         status = vocab.STACK_FAILED if drifted else vocab.STACK_COMPLETE
@@ -63,9 +65,10 @@ class StackChecker:
                 unchecked.items())))
         reason = ". ".join(parts) or "every resource agrees with its backend"
         if not stacks.stack_mark_checked(db, stack.id, stack.current_traversal, status, reason):
-            raise OperationFailed(f"stack {stack.name} changed during its check; "
+            return Outcome.failed(f"stack {stack.name} changed during its check; "
                                   "nothing recorded")
         LOG.info("stack %s: CHECK %s: %s", stack.name, status, reason)
+        return Outcome.done()
 
     def check(self, stack: models.Stack) -> tuple[dict[str, str], dict[str, str]]:
         """(drifted resource name → what, unchecked name → why)."""

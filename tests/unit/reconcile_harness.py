@@ -9,6 +9,7 @@ are written here from doc/specs.rst (architecture §6, spec 002), never taken fr
 
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 import uuid
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from sharemgr.common import vocab
+from sharemgr.common.outcome import Outcome, Result
 from sharemgr.db import api, migration, models
 from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
@@ -274,6 +276,15 @@ class FakeDriver:
                 raise AssertionError(f"reconciliation called {name}")
             return forbidden
         raise AttributeError(name)
+
+
+def expect(outcome: Outcome[object], result: Result, match: str | None = None
+           ) -> Outcome[object]:
+    """``outcome`` (``Operations.perform``'s) is ``result``, its reason
+    matching ``match``."""
+    assert outcome.result is result, outcome
+    assert match is None or re.search(match, outcome.reason or ""), outcome
+    return outcome
 
 
 # Databases ---------------------------------------------------------------------------

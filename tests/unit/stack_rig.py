@@ -24,7 +24,7 @@ from sharemgr.manager import config
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.handlers import HANDLERS
 from sharemgr.manager.operations import Operations
-from sharemgr.manager.runner import request_end
+from sharemgr.manager.runner import request_end, unexpected
 
 HOST = "hostA"
 
@@ -166,14 +166,13 @@ class Engine:
     def run(self, req: models.Request | records.Record) -> str:
         """Run one claimed request as the daemon's runner would; returns the
         request's final status."""
-        status: str = vocab.REQUEST_DONE
-        error: str | None = None
         try:
             # A claimed record reads as the row (the daemon's runner hands
             # the worker the same).
-            self.worker(cast(models.Request, req))
+            outcome = self.worker(cast(models.Request, req))
         except Exception as exc:  # ended as the daemon's request loop ends it
-            status, error, _message = request_end(exc, req.id, vocab.ACTION_CHECK)
+            outcome = unexpected(exc, req.id, vocab.ACTION_CHECK)
+        status, error, _message = request_end(outcome, req.id, vocab.ACTION_CHECK)
         if status == vocab.REQUEST_PENDING:
             api.request_release(self.rig.db, req.id, self.engine_id, error or "")
         else:

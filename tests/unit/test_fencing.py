@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from sharemgr.common import vocab
+from sharemgr.common.outcome import Result
 from sharemgr.db import api, models
 from sharemgr.db import leases as db_leases
 from sharemgr.db import reconcile as db_rec
@@ -14,10 +15,16 @@ from sharemgr.drivers.dummy_state import BackendState
 from sharemgr.drivers.exceptions import FencedCall
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.membership import Membership
-from sharemgr.manager.operations import Lost, NotNow
 from sharemgr.manager.plans import Op
 
-from tests.unit.reconcile_harness import HOSTBE, add_request, fetch, make_replica, make_share
+from tests.unit.reconcile_harness import (
+    HOSTBE,
+    add_request,
+    expect,
+    fetch,
+    make_replica,
+    make_share,
+)
 
 
 def _fence(db, ident: str) -> int:
@@ -88,9 +95,8 @@ def test_an_outcome_under_a_moved_token_is_not_written(any_engine):
         db_leases.take_rows(engine.db, models.ShareInstance, {inst.id: vocab.EXTENDING})
 
     engine.driver.extend_share = extend
-    with pytest.raises(Lost):
-        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
-                                     args={"new_size": 9}))
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
+                                        args={"new_size": 9})), Result.LOST)
     assert tokens == [1] and lost == [inst.id]
     row = fetch(engine.db, vocab.SHARE_INSTANCE, inst.id)
     assert row.status == vocab.EXTENDING and row.fence == 2
@@ -107,9 +113,8 @@ def test_a_fenced_call_writes_no_error(any_engine):
         raise FencedCall("older token")
 
     engine.driver.extend_share = extend
-    with pytest.raises(Lost):
-        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
-                                     args={"new_size": 9}))
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
+                                        args={"new_size": 9})), Result.LOST)
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.EXTENDING
 
 
@@ -117,9 +122,8 @@ def test_no_driver_call_while_out_of_the_group(engine):
     inst, _ = _extending(engine)
     engine.operations.not_member = lambda: "its membership expired"
     engine.driver.extend_share = lambda *a: pytest.fail("driver called while out of the group")
-    with pytest.raises(NotNow):
-        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
-                                     args={"new_size": 9}))
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
+                                        args={"new_size": 9})), Result.NOT_NOW)
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.EXTENDING
 
 
@@ -138,9 +142,8 @@ def test_a_lock_the_backend_fails_to_grant_gives_the_request_back(engine):
 
     engine.operations.coordinator.lock = lambda name: Unreachable()
     engine.driver.extend_share = lambda *a: pytest.fail("driver called without its lock")
-    with pytest.raises(NotNow, match="OperationTimedOut"):
-        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
-                                     args={"new_size": 9}))
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
+                                        args={"new_size": 9})), Result.NOT_NOW, "OperationTimedOut")
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.EXTENDING
 
 
@@ -280,9 +283,8 @@ def test_no_driver_call_once_the_lock_is_no_longer_ours(engine):
 
     engine.operations.coordinator.still_holds = still_holds
     engine.driver.extend_share = lambda *a: pytest.fail("driver called without its lock")
-    with pytest.raises(NotNow, match="its lock expired"):
-        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
-                                     args={"new_size": 9}))
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_EXTEND,
+                                        args={"new_size": 9})), Result.NOT_NOW, "its lock expired")
     assert asked and inst.id.encode() in asked[0]
 
 
@@ -369,8 +371,8 @@ def test_each_resize_reaches_a_secondary_replica_under_a_newer_token(any_engine)
     for new_size in (7, 9):
         assert api.conditional_update(engine.db, models.ShareInstance, active.id,
                                       {"status": vocab.AVAILABLE}, {"status": vocab.EXTENDING})
-        engine.operations.perform(Op(vocab.SHARE_INSTANCE, active.id, vocab.ACTION_EXTEND,
-                                     args={"new_size": new_size}))
+        expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, active.id, vocab.ACTION_EXTEND,
+                                            args={"new_size": new_size})), Result.DONE)
     assert len(tokens[rep.id]) == 2 and tokens[rep.id][0] < tokens[rep.id][1], tokens
     # The replica is available still, under its newest token.
     row = fetch(engine.db, vocab.SHARE_INSTANCE, rep.id)

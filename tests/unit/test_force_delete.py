@@ -9,15 +9,16 @@ import logging
 
 import pytest
 from sharemgr.common import vocab
+from sharemgr.common.outcome import Result
 from sharemgr.db import api, models
 from sharemgr.manager import backup_ops, delete_plans, plans
-from sharemgr.manager.operations import OperationFailed
 from sharemgr.manager.plans import Op
 
 from tests.unit.reconcile_harness import (
     HOSTBE,
     add,
     engine_id,
+    expect,
     fetch,
     make,
     make_backup,
@@ -83,8 +84,8 @@ def test_forced_delete_removes_the_record_when_the_driver_fails(engine, caplog):
     snap = make_snapshot(db, vocab.DELETING)
     engine.driver.delete_fails.add(snap.id)
     caplog.set_level(logging.WARNING, OPS_LOGGER)
-    engine.operations.perform(Op(vocab.SNAPSHOT_INSTANCE, snap.id, vocab.ACTION_DELETE,
-                                 HOSTBE, {"force": True}))
+    expect(engine.operations.perform(Op(vocab.SNAPSHOT_INSTANCE, snap.id, vocab.ACTION_DELETE,
+                                        HOSTBE, {"force": True})), Result.DONE)
     row = fetch(db, vocab.SNAPSHOT_INSTANCE, snap.id)
     assert (row.status, row.deleted_at is not None) == (vocab.DELETED, True)
     assert api.get(db, models.ShareSnapshot, snap.snapshot_id) is None  # its snapshot too
@@ -99,8 +100,8 @@ def test_forced_delete_removes_the_record_when_the_driver_fails(engine, caplog):
 def test_plain_delete_still_ends_in_error_deleting(engine):
     snap = make_snapshot(engine.db, vocab.DELETING)
     engine.driver.delete_fails.add(snap.id)
-    with pytest.raises(OperationFailed):
-        engine.operations.perform(Op(vocab.SNAPSHOT_INSTANCE, snap.id, vocab.ACTION_DELETE))
+    expect(engine.operations.perform(Op(vocab.SNAPSHOT_INSTANCE, snap.id, vocab.ACTION_DELETE)),
+           Result.FAILED)
     assert fetch(engine.db, vocab.SNAPSHOT_INSTANCE, snap.id).status == vocab.ERROR_DELETING
 
 
@@ -109,8 +110,8 @@ def test_forced_delete_finishes_what_a_failed_plain_delete_left(engine):
     request behind it still deletes the record."""
     inst = make_share(engine.db, vocab.ERROR_DELETING)
     engine.driver.delete_fails.add(inst.id)
-    engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
-                                 HOSTBE, {"force": True}))
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                        HOSTBE, {"force": True})), Result.DONE)
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.DELETED
     assert api.get(engine.db, models.Share, inst.share_id) is None
 
@@ -159,9 +160,8 @@ def test_driver_failures_are_logged_with_the_method(engine, caplog):
     engine.driver.delete_share = delete_share
     caplog.set_level(logging.WARNING, OPS_LOGGER)
     for inst in (known, buggy):
-        with pytest.raises(OperationFailed):
-            engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id,
-                                         vocab.ACTION_DELETE))
+        expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id,
+                                            vocab.ACTION_DELETE)), Result.FAILED)
     records = {r.getMessage().split(" failed")[0]: r for r in caplog.records
                if r.name == OPS_LOGGER}
     warn = records[f"delete of share instance {known.id}"]
@@ -184,7 +184,7 @@ def test_forced_group_delete_takes_its_group_snapshots_records_along(engine):
     plan = delete_plans.delete(db, vocab.SHARE_GROUP, group_id, force=True)
     assert api.transition_with_request(db, plan.changes, plan.op.request())
     engine.driver.delete_fails.add(group_id)
-    engine.operations.perform(plan.op)
+    expect(engine.operations.perform(plan.op), Result.DONE)
     assert fetch(db, vocab.SHARE_GROUP, group_id).status == vocab.DELETED
     assert fetch(db, vocab.GROUP_SNAPSHOT, gsnap.id).status == vocab.DELETED
     assert engine.driver.calls == [("delete_share_group", group_id)]
@@ -229,14 +229,12 @@ def test_share_delete_plan_refuses_replicas_and_takes_the_primary(engine):
 def test_share_delete_on_another_backend_under_the_lock_is_stale(engine):
     """The request names the backend and nothing is read before the lock:
     an instance found elsewhere under it is Stale, no call, nothing written."""
-    from sharemgr.manager.operations import Stale
 
     inst = make_share(engine.db, vocab.DELETING)
     api.conditional_update(engine.db, models.ShareInstance, inst.id, {},
                            {"host": HOSTBE.replace("@", "2@")})
-    with pytest.raises(Stale, match="is on"):
-        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
-                                     HOSTBE))
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                        HOSTBE)), Result.STALE, "is on")
     assert engine.driver.calls == []
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.DELETING
 
@@ -255,8 +253,8 @@ def test_share_delete_reads_the_instance_once_before_its_outcome(engine):
 
     event.listen(engine.db.engine, "before_cursor_execute", count)
     try:
-        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
-                                     HOSTBE))
+        expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                            HOSTBE)), Result.DONE)
     finally:
         event.remove(engine.db.engine, "before_cursor_execute", count)
     assert engine.driver.calls == [("delete_share", inst.id)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from sharemgr.common import vocab
+from sharemgr.common.outcome import Result
 from sharemgr.db import models
 from sharemgr.drivers.exceptions import ShareBackendException
 from sharemgr.manager import clone_poll, share_ops
@@ -18,6 +19,7 @@ from tests.unit.reconcile_harness import (
     HOSTBE,
     Literal,
     add,
+    expect,
     export_path,
     fetch,
     make_snapshot,
@@ -58,7 +60,8 @@ def test_an_answer_that_the_copy_goes_on_ends_the_call_not_the_create(any_engine
     db = engine.db
     inst = _clone(db)
     _answers(engine, COPYING)
-    engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_CREATE))
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_CREATE)),
+           Result.DONE)
     row = fetch(db, vocab.SHARE_INSTANCE, inst.id)
     assert (row.status, row.progress) == (vocab.CREATING_FROM_SNAPSHOT, "0%")
 
@@ -94,8 +97,8 @@ def test_the_poll_leaves_a_create_whose_call_still_runs(engine):
 def test_an_answer_with_another_status_fails_the_create(engine):
     inst = _clone(engine.db)
     _answers(engine, {"status": "error"})
-    with pytest.raises(OperationFailed, match="answered status 'error'"):
-        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_CREATE))
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_CREATE)),
+           Result.FAILED, "answered status 'error'")
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.ERROR
 
 

@@ -10,16 +10,16 @@ import uuid
 
 import pytest
 from sharemgr.common import vocab
+from sharemgr.common.outcome import Result
 from sharemgr.db import api, models
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.drivers.dummy import DummyDriver
 from sharemgr.drivers.exceptions import InvalidShareRequest
 from sharemgr.drivers.testing import build_driver
 from sharemgr.manager.intake import Intake, InvalidRequest
-from sharemgr.manager.operations import OperationFailed
 from sharemgr.manager.plans import Op
 
-from tests.unit.reconcile_harness import BACKEND, HOST, Engine, coord_url, make_share
+from tests.unit.reconcile_harness import BACKEND, HOST, Engine, coord_url, expect, make_share
 
 DHSS = "srv"
 
@@ -75,7 +75,7 @@ def test_a_managed_share_gets_the_backend_s_size_and_ids(eng):
     inst = instance_of(eng.db, share.id)
     assert (share.size, share.share_proto, inst.status) == (0, "NFS", vocab.MANAGING)
     assert inst.export_locations[0]["path"] == path
-    run(eng, inst.id)
+    expect(run(eng, inst.id), Result.DONE)
     inst = instance_of(eng.db, share.id)
     assert inst.status == vocab.AVAILABLE
     assert api.get(eng.db, models.Share, share.id).size == 3
@@ -124,8 +124,7 @@ def test_an_answer_that_cannot_be_recorded_ends_manage_error(eng, tmp_path, answ
     eng.drivers[BACKEND] = drv
     share = Intake(eng.db, Conf()).manage_share("h:/p", "NFS", BACKEND)
     inst = instance_of(eng.db, share.id)
-    with pytest.raises(OperationFailed, match=words):
-        run(eng, inst.id)
+    expect(run(eng, inst.id), Result.FAILED, words)
     assert instance_of(eng.db, share.id).status == vocab.MANAGE_ERROR
     assert api.get(eng.db, models.Share, share.id).size == 0
 
@@ -135,15 +134,14 @@ def test_a_driver_error_ends_manage_error_and_unmanage_goes_from_there(eng):
     intake = Intake(eng.db, Conf())
     share = intake.manage_share(path, "NFS", BACKEND)
     inst = instance_of(eng.db, share.id)
-    with pytest.raises(OperationFailed, match="is a CIFS share, not NFS"):
-        run(eng, inst.id)
+    expect(run(eng, inst.id), Result.FAILED, "is a CIFS share, not NFS")
     assert instance_of(eng.db, share.id).status == vocab.MANAGE_ERROR
     # A share whose manage failed holds nothing: the path may be managed again.
     retry = intake.manage_share(path, "CIFS", BACKEND)
     run(eng, instance_of(eng.db, retry.id).id)
     assert instance_of(eng.db, retry.id).status == vocab.AVAILABLE
     intake.unmanage(vocab.SHARE, share.id)
-    run(eng, inst.id)
+    expect(run(eng, inst.id), Result.DONE)
     assert api.get(eng.db, models.Share, share.id) is None  # the record went, soft-deleted
     assert instance_of(eng.db, share.id).deleted_at is not None
 
@@ -153,7 +151,7 @@ def test_unmanage_keeps_the_share_on_the_backend_and_is_refused_while_needed(eng
     _, path = backend_share(eng)
     share = intake.manage_share(path, "NFS", BACKEND)
     inst = instance_of(eng.db, share.id)
-    run(eng, inst.id)
+    expect(run(eng, inst.id), Result.DONE)
     snap = intake.create_snapshot(share.id)
     run(eng, api.query(eng.db, models.ShareSnapshotInstance, {"snapshot_id": snap.id})[0].id)
     with pytest.raises(InvalidRequest, match="has snapshots"):
@@ -161,7 +159,7 @@ def test_unmanage_keeps_the_share_on_the_backend_and_is_refused_while_needed(eng
     intake.unmanage(vocab.SNAPSHOT, snap.id)
     snap_inst = api.query(eng.db, models.ShareSnapshotInstance, {"snapshot_id": snap.id})[0]
     assert snap_inst.status == vocab.UNMANAGING
-    run(eng, snap_inst.id)
+    expect(run(eng, snap_inst.id), Result.DONE)
     assert api.get(eng.db, models.ShareSnapshot, snap.id) is None
     assert snap_inst.id in objects(eng)
     with pytest.raises(InvalidRequest, match="no share"):
@@ -171,7 +169,7 @@ def test_unmanage_keeps_the_share_on_the_backend_and_is_refused_while_needed(eng
     intake.unmanage(vocab.SHARE, share.id)
     with pytest.raises(InvalidRequest, match="'unmanage_starting'"):
         intake.unmanage(vocab.SHARE, share.id)
-    run(eng, inst.id)
+    expect(run(eng, inst.id), Result.DONE)
     assert api.get(eng.db, models.Share, share.id) is None and inst.id in objects(eng)
     with eng.drivers[BACKEND].state.reading() as tx:
         calls = [c["method"] for c in tx.calls()]
@@ -186,8 +184,7 @@ def test_a_driver_that_refuses_unmanage_leaves_unmanage_error(eng, tmp_path):
     eng.drivers[BACKEND] = build_driver(Refusing, tmp_path / "refusing", backend=BACKEND)
     inst = make_share(eng.db)
     Intake(eng.db, Conf()).unmanage(vocab.SHARE, inst.share_id)
-    with pytest.raises(OperationFailed, match="replicated on the array"):
-        run(eng, inst.id)
+    expect(run(eng, inst.id), Result.FAILED, "replicated on the array")
     assert api.get(eng.db, models.ShareInstance, inst.id).status == vocab.UNMANAGE_ERROR
 
 
@@ -196,7 +193,7 @@ def test_a_managed_snapshot_gets_its_size_or_its_share_s(eng, tmp_path):
     _, path = backend_share(eng, size=4)
     share = intake.manage_share(path, "NFS", BACKEND)
     inst = instance_of(eng.db, share.id)
-    run(eng, inst.id)
+    expect(run(eng, inst.id), Result.DONE)
     drv = eng.drivers[BACKEND]
     snap_d = {"id": "backend-snap", "snapshot_id": None, "share_instance_id": inst.id,
               "share_id": share.id, "name": "old", "size": 4}
@@ -206,7 +203,7 @@ def test_a_managed_snapshot_gets_its_size_or_its_share_s(eng, tmp_path):
     snap = intake.manage_snapshot(share.id, "backend-snap", "s", {"k": "v"})
     snap_inst = api.query(eng.db, models.ShareSnapshotInstance, {"snapshot_id": snap.id})[0]
     assert (snap.size, snap_inst.status) == (0, vocab.MANAGING)
-    run(eng, snap_inst.id)
+    expect(run(eng, snap_inst.id), Result.DONE)
     snap_inst = api.get(eng.db, models.ShareSnapshotInstance, snap_inst.id)
     assert (snap_inst.status, snap_inst.provider_location) == (vocab.AVAILABLE, "backend-snap")
     assert api.get(eng.db, models.ShareSnapshot, snap.id).size == 4
@@ -221,7 +218,7 @@ def test_a_managed_snapshot_gets_its_size_or_its_share_s(eng, tmp_path):
     eng.drivers[BACKEND] = build_driver(NoSize, tmp_path / "nosize", backend=BACKEND)
     other = intake.manage_snapshot(share.id, "somewhere")
     other_inst = api.query(eng.db, models.ShareSnapshotInstance, {"snapshot_id": other.id})[0]
-    run(eng, other_inst.id)
+    expect(run(eng, other_inst.id), Result.DONE)
     assert api.get(eng.db, models.ShareSnapshot, other.id).size == 4  # the share's, as Manila
     assert api.get(eng.db, models.ShareSnapshotInstance,
                    other_inst.id).provider_location == "elsewhere"
@@ -235,7 +232,7 @@ def test_share_servers_are_managed_by_identifier_and_unmanaged(eng, tmp_path):
         intake.manage_share_server("array-server-1", BACKEND)
     server = intake.manage_share_server("dummy-server-array-server-1", DHSS, {"vlan": "7"})
     assert server.status == vocab.MANAGING
-    run(eng, server.id)
+    expect(run(eng, server.id), Result.DONE)
     row = api.get(eng.db, models.ShareServer, server.id)
     assert row.status == vocab.ACTIVE
     assert row.backend_details["identifier"] == "dummy-server-array-server-1"
@@ -244,7 +241,7 @@ def test_share_servers_are_managed_by_identifier_and_unmanaged(eng, tmp_path):
     with pytest.raises(InvalidRequest, match="already managed"):
         intake.manage_share_server("dummy-server-array-server-1", DHSS)
     intake.unmanage(vocab.SHARE_SERVER, server.id)
-    run(eng, server.id)
+    expect(run(eng, server.id), Result.DONE)
     assert api.get(eng.db, models.ShareServer, server.id) is None
     assert server.id in objects(eng, DHSS)
 
@@ -255,8 +252,7 @@ def test_share_servers_are_managed_by_identifier_and_unmanaged(eng, tmp_path):
                                      driver_handles_share_servers=True,
                                      dummy_state_path=drv.dummy_state_path)
     again = intake.manage_share_server("dummy-server-array-server-1", DHSS)
-    run(eng, again.id)
+    expect(run(eng, again.id), Result.DONE)
     intake.unmanage(vocab.SHARE_SERVER, again.id)
-    with pytest.raises(OperationFailed, match="unmanage_server"):
-        run(eng, again.id)
+    expect(run(eng, again.id), Result.FAILED, "unmanage_server")
     assert api.get(eng.db, models.ShareServer, again.id).status == vocab.UNMANAGE_ERROR

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from sharemgr.common import vocab
+from sharemgr.common.outcome import Outcome, Result
 from sharemgr.db import access as db_access
 from sharemgr.db import api, models
 from sharemgr.db import capabilities as db_capabilities
@@ -16,7 +17,6 @@ from sharemgr.db import messages as db_messages
 from sharemgr.drivers.exceptions import ShareBackendException
 from sharemgr.manager import migration_continue, migration_plans
 from sharemgr.manager.intake import Intake, InvalidRequest
-from sharemgr.manager.operations import OperationFailed
 from sharemgr.manager.plans import Op
 
 from tests.unit.reconcile_harness import BACKEND, HOST, HOSTBE, FakeDriver, add, make_share
@@ -82,15 +82,16 @@ def _start(eng, inst, dest=DEST, **flags):
         migration_plans.Request(inst.share_id, dest, **flags))
 
 
-def _run(eng, inst_id: str) -> None:
-    """Carry out the newest open request about ``inst_id`` as the runner would."""
+def _run(eng, inst_id: str) -> Outcome[object]:
+    """Carry out the newest open request about ``inst_id`` as the runner
+    would: done or failed, its request ends; otherwise it stays."""
     req = [r for r in api.request_list(eng.db, resource_id=inst_id)
            if r.status == vocab.REQUEST_PENDING][0]
-    try:
-        eng.operations.perform(Op.of_request(req))
-    except OperationFailed:
-        pass
-    api.conditional_update(eng.db, models.Request, req.id, {}, {"status": vocab.REQUEST_DONE})
+    outcome = eng.operations.perform(Op.of_request(req))
+    if outcome.result in (Result.DONE, Result.FAILED):
+        api.conditional_update(eng.db, models.Request, req.id, {},
+                               {"status": vocab.REQUEST_DONE})
+    return outcome
 
 
 def _inst(db, ident):

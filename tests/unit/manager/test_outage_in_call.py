@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 from sharemgr.common import vocab
+from sharemgr.common.outcome import Result
 from sharemgr.db import api, models
 from sharemgr.drivers import timing
 from sharemgr.manager import share_ops
-from sharemgr.manager.operations import NotNow, OperationFailed
 from sharemgr.manager.plans import Op
 from sqlalchemy import exc as sa_exc
 
@@ -19,6 +19,7 @@ from tests.unit.reconcile_harness import (
     BACKEND,
     HOSTBE,
     add_request,
+    expect,
     fetch,
     make_replica,
     make_share,
@@ -67,9 +68,9 @@ def test_a_resize_whose_replicas_read_meets_an_outage_changes_nothing(timed, mon
                            {"status": vocab.EXTENDING})
     _running(engine, active, vocab.ACTION_EXTEND)
     cut = _once(monkeypatch, share_ops.db_api, "query")
-    with pytest.raises(NotNow, match="before its driver call: OperationalError"):
-        engine.operations.perform(Op(vocab.SHARE_INSTANCE, active.id, vocab.ACTION_EXTEND,
-                                     args={"new_size": 9}))
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, active.id, vocab.ACTION_EXTEND,
+                                        args={"new_size": 9})),
+           Result.NOT_NOW, "before its driver call: OperationalError")
     assert cut
     assert fetch(engine.db, vocab.SHARE_INSTANCE, active.id).status == vocab.EXTENDING
     assert "extend_share" not in engine.driver.methods()
@@ -80,9 +81,8 @@ def test_a_delete_whose_read_meets_an_outage_is_given_back(timed, monkeypatch):
     inst = make_share(engine.db, vocab.DELETING)
     _running(engine, inst, vocab.ACTION_DELETE)
     cut = _once(monkeypatch, engine.operations, "server_dict")
-    with pytest.raises(NotNow):
-        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
-                                     host=HOSTBE))
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                        host=HOSTBE)), Result.NOT_NOW)
     assert cut and engine.driver.methods() == []
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.DELETING
 
@@ -99,7 +99,6 @@ def test_an_outage_inside_the_driver_is_the_call_s_failure(engine):
 
     engine.driver.delete_share = delete_share
     timing.time_calls(engine.driver, BACKEND)
-    with pytest.raises(OperationFailed):
-        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
-                                     host=HOSTBE))
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                        host=HOSTBE)), Result.FAILED)
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.ERROR_DELETING

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 from sharemgr.common import vocab
+from sharemgr.common.outcome import Result
 from sharemgr.db import api, models, quiet, resources
 from sharemgr.drivers.exceptions import ShareBackendException
 from sharemgr.manager import delete_plans, plans, replica_ops
-from sharemgr.manager.operations import OperationFailed
 from sharemgr.manager.plans import Refused
 
-from tests.unit.reconcile_harness import HOSTBE, fetch, make_replica, make_share
+from tests.unit.reconcile_harness import HOSTBE, expect, fetch, make_replica, make_share
 
 
 def _write(db, plan):
@@ -50,7 +50,7 @@ def test_a_promoted_replica_is_active_and_the_old_active_takes_the_driver_s_stat
         {"id": r["id"], "replica_state": "active"},
         *({"id": o["id"], "replica_state": "in_sync"} for o in lst if o["id"] != r["id"])])
 
-    engine.operations.perform(op)
+    expect(engine.operations.perform(op), Result.DONE)
 
     assert got == [(sorted([rep.id, old.id]), rep.id)]
     after = fetch(db, vocab.REPLICA, rep.id)
@@ -65,7 +65,7 @@ def test_an_old_active_the_driver_does_not_name_is_out_of_sync(engine):
     old = _active_of(db, rep)
     op = _write(db, replica_ops.plan_promote(db, rep.id))
     _promoter(engine, None)
-    engine.operations.perform(op)
+    expect(engine.operations.perform(op), Result.DONE)
     assert fetch(db, vocab.REPLICA, old.id).replica_state == vocab.REPLICA_OUT_OF_SYNC
     assert fetch(db, vocab.REPLICA, rep.id).replica_state == vocab.REPLICA_ACTIVE
 
@@ -77,8 +77,7 @@ def test_a_failed_promotion_leaves_the_replica_available_in_state_error(engine, 
     old = _active_of(db, rep)
     op = _write(db, replica_ops.plan_promote(db, rep.id))
     _promoter(engine, answer, fails=fails)
-    with pytest.raises(OperationFailed):
-        engine.operations.perform(op)
+    expect(engine.operations.perform(op), Result.FAILED)
     after = fetch(db, vocab.REPLICA, rep.id)
     assert (after.status, after.replica_state) == (vocab.AVAILABLE, vocab.REPLICA_ERROR)
     assert fetch(db, vocab.REPLICA, old.id).replica_state == vocab.REPLICA_ACTIVE
@@ -111,11 +110,11 @@ def test_resync_writes_the_state_the_driver_answers_and_error_when_it_fails(engi
         return answer
 
     engine.driver.update_replica_state = update_replica_state
-    engine.operations.perform(_write(db, replica_ops.plan_resync(db, rep.id)))
+    expect(engine.operations.perform(_write(db, replica_ops.plan_resync(db, rep.id))), Result.DONE)
     assert fetch(db, vocab.REPLICA, rep.id).replica_state == vocab.REPLICA_IN_SYNC
     for _ in range(2):
-        with pytest.raises(OperationFailed):
-            engine.operations.perform(_write(db, replica_ops.plan_resync(db, rep.id)))
+        expect(engine.operations.perform(_write(db, replica_ops.plan_resync(db, rep.id))),
+               Result.FAILED)
         after = fetch(db, vocab.REPLICA, rep.id)
         assert (after.status, after.replica_state) == (vocab.AVAILABLE, vocab.REPLICA_ERROR)
 
@@ -165,7 +164,7 @@ def test_a_resize_reaches_every_replica_of_the_share(engine, new_size, method):
     setattr(engine.driver, method,
             lambda share, size, server=None: resized.append((share["id"], size)))
     op = _write(db, plans.resize_share(db, rep.share_id, new_size))
-    engine.operations.perform(op)
+    expect(engine.operations.perform(op), Result.DONE)
     assert resized == [(active.id, new_size), (rep.id, new_size)]
     assert api.get(db, models.Share, rep.share_id).size == new_size
 

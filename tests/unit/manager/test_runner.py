@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sharemgr.common.outcome import RECORDED, Outcome, Result
 from sharemgr.db import api, models, records
 from sharemgr.manager.runner import RequestRunner
 
@@ -25,17 +26,31 @@ def _claimed(db) -> records.Record:
 
 
 def test_the_loop_records_the_outcome_unless_the_handler_did(sqlite_db):
-    # A handler that returns nothing: the loop records the request done.
+    # A handler that is done: the loop records the request done.
     req = _claimed(sqlite_db)
-    _execute(sqlite_db, lambda _r: None, req)
+    _execute(sqlite_db, lambda _r: Outcome.done(), req)
     assert api.get(sqlite_db, models.Request, req.id).status == "done"
 
     # A handler that says it recorded the outcome (a stack check does, in
     # its report's transaction): the loop writes nothing more. This one
     # wrote nothing, so the request is still running.
     req = _claimed(sqlite_db)
-    _execute(sqlite_db, lambda _r: True, req)
+    _execute(sqlite_db, lambda _r: RECORDED, req)
     assert api.get(sqlite_db, models.Request, req.id).status == "running"
+
+    # Each outcome of an operation ends its request as REQUEST_ENDS says.
+    for outcome, status, error in (
+            (Outcome.stale("moved on"), "done", "stale: moved on"),
+            (Outcome(Result.LOST, reason="taken"), "abandoned", "lost: taken"),
+            (Outcome.failed("refused"), "failed", "refused")):
+        req = _claimed(sqlite_db)
+        _execute(sqlite_db, lambda _r, o=outcome: o, req)
+        row = api.get(sqlite_db, models.Request, req.id)
+        assert (row.status, row.error) == (status, error)
+    req = _claimed(sqlite_db)
+    _execute(sqlite_db, lambda _r: Outcome(Result.NOT_NOW, reason="not a member"), req)
+    row = api.get(sqlite_db, models.Request, req.id)
+    assert (row.status, row.error) == ("pending", "given back: not a member")
 
     # A handler that fails: recorded failed, whatever it would have returned.
     def boom(_r):

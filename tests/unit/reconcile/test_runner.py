@@ -130,14 +130,16 @@ def test_a_startup_pass_an_outage_interrupts_on_one_resource_runs_again(engine, 
 
 def test_a_manual_pass_in_an_outage_fails_at_once(engine, runner, monkeypatch):
     import sqlalchemy as sa
-    from sharemgr.manager.operations import OperationFailed
+    from sharemgr.common.outcome import Result
+
+    from tests.unit.reconcile_harness import expect
 
     def down(trigger, dry_run=False):
         raise sa.exc.OperationalError("SELECT 1", {}, Exception("server closed"))
 
     monkeypatch.setattr(runner.reconciler, "run", down)
-    with pytest.raises(OperationFailed, match="OperationalError"):
-        runner.handle_request(types.SimpleNamespace(id=7, args={}))
+    expect(runner.handle_request(types.SimpleNamespace(id=7, args={})), Result.FAILED,
+           "OperationalError")
 
 
 def test_a_peer_leaving_before_the_startup_pass_is_left_to_it(engine, runner):
