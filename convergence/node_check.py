@@ -8,21 +8,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from oslo_log import log as logging
-from sharemgr.common.outcome import ENDED, REPLAN, RETRY, SUPERSEDED, Outcome, Result
+from sharemgr.common.outcome import ENDED, RECORDED, REPLAN, RETRY, SUPERSEDED, Outcome, Result
 from sharemgr.convergence.graph import Graph, Node
 from sharemgr.convergence.template import Template
 from sharemgr.db import models
-from sharemgr.manager.operations import Stale
 
-__all__ = ["ENDED", "REPLAN", "RETRY", "SUPERSEDED", "Claimed", "Ctx", "Outcome",
-           "Result", "Skip", "ended"]
+__all__ = ["ENDED", "RECORDED", "REPLAN", "RETRY", "SUPERSEDED", "Claimed", "Ctx",
+           "NodeEnd", "Outcome", "Result", "ended"]
 
 LOG = logging.getLogger(__name__)
 
 
-class Skip(Stale):
-    """The check did nothing (bailed out, forwarded, superseded); the runner
-    records the note on the request, which ends ``done``."""
 
 
 def ended(won: bool, name: str, outcome: Outcome) -> Outcome:
@@ -58,6 +54,15 @@ class Ctx:
     chain: int = 0  # how many more successors this thread may run after this one
     args: Mapping[str, object] = field(default_factory=dict)
     template: Template | None = None  # the traversal's: what successors read (passed_on)
+
+
+# How a node's check ends, every way it can: the successor it claimed to
+# run next in this thread, if any, and its request's outcome — RECORDED (its
+# report wrote it), DONE (the request loop writes it), STALE (it did
+# nothing: superseded, ended, forwarded, bailed; the reason is noted on the
+# request), NOT_NOW (an outage cut it: given back), RETRY (a fast path
+# found the row's lock moved: the general path takes over).
+NodeEnd = tuple["Claimed | None", Outcome[object]]
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,22 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NoReturn
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.common.jsontypes import JSONValue
 from sharemgr.convergence import lifecycle, prepare
 from sharemgr.convergence.graph import Graph, Node, node_key
-from sharemgr.convergence.node_check import Claimed, Ctx, End, Outcome, Result, Skip, ended
+from sharemgr.convergence.node_check import (
+    RECORDED,
+    Claimed,
+    Ctx,
+    End,
+    NodeEnd,
+    Outcome,
+    Result,
+    ended,
+)
 from sharemgr.convergence.row_locks import RowLocks
 from sharemgr.db import models, resource_locks, stack_work, sync_points
 from sharemgr.db.engine import Database
@@ -88,7 +96,7 @@ class Reporter:
         self.tracker.mark_reporting(ctx.stack_id, ctx.traversal, work, add)
 
     def end_and_report(self, ctx: Ctx, outcome: Outcome, end: End | None = None
-                       ) -> tuple[Claimed | None, bool]:
+                       ) -> NodeEnd:
         """End the node in one transaction: report to its successors'
         SyncPoints (up to ``REPORT_IN_ONE`` of them, in sorted order; from a
         root, to the stack's) — the points first, for the lock order —, end
@@ -99,8 +107,9 @@ class Reporter:
         node made ready that has nothing to do is reported for in it
         (``_cascade_tx``). Further successors are reported to afterwards
         (``_report_later``). On a database error the pieces are written one
-        by one, as ``after`` does. Returns the claimed successor, if any, and
-        whether the check's request is recorded done."""
+        by one, as ``after`` does. Its end: RECORDED (the check's request
+        done in the transaction) with the claimed successor, if any; DONE
+        when written step by step; STALE when the row was taken over."""
         node, graph = ctx.node, ctx.graph
         targets = sorted(graph.required_by(node))
         claimed: list[Claimed] = []
@@ -155,7 +164,7 @@ class Reporter:
         try:
             found = lifecycle.in_one_transaction(self.db, report)
         except _RowTaken as taken:
-            self._row_taken(ctx, tx, end, taken.rid)
+            return self._row_taken(ctx, tx, end, taken.rid)
         except Exception as exc:
             if is_conflict(exc):
                 # The database chose this transaction as a deadlock's victim
@@ -185,7 +194,7 @@ class Reporter:
                 for rid in ctx.held:
                     self.locks.release(rid)
             self.after(ctx, outcome)
-            return None, False
+            return None, Outcome.done()
         for rid in ctx.held:
             self.tracker.unclaim(rid)
         later = list(tx.later)
@@ -200,9 +209,9 @@ class Reporter:
             raise
         finally:
             self._mark(ctx, later, add=False)
-        return (claimed[0] if claimed else None), True
+        return (claimed[0] if claimed else None), RECORDED
 
-    def _row_taken(self, ctx: Ctx, tx: _Tx, end: End | None, rid: int) -> NoReturn:
+    def _row_taken(self, ctx: Ctx, tx: _Tx, end: End | None, rid: int) -> NodeEnd:
         """The row's end found its lock another engine's (its watchdog judged
         this engine dead while the driver worked): the report was rolled
         back, so the node bails as the general path's does (``node_check.ended``).
@@ -219,7 +228,7 @@ class Reporter:
         # Not won: node_check's one bail for a taken row (logged there).
         outcome = ended(False, name, Outcome.bailed(name))
         self.after(ctx, outcome)
-        raise Skip(outcome.reason or name)
+        return None, Outcome.stale(outcome.reason or name)
 
     def after(self, ctx: Ctx, outcome: Outcome) -> None:
         """Report the node's outcome once its locks are released; whenever

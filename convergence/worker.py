@@ -40,12 +40,12 @@ from typing import Generic, TypeVar
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
-from sharemgr.common.outcome import RECORDED
+from sharemgr.common.outcome import RETRY
 from sharemgr.convergence import decide, retain
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.act import Actor
 from sharemgr.convergence.graph import Graph, Node
-from sharemgr.convergence.node_check import Claimed, Ctx, Head, Outcome, Result, Skip
+from sharemgr.convergence.node_check import Claimed, Ctx, Head, NodeEnd, Outcome, Result
 from sharemgr.convergence.report import Reporter
 from sharemgr.convergence.row_locks import RowLocks
 from sharemgr.convergence.template import Template, template_from_dict
@@ -56,11 +56,14 @@ from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.leases import Terms
-from sharemgr.manager.operations import NotNow, OperationFailed, Operations, Stale, outcome_of
+from sharemgr.manager.operations import Operations
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.runner import request_end, unexpected
 
-__all__ = ["CHAIN_LIMIT", "Skip", "Worker"]
+__all__ = ["CHAIN_LIMIT", "Worker"]
+
+# A fast path's end when it wrote nothing: the general path takes the node.
+GENERAL_PATH: NodeEnd = (None, RETRY)
 
 LOG = logging.getLogger(__name__)
 
@@ -167,37 +170,30 @@ class Worker:
         up to ``CHAIN_LIMIT`` of them; the rest wait for the request loop.
         RECORDED when the node's report recorded the request done;
         otherwise the request loop records the outcome."""
-        try:
-            nxt, finished = self._check(req.id, req.args or {}, chain=CHAIN_LIMIT)
-        except (Stale, OperationFailed) as exc:  # a Skip is Stale: done, with its note
-            return outcome_of(exc)
+        nxt, outcome = self._check(req.id, req.args or {}, chain=CHAIN_LIMIT)
         hops = 0
         while nxt is not None:
             hops += 1
             nxt = self._chained(nxt.req_id, nxt.args, CHAIN_LIMIT - hops, nxt.head)
-        return RECORDED if finished else Outcome.done()
+        return outcome
 
     def _chained(self, req_id: int, args: models.RequestArgs, chain: int,
                  head: Head | None = None
                  ) -> Claimed | None:
         """A check this engine claimed as it made the node ready: run it and
         record its request's outcome as the request loop would."""
-        status: str | None = vocab.REQUEST_DONE
-        error, nxt = None, None
+        nxt: Claimed | None = None
         try:
-            nxt, finished = self._check(req_id, args, chain=chain, head=head)
+            nxt, outcome = self._check(req_id, args, chain=chain, head=head)
         except Exception as exc:  # recorded on the request: the watchdog counts failures
             outcome = unexpected(exc, req_id, vocab.ACTION_CHECK)
-            status, error, _message = request_end(outcome, req_id, vocab.ACTION_CHECK)
-            if outcome.result is Result.FAILED:  # logged by the request loop's end line
-                LOG.warning("request %s (%s) failed: %s", req_id, vocab.ACTION_CHECK, error)
-        else:
-            if finished:  # its report recorded it
-                status = None
+        status, error, _message = request_end(outcome, req_id, vocab.ACTION_CHECK)
+        if outcome.result is Result.FAILED:  # logged by the request loop's end line
+            LOG.warning("request %s (%s) failed: %s", req_id, vocab.ACTION_CHECK, error)
         try:
             if status == vocab.REQUEST_PENDING:  # given back, as the request loop does
                 db_api.request_release(self.db, req_id, self.engine_id, error or "")
-            elif status is not None:
+            elif outcome.result is not Result.RECORDED:  # else its report recorded it
                 stack_work.finish_request(self.db, req_id, self.engine_id, status, error)
         except Exception:
             LOG.exception("could not record the outcome of request %s", req_id)
@@ -206,45 +202,45 @@ class Worker:
         return nxt
 
     def _check(self, req_id: int, args: models.RequestArgs, chain: int, head: Head | None = None
-               ) -> tuple[Claimed | None, bool]:
+               ) -> NodeEnd:
         """``_node``; an outage of the database or the coordination backend
         met anywhere in it is not the node's failure (a failover's closed
         connection failed a stack's delete in the long many-host run): the
-        check is given back (``NotNow``: its request goes back to pending
+        check is given back (NOT_NOW: its request goes back to pending
         once the database answers) and runs again, as after a crash there."""
         try:
             return self._node(req_id, args, chain, head)
-        except NotNow:
-            raise
         except Exception as exc:
             if not is_outage(exc):
                 raise
             first = (str(exc).strip().splitlines() or [""])[0]
-            raise NotNow(f"an outage cut the check: {type(exc).__name__}: {first}") from exc
+            return None, Outcome(Result.NOT_NOW, reason=f"an outage cut the check: "
+                                                        f"{type(exc).__name__}: {first}")
 
     def _node(self, req_id: int, args: models.RequestArgs, chain: int, head: Head | None = None
-              ) -> tuple[Claimed | None, bool]:
+              ) -> NodeEnd:
         """One node, whose report records its request done in its own
         transaction. ``head``: the stack and row as the transaction that
         claimed it read them (the fast paths re-check both in their own
         transactions: ``begin`` under the stack's shared lock and the row's
-        ``atomic_key``, a report by its SyncPoint). Returns the successor it
-        claimed to run next, if any, and whether the request's outcome is
-        recorded already."""
+        ``atomic_key``, a report by its SyncPoint). Every way it ends is a
+        ``NodeEnd``."""
         node = Node(int(args["resource_id"]), bool(args["is_update"]))
         traversal, stack_id = args["traversal"], args["stack_id"]
         stack, row = head if head is not None and head[0] is not None \
             else stack_work.check_head(self.db, stack_id, node.resource_id)
         if stack is None:
-            raise Skip(f"stack {stack_id} is gone")
+            return None, Outcome.stale(f"stack {stack_id} is gone")
         if stack.current_traversal != traversal:
-            raise Skip(f"traversal {traversal} was superseded by {stack.current_traversal}")
+            return None, Outcome.stale(
+                f"traversal {traversal} was superseded by {stack.current_traversal}")
         if stack.status != vocab.STACK_IN_PROGRESS:
             self.tidy(row)
-            raise Skip(f"traversal {traversal} ended: stack {stack.action} {stack.status}")
+            return None, Outcome.stale(
+                f"traversal {traversal} ended: stack {stack.action} {stack.status}")
         graph = self.graph(stack_id, traversal)
         if row is None or graph is None or node not in graph:
-            raise Skip(f"node {node} is not in traversal {traversal} any more")
+            return None, Outcome.stale(f"node {node} is not in traversal {traversal} any more")
         input_data = args.get("input_data") or {}
         ctx = Ctx(req_id, stack_id, stack.name, traversal, node, graph, input_data, [],
                   chain=chain, args=args, template=self.template(stack))
@@ -258,11 +254,11 @@ class Worker:
                 return self.reporter.end_and_report(ctx, Outcome.done())
             if node.is_update and row.replaced_by is None:
                 fast = self._fast_update(ctx, stack, row)
-                if fast is not None:
+                if fast[1].result is not Result.RETRY:
                     return fast
             if not node.is_update:
                 fast = self._fast_delete(ctx, row)
-                if fast is not None:
+                if fast[1].result is not Result.RETRY:
                     return fast
 
         target = decide.route(self.db, self.template(stack), stack, row, node, graph,
@@ -273,11 +269,11 @@ class Worker:
                                   action=vocab.ACTION_CHECK, args=args)
             new = stack_work.forward_check(self.db, fake, target,
                                            f"{self.engine_id} does not serve it")
-            raise Skip(f"forwarded to {target} as request {new}")
+            return None, Outcome.stale(f"forwarded to {target} as request {new}")
 
         busy = self.locks.take(row.id, row)
         if busy is not None:
-            raise Skip(busy)
+            return None, Outcome.stale(busy)
         ctx.held.append(row.id)
         try:
             outcome = self.actor.act(ctx)
@@ -291,15 +287,15 @@ class Worker:
                 self.locks.release(rid)
         return self._after(ctx, outcome)
 
-    def _after(self, ctx: Ctx, outcome: Outcome) -> tuple[Claimed | None, bool]:
+    def _after(self, ctx: Ctx, outcome: Outcome) -> NodeEnd:
         """The general path's report, the node's locks released already."""
         self.reporter.after(ctx, outcome)
         if outcome.result is Result.BAILED:
-            raise Skip(outcome.reason or "")
-        return None, False
+            return None, Outcome.stale(outcome.reason or "")
+        return None, Outcome.done()
 
     def _fast_update(self, ctx: Ctx, stack: models.Stack, row: models.StackResource
-                     ) -> tuple[Claimed | None, bool] | None:
+                     ) -> NodeEnd:
         """An update node that creates its resource, or updates it in place
         (a resize: what an update of a large stack mostly does), on a row
         nobody holds and nothing replaces: plan from the row as read, take
@@ -307,53 +303,53 @@ class Worker:
         if the row's lock did not move since it was read), carry out, then
         end, release and report in one more (``Reporter.end_and_report``).
         Anything else — another kind of work, a lock that moved, a plan
-        refused — returns None before anything is written, and the general
+        refused — returns RETRY before anything is written, and the general
         path decides again under the lock (with no replacement, its
         ``effective`` row is this one and it has no orphan to delete)."""
         template = self.template(stack)
         try:
             d = decide.decide(self.db, template, row, row, ctx.input_data)
         except Exception:  # the general path fails the node with the reason
-            return None
+            return GENERAL_PATH
         if d.kind not in _FAST_KINDS or not self.placement.serves(d.host):
-            return None
+            return GENERAL_PATH
         try:
             work, plan, final = self.actor.planned(ctx, template, stack, row, row, d)
         except Exception:  # refused, or a bug: the general path fails the node with it
-            return None
+            return GENERAL_PATH
         physical_id = plan.physical_id if work.action == vocab.STACK_CREATE else row.physical_id
         return self._fast(ctx, row, work, plan, final, (row.id, row.type, physical_id))
 
     def _fast_delete(self, ctx: Ctx, row: models.StackResource
-                     ) -> tuple[Claimed | None, bool] | None:
+                     ) -> NodeEnd:
         """A clean-up node that deletes its row's resource, on a row nobody
         holds: as ``_fast_update`` — plan from the row as read, take the
         lock and begin in one transaction (``begin(lock_key=…)``), carry
         out, then end, release and report in one more. A resource that is
         busy, elsewhere, already deleted or whose plan is refused, and a
-        lock that moved, return None before anything is written: the
+        lock that moved, return RETRY before anything is written: the
         general path decides again under the lock (and fails, forwards or
         waits as it does)."""
         if row.action == vocab.STACK_DELETE and row.status == vocab.STACK_COMPLETE:
-            return None
+            return GENERAL_PATH
         if retain.policy_retains(self.db, row):
-            return None  # the general path keeps it (or deletes it in a rollback)
+            return GENERAL_PATH  # the general path keeps it (or deletes it in a rollback)
         try:  # one read for a share: the observation and the plan's checks
             observed, plan = phys.observe_for_delete(self.db, row.type, row.physical_id)
         except Exception:  # refused, or a bug: the general path fails the node with it
-            return None
+            return GENERAL_PATH
         if plan is None or observed.state not in (phys.OK, phys.ERROR) \
                 or not self.placement.serves(observed.host):
-            return None
+            return GENERAL_PATH
         work = self.actor.work(ctx, vocab.STACK_DELETE, {"status_reason": None}, plan)
         return self._fast(ctx, row, work, plan, {}, (row.id, row.type, row.physical_id))
 
     def _fast(self, ctx: Ctx, row: models.StackResource, work: stack_work.Begin[Terms],
               plan: phys.Plan, final: Mapping[str, object], known: tuple[int, str, str | None]
-              ) -> tuple[Claimed | None, bool] | None:
+              ) -> NodeEnd:
         """A fast path's begin, carry-out and end: the lock taken in the
         begin (only if it did not move since ``row`` was read), then end,
-        release and report in one transaction. None, with nothing written,
+        release and report in one transaction. RETRY, with nothing written,
         when the begin did not start (the general path decides again)."""
         self.tracker.claim(row.id)
         try:
@@ -361,13 +357,13 @@ class Worker:
                                      ctx.traversal, work, lock_key=row.atomic_key)
         except db_capacity.NoRoom:  # the general path fails the node with the reason
             self.tracker.unclaim(row.id)
-            return None
+            return GENERAL_PATH
         except BaseException:
             self.tracker.unclaim(row.id)
             raise
         if isinstance(begun, Outcome):  # nothing was written, the lock not taken
             self.tracker.unclaim(row.id)
-            return None
+            return GENERAL_PATH
         ctx.held.append(row.id)
         try:
             outcome, end = self.actor.carry_out(ctx, row.name, begun, work.action, plan, final,
