@@ -21,14 +21,14 @@ import futurist
 import pytest
 from futurist import periodics
 from sharemgr.common import tasks, vocab
+from sharemgr.common.outcome import Result
 from sharemgr.db import models, resources
 from sharemgr.db import reconcile as db_rec
 from sharemgr.manager import ensure
-from sharemgr.manager.operations import OperationFailed
 from sharemgr.reconcile import scan
 
 from tests.functional.harness import database, wait_until
-from tests.unit.reconcile_harness import HOST, make_share
+from tests.unit.reconcile_harness import HOST, expect, make_share
 
 pytestmark = pytest.mark.functional
 
@@ -294,8 +294,7 @@ def test_a_pass_that_cannot_start_is_recorded_and_fails_its_request(engine, runn
         id = 7
         args = {"dry_run": False}
 
-    with pytest.raises(OperationFailed, match="RuntimeError: cannot write the pass row"):
-        runner.handle_request(Req())
+    expect(runner.handle_request(Req()), Result.FAILED, "RuntimeError: cannot write the pass row")
     (record,) = db_rec.passes(engine.db, HOST, limit=10)
     assert (record.trigger, record.summary["failed"], record.summary["failures"]) == (
         "manual:7", True, 1)
