@@ -81,7 +81,12 @@ def request_end(outcome: Outcome[object], req_id: int, what: str
     """What a request whose handler came back with ``outcome`` ends as: its
     status, error and user message's detail id. The request loop and a
     stack's chained checks both read it."""
-    end = REQUEST_ENDS[outcome.result]
+    end = REQUEST_ENDS.get(outcome.result)
+    if end is None:  # a node's own result that its check did not turn into a request's: a bug
+        LOG.error("request %s (%s): its handler ended %s, which no request ends as",
+                  req_id, what, outcome.result)
+        return vocab.REQUEST_FAILED, f"unexpected outcome {outcome.result}: " \
+            f"{outcome.reason or ''}", messages.UNEXPECTED
     if outcome.result in (Result.DONE, Result.RECORDED):
         return end.status, None, None
     error = f"{end.note}{outcome.reason or ''}"

@@ -51,6 +51,11 @@ def test_the_loop_records_the_outcome_unless_the_handler_did(sqlite_db):
     _execute(sqlite_db, lambda _r: Outcome(Result.NOT_NOW, reason="not a member"), req)
     row = api.get(sqlite_db, models.Request, req.id)
     assert (row.status, row.error) == ("pending", "given back: not a member")
+    # A node's own result no request ends as (a bug): failed, not left running.
+    req = _claimed(sqlite_db)
+    _execute(sqlite_db, lambda _r: Outcome(Result.REPLAN), req)
+    row = api.get(sqlite_db, models.Request, req.id)
+    assert (row.status, row.error) == ("failed", "unexpected outcome replan: ")
 
     # A handler that fails: recorded failed, whatever it would have returned.
     def boom(_r):
