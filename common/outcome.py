@@ -61,6 +61,14 @@ class Outcome(Generic[D]):
     def stale(cls, reason: str) -> Outcome[Never]:
         return Outcome(Result.STALE, reason=reason)
 
+    @classmethod
+    def lost(cls, reason: str) -> Outcome[Never]:
+        return Outcome(Result.LOST, reason=reason)
+
+    @classmethod
+    def not_now(cls, reason: str) -> Outcome[Never]:
+        return Outcome(Result.NOT_NOW, reason=reason)
+
     @property
     def ok(self) -> bool:
         return self.result is Result.DONE

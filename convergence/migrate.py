@@ -72,7 +72,7 @@ def run(act: Actor, ctx: Ctx, stack: models.Stack, row: models.StackResource,
     task = _await(act, ctx, share_id)
     if task is None:
         return act.cut(ctx, effective.id, row.name, None,
-                       Outcome(Result.NOT_NOW, reason=f"not a member while share {share_id} moves"))
+                       Outcome.not_now(f"not a member while share {share_id} moves"))
     if task == _NOT_CURRENT:
         # Timed out, cancelled or superseded: the migration goes on by
         # itself; the next traversal finds the share where it ends.

@@ -19,8 +19,6 @@ __all__ = ["ENDED", "RECORDED", "REPLAN", "RETRY", "SUPERSEDED", "Claimed", "Ctx
 LOG = logging.getLogger(__name__)
 
 
-
-
 def ended(won: bool, name: str, outcome: Outcome) -> Outcome:
     """``outcome``, if the row's end was written (``stack_work.end``'s
     answer); else another engine took the row's lock while the work ran

@@ -214,8 +214,8 @@ class Worker:
             if not is_outage(exc):
                 raise
             first = (str(exc).strip().splitlines() or [""])[0]
-            return None, Outcome(Result.NOT_NOW, reason=f"an outage cut the check: "
-                                                        f"{type(exc).__name__}: {first}")
+            return None, Outcome.not_now(f"an outage cut the check: "
+                                         f"{type(exc).__name__}: {first}")
 
     def _node(self, req_id: int, args: models.RequestArgs, chain: int, head: Head | None = None
               ) -> NodeEnd:

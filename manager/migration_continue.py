@@ -18,10 +18,15 @@ from sharemgr.db import api as db_api
 from sharemgr.db import messages as db_messages
 from sharemgr.db import models, resources
 from sharemgr.drivers.exceptions import OperationNotSupported
-from sharemgr.manager import data_mover, migration_host, migration_ops, migration_plans
+from sharemgr.manager import (
+    data_mover,
+    migration_host,
+    migration_ops,
+    migration_plans,
+    operation_table,
+)
 from sharemgr.manager import migration_rows as mrows
 from sharemgr.manager.migration_plans import COPIED
-from sharemgr.manager.operation_table import MIGRATION_CONTINUE
 from sharemgr.manager.operations import NotNow, OperationFailed, Stale, lock_name, log_failure
 from sharemgr.manager.plans import Op, Refused
 
@@ -155,7 +160,7 @@ def _continue_one(ops: Operations, ident: str) -> None:
         finished = pair.driver.migration_continue(*pair.args())
         progress = "100" if finished else _progress(pair)
     except Exception as exc:
-        log_failure(what, MIGRATION_CONTINUE, exc)
+        log_failure(what, operation_table.MIGRATION_CONTINUE, exc)
         _fail(ops, row, pair, vocab.MIGRATION_DRIVER_IN_PROGRESS,
               f"{what} to {pair.dest.host} failed in migration_continue: {exc}")
         return
@@ -280,8 +285,8 @@ def _end_in_error(ops: Operations, row: models.ShareInstance, pair: mrows.Pair,
         except OperationNotSupported:
             kept = False  # a driver that migrates nothing started nothing
         except Exception as exc:
-            log_failure(f"migration cancel of share instance {row.id}",
-                        vocab.ACTION_MIGRATION_CANCEL, exc)
+            log_failure(f"migration cancel of share instance {row.id}", operation_table.spec(
+                vocab.SHARE_INSTANCE, vocab.ACTION_MIGRATION_CANCEL).method, exc)
             kept = True
     dest_change = mrows.dest_in_error(pair.dest) if kept else mrows.dest_gone(pair.dest,
                                                                     vocab.MIGRATION_ERROR)

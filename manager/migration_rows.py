@@ -12,7 +12,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.drivers import shapes
-from sharemgr.manager import migration_host
+from sharemgr.manager import migration_host, operation_table
 from sharemgr.manager.migration_plans import destination_of
 from sharemgr.manager.operations import NotNow, Stale, deleted, log_failure
 from sharemgr.manager.plans import Change, Op
@@ -119,7 +119,7 @@ def undone(sides: migration_host.Sides) -> bool:
         raise  # a copy still runs into it: not a failure, the caller tries later
     except Exception as exc:
         log_failure(f"undo of the migration of share instance {sides.source.id}",
-                    vocab.ACTION_DELETE, exc)
+                    operation_table.spec(vocab.SHARE_INSTANCE, vocab.ACTION_DELETE).method, exc)
         return True
     return False
 

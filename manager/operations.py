@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Generic, Never, TypeVar
 import tenacity
 from oslo_log import log as logging
 from sharemgr.common import vocab
-from sharemgr.common.outcome import Outcome, Result
+from sharemgr.common.outcome import Outcome
 from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
 from sharemgr.db import models, resources
@@ -83,9 +83,9 @@ def outcome_of(exc: OperationFailed | Stale) -> Outcome[Never]:
     deep in a step, and returned as a value from ``perform`` up."""
     reason = str(exc)
     if isinstance(exc, NotNow):
-        return Outcome(Result.NOT_NOW, reason=reason)
+        return Outcome.not_now(reason)
     if isinstance(exc, Lost):
-        return Outcome(Result.LOST, reason=reason)
+        return Outcome.lost(reason)
     if isinstance(exc, Stale):
         return Outcome.stale(reason)
     return Outcome.failed(reason, exc.detail_id)
@@ -174,9 +174,7 @@ class Operations:
             return Outcome.failed(f"unknown request {op.kind} {op.action}")
         try:
             return Outcome.done(handler(self, op, held))
-        except Stale as exc:
-            return outcome_of(exc)
-        except OperationFailed as exc:
+        except (Stale, OperationFailed) as exc:
             return outcome_of(exc)
 
     def default_lease(self) -> leases.Terms | None:

@@ -36,15 +36,14 @@ def repair(rec: Reconciler, driver: ShareDriver, cand: Candidate, method: str,
             pass  # the rules alone, then
         sent = ops.perform(Op(vocab.SHARE_INSTANCE, cand.id, vocab.ACTION_UPDATE_ACCESS,
                               cand.host, {"resync": True}), held=True)
-        again = ask.ask(driver, method, {cand.id: (share_d, server)})[cand.id] \
-            if sent.ok else None
+        if not sent.ok:
+            LOG.warning("drift: share %s (instance %s) could not be served again: its "
+                        "access rules were not sent: %s", share_id, cand.id, sent.reason)
+            return FAILED
+        again = ask.ask(driver, method, {cand.id: (share_d, server)})[cand.id]
     except Exception as exc:  # the finding is still recorded, with why
         LOG.warning("drift: share %s (instance %s) could not be served again: %s",
                     share_id, cand.id, exc)
-        return FAILED
-    if not sent.ok:
-        LOG.warning("drift: share %s (instance %s) could not be served again: its access "
-                    "rules were not sent: %s", share_id, cand.id, sent.reason)
         return FAILED
     if not isinstance(again, dict) or again.get("served") is False:
         still = again.get("detail") if isinstance(again, dict) else again

@@ -41,14 +41,14 @@ def test_the_loop_records_the_outcome_unless_the_handler_did(sqlite_db):
     # Each outcome of an operation ends its request as REQUEST_ENDS says.
     for outcome, status, error in (
             (Outcome.stale("moved on"), "done", "stale: moved on"),
-            (Outcome(Result.LOST, reason="taken"), "abandoned", "lost: taken"),
+            (Outcome.lost("taken"), "abandoned", "lost: taken"),
             (Outcome.failed("refused"), "failed", "refused")):
         req = _claimed(sqlite_db)
         _execute(sqlite_db, lambda _r, o=outcome: o, req)
         row = api.get(sqlite_db, models.Request, req.id)
         assert (row.status, row.error) == (status, error)
     req = _claimed(sqlite_db)
-    _execute(sqlite_db, lambda _r: Outcome(Result.NOT_NOW, reason="not a member"), req)
+    _execute(sqlite_db, lambda _r: Outcome.not_now("not a member"), req)
     row = api.get(sqlite_db, models.Request, req.id)
     assert (row.status, row.error) == ("pending", "given back: not a member")
     # A node's own result no request ends as (a bug): failed, not left running.
