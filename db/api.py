@@ -18,7 +18,7 @@ from typing import Any, TypedDict
 import sqlalchemy as sa
 from sharemgr.common.jsontypes import JSONValue
 from sharemgr.db import capacity, clock, models, quiet, records
-from sharemgr.db.engine import Database
+from sharemgr.db.engine import ColumnLimitError, Database, limit_problem
 
 # Re-exported ("x as x"): the request queue and the plain inserts have
 # modules of their own, and callers keep importing these names from here.
@@ -181,7 +181,7 @@ def conditional_update_many_tx(session: Session, model: type[models.HasTable], i
 def conditional_update_rows_tx(session: Session, model: type[models.HasTable],
                                rows: Sequence[tuple[Ident, Columns, Columns]]
                                ) -> set[Ident]:
-    """PostgreSQL: many rows' conditional updates of one shape (the same
+    """PostgreSQL, SQLite: many rows' conditional updates of one shape (the same
     expected and set columns; each row ``(id, expected, values)`` with its
     own values) in one ``UPDATE … FROM (VALUES …) RETURNING id``, each row
     still checked against its own ``expected`` (plain values); the ids of
@@ -190,11 +190,21 @@ def conditional_update_rows_tx(session: Session, model: type[models.HasTable],
     c = table.c
     _, first_expected, first_values = rows[0]
     tests, columns = tuple(first_expected), tuple(first_values)
-    given = sa.values(sa.column("id", c.id.type),
-                      *[sa.column(f"w_{n}", c[n].type) for n in tests],
-                      *[sa.column(f"v_{n}", c[n].type) for n in columns], name="given").data(
+    values_list = sa.values(sa.column("id", c.id.type),
+                            *[sa.column(f"w_{n}", c[n].type) for n in tests],
+                            *[sa.column(f"v_{n}", c[n].type) for n in columns], name="given").data(
         [(ident, *[expected[n] for n in tests], *[values[n] for n in columns])
          for ident, expected, values in rows])
+    given: sa.Values | sa.CTE = values_list
+    if session.get_bind().dialect.name == "sqlite":
+        # SQLite names a VALUES list's columns only in a WITH; and keeps any
+        # length, so the values are checked here as a plain UPDATE's are.
+        given = values_list.cte("given")
+        for _ident, _expected, values in rows:
+            for n in columns:
+                problem = limit_problem(c[n], values[n])
+                if problem:
+                    raise sa.exc.DataError(None, None, ColumnLimitError(problem))
     new = _stamped(model, {n: given.c[f"v_{n}"] for n in columns})
     stmt = (sa.update(table)
             .where(c.id == given.c.id, *[c[n] == given.c[f"w_{n}"] for n in tests])

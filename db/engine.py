@@ -145,6 +145,14 @@ def _refuse(column: str, limit: tuple[str, int, int], value: object) -> str | No
     return None
 
 
+def limit_problem(column: sa.Column[object], value: object) -> str | None:
+    """Why SQLite must refuse ``value`` for ``column``, or None: for a value
+    the hook below does not see (a multi-row UPDATE's own values, written
+    from a VALUES list rather than as the statement's parameters)."""
+    limit = column_limit(column.type)
+    return None if limit is None else _refuse(f"{column.table.name}.{column.name}", limit, value)
+
+
 # Set on an execution context whose values were checked.
 _CHECKED = "_sharemgr_limits_checked"
 

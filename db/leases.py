@@ -84,6 +84,10 @@ def take_tx(session: Session, model: type[models.HasTable], ident: str,
                                         {"fence": db_api.PLUS_ONE})
 
 
+# Rows one statement takes at the most (its ids are as many parameters).
+MANY = 500
+
+
 @retry_on_conflict
 def take_rows(db: Database, model: type[models.Live], rows: dict[str, str]
               ) -> dict[str, Any]:
@@ -92,8 +96,18 @@ def take_rows(db: Database, model: type[models.Live], rows: dict[str, str]
     whose status changed is left out)."""
     # Rows of any class: the reconciler's kinds name theirs as a bare ``type``.
     with db.session() as session:
-        taken = [ident for ident, status in rows.items()
-                 if take_tx(session, model, ident, (status,))]
+        if db.update_returning:  # one UPDATE … RETURNING per status and MANY rows
+            by_status: dict[str, list[str]] = {}
+            for ident, status in rows.items():
+                by_status.setdefault(status, []).append(ident)
+            taken = [ident for status, idents in by_status.items()
+                     for at in range(0, len(idents), MANY)
+                     for ident in db_api.conditional_update_many_tx(
+                         session, model, idents[at:at + MANY], {"status": status},
+                         {"fence": db_api.PLUS_ONE})]
+        else:
+            taken = [ident for ident, status in rows.items()
+                     if take_tx(session, model, ident, (status,))]
         if not taken:
             return {}
         found = session.scalars(sa.select(model).where(model.id.in_(taken)))

@@ -80,53 +80,36 @@ def _plain(value: object) -> bool:
     return isinstance(value, (str, int, float, bool))
 
 
-def _applied_together(session: Session, groups: list[list[db_api.Change]],
-                      own_values: bool) -> dict[int, bool]:
-    """The one-change groups of one shape, applied together per up to
-    MANY_AT_ONCE rows, each row still checked against what it was read
-    with; {group index: applied}. ``own_values`` (PostgreSQL): each row
-    with its own values (``UPDATE … FROM (VALUES …) RETURNING id``: a pass
-    writes each share's export locations); else the groups that make the
-    same change with plain values (``UPDATE … WHERE id IN (…) AND <expected>
-    RETURNING id``: error marks, snapshots). A row named by more than one
+def _applied_together(session: Session, groups: list[list[db_api.Change]]) -> dict[int, bool]:
+    """The one-change groups of one shape (the same columns expected and
+    set), applied together per up to MANY_AT_ONCE rows in one ``UPDATE …
+    FROM (VALUES …) RETURNING id``, each row with its own values (a pass
+    writes each share's export locations) and still checked against what
+    it was read with; {group index: applied}. A row named by more than one
     group, or a value computed in SQL, is left to the one by one path, in
     order."""
     seen: collections.Counter[tuple[type[models.HasTable], db_api.Ident]] = collections.Counter(
         (change[0], change[1]) for group in groups for change in group)
-    # (model, the expected and new columns, with their values unless own_values)
-    buckets: dict[tuple[type[models.HasTable], tuple[object, ...], tuple[object, ...]],
+    # (model, the expected columns, the set columns) -> the groups of that shape
+    buckets: dict[tuple[type[models.HasTable], tuple[str, ...], tuple[str, ...]],
                   list[int]] = {}
     for i, group in enumerate(groups):
         if len(group) != 1:
             continue
         model, ident, expected, values = group[0]
-        if seen[(model, ident)] > 1 or not all(_plain(v) for v in expected.values()):
+        if seen[(model, ident)] > 1 or not all(_plain(v) for v in expected.values()) \
+                or any(isinstance(v, (sa.ClauseElement, db_api.Computed)) or v is db_api.PLUS_ONE
+                       for v in values.values()):
             continue
-        key: tuple[type[models.HasTable], tuple[object, ...], tuple[object, ...]]
-        if own_values:
-            if any(isinstance(v, (sa.ClauseElement, db_api.Computed)) or v is db_api.PLUS_ONE
-                   for v in values.values()):
-                continue
-            key = (model, tuple(expected), tuple(values))
-        elif all(_plain(v) for v in values.values()):
-            key = (model, tuple(expected.items()), tuple(values.items()))
-        else:
-            continue
-        buckets.setdefault(key, []).append(i)
+        buckets.setdefault((model, tuple(expected), tuple(values)), []).append(i)
     out: dict[int, bool] = {}
-    for (model, same_expected, same_values), members in buckets.items():
+    for (model, _expected, _values), members in buckets.items():
         if len(members) < 2:
             continue
         for at in range(0, len(members), MANY_AT_ONCE):
             part = members[at:at + MANY_AT_ONCE]
-            if own_values:
-                won = db_api.conditional_update_rows_tx(
-                    session, model, [groups[i][0][1:] for i in part])
-            else:
-                won = db_api.conditional_update_many_tx(
-                    session, model, [groups[i][0][1] for i in part],
-                    dict(cast("tuple[tuple[str, object], ...]", same_expected)),
-                    dict(cast("tuple[tuple[str, object], ...]", same_values)))
+            won = db_api.conditional_update_rows_tx(session, model,
+                                                    [groups[i][0][1:] for i in part])
             out.update((i, groups[i][0][1] in won) for i in part)
     return out
 
@@ -140,7 +123,7 @@ def transitions(db: Database, groups: list[list[db_api.Change]]) -> list[bool]:
     and the others still apply. Returns, per group, whether it applied."""
     applied: list[bool] = []
     with db.session() as session:
-        together = (_applied_together(session, groups, db.dialect == "postgresql")
+        together = (_applied_together(session, groups)
                     if db.update_returning else {})
         for i, group in enumerate(groups):
             if i in together:

@@ -263,6 +263,16 @@ def test_insert_rows_parents_first_with_their_defaults(db):
     assert api.get(db, models.Request, req.id).status == "pending"
 
 
+def _updates(db) -> list[str]:
+    """The UPDATEs the database is sent from now on (SQLite's multi-row one
+    begins with its WITH)."""
+    sent: list[str] = []
+    sa.event.listen(db.engine, "before_cursor_execute",
+                    lambda *a: sent.append(a[2]) if " ".join(a[2].split()).startswith(
+                        ("UPDATE", "WITH given")) else None)
+    return sent
+
+
 def test_transitions_of_the_same_change_apply_together_and_each_row_is_checked(db):
     # db/reconcile.transitions: the one-change groups of one shape are one
     # UPDATE … RETURNING (PostgreSQL, SQLite), one by one elsewhere; the
@@ -282,9 +292,7 @@ def test_transitions_of_the_same_change_apply_together_and_each_row_is_checked(d
     # A shape of many rows, one of which changed meanwhile.
     more = [_instance(db) for _ in range(5)]
     api.conditional_update(db, models.ShareInstance, more[3].id, {}, {"status": "deleting"})
-    updates = []
-    sa.event.listen(db.engine, "before_cursor_execute",
-                    lambda *a: updates.append(a[2]) if a[2].startswith("UPDATE") else None)
+    updates = _updates(db)
     applied = db_rec.transitions(db, [[(models.ShareInstance, r.id, *change)] for r in more])
     assert applied == [True, True, True, False, True]
     assert len(updates) == (5 if db.dialect == "mysql" else 1)
@@ -292,8 +300,8 @@ def test_transitions_of_the_same_change_apply_together_and_each_row_is_checked(d
 
 
 def test_transitions_with_each_rows_own_values(db):
-    # A healthy pass writes each share's export locations: on PostgreSQL one
-    # UPDATE … FROM (VALUES …) for the lot, elsewhere one per row.
+    # A healthy pass writes each share's export locations: on PostgreSQL and
+    # SQLite one UPDATE … FROM (VALUES …) for the lot, on MariaDB one per row.
     from sharemgr.db import reconcile as db_rec
 
     rows = [_instance(db) for _ in range(4)]
@@ -302,14 +310,48 @@ def test_transitions_with_each_rows_own_values(db):
     groups = [[(models.ShareInstance, r.id, {"status": "creating"},
                 {"status": "available", "export_locations": where})]
               for r, where in zip(rows, places, strict=True)]
-    updates = []
-    sa.event.listen(db.engine, "before_cursor_execute",
-                    lambda *a: updates.append(a[2]) if a[2].startswith("UPDATE") else None)
+    updates = _updates(db)
     assert db_rec.transitions(db, groups) == [True, True, False, True]
-    assert len(updates) == (1 if db.dialect == "postgresql" else 4)
+    assert len(updates) == (4 if db.dialect == "mysql" else 1)
     got = [api.get(db, models.ShareInstance, r.id) for r in rows]
     assert [g.status for g in got] == ["available", "available", "error", "available"]
     assert [g.export_locations for g in got] == [places[0], places[1], [], places[3]]
+
+
+def test_own_values_too_long_for_their_column_are_refused(db):
+    # SQLite keeps any length: its one-statement path checks the values the
+    # engine's hook checks in a plain UPDATE; the servers refuse them
+    # themselves. Nothing is written.
+    from sharemgr.db import reconcile as db_rec
+
+    rows = [_instance(db) for _ in range(2)]
+    groups = [[(models.ShareInstance, r.id, {"status": "creating"},
+                {"status": "available", "task_state": t})]
+              for r, t in zip(rows, ["ok", "x" * 300], strict=True)]
+    with pytest.raises(sa.exc.DataError) as refused:
+        db_rec.transitions(db, groups)
+    if db.dialect == "sqlite":
+        assert "too long for column share_instances.task_state" in str(refused.value)
+    assert [api.get(db, models.ShareInstance, r.id).status for r in rows] == ["creating"] * 2
+
+
+def test_taking_many_rows_is_one_update_per_status(db):
+    # The reconciliation takes its batch's rows (their tokens bumped) in one
+    # UPDATE … RETURNING per status seen (PostgreSQL, SQLite); a row whose
+    # status moved is left out; MariaDB takes them one by one.
+    from sharemgr.db import leases as db_leases
+
+    rows = [_instance(db) for _ in range(5)]
+    api.conditional_update(db, models.ShareInstance, rows[4].id, {}, {"status": "extending"})
+    api.conditional_update(db, models.ShareInstance, rows[3].id, {}, {"status": "error"})
+    seen = {r.id: "creating" for r in rows[:4]} | {rows[4].id: "extending"}
+    before = {r.id: api.get(db, models.ShareInstance, r.id).fence for r in rows}
+    updates = _updates(db)
+    taken = db_leases.take_rows(db, models.ShareInstance, seen)
+    assert sorted(taken) == sorted(r.id for r in (*rows[:3], rows[4]))
+    assert {i: t.fence for i, t in taken.items()} == {i: before[i] + 1 for i in taken}
+    assert len(updates) == (5 if db.dialect == "mysql" else 2)
+    assert api.get(db, models.ShareInstance, rows[3].id).fence == before[rows[3].id]
 
 
 def test_statements_for_computed_values_built_per_call_are_bounded():
