@@ -285,8 +285,13 @@ class Actor:
         for the report's transaction to write."""
         if known is None:
             row = stacks.resource_get(self.db, begun.resource_id)
-            if row is None:  # the caller fails the node, as for any error
-                raise LookupError(f"resource {begun.resource_id} is gone after its begin")
+            if row is None:
+                # Only another engine removes a row this check began on: it
+                # took the row over (this engine paused past its lock) and its
+                # traversal ended. Not the stack's failure: the node is cut.
+                return self.cut(ctx, begun.resource_id, name, begun.op_request_id,
+                                Outcome.lost("its row is gone after its begin (taken over "
+                                             "and removed meanwhile)")), None
             known = (row.id, row.type, row.physical_id)
         rid, type_, physical_id = known
         written = None

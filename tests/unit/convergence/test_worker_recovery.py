@@ -561,3 +561,33 @@ def test_a_fast_create_whose_row_lock_was_taken_meanwhile_bails(rig, monkeypatch
     assert _status(rig, "web") == ("CREATE", "IN_PROGRESS")
     ((holder, status),) = [(r.engine_id, r.status) for r in rig.rows("web")["data"]]
     assert (holder, status) == (ghost, "IN_PROGRESS")
+
+
+def test_a_delete_whose_row_went_after_its_begin_bails_without_a_traceback(rig, monkeypatch,
+                                                                            caplog):
+    """Paused between its begin and its driver call, the engine lost the
+    row to another, which deleted it and purged it (the fault run, seed
+    5130): the node is cut, not failed with a bug's traceback."""
+    from sharemgr.convergence.worker import GENERAL_PATH, Worker
+    from sharemgr.db import models
+
+    one = "resources:\n  data: {type: share, properties: {size: 1, proto: NFS}}\n"
+    e = rig.engine()
+    rig.create("web", one)
+    e.pump()
+    monkeypatch.setattr(Worker, "_fast_delete", lambda *a: GENERAL_PATH)
+    real = stack_work.begin
+
+    def begun_then_purged(db, rid, *args, **kwargs):
+        out = real(db, rid, *args, **kwargs)
+        with db.session() as session:
+            session.delete(session.get(models.StackResource, rid))
+        return out
+
+    monkeypatch.setattr(stack_work, "begin", begun_then_purged)
+    rig.start("web", "DELETE")
+    e.pump()
+    assert _status(rig, "web") == ("DELETE", "IN_PROGRESS")
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    (op,) = [r for r in _share_op_requests(rig, e) if r.action == "delete"]
+    assert op.status == "abandoned" and "gone after its begin" in op.error
