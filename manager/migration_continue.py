@@ -118,7 +118,7 @@ def _fresh(ops: Operations, ident: str, task_state: str, what: str
     row = ops.fresh(mrows.SI, ident, (vocab.MIGRATING,), take=True)
     mrows.task(row, task_state, what)
     try:
-        dest = mrows.destination(ops, row)
+        dest = mrows.taken(ops, mrows.destination(ops, row))
     except mrows.NoDestination:
         _on_source(ops, row, task_state, what)
         raise

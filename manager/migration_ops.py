@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 def _request_of(ops: Operations, op: Op, verb: str) -> tuple[models.ShareInstance, str]:
     """A migration request's destination (read before the lock, as it never
-    moves once written) and the words its logs and errors name it by."""
+    moves once written; each call takes it again once the source is taken,
+    ``mrows.taken``) and the words its logs and errors name it by."""
     source = db_api.get(ops.db, mrows.SI, op.ident)
     if source is None:
         raise Stale(f"share instance {op.ident} is gone")
@@ -44,7 +45,9 @@ def start(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
     kept: list[bool] = []
 
     def call(row: models.ShareInstance) -> object:
+        nonlocal dest
         mrows.task(row, vocab.MIGRATION_STARTING, what)
+        dest = mrows.taken(ops, dest)
         pair = mrows.Pair(ops, row, dest)
         why = "--force-host-assisted"
         if not op.args.get("force_host_assisted"):
@@ -103,7 +106,9 @@ def complete(ops: Operations, op: Op, held: bool = False) -> list[Change] | None
     dest, what = _request_of(ops, op, "migration complete")
 
     def call(row: models.ShareInstance) -> object:
+        nonlocal dest
         mrows.task(row, vocab.MIGRATION_COMPLETING, what)
+        dest = mrows.taken(ops, dest)
         if mrows.host_assisted(dest):
             sides = migration_host.Sides(ops, row, dest)
             try:
@@ -153,7 +158,9 @@ def cancel(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
     dest, what = _request_of(ops, op, "migration cancel")
 
     def call(row: models.ShareInstance) -> object:
+        nonlocal dest
         mrows.task(row, vocab.MIGRATION_CANCEL_IN_PROGRESS, what)
+        dest = mrows.taken(ops, dest)
         if mrows.host_assisted(dest):
             migration_host.undo(migration_host.Sides(ops, row, dest))
             return None

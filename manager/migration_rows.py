@@ -61,6 +61,19 @@ def destination(ops: Operations, source: models.ShareInstance, op: Op | None = N
     return dest
 
 
+def taken(ops: Operations, dest: models.ShareInstance) -> models.ShareInstance:
+    """The destination re-read and taken (its fencing token bumped) by a
+    holder that has just taken the source: the destination's own calls (its
+    create, its data path, its delete when a copy is undone) then carry a
+    newer token than an earlier holder's, and a backend that fences refuses
+    that holder's late call once this one has called (doc/migration.rst,
+    "Crashes and faults"). NoDestination if it moved on meanwhile."""
+    try:
+        return ops.fresh(SI, dest.id, (vocab.MIGRATING_TO,), take=True)
+    except Stale as exc:
+        raise NoDestination(str(exc)) from exc
+
+
 def task(row: models.ShareInstance, task_state: str, what: str) -> None:
     if row.task_state != task_state:
         raise Stale(f"{what}: task_state is {row.task_state!r}, not {task_state!r}")

@@ -18,7 +18,7 @@ from sharemgr.db import api, models
 from sharemgr.db import capabilities as db_capabilities
 from sharemgr.db import messages as db_messages
 from sharemgr.drivers.exceptions import ShareBackendException, ShareResourceNotFound
-from sharemgr.manager import data_mover, migration_ops, migration_plans
+from sharemgr.manager import data_mover, migration_host, migration_ops, migration_plans
 from sharemgr.manager.intake import InvalidRequest
 
 from tests.conftest import need_program
@@ -309,3 +309,36 @@ def test_a_copy_taken_over_meanwhile_is_not_undone_by_its_old_holder(eng, monkey
     assert _inst(db, dest_id).status == vocab.MIGRATING_TO
     assert (eng.drivers["beta"].root / dest_id).exists()
     assert "delete_share" not in eng.drivers["beta"].methods()
+
+
+def test_each_take_of_a_migration_gives_its_destination_a_newer_token(eng, monkeypatch):
+    """An earlier holder paused between its check and its call on the
+    destination (its delete after a failed copy) must be refused by a
+    backend that fences once the new holder has called: every take of the
+    migration bumps the destination's fencing token with the source's, and
+    the destination's calls carry it."""
+    inst, _data = _share(eng)
+    dest_id = _copying(eng, inst)
+    tokens: list[int] = []
+    real = migration_host.copy
+
+    def cut_once(sides, *args, **kwargs):
+        tokens.append(sides.dest_d["fence_token"])
+        if len(tokens) == 1:
+            raise data_mover.CopyStopped("cut short: taken over")
+        return real(sides, *args, **kwargs)
+
+    monkeypatch.setattr(migration_host, "copy", cut_once)
+    _continue(eng)
+    _continue(eng)
+    assert tokens[0] < tokens[1] == _inst(eng.db, dest_id).fence
+    assert _inst(eng.db, inst.id).task_state == vocab.DATA_COPYING_COMPLETED
+    # The complete's request takes it again.
+    from sharemgr.manager.intake import Intake
+    Intake(eng.db, None).migration_complete(inst.share_id)
+    switched = migration_host.switch
+    monkeypatch.setattr(migration_host, "switch", lambda sides: tokens.append(
+        sides.dest_d["fence_token"]) or switched(sides))
+    _run(eng, inst.id)
+    assert tokens[1] < tokens[2]
+    assert _inst(eng.db, dest_id).status == vocab.AVAILABLE
