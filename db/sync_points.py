@@ -129,6 +129,9 @@ _COUNT = (sa.update(SP.__table__).where(*_by_key())
           .values(atomic_key=SP.__table__.c.atomic_key + sa.bindparam("n"),
                   updated_at=sa.bindparam("now")))
 _KEY_OF = sa.select(SP.__table__.c.atomic_key).where(*_by_key())
+_COUNT_RETURNING = _COUNT.returning(SP.__table__.c.atomic_key)
+# The dialects with UPDATE … RETURNING (not MariaDB's).
+RETURNING = ("postgresql", "sqlite")
 
 
 def _key(entity_id: EntityId, traversal_id: str, is_update: bool) -> dict[str, object]:
@@ -381,10 +384,15 @@ def report_roots_tx(session: Session, stack_id: str, traversal_id: str,
     if not new:
         found = get_tx(session, stack_id, traversal_id, True) is not None
         return SyncResult(found=found, attempts=1)
-    if records.rowcount(session.execute(_COUNT, {**point, "n": new,
-                                                 "now": models.utcnow()})) != 1:
-        return SyncResult(found=False, attempts=1)
-    count = session.execute(_KEY_OF, point).scalar_one()
+    params = {**point, "n": new, "now": models.utcnow()}
+    if session.get_bind().dialect.name in RETURNING:  # the new key in the same statement
+        count = session.execute(_COUNT_RETURNING, params).scalar_one_or_none()
+        if count is None:
+            return SyncResult(found=False, attempts=1)
+    else:
+        if records.rowcount(session.execute(_COUNT, params)) != 1:
+            return SyncResult(found=False, attempts=1)
+        count = session.execute(_KEY_OF, point).scalar_one()
     ready = count >= roots
     return SyncResult(found=True, ready=ready, fired=ready and count - new < roots,
                       attempts=1)

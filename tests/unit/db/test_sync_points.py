@@ -258,9 +258,15 @@ def test_roots_report_to_points_of_their_own_and_the_stack_counts_them(db, stack
     fires, once. The stack's point stays one small row whatever the roots."""
     roots = ["1:cleanup", "2:cleanup", "3:cleanup"]
     _create(db, stack.id, T1, [], roots=roots)
+    sent: list[str] = []
+    sa.event.listen(db.engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
     with db.session() as session:
         two = sync_points.report_roots_tx(session, stack.id, T1, ["2:cleanup", "1:cleanup"], 3)
     assert two.found and not two.ready and not two.fired
+    # The stack's count raised and read in one statement where UPDATE …
+    # RETURNING exists (not MariaDB).
+    reads = [q for q in sent if q.startswith("SELECT sync_points.atomic_key")]
+    assert len(reads) == (1 if db.dialect == "mysql" else 0)
     with db.session() as session:
         again = sync_points.report_roots_tx(session, stack.id, T1, ["1:cleanup"], 3)
     assert again.found and not again.fired
