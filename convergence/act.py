@@ -37,7 +37,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
-from sharemgr.manager import operation_table, share_ops
+from sharemgr.manager import operation_table, plans, share_ops
 from sharemgr.manager.leases import Terms
 from sharemgr.manager.operations import Operations
 
@@ -270,9 +270,13 @@ class Actor:
         its operation's request, running for this engine with the default
         lease (which the call keeps unless its method has one of its own)."""
         op = plan.op
+        new = plans.inserted(plan.add, op)
+        if new is not None:
+            new.fence = plans.FIRST_TOKEN  # type: ignore[attr-defined]
         return stack_work.Begin(action, values, plan.add, plan.changes,
                                 op.request({"stack_id": ctx.stack_id}) if op else None,
                                 self.operations.default_lease() if op else None,
+                                plans.FIRST_TOKEN if new is not None else None,
                                 plan.claims, plan.conditions)
 
     def carry_out(self, ctx: Ctx, name: str, begun: stack_work.Begun[Terms], action: str,
@@ -298,7 +302,8 @@ class Actor:
         if plan.op is not None:
             try:
                 performed = self.operations.perform(replace(
-                    plan.op, request_id=begun.op_request_id, lease=begun.op_lease))
+                    plan.op, request_id=begun.op_request_id, lease=begun.op_lease,
+                    taken=begun.op_taken))
             except Exception as exc:  # the caller fails the node; the request must not stay
                 # running for a live engine that no longer runs it: reconciliation
                 # settles a transient resource once no request is in progress.

@@ -126,6 +126,7 @@ class Begin(Generic[L]):
     changes: Sequence[Change] = ()
     op: api.NewRequest | None = None
     op_lease: L | None = None  # its lease (``Operations.default_lease``), written with it
+    op_taken: int | None = None  # the token its row is inserted with, taken (``Op.taken``)
     claims: Sequence[capacity.Claim] = ()  # pool capacity its rows take (NoRoom)
     conditions: Sequence[quiet.Quiet] = ()  # checked after the changes (db/quiet.py)
 
@@ -135,6 +136,7 @@ class Begun(Generic[L]):
     resource_id: int  # the row the action runs on (a replacement's when replacing)
     op_request_id: int | None
     op_lease: L | None = None  # the lease its request was written with
+    op_taken: int | None = None  # the token its row was inserted with, taken
 
 
 class _NotBegun(Exception):
@@ -212,7 +214,8 @@ def begin(
             op_id = None
             if work.op is not None:
                 op_id = _running_request_tx(session, engine_id, **work.op, lease=work.op_lease)
-            return Begun(rid, op_id, None if op_id is None else work.op_lease)
+            return Begun(rid, op_id, None if op_id is None else work.op_lease,
+                         None if op_id is None else work.op_taken)
     except _NotBegun as exc:
         return exc.outcome
 

@@ -130,8 +130,6 @@ _COUNT = (sa.update(SP.__table__).where(*_by_key())
                   updated_at=sa.bindparam("now")))
 _KEY_OF = sa.select(SP.__table__.c.atomic_key).where(*_by_key())
 _COUNT_RETURNING = _COUNT.returning(SP.__table__.c.atomic_key)
-# The dialects with UPDATE … RETURNING (not MariaDB's).
-RETURNING = ("postgresql", "sqlite")
 
 
 def _key(entity_id: EntityId, traversal_id: str, is_update: bool) -> dict[str, object]:
@@ -177,15 +175,9 @@ def create_tx(
 
     def row(entity: EntityId, is_update: bool) -> dict[str, object]:
         data = dict(reported.get((str(entity), bool(is_update)), {}))
-        return {
-            "entity_id": str(entity),
-            "traversal_id": traversal_id,
-            "is_update": bool(is_update),
-            "stack_id": stack_id,
-            "atomic_key": len(data),
-            "input_data": data,
-            "created_at": now,
-        }
+        return {"entity_id": str(entity), "traversal_id": traversal_id,
+                "is_update": bool(is_update), "stack_id": stack_id, "atomic_key": len(data),
+                "input_data": data, "created_at": now}
 
     rows = [row(entity, is_update) for entity, is_update in nodes]
     markers = [row(root_entity(stack_id, key), False) for key in roots]
@@ -385,14 +377,14 @@ def report_roots_tx(session: Session, stack_id: str, traversal_id: str,
         found = get_tx(session, stack_id, traversal_id, True) is not None
         return SyncResult(found=found, attempts=1)
     params = {**point, "n": new, "now": models.utcnow()}
-    if session.get_bind().dialect.name in RETURNING:  # the new key in the same statement
+    if session.info["database"].update_returning:  # the new key in the same statement
         count = session.execute(_COUNT_RETURNING, params).scalar_one_or_none()
-        if count is None:
-            return SyncResult(found=False, attempts=1)
-    else:
-        if records.rowcount(session.execute(_COUNT, params)) != 1:
-            return SyncResult(found=False, attempts=1)
+    elif records.rowcount(session.execute(_COUNT, params)) == 1:
         count = session.execute(_KEY_OF, point).scalar_one()
+    else:
+        count = None
+    if count is None:
+        return SyncResult(found=False, attempts=1)
     ready = count >= roots
     return SyncResult(found=True, ready=ready, fired=ready and count - new < roots,
                       attempts=1)

@@ -238,14 +238,16 @@ class Operations:
     def _fresh_leased(self, model: type[R], ident: str, expected: tuple[str, ...],
                       method: str | Callable[[R], str] | None,
                       read: Callable[[Session], R | None] | None,
-                      written: leases.Terms | None,
+                      written: leases.Terms | None, taken: int | None = None,
                       ) -> tuple[R, str | None, leases.Terms | None, bool]:
         """``fresh`` and the lease of the call about to start, in one
         transaction. ``method`` may depend on the row (its status); ``read``
         re-reads the row in that transaction (see ``db_leases.read_and_lease``);
-        ``written``: the lease the request row was written with (``Op.lease``).
-        Returns the row, the method, the lease's terms and whether this
-        engine's request took them."""
+        ``written``: the lease the request row was written with (``Op.lease``);
+        ``taken``: the token the row was inserted with, taken (``Op.taken``):
+        it is not taken again while it still has it. Returns the row, the
+        method, the lease's terms and whether this engine's request took
+        them."""
         chosen = _Chosen()
 
         def until_of(row: R) -> leases.Terms | None:
@@ -264,7 +266,13 @@ class Operations:
         # The row is taken (its fencing token bumped) in the same transaction:
         # the call and its outcome carry the new token.
         found, leased = db_leases.read_and_lease(self.db, model, ident, self.engine_id, until_of,
-                                              read, take=expected)
+                                                 read, take=expected if taken is None else None)
+        if taken is not None and found is not None and getattr(found, "fence", None) != taken:
+            # Taken by someone else since it was inserted: taken back, as any
+            # call takes its row (whose outcome wins is the fence's to say).
+            chosen = _Chosen()
+            found, leased = db_leases.read_and_lease(self.db, model, ident, self.engine_id,
+                                                     until_of, read, take=expected)
         row = _expect(model, ident, found, expected)
         return row, chosen.method, chosen.terms, bool(leased) or chosen.written
 
@@ -339,7 +347,7 @@ class Operations:
             expected = (*expected, spec.error_values()["status"])
         with contextlib.nullcontext() if held else self.locked(rtype, ident):
             row, method, terms, leased = self._fresh_leased(model, ident, expected, method,
-                                                            step.read, op.lease)
+                                                            step.read, op.lease, op.taken)
             fence = getattr(row, "fence", None)
             with self.keeper.holding(ident, terms, leased):
                 begun = timing.calls_begun()

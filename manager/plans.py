@@ -44,6 +44,10 @@ class Op:
     # The lease its request row was written with (``Operations.default_lease``,
     # a stack's begin): the call keeps it when its method's lease is the default.
     lease: leases.Terms | None = None
+    # The fencing token its row was inserted with, taken already, in the
+    # transaction that wrote its request (a stack's begin, ``inserted``):
+    # the call re-reads the row but takes it no more.
+    taken: int | None = None
 
     @classmethod
     def of_request(cls, req: models.Request) -> Op:
@@ -56,6 +60,21 @@ class Op:
         return {"resource_type": self.kind, "resource_id": self.ident, "action": self.action,
                 "host": views.host_of(self.host) if self.host else None,
                 "args": {**self.args, **(extra or {})}}
+
+
+def inserted(add: Sequence[models.Base], op: Op | None) -> models.Base | None:
+    """The row ``op`` is about if ``add`` inserts it and it is fenced: a
+    stack's begin writes it taken (``FIRST_TOKEN``) with the request, since
+    nobody can have held a row that did not exist, and the call re-reads it
+    without taking it again (``Op.taken``)."""
+    if op is None:
+        return None
+    return next((row for row in add
+                 if getattr(row, "id", None) == op.ident and hasattr(row, "fence")), None)
+
+
+# The token of a row inserted taken (a row never taken has 0).
+FIRST_TOKEN = 1
 
 
 @dataclass(frozen=True)

@@ -464,3 +464,43 @@ def test_a_share_still_copying_after_its_create_completes_with_its_copy(rig, end
     else:
         assert _status(rig, "cp") == ("CREATE", "FAILED")
         assert rig.rows("cp")["late"][0].physical_id is None
+
+
+def test_a_share_a_check_creates_is_inserted_taken_and_not_taken_again(rig, monkeypatch):
+    """A stack's begin writes the new share instance taken (its first token)
+    with its request: the call re-reads it without a take's UPDATE and calls
+    with that token. One taken by someone else meanwhile is taken back, as
+    any call takes its row."""
+    import sqlalchemy as sa
+    from sharemgr.db import leases as db_leases
+    from sharemgr.db import models
+
+    e = rig.engine()
+    tokens: list[int] = []
+    real = e.drivers["dummy"].create_share
+
+    def create(share, *args, **kwargs):
+        tokens.append(share["fence_token"])
+        return real(share, *args, **kwargs)
+
+    monkeypatch.setattr(e.drivers["dummy"], "create_share", create)
+    sent: list[str] = []
+    sa.event.listen(rig.db.engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+    one = "resources:\n  a: {type: share, properties: {size: 1, proto: NFS}}\n"
+    rig.create("one", one)
+    e.pump()
+    assert _status(rig, "one") == ("CREATE", "COMPLETE") and tokens == [1]
+    assert not [q for q in sent if q.startswith("UPDATE share_instances SET fence=")]
+
+    begin = stack_work.begin
+
+    def begun_then_taken(db, *args, **kwargs):
+        begun = begin(db, *args, **kwargs)
+        for inst in api.query(db, models.ShareInstance, {"status": "creating"}):
+            db_leases.take_rows(db, models.ShareInstance, {inst.id: "creating"})
+        return begun
+
+    monkeypatch.setattr(stack_work, "begin", begun_then_taken)
+    rig.create("two", one)
+    e.pump()
+    assert _status(rig, "two") == ("CREATE", "COMPLETE") and tokens == [1, 3]
