@@ -67,7 +67,7 @@ def taken(ops: Operations, dest: models.ShareInstance) -> models.ShareInstance:
     create, its data path, its delete when a copy is undone) then carry a
     newer token than an earlier holder's, and a backend that fences refuses
     that holder's late call once this one has called (doc/migration.rst,
-    "Crashes and faults"). NoDestination if it moved on meanwhile."""
+    "How it is carried out"). NoDestination if it moved on meanwhile."""
     try:
         return ops.fresh(SI, dest.id, (vocab.MIGRATING_TO,), take=True)
     except Stale as exc:
