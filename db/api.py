@@ -150,6 +150,12 @@ def _update_stmt(table: sa.Table, tests: tuple[tuple[str, str], ...],
         {n: c[n] + 1 if plus_one else sa.bindparam(f"v_{n}") for n, plus_one in columns})
 
 
+# Rows per multi-row UPDATE (``conditional_update_many_tx``,
+# ``conditional_update_rows_tx``): a reconciliation pass's batch is mostly one
+# change on many rows; each row is a parameter or a VALUES row.
+MANY_AT_ONCE = 500
+
+
 @functools.lru_cache(maxsize=128)
 def _update_many_stmt(table: sa.Table, tests: tuple[str, ...],
                       columns: tuple[tuple[str, bool], ...]) -> sa.Update:

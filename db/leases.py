@@ -84,10 +84,6 @@ def take_tx(session: Session, model: type[models.HasTable], ident: str,
                                         {"fence": db_api.PLUS_ONE})
 
 
-# Rows one statement takes at the most (its ids are as many parameters).
-MANY = 500
-
-
 @retry_on_conflict
 def take_rows(db: Database, model: type[models.Live], rows: dict[str, str]
               ) -> dict[str, Any]:
@@ -96,14 +92,14 @@ def take_rows(db: Database, model: type[models.Live], rows: dict[str, str]
     whose status changed is left out)."""
     # Rows of any class: the reconciler's kinds name theirs as a bare ``type``.
     with db.session() as session:
-        if db.update_returning:  # one UPDATE … RETURNING per status and MANY rows
+        if db.update_returning:  # one UPDATE … RETURNING per status and MANY_AT_ONCE rows
             by_status: dict[str, list[str]] = {}
             for ident, status in rows.items():
                 by_status.setdefault(status, []).append(ident)
             taken = [ident for status, idents in by_status.items()
-                     for at in range(0, len(idents), MANY)
+                     for at in range(0, len(idents), db_api.MANY_AT_ONCE)
                      for ident in db_api.conditional_update_many_tx(
-                         session, model, idents[at:at + MANY], {"status": status},
+                         session, model, idents[at:at + db_api.MANY_AT_ONCE], {"status": status},
                          {"fence": db_api.PLUS_ONE})]
         else:
             taken = [ident for ident, status in rows.items()

@@ -71,19 +71,14 @@ def abandon_request(db: Database, request_id: int, dead_engine: str | None, note
         return won
 
 
-# Rows per multi-row UPDATE: a pass's outcomes are mostly the same change
-# (``creating`` -> ``available``) on many rows.
-MANY_AT_ONCE = 500
-
-
 def _plain(value: object) -> bool:
     return isinstance(value, (str, int, float, bool))
 
 
 def _applied_together(session: Session, groups: list[list[db_api.Change]]) -> dict[int, bool]:
     """The one-change groups of one shape (the same columns expected and
-    set), applied together per up to MANY_AT_ONCE rows in one ``UPDATE …
-    FROM (VALUES …) RETURNING id``, each row with its own values (a pass
+    set), applied together per up to ``db_api.MANY_AT_ONCE`` rows in one
+    ``UPDATE … FROM (VALUES …) RETURNING id``, each row with its own values (a pass
     writes each share's export locations) and still checked against what
     it was read with; {group index: applied}. A row named by more than one
     group, or a value computed in SQL, is left to the one by one path, in
@@ -106,8 +101,8 @@ def _applied_together(session: Session, groups: list[list[db_api.Change]]) -> di
     for (model, _expected, _values), members in buckets.items():
         if len(members) < 2:
             continue
-        for at in range(0, len(members), MANY_AT_ONCE):
-            part = members[at:at + MANY_AT_ONCE]
+        for at in range(0, len(members), db_api.MANY_AT_ONCE):
+            part = members[at:at + db_api.MANY_AT_ONCE]
             won = db_api.conditional_update_rows_tx(session, model,
                                                     [groups[i][0][1:] for i in part])
             out.update((i, groups[i][0][1] in won) for i in part)
