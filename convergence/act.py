@@ -270,13 +270,10 @@ class Actor:
         its operation's request, running for this engine with the default
         lease (which the call keeps unless its method has one of its own)."""
         op = plan.op
-        new = plans.inserted(plan.add, op)
-        if new is not None:
-            new.fence = plans.FIRST_TOKEN  # type: ignore[attr-defined]
+        taken = plans.insert_taken(plan.add, op)
         return stack_work.Begin(action, values, plan.add, plan.changes,
                                 op.request({"stack_id": ctx.stack_id}) if op else None,
-                                self.operations.default_lease() if op else None,
-                                plans.FIRST_TOKEN if new is not None else None,
+                                self.operations.default_lease() if op else None, taken,
                                 plan.claims, plan.conditions)
 
     def carry_out(self, ctx: Ctx, name: str, begun: stack_work.Begun[Terms], action: str,

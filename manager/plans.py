@@ -45,7 +45,7 @@ class Op:
     # a stack's begin): the call keeps it when its method's lease is the default.
     lease: leases.Terms | None = None
     # The fencing token its row was inserted with, taken already, in the
-    # transaction that wrote its request (a stack's begin, ``inserted``):
+    # transaction that wrote its request (a stack's begin, ``insert_taken``):
     # the call re-reads the row but takes it no more.
     taken: int | None = None
 
@@ -62,19 +62,21 @@ class Op:
                 "args": {**self.args, **(extra or {})}}
 
 
-def inserted(add: Sequence[models.Base], op: Op | None) -> models.Base | None:
-    """The row ``op`` is about if ``add`` inserts it and it is fenced: a
-    stack's begin writes it taken (``FIRST_TOKEN``) with the request, since
-    nobody can have held a row that did not exist, and the call re-reads it
-    without taking it again (``Op.taken``)."""
-    if op is None:
-        return None
-    return next((row for row in add
-                 if getattr(row, "id", None) == op.ident and hasattr(row, "fence")), None)
-
-
 # The token of a row inserted taken (a row never taken has 0).
 FIRST_TOKEN = 1
+
+
+def insert_taken(add: Sequence[models.Base], op: Op | None) -> int | None:
+    """Mark the row ``op`` is about, if ``add`` inserts it and it is fenced,
+    as taken (``FIRST_TOKEN``), before a stack's begin writes it with the
+    request: nobody can have held a row that did not exist, so the call
+    re-reads it without taking it again (``Op.taken``). The token, or None."""
+    row = None if op is None else next(
+        (r for r in add if getattr(r, "id", None) == op.ident and hasattr(r, "fence")), None)
+    if row is None:
+        return None
+    row.fence = FIRST_TOKEN
+    return FIRST_TOKEN
 
 
 @dataclass(frozen=True)
