@@ -44,6 +44,11 @@ class StackEngine:
         handlers.add(vocab.STACK_RESOURCE, vocab.ACTION_CHECK, self.worker,
                      hostless=True)
 
+    def take_checks_when(self, may: Callable[[], bool]) -> None:
+        """A check's report takes the next pending check, to run next in
+        its thread, whenever ``may()`` (the request loop's ``may_claim``)."""
+        self.worker.reporter.take_next = may
+
     def add_backend(self, backend: str, driver: ShareDriver) -> list[str]:
         """A backend that came up after start (its driver is in ``drivers``
         already); returns the hosts to claim check requests for."""

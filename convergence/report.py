@@ -39,7 +39,7 @@ from sharemgr.convergence.node_check import (
     ended,
 )
 from sharemgr.convergence.row_locks import RowLocks
-from sharemgr.db import models, resource_locks, stack_work, sync_points
+from sharemgr.db import models, request_queue, resource_locks, stack_work, sync_points
 from sharemgr.db.engine import Database
 from sharemgr.db.retry import is_conflict
 from sqlalchemy.orm import Session
@@ -91,6 +91,25 @@ class Reporter:
         self.engine_id = engine_id
         self.locks = locks
         self.tracker = locks.tracker
+        # Whether a check may take the next pending check as it reports
+        # (``_take_tx``): the daemon's request loop says (claiming, a member).
+        self.take_next: Callable[[], bool] = lambda: False
+
+    def _take_tx(self, session: Session, tx: _Tx) -> None:
+        """No successor to run next: take the oldest pending check (this
+        traversal's next leaf, mostly) in this transaction, to run next in
+        this thread, as the request loop would have claimed it for the
+        thread once free — without a transaction of its own."""
+        taken = request_queue.take_check_tx(session, self.engine_id)
+        if taken is None:
+            return
+        self.tracker.running(taken.id)
+        args: models.RequestArgs = taken.args or {}
+        rid = args.get("resource_id")
+        # A malformed request (a bug) is read no further here: its check
+        # fails as the request loop's would, and its end is recorded.
+        tx.pending.append((taken.id, args, Node(rid if isinstance(rid, int) else 0,
+                                                bool(args.get("is_update")))))
 
     def _mark(self, ctx: Ctx, work: Work, add: bool = True) -> None:
         self.tracker.mark_reporting(ctx.stack_id, ctx.traversal, work, add)
@@ -152,10 +171,12 @@ class Reporter:
                                      targets[:REPORT_IN_ONE]) \
                 and self._cascade_tx(session, ctx, tx)
             own_writes(session)
+            if tx.claim and not tx.pending and self.take_next():
+                self._take_tx(session, tx)
             for req_id, args, succ in tx.pending:
                 # Its head is read last, after this check's own writes, so it sees them.
                 claimed.append(Claimed(req_id, args, stack_work.check_head_tx(
-                    session, ctx.stack_id, succ.resource_id)))
+                    session, str(args.get("stack_id") or ""), succ.resource_id)))
             # Before the commit: from it on, these senders have reports left.
             self._mark(ctx, tx.later)
             marked = True
@@ -331,9 +352,8 @@ class Reporter:
         written before its commit, whichever comes first."""
         rid = succ.resource_id
         if rid not in tx.free:
-            asked = [rid, *(r for r in _cleanups_ahead(ctx.graph, [*tx.batch, succ],
-                                                       INLINE_LIMIT - tx.inlined)
-                            if r != rid and r not in tx.free)]
+            ahead = ctx.graph.cleanups_ahead([*tx.batch, succ], INLINE_LIMIT - tx.inlined)
+            asked = [rid, *(r for r in ahead if r != rid and r not in tx.free)]
             free = stack_work.free_and_current_tx(session, asked)
             tx.free.update((r, r in free) for r in asked)
         return tx.free[rid]
@@ -453,6 +473,7 @@ class Reporter:
                                              result.input_data)
         return result.found
 
+
 def _inline(ctx: Ctx, end: End | None, succ: Node) -> bool:
     """Whether ``succ`` is the clean-up node of the row ``ctx`` just
     created, in the transaction that ends it: a row still wanted, which
@@ -476,21 +497,3 @@ def _sent(graph: Graph, sender: Node, succ: Node, data: dict[str, JSONValue] | N
     before = graph.reported_before(sender, succ)
     return None, None if before is None else dict.fromkeys(map(node_key, before))
 
-
-def _cleanups_ahead(graph: Graph, start: list[Node], limit: int) -> list[int]:
-    """The rows of up to ``limit`` clean-up nodes of rows the traversal
-    keeps: those of ``start`` and the clean-up nodes after them, breadth
-    first (clean-ups follow only clean-ups), looking at no more than
-    ``4 * limit`` nodes."""
-    out: list[int] = []
-    queue = [n for n in start if not n.is_update]
-    seen = set(queue)
-    while queue and len(out) < limit and len(seen) <= 4 * limit:
-        node = queue.pop(0)
-        if (node.resource_id, True) in graph:
-            out.append(node.resource_id)
-        for succ in sorted(graph.required_by(node)):
-            if succ not in seen and not succ.is_update:
-                seen.add(succ)
-                queue.append(succ)
-    return out

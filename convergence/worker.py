@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Hashable, Mapping
 from typing import Generic, TypeVar
 
@@ -58,7 +59,7 @@ from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.leases import Terms
 from sharemgr.manager.operations import Operations
 from sharemgr.manager.outage import is_outage
-from sharemgr.manager.runner import request_end, unexpected
+from sharemgr.manager.runner import observe, request_context, request_end, unexpected
 
 __all__ = ["CHAIN_LIMIT", "Worker"]
 
@@ -175,6 +176,8 @@ class Worker:
         while nxt is not None:
             hops += 1
             nxt = self._chained(nxt.req_id, nxt.args, CHAIN_LIMIT - hops, nxt.head)
+        if hops:  # the request loop logs this request's end: in its own context
+            request_context(req.id, req.resource_type, req.resource_id)
         return outcome
 
     def _chained(self, req_id: int, args: models.RequestArgs, chain: int,
@@ -183,11 +186,14 @@ class Worker:
         """A check this engine claimed as it made the node ready: run it and
         record its request's outcome as the request loop would."""
         nxt: Claimed | None = None
+        request_context(req_id, vocab.STACK_RESOURCE, str(args.get("resource_id")))
+        started = time.monotonic()
         try:
             nxt, outcome = self._check(req_id, args, chain=chain, head=head)
         except Exception as exc:  # recorded on the request: the watchdog counts failures
             outcome = unexpected(exc, req_id, vocab.ACTION_CHECK)
         status, error, _message = request_end(outcome, req_id, vocab.ACTION_CHECK)
+        observe(vocab.STACK_RESOURCE, vocab.ACTION_CHECK, status, error, started)
         if outcome.result is Result.FAILED:  # logged by the request loop's end line
             LOG.warning("request %s (%s) failed: %s", req_id, vocab.ACTION_CHECK, error)
         try:

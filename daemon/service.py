@@ -188,6 +188,7 @@ class ShareManagerService:
                              for b in self.conf.enabled_share_backends},
         )
         self.runner.not_member = self.membership.not_member
+        self.stacks.take_checks_when(self.runner.may_claim)
         self.runner.message_ttl = self.conf.message_ttl
         self.runner.start()
         self.background.own("request runner", self._stop_runner)

@@ -133,7 +133,15 @@ def read_and_lease(db: Database, model: type[M], ident: str, engine_id: str,
     statement), by default by primary key. ``take``: the statuses in which
     the row is taken first (``take_tx``: its fencing token bumped), so the
     row read carries the new token. Returns the row and how many requests
-    were leased."""
+    were leased. A read that takes nothing and leases nothing (a row
+    inserted taken with its request's lease, a ``fresh`` without a take)
+    holds no write lock: on SQLite a write transaction queues behind every
+    other writer of the engine, and this one would write nothing."""
+    if take is None or not hasattr(model, "fence"):
+        with db.reading() as session:
+            row = db_api.get_tx(session, model, ident) if read is None else read(session)
+            if row is None or until_of(row) is None:
+                return row, 0
     with db.session() as session:
         if take is not None and hasattr(model, "fence"):
             take_tx(session, model, ident, take)

@@ -60,18 +60,23 @@ def requests_add_tx(session: Session, resource_type: str, action: str,
 
 
 @functools.lru_cache(maxsize=32)
-def _claim_statements(any_host: bool, hosts: int, skip_locked: bool, returning: bool
+def _claim_statements(any_host: bool, hosts: int, skip_locked: bool, returning: bool,
+                      action: str | None = None
                       ) -> tuple[records.Query, sa.Update, records.Query | None]:
     """The claim's statements for a lane of ``hosts`` hosts (bound as
     ``host0``...), built once (the loop runs them at every wake-up): which
     pending rows, the UPDATE that takes them, and where the UPDATE cannot
-    return the rows, the read of what it took."""
+    return the rows, the read of what it took. ``action``: only requests
+    of that action."""
     table = models.Request.__table__
     c = table.c
     limit = sa.bindparam("limit", type_=sa.Integer)
-    matches = [c.host == sa.bindparam(f"host{i}") for i in range(hosts)]
+    matches: list[sa.ColumnElement[bool]] = [c.host == sa.bindparam(f"host{i}")
+                                             for i in range(hosts)]
     if any_host:
         matches.append(c.host.is_(None))
+    if action is not None:
+        matches = [sa.and_(m, c.action == action) for m in matches]
     if skip_locked:
         pick = (sa.select(c.id).where(c.status == vocab.REQUEST_PENDING, sa.or_(*matches))
                 .order_by(c.id).limit(limit).with_for_update(skip_locked=True))
@@ -124,21 +129,39 @@ def request_claim(
     hosts = sorted(set(hosts))
     if not hosts and not any_host:
         return []
+    with db.session() as session:
+        return _claim_tx(session, db, hosts, engine_id, limit, any_host)
+
+
+def _claim_tx(session: Session, db: Database, hosts: Sequence[str], engine_id: str,
+              limit: int, any_host: bool, action: str | None = None) -> list[records.Record]:
+    """``request_claim`` in the caller's transaction."""
     pick, take, read = _claim_statements(any_host, len(hosts), db.skip_locked,
-                                         db.update_returning)
+                                         db.update_returning, action)
     params: dict[str, object] = {f"host{i}": h for i, h in enumerate(hosts)}
     params.update(limit=limit, engine=engine_id)
-    with db.session() as session:
-        if read is None:
-            rows = session.execute(take, {**params, "now": utcnow()})
-            return sorted((records.Record(**r._mapping) for r in rows), key=lambda r: r.id)
-        ids = list(session.scalars(pick, params))
-        if not ids:
-            return []
-        # ``now`` once the rows are ours (the select may have waited for a lock).
-        session.execute(take, {"ids": ids, "engine": engine_id, "now": utcnow()})
-        return [records.Record(**r._mapping)
-                for r in session.execute(read, {"ids": ids, "engine": engine_id})]
+    if read is None:
+        rows = session.execute(take, {**params, "now": utcnow()})
+        return sorted((records.Record(**r._mapping) for r in rows), key=lambda r: r.id)
+    ids = list(session.scalars(pick, params))
+    if not ids:
+        return []
+    # ``now`` once the rows are ours (the select may have waited for a lock).
+    session.execute(take, {"ids": ids, "engine": engine_id, "now": utcnow()})
+    return [records.Record(**r._mapping)
+            for r in session.execute(read, {"ids": ids, "engine": engine_id})]
+
+
+def take_check_tx(session: Session, engine_id: str) -> records.Record | None:
+    """The oldest pending ``check_resource`` request any engine may run
+    (no host), claimed for this engine in the caller's transaction, as the
+    request loop's claim would take it; None if there is none. A check's
+    report takes the next one in its own transaction (convergence/report.py)
+    instead of leaving its thread's slot to the request loop's next claim:
+    a transaction less per node of a wide stack."""
+    db: Database = session.info["database"]
+    taken = _claim_tx(session, db, (), engine_id, 1, True, vocab.ACTION_CHECK)
+    return taken[0] if taken else None
 
 
 def _own_running_tx(session: Session, request_id: int, owner: str, **values: object) -> bool:

@@ -33,12 +33,21 @@ LOG = logging.getLogger(__name__)
 RequestHandler = Callable[[models.Request], Outcome[object]]
 
 
-def _observe(req: models.Request, status: str, error: str | None, started: float) -> None:
-    """The request's run time into its histogram. A stale request is
-    recorded done (with its reason as the error); the metric keeps it apart."""
+def observe(resource_type: str, action: str, status: str, error: str | None,
+            started: float) -> None:
+    """A request's run time into its histogram. A stale request is
+    recorded done (with its reason as the error); the metric keeps it apart.
+    The request loop's, and a stack's chained checks' (convergence/worker.py)."""
     outcome = "stale" if status == vocab.REQUEST_DONE and error else status
-    metrics.REQUEST_SECONDS.labels(req.resource_type, req.action, outcome).observe(
+    metrics.REQUEST_SECONDS.labels(resource_type, action, outcome).observe(
         time.monotonic() - started)
+
+
+def request_context(req_id: int, resource_type: str, resource_id: str) -> None:
+    """Every line logged from now on in this thread (the operation, the
+    driver) carries the request's id and resource (doc/design.rst, "Logs")."""
+    context.RequestContext(request_id=f"req-{req_id}",
+                           resource_uuid=f"{resource_type}:{resource_id}", overwrite=True)
 
 
 @dataclass(frozen=True)
@@ -176,6 +185,12 @@ class RequestRunner:
             self._place(hosts)
         self.wake()
 
+    def may_claim(self) -> bool:
+        """Whether a request of this engine may take a pending hostless
+        request for itself now (a stack check's report takes the next
+        check): as this loop would claim one — not stopping, a member."""
+        return self.any_host and not self._stopping.is_set() and self.not_member() is None
+
     def wake(self) -> None:
         """Look for requests now (e.g. after this engine queued one)."""
         self._wake.set()
@@ -243,11 +258,7 @@ class RequestRunner:
         self._wake.set()
 
     def _execute(self, req: models.Request) -> None:
-        # Every line logged while this request runs (the operation, the
-        # driver) carries its id and resource (doc/design.rst, "Logs").
-        context.RequestContext(request_id=f"req-{req.id}",
-                               resource_uuid=f"{req.resource_type}:{req.resource_id}",
-                               overwrite=True)
+        request_context(req.id, req.resource_type, req.resource_id)
         what = f"{req.action} {req.resource_type} {req.resource_id}"
         LOG.info("request %s (%s) started", req.id, what)
         started = time.monotonic()
@@ -260,7 +271,7 @@ class RequestRunner:
             outcome = unexpected(exc, req.id, what)
         metrics.REQUESTS_RUNNING.dec()
         status, error, message = request_end(outcome, req.id, what)
-        _observe(req, status, error, started)
+        observe(req.resource_type, req.action, status, error, started)
         LOG.info("request %s (%s) %s in %.2fs%s", req.id, what, status,
                  time.monotonic() - started, f": {error}" if error else "")
         if outcome.result is Result.RECORDED:

@@ -211,12 +211,12 @@ def test_traversals_are_counted_when_they_end(tmp_path):
 def test_a_stale_request_is_kept_apart_from_a_done_one():
     from sharemgr.manager import runner
 
-    req = models.Request(resource_type=vocab.SHARE_INSTANCE, action="delete")
-    labels = {"resource_type": vocab.SHARE_INSTANCE, "action": "delete"}
+    kind = vocab.SHARE_INSTANCE
+    labels = {"resource_type": kind, "action": "delete"}
     before = {o: _value(metrics.REQUEST_SECONDS, **labels, outcome=o)
               for o in ("done", "stale", "failed")}
-    runner._observe(req, vocab.REQUEST_DONE, None, 0.0)
-    runner._observe(req, vocab.REQUEST_DONE, "stale: share instance x is gone", 0.0)
-    runner._observe(req, vocab.REQUEST_FAILED, "delete failed: no", 0.0)
+    runner.observe(kind, "delete", vocab.REQUEST_DONE, None, 0.0)
+    runner.observe(kind, "delete", vocab.REQUEST_DONE, "stale: share instance x is gone", 0.0)
+    runner.observe(kind, "delete", vocab.REQUEST_FAILED, "delete failed: no", 0.0)
     assert {o: _value(metrics.REQUEST_SECONDS, **labels, outcome=o) - before[o]
             for o in before} == {"done": 1, "stale": 1, "failed": 1}

@@ -92,6 +92,32 @@ resources:
     assert _one_each(rig, ("share",)) == ["pair-a", "pair-b"]
 
 
+def test_a_report_takes_the_next_pending_check_when_the_engine_may_claim(rig):
+    """Three independent shares. While the engine may not claim (stopping,
+    out of the group: the daemon's ``may_claim``), a check runs alone. Once
+    it may, a check's report takes the oldest pending check in its own
+    transaction and runs it next in its thread: the rest of the stack
+    through one claim, every check recorded done by this engine."""
+    e = rig.engine()
+    rig.create("three", """
+resources:
+  a: {type: share, properties: {size: 1, proto: NFS}}
+  b: {type: share, properties: {size: 1, proto: NFS}}
+  c: {type: share, properties: {size: 1, proto: NFS}}
+""")
+    allowed = [False]
+    e.stacks.take_checks_when(lambda: allowed[0])
+    assert e.step(1) == 1
+    assert len(rig.checks("pending")) == 2 and len(rig.checks("done")) == 1
+    allowed[0] = True
+    assert e.step(1) == 1
+    assert _status(rig, "three") == ("CREATE", "COMPLETE")
+    checks = rig.checks()
+    assert len(checks) == 3 and {(c.status, c.engine_id, c.error) for c in checks} == {
+        ("done", e.engine_id, None)}
+    assert _one_each(rig, ("share",)) == ["three-a", "three-b", "three-c"]
+
+
 def test_a_create_sees_its_resource_as_written_not_read_back(rig, monkeypatch):
     """A share's create records its attributes from the rows it inserted
     with the changes its operation wrote (``phys.observe_after``): no read

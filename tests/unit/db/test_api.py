@@ -6,7 +6,7 @@ import threading
 
 import pytest
 import sqlalchemy as sa
-from sharemgr.db import api, migration, models, services
+from sharemgr.db import api, migration, models, request_queue, services
 from sharemgr.db.engine import Database, DatabaseUnavailable
 
 
@@ -154,6 +154,36 @@ def test_many_requests_in_one_insert_are_claimed_in_order(db):
     assert {r.status for r in claimed} == {"running"} and all(r.created_at for r in claimed)
     with db.session() as session:
         assert api.requests_add_tx(session, "share", "create", []) == 0
+
+
+def test_a_report_takes_the_oldest_pending_hostless_check(db):
+    """``take_check_tx``: in the caller's transaction, the oldest pending
+    check_resource request without a host, running for this engine; never
+    another action, a request for a host, or one already taken."""
+    with db.session() as session:
+        api.request_add_tx(session, "share", "s", "create", None)
+        api.request_add_tx(session, "stack_resource", "1", "check_resource", "*@dummy")
+        api.requests_add_tx(session, "stack_resource", "check_resource",
+                            [("2", {"resource_id": 2}), ("3", {"resource_id": 3})])
+    with db.session() as session:
+        first = request_queue.take_check_tx(session, "e1")
+    with db.session() as session:
+        second = request_queue.take_check_tx(session, "e2")
+        assert request_queue.take_check_tx(session, "e2") is None
+    assert first is not None and second is not None
+    assert (first.resource_id, first.args, first.status, first.engine_id) == (
+        "2", {"resource_id": 2}, "running", "e1")
+    assert (second.resource_id, second.engine_id) == ("3", "e2")
+    # Rolled back with its transaction: the check stays pending.
+    assert api.request_finish(db, second.id, "e2", "done")
+    with db.session() as session:
+        api.request_add_tx(session, "stack_resource", "4", "check_resource", None)
+    with pytest.raises(RuntimeError), db.session() as session:
+        assert request_queue.take_check_tx(session, "e1") is not None
+        raise RuntimeError("the report failed")
+    left = api.request_claim(db, [], "e3", limit=10)
+    assert [(r.action, r.resource_id) for r in left] == [("create", "s"),
+                                                         ("check_resource", "4")]
 
 
 def test_services(db):

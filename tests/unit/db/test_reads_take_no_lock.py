@@ -53,3 +53,29 @@ def test_a_read_begins_deferred(sqlite_db, begins, name):
     begins.clear()
     READS[name](sqlite_db)
     assert begins and all(b == "BEGIN DEFERRED" for b in begins), begins
+
+
+def test_a_re_read_that_takes_and_leases_nothing_begins_deferred(sqlite_db, begins):
+    """``read_and_lease`` with no take and no lease to write (a row inserted
+    taken, with its request's lease: a stack's create; ``Operations.fresh``
+    without a take) writes nothing: it neither queues behind the other
+    writers nor holds them up. One that has a lease to write writes it."""
+    share = models.Share(size=1, share_proto="NFS", name="s")
+    with sqlite_db.session() as session:
+        session.add(share)
+        session.flush()
+        session.add(models.ShareInstance(id="i", share_id=share.id, host="h@dummy",
+                                         status="creating"))
+    begins.clear()
+    row, leased = db_leases.read_and_lease(sqlite_db, models.ShareInstance, "i", "e1",
+                                           lambda _row: None)
+    assert row is not None and row.status == "creating" and leased == 0
+    assert begins == ["BEGIN DEFERRED"]
+
+    class Terms:
+        until, deadline = 60.0, 600.0
+
+    begins.clear()
+    row, leased = db_leases.read_and_lease(sqlite_db, models.ShareInstance, "i", "e1",
+                                           lambda _row: Terms())
+    assert row is not None and begins == ["BEGIN DEFERRED", "BEGIN IMMEDIATE"]
