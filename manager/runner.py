@@ -154,6 +154,7 @@ class RequestRunner:
         self.lanes = [self.general] + [_Lane(backend, n, False)
                                        for backend, n in (backend_workers or {}).items()]
         self._stopping = threading.Event()
+        self._lane = threading.local()  # the lane of the request a thread runs
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -186,10 +187,13 @@ class RequestRunner:
         self.wake()
 
     def may_claim(self) -> bool:
-        """Whether a request of this engine may take a pending hostless
-        request for itself now (a stack check's report takes the next
-        check): as this loop would claim one — not stopping, a member."""
-        return self.any_host and not self._stopping.is_set() and self.not_member() is None
+        """Whether the request running in this thread may take a pending
+        hostless request for itself now (a stack check's report takes the
+        next check): as this loop would claim one for the thread's lane —
+        the general lane (a backend's lane is kept for its backend), not
+        stopping, a member."""
+        return (getattr(self._lane, "any_host", False) and not self._stopping.is_set()
+                and self.not_member() is None)
 
     def wake(self) -> None:
         """Look for requests now (e.g. after this engine queued one)."""
@@ -240,7 +244,7 @@ class RequestRunner:
                 continue
             for req in claimed:
                 fut = tasks.submit_logged(
-                    lane.executor, self._execute, req,
+                    lane.executor, self._execute, req, lane.any_host,
                     what=f"request {req.id} ({req.action} {req.resource_type} "
                          f"{req.resource_id})")
                 with self._lock:
@@ -257,7 +261,8 @@ class RequestRunner:
             lane.inflight.discard(fut)
         self._wake.set()
 
-    def _execute(self, req: models.Request) -> None:
+    def _execute(self, req: models.Request, any_host: bool = False) -> None:
+        self._lane.any_host = any_host
         request_context(req.id, req.resource_type, req.resource_id)
         what = f"{req.action} {req.resource_type} {req.resource_id}"
         LOG.info("request %s (%s) started", req.id, what)

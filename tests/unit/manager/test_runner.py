@@ -65,3 +65,40 @@ def test_the_loop_records_the_outcome_unless_the_handler_did(sqlite_db):
     _execute(sqlite_db, boom, req)
     row = api.get(sqlite_db, models.Request, req.id)
     assert row.status == "failed" and "boom" in row.error
+
+
+def test_a_request_may_take_more_only_in_the_general_lane_while_claiming(sqlite_db):
+    """``may_claim``, asked from inside a running request (a stack check's
+    report, which takes the next pending check): only a request of the
+    general lane (a backend's lane is kept for its backend), only while
+    the loop itself would claim — not once stopping, not out of the group."""
+    seen: dict[str, bool] = {}
+    runner = RequestRunner(sqlite_db, "e1", ["h@dummy"], lambda _req: handler, workers=1,
+                           poll_interval=0.05, any_host=True,
+                           backend_workers={"dummy": 1})
+
+    def handler(req: models.Request) -> Outcome[object]:
+        seen[req.resource_id] = runner.may_claim()
+        return Outcome.done()
+
+    member: list[str | None] = [None]
+    runner.not_member = lambda: member[0]
+    try:
+        with sqlite_db.session() as session:
+            api.request_add_tx(session, "stack_resource", "general", "check_resource", None)
+            api.request_add_tx(session, "share", "backend", "create", "h@dummy")
+        general, backend = api.request_claim(sqlite_db, ["h@dummy"], "e1", limit=2)
+        runner._execute(general, True)
+        runner._execute(backend, False)
+        assert seen == {"general": True, "backend": False}
+        assert not runner.may_claim()  # not a request's thread of the general lane
+        member[0] = "paused"
+        runner._execute(general, True)
+        assert seen["general"] is False
+        member[0] = None
+        runner._stopping.set()
+        runner._execute(general, True)
+        assert seen["general"] is False
+    finally:
+        for lane in runner.lanes:
+            lane.executor.shutdown()
