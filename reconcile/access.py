@@ -14,9 +14,9 @@ from sharemgr.common.outcome import Result
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models
-from sharemgr.manager.operations import NotNow, lock_name
+from sharemgr.manager.operations import NotNow
 from sharemgr.manager.plans import Op
-from sharemgr.reconcile import rules
+from sharemgr.reconcile import rules, takeover
 from sharemgr.reconcile.summary import Summary
 
 if TYPE_CHECKING:
@@ -26,18 +26,20 @@ LOG = logging.getLogger(__name__)
 TYPE = "access_rule"  # how the pass's summary and plan name a rule
 
 
-def settle(rec: Reconciler, summary: Summary, requests: dict[str, models.Request],
-           dry_run: bool) -> None:
+def settle(rec: Reconciler, summary: Summary, dry_run: bool) -> None:
     """``rec``: the Reconciler (its database, coordinator, operations and
     backends); ``summary``: its Summary."""
-    for backend in rec.drivers:
-        host = f"{rec.host}@{backend}"
-        for inst_id, stuck in db_access.in_flight_on_host(rec.db, host).items():
-            try:
-                _one(rec, summary, requests, dry_run, host, inst_id, stuck)
-            except Exception:
-                rec.failure(summary, "reconciliation of the access rules of share "
-                            "instance %s failed", inst_id)
+    in_flight = [(host, inst_id, stuck)
+                 for host in rec.hosts
+                 for inst_id, stuck in db_access.in_flight_on_host(rec.db, host).items()]
+    # Read after the rules, as a stage reads them after its scan.
+    requests = takeover.open_requests(rec, summary, dry_run, {i for _, i, _ in in_flight})
+    for host, inst_id, stuck in in_flight:
+        try:
+            _one(rec, summary, requests, dry_run, host, inst_id, stuck)
+        except Exception:
+            rec.failure(summary, "reconciliation of the access rules of share "
+                        "instance %s failed", inst_id)
 
 
 def _skip(summary: Summary, stuck: list[models.ShareAccessRule], reason: str, dry_run: bool
@@ -64,9 +66,9 @@ def _one(rec: Reconciler, summary: Summary, requests: dict[str, models.Request],
                              "action": f"{how.action} {how.method}",
                              "outcome": f"{how.ok} or {how.error}"})
         return
-    with rec.coordinator.try_lock(lock_name(vocab.SHARE_INSTANCE, inst_id)) as got:
-        if not got:
-            _skip(summary, stuck, "locked by another engine", dry_run)
+    with takeover.locked(rec, vocab.SHARE_INSTANCE, inst_id, summary) as reason:
+        if reason is not None:
+            _skip(summary, stuck, reason, dry_run)
             return
         sent = rec.operations.perform(Op(vocab.SHARE_INSTANCE, inst_id,
                                          vocab.ACTION_UPDATE_ACCESS, host), held=True)

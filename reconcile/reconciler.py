@@ -16,11 +16,10 @@ the pass.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -41,11 +40,10 @@ from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.operations import (
     NotNow,
     Operations,
-    lock_name,
 )
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Op
-from sharemgr.reconcile import access, outcomes, rules, scan, status_query
+from sharemgr.reconcile import access, outcomes, rules, scan, status_query, takeover
 from sharemgr.reconcile.scan import Candidate
 from sharemgr.reconcile.summary import PlanItem, Summary, observe_pass
 
@@ -53,12 +51,6 @@ if TYPE_CHECKING:
     from sharemgr.reconcile.drift import DriftSummary
 
 LOG = logging.getLogger(__name__)
-
-
-# Seconds a pass tries again for the lock of a resource whose engine it
-# found dead: on Redis a lock times out with the membership (tooz's
-# lock_timeout follows membership_timeout), and the two expiries race.
-DEAD_LOCK_WAIT = 5.0
 
 
 # Longest error text a failed pass's record keeps (its first line only).
@@ -162,7 +154,10 @@ class Reconciler:
                 # the transient status, so every candidate's request is seen
                 # (read before, a request begun in between was missed and the
                 # resource settled under a live engine's feet).
-                requests = self._open_requests(summary, dry_run)
+                # Its resources' requests, and their backups' (_backup_request).
+                requests = takeover.open_requests(
+                    self, summary, dry_run,
+                    {c.id for c in cands} | {b for c in cands for b in self._backups_of(c)})
                 size = batch_size(len(cands), self.workers,
                                   self.coordinator.locks_held_limit)
                 futures = [tasks.submit_logged(executor, self._batch, cands[i:i + size],
@@ -172,7 +167,8 @@ class Reconciler:
                            for i in range(0, len(cands), size)]
                 if futures:
                     waiters.wait_for_all(futures)
-            access.settle(self, summary, self._open_requests(summary, dry_run), dry_run)
+            access.settle(self, summary, dry_run)
+            takeover.abandon_rest(self, summary, dry_run)
             if summary.interrupted is not None:
                 raise summary.interrupted
         finally:
@@ -212,80 +208,6 @@ class Reconciler:
                 continue
             cands.extend(scan.scan(self.db, rtype, f"{self.host}@{backend}"))
         return cands
-
-    def _open_requests(self, summary: Summary, dry_run: bool) -> dict[str, models.Request]:
-        """Pending/running requests by resource id; requests claimed by dead
-        engines become abandoned (not in a dry run).
-
-        The requests are read before the membership: an engine that joins and
-        claims a request in between is then seen with a pending request, never
-        as a claimant missing from an older member list (which would abandon
-        the request of an alive engine)."""
-        by_resource: dict[str, models.Request] = {}
-        # The plain host too: 'sharectl reconcile run' asks any engine of it.
-        open_requests, now = db_rec.open_requests(self.db, [*self.hosts, self.host])
-        # This engine is alive whatever the group says: a heartbeat it missed
-        # under load must not make it abandon its own running requests.
-        alive = self.coordinator.engines() | {self.engine_id}
-        for req in open_requests:
-            if self._waits_for_deadline(req, now):
-                by_resource[req.resource_id] = req  # in progress until its deadline
-                continue
-            if self._stuck(req, now, summary, dry_run):
-                continue
-            if req.status == vocab.REQUEST_RUNNING and req.engine_id not in alive:
-                if req.host is None:
-                    continue  # host-less requests (stacks) are resumed by the engine
-                if not dry_run and db_rec.abandon_request(
-                        self.db, req.id, req.engine_id,
-                        f"engine {req.engine_id} died; reconciled by {self.engine_id}",
-                        message_ttl=self.message_ttl):
-                    summary.abandoned += 1
-                    summary.dead.add(req.resource_id)
-                continue
-            by_resource[req.resource_id] = req
-        return by_resource
-
-    def _waits_for_deadline(self, req: models.Request, now: datetime.datetime) -> bool:
-        """A running call on a backend that cannot fence is taken over only
-        after its hard deadline, whatever its lease or its engine's
-        membership says: its engine may be paused, not dead, and would
-        finish the call on the backend after the take-over
-        (doc/reconciliation.rst, "Fencing")."""
-        if req.status != vocab.REQUEST_RUNNING or req.host is None or \
-                req.lease_deadline is None or req.lease_deadline <= now:
-            return False
-        driver = self.drivers.get(views.backend_of(req.host))
-        return driver is not None and not getattr(driver, "honours_fencing", False)
-
-    def _stuck(self, req: models.Request, now: datetime.datetime, summary: Summary,
-               dry_run: bool) -> bool:
-        """The lease rule: a running request whose lease has expired is stuck
-        (its engine alive or not); it becomes abandoned and its resource is
-        reconciled. Of several engines' passes the one whose conditional
-        update wins settles it; the others leave it ("in progress")."""
-        if req.status != vocab.REQUEST_RUNNING or req.host is None or \
-                req.lease_expires_at is None or req.lease_expires_at >= now:
-            return False
-        if req.engine_id == self.engine_id and self.operations.keeper.running(req.resource_id):
-            # Its call runs here within its deadline: a renewal missed (an
-            # outage, a slow periodic), not a lost thread. Renewed now.
-            if not dry_run:
-                self.operations.keeper.renew()
-            return False
-        if dry_run or db_rec.abandon_request(
-                self.db, req.id, req.engine_id,
-                f"lease expired at {req.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC "
-                f"(stuck); reconciled by {self.engine_id}", expired=True,
-                message_ttl=self.message_ttl):
-            if req.resource_id not in summary.stuck:
-                LOG.warning("request %s (%s %s %s) of engine %s is stuck: its lease expired "
-                            "at %s UTC; settling %s by the reconciliation rules", req.id,
-                            req.action, req.resource_type, req.resource_id, req.engine_id,
-                            req.lease_expires_at, req.resource_id)
-            summary.stuck.add(req.resource_id)
-            return True
-        return False
 
     # A batch of resources ---------------------------------------------------------
 
@@ -336,19 +258,14 @@ class Reconciler:
         with contextlib.ExitStack() as locks:
             held: list[tuple[Candidate, rules.Rule]] = []
             for cand, rule in todo:
-                if cand.id in summary.stuck:
-                    # The stuck call's thread holds the lock and may never
-                    # let go: the abandoned request (one winner) stands in for
-                    # it; the outcome is still a conditional update.
-                    held.append((cand, rule))
-                    continue
                 try:
-                    got = locks.enter_context(self._try_lock(cand, summary))
+                    reason = locks.enter_context(takeover.locked(self, cand.rtype, cand.id,
+                                                                 summary))
                 except Exception:
                     self._failed(cand, summary)
                     continue
-                if not got:
-                    self._skip(cand, "locked by another engine", summary, dry_run)
+                if reason is not None:
+                    self._skip(cand, reason, summary, dry_run)
                     continue
                 held.append((cand, rule))
             if held:
@@ -357,21 +274,6 @@ class Reconciler:
                 except Exception:  # a shared step (the backend's answers, a read)
                     for cand, _ in held:
                         self._failed(cand, summary)
-
-    @contextlib.contextmanager
-    def _try_lock(self, cand: Candidate, summary: Summary) -> Iterator[bool]:
-        """The resource's try-lock. The lock of an engine this pass found
-        dead may expire a little after its membership (both time out on
-        the coordination backend): for its resources the pass tries again
-        for up to DEAD_LOCK_WAIT seconds rather than leave them to a later
-        pass. Only this pass won their requests, so no live engine waits."""
-        deadline = time.monotonic() + (DEAD_LOCK_WAIT if cand.id in summary.dead else 0)
-        while True:
-            with self.coordinator.try_lock(lock_name(cand.rtype, cand.id)) as got:
-                if got or time.monotonic() >= deadline:
-                    yield got
-                    return
-            time.sleep(0.25)
 
     def _check(self, cand: Candidate, requests: dict[str, models.Request], summary: Summary,
                dry_run: bool) -> rules.Rule | None:
@@ -461,13 +363,14 @@ class Reconciler:
         """A share instance in backup_creating/backup_restoring belongs to its
         backup's request (keyed by the backup's id): while that request is
         pending or running, the backup workflow brings the share back."""
+        return next((requests[b] for b in self._backups_of(cand) if b in requests), None)
+
+    def _backups_of(self, cand: Candidate) -> list[str]:
         if cand.rtype not in (vocab.SHARE_INSTANCE, vocab.REPLICA) or \
                 cand.status not in (vocab.BACKUP_CREATING, vocab.BACKUP_RESTORING):
-            return None
-        for backup in db_api.query(self.db, models.ShareBackup, {"share_id": cand.row.share_id}):
-            if backup.id in requests:
-                return requests[backup.id]
-        return None
+            return []
+        return [b.id for b in db_api.query(self.db, models.ShareBackup,
+                                           {"share_id": cand.row.share_id})]
 
     def _delete(self, cand: Candidate, rule: rules.Rule) -> str | None:
         # Retried as it was asked: a forced delete stays forced (its request

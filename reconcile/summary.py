@@ -8,6 +8,7 @@ import threading
 from typing import Required, TypedDict
 
 from sharemgr.common import metrics
+from sharemgr.db import models
 
 
 class PlanItem(TypedDict, total=False):
@@ -36,9 +37,12 @@ class Summary:
         # Resources whose request this pass took over because its lease had
         # expired (stuck): their operation's thread may still hold the lock.
         self.stuck: set[str] = set()
-        # Resources whose request this pass abandoned because its engine was
-        # dead: the dead engine's lock may outlive its membership a moment.
-        self.dead: set[str] = set()
+        # Requests of engines that left the group, by resource: abandoned by
+        # the batch that takes the resource's lock (takeover.after_lock).
+        # The departed engine's lock may outlive its membership a moment.
+        self.dead: dict[str, models.Request] = {}
+        # Resources some step of the pass read the requests of.
+        self.seen: set[str] = set()
         # The first interruption met on some resource (an outage of the
         # database or coordination, a driver call this engine may not make
         # now: reconciler.interrupts): the pass goes on with the others, then
@@ -49,6 +53,22 @@ class Summary:
     def outcome(self, rtype: str, status: str) -> None:
         with self._lock:
             self.outcomes[rtype][status] += 1
+
+    def departed(self, req: models.Request) -> None:
+        with self._lock:
+            self.dead[req.resource_id] = req
+
+    def take_departed(self, ident: str | None = None) -> models.Request | None:
+        """The departed engine's request on resource ``ident`` (any one
+        when None), no longer waiting for a lock."""
+        with self._lock:
+            if ident is None:
+                return self.dead.popitem()[1] if self.dead else None
+            return self.dead.pop(ident, None)
+
+    def count_abandoned(self) -> None:
+        with self._lock:
+            self.abandoned += 1
 
     def skip(self, reason: str) -> None:
         with self._lock:

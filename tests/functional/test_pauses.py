@@ -53,12 +53,13 @@ def _engine_id(engine) -> str:
     return match.group(1)
 
 
-def _engine_a(deployment, setup, slow: str, backend_opts: dict | None = None):
+def _engine_a(deployment, setup, slow: str, backend_opts: dict | None = None,
+              opts: dict | None = None):
     """Engine A, whose ``slow`` calls wait at a gate (a file) before the
     backend changes; engine B (fast, its own config) starts once A is inside
     such a call. A gate, not a delay: however long B takes to start under
     load, A is still inside the call when it is frozen."""
-    d: Deployment = deployment(extra={"DEFAULT": FAST},
+    d: Deployment = deployment(extra={"DEFAULT": {**FAST, **(opts or {})}},
                                backends={"dummy": dict(backend_opts or {})}, **setup)
     d.sync()
     _gate(d).mkdir()
@@ -222,6 +223,33 @@ def test_create_judged_missing_is_not_made_afterwards(deployment, setup):
     a.wait_for_log("refused the call as fenced", timeout=60)
     assert [o for o in d.backend("list") if o["id"] == inst] == []
     assert d.json("share", "show", share)["status"] == "error"
+    _rejoined(d, a)
+
+
+def test_a_departed_engine_holding_its_lock_is_settled_by_its_lease(deployment, setup):
+    """A frozen inside a create drops out of the group (2 s) well before its
+    lease runs out (renewed 8 s ahead). B's startup pass finds A departed
+    but, on the embedded setup, A's file lock still held: it leaves the
+    request running, and the lease, once expired, has a periodic pass settle
+    the share while A is still frozen (seen in CI: the request abandoned, the
+    share skipped as locked and left `creating`)."""
+    d, a = _engine_a(deployment, setup, "create_share",
+                     opts={"operation_heartbeat_seconds": "8"})
+    share = d.json("share", "create", "1", "--proto", "NFS")["id"]
+    inst = _instance(d, share)
+    b = _frozen_in_call(d, a, "create_share", inst)
+    try:
+        wait_until(lambda: d.json("share", "show", share)["status"] == "error",
+                   timeout=60, what="B settles the frozen create")
+        if not setup:  # file locks: held by the frozen A, so its lease decides
+            assert "left the group but still holds its lock" in b.text()
+            assert re.search(r"request \d+ \(create share_instance \S+\) of engine \S+ is "
+                             r"stuck", b.text())
+        # On Redis A's lock expires with its membership: B takes it over then.
+    finally:
+        _resume(a)
+    a.wait_for_log("refused the call as fenced", timeout=60)
+    assert [o for o in d.backend("list") if o["id"] == inst] == []
     _rejoined(d, a)
 
 
