@@ -130,12 +130,13 @@ def request_claim(
     if not hosts and not any_host:
         return []
     with db.session() as session:
-        return _claim_tx(session, db, hosts, engine_id, limit, any_host)
+        return _claim_tx(session, hosts, engine_id, limit, any_host)
 
 
-def _claim_tx(session: Session, db: Database, hosts: Sequence[str], engine_id: str,
-              limit: int, any_host: bool, action: str | None = None) -> list[records.Record]:
+def _claim_tx(session: Session, hosts: Sequence[str], engine_id: str, limit: int,
+              any_host: bool, action: str | None = None) -> list[records.Record]:
     """``request_claim`` in the caller's transaction."""
+    db: Database = session.info["database"]
     pick, take, read = _claim_statements(any_host, len(hosts), db.skip_locked,
                                          db.update_returning, action)
     params: dict[str, object] = {f"host{i}": h for i, h in enumerate(hosts)}
@@ -159,8 +160,7 @@ def take_check_tx(session: Session, engine_id: str) -> records.Record | None:
     report takes the next one in its own transaction (convergence/report.py)
     instead of leaving its thread's slot to the request loop's next claim:
     a transaction less per node of a wide stack."""
-    db: Database = session.info["database"]
-    taken = _claim_tx(session, db, (), engine_id, 1, True, vocab.ACTION_CHECK)
+    taken = _claim_tx(session, (), engine_id, 1, True, vocab.ACTION_CHECK)
     return taken[0] if taken else None
 
 
