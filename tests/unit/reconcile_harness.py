@@ -334,6 +334,15 @@ def make_share(db: Database, status: str = vocab.AVAILABLE, host: str = HOSTBE, 
     return inst
 
 
+def make_applying_rule(db: Database, inst: models.ShareInstance) -> models.ShareAccessRule:
+    """An ip rule of ``inst``'s share a crash left on its way to the backend."""
+    rule = models.ShareAccessRule(id=models.new_id(), share_id=inst.share_id,
+                                  access_type="ip", access_to="10.0.0.1", access_level="ro",
+                                  state=vocab.ACCESS_APPLYING)
+    add(db, rule)
+    return rule
+
+
 def make_replica(db: Database, status: str, host: str = HOSTBE,
                  task_state: str | None = None) -> models.ShareInstance:
     active = make_share(db, vocab.AVAILABLE, host, replica_state=vocab.REPLICA_ACTIVE)

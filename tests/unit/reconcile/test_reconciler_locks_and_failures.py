@@ -33,6 +33,7 @@ from tests.unit.reconcile_harness import (
     engine_id,
     fetch,
     make,
+    make_applying_rule,
     make_replica,
     make_share,
     request_row,
@@ -261,11 +262,7 @@ def test_access_rules_this_engine_may_not_send_now_are_left_for_the_pass_run_aga
     instance cannot take would be; the pass ends interrupted and its next
     run sends it."""
     inst = make_share(engine.db, vocab.AVAILABLE)
-    rule = models.ShareAccessRule(id=models.new_id(), share_id=inst.share_id,
-                                  access_type="ip", access_to="10.0.0.1", access_level="ro",
-                                  state=vocab.ACCESS_APPLYING)
-    with engine.db.session() as session:
-        session.add(rule)
+    rule = make_applying_rule(engine.db, inst)
     sent = []
     engine.driver.update_access = lambda share, rules, add, delete, server=None: \
         sent.append([r["id"] for r in add]) or {}

@@ -20,6 +20,7 @@ from tests.unit.reconcile_harness import (
     _untouched,
     add_request,
     engine_id,
+    make_applying_rule,
     make_share,
     request_row,
 )
@@ -96,11 +97,7 @@ def test_a_stuck_access_update_whose_call_holds_the_lock_is_sent_again(engine):
     abandoned request stands in for the lock, for access rules as for a
     resource's status."""
     inst = make_share(engine.db, vocab.AVAILABLE)
-    rule = models.ShareAccessRule(id=models.new_id(), share_id=inst.share_id,
-                                  access_type="ip", access_to="10.0.0.1", access_level="ro",
-                                  state=vocab.ACCESS_APPLYING)
-    with engine.db.session() as session:
-        session.add(rule)
+    rule = make_applying_rule(engine.db, inst)
     req = add_request(engine.db, vocab.SHARE_INSTANCE, inst.id, HOSTBE, vocab.REQUEST_RUNNING,
                       engine_id(), action=vocab.ACTION_UPDATE_ACCESS)
     _lease(engine.db, req, -datetime.timedelta(seconds=1))
