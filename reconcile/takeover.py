@@ -1,5 +1,5 @@
 """Whose a resource's open request is when a pass meets it
-(doc/reconciliation.rst, "Requests a pass takes over").
+(doc/reconciliation.rst, "What it does", steps 2 and 3, and "Leases").
 
 A pending request, or one running on a live engine within its lease, is in
 progress: the pass leaves its resource alone. One whose lease has expired is
