@@ -6,6 +6,8 @@ goes through ``carry_out.carry_out`` unless it has a handler of its own
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sharemgr.common import vocab
 from sharemgr.manager import (
     backup_ops,
@@ -16,7 +18,7 @@ from sharemgr.manager import (
     share_ops,
 )
 from sharemgr.manager.carry_out import carry_out
-from sharemgr.manager.operation_table import TABLE
+from sharemgr.manager.operation_table import TABLE, Spec
 from sharemgr.manager.operations import OpHandler
 
 OWN: dict[tuple[str, str], OpHandler] = {
@@ -48,5 +50,9 @@ OWN: dict[tuple[str, str], OpHandler] = {
     (vocab.SHARE_INSTANCE, vocab.ACTION_MIGRATION_CANCEL): migration_ops.cancel,
 }
 
-HANDLERS: dict[tuple[str, str], OpHandler] = {
-    spec.key: OWN.get(spec.key, carry_out) for spec in TABLE if spec.carried}
+def handlers_of(table: Iterable[Spec]) -> dict[tuple[str, str], OpHandler]:
+    """Every carried operation of ``table``: its own handler, or ``carry_out``."""
+    return {spec.key: OWN.get(spec.key, carry_out) for spec in table if spec.carried}
+
+
+HANDLERS = handlers_of(TABLE)

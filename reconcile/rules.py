@@ -15,6 +15,8 @@ cannot be resumed: set ``error``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sharemgr.common import vocab
 from sharemgr.manager.operation_table import (
     ACCESS_RULES,
@@ -24,6 +26,7 @@ from sharemgr.manager.operation_table import (
     RESEND,
     TABLE,
     Rule,
+    Spec,
     delete,
     mark,
     query,
@@ -43,7 +46,13 @@ STAGES = (
     vocab.BACKUP,
 )
 
-RULES: dict[str, dict[str, Rule]] = {
-    kind: {status: spec.settle for spec in TABLE if spec.kind == kind and spec.settle
-           for status in spec.transient}
-    for kind in STAGES}
+def rules_of(table: Iterable[Spec]) -> dict[str, dict[str, Rule]]:
+    """Each stage's transient statuses and the rule that settles each, as
+    ``table``'s specs say."""
+    specs = list(table)
+    return {kind: {status: spec.settle for spec in specs if spec.kind == kind and spec.settle
+                   for status in spec.transient}
+            for kind in STAGES}
+
+
+RULES = rules_of(TABLE)

@@ -9,7 +9,7 @@ from sharemgr.common import vocab
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
 from sharemgr.manager import kinds
-from sharemgr.reconcile.rules import RULES
+from sharemgr.reconcile import rules
 
 # Transient statuses the pass leaves to their own workflow, and why.
 LEFT_ALONE = {
@@ -71,6 +71,6 @@ def left_alone(db: Database, cand: Candidate) -> str | None:
                 resources.backup_in_progress(db, cand.row.share_id):
             # The backup's continue task brings the share back.
             return "backup in progress (continue task)"
-    if cand.status not in RULES[cand.rtype]:
+    if cand.status not in rules.RULES[cand.rtype]:
         return f"no reconciliation rule for {cand.status}"
     return None
