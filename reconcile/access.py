@@ -13,6 +13,7 @@ from sharemgr.common import vocab
 from sharemgr.common.outcome import Result
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
+from sharemgr.db import leases as db_leases
 from sharemgr.db import models
 from sharemgr.manager.operations import NotNow
 from sharemgr.manager.plans import Op
@@ -70,6 +71,10 @@ def _one(rec: Reconciler, summary: Summary, requests: dict[str, models.Request],
         if reason is not None:
             _skip(summary, stuck, reason, dry_run)
             return
+        if inst_id in summary.stuck:
+            # Not under its lock: taken, so that the stuck call, should it
+            # return late, reaches a backend that fences with an old token.
+            db_leases.take_rows(rec.db, models.ShareInstance, {inst_id: vocab.AVAILABLE})
         sent = rec.operations.perform(Op(vocab.SHARE_INSTANCE, inst_id,
                                          vocab.ACTION_UPDATE_ACCESS, host), held=True)
         if sent.result is Result.NOT_NOW:

@@ -259,8 +259,16 @@ class Reconciler:
             held: list[tuple[Candidate, rules.Rule]] = []
             for cand, rule in todo:
                 try:
-                    reason = locks.enter_context(takeover.locked(self, cand.rtype, cand.id,
-                                                                 summary))
+                    reason = None
+                    # A departed engine's backup of this share: its lock first.
+                    for backup in (b for b in self._backups_of(cand) if b in summary.dead):
+                        reason = locks.enter_context(takeover.locked(self, vocab.BACKUP,
+                                                                     backup, summary))
+                        if reason is not None:
+                            break
+                    if reason is None:
+                        reason = locks.enter_context(takeover.locked(self, cand.rtype, cand.id,
+                                                                     summary))
                 except Exception:
                     self._failed(cand, summary)
                     continue

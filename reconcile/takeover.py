@@ -21,9 +21,12 @@ from typing import TYPE_CHECKING
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.db import access as db_access
+from sharemgr.db import api as db_api
+from sharemgr.db import leases as db_leases
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
-from sharemgr.manager import views
+from sharemgr.manager import kinds, views
 from sharemgr.manager.operations import lock_name
 from sharemgr.reconcile.summary import Summary
 
@@ -36,6 +39,10 @@ LOG = logging.getLogger(__name__)
 # the group: on Redis a lock times out with the membership (tooz's
 # lock_timeout follows membership_timeout), and the two expiries race.
 DEAD_LOCK_WAIT = 5.0
+
+# Seconds of the lease given to a departed engine's request that has none
+# (when the engines renew none either).
+LEASE_OF_LOCKED = 60.0
 
 LOCKED = "locked by another engine"
 # Its request stays running: the lease settles it.
@@ -114,6 +121,11 @@ def _after_lock(rec: Reconciler, ident: str, got: bool, summary: Summary) -> str
     if not got:
         if req is None:
             return LOCKED
+        if req.lease_expires_at is None:
+            # No lease to run out (leases off, or cut between its claim and
+            # its call's lease): given one, so that a pass comes back to it.
+            db_leases.lease_set(rec.db, [ident], str(req.engine_id),
+                                rec.operations.leases.heartbeat or LEASE_OF_LOCKED)
         LOG.info("%s %s: engine %s left the group but still holds its lock (paused?); its "
                  "request %s is left to its lease (until %s UTC)", req.resource_type, ident,
                  req.engine_id, req.id, req.lease_expires_at)
@@ -124,22 +136,42 @@ def _after_lock(rec: Reconciler, ident: str, got: bool, summary: Summary) -> str
 
 
 def abandon_rest(rec: Reconciler, summary: Summary, dry_run: bool) -> None:
-    """At the end of a pass, the requests no step of it settled a resource
-    for: departed engines' requests on a resource skipped before its lock,
-    and stuck or departed ones on resources the pass does not settle (not
-    in a transient status). Abandoned, so that they stop counting as
-    running; a request on a resource some step read is left to the next
-    pass (its lease may have expired since: that pass settles it)."""
+    """At the end of a pass, the stuck and departed requests on resources
+    no step of it read. One whose resource is settled (in no transient
+    status, no access rule on its way: a 'sharectl reconcile run' request,
+    a resource gone) is abandoned, so that it stops counting as running.
+    One whose resource went transient after its step's scan stays running:
+    abandoned, its resource would have nobody to settle it (its engine may
+    be paused, holding the lock); its lease brings the next pass to it. A
+    departed engine's request on a resource a step read but did not lock
+    (left alone, failed, the pass interrupted) stays running too."""
+    summary.dead.clear()
     if dry_run:
         return
-    while (req := summary.take_departed()) is not None:
-        _abandon_departed(rec, req, summary)
     for req, departed, now in _read(rec):
-        if req.resource_id in summary.seen or _waits_for_deadline(rec, req, now) or \
-                _stuck(rec, req, now, summary, dry_run):
+        if req.resource_id in summary.seen or req.host is None or \
+                _waits_for_deadline(rec, req, now):
             continue
-        if departed and req.host is not None:
+        expired = req.lease_expires_at is not None and req.lease_expires_at < now
+        if not ((expired or departed) and req.status == vocab.REQUEST_RUNNING) \
+                or _unsettled(rec, req):
+            continue
+        if not _stuck(rec, req, now, summary, dry_run) and departed:
             _abandon_departed(rec, req, summary)
+
+
+def _unsettled(rec: Reconciler, req: models.Request) -> bool:
+    """Whether the resource of ``req`` is in a transient status, or has
+    access rules on their way to the backend."""
+    kind = kinds.KINDS.get(req.resource_type)
+    row = None if kind is None else db_api.get(rec.db, kind.model, req.resource_id)
+    if kind is None or row is None:
+        return False
+    if row.status in kind.transient:
+        return True
+    share_id = getattr(row, "share_id", None)
+    return req.resource_type in (vocab.SHARE_INSTANCE, vocab.REPLICA) and share_id is not None \
+        and any(r.state in vocab.ACCESS_IN_FLIGHT for r in db_access.rules_of(rec.db, share_id))
 
 
 def _abandon_departed(rec: Reconciler, req: models.Request, summary: Summary) -> bool:

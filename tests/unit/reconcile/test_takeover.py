@@ -11,7 +11,8 @@ import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.db import api, models
 from sharemgr.manager.operations import lock_name
-from sharemgr.reconcile import takeover
+from sharemgr.reconcile import scan, takeover
+from sharemgr.reconcile.summary import Summary
 
 from tests.unit.reconcile_harness import (
     HOSTBE,
@@ -21,6 +22,7 @@ from tests.unit.reconcile_harness import (
     add_request,
     engine_id,
     make_applying_rule,
+    make_backup,
     make_share,
     request_row,
 )
@@ -110,6 +112,8 @@ def test_a_stuck_access_update_whose_call_holds_the_lock_is_sent_again(engine):
         result = engine.run()
     assert request_row(engine.db, req).status == vocab.REQUEST_ABANDONED
     assert api.get(engine.db, models.ShareAccessRule, rule.id).state == vocab.ACCESS_ACTIVE
+    # Taken: the stuck call, returning late, carries an old token.
+    assert api.get(engine.db, models.ShareInstance, inst.id).fence > inst.fence
     assert (sent, result["stuck_requests"]) == ([[rule.id]], 1)
 
 
@@ -117,3 +121,100 @@ def _lease(db, request_id: int, left: datetime.timedelta) -> None:
     with db.session() as session:
         session.execute(sa.update(models.Request).where(models.Request.id == request_id)
                         .values(lease_expires_at=models.utcnow() + left))
+
+
+def test_the_end_of_a_pass_abandons_only_requests_on_settled_resources(engine):
+    """``abandon_rest``: stuck and departed requests on resources no step
+    read. On a resource gone transient after its step's scan they stay
+    running (abandoned, nobody would settle it: seen by review); on a
+    settled one they are abandoned."""
+    rows = {name: make_share(engine.db, status) for name, status in (
+        ("departed-transient", vocab.CREATING), ("departed-settled", vocab.AVAILABLE),
+        ("stuck-transient", vocab.CREATING), ("stuck-settled", vocab.AVAILABLE))}
+    reqs = {}
+    for name, row in rows.items():
+        reqs[name] = add_request(engine.db, vocab.SHARE_INSTANCE, row.id, HOSTBE,
+                                 vocab.REQUEST_RUNNING, engine_id())
+        left = datetime.timedelta(minutes=5 if name.startswith("departed") else -5)
+        _lease(engine.db, reqs[name], left)
+    summary = Summary()
+    takeover.abandon_rest(engine.reconciler, summary, dry_run=False)
+    status = {name: request_row(engine.db, req).status for name, req in reqs.items()}
+    assert status == {"departed-transient": vocab.REQUEST_RUNNING,
+                      "departed-settled": vocab.REQUEST_ABANDONED,
+                      "stuck-transient": vocab.REQUEST_RUNNING,
+                      "stuck-settled": vocab.REQUEST_ABANDONED}
+    assert summary.abandoned == 1 and summary.stuck == {rows["stuck-settled"].id}
+
+
+def test_a_departed_request_a_step_did_not_lock_stays_running(engine, monkeypatch):
+    """A resource read by its step but skipped before its lock (here its
+    check failed) keeps its departed engine's request: abandoned, with the
+    engine paused on its lock, it would have nobody to settle it."""
+    row = _stuck(engine, vocab.SHARE_INSTANCE)
+    req = add_request(engine.db, vocab.SHARE_INSTANCE, row.id, HOSTBE, vocab.REQUEST_RUNNING,
+                      engine_id())
+    _lease(engine.db, req, datetime.timedelta(minutes=5))
+    real = scan.left_alone
+    calls = []
+
+    def fails_once(db, cand):
+        calls.append(cand.id)
+        if len(calls) == 1:
+            raise RuntimeError("a check that failed")
+        return real(db, cand)
+
+    monkeypatch.setattr(scan, "left_alone", fails_once)
+    result = engine.run()
+    assert result["failures"] == 1 and result["abandoned_requests"] == 0
+    assert request_row(engine.db, req).status == vocab.REQUEST_RUNNING
+    engine.run()  # its lock is free: the next pass takes it over
+    _settled(engine, vocab.SHARE_INSTANCE, row)
+    assert request_row(engine.db, req).status == vocab.REQUEST_ABANDONED
+
+
+def test_a_departed_request_without_a_lease_left_to_one_is_given_one(engine, monkeypatch):
+    """Left running because its engine holds the lock, a request with no
+    lease (leases off, or cut between its claim and its call) would never
+    bring a pass back: it is given one."""
+    monkeypatch.setattr(takeover, "DEAD_LOCK_WAIT", 0.1)
+    row = _stuck(engine, vocab.SHARE_INSTANCE)
+    req = add_request(engine.db, vocab.SHARE_INSTANCE, row.id, HOSTBE, vocab.REQUEST_RUNNING,
+                      engine_id())
+    peer = engine.peer(join=False)
+    lock = peer.lock(lock_name(vocab.SHARE_INSTANCE, row.id))
+    assert lock.acquire(blocking=False)
+    try:
+        engine.run()
+        assert request_row(engine.db, req).status == vocab.REQUEST_RUNNING
+        assert request_row(engine.db, req).lease_expires_at is not None
+    finally:
+        lock.release()
+
+
+def test_a_share_whose_departed_engine_holds_its_backup_s_lock_waits(engine, monkeypatch):
+    """A share in backup_creating belongs to its backup's request: of an
+    engine that left the group but holds the backup's lock (paused inside
+    the backup's call), the share is not settled under it either (seen by
+    review: the share went error, the backup then completed). Once the
+    lock is free, the request is abandoned under it and both are settled."""
+    monkeypatch.setattr(takeover, "DEAD_LOCK_WAIT", 0.1)
+    backup = make_backup(engine.db, vocab.CREATING, share_status=vocab.BACKUP_CREATING)
+    inst = api.query(engine.db, models.ShareInstance, {"share_id": backup.share_id})[0]
+    req = add_request(engine.db, vocab.BACKUP, backup.id, HOSTBE, vocab.REQUEST_RUNNING,
+                      engine_id())
+    _lease(engine.db, req, datetime.timedelta(minutes=5))
+    peer = engine.peer(join=False)
+    lock = peer.lock(lock_name(vocab.BACKUP, backup.id))
+    assert lock.acquire(blocking=False)
+    try:
+        result = engine.run()
+    finally:
+        lock.release()
+    assert api.get(engine.db, models.ShareInstance, inst.id).status == vocab.BACKUP_CREATING
+    assert request_row(engine.db, req).status == vocab.REQUEST_RUNNING
+    assert result["skipped"] == {takeover.LOCKED_BY_DEPARTED: 2}
+    result = engine.run()
+    assert request_row(engine.db, req).status == vocab.REQUEST_ABANDONED
+    assert api.get(engine.db, models.ShareInstance, inst.id).status == vocab.ERROR
+    assert api.get(engine.db, models.ShareBackup, backup.id).status == vocab.ERROR
