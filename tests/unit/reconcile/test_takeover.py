@@ -5,7 +5,9 @@ its lease; and only by the step of the pass that settles the resource."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+from collections.abc import Iterator
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
@@ -40,10 +42,7 @@ def test_a_departed_engines_request_is_taken_over_only_under_its_lock(engine, mo
     req = add_request(engine.db, vocab.SHARE_INSTANCE, row.id, HOSTBE, vocab.REQUEST_RUNNING,
                       frozen)
     _lease(engine.db, req, datetime.timedelta(minutes=5))
-    peer = engine.peer(join=False)  # out of the group, its lock held
-    lock = peer.lock(lock_name(vocab.SHARE_INSTANCE, row.id))
-    assert lock.acquire(blocking=False)
-    try:
+    with _held_by_departed(engine, vocab.SHARE_INSTANCE, row.id):
         result = engine.run()
         _untouched(engine, vocab.SHARE_INSTANCE, row)
         assert result["skipped"] == {"locked by an engine that left the group": 1}
@@ -55,8 +54,6 @@ def test_a_departed_engines_request_is_taken_over_only_under_its_lock(engine, mo
         _settled(engine, vocab.SHARE_INSTANCE, row)
         assert request_row(engine.db, req).status == vocab.REQUEST_ABANDONED
         assert again["stuck_requests"] == 1
-    finally:
-        lock.release()
 
 
 def test_a_departed_engines_request_on_a_free_lock_is_abandoned_under_it(engine):
@@ -81,17 +78,12 @@ def test_a_lease_that_runs_out_during_the_pass_is_left_to_the_next(engine, monke
     req = add_request(engine.db, vocab.SHARE_INSTANCE, row.id, HOSTBE, vocab.REQUEST_RUNNING,
                       engine_id())
     _lease(engine.db, req, datetime.timedelta(seconds=0.2))
-    peer = engine.peer(join=False)
-    lock = peer.lock(lock_name(vocab.SHARE_INSTANCE, row.id))
-    assert lock.acquire(blocking=False)
-    try:
+    with _held_by_departed(engine, vocab.SHARE_INSTANCE, row.id):
         engine.run()
         _untouched(engine, vocab.SHARE_INSTANCE, row)
         assert request_row(engine.db, req).status == vocab.REQUEST_RUNNING
         engine.run("periodic")
         _settled(engine, vocab.SHARE_INSTANCE, row)
-    finally:
-        lock.release()
 
 
 def test_a_stuck_access_update_whose_call_holds_the_lock_is_sent_again(engine):
@@ -115,6 +107,17 @@ def test_a_stuck_access_update_whose_call_holds_the_lock_is_sent_again(engine):
     # Taken: the stuck call, returning late, carries an old token.
     assert api.get(engine.db, models.ShareInstance, inst.id).fence > inst.fence
     assert (sent, result["stuck_requests"]) == ([[rule.id]], 1)
+
+
+@contextlib.contextmanager
+def _held_by_departed(engine, rtype: str, ident: str) -> Iterator[None]:
+    """The resource's lock held by an engine out of the group (paused)."""
+    lock = engine.peer(join=False).lock(lock_name(rtype, ident))
+    assert lock.acquire(blocking=False)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _lease(db, request_id: int, left: datetime.timedelta) -> None:
@@ -181,15 +184,10 @@ def test_a_departed_request_without_a_lease_left_to_one_is_given_one(engine, mon
     row = _stuck(engine, vocab.SHARE_INSTANCE)
     req = add_request(engine.db, vocab.SHARE_INSTANCE, row.id, HOSTBE, vocab.REQUEST_RUNNING,
                       engine_id())
-    peer = engine.peer(join=False)
-    lock = peer.lock(lock_name(vocab.SHARE_INSTANCE, row.id))
-    assert lock.acquire(blocking=False)
-    try:
+    with _held_by_departed(engine, vocab.SHARE_INSTANCE, row.id):
         engine.run()
         assert request_row(engine.db, req).status == vocab.REQUEST_RUNNING
         assert request_row(engine.db, req).lease_expires_at is not None
-    finally:
-        lock.release()
 
 
 def test_a_share_whose_departed_engine_holds_its_backup_s_lock_waits(engine, monkeypatch):
@@ -204,13 +202,8 @@ def test_a_share_whose_departed_engine_holds_its_backup_s_lock_waits(engine, mon
     req = add_request(engine.db, vocab.BACKUP, backup.id, HOSTBE, vocab.REQUEST_RUNNING,
                       engine_id())
     _lease(engine.db, req, datetime.timedelta(minutes=5))
-    peer = engine.peer(join=False)
-    lock = peer.lock(lock_name(vocab.BACKUP, backup.id))
-    assert lock.acquire(blocking=False)
-    try:
+    with _held_by_departed(engine, vocab.BACKUP, backup.id):
         result = engine.run()
-    finally:
-        lock.release()
     assert api.get(engine.db, models.ShareInstance, inst.id).status == vocab.BACKUP_CREATING
     assert request_row(engine.db, req).status == vocab.REQUEST_RUNNING
     assert result["skipped"] == {takeover.LOCKED_BY_DEPARTED: 2}
