@@ -38,8 +38,8 @@ class Summary:
         # expired (stuck): their operation's thread may still hold the lock.
         self.stuck: set[str] = set()
         # Requests of engines that left the group, by resource: abandoned by
-        # the batch that takes the resource's lock (takeover.after_lock).
-        # The departed engine's lock may outlive its membership a moment.
+        # the step that takes the resource's lock (takeover.locked). The
+        # departed engine's lock may outlive its membership a moment.
         self.dead: dict[str, models.Request] = {}
         # Resources some step of the pass read the requests of.
         self.seen: set[str] = set()
@@ -58,12 +58,10 @@ class Summary:
         with self._lock:
             self.dead[req.resource_id] = req
 
-    def take_departed(self, ident: str | None = None) -> models.Request | None:
-        """The departed engine's request on resource ``ident`` (any one
-        when None), no longer waiting for a lock."""
+    def take_departed(self, ident: str) -> models.Request | None:
+        """The departed engine's request on resource ``ident``, no longer
+        waiting for its lock."""
         with self._lock:
-            if ident is None:
-                return self.dead.popitem()[1] if self.dead else None
             return self.dead.pop(ident, None)
 
     def count_abandoned(self) -> None:

@@ -67,7 +67,8 @@ def open_requests(rec: Reconciler, summary: Summary, dry_run: bool, idents: set[
     by_resource: dict[str, models.Request] = {}
     for req, departed, now in _read(rec):
         if req.resource_id not in idents or _waits_for_deadline(rec, req, now):
-            by_resource[req.resource_id] = req  # in progress until its deadline
+            # Another step's to decide; or in progress until its deadline.
+            by_resource[req.resource_id] = req
         elif _stuck(rec, req, now, summary, dry_run):
             continue
         elif departed:
