@@ -288,6 +288,10 @@ class Reconciler:
         """The rule to apply, or None when the resource is skipped (or, in a
         dry run, planned)."""
         reason = scan.left_alone(self.db, cand)
+        if reason is not None and not dry_run:
+            # Its own workflow settles it, under the lock it takes itself,
+            # once no open request is about it (a migration's periodic task).
+            takeover.abandon_departed(self, cand.id, summary)
         req = requests.get(cand.id) or self._backup_request(cand, requests)
         if reason is None and req is not None:
             reason = ("request pending" if req.status == vocab.REQUEST_PENDING

@@ -145,7 +145,7 @@ def abandon_rest(rec: Reconciler, summary: Summary, dry_run: bool) -> None:
     abandoned, its resource would have nobody to settle it (its engine may
     be paused, holding the lock); its lease brings the next pass to it. A
     departed engine's request on a resource a step read but did not lock
-    (left alone, failed, the pass interrupted) stays running too."""
+    (its check failed, the pass was interrupted) stays running too."""
     summary.dead.clear()
     if dry_run:
         return
@@ -173,6 +173,15 @@ def _unsettled(rec: Reconciler, req: models.Request) -> bool:
     share_id = getattr(row, "share_id", None)
     return req.resource_type in (vocab.SHARE_INSTANCE, vocab.REPLICA) and share_id is not None \
         and any(r.state in vocab.ACCESS_IN_FLIGHT for r in db_access.rules_of(rec.db, share_id))
+
+
+def abandon_departed(rec: Reconciler, ident: str, summary: Summary) -> None:
+    """Abandon a departed engine's request on resource ``ident`` without
+    its lock: for a resource the pass leaves to a workflow of its own,
+    which takes the lock itself once the request is no longer open."""
+    req = summary.take_departed(ident)
+    if req is not None:
+        _abandon_departed(rec, req, summary)
 
 
 def _abandon_departed(rec: Reconciler, req: models.Request, summary: Summary) -> bool:

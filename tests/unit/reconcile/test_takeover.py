@@ -211,3 +211,18 @@ def test_a_share_whose_departed_engine_holds_its_backup_s_lock_waits(engine, mon
     assert request_row(engine.db, req).status == vocab.REQUEST_ABANDONED
     assert api.get(engine.db, models.ShareInstance, inst.id).status == vocab.ERROR
     assert api.get(engine.db, models.ShareBackup, backup.id).status == vocab.ERROR
+
+
+def test_a_departed_request_on_a_resource_left_alone_is_abandoned(engine):
+    """A resource the pass leaves to a workflow of its own (a migration's
+    periodic task, which takes the lock itself once no request is open
+    about it) has its departed engine's request abandoned, as before: kept
+    running, the migration waited for its lease (seen in CI)."""
+    row = make_share(engine.db, vocab.MIGRATING, task_state=vocab.MIGRATION_IN_PROGRESS)
+    req = add_request(engine.db, vocab.SHARE_INSTANCE, row.id, HOSTBE, vocab.REQUEST_RUNNING,
+                      engine_id(), action=vocab.ACTION_MIGRATION_START)
+    _lease(engine.db, req, datetime.timedelta(minutes=5))
+    result = engine.run()
+    assert request_row(engine.db, req).status == vocab.REQUEST_ABANDONED
+    assert api.get(engine.db, models.ShareInstance, row.id).status == vocab.MIGRATING
+    assert result["abandoned_requests"] == 1
