@@ -259,16 +259,14 @@ class Reconciler:
             held: list[tuple[Candidate, rules.Rule]] = []
             for cand, rule in todo:
                 try:
-                    reason = None
                     # A departed engine's backup of this share: its lock first.
-                    for backup in (b for b in self._backups_of(cand) if b in summary.dead):
-                        reason = locks.enter_context(takeover.locked(self, vocab.BACKUP,
-                                                                     backup, summary))
+                    holds = [*((vocab.BACKUP, b) for b in self._backups_of(cand)
+                               if b in summary.dead), (cand.rtype, cand.id)]
+                    for rtype, ident in holds:
+                        reason = locks.enter_context(takeover.locked(self, rtype, ident,
+                                                                     summary))
                         if reason is not None:
                             break
-                    if reason is None:
-                        reason = locks.enter_context(takeover.locked(self, cand.rtype, cand.id,
-                                                                     summary))
                 except Exception:
                     self._failed(cand, summary)
                     continue
