@@ -55,6 +55,12 @@ _ACTION = {Work.CREATE: vocab.STACK_CREATE, Work.REPLACE: vocab.STACK_CREATE,
            Work.UPDATE: vocab.STACK_UPDATE}
 
 
+
+def row_end(d: decide_mod.Decision, stack: models.Stack) -> decide_mod.RowEnd:
+    """The row's values when its action completes (``decide.RowEnd``)."""
+    return {"template_id": stack.template_id, "requires": list(d.requires_now)}
+
+
 class Actor:
     """Carries out a node's work on the rows its check holds."""
 
@@ -142,8 +148,7 @@ class Actor:
         if d.kind == Work.MIGRATE:
             return migrate.run(self, ctx, stack, row, effective, d, template)
         if d.kind == Work.NOOP:
-            final = decide_mod.row_values(template, stack, row.name, d.props,
-                                          effective.requires, ctx.input_data)[1]
+            final = row_end(d, stack)
             return self._noop(ctx, row, effective, d, final)
         try:
             work, plan, final = self.planned(ctx, template, stack, row, effective, d)
@@ -252,8 +257,7 @@ class Actor:
         what ``begin`` writes, the plan and the row's values at its end. The
         general path and the worker's fast path both plan here. Raises
         ``phys.CheckError`` when the plan is refused."""
-        start, final = decide_mod.row_values(template, stack, row.name, d.props,
-                                             effective.requires, ctx.input_data)
+        start, final = dict(d.start), row_end(d, stack)
         name = phys.new_name(ctx.stack_name, row.name, d.props)
         if d.kind == Work.UPDATE:
             plan = phys.plan_update(self.db, effective.type, effective.physical_id,

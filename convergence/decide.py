@@ -5,8 +5,8 @@ resources goes through ``physical.observe``."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from oslo_log import log as logging
@@ -38,6 +38,14 @@ class Work(enum.StrEnum):
     BUSY = "busy"  # another operation is under way on it
 
 
+class RowEnd(TypedDict):
+    """A row's values when its action completes (``act.row_end``): its
+    template, and only the rows it requires now."""
+
+    template_id: int | None
+    requires: list[int]
+
+
 @dataclass(frozen=True)
 class Decision:
     kind: Work
@@ -45,6 +53,11 @@ class Decision:
     observed: phys.Observed
     in_place: Mapping[str, Any]
     host: str | None  # where the work runs ('host@backend', '*@backend', None: anywhere)
+    # The rows the resource requires now: those whose data it was given.
+    requires_now: tuple[int, ...] = ()
+    # The row's values when its action starts: its properties, and the rows
+    # it requires, old and new, so that neither is deleted under it.
+    start: Mapping[str, object] = field(default_factory=dict)
 
 
 def decide(db: Database, template: Template, row: models.StackResource,
@@ -55,7 +68,10 @@ def decide(db: Database, template: Template, row: models.StackResource,
     ``observed``: ``effective``'s physical resource as the caller just
     observed it (not read again)."""
     defn = template.resources[row.name]
-    props = resolve_properties(defn, data_by_name(input_data))
+    data = data_by_name(input_data)
+    props = resolve_properties(defn, data)
+    requires_now = tuple(sorted({rd.resource_id for rd in data.values()
+                                 if rd.name in defn.requires and rd.resource_id is not None}))
     if observed is None:
         observed = phys.observe(db, effective.type, effective.physical_id)
     kind: Work = Work.REPLACE
@@ -80,7 +96,9 @@ def decide(db: Database, template: Template, row: models.StackResource,
         host = phys.target_host(db, effective.type, props)
     else:
         host = observed.host
-    return Decision(kind, props, observed, in_place, host)
+    start = {"properties": props, "status_reason": None,
+             "requires": sorted(set(effective.requires or ()) | set(requires_now))}
+    return Decision(kind, props, observed, in_place, host, requires_now, start)
 
 
 def current_properties(row: models.StackResource, observed: phys.Observed,
@@ -172,29 +190,6 @@ def route(db: Database, template: Template, stack: models.Stack, row: models.Sta
     except Exception as exc:
         LOG.debug("node %s: no route (%s); deciding here", node, exc)
         return None
-
-
-class RowEnd(TypedDict):
-    """A row's values when its action completes (``row_values``)."""
-
-    template_id: int | None
-    requires: list[int]
-
-
-def row_values(template: Template, stack: models.Stack, name: str, props: Mapping[str, object],
-               requires: Iterable[int] | None, input_data: Mapping[str, object]
-               ) -> tuple[dict[str, object], RowEnd]:
-    """A row's values when its action starts (its properties; the rows it
-    requires, old and new, so neither is deleted under it) and when it
-    completes (its template; only the rows it requires now)."""
-    defn = template.resources[name]
-    data = data_by_name(input_data)
-    deps = sorted({d_.resource_id for d_ in data.values()
-                   if d_.name in defn.requires and d_.resource_id is not None})
-    final: RowEnd = {"template_id": stack.template_id, "requires": deps}
-    start: dict[str, object] = {"properties": props, "status_reason": None,
-             "requires": sorted(set(requires or ()) | set(deps))}
-    return start, final
 
 
 def nominal(row: models.StackResource) -> str:

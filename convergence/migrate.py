@@ -42,8 +42,7 @@ def run(act: Actor, ctx: Ctx, stack: models.Stack, row: models.StackResource,
         ) -> Outcome:
     """Move ``effective``'s share to the template's backend."""
     share_id = str(effective.physical_id)
-    start, _final = decide_mod.row_values(template, stack, row.name, d.props,
-                                          effective.requires, ctx.input_data)
+    start = dict(d.start)
     dest = migration_plans.destination_for(act.db, d.observed.host or "",
                                            str(d.props["backend"]))
     try:

@@ -14,13 +14,13 @@ the physical names. A plan that cannot be carried out raises
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 from sharemgr.common import vocab
-from sharemgr.convergence.template import physical_name
 from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sharemgr.manager import access, delete_plans, kinds, plans, views
@@ -208,7 +208,9 @@ def _as_written(add: Sequence[models.Base], written: Sequence[Change]
 
 
 def new_name(stack_name: str, resource_name: str, props: Mapping[str, Any]) -> str:
-    """The physical name: ``<stack>-<resource>-<suffix>``, the suffix being
-    the ``name`` property when given (so a rename keeps the prefix that tells
-    which stack and resource an object belongs to), else random."""
-    return physical_name(stack_name, resource_name, props.get("name"))
+    """The physical name: ``<stack>-<resource>-<suffix>``, as Heat names
+    physical resources, so an object on the backend tells which stack made
+    it; the suffix is the ``name`` property when given (so a rename keeps
+    the prefix that tells which stack and resource an object belongs to),
+    else random."""
+    return f"{stack_name}-{resource_name}-{props.get('name') or secrets.token_hex(4)}"

@@ -121,18 +121,24 @@ def resolve_properties(
     checked against the schema again (a get_attr may yield anything) and
     strings with a fixed set of values take the listed spelling (``nfs`` ->
     ``NFS``), so comparing with stored properties is exact. Each value has
-    its schema's type, which the plans rely on."""
+    its schema's type, which the plans rely on. A literal scalar is taken as
+    written: ``template.validate`` checked it, and every template a
+    traversal reads went through it."""
     out: dict[str, Any] = {}
+    schema = RESOURCE_TYPES[defn.type]
     for prop, value in defn.properties.items():
         if value is None:
             continue
-        where = f"resource {defn.name!r} property {prop!r}"
-        ps = defn.schema.properties[prop]
-        resolved = _resolve(where, value, resources)
-        try:
-            check_value(where, ps, resolved)
-        except TemplateError as exc:
-            raise ResolutionError(str(exc))
+        ps = schema.properties[prop]
+        if isinstance(value, (dict, list)):  # may hold a call: resolved, checked again
+            where = f"resource {defn.name!r} property {prop!r}"
+            resolved = _resolve(where, value, resources)
+            try:
+                check_value(where, ps, resolved)
+            except TemplateError as exc:
+                raise ResolutionError(str(exc))
+        else:  # a literal, checked when the template was validated
+            resolved = value
         # A schema with allowed values is a string's: check_value made it one.
         if ps.allowed is not None and isinstance(resolved, str):
             resolved = next(a for a in ps.allowed if a.upper() == resolved.upper())

@@ -26,7 +26,6 @@ import a caller needs.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping
 
 from sharemgr.convergence import template_yaml
@@ -56,7 +55,7 @@ __all__ = [
     "NAME_PROPERTY_MAX", "REF", "REPLACE", "RESOURCE_TYPES", "STRING",
     "GetAttr", "GetResource", "PropertySchema", "ResolutionError", "ResourceDefinition",
     "ResourceType", "Template", "TemplateError",
-    "check_stack_name", "parse", "physical_name", "template_from_dict",
+    "check_stack_name", "parse", "template_from_dict",
 ]
 
 
@@ -72,8 +71,3 @@ def parse(text: str | bytes, parameters: Mapping[str, object] | None = None) -> 
     :class:`TemplateError`."""
     return validate(template_yaml.load(text), parameters)
 
-
-def physical_name(stack_name: str, resource_name: str, suffix: str | None = None) -> str:
-    """``<stack>-<resource>-<short random suffix>``, as Heat names physical
-    resources, so an object on the backend tells which stack made it."""
-    return f"{stack_name}-{resource_name}-{suffix or secrets.token_hex(4)}"

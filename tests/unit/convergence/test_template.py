@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sharemgr.convergence import properties, template
+from sharemgr.convergence import physical, properties, template
 
 EXAMPLE = """
 resources:
@@ -289,10 +289,10 @@ def test_diff_other_types():
 
 
 def test_physical_name():
-    assert template.physical_name("web", "data", "abcd") == "web-data-abcd"
-    name = template.physical_name("web", "data")
+    assert physical.new_name("web", "data", {"name": "abcd"}) == "web-data-abcd"
+    name = physical.new_name("web", "data", {})
     assert name.startswith("web-data-") and len(name) > len("web-data-")
-    assert template.physical_name("web", "data") != name
+    assert physical.new_name("web", "data", {"name": None}) != name
 
 
 @pytest.mark.parametrize("name", ["", "1web", "w" * 61, "web/1", "web stack"])
@@ -303,7 +303,7 @@ def test_stack_names_that_cannot_name_physical_resources(name):
 
 def test_longest_names_fit_a_share_name():
     template.check_stack_name("w" * 60)
-    name = template.physical_name("w" * 60, "r" * 128, "n" * template.NAME_PROPERTY_MAX)
+    name = physical.new_name("w" * 60, "r" * 128, {"name": "n" * template.NAME_PROPERTY_MAX})
     assert len(name) <= 255
 
 
