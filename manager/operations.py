@@ -196,10 +196,11 @@ class Operations:
             raise OperationFailed(f"this engine does not serve backend {backend!r}")
 
     @contextlib.contextmanager
-    def locked(self, rtype: str, ident: str) -> Iterator[None]:
+    def locked(self, rtype: str, ident: str, lock: bytes | None = None) -> Iterator[None]:
+        """The resource's lock (``lock``: its name, when the caller has it)."""
         with contextlib.ExitStack() as stack:
             try:
-                stack.enter_context(self.coordinator.hold(lock_name(rtype, ident)))
+                stack.enter_context(self.coordinator.hold(lock or lock_name(rtype, ident)))
             except CoordinationUnavailable as exc:
                 # Before any driver call: a member runs the request once the
                 # backend answers (it failed for good and left its resource
@@ -345,14 +346,15 @@ class Operations:
             # A plain delete queued before this one may have failed meanwhile:
             # the forced one finishes it from that error status.
             expected = (*expected, spec.error_values()["status"])
-        with contextlib.nullcontext() if held else self.locked(rtype, ident):
+        lock = lock_name(rtype, ident)
+        with contextlib.nullcontext() if held else self.locked(rtype, ident, lock):
             row, method, terms, leased = self._fresh_leased(model, ident, expected, method,
                                                             step.read, op.lease, op.taken)
             fence = getattr(row, "fence", None)
             with self.keeper.holding(ident, terms, leased):
                 begun = timing.calls_begun()
                 try:
-                    self.guard(what, terms if leased else None, lock_name(rtype, ident))
+                    self.guard(what, terms if leased else None, lock)
                     try:
                         result = step.call(row)
                     except ShareResourceNotFound as exc:
