@@ -56,7 +56,7 @@ from sharemgr.convergence import lifecycle
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.graph import Node
 from sharemgr.convergence.worker import Worker
-from sharemgr.db import clock, models, resource_locks, stack_work, stacks, sync_points
+from sharemgr.db import clock, models, resource_locks, stack_watch, stacks, sync_points
 from sharemgr.db.engine import Database
 from sharemgr.db.records import Record
 from sharemgr.manager.coordination import Coordinator
@@ -138,8 +138,8 @@ class Watchdog:
             # before the requests were read has reported in what is read after,
             # and an engine that joins in between is seen alive. Lost requests
             # are abandoned even when no stack is IN_PROGRESS any more.
-            requests = stack_work.live_checks(self.db)
-            active = stack_work.active_stacks(self.db)
+            requests = stack_watch.live_checks(self.db)
+            active = stack_watch.active_stacks(self.db)
             # A row a dead engine left is found once its stack's traversal
             # ended: look at once when one ended since the last run (a chaos
             # run's row waited 12 runs, past its settle bound), and every
@@ -148,7 +148,7 @@ class Watchdog:
             self._active = {s.id for s in active}
             if ended or self._runs % TIDY_EVERY == 1:
                 counts["tidied"] = sum(self.worker.tidy(row)
-                                       for row in stack_work.rows_left_in_progress(self.db))
+                                       for row in stack_watch.rows_left_in_progress(self.db))
             if not requests and not active:
                 return dict(counts)
             alive = self.coordinator.engines()
@@ -158,9 +158,11 @@ class Watchdog:
             reporting = self.worker.reporting()
             lost = [r for r in requests if self._lost(r, alive, inflight)]
             if lost:
-                counts["abandoned"] = stack_work.abandon_checks(
+                counts["abandoned"], held = stack_watch.abandon_checks(
                     self.db, lost, "abandoned: its engine died or lost it; the stack "
                     "watchdog retriggers the node")
+                # Still in a transaction of its engine: live until a later run.
+                lost = [r for r in lost if r.id not in held]
             live: dict[Key, set[Node]] = collections.defaultdict(set)
             lost_ids = {r.id for r in lost}
             for req in requests:
@@ -227,7 +229,7 @@ class Watchdog:
 
     def _failures(self, stack_id: str, traversal: str) -> dict[Node, list[str]]:
         out: dict[Node, list[str]] = collections.defaultdict(list)
-        for req in stack_work.failed_checks(self.db):
+        for req in stack_watch.failed_checks(self.db):
             args = req.args or {}
             if args.get("stack_id") == stack_id and args.get("traversal") == traversal:
                 node = Node(int(args.get("resource_id", 0)), bool(args.get("is_update")))
@@ -266,7 +268,7 @@ class Watchdog:
             if now - self._passes_asked.get(host, -PASS_INTERVAL) < PASS_INTERVAL:
                 continue
             self._passes_asked[host] = now
-            if stack_work.request_reconcile(self.db, host, "a stalled stack node waits for a "
+            if stack_watch.request_reconcile(self.db, host, "a stalled stack node waits for a "
                                     "resource in a transient status"):
                 asked += 1
                 LOG.info("asked host %s for a reconciliation pass: a stalled stack node "

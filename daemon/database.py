@@ -38,6 +38,7 @@ def open_database(conf: cfg.ConfigOpts, stopping: threading.Event | None = None)
         max_overflow=opts.max_overflow,
         pool_timeout=opts.pool_timeout,
         recycle=opts.connection_recycle_time,
+        idle_transaction_timeout=opts.idle_transaction_timeout,
     )
     db.retry = config.retry_policy(conf)
     db.max_events_per_stack = conf.max_events_per_stack

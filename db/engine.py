@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import sqlite3
 
     from sqlalchemy.engine.default import DefaultExecutionContext
-    from sqlalchemy.engine.interfaces import DBAPICursor
+    from sqlalchemy.engine.interfaces import DBAPIConnection, DBAPICursor
     from sqlalchemy.orm import Session, sessionmaker
     from sqlalchemy.pool import ConnectionPoolEntry
     from sqlalchemy.sql.compiler import SQLCompiler
@@ -179,15 +179,41 @@ def _sqlite_check_limits(conn: sa.Connection, cursor: DBAPICursor, statement: st
                 raise sa.exc.DataError(statement, parameters, ColumnLimitError(problem))
 
 
+# How each server is told to end a transaction left idle (seconds).
+_IDLE_TRANSACTION_LIMIT = {
+    "postgresql": "SET idle_in_transaction_session_timeout = '{seconds}s'",
+    "mysql": "SET SESSION idle_transaction_timeout = {seconds}",  # MariaDB 10.3+
+}
+
+
+def _idle_transaction_limit(dialect: str, seconds: int
+                            ) -> Callable[[DBAPIConnection, ConnectionPoolEntry], None]:
+    """A connection's hook that makes the server end its transactions left
+    idle for ``seconds``: a process paused or cut off inside one would
+    otherwise hold its row locks against every other engine for as long
+    as it stays so."""
+    statement = _IDLE_TRANSACTION_LIMIT[dialect].format(seconds=seconds)
+
+    def limit(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute(statement)
+        cur.close()
+        dbapi_conn.commit()  # a SET in a transaction rolled back is undone (PostgreSQL)
+
+    return limit
+
+
 class Database:
     """One engine and its session factory."""
 
     def __init__(self, url: str, connect_timeout: int = 10, pool_size: int = 10,
                  max_overflow: int | None = None, pool_timeout: int = 30,
-                 recycle: int = 3600) -> None:
+                 recycle: int = 3600, idle_transaction_timeout: int = 0) -> None:
         """``pool_size``, ``max_overflow`` (default twice ``pool_size``),
         ``pool_timeout`` and ``recycle`` (seconds; -1 never) shape the
-        connection pool of PostgreSQL and MariaDB."""
+        connection pool of PostgreSQL and MariaDB; a transaction left idle
+        ``idle_transaction_timeout`` seconds is ended by their server (0:
+        as the server says)."""
         self.url = url
         try:
             parsed = make_url(url)
@@ -216,6 +242,9 @@ class Database:
             self.engine = sa.create_engine(parsed, **kwargs)
         except Exception as exc:  # missing DBAPI module, bad options
             raise DatabaseUnavailable(f"cannot use database {safe_url(url)}: {exc}")
+        if self.dialect != "sqlite" and idle_transaction_timeout > 0:
+            event.listen(self.engine, "connect",
+                         _idle_transaction_limit(self.dialect, idle_transaction_timeout))
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
             event.listen(self.engine, "begin", _sqlite_begin)

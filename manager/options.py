@@ -105,6 +105,19 @@ database_opts = [
         "before it fails (PostgreSQL and MariaDB).",
     ),
     cfg.IntOpt(
+        "idle_transaction_timeout",
+        default=10,
+        min=0,
+        max=3600,
+        help="Seconds a share-manager transaction may wait on its engine between "
+        "two statements before the database server ends it and releases its row "
+        "locks (PostgreSQL's idle_in_transaction_session_timeout, MariaDB's "
+        "idle_transaction_timeout). An engine paused or cut off inside a "
+        "transaction then no longer holds up its peers, which count it as dead "
+        "after [coordination] membership_timeout: keep this at or below that. "
+        "0: never (the server's own setting).",
+    ),
+    cfg.IntOpt(
         "connection_recycle_time",
         default=3600,
         min=-1,

@@ -205,3 +205,4 @@ def test_heads_names_counted_and_rows_settled(db, stack):
         assert stacks.resources_settle_tx(session, [a, b], tid, chunk=1) == 1
     assert stacks.resource_get(db, a).template_id == tid
     assert stacks.resource_get(db, b).template_id != tid
+
