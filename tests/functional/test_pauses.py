@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from sharemgr.drivers.dummy_state import DB_NAME
 
 from tests.functional.harness import SETUPS, Deployment, servers, wait_until
@@ -415,3 +416,65 @@ def test_an_engine_stops_while_redis_is_away(deployment, pg_url, redis_url):
     proxy.cut()
     engine.wait_for_log("out of the engines group")
     assert engine.terminate(timeout=45) == 0
+
+
+def _frozen_in_transaction(engine, admin: sa.Engine, busy) -> int:
+    """Freeze ``engine`` (the only engine running) at a moment its
+    PostgreSQL session is idle inside a transaction that wrote (rows locked
+    until it ends), while ``busy()`` says it has work; returns that
+    session's server pid. Each try freezes it, looks, and thaws it again
+    when it is between transactions."""
+    look = sa.text("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                   "AND state = 'idle in transaction' AND backend_xid IS NOT NULL")
+    while busy():
+        os.kill(engine.proc.pid, signal.SIGSTOP)
+        _wait_stopped(engine.proc.pid)
+        with admin.connect() as conn:
+            found = conn.execute(look).scalars().first()
+        if found is not None:
+            return int(found)
+        os.kill(engine.proc.pid, signal.SIGCONT)
+        time.sleep(0.02)
+    raise AssertionError("the engine's work ended before it was caught inside a transaction")
+
+
+def test_an_engine_frozen_inside_a_transaction_holds_up_no_peer(deployment, pg_url, redis_url):
+    """A frozen inside a transaction of its own, its rows locked on
+    PostgreSQL (a check's report ending its request, writing its
+    successors' SyncPoints): the server ends that transaction after
+    ``[database] idle_transaction_timeout``, B converges the stack A was
+    converging while A stays frozen, and A, resumed, finds its connection
+    gone — an outage it handles — and serves again. Before, the
+    transaction stayed open for as long as A stayed frozen, and B's
+    watchdog, abandoning A's check request, waited on its row."""
+    d: Deployment = deployment(db_url=pg_url, coordination_url=redis_url,
+                               extra={"DEFAULT": FAST,
+                                      "database": {"idle_transaction_timeout": "2"}})
+    d.sync()
+    template = d.root / "many.yaml"
+    template.write_text("resources:\n" + "".join(
+        f"  s{i}: {{type: share, properties: {{size: 1, proto: NFS}}}}\n" for i in range(1000)))
+    a = d.start(name="a")
+    d.sharectl("stack", "create", "many", "-t", str(template))
+    admin = sa.create_engine(pg_url)
+    try:
+        pid = _frozen_in_transaction(
+            a, admin, lambda: d.json("stack", "show", "many")["status"] == "IN_PROGRESS")
+        alive = sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
+
+        def ended() -> bool:
+            with admin.connect() as conn:
+                return conn.execute(alive, {"pid": pid}).scalar() == 0
+
+        wait_until(ended, timeout=30, what="A's transaction ended by the server")
+        d.start(name="b")
+        wait_until(lambda: d.json("stack", "show", "many")["status"] != "IN_PROGRESS",
+                   timeout=300, what="B converges the stack while A is frozen")
+        assert d.json("stack", "show", "many")["status"] == "COMPLETE"
+    finally:
+        _resume(a)
+        admin.dispose()
+    _rejoined(d, a)
+    assert a.proc.poll() is None
+    share = d.json("share", "create", "1", "--proto", "NFS", "--wait")
+    assert share["status"] == "available"
