@@ -45,9 +45,11 @@ class StackEngine:
                      hostless=True)
 
     def take_checks_when(self, may: Callable[[], bool]) -> None:
-        """A check's report takes the next pending check, to run next in
-        its thread, whenever ``may()`` (the request loop's ``may_claim``)."""
+        """A check's report takes the next pending check, or claims a
+        successor it made ready, to run next in its thread, whenever
+        ``may()`` (the request loop's ``may_claim``)."""
         self.worker.reporter.take_next = may
+        self.worker.reporter.may_chain = may
 
     def add_backend(self, backend: str, driver: ShareDriver) -> list[str]:
         """A backend that came up after start (its driver is in ``drivers``

@@ -94,6 +94,11 @@ class Reporter:
         # Whether a check may take the next pending check as it reports
         # (``_take_tx``): the daemon's request loop says (claiming, a member).
         self.take_next: Callable[[], bool] = lambda: False
+        # Whether it may claim a successor it makes ready, to run next in
+        # its thread: not while its engine stops or is out of the group
+        # (the request loop's ``may_claim`` too), or its peers would
+        # abandon that request and run the node again.
+        self.may_chain: Callable[[], bool] = lambda: True
 
     def _take_tx(self, session: Session, tx: _Tx) -> None:
         """No successor to run next: take the oldest pending check (this
@@ -161,7 +166,7 @@ class Reporter:
             own_writes(session)
             lifecycle.purge_tx(session, over)
 
-        tx = _Tx(complete, own=True, end=end, claim=ctx.chain > 0)
+        tx = _Tx(complete, own=True, end=end, claim=ctx.chain > 0 and self.may_chain())
         if targets[REPORT_IN_ONE:]:
             tx.later.append((node, outcome.data, targets[REPORT_IN_ONE:]))
 

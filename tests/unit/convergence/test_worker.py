@@ -118,6 +118,25 @@ resources:
     assert _one_each(rig, ("share",)) == ["three-a", "three-b", "three-c"]
 
 
+def test_a_successor_is_not_claimed_while_the_engine_may_not_claim(rig):
+    """A chain of two. While the engine may not claim (stopping, out of the
+    group), the first check's report leaves the successor it made ready
+    pending for any engine, as the request loop would, rather than run it
+    next in its thread: a peer that counts this engine gone would abandon
+    that request and run the node again. Once it may, the successor runs."""
+    e = rig.engine()
+    rig.create("pair", _chain(2))
+    allowed = [False]
+    e.stacks.take_checks_when(lambda: allowed[0])
+    assert e.step(1) == 1
+    pending = rig.checks("pending")
+    assert len(pending) == 1 and pending[0].engine_id is None
+    assert len(rig.checks("running")) == 0 and len(rig.checks("done")) == 1
+    allowed[0] = True
+    assert e.pump() == 1
+    assert _status(rig, "pair") == ("CREATE", "COMPLETE")
+
+
 def test_a_create_sees_its_resource_as_written_not_read_back(rig, monkeypatch):
     """A share's create records its attributes from the rows it inserted
     with the changes its operation wrote (``phys.observe_after``): no read
