@@ -346,7 +346,7 @@ class Actor:
         done = Outcome.done(ResourceData(name, rid, physical_id, observed.attributes)
                             .passed_on(ctx.template))
         if defer:
-            return done, (rid, action, values, begun.op_request_id)
+            return done, (rid, action, values, begun.op_request_id, begun.key)
         won = stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_COMPLETE, None,
                              values, op_request_id=begun.op_request_id)
         return ended(won, name, done), None

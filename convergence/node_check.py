@@ -31,8 +31,9 @@ def ended(won: bool, name: str, outcome: Outcome) -> Outcome:
     return Outcome.bailed(f"{name}: its row's lock was taken over while its work ran")
 
 
-# A check's end left to the report's transaction: (row, action, values, op request).
-End = tuple[int, str, dict[str, object], "int | None"]
+# A check's end left to the report's transaction: (row, action, values, op
+# request, the row lock's key while the check holds it: ``Begun.key``).
+End = tuple[int, str, dict[str, object], "int | None", "int | None"]
 Head = tuple["models.Stack | None", "models.StackResource | None"]
 
 

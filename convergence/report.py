@@ -152,10 +152,10 @@ class Reporter:
                                                                  else (op_id,))),
                                           self.engine_id, vocab.REQUEST_DONE)
             if end is not None:
-                rid, action, values, _op = end
+                rid, action, values, _op, key = end
                 if not stack_work.end_tx(session, rid, self.engine_id, action,
                                          vocab.STACK_COMPLETE, None, values,
-                                         release=rid in ctx.held):
+                                         release=rid in ctx.held, key=key):
                     raise _RowTaken(rid)  # nothing of this transaction may commit
             for rid in dict.fromkeys(ctx.held):
                 if rid != ended_rid:  # released as it ended
@@ -205,20 +205,25 @@ class Reporter:
             if marked:  # the commit failed
                 self._mark(ctx, tx.later, add=False)
             self.tracker.finished(*(req_id for req_id, _args, _succ in tx.pending))
+            moved = None  # the row whose lock moved on: not ours to release
             try:
                 if end is not None:
-                    rid, action, values, op_id = end
-                    outcome = ended(stack_work.end(self.db, rid, self.engine_id, action,
-                                                   vocab.STACK_COMPLETE, None, values,
-                                                   op_request_id=op_id),
-                                    f"node {node} (resource {rid})", outcome)
+                    rid, action, values, op_id, key = end
+                    won = stack_work.end(self.db, rid, self.engine_id, action,
+                                         vocab.STACK_COMPLETE, None, values,
+                                         op_request_id=op_id, key=key)
+                    moved = rid if not won and key is not None else None
+                    outcome = ended(won, f"node {node} (resource {rid})", outcome)
             finally:
                 # Also when the end fails (the database still away): a lock
                 # the engine believes a check of its own holds is never taken
                 # over, and every later check of the node bails on it. Let go
                 # of, it is a leaked lock the next check takes over.
                 for rid in ctx.held:
-                    self.locks.release(rid)
+                    if rid == moved:
+                        self.tracker.unclaim(rid)
+                    else:
+                        self.locks.release(rid)
             self.after(ctx, outcome)
             return None, Outcome.done()
         for rid in ctx.held:
@@ -250,7 +255,12 @@ class Reporter:
                 stack_work.finish_request(self.db, end[3], self.engine_id, vocab.REQUEST_DONE)
         finally:
             for held in ctx.held:
-                self.locks.release(held)  # only if still ours: a taken lock stays taken
+                if end is not None and held == end[0] and end[4] is not None:
+                    # Its lock moved on (the key did), maybe back to this
+                    # engine for another check: that one's, not released.
+                    self.tracker.unclaim(held)
+                else:
+                    self.locks.release(held)  # only if still ours: a taken lock stays taken
         # Not won: node_check's one bail for a taken row (logged there).
         outcome = ended(False, name, Outcome.bailed(name))
         self.after(ctx, outcome)

@@ -136,6 +136,11 @@ class Begun(Generic[L]):
     op_request_id: int | None
     op_lease: L | None = None  # the lease its request was written with
     op_taken: int | None = None  # the token its row was inserted with, taken
+    # The row's ``atomic_key`` while this begin's lock is held, when the
+    # begin took it (``lock_key``): its end is written only while the key
+    # is still that, not merely while the engine is (another check of this
+    # engine may have taken the row again since the lock moved).
+    key: int | None = None
 
 
 class _NotBegun(Exception):
@@ -214,7 +219,8 @@ def begin(
             if work.op is not None:
                 op_id = _running_request_tx(session, engine_id, **work.op, lease=work.op_lease)
             return Begun(rid, op_id, None if op_id is None else work.op_lease,
-                         None if op_id is None else work.op_taken)
+                         None if op_id is None else work.op_taken,
+                         None if lock_key is None else lock_key + 1)
     except _NotBegun as exc:
         return exc.outcome
 
@@ -260,12 +266,14 @@ def end(
     op_request_id: int | None = None,
     op_error: str | None = None,
     changes: Sequence[Change] = (),
+    key: int | None = None,
 ) -> bool:
-    """End the row's action (as the lock holder) and record the outcome of
-    its operation request, together. False if the lock is no longer ours."""
+    """End the row's action (as the lock holder; ``key``: while its lock
+    has that key) and record the outcome of its operation request,
+    together. False if the lock is no longer ours."""
     with db.session() as session:
         return end_tx(session, resource_id, engine_id, action, status, reason, values,
-                      op_request_id, op_error, changes)
+                      op_request_id, op_error, changes, key=key)
 
 
 def end_tx(
@@ -280,9 +288,11 @@ def end_tx(
     op_error: str | None = None,
     changes: Sequence[Change] = (),
     release: bool = False,
+    key: int | None = None,
 ) -> bool:
     """:func:`end` in the caller's transaction; ``release``: drop the row's
-    lock in the same statement."""
+    lock in the same statement; ``key``: only while the row's lock still
+    has that ``atomic_key`` (``Begun.key``)."""
     if op_request_id is not None:
         finish_request_tx(session, op_request_id, engine_id,
                           vocab.REQUEST_FAILED if op_error else vocab.REQUEST_DONE, op_error)
@@ -291,8 +301,8 @@ def end_tx(
     if release:
         values = {**(values or {}), **resource_locks.RELEASED}
     return db_stacks.resource_set_state_tx(
-        session, resource_id, engine_id, action, status, reason, values
-    )
+        session, resource_id, engine_id, action, status, reason, values,
+        None if key is None else {"atomic_key": key})
 
 
 def finish_request_tx(

@@ -563,6 +563,35 @@ def test_a_fast_create_whose_row_lock_was_taken_meanwhile_bails(rig, monkeypatch
     assert (holder, status) == (ghost, "IN_PROGRESS")
 
 
+def test_a_fast_create_whose_row_lock_came_back_to_its_engine_bails(rig, monkeypatch):
+    """As above, but the lock comes back to this same engine before the
+    report: another engine took it (this one judged dead), ended and let
+    it go, and another check of this engine took it again. The late end,
+    conditioned on the engine alone, passed: it wrote its values over the
+    row and released the other check's lock. Now it is conditioned on the
+    lock's key as its begin set it: the node bails, and the row stays
+    with the check that holds it."""
+    one = "resources:\n  data: {type: share, properties: {size: 1, proto: NFS}}\n"
+    e = rig.engine()
+    ghost = f"{HOST}.00000000-0000-0000-0000-000000000000"
+    real = e.drivers["dummy"].create_share
+
+    def create_then_taken_back(share, *args, **kwargs):
+        out = real(share, *args, **kwargs)
+        (row,) = rig.rows("web")["data"]
+        assert resource_locks.resource_lock_steal(rig.db, row.id, ghost, e.engine_id).acquired
+        assert resource_locks.resource_lock_release(rig.db, row.id, ghost)
+        assert resource_locks.resource_lock_acquire(rig.db, row.id, e.engine_id).acquired
+        return out
+
+    monkeypatch.setattr(e.drivers["dummy"], "create_share", create_then_taken_back)
+    rig.create("web", one)
+    e.pump()
+    assert _status(rig, "web") == ("CREATE", "IN_PROGRESS")
+    ((holder, status),) = [(r.engine_id, r.status) for r in rig.rows("web")["data"]]
+    assert (holder, status) == (e.engine_id, "IN_PROGRESS")
+
+
 def test_a_delete_whose_row_went_after_its_begin_bails_without_a_traceback(rig, monkeypatch,
                                                                             caplog):
     """Paused between its begin and its driver call, the engine lost the
