@@ -541,26 +541,39 @@ def test_a_node_whose_row_lock_was_taken_while_the_driver_worked_bails(rig, monk
     assert [(r.engine_id, r.status) for r in new] == [(ghost, "IN_PROGRESS")]
 
 
-def test_a_fast_create_whose_row_lock_was_taken_meanwhile_bails(rig, monkeypatch):
-    """As above, on the fast path (a plain create, its end written in the
-    report's transaction): nothing of the report is written."""
+GHOST = f"{HOST}.00000000-0000-0000-0000-000000000000"
+
+
+def _fast_create_with(rig, monkeypatch, meanwhile) -> tuple[str, str | None, str]:
+    """A plain create (the fast path: its end written in the report's
+    transaction) during whose driver call ``meanwhile(engine, row id)``
+    runs; returns the engine's id, and its row's holder and status
+    afterwards."""
     one = "resources:\n  data: {type: share, properties: {size: 1, proto: NFS}}\n"
     e = rig.engine()
-    ghost = f"{HOST}.00000000-0000-0000-0000-000000000000"
     real = e.drivers["dummy"].create_share
 
-    def create_then_stolen(share, *args, **kwargs):
+    def create_then(share, *args, **kwargs):
         out = real(share, *args, **kwargs)
         (row,) = rig.rows("web")["data"]
-        assert resource_locks.resource_lock_steal(rig.db, row.id, ghost, e.engine_id).acquired
+        meanwhile(e, row.id)
         return out
 
-    monkeypatch.setattr(e.drivers["dummy"], "create_share", create_then_stolen)
+    monkeypatch.setattr(e.drivers["dummy"], "create_share", create_then)
     rig.create("web", one)
     e.pump()
     assert _status(rig, "web") == ("CREATE", "IN_PROGRESS")
     ((holder, status),) = [(r.engine_id, r.status) for r in rig.rows("web")["data"]]
-    assert (holder, status) == (ghost, "IN_PROGRESS")
+    return e.engine_id, holder, status
+
+
+def test_a_fast_create_whose_row_lock_was_taken_meanwhile_bails(rig, monkeypatch):
+    """As above, on the fast path: nothing of the report is written."""
+
+    def stolen(e, rid):
+        assert resource_locks.resource_lock_steal(rig.db, rid, GHOST, e.engine_id).acquired
+
+    assert _fast_create_with(rig, monkeypatch, stolen)[1:] == (GHOST, "IN_PROGRESS")
 
 
 def test_a_fast_create_whose_row_lock_came_back_to_its_engine_bails(rig, monkeypatch):
@@ -571,25 +584,14 @@ def test_a_fast_create_whose_row_lock_came_back_to_its_engine_bails(rig, monkeyp
     row and released the other check's lock. Now it is conditioned on the
     lock's key as its begin set it: the node bails, and the row stays
     with the check that holds it."""
-    one = "resources:\n  data: {type: share, properties: {size: 1, proto: NFS}}\n"
-    e = rig.engine()
-    ghost = f"{HOST}.00000000-0000-0000-0000-000000000000"
-    real = e.drivers["dummy"].create_share
 
-    def create_then_taken_back(share, *args, **kwargs):
-        out = real(share, *args, **kwargs)
-        (row,) = rig.rows("web")["data"]
-        assert resource_locks.resource_lock_steal(rig.db, row.id, ghost, e.engine_id).acquired
-        assert resource_locks.resource_lock_release(rig.db, row.id, ghost)
-        assert resource_locks.resource_lock_acquire(rig.db, row.id, e.engine_id).acquired
-        return out
+    def taken_back(e, rid):
+        assert resource_locks.resource_lock_steal(rig.db, rid, GHOST, e.engine_id).acquired
+        assert resource_locks.resource_lock_release(rig.db, rid, GHOST)
+        assert resource_locks.resource_lock_acquire(rig.db, rid, e.engine_id).acquired
 
-    monkeypatch.setattr(e.drivers["dummy"], "create_share", create_then_taken_back)
-    rig.create("web", one)
-    e.pump()
-    assert _status(rig, "web") == ("CREATE", "IN_PROGRESS")
-    ((holder, status),) = [(r.engine_id, r.status) for r in rig.rows("web")["data"]]
-    assert (holder, status) == (e.engine_id, "IN_PROGRESS")
+    engine_id, holder, status = _fast_create_with(rig, monkeypatch, taken_back)
+    assert (holder, status) == (engine_id, "IN_PROGRESS")
 
 
 def test_a_delete_whose_row_went_after_its_begin_bails_without_a_traceback(rig, monkeypatch,
