@@ -98,6 +98,16 @@ class RowLocks:
             return False
         if phys.observe(self.db, row.type, row.physical_id).state == phys.BUSY:
             return False
+        # Claimed while it holds the row: a check of this engine finding its
+        # own lock then waits, rather than take it over as leaked.
+        self.tracker.claim(row.id)
+        try:
+            return self._tidy_taken(row, holder, leaked)
+        finally:
+            self.tracker.unclaim(row.id)
+
+    def _tidy_taken(self, row: models.StackResource, holder: str | None, leaked: bool
+                    ) -> bool:
         taken = (resource_locks.resource_lock_acquire(self.db, row.id, self.engine_id)
                  if holder is None else
                  resource_locks.resource_lock_steal(self.db, row.id, self.engine_id, holder))

@@ -254,8 +254,10 @@ class Watchdog:
                 return (f"physical resource {r.physical_id} of resource {r.id} is "
                         f"{observed.status}")
             # Released only once its resource has settled: a check that
-            # finds the row free does not find it busy.
-            if leaked and resource_locks.resource_lock_release(self.db, r.id, self.engine_id):
+            # finds the row free does not find it busy. Only with the key
+            # read: a check of this engine may have taken it over since.
+            if leaked and resource_locks.resource_lock_release(self.db, r.id, self.engine_id,
+                                                               key=r.atomic_key):
                 LOG.warning("resource %s: released a lock this engine leaked", r.id)
         return None
 

@@ -68,17 +68,23 @@ def resource_lock_steal(
 
 
 @retry_on_conflict
-def resource_lock_release(db: Database, resource_id: int, engine_id: str) -> bool:
-    """Release only if still ours (a lock stolen from us stays with the thief)."""
+def resource_lock_release(db: Database, resource_id: int, engine_id: str,
+                          key: int | None = None) -> bool:
+    """Release only if still ours (a lock stolen from us stays with the
+    thief); ``key``: only if the lock still has that ``atomic_key`` (not
+    taken again since, by another check of this engine)."""
     with db.session() as session:
-        return resource_lock_release_tx(session, resource_id, engine_id)
+        return resource_lock_release_tx(session, resource_id, engine_id, key)
 
 
 # What releasing a row's lock writes: every lock change bumps the key.
 RELEASED: api.Columns = {"engine_id": None, "atomic_key": api.PLUS_ONE}
 
 
-def resource_lock_release_tx(session: Session, resource_id: int, engine_id: str) -> bool:
-    return api.conditional_update_tx(
-        session, Resource, resource_id, {"engine_id": engine_id}, dict(RELEASED))
+def resource_lock_release_tx(session: Session, resource_id: int, engine_id: str,
+                             key: int | None = None) -> bool:
+    expected: api.Columns = {"engine_id": engine_id}
+    if key is not None:
+        expected["atomic_key"] = key
+    return api.conditional_update_tx(session, Resource, resource_id, expected, dict(RELEASED))
 

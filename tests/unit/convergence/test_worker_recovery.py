@@ -259,6 +259,30 @@ def test_watchdog_releases_a_leaked_lock_and_retriggers(rig):
     assert _status(rig, "web") == ("CREATE", "COMPLETE")
 
 
+def test_watchdog_leaves_a_leaked_lock_a_check_took_over_meanwhile(rig, monkeypatch):
+    """The watchdog judged the lock leaked, then read the resource; a check
+    of this engine took the lock over meanwhile (as leaked, too). Its
+    release was conditioned on the engine alone and dropped that check's
+    lock; it is now conditioned on the key the watchdog read."""
+    e, other = rig.engine(), rig.engine()
+    rig.create("web", V1)
+    data = rig.rows("web")["data"][0]
+    assert resource_locks.resource_lock_acquire(rig.db, data.id, e.engine_id).acquired
+    other.pump()
+    real = phys.observe
+
+    def observe_while_taken(db, type_, physical_id):
+        # The check's take-over of its engine's leaked lock: same holder, new key.
+        assert resource_locks.resource_lock_steal(db, data.id, e.engine_id,
+                                                  e.engine_id).acquired
+        monkeypatch.setattr(phys, "observe", real)
+        return real(db, type_, physical_id)
+
+    monkeypatch.setattr(phys, "observe", observe_while_taken)
+    e.watchdog.run_once()
+    assert stacks.resource_get(rig.db, data.id).engine_id == e.engine_id
+
+
 def test_watchdog_fails_a_node_whose_checks_keep_failing(rig):
     """Three failed check requests of one node (errors a check could not even
     record) fail the stack instead of another retry."""
@@ -358,6 +382,27 @@ def test_watchdog_leaves_a_row_its_own_check_is_still_working_on(rig):
         e.worker.locks.tracker.unclaim(data.id)
     row = stacks.resource_get(rig.db, data.id)
     assert (row.status, row.engine_id) == ("IN_PROGRESS", e.engine_id)
+
+
+def test_a_check_waits_for_the_row_its_engines_watchdog_is_tidying(rig, monkeypatch):
+    """While the watchdog tidies a row (its lock taken), a check of the same
+    engine finding the engine's own lock does not take it over as leaked:
+    the tidy holds it (the tracker says so), and would release it under
+    the check."""
+    e, data = _own_row_on_a_failed_stack(rig)
+    real = stacks.resource_get
+    seen: list[str | None] = []
+
+    def read_while_a_check_comes(db, rid):
+        if not seen:
+            seen.append(e.worker.locks.take(rid, real(db, rid)))
+        return real(db, rid)
+
+    monkeypatch.setattr(stacks, "resource_get", read_while_a_check_comes)
+    assert e.watchdog.run_once()["tidied"] == 1
+    assert seen and seen[0] is not None and "locked by live engine" in seen[0]
+    row = real(rig.db, data.id)
+    assert (row.status, row.engine_id) == ("FAILED", None)
 
 
 def _share_op_requests(rig, e):
