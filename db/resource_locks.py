@@ -83,8 +83,7 @@ RELEASED: api.Columns = {"engine_id": None, "atomic_key": api.PLUS_ONE}
 
 def resource_lock_release_tx(session: Session, resource_id: int, engine_id: str,
                              key: int | None = None) -> bool:
-    expected: api.Columns = {"engine_id": engine_id}
-    if key is not None:
-        expected["atomic_key"] = key
+    expected = {"engine_id": engine_id} if key is None else \
+        {"engine_id": engine_id, "atomic_key": key}
     return api.conditional_update_tx(session, Resource, resource_id, expected, dict(RELEASED))
 
