@@ -146,12 +146,12 @@ class Actor:
                              f"physical resource {effective.physical_id} "
                              f"is {d.observed.status}: another operation is under way")
         if d.kind == Work.MIGRATE:
-            return migrate.run(self, ctx, stack, row, effective, d, template)
+            return migrate.run(self, ctx, stack, row, effective, d)
         if d.kind == Work.NOOP:
             final = row_end(d, stack)
             return self._noop(ctx, row, effective, d, final)
         try:
-            work, plan, final = self.planned(ctx, template, stack, row, effective, d)
+            work, plan, final = self.planned(ctx, stack, row, effective, d)
         except phys.CheckError as exc:
             return self.fail(effective, _ACTION[d.kind], str(exc))
         action = work.action
@@ -248,7 +248,7 @@ class Actor:
 
     # The operation -----------------------------------------------------------------
 
-    def planned(self, ctx: Ctx, template: Template, stack: models.Stack,
+    def planned(self, ctx: Ctx, stack: models.Stack,
                 row: models.StackResource, effective: models.StackResource,
                 d: decide_mod.Decision
                 ) -> tuple[stack_work.Begin[Terms], phys.Plan, decide_mod.RowEnd]:

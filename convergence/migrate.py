@@ -24,7 +24,6 @@ from sharemgr.common import vocab
 from sharemgr.common.outcome import REPLAN, SUPERSEDED, Outcome, Result
 from sharemgr.convergence import decide as decide_mod
 from sharemgr.convergence.node_check import Ctx, ended
-from sharemgr.convergence.template import Template
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.manager import migration_plans
 from sharemgr.manager.plans import Refused
@@ -38,8 +37,7 @@ _NOT_CURRENT = "(traversal not current)"
 
 
 def run(act: Actor, ctx: Ctx, stack: models.Stack, row: models.StackResource,
-        effective: models.StackResource, d: decide_mod.Decision, template: Template
-        ) -> Outcome:
+        effective: models.StackResource, d: decide_mod.Decision) -> Outcome:
     """Move ``effective``'s share to the template's backend."""
     share_id = str(effective.physical_id)
     start = dict(d.start)

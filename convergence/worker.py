@@ -320,7 +320,7 @@ class Worker:
         if d.kind not in _FAST_KINDS or not self.placement.serves(d.host):
             return GENERAL_PATH
         try:
-            work, plan, final = self.actor.planned(ctx, template, stack, row, row, d)
+            work, plan, final = self.actor.planned(ctx, stack, row, row, d)
         except Exception:  # refused, or a bug: the general path fails the node with it
             return GENERAL_PATH
         physical_id = plan.physical_id if work.action == vocab.STACK_CREATE else row.physical_id
