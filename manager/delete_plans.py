@@ -105,7 +105,20 @@ def _delete_share(db: Database, ident: str, force: bool = False,
         if busy:
             raise Refused(f"share {ident} has a backup in progress ({', '.join(busy)}): "
                           "wait for it or force-delete the backup first")
-    return _deleting(kinds.SHARE_INSTANCE, inst, f"share {ident}", inst.host, row, force)
+    # Checked again in the writing transaction, after the share's anchor
+    # (db/quiet.py): a replica or a snapshot created since the read above,
+    # whose plan anchors the share too, refuses the delete there; else both
+    # were accepted, and the share was left live with no live instance (a
+    # fault run's replica create beside a share delete).
+    others = (quiet.Quiet(models.ShareInstance, {"share_id": row.id},
+                          frozenset(vocab.VALID_STATUSES[vocab.SHARE_INSTANCE]),
+                          f"share {ident} has replicas ({{statuses}}): delete them first",
+                          but=(inst.id,)),
+              quiet.Quiet(models.ShareSnapshotInstance, {"share_instance_id": inst.id},
+                          frozenset(vocab.VALID_STATUSES[vocab.SNAPSHOT_INSTANCE]),
+                          f"share {ident} has snapshots ({{statuses}}): delete them first"))
+    return _deleting(kinds.SHARE_INSTANCE, inst, f"share {ident}", inst.host, row, force) \
+        .and_then(changes=[quiet.anchor(row.id)], conditions=others)
 
 
 def _delete_instance(db: Database, ident: str, force: bool = False) -> Plan:

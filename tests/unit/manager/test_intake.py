@@ -58,3 +58,29 @@ def test_each_write_returns_its_resource_and_queues_its_request(intake, db):
     assert gone.id == other.id
     assert api.get(db, models.ShareInstance, other_inst.id).status == vocab.DELETING
     assert ("share_instance", "delete") in _requests(db)
+
+
+@pytest.mark.parametrize("made", ["replica", "snapshot"])
+def test_a_share_delete_planned_before_a_replica_or_snapshot_was_made_is_refused(
+        intake, db, made):
+    """A share delete and a replica create (or a snapshot) accepted at once:
+    the delete's plan read no replica, the replica's plan an available
+    share; both were written, the replica's first, and the share was left
+    live with no live instance (a fault run, seed 5252). The delete's
+    checks run again after the share's anchor, in its transaction: refused,
+    nothing written."""
+    from sharemgr.db.records import Record
+    from sharemgr.manager import delete_plans
+    from sharemgr.manager.intake import InvalidRequest
+
+    share = intake.create_share(1, "NFS")
+    inst = _available(db, models.ShareInstance, share_id=share.id)
+    plan = delete_plans.delete(db, vocab.SHARE, share.id)
+    if made == "replica":
+        intake.create_replica(share.id)
+    else:
+        intake.create_snapshot(share.id)
+    with pytest.raises(InvalidRequest, match=f"has {made}s"):
+        intake._write(plan, f"share {share.id}", Record)
+    assert api.get(db, models.ShareInstance, inst.id).status == vocab.AVAILABLE
+    assert ("share_instance", "delete") not in _requests(db)
