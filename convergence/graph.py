@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypedDict, cast
 
 from oslo_log import log as logging
+from sharemgr.common.jsontypes import JSONValue
 
 LOG = logging.getLogger(__name__)
 
@@ -189,6 +190,19 @@ class Graph:
             elif not self.surely_before(sender, other):
                 return None
         return frozenset(before)
+
+    def sent(self, sender: Node, succ: Node, data: dict[str, JSONValue] | None
+             ) -> tuple[dict[str, JSONValue] | None, dict[str, JSONValue] | None]:
+        """What ``sender`` writes into ``succ``'s point, and what that point
+        holds before, when the graph's order tells (``sync_tx``'s ``known``:
+        a write without a read). A clean-up node reads nothing of its input:
+        its point gets None from every sender, so what it holds before is
+        the keys of the senders surely before this one (a chain's row: its
+        update's, before its dependent's clean-up)."""
+        if succ.is_update:
+            return data, None
+        before = self.reported_before(sender, succ)
+        return None, None if before is None else dict.fromkeys(map(node_key, before))
 
     def cleanups_ahead(self, start: list[Node], limit: int) -> list[int]:
         """The rows of up to ``limit`` clean-up nodes of rows the traversal

@@ -27,7 +27,7 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.common.jsontypes import JSONValue
 from sharemgr.convergence import lifecycle, prepare
-from sharemgr.convergence.graph import Graph, Node, node_key
+from sharemgr.convergence.graph import Node
 from sharemgr.convergence.node_check import (
     RECORDED,
     Claimed,
@@ -219,11 +219,7 @@ class Reporter:
                 # the engine believes a check of its own holds is never taken
                 # over, and every later check of the node bails on it. Let go
                 # of, it is a leaked lock the next check takes over.
-                for rid in ctx.held:
-                    if rid == moved:
-                        self.tracker.unclaim(rid)
-                    else:
-                        self.locks.release(rid)
+                self.locks.let_go(ctx.held, moved)
             self.after(ctx, outcome)
             return None, Outcome.done()
         for rid in ctx.held:
@@ -254,13 +250,10 @@ class Reporter:
             if end is not None and end[3] is not None:
                 stack_work.finish_request(self.db, end[3], self.engine_id, vocab.REQUEST_DONE)
         finally:
-            for held in ctx.held:
-                if end is not None and held == end[0] and end[4] is not None:
-                    # Its lock moved on (the key did), maybe back to this
-                    # engine for another check: that one's, not released.
-                    self.tracker.unclaim(held)
-                else:
-                    self.locks.release(held)  # only if still ours: a taken lock stays taken
+            # Its lock moved on when the key did, maybe back to this engine
+            # for another check: that one's, not released.
+            self.locks.let_go(ctx.held, end[0] if end is not None and end[4] is not None
+                              else None)
         # Not won: node_check's one bail for a taken row (logged there).
         outcome = ended(False, name, Outcome.bailed(name))
         self.after(ctx, outcome)
@@ -311,7 +304,7 @@ class Reporter:
         graph, traversal = ctx.graph, ctx.traversal
         tx.batch = succs
         for succ in succs:
-            sent, known = _sent(graph, sender, succ, data)
+            sent, known = graph.sent(sender, succ, data)
             result = sync_points.sync_tx(session, succ.resource_id, traversal, succ.is_update,
                                          sender.key, sent, graph.requires_keys(succ), known)
             if not result.found:
@@ -477,7 +470,7 @@ class Reporter:
         """``sender``'s report to ``succ`` in a transaction of its own,
         retried on a lost CAS; a ``succ`` it makes ready is enqueued in it.
         False if the point is missing."""
-        sent, known = _sent(ctx.graph, sender, succ, data)
+        sent, known = ctx.graph.sent(sender, succ, data)
         for attempt in sync_points.retrying():
             with attempt, self.db.session() as session:
                 result = sync_points.sync_tx(
@@ -497,18 +490,4 @@ def _inline(ctx: Ctx, end: End | None, succ: Node) -> bool:
     return (end is not None and ctx.node.is_update
             and succ == Node(ctx.node.resource_id, False)
             and end[0] == ctx.node.resource_id and ctx.node.resource_id in ctx.held)
-
-
-def _sent(graph: Graph, sender: Node, succ: Node, data: dict[str, JSONValue] | None
-          ) -> tuple[dict[str, JSONValue] | None, dict[str, JSONValue] | None]:
-    """What ``sender`` writes into ``succ``'s point, and what that point
-    holds before, when the graph's order tells (``sync_tx``'s ``known``: a
-    write without a read). A clean-up node reads nothing of its input: its
-    point gets None from every sender, so what it holds before is the keys
-    of the senders surely before this one (a chain's row: its update's,
-    before its dependent's clean-up)."""
-    if succ.is_update:
-        return data, None
-    before = graph.reported_before(sender, succ)
-    return None, None if before is None else dict.fromkeys(map(node_key, before))
 

@@ -41,6 +41,16 @@ class RowLocks:
         finally:
             self.tracker.unclaim(rid)
 
+    def let_go(self, rids: list[int], moved: int | None = None) -> None:
+        """Release ``rids`` (each only if still this engine's), but for
+        ``moved``, whose lock moved on since this check took it (its key
+        did): maybe to another check of this engine, whose it is now."""
+        for rid in rids:
+            if rid == moved:
+                self.tracker.unclaim(rid)
+            else:
+                self.release(rid)
+
     def _try_take(self, rid: int, row: models.StackResource) -> str | None:
         got = resource_locks.resource_lock_acquire(self.db, rid, self.engine_id)
         if got.acquired:

@@ -1,0 +1,135 @@
+"""A stack row's lock as checks, the watchdog and its tidying take, break
+and let go of it (convergence/row_locks.py): a lock this engine leaked, a
+live engine's, one taken over or given back while a check's driver call
+ran."""
+
+from __future__ import annotations
+
+from sharemgr.convergence import physical as phys
+from sharemgr.db import resource_locks, stacks
+
+from tests.unit.stack_rig import HOST, V1, _status
+
+
+def test_a_lock_this_engine_leaked_is_taken_over(rig):
+    """A lock whose release was lost (a database error) belongs to a live
+    engine — this one — but no check of it holds the row: taken over, not
+    waited for forever."""
+    e = rig.engine()
+    rig.create("web", V1)
+    e.pump()
+    data = rig.rows("web")["data"][0]
+    assert resource_locks.resource_lock_acquire(rig.db, data.id, e.engine_id).acquired
+    rig.update("web", V1.replace("size: 1", "size: 2"))
+    e.pump()
+    assert _status(rig, "web") == ("UPDATE", "COMPLETE")
+    assert stacks.resource_get(rig.db, data.id).engine_id is None
+
+
+def test_a_live_engines_lock_is_not_taken(rig):
+    a, b = rig.engine(), rig.engine()
+    rig.create("web", V1)
+    a.pump()
+    data = rig.rows("web")["data"][0]
+    assert resource_locks.resource_lock_acquire(rig.db, data.id, a.engine_id).acquired
+    rig.update("web", V1.replace("size: 1", "size: 2"))
+    b.pump()
+    assert _status(rig, "web") == ("UPDATE", "IN_PROGRESS")
+    assert "locked by live engine" in rig.checks()[0].error
+    assert stacks.resource_get(rig.db, data.id).engine_id == a.engine_id
+
+
+def test_watchdog_releases_a_leaked_lock_and_retriggers(rig):
+    """A lock this engine holds while none of its checks does (a release lost
+    to a database error) makes every check bail on a 'live' holder; the
+    watchdog releases it and retriggers the stalled node."""
+    e, other = rig.engine(), rig.engine()
+    rig.create("web", V1)
+    data = rig.rows("web")["data"][0]
+    assert resource_locks.resource_lock_acquire(rig.db, data.id, e.engine_id).acquired
+    other.pump()
+    assert "locked by live engine" in rig.checks()[0].error
+    assert other.watchdog.run_once()["waiting"] == 1  # another engine's lock: wait
+    counts = e.watchdog.run_once()
+    assert counts["retriggered"] == 1
+    assert stacks.resource_get(rig.db, data.id).engine_id is None
+    assert e.watchdog.run_once()["retriggered"] == 0  # its check is pending now
+    other.pump()
+    assert _status(rig, "web") == ("CREATE", "COMPLETE")
+
+
+def test_watchdog_leaves_a_leaked_lock_a_check_took_over_meanwhile(rig, monkeypatch):
+    """The watchdog judged the lock leaked, then read the resource; a check
+    of this engine took the lock over meanwhile (as leaked, too). Its
+    release was conditioned on the engine alone and dropped that check's
+    lock; it is now conditioned on the key the watchdog read."""
+    e, other = rig.engine(), rig.engine()
+    rig.create("web", V1)
+    data = rig.rows("web")["data"][0]
+    assert resource_locks.resource_lock_acquire(rig.db, data.id, e.engine_id).acquired
+    other.pump()
+    real = phys.observe
+
+    def observe_while_taken(db, type_, physical_id):
+        # The check's take-over of its engine's leaked lock: same holder, new key.
+        assert resource_locks.resource_lock_steal(db, data.id, e.engine_id,
+                                                  e.engine_id).acquired
+        monkeypatch.setattr(phys, "observe", real)
+        return real(db, type_, physical_id)
+
+    monkeypatch.setattr(phys, "observe", observe_while_taken)
+    e.watchdog.run_once()
+    assert stacks.resource_get(rig.db, data.id).engine_id == e.engine_id
+
+
+GHOST = f"{HOST}.00000000-0000-0000-0000-000000000000"
+
+
+def _fast_create_with(rig, monkeypatch, meanwhile) -> tuple[str, str | None, str]:
+    """A plain create (the fast path: its end written in the report's
+    transaction) during whose driver call ``meanwhile(engine, row id)``
+    runs; returns the engine's id, and its row's holder and status
+    afterwards."""
+    one = "resources:\n  data: {type: share, properties: {size: 1, proto: NFS}}\n"
+    e = rig.engine()
+    real = e.drivers["dummy"].create_share
+
+    def create_then(share, *args, **kwargs):
+        out = real(share, *args, **kwargs)
+        (row,) = rig.rows("web")["data"]
+        meanwhile(e, row.id)
+        return out
+
+    monkeypatch.setattr(e.drivers["dummy"], "create_share", create_then)
+    rig.create("web", one)
+    e.pump()
+    assert _status(rig, "web") == ("CREATE", "IN_PROGRESS")
+    ((holder, status),) = [(r.engine_id, r.status) for r in rig.rows("web")["data"]]
+    return e.engine_id, holder, status
+
+
+def test_a_fast_create_whose_row_lock_was_taken_meanwhile_bails(rig, monkeypatch):
+    """As above, on the fast path: nothing of the report is written."""
+
+    def stolen(e, rid):
+        assert resource_locks.resource_lock_steal(rig.db, rid, GHOST, e.engine_id).acquired
+
+    assert _fast_create_with(rig, monkeypatch, stolen)[1:] == (GHOST, "IN_PROGRESS")
+
+
+def test_a_fast_create_whose_row_lock_came_back_to_its_engine_bails(rig, monkeypatch):
+    """As above, but the lock comes back to this same engine before the
+    report: another engine took it (this one judged dead), ended and let
+    it go, and another check of this engine took it again. The late end,
+    conditioned on the engine alone, passed: it wrote its values over the
+    row and released the other check's lock. Now it is conditioned on the
+    lock's key as its begin set it: the node bails, and the row stays
+    with the check that holds it."""
+
+    def taken_back(e, rid):
+        assert resource_locks.resource_lock_steal(rig.db, rid, GHOST, e.engine_id).acquired
+        assert resource_locks.resource_lock_release(rig.db, rid, GHOST)
+        assert resource_locks.resource_lock_acquire(rig.db, rid, e.engine_id).acquired
+
+    engine_id, holder, status = _fast_create_with(rig, monkeypatch, taken_back)
+    assert (holder, status) == (engine_id, "IN_PROGRESS")
