@@ -192,16 +192,7 @@ class Reporter:
         except _RowTaken as taken:
             return self._row_taken(ctx, tx, end, taken.rid)
         except Exception as exc:
-            if is_conflict(exc):
-                # The database chose this transaction as a deadlock's victim
-                # (a stack's points purged while its nodes report): expected
-                # under contention, and the steps below do the same work.
-                LOG.warning("node %s (traversal %s): its report lost a conflict (%s); "
-                            "writing it step by step", node, ctx.traversal,
-                            str(exc).strip().splitlines()[0])
-            else:
-                LOG.exception("node %s (traversal %s): could not report in one "
-                              "transaction; writing it step by step", node, ctx.traversal)
+            _split(exc, f"node {node} (traversal {ctx.traversal}): its report")
             if marked:  # the commit failed
                 self._mark(ctx, tx.later, add=False)
             self.tracker.finished(*(req_id for req_id, _args, _succ in tx.pending))
@@ -453,10 +444,9 @@ class Reporter:
                             return False
                         work.extend(tx.later)
                         continue
-                    except Exception:
-                        LOG.exception("node %s (traversal %s): could not report to %d points "
-                                      "in one transaction; one by one", sender, traversal,
-                                      len(batch))
+                    except Exception as exc:
+                        _split(exc, f"node {sender} (traversal {traversal}): its report to "
+                               f"{len(batch)} points")
                     for succ in batch:
                         if not self._report_alone(ctx, sender, data, succ):
                             return False
@@ -491,3 +481,14 @@ def _inline(ctx: Ctx, end: End | None, succ: Node) -> bool:
             and succ == Node(ctx.node.resource_id, False)
             and end[0] == ctx.node.resource_id and ctx.node.resource_id in ctx.held)
 
+
+def _split(exc: Exception, what: str) -> None:
+    """A transaction of reports failed; they are written again in smaller
+    ones, which do the same work. A conflict (the database chose it as a
+    deadlock's victim: a stack's points purged while its nodes report) is
+    expected under contention: one line. Anything else, with its traceback."""
+    if is_conflict(exc):
+        LOG.warning("%s lost a conflict (%s); writing it step by step", what,
+                    (str(exc).strip().splitlines() or [""])[0])
+    else:
+        LOG.error("%s failed; writing it step by step", what, exc_info=exc)

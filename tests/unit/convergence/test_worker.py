@@ -362,6 +362,42 @@ def test_a_report_that_loses_a_deadlock_is_written_step_by_step_with_a_warning(
     assert set(updates.values()) == {1}
 
 
+def test_a_later_batch_of_reports_that_loses_a_deadlock_is_one_warning(
+        rig, monkeypatch, caplog):
+    """The reports past the first transaction's (a node with more than
+    ``REPORT_IN_ONE`` successors) lost a deadlock (the 400-fault run, seed
+    5252: a stack's points purged meanwhile): one WARNING line, no
+    traceback, and the reports are written one by one."""
+    import functools
+    import logging
+
+    import sqlalchemy as sa
+    from sharemgr.convergence import report
+
+    class Deadlock(Exception):
+        pgcode = "40P01"
+
+    e = rig.engine()
+    leaves = [f"l{i}" for i in range(report.REPORT_IN_ONE + 2)]
+    rig.create("fan", _fan_out(leaves))
+    real, lost = lifecycle.in_one_transaction, []
+
+    def in_one_transaction(db, work):
+        if isinstance(work, functools.partial) and not lost:
+            lost.append(work)
+            raise sa.exc.OperationalError("UPDATE sync_points", {}, Deadlock(
+                "deadlock detected"))
+        return real(db, work)
+
+    monkeypatch.setattr(lifecycle, "in_one_transaction", in_one_transaction)
+    with caplog.at_level(logging.WARNING, logger="sharemgr.convergence.report"):
+        e.pump()
+    assert lost and _status(rig, "fan") == ("CREATE", "COMPLETE")
+    lines = [r for r in caplog.records if r.name == "sharemgr.convergence.report"]
+    assert [r.levelname for r in lines] == ["WARNING"], [r.getMessage() for r in lines]
+    assert "lost a conflict" in lines[0].getMessage() and lines[0].exc_info is None
+
+
 def test_the_watchdog_leaves_a_node_alone_while_it_is_still_reporting(rig, monkeypatch):
     """A wide fan-out's later batches are written after the node's request
     is done: the node looks ready, unreported and without a live request.
