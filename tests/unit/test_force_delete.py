@@ -10,7 +10,7 @@ import logging
 import pytest
 from sharemgr.common import vocab
 from sharemgr.common.outcome import Result
-from sharemgr.db import api, models
+from sharemgr.db import api, models, quiet
 from sharemgr.manager import backup_ops, delete_plans, plans
 from sharemgr.manager.plans import Op
 
@@ -217,8 +217,12 @@ def test_share_delete_plan_refuses_replicas_and_takes_the_primary(engine):
     db = engine.db
     inst = make_share(db, vocab.AVAILABLE)
     plan = delete_plans.delete(db, vocab.SHARE, inst.share_id)
+    # The primary deleting, then the share's anchor: the refusals below are
+    # checked again after it, in the writing transaction (db/quiet.py).
     assert list(plan.changes) == [(models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
-                             {"status": vocab.DELETING})]
+                                   {"status": vocab.DELETING}), quiet.anchor(inst.share_id)]
+    assert [c.model for c in plan.conditions] == [models.ShareInstance,
+                                                  models.ShareSnapshotInstance]
     rep = make_replica(db, vocab.AVAILABLE)
     with pytest.raises(plans.Refused, match="has replicas"):
         delete_plans.delete(db, vocab.SHARE, rep.share_id)
