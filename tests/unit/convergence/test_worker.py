@@ -326,12 +326,10 @@ def test_a_wide_fan_out_reports_in_batches_and_completes(rig, monkeypatch):
     assert _one_each(rig, ("share",)) == sorted(f"fan-{n}" for n in [*leaves, "sink"])
 
 
-def test_a_report_that_loses_a_deadlock_is_written_step_by_step_with_a_warning(
-        rig, monkeypatch, caplog):
-    """PostgreSQL picks a node's report transaction as a deadlock's victim
-    (seen in the fault run: a stack's points purged while its nodes report).
-    A conflict, not a bug: one WARNING line, no traceback, and the steps do
-    the same work (the stack completes, each node checked once)."""
+def _pumped_losing_one_deadlock(e, monkeypatch, caplog, hit) -> None:
+    """``e`` runs every check; the first reporting transaction ``hit(work)``
+    picks is chosen as a deadlock's victim (PostgreSQL's 40P01). Asserts
+    it was, and that it cost one WARNING line with no traceback."""
     import logging
 
     import sqlalchemy as sa
@@ -339,12 +337,10 @@ def test_a_report_that_loses_a_deadlock_is_written_step_by_step_with_a_warning(
     class Deadlock(Exception):
         pgcode = "40P01"
 
-    e = rig.engine()
-    rig.create("fan", _fan_out(["l0", "l1"]))
-    real, lost = lifecycle.in_one_transaction, []
+    real, lost = lifecycle.in_one_transaction, list[object]()
 
     def in_one_transaction(db, work):
-        if getattr(work, "__name__", "") == "report" and not lost:
+        if hit(work) and not lost:
             lost.append(work)
             raise sa.exc.OperationalError("UPDATE sync_points", {}, Deadlock(
                 "deadlock detected"))
@@ -353,10 +349,23 @@ def test_a_report_that_loses_a_deadlock_is_written_step_by_step_with_a_warning(
     monkeypatch.setattr(lifecycle, "in_one_transaction", in_one_transaction)
     with caplog.at_level(logging.WARNING, logger="sharemgr.convergence.report"):
         e.pump()
-    assert lost and _status(rig, "fan") == ("CREATE", "COMPLETE")
+    assert lost
     lines = [r for r in caplog.records if r.name == "sharemgr.convergence.report"]
     assert [r.levelname for r in lines] == ["WARNING"], [r.getMessage() for r in lines]
     assert "lost a conflict" in lines[0].getMessage() and lines[0].exc_info is None
+
+
+def test_a_report_that_loses_a_deadlock_is_written_step_by_step_with_a_warning(
+        rig, monkeypatch, caplog):
+    """PostgreSQL picks a node's report transaction as a deadlock's victim
+    (seen in the fault run: a stack's points purged while its nodes report).
+    A conflict, not a bug: one WARNING line, no traceback, and the steps do
+    the same work (the stack completes, each node checked once)."""
+    e = rig.engine()
+    rig.create("fan", _fan_out(["l0", "l1"]))
+    _pumped_losing_one_deadlock(e, monkeypatch, caplog,
+                                lambda work: getattr(work, "__name__", "") == "report")
+    assert _status(rig, "fan") == ("CREATE", "COMPLETE")
     updates = collections.Counter(c.args["resource_id"] for c in rig.checks()
                                   if c.args["is_update"])
     assert set(updates.values()) == {1}
@@ -369,33 +378,14 @@ def test_a_later_batch_of_reports_that_loses_a_deadlock_is_one_warning(
     5252: a stack's points purged meanwhile): one WARNING line, no
     traceback, and the reports are written one by one."""
     import functools
-    import logging
 
-    import sqlalchemy as sa
     from sharemgr.convergence import report
 
-    class Deadlock(Exception):
-        pgcode = "40P01"
-
     e = rig.engine()
-    leaves = [f"l{i}" for i in range(report.REPORT_IN_ONE + 2)]
-    rig.create("fan", _fan_out(leaves))
-    real, lost = lifecycle.in_one_transaction, []
-
-    def in_one_transaction(db, work):
-        if isinstance(work, functools.partial) and not lost:
-            lost.append(work)
-            raise sa.exc.OperationalError("UPDATE sync_points", {}, Deadlock(
-                "deadlock detected"))
-        return real(db, work)
-
-    monkeypatch.setattr(lifecycle, "in_one_transaction", in_one_transaction)
-    with caplog.at_level(logging.WARNING, logger="sharemgr.convergence.report"):
-        e.pump()
-    assert lost and _status(rig, "fan") == ("CREATE", "COMPLETE")
-    lines = [r for r in caplog.records if r.name == "sharemgr.convergence.report"]
-    assert [r.levelname for r in lines] == ["WARNING"], [r.getMessage() for r in lines]
-    assert "lost a conflict" in lines[0].getMessage() and lines[0].exc_info is None
+    rig.create("fan", _fan_out([f"l{i}" for i in range(report.REPORT_IN_ONE + 2)]))
+    _pumped_losing_one_deadlock(e, monkeypatch, caplog,
+                                lambda work: isinstance(work, functools.partial))
+    assert _status(rig, "fan") == ("CREATE", "COMPLETE")
 
 
 def test_the_watchdog_leaves_a_node_alone_while_it_is_still_reporting(rig, monkeypatch):
