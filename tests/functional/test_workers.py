@@ -18,7 +18,7 @@ import pytest
 from sharemgr.common import vocab
 
 from tests.functional.harness import SETUPS, database, intake, servers, wait_until
-from tests.functional.local_harness import free_port
+from tests.functional.local_harness import free_ports
 
 UP = "share-manager up: host"  # a child's; the parent's line differs
 
@@ -53,7 +53,7 @@ def test_engine_processes_are_engines_replaced_and_signalled(deployment, setup, 
     name, urls = setup
     gates = tmp_path / "gates"
     gates.mkdir()
-    port = free_port()
+    port = free_ports(2)  # one per engine process
     d = deployment(**urls, extra={
         "DEFAULT": {"workers": "2", "peer_reconciliation_grace_seconds": "1",
                     "startup_reconciliation_wait_seconds": "0"},
