@@ -418,24 +418,31 @@ def test_an_engine_stops_while_redis_is_away(deployment, pg_url, redis_url):
     assert engine.terminate(timeout=45) == 0
 
 
-def _frozen_in_transaction(engine, admin: sa.Engine, busy) -> int:
-    """Freeze ``engine`` (the only engine running) at a moment its
+def _frozen_in_transaction(engine, admin: sa.Engine) -> int:
+    """Freeze ``engine`` (the only engine writing) at a moment its
     PostgreSQL session is idle inside a transaction that wrote (rows locked
-    until it ends), while ``busy()`` says it has work; returns that
-    session's server pid. Each try freezes it, looks, and thaws it again
-    when it is between transactions."""
-    look = sa.text("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                   "AND state = 'idle in transaction' AND backend_xid IS NOT NULL")
-    while busy():
-        os.kill(engine.proc.pid, signal.SIGSTOP)
-        _wait_stopped(engine.proc.pid)
-        with admin.connect() as conn:
-            found = conn.execute(look).scalars().first()
-        if found is not None:
-            return int(found)
-        os.kill(engine.proc.pid, signal.SIGCONT)
-        time.sleep(0.02)
-    raise AssertionError("the engine's work ended before it was caught inside a transaction")
+    until it ends); returns that session's server pid. No luck in it: the
+    stack's events are locked against writers until the engine waits on
+    them inside a transaction that wrote (every node's begin and report
+    writes an event after its first row), the engine is frozen there, and
+    the lock let go, so its statement ends on the server and its session
+    sits idle inside the transaction while the engine stays frozen."""
+    waiting = sa.text(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event = 'relation' AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()")
+    idle = sa.text("SELECT state FROM pg_stat_activity WHERE pid = :pid")
+    with admin.connect() as conn:
+        with conn.begin():
+            conn.execute(sa.text("LOCK TABLE stack_events IN SHARE ROW EXCLUSIVE MODE"))
+            pid = wait_until(lambda: conn.execute(waiting).scalars().first(), timeout=60,
+                             what="the engine waiting on the events inside a transaction")
+            os.kill(engine.proc.pid, signal.SIGSTOP)
+            _wait_stopped(engine.proc.pid)
+        # Ended already, if the server's timeout came first.
+        wait_until(lambda: conn.execute(idle, {"pid": pid}).scalar() in (
+            "idle in transaction", None), timeout=30,
+            what="the frozen engine's session idle inside its transaction")
+    return int(pid)
 
 
 def test_an_engine_frozen_inside_a_transaction_holds_up_no_peer(deployment, pg_url, redis_url):
@@ -458,8 +465,9 @@ def test_an_engine_frozen_inside_a_transaction_holds_up_no_peer(deployment, pg_u
     d.sharectl("stack", "create", "many", "-t", str(template))
     admin = sa.create_engine(pg_url)
     try:
-        pid = _frozen_in_transaction(
-            a, admin, lambda: d.json("stack", "show", "many")["status"] == "IN_PROGRESS")
+        wait_until(lambda: d.json("stack", "show", "many")["status"] == "IN_PROGRESS",
+                   what="the stack under way")
+        pid = _frozen_in_transaction(a, admin)
         alive = sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
 
         def ended() -> bool:
