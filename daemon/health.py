@@ -122,6 +122,18 @@ def backend_states(service: Engine) -> dict[str, tuple[bool, str]]:
     return {name: (True, "set up") for name in service.drivers}
 
 
+def cannot_listen(bind_host: str, port: int) -> str | None:
+    """Why the endpoint could not listen on ``bind_host:port`` now (None:
+    it could), found by binding as the endpoint does and letting go: a
+    parent checks its children's ports before it forks any."""
+    try:
+        server = (_Server6 if ":" in bind_host else _Server)((bind_host, port), _Handler)
+    except OSError as exc:
+        return f"[health] cannot listen on {bind_host}:{port}: {exc.strerror or exc}"
+    server.server_close()
+    return None
+
+
 class HealthServer:
     """The endpoint of one daemon (``service``: its ``db``, ``coordinator``,
     ``engine_id``, ``host`` and ``drivers``, read at each check)."""

@@ -31,7 +31,7 @@ from cotyledon.types import WorkerId
 from oslo_config import cfg
 from oslo_log import log as logging
 from sharemgr.common import tasks
-from sharemgr.daemon import signals, systemd
+from sharemgr.daemon import health, signals, systemd
 from sharemgr.daemon.database import open_database
 from sharemgr.db import migration
 from sharemgr.db.engine import DatabaseUnavailable, safe_url
@@ -125,7 +125,16 @@ class ToParent(systemd.Notifier):
 
 def preflight(conf: cfg.ConfigOpts) -> str | None:
     """What stops every child at once, found before any is forked (None:
-    nothing): the database's schema. The parent holds no connection after."""
+    nothing): a health port in use (child N listens on port + N: one taken
+    would have that child fail its start and be started again, in a loop)
+    and the database's schema. The parent holds no connection after."""
+    health_opts = conf.health
+    if health_opts.enabled and health_opts.port:
+        for worker in range(conf.workers):
+            why = health.cannot_listen(health_opts.bind_host, health_opts.port + worker)
+            if why is not None:
+                return f"{why} (engine process {worker} of {conf.workers} listens on " \
+                       f"[health] port + {worker})"
     try:
         db = open_database(conf)
     except DatabaseUnavailable as exc:

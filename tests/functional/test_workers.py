@@ -133,6 +133,30 @@ def test_a_schema_the_children_cannot_run_on_stops_the_parent(deployment, pg_url
     assert "engine processes" not in out.stdout + out.stderr
 
 
+def test_a_health_port_in_use_stops_the_parent(deployment):
+    """Child N listens on [health] port + N: the second's port taken (by
+    another program) stops the parent with one line, before any child is
+    forked. Before, that child failed its start and was started again, over
+    and over, while the first served."""
+    port = free_ports(2)
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", port + 1))
+        taken.listen()
+        d = deployment(extra={"DEFAULT": {"workers": "2"},
+                              "health": {"enabled": "true", "port": str(port)}})
+        d.sync()
+        out = d.run_manager(timeout=60)
+    assert out.returncode == 1
+    text = out.stdout + out.stderr
+    errors = [line for line in text.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, errors
+    assert f"share-manager cannot start: [health] cannot listen on 127.0.0.1:{port + 1}: " \
+        "Address already in use (engine process 1 of 2 listens on [health] port + 1)" \
+        in errors[0]
+    assert "engine processes" not in text and "Traceback" not in text
+
+
 def test_systemd_hears_ready_once_every_child_is_up(deployment, tmp_path):
     """Type=notify with NotifyAccess=main: the parent says READY=1 once both
     children are up (cotyledon alone says it as it forks), feeds the

@@ -175,6 +175,20 @@ def test_a_port_in_use_is_one_line():
     assert str(exc.value) == f"[health] cannot listen on 127.0.0.1:{port}: Address already in use"
 
 
+def test_a_port_is_checked_as_the_endpoint_binds_it_and_let_go():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert health.cannot_listen("127.0.0.1", port) == \
+            f"[health] cannot listen on 127.0.0.1:{port}: Address already in use"
+    # Free: the check leaves nothing bound, and the endpoint then listens there.
+    assert health.cannot_listen("127.0.0.1", port) is None
+    server = health.HealthServer(_service(), "127.0.0.1", port, 1.0)
+    server.start()
+    server.stop()
+
+
 def test_ipv6_loopback():
     try:
         server = health.HealthServer(_service(), "::1", 0, 1.0)
