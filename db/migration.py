@@ -173,3 +173,23 @@ def can_run(db: Database) -> tuple[bool, str | None]:
                       "only): running")
     return False, (f"the database is at revision {at}, newer than this engine's {mine}, "
                    f"and needs engines from revision {lowest or at} on: upgrade this engine")
+
+
+def schema_diff(conn: Connection) -> list[object]:
+    """What alembic finds between the connected database's schema and the
+    models' (empty: the same). An object the models make on some dialects
+    only (``ddl_if``, e.g. PostgreSQL's partial index of the claim) is
+    compared on those only: alembic does not read ``ddl_if`` itself."""
+    from alembic.autogenerate import compare_metadata
+    from sharemgr.db import models
+
+    def include(obj: object, _name: str | None, _type: str, _reflected: bool,
+                _compare_to: object) -> bool:
+        only = getattr(obj, "_ddl_if", None)  # SQLAlchemy keeps ddl_if() here
+        dialect = getattr(only, "dialect", None)
+        if dialect is None:
+            return True
+        return conn.dialect.name in ((dialect,) if isinstance(dialect, str) else dialect)
+
+    context = MigrationContext.configure(conn, opts={"include_object": include})
+    return list(compare_metadata(context, models.Base.metadata))
