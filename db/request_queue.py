@@ -108,11 +108,10 @@ def _claim_statements(any_host: bool, hosts: int, skip_locked: bool, returning: 
         # partial index of pending rows of no host for those (migration
         # 0019). Right after a preparation wrote 50,000 pending checks, the
         # statistics still said the table was empty, and the planner
-        # sorted every pending row at each claim: 23 ms a claim, 0.1 with
-        # these walks. The rows a part locked beyond those taken are let go
-        # at the commit.
-        # The status written out: the partial index's predicate must be
-        # seen in the statement the server plans.
+        # sorted every pending row at each claim: 23 ms a claim with its
+        # commit, 4.7 with these walks. The rows a part locked beyond those
+        # taken are let go at the commit. The status is written out in the
+        # statement: the server must see the partial index's predicate.
         pending: sa.BindParameter[str] = sa.bindparam("pending", vocab.REQUEST_PENDING,
                                                       literal_execute=True)
         parts = [sa.select(c.id).where(c.status == pending, m)
