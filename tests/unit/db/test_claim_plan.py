@@ -1,5 +1,6 @@
-"""The claim of pending requests on SQLite seeks each of its hosts (and the
-rows of no host) on an index in id order and stops after the rows it takes:
+"""The claim of pending requests seeks each of its hosts (and the rows of no
+host) on an index in id order and stops after the rows it takes, on SQLite,
+MariaDB and PostgreSQL (whatever its statistics say):
 no sort of every pending row (a stack's preparation writes one pending
 request per leaf, 50,000 for a stack of 50,000 independent shares, and each
 claim sorted them all), and no walk of every pending row to test its host
@@ -8,6 +9,7 @@ claim sorted them all), and no walk of every pending row to test its host
 from __future__ import annotations
 
 import datetime
+
 import pytest
 import sqlalchemy as sa
 from sharemgr.db import migration, request_queue
