@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from oslo_log import log as logging
 from prometheus_client import CollectorRegistry, make_wsgi_app
@@ -122,15 +122,24 @@ def backend_states(service: Engine) -> dict[str, tuple[bool, str]]:
     return {name: (True, "set up") for name in service.drivers}
 
 
+def _listen(bind_host: str, port: int) -> _Server:
+    """The endpoint's server, bound and listening (no application yet);
+    HealthUnavailable, in one line, if it cannot be."""
+    try:
+        return (_Server6 if ":" in bind_host else _Server)((bind_host, port), _Handler)
+    except OSError as exc:
+        raise HealthUnavailable(
+            f"[health] cannot listen on {bind_host}:{port}: {exc.strerror or exc}")
+
+
 def cannot_listen(bind_host: str, port: int) -> str | None:
     """Why the endpoint could not listen on ``bind_host:port`` now (None:
     it could), found by binding as the endpoint does and letting go: a
     parent checks its children's ports before it forks any."""
     try:
-        server = (_Server6 if ":" in bind_host else _Server)((bind_host, port), _Handler)
-    except OSError as exc:
-        return f"[health] cannot listen on {bind_host}:{port}: {exc.strerror or exc}"
-    server.server_close()
+        _listen(bind_host, port).server_close()
+    except HealthUnavailable as exc:
+        return str(exc)
     return None
 
 
@@ -158,13 +167,11 @@ class HealthServer:
         self._pool = futures.ThreadPoolExecutor(max_workers=4,
                                                 thread_name_prefix="health-check")
         try:
-            self._server = make_server(bind_host, port, self._app,
-                                       server_class=_Server6 if ":" in bind_host else _Server,
-                                       handler_class=_Handler)
-        except OSError as exc:
+            self._server = _listen(bind_host, port)
+        except HealthUnavailable:
             self._pool.shutdown(wait=False)
-            raise HealthUnavailable(
-                f"[health] cannot listen on {bind_host}:{port}: {exc.strerror or exc}")
+            raise
+        self._server.set_app(self._app)
         self.address = self._server.server_address[:2]
         self._lock = threading.Lock()
         self._failed: list[str] = []
