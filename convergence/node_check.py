@@ -14,7 +14,7 @@ from sharemgr.convergence.template import Template
 from sharemgr.db import models
 
 __all__ = ["ENDED", "RECORDED", "REPLAN", "RETRY", "SUPERSEDED", "Claimed", "Ctx",
-           "NodeEnd", "Outcome", "Result", "ended"]
+           "Ending", "NodeEnd", "Outcome", "Result", "ended"]
 
 LOG = logging.getLogger(__name__)
 
@@ -55,19 +55,33 @@ class Ctx:
     template: Template | None = None  # the traversal's: what successors read (passed_on)
 
 
-# How a node's check ends, every way it can: the successor it claimed to
-# run next in this thread, if any, and its request's outcome — RECORDED (its
+# How a node's check ends, every way it can: the checks it claimed to run
+# next in this thread (a successor it made ready, or the next pending
+# checks its report took), and its request's outcome — RECORDED (its
 # report wrote it), DONE (the request loop writes it), STALE (it did
 # nothing: superseded, ended, forwarded, bailed; the reason is noted on the
 # request), NOT_NOW (an outage cut it: given back), RETRY (a fast path
 # found the row's lock moved: the general path takes over).
-NodeEnd = tuple["Claimed | None", Outcome[object]]
+NodeEnd = tuple[tuple["Claimed", ...], Outcome[object]]
 
 
 @dataclass(frozen=True)
 class Claimed:
-    """A successor's check this engine claimed as it made the node ready."""
+    """A check this engine claimed in a report's transaction, to run next in
+    the reporting thread: a successor the report made ready, or a pending
+    check it took."""
 
     req_id: int
     args: models.RequestArgs
     head: Head
+
+
+@dataclass(frozen=True)
+class Ending:
+    """A node whose check ends in a report's transaction
+    (``Reporter.end_many``): its context, its outcome and, from a fast
+    path, its row's end."""
+
+    ctx: Ctx
+    outcome: Outcome
+    end: End | None = None

@@ -10,17 +10,21 @@ newest traversal when that node is ready. A node that failed marks the stack
 FAILED with the reason — or starts the rollback in the same transaction — so
 a failure can never leave the stack waiting for a node that will not report.
 
-Two ways in: :meth:`Reporter.end_and_report`, the check's end, its row's
-end, its locks' release and its first ``REPORT_IN_ONE`` reports in one
-transaction (claiming a successor to run next in this thread); and
+Two ways in: :meth:`Reporter.end_many`, for nodes of one traversal whose
+checks end in one transaction (a thread's ``Run`` gathers the ends of its
+fast paths' nodes, a batch of them paced by ``Pace``): their ends, their
+rows' ends, their locks' release and their first ``REPORT_IN_ONE`` reports
+each (``points.py``), claiming what runs next in this thread; and
 :meth:`Reporter.after`, for a check whose locks were released already.
 Both leave further reports to :meth:`Reporter._report_later`.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from oslo_log import log as logging
@@ -33,48 +37,27 @@ from sharemgr.convergence.node_check import (
     Claimed,
     Ctx,
     End,
+    Ending,
     NodeEnd,
     Outcome,
     Result,
     ended,
 )
+from sharemgr.convergence.points import REPORT_IN_ONE, Points, Tx, Work
 from sharemgr.convergence.row_locks import RowLocks
-from sharemgr.db import models, request_queue, resource_locks, stack_work, sync_points
+from sharemgr.db import resource_locks, stack_work, sync_points
 from sharemgr.db.engine import Database
 from sharemgr.db.retry import is_conflict
+from sharemgr.manager.outage import is_outage
 from sqlalchemy.orm import Session
 
 LOG = logging.getLogger(__name__)
 
-# Successors a node reports to in the transaction that ends it (in sorted
-# order: SyncPoints are locked in one order); the rest, one transaction each.
-REPORT_IN_ONE = 8
-# Clean-up nodes with nothing to do that one transaction reports for as it
-# makes them ready (``Reporter._cascade_tx``), instead of writing their checks:
-# bounded so that a long chain's clean-up does not become one long transaction.
-INLINE_LIMIT = 64
-
-# (sender, data, successors) left to report
-Work = list[tuple[Node, dict[str, JSONValue] | None, list[Node]]]
-
-
-@dataclass
-class _Tx:
-    """What one reporting transaction does with the nodes its writes make
-    ready (``Reporter._ready_tx``)."""
-
-    complete: Callable[[Session], None]  # the stack's point made ready: end the traversal
-    own: bool = False  # the transaction that ends the check's node (``end_and_report``)
-    end: End | None = None  # the row's end that transaction writes (a fast path's)
-    claim: bool = False  # claim the first node that needs a check, to run next here
-    queue: list[Node] = field(default_factory=list)  # clean-ups with nothing to do: reported in it
-    inlined: int = 0  # how many joined the queue
-    later: Work = field(default_factory=list)
-    roots: list[Node] = field(default_factory=list)  # reported to the stack's point at the end
-    # claimed: request, args, node
-    pending: list[tuple[int, models.RequestArgs, Node]] = field(default_factory=list)
-    batch: list[Node] = field(default_factory=list)  # the successors being reported to
-    free: dict[int, bool] = field(default_factory=dict)  # rows read free and current, or not
+# At most this many nodes' ends are written by one report (``Run``), and
+# the first of them waits at most this long for the others; a batch is as
+# many nodes as this engine runs in that time (``Pace``).
+BATCH = 16
+BATCH_SECONDS = 0.25
 
 
 class _RowTaken(Exception):
@@ -92,51 +75,67 @@ class Reporter:
         self.locks = locks
         self.tracker = locks.tracker
         # Whether a check may take the next pending check as it reports
-        # (``_take_tx``): the daemon's request loop says (claiming, a member).
+        # (``Points.take_tx``): the daemon's request loop says (claiming, a member).
         self.take_next: Callable[[], bool] = lambda: False
         # Whether it may claim a successor it makes ready, to run next in
         # its thread: not while its engine stops or is out of the group
         # (the request loop's ``may_claim`` too), or its peers would
         # abandon that request and run the node again.
         self.may_chain: Callable[[], bool] = lambda: True
-
-    def _take_tx(self, session: Session, tx: _Tx) -> None:
-        """No successor to run next: take the oldest pending check (this
-        traversal's next leaf, mostly) in this transaction, to run next in
-        this thread, as the request loop would have claimed it for the
-        thread once free — without a transaction of its own."""
-        taken = request_queue.take_check_tx(session, self.engine_id)
-        if taken is None:
-            return
-        self.tracker.running(taken.id)
-        args: models.RequestArgs = taken.args or {}
-        rid = args.get("resource_id")
-        # A malformed request (a bug) is read no further here: its check
-        # fails as the request loop's would, and its end is recorded.
-        tx.pending.append((taken.id, args, Node(rid if isinstance(rid, int) else 0,
-                                                bool(args.get("is_update")))))
+        self.points = Points(engine_id, self.tracker)
 
     def _mark(self, ctx: Ctx, work: Work, add: bool = True) -> None:
         self.tracker.mark_reporting(ctx.stack_id, ctx.traversal, work, add)
 
     def end_and_report(self, ctx: Ctx, outcome: Outcome, end: End | None = None
                        ) -> NodeEnd:
-        """End the node in one transaction: report to its successors'
-        SyncPoints (up to ``REPORT_IN_ONE`` of them, in sorted order; from a
-        root, to the stack's) — the points first, for the lock order —, end
-        the row's action (``end``, a fast path's) and release its locks, and record the
-        check's own request. A successor made ready is enqueued in it, or
-        (the first) claimed by this engine to run next in this thread (its
-        request row, ``running`` for us, is the durable trigger); a clean-up
-        node made ready that has nothing to do is reported for in it
-        (``_cascade_tx``). Further successors are reported to afterwards
-        (``_report_later``). On a database error the pieces are written one
-        by one, as ``after`` does. Its end: RECORDED (the check's request
-        done in the transaction) with the claimed successor, if any; DONE
-        when written step by step; STALE when the row was taken over."""
-        node, graph = ctx.node, ctx.graph
-        targets = sorted(graph.required_by(node))
+        """One node's end (``end_many``); it takes one pending check when it
+        claims no successor and its thread may run more."""
+        outcomes, claimed = self.end_many([Ending(ctx, outcome, end)], 1 if ctx.chain > 0 else 0)
+        return claimed, outcomes[0]
+
+    def end_many(self, endings: Sequence[Ending], take: int
+                 ) -> tuple[list[Outcome[object]], tuple[Claimed, ...]]:
+        """End nodes of one traversal in one transaction: report each to
+        its successors' SyncPoints (up to ``REPORT_IN_ONE`` of them, in
+        sorted order) — the points first, for the lock order —, then, from
+        the roots among them, to the stack's point in one count; end the
+        rows' actions (a fast path's ``end``) and release their locks, and
+        record the checks' own requests. A successor made ready is
+        enqueued in it, or (the first) claimed by this engine to run next in
+        this thread (its request row, ``running`` for us, is the durable
+        trigger); with none, up to ``take`` pending checks are taken to run
+        next. A clean-up node made ready that has nothing to do is reported
+        for in it (``Points.cascade_tx``). Further successors are reported to
+        afterwards (``_report_later``). Each ending's outcome: RECORDED (its
+        request done in the transaction). When the transaction fails,
+        nothing of it is written: several endings are then written one by
+        one; one is written piece by piece, as ``after`` does (DONE), or,
+        when its row was taken over, bails (STALE)."""
+        try:
+            found, laters, claimed = self._end_tx(endings, take)
+        except Exception as exc:
+            if len(endings) > 1:
+                what = f"{len(endings)} nodes (traversal {endings[0].ctx.traversal})"
+                if isinstance(exc, _RowTaken):
+                    LOG.info("%s: the row of one was taken over; each ends alone", what)
+                else:
+                    _split(exc, f"{what}: their ends and reports")
+                return [self._alone(e) for e in endings], ()
+            if isinstance(exc, _RowTaken):
+                return [self._row_taken(endings[0], exc.rid)], ()
+            return [self._apart(endings[0], exc)], ()
+        self._after_commit(endings, found, laters, claimed)
+        return [RECORDED] * len(endings), claimed
+
+    def _end_tx(self, endings: Sequence[Ending], take: int
+                ) -> tuple[bool, list[Work], tuple[Claimed, ...]]:
+        """``end_many``'s transaction: whether every point it wrote to was
+        there, each ending's reports left for later, the checks claimed.
+        Raises with nothing written (``_RowTaken``: a row's lock moved)."""
+        first = endings[0].ctx
         claimed: list[Claimed] = []
+        laters: list[Work] = [[] for _ in endings]
         written = marked = False
 
         def own_writes(session: Session) -> None:
@@ -144,99 +143,131 @@ class Reporter:
             if written:
                 return
             written = True
-            ended_rid = None if end is None else end[0]
-            op_id = None if end is None else end[3]
-            # The operation's request and the check's own, done in one UPDATE;
-            # requests before the row, as a lone end writes them.
-            stack_work.finish_requests_tx(session, (ctx.req_id, *(() if op_id is None
-                                                                 else (op_id,))),
-                                          self.engine_id, vocab.REQUEST_DONE)
-            if end is not None:
-                rid, action, values, _op, key = end
-                if not stack_work.end_tx(session, rid, self.engine_id, action,
-                                         vocab.STACK_COMPLETE, None, values,
-                                         release=rid in ctx.held, key=key):
-                    raise _RowTaken(rid)  # nothing of this transaction may commit
-            for rid in dict.fromkeys(ctx.held):
-                if rid != ended_rid:  # released as it ended
-                    resource_locks.resource_lock_release_tx(session, rid, self.engine_id)
+            # The operations' requests and the checks' own, done in one UPDATE;
+            # requests before the rows, as a lone end writes them.
+            stack_work.finish_requests_tx(session, [
+                *(e.ctx.req_id for e in endings),
+                *(e.end[3] for e in endings if e.end is not None and e.end[3] is not None)],
+                self.engine_id, vocab.REQUEST_DONE)
+            for e in endings:
+                ended_rid = None
+                if e.end is not None:
+                    ended_rid, action, values, _op, key = e.end
+                    if not stack_work.end_tx(session, ended_rid, self.engine_id, action,
+                                             vocab.STACK_COMPLETE, None, values,
+                                             release=ended_rid in e.ctx.held, key=key):
+                        raise _RowTaken(ended_rid)  # nothing of this transaction may commit
+                for rid in dict.fromkeys(e.ctx.held):
+                    if rid != ended_rid:  # released as it ended
+                        resource_locks.resource_lock_release_tx(session, rid, self.engine_id)
 
         def complete(session: Session) -> None:
-            over = lifecycle.end_tx(session, ctx.stack_id, ctx.traversal)
+            over = lifecycle.end_tx(session, first.stack_id, first.traversal)
             own_writes(session)
             lifecycle.purge_tx(session, over)
 
-        tx = _Tx(complete, own=True, end=end, claim=ctx.chain > 0 and self.may_chain())
-        if targets[REPORT_IN_ONE:]:
-            tx.later.append((node, outcome.data, targets[REPORT_IN_ONE:]))
+        tx = Tx(complete, own=True, claim=take > 0 and self.may_chain())
 
         def report(session: Session) -> bool:
             nonlocal marked
-            found = self._reports_tx(session, ctx, tx, node, outcome.data,
-                                     targets[:REPORT_IN_ONE]) \
-                and self._cascade_tx(session, ctx, tx)
+            found, fired = self.points.endings_tx(session, endings, tx, laters)
+            if fired:
+                complete(session)
             own_writes(session)
-            if tx.claim and not tx.pending and self.take_next():
-                self._take_tx(session, tx)
-            for req_id, args, succ in tx.pending:
-                # Its head is read last, after this check's own writes, so it sees them.
-                claimed.append(Claimed(req_id, args, stack_work.check_head_tx(
-                    session, str(args.get("stack_id") or ""), succ.resource_id)))
+            claimed.extend(self.points.claimed_tx(
+                session, tx, take if tx.claim and self.take_next() else 0))
             # Before the commit: from it on, these senders have reports left.
-            self._mark(ctx, tx.later)
+            for e, later in zip(endings, laters, strict=True):
+                self._mark(e.ctx, later)
             marked = True
             return found
 
         try:
             found = lifecycle.in_one_transaction(self.db, report)
-        except _RowTaken as taken:
-            return self._row_taken(ctx, tx, end, taken.rid)
-        except Exception as exc:
-            _split(exc, f"node {node} (traversal {ctx.traversal}): its report")
-            if marked:  # the commit failed
-                self._mark(ctx, tx.later, add=False)
-            self.tracker.finished(*(req_id for req_id, _args, _succ in tx.pending))
-            moved = None  # the row whose lock moved on: not ours to release
-            try:
-                if end is not None:
-                    rid, action, values, op_id, key = end
-                    won = stack_work.end(self.db, rid, self.engine_id, action,
-                                         vocab.STACK_COMPLETE, None, values,
-                                         op_request_id=op_id, key=key)
-                    moved = rid if not won and key is not None else None
-                    outcome = ended(won, f"node {node} (resource {rid})", outcome)
-            finally:
-                # Also when the end fails (the database still away): a lock
-                # the engine believes a check of its own holds is never taken
-                # over, and every later check of the node bails on it. Let go
-                # of, it is a leaked lock the next check takes over.
-                self.locks.let_go(ctx.held, moved)
-            self.after(ctx, outcome)
-            return None, Outcome.done()
-        for rid in ctx.held:
-            self.tracker.unclaim(rid)
-        later = list(tx.later)
-        try:
-            if not (found and self._report_later(ctx, tx.later)):
-                self.retrigger(ctx)
         except BaseException:
-            # The claimed successor will not run here: left to the watchdog,
+            if marked:  # the commit failed
+                for e, later in zip(endings, laters, strict=True):
+                    self._mark(e.ctx, later, add=False)
+            self.tracker.finished(*(req_id for req_id, _args, _succ in tx.pending))
+            raise
+        return found, laters, tuple(claimed)
+
+    def _after_commit(self, endings: Sequence[Ending], found: bool, laters: list[Work],
+                      claimed: tuple[Claimed, ...]) -> None:
+        """Once ``end_many``'s transaction committed: the reports it left
+        for later, or, where a point was gone, the retrigger in the newest
+        traversal. One ending's failure here does not keep the others'
+        reports from being written; the first is raised after them."""
+        for e in endings:
+            for rid in e.ctx.held:
+                self.tracker.unclaim(rid)
+        copies = [list(later) for later in laters]
+        failure: Exception | None = None
+        try:
+            for e, later in zip(endings, laters, strict=True):
+                try:
+                    if not (found and self._report_later(e.ctx, later)):
+                        self.retrigger(e.ctx)
+                except Exception as exc:
+                    failure = failure or exc
+            if failure is not None:
+                raise failure
+        except BaseException:
+            # The claimed checks will not run here: left to the watchdog,
             # which abandons a request of ours that no check runs and
             # retriggers its node.
             self.tracker.finished(*(c.req_id for c in claimed))
             raise
         finally:
-            self._mark(ctx, later, add=False)
-        return (claimed[0] if claimed else None), RECORDED
+            for e, later in zip(endings, copies, strict=True):
+                self._mark(e.ctx, later, add=False)
 
-    def _row_taken(self, ctx: Ctx, tx: _Tx, end: End | None, rid: int) -> NodeEnd:
+    def _alone(self, e: Ending) -> Outcome[object]:
+        """One of several endings whose transaction failed, written in one of
+        its own; what fails it then is its check's outcome, as a lone
+        check's would be (an outage: given back; anything else: logged,
+        failed)."""
+        try:
+            return self.end_many([e], 0)[0][0]
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            if is_outage(exc):
+                return Outcome.not_now(f"an outage cut the check: {type(exc).__name__}: {first}")
+            LOG.error("node %s (traversal %s): its end failed", e.ctx.node, e.ctx.traversal,
+                      exc_info=exc)
+            return Outcome.failed(f"{type(exc).__name__}: {first}")
+
+    def _apart(self, e: Ending, exc: Exception) -> Outcome[object]:
+        """A lone ending whose transaction failed: its row's end, its locks'
+        release and its reports written step by step (``after``)."""
+        ctx, outcome, end = e.ctx, e.outcome, e.end
+        _split(exc, f"node {ctx.node} (traversal {ctx.traversal}): its report")
+        moved = None  # the row whose lock moved on: not ours to release
+        try:
+            if end is not None:
+                rid, action, values, op_id, key = end
+                won = stack_work.end(self.db, rid, self.engine_id, action,
+                                     vocab.STACK_COMPLETE, None, values,
+                                     op_request_id=op_id, key=key)
+                moved = rid if not won and key is not None else None
+                outcome = ended(won, f"node {ctx.node} (resource {rid})", outcome)
+        finally:
+            # Also when the end fails (the database still away): a lock the
+            # engine believes a check of its own holds is never taken over,
+            # and every later check of the node bails on it. Let go of, it
+            # is a leaked lock the next check takes over.
+            self.locks.let_go(ctx.held, moved)
+        self.after(ctx, outcome)
+        return Outcome.done()
+
+    def _row_taken(self, e: Ending, rid: int) -> Outcome[object]:
         """The row's end found its lock another engine's (its watchdog judged
         this engine dead while the driver worked): the report was rolled
         back, so the node bails as the general path's does (``node_check.ended``).
         Its driver call succeeded: its request is done; the row is the new
         holder's to end."""
+        ctx, end = e.ctx, e.end
         name = f"node {ctx.node} (traversal {ctx.traversal}, resource {rid})"
-        self.tracker.finished(*(req_id for req_id, _args, _succ in tx.pending))
         try:
             if end is not None and end[3] is not None:
                 stack_work.finish_request(self.db, end[3], self.engine_id, vocab.REQUEST_DONE)
@@ -248,7 +279,7 @@ class Reporter:
         # Not won: node_check's one bail for a taken row (logged there).
         outcome = ended(False, name, Outcome.bailed(name))
         self.after(ctx, outcome)
-        return None, Outcome.stale(outcome.reason or name)
+        return Outcome.stale(outcome.reason or name)
 
     def after(self, ctx: Ctx, outcome: Outcome) -> None:
         """Report the node's outcome once its locks are released; whenever
@@ -283,112 +314,6 @@ class Reporter:
                 LOG.info("stack %s: retriggered resource %s in traversal %s",
                          ctx.stack_name, rid, stack.current_traversal)
 
-    # In one transaction --------------------------------------------------------------
-
-    def _reports_tx(self, session: Session, ctx: Ctx, tx: _Tx, sender: Node,
-                    data: dict[str, JSONValue] | None, succs: list[Node]) -> bool:
-        """``sender``'s report to ``succs`` (its successors, sorted: every
-        multi-point report locks them in that order) in the caller's
-        transaction, or, with none, from a root to the stack's point (left
-        to the end of the transaction, ``_cascade_tx``). False if a point is
-        gone: the traversal is over."""
-        graph, traversal = ctx.graph, ctx.traversal
-        tx.batch = succs
-        for succ in succs:
-            sent, known = graph.sent(sender, succ, data)
-            result = sync_points.sync_tx(session, succ.resource_id, traversal, succ.is_update,
-                                         sender.key, sent, graph.requires_keys(succ), known)
-            if not result.found:
-                return False
-            if result.fired:
-                self._ready_tx(ctx, tx, succ, session, result.input_data)
-        if not succs and graph.is_root(sender):
-            tx.roots.append(sender)  # written last, together (``_cascade_tx``)
-        return True
-
-    def _ready_tx(self, ctx: Ctx, tx: _Tx, succ: Node, session: Session,
-                  input_data: dict[str, JSONValue]) -> None:
-        """``succ`` was made ready in ``tx``: a clean-up with nothing to do
-        joins its queue, to be reported for in it; else its check request is
-        written, claimed by this engine to run next in this thread (the
-        first, in ``end_and_report``) or pending for any engine."""
-        if self._noop_cleanup_tx(session, ctx, tx, succ):
-            tx.queue.append(succ)
-        elif tx.claim and not tx.pending:
-            args = prepare.check_request_args(ctx.stack_id, ctx.traversal, succ, input_data)
-            req_id = stack_work.running_check_tx(session, self.engine_id, succ.resource_id, args)
-            self.tracker.running(req_id)
-            tx.pending.append((req_id, args, succ))
-        else:
-            prepare.enqueue_check_tx(session, ctx.stack_id, ctx.traversal, succ, input_data)
-
-    def _noop_cleanup_tx(self, session: Session, ctx: Ctx, tx: _Tx, succ: Node) -> bool:
-        """Whether ``succ``, made ready in ``tx``, is a clean-up node with
-        nothing to do, whose report ``tx`` can write itself: the clean-up of
-        a row the traversal still wants (its update node, which comes first,
-        has reported), which nobody holds and nothing replaced — what its
-        own check would read before it only reports (the worker's first
-        fast path); no request is written for it, and no crash can cut it
-        in half. The traversal is current and in progress: ``succ``'s
-        point, just written under its lock, exists (a traversal's points
-        are deleted when it is superseded, completes or fails, before its
-        stack row is written), which is all that check would read of the
-        stack. Up to ``INLINE_LIMIT`` per transaction."""
-        if succ.is_update or (succ.resource_id, True) not in ctx.graph \
-                or tx.inlined >= INLINE_LIMIT:
-            return False
-        if (tx.own and _inline(ctx, tx.end, succ)) or self._free_tx(session, ctx, tx, succ):
-            tx.inlined += 1
-            return True
-        return False
-
-    def _free_tx(self, session: Session, ctx: Ctx, tx: _Tx, succ: Node) -> bool:
-        """Whether ``succ``'s row is free and current, read in ``tx`` with
-        those of the clean-up nodes it may make ready next (the rest of the
-        batch, then those after ``succ``): one read for a chain's run of
-        clean-ups, or for a batch of a fan-out's. A row read earlier in the
-        transaction is as good as one read now: every report of ``tx`` is
-        written before its commit, whichever comes first."""
-        rid = succ.resource_id
-        if rid not in tx.free:
-            ahead = ctx.graph.cleanups_ahead([*tx.batch, succ], INLINE_LIMIT - tx.inlined)
-            asked = [rid, *(r for r in ahead if r != rid and r not in tx.free)]
-            free = stack_work.free_and_current_tx(session, asked)
-            tx.free.update((r, r in free) for r in asked)
-        return tx.free[rid]
-
-    def _cascade_tx(self, session: Session, ctx: Ctx, tx: _Tx) -> bool:
-        """Report, in ``tx``, for the clean-up nodes with nothing to do in
-        its queue: each to its first successor, or from a root to the
-        stack's point; their further successors are left to
-        ``_report_later``. Reports that make more such nodes ready add them
-        to the queue. These points are locked after every point of the
-        transaction's batch, and they are clean-up points (of rows the node
-        required) or the stack's: later in the graph than the batch, and
-        written by clean-up nodes only once every update node before them
-        has reported; then the stack's point, for every root the
-        transaction reported for. Should two transactions still deadlock,
-        the database breaks it and the report is written step by step.
-        False if a point is gone."""
-        while tx.queue:
-            node = tx.queue.pop(0)
-            succs = sorted(ctx.graph.required_by(node))
-            if succs[1:]:
-                tx.later.append((node, None, succs[1:]))
-            if not self._reports_tx(session, ctx, tx, node, None, succs[:1]):
-                return False
-        if not tx.roots:
-            return True
-        # The stack's points, last of all: the reports of every root this
-        # transaction ended (a fan-in's leaves, a batch of eight), each to
-        # its own point, then the count on the stack's.
-        result = sync_points.report_roots_tx(
-            session, ctx.stack_id, ctx.traversal, [r.key for r in tx.roots],
-            len(ctx.graph.root_keys()))
-        if result.fired:
-            tx.complete(session)
-        return result.found
-
     # After the transaction -----------------------------------------------------------
 
     def _propagate(self, ctx: Ctx, data: dict[str, JSONValue] | None) -> bool:
@@ -413,7 +338,7 @@ class Reporter:
         clean-ups), up to ``REPORT_IN_ONE`` points per transaction in sorted
         order, as every multi-point report locks them, each with the
         clean-up nodes it made ready that have nothing to do
-        (``_cascade_tx``; their further successors join ``work``, and are
+        (``Points.cascade_tx``; their further successors join ``work``, and are
         marked ``reporting`` until written). A database error (a deadlock
         with a preparation's delete) retries a batch one by one, the nodes
         it makes ready enqueued. False if a point is missing."""
@@ -423,10 +348,10 @@ class Reporter:
         def complete(session: Session) -> None:
             lifecycle.complete_tx(session, ctx.stack_id, traversal)
 
-        def batch_tx(tx: _Tx, sender: Node, data: dict[str, JSONValue] | None, batch: list[Node],
+        def batch_tx(tx: Tx, sender: Node, data: dict[str, JSONValue] | None, batch: list[Node],
                      session: Session) -> bool:
-            if not (self._reports_tx(session, ctx, tx, sender, data, batch)
-                    and self._cascade_tx(session, ctx, tx)):
+            if not (self.points.reports_tx(session, ctx, tx, sender, data, batch)
+                    and self.points.cascade_tx(session, ctx, tx)):
                 return False
             self._mark(ctx, tx.later)  # before the commit, as in end_and_report
             marked.extend(tx.later)
@@ -437,7 +362,7 @@ class Reporter:
                 sender, data, succs = work.pop(0)
                 for i in range(0, len(succs), REPORT_IN_ONE):
                     batch = succs[i:i + REPORT_IN_ONE]
-                    tx = _Tx(complete)
+                    tx = Tx(complete)
                     try:
                         if not lifecycle.in_one_transaction(
                                 self.db, functools.partial(batch_tx, tx, sender, data, batch)):
@@ -472,16 +397,6 @@ class Reporter:
         return result.found
 
 
-def _inline(ctx: Ctx, end: End | None, succ: Node) -> bool:
-    """Whether ``succ`` is the clean-up node of the row ``ctx`` just
-    created, in the transaction that ends it: a row still wanted, which
-    this check held from start to end (so nobody replaced it), has nothing
-    to clean up; its lock, ours, is released in that same transaction."""
-    return (end is not None and ctx.node.is_update
-            and succ == Node(ctx.node.resource_id, False)
-            and end[0] == ctx.node.resource_id and ctx.node.resource_id in ctx.held)
-
-
 def _split(exc: Exception, what: str) -> None:
     """A transaction of reports failed; they are written again in smaller
     ones, which do the same work. A conflict (the database chose it as a
@@ -492,3 +407,54 @@ def _split(exc: Exception, what: str) -> None:
                     (str(exc).strip().splitlines() or [""])[0])
     else:
         LOG.error("%s failed; writing it step by step", what, exc_info=exc)
+
+
+@dataclass
+class Run:
+    """One thread's run of checks (``Worker.check``): the checks it claimed
+    to run next, and the ends of fast paths' nodes its next report writes,
+    up to a batch of them (``Pace``)."""
+
+    pace: Pace
+    queue: collections.deque[Claimed] = field(default_factory=collections.deque)
+    ends: list[Ending] = field(default_factory=list)
+    since: float = 0.0  # when the first of ``ends`` was left for the report
+    started: dict[int, float] = field(default_factory=dict)  # a waiting chained check's start
+
+    def end(self, ending: Ending) -> NodeEnd:
+        """A fast path's end, left to the run's next report (RECORDED: it
+        records the request there)."""
+        if not self.ends:
+            self.since = time.monotonic()
+        self.ends.append(ending)
+        return (), RECORDED
+
+    def waits_for(self, req_id: int) -> bool:
+        """Whether the end of check ``req_id`` waits for the run's report."""
+        return any(e.ctx.req_id == req_id for e in self.ends)
+
+    def full(self) -> bool:
+        """Whether the report is due although more checks are queued: a
+        batch's worth of ends, or the first has waited long enough."""
+        return len(self.ends) >= self.pace.batch() or self.pace.waited(self.since)
+
+
+class Pace:
+    """How long this engine's nodes take, from their claim to their end
+    (a moving average over its threads): a batch is as many nodes as take
+    ``BATCH_SECONDS``, at most ``BATCH`` and at least one — so a backend's
+    slow calls are never queued behind each other in one thread for longer
+    than that, while another thread could have run them."""
+
+    def __init__(self) -> None:
+        self.seconds = BATCH_SECONDS  # a first batch of one
+
+    def node(self, seconds: float) -> None:
+        self.seconds += (seconds - self.seconds) / 8
+
+    def batch(self) -> int:
+        return max(1, min(BATCH, int(BATCH_SECONDS / max(self.seconds, 1e-6))))
+
+    def waited(self, since: float) -> bool:
+        """Whether an end left for the report at ``since`` has waited long enough."""
+        return time.monotonic() - since >= BATCH_SECONDS

@@ -46,8 +46,8 @@ from sharemgr.convergence import decide, retain
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.act import Actor
 from sharemgr.convergence.graph import Graph, Node
-from sharemgr.convergence.node_check import Claimed, Ctx, Head, NodeEnd, Outcome, Result
-from sharemgr.convergence.report import Reporter
+from sharemgr.convergence.node_check import Claimed, Ctx, Ending, Head, NodeEnd, Outcome, Result
+from sharemgr.convergence.report import Pace, Reporter, Run
 from sharemgr.convergence.row_locks import RowLocks
 from sharemgr.convergence.template import Template, template_from_dict
 from sharemgr.convergence.tracking import Reporting, Tracker
@@ -64,7 +64,7 @@ from sharemgr.manager.runner import observe, request_context, request_end, unexp
 __all__ = ["CHAIN_LIMIT", "Worker"]
 
 # A fast path's end when it wrote nothing: the general path takes the node.
-GENERAL_PATH: NodeEnd = (None, RETRY)
+GENERAL_PATH: NodeEnd = ((), RETRY)
 
 LOG = logging.getLogger(__name__)
 
@@ -96,6 +96,7 @@ class Worker:
         self.reporter = Reporter(db, engine_id, self.locks)
         self._templates: _Cache[Template] = _Cache(64)
         self._graphs: _Cache[Graph | None] = _Cache(16)
+        self.pace = Pace()
 
     def __call__(self, req: models.Request) -> Outcome[object]:
         """The request loop's handler; RECORDED when the check wrote its
@@ -166,32 +167,58 @@ class Worker:
     # The check ----------------------------------------------------------------------
 
     def check(self, req: models.Request) -> Outcome[object]:
-        """Run the claimed request's node, then, in this thread, each
-        successor it made ready and claimed (``Reporter.end_and_report``),
-        up to ``CHAIN_LIMIT`` of them; the rest wait for the request loop.
-        RECORDED when the node's report recorded the request done;
-        otherwise the request loop records the outcome."""
-        nxt, outcome = self._check(req.id, req.args or {}, chain=CHAIN_LIMIT)
+        """Run the claimed request's node, then, in this thread, the checks
+        its report claimed (a successor it made ready, or the next pending
+        checks), up to ``CHAIN_LIMIT`` of them; the rest wait for the
+        request loop. The ends of fast paths' nodes wait for the run's next
+        report, which writes up to a batch of them in one transaction
+        (``_flush``). RECORDED when the node's report recorded the request
+        done; otherwise the request loop records the outcome."""
+        run = Run(self.pace)
+        _nxt, outcome = self._node_end(run, req.id, req.args or {}, CHAIN_LIMIT)
         hops = 0
-        while nxt is not None:
-            hops += 1
-            nxt = self._chained(nxt.req_id, nxt.args, CHAIN_LIMIT - hops, nxt.head)
+        while run.queue or run.ends:
+            if run.ends and (not run.queue or run.full()):
+                for req_id, got in self._flush(run, CHAIN_LIMIT - hops):
+                    if req_id == req.id:
+                        outcome = got
+            if run.queue:
+                hops += 1
+                self._chained(run, run.queue.popleft(), CHAIN_LIMIT - hops)
         if hops:  # the request loop logs this request's end: in its own context
             request_context(req.id, req.resource_type, req.resource_id)
         return outcome
 
-    def _chained(self, req_id: int, args: models.RequestArgs, chain: int,
-                 head: Head | None = None
-                 ) -> Claimed | None:
-        """A check this engine claimed as it made the node ready: run it and
-        record its request's outcome as the request loop would."""
-        nxt: Claimed | None = None
+    def _node_end(self, run: Run, req_id: int, args: models.RequestArgs, chain: int,
+                  head: Head | None = None) -> NodeEnd:
+        """``_check``, the checks it claimed queued in ``run``; the pace of
+        a node whose end waits for the run's report is noted."""
+        started = time.monotonic()
+        nxt, outcome = self._check(req_id, args, chain, head, run)
+        run.queue.extend(nxt)
+        if run.waits_for(req_id):
+            self.pace.node(time.monotonic() - started)
+        return nxt, outcome
+
+    def _chained(self, run: Run, claimed: Claimed, chain: int) -> None:
+        """A check this engine claimed as it reported: run it and record its
+        request's outcome as the request loop would (once the run's report
+        wrote it, when its end waits for that)."""
+        req_id, args = claimed.req_id, claimed.args
         request_context(req_id, vocab.STACK_RESOURCE, str(args.get("resource_id")))
         started = time.monotonic()
         try:
-            nxt, outcome = self._check(req_id, args, chain=chain, head=head)
+            _nxt, outcome = self._node_end(run, req_id, args, chain, claimed.head)
         except Exception as exc:  # recorded on the request: the watchdog counts failures
             outcome = unexpected(exc, req_id, vocab.ACTION_CHECK)
+        if run.waits_for(req_id):
+            run.started[req_id] = started
+            return
+        self._record(req_id, outcome, started)
+
+    def _record(self, req_id: int, outcome: Outcome[object], started: float) -> None:
+        """A chained check's request ends as its outcome says (RECORDED: its
+        report wrote it)."""
         status, error, _message = request_end(outcome, req_id, vocab.ACTION_CHECK)
         observe(vocab.STACK_RESOURCE, vocab.ACTION_CHECK, status, error, started)
         if outcome.result is Result.FAILED:  # logged by the request loop's end line
@@ -205,48 +232,77 @@ class Worker:
             LOG.exception("could not record the outcome of request %s", req_id)
         finally:
             self.tracker.finished(req_id)
-        return nxt
 
-    def _check(self, req_id: int, args: models.RequestArgs, chain: int, head: Head | None = None
-               ) -> NodeEnd:
+    def _flush(self, run: Run, chain: int) -> list[tuple[int, Outcome[object]]]:
+        """Write the ends ``run`` holds, a traversal's in one transaction
+        (``Reporter.end_many``); when nothing else is queued, the last takes
+        the next pending checks, a batch of them, while the chain may go on.
+        Each chained request is recorded; the outcome of each, by request."""
+        groups: dict[tuple[str, str], list[Ending]] = {}
+        for ending in run.ends:
+            groups.setdefault((ending.ctx.stack_id, ending.ctx.traversal), []).append(ending)
+        run.ends = []
+        done: list[tuple[int, Outcome[object]]] = []
+        for i, endings in enumerate(groups.values()):
+            last = i == len(groups) - 1
+            take = min(run.pace.batch(), chain) if last and not run.queue and chain > 0 else 0
+            try:
+                outcomes, claimed = self.reporter.end_many(endings, take)
+            except Exception as exc:  # as a lone check whose report raised
+                first = (str(exc).strip().splitlines() or [""])[0]
+                outcomes = [Outcome.not_now(f"an outage cut the check: {type(exc).__name__}: "
+                                            f"{first}") if is_outage(exc)
+                            else unexpected(exc, e.ctx.req_id, vocab.ACTION_CHECK)
+                            for e in endings]
+                claimed = ()
+            run.queue.extend(claimed)
+            done.extend((e.ctx.req_id, o) for e, o in zip(endings, outcomes, strict=True))
+        for req_id, outcome in done:
+            started = run.started.pop(req_id, None)
+            if started is not None:  # a chained check's
+                self._record(req_id, outcome, started)
+        return done
+
+    def _check(self, req_id: int, args: models.RequestArgs, chain: int, head: Head | None,
+               run: Run) -> NodeEnd:
         """``_node``; an outage of the database or the coordination backend
         met anywhere in it is not the node's failure (a failover's closed
         connection failed a stack's delete in the long many-host run): the
         check is given back (NOT_NOW: its request goes back to pending
         once the database answers) and runs again, as after a crash there."""
         try:
-            return self._node(req_id, args, chain, head)
+            return self._node(req_id, args, chain, head, run)
         except Exception as exc:
             if not is_outage(exc):
                 raise
             first = (str(exc).strip().splitlines() or [""])[0]
-            return None, Outcome.not_now(f"an outage cut the check: "
+            return (), Outcome.not_now(f"an outage cut the check: "
                                          f"{type(exc).__name__}: {first}")
 
-    def _node(self, req_id: int, args: models.RequestArgs, chain: int, head: Head | None = None
-              ) -> NodeEnd:
+    def _node(self, req_id: int, args: models.RequestArgs, chain: int, head: Head | None,
+              run: Run) -> NodeEnd:
         """One node, whose report records its request done in its own
         transaction. ``head``: the stack and row as the transaction that
         claimed it read them (the fast paths re-check both in their own
         transactions: ``begin`` under the stack's shared lock and the row's
         ``atomic_key``, a report by its SyncPoint). Every way it ends is a
-        ``NodeEnd``."""
+        ``NodeEnd``; a fast path's end waits for the run's report (``run``)."""
         node = Node(int(args["resource_id"]), bool(args["is_update"]))
         traversal, stack_id = args["traversal"], args["stack_id"]
         stack, row = head if head is not None and head[0] is not None \
             else stack_work.check_head(self.db, stack_id, node.resource_id)
         if stack is None:
-            return None, Outcome.stale(f"stack {stack_id} is gone")
+            return (), Outcome.stale(f"stack {stack_id} is gone")
         if stack.current_traversal != traversal:
-            return None, Outcome.stale(
+            return (), Outcome.stale(
                 f"traversal {traversal} was superseded by {stack.current_traversal}")
         if stack.status != vocab.STACK_IN_PROGRESS:
             self.tidy(row)
-            return None, Outcome.stale(
+            return (), Outcome.stale(
                 f"traversal {traversal} ended: stack {stack.action} {stack.status}")
         graph = self.graph(stack_id, traversal)
         if row is None or graph is None or node not in graph:
-            return None, Outcome.stale(f"node {node} is not in traversal {traversal} any more")
+            return (), Outcome.stale(f"node {node} is not in traversal {traversal} any more")
         input_data = args.get("input_data") or {}
         ctx = Ctx(req_id, stack_id, stack.name, traversal, node, graph, input_data, [],
                   chain=chain, args=args, template=self.template(stack))
@@ -257,13 +313,13 @@ class Worker:
                 # A clean-up node whose row is still wanted does nothing: no
                 # lock to take (its update node has reported; nothing else of
                 # this traversal writes the row), just report.
-                return self.reporter.end_and_report(ctx, Outcome.done())
+                return run.end(Ending(ctx, Outcome.done()))
             if node.is_update and row.replaced_by is None:
-                fast = self._fast_update(ctx, stack, row)
+                fast = self._fast_update(ctx, stack, row, run)
                 if fast[1].result is not Result.RETRY:
                     return fast
             if not node.is_update:
-                fast = self._fast_delete(ctx, row)
+                fast = self._fast_delete(ctx, row, run)
                 if fast[1].result is not Result.RETRY:
                     return fast
 
@@ -275,11 +331,11 @@ class Worker:
                                   action=vocab.ACTION_CHECK, args=args)
             new = stack_work.forward_check(self.db, fake, target,
                                            f"{self.engine_id} does not serve it")
-            return None, Outcome.stale(f"forwarded to {target} as request {new}")
+            return (), Outcome.stale(f"forwarded to {target} as request {new}")
 
         busy = self.locks.take(row.id, row)
         if busy is not None:
-            return None, Outcome.stale(busy)
+            return (), Outcome.stale(busy)
         ctx.held.append(row.id)
         try:
             outcome = self.actor.act(ctx)
@@ -297,17 +353,18 @@ class Worker:
         """The general path's report, the node's locks released already."""
         self.reporter.after(ctx, outcome)
         if outcome.result is Result.BAILED:
-            return None, Outcome.stale(outcome.reason or "")
-        return None, Outcome.done()
+            return (), Outcome.stale(outcome.reason or "")
+        return (), Outcome.done()
 
-    def _fast_update(self, ctx: Ctx, stack: models.Stack, row: models.StackResource
-                     ) -> NodeEnd:
+    def _fast_update(self, ctx: Ctx, stack: models.Stack, row: models.StackResource,
+                     run: Run) -> NodeEnd:
         """An update node that creates its resource, or updates it in place
         (a resize: what an update of a large stack mostly does), on a row
         nobody holds and nothing replaces: plan from the row as read, take
         the lock and begin in one transaction (``begin(lock_key=…)``: only
         if the row's lock did not move since it was read), carry out, then
-        end, release and report in one more (``Reporter.end_and_report``).
+        end, release and report in one more (``Reporter.end_many``, with
+        other nodes' ends: ``Run``).
         Anything else — another kind of work, a lock that moved, a plan
         refused — returns RETRY before anything is written, and the general
         path decides again under the lock (with no replacement, its
@@ -324,10 +381,9 @@ class Worker:
         except Exception:  # refused, or a bug: the general path fails the node with it
             return GENERAL_PATH
         physical_id = plan.physical_id if work.action == vocab.STACK_CREATE else row.physical_id
-        return self._fast(ctx, row, work, plan, final, (row.id, row.type, physical_id))
+        return self._fast(ctx, row, work, plan, final, (row.id, row.type, physical_id), run)
 
-    def _fast_delete(self, ctx: Ctx, row: models.StackResource
-                     ) -> NodeEnd:
+    def _fast_delete(self, ctx: Ctx, row: models.StackResource, run: Run) -> NodeEnd:
         """A clean-up node that deletes its row's resource, on a row nobody
         holds: as ``_fast_update`` — plan from the row as read, take the
         lock and begin in one transaction (``begin(lock_key=…)``), carry
@@ -348,11 +404,11 @@ class Worker:
                 or not self.placement.serves(observed.host):
             return GENERAL_PATH
         work = self.actor.work(ctx, vocab.STACK_DELETE, {"status_reason": None}, plan)
-        return self._fast(ctx, row, work, plan, {}, (row.id, row.type, row.physical_id))
+        return self._fast(ctx, row, work, plan, {}, (row.id, row.type, row.physical_id), run)
 
     def _fast(self, ctx: Ctx, row: models.StackResource, work: stack_work.Begin[Terms],
-              plan: phys.Plan, final: Mapping[str, object], known: tuple[int, str, str | None]
-              ) -> NodeEnd:
+              plan: phys.Plan, final: Mapping[str, object], known: tuple[int, str, str | None],
+              run: Run) -> NodeEnd:
         """A fast path's begin, carry-out and end: the lock taken in the
         begin (only if it did not move since ``row`` was read), then end,
         release and report in one transaction. RETRY, with nothing written,
@@ -382,7 +438,7 @@ class Worker:
             outcome, end = Outcome.failed(f"{type(exc).__name__}: {exc}"), None
             self.actor.mark_failed(row.id, outcome.reason or "", work.action)
         if outcome.result is not Result.FAILED and end is not None:
-            return self.reporter.end_and_report(ctx, outcome, end)
+            return run.end(Ending(ctx, outcome, end))
         for rid in ctx.held:
             self.locks.release(rid)
         return self._after(ctx, outcome)

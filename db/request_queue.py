@@ -184,15 +184,14 @@ def _claim_tx(session: Session, hosts: Sequence[str], engine_id: str, limit: int
             for r in session.execute(read, {"ids": ids, "engine": engine_id})]
 
 
-def take_check_tx(session: Session, engine_id: str) -> records.Record | None:
-    """The oldest pending ``check_resource`` request any engine may run
-    (no host), claimed for this engine in the caller's transaction, as the
-    request loop's claim would take it; None if there is none. A check's
-    report takes the next one in its own transaction (convergence/report.py)
+def take_checks_tx(session: Session, engine_id: str, limit: int = 1) -> list[records.Record]:
+    """The oldest pending ``check_resource`` requests any engine may run
+    (no host), up to ``limit``, claimed for this engine in the caller's
+    transaction, as the request loop's claim would take them. A check's
+    report takes the next ones in its own transaction (convergence/report.py)
     instead of leaving its thread's slot to the request loop's next claim:
-    a transaction less per node of a wide stack."""
-    taken = _claim_tx(session, (), engine_id, 1, True, vocab.ACTION_CHECK)
-    return taken[0] if taken else None
+    a transaction less per node of a wide stack, and one claim for a batch."""
+    return _claim_tx(session, (), engine_id, limit, True, vocab.ACTION_CHECK)
 
 
 def _own_running_tx(session: Session, request_id: int, owner: str, **values: object) -> bool:

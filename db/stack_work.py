@@ -76,6 +76,40 @@ def check_head_tx(session: Session | sa.Connection, stack_id: str, resource_id: 
     return (None, None) if found is None else records.pair(found, s, r, ("current_deps",))
 
 
+def _check_heads_stmt() -> records.Query:
+    s, r = M.Stack.__table__, M.StackResource.__table__
+    return (sa.select(*records.columns(s, ("current_deps",)), r)
+            .select_from(s.outerjoin(r, sa.and_(
+                r.c.stack_id == s.c.id, r.c.deleted_at.is_(None),
+                r.c.id.in_(sa.bindparam("rids", expanding=True)))))
+            .where(s.c.id.in_(sa.bindparam("sids", expanding=True)), s.c.deleted_at.is_(None)))
+
+
+# Built once with parameters: a report that takes several checks reads their heads.
+_CHECK_HEADS = _check_heads_stmt()
+
+
+def check_heads_tx(session: Session | sa.Connection, wanted: Sequence[tuple[str, int]]
+                   ) -> list[tuple[Any, Any]]:
+    """:func:`check_head_tx` of each ``(stack id, resource id)`` in one
+    statement, in ``wanted``'s order: a stack that is gone reads as (None,
+    None), a row that is gone, or is another stack's, as (stack, None)."""
+    if not wanted:
+        return []
+    s, r = M.Stack.__table__, M.StackResource.__table__
+    found = session.execute(_CHECK_HEADS, {"sids": sorted({sid for sid, _ in wanted}),
+                                           "rids": sorted({rid for _, rid in wanted})})
+    stacks: dict[str, Any] = {}
+    rows: dict[tuple[str, int], Any] = {}
+    for line in found:
+        stack, row = records.pair(line, s, r, ("current_deps",))
+        stacks[stack.id] = stack
+        if row is not None:
+            rows[(stack.id, row.id)] = row
+    return [(stacks.get(sid), rows.get((sid, rid)) if sid in stacks else None)
+            for sid, rid in wanted]
+
+
 _FREE_AND_CURRENT = sa.select(M.StackResource.__table__.c.id).where(
     M.StackResource.__table__.c.id.in_(sa.bindparam("rids", expanding=True)),
     M.StackResource.__table__.c.deleted_at.is_(None),

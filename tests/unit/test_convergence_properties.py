@@ -180,19 +180,47 @@ def test_found_scenarios(name, tmp_path):
         rig.close()
 
 
-def test_a_crash_at_every_boundary_of_a_create(tmp_path):
-    """Not random: the engine dies at each transaction boundary of a share's
-    create in turn; the stack always comes home."""
-    templates = ({"resources": {"a": _SHARE_A}},)
-    at, crashed = 0, True
+def _crash_at_each_boundary(root, templates, seen=lambda rig: None):
+    """The first engine runs the first check and dies at each transaction
+    boundary of it in turn, until one runs to its end without a crash; the
+    runner checks that the stack always comes home. How many boundaries
+    there were, and what ``seen`` read of the rig after the uncrashed run."""
+    at, crashed, found = 0, True, None
     while crashed:
         sc = Scenario(templates, (Run(0, 0, at, True),))
-        rig = PropertyRig(tmp_path / f"at{at}", backends=_backends(sc))
+        rig = PropertyRig(root / f"at{at}", backends=_backends(sc))
         try:
             runner = Runner(rig, sc)
             runner.run()
             crashed = any("crashed" in line for line in runner.model.log)
+            if not crashed:
+                found = seen(rig)
         finally:
             rig.close()
         at += 1
+    return at, found
+
+
+def test_a_crash_at_every_boundary_of_a_create(tmp_path):
+    """Not random: the engine dies at each transaction boundary of a share's
+    create in turn; the stack always comes home."""
+    at, _ = _crash_at_each_boundary(tmp_path, ({"resources": {"a": _SHARE_A}},))
     assert at > 10  # a create has that many boundaries at least
+
+
+def _batched_ends(rig: PropertyRig) -> int:
+    """How many check requests were recorded done together with another
+    (one ``UPDATE`` of ``Reporter.end_many`` stamps them all at once)."""
+    done = [r.finished_at for r in rig.checks("done")]
+    return sum(1 for at in done if done.count(at) > 1)
+
+
+def test_a_crash_at_every_boundary_of_a_batch(tmp_path):
+    """Not random: the first engine (batches of three) runs a stack of four
+    independent shares in one thread — its report takes the next pending
+    checks and ends their nodes together — and dies at each transaction
+    boundary in turn; the stack always comes home, and without a crash the
+    ends were written in batches."""
+    at, batched = _crash_at_each_boundary(
+        tmp_path, ({"resources": {n: _SHARE_A for n in "abcd"}},), _batched_ends)
+    assert at > 20 and batched >= 2

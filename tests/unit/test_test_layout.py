@@ -62,6 +62,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "convergence/template_validation.py": (UNIT + "convergence/test_template.py",
                                            UNIT + "convergence/test_groups.py"),
     "convergence/report.py": (UNIT + "convergence/test_worker.py",),
+    "convergence/points.py": (UNIT + "convergence/test_worker.py",),
     "convergence/tracking.py": WORKER,
     "daemon/backends.py": (UNIT + "db/test_services.py", FUNC + "test_daemon_lifecycle.py"),
     "daemon/database.py": (UNIT + "db/test_engine.py", FUNC + "test_daemon.py"),

@@ -5,10 +5,12 @@ ran."""
 
 from __future__ import annotations
 
+import logging
+
 from sharemgr.convergence import physical as phys
 from sharemgr.db import resource_locks, stacks
 
-from tests.unit.stack_rig import HOST, V1, _status
+from tests.unit.stack_rig import HOST, V1, FixedPace, _status
 
 
 def test_a_lock_this_engine_leaked_is_taken_over(rig):
@@ -133,3 +135,41 @@ def test_a_fast_create_whose_row_lock_came_back_to_its_engine_bails(rig, monkeyp
 
     engine_id, holder, status = _fast_create_with(rig, monkeypatch, taken_back)
     assert (holder, status) == (engine_id, "IN_PROGRESS")
+
+
+def test_a_batch_whose_one_row_was_taken_meanwhile_ends_the_others(rig, monkeypatch, caplog):
+    """Three plain creates run in one thread: the first check's report
+    takes the other two, whose ends are written in one report
+    (``Reporter.end_many``, batches of three); the lock of one of them was
+    taken by another engine while its driver call ran. That transaction
+    writes nothing; each node then ends alone: the other completes and
+    lets go of its row, the taken one bails and its row stays with the
+    engine that took it."""
+    three = "resources:\n" + "".join(
+        f"  {n}: {{type: share, properties: {{size: 1, proto: NFS}}}}\n" for n in "abc")
+    caplog.set_level(logging.INFO)
+    e = rig.engine()
+    e.stacks.take_checks_when(lambda: True)
+    e.worker.pace = FixedPace(3)
+    real = e.drivers["dummy"].create_share
+    calls: list[str] = []
+
+    def create_then(share, *args, **kwargs):
+        out = real(share, *args, **kwargs)
+        calls.append(share["id"])
+        if len(calls) == 2:  # b's: the stack's resources are created in name order
+            (row,) = rig.rows("web")["b"]
+            assert resource_locks.resource_lock_steal(rig.db, row.id, GHOST,
+                                                      e.engine_id).acquired
+        return out
+
+    monkeypatch.setattr(e.drivers["dummy"], "create_share", create_then)
+    rig.create("web", three)
+    assert e.step(1) == 1  # one request from the loop; the report takes the others
+    rows = rig.rows("web")
+    assert [(r.engine_id, r.action, r.status) for n in "ac" for r in rows[n]] == [
+        (None, "CREATE", "COMPLETE")] * 2
+    ((b,),) = [rows["b"]]
+    assert (b.engine_id, b.status) == (GHOST, "IN_PROGRESS")
+    assert _status(rig, "web") == ("CREATE", "IN_PROGRESS")
+    assert "2 nodes (traversal" in caplog.text and "each ends alone" in caplog.text

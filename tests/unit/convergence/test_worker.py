@@ -210,9 +210,9 @@ def test_clean_up_nodes_with_nothing_to_do_report_where_they_become_ready(
     and the next waits as a check, whose own report goes on down the chain:
     s5's and s4's from s5's create, s3's check with s2's and s1's, s0's
     check."""
-    from sharemgr.convergence import report
+    from sharemgr.convergence import points
 
-    monkeypatch.setattr(report, "INLINE_LIMIT", limit)
+    monkeypatch.setattr(points, "INLINE_LIMIT", limit)
     e = rig.engine()
     rig.create("chain", _chain(6))
     e.pump()
@@ -379,10 +379,10 @@ def test_a_later_batch_of_reports_that_loses_a_deadlock_is_one_warning(
     traceback, and the reports are written one by one."""
     import functools
 
-    from sharemgr.convergence import report
+    from sharemgr.convergence import points
 
     e = rig.engine()
-    rig.create("fan", _fan_out([f"l{i}" for i in range(report.REPORT_IN_ONE + 2)]))
+    rig.create("fan", _fan_out([f"l{i}" for i in range(points.REPORT_IN_ONE + 2)]))
     _pumped_losing_one_deadlock(e, monkeypatch, caplog,
                                 lambda work: isinstance(work, functools.partial))
     assert _status(rig, "fan") == ("CREATE", "COMPLETE")

@@ -156,34 +156,36 @@ def test_many_requests_in_one_insert_are_claimed_in_order(db):
         assert api.requests_add_tx(session, "share", "create", []) == 0
 
 
-def test_a_report_takes_the_oldest_pending_hostless_check(db):
-    """``take_check_tx``: in the caller's transaction, the oldest pending
-    check_resource request without a host, running for this engine; never
-    another action, a request for a host, or one already taken."""
+def test_a_report_takes_the_oldest_pending_hostless_checks(db):
+    """``take_checks_tx``: in the caller's transaction, the oldest pending
+    check_resource requests without a host, up to its limit, running for
+    this engine; never another action, a request for a host, or one already
+    taken."""
     with db.session() as session:
         api.request_add_tx(session, "share", "s", "create", None)
         api.request_add_tx(session, "stack_resource", "1", "check_resource", "*@dummy")
         api.requests_add_tx(session, "stack_resource", "check_resource",
-                            [("2", {"resource_id": 2}), ("3", {"resource_id": 3})])
+                            [(str(i), {"resource_id": i}) for i in (2, 3, 4, 5)])
     with db.session() as session:
-        first = request_queue.take_check_tx(session, "e1")
+        (first,) = request_queue.take_checks_tx(session, "e1")
     with db.session() as session:
-        second = request_queue.take_check_tx(session, "e2")
-        assert request_queue.take_check_tx(session, "e2") is None
-    assert first is not None and second is not None
+        more = request_queue.take_checks_tx(session, "e2", 5)
+        assert request_queue.take_checks_tx(session, "e2", 5) == []
     assert (first.resource_id, first.args, first.status, first.engine_id) == (
         "2", {"resource_id": 2}, "running", "e1")
-    assert (second.resource_id, second.engine_id) == ("3", "e2")
+    assert [(r.resource_id, r.engine_id, r.status) for r in more] == [
+        (str(i), "e2", "running") for i in (3, 4, 5)]
     # Rolled back with its transaction: the check stays pending.
-    assert api.request_finish(db, second.id, "e2", "done")
+    for r in more:
+        assert api.request_finish(db, r.id, "e2", "done")
     with db.session() as session:
-        api.request_add_tx(session, "stack_resource", "4", "check_resource", None)
+        api.request_add_tx(session, "stack_resource", "6", "check_resource", None)
     with pytest.raises(RuntimeError), db.session() as session:
-        assert request_queue.take_check_tx(session, "e1") is not None
+        assert request_queue.take_checks_tx(session, "e1", 3) != []
         raise RuntimeError("the report failed")
     left = api.request_claim(db, [], "e3", limit=10)
     assert [(r.action, r.resource_id) for r in left] == [("create", "s"),
-                                                         ("check_resource", "4")]
+                                                         ("check_resource", "6")]
 
 
 def test_services(db):

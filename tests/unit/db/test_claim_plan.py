@@ -77,7 +77,7 @@ def test_mariadb_walks_the_pending_in_id_order_for_the_lane_of_no_host(mysql_url
 
 
 @pytest.mark.parametrize("hosts, any_host, action", [
-    (0, True, "check"),  # a report's take of the next check (request_queue.take_check_tx)
+    (0, True, "check"),  # a report's take of the next check (request_queue.take_checks_tx)
     (2, True, None),  # the request loop's lane: two hosts and the rows of no host
 ])
 def test_postgresql_walks_each_part_in_id_order_whatever_its_statistics_say(
