@@ -45,7 +45,7 @@ from sharemgr.convergence.node_check import (
 )
 from sharemgr.convergence.points import REPORT_IN_ONE, Points, Tx, Work
 from sharemgr.convergence.row_locks import RowLocks
-from sharemgr.db import resource_locks, stack_work, sync_points
+from sharemgr.db import resource_locks, stack_events, stack_work, sync_points
 from sharemgr.db.engine import Database
 from sharemgr.db.retry import is_conflict
 from sharemgr.manager.outage import is_outage
@@ -149,17 +149,21 @@ class Reporter:
                 *(e.ctx.req_id for e in endings),
                 *(e.end[3] for e in endings if e.end is not None and e.end[3] is not None)],
                 self.engine_id, vocab.REQUEST_DONE)
+            ended_rids = []
             for e in endings:
                 ended_rid = None
                 if e.end is not None:
                     ended_rid, action, values, _op, key = e.end
                     if not stack_work.end_tx(session, ended_rid, self.engine_id, action,
                                              vocab.STACK_COMPLETE, None, values,
-                                             release=ended_rid in e.ctx.held, key=key):
+                                             release=ended_rid in e.ctx.held, key=key,
+                                             event=False):
                         raise _RowTaken(ended_rid)  # nothing of this transaction may commit
+                    ended_rids.append(ended_rid)
                 for rid in dict.fromkeys(e.ctx.held):
                     if rid != ended_rid:  # released as it ended
                         resource_locks.resource_lock_release_tx(session, rid, self.engine_id)
+            stack_events.resource_events_tx(session, ended_rids)  # their events in one
 
         def complete(session: Session) -> None:
             over = lifecycle.end_tx(session, first.stack_id, first.traversal)

@@ -33,14 +33,21 @@ DEFAULT_KEPT = 1000
 
 _e, _r, _s = tables.stack_events, tables.stack_resources, tables.stacks
 
-# Built once with parameters: every started and ended action writes one.
-_RESOURCE_EVENT = sa.insert(_e).from_select(
-    ["stack_id", "resource_name", "resource_id", "physical_id", "action", "status", "reason",
-     "traversal_id", "created_at"],
-    sa.select(_r.c.stack_id, _r.c.name, _r.c.id, _r.c.physical_id, _r.c.action, _r.c.status,
-              _r.c.status_reason, _r.c.current_traversal,
-              sa.bindparam("now", type_=tables.DateTime))
-    .where(_r.c.id == sa.bindparam("rid")))
+def _resource_events(which: sa.ColumnElement[bool]) -> sa.Insert:
+    """The events of the rows ``which`` picks, as their updates left them."""
+    return sa.insert(_e).from_select(
+        ["stack_id", "resource_name", "resource_id", "physical_id", "action", "status",
+         "reason", "traversal_id", "created_at"],
+        sa.select(_r.c.stack_id, _r.c.name, _r.c.id, _r.c.physical_id, _r.c.action,
+                  _r.c.status, _r.c.status_reason, _r.c.current_traversal,
+                  sa.bindparam("now", type_=tables.DateTime))
+        .where(which).order_by(_r.c.id))
+
+
+# Built once with parameters: every started and ended action writes one; a
+# report that ends many nodes writes theirs in one.
+_RESOURCE_EVENT = _resource_events(_r.c.id == sa.bindparam("rid"))
+_RESOURCE_EVENTS = _resource_events(_r.c.id.in_(sa.bindparam("rids", expanding=True)))
 
 _STACK_EVENT = sa.insert(_e).from_select(
     ["stack_id", "action", "status", "reason", "traversal_id", "created_at"],
@@ -65,6 +72,14 @@ def resource_event_tx(session: Session, resource_id: int) -> None:
     """The event of a status change of a stack resource row, as its
     conditional update just left it, in the caller's transaction."""
     session.execute(_RESOURCE_EVENT, {"rid": resource_id, "now": models.utcnow()})
+
+
+def resource_events_tx(session: Session, resource_ids: Iterable[int]) -> None:
+    """:func:`resource_event_tx` of several rows in one statement (in the
+    order of their ids)."""
+    rids = sorted(set(resource_ids))
+    if rids:
+        session.execute(_RESOURCE_EVENTS, {"rids": rids, "now": models.utcnow()})
 
 
 def stack_event_tx(session: Session, stack_id: str, status: str) -> None:

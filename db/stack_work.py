@@ -323,10 +323,13 @@ def end_tx(
     changes: Sequence[Change] = (),
     release: bool = False,
     key: int | None = None,
+    event: bool = True,
 ) -> bool:
     """:func:`end` in the caller's transaction; ``release``: drop the row's
     lock in the same statement; ``key``: only while the row's lock still
-    has that ``atomic_key`` (``Begun.key``)."""
+    has that ``atomic_key`` (``Begun.key``); ``event=False``: the caller
+    writes its event (``stack_events.resource_events_tx``, several rows'
+    in one statement)."""
     if op_request_id is not None:
         finish_request_tx(session, op_request_id, engine_id,
                           vocab.REQUEST_FAILED if op_error else vocab.REQUEST_DONE, op_error)
@@ -336,7 +339,7 @@ def end_tx(
         values = {**(values or {}), **resource_locks.RELEASED}
     return db_stacks.resource_set_state_tx(
         session, resource_id, engine_id, action, status, reason, values,
-        None if key is None else {"atomic_key": key})
+        None if key is None else {"atomic_key": key}, event)
 
 
 def finish_request_tx(

@@ -95,6 +95,29 @@ def test_an_unchanged_state_may_skip_its_event(db, stack):
     assert _events(db, stack) == before
 
 
+def test_several_rows_ends_have_their_events_in_one_statement(db, stack):
+    """A report that ends several nodes writes their rows without an event
+    each, then all their events in one ``INSERT … SELECT`` (in the order of
+    the rows' ids), as their ends left the rows."""
+    t = _start(db, stack)
+    rows = [_row(db, stack, name) for name in ("b", "a")]
+    with db.session() as session:
+        for row in rows:
+            assert stacks.resource_start_tx(session, row.id, ME, t, "CREATE")
+    before = _events(db, stack)
+    with db.session() as session:
+        for row in rows:
+            assert stack_work.end_tx(session, row.id, ME, "CREATE", "COMPLETE", None,
+                                     {"physical_id": f"share-{row.name}"}, event=False)
+        assert _events(db, stack) == before  # another connection: not committed yet
+        stack_events.resource_events_tx(session, [r.id for r in reversed(rows)])
+        stack_events.resource_events_tx(session, [])  # nothing to write: no statement
+    got = stack_events.events(db, stack.id)[len(before):]
+    assert [(e.resource_name, e.resource_id, e.physical_id, e.action, e.status, e.traversal_id)
+            for e in got] == [(r.name, r.id, f"share-{r.name}", "CREATE", "COMPLETE", t)
+                              for r in sorted(rows, key=lambda r: r.id)]
+
+
 def test_events_are_kept_up_to_the_cap_at_a_terminal_status(db, stack):
     db.max_events_per_stack = 3
     t = _start(db, stack)
