@@ -14,7 +14,7 @@ from sharemgr.convergence.template import Template
 from sharemgr.db import models
 
 __all__ = ["ENDED", "RECORDED", "REPLAN", "RETRY", "SUPERSEDED", "Claimed", "Ctx",
-           "Ending", "NodeEnd", "Outcome", "Result", "ended"]
+           "Ending", "NodeEnd", "Outcome", "Result", "cut_short", "ended"]
 
 LOG = logging.getLogger(__name__)
 
@@ -29,6 +29,13 @@ def ended(won: bool, name: str, outcome: Outcome) -> Outcome:
         return outcome
     LOG.warning("%s: its row's lock was taken over while its work ran; the node bails", name)
     return Outcome.bailed(f"{name}: its row's lock was taken over while its work ran")
+
+
+def cut_short(exc: BaseException) -> Outcome:
+    """The outcome of a check an outage of the database or the coordination
+    backend cut (NOT_NOW: its request is given back and runs again)."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return Outcome.not_now(f"an outage cut the check: {type(exc).__name__}: {first}")
 
 
 # A check's end left to the report's transaction: (row, action, values, op
@@ -50,7 +57,6 @@ class Ctx:
     graph: Graph
     input_data: Mapping[str, object]
     held: list[int] = field(default_factory=list)  # rows locked by this check
-    chain: int = 0  # how many more successors this thread may run after this one
     args: Mapping[str, object] = field(default_factory=dict)
     template: Template | None = None  # the traversal's: what successors read (passed_on)
 

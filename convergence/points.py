@@ -37,7 +37,7 @@ class Tx:
     ready (``Points.ready_tx``)."""
 
     complete: Callable[[Session], None]  # the stack's point made ready: end the traversal
-    own: bool = False  # the transaction that ends the check's node (``end_and_report``)
+    own: bool = False  # the transaction that ends the check's node (``Reporter.end_many``)
     end: End | None = None  # the row's end that transaction writes (a fast path's)
     claim: bool = False  # claim the first node that needs a check, to run next here
     queue: list[Node] = field(default_factory=list)  # clean-ups with nothing to do: reported in it
@@ -134,7 +134,7 @@ class Points:
         """``succ`` was made ready in ``tx``: a clean-up with nothing to do
         joins its queue, to be reported for in it; else its check request is
         written, claimed by this engine to run next in this thread (the
-        first, in ``end_and_report``) or pending for any engine."""
+        first, in ``Reporter.end_many``) or pending for any engine."""
         if self.noop_cleanup_tx(session, ctx, tx, succ):
             tx.queue.append(succ)
         elif tx.claim and not tx.pending:

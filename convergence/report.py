@@ -36,11 +36,11 @@ from sharemgr.convergence.node_check import (
     RECORDED,
     Claimed,
     Ctx,
-    End,
     Ending,
     NodeEnd,
     Outcome,
     Result,
+    cut_short,
     ended,
 )
 from sharemgr.convergence.points import REPORT_IN_ONE, Points, Tx, Work
@@ -49,6 +49,7 @@ from sharemgr.db import resource_locks, stack_events, stack_work, sync_points
 from sharemgr.db.engine import Database
 from sharemgr.db.retry import is_conflict
 from sharemgr.manager.outage import is_outage
+from sharemgr.manager.runner import unexpected
 from sqlalchemy.orm import Session
 
 LOG = logging.getLogger(__name__)
@@ -86,13 +87,6 @@ class Reporter:
 
     def _mark(self, ctx: Ctx, work: Work, add: bool = True) -> None:
         self.tracker.mark_reporting(ctx.stack_id, ctx.traversal, work, add)
-
-    def end_and_report(self, ctx: Ctx, outcome: Outcome, end: End | None = None
-                       ) -> NodeEnd:
-        """One node's end (``end_many``); it takes one pending check when it
-        claims no successor and its thread may run more."""
-        outcomes, claimed = self.end_many([Ending(ctx, outcome, end)], 1 if ctx.chain > 0 else 0)
-        return claimed, outcomes[0]
 
     def end_many(self, endings: Sequence[Ending], take: int
                  ) -> tuple[list[Outcome[object]], tuple[Claimed, ...]]:
@@ -229,17 +223,14 @@ class Reporter:
     def _alone(self, e: Ending) -> Outcome[object]:
         """One of several endings whose transaction failed, written in one of
         its own; what fails it then is its check's outcome, as a lone
-        check's would be (an outage: given back; anything else: logged,
-        failed)."""
+        check's would be (an outage: given back; anything else: logged with
+        its traceback, failed)."""
         try:
             return self.end_many([e], 0)[0][0]
         except Exception as exc:
-            first = (str(exc).strip().splitlines() or [""])[0]
             if is_outage(exc):
-                return Outcome.not_now(f"an outage cut the check: {type(exc).__name__}: {first}")
-            LOG.error("node %s (traversal %s): its end failed", e.ctx.node, e.ctx.traversal,
-                      exc_info=exc)
-            return Outcome.failed(f"{type(exc).__name__}: {first}")
+                return cut_short(exc)
+            return unexpected(exc, e.ctx.req_id, vocab.ACTION_CHECK)
 
     def _apart(self, e: Ending, exc: Exception) -> Outcome[object]:
         """A lone ending whose transaction failed: its row's end, its locks'
@@ -357,7 +348,7 @@ class Reporter:
             if not (self.points.reports_tx(session, ctx, tx, sender, data, batch)
                     and self.points.cascade_tx(session, ctx, tx)):
                 return False
-            self._mark(ctx, tx.later)  # before the commit, as in end_and_report
+            self._mark(ctx, tx.later)  # before the commit, as in end_many
             marked.extend(tx.later)
             return True
 
@@ -432,6 +423,37 @@ class Run:
             self.since = time.monotonic()
         self.ends.append(ending)
         return (), RECORDED
+
+    def flush(self, reporter: Reporter, chain: int,
+              record: Callable[[int, Outcome[object], float], None]
+              ) -> list[tuple[int, Outcome[object]]]:
+        """Write the ends the run holds, a traversal's in one transaction
+        (``Reporter.end_many``); when nothing else is queued, the last takes
+        the next pending checks, a batch of them, while the chain may go on
+        (``chain``: how many more). Each chained check's request is
+        recorded (``record``); the outcome of each, by request."""
+        groups: dict[tuple[str, str], list[Ending]] = {}
+        for ending in self.ends:
+            groups.setdefault((ending.ctx.stack_id, ending.ctx.traversal), []).append(ending)
+        self.ends = []
+        done: list[tuple[int, Outcome[object]]] = []
+        for i, endings in enumerate(groups.values()):
+            last = i == len(groups) - 1
+            take = min(self.pace.batch(), chain) if last and not self.queue and chain > 0 else 0
+            try:
+                outcomes, claimed = reporter.end_many(endings, take)
+            except Exception as exc:  # as a lone check whose report raised
+                outcomes = [cut_short(exc) if is_outage(exc)
+                            else unexpected(exc, e.ctx.req_id, vocab.ACTION_CHECK)
+                            for e in endings]
+                claimed = ()
+            self.queue.extend(claimed)
+            done.extend((e.ctx.req_id, o) for e, o in zip(endings, outcomes, strict=True))
+        for req_id, outcome in done:
+            started = self.started.pop(req_id, None)
+            if started is not None:  # a chained check's
+                record(req_id, outcome, started)
+        return done
 
     def waits_for(self, req_id: int) -> bool:
         """Whether the end of check ``req_id`` waits for the run's report."""

@@ -20,8 +20,8 @@ in three steps (doc/design.rst, "A node in three steps"):
 Each step returns one :class:`~sharemgr.convergence.node_check.Outcome`.
 A node whose row nobody holds and whose work is plain takes a fast path:
 its lock taken in the transaction that begins its action, and its end, its
-release and its first reports written in one more
-(``Reporter.end_and_report``). A node that fails marks its row FAILED and
+release and its first reports written in one more, with those of the other
+nodes its thread ran meanwhile (``Reporter.end_many``). A node that fails marks its row FAILED and
 the stack FAILED with the reason — or, unless ``disable_rollback``, starts
 the rollback in the same transaction — so a failure can never leave the
 stack waiting for a node that will not report (Heat's hang). Any unexpected
@@ -36,7 +36,7 @@ import collections
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from oslo_log import log as logging
@@ -45,13 +45,22 @@ from sharemgr.common.outcome import RETRY
 from sharemgr.convergence import decide, retain
 from sharemgr.convergence import physical as phys
 from sharemgr.convergence.act import Actor
+from sharemgr.convergence.chained import Planned, record, run_claimed
 from sharemgr.convergence.graph import Graph, Node
-from sharemgr.convergence.node_check import Claimed, Ctx, Ending, Head, NodeEnd, Outcome, Result
+from sharemgr.convergence.node_check import (
+    Claimed,
+    Ctx,
+    Ending,
+    Head,
+    NodeEnd,
+    Outcome,
+    Result,
+    cut_short,
+)
 from sharemgr.convergence.report import Pace, Reporter, Run
 from sharemgr.convergence.row_locks import RowLocks
 from sharemgr.convergence.template import Template, template_from_dict
 from sharemgr.convergence.tracking import Reporting, Tracker
-from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
@@ -59,7 +68,7 @@ from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.leases import Terms
 from sharemgr.manager.operations import Operations
 from sharemgr.manager.outage import is_outage
-from sharemgr.manager.runner import observe, request_context, request_end, unexpected
+from sharemgr.manager.runner import request_context
 
 __all__ = ["CHAIN_LIMIT", "Worker"]
 
@@ -172,140 +181,105 @@ class Worker:
         checks), up to ``CHAIN_LIMIT`` of them; the rest wait for the
         request loop. The ends of fast paths' nodes wait for the run's next
         report, which writes up to a batch of them in one transaction
-        (``_flush``). RECORDED when the node's report recorded the request
+        (``Run.flush``). RECORDED when the node's report recorded the request
         done; otherwise the request loop records the outcome."""
         run = Run(self.pace)
-        _nxt, outcome = self._node_end(run, req.id, req.args or {}, CHAIN_LIMIT)
+        started = time.monotonic()
+        nxt, outcome = self._check(req.id, req.args or {}, None, run)
+        run.queue.extend(nxt)
+        if run.waits_for(req.id):
+            self.pace.node(time.monotonic() - started)
         hops = 0
         while run.queue or run.ends:
             if run.ends and (not run.queue or run.full()):
-                for req_id, got in self._flush(run, CHAIN_LIMIT - hops):
+                for req_id, got in run.flush(self.reporter, CHAIN_LIMIT - hops,
+                                             lambda *end: record(self, *end)):
                     if req_id == req.id:
                         outcome = got
-            if run.queue:
-                hops += 1
-                self._chained(run, run.queue.popleft(), CHAIN_LIMIT - hops)
+            if run.queue:  # a batch's fast paths begin together (chained.py)
+                claimed = list(run.queue)
+                run.queue.clear()
+                hops += len(claimed)
+                run_claimed(self, run, claimed)
         if hops:  # the request loop logs this request's end: in its own context
             request_context(req.id, req.resource_type, req.resource_id)
         return outcome
 
-    def _node_end(self, run: Run, req_id: int, args: models.RequestArgs, chain: int,
-                  head: Head | None = None) -> NodeEnd:
-        """``_check``, the checks it claimed queued in ``run``; the pace of
-        a node whose end waits for the run's report is noted."""
-        started = time.monotonic()
-        nxt, outcome = self._check(req_id, args, chain, head, run)
-        run.queue.extend(nxt)
-        if run.waits_for(req_id):
-            self.pace.node(time.monotonic() - started)
-        return nxt, outcome
+    def node(self, claimed: Claimed, run: Run) -> NodeEnd:
+        """A claimed check's node (``_check``), run in this thread."""
+        return self._check(claimed.req_id, claimed.args, claimed.head, run)
 
-    def _chained(self, run: Run, claimed: Claimed, chain: int) -> None:
-        """A check this engine claimed as it reported: run it and record its
-        request's outcome as the request loop would (once the run's report
-        wrote it, when its end waits for that)."""
-        req_id, args = claimed.req_id, claimed.args
-        request_context(req_id, vocab.STACK_RESOURCE, str(args.get("resource_id")))
-        started = time.monotonic()
-        try:
-            _nxt, outcome = self._node_end(run, req_id, args, chain, claimed.head)
-        except Exception as exc:  # recorded on the request: the watchdog counts failures
-            outcome = unexpected(exc, req_id, vocab.ACTION_CHECK)
-        if run.waits_for(req_id):
-            run.started[req_id] = started
-            return
-        self._record(req_id, outcome, started)
-
-    def _record(self, req_id: int, outcome: Outcome[object], started: float) -> None:
-        """A chained check's request ends as its outcome says (RECORDED: its
-        report wrote it)."""
-        status, error, _message = request_end(outcome, req_id, vocab.ACTION_CHECK)
-        observe(vocab.STACK_RESOURCE, vocab.ACTION_CHECK, status, error, started)
-        if outcome.result is Result.FAILED:  # logged by the request loop's end line
-            LOG.warning("request %s (%s) failed: %s", req_id, vocab.ACTION_CHECK, error)
-        try:
-            if status == vocab.REQUEST_PENDING:  # given back, as the request loop does
-                db_api.request_release(self.db, req_id, self.engine_id, error or "")
-            elif outcome.result is not Result.RECORDED:  # else its report recorded it
-                stack_work.finish_request(self.db, req_id, self.engine_id, status, error)
-        except Exception:
-            LOG.exception("could not record the outcome of request %s", req_id)
-        finally:
-            self.tracker.finished(req_id)
-
-    def _flush(self, run: Run, chain: int) -> list[tuple[int, Outcome[object]]]:
-        """Write the ends ``run`` holds, a traversal's in one transaction
-        (``Reporter.end_many``); when nothing else is queued, the last takes
-        the next pending checks, a batch of them, while the chain may go on.
-        Each chained request is recorded; the outcome of each, by request."""
-        groups: dict[tuple[str, str], list[Ending]] = {}
-        for ending in run.ends:
-            groups.setdefault((ending.ctx.stack_id, ending.ctx.traversal), []).append(ending)
-        run.ends = []
-        done: list[tuple[int, Outcome[object]]] = []
-        for i, endings in enumerate(groups.values()):
-            last = i == len(groups) - 1
-            take = min(run.pace.batch(), chain) if last and not run.queue and chain > 0 else 0
-            try:
-                outcomes, claimed = self.reporter.end_many(endings, take)
-            except Exception as exc:  # as a lone check whose report raised
-                first = (str(exc).strip().splitlines() or [""])[0]
-                outcomes = [Outcome.not_now(f"an outage cut the check: {type(exc).__name__}: "
-                                            f"{first}") if is_outage(exc)
-                            else unexpected(exc, e.ctx.req_id, vocab.ACTION_CHECK)
-                            for e in endings]
-                claimed = ()
-            run.queue.extend(claimed)
-            done.extend((e.ctx.req_id, o) for e, o in zip(endings, outcomes, strict=True))
-        for req_id, outcome in done:
-            started = run.started.pop(req_id, None)
-            if started is not None:  # a chained check's
-                self._record(req_id, outcome, started)
-        return done
-
-    def _check(self, req_id: int, args: models.RequestArgs, chain: int, head: Head | None,
-               run: Run) -> NodeEnd:
+    def _check(self, req_id: int, args: models.RequestArgs, head: Head | None, run: Run
+               ) -> NodeEnd:
         """``_node``; an outage of the database or the coordination backend
         met anywhere in it is not the node's failure (a failover's closed
         connection failed a stack's delete in the long many-host run): the
         check is given back (NOT_NOW: its request goes back to pending
         once the database answers) and runs again, as after a crash there."""
         try:
-            return self._node(req_id, args, chain, head, run)
+            return self._node(req_id, args, head, run)
         except Exception as exc:
             if not is_outage(exc):
                 raise
-            first = (str(exc).strip().splitlines() or [""])[0]
-            return (), Outcome.not_now(f"an outage cut the check: "
-                                         f"{type(exc).__name__}: {first}")
+            return (), cut_short(exc)
 
-    def _node(self, req_id: int, args: models.RequestArgs, chain: int, head: Head | None,
-              run: Run) -> NodeEnd:
+    def _context(self, req_id: int, args: models.RequestArgs, head: Head | None,
+                 tidy: bool = True
+                 ) -> tuple[Ctx, models.Stack, models.StackResource] | Outcome:
+        """The node's context, its stack and its row, from ``head`` (or read
+        now); STALE when the stack is gone, its traversal superseded or
+        ended (the row tidied, unless ``tidy`` is False), or the node out of
+        the traversal."""
+        node = Node(int(args["resource_id"]), bool(args["is_update"]))
+        traversal, stack_id = args["traversal"], args["stack_id"]
+        stack, row = head if head is not None and head[0] is not None \
+            else stack_work.check_head(self.db, stack_id, node.resource_id)
+        if stack is None:
+            return Outcome.stale(f"stack {stack_id} is gone")
+        if stack.current_traversal != traversal:
+            return Outcome.stale(
+                f"traversal {traversal} was superseded by {stack.current_traversal}")
+        if stack.status != vocab.STACK_IN_PROGRESS:
+            if tidy:
+                self.tidy(row)
+            return Outcome.stale(
+                f"traversal {traversal} ended: stack {stack.action} {stack.status}")
+        graph = self.graph(stack_id, traversal)
+        if row is None or graph is None or node not in graph:
+            return Outcome.stale(f"node {node} is not in traversal {traversal} any more")
+        input_data = args.get("input_data") or {}
+        return Ctx(req_id, stack_id, stack.name, traversal, node, graph, input_data, [],
+                   args=args, template=self.template(stack)), stack, row
+
+    def planned_fast(self, claimed: Claimed) -> Planned | None:
+        """A claimed check whose node is an update that creates its resource
+        or updates it in place on a row nobody holds and nothing replaces
+        (``_fast_update``'s): its plan, read and decided as that fast path
+        does, nothing written; None for any other (its check runs alone)."""
+        try:
+            got = self._context(claimed.req_id, claimed.args, claimed.head, tidy=False)
+        except Exception:  # the check, run alone, meets it again
+            return None
+        if isinstance(got, Outcome):
+            return None
+        ctx, stack, row = got
+        if row.engine_id is not None or not ctx.node.is_update or row.replaced_by is not None:
+            return None
+        return self._fast_plan(ctx, stack, row)
+
+    def _node(self, req_id: int, args: models.RequestArgs, head: Head | None, run: Run
+              ) -> NodeEnd:
         """One node, whose report records its request done in its own
         transaction. ``head``: the stack and row as the transaction that
         claimed it read them (the fast paths re-check both in their own
         transactions: ``begin`` under the stack's shared lock and the row's
         ``atomic_key``, a report by its SyncPoint). Every way it ends is a
         ``NodeEnd``; a fast path's end waits for the run's report (``run``)."""
-        node = Node(int(args["resource_id"]), bool(args["is_update"]))
-        traversal, stack_id = args["traversal"], args["stack_id"]
-        stack, row = head if head is not None and head[0] is not None \
-            else stack_work.check_head(self.db, stack_id, node.resource_id)
-        if stack is None:
-            return (), Outcome.stale(f"stack {stack_id} is gone")
-        if stack.current_traversal != traversal:
-            return (), Outcome.stale(
-                f"traversal {traversal} was superseded by {stack.current_traversal}")
-        if stack.status != vocab.STACK_IN_PROGRESS:
-            self.tidy(row)
-            return (), Outcome.stale(
-                f"traversal {traversal} ended: stack {stack.action} {stack.status}")
-        graph = self.graph(stack_id, traversal)
-        if row is None or graph is None or node not in graph:
-            return (), Outcome.stale(f"node {node} is not in traversal {traversal} any more")
-        input_data = args.get("input_data") or {}
-        ctx = Ctx(req_id, stack_id, stack.name, traversal, node, graph, input_data, [],
-                  chain=chain, args=args, template=self.template(stack))
+        got = self._context(req_id, args, head)
+        if isinstance(got, Outcome):
+            return (), got
+        ctx, stack, row = got
+        node, graph, traversal = ctx.node, ctx.graph, ctx.traversal
 
         # Fast paths: nobody holds the row and the work is plain.
         if row.engine_id is None:
@@ -324,7 +298,7 @@ class Worker:
                     return fast
 
         target = decide.route(self.db, self.template(stack), stack, row, node, graph,
-                              input_data)
+                              ctx.input_data)
         if target is not None and not self.placement.serves(target):
             fake = models.Request(id=req_id, resource_type=vocab.STACK_RESOURCE,
                                   resource_id=str(node.resource_id),
@@ -369,19 +343,25 @@ class Worker:
         refused — returns RETRY before anything is written, and the general
         path decides again under the lock (with no replacement, its
         ``effective`` row is this one and it has no orphan to delete)."""
+        planned = self._fast_plan(ctx, stack, row)
+        return GENERAL_PATH if planned is None else self._fast(planned, run)
+
+    def _fast_plan(self, ctx: Ctx, stack: models.Stack, row: models.StackResource
+                   ) -> Planned | None:
+        """``_fast_update``'s plan, nothing written; None: not its work."""
         template = self.template(stack)
         try:
             d = decide.decide(self.db, template, row, row, ctx.input_data)
         except Exception:  # the general path fails the node with the reason
-            return GENERAL_PATH
+            return None
         if d.kind not in _FAST_KINDS or not self.placement.serves(d.host):
-            return GENERAL_PATH
+            return None
         try:
             work, plan, final = self.actor.planned(ctx, stack, row, row, d)
         except Exception:  # refused, or a bug: the general path fails the node with it
-            return GENERAL_PATH
+            return None
         physical_id = plan.physical_id if work.action == vocab.STACK_CREATE else row.physical_id
-        return self._fast(ctx, row, work, plan, final, (row.id, row.type, physical_id), run)
+        return Planned(ctx, row, work, plan, final, (row.id, row.type, physical_id))
 
     def _fast_delete(self, ctx: Ctx, row: models.StackResource, run: Run) -> NodeEnd:
         """A clean-up node that deletes its row's resource, on a row nobody
@@ -404,19 +384,19 @@ class Worker:
                 or not self.placement.serves(observed.host):
             return GENERAL_PATH
         work = self.actor.work(ctx, vocab.STACK_DELETE, {"status_reason": None}, plan)
-        return self._fast(ctx, row, work, plan, {}, (row.id, row.type, row.physical_id), run)
+        return self._fast(Planned(ctx, row, work, plan, {}, (row.id, row.type, row.physical_id)),
+                          run)
 
-    def _fast(self, ctx: Ctx, row: models.StackResource, work: stack_work.Begin[Terms],
-              plan: phys.Plan, final: Mapping[str, object], known: tuple[int, str, str | None],
-              run: Run) -> NodeEnd:
+    def _fast(self, p: Planned, run: Run) -> NodeEnd:
         """A fast path's begin, carry-out and end: the lock taken in the
-        begin (only if it did not move since ``row`` was read), then end,
+        begin (only if it did not move since the row was read), then end,
         release and report in one transaction. RETRY, with nothing written,
         when the begin did not start (the general path decides again)."""
+        ctx, row = p.ctx, p.row
         self.tracker.claim(row.id)
         try:
             begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id,
-                                     ctx.traversal, work, lock_key=row.atomic_key)
+                                     ctx.traversal, p.work, lock_key=row.atomic_key)
         except db_capacity.NoRoom:  # the general path fails the node with the reason
             self.tracker.unclaim(row.id)
             return GENERAL_PATH
@@ -426,10 +406,16 @@ class Worker:
         if isinstance(begun, Outcome):  # nothing was written, the lock not taken
             self.tracker.unclaim(row.id)
             return GENERAL_PATH
+        return self.fast_begun(p, begun, run)
+
+    def fast_begun(self, p: Planned, begun: stack_work.Begun[Terms], run: Run) -> NodeEnd:
+        """A fast path's carry-out once its begin wrote (the lock taken:
+        ``tracker.claim``'d), its end left to the run's report."""
+        ctx, row, work = p.ctx, p.row, p.work
         ctx.held.append(row.id)
         try:
-            outcome, end = self.actor.carry_out(ctx, row.name, begun, work.action, plan, final,
-                                                known=known, defer=True)
+            outcome, end = self.actor.carry_out(ctx, row.name, begun, work.action, p.plan,
+                                                p.final, known=p.known, defer=True)
             if work.action == vocab.STACK_DELETE:  # a clean-up passes nothing on
                 outcome = dataclasses.replace(outcome, data=None)
         except Exception as exc:  # a bug: fail the stack, never hang it

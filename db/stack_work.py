@@ -20,7 +20,16 @@ import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.common.jsontypes import JSONValue
 from sharemgr.common.outcome import REPLAN, RETRY, SUPERSEDED, Outcome
-from sharemgr.db import api, capacity, clock, models, quiet, records, resource_locks
+from sharemgr.db import (
+    api,
+    capacity,
+    clock,
+    models,
+    quiet,
+    records,
+    resource_locks,
+    stack_events,
+)
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
 from sharemgr.db.leases import Lease
@@ -235,28 +244,76 @@ def begin(
                 if new is None:
                     raise _NotBegun(REPLAN)
                 rid = new.id
-            if not db_stacks.resource_start_tx(session, rid, engine_id, traversal_id,
-                                               work.action, work.values, lock_key=lock_key):
-                raise _NotBegun(_lock_lost(rid) if lock_key is None else RETRY)
-            for claim in work.claims:
-                capacity.claim_tx(session, claim)  # NoRoom: nothing is written
+            _start_tx(session, rid, engine_id, traversal_id, work, lock_key)
             if work.add:
                 api.insert_rows_tx(session, work.add)
-            for model, ident, expected, values in work.changes:
-                if not api.conditional_update_tx(session, model, ident, expected, values):
-                    raise _NotBegun(REPLAN)
-            try:
-                quiet.check_tx(session, work.conditions)
-            except quiet.Busy:
-                raise _NotBegun(REPLAN)  # planned again, the plan's own check refuses
-            op_id = None
-            if work.op is not None:
-                op_id = _running_request_tx(session, engine_id, **work.op, lease=work.op_lease)
-            return Begun(rid, op_id, None if op_id is None else work.op_lease,
-                         None if op_id is None else work.op_taken,
-                         None if lock_key is None else lock_key + 1)
+            _changes_tx(session, work)
+            return _begun_tx(session, rid, engine_id, work, lock_key)
     except _NotBegun as exc:
         return exc.outcome
+
+
+@retry_on_conflict
+def begin_many(
+    db: Database,
+    engine_id: str,
+    stack_id: str,
+    traversal_id: str,
+    items: Sequence[tuple[int, Begin[L], int]],
+) -> list[Begun[L]] | Outcome:
+    """``begin`` of several rows' work, ``(row, work, lock_key)`` each, every
+    row's lock taken as its action starts, in one transaction: all of them
+    begin, or none does and nothing is written — SUPERSEDED, RETRY (a lock
+    moved), REPLAN, or ``capacity.NoRoom`` raised —, and the caller begins
+    each alone. Their new rows go in one statement per table, their events
+    in one."""
+    try:
+        with db.session() as session:
+            if not db_stacks.traversal_is_current_tx(session, stack_id, traversal_id):
+                raise _NotBegun(SUPERSEDED)
+            for rid, work, key in items:
+                _start_tx(session, rid, engine_id, traversal_id, work, key, event=False)
+            api.insert_rows_tx(session, [row for _rid, work, _key in items for row in work.add])
+            for _rid, work, _key in items:
+                _changes_tx(session, work)
+            stack_events.resource_events_tx(session, [rid for rid, _work, _key in items])
+            return [_begun_tx(session, rid, engine_id, work, key) for rid, work, key in items]
+    except _NotBegun as exc:
+        return exc.outcome
+
+
+def _start_tx(session: Session, rid: int, engine_id: str, traversal_id: str, work: Begin[L],
+              lock_key: int | None, event: bool = True) -> None:
+    """A row's action IN_PROGRESS (its lock taken with ``lock_key``) and
+    the pool capacity its work claims (NoRoom: nothing is written)."""
+    if not db_stacks.resource_start_tx(session, rid, engine_id, traversal_id, work.action,
+                                       work.values, lock_key=lock_key, event=event):
+        raise _NotBegun(_lock_lost(rid) if lock_key is None else RETRY)
+    for claim in work.claims:
+        capacity.claim_tx(session, claim)
+
+
+def _changes_tx(session: Session, work: Begin[L]) -> None:
+    """The work's changes of physical rows, then its plan's conditions:
+    REPLAN when either finds a row moved on."""
+    for model, ident, expected, values in work.changes:
+        if not api.conditional_update_tx(session, model, ident, expected, values):
+            raise _NotBegun(REPLAN)
+    try:
+        quiet.check_tx(session, work.conditions)
+    except quiet.Busy:
+        raise _NotBegun(REPLAN)  # planned again, the plan's own check refuses
+
+
+def _begun_tx(session: Session, rid: int, engine_id: str, work: Begin[L],
+              lock_key: int | None) -> Begun[L]:
+    """The work's operation request, running for this engine: what began."""
+    op_id = None
+    if work.op is not None:
+        op_id = _running_request_tx(session, engine_id, **work.op, lease=work.op_lease)
+    return Begun(rid, op_id, None if op_id is None else work.op_lease,
+                 None if op_id is None else work.op_taken,
+                 None if lock_key is None else lock_key + 1)
 
 
 def _running_request_tx(

@@ -395,21 +395,24 @@ def resource_start_tx(
     action: str,
     values: api.Columns | None = None,
     lock_key: int | None = None,
+    event: bool = True,
 ) -> bool:
     """``action IN_PROGRESS`` on a row this engine holds; the caller checked
     in the same transaction that the traversal is current
     (``traversal_is_current_tx``, as ``stack_work.begin`` does). False if
     the lock is no longer ours. With ``lock_key``: take the lock in the same
-    statement, only if nobody holds it and its key is still ``lock_key``."""
+    statement, only if nobody holds it and its key is still ``lock_key``.
+    ``event=False``: the caller writes its event (several rows' in one)."""
     values = {**(values or {}), "current_traversal": traversal_id}
     if lock_key is None:
         return resource_set_state_tx(
-            session, resource_id, engine_id, action, vocab.STACK_IN_PROGRESS, None, values)
+            session, resource_id, engine_id, action, vocab.STACK_IN_PROGRESS, None, values,
+            event=event)
     won = resource_update_tx(
         session, resource_id, {"engine_id": None, "atomic_key": lock_key},
         {**values, "engine_id": engine_id, "atomic_key": lock_key + 1, "action": action,
          "status": vocab.STACK_IN_PROGRESS, "status_reason": None})
-    if won:
+    if won and event:
         stack_events.resource_event_tx(session, resource_id)
     return won
 

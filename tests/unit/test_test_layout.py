@@ -63,6 +63,9 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
                                            UNIT + "convergence/test_groups.py"),
     "convergence/report.py": (UNIT + "convergence/test_worker.py",),
     "convergence/points.py": (UNIT + "convergence/test_worker.py",),
+    # batches begun together: a crash at each of their boundaries
+    "convergence/chained.py": (UNIT + "convergence/test_worker.py",
+                               UNIT + "test_convergence_properties.py"),
     "convergence/tracking.py": WORKER,
     "daemon/backends.py": (UNIT + "db/test_services.py", FUNC + "test_daemon_lifecycle.py"),
     "daemon/database.py": (UNIT + "db/test_engine.py", FUNC + "test_daemon.py"),

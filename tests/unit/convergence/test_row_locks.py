@@ -10,7 +10,7 @@ import logging
 from sharemgr.convergence import physical as phys
 from sharemgr.db import resource_locks, stacks
 
-from tests.unit.stack_rig import HOST, V1, FixedPace, _status
+from tests.unit.stack_rig import HOST, V1, FixedPace, _one_each, _status
 
 
 def test_a_lock_this_engine_leaked_is_taken_over(rig):
@@ -173,3 +173,41 @@ def test_a_batch_whose_one_row_was_taken_meanwhile_ends_the_others(rig, monkeypa
     assert (b.engine_id, b.status) == (GHOST, "IN_PROGRESS")
     assert _status(rig, "web") == ("CREATE", "IN_PROGRESS")
     assert "2 nodes (traversal" in caplog.text and "each ends alone" in caplog.text
+
+
+def test_a_batch_whose_one_lock_moved_before_its_begin_begins_each_alone(rig, monkeypatch):
+    """Three plain creates: the first check's report takes the other two,
+    whose work begins together (``stack_work.begin_many``). One row's lock
+    moved after it was planned (taken and let go by another engine): their
+    begin writes nothing, and each check runs alone — the moved one's fast
+    path finds its key changed too, and its general path takes the lock.
+    The stack completes, every share made once."""
+    from sharemgr.convergence import chained
+    from sharemgr.db import stack_work
+
+    three = "resources:\n" + "".join(
+        f"  {n}: {{type: share, properties: {{size: 1, proto: NFS}}}}\n" for n in "abc")
+    e = rig.engine()
+    e.stacks.take_checks_when(lambda: True)
+    e.worker.pace = FixedPace(3)
+    planned_fast, begin_many = e.worker.planned_fast, stack_work.begin_many
+    answers = []
+
+    def planned_then_moved(claimed):
+        p = planned_fast(claimed)
+        if p is not None and p.row.name == "b":
+            assert resource_locks.resource_lock_steal(rig.db, p.row.id, GHOST, None).acquired
+            assert resource_locks.resource_lock_release(rig.db, p.row.id, GHOST)
+        return p
+
+    def recorded(*args, **kwargs):
+        answers.append(begin_many(*args, **kwargs))
+        return answers[-1]
+
+    monkeypatch.setattr(e.worker, "planned_fast", planned_then_moved)
+    monkeypatch.setattr(chained.stack_work, "begin_many", recorded)
+    rig.create("web", three)
+    assert e.step(1) == 1
+    assert [getattr(a, "result", None) for a in answers] == ["retry"]
+    assert _status(rig, "web") == ("CREATE", "COMPLETE")
+    assert _one_each(rig, ("share",)) == ["web-a", "web-b", "web-c"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
+import sqlalchemy as sa
 from sharemgr.common import outcome
-from sharemgr.db import resource_locks, stack_purge, stack_work, stacks
+from sharemgr.db import api, models, resource_locks, stack_events, stack_purge, stack_work, stacks
 
 ME, OTHER, DEAD = "host-a.1", "host-b.2", "host-c.3"
 
@@ -206,3 +207,67 @@ def test_heads_names_counted_and_rows_settled(db, stack):
     assert stacks.resource_get(db, a).template_id == tid
     assert stacks.resource_get(db, b).template_id != tid
 
+
+
+def _share_rows(i):
+    share = models.Share(id=str(uuid.uuid4()), size=1, share_proto="NFS", name=f"s{i}")
+    inst = models.ShareInstance(id=str(uuid.uuid4()), share_id=share.id, host="h@b#p",
+                                status="creating")
+    return share, inst
+
+
+def test_begin_many_begins_every_row_or_none(db, stack):
+    """``begin_many``: several rows' work, each row's lock taken with its
+    key, in one transaction — all of them begin (their shares and
+    instances inserted, a table's in one statement; their events; each its
+    operation's request running for this engine), or, when one row's lock
+    moved or the traversal is not current, none does and nothing is
+    written."""
+    t = str(uuid.uuid4())
+    with db.session() as session:
+        stacks.stack_swap_traversal_tx(session, stack.id, None, t, {"status": "IN_PROGRESS"})
+    rows = [_resource(db, stack, f"r{i}") for i in range(3)]
+    made = [_share_rows(i) for i in range(3)]
+
+    def items(keys):
+        return [(r.id, stack_work.Begin(
+            "CREATE", {"physical_id": inst.id}, (share, inst),
+            op={"resource_type": "share_instance", "resource_id": inst.id, "action": "create",
+                "host": "h@b#p"}), key)
+            for r, (share, inst), key in zip(rows, made, keys, strict=True)]
+
+    keys = [stacks.resource_get(db, r.id).atomic_key for r in rows]
+    events = len(stack_events.events(db, stack.id))
+    moved = [keys[0], keys[1] + 1, keys[2]]
+    assert stack_work.begin_many(db, ME, stack.id, t, items(moved)) == outcome.RETRY
+    assert stack_work.begin_many(db, ME, stack.id, "stale", items(keys)) == outcome.SUPERSEDED
+    assert [(r.engine_id, r.action) for r in map(stacks.resource_get, [db] * 3,
+                                                  [r.id for r in rows])] == [(None, "INIT")] * 3
+    assert api.get(db, models.Share, made[0][0].id) is None
+    assert len(stack_events.events(db, stack.id)) == events
+    assert api.request_list(db) == []
+
+    sent: list[str] = []
+
+    def seen(*args):
+        sent.append(args[2])
+
+    sa.event.listen(db.engine, "before_cursor_execute", seen)
+    try:
+        begun = stack_work.begin_many(db, ME, stack.id, t, items(keys))
+    finally:
+        sa.event.remove(db.engine, "before_cursor_execute", seen)
+    assert isinstance(begun, list)
+    inserts = [s.split("(")[0].split()[2].strip('"`') for s in sent if s.startswith("INSERT")]
+    assert sorted(inserts) == ["requests"] * 3 + ["share_instances", "shares", "stack_events"]
+    assert [(b.resource_id, b.key) for b in begun] == [
+        (r.id, k + 1) for r, k in zip(rows, keys, strict=True)]
+    for r, b, (share, inst) in zip(rows, begun, made, strict=True):
+        row = stacks.resource_get(db, r.id)
+        assert (row.engine_id, row.action, row.status, row.physical_id) == (
+            ME, "CREATE", "IN_PROGRESS", inst.id)
+        assert api.get(db, models.ShareInstance, inst.id).share_id == share.id
+        req = api.get(db, models.Request, b.op_request_id)
+        assert (req.resource_id, req.status, req.engine_id) == (inst.id, "running", ME)
+    assert [e.resource_id for e in stack_events.events(db, stack.id)[events:]] == [
+        r.id for r in rows]
