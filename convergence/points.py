@@ -102,9 +102,11 @@ class Points:
         see them."""
         if take and not tx.pending:
             self.take_tx(session, tx, take)
-        heads = stack_work.check_heads_tx(session, [
-            (str(args.get("stack_id") or ""), succ.resource_id)
-            for _req, args, succ in tx.pending])
+        wanted = [(str(args.get("stack_id") or ""), succ.resource_id)
+                  for _req, args, succ in tx.pending]
+        # One head (a chain's successor) by its own cached statement.
+        heads = [stack_work.check_head_tx(session, *wanted[0])] if len(wanted) == 1 \
+            else stack_work.check_heads_tx(session, wanted)
         return [Claimed(req_id, args, head)
                 for (req_id, args, _succ), head in zip(tx.pending, heads, strict=True)]
 
