@@ -21,13 +21,13 @@ Each step returns one :class:`~sharemgr.convergence.node_check.Outcome`.
 A node whose row nobody holds and whose work is plain takes a fast path:
 its lock taken in the transaction that begins its action, and its end, its
 release and its first reports written in one more, with those of the other
-nodes its thread ran meanwhile (``Reporter.end_many``). A node that fails marks its row FAILED and
-the stack FAILED with the reason — or, unless ``disable_rollback``, starts
-the rollback in the same transaction — so a failure can never leave the
-stack waiting for a node that will not report (Heat's hang). Any unexpected
-exception takes the same path, except an outage of the database or the
-coordination backend: that is not the node's failure, and the check is given
-back to run again (``Worker._check``).
+nodes its thread ran meanwhile (``Reporter.end_many``). A node that fails
+marks its row FAILED and the stack FAILED with the reason — or, unless
+``disable_rollback``, starts the rollback in the same transaction — so a
+failure can never leave the stack waiting for a node that will not report
+(Heat's hang). Any unexpected exception takes the same path, except an
+outage of the database or the coordination backend: that is not the node's
+failure, and the check is given back to run again (``Worker._check``).
 """
 
 from __future__ import annotations
@@ -258,14 +258,15 @@ class Worker:
         does, nothing written; None for any other (its check runs alone)."""
         try:
             got = self._context(claimed.req_id, claimed.args, claimed.head, tidy=False)
-        except Exception:  # the check, run alone, meets it again
+            if isinstance(got, Outcome):
+                return None
+            ctx, stack, row = got
+            if row.engine_id is not None or not ctx.node.is_update \
+                    or row.replaced_by is not None:
+                return None
+            return self._fast_plan(ctx, stack, row)
+        except Exception:  # an outage, a bug: the check, run alone, meets it again
             return None
-        if isinstance(got, Outcome):
-            return None
-        ctx, stack, row = got
-        if row.engine_id is not None or not ctx.node.is_update or row.replaced_by is not None:
-            return None
-        return self._fast_plan(ctx, stack, row)
 
     def _node(self, req_id: int, args: models.RequestArgs, head: Head | None, run: Run
               ) -> NodeEnd:
