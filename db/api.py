@@ -13,10 +13,9 @@ import functools
 import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 import sqlalchemy as sa
-from sharemgr.common.jsontypes import JSONValue
 from sharemgr.db import capacity, clock, models, quiet, records
 from sharemgr.db.engine import ColumnLimitError, Database, limit_problem
 
@@ -25,6 +24,7 @@ from sharemgr.db.engine import ColumnLimitError, Database, limit_problem
 from sharemgr.db.inserts import insert_rows_tx as insert_rows_tx
 from sharemgr.db.inserts import insert_statement as insert_statement
 from sharemgr.db.models import M
+from sharemgr.db.request_queue import NewRequest as NewRequest
 from sharemgr.db.request_queue import request_add_tx as request_add_tx
 from sharemgr.db.request_queue import request_claim as request_claim
 from sharemgr.db.request_queue import request_finish as request_finish
@@ -355,17 +355,6 @@ def add_with_request(db: Database, rows: Sequence[models.Base], request: NewRequ
 
 # One conditional update: (model, id, expected column values, new values).
 Change = tuple[type[models.HasTable], Ident, Columns, Columns]
-
-
-class NewRequest(TypedDict):
-    """A request row's values as an operation's plan writes them
-    (``plans.Op.request``)."""
-
-    resource_type: str
-    resource_id: str
-    action: str
-    host: str | None
-    args: dict[str, JSONValue]
 
 
 @retry_on_conflict

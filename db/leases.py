@@ -5,7 +5,7 @@ clock (db/clock.py), so engines whose clocks disagree agree on them."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import sqlalchemy as sa
@@ -14,6 +14,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import clock, models, records
 from sharemgr.db.engine import Database
 from sharemgr.db.models import M
+from sharemgr.db.request_queue import NewRequest
 from sharemgr.db.resources import host_match
 from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
@@ -165,3 +166,59 @@ def expired_leases(db: Database, hosts: list[str]) -> list[models.Request]:
     )
     with db.reading() as session:
         return list(session.scalars(stmt.order_by(models.Request.id)))
+
+
+def running_requests_tx(session: Session, engine_id: str,
+                        ops: Sequence[tuple[NewRequest, Lease | None] | None]
+                        ) -> list[int | None]:
+    """The requests of several operations, ``(values, lease)`` each (None:
+    no operation), as :func:`running_request_tx` writes each; in one
+    statement when every one has a lease and the database returns many
+    rows' keys in their order (a batch of a stack's begins)."""
+    leased = [(op, lease) for op, lease in (o for o in ops if o is not None)
+              if lease is not None]
+    dialect = session.get_bind().dialect
+    if len(leased) < len(ops) or not getattr(
+            dialect, "insert_executemany_returning_sort_by_parameter_order", False):
+        return [None if o is None else running_request_tx(session, engine_id, **o[0], lease=o[1])
+                for o in ops]
+    now = models.utcnow()
+    rows = [{"resource_type": op["resource_type"], "resource_id": op["resource_id"],
+             "action": op["action"], "host": op["host"], "args": op.get("args") or {},
+             "status": vocab.REQUEST_RUNNING, "engine_id": engine_id, "created_at": now,
+             "claimed_at": now, "lease_until": lease.until, "lease_deadline_s": lease.deadline}
+            for op, lease in leased]
+    return list(session.execute(_LEASED_REQUESTS, rows).scalars())
+
+
+def running_request_tx(
+    session: Session,
+    engine_id: str,
+    resource_type: str,
+    resource_id: str,
+    action: str,
+    host: str | None,
+    args: models.RequestArgs | None = None,
+    lease: Lease | None = None,
+) -> int:
+    """A request ``running`` for this engine as it is written, with its
+    call's lease when given (by the database's clock); its id."""
+    now = models.utcnow()
+    values = dict(
+        resource_type=resource_type, resource_id=resource_id, action=action, host=host,
+        args=args or {}, status=vocab.REQUEST_RUNNING, engine_id=engine_id, created_at=now,
+        claimed_at=now)
+    if lease is None:
+        return records.new_key(session.execute(
+            db_api.insert_statement(models.Request.__table__), values))
+    return records.new_key(session.execute(_LEASED_REQUEST, {
+        **values, "lease_until": lease.until, "lease_deadline_s": lease.deadline}))
+
+
+# A running request written with its lease: the times computed by the database.
+_LEASED_REQUEST = sa.insert(models.Request.__table__).values(
+    lease_expires_at=clock.after(sa.bindparam("lease_until")),
+    lease_deadline=clock.after(sa.bindparam("lease_deadline_s")))
+# Many of them, their keys returned in their order (``begin_many``).
+_LEASED_REQUESTS = _LEASED_REQUEST.returning(models.Request.__table__.c.id,
+                                             sort_by_parameter_order=True)

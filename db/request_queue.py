@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import TypedDict
 
 import sqlalchemy as sa
 from sharemgr.common import messages, vocab
@@ -19,6 +20,17 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 utcnow = models.utcnow
+
+
+class NewRequest(TypedDict):
+    """A request row's values as an operation's plan writes them
+    (``plans.Op.request``)."""
+
+    resource_type: str
+    resource_id: str
+    action: str
+    host: str | None
+    args: dict[str, JSONValue]
 
 
 def request_add_tx(

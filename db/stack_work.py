@@ -23,13 +23,13 @@ from sharemgr.common.outcome import REPLAN, RETRY, SUPERSEDED, Outcome
 from sharemgr.db import (
     api,
     capacity,
-    clock,
     models,
     quiet,
     records,
     resource_locks,
     stack_events,
 )
+from sharemgr.db import leases as db_leases
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
 from sharemgr.db.leases import Lease
@@ -277,7 +277,11 @@ def begin_many(
             for _rid, work, _key in items:
                 _changes_tx(session, work)
             stack_events.resource_events_tx(session, [rid for rid, _work, _key in items])
-            return [_begun_tx(session, rid, engine_id, work, key) for rid, work, key in items]
+            ops = db_leases.running_requests_tx(
+                session, engine_id, [None if work.op is None else (work.op, work.op_lease)
+                                     for _rid, work, _key in items])
+            return [_begun(rid, work, key, op_id)
+                    for (rid, work, key), op_id in zip(items, ops, strict=True)]
     except _NotBegun as exc:
         return exc.outcome
 
@@ -310,39 +314,15 @@ def _begun_tx(session: Session, rid: int, engine_id: str, work: Begin[L],
     """The work's operation request, running for this engine: what began."""
     op_id = None
     if work.op is not None:
-        op_id = _running_request_tx(session, engine_id, **work.op, lease=work.op_lease)
+        op_id = db_leases.running_request_tx(session, engine_id, **work.op,
+                                                  lease=work.op_lease)
+    return _begun(rid, work, lock_key, op_id)
+
+
+def _begun(rid: int, work: Begin[L], lock_key: int | None, op_id: int | None) -> Begun[L]:
     return Begun(rid, op_id, None if op_id is None else work.op_lease,
                  None if op_id is None else work.op_taken,
                  None if lock_key is None else lock_key + 1)
-
-
-def _running_request_tx(
-    session: Session,
-    engine_id: str,
-    resource_type: str,
-    resource_id: str,
-    action: str,
-    host: str | None,
-    args: models.RequestArgs | None = None,
-    lease: Lease | None = None,
-) -> int:
-    """A request ``running`` for this engine as it is written, with its
-    call's lease when given (by the database's clock); its id."""
-    now = M.utcnow()
-    values = dict(
-        resource_type=resource_type, resource_id=resource_id, action=action, host=host,
-        args=args or {}, status=vocab.REQUEST_RUNNING, engine_id=engine_id, created_at=now,
-        claimed_at=now)
-    if lease is None:
-        return records.new_key(session.execute(api.insert_statement(M.Request.__table__), values))
-    return records.new_key(session.execute(_LEASED_REQUEST, {
-        **values, "lease_until": lease.until, "lease_deadline_s": lease.deadline}))
-
-
-# A running request written with its lease: the times computed by the database.
-_LEASED_REQUEST = sa.insert(M.Request.__table__).values(
-    lease_expires_at=clock.after(sa.bindparam("lease_until")),
-    lease_deadline=clock.after(sa.bindparam("lease_deadline_s")))
 
 
 @retry_on_conflict
@@ -434,8 +414,9 @@ def running_check_tx(session: Session, engine_id: str, resource_id: int, args: m
     the engine runs it at once, in the thread that made the node ready; the
     row is the durable record (the watchdog abandons it, and retriggers the
     node, if the engine dies)."""
-    return _running_request_tx(session, engine_id, vocab.STACK_RESOURCE, str(int(resource_id)),
-                               vocab.ACTION_CHECK, None, args)
+    return db_leases.running_request_tx(session, engine_id, vocab.STACK_RESOURCE,
+                                            str(int(resource_id)), vocab.ACTION_CHECK, None,
+                                            args)
 
 
 @retry_on_conflict
