@@ -149,6 +149,14 @@ class FaultFleet(chaos.Fleet):
     def fault(self, kind: str, slot: int, hold: float) -> None:
         rec = self.current[slot]
         assert rec is not None
+        began = chaos.utcnow()
+        try:
+            self._fault(kind, slot, hold, rec)
+        finally:
+            rec.interrupted.append((began, chaos.utcnow()))
+        self.faults[kind] += 1
+
+    def _fault(self, kind: str, slot: int, hold: float, rec: chaos.EngineRecord) -> None:
         if kind == "pause":
             # Caught inside a driver call where one comes within a while.
             deadline = time.monotonic() + 10
@@ -176,7 +184,6 @@ class FaultFleet(chaos.Fleet):
                 for proxy in cut:
                     proxy.thaw()
             self.log(f"healed slot {slot} ({kind})")
-        self.faults[kind] += 1
 
     def run(self, stop: threading.Event, deadline: float) -> None:
         rng = self.rng

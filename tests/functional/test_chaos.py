@@ -21,6 +21,7 @@ import yaml
 from sharemgr.drivers.dummy_state import DB_NAME
 
 from tests.functional import chaos
+from tests.functional.chaos.options import parse_time
 from tests.functional.harness import Deployment
 
 pytestmark = pytest.mark.functional
@@ -149,14 +150,28 @@ def test_checker_finds_planted_violations(tmp_path):
             # Both finished once both were logged: in the backend's order too.
             backend.execute("UPDATE calls SET finished_after = (SELECT MAX(seq) FROM calls) "
                             "WHERE method = 'extend_share' AND engine_id = 'e'")
+            # Two deletes of one share with no delete request: a double,
+            # unless the engine of the first was frozen or cut off between
+            # them (a peer's reconciliation took its work over), as engine
+            # "p" was for m3's.
+            for inst, first in ((made["m3"]["instance_id"], "p"), (made["m2"]["instance_id"], "r")):
+                for at, who in (("2026-01-01T00:00:10", first), ("2026-01-01T00:00:20", "q")):
+                    backend.execute("INSERT INTO calls (time, method, resource_id, engine_id, "
+                                    "pid, finished) VALUES (?, 'delete_share', ?, ?, 1, ?)",
+                                    (at, inst, who, at))
+            backend.execute("UPDATE calls SET finished_after = seq WHERE method = 'delete_share' "
+                            "AND engine_id IN ('p', 'q', 'r')")
         backend.close()
+        paused = chaos.EngineRecord(0, engine, {}, "", chaos.utcnow(), _engine_id="p",
+                                    interrupted=[(parse_time("2026-01-01T00:00:12"),
+                                                  parse_time("2026-01-01T00:00:15"))])
         other = {"resources": {**WEB["resources"], "data9": WEB["resources"]["data1"]}}
         stacks = {
             "s1": chaos.StackModel("s1", template=WEB, accepted=[("CREATE", WEB, "")]),
             "s2": chaos.StackModel("s2", template=WEB, accepted=[("CREATE", WEB, "")]),
             "s3": chaos.StackModel("s3", template=other, accepted=[("CREATE", other, "")]),
         }
-        checker = chaos.Checker(d, reader, [], stacks)
+        checker = chaos.Checker(d, reader, [paused], stacks)
         checker.seen_during_chaos = {"0123": "snapshot instance 0123 (s9-snap1-x), seen at t"}
         checker.run_all()
     finally:
@@ -169,6 +184,8 @@ def test_checker_finds_planted_violations(tmp_path):
         "orphan": f"orphan: share {made['s1-data1-orphan']['id']} (s1-data1-orphan",
         "stuck": "stack s2: stuck CREATE IN_PROGRESS",
         "twice": f"twice: 2 creates of {made['m1']['instance_id']}",
+        "twice delete": f"twice: 2 deletes of {made['m2']['instance_id']} with 0 delete "
+                        "request(s) and 0 retry(ies)",
         "template": "stack s3: CREATE COMPLETE with template",
         "made-but-error": f"made-but-error: share instance {made['m3']['instance_id']} (m3)",
         "made-but-error during": "made-but-error: snapshot instance 0123 (s9-snap1-x), seen",

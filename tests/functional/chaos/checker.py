@@ -436,11 +436,14 @@ class Checker:
         # A call the backend refused as fenced changed nothing: not a double.
         calls = [c for c in self.calls() if not c.get("fenced")]
         deaths: dict[str, datetime.datetime] = {}
+        interrupted: dict[str, list[tuple[datetime.datetime, datetime.datetime]]] = {}
         for rec in self.records:
             # Engines that died without finishing what they had started.
             if rec.engine_id and rec.how and rec.how != "sigterm":
                 assert rec.died_at is not None  # reaped: its end is known
                 deaths[rec.engine_id] = rec.died_at
+            if rec.engine_id:
+                interrupted[rec.engine_id] = rec.interrupted
         per: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
         for c in calls:
             if c["method"] in CREATE_METHODS:
@@ -459,7 +462,10 @@ class Checker:
             explained = 0
             # A take-over: the delete's request abandoned (its engine dead, or
             # its lease expired: paused, cut off) and the delete retried by
-            # the reconciliation rules (doc/reconciliation.rst).
+            # the reconciliation rules (doc/reconciliation.rst); or the earlier
+            # call's engine frozen or cut off between the two calls (a
+            # reconciliation pass, whose settling has no request, loses its
+            # locks to a peer's pass as a dead engine's would).
             taken = [r["finished_at"].replace(tzinfo=datetime.UTC)
                      for r in self.reader.requests(resource_id=rid)
                      if r["status"] == "abandoned" and r["finished_at"]]
@@ -468,7 +474,9 @@ class Checker:
                 slack = datetime.timedelta(seconds=0.5 + self.clock_skew)
                 start, end = parse_time(a["time"]) - slack, parse_time(b["time"]) + slack
                 if (died is not None and start <= died <= end) or \
-                        any(start <= t <= end for t in taken):
+                        any(start <= t <= end for t in taken) or \
+                        any(s0 <= end and start <= s1
+                            for s0, s1 in interrupted.get(a["engine_id"], ())):
                     explained += 1
             asked = len([r for r in self.reader.requests(resource_id=rid)
                          if r["action"] == "delete"])

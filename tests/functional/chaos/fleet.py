@@ -44,6 +44,10 @@ class EngineRecord:
     returncode: int | None = None
     spared: int = 0  # kills it was spared so that its crash point may fire
     _engine_id: str | None = None
+    # When it was frozen or cut off (the faults run): its locks and leases
+    # may have run out meanwhile and its work been taken over, as after a death.
+    interrupted: list[tuple[datetime.datetime, datetime.datetime]] = dataclasses.field(
+        default_factory=list)
 
     @property
     def died_at(self) -> datetime.datetime | None:
