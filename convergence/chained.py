@@ -8,10 +8,11 @@ work is a plain create or update on a row nobody holds (the worker's fast
 path), begins all of them at once (``stack_work.begin_many``: every row's
 lock taken, its physical rows and operation request written), then carries
 each out in turn; their ends wait for the run's report, which writes them
-together too. A batch is as many nodes as run in ``report.BATCH_SECONDS``
-(``report.Pace``), so a begun operation waits that long at most for its
-call, far inside its lease. Whatever cannot begin with the others runs
-alone."""
+together too. A batch is as many nodes as ran in ``report.BATCH_SECONDS``
+before it (``report.Pace``), so a begun operation waits about that long for
+its call, far inside its lease (a backend turning slow within a batch:
+doc/convergence.rst, "Batches"). Whatever cannot begin with the others
+runs alone."""
 
 from __future__ import annotations
 
