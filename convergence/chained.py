@@ -25,15 +25,14 @@ from typing import Protocol
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence import physical as phys
-from sharemgr.convergence.node_check import Claimed, Ctx, NodeEnd, Outcome, Result, cut_short
-from sharemgr.convergence.report import Pace, Run
+from sharemgr.convergence.node_check import Claimed, Ctx, NodeEnd, Outcome, Result
+from sharemgr.convergence.report import Pace, Run, raised
 from sharemgr.convergence.tracking import Tracker
 from sharemgr.db import api as db_api
 from sharemgr.db import capacity, models, stack_work
 from sharemgr.db.engine import Database
 from sharemgr.manager.leases import Terms
-from sharemgr.manager.outage import is_outage
-from sharemgr.manager.runner import observe, request_context, request_end, unexpected
+from sharemgr.manager.runner import observe, request_context, request_end
 
 __all__ = ["Planned", "record", "run_claimed"]
 
@@ -124,8 +123,7 @@ def chained(worker: Checks, run: Run, c: Claimed, step: Callable[[], NodeEnd],
         nxt, outcome = step()
         run.queue.extend(nxt)
     except Exception as exc:  # recorded on the request: the watchdog counts failures
-        outcome = cut_short(exc) if is_outage(exc) \
-            else unexpected(exc, c.req_id, vocab.ACTION_CHECK)
+        outcome = raised(exc, c.req_id)
     if run.waits_for(c.req_id):
         worker.pace.node(planning + time.monotonic() - started)
         run.started[c.req_id] = started

@@ -228,9 +228,7 @@ class Reporter:
         try:
             return self.end_many([e], 0)[0][0]
         except Exception as exc:
-            if is_outage(exc):
-                return cut_short(exc)
-            return unexpected(exc, e.ctx.req_id, vocab.ACTION_CHECK)
+            return raised(exc, e.ctx.req_id)
 
     def _apart(self, e: Ending, exc: Exception) -> Outcome[object]:
         """A lone ending whose transaction failed: its row's end, its locks'
@@ -392,6 +390,13 @@ class Reporter:
         return result.found
 
 
+def raised(exc: Exception, req_id: int) -> Outcome[object]:
+    """What a check that raised ``exc`` ends as (called in the ``except``
+    block): an outage gives it back (``cut_short``); anything else is
+    unexpected — logged with its traceback, failed."""
+    return cut_short(exc) if is_outage(exc) else unexpected(exc, req_id, vocab.ACTION_CHECK)
+
+
 def _split(exc: Exception, what: str) -> None:
     """A transaction of reports failed; they are written again in smaller
     ones, which do the same work. A conflict (the database chose it as a
@@ -443,9 +448,7 @@ class Run:
             try:
                 outcomes, claimed = reporter.end_many(endings, take)
             except Exception as exc:  # as a lone check whose report raised
-                outcomes = [cut_short(exc) if is_outage(exc)
-                            else unexpected(exc, e.ctx.req_id, vocab.ACTION_CHECK)
-                            for e in endings]
+                outcomes = [raised(exc, e.ctx.req_id) for e in endings]
                 claimed = ()
             self.queue.extend(claimed)
             done.extend((e.ctx.req_id, o) for e, o in zip(endings, outcomes, strict=True))

@@ -182,12 +182,8 @@ def running_requests_tx(session: Session, engine_id: str,
             dialect, "insert_executemany_returning_sort_by_parameter_order", False):
         return [None if o is None else running_request_tx(session, engine_id, **o[0], lease=o[1])
                 for o in ops]
-    now = models.utcnow()
-    rows = [{"resource_type": op["resource_type"], "resource_id": op["resource_id"],
-             "action": op["action"], "host": op["host"], "args": op.get("args") or {},
-             "status": vocab.REQUEST_RUNNING, "engine_id": engine_id, "created_at": now,
-             "claimed_at": now, "lease_until": lease.until, "lease_deadline_s": lease.deadline}
-            for op, lease in leased]
+    rows = [{**_running(engine_id, **op), "lease_until": lease.until,
+             "lease_deadline_s": lease.deadline} for op, lease in leased]
     return list(session.execute(_LEASED_REQUESTS, rows).scalars())
 
 
@@ -203,16 +199,22 @@ def running_request_tx(
 ) -> int:
     """A request ``running`` for this engine as it is written, with its
     call's lease when given (by the database's clock); its id."""
-    now = models.utcnow()
-    values = dict(
-        resource_type=resource_type, resource_id=resource_id, action=action, host=host,
-        args=args or {}, status=vocab.REQUEST_RUNNING, engine_id=engine_id, created_at=now,
-        claimed_at=now)
+    values = _running(engine_id, resource_type, resource_id, action, host, args)
     if lease is None:
         return records.new_key(session.execute(
             db_api.insert_statement(models.Request.__table__), values))
     return records.new_key(session.execute(_LEASED_REQUEST, {
         **values, "lease_until": lease.until, "lease_deadline_s": lease.deadline}))
+
+
+def _running(engine_id: str, resource_type: str, resource_id: str, action: str,
+             host: str | None, args: models.RequestArgs | None = None) -> dict[str, object]:
+    """A request row's values, ``running`` for this engine from now."""
+    now = models.utcnow()
+    return dict(
+        resource_type=resource_type, resource_id=resource_id, action=action, host=host,
+        args=args or {}, status=vocab.REQUEST_RUNNING, engine_id=engine_id, created_at=now,
+        claimed_at=now)
 
 
 # A running request written with its lease: the times computed by the database.
