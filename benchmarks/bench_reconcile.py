@@ -56,6 +56,7 @@ try:
 except ImportError:  # the code before batches: the same script measures "before"
     BATCH_STATUS_METHODS = {}
 from sharemgr.common import vocab
+from sharemgr.drivers.dummy import DummyDriver
 from sharemgr.drivers.testing import build_driver
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.handlers import HANDLERS
@@ -65,6 +66,35 @@ from sharemgr.reconcile.reconciler import Reconciler
 PG_ADMIN = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
 REDIS = "redis://127.0.0.1:6379"
 HOST = "bench@be"
+
+
+def fill(db: Database, driver: DummyDriver, count: int, status: str, host: str,
+         coord: Coordinator | None) -> None:
+    """``count`` shares with one instance each in ``status``, all of them
+    available on the backend (bulk inserts: the setup is not measured).
+    ``coord``: a file coordinator whose lock files the crashed operations
+    left (creating 10,000 files is the setup's cost, not the pass's)."""
+    shares, insts = [], []
+    for i in range(count):
+        share_id, inst_id = models.new_id(), models.new_id()
+        shares.append({"id": share_id, "name": f"b{i}", "size": 1, "share_proto": "NFS"})
+        insts.append({"id": inst_id, "share_id": share_id, "host": host, "status": status,
+                      "export_locations": []})
+    for start in range(0, count, 5000):
+        with db.session() as session:
+            session.execute(sa.insert(models.Share), shares[start:start + 5000])
+            session.execute(sa.insert(models.ShareInstance), insts[start:start + 5000])
+    if status != "creating":
+        return
+    for inst in insts if coord else []:
+        with coord.try_lock(lock_name(vocab.SHARE_INSTANCE, inst["id"])):
+            pass
+    with driver.state.transaction() as tx:
+        for share, inst in zip(shares, insts, strict=True):
+            tx.insert(id=inst["id"], kind="share", share_id=share["id"], name=share["name"],
+                      size=1, status="available",
+                      export_locations=[{"path": f"h:/shares/{inst['id']}",
+                                         "is_admin_only": False, "preferred": True}])
 
 
 class Setup:
@@ -92,7 +122,7 @@ class Setup:
             options["dummy_method_delays"] = {"get_share_status": delay}
             if BATCH_STATUS_METHODS:
                 options["dummy_method_delays"]["get_share_statuses"] = delay
-        self.driver = build_driver("dummy", root, backend="be", **options)
+        self.driver = build_driver(DummyDriver, root, backend="be", **options)
         self.engine = f"bench.{uuid.uuid4()}"
         if coordination == "redis":
             # The heart on, as in the daemon: its renewals are the cost.
@@ -116,32 +146,8 @@ class Setup:
         engine.dispose()
 
     def populate(self, count: int, status: str) -> None:
-        """``count`` shares with one instance each in ``status``, all of them
-        available on the backend (bulk inserts: the setup is not measured)."""
-        shares, insts = [], []
-        for i in range(count):
-            share_id, inst_id = models.new_id(), models.new_id()
-            shares.append({"id": share_id, "name": f"b{i}", "size": 1, "share_proto": "NFS"})
-            insts.append({"id": inst_id, "share_id": share_id, "host": HOST, "status": status,
-                          "export_locations": []})
-        for start in range(0, count, 5000):
-            with self.db.session() as session:
-                session.execute(sa.insert(models.Share), shares[start:start + 5000])
-                session.execute(sa.insert(models.ShareInstance), insts[start:start + 5000])
-        if status != "creating":
-            return
-        # The crashed operations held these resources' locks: with a file
-        # coordinator their lock files exist (creating 10,000 files is the
-        # setup's cost, not the pass's).
-        for inst in insts if self.coordination == "file" else []:
-            with self.coord.try_lock(lock_name(vocab.SHARE_INSTANCE, inst["id"])):
-                pass
-        with self.driver.state.transaction() as tx:
-            for share, inst in zip(shares, insts, strict=True):
-                tx.insert(id=inst["id"], kind="share", share_id=share["id"], name=share["name"],
-                          size=1, status="available",
-                          export_locations=[{"path": f"h:/shares/{inst['id']}",
-                                             "is_admin_only": False, "preferred": True}])
+        fill(self.db, self.driver, count, status, HOST,
+             self.coord if self.coordination == "file" else None)
 
     def run(self) -> tuple[float, dict[str, Any]]:
         started = time.perf_counter()
@@ -300,8 +306,56 @@ def figure_memory(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def daemon_pass(dbkind: str, resources: int, workers: int) -> dict[str, Any]:
+    """The startup pass of a real ``share-manager`` over ``resources``
+    instances a crash left in ``creating``, as the daemon records it
+    (``sharectl reconcile show``), and the engine's CPU seconds until then."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks import common
+
+    setup = "sqlite" if dbkind == "sqlite" else "servers"
+    extra = {"DEFAULT": {"reconciliation_workers": str(workers),
+                         "startup_reconciliation_wait_seconds": "1"}}
+    with tempfile.TemporaryDirectory() as tmp, \
+            common.deployment(Path(tmp) / "d", setup, defaults=True, extra=extra) as d:
+        db = common.database(d)
+        driver = build_driver(DummyDriver, Path(tmp) / "driver", backend="dummy",
+                              dummy_state_path=d.sections["dummy"]["dummy_state_path"])
+        coord = None
+        if setup == "sqlite":  # the lock files the crashed operations left
+            coord = Coordinator(f"file://{d.state}/coordination?timeout=30", "bench.setup")
+            coord.start(heartbeat=False)
+        fill(db, driver, resources, "creating", f"{d.host}@dummy", coord)
+        if coord:
+            coord.stop()
+        db.dispose()
+        engine = d.start()
+        engine.wait_for_log("(startup) on", timeout=max(120, resources / 50))
+        cpu = common.cpu_seconds(engine.proc.pid)
+        shown = d.json("reconcile", "show")
+    assert shown["outcomes"] == {"share_instance": {"available": resources}}, shown
+    return {"seconds": float(shown["duration_seconds"]), "engine_cpu_seconds": round(cpu, 2)}
+
+
+def figure_daemon(args: argparse.Namespace) -> dict[str, object]:
+    """The startup pass as the daemon records it, beside the same pass run
+    in this process (the reconciler alone, no daemon around it)."""
+    alone, _ = stuck_pass(args.db, args.resources, args.workers)
+    daemon = daemon_pass(args.db, args.resources, args.workers)
+    return {
+        "benchmark": "reconcile_startup_pass_daemon",
+        "figure": {"resources_per_second": round(args.resources / daemon["seconds"], 1),
+                   **daemon},
+        "reference": {"in_process_resources_per_second": round(args.resources / alone, 1),
+                      "in_process_seconds": round(alone, 3)},
+        "ratio_to_reference": round(daemon["seconds"] / alone, 3),
+        "inputs": {"resources": args.resources, "workers": args.workers,
+                   "database": args.db, "driver": "dummy"},
+    }
+
+
 FIGURES = {"stuck": figure_stuck, "delay": figure_delay, "healthy": figure_healthy,
-           "redis": figure_redis, "memory": figure_memory}
+           "redis": figure_redis, "memory": figure_memory, "daemon": figure_daemon}
 
 
 def main() -> None:

@@ -38,7 +38,6 @@ from benchmarks import common, profile_summary  # noqa: E402
 from benchmarks.bench_stack import (  # noqa: E402
     ENGINE_OPTIONS,
     Stats,
-    cpu_seconds,
     diff,
     graph_nodes,
     memory_kib,
@@ -58,11 +57,11 @@ def template(n: int, resized: int = 0) -> str:
 def step(d: Deployment, url: str, stats: Stats, idle: dict, args: list[str], name: str,
          what: str, n: int) -> dict:
     before = stats.read()
-    cpu0 = cpu_seconds(d.engines[0].proc.pid)
+    cpu0 = common.cpu_seconds(d.engines[0].proc.pid)
     started = time.perf_counter()
     proc = d.sharectl(*args, check=False, timeout=7200)
     elapsed = time.perf_counter() - started
-    cpu = cpu_seconds(d.engines[0].proc.pid) - cpu0
+    cpu = common.cpu_seconds(d.engines[0].proc.pid) - cpu0
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     work = diff(before, stats.read())

@@ -107,12 +107,6 @@ def memory_kib(pid: int) -> dict[str, int]:
     return {"rss_kib": fields["VmRSS"], "peak_rss_kib": fields["VmHWM"]}
 
 
-def cpu_seconds(pid: int) -> float:
-    """A process's CPU time so far, user and system (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def machine_cpu() -> tuple[float, float]:
     """The machine's (busy, total) CPU seconds so far, all cores (/proc/stat)."""
     values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -204,13 +198,13 @@ def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[
             path.write_text(text)
             name = f"b{tag}{shape}"
             before = stats.read()
-            cpu0 = [cpu_seconds(e.proc.pid) for e in d.engines]
+            cpu0 = [common.cpu_seconds(e.proc.pid) for e in d.engines]
             busy0, total0 = machine_cpu()
             started = time.perf_counter()
             proc = d.sharectl("stack", "create", name, "-t", str(path), "--wait",
                               check=False, timeout=3600)
             elapsed = time.perf_counter() - started
-            cpu = sum(cpu_seconds(e.proc.pid) for e in d.engines) - sum(cpu0)
+            cpu = sum(common.cpu_seconds(e.proc.pid) for e in d.engines) - sum(cpu0)
             busy1, total1 = machine_cpu()
             after = stats.read()
             if proc.returncode != 0:

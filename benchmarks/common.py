@@ -63,6 +63,12 @@ def deployment(root: Path, setup: str, defaults: bool = False,
             _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far, user and system (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def database(d: Deployment) -> Database:
     return harness.database(d)[0]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sharemgr.db import capacity, clock, models, quiet, records
+from sharemgr.db import capacity, clock, given_rows, models, quiet, records
 from sharemgr.db.engine import ColumnLimitError, Database, limit_problem
 
 # Re-exported ("x as x"): the request queue and the plain inserts have
@@ -189,28 +189,28 @@ def conditional_update_rows_tx(session: Session, model: type[models.HasTable],
                                ) -> set[Ident]:
     """PostgreSQL, SQLite: many rows' conditional updates of one shape (the same
     expected and set columns; each row ``(id, expected, values)`` with its
-    own values) in one ``UPDATE … FROM (VALUES …) RETURNING id``, each row
+    own values) in one ``UPDATE … FROM given RETURNING id`` (the rows one
+    JSON parameter: db/given_rows.py), each row
     still checked against its own ``expected`` (plain values); the ids of
     the rows that matched."""
     table = model.__table__
     c = table.c
     _, first_expected, first_values = rows[0]
     tests, columns = tuple(first_expected), tuple(first_values)
-    values_list = sa.values(sa.column("id", c.id.type),
-                            *[sa.column(f"w_{n}", c[n].type) for n in tests],
-                            *[sa.column(f"v_{n}", c[n].type) for n in columns], name="given").data(
-        [(ident, *[expected[n] for n in tests], *[values[n] for n in columns])
-         for ident, expected, values in rows])
-    given: sa.Values | sa.CTE = values_list
-    if session.get_bind().dialect.name == "sqlite":
-        # SQLite names a VALUES list's columns only in a WITH; and keeps any
-        # length, so the values are checked here as a plain UPDATE's are.
-        given = values_list.cte("given")
+    dialect = session.get_bind().dialect
+    if dialect.name == "sqlite":
+        # SQLite keeps any length: the values are checked here as a plain
+        # UPDATE's are.
         for _ident, _expected, values in rows:
             for n in columns:
                 problem = limit_problem(c[n], values[n])
                 if problem:
                     raise sa.exc.DataError(None, None, ColumnLimitError(problem))
+    given = given_rows.given(
+        dialect, [("id", c.id.type), *[(f"w_{n}", c[n].type) for n in tests],
+                  *[(f"v_{n}", c[n].type) for n in columns]],
+        [(ident, *[expected[n] for n in tests], *[values[n] for n in columns])
+         for ident, expected, values in rows])
     new = _stamped(model, {n: given.c[f"v_{n}"] for n in columns})
     stmt = (sa.update(table)
             .where(c.id == given.c.id, *[c[n] == given.c[f"w_{n}"] for n in tests])

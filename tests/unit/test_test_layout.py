@@ -74,6 +74,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "daemon/systemd.py": (UNIT + "common/test_outage.py", FUNC + "test_daemon_lifecycle.py"),
     "db/migrations/env.py": (UNIT + "db/test_migration.py",),
     "db/inserts.py": (UNIT + "db/test_api.py", UNIT + "db/test_share_gone.py"),
+    "db/given_rows.py": (UNIT + "db/test_api.py",),
     "db/notify.py": (FUNC + "test_wakeups.py",),
     "db/request_queue.py": (UNIT + "db/test_api.py", UNIT + "db/test_claim_plan.py"),
     "db/leases.py": (UNIT + "manager/test_leases.py", UNIT + "test_fencing.py"),

@@ -346,6 +346,32 @@ def test_transitions_with_each_rows_own_values(db):
     assert [g.export_locations for g in got] == [places[0], places[1], [], places[3]]
 
 
+def test_rows_of_own_values_store_what_a_plain_update_would(db):
+    # db/given_rows.py: the rows go as one JSON document. Each type comes
+    # back as a plain UPDATE stores it (a datetime, JSON, an integer, NULL),
+    # and batches of different sizes are one statement text (compiled once).
+    import datetime
+
+    if not db.update_returning:
+        pytest.skip("MariaDB updates row by row (no UPDATE … RETURNING)")
+    when = datetime.datetime(2026, 12, 6, 7, 8, 9, 123456)
+    plain, batch = _instance(db), [_instance(db) for _ in range(3)]
+    values = {"status": "available", "updated_at": when, "pending_size": 7,
+              "export_locations": [{"path": "h:/s", "preferred": True}], "progress": None}
+    expected = {"status": "creating"}
+    api.conditional_update(db, models.ShareInstance, plain.id, expected, values)
+    sent = _updates(db)
+    for part in (batch[:1], batch[1:] + [plain]):
+        with db.session() as session:
+            won = api.conditional_update_rows_tx(
+                session, models.ShareInstance, [(r.id, expected, values) for r in part])
+        assert won == ({r.id for r in part} - {plain.id})
+    assert len(sent) == 2 and sent[0] == sent[1]
+    stored = [api.get(db, models.ShareInstance, r.id) for r in [plain, *batch]]
+    assert {(s.status, s.updated_at, s.pending_size, s.progress, str(s.export_locations))
+            for s in stored} == {("available", when, 7, None, str(values["export_locations"]))}
+
+
 def test_own_values_too_long_for_their_column_are_refused(db):
     # SQLite keeps any length: its one-statement path checks the values the
     # engine's hook checks in a plain UPDATE; the servers refuse them

@@ -1,0 +1,66 @@
+"""Many rows' values handed to one statement as one JSON parameter.
+
+A ``VALUES`` list of N rows is N × columns bound parameters, and SQLAlchemy
+cannot cache such a statement: it is compiled again for every batch, and
+that compilation was about half of a reconciliation pass's CPU (doc/
+performance.rst). Here the rows are one JSON document, unpacked by the
+database (SQLite's ``json_each``, PostgreSQL's ``jsonb_to_recordset``):
+the statement has the same text for any number of rows and is compiled once.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Callable, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+# The parameter the document is bound to.
+PARAM = "given_rows"
+
+
+def _sqlite_ready(dialect: sa.Dialect, type_: sa.types.TypeEngine[object]
+                  ) -> Callable[[object], object]:
+    # What a plain UPDATE would store (the column type's own conversion:
+    # a datetime's text, a JSON column's serialized text, a bool's 0/1).
+    process = type_.dialect_impl(dialect).bind_processor(dialect)
+    return process or (lambda value: value)
+
+
+def _postgresql_ready(dialect: sa.Dialect, type_: sa.types.TypeEngine[object]
+                      ) -> Callable[[object], object]:
+    # A JSON column's value stays a value inside the document (its record
+    # column is typed json); a datetime goes as ISO text, which the record
+    # column's timestamp type reads.
+    impl = type_.dialect_impl(dialect)
+    process = None if isinstance(impl, sa.JSON) else impl.bind_processor(dialect)
+
+    def ready(value: object) -> object:
+        value = process(value) if process else value
+        return value.isoformat() if isinstance(value, datetime.datetime) else value
+    return ready
+
+
+def given(dialect: sa.Dialect, columns: Sequence[tuple[str, sa.types.TypeEngine[object]]],
+          rows: Sequence[Sequence[object]]) -> sa.FromClause:
+    """A FROM clause named ``given`` with ``columns`` (name, type) and one
+    row per item of ``rows`` (values in the order of ``columns``), passed
+    as one parameter. SQLite and PostgreSQL only."""
+    if dialect.name == "sqlite":
+        ready = [_sqlite_ready(dialect, t) for _, t in columns]
+        doc = json.dumps([[r(v) for r, v in zip(ready, row, strict=True)] for row in rows])
+        each = sa.func.json_each(sa.bindparam(PARAM, doc, type_=sa.Text)).table_valued("value")
+        return sa.select(*[
+            sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{i}]'"), type_=t).label(n)
+            for i, (n, t) in enumerate(columns)]).select_from(each).cte("given")
+    if dialect.name == "postgresql":
+        ready = [_postgresql_ready(dialect, t) for _, t in columns]
+        doc = json.dumps([{n: r(v) for (n, _), r, v in zip(columns, ready, row, strict=True)}
+                          for row in rows])
+        records = sa.func.jsonb_to_recordset(sa.cast(sa.bindparam(PARAM, doc, type_=sa.Text),
+                                                     JSONB))
+        return records.table_valued(*[sa.column(n, t) for n, t in columns]).render_derived(
+            name="given", with_types=True)
+    raise ValueError(f"no JSON rows on {dialect.name}")
