@@ -173,18 +173,20 @@ def running_requests_tx(session: Session, engine_id: str,
                         ) -> list[int | None]:
     """The requests of several operations, ``(values, lease)`` each (None:
     no operation), as :func:`running_request_tx` writes each; in one
-    statement when every one has a lease and the database returns many
-    rows' keys in their order (a batch of a stack's begins)."""
+    statement when every one has a lease and each is about a resource of
+    its own (a batch of a stack's begins)."""
     leased = [(op, lease) for op, lease in (o for o in ops if o is not None)
               if lease is not None]
-    dialect = session.get_bind().dialect
-    if len(leased) < len(ops) or not getattr(
-            dialect, "insert_executemany_returning_sort_by_parameter_order", False):
+    keys = {(op["resource_type"], op["resource_id"]) for op, _ in leased}
+    if len(leased) < len(ops) or len(keys) < len(leased):
         return [None if o is None else running_request_tx(session, engine_id, **o[0], lease=o[1])
                 for o in ops]
     rows = [{**_running(engine_id, **op), "lease_until": lease.until,
              "lease_deadline_s": lease.deadline} for op, lease in leased]
-    return list(session.execute(_LEASED_REQUESTS, rows).scalars())
+    # Keys matched by resource, not by order: SQLite gives no order for
+    # many rows' RETURNING, and SQLAlchemy asked for one sends a row each.
+    got = {(t, r): ident for ident, t, r in session.execute(_LEASED_REQUESTS, rows)}
+    return [got[(op["resource_type"], op["resource_id"])] for op, _ in leased]
 
 
 def running_request_tx(
@@ -221,6 +223,6 @@ def _running(engine_id: str, resource_type: str, resource_id: str, action: str,
 _LEASED_REQUEST = sa.insert(models.Request.__table__).values(
     lease_expires_at=clock.after(sa.bindparam("lease_until")),
     lease_deadline=clock.after(sa.bindparam("lease_deadline_s")))
-# Many of them, their keys returned in their order (``begin_many``).
-_LEASED_REQUESTS = _LEASED_REQUEST.returning(models.Request.__table__.c.id,
-                                             sort_by_parameter_order=True)
+# Many of them, each key returned with its resource (``begin_many``).
+_LEASED_REQUESTS = _LEASED_REQUEST.returning(*(models.Request.__table__.c[n] for n in (
+    "id", "resource_type", "resource_id")))
