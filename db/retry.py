@@ -27,6 +27,7 @@ from sqlalchemy import exc as sa_exc
 
 if TYPE_CHECKING:
     from sharemgr.db.engine import Database
+    from sqlalchemy.orm import Session
 
 LOG = logging.getLogger(__name__)
 
@@ -93,3 +94,17 @@ def retry_on_conflict(fn: Callable[Concatenate[Database, P], R]
         return retrying(fn, db, *args, **kwargs)
 
     return run
+
+
+def in_own_transaction(fn: Callable[Concatenate[Session, P], R]
+                       ) -> Callable[Concatenate[Database, P], R]:
+    """A ``*_tx`` function as one of its own: ``fn(session, ...)`` in a
+    transaction it opens, run again while it loses a conflict. The pair
+    (``end`` and ``end_tx``) is then written once."""
+
+    @functools.wraps(fn)
+    def run(db: Database, *args: P.args, **kwargs: P.kwargs) -> R:
+        with db.session() as session:
+            return fn(session, *args, **kwargs)
+
+    return retry_on_conflict(run)

@@ -33,7 +33,7 @@ from sharemgr.db import leases as db_leases
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
 from sharemgr.db.leases import Lease
-from sharemgr.db.retry import retry_on_conflict
+from sharemgr.db.retry import in_own_transaction, retry_on_conflict
 from sqlalchemy.orm import Session, defer
 
 M = models
@@ -325,28 +325,6 @@ def _begun(rid: int, work: Begin[L], lock_key: int | None, op_id: int | None) ->
                  None if lock_key is None else lock_key + 1)
 
 
-@retry_on_conflict
-def end(
-    db: Database,
-    resource_id: int,
-    engine_id: str,
-    action: str,
-    status: str,
-    reason: str | None = None,
-    values: Mapping[str, object] | None = None,
-    op_request_id: int | None = None,
-    op_error: str | None = None,
-    changes: Sequence[Change] = (),
-    key: int | None = None,
-) -> bool:
-    """End the row's action (as the lock holder; ``key``: while its lock
-    has that key) and record the outcome of its operation request,
-    together. False if the lock is no longer ours."""
-    with db.session() as session:
-        return end_tx(session, resource_id, engine_id, action, status, reason, values,
-                      op_request_id, op_error, changes, key=key)
-
-
 def end_tx(
     session: Session,
     resource_id: int,
@@ -362,8 +340,10 @@ def end_tx(
     key: int | None = None,
     event: bool = True,
 ) -> bool:
-    """:func:`end` in the caller's transaction; ``release``: drop the row's
-    lock in the same statement; ``key``: only while the row's lock still
+    """End the row's action (as the lock holder) and record the outcome of
+    its operation request, together; False if the lock is no longer ours.
+    ``release``: drop the row's lock in the same statement; ``key``: only
+    while the row's lock still
     has that ``atomic_key`` (``Begun.key``); ``event=False``: the caller
     writes its event (``stack_events.resource_events_tx``, several rows'
     in one statement)."""
@@ -377,6 +357,9 @@ def end_tx(
     return db_stacks.resource_set_state_tx(
         session, resource_id, engine_id, action, status, reason, values,
         None if key is None else {"atomic_key": key}, event)
+
+
+end = in_own_transaction(end_tx)
 
 
 def finish_request_tx(

@@ -25,7 +25,7 @@ from sharemgr.common import vocab
 from sharemgr.common.jsontypes import JSONValue
 from sharemgr.db import api, models, records, stack_events
 from sharemgr.db.engine import Database
-from sharemgr.db.retry import retry_on_conflict
+from sharemgr.db.retry import in_own_transaction, retry_on_conflict
 from sqlalchemy.orm import Session
 
 Stack = models.Stack
@@ -369,22 +369,7 @@ def resource_set_state_tx(
     return won
 
 
-@retry_on_conflict
-def resource_set_state(
-    db: Database,
-    resource_id: int,
-    engine_id: str,
-    action: str,
-    status: str,
-    reason: str | None = None,
-    values: api.Columns | None = None,
-    expected: api.Columns | None = None,
-    event: bool = True,
-) -> bool:
-    with db.session() as session:
-        return resource_set_state_tx(
-            session, resource_id, engine_id, action, status, reason, values, expected, event
-        )
+resource_set_state = in_own_transaction(resource_set_state_tx)
 
 
 def resource_start_tx(
