@@ -78,6 +78,12 @@ class NotNow(Stale):
     Nothing reached the driver; the request goes back to pending."""
 
 
+def _before_call(what: str, exc: Exception) -> NotNow:
+    """An outage met before the operation's first driver call."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return NotNow(f"{what}: before its driver call: {type(exc).__name__}: {first}")
+
+
 def outcome_of(exc: OperationFailed | Stale) -> Outcome[Never]:
     """The outcome an operation's exception says: raised where it is found,
     deep in a step, and returned as a value from ``perform`` up."""
@@ -167,15 +173,24 @@ class Operations:
         changes its success wrote under that lock (None from
         ``update_access``, which writes rules, each its own outcome); FAILED
         (the resource is in its error status), STALE, LOST or NOT_NOW say
-        why not (``outcome_of``). Anything else raised is a bug or an outage
-        with no way back, and propagates."""
+        why not (``outcome_of``); an outage met before the first driver call
+        is NOT_NOW too. Anything else raised is a bug or an outage after a
+        call began, and propagates."""
         handler = self.handlers.get((op.kind, op.action))
         if handler is None:
             return Outcome.failed(f"unknown request {op.kind} {op.action}")
+        begun = timing.calls_begun()
         try:
             return Outcome.done(handler(self, op, held))
         except (Stale, OperationFailed) as exc:
             return outcome_of(exc)
+        except Exception as exc:
+            if not is_outage(exc) or timing.calls_begun() != begun:
+                raise
+            # The database or the coordination backend away before any
+            # driver call (the lock, the re-read that takes the row): nothing
+            # reached the backend, and the request waits for them.
+            return outcome_of(_before_call(f"{op.kind} {op.action} of {op.ident}", exc))
 
     def default_lease(self) -> leases.Terms | None:
         """The lease of a call of a method with no lease of its own,
@@ -376,9 +391,7 @@ class Operations:
                         # A read of the step met the database (or the
                         # coordination backend) away before any driver call:
                         # nothing changed, and the request waits for a member.
-                        first = (str(exc).strip().splitlines() or [""])[0]
-                        raise NotNow(f"{what}: before its driver call: "
-                                     f"{type(exc).__name__}: {first}") from exc
+                        raise _before_call(what, exc) from exc
                     log_failure(what, method, exc)
                     if not force:
                         if step.failed is not None:

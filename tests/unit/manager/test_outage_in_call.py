@@ -102,3 +102,21 @@ def test_an_outage_inside_the_driver_is_the_call_s_failure(engine):
     expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
                                         host=HOSTBE)), Result.FAILED)
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.ERROR_DELETING
+
+
+def test_a_delete_whose_re_read_under_its_lock_meets_an_outage_is_given_back(timed, monkeypatch):
+    """The re-read that takes the row under its lock (``read_and_lease``)
+    met a failover's closed connection: no driver call began, so the
+    request is given back, not failed as a bug (the long fault run, seed
+    5291: a snapshot's delete request failed so)."""
+    from sharemgr.manager import operations
+
+    engine = timed
+    inst = make_share(engine.db, vocab.DELETING)
+    _running(engine, inst, vocab.ACTION_DELETE)
+    cut = _once(monkeypatch, operations.db_leases, "read_and_lease")
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                        host=HOSTBE)),
+           Result.NOT_NOW, "before its driver call: OperationalError")
+    assert cut and engine.driver.methods() == []
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.DELETING
