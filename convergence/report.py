@@ -401,9 +401,11 @@ def _split(exc: Exception, what: str) -> None:
     """A transaction of reports failed; they are written again in smaller
     ones, which do the same work. A conflict (the database chose it as a
     deadlock's victim: a stack's points purged while its nodes report) is
-    expected under contention: one line. Anything else, with its traceback."""
-    if is_conflict(exc):
-        LOG.warning("%s lost a conflict (%s); writing it step by step", what,
+    expected under contention, and an outage under a failover or a cut:
+    one line each. Anything else, with its traceback."""
+    if is_conflict(exc) or is_outage(exc):
+        LOG.warning("%s %s (%s); writing it step by step", what,
+                    "lost a conflict" if is_conflict(exc) else "met an outage",
                     (str(exc).strip().splitlines() or [""])[0])
     else:
         LOG.error("%s failed; writing it step by step", what, exc_info=exc)

@@ -58,3 +58,23 @@ def test_an_outage_inside_a_check_gives_it_back_and_never_fails_the_stack(
         assert rig.objects() == []
     else:
         assert _one_each(rig) == ["web-data", "web-snap"]
+
+
+def test_a_report_that_meets_an_outage_says_so_in_one_line(caplog):
+    """A batch's report transaction cut by a failover is written again step
+    by step (doc/convergence.rst, "Batches"): one WARNING, as for a lost
+    conflict, not an ERROR with a traceback (the long fault run, seed 5291,
+    logged one per cut); anything else keeps its traceback."""
+    import logging
+
+    from sharemgr.convergence import report
+
+    away = sa_exc.OperationalError("UPDATE sync_points", {}, Exception(
+        "server closed the connection unexpectedly"))
+    with caplog.at_level(logging.WARNING):
+        report._split(away, "a report")
+        report._split(ValueError("a bug"), "a report")
+    (cut, bug) = caplog.records
+    assert (cut.levelno, cut.exc_info) == (logging.WARNING, None)
+    assert "met an outage" in cut.getMessage()
+    assert bug.levelno == logging.ERROR and bug.exc_info is not None
