@@ -23,6 +23,11 @@ reference measured in the same run (the machine-independent figure):
     lock renewed in each heartbeat, so a pass holds at most
     ``locks_held_limit`` of them and its batches are smaller); reference: the
     same pass with the file coordinator.
+``daemon``
+    the startup pass of a real ``share-manager`` (four reconciliation
+    workers by default) over N instances a crash left in ``creating``, as
+    the daemon records it (``sharectl reconcile show``): resources per
+    second; reference: the same pass run in this process.
 ``memory``
     peak resident memory (``getrusage``) of a ``stuck`` pass over N and over
     N/2, each in a process of its own; the pass's own growth is the peak
