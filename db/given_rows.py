@@ -31,16 +31,20 @@ def _sqlite_ready(dialect: sa.Dialect, type_: sa.types.TypeEngine[object]
 
 def _postgresql_ready(dialect: sa.Dialect, type_: sa.types.TypeEngine[object]
                       ) -> Callable[[object], object]:
-    # A JSON column's value stays a value inside the document (its record
-    # column is typed json); a datetime goes as ISO text, which the record
-    # column's timestamp type reads.
-    impl = type_.dialect_impl(dialect)
-    process = None if isinstance(impl, sa.JSON) else impl.bind_processor(dialect)
+    # The column type's own conversion, a JSON column's included (its text,
+    # cast back to json in the statement: None is JSON's null there, as a
+    # plain UPDATE writes it, not SQL's NULL); a datetime as ISO text, which
+    # the record column's timestamp type reads.
+    process = type_.dialect_impl(dialect).bind_processor(dialect)
 
     def ready(value: object) -> object:
         value = process(value) if process else value
         return value.isoformat() if isinstance(value, datetime.datetime) else value
     return ready
+
+
+def _is_json(dialect: sa.Dialect, type_: sa.types.TypeEngine[object]) -> bool:
+    return isinstance(type_.dialect_impl(dialect), sa.JSON)
 
 
 def given(dialect: sa.Dialect, columns: Sequence[tuple[str, sa.types.TypeEngine[object]]],
@@ -60,7 +64,10 @@ def given(dialect: sa.Dialect, columns: Sequence[tuple[str, sa.types.TypeEngine[
         doc = json.dumps([{n: r(v) for (n, _), r, v in zip(columns, ready, row, strict=True)}
                           for row in rows])
         records = sa.func.jsonb_to_recordset(sa.cast(sa.bindparam(PARAM, doc, type_=sa.Text),
-                                                     JSONB))
-        return records.table_valued(*[sa.column(n, t) for n, t in columns]).render_derived(
-            name="given", with_types=True)
+                                                     JSONB)).table_valued(
+            *[sa.column(n, sa.Text() if _is_json(dialect, t) else t) for n, t in columns]
+        ).render_derived(name="rows", with_types=True)
+        return sa.select(*[
+            (sa.cast(records.c[n], t) if _is_json(dialect, t) else records.c[n]).label(n)
+            for n, t in columns]).select_from(records).cte("given")
     raise ValueError(f"no JSON rows on {dialect.name}")

@@ -357,7 +357,8 @@ def test_rows_of_own_values_store_what_a_plain_update_would(db):
     when = datetime.datetime(2026, 12, 6, 7, 8, 9, 123456)
     plain, batch = _instance(db), [_instance(db) for _ in range(3)]
     values = {"status": "available", "updated_at": when, "pending_size": 7,
-              "export_locations": [{"path": "h:/s", "preferred": True}], "progress": None}
+              "export_locations": [{"path": "h:/s", "preferred": True}], "progress": None,
+              "drift": None}
     expected = {"status": "creating"}
     api.conditional_update(db, models.ShareInstance, plain.id, expected, values)
     sent = _updates(db)
@@ -370,6 +371,13 @@ def test_rows_of_own_values_store_what_a_plain_update_would(db):
     stored = [api.get(db, models.ShareInstance, r.id) for r in [plain, *batch]]
     assert {(s.status, s.updated_at, s.pending_size, s.progress, str(s.export_locations))
             for s in stored} == {("available", when, 7, None, str(values["export_locations"]))}
+    # A JSON column's None as the plain UPDATE stores it (JSON's null, not
+    # SQL's NULL), read raw.
+    table = models.ShareInstance.__table__
+    with db.engine.connect() as conn:
+        raw = dict(conn.execute(sa.select(table.c.id, table.c.drift.is_(None)).where(
+            table.c.id.in_([plain.id, *(r.id for r in batch)]))).all())
+    assert set(raw.values()) == {raw[plain.id]}
 
 
 def test_own_values_too_long_for_their_column_are_refused(db):
