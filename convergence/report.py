@@ -403,9 +403,10 @@ def _split(exc: Exception, what: str) -> None:
     deadlock's victim: a stack's points purged while its nodes report) is
     expected under contention, and an outage under a failover or a cut:
     one line each. Anything else, with its traceback."""
-    if is_conflict(exc) or is_outage(exc):
-        LOG.warning("%s %s (%s); writing it step by step", what,
-                    "lost a conflict" if is_conflict(exc) else "met an outage",
+    expected = "lost a conflict" if is_conflict(exc) else \
+        "met an outage" if is_outage(exc) else None
+    if expected:
+        LOG.warning("%s %s (%s); writing it step by step", what, expected,
                     (str(exc).strip().splitlines() or [""])[0])
     else:
         LOG.error("%s failed; writing it step by step", what, exc_info=exc)

@@ -190,9 +190,8 @@ def conditional_update_rows_tx(session: Session, model: type[models.HasTable],
     """PostgreSQL, SQLite: many rows' conditional updates of one shape (the same
     expected and set columns; each row ``(id, expected, values)`` with its
     own values) in one ``UPDATE … FROM given RETURNING id`` (the rows one
-    JSON parameter: db/given_rows.py), each row
-    still checked against its own ``expected`` (plain values); the ids of
-    the rows that matched."""
+    JSON parameter: db/given_rows.py), each row still checked against its
+    own ``expected`` (plain values); the ids of the rows that matched."""
     table = model.__table__
     c = table.c
     _, first_expected, first_values = rows[0]

@@ -21,20 +21,13 @@ from sqlalchemy.dialects.postgresql import JSONB
 PARAM = "given_rows"
 
 
-def _sqlite_ready(dialect: sa.Dialect, type_: sa.types.TypeEngine[object]
-                  ) -> Callable[[object], object]:
-    # What a plain UPDATE would store (the column type's own conversion:
-    # a datetime's text, a JSON column's serialized text, a bool's 0/1).
-    process = type_.dialect_impl(dialect).bind_processor(dialect)
-    return process or (lambda value: value)
-
-
-def _postgresql_ready(dialect: sa.Dialect, type_: sa.types.TypeEngine[object]
-                      ) -> Callable[[object], object]:
-    # The column type's own conversion, a JSON column's included (its text,
-    # cast back to json in the statement: None is JSON's null there, as a
-    # plain UPDATE writes it, not SQL's NULL); a datetime as ISO text, which
-    # the record column's timestamp type reads.
+def _ready(dialect: sa.Dialect, type_: sa.types.TypeEngine[object]
+           ) -> Callable[[object], object]:
+    # What a plain UPDATE would send: the column type's own conversion (a
+    # JSON column's text, which PostgreSQL casts back to json in the
+    # statement, so None is JSON's null there, not SQL's NULL; SQLite's
+    # datetime text, a bool's 0/1); a datetime the driver would adapt goes
+    # as ISO text, which PostgreSQL's record column reads as a timestamp.
     process = type_.dialect_impl(dialect).bind_processor(dialect)
 
     def ready(value: object) -> object:
@@ -53,14 +46,14 @@ def given(dialect: sa.Dialect, columns: Sequence[tuple[str, sa.types.TypeEngine[
     row per item of ``rows`` (values in the order of ``columns``), passed
     as one parameter. SQLite and PostgreSQL only."""
     if dialect.name == "sqlite":
-        ready = [_sqlite_ready(dialect, t) for _, t in columns]
+        ready = [_ready(dialect, t) for _, t in columns]
         doc = json.dumps([[r(v) for r, v in zip(ready, row, strict=True)] for row in rows])
         each = sa.func.json_each(sa.bindparam(PARAM, doc, type_=sa.Text)).table_valued("value")
         return sa.select(*[
             sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{i}]'"), type_=t).label(n)
             for i, (n, t) in enumerate(columns)]).select_from(each).cte("given")
     if dialect.name == "postgresql":
-        ready = [_postgresql_ready(dialect, t) for _, t in columns]
+        ready = [_ready(dialect, t) for _, t in columns]
         doc = json.dumps([{n: r(v) for (n, _), r, v in zip(columns, ready, row, strict=True)}
                           for row in rows])
         records = sa.func.jsonb_to_recordset(sa.cast(sa.bindparam(PARAM, doc, type_=sa.Text),

@@ -177,8 +177,8 @@ def running_requests_tx(session: Session, engine_id: str,
     its own (a batch of a stack's begins)."""
     leased = [(op, lease) for op, lease in (o for o in ops if o is not None)
               if lease is not None]
-    keys = {(op["resource_type"], op["resource_id"]) for op, _ in leased}
-    if len(leased) < len(ops) or len(keys) < len(leased):
+    keys = [(op["resource_type"], op["resource_id"]) for op, _ in leased]
+    if len(leased) < len(ops) or len(set(keys)) < len(keys):
         return [None if o is None else running_request_tx(session, engine_id, **o[0], lease=o[1])
                 for o in ops]
     rows = [{**_running(engine_id, **op), "lease_until": lease.until,
@@ -186,7 +186,7 @@ def running_requests_tx(session: Session, engine_id: str,
     # Keys matched by resource, not by order: SQLite gives no order for
     # many rows' RETURNING, and SQLAlchemy asked for one sends a row each.
     got = {(t, r): ident for ident, t, r in session.execute(_LEASED_REQUESTS, rows)}
-    return [got[(op["resource_type"], op["resource_id"])] for op, _ in leased]
+    return [got[key] for key in keys]
 
 
 def running_request_tx(

@@ -315,7 +315,7 @@ def _begun_tx(session: Session, rid: int, engine_id: str, work: Begin[L],
     op_id = None
     if work.op is not None:
         op_id = db_leases.running_request_tx(session, engine_id, **work.op,
-                                                  lease=work.op_lease)
+                                             lease=work.op_lease)
     return _begun(rid, work, lock_key, op_id)
 
 
@@ -343,10 +343,9 @@ def end_tx(
     """End the row's action (as the lock holder) and record the outcome of
     its operation request, together; False if the lock is no longer ours.
     ``release``: drop the row's lock in the same statement; ``key``: only
-    while the row's lock still
-    has that ``atomic_key`` (``Begun.key``); ``event=False``: the caller
-    writes its event (``stack_events.resource_events_tx``, several rows'
-    in one statement)."""
+    while the row's lock still has that ``atomic_key`` (``Begun.key``);
+    ``event=False``: the caller writes its event
+    (``stack_events.resource_events_tx``, several rows' in one statement)."""
     if op_request_id is not None:
         finish_request_tx(session, op_request_id, engine_id,
                           vocab.REQUEST_FAILED if op_error else vocab.REQUEST_DONE, op_error)
@@ -398,8 +397,7 @@ def running_check_tx(session: Session, engine_id: str, resource_id: int, args: m
     row is the durable record (the watchdog abandons it, and retriggers the
     node, if the engine dies)."""
     return db_leases.running_request_tx(session, engine_id, vocab.STACK_RESOURCE,
-                                            str(int(resource_id)), vocab.ACTION_CHECK, None,
-                                            args)
+                                        str(int(resource_id)), vocab.ACTION_CHECK, None, args)
 
 
 @retry_on_conflict
