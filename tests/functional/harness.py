@@ -47,7 +47,10 @@ class Engine:
                     + self.text()[-3000:]
                 )
             time.sleep(0.1)
-        raise AssertionError(f"no {needle!r} in the log after {timeout}s:\n{self.text()[-3000:]}")
+        # Where it is stuck: SIGUSR2 logs every thread's stack (daemon/signals.py).
+        self.proc.send_signal(signal.SIGUSR2)
+        time.sleep(2)
+        raise AssertionError(f"no {needle!r} in the log after {timeout}s:\n{self.text()[-12000:]}")
 
     def terminate(self, timeout: float = 60) -> int:
         if self.proc.poll() is None:

@@ -418,6 +418,15 @@ def test_an_engine_stops_while_redis_is_away(deployment, pg_url, redis_url):
     assert engine.terminate(timeout=45) == 0
 
 
+def _activity(admin: sa.Engine, query: sa.TextClause, **params: object):
+    """One read of pg_stat_activity on a connection of its own: a
+    transaction keeps the first snapshot of it that it reads, so polling
+    inside one sees the same sessions and states forever (this test waited
+    out a session 'active' at its first read, or none waiting yet)."""
+    with admin.connect() as conn:
+        return conn.execute(query, params).scalar()
+
+
 def _frozen_in_transaction(engine, admin: sa.Engine) -> int:
     """Freeze ``engine`` (the only engine writing) at a moment its
     PostgreSQL session is idle inside a transaction that wrote (rows locked
@@ -429,19 +438,19 @@ def _frozen_in_transaction(engine, admin: sa.Engine) -> int:
     sits idle inside the transaction while the engine stays frozen."""
     waiting = sa.text(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-        "AND wait_event = 'relation' AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()")
-    idle = sa.text("SELECT state FROM pg_stat_activity WHERE pid = :pid")
+        "AND wait_event = 'relation' AND backend_xid IS NOT NULL AND pid <> :holder")
+    state = sa.text("SELECT state FROM pg_stat_activity WHERE pid = :pid")
     with admin.connect() as conn:
         with conn.begin():
             conn.execute(sa.text("LOCK TABLE stack_events IN SHARE ROW EXCLUSIVE MODE"))
-            pid = wait_until(lambda: conn.execute(waiting).scalars().first(), timeout=60,
+            holder = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar()
+            pid = wait_until(lambda: _activity(admin, waiting, holder=holder), timeout=60,
                              what="the engine waiting on the events inside a transaction")
             os.kill(engine.proc.pid, signal.SIGSTOP)
             _wait_stopped(engine.proc.pid)
-        # Ended already, if the server's timeout came first.
-        wait_until(lambda: conn.execute(idle, {"pid": pid}).scalar() in (
-            "idle in transaction", None), timeout=30,
-            what="the frozen engine's session idle inside its transaction")
+    # Ended already, if the server's timeout came first.
+    wait_until(lambda: _activity(admin, state, pid=pid) in ("idle in transaction", None),
+               timeout=30, what="the frozen engine's session idle inside its transaction")
     return int(pid)
 
 
@@ -469,12 +478,8 @@ def test_an_engine_frozen_inside_a_transaction_holds_up_no_peer(deployment, pg_u
                    what="the stack under way")
         pid = _frozen_in_transaction(a, admin)
         alive = sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
-
-        def ended() -> bool:
-            with admin.connect() as conn:
-                return conn.execute(alive, {"pid": pid}).scalar() == 0
-
-        wait_until(ended, timeout=30, what="A's transaction ended by the server")
+        wait_until(lambda: _activity(admin, alive, pid=pid) == 0, timeout=30,
+                   what="A's transaction ended by the server")
         d.start(name="b")
         wait_until(lambda: d.json("stack", "show", "many")["status"] != "IN_PROGRESS",
                    timeout=300, what="B converges the stack while A is frozen")
