@@ -427,7 +427,7 @@ def _activity(admin: sa.Engine, query: sa.TextClause, **params: object):
         return conn.execute(query, params).scalar()
 
 
-def _frozen_in_transaction(engine, admin: sa.Engine) -> int:
+def _frozen_in_transaction(d: Deployment, engine, admin: sa.Engine) -> int:
     """Freeze ``engine`` (the only engine writing) at a moment its
     PostgreSQL session is idle inside a transaction that wrote (rows locked
     until it ends); returns that session's server pid. No luck in it: the
@@ -435,7 +435,11 @@ def _frozen_in_transaction(engine, admin: sa.Engine) -> int:
     them inside a transaction that wrote (every node's begin and report
     writes an event after its first row), the engine is frozen there, and
     the lock let go, so its statement ends on the server and its session
-    sits idle inside the transaction while the engine stays frozen."""
+    sits idle inside the transaction while the engine stays frozen. Frozen
+    outside the dummy's write lock, as ``_freeze`` is: B's start, asking
+    the backend, stayed 30 s short of "up" in 2 of 75 runs (three at once)
+    when this froze A with plain SIGSTOP, as a writer frozen inside that
+    lock would make it."""
     waiting = sa.text(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
         "AND wait_event = 'relation' AND backend_xid IS NOT NULL AND pid <> :holder")
@@ -446,8 +450,7 @@ def _frozen_in_transaction(engine, admin: sa.Engine) -> int:
             holder = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar()
             pid = wait_until(lambda: _activity(admin, waiting, holder=holder), timeout=60,
                              what="the engine waiting on the events inside a transaction")
-            os.kill(engine.proc.pid, signal.SIGSTOP)
-            _wait_stopped(engine.proc.pid)
+            _freeze(d, engine)  # its session keeps waiting while it thaws between tries
     # Ended already, if the server's timeout came first.
     wait_until(lambda: _activity(admin, state, pid=pid) in ("idle in transaction", None),
                timeout=30, what="the frozen engine's session idle inside its transaction")
@@ -476,7 +479,7 @@ def test_an_engine_frozen_inside_a_transaction_holds_up_no_peer(deployment, pg_u
     try:
         wait_until(lambda: d.json("stack", "show", "many")["status"] == "IN_PROGRESS",
                    what="the stack under way")
-        pid = _frozen_in_transaction(a, admin)
+        pid = _frozen_in_transaction(d, a, admin)
         alive = sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
         wait_until(lambda: _activity(admin, alive, pid=pid) == 0, timeout=30,
                    what="A's transaction ended by the server")
