@@ -59,3 +59,31 @@ def test_only_conflicts_are_retried(db):
     with pytest.raises(sa.exc.DBAPIError) as info:
         broken(db)
     assert not is_conflict(info.value) and calls == [1]
+
+
+class _Deadlock(Exception):
+    pgcode = "40P01"
+
+
+def test_tries_and_waits_are_counted_from_the_first_try():
+    """The first try runs outside tenacity (it costs less so): a conflict
+    there still counts as the first of ``max_retries + 1`` tries."""
+    class Db:
+        retry = Policy(max_retries=2, interval=0.001, max_interval=0.002)
+
+    tries: list[int] = []
+
+    @retry_on_conflict
+    def losing(database, lose: int) -> int:
+        tries.append(1)
+        if len(tries) <= lose:
+            raise sa.exc.DBAPIError("UPDATE shares", {}, _Deadlock("deadlock detected"))
+        return len(tries)
+
+    assert losing(Db(), 2) == 3  # two lost, the third (the last allowed) lands
+    tries.clear()
+    with pytest.raises(sa.exc.DBAPIError) as info:
+        losing(Db(), 3)
+    assert is_conflict(info.value) and len(tries) == 3
+    tries.clear()
+    assert losing(Db(), 0) == 1
