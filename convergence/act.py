@@ -354,7 +354,9 @@ class Actor:
     def _await_copy(self, ident: str) -> str:
         """The status a share instance's copy ends in (the status poll
         writes it), waiting at most the create's lease; its status then."""
-        lease = self.operations.leases.seconds(operation_table.CREATE_FROM_SNAPSHOT) or COPY_WAIT
+        method = operation_table.spec(vocab.SHARE_INSTANCE, vocab.ACTION_CREATE).method_of(
+            vocab.CREATING_FROM_SNAPSHOT)
+        lease = self.operations.leases.seconds(method) or COPY_WAIT
         deadline = time.monotonic() + lease
         while True:
             inst = db_api.get(self.db, models.ShareInstance, ident)

@@ -5,8 +5,8 @@ clock (db/clock.py), so engines whose clocks disagree agree on them."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
@@ -18,6 +18,8 @@ from sharemgr.db.request_queue import NewRequest
 from sharemgr.db.resources import host_match
 from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
+
+P = TypeVar("P")  # what a re-read reads with its row
 
 
 def _lease_statements(deadline: bool) -> tuple[records.Query, sa.Update, sa.Update]:
@@ -124,33 +126,42 @@ class Lease(Protocol):
 
 @retry_on_conflict
 def read_and_lease(db: Database, model: type[M], ident: str, engine_id: str,
-                   until_of: Callable[[M], Lease | None],
-                   read: Callable[[Session], M | None] | None = None,
-                   take: tuple[str, ...] | None = None) -> tuple[M | None, int]:
+                   lease_by_status: Mapping[str, Lease | None],
+                   read: Callable[[Session, str], tuple[M | None, P]] | None = None,
+                   take: tuple[str, ...] | None = None) -> tuple[M | None, P | None, int]:
     """Re-read a resource row (None if gone or deleted) and, in the same
     transaction, set the lease of this engine's running request about it to
-    ``until_of(row)`` (None: no lease). ``read``: how the row is read in that
-    transaction (a caller that also needs its parent reads both in one
-    statement), by default by primary key. ``take``: the statuses in which
-    the row is taken first (``take_tx``: its fencing token bumped), so the
-    row read carries the new token. Returns the row and how many requests
+    the one ``lease_by_status`` gives for the status read (none for a status
+    it does not name). ``read``: how the row is read in that transaction, with
+    what else the caller needs (a share instance with its share, in one
+    statement: ``resources.instance_with_share_tx``), by default by primary
+    key alone. ``take``: the statuses in which the row is taken first
+    (``take_tx``: its fencing token bumped), so the row read carries the new
+    token. Returns the row, what ``read`` read with it, and how many requests
     were leased. A read that takes nothing and leases nothing (a row
     inserted taken with its request's lease, a ``fresh`` without a take)
     holds no write lock: on SQLite a write transaction queues behind every
     other writer of the engine, and this one would write nothing."""
-    if take is None or not hasattr(model, "fence"):
+    def reread(session: Session) -> tuple[M | None, P | None]:
+        if read is None:
+            return db_api.get_tx(session, model, ident), None
+        return read(session, ident)
+
+    fenced = hasattr(model, "fence")
+    if take is None or not fenced:
         with db.reading() as session:
-            row = db_api.get_tx(session, model, ident) if read is None else read(session)
-            if row is None or until_of(row) is None:
-                return row, 0
+            row, parent = reread(session)
+            if row is None or lease_by_status.get(getattr(row, "status", "")) is None:
+                return row, parent, 0
     with db.session() as session:
-        if take is not None and hasattr(model, "fence"):
+        if take is not None and fenced:
             take_tx(session, model, ident, take)
-        row = db_api.get_tx(session, model, ident) if read is None else read(session)
-        terms = until_of(row) if row is not None else None
+        row, parent = reread(session)
+        terms = None if row is None else lease_by_status.get(getattr(row, "status", ""))
         if terms is None:
-            return row, 0
-        return row, _lease_set_tx(session, [ident], engine_id, terms.until, terms.deadline)
+            return row, parent, 0
+        return row, parent, _lease_set_tx(session, [ident], engine_id, terms.until,
+                                          terms.deadline)
 
 
 @retry_on_conflict

@@ -3,7 +3,7 @@
 the driver interface on each driver it constructs, so the calls of
 operations, reconciliation passes, drift checks and periodic reports are
 all timed in one place, whatever the driver. The same place counts the
-calls each thread began (``calls_begun``): an operation that meets the
+calls each thread began (``BEGUN.count``): an operation that meets the
 database away before its first driver call knows nothing reached the
 backend."""
 
@@ -21,7 +21,17 @@ from sharemgr.drivers.base import ShareDriver
 # Set up by the loader itself, not called by operations.
 _NOT_CALLS = frozenset({"do_setup", "check_for_setup_error"})
 
-_begun = threading.local()
+
+
+class _Begun(threading.local):
+    """The driver calls this thread has begun so far (``count``), read as
+    an attribute where each operation reads it: a function call there would
+    cost more than the count."""
+
+    count = 0
+
+
+BEGUN = _Begun()
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -39,7 +49,7 @@ def _timed(method: Callable[P, R], backend: str, name: str) -> Callable[P, R]:
 
     @functools.wraps(method)
     def call(*args: P.args, **kwargs: P.kwargs) -> R:
-        _begun.count = calls_begun() + 1
+        BEGUN.count += 1
         started = time.monotonic()
         outcome = "error"  # any exception, ShareResourceNotFound included
         try:
@@ -50,12 +60,6 @@ def _timed(method: Callable[P, R], backend: str, name: str) -> Callable[P, R]:
             histogram[outcome].observe(time.monotonic() - started)
 
     return call
-
-
-def calls_begun() -> int:
-    """How many driver calls this thread has begun so far."""
-    count: int = getattr(_begun, "count", 0)
-    return count
 
 
 def time_calls(driver: ShareDriver, backend: str) -> ShareDriver:

@@ -47,7 +47,7 @@ def create_backup(ops: Operations, op: Op, held: bool = False) -> list[Change] |
 
     return ops.run(op, Step(
         models.ShareBackup, row0.id, f"{spec.verb} of backup {row0.id}",
-        lambda row: driver.create_backup(share_d, views.backup(row)),
+        lambda row, _read: driver.create_backup(share_d, views.backup(row)),
         lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status},
                           {"progress": "0"})],
         failed), held)
@@ -72,7 +72,7 @@ def restore_backup(ops: Operations, op: Op, held: bool = False) -> list[Change] 
 
     return ops.run(op, Step(
         models.ShareBackup, row0.id, f"{spec.verb} of backup {row0.id}",
-        lambda row: driver.restore_backup(views.backup(row), share_d),
+        lambda row, _read: driver.restore_backup(views.backup(row), share_d),
         lambda row, _r: [(models.ShareBackup, row.id, {"status": row.status},
                           {"restore_progress": "0"})],
         failed), held)

@@ -49,7 +49,7 @@ def carry_out(ops: Operations, op: Op, held: bool = False) -> list[Change] | Non
     force = spec.forcible and bool(op.args.get("force"))
     return ops.run(op, Step(
         kind.model, row0.id, f"{spec.verb} of {kind.what} {row0.id}",
-        lambda row: method(*args(ops, row)),
+        lambda row, _read: method(*args(ops, row)),
         lambda row, result: done(ops, spec, row, result, force), force=force), held)
 
 

@@ -220,7 +220,7 @@ def manage_existing(ops: Operations, op: Op, held: bool = False) -> list[Change]
     driver = ops.driver_for(host)
     options = dict(op.args.get(OPTIONS) or {})
 
-    def call(inst: models.ShareInstance) -> object:
+    def call(inst: models.ShareInstance, _read: object) -> object:
         share_d, _ = ops.share_parts(inst)
         answer = _answer(driver.manage_existing(share_d, options), method)
         size = _size(answer, method)
@@ -255,7 +255,7 @@ def manage_existing_snapshot(ops: Operations, op: Op, held: bool = False
     driver = ops.driver_for(host)
     options = dict(op.args.get(OPTIONS) or {})
 
-    def call(row: models.ShareSnapshotInstance) -> object:
+    def call(row: models.ShareSnapshotInstance, _read: object) -> object:
         snap_d, _ = ops.snapshot_parts(row)
         answer = _answer(driver.manage_existing_snapshot(snap_d, options), method)
         size = _size(answer, method) or snap_d["share"]["size"]
@@ -282,7 +282,7 @@ def manage_server(ops: Operations, op: Op, held: bool = False) -> list[Change] |
     identifier = str(op.args.get(IDENTIFIER) or "")
     options = dict(op.args.get(OPTIONS) or {})
 
-    def call(row: models.ShareServer) -> object:
+    def call(row: models.ShareServer, _read: object) -> object:
         result = driver.manage_server(views.server(row), identifier, options)
         if not isinstance(result, tuple) or len(result) != 2:
             raise OperationFailed(f"manage_server answered {result!r}, not "

@@ -44,7 +44,7 @@ def start(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
 
     kept: list[bool] = []
 
-    def call(row: models.ShareInstance) -> object:
+    def call(row: models.ShareInstance, _read: object) -> object:
         nonlocal dest
         mrows.task(row, vocab.MIGRATION_STARTING, what)
         dest = mrows.taken(ops, dest)
@@ -105,7 +105,7 @@ def _start_copying(ops: Operations, row: models.ShareInstance, dest: models.Shar
 def complete(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
     dest, what = _request_of(ops, op, "migration complete")
 
-    def call(row: models.ShareInstance) -> object:
+    def call(row: models.ShareInstance, _read: object) -> object:
         nonlocal dest
         mrows.task(row, vocab.MIGRATION_COMPLETING, what)
         dest = mrows.taken(ops, dest)
@@ -157,7 +157,7 @@ def complete(ops: Operations, op: Op, held: bool = False) -> list[Change] | None
 def cancel(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
     dest, what = _request_of(ops, op, "migration cancel")
 
-    def call(row: models.ShareInstance) -> object:
+    def call(row: models.ShareInstance, _read: object) -> object:
         nonlocal dest
         mrows.task(row, vocab.MIGRATION_CANCEL_IN_PROGRESS, what)
         dest = mrows.taken(ops, dest)

@@ -84,10 +84,17 @@ class Spec:
     method: str | None = None  # the driver method: leases, logs, the generic call
     carried: bool = True  # False: no request carries it out here, reconciliation settles it
     forcible: bool = False  # a forced delete (admin) ends in deleted whatever the driver says
+    # The driver method of a row in a status its own (status, method) names,
+    # not ``method`` (a share's create from a snapshot).
+    method_when: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.kind, self.action)
+
+    def method_of(self, status: str) -> str | None:
+        """The driver method called about a row in ``status``."""
+        return next((m for s, m in self.method_when if s == status), self.method)
 
     def error_values(self) -> dict[str, str]:
         if self.error is None:
@@ -137,7 +144,6 @@ STATUS_METHOD: dict[str, str] = {  # each kind's optional status method
     _SI: "get_share_status", _REP: "get_replica_status", _SNAP: "get_snapshot_status",
     _GRP: "get_share_group_status", _GSNAP: "get_share_group_snapshot_status",
 }
-CREATE_FROM_SNAPSHOT = "create_share_from_snapshot"  # a share create from a snapshot
 BACKUP_CONTINUE = {  # a backup's second phase, polled until done
     vocab.ACTION_CREATE: "create_backup_continue", vocab.ACTION_RESTORE: "restore_backup_continue",
 }
@@ -161,7 +167,8 @@ TABLE: tuple[Spec, ...] = (
     _unmanage(_SRV, SERVER_DELETABLE, "unmanage_server"),
     _settled(_SRV, "network_change", vocab.SERVER_NETWORK_CHANGE, mark(vocab.ERROR)),
     Spec(_SI, vocab.ACTION_CREATE, "create", (vocab.CREATING, vocab.CREATING_FROM_SNAPSHOT),
-         query(STATUS_METHOD[_SI]), success=vocab.AVAILABLE, method="create_share"),
+         query(STATUS_METHOD[_SI]), success=vocab.AVAILABLE, method="create_share",
+         method_when=((vocab.CREATING_FROM_SNAPSHOT, "create_share_from_snapshot"),)),
     Spec(_SI, vocab.ACTION_EXTEND, "extend", (vocab.EXTENDING,),
          query(STATUS_METHOD[_SI], vocab.EXTENDING_ERROR), (vocab.AVAILABLE,),
          vocab.AVAILABLE, vocab.EXTENDING_ERROR, method="extend_share"),

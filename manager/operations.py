@@ -115,24 +115,27 @@ class Step(Generic[R]):
     model: type[R]
     ident: str
     what: str  # '<verb> of <what> <id>', for logs and errors
-    call: Callable[[R], object]  # the driver call on the re-read row
+    # The driver call on the re-read row and what ``read`` read with it (None
+    # without a ``read``).
+    call: Callable[[R, object], object]
     done: Callable[[R, object], list[Change]]  # what its success writes
     failed: Callable[[R, Exception], list[Change]] | None = None  # None: the spec's error
     expected: tuple[str, ...] | None = None  # None: the spec's transient statuses
-    method: Callable[[R], str] | None = None  # None: the spec's method
     force: bool = False  # a forced delete: a failure is logged, the success written
     # After the success (given the changes written), still under the lock.
     then: Callable[[R, list[Change]], None] | None = None
-    read: Callable[[Session], R | None] | None = None  # the re-read (None: by id)
+    # The re-read, in the lease's transaction, of the row and what else the
+    # call needs (None: the row by id alone); a function of db/.
+    read: Callable[[Session, str], tuple[R | None, object]] | None = None
 
 
-@dataclass
-class _Chosen:
-    """What ``_fresh_leased``'s read chose, in its transaction."""
+@dataclass(frozen=True)
+class _Lease:
+    """The lease a call in one status starts with, chosen before the re-read."""
 
-    method: str | None = None
-    terms: leases.Terms | None = None
-    written: bool = False  # the request row was written with these terms
+    method: str | None
+    terms: leases.Terms | None
+    written: bool  # the request row was written with these terms: not again
 
 
 class Operations:
@@ -179,13 +182,13 @@ class Operations:
         handler = self.handlers.get((op.kind, op.action))
         if handler is None:
             return Outcome.failed(f"unknown request {op.kind} {op.action}")
-        begun = timing.calls_begun()
+        begun = timing.BEGUN.count
         try:
             return Outcome.done(handler(self, op, held))
         except (Stale, OperationFailed) as exc:
             return outcome_of(exc)
         except Exception as exc:
-            if not is_outage(exc) or timing.calls_begun() != begun:
+            if not is_outage(exc) or timing.BEGUN.count != begun:
                 raise
             # The database or the coordination backend away before any
             # driver call (the lock, the re-read that takes the row): nothing
@@ -247,50 +250,52 @@ class Operations:
         land after this one. A caller that holds the lock for a pass that
         took the row already does not take it again (the pass's own writes
         are fenced by the token it took)."""
-        row, _ = db_leases.read_and_lease(self.db, model, ident, self.engine_id,
-                                          lambda _row: None, take=expected if take else None)
+        row, _, _ = db_leases.read_and_lease(self.db, model, ident, self.engine_id, {},
+                                             take=expected if take else None)
         return _expect(model, ident, row, expected)
 
-    def _fresh_leased(self, model: type[R], ident: str, expected: tuple[str, ...],
-                      method: str | Callable[[R], str] | None,
-                      read: Callable[[Session], R | None] | None,
+    def _fresh_leased(self, model: type[R], ident: str, spec: operation_table.Spec,
+                      expected: tuple[str, ...],
+                      read: Callable[[Session, str], tuple[R | None, object]] | None,
                       written: leases.Terms | None, taken: int | None = None,
-                      ) -> tuple[R, str | None, leases.Terms | None, bool]:
+                      ) -> tuple[R, object, _Lease, bool]:
         """``fresh`` and the lease of the call about to start, in one
-        transaction. ``method`` may depend on the row (its status); ``read``
-        re-reads the row in that transaction (see ``db_leases.read_and_lease``);
-        ``written``: the lease the request row was written with (``Op.lease``);
-        ``taken``: the token the row was inserted with, taken (``Op.taken``):
-        it is not taken again while it still has it. Returns the row, the
-        method, the lease's terms and whether this engine's request took
-        them."""
-        chosen = _Chosen()
-
-        def until_of(row: R) -> leases.Terms | None:
-            if row.status not in expected:
-                return None  # Stale below: no call, no lease
-            name = method(row) if callable(method) else method
+        transaction. The lease is chosen for each status the call expects
+        before the read (the method may depend on the status: the spec's
+        ``method_when``), as data the read picks from; ``read`` re-reads the
+        row, with what else the call needs, in that transaction (see
+        ``db_leases.read_and_lease``); ``written``: the lease the request row
+        was written with (``Op.lease``); ``taken``: the token the row was
+        inserted with, taken (``Op.taken``): it is not taken again while it
+        still has it. Returns the row, what ``read`` read with it, the lease
+        of its status and whether this engine's request holds it."""
+        chosen: dict[str, _Lease] = {}
+        # The spec's ``method_of`` each status, read inline: the table's data.
+        when = dict(spec.method_when)
+        for status in expected:
+            name = when.get(status, spec.method)
             seconds = self.leases.seconds(name)
             if written is not None and seconds == self.leases.seconds(None):
                 # The request row was written with this lease a moment ago.
-                chosen.method, chosen.terms, chosen.written = name, written, True
-                return None
-            terms = self.keeper.terms(seconds, self.leases.heartbeat)
-            chosen.method, chosen.terms = name, terms
-            return terms
-
+                chosen[status] = _Lease(name, written, True)
+            else:
+                chosen[status] = _Lease(name, self.keeper.terms(seconds, self.leases.heartbeat),
+                                        False)
+        to_write = {status: None if lease.written else lease.terms
+                    for status, lease in chosen.items()}
         # The row is taken (its fencing token bumped) in the same transaction:
         # the call and its outcome carry the new token.
-        found, leased = db_leases.read_and_lease(self.db, model, ident, self.engine_id, until_of,
-                                                 read, take=expected if taken is None else None)
+        found, parent, leased = db_leases.read_and_lease(
+            self.db, model, ident, self.engine_id, to_write, read,
+            take=expected if taken is None else None)
         if taken is not None and found is not None and getattr(found, "fence", None) != taken:
             # Taken by someone else since it was inserted: taken back, as any
             # call takes its row (whose outcome wins is the fence's to say).
-            chosen = _Chosen()
-            found, leased = db_leases.read_and_lease(self.db, model, ident, self.engine_id,
-                                                     until_of, read, take=expected)
+            found, parent, leased = db_leases.read_and_lease(
+                self.db, model, ident, self.engine_id, to_write, read, take=expected)
         row = _expect(model, ident, found, expected)
-        return row, chosen.method, chosen.terms, bool(leased) or chosen.written
+        lease = chosen[row.status]
+        return row, parent, lease, bool(leased) or lease.written
 
     def _commit(self, changes: list[Change], what: str, rtype: str, ident: str) -> None:
         """Write the outcome; while the database is away it waits for it
@@ -355,7 +360,6 @@ class Operations:
         spec = operation_table.spec(op.kind, op.action)
         rtype, model, ident, what = op.kind, step.model, step.ident, step.what
         expected = step.expected or spec.transient
-        method: str | Callable[[R], str] | None = step.method or spec.method
         force = step.force
         if force and step.failed is None:
             # A plain delete queued before this one may have failed meanwhile:
@@ -363,15 +367,16 @@ class Operations:
             expected = (*expected, spec.error_values()["status"])
         lock = lock_name(rtype, ident)
         with contextlib.nullcontext() if held else self.locked(rtype, ident, lock):
-            row, method, terms, leased = self._fresh_leased(model, ident, expected, method,
+            row, parent, lease, leased = self._fresh_leased(model, ident, spec, expected,
                                                             step.read, op.lease, op.taken)
+            method, terms = lease.method, lease.terms
             fence = getattr(row, "fence", None)
             with self.keeper.holding(ident, terms, leased):
-                begun = timing.calls_begun()
+                begun = timing.BEGUN.count
                 try:
                     self.guard(what, terms if leased else None, lock)
                     try:
-                        result = step.call(row)
+                        result = step.call(row, parent)
                     except ShareResourceNotFound as exc:
                         if vocab.DELETING not in expected:
                             raise
@@ -387,7 +392,7 @@ class Operations:
                     self._lost(rtype, ident)
                     raise Lost(f"{what}: fenced by the backend: {exc}")
                 except Exception as exc:
-                    if is_outage(exc) and timing.calls_begun() == begun:
+                    if is_outage(exc) and timing.BEGUN.count == begun:
                         # A read of the step met the database (or the
                         # coordination backend) away before any driver call:
                         # nothing changed, and the request waits for a member.

@@ -117,7 +117,7 @@ def promote(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
         raise Stale(f"replica {op.ident} is gone")
     driver = ops.driver_for(rep0.host)
 
-    def call(rep: models.ShareInstance) -> object:
+    def call(rep: models.ShareInstance, _read: object) -> object:
         # Judged here: an answer that cannot be recorded is a failure.
         return _states(driver.promote_replica(*_arguments(ops, rep)))
 
@@ -140,7 +140,7 @@ def resync(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
         raise Stale(f"replica {op.ident} is the active one: nothing to resync")
     driver = ops.driver_for(rep0.host)
 
-    def call(rep: models.ShareInstance) -> object:
+    def call(rep: models.ShareInstance, _read: object) -> object:
         state = driver.update_replica_state(*_arguments(ops, rep))
         if state is not None and state not in (vocab.REPLICA_IN_SYNC, vocab.REPLICA_OUT_OF_SYNC,
                                                 vocab.REPLICA_ERROR):

@@ -65,7 +65,7 @@ def revert(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
         return (models.ShareSnapshotInstance, snap_id, {"status": vocab.RESTORING},
                 {"status": vocab.AVAILABLE})
 
-    def call(inst: models.ShareInstance) -> object:
+    def call(inst: models.ShareInstance, _read: object) -> object:
         snap_inst = db_api.get(ops.db, models.ShareSnapshotInstance, snap_id)
         if snap_inst is None or snap_inst.status != vocab.RESTORING:
             raise Stale(f"snapshot instance {snap_id} is "

@@ -7,7 +7,7 @@ Their statuses, methods and messages come from the operation table; the rest
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from oslo_log import log as logging
@@ -29,7 +29,6 @@ from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:
     from sharemgr.manager.operations import Operations
-    from sqlalchemy.orm import Session
 
 LOG = logging.getLogger(__name__)
 
@@ -51,26 +50,11 @@ def _request_host(ops: Operations, op: Op) -> str:
     return host
 
 
-def _with_share(op: Op) -> tuple[Callable[[Session], models.ShareInstance | None],
-                                 dict[str, models.Share | None]]:
-    """The re-read under the lock that reads the share with the instance,
-    and where it leaves the share (``["share"]``)."""
-    shares: dict[str, models.Share | None] = {}
-
-    def read(session: Session) -> models.ShareInstance | None:
-        inst, shares["share"] = resources.instance_with_share_tx(session, op.ident)
-        return inst
-
-    return read, shares
-
-
 def create_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
     driver = ops.driver_for(_request_host(ops, op))
-    read, shares = _with_share(op)
 
-    def call(inst: models.ShareInstance) -> object:
-        share = shares["share"]
-        if share is None:
+    def call(inst: models.ShareInstance, share: object) -> object:
+        if not isinstance(share, models.Share):
             raise Stale(f"the share of instance {inst.id} is gone")
         share_d, server = views.share(inst, share), ops.server_dict(inst.share_server_id)
         if share.snapshot_id:
@@ -94,9 +78,7 @@ def create_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
 
     return ops.run(op, Step(
         models.ShareInstance, op.ident, f"{spec.verb} of share instance {op.ident}", call,
-        created, then=then, read=read,
-        method=lambda inst: operation_table.CREATE_FROM_SNAPSHOT
-        if inst.status == vocab.CREATING_FROM_SNAPSHOT else str(spec.method)), held)
+        created, then=then, read=resources.instance_with_share_tx), held)
 
 
 def creation_values(inst: models.ShareInstance, answer: object, success: str
@@ -141,20 +123,18 @@ def delete_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
     host = _request_host(ops, op)
     driver = ops.driver_for(host)
     spec = operation_table.spec(op.kind, op.action)
-    read, shares = _with_share(op)
 
-    def call(inst: models.ShareInstance) -> object:
+    def call(inst: models.ShareInstance, share: object) -> object:
         if inst.host is None or views.host_of(inst.host) != views.host_of(host):
             raise Stale(f"share instance {inst.id} is on {inst.host}, not {host}")
-        share = shares["share"]
-        if share is None:
+        if not isinstance(share, models.Share):
             raise Stale(f"the share of instance {inst.id} is gone")
         driver.delete_share(views.share(inst, share), ops.server_dict(inst.share_server_id))
         return None
 
     return ops.run(op, Step(
         models.ShareInstance, op.ident, f"{spec.verb} of share instance {op.ident}", call,
-        lambda inst, _r: ops.share_gone_changes(inst), read=read,
+        lambda inst, _r: ops.share_gone_changes(inst), read=resources.instance_with_share_tx,
         force=spec.forcible and bool(op.args.get("force"))), held)
 
 
@@ -169,7 +149,7 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
     name = spec.method
     method = getattr(driver, name)
 
-    def call(inst: models.ShareInstance) -> object:
+    def call(inst: models.ShareInstance, _read: object) -> object:
         share_d, server = ops.share_parts(inst)
         # Replica-aware, as Manila's: every secondary replica takes the size
         # too (its backend's driver; the share's size is theirs). Each is

@@ -67,8 +67,8 @@ def test_a_re_read_that_takes_and_leases_nothing_begins_deferred(sqlite_db, begi
         session.add(models.ShareInstance(id="i", share_id=share.id, host="h@dummy",
                                          status="creating"))
     begins.clear()
-    row, leased = db_leases.read_and_lease(sqlite_db, models.ShareInstance, "i", "e1",
-                                           lambda _row: None)
+    row, _, leased = db_leases.read_and_lease(sqlite_db, models.ShareInstance, "i", "e1",
+                                              {"creating": None})
     assert row is not None and row.status == "creating" and leased == 0
     assert begins == ["BEGIN DEFERRED"]
 
@@ -76,6 +76,6 @@ def test_a_re_read_that_takes_and_leases_nothing_begins_deferred(sqlite_db, begi
         until, deadline = 60.0, 600.0
 
     begins.clear()
-    row, leased = db_leases.read_and_lease(sqlite_db, models.ShareInstance, "i", "e1",
-                                           lambda _row: Terms())
+    row, _, leased = db_leases.read_and_lease(sqlite_db, models.ShareInstance, "i", "e1",
+                                              {"creating": Terms()})
     assert row is not None and begins == ["BEGIN DEFERRED", "BEGIN IMMEDIATE"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 
+import pytest
 import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.db import clock, models, tables
@@ -153,3 +154,39 @@ def test_running_calls_are_renewed_to_their_deadline_a_lost_one_is_not(db, monke
     fresh = _running(db, "r4")
     with keeper.lease("r4", None, 2):
         assert _lease_of(db, fresh) == (None, None)
+
+
+@pytest.mark.parametrize("status, seconds", [(vocab.CREATING, 100),
+                                             (vocab.CREATING_FROM_SNAPSHOT, 900)])
+def test_a_calls_lease_is_the_method_its_rows_status_names(any_engine, status, seconds):
+    """A create's lease is chosen before its re-read for each status it
+    expects, and the read writes the one of the status it finds: an
+    instance in ``creating_from_snapshot`` gets the lease of
+    ``create_share_from_snapshot`` (the spec's ``method_when``), not
+    ``create_share``'s (seen from inside the driver call)."""
+    from sharemgr.manager.plans import Op
+
+    from tests.unit.reconcile_harness import HOSTBE, add_request, make_share
+
+    engine = any_engine
+    engine.operations.leases = Leases(3600, {"create_share": 100,
+                                             "create_share_from_snapshot": 900})
+    inst = make_share(engine.db, status)
+    request = add_request(engine.db, vocab.SHARE_INSTANCE, inst.id, HOSTBE,
+                          status=vocab.REQUEST_RUNNING, engine_id=engine.engine_id)
+    seen = []
+
+    def create_share(share, share_server=None):
+        seen.append(_lease_of(engine.db, request))
+        return None
+
+    engine.driver.create_share = create_share
+    before = clock.read(engine.db)
+    outcome = engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_CREATE,
+                                           host=HOSTBE))
+    after = clock.read(engine.db)
+    assert outcome.ok, outcome
+    ((lease, deadline),) = seen
+    second = datetime.timedelta(seconds=1)
+    _between(deadline, before + seconds * second, after + seconds * second)
+    assert lease == deadline  # no heartbeat: the lease is the deadline
