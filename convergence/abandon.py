@@ -21,7 +21,7 @@ from sharemgr.convergence.properties import ResourceData, diff_properties, resol
 from sharemgr.convergence.template import Template, TemplateError, template_from_dict
 from sharemgr.db import models, stack_keep
 from sharemgr.db.engine import Database
-from sharemgr.manager import views
+from sharemgr.manager import hosts
 
 FORMAT = 1
 
@@ -86,7 +86,7 @@ def _facts(type_: str, observed: phys.Observed) -> dict[str, object]:
     if type_ == vocab.SHARE:
         facts = {"size": a.get("size"), "proto": a.get("proto")}
         if observed.host:
-            facts["backend"] = views.backend_of(observed.host)
+            facts["backend"] = hosts.backend_of(observed.host)
         return facts
     if type_ in (vocab.SNAPSHOT, vocab.REPLICA):
         return {"share": a.get("share_id")}

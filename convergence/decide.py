@@ -22,7 +22,7 @@ from sharemgr.convergence.properties import (
 from sharemgr.convergence.template import REPLACE, RESOURCE_TYPES, Template
 from sharemgr.db import models, stacks
 from sharemgr.db.engine import Database
-from sharemgr.manager import migration_plans, views
+from sharemgr.manager import hosts, migration_plans
 
 LOG = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def current_properties(row: models.StackResource, observed: phys.Observed,
     it)."""
     current: dict[str, object] = {**(row.properties or {}), **observed.actual}
     if row.type == vocab.SHARE and props.get("backend") and observed.host:
-        current["backend"] = views.backend_of(observed.host)
+        current["backend"] = hosts.backend_of(observed.host)
     return current
 
 

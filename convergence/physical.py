@@ -23,7 +23,7 @@ from typing import Any
 from sharemgr.common import vocab
 from sharemgr.db import models
 from sharemgr.db.engine import Database
-from sharemgr.manager import access, delete_plans, kinds, plans, views
+from sharemgr.manager import access, delete_plans, hosts, kinds, plans
 from sharemgr.manager.kinds import BUSY, ERROR, GONE, OK, Observed, observe, observe_rows
 from sharemgr.manager.plans import Change, Op, Plan
 
@@ -51,7 +51,7 @@ class Placement:
         that needs one, rather than passing it around)."""
         if target is None:
             return True
-        host, _, backend = views.host_of(target).partition("@")
+        host, _, backend = hosts.host_of(target).partition("@")
         return backend in self.backends and host in (ANY_HOST, self.host)
 
     def concrete(self, target: str | None) -> str:
@@ -96,7 +96,7 @@ def target_host(db: Database, type_: str, props: Mapping[str, Any]) -> str | Non
         ptype, ident, what = parent
         host = _parent_host(db, ptype, ident, what)
         backend = props.get("backend")
-        if backend and views.backend_of(host) != backend:
+        if backend and hosts.backend_of(host) != backend:
             raise CheckError(f"backend {backend!r} differs from the {what}'s ({host})")
         return host
     backend = props.get("backend")
@@ -111,7 +111,7 @@ def plan_create(db: Database, type_: str, props: Mapping[str, Any], name: str,
     """Rows of a new physical resource named ``name`` in its creating status
     and the operation that creates it on the backend."""
     host = placement.concrete(target_host(db, type_, props))
-    dhss = placement.backends.get(views.backend_of(host), False)
+    dhss = placement.backends.get(hosts.backend_of(host), False)
     if type_ == vocab.SHARE:
         plan = plans.create_share(db, host, dhss, props["size"], props["proto"], name,
                                   props.get("snapshot"), props.get("share_server"),

@@ -11,7 +11,8 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.manager import operation_table, views
-from sharemgr.manager.operations import OperationFailed, Stale, Step, log_failure
+from sharemgr.manager.op_errors import OperationFailed, Stale, log_failure
+from sharemgr.manager.operations import Step
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from oslo_log import log as logging
 from sharemgr.db import capabilities as db_capabilities
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db.engine import Database
-from sharemgr.manager import views
+from sharemgr.manager import hosts
 from sharemgr.manager.outage import is_outage
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ class Report:
 
     @property
     def backend(self) -> str:
-        return views.backend_of(self.host)
+        return hosts.backend_of(self.host)
 
     def supports(self, key: str) -> bool:
         """False only when the report says so (False, None, ''); a key it
@@ -168,7 +168,7 @@ class Report:
 def report(db: Database, host: str) -> Report | None:
     """The report of ``host``'s backend (one read by primary key), or None
     when it reported nothing."""
-    row = db_capabilities.get(db, views.host_of(host))
+    row = db_capabilities.get(db, hosts.host_of(host))
     if row is None or not row.stats:
         return None
     return Report(row.host, dict(row.stats), row.updated_at)

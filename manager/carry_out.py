@@ -20,7 +20,8 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.manager import kinds, operation_table, views
-from sharemgr.manager.operations import OperationFailed, Stale, Step, deleted
+from sharemgr.manager.op_errors import OperationFailed, Stale
+from sharemgr.manager.operations import Step, deleted
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:

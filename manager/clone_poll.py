@@ -21,7 +21,7 @@ from sharemgr.drivers.exceptions import (
     ShareResourceNotFound,
 )
 from sharemgr.manager import operation_table, share_ops, views
-from sharemgr.manager.operations import log_failure
+from sharemgr.manager.op_errors import log_failure
 
 if TYPE_CHECKING:
     from sharemgr.manager.operations import Operations

@@ -20,13 +20,13 @@ from sharemgr.db.records import Record
 from sharemgr.manager import (
     access,
     delete_plans,
+    hosts,
     kinds,
     manage_ops,
     migration_plans,
     plans,
     replica_ops,
     revert_ops,
-    views,
 )
 
 # One class for every refusal: a bad request or a resource not in a state
@@ -85,7 +85,7 @@ class Intake:
         return host
 
     def dhss(self, host: str) -> bool:
-        backend = views.backend_of(host)
+        backend = hosts.backend_of(host)
         try:
             return bool(self.conf[backend].driver_handles_share_servers)
         except (cfg.NoSuchOptError, cfg.NoSuchGroupError):

@@ -24,7 +24,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models, status_reads
 from sharemgr.db.engine import Database
 from sharemgr.db.records import Record
-from sharemgr.manager import views
+from sharemgr.manager import hosts
 from sharemgr.manager.lock_names import resource_lock_name
 
 
@@ -146,7 +146,7 @@ def state_of(status: str | None) -> str:
 
 def _obs(status: str, host: str | None, attributes: Mapping[str, object],
          actual: Mapping[str, object] | None = None) -> Observed:
-    return Observed(state_of(status), status, views.host_of(host) if host else None,
+    return Observed(state_of(status), status, hosts.host_of(host) if host else None,
                     attributes, actual or {})
 
 

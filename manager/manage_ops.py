@@ -27,8 +27,9 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
-from sharemgr.manager import kinds, operation_table, views
-from sharemgr.manager.operations import OperationFailed, Stale, Step
+from sharemgr.manager import hosts, kinds, operation_table, views
+from sharemgr.manager.op_errors import OperationFailed, Stale
+from sharemgr.manager.operations import Step
 from sharemgr.manager.plans import Change, Op, Plan, Refused, get, need, share, snapshot
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def plan_manage_share(db: Database, host: str, dhss: bool, export_path: str, pro
     ('host@backend'): its size is 0 until the driver says it."""
     path = _location(export_path, "the export path")
     if dhss:
-        raise Refused(f"backend {views.backend_of(host)!r} handles share servers: managing "
+        raise Refused(f"backend {hosts.backend_of(host)!r} handles share servers: managing "
                       "a share there is not supported (only on backends with "
                       "driver_handles_share_servers = False)")
     # One whose manage failed holds nothing: it does not stand in the way.
@@ -126,7 +127,7 @@ def plan_manage_server(db: Database, host: str, dhss: bool, identifier: str,
     """A share server record for the server the backend knows as ``identifier``."""
     ident = _location(identifier, "the share server identifier")
     if not dhss:
-        raise Refused(f"backend {views.backend_of(host)!r} does not handle share servers "
+        raise Refused(f"backend {hosts.backend_of(host)!r} does not handle share servers "
                       "(driver_handles_share_servers = False)")
     taken = [s.id for s in resources.on_host(db, models.ShareServer, host)
              if (s.backend_details or {}).get(IDENTIFIER) == ident

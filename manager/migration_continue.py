@@ -27,7 +27,8 @@ from sharemgr.manager import (
 )
 from sharemgr.manager import migration_rows as mrows
 from sharemgr.manager.migration_plans import COPIED
-from sharemgr.manager.operations import NotNow, OperationFailed, Stale, lock_name, log_failure
+from sharemgr.manager.op_errors import NotNow, OperationFailed, Stale, log_failure
+from sharemgr.manager.operations import lock_name
 from sharemgr.manager.plans import Op, Refused
 
 if TYPE_CHECKING:

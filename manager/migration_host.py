@@ -25,7 +25,7 @@ from sharemgr.db import models
 from sharemgr.drivers.exceptions import ShareResourceNotFound
 from sharemgr.manager import access, data_mover
 from sharemgr.manager.migration_plans import host_assisted_refusal, same_host
-from sharemgr.manager.operations import NotNow, OperationFailed
+from sharemgr.manager.op_errors import NotNow, OperationFailed
 
 if TYPE_CHECKING:
     from sharemgr.drivers.base import ShareDriver

@@ -18,10 +18,11 @@ from sharemgr.common import vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models
-from sharemgr.manager import migration_host, views
+from sharemgr.manager import hosts, migration_host
 from sharemgr.manager import migration_rows as mrows
 from sharemgr.manager.migration_plans import FLAGS
-from sharemgr.manager.operations import NotNow, OperationFailed, Stale, Step, deleted
+from sharemgr.manager.op_errors import NotNow, OperationFailed, Stale
+from sharemgr.manager.operations import Step, deleted
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:
@@ -57,12 +58,12 @@ def start(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
                 missing = [f for f, asked in wanted.items() if asked and not compat.get(f)]
                 if missing:
                     raise OperationFailed(
-                        f"backend {views.host_of(row.host)!r} cannot keep the share "
+                        f"backend {hosts.host_of(row.host)!r} cannot keep the share "
                         f"{', '.join(m.replace('_', ' ') for m in missing)} while it moves "
                         f"it to {dest.host}")
                 pair.driver.migration_start(*pair.args())
                 return None
-            why = f"backend {views.host_of(row.host)!r} cannot move the share itself"
+            why = f"backend {hosts.host_of(row.host)!r} cannot move the share itself"
         return _start_copying(ops, row, dest, wanted, why, kept)
 
     def done(row: models.ShareInstance, answer: object) -> list[Change]:

@@ -20,7 +20,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import capabilities as db_capabilities
 from sharemgr.db import models, quiet
 from sharemgr.db.engine import Database
-from sharemgr.manager import capabilities, views
+from sharemgr.manager import capabilities, hosts
 from sharemgr.manager.plans import Op, Plan, Refused, need, quiet_share, room, share
 
 # What the source backend's report may declare it keeps while it migrates a
@@ -72,7 +72,7 @@ def _destination(db: Database, source: models.ShareInstance, given: str) -> str:
         raise Refused(f"unknown destination {given!r}: no engine serves backend {host!r} "
                       "(it has never reported; see 'sharectl pool list')")
     same_pool = capabilities.pool_of(source.host) == (pool or None)
-    if views.host_of(source.host) == host and (same_pool or not pool):
+    if hosts.host_of(source.host) == host and (same_pool or not pool):
         raise Refused(f"share {source.share_id} is on {source.host} already")
     return given
 
@@ -105,7 +105,7 @@ def _supported(db: Database, source: models.ShareInstance, req: Request) -> None
     if by_driver and declared is not None:
         for flag, wanted in req.flags().items():
             if wanted and not declared.get(flag):
-                raise Refused(f"backend {views.host_of(source.host)!r} cannot migrate a "
+                raise Refused(f"backend {hosts.host_of(source.host)!r} cannot migrate a "
                               f"share with --{flag.replace('_', '-')} ({SUPPORT_KEY} in its "
                               "last report)")
     if by_driver:
@@ -113,7 +113,7 @@ def _supported(db: Database, source: models.ShareInstance, req: Request) -> None
     why = host_assisted_refusal(req.flags())
     if why:
         raise Refused(why if req.force_host_assisted else
-                      f"backend {views.host_of(source.host)!r} does not move shares itself "
+                      f"backend {hosts.host_of(source.host)!r} does not move shares itself "
                       f"({SUPPORT_KEY} in its last report), and {why}")
     if not same_host(source.host, req.destination):
         raise Refused(f"host-assisted migration copies on one host: {req.destination} is not "
@@ -180,8 +180,8 @@ def destination_for(db: Database, source_host: str, backend: str) -> str:
     backend on the share's own host when the host serves it (the engine
     can copy there), else on a host that does."""
     here = f"{source_host.partition('@')[0]}@{backend}"
-    hosts = sorted(views.host_of(r.host) for r in db_capabilities.all_stats(db)
-                   if views.backend_of(r.host) == backend)
+    hosts = sorted(hosts.host_of(r.host) for r in db_capabilities.all_stats(db)
+                   if hosts.backend_of(r.host) == backend)
     return here if here in hosts or not hosts else hosts[0]
 
 

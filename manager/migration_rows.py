@@ -14,7 +14,8 @@ from sharemgr.db import models
 from sharemgr.drivers import shapes
 from sharemgr.manager import migration_host, operation_table
 from sharemgr.manager.migration_plans import destination_of
-from sharemgr.manager.operations import NotNow, Stale, deleted, log_failure
+from sharemgr.manager.op_errors import NotNow, Stale, log_failure
+from sharemgr.manager.operations import deleted
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:

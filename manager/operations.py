@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Never, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import tenacity
 from oslo_log import log as logging
@@ -24,11 +24,19 @@ from sharemgr.db.engine import Database
 from sharemgr.drivers import shapes, timing
 from sharemgr.drivers.exceptions import (
     FencedCall,
-    ShareBackendException,
     ShareResourceNotFound,
 )
-from sharemgr.manager import kinds, leases, operation_table, views
+from sharemgr.manager import hosts, kinds, leases, operation_table, views
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
+from sharemgr.manager.op_errors import (
+    Lost,
+    NotNow,
+    OperationFailed,
+    Stale,
+    before_call,
+    log_failure,
+    outcome_of,
+)
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Change, Op
 
@@ -47,54 +55,6 @@ OpHandler = Callable[["Operations", Op, bool], "list[Change] | None"]
 # Seconds an outcome waits for a database that is away before it gives up
 # (the resource then stays transient until a reconciliation pass).
 OUTCOME_WAIT = 300.0
-
-
-class OperationFailed(Exception):
-    """The driver call failed; the resource is in its error status (or,
-    for a call refused before anything changed, back in its status).
-    ``detail_id``: the user message's detail (common/messages.py), when it
-    is not the plain ``FAILED``."""
-
-    def __init__(self, message: str, detail_id: str | None = None) -> None:
-        super().__init__(message)
-        self.detail_id = detail_id
-
-
-class Stale(Exception):
-    """The resource is no longer in the status the request expects (an admin
-    reset it, or it was settled by someone else): nothing to do."""
-
-
-class Lost(Stale):
-    """The operation lost its resource while the driver worked: another
-    engine or a reconciliation took it (its fencing token moved on), or the
-    backend refused the call as fenced. The outcome was not written; the
-    resource is re-observed (``Operations.on_lost``)."""
-
-
-class NotNow(Stale):
-    """This engine may not call the driver now: it is out of the engines
-    group (paused, cut off), or the call's lease is about to run out.
-    Nothing reached the driver; the request goes back to pending."""
-
-
-def _before_call(what: str, exc: Exception) -> NotNow:
-    """An outage met before the operation's first driver call."""
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return NotNow(f"{what}: before its driver call: {type(exc).__name__}: {first}")
-
-
-def outcome_of(exc: OperationFailed | Stale) -> Outcome[Never]:
-    """The outcome an operation's exception says: raised where it is found,
-    deep in a step, and returned as a value from ``perform`` up."""
-    reason = str(exc)
-    if isinstance(exc, NotNow):
-        return Outcome.not_now(reason)
-    if isinstance(exc, Lost):
-        return Outcome.lost(reason)
-    if isinstance(exc, Stale):
-        return Outcome.stale(reason)
-    return Outcome.failed(reason, exc.detail_id)
 
 
 def lock_name(rtype: str, ident: str) -> bytes:
@@ -193,7 +153,7 @@ class Operations:
             # The database or the coordination backend away before any
             # driver call (the lock, the re-read that takes the row): nothing
             # reached the backend, and the request waits for them.
-            return outcome_of(_before_call(f"{op.kind} {op.action} of {op.ident}", exc))
+            return outcome_of(before_call(f"{op.kind} {op.action} of {op.ident}", exc))
 
     def default_lease(self) -> leases.Terms | None:
         """The lease of a call of a method with no lease of its own,
@@ -207,7 +167,7 @@ class Operations:
         return self.perform(Op.of_request(req))
 
     def driver_for(self, host: str) -> ShareDriver:
-        backend = views.backend_of(host)
+        backend = hosts.backend_of(host)
         try:
             return self.drivers[backend]
         except KeyError:
@@ -396,7 +356,7 @@ class Operations:
                         # A read of the step met the database (or the
                         # coordination backend) away before any driver call:
                         # nothing changed, and the request waits for a member.
-                        raise _before_call(what, exc) from exc
+                        raise before_call(what, exc) from exc
                     log_failure(what, method, exc)
                     if not force:
                         if step.failed is not None:
@@ -467,15 +427,3 @@ def _expect(model: type[R], ident: str, row: R | None, expected: tuple[str, ...]
         raise Stale(f"{model.__table__.name} {ident} is "
                     f"{getattr(row, 'status', 'gone')}, not {'/'.join(expected)}")
     return row
-
-
-def log_failure(what: str, method: str | None, exc: Exception) -> None:
-    """A failure the driver reports (or the manager's own OperationFailed)
-    is one WARNING line; anything else is a driver bug: ERROR with the
-    traceback, naming the driver method."""
-    if isinstance(exc, (ShareBackendException, OperationFailed)):
-        LOG.warning("%s failed: %s%s: %s", what, f"{method}: " if method else "",
-                    type(exc).__name__, exc)
-    else:
-        LOG.error("%s failed: unexpected %s from driver method %s: %s", what,
-                  type(exc).__name__, method or "(unknown)", exc, exc_info=exc)

@@ -20,7 +20,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, quiet, resources
 from sharemgr.db.engine import Database
-from sharemgr.manager import capabilities, kinds, leases, operation_table, views
+from sharemgr.manager import capabilities, hosts, kinds, leases, operation_table
 
 Change = db_api.Change
 T = TypeVar("T", bound=models.HasTable)
@@ -58,7 +58,7 @@ class Op:
         """The request row's values (requests go to 'host@backend', pools
         stripped, so claims match the host exactly)."""
         return {"resource_type": self.kind, "resource_id": self.ident, "action": self.action,
-                "host": views.host_of(self.host) if self.host else None,
+                "host": hosts.host_of(self.host) if self.host else None,
                 "args": {**self.args, **(extra or {})}}
 
 
@@ -166,7 +166,7 @@ def replica(db: Database, replica_id: str) -> models.ShareInstance:
 
 
 def _no_dhss(host: str) -> Refused:
-    return Refused(f"backend {views.backend_of(host)!r} does not handle share servers "
+    return Refused(f"backend {hosts.backend_of(host)!r} does not handle share servers "
                    "(driver_handles_share_servers = False)")
 
 
@@ -192,7 +192,7 @@ def room(db: Database, caps: capabilities.Report | None, host: str, size: int,
     and no claim, when the backend reports no pools."""
     if caps is None or not caps.pools:
         return host, None
-    backend_host = views.host_of(host)
+    backend_host = hosts.host_of(host)
     pools = caps.rooms(db)
     rooms = {name: pool.room for name, pool in pools.items()}
     name = capabilities.pool_of(host)
@@ -232,18 +232,18 @@ def create_share(db: Database, host: str, dhss: bool, size: int, proto: str,
         source = kinds.SNAPSHOT_INSTANCE.host_of(db, snap_inst)
         if source is None:
             raise Refused(f"snapshot {snapshot_id} is on no backend: its share is gone")
-        if views.host_of(host) != views.host_of(source):
+        if hosts.host_of(host) != hosts.host_of(source):
             raise Refused("a share from a snapshot must be on the snapshot's backend")
         status = vocab.CREATING_FROM_SNAPSHOT
     if dhss:
         if not share_server_id:
-            raise Refused(f"backend {views.backend_of(host)!r} handles share servers: "
+            raise Refused(f"backend {hosts.backend_of(host)!r} handles share servers: "
                           "the share needs a share server (sharectl: --share-server ID; "
                           "a stack: the share_server property)")
         server = get(db, models.ShareServer, share_server_id, "share server")
         need(server.status, (vocab.ACTIVE,), f"share server {share_server_id}",
              "place a share on")
-        if server.host != views.host_of(host):
+        if server.host != hosts.host_of(host):
             raise Refused(f"share server {share_server_id} is on {server.host}, not {host}")
     elif share_server_id:
         raise _no_dhss(host)
@@ -251,7 +251,7 @@ def create_share(db: Database, host: str, dhss: bool, size: int, proto: str,
         group = get(db, models.ShareGroup, share_group_id, "share group")
         need(group.status, (vocab.AVAILABLE,), f"share group {share_group_id}",
              "add a share to")
-        if group.host != views.host_of(host):
+        if group.host != hosts.host_of(host):
             raise Refused(f"share group {share_group_id} is on {group.host}")
     caps = capabilities.report(db, host)
     if caps is not None and not caps.serves(proto):
@@ -349,7 +349,7 @@ def create_backup(db: Database, share_id: str, name: str | None = None) -> Plan:
     row, inst = share(db, share_id)
     need(inst.status, (vocab.AVAILABLE,), f"share {share_id}", "back up")
     backup = models.ShareBackup(id=models.new_id(), share_id=row.id, name=name,
-                                host=views.host_of(inst.host), status=vocab.CREATING,
+                                host=hosts.host_of(inst.host), status=vocab.CREATING,
                                 size=row.size)
     return Plan(backup.id, [backup],
                 [(models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},

@@ -25,8 +25,10 @@ from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models, quiet
 from sharemgr.db.engine import Database
-from sharemgr.manager import access, kinds, operation_table, views
-from sharemgr.manager.operations import OperationFailed, Stale, Step
+from sharemgr.manager import access, kinds, operation_table
+from sharemgr.manager.hosts import host_of
+from sharemgr.manager.op_errors import OperationFailed, Stale
+from sharemgr.manager.operations import Step
 from sharemgr.manager.plans import Change, Op, Plan, need, quiet_share, replica
 
 if TYPE_CHECKING:
@@ -170,7 +172,7 @@ def update_replica_states(ops: Operations, hosts: Sequence[str]) -> int:
     for state in (vocab.REPLICA_IN_SYNC, vocab.REPLICA_OUT_OF_SYNC, vocab.REPLICA_ERROR):
         for rep in db_api.query(ops.db, models.ShareInstance,
                                 {"status": vocab.AVAILABLE, "replica_state": state}):
-            if views.host_of(rep.host) not in wanted:
+            if host_of(rep.host) not in wanted:
                 continue
             asked += 1
             asked_now = ops.perform(Op(vocab.REPLICA, rep.id, vocab.ACTION_RESYNC, rep.host))

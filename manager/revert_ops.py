@@ -16,7 +16,8 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sharemgr.manager import access, kinds, operation_table
-from sharemgr.manager.operations import Stale, Step
+from sharemgr.manager.op_errors import Stale
+from sharemgr.manager.operations import Step
 from sharemgr.manager.plans import Change, Op, Plan, Refused, need, share, snapshot
 
 if TYPE_CHECKING:

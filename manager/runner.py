@@ -22,8 +22,8 @@ from sharemgr.common.outcome import Outcome, Result
 from sharemgr.db import api as db_api
 from sharemgr.db import models, notify
 from sharemgr.db.engine import Database
-from sharemgr.manager import views
-from sharemgr.manager.operations import OperationFailed, Stale, outcome_of
+from sharemgr.manager.hosts import backend_of
+from sharemgr.manager.op_errors import OperationFailed, Stale, outcome_of
 from sharemgr.manager.outage import Backoff, is_outage
 
 LOG = logging.getLogger(__name__)
@@ -161,13 +161,13 @@ class RequestRunner:
         self._listener: threading.Thread | None = None
         self._place(hosts)
 
-    def _place(self, hosts: list[str]) -> None:
+    def _place(self, added: list[str]) -> None:
         by_backend = {lane.name: lane for lane in self.lanes[1:]}
-        for host in hosts:
+        for host in added:
             if host in self.hosts:
                 continue
             # 'h@b' and '*@b' are backend b's; a plain host is none's ("").
-            lane = by_backend.get(views.backend_of(host), self.general)
+            lane = by_backend.get(backend_of(host), self.general)
             # New lists: a claim in progress keeps the old ones.
             lane.hosts = [*lane.hosts, host]
             self.hosts = [*self.hosts, host]

@@ -17,14 +17,9 @@ from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
 from sharemgr.db import models, resources
 from sharemgr.drivers.exceptions import ShareBackendException, ShareShrinkingPossibleDataLoss
-from sharemgr.manager import access, kinds, operation_table, views
-from sharemgr.manager.operations import (
-    OperationFailed,
-    Stale,
-    Step,
-    lock_name,
-    log_failure,
-)
+from sharemgr.manager import access, hosts, kinds, operation_table, views
+from sharemgr.manager.op_errors import OperationFailed, Stale, log_failure
+from sharemgr.manager.operations import Step, lock_name
 from sharemgr.manager.plans import Change, Op
 
 if TYPE_CHECKING:
@@ -125,7 +120,7 @@ def delete_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
     spec = operation_table.spec(op.kind, op.action)
 
     def call(inst: models.ShareInstance, share: object) -> object:
-        if inst.host is None or views.host_of(inst.host) != views.host_of(host):
+        if inst.host is None or hosts.host_of(inst.host) != hosts.host_of(host):
             raise Stale(f"share instance {inst.id} is on {inst.host}, not {host}")
         if not isinstance(share, models.Share):
             raise Stale(f"the share of instance {inst.id} is gone")

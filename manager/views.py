@@ -7,16 +7,6 @@ from typing import Any
 from sharemgr.db import models
 
 
-def backend_of(host: str) -> str:
-    """'host@backend#pool' → 'backend'."""
-    return host.split("@", 1)[1].split("#", 1)[0] if "@" in host else ""
-
-
-def host_of(host: str) -> str:
-    """'host@backend#pool' → 'host@backend' (pools belong to their backend)."""
-    return host.split("#", 1)[0]
-
-
 def _fence(row: object) -> int | None:
     """The row's fencing token for the driver (doc/drivers.rst, "Fencing")."""
     return getattr(row, "fence", None)

@@ -15,7 +15,7 @@ from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
 from sharemgr.db import models
-from sharemgr.manager.operations import NotNow
+from sharemgr.manager.op_errors import NotNow
 from sharemgr.manager.plans import Op
 from sharemgr.reconcile import rules, takeover
 from sharemgr.reconcile.summary import Summary

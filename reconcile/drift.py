@@ -41,7 +41,7 @@ from sharemgr.db.api import Change
 from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.drivers.exceptions import ShareResourceNotFound
-from sharemgr.manager import access, kinds, views
+from sharemgr.manager import access, hosts, kinds
 from sharemgr.manager.operation_table import STATUS_METHOD
 from sharemgr.manager.operations import lock_name
 from sharemgr.reconcile import ask, repair, scan, status_query
@@ -300,7 +300,7 @@ class DriftChecker:
         summary = DriftSummary()
         groups: dict[tuple[str, str], list[Candidate]] = collections.defaultdict(list)
         for cand in cands:
-            groups[(views.backend_of(cand.host), cand.rtype)].append(cand)
+            groups[(hosts.backend_of(cand.host), cand.rtype)].append(cand)
         checked: set[str] = set()
         for (backend, rtype), group in groups.items():
             driver = self.rec.drivers[backend]

@@ -35,12 +35,10 @@ from sharemgr.db import reconcile as db_rec
 from sharemgr.db.api import Change
 from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
-from sharemgr.manager import views
+from sharemgr.manager import hosts
 from sharemgr.manager.coordination import Coordinator
-from sharemgr.manager.operations import (
-    NotNow,
-    Operations,
-)
+from sharemgr.manager.op_errors import NotNow
+from sharemgr.manager.operations import Operations
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.plans import Op
 from sharemgr.reconcile import access, outcomes, rules, scan, status_query, takeover
@@ -296,7 +294,7 @@ class Reconciler:
                       else f"in progress on {req.engine_id}" + (
                           f" (lease until {req.lease_expires_at:%H:%M:%S} UTC)"
                           if req.lease_expires_at is not None else ""))
-        if reason is None and views.backend_of(cand.host) not in self.drivers:
+        if reason is None and hosts.backend_of(cand.host) not in self.drivers:
             reason = "backend not served by this engine"
         if reason is not None:
             self._skip(cand, reason, summary, dry_run)

@@ -23,7 +23,7 @@ from sharemgr.db import leases as db_leases
 from sharemgr.db import models
 from sharemgr.manager import kinds
 from sharemgr.manager.coordination import Coordinator
-from sharemgr.manager.operations import OperationFailed
+from sharemgr.manager.op_errors import OperationFailed
 from sharemgr.manager.outage import Backoff
 from sharemgr.reconcile import drift as drift_mod
 from sharemgr.reconcile.reconciler import Reconciler, interrupts

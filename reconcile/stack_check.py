@@ -25,7 +25,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models, stacks
 from sharemgr.db import resources as db_res
 from sharemgr.db.engine import Database
-from sharemgr.manager import kinds, views
+from sharemgr.manager import hosts, kinds
 from sharemgr.reconcile import drift
 from sharemgr.reconcile.drift import DriftChecker
 from sharemgr.reconcile.scan import Candidate
@@ -89,8 +89,8 @@ class StackChecker:
                 drifted[row.name] = f"{what} gone from the database"
             elif cand.status != vocab.AVAILABLE:
                 drifted[row.name] = f"{what} {cand.status}"
-            elif views.backend_of(cand.host) not in self.checker.rec.drivers:
-                unchecked[row.name] = f"backend {views.backend_of(cand.host)} is not served " \
+            elif hosts.backend_of(cand.host) not in self.checker.rec.drivers:
+                unchecked[row.name] = f"backend {hosts.backend_of(cand.host)} is not served " \
                                       "by the engine that checked"
             else:
                 names[cand.id] = row.name

@@ -14,7 +14,7 @@ from sharemgr.db import resources as db_res
 from sharemgr.db.api import Change
 from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
-from sharemgr.manager import views
+from sharemgr.manager import hosts, views
 from sharemgr.manager.operations import Operations
 from sharemgr.reconcile import answers, ask, rules
 from sharemgr.reconcile.scan import Candidate
@@ -36,7 +36,7 @@ def verdicts(db: Database, operations: Operations, drivers: Mapping[str, ShareDr
             results[cand.id] = (False, f"{rule.method} raised {given!r}", {})
         else:
             assert rule.method is not None, "a query rule names its method"
-            groups[(views.backend_of(cand.host), rule.method)][cand.id] = given
+            groups[(hosts.backend_of(cand.host), rule.method)][cand.id] = given
     for (backend, method), items in groups.items():
         for ident, answer in ask.ask(drivers[backend], method, items).items():
             results[ident] = answers.verdict(method, answer)

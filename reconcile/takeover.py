@@ -26,7 +26,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
 from sharemgr.db import models
 from sharemgr.db import reconcile as db_rec
-from sharemgr.manager import kinds, views
+from sharemgr.manager import hosts, kinds
 from sharemgr.manager.operations import lock_name
 from sharemgr.reconcile.summary import Summary
 
@@ -202,7 +202,7 @@ def _waits_for_deadline(rec: Reconciler, req: models.Request, now: datetime.date
     if req.status != vocab.REQUEST_RUNNING or req.host is None or \
             req.lease_deadline is None or req.lease_deadline <= now:
         return False
-    driver = rec.drivers.get(views.backend_of(req.host))
+    driver = rec.drivers.get(hosts.backend_of(req.host))
     return driver is not None and not getattr(driver, "honours_fencing", False)
 
 

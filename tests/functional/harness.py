@@ -234,7 +234,7 @@ def db_objects(d: Deployment, settled_only: bool = False) -> dict[str, set[tuple
     object: a create that never reached the backend) are left out."""
     from sharemgr.common import vocab
     from sharemgr.db import api, models, resources
-    from sharemgr.manager import views
+    from sharemgr.manager import hosts
 
     db, _ = database(d)
     out: dict[str, set[tuple[str, str]]] = {b: set() for b in d.backends}
@@ -245,7 +245,7 @@ def db_objects(d: Deployment, settled_only: bool = False) -> dict[str, set[tuple
     try:
         for inst in filter(keep, api.query(db, models.ShareInstance)):
             kind = "replica" if inst.replica_state not in (None, "active") else "share"
-            out[views.backend_of(inst.host)].add((kind, inst.id))
+            out[hosts.backend_of(inst.host)].add((kind, inst.id))
         for backend in d.backends:
             host = f"{d.host}@{backend}"
             for snap, _inst in resources.snapshot_instances_on_host(db, host):
@@ -255,11 +255,11 @@ def db_objects(d: Deployment, settled_only: bool = False) -> dict[str, set[tuple
                 if keep(gsnap):
                     out[backend].add(("group_snapshot", gsnap.id))
         for server in filter(keep, api.query(db, models.ShareServer)):
-            out[views.backend_of(server.host)].add(("share_server", server.id))
+            out[hosts.backend_of(server.host)].add(("share_server", server.id))
         for group in filter(keep, api.query(db, models.ShareGroup)):
-            out[views.backend_of(group.host)].add(("share_group", group.id))
+            out[hosts.backend_of(group.host)].add(("share_group", group.id))
         for backup in filter(keep, api.query(db, models.ShareBackup)):
-            out[views.backend_of(backup.host)].add(("backup", backup.id))
+            out[hosts.backend_of(backup.host)].add(("backup", backup.id))
     finally:
         db.dispose()
     return out

@@ -149,6 +149,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "manager/kinds.py": (UNIT + "test_column_lengths.py",),
     "manager/lock_names.py": (UNIT + "reconcile/test_reconciler_locks_and_failures.py",),
     "manager/membership.py": (UNIT + "test_fencing.py",),
+    "manager/op_errors.py": (UNIT + "test_force_delete.py", UNIT + "manager/test_outage_in_call.py"),
     "manager/options.py": (UNIT + "manager/test_config.py",),
     "manager/outage.py": (UNIT + "common/test_outage.py",),
     "manager/plans.py": (UNIT + "test_force_delete.py", UNIT + "manager/test_capabilities.py"),

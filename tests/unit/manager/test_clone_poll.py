@@ -11,7 +11,7 @@ from sharemgr.common.outcome import Result
 from sharemgr.db import models
 from sharemgr.drivers.exceptions import ShareBackendException
 from sharemgr.manager import clone_poll, share_ops
-from sharemgr.manager.operations import OperationFailed
+from sharemgr.manager.op_errors import OperationFailed
 from sharemgr.manager.plans import Op
 
 from tests.unit.reconcile_harness import (

@@ -16,7 +16,8 @@ import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.db import api, models
 from sharemgr.db import reconcile as db_rec
-from sharemgr.manager.operations import NotNow, lock_name
+from sharemgr.manager.op_errors import NotNow
+from sharemgr.manager.operations import lock_name
 from tooz import coordination
 
 from tests.unit.reconcile_harness import (
