@@ -37,7 +37,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
-from sharemgr.manager import operation_table, plans, share_ops
+from sharemgr.manager import operation_table, plans, successes
 from sharemgr.manager.leases import Terms
 from sharemgr.manager.operations import Operations
 
@@ -326,7 +326,7 @@ class Actor:
                                      op_error=performed.reason)
                 return ended(won, name, Outcome.failed(reason)), None
             written = performed.data
-        if written is not None and plan.op is not None and share_ops.copy_goes_on(written):
+        if written is not None and plan.op is not None and successes.copy_goes_on(written):
             # A share from a snapshot still copying in the backend: the
             # resource is complete when the status poll ends its create.
             status = self._await_copy(plan.op.ident)

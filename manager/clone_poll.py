@@ -20,7 +20,7 @@ from sharemgr.drivers.exceptions import (
     ShareBackendException,
     ShareResourceNotFound,
 )
-from sharemgr.manager import operation_table, share_ops, views
+from sharemgr.manager import access_sync, operation_table, successes
 from sharemgr.manager.op_errors import log_failure
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def poll_one(ops: Operations, ident: str) -> str | None:
     if status == vocab.AVAILABLE:
         values: dict[str, object] = {"status": vocab.AVAILABLE, "progress": "100%"}
         if answer.get("export_locations") is not None:
-            values["export_locations"] = views.export_locations(answer["export_locations"])
+            values["export_locations"] = successes.export_locations(answer["export_locations"])
     else:
         LOG.warning("%s ended on the backend with %r", what, answer)
         values = {"status": vocab.ERROR}
@@ -79,5 +79,5 @@ def poll_one(ops: Operations, ident: str) -> str | None:
     if values["status"] == vocab.AVAILABLE:
         done = db_api.get(ops.db, models.ShareInstance, ident)
         if done is not None:
-            share_ops.flush_access(ops, done)
+            access_sync.flush_access(ops, done)
     return str(values["status"])

@@ -16,7 +16,7 @@ from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
 from sharemgr.drivers.exceptions import ShareBackendException
-from sharemgr.manager import views
+from sharemgr.manager import successes, views
 from sharemgr.manager.plans import Op
 
 LOG = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def ensure_backend(db: Database, host: str, driver: ShareDriver) -> int:
             update: Mapping[str, object] = updates.get(inst.id) or {}
             values: dict[str, object] = {"status": update.get("status") or vocab.AVAILABLE}
             if update.get("export_locations") is not None:
-                values["export_locations"] = views.export_locations(update["export_locations"])
+                values["export_locations"] = successes.export_locations(update["export_locations"])
             if db_api.conditional_update(db, models.ShareInstance, inst.id,
                                          {"status": vocab.ENSURING}, values) and \
                     values["status"] == vocab.AVAILABLE:

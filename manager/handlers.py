@@ -1,7 +1,7 @@
 """Which function carries out each (kind, action) of a request: the table
 ``Operations.perform`` dispatches through and the request runner registers,
 made from the operation table. Every operation the table says is carried out
-goes through ``carry_out.carry_out`` unless it has a handler of its own
+goes through ``operations.by_table`` unless it has a handler of its own
 (``OWN``): those are more than one driver call and one outcome."""
 
 from __future__ import annotations
@@ -17,16 +17,10 @@ from sharemgr.manager import (
     revert_ops,
     share_ops,
 )
-from sharemgr.manager.carry_out import carry_out
 from sharemgr.manager.operation_table import TABLE, Spec
-from sharemgr.manager.operations import OpHandler
+from sharemgr.manager.operations import OpHandler, by_table
 
 OWN: dict[tuple[str, str], OpHandler] = {
-    # Reads the share with the instance under the lock; from a snapshot or
-    # not; applies rules queued meanwhile.
-    (vocab.SHARE_INSTANCE, vocab.ACTION_CREATE): share_ops.create_share,
-    # The same reads: the request's backend, the share under the lock.
-    (vocab.SHARE_INSTANCE, vocab.ACTION_DELETE): share_ops.delete_share,
     # The share's size goes with the instance's status; queued rules after.
     (vocab.SHARE_INSTANCE, vocab.ACTION_EXTEND): share_ops.resize_share,
     (vocab.SHARE_INSTANCE, vocab.ACTION_SHRINK): share_ops.resize_share,
@@ -51,8 +45,8 @@ OWN: dict[tuple[str, str], OpHandler] = {
 }
 
 def handlers_of(table: Iterable[Spec]) -> dict[tuple[str, str], OpHandler]:
-    """Every carried operation of ``table``: its own handler, or ``carry_out``."""
-    return {spec.key: OWN.get(spec.key, carry_out) for spec in table if spec.carried}
+    """Every carried operation of ``table``: its own handler, or ``by_table``."""
+    return {spec.key: OWN.get(spec.key, by_table) for spec in table if spec.carried}
 
 
 HANDLERS = handlers_of(TABLE)

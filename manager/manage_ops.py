@@ -13,9 +13,9 @@ object staying on the backend; ``unmanage_error`` when the driver refuses.
 The plans are here (what starting each writes, with its checks); the three
 manages are carried out by the handlers below (the driver is given the
 request's options, and what it answers is checked before it is recorded);
-the three unmanages by the generic ``carry_out`` (``carry_out.DRIVER_ARGS``,
-``carry_out.DONE``). Statuses, methods and how a crash is settled are the
-operation table's (``operation_table._manage``, ``_unmanage``).
+the three unmanages by the table alone (``operations.by_table``:
+``driver_args.ARGS``, ``successes.DONE``). Statuses, methods and how a
+crash is settled are the operation table's (``operation_table._manage``, ``_unmanage``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
-from sharemgr.manager import hosts, kinds, operation_table, views
+from sharemgr.manager import hosts, kinds, operation_table, successes, views
 from sharemgr.manager.op_errors import OperationFailed, Stale
 from sharemgr.manager.operations import Step
 from sharemgr.manager.plans import Change, Op, Plan, Refused, get, need, share, snapshot
@@ -229,7 +229,7 @@ def manage_existing(ops: Operations, op: Op, held: bool = False) -> list[Change]
             raise OperationFailed(f"{method} did not say the share's size")
         raw = answer.get("export_locations")
         try:
-            locations = views.export_locations(raw) if raw else list(inst.export_locations)
+            locations = successes.export_locations(raw) if raw else list(inst.export_locations)
         except (KeyError, TypeError, AttributeError) as exc:
             raise OperationFailed(f"{method} answered unusable export locations "
                                   f"{raw!r}: {exc}")

@@ -22,8 +22,9 @@ from sharemgr.manager import hosts, migration_host
 from sharemgr.manager import migration_rows as mrows
 from sharemgr.manager.migration_plans import FLAGS
 from sharemgr.manager.op_errors import NotNow, OperationFailed, Stale
-from sharemgr.manager.operations import Step, deleted
+from sharemgr.manager.operations import Step
 from sharemgr.manager.plans import Change, Op
+from sharemgr.manager.successes import deleted
 
 if TYPE_CHECKING:
     from sharemgr.manager.operations import Operations

@@ -15,8 +15,8 @@ from sharemgr.drivers import shapes
 from sharemgr.manager import migration_host, operation_table
 from sharemgr.manager.migration_plans import destination_of
 from sharemgr.manager.op_errors import NotNow, Stale, log_failure
-from sharemgr.manager.operations import deleted
 from sharemgr.manager.plans import Change, Op
+from sharemgr.manager.successes import deleted
 
 if TYPE_CHECKING:
     from sharemgr.drivers.base import ShareDriver

@@ -7,9 +7,11 @@ from, the transient statuses its plan writes and its driver call expects, its
 success and error statuses, the driver method, how messages name it, how a
 reconciliation pass settles a row a crash left in its transient status, and
 what carries it out. Operations that differ only in data are carried out by
-one function (``generic_ops.carry_out``) from the spec's ``call`` and
-``done``; the few with more to them (a share's create, a resize, access rules,
-a replica's create, a backup's two phases) name a handler of their own.
+one function (``operations.by_table``) from the spec and two small tables,
+the method's arguments (``driver_args.ARGS``) and what a success writes
+(``successes.DONE``); the few with more to them (a resize, access rules, a
+backup's two phases, a manage, a revert, a promotion, a migration) name a
+handler of their own (``handlers.OWN``).
 
 Some rows are put in a transient status by what this manager does not carry
 out itself (Manila's API for revert, promote; a backup's side status on its
@@ -18,7 +20,9 @@ settles them.
 
 To add an operation: an entry here (a new action in ``common/vocab.py`` if it
 needs one), its plan in ``plans.py`` where users or stacks start it, and a
-``call`` (or a handler, when it is more than one driver call and one outcome).
+``driver_args.ARGS`` entry, and a ``successes.DONE`` one when its success
+writes more than its status (or a handler, when it is more than one driver
+call and one outcome).
 doc/design.rst, "The operation table", shows one.
 """
 
@@ -87,6 +91,7 @@ class Spec:
     # The driver method of a row in a status its own (status, method) names,
     # not ``method`` (a share's create from a snapshot).
     method_when: tuple[tuple[str, str], ...] = ()
+    flushes_access: bool = False  # rules queued meanwhile are sent after its success
 
     @property
     def key(self) -> tuple[str, str]:
@@ -168,7 +173,8 @@ TABLE: tuple[Spec, ...] = (
     _settled(_SRV, "network_change", vocab.SERVER_NETWORK_CHANGE, mark(vocab.ERROR)),
     Spec(_SI, vocab.ACTION_CREATE, "create", (vocab.CREATING, vocab.CREATING_FROM_SNAPSHOT),
          query(STATUS_METHOD[_SI]), success=vocab.AVAILABLE, method="create_share",
-         method_when=((vocab.CREATING_FROM_SNAPSHOT, "create_share_from_snapshot"),)),
+         method_when=((vocab.CREATING_FROM_SNAPSHOT, "create_share_from_snapshot"),),
+         flushes_access=True),
     Spec(_SI, vocab.ACTION_EXTEND, "extend", (vocab.EXTENDING,),
          query(STATUS_METHOD[_SI], vocab.EXTENDING_ERROR), (vocab.AVAILABLE,),
          vocab.AVAILABLE, vocab.EXTENDING_ERROR, method="extend_share"),

@@ -19,14 +19,22 @@ from sharemgr.common import vocab
 from sharemgr.common.outcome import Outcome
 from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
-from sharemgr.db import models, resources
+from sharemgr.db import models
 from sharemgr.db.engine import Database
 from sharemgr.drivers import shapes, timing
 from sharemgr.drivers.exceptions import (
     FencedCall,
     ShareResourceNotFound,
 )
-from sharemgr.manager import hosts, kinds, leases, operation_table, views
+from sharemgr.manager import (
+    access_sync,
+    driver_args,
+    hosts,
+    kinds,
+    leases,
+    operation_table,
+    successes,
+)
 from sharemgr.manager.coordination import CoordinationUnavailable, Coordinator
 from sharemgr.manager.op_errors import (
     Lost,
@@ -59,10 +67,6 @@ OUTCOME_WAIT = 300.0
 
 def lock_name(rtype: str, ident: str) -> bytes:
     return kinds.kind(rtype).lock_name(ident)
-
-
-def deleted() -> dict[str, object]:
-    return {"status": vocab.DELETED, "deleted_at": models.utcnow()}
 
 
 @dataclass(frozen=True)
@@ -317,7 +321,7 @@ class Operations:
         operation table's spec: lock, re-read, call the driver, write success
         or error atomically; the success's changes, as written, are returned.
         ``held``: the caller (the reconciler) already holds the lock."""
-        spec = operation_table.spec(op.kind, op.action)
+        spec = operation_table.SPECS[(op.kind, op.action)]
         rtype, model, ident, what = op.kind, step.model, step.ident, step.what
         expected = step.expected or spec.transient
         force = step.force
@@ -380,33 +384,65 @@ class Operations:
                     step.then(row, changes)
                 return changes
 
-    # Row loading -------------------------------------------------------------
+    # Row loading (the own handlers'; driver_args.py's) ---------------------------
 
     def share_parts(self, inst: models.ShareInstance
                     ) -> tuple[dict[str, object], dict[str, object] | None]:
-        share = db_api.get(self.db, models.Share, inst.share_id, include_deleted=True)
-        return views.share(inst, share), self.server_dict(inst.share_server_id)
+        return driver_args.share_parts(self.db, inst)
 
     def server_dict(self, server_id: str | None) -> dict[str, object] | None:
-        if not server_id:
-            return None
-        row = db_api.get(self.db, models.ShareServer, server_id, include_deleted=True)
-        return views.server(row) if row else None
+        return driver_args.server_dict(self.db, server_id)
 
     def snapshot_parts(self, snap_inst: models.ShareSnapshotInstance
                        ) -> tuple[shapes.Snapshot, dict[str, object] | None]:
-        snap = db_api.get(self.db, models.ShareSnapshot, snap_inst.snapshot_id,
-                          include_deleted=True)
-        inst = db_api.get(self.db, models.ShareInstance, snap_inst.share_instance_id,
-                          include_deleted=True)
-        share = db_api.get(self.db, models.Share, inst.share_id, include_deleted=True)
-        return views.snapshot(snap_inst, snap, inst, share), self.server_dict(inst.share_server_id)
+        return driver_args.snapshot_parts(self.db, snap_inst)
 
-    def share_gone_changes(self, inst: models.ShareInstance) -> list[Change]:
-        """The instance is deleted; the logical share goes with its last
-        instance (decided in the outcome's transaction)."""
-        return [(models.ShareInstance, inst.id, {"status": inst.status}, deleted()),
-                *resources.share_gone_with_last_instance(inst.share_id)]
+    # The operations the table carries out alone --------------------------------
+
+    def by_table(self, op: Op, held: bool = False) -> list[Change]:
+        """Carry out ``op`` as the operation table says, through ``run``: its
+        spec's statuses and driver method (``method_of`` the status found),
+        the method's arguments (``driver_args.ARGS``) and what its success
+        writes (``successes.DONE``); the re-read of a share instance brings
+        its share (``driver_args.READS``). Every carried operation is this
+        one unless a handler of its own does more (``handlers.OWN``)."""
+        key = (op.kind, op.action)
+        spec, kind = operation_table.SPECS[key], kinds.KINDS[op.kind]
+        if op.host and key in driver_args.REQUEST_NAMES_BACKEND:
+            host = op.host  # nothing read before the lock
+        else:
+            row0 = db_api.get(self.db, kind.model, op.ident)
+            if row0 is None:
+                raise Stale(f"{kind.what} {op.ident} is gone")
+            found = kind.host_of(self.db, row0)
+            if found is None:
+                raise Stale(f"{kind.what} {op.ident} is on no backend")
+            host = found
+        driver = self.driver_for(host)
+        build, when = driver_args.ARGS[key], dict(spec.method_when)
+        force = spec.forcible and bool(op.args.get("force"))
+
+        def call(row: successes.Row, read: object) -> object:
+            method = getattr(driver, when.get(row.status, str(spec.method)))
+            # Read inside the call: an answer the manager cannot record fails it.
+            return successes.changes(self.db, spec, row, method(*build(self.db, op, row, read)),
+                                     force)
+
+        def written(row: successes.Row, made: object) -> list[Change]:
+            # None: a failure that counts as the success (a forced delete; a
+            # delete that found the object gone).
+            return made if isinstance(made, list) else successes.changes(
+                self.db, spec, row, None, force)
+
+        def then(row: successes.Row, changes: list[Change]) -> None:
+            # Rules queued meanwhile wait for the end of a copy the driver goes on with.
+            if isinstance(row, models.ShareInstance) and not successes.copy_goes_on(changes):
+                access_sync.flush_access(self, row)
+
+        return self.run(op, Step(
+            kind.model, op.ident, f"{spec.verb} of {kind.what} {op.ident}", call, written,
+            force=force, then=then if spec.flushes_access else None,
+            read=driver_args.READS.get(key)), held)
 
 
 def _fenced(changes: list[Change], model: models.ModelClass, ident: str, fence: int | None
@@ -427,3 +463,8 @@ def _expect(model: type[R], ident: str, row: R | None, expected: tuple[str, ...]
         raise Stale(f"{model.__table__.name} {ident} is "
                     f"{getattr(row, 'status', 'gone')}, not {'/'.join(expected)}")
     return row
+
+
+def by_table(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
+    """The handler of every operation without one of its own (``handlers.py``)."""
+    return ops.by_table(op, held)

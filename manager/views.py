@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sharemgr.db import models
 
 
@@ -80,21 +78,3 @@ def backup(row: models.ShareBackup) -> dict[str, object]:
         "size": row.size,
         "fence_token": _fence(row),
     }
-
-
-def export_locations(raw: Any) -> list[dict[str, object]]:
-    """Manila's shape: path, is_admin_only, preferred. Drivers may return
-    plain path strings. ``raw`` is what a driver returned, unchecked (a
-    broken answer fails here, as the caller expects)."""
-    out = []
-    for item in raw or []:
-        if isinstance(item, str):
-            item = {"path": item}
-        out.append(
-            {
-                "path": item["path"],
-                "is_admin_only": bool(item.get("is_admin_only", False)),
-                "preferred": bool(item.get("preferred", False)),
-            }
-        )
-    return out

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from sharemgr.common import vocab
 from sharemgr.drivers.exceptions import ShareResourceNotFound
-from sharemgr.manager import views
+from sharemgr.manager import successes
 
 # A judged answer: (healthy, reason, the answer's dict; {} when it has none).
 # The dict is the driver's, read key by key with the checks below.
@@ -43,7 +43,7 @@ def exports_of(raw: object) -> list[dict[str, object]]:
     if not all(isinstance(i, str) or (isinstance(i, dict) and isinstance(i.get("path"), str))
                for i in raw):
         raise Unusable(f"export locations without paths ({raw!r})")
-    return views.export_locations(raw)
+    return successes.export_locations(raw)
 
 
 def _classify(answer: object) -> Verdict:

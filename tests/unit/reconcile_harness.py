@@ -376,6 +376,16 @@ def make_snapshot(db: Database, status: str, host: str = HOSTBE) -> models.Share
     return snap_inst
 
 
+def from_snapshot(db: Database, inst: models.ShareInstance) -> models.ShareSnapshotInstance:
+    """Make ``inst``'s share one created from a (new, available) snapshot."""
+    snap_inst = make_snapshot(db, vocab.AVAILABLE, inst.host or HOSTBE)
+    with db.session() as session:
+        share = session.get(models.Share, inst.share_id)
+        assert share is not None
+        share.snapshot_id = snap_inst.snapshot_id
+    return snap_inst
+
+
 def make_group(db: Database, status: str, host: str = HOSTBE) -> models.ShareGroup:
     row = models.ShareGroup(id=models.new_id(), host=host, status=status, name="g")
     add(db, row)

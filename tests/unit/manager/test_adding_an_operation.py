@@ -16,7 +16,7 @@ from sharemgr.common import vocab
 from sharemgr.common.outcome import Result
 from sharemgr.db import api, models
 from sharemgr.drivers.base import ShareDriver
-from sharemgr.manager import carry_out, handlers, operation_table, views
+from sharemgr.manager import driver_args, handlers, operation_table, views
 from sharemgr.manager.operation_table import Spec, mark
 from sharemgr.manager.operations import Operations
 from sharemgr.manager.plans import Op
@@ -57,7 +57,7 @@ def toy(sqlite_db, tmp_path, monkeypatch) -> Iterator[tuple[Operations, Reconcil
     monkeypatch.setattr(operation_table, "TABLE", table)
     monkeypatch.setitem(operation_table.SPECS, TOY.key, TOY)
     # ... and what its driver method is passed.
-    monkeypatch.setitem(carry_out.DRIVER_ARGS, TOY.key, lambda ops, row: (views.server(row),))
+    monkeypatch.setitem(driver_args.ARGS, TOY.key, lambda db, op, row, read: (views.server(row),))
     monkeypatch.setattr(rules, "RULES", rules.rules_of(table))
     driver = ToyDriver()
     eng = Engine(sqlite_db, coord_url(tmp_path), drivers={BACKEND: driver})

@@ -1,5 +1,5 @@
 """A create from a snapshot that goes on in the backend after the driver's
-call (manager/share_ops.py's outcome, manager/clone_poll.py, and the
+call (manager/successes.py, manager/clone_poll.py, and the
 reconciliation of one a crash cut short): real database, coordinator,
 Operations and Reconciler; the driver is the reconciliation rigs' fake."""
 
@@ -10,7 +10,7 @@ from sharemgr.common import vocab
 from sharemgr.common.outcome import Result
 from sharemgr.db import models
 from sharemgr.drivers.exceptions import ShareBackendException
-from sharemgr.manager import clone_poll, share_ops
+from sharemgr.manager import clone_poll, successes
 from sharemgr.manager.op_errors import OperationFailed
 from sharemgr.manager.plans import Op
 
@@ -104,8 +104,8 @@ def test_an_answer_with_another_status_fails_the_create(engine):
 
 def test_a_plain_create_cannot_answer_that_it_goes_on():
     with pytest.raises(OperationFailed):
-        share_ops._checked(COPYING)
-    assert share_ops._checked(COPYING, vocab.CREATING_FROM_SNAPSHOT) is COPYING
+        successes.checked(COPYING)
+    assert successes.checked(COPYING, vocab.CREATING_FROM_SNAPSHOT) is COPYING
 
 
 def test_reconciliation_hands_a_copy_still_going_on_to_the_poll(engine):

@@ -166,21 +166,22 @@ def test_a_calls_lease_is_the_method_its_rows_status_names(any_engine, status, s
     ``create_share``'s (seen from inside the driver call)."""
     from sharemgr.manager.plans import Op
 
-    from tests.unit.reconcile_harness import HOSTBE, add_request, make_share
+    from tests.unit.reconcile_harness import HOSTBE, add_request, from_snapshot, make_share
 
     engine = any_engine
     engine.operations.leases = Leases(3600, {"create_share": 100,
                                              "create_share_from_snapshot": 900})
     inst = make_share(engine.db, status)
+    if status == vocab.CREATING_FROM_SNAPSHOT:
+        from_snapshot(engine.db, inst)
     request = add_request(engine.db, vocab.SHARE_INSTANCE, inst.id, HOSTBE,
                           status=vocab.REQUEST_RUNNING, engine_id=engine.engine_id)
     seen = []
 
-    def create_share(share, share_server=None):
+    def call(*_args: object) -> None:
         seen.append(_lease_of(engine.db, request))
-        return None
 
-    engine.driver.create_share = create_share
+    engine.driver.create_share = engine.driver.create_share_from_snapshot = call
     before = clock.read(engine.db)
     outcome = engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_CREATE,
                                            host=HOSTBE))

@@ -9,11 +9,12 @@ import inspect
 import pytest
 from sharemgr.common import vocab
 from sharemgr.drivers.base import ShareDriver
-from sharemgr.manager import carry_out, handlers, kinds, operation_table
+from sharemgr.manager import driver_args, handlers, kinds, operation_table, operations, successes
 from sharemgr.manager.operation_table import TABLE
+from sharemgr.manager.plans import Op
 from sharemgr.reconcile import rules
 
-from tests.unit.reconcile_harness import make
+from tests.unit.reconcile_harness import from_snapshot, make
 
 
 @pytest.mark.parametrize("spec", TABLE, ids=lambda s: f"{s.kind}-{s.action}")
@@ -71,11 +72,12 @@ def test_what_is_carried_out_has_a_handler_and_nothing_else_has() -> None:
     assert set(handlers.OWN) <= carried
     for spec in TABLE:
         if spec.carried and spec.key not in handlers.OWN:
-            # The generic path: it needs the driver method's arguments.
-            assert handlers.HANDLERS[spec.key] is carry_out.carry_out
-            assert spec.key in carry_out.DRIVER_ARGS, spec.key
+            # The table's path: it needs the driver method's arguments.
+            assert handlers.HANDLERS[spec.key] is operations.by_table
+            assert spec.key in driver_args.ARGS, spec.key
             assert spec.error is not None and spec.transient, spec.key
-    assert set(carry_out.DONE) <= carried - set(handlers.OWN)
+    assert set(successes.DONE) <= carried - set(handlers.OWN)
+    assert set(driver_args.ARGS) <= carried - set(handlers.OWN)
 
 
 GENERIC = [s for s in TABLE if s.carried and s.key not in handlers.OWN]
@@ -86,10 +88,21 @@ def test_the_generic_path_passes_a_driver_method_what_its_contract_names(
         engine, spec: operation_table.Spec) -> None:
     """The arguments built from a real row bind to the ShareDriver method's
     signature (drivers/base.py: the contract third-party drivers implement)."""
-    row = make(engine.db, spec.kind, spec.transient[0])
-    assert spec.method is not None
-    args = carry_out.DRIVER_ARGS[spec.key](engine.operations, row)
-    inspect.signature(getattr(ShareDriver, spec.method)).bind(None, *args)
+    for status in spec.transient:
+        row = make(engine.db, spec.kind, status)
+        if status == vocab.CREATING_FROM_SNAPSHOT:
+            from_snapshot(engine.db, row)
+        read, parent = driver_args.READS.get(spec.key), None
+        if read is not None:  # the re-read that brings the share with the instance
+            with engine.db.reading() as session:
+                found, parent = read(session, row.id)
+            assert found is not None
+            row = found
+        method = spec.method_of(status)
+        assert method is not None
+        args = driver_args.ARGS[spec.key](engine.db, Op(spec.kind, row.id, spec.action), row,
+                                          parent)
+        inspect.signature(getattr(ShareDriver, method)).bind(None, *args)
 
 
 def test_deletes_start_from_settled_statuses_and_are_forcible() -> None:

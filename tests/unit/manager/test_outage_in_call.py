@@ -11,7 +11,7 @@ from sharemgr.common import vocab
 from sharemgr.common.outcome import Result
 from sharemgr.db import api, models
 from sharemgr.drivers import timing
-from sharemgr.manager import share_ops
+from sharemgr.manager import driver_args, share_ops
 from sharemgr.manager.plans import Op
 from sqlalchemy import exc as sa_exc
 
@@ -80,7 +80,7 @@ def test_a_delete_whose_read_meets_an_outage_is_given_back(timed, monkeypatch):
     engine = timed
     inst = make_share(engine.db, vocab.DELETING)
     _running(engine, inst, vocab.ACTION_DELETE)
-    cut = _once(monkeypatch, engine.operations, "server_dict")
+    cut = _once(monkeypatch, driver_args, "server_dict")
     expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
                                         host=HOSTBE)), Result.NOT_NOW)
     assert cut and engine.driver.methods() == []
