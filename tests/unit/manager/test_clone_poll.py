@@ -5,6 +5,8 @@ Operations and Reconciler; the driver is the reconciliation rigs' fake."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from sharemgr.common import vocab
 from sharemgr.common.outcome import Result
@@ -22,6 +24,7 @@ from tests.unit.reconcile_harness import (
     expect,
     export_path,
     fetch,
+    make_share,
     make_snapshot,
 )
 
@@ -102,10 +105,31 @@ def test_an_answer_with_another_status_fails_the_create(engine):
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.ERROR
 
 
-def test_a_plain_create_cannot_answer_that_it_goes_on():
+def test_a_plain_create_cannot_answer_that_it_goes_on(engine):
     with pytest.raises(OperationFailed):
         successes.checked(COPYING)
     assert successes.checked(COPYING, vocab.CREATING_FROM_SNAPSHOT) is COPYING
+    # Through the call: nothing would ever end a plain create left copying.
+    inst = make_share(engine.db, vocab.CREATING)
+    engine.driver.create_share = lambda share, share_server=None: COPYING
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_CREATE)),
+           Result.FAILED, "answered status 'creating_from_snapshot'")
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.ERROR
+
+
+def test_an_answer_the_manager_cannot_record_fails_the_create(engine, caplog):
+    """Export locations without a path: the driver's bug, read inside the
+    call, so the create fails (error, its traceback logged with the
+    method) instead of leaving the share creating with its request lost."""
+    inst = make_share(engine.db, vocab.CREATING)
+    engine.driver.create_share = lambda share, share_server=None: [{"preferred": True}]
+    caplog.set_level(logging.WARNING, "sharemgr.manager.operations")
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_CREATE)),
+           Result.FAILED, "failed: 'path'")
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.ERROR
+    [record] = [r for r in caplog.records if r.name == "sharemgr.manager.operations"]
+    assert record.levelno == logging.ERROR and record.exc_info[0] is KeyError
+    assert "from driver method create_share" in record.getMessage()
 
 
 def test_reconciliation_hands_a_copy_still_going_on_to_the_poll(engine):
