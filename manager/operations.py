@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import tenacity
@@ -417,7 +417,9 @@ class Operations:
             found = kind.host_of(self.db, row0)
             if found is None:
                 raise Stale(f"{kind.what} {op.ident} is on no backend")
-            host = found
+            # The backend read now is the one the call is for: a row found on
+            # another under the lock is Stale (driver_args: a share's delete).
+            host, op = found, replace(op, host=op.host or found)
         driver = self.driver_for(host)
         build, when = driver_args.ARGS[key], dict(spec.method_when)
         force = spec.forcible and bool(op.args.get("force"))

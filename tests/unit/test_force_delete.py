@@ -5,7 +5,9 @@ Operations and Reconciler; the driver is the reconciliation rigs' fake."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
 import pytest
 from sharemgr.common import vocab
@@ -239,6 +241,28 @@ def test_share_delete_on_another_backend_under_the_lock_is_stale(engine):
                            {"host": HOSTBE.replace("@", "2@")})
     expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
                                         HOSTBE)), Result.STALE, "is on")
+    assert engine.driver.calls == []
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.DELETING
+
+
+def test_share_delete_read_on_one_backend_and_moved_before_the_lock_is_stale(
+        engine, monkeypatch):
+    """A request that names no backend: the instance's, read before the
+    lock, is the one the call is for; moved to another while the lock was
+    awaited, it is Stale, not deleted by the first backend's driver."""
+    inst = make_share(engine.db, vocab.DELETING)
+    real = engine.operations.locked
+
+    @contextlib.contextmanager
+    def moved_meanwhile(*args: object, **kwargs: object) -> Iterator[None]:
+        api.conditional_update(engine.db, models.ShareInstance, inst.id, {},
+                               {"host": HOSTBE.replace("@", "2@")})
+        with real(*args, **kwargs):
+            yield
+
+    monkeypatch.setattr(engine.operations, "locked", moved_meanwhile)
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE)),
+           Result.STALE, "is on")
     assert engine.driver.calls == []
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.DELETING
 
