@@ -37,6 +37,7 @@ from sharemgr.convergence.graph import Graph, Node
 from sharemgr.convergence.template import Template
 from sharemgr.db import models, stack_events, stack_purge, stacks, sync_points
 from sharemgr.db.engine import Database, after_commit
+from sharemgr.db.retry import retry_on_conflict
 from sqlalchemy.orm import Session
 
 T = TypeVar("T")
@@ -58,6 +59,7 @@ class _Ended(Exception):
 # Starting ----------------------------------------------------------------------------
 
 
+@retry_on_conflict
 def create_stack(db: Database, name: str, template: Template, disable_rollback: bool = False,
                  timeout_seconds: int | None = None) -> prepare.Traversal:
     """A new stack row and its CREATE traversal, in one transaction: together
@@ -68,6 +70,7 @@ def create_stack(db: Database, name: str, template: Template, disable_rollback: 
                                             timeout_seconds)
 
 
+@retry_on_conflict
 def prepare_traversal(
     db: Database, stack: models.Stack, action: str, template: Template | None = None,
     timeout_seconds: int | None = None, guard: prepare.Guard | None = None,
@@ -146,6 +149,7 @@ def _count_traversal(session: Session, stack: models.Stack, status: str) -> None
 # Failure, timeout, cancel -------------------------------------------------------------
 
 
+@retry_on_conflict
 def fail(db: Database, stack_id: str, traversal_id: str, reason: str,
          rollback: bool | None = None, node: bool = False) -> bool:
     """Mark the traversal FAILED with ``reason`` (with ``node``, a node's

@@ -8,8 +8,13 @@ this caller won.
 The rows' locks are in ``resource_locks.py`` (Heat's model) and the purge
 of finished rows in ``stack_purge.py``.
 
-Lock order (deadlock freedom): ``sync_points`` rows, then the ``stacks`` row,
-then ``stack_resources`` rows. :func:`traversal_is_current_tx` takes a
+Lock order: ``sync_points`` rows, then the ``stacks`` row, then
+``stack_resources`` rows. Among the points themselves, a delete of all of a
+stack's (a new traversal, a failure) locks them in the order the database
+scans them, which a report's may not be: the database ends one of the two
+(PostgreSQL's deadlock, MariaDB's), and each such transaction runs again
+whole (``retry_on_conflict``: ``convergence/lifecycle.py``'s, the report's
+own). :func:`traversal_is_current_tx` takes a
 shared lock on the stack row and traversal preparation an exclusive one, so a
 worker that checks "my traversal is still current" and then starts an action
 in the same transaction cannot interleave with a preparation that is about to

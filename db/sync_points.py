@@ -28,9 +28,12 @@ the transaction that swaps the stack's traversal, see doc/specs.rst, spec
 deletes them first). So a point that exists, read under its lock, says its
 traversal is current and in progress.
 
-Lock order, to stay deadlock-free with traversal preparation: a transaction
-that touches a SyncPoint row locks it before the ``stacks`` row and before
-``stack_resources`` rows (preparation deletes the old points first).
+Lock order, against traversal preparation: a transaction that touches a
+SyncPoint row locks it before the ``stacks`` row and before
+``stack_resources`` rows (preparation deletes the old points first). The
+points among themselves have no one order (a delete of a stack's points
+takes them as the database scans them): a deadlock between two such
+transactions ends one, which runs again (db/stacks.py).
 """
 
 from __future__ import annotations

@@ -451,3 +451,46 @@ def test_losing_at_the_swap_rolls_back_every_row_created(db, monkeypatch):
         lifecycle.prepare_traversal(db, stack, "UPDATE", V2)  # would add a template, a row, points
     assert _counts(db) == before
     assert stacks.stack_get(db, stack.id).current_traversal == first.traversal_id
+
+
+class _Deadlock(Exception):
+    pgcode = "40P01"  # what PostgreSQL ends a deadlock's victim with
+
+
+def _losing_one_deadlock(monkeypatch) -> list[str]:
+    """The next delete of a stack's points is chosen as a deadlock's victim
+    (the long fault run, seed 6121: a ``stack update`` deleting the points
+    met an engine's report locking them in another order)."""
+    real, lost = sync_points.delete_all_tx, list[str]()
+
+    def delete_all_tx(session, stack_id, traversal_id=None):
+        if not lost:
+            lost.append(stack_id)
+            raise sa.exc.OperationalError("DELETE FROM sync_points", {}, _Deadlock(
+                "deadlock detected"))
+        return real(session, stack_id, traversal_id)
+
+    monkeypatch.setattr(sync_points, "delete_all_tx", delete_all_tx)
+    return lost
+
+
+def test_a_traversal_whose_preparation_loses_a_deadlock_is_prepared_again(db, monkeypatch):
+    """A user's update (or delete, rollback) whose transaction the database
+    ended for a deadlock runs again, whole: the user sees it succeed, not a
+    database error (it was rolled back, so nothing is written twice)."""
+    stack = _finish(db, _create(db))
+    lost = _losing_one_deadlock(monkeypatch)
+    tr = lifecycle.prepare_traversal(db, stack, "UPDATE", V2)
+    assert lost == [stack.id]
+    now = stacks.stack_get(db, stack.id)
+    assert (now.action, now.status, now.current_traversal) == (
+        "UPDATE", "IN_PROGRESS", tr.traversal_id)
+
+
+def test_a_failure_that_loses_a_deadlock_is_written_again(db, monkeypatch):
+    """``sharectl stack cancel`` (and a node's failure): the same."""
+    tr = _create(db)
+    lost = _losing_one_deadlock(monkeypatch)
+    assert lifecycle.fail(db, tr.stack_id, tr.traversal_id, "cancelled", rollback=False)
+    assert lost == [tr.stack_id]
+    assert stacks.stack_get(db, tr.stack_id).status == "FAILED"
