@@ -180,9 +180,9 @@ def destination_for(db: Database, source_host: str, backend: str) -> str:
     backend on the share's own host when the host serves it (the engine
     can copy there), else on a host that does."""
     here = f"{source_host.partition('@')[0]}@{backend}"
-    hosts = sorted(hosts.host_of(r.host) for r in db_capabilities.all_stats(db)
-                   if hosts.backend_of(r.host) == backend)
-    return here if here in hosts or not hosts else hosts[0]
+    serving = sorted(hosts.host_of(r.host) for r in db_capabilities.all_stats(db)
+                     if hosts.backend_of(r.host) == backend)
+    return here if here in serving or not serving else serving[0]
 
 
 def refusal(db: Database, req: Request) -> str | None:

@@ -367,3 +367,15 @@ def test_an_instance_a_failed_migration_left_is_deleted_and_then_its_share(eng):
     intake.delete_share(inst.share_id)
     _run(eng, inst.id)
     assert api.get(db, models.Share, inst.share_id) is None
+
+
+def test_a_stack_moves_a_share_to_the_backend_on_its_own_host_else_on_one_that_serves_it(
+        sqlite_db):
+    """``destination_for``: the template's backend on the share's own host
+    when that host reports it, else the first host that does, else the
+    share's own host by name (the plan then refuses what cannot serve it)."""
+    for host in ("h2@other", "h1@other", "h3@gold"):
+        db_capabilities.save(sqlite_db, host, {"storage_protocol": "NFS"}, "e1")
+    assert migration_plans.destination_for(sqlite_db, "h3@silver#p", "gold") == "h3@gold"
+    assert migration_plans.destination_for(sqlite_db, "h3@silver#p", "other") == "h1@other"
+    assert migration_plans.destination_for(sqlite_db, "h3@silver#p", "none") == "h3@none"
