@@ -28,12 +28,9 @@ the transaction that swaps the stack's traversal, see doc/specs.rst, spec
 deletes them first). So a point that exists, read under its lock, says its
 traversal is current and in progress.
 
-Lock order, against traversal preparation: a transaction that touches a
-SyncPoint row locks it before the ``stacks`` row and before
-``stack_resources`` rows (preparation deletes the old points first). The
-points among themselves have no one order (a delete of a stack's points
-takes them as the database scans them): a deadlock between two such
-transactions ends one, which runs again (db/stacks.py).
+Lock order: a SyncPoint row before the ``stacks`` row and ``stack_resources``
+rows (preparation deletes the old points first); among points, none: a
+deadlock ends one transaction, which runs again (db/stacks.py).
 """
 
 from __future__ import annotations
