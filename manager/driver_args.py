@@ -14,11 +14,9 @@ from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
 from sharemgr.drivers import shapes
 from sharemgr.manager import hosts, views
+from sharemgr.manager.kinds import Row
 from sharemgr.manager.op_errors import OperationFailed, Stale
 from sharemgr.manager.plans import Op
-
-Row = models.ShareInstance | models.ShareSnapshotInstance | models.ShareServer \
-    | models.ShareGroup | models.ShareGroupSnapshot | models.ShareBackup
 
 # (the database, the operation, the re-read row, what the read brought with it)
 Args = Callable[[Database, Op, Row, object], tuple[object, ...]]
@@ -31,9 +29,12 @@ def server_dict(db: Database, server_id: str | None) -> dict[str, object] | None
     return views.server(row) if row else None
 
 
-def share_parts(db: Database, inst: models.ShareInstance
+def share_parts(db: Database, inst: models.ShareInstance, share: models.Share | None = None
                 ) -> tuple[dict[str, object], dict[str, object] | None]:
-    share = db_api.get(db, models.Share, inst.share_id, include_deleted=True)
+    """The share and its server as the driver is given them (``share``: the
+    instance's, when its re-read brought it; read by id otherwise)."""
+    if share is None:
+        share = db_api.get(db, models.Share, inst.share_id, include_deleted=True)
     return views.share(inst, share), server_dict(db, inst.share_server_id)
 
 
@@ -58,7 +59,7 @@ def _new_share(db: Database, op: Op, row: Row, read: object) -> tuple[object, ..
     """A share's create; from a snapshot (the spec's ``method_when``), the
     snapshot between the share and the server."""
     inst, share = _with_share(row, read)
-    share_d, server = views.share(inst, share), server_dict(db, inst.share_server_id)
+    share_d, server = share_parts(db, inst, share)
     if inst.status != vocab.CREATING_FROM_SNAPSHOT:
         return share_d, server
     snap_inst = resources.snapshot_instance_of(db, share.snapshot_id) \
@@ -74,7 +75,7 @@ def _share_going(db: Database, op: Op, row: Row, read: object) -> tuple[object, 
     inst, share = _with_share(row, read)
     if op.host and (inst.host is None or hosts.host_of(inst.host) != hosts.host_of(op.host)):
         raise Stale(f"share instance {inst.id} is on {inst.host}, not {op.host}")
-    return views.share(inst, share), server_dict(db, inst.share_server_id)
+    return share_parts(db, inst, share)
 
 
 def _share(db: Database, op: Op, row: Row, read: object) -> tuple[object, ...]:

@@ -27,6 +27,11 @@ from sharemgr.db.records import Record
 from sharemgr.manager import hosts
 from sharemgr.manager.lock_names import resource_lock_name
 
+# A row of one of the kinds' models: what an operation by the table is
+# carried out on (driver_args.py, successes.py).
+Row = models.ShareInstance | models.ShareSnapshotInstance | models.ShareServer \
+    | models.ShareGroup | models.ShareGroupSnapshot | models.ShareBackup
+
 
 class StatusRow(models.HasTable, Protocol):
     """A row that holds a kind's status (``Kind.model``)."""

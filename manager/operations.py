@@ -424,19 +424,19 @@ class Operations:
         build, when = driver_args.ARGS[key], dict(spec.method_when)
         force = spec.forcible and bool(op.args.get("force"))
 
-        def call(row: successes.Row, read: object) -> object:
+        def call(row: kinds.Row, read: object) -> object:
             method = getattr(driver, when.get(row.status, str(spec.method)))
             # Read inside the call: an answer the manager cannot record fails it.
             return successes.changes(self.db, spec, row, method(*build(self.db, op, row, read)),
                                      force)
 
-        def written(row: successes.Row, made: object) -> list[Change]:
+        def written(row: kinds.Row, made: object) -> list[Change]:
             # None: a failure that counts as the success (a forced delete; a
             # delete that found the object gone).
             return made if isinstance(made, list) else successes.changes(
                 self.db, spec, row, None, force)
 
-        def then(row: successes.Row, changes: list[Change]) -> None:
+        def then(row: kinds.Row, changes: list[Change]) -> None:
             # Rules queued meanwhile wait for the end of a copy the driver goes on with.
             if isinstance(row, models.ShareInstance) and not successes.copy_goes_on(changes):
                 access_sync.flush_access(self, row)

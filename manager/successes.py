@@ -14,14 +14,13 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
+from sharemgr.manager.kinds import Row
 from sharemgr.manager.op_errors import OperationFailed
 from sharemgr.manager.operation_table import Spec
 from sharemgr.manager.plans import Change
 
 LOG = logging.getLogger(__name__)
 
-Row = models.ShareInstance | models.ShareSnapshotInstance | models.ShareServer \
-    | models.ShareGroup | models.ShareGroupSnapshot | models.ShareBackup
 
 # (the database, the spec, the re-read row, the driver's answer, a forced delete)
 Done = Callable[[Database, Spec, Row, object, bool], list[Change]]
