@@ -107,7 +107,13 @@ class _Errors(_Base):
             if isinstance(exc, _loaded((("sqlalchemy.exc", "DBAPIError"),))):
                 sys.stderr.write(f"sharectl: error: {_database_error(self, exc)}\n")
                 return EXIT_ERROR_STATUS
-            raise
+            if self.app.options.debug:
+                raise  # cliff prints the traceback
+            # A bug: cliff would print the exception's text alone, an empty
+            # line for one without (a bare ``assert``).
+            text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            sys.stderr.write(f"sharectl: unexpected error: {text} (--debug shows where)\n")
+            return EXIT_ERROR_STATUS
 
 
 def _database_error(cmd: _Errors, exc: BaseException) -> str:

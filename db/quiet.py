@@ -42,12 +42,14 @@ class Quiet:
     but: tuple[str, ...] = field(default=())
 
 
-def anchor(share_id: str) -> tuple[type[models.Share], str, dict[str, object], dict[str, object]]:
+def anchor(share_id: str, expect: dict[str, object] | None = None
+           ) -> tuple[type[models.Share], str, dict[str, object], dict[str, object]]:
     """The change every plan of a share's family ends with (a
-    ``db.api`` change: no condition, only ``updated_at`` set): the last
-    write of the plan's transaction, so that its checks follow it, and in
-    the order every other writer takes (instances, then the share)."""
-    return (models.Share, share_id, {}, {})
+    ``db.api`` change: only ``updated_at`` set, on the condition
+    ``expect``, none by default): the last write of the plan's transaction,
+    so that its checks follow it, and in the order every other writer takes
+    (instances, then the share)."""
+    return (models.Share, share_id, dict(expect or {}), {})
 
 
 def busy_tx(session: Session, quiet: Quiet) -> list[str]:

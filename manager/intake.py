@@ -157,18 +157,8 @@ class Intake:
 
     def resize_share(self, share_id: str, new_size: int, extend: bool) -> models.Share:
         check_size(new_size, "new size")
-        row, _ = plans.share(self.db, share_id)
-        if extend and new_size <= row.size:
-            raise InvalidRequest(
-                f"cannot extend share {share_id} to {new_size}: it is already {row.size}"
-            )
-        if not extend and new_size >= row.size:
-            raise InvalidRequest(
-                f"cannot shrink share {share_id} to {new_size}: it is only {row.size}"
-            )
-        self._write(plans.resize_share(self.db, share_id, new_size), f"share {share_id}",
-                    models.Base)
-        return row
+        plan = plans.resize_share(self.db, share_id, new_size, extend=extend)
+        return self._write(plan, f"share {share_id}", models.Share)
 
     # Access rules ------------------------------------------------------------
 

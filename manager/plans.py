@@ -122,15 +122,17 @@ def need(status: str, allowed: tuple[str, ...], what: str, doing: str) -> None:
                       f"(needs {' or '.join(allowed)})")
 
 
-def quiet_share(db: Database, plan: Plan, share_id: str, *conditions: quiet.Quiet) -> Plan:
+def quiet_share(db: Database, plan: Plan, share_id: str, *conditions: quiet.Quiet,
+                expect: dict[str, object] | None = None) -> Plan:
     """``plan`` as one of the share's family (db/quiet.py): its changes end
-    with the share's anchor, and ``conditions`` are checked now (Refused)
+    with the share's anchor (written only if the share's row still has the
+    values ``expect`` names), and ``conditions`` are checked now (Refused)
     and again in the writing transaction."""
     try:
         quiet.check(db, conditions)
     except quiet.Busy as exc:
         raise Refused(str(exc))
-    return plan.and_then(changes=[quiet.anchor(share_id)], conditions=conditions)
+    return plan.and_then(changes=[quiet.anchor(share_id, expect)], conditions=conditions)
 
 
 def get(db: Database, model: type[T], ident: str | None, what: str) -> T:
@@ -360,10 +362,20 @@ def create_backup(db: Database, share_id: str, name: str | None = None) -> Plan:
 # Changes ------------------------------------------------------------------------------
 
 
-def resize_share(db: Database, share_id: str, new_size: int) -> Plan:
+def resize_share(db: Database, share_id: str, new_size: int, extend: bool | None = None
+                 ) -> Plan:
     """Extend or shrink to ``new_size``; no op when the share has that size
-    already (a resize cut short by a crash and settled by reconciliation)."""
+    already (a resize cut short by a crash and settled by reconciliation).
+    ``extend``: the way the user asked for (``share extend``, ``share
+    shrink``), refused when the share's size, as read here, is not that
+    way. The size is read once, and the plan is written only if it is
+    still that size: a resize that ended meanwhile cannot turn a shrink
+    into a no-op or an extend into a shrink."""
     row, inst = share(db, share_id)
+    if extend is not None and not (new_size > row.size if extend else new_size < row.size):
+        raise Refused(f"cannot extend share {share_id} to {new_size}: it is already {row.size}"
+                      if extend else
+                      f"cannot shrink share {share_id} to {new_size}: it is only {row.size}")
     plan = Plan(row.id, row=row)
     if new_size == row.size:
         return plan
@@ -394,7 +406,8 @@ def resize_share(db: Database, share_id: str, new_size: int) -> Plan:
                     "snapshot that is {statuses}; try again when it is done"),
         quiet.Quiet(models.ShareInstance, {"share_id": row.id}, vocab.TRANSIENT_STATUSES,
                     f"cannot {action} share {share_id}: it has a replica that is "
-                    "{statuses}; try again when it is done", but=(inst.id,)))
+                    "{statuses}; try again when it is done", but=(inst.id,)),
+        expect={"size": row.size})
 
 
 def restore_backup(db: Database, backup_id: str) -> Plan:

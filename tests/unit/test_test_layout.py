@@ -23,7 +23,6 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     # sharectl, run as a process by the functional tests
     "cli/access_cmds.py": (FUNC + "test_access.py",),
     "cli/app.py": (FUNC + "test_operations.py", FUNC + "test_rolling_upgrade.py"),
-    "cli/base.py": (FUNC + "test_operations.py",),
     "cli/capability_cmds.py": (FUNC + "test_capabilities.py",),
     "cli/commands.py": (FUNC + "test_operations.py",),
     "cli/context.py": (FUNC + "test_operations.py",),

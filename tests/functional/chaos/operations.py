@@ -275,7 +275,7 @@ class Operator:
         with self.lock:
             self.outcomes[str(rc)] += 1
             self.per_op[op.label][str(rc)] += 1
-            if "Traceback" in stderr:
+            if "Traceback" in stderr or "unexpected error" in stderr:  # a bug (cli/base.py)
                 self.problems.append(f"cli: sharectl {' '.join(args)} exited {rc} with a "
                                      f"traceback: {stderr.strip().splitlines()[-1][:300]}")
             if op.stack is not None and rc == 0:

@@ -9,7 +9,7 @@ import pytest
 from oslo_config import cfg
 from sharemgr.common import vocab
 from sharemgr.db import api, models
-from sharemgr.manager import config
+from sharemgr.manager import config, plans
 from sharemgr.manager.intake import Intake
 
 
@@ -84,3 +84,39 @@ def test_a_share_delete_planned_before_a_replica_or_snapshot_was_made_is_refused
         intake._write(plan, f"share {share.id}", Record)
     assert api.get(db, models.ShareInstance, inst.id).status == vocab.AVAILABLE
     assert ("share_instance", "delete") not in _requests(db)
+
+
+@pytest.mark.parametrize("extend, new_size, concurrent", [(False, 2, 2), (True, 5, 8)])
+def test_a_resize_that_ended_meanwhile_is_refused_with_a_message(
+        intake, db, monkeypatch, extend, new_size, concurrent):
+    """A fault run's ``share shrink`` exited 1 with an empty line: its size
+    was read twice, another shrink to the same size ended in between, and
+    the second read planned no operation (an ``assert`` with no message).
+    Read once now, and written only if the share is still that size: an
+    extend that ends meanwhile cannot turn this one into a shrink."""
+    share = intake.create_share(3, "NFS")
+    _available(db, models.ShareInstance, share_id=share.id)
+    read = plans.share
+
+    def then_another_resize_ends(db_, share_id):
+        found = read(db_, share_id)
+        api.conditional_update(db, models.Share, share_id, {}, {"size": concurrent})
+        return found
+
+    monkeypatch.setattr(plans, "share", then_another_resize_ends)
+    before = _requests(db)
+    with pytest.raises(plans.Refused, match="changed meanwhile"):
+        intake.resize_share(share.id, new_size, extend=extend)
+    assert _requests(db) == before
+    (inst,) = api.query(db, models.ShareInstance, {"share_id": share.id})
+    assert inst.status == vocab.AVAILABLE
+
+
+@pytest.mark.parametrize("extend, new_size, message", [
+    (False, 3, "cannot shrink share .* to 3: it is only 3"),
+    (True, 2, "cannot extend share .* to 2: it is already 3")])
+def test_a_resize_the_wrong_way_is_refused(intake, db, extend, new_size, message):
+    share = intake.create_share(3, "NFS")
+    _available(db, models.ShareInstance, share_id=share.id)
+    with pytest.raises(plans.Refused, match=message):
+        intake.resize_share(share.id, new_size, extend=extend)
