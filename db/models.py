@@ -1,8 +1,9 @@
 """The ORM classes, mapped onto the tables of db/tables.py (the schema is
 described there once, and created by the alembic migrations of
 db/migrations). Each class names its columns again as ``Mapped[]``
-annotations, for the type checker only: with ``__table__`` given, SQLAlchemy
-maps the table's columns and reads no column from them
+annotations (those several tables share in the mixins ``_Stamps``,
+``_Resource`` and ``_Fenced``), for the type checker only: with ``__table__``
+given, SQLAlchemy maps the table's columns and reads no column from them
 (tests/unit/db/test_models.py checks the two agree). The names below are
 re-exported for the code that reads them through this module."""
 
@@ -77,6 +78,30 @@ RequestArgs = dict[str, Any]
 
 
 
+# Columns several tables share, named once (a class's own annotations are the
+# rest of its table's columns).
+
+class _Stamps:
+    """Made, changed, and deleted softly (``deleted_at`` set, the row kept)."""
+
+    created_at: Mapped[datetime.datetime]
+    updated_at: Mapped[datetime.datetime | None]
+    deleted_at: Mapped[datetime.datetime | None]
+
+
+class _Resource(_Stamps):
+    """A resource users name by its uuid (``new_id``)."""
+
+    id: Mapped[str]
+
+
+class _Fenced(_Resource):
+    """A resource whose driver calls carry its fencing token
+    (doc/reconciliation.rst, "Fencing")."""
+
+    fence: Mapped[int]
+
+
 class Service(Base):
     __table__ = tables.services
 
@@ -121,39 +146,29 @@ class Request(Base):
     lease_deadline: Mapped[datetime.datetime | None]
 
 
-class ShareServer(Base):
+class ShareServer(_Fenced, Base):
     __table__ = tables.share_servers
 
-    id: Mapped[str]
     host: Mapped[str]
     status: Mapped[str]
     task_state: Mapped[str | None]
     backend_details: Mapped[dict[str, JSONValue]]
-    fence: Mapped[int]
-    created_at: Mapped[datetime.datetime]
-    updated_at: Mapped[datetime.datetime | None]
-    deleted_at: Mapped[datetime.datetime | None]
 
 
-class Share(Base):
+class Share(_Resource, Base):
     __table__ = tables.shares
 
-    id: Mapped[str]
     name: Mapped[str | None]
     size: Mapped[int]
     share_proto: Mapped[str]
     project_id: Mapped[str | None]
     snapshot_id: Mapped[str | None]
     share_group_id: Mapped[str | None]
-    created_at: Mapped[datetime.datetime]
-    updated_at: Mapped[datetime.datetime | None]
-    deleted_at: Mapped[datetime.datetime | None]
 
 
-class ShareInstance(Base):
+class ShareInstance(_Fenced, Base):
     __table__ = tables.share_instances
 
-    id: Mapped[str]
     share_id: Mapped[str]
     host: Mapped[str]
     status: Mapped[str]
@@ -165,75 +180,51 @@ class ShareInstance(Base):
     access_rules_status: Mapped[str]
     drift: Mapped[dict[str, JSONValue] | None]
     pending_size: Mapped[int | None]
-    fence: Mapped[int]
-    created_at: Mapped[datetime.datetime]
-    updated_at: Mapped[datetime.datetime | None]
-    deleted_at: Mapped[datetime.datetime | None]
 
 
-class ShareSnapshot(Base):
+class ShareSnapshot(_Resource, Base):
     __table__ = tables.share_snapshots
 
-    id: Mapped[str]
     share_id: Mapped[str]
     name: Mapped[str | None]
     size: Mapped[int]
     project_id: Mapped[str | None]
     share_group_snapshot_id: Mapped[str | None]
-    created_at: Mapped[datetime.datetime]
-    updated_at: Mapped[datetime.datetime | None]
-    deleted_at: Mapped[datetime.datetime | None]
 
 
-class ShareSnapshotInstance(Base):
+class ShareSnapshotInstance(_Fenced, Base):
     __table__ = tables.share_snapshot_instances
 
-    id: Mapped[str]
     snapshot_id: Mapped[str]
     share_instance_id: Mapped[str]
     status: Mapped[str]
     progress: Mapped[str | None]
     provider_location: Mapped[str | None]
     drift: Mapped[dict[str, JSONValue] | None]
-    fence: Mapped[int]
-    created_at: Mapped[datetime.datetime]
-    updated_at: Mapped[datetime.datetime | None]
-    deleted_at: Mapped[datetime.datetime | None]
 
 
-class ShareGroup(Base):
+class ShareGroup(_Fenced, Base):
     __table__ = tables.share_groups
 
-    id: Mapped[str]
     name: Mapped[str | None]
     host: Mapped[str]
     status: Mapped[str]
     project_id: Mapped[str | None]
     share_server_id: Mapped[str | None]
-    fence: Mapped[int]
-    created_at: Mapped[datetime.datetime]
-    updated_at: Mapped[datetime.datetime | None]
-    deleted_at: Mapped[datetime.datetime | None]
 
 
-class ShareGroupSnapshot(Base):
+class ShareGroupSnapshot(_Fenced, Base):
     __table__ = tables.share_group_snapshots
 
-    id: Mapped[str]
     share_group_id: Mapped[str]
     name: Mapped[str | None]
     status: Mapped[str]
     project_id: Mapped[str | None]
-    fence: Mapped[int]
-    created_at: Mapped[datetime.datetime]
-    updated_at: Mapped[datetime.datetime | None]
-    deleted_at: Mapped[datetime.datetime | None]
 
 
-class ShareBackup(Base):
+class ShareBackup(_Fenced, Base):
     __table__ = tables.share_backups
 
-    id: Mapped[str]
     share_id: Mapped[str]
     name: Mapped[str | None]
     host: Mapped[str]
@@ -241,28 +232,20 @@ class ShareBackup(Base):
     size: Mapped[int | None]
     progress: Mapped[str | None]
     restore_progress: Mapped[str | None]
-    fence: Mapped[int]
-    created_at: Mapped[datetime.datetime]
-    updated_at: Mapped[datetime.datetime | None]
-    deleted_at: Mapped[datetime.datetime | None]
 
 
-class ShareAccessRule(Base):
+class ShareAccessRule(_Resource, Base):
     """One rule of who may mount a share (Manila's share access map); a
     denied rule keeps its row with ``deleted_at`` set."""
 
     __table__ = tables.share_access_rules
 
-    id: Mapped[str]
     share_id: Mapped[str]
     access_type: Mapped[str]
     access_to: Mapped[str]
     access_level: Mapped[str]
     state: Mapped[str]
     access_key: Mapped[str | None]
-    created_at: Mapped[datetime.datetime]
-    updated_at: Mapped[datetime.datetime | None]
-    deleted_at: Mapped[datetime.datetime | None]
 
 
 class BackendStats(Base):
@@ -325,10 +308,9 @@ class StackTemplate(Base):
     created_at: Mapped[datetime.datetime]
 
 
-class Stack(Base):
+class Stack(_Resource, Base):
     __table__ = tables.stacks
 
-    id: Mapped[str]
     name: Mapped[str]
     action: Mapped[str]
     status: Mapped[str]
@@ -340,12 +322,9 @@ class Stack(Base):
     disable_rollback: Mapped[bool]
     timeout_seconds: Mapped[int | None]
     traversal_started_at: Mapped[datetime.datetime | None]
-    created_at: Mapped[datetime.datetime]
-    updated_at: Mapped[datetime.datetime | None]
-    deleted_at: Mapped[datetime.datetime | None]
 
 
-class StackResource(Base):
+class StackResource(_Stamps, Base):
     __table__ = tables.stack_resources
 
     id: Mapped[int]
@@ -365,9 +344,6 @@ class StackResource(Base):
     replaces: Mapped[int | None]
     replaced_by: Mapped[int | None]
     current_traversal: Mapped[str | None]
-    created_at: Mapped[datetime.datetime]
-    updated_at: Mapped[datetime.datetime | None]
-    deleted_at: Mapped[datetime.datetime | None]
 
 
 class StackEvent(Base):

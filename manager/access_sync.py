@@ -13,7 +13,7 @@ from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import models
-from sharemgr.manager import access, kinds, operation_table
+from sharemgr.manager import access, driver_args, kinds, operation_table
 from sharemgr.manager.op_errors import OperationFailed, log_failure
 from sharemgr.manager.plans import Op
 
@@ -78,7 +78,7 @@ def sync_access(ops: Operations, inst: models.ShareInstance, resync: bool = Fals
     full = [r for r in rules if r.state in (vocab.ACCESS_ACTIVE, vocab.ACCESS_APPLYING)]
     what = f"update_access of share instance {inst.id}"
     driver = ops.driver_for(inst.host)
-    share_d, server = ops.share_parts(inst)
+    share_d, server = driver_args.share_parts(ops.db, inst)
     # NotNow, nothing sent: the rules stay applying/denying and are sent
     # again (the request goes back to pending; a pass runs again).
     ops.guard(what, None, kinds.SHARE_INSTANCE.lock_name(inst.id))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
-from sharemgr.manager import operation_table, views
+from sharemgr.manager import driver_args, operation_table, views
 from sharemgr.manager.op_errors import OperationFailed, Stale, log_failure
 from sharemgr.manager.operations import Step
 from sharemgr.manager.plans import Change, Op
@@ -31,7 +31,7 @@ def _backup_share(ops: Operations, backup: models.ShareBackup
     inst = resources.primary_instance(ops.db, backup.share_id)
     if inst is None:
         raise OperationFailed(f"share {backup.share_id} of backup {backup.id} is gone")
-    share_d, _ = ops.share_parts(inst)
+    share_d, _ = driver_args.share_parts(ops.db, inst)
     return share_d, inst
 
 

@@ -20,7 +20,7 @@ from sharemgr.drivers.exceptions import (
     ShareBackendException,
     ShareResourceNotFound,
 )
-from sharemgr.manager import access_sync, operation_table, successes
+from sharemgr.manager import access_sync, driver_args, operation_table, successes
 from sharemgr.manager.op_errors import log_failure
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def poll_one(ops: Operations, ident: str) -> str | None:
     if inst is None or inst.status != vocab.CREATING_FROM_SNAPSHOT or inst.progress is None:
         return None
     what = f"create of share instance {ident} from a snapshot"
-    share_d, server = ops.share_parts(inst)
+    share_d, server = driver_args.share_parts(ops.db, inst)
     try:
         answer = ops.driver_for(inst.host).get_share_status(share_d, server)
     except FencedCall as exc:  # a newer owner asks and settles it

@@ -130,7 +130,7 @@ _SI, _REP, _SNAP = vocab.SHARE_INSTANCE, vocab.REPLICA, vocab.SNAPSHOT_INSTANCE
 _SRV, _GRP, _GSNAP = vocab.SHARE_SERVER, vocab.SHARE_GROUP, vocab.GROUP_SNAPSHOT
 _CREATE, _DELETE, _UNMANAGE = vocab.ACTION_CREATE, vocab.ACTION_DELETE, vocab.ACTION_UNMANAGE
 
-# By the spec's key: the method its row's status names (``Spec.method_of``) is called.
+# By the spec's key: the method its row's status names (``Spec.methods``) is called.
 ARGS: dict[tuple[str, str], Args] = {
     (_SI, _CREATE): _new_share,
     (_SI, _DELETE): _share_going,

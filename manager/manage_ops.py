@@ -27,7 +27,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
 from sharemgr.db.engine import Database
-from sharemgr.manager import hosts, kinds, operation_table, successes, views
+from sharemgr.manager import driver_args, hosts, kinds, operation_table, successes, views
 from sharemgr.manager.op_errors import OperationFailed, Stale
 from sharemgr.manager.operations import Step
 from sharemgr.manager.plans import Change, Op, Plan, Refused, get, need, share, snapshot
@@ -222,7 +222,7 @@ def manage_existing(ops: Operations, op: Op, held: bool = False) -> list[Change]
     options = dict(op.args.get(OPTIONS) or {})
 
     def call(inst: models.ShareInstance, _read: object) -> object:
-        share_d, _ = ops.share_parts(inst)
+        share_d, _ = driver_args.share_parts(ops.db, inst)
         answer = _answer(driver.manage_existing(share_d, options), method)
         size = _size(answer, method)
         if size is None:
@@ -257,7 +257,7 @@ def manage_existing_snapshot(ops: Operations, op: Op, held: bool = False
     options = dict(op.args.get(OPTIONS) or {})
 
     def call(row: models.ShareSnapshotInstance, _read: object) -> object:
-        snap_d, _ = ops.snapshot_parts(row)
+        snap_d, _ = driver_args.snapshot_parts(ops.db, row)
         answer = _answer(driver.manage_existing_snapshot(snap_d, options), method)
         size = _size(answer, method) or snap_d["share"]["size"]
         location = answer.get("provider_location") or row.provider_location

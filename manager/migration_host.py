@@ -23,7 +23,7 @@ from sharemgr.common import vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import models
 from sharemgr.drivers.exceptions import ShareResourceNotFound
-from sharemgr.manager import access, data_mover
+from sharemgr.manager import access, data_mover, driver_args
 from sharemgr.manager.migration_plans import host_assisted_refusal, same_host
 from sharemgr.manager.op_errors import NotNow, OperationFailed
 
@@ -46,8 +46,8 @@ class Sides:
         self.ops, self.source, self.dest = ops, source, dest
         self.source_driver: ShareDriver = ops.driver_for(source.host)
         self.dest_driver: ShareDriver = ops.driver_for(dest.host)
-        self.source_d, self.source_server = ops.share_parts(source)
-        self.dest_d, self.dest_server = ops.share_parts(dest)
+        self.source_d, self.source_server = driver_args.share_parts(ops.db, source)
+        self.dest_d, self.dest_server = driver_args.share_parts(ops.db, dest)
 
     def paths(self) -> tuple[Path, Path]:
         return (Path(self.source_driver.migration_data_path(self.source_d, self.source_server)),
@@ -62,7 +62,7 @@ class Sides:
 def send_rules(ops: Operations, source: models.ShareInstance, level: str | None) -> None:
     """``source``'s active rules sent to its driver again, each at
     ``level`` (None: its own)."""
-    share, server = ops.share_parts(source)
+    share, server = driver_args.share_parts(ops.db, source)
     rules = [{**access.view(r), **({"access_level": level} if level else {})}
              for r in db_access.rules_of(ops.db, source.share_id)
              if r.state == vocab.ACCESS_ACTIVE]

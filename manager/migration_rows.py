@@ -12,7 +12,7 @@ from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.drivers import shapes
-from sharemgr.manager import migration_host, operation_table
+from sharemgr.manager import driver_args, migration_host, operation_table
 from sharemgr.manager.migration_plans import destination_of
 from sharemgr.manager.op_errors import NotNow, Stale, log_failure
 from sharemgr.manager.plans import Change, Op
@@ -38,8 +38,8 @@ class Pair:
                  dest: models.ShareInstance) -> None:
         self.source, self.dest = source, dest
         self.driver: ShareDriver = ops.driver_for(source.host)
-        self.source_d, self.server = ops.share_parts(source)
-        self.dest_d, self.dest_server = ops.share_parts(dest)
+        self.source_d, self.server = driver_args.share_parts(ops.db, source)
+        self.dest_d, self.dest_server = driver_args.share_parts(ops.db, dest)
 
     def args(self) -> tuple[dict[str, object], dict[str, object], list[shapes.Snapshot],
                             dict[str, str], dict[str, object] | None, dict[str, object] | None]:

@@ -28,7 +28,9 @@ doc/design.rst, "The operation table", shows one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from sharemgr.common import vocab
 
@@ -74,6 +76,11 @@ SIMPLE_DELETABLE = (vocab.AVAILABLE, vocab.ERROR)
 
 
 
+# Every status a row may be in: what ``Spec.methods`` is keyed by.
+_EVERY_STATUS = frozenset().union(*vocab.VALID_STATUSES.values(), vocab.TRANSIENT_STATUSES,
+                                  vocab.ERROR_STATUSES)
+
+
 @dataclass(frozen=True)
 class Spec:
     kind: str  # a kinds.KINDS name: the row whose status it moves
@@ -92,6 +99,14 @@ class Spec:
     # not ``method`` (a share's create from a snapshot).
     method_when: tuple[tuple[str, str], ...] = ()
     flushes_access: bool = False  # rules queued meanwhile are sent after its success
+    # The driver method of a row in each status (``method_when``'s, else
+    # ``method``), made once: the lease's choice and the call read it as data.
+    methods: Mapping[str, str | None] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        when = dict(self.method_when)
+        object.__setattr__(self, "methods", MappingProxyType(
+            {status: when.get(status, self.method) for status in _EVERY_STATUS}))
 
     @property
     def key(self) -> tuple[str, str]:
@@ -99,7 +114,7 @@ class Spec:
 
     def method_of(self, status: str) -> str | None:
         """The driver method called about a row in ``status``."""
-        return next((m for s, m in self.method_when if s == status), self.method)
+        return self.methods[status]
 
     def error_values(self) -> dict[str, str]:
         if self.error is None:

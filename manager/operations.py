@@ -21,7 +21,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
 from sharemgr.db import models
 from sharemgr.db.engine import Database
-from sharemgr.drivers import shapes, timing
+from sharemgr.drivers import timing
 from sharemgr.drivers.exceptions import (
     FencedCall,
     ShareResourceNotFound,
@@ -226,7 +226,7 @@ class Operations:
         """``fresh`` and the lease of the call about to start, in one
         transaction. The lease is chosen for each status the call expects
         before the read (the method may depend on the status: the spec's
-        ``method_when``), as data the read picks from; ``read`` re-reads the
+        ``methods``), as data the read picks from; ``read`` re-reads the
         row, with what else the call needs, in that transaction (see
         ``db_leases.read_and_lease``); ``written``: the lease the request row
         was written with (``Op.lease``); ``taken``: the token the row was
@@ -234,10 +234,8 @@ class Operations:
         still has it. Returns the row, what ``read`` read with it, the lease
         of its status and whether this engine's request holds it."""
         chosen: dict[str, _Lease] = {}
-        # The spec's ``method_of`` each status, read inline: the table's data.
-        when = dict(spec.method_when)
         for status in expected:
-            name = when.get(status, spec.method)
+            name = spec.methods[status]
             seconds = self.leases.seconds(name)
             if written is not None and seconds == self.leases.seconds(None):
                 # The request row was written with this lease a moment ago.
@@ -384,24 +382,11 @@ class Operations:
                     step.then(row, changes)
                 return changes
 
-    # Row loading (the own handlers'; driver_args.py's) ---------------------------
-
-    def share_parts(self, inst: models.ShareInstance
-                    ) -> tuple[dict[str, object], dict[str, object] | None]:
-        return driver_args.share_parts(self.db, inst)
-
-    def server_dict(self, server_id: str | None) -> dict[str, object] | None:
-        return driver_args.server_dict(self.db, server_id)
-
-    def snapshot_parts(self, snap_inst: models.ShareSnapshotInstance
-                       ) -> tuple[shapes.Snapshot, dict[str, object] | None]:
-        return driver_args.snapshot_parts(self.db, snap_inst)
-
     # The operations the table carries out alone --------------------------------
 
     def by_table(self, op: Op, held: bool = False) -> list[Change]:
         """Carry out ``op`` as the operation table says, through ``run``: its
-        spec's statuses and driver method (``method_of`` the status found),
+        spec's statuses and driver method (``methods`` of the status found),
         the method's arguments (``driver_args.ARGS``) and what its success
         writes (``successes.DONE``); the re-read of a share instance brings
         its share (``driver_args.READS``). Every carried operation is this
@@ -421,11 +406,11 @@ class Operations:
             # another under the lock is Stale (driver_args: a share's delete).
             host, op = found, replace(op, host=op.host or found)
         driver = self.driver_for(host)
-        build, when = driver_args.ARGS[key], dict(spec.method_when)
+        build = driver_args.ARGS[key]
         force = spec.forcible and bool(op.args.get("force"))
 
         def call(row: kinds.Row, read: object) -> object:
-            method = getattr(driver, when.get(row.status, str(spec.method)))
+            method = getattr(driver, str(spec.methods[row.status]))
             # Read inside the call: an answer the manager cannot record fails it.
             return successes.changes(self.db, spec, row, method(*build(self.db, op, row, read)),
                                      force)

@@ -25,7 +25,7 @@ from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models, quiet
 from sharemgr.db.engine import Database
-from sharemgr.manager import access, kinds, operation_table
+from sharemgr.manager import access, driver_args, kinds, operation_table
 from sharemgr.manager.hosts import host_of
 from sharemgr.manager.op_errors import OperationFailed, Stale
 from sharemgr.manager.operations import Step
@@ -90,8 +90,8 @@ def plan_resync(db: Database, replica_id: str) -> Plan:
 def _arguments(ops: Operations, rep: models.ShareInstance
                ) -> tuple[list[dict[str, object]], dict[str, object], list[dict[str, object]],
                           dict[str, object] | None]:
-    replicas = [ops.share_parts(i)[0] for i in _siblings(ops.db, rep.share_id)]
-    rep_d, server = ops.share_parts(rep)
+    replicas = [driver_args.share_parts(ops.db, i)[0] for i in _siblings(ops.db, rep.share_id)]
+    rep_d, server = driver_args.share_parts(ops.db, rep)
     rules = [access.view(r) for r in db_access.rules_of(ops.db, rep.share_id)
              if r.state == vocab.ACCESS_ACTIVE]
     return replicas, rep_d, rules, server

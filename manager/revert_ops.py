@@ -15,7 +15,7 @@ from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db.engine import Database
-from sharemgr.manager import access, kinds, operation_table
+from sharemgr.manager import access, driver_args, kinds, operation_table
 from sharemgr.manager.op_errors import Stale
 from sharemgr.manager.operations import Step
 from sharemgr.manager.plans import Change, Op, Plan, Refused, need, share, snapshot
@@ -71,7 +71,7 @@ def revert(ops: Operations, op: Op, held: bool = False) -> list[Change] | None:
         if snap_inst is None or snap_inst.status != vocab.RESTORING:
             raise Stale(f"snapshot instance {snap_id} is "
                         f"{getattr(snap_inst, 'status', 'gone')}, not restoring")
-        snap_d, server = ops.snapshot_parts(snap_inst)
+        snap_d, server = driver_args.snapshot_parts(ops.db, snap_inst)
         rules = [access.view(r) for r in db_access.rules_of(ops.db, inst.share_id)
                  if r.state == vocab.ACCESS_ACTIVE]
         driver.revert_to_snapshot(snap_d, rules, [], server)

@@ -15,7 +15,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
 from sharemgr.db import models
 from sharemgr.drivers.exceptions import ShareBackendException, ShareShrinkingPossibleDataLoss
-from sharemgr.manager import kinds, operation_table
+from sharemgr.manager import driver_args, kinds, operation_table
 from sharemgr.manager.access_sync import flush_access, sync_access
 from sharemgr.manager.op_errors import OperationFailed, Stale
 from sharemgr.manager.operations import Step
@@ -39,7 +39,7 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
     method = getattr(driver, name)
 
     def call(inst: models.ShareInstance, _read: object) -> object:
-        share_d, server = ops.share_parts(inst)
+        share_d, server = driver_args.share_parts(ops.db, inst)
         # Replica-aware, as Manila's: every secondary replica takes the size
         # too (its backend's driver; the share's size is theirs). Each is
         # taken first, so its call carries a newer fencing token than any
@@ -59,7 +59,7 @@ def resize_share(ops: Operations, op: Op, held: bool = False) -> list[Change] | 
                 LOG.warning("resize of share %s: replica %s changed meanwhile (no longer %s); "
                             "left to whoever changed it", inst.share_id, rep_id, seen[rep_id])
                 continue
-            replicas.append((rep, *ops.share_parts(rep)))
+            replicas.append((rep, *driver_args.share_parts(ops.db, rep)))
         method(share_d, new_size, server)
         for rep, rep_d, rep_server in replicas:
             try:

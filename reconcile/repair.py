@@ -12,6 +12,7 @@ from oslo_log import log as logging
 from sharemgr.common import messages, vocab
 from sharemgr.db import messages as db_messages
 from sharemgr.drivers.base import ShareDriver
+from sharemgr.manager import driver_args
 from sharemgr.manager.plans import Op
 from sharemgr.reconcile import ask
 from sharemgr.reconcile.reconciler import Reconciler
@@ -29,7 +30,7 @@ def repair(rec: Reconciler, driver: ShareDriver, cand: Candidate, method: str,
     recorded: ``repaired`` or ``repair failed`` (the log says why)."""
     ops = rec.operations
     try:
-        share_d, server = ops.share_parts(cand.row)
+        share_d, server = driver_args.share_parts(ops.db, cand.row)
         try:
             driver.ensure_shares([share_d])
         except NotImplementedError:

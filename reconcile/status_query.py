@@ -14,7 +14,7 @@ from sharemgr.db import resources as db_res
 from sharemgr.db.api import Change
 from sharemgr.db.engine import Database
 from sharemgr.drivers.base import ShareDriver
-from sharemgr.manager import hosts, views
+from sharemgr.manager import driver_args, hosts, views
 from sharemgr.manager.operations import Operations
 from sharemgr.reconcile import answers, ask, rules
 from sharemgr.reconcile.scan import Candidate
@@ -80,13 +80,13 @@ def status_args(db: Database, operations: Operations, cands: list[Candidate]
 
 def _status_args(db: Database, ops: Operations, cand: Candidate) -> tuple[object, ...]:
     if cand.rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA):
-        return ops.share_parts(cand.row)
+        return driver_args.share_parts(ops.db, cand.row)
     if cand.rtype == vocab.SNAPSHOT_INSTANCE:
-        return ops.snapshot_parts(cand.row)
+        return driver_args.snapshot_parts(ops.db, cand.row)
     if cand.rtype == vocab.SHARE_GROUP:
-        return views.group(cand.row), ops.server_dict(cand.row.share_server_id)
+        return views.group(cand.row), driver_args.server_dict(ops.db, cand.row.share_server_id)
     grp = db_api.get(db, models.ShareGroup, cand.row.share_group_id, include_deleted=True)
-    return views.group_snapshot(cand.row, grp), ops.server_dict(grp.share_server_id)
+    return views.group_snapshot(cand.row, grp), driver_args.server_dict(ops.db, grp.share_server_id)
 
 
 def healthy_values(cand: Candidate, answer: Mapping[str, object]

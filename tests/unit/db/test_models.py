@@ -12,7 +12,9 @@ MODELS = sorted((c for c in vars(models).values()
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda c: c.__name__)
 def test_annotations_name_the_columns(model: type[models.Base]) -> None:
-    annotated = {k: v for k, v in model.__annotations__.items() if k != "__table__"}
+    # Its own annotations and its mixins' (the columns several tables share).
+    annotated = {k: v for c in reversed(model.__mro__) if c is not models.Base
+                 for k, v in vars(c).get("__annotations__", {}).items() if k != "__table__"}
     columns = {c.key: c for c in model.__table__.columns}
     assert set(annotated) == set(columns)
     for key, col in columns.items():
