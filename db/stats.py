@@ -11,6 +11,7 @@ profiler. doc/performance.rst says how the figures are made.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 import re
@@ -45,6 +46,7 @@ _WRITES = ("INSERT", "UPDATE", "DELETE")
 _WROTE = "sharemgr_stats_wrote"  # in a connection's info: its transaction wrote
 
 
+@functools.lru_cache(maxsize=1024)  # a process sends few distinct texts, many times
 def _key(statement: str) -> str:
     verb = statement.split(None, 1)[0].upper() if statement.strip() else "?"
     if verb == "WITH":  # counted as the statement the CTE serves
