@@ -111,3 +111,16 @@ def test_deletes_start_from_settled_statuses_and_are_forcible() -> None:
             assert spec.forcible and spec.success == vocab.DELETED
             assert spec.transient[0] == vocab.DELETING
             assert spec.settle is not None and spec.settle.action == rules.DELETE
+
+
+def test_each_status_a_call_may_find_names_its_method() -> None:
+    """``Spec.methods`` is read as data where a call's lease is chosen, for
+    each status it expects (its transients, the error status a forced
+    delete finishes from): every one is there, and a create from a snapshot
+    names its own method."""
+    for spec in TABLE:
+        for status in (*spec.transient, *spec.starts_from, *([spec.error] if spec.error else [])):
+            assert spec.methods[status] == dict(spec.method_when).get(status, spec.method)
+    create = operation_table.spec(vocab.SHARE_INSTANCE, vocab.ACTION_CREATE)
+    assert create.methods[vocab.CREATING] == "create_share"
+    assert create.methods[vocab.CREATING_FROM_SNAPSHOT] == "create_share_from_snapshot"
