@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from sharemgr.common import vocab
 from sharemgr.db import access as db_access
 from sharemgr.db import api as db_api
-from sharemgr.db import models
+from sharemgr.db import models, quiet
 from sharemgr.db.engine import Database
 from sharemgr.manager import access, driver_args, kinds, operation_table
 from sharemgr.manager.op_errors import Stale
@@ -49,6 +49,9 @@ def plan_revert(db: Database, snapshot_id: str) -> Plan:
          {"status": spec.transient[0]}),
         (models.ShareSnapshotInstance, snap_inst.id, {"status": vocab.AVAILABLE},
          {"status": vocab.RESTORING}),
+        # Written only if the share is still the size checked above: a
+        # resize that began and ended meanwhile left its instance available.
+        quiet.anchor(row.id, {"size": row.size}),
     ], Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_REVERT, inst.host,
           {"snapshot_instance_id": snap_inst.id}), row=row)
 

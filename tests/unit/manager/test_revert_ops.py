@@ -88,3 +88,16 @@ def test_only_the_latest_snapshot_of_the_share_s_size_without_replicas(engine):
         revert_ops.plan_revert(db, newer.id)
     with pytest.raises(Refused, match="no snapshot with id 'nope'"):
         revert_ops.plan_revert(db, "nope")
+
+
+def test_a_share_resized_after_the_plan_read_it_is_not_reverted(engine):
+    """The plan checks the share's size against the snapshot's; a resize
+    that began and ended before the plan was written left the instance
+    available, so the write's condition on the size is what refuses it."""
+    db = engine.db
+    snap_inst = make_snapshot(db, vocab.AVAILABLE)
+    plan = revert_ops.plan_revert(db, snap_inst.snapshot_id)
+    api.conditional_update(db, models.Share, plan.row.id, {}, {"size": plan.row.size + 1})
+    assert not api.transition_with_request(db, plan.changes, plan.op.request())
+    assert fetch(db, vocab.SHARE_INSTANCE, snap_inst.share_instance_id).status == vocab.AVAILABLE
+    assert fetch(db, vocab.SNAPSHOT_INSTANCE, snap_inst.id).status == vocab.AVAILABLE
