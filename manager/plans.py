@@ -283,11 +283,12 @@ def create_snapshot(db: Database, share_id: str, name: str | None = None) -> Pla
                                 project_id=row.project_id)
     snap_inst = models.ShareSnapshotInstance(id=models.new_id(), snapshot_id=snap.id,
                                              share_instance_id=inst.id, status=vocab.CREATING)
-    # The instance still available when written: not resized meanwhile.
+    # The instance still available when written: no resize in progress;
+    # the share still the size recorded: none began and ended meanwhile.
     return quiet_share(db, Plan(snap.id, [snap, snap_inst],
                                 [(models.ShareInstance, inst.id, {"status": vocab.AVAILABLE}, {})],
                                 Op(vocab.SNAPSHOT_INSTANCE, snap_inst.id, vocab.ACTION_CREATE,
-                                   inst.host)), row.id)
+                                   inst.host)), row.id, expect={"size": row.size})
 
 
 def create_replica(db: Database, share_id: str, host: str | None, dhss: bool) -> Plan:
@@ -304,8 +305,9 @@ def create_replica(db: Database, share_id: str, host: str | None, dhss: bool) ->
     rep = models.ShareInstance(id=models.new_id(), share_id=row.id, host=host,
                                status=vocab.CREATING, replica_state=vocab.REPLICA_OUT_OF_SYNC,
                                export_locations=[])
-    # The instance still available when written (not resized meanwhile);
-    # the first replica makes it the active replica.
+    # The instance still available when written and the share the size
+    # claimed (not resized meanwhile); the first replica makes it the active
+    # replica.
     expected: dict[str, object] = {"status": vocab.AVAILABLE}
     values: dict[str, object] = {}
     if inst.replica_state is None:
@@ -313,7 +315,8 @@ def create_replica(db: Database, share_id: str, host: str | None, dhss: bool) ->
     changes: list[Change] = [(models.ShareInstance, inst.id, expected, values)]
     return quiet_share(db, Plan(rep.id, [rep], changes,
                                 Op(vocab.REPLICA, rep.id, vocab.ACTION_CREATE, host),
-                                claims=[claim] if claim else []), row.id)
+                                claims=[claim] if claim else []), row.id,
+                       expect={"size": row.size})
 
 
 def create_share_server(host: str, dhss: bool) -> Plan:

@@ -209,3 +209,20 @@ def test_a_snapshot_or_replica_planned_before_a_resize_was_written_is_refused(en
     assert _written(db, plans.resize_share(db, inst.share_id, 3))
     assert not _written(db, snap)
     assert not api.query(db, models.ShareSnapshotInstance, {"share_instance_id": inst.id})
+
+
+@pytest.mark.parametrize("planner", ["snapshot", "replica"])
+def test_one_planned_before_a_resize_began_and_ended_is_refused(engine, planner):
+    """A resize that begins and ends between the plan's read and its write
+    leaves the instance available again: the share's size, which the
+    snapshot records and the replica claims, is what the write checks."""
+    db = engine.db
+    inst = make_share(db, vocab.AVAILABLE)
+    plan = (plans.create_snapshot(db, inst.share_id) if planner == "snapshot"
+            else plans.create_replica(db, inst.share_id, None, False))
+    size = api.get(db, models.Share, inst.share_id).size
+    api.conditional_update(db, models.Share, inst.share_id, {}, {"size": size + 1})
+    assert not _written(db, plan)
+    assert [i.id for i in api.query(db, models.ShareInstance, {"share_id": inst.share_id})] \
+        == [inst.id]
+    assert not api.query(db, models.ShareSnapshotInstance, {"share_instance_id": inst.id})
