@@ -167,12 +167,13 @@ def start(db: Database, req: Request) -> Plan:
           {"destination": dest.id, **req.flags(),
            **{k: True for k in ("force_host_assisted", "complete") if getattr(req, k)}}),
         row, claims=[claim] if claim else [])
-    # Nothing else of the family at work meanwhile (a snapshot being made).
+    # Nothing else of the family at work meanwhile (a snapshot being made),
+    # and the share still the size claimed at the destination.
     return quiet_share(db, plan, row.id, quiet.Quiet(
         models.ShareSnapshotInstance, {"share_instance_id": source.id},
         vocab.TRANSIENT_STATUSES,
         f"cannot migrate {what}: it has a snapshot that is {{statuses}}; try again when it "
-        "is done"))
+        "is done"), expect={"size": row.size})
 
 
 def destination_for(db: Database, source_host: str, backend: str) -> str:

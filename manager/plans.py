@@ -358,7 +358,8 @@ def create_backup(db: Database, share_id: str, name: str | None = None) -> Plan:
                                 size=row.size)
     return Plan(backup.id, [backup],
                 [(models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
-                  {"status": vocab.BACKUP_CREATING})],
+                  {"status": vocab.BACKUP_CREATING}),
+                 quiet.anchor(row.id, {"size": row.size})],  # the size it records
                 Op(vocab.BACKUP, backup.id, vocab.ACTION_CREATE, backup.host))
 
 

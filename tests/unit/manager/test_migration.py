@@ -157,6 +157,20 @@ def test_what_a_share_has_or_does_refuses_its_start(eng):
         _start(eng, plain)
 
 
+def test_a_start_planned_before_a_resize_began_and_ended_is_refused(eng):
+    """The destination's claim is the share's size as planned: a resize
+    that began and ended before the plan was written is refused by it."""
+    db = eng.db
+    inst = make_share(db)
+    plan = migration_plans.start(db, migration_plans.Request(inst.share_id, DEST))
+    api.conditional_update(db, models.Share, inst.share_id, {}, {"size": plan.row.size + 1})
+    assert not api.transition_with_request(db, plan.changes, plan.op.request(), rows=plan.add,
+                                           claims=plan.claims, conditions=plan.conditions)
+    assert _inst(db, inst.id).status == vocab.AVAILABLE
+    assert [i.id for i in api.query(db, models.ShareInstance, {"share_id": inst.share_id})] \
+        == [inst.id]
+
+
 def test_start_continue_complete_moves_the_share_and_its_rules(eng):
     db, driver = eng.db, eng.driver
     inst = make_share(db)

@@ -211,18 +211,21 @@ def test_a_snapshot_or_replica_planned_before_a_resize_was_written_is_refused(en
     assert not api.query(db, models.ShareSnapshotInstance, {"share_instance_id": inst.id})
 
 
-@pytest.mark.parametrize("planner", ["snapshot", "replica"])
+@pytest.mark.parametrize("planner", ["snapshot", "replica", "backup"])
 def test_one_planned_before_a_resize_began_and_ended_is_refused(engine, planner):
     """A resize that begins and ends between the plan's read and its write
     leaves the instance available again: the share's size, which the
-    snapshot records and the replica claims, is what the write checks."""
+    snapshot and the backup record and the replica claims, is what the
+    write checks."""
     db = engine.db
     inst = make_share(db, vocab.AVAILABLE)
-    plan = (plans.create_snapshot(db, inst.share_id) if planner == "snapshot"
-            else plans.create_replica(db, inst.share_id, None, False))
+    plan = {"snapshot": plans.create_snapshot, "backup": plans.create_backup,
+            "replica": lambda db, share_id: plans.create_replica(db, share_id, None, False),
+            }[planner](db, inst.share_id)
     size = api.get(db, models.Share, inst.share_id).size
     api.conditional_update(db, models.Share, inst.share_id, {}, {"size": size + 1})
     assert not _written(db, plan)
     assert [i.id for i in api.query(db, models.ShareInstance, {"share_id": inst.share_id})] \
         == [inst.id]
     assert not api.query(db, models.ShareSnapshotInstance, {"share_instance_id": inst.id})
+    assert not api.query(db, models.ShareBackup, {"share_id": inst.share_id})
