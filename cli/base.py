@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from cliff import command, lister, show
@@ -160,7 +161,8 @@ class Lister(_Errors, lister.Lister):
         # Lists and dicts stay structured in json/yaml, one JSON string elsewhere.
         if parsed_args.formatter not in STRUCTURED_FORMATS:
             data = [tuple(_flat(v) for v in row) for row in data]
-        return super().produce_output(parsed_args, column_names, data)
+        with _columns_named():
+            return super().produce_output(parsed_args, column_names, data)
 
 
 class ShowOne(_Errors, show.ShowOne):
@@ -168,4 +170,17 @@ class ShowOne(_Errors, show.ShowOne):
                        data: Sequence[object]) -> int:
         if parsed_args.formatter not in STRUCTURED_FORMATS:
             data = tuple(_flat(v) for v in data)
-        return super().produce_output(parsed_args, column_names, data)
+        with _columns_named():
+            return super().produce_output(parsed_args, column_names, data)
+
+
+@contextlib.contextmanager
+def _columns_named() -> Iterator[None]:
+    """cliff's refusal of a ``-c`` naming no column (a ValueError) is the
+    user's mistake: exit 2, as any bad input."""
+    try:
+        yield
+    except ValueError as exc:
+        if "column" not in str(exc):
+            raise
+        raise UserError(str(exc)) from exc

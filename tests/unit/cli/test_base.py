@@ -31,3 +31,16 @@ def test_debug_shows_the_traceback(monkeypatch, capsys):
     assert app.main(["--debug", "share", "list"]) == EXIT_ERROR_STATUS
     err = capsys.readouterr().err
     assert "Traceback" in err and "AssertionError" in err
+
+
+def test_a_column_no_listing_has_is_bad_input(tmp_path, capsys):
+    """cliff refuses ``-c`` naming no column with a ValueError: the user's
+    mistake, exit 2 and cliff's one line, not a bug's."""
+    conf = tmp_path / "sharemgr.conf"
+    conf.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\nenabled_share_backends = dummy\n"
+                    "[dummy]\nshare_driver = dummy\n")
+    assert app.main(["--config-file", str(conf), "db", "sync"]) == 0
+    capsys.readouterr()
+    assert app.main(["--config-file", str(conf), "share", "list", "-c", "nope"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("sharectl: error: No recognized column names in ['nope']")
