@@ -120,3 +120,42 @@ def test_a_delete_whose_re_read_under_its_lock_meets_an_outage_is_given_back(tim
            Result.NOT_NOW, "before its driver call: OperationalError")
     assert cut and engine.driver.methods() == []
     assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).status == vocab.DELETING
+
+
+def test_an_outcome_that_meets_an_outage_waits_and_is_written(timed, monkeypatch, caplog):
+    """The database away when a call's outcome is written (after the call):
+    the outcome is tried again until it is written, not lost with its
+    request failed (the first try runs outside tenacity; the tries after it
+    are tenacity's)."""
+    from sharemgr.manager import operations
+
+    engine = timed
+    inst = make_share(engine.db, vocab.DELETING)
+    _running(engine, inst, vocab.ACTION_DELETE)
+    cut = _once(monkeypatch, operations.db_api, "transition_with_request")
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                        host=HOSTBE)), Result.DONE)
+    assert cut and engine.driver.methods() == ["delete_share"]
+    assert fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).deleted_at is not None
+    assert "its outcome waits for it" in caplog.text
+
+
+def test_an_outcome_write_failing_for_another_reason_is_raised(timed, monkeypatch):
+    """Only the database being away is waited for: any other error of the
+    outcome's write propagates at once (a bug), not retried."""
+    from sharemgr.manager import operations
+
+    engine = timed
+    inst = make_share(engine.db, vocab.DELETING)
+    _running(engine, inst, vocab.ACTION_DELETE)
+    tries = []
+
+    def broken(*args: object, **kwargs: object) -> bool:
+        tries.append(1)
+        raise ValueError("not an outage")
+
+    monkeypatch.setattr(operations.db_api, "transition_with_request", broken)
+    with pytest.raises(ValueError):
+        engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                     host=HOSTBE))
+    assert tries == [1]
