@@ -56,6 +56,13 @@ _ACTION = {Work.CREATE: vocab.STACK_CREATE, Work.REPLACE: vocab.STACK_CREATE,
 
 
 
+def begun_op(plan: phys.Plan, begun: stack_work.Begun[Terms]) -> plans.Op | None:
+    """The plan's operation as its begin wrote its request: the request's id,
+    its lease, the token its row was inserted taken with."""
+    return None if plan.op is None else replace(
+        plan.op, request_id=begun.op_request_id, lease=begun.op_lease, taken=begun.op_taken)
+
+
 def row_end(d: decide_mod.Decision, stack: models.Stack) -> decide_mod.RowEnd:
     """The row's values when its action completes (``decide.RowEnd``)."""
     return {"template_id": stack.template_id, "requires": list(d.requires_now)}
@@ -283,11 +290,14 @@ class Actor:
     def carry_out(self, ctx: Ctx, name: str, begun: stack_work.Begun[Terms], action: str,
                   plan: phys.Plan, final: Mapping[str, object],
                   known: tuple[int, str, str | None] | None = None,
-                  defer: bool = False) -> tuple[Outcome, End | None]:
+                  defer: bool = False, reread: plans.Reread | None = None,
+                  ) -> tuple[Outcome, End | None]:
         """Run the begun action's operation and end the row's action.
         ``known``: the row's (id, type, physical id) as begun, so it is not
         read again; ``defer``: a success's end is not written but returned,
-        for the report's transaction to write."""
+        for the report's transaction to write; ``reread``: the operation's
+        row as a batch read it under the lock it holds for it
+        (``manager/held_reads.py``)."""
         if known is None:
             row = stacks.resource_get(self.db, begun.resource_id)
             if row is None:
@@ -300,11 +310,10 @@ class Actor:
             known = (row.id, row.type, row.physical_id)
         rid, type_, physical_id = known
         written = None
-        if plan.op is not None:
+        op = begun_op(plan, begun)
+        if op is not None:
             try:
-                performed = self.operations.perform(replace(
-                    plan.op, request_id=begun.op_request_id, lease=begun.op_lease,
-                    taken=begun.op_taken))
+                performed = self.operations.perform(replace(op, reread=reread))
             except Exception as exc:  # the caller fails the node; the request must not stay
                 # running for a live engine that no longer runs it: reconciliation
                 # settles a transient resource once no request is in progress.

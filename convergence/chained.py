@@ -6,11 +6,13 @@ Several checks of one traversal begin in one transaction: a thread's run
 (``report.Run``) that holds more than one claimed check plans those whose
 work is a plain create or update on a row nobody holds (the worker's fast
 path), begins all of them at once (``stack_work.begin_many``: every row's
-lock taken, its physical rows and operation request written), then carries
-each out in turn; their ends wait for the run's report, which writes them
-together too. A batch is as many nodes as ran in ``report.BATCH_SECONDS``
-before it (``report.Pace``), so a begun operation waits about that long for
-its call, far inside its lease (a backend turning slow within a batch:
+lock taken, its physical rows and operation request written), takes their
+resources' locks and re-reads their rows in one statement
+(``manager/held_reads.py``), then carries each out in turn; their ends
+wait for the run's report, which writes them together too. A batch is as
+many nodes as ran in ``report.BATCH_SECONDS`` before it (``report.Pace``),
+so a begun operation waits about that long for its call, far inside its
+lease (a backend turning slow within a batch:
 doc/convergence.rst, "Batches"). Whatever cannot begin with the others
 runs alone."""
 
@@ -19,12 +21,14 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Protocol
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence import physical as phys
+from sharemgr.convergence.act import begun_op
 from sharemgr.convergence.node_check import Claimed, Ctx, NodeEnd, Outcome, Result
 from sharemgr.convergence.report import Pace, Run, raised
 from sharemgr.convergence.tracking import Tracker
@@ -32,6 +36,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import capacity, models, stack_work
 from sharemgr.db.engine import Database
 from sharemgr.manager.leases import Terms
+from sharemgr.manager.plans import Op, Reread
 from sharemgr.manager.runner import observe, request_context, request_end
 
 __all__ = ["Planned", "record", "run_claimed"]
@@ -61,7 +66,10 @@ class Checks(Protocol):
 
     def planned_fast(self, claimed: Claimed) -> Planned | None: ...
 
-    def fast_begun(self, p: Planned, begun: stack_work.Begun[Terms], run: Run) -> NodeEnd: ...
+    def fast_begun(self, p: Planned, begun: stack_work.Begun[Terms], run: Run,
+                   reread: Reread | None = None) -> NodeEnd: ...
+
+    def reread_held(self, ops: Sequence[Op | None]) -> list[tuple[Op | None, ExitStack]]: ...
 
     def node(self, claimed: Claimed, run: Run) -> NodeEnd: ...
 
@@ -105,9 +113,16 @@ def begin_together(worker: Checks, run: Run, claimed: Sequence[Claimed]) -> list
     if isinstance(begun, Outcome):  # nothing was written, no lock taken
         _unclaim(worker, planned)
         return list(claimed)
+    held = worker.reread_held([begun_op(p.plan, b) for (_c, p), b in zip(planned, begun,
+                                                                          strict=True)])
     each = (time.monotonic() - started) / len(planned)
-    for (c, p), b in zip(planned, begun, strict=True):
-        chained(worker, run, c, functools.partial(worker.fast_begun, p, b, run), each)
+    with ExitStack() as every:
+        for _op, stack in held:  # released on the way out, whatever ends the loop
+            every.push(stack)
+        for (c, p), b, (op, stack) in zip(planned, begun, held, strict=True):
+            with stack:  # its lock, once its operation is carried out
+                chained(worker, run, c, functools.partial(
+                    worker.fast_begun, p, b, run, None if op is None else op.reread), each)
     return rest
 
 

@@ -36,7 +36,8 @@ import collections
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
+from contextlib import ExitStack
 from typing import Generic, TypeVar
 
 from oslo_log import log as logging
@@ -64,10 +65,12 @@ from sharemgr.convergence.tracking import Reporting, Tracker
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
+from sharemgr.manager import held_reads
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.leases import Terms
 from sharemgr.manager.operations import Operations
 from sharemgr.manager.outage import is_outage
+from sharemgr.manager.plans import Op, Reread
 from sharemgr.manager.runner import request_context
 
 __all__ = ["CHAIN_LIMIT", "Worker"]
@@ -409,14 +412,17 @@ class Worker:
             return GENERAL_PATH
         return self.fast_begun(p, begun, run)
 
-    def fast_begun(self, p: Planned, begun: stack_work.Begun[Terms], run: Run) -> NodeEnd:
+    def fast_begun(self, p: Planned, begun: stack_work.Begun[Terms], run: Run,
+                   reread: Reread | None = None) -> NodeEnd:
         """A fast path's carry-out once its begin wrote (the lock taken:
-        ``tracker.claim``'d), its end left to the run's report."""
+        ``tracker.claim``'d), its end left to the run's report; ``reread``:
+        its operation's row as its batch read it (``reread_held``)."""
         ctx, row, work = p.ctx, p.row, p.work
         ctx.held.append(row.id)
         try:
             outcome, end = self.actor.carry_out(ctx, row.name, begun, work.action, p.plan,
-                                                p.final, known=p.known, defer=True)
+                                                p.final, known=p.known, defer=True,
+                                                reread=reread)
             if work.action == vocab.STACK_DELETE:  # a clean-up passes nothing on
                 outcome = dataclasses.replace(outcome, data=None)
         except Exception as exc:  # a bug: fail the stack, never hang it
@@ -429,6 +435,11 @@ class Worker:
         for rid in ctx.held:
             self.locks.release(rid)
         return self._after(ctx, outcome)
+
+    def reread_held(self, ops: Sequence[Op | None]) -> list[tuple[Op | None, ExitStack]]:
+        """A batch's operations with their rows read under their locks, each
+        with the stack that releases its lock (``manager/held_reads.py``)."""
+        return held_reads.reread_held(self.actor.operations, ops)
 
     def _cut_by_outage(self, ctx: Ctx, exc: Exception) -> None:
         """Re-raise ``exc`` if it is an outage (``_check`` gives the check

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -59,6 +59,25 @@ def instance_with_share_tx(session: Session, instance_id: str
     under its lock and gives the driver."""
     found = session.execute(_INSTANCE_WITH_SHARE, {"id": instance_id}).first()
     return (None, None) if found is None else (found[0], found[1])
+
+
+_INSTANCES_WITH_SHARES = (
+    sa.select(models.ShareInstance, models.Share)
+    .outerjoin(models.Share, models.Share.id == models.ShareInstance.share_id)
+    .where(models.ShareInstance.id.in_(sa.bindparam("ids", expanding=True)),
+           models.ShareInstance.deleted_at.is_(None))
+    .execution_options(populate_existing=True)
+)
+
+
+def instances_with_shares(db: Database, instance_ids: Sequence[str]
+                          ) -> dict[str, tuple[models.ShareInstance, models.Share | None]]:
+    """``instance_with_share_tx`` of several instances, in one statement of a
+    read-only transaction of its own (a stack's batch of creates re-reads
+    them so, under their locks); an instance gone or deleted is absent."""
+    with db.reading() as session:
+        return {inst.id: (inst, share) for inst, share in
+                session.execute(_INSTANCES_WITH_SHARES, {"ids": list(instance_ids)})}
 
 
 def snapshot_instance_of(db: Database, snapshot_id: str) -> models.ShareSnapshotInstance | None:

@@ -46,7 +46,7 @@ from sharemgr.manager.op_errors import (
     outcome_of,
 )
 from sharemgr.manager.outage import is_outage
-from sharemgr.manager.plans import Change, Op
+from sharemgr.manager.plans import Change, Op, Reread
 
 if TYPE_CHECKING:
     from sharemgr.drivers.base import ShareDriver
@@ -190,6 +190,18 @@ class Operations:
                 raise NotNow(str(exc)) from exc
             yield
 
+    def _lock_scope(self, op: Op, rtype: str, ident: str, lock: bytes, held: bool
+                    ) -> contextlib.AbstractContextManager[object]:
+        """``run``'s hold of the resource's lock: its own, or none when the
+        caller holds it, or, where a batch took it for the op (``Op.reread``),
+        let go at the end as its own would be (a share's copy from a snapshot,
+        awaited after the call, needs the clone poll to get the lock)."""
+        if op.reread is not None:
+            scope = contextlib.ExitStack()
+            scope.callback(op.reread.release)
+            return scope
+        return contextlib.nullcontext() if held else self.locked(rtype, ident, lock)
+
     def each_unlocked(self, rtype: str, idents: Iterable[str], act: Callable[[str], object],
                       what: str) -> None:
         """A periodic task's work: ``act(ident)`` for each resource whose lock
@@ -222,7 +234,7 @@ class Operations:
                       expected: tuple[str, ...],
                       read: Callable[[Session, str], tuple[R | None, object]] | None,
                       written: leases.Terms | None, taken: int | None = None,
-                      ) -> tuple[R, object, _Lease, bool]:
+                      reread: Reread | None = None) -> tuple[R, object, _Lease, bool]:
         """``fresh`` and the lease of the call about to start, in one
         transaction. The lease is chosen for each status the call expects
         before the read (the method may depend on the status: the spec's
@@ -231,7 +243,8 @@ class Operations:
         ``db_leases.read_and_lease``); ``written``: the lease the request row
         was written with (``Op.lease``); ``taken``: the token the row was
         inserted with, taken (``Op.taken``): it is not taken again while it
-        still has it. Returns the row, what ``read`` read with it, the lease
+        still has it; ``reread``: the row as the caller read it under the lock
+        (``Op.reread``). Returns the row, what ``read`` read with it, the lease
         of its status and whether this engine's request holds it."""
         chosen: dict[str, _Lease] = {}
         for status in expected:
@@ -245,11 +258,18 @@ class Operations:
                                         False)
         to_write = {status: None if lease.written else lease.terms
                     for status, lease in chosen.items()}
-        # The row is taken (its fencing token bumped) in the same transaction:
-        # the call and its outcome carry the new token.
-        found, parent, leased = db_leases.read_and_lease(
-            self.db, model, ident, self.engine_id, to_write, read,
-            take=expected if taken is None else None)
+        found: R | None
+        if (reread is not None and isinstance(reread.row, model) and taken is not None
+                and not any(to_write.values())):
+            # Read under the lock by the caller that holds it (held_reads.py),
+            # as the read below would: nothing to take, no lease to write.
+            found, parent, leased = reread.row, reread.parent, 0
+        else:
+            # The row is taken (its fencing token bumped) in the same
+            # transaction: the call and its outcome carry the new token.
+            found, parent, leased = db_leases.read_and_lease(
+                self.db, model, ident, self.engine_id, to_write, read,
+                take=expected if taken is None else None)
         if taken is not None and found is not None and getattr(found, "fence", None) != taken:
             # Taken by someone else since it was inserted: taken back, as any
             # call takes its row (whose outcome wins is the fence's to say).
@@ -336,7 +356,8 @@ class Operations:
         """Carry out ``step``, ``op``'s driver call on one row, by the
         operation table's spec: lock, re-read, call the driver, write success
         or error atomically; the success's changes, as written, are returned.
-        ``held``: the caller (the reconciler) already holds the lock."""
+        ``held``: the caller (the reconciler; a stack's batch, which read the
+        row under it: ``Op.reread``) already holds the lock."""
         spec = operation_table.SPECS[(op.kind, op.action)]
         rtype, model, ident, what = op.kind, step.model, step.ident, step.what
         expected = step.expected or spec.transient
@@ -346,9 +367,10 @@ class Operations:
             # the forced one finishes it from that error status.
             expected = (*expected, spec.error_values()["status"])
         lock = lock_name(rtype, ident)
-        with contextlib.nullcontext() if held else self.locked(rtype, ident, lock):
+        with self._lock_scope(op, rtype, ident, lock, held):
             row, parent, lease, leased = self._fresh_leased(model, ident, spec, expected,
-                                                            step.read, op.lease, op.taken)
+                                                            step.read, op.lease, op.taken,
+                                                            op.reread)
             method, terms = lease.method, lease.terms
             fence = getattr(row, "fence", None)
             with self.keeper.holding(ident, terms, leased):

@@ -11,7 +11,7 @@ out raises :class:`Refused` with the reason, before anything is written.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -28,6 +28,17 @@ T = TypeVar("T", bound=models.HasTable)
 
 class Refused(Exception):
     """The operation cannot be done as asked; nothing was written."""
+
+
+@dataclass(frozen=True)
+class Reread:
+    """An operation's row and what its read brought with it (a share instance's
+    share), read under the resource's lock by its holder; ``release`` lets
+    that lock go (the call's ``run`` does, once the outcome is written)."""
+
+    row: object
+    parent: object
+    release: Callable[[], object]
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,9 @@ class Op:
     # transaction that wrote its request (a stack's begin, ``insert_taken``):
     # the call re-reads the row but takes it no more.
     taken: int | None = None
+    # Its row re-read under its lock, which the caller holds for it (a stack's
+    # batch: ``Operations.reread_held``): the call takes neither again.
+    reread: Reread | None = None
 
     @classmethod
     def of_request(cls, req: models.Request) -> Op:

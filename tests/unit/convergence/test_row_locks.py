@@ -211,3 +211,37 @@ def test_a_batch_whose_one_lock_moved_before_its_begin_begins_each_alone(rig, mo
     assert [getattr(a, "result", None) for a in answers] == ["retry"]
     assert _status(rig, "web") == ("CREATE", "COMPLETE")
     assert _one_each(rig, ("share",)) == ["web-a", "web-b", "web-c"]
+
+
+def test_a_batch_of_creates_reads_its_rows_in_one_statement(rig, monkeypatch):
+    """Three plain creates: the first check's report takes the other two,
+    whose work begins together; their rows are then re-read in one
+    statement under their locks (``manager/held_reads.py``), and neither
+    create reads its row again. The stack completes, every share made once."""
+    from sharemgr.manager import held_reads, operations
+
+    three = "resources:\n" + "".join(
+        f"  {n}: {{type: share, properties: {{size: 1, proto: NFS}}}}\n" for n in "abc")
+    e = rig.engine()
+    e.stacks.take_checks_when(lambda: True)
+    e.worker.pace = FixedPace(3)
+    batch_read, own_read = held_reads.resources.instances_with_shares, \
+        operations.db_leases.read_and_lease
+    batches: list[int] = []
+    alone: list[str] = []
+
+    def read_batch(db, ids):
+        batches.append(len(ids))
+        return batch_read(db, ids)
+
+    def read_alone(db, model, ident, *args, **kwargs):
+        alone.append(ident)
+        return own_read(db, model, ident, *args, **kwargs)
+
+    monkeypatch.setattr(held_reads.resources, "instances_with_shares", read_batch)
+    monkeypatch.setattr(operations.db_leases, "read_and_lease", read_alone)
+    rig.create("web", three)
+    assert e.step(1) == 1
+    assert _status(rig, "web") == ("CREATE", "COMPLETE")
+    assert _one_each(rig, ("share",)) == ["web-a", "web-b", "web-c"]
+    assert (batches, len(alone)) == ([2], 1)  # the first check's create read alone

@@ -1,4 +1,5 @@
-"""db/resources.py: the one-statement read a share delete's plan makes."""
+"""db/resources.py: the one-statement reads a share delete's plan and a
+stack's batch of creates make."""
 
 from __future__ import annotations
 
@@ -56,3 +57,14 @@ def test_a_deleted_or_unknown_share_is_none(db):
         session.get(models.Share, sid).deleted_at = models.utcnow()
     assert resources.share_to_delete(db, sid) == (None, [], 0)
     assert resources.share_to_delete(db, "nope") == (None, [], 0)
+
+
+def test_instances_read_with_their_shares_in_one_statement(db):
+    """A batch's re-read (``instances_with_shares``): each live instance
+    asked for, with its share; a deleted one and an unknown id are absent."""
+    a, (a1, a2, gone) = _share(db, [(None, False), ("in_sync", False), (None, True)])
+    b, (b1,) = _share(db, [(None, False)])
+    found = resources.instances_with_shares(db, [a1, b1, gone, "no-such-id", a2])
+    assert {i: (inst.id, share.id) for i, (inst, share) in found.items()} == {
+        a1: (a1, a), a2: (a2, a), b1: (b1, b)}
+    assert resources.instances_with_shares(db, []) == {}
