@@ -13,6 +13,7 @@ still held. One read-only transaction instead of one per operation.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
@@ -37,19 +38,22 @@ def reread_held(ops: Operations, batch: Sequence[Op | None]
     """Each op of ``batch`` with its row re-read under its lock, and the
     stack that releases that lock: its ``run`` closes it once the outcome is
     written (``Reread.release``), as it would release a lock of its own;
-    the caller closes it too, in case the op never got there. An
-    op this cannot serve comes back as it was, with an empty stack, and takes
-    its lock and reads its row itself: one with a handler of its own, one
-    whose row was not inserted taken by its begin (``Op.taken``: it must be
-    taken under the lock), one whose lock the coordination backend would
-    not give now, one whose row the read did not find (gone, deleted). If
-    the read fails (the database away), every op comes back as it was, no
-    lock held: each meets the failure in its own run, as it would alone."""
+    the caller closes it too, in case the op never got there. An op this
+    cannot serve comes back as it was, with an empty stack, and takes its
+    lock and reads its row itself: one with a handler of its own, one whose
+    row was not inserted taken by its begin (``Op.taken``: it must be taken
+    under the lock), one whose lock the coordination backend would not give
+    now, one whose row the read did not find (gone, deleted), two about one
+    resource. If the read fails (the database away), every op comes back as
+    it was, no lock held: each meets the failure in its own run, as alone."""
     stacks = [contextlib.ExitStack() for _ in batch]
     served = [(i, op) for i, op in enumerate(batch)
               if op is not None and op.taken is not None and op.reread is None
               and (op.kind, op.action) in driver_args.READS
               and ops.handlers.get((op.kind, op.action)) is operations.by_table]
+    names = collections.Counter(_lock(op) for _i, op in served)
+    # A lock named twice would be taken twice by this thread: each takes its own.
+    served = [(i, op) for i, op in served if names[_lock(op)] == 1]
     if len(served) < 2:  # one op reads as fast alone
         return [(op, stack) for op, stack in zip(batch, stacks, strict=True)]
     found: dict[str, tuple[object, object]] = {}

@@ -132,3 +132,11 @@ def test_one_op_alone_is_not_read_for(engine, lone):
     ops = [_op(a)] if lone else [_op(a), None]
     held = held_reads.reread_held(engine.operations, ops)
     assert [op for op, _stack in held] == ops and _free(engine, a)
+
+
+def test_two_ops_about_one_resource_take_their_lock_each_in_turn(engine):
+    """The thread would otherwise take one lock twice and wait for itself."""
+    a, b = _deleting(engine), _deleting(engine)
+    ops = [_op(a), _op(a), _op(b)]
+    held = held_reads.reread_held(engine.operations, ops)
+    assert [op for op, _stack in held] == ops and _free(engine, a) and _free(engine, b)
