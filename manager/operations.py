@@ -368,6 +368,9 @@ class Operations:
             expected = (*expected, spec.error_values()["status"])
         lock = lock_name(rtype, ident)
         with self._lock_scope(op, rtype, ident, lock, held):
+            why = self.not_member()
+            if why:  # not even the take below: it would fence out our replacement
+                raise NotNow(f"{what}: not calling the driver: {why}")
             row, parent, lease, leased = self._fresh_leased(model, ident, spec, expected,
                                                             step.read, op.lease, op.taken,
                                                             op.reread)

@@ -159,3 +159,20 @@ def test_an_outcome_write_failing_for_another_reason_is_raised(timed, monkeypatc
         engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
                                      host=HOSTBE))
     assert tries == [1]
+
+
+def test_an_engine_out_of_the_group_takes_no_row(timed):
+    """Out of the engines group (paused, cut off: its work may be another's
+    now), an operation takes nothing: taking the row would bump its token
+    and fence out the call of the engine that took the work over (the
+    fault run, seed 7412). NOT_NOW, the row as it was."""
+    engine = timed
+    inst = make_share(engine.db, vocab.DELETING)
+    _running(engine, inst, vocab.ACTION_DELETE)
+    fence = fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).fence
+    engine.operations.not_member = lambda: "its membership expired"
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                        host=HOSTBE)), Result.NOT_NOW, "membership expired")
+    after = fetch(engine.db, vocab.SHARE_INSTANCE, inst.id)
+    assert (after.status, after.fence) == (vocab.DELETING, fence)
+    assert engine.driver.methods() == []
