@@ -87,30 +87,38 @@ def retry_on_conflict(fn: Callable[Concatenate[Database, P], R]
 
     @functools.wraps(fn)
     def run(db: Database, *args: P.args, **kwargs: P.kwargs) -> R:
-        # The first try outside tenacity: building its Retrying cost more
-        # than many a transaction it wrapped (11 us, several per stack node),
-        # and almost every transaction ends at its first try.
-        try:
-            return fn(db, *args, **kwargs)
-        except Exception as exc:
-            if not is_conflict(exc):
-                raise
-            lost = exc
-        first = [lost]
-
-        @functools.wraps(fn)
-        def again(db: Database, *args: P.args, **kwargs: P.kwargs) -> R:
-            if first:  # tenacity's first try is the one above: the same counts, waits, logs
-                raise first.pop()
-            return fn(db, *args, **kwargs)
-
         policy: Policy = db.retry
-        retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(is_conflict),
-                                     wait=policy.wait(), stop=policy.stop(),
-                                     before_sleep=_log, reraise=True)
-        return retrying(again, db, *args, **kwargs)
+        return first_then_retry(
+            is_conflict, lambda: tenacity.Retrying(
+                retry=tenacity.retry_if_exception(is_conflict), wait=policy.wait(),
+                stop=policy.stop(), before_sleep=_log, reraise=True),
+            fn, db, *args, **kwargs)
 
     return run
+
+
+def first_then_retry(retried: Callable[[BaseException], bool],
+                     retrying: Callable[[], tenacity.Retrying],
+                     fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """``retrying()(fn, ...)``, its first try made before the ``Retrying``
+    is built: building it cost more than many a transaction it wrapped
+    (11 us, several per stack node), and almost every call ends at its first
+    try. A first try that fails with an error ``retried`` takes counts as
+    tenacity's first: the same counts, waits and logs."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        if not retried(exc):
+            raise
+        pending = [exc]
+
+    @functools.wraps(fn)
+    def again(*args: P.args, **kwargs: P.kwargs) -> R:
+        if pending:
+            raise pending.pop()
+        return fn(*args, **kwargs)
+
+    return retrying()(again, *args, **kwargs)
 
 
 def in_own_transaction(fn: Callable[Concatenate[Session, P], R]

@@ -17,7 +17,6 @@ import collections
 import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from oslo_log import log as logging
 from sharemgr.db import resources
@@ -25,15 +24,12 @@ from sharemgr.manager import driver_args, kinds, operations
 from sharemgr.manager.op_errors import NotNow
 from sharemgr.manager.plans import Op, Reread
 
-if TYPE_CHECKING:
-    from sharemgr.manager.operations import Operations
-
 LOG = logging.getLogger(__name__)
 
 __all__ = ["reread_held"]
 
 
-def reread_held(ops: Operations, batch: Sequence[Op | None]
+def reread_held(ops: operations.Operations, batch: Sequence[Op | None]
                 ) -> list[tuple[Op | None, contextlib.ExitStack]]:
     """Each op of ``batch`` with its row re-read under its lock, and the
     stack that releases that lock: its ``run`` closes it once the outcome is

@@ -21,6 +21,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import leases as db_leases
 from sharemgr.db import models
 from sharemgr.db.engine import Database
+from sharemgr.db.retry import first_then_retry
 from sharemgr.drivers import timing
 from sharemgr.drivers.exceptions import (
     FencedCall,
@@ -284,38 +285,20 @@ class Operations:
         (up to ``outcome_wait`` seconds): a call that changed the backend
         must not leave its resource transient with its request failed."""
 
-        try:
-            # The first try outside tenacity, whose Retrying cost 2 % of a
-            # stack engine's CPU here, though an outcome almost never waits.
-            won = db_api.transition_with_request(self.db, changes, None)
-        except Exception as exc:
-            if not is_outage(exc):
-                raise
-            won = self._commit_waiting(changes, what, exc)
-        if not won:
-            self._lost(rtype, ident)
-            raise Lost(f"{what} changed while the driver worked (taken over); outcome not "
-                       "written, the resource is re-observed")
-
-    def _commit_waiting(self, changes: list[Change], what: str, first: Exception) -> bool:
-        """``_commit``'s tries after its first met the database away
-        (``first``, counted as tenacity's first try): again, backing off,
-        for up to ``outcome_wait`` seconds from now."""
-        pending = [first]
-
         def waiting(state: tenacity.RetryCallState) -> None:
             if state.attempt_number == 1:
                 LOG.warning("%s: the database is away; its outcome waits for it", what)
 
-        def again() -> bool:
-            if pending:
-                raise pending.pop()
-            return db_api.transition_with_request(self.db, changes, None)
-
-        return tenacity.Retrying(
-            retry=tenacity.retry_if_exception(is_outage), reraise=True,
-            wait=tenacity.wait_exponential(multiplier=0.2, max=5),
-            stop=tenacity.stop_after_delay(self.outcome_wait), before_sleep=waiting)(again)
+        won = first_then_retry(
+            is_outage, lambda: tenacity.Retrying(
+                retry=tenacity.retry_if_exception(is_outage), reraise=True,
+                wait=tenacity.wait_exponential(multiplier=0.2, max=5),
+                stop=tenacity.stop_after_delay(self.outcome_wait), before_sleep=waiting),
+            db_api.transition_with_request, self.db, changes, None)
+        if not won:
+            self._lost(rtype, ident)
+            raise Lost(f"{what} changed while the driver worked (taken over); outcome not "
+                       "written, the resource is re-observed")
 
     def _lost(self, rtype: str, ident: str) -> None:
         """A late outcome is looked at, not dropped: the resource is
