@@ -3,14 +3,16 @@ access type on NFS and CIFS: each input either works, a real client proving
 it, or exits 2 with one line and nothing written; and no input changes the
 service of another share (a client of a witness share reads throughout).
 
-One daemon. Inputs that would let this host's client in (127.0.0.1 is in
-them) are tried one by one on a share with no other rule: the client gets
-in while the rule stands and not after its deny. The others go, in groups
-and in parallel, to a share whose one rule lets the client in: it must keep
-reading with all of them in force (NFS-Ganesha drops an export whose
-CLIENT it cannot read), and the exporters' files must hold each accepted
-rule. NUL cannot travel in an argument vector: the unit tests check it
-(tests/unit/drivers/test_access_rules.py). Needs root and the packages."""
+One daemon; NFS and CIFS are tried at the same time (their shares and
+exporters are apart). Inputs that would let this host's client in
+(127.0.0.1 is in them) are tried one by one on a share with no other rule:
+the client gets in while the rule stands and not after its deny. The others
+go, in groups and in parallel, to a share whose one rule lets the client
+in: it must keep reading with all of them in force (NFS-Ganesha drops an
+export whose CLIENT it cannot read), and the exporters' files must hold
+each accepted rule. NUL cannot travel in an argument vector: the unit tests
+check it (tests/unit/drivers/test_access_rules.py). Needs root and the
+packages."""
 
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ def _covers(value: str, proto: str) -> bool:
     return HERE in net
 
 
-@pytest.mark.long(150)
+@pytest.mark.long(120)
 def test_hostile_access_allow(local, tmp_path):
     d, options = local()
     client = lh.Client(options)
@@ -122,8 +124,9 @@ def test_hostile_access_allow(local, tmp_path):
     witnesses_read()
     accepted: dict[str, list[str]] = {"NFS": [], "CIFS": [], "CIFS-users": []}
 
-    # Inputs that would let the client in: one by one, alone on their share.
-    for proto in ("NFS", "CIFS"):
+    # Inputs that would let the client in: one by one, alone on their share;
+    # NFS and CIFS at the same time (their shares and exporters are apart).
+    def one_by_one(proto):
         sid, loc = alone[proto]
         # Refusals are the same on both protocols: CIFS gets the forms it may take.
         values = IP + PREFIXES if proto == "NFS" else [v for v in IP if _parses(v)]
@@ -148,6 +151,10 @@ def test_hostile_access_allow(local, tmp_path):
             assert client.ls(proto, loc, user=user).returncode != 0, (proto, value)
         witnesses_read()
 
+    with ThreadPoolExecutor(2) as pool:
+        for done in [pool.submit(one_by_one, proto) for proto in ("NFS", "CIFS")]:
+            done.result()
+
     # Everything else, in groups, in parallel, onto the crowded shares.
     # Each value goes where it tells something: every ip form and hostile
     # value to NFS (whose exporter is the pickier one), the ip forms that
@@ -164,28 +171,35 @@ def test_hostile_access_allow(local, tmp_path):
                        + [("cert", c) for c in CERTS[:2]],
                        [("user", h) for h in HOSTILE]],
     }
-    with ThreadPoolExecutor(4) as pool:
-        for key in ("NFS", "CIFS", "CIFS-users"):
-            proto = key.split("-")[0]
-            sid, loc = crowd[key]
-            base = len(d.json("access", "list", sid))
-            for group in groups[key]:
-                outs = list(pool.map(lambda kv, sid=sid: allow(sid, *kv, wait=False), group))
-                for (_kind, value), out in zip(group, outs, strict=True):
-                    if out.returncode == 2 and "already has rule" not in out.stderr:
-                        judged_refused(out, value)
-                    else:
-                        assert out.returncode in (0, 2), (proto, value, out.stderr)
-                        if out.returncode == 0:
-                            accepted[key].append(value)
-                # Every rule taken is applied, and the share still serves.
-                _wait_active(d, sid)
-                rules = d.json("access", "list", sid)
-                assert {r["state"] for r in rules} == {"active"}, rules
-                assert len(rules) == base + len(accepted[key]), (rules, accepted[key])
-                assert client.ls(proto, loc, user=crowd_user[key]).returncode == 0, key
-                witnesses_read()
-            _written(root, proto, loc, [r["access_to"] for r in rules])
+    def crowded(keys):
+        with ThreadPoolExecutor(3) as pool:
+            for key in keys:
+                proto = key.split("-")[0]
+                sid, loc = crowd[key]
+                base = len(d.json("access", "list", sid))
+                for group in groups[key]:
+                    outs = list(pool.map(lambda kv, sid=sid: allow(sid, *kv, wait=False), group))
+                    for (_kind, value), out in zip(group, outs, strict=True):
+                        if out.returncode == 2 and "already has rule" not in out.stderr:
+                            judged_refused(out, value)
+                        else:
+                            assert out.returncode in (0, 2), (proto, value, out.stderr)
+                            if out.returncode == 0:
+                                accepted[key].append(value)
+                    # Every rule taken is applied, and the share still serves.
+                    _wait_active(d, sid)
+                    rules = d.json("access", "list", sid)
+                    assert {r["state"] for r in rules} == {"active"}, rules
+                    assert len(rules) == base + len(accepted[key]), (rules, accepted[key])
+                    assert client.ls(proto, loc, user=crowd_user[key]).returncode == 0, key
+                    witnesses_read()
+                _written(root, proto, loc, [r["access_to"] for r in rules])
+
+    # The NFS crowd beside the two CIFS ones (one after the other: one smb.conf).
+    with ThreadPoolExecutor(2) as pool:
+        for done in [pool.submit(crowded, keys)
+                     for keys in (["NFS"], ["CIFS", "CIFS-users"])]:
+            done.result()
 
     # What got in is what the validator takes: spot checks on the outcome.
     assert "2001:db8::/100" not in accepted["NFS"] and "2001:db8::/100" in accepted["CIFS"]
