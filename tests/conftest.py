@@ -12,6 +12,7 @@ import shutil
 import socket
 import tempfile
 import uuid
+from collections.abc import Iterator
 
 import filelock
 import pytest
@@ -82,17 +83,36 @@ def _drop_database(admin_url: str, url: str) -> None:
     engine.dispose()
 
 
+# The databases the running test made; dropped once its teardown is over.
+_MADE: list[tuple[str, str]] = []
+# One thread: the drops go on while the next tests run (a MariaDB drop
+# removes a file per table and takes a while); the session's end waits only
+# for the last ones.
+_DROPPER = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+_DROPS: list[concurrent.futures.Future] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After every function-scoped fixture of the test has finished with its
+    databases (e.g. the engines a deployment started, whatever the order the
+    test names its fixtures in), they are dropped in the background."""
+    try:
+        return (yield)
+    finally:
+        while _MADE:
+            _DROPS.append(_DROPPER.submit(_drop_database, *_MADE.pop()))
+
+
 @pytest.fixture(scope="session")
 def _databases_to_drop():
-    """Test databases are dropped when the session ends, after every
-    function-scoped fixture (e.g. the engines a deployment started, whatever
-    the order a test names its fixtures in) has finished with them."""
-    made: list[tuple[str, str]] = []
-    yield made
-    # In parallel: a MariaDB drop removes a file per table and takes a while.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-        for done in [pool.submit(_drop_database, admin, url) for admin, url in made]:
-            done.result()
+    """The list a test's database fixtures add to; at the session's end every
+    drop is waited for, and one that failed fails the run's teardown."""
+    yield _MADE
+    while _MADE:
+        _DROPS.append(_DROPPER.submit(_drop_database, *_MADE.pop()))
+    for done in _DROPS:
+        done.result()
 
 
 @pytest.fixture
