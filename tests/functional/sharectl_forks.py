@@ -7,9 +7,8 @@ two-core machine, over a second under the suite's load). Here one server
 process per test worker imports them, and the modules the commands import
 lazily (the database side, the drivers' and the manager's modules, the
 SQL dialects: 0.6 s of CPU a run before they were); each run is a fork of
-it, with the
-caller's arguments, environment, working folder and standard streams
-(passed as file descriptors), which calls the console script's own
+it, with the caller's arguments, environment, working folder and standard
+streams (passed as file descriptors), which calls the console script's own
 ``main`` and exits with its code. So each run is still a new process with
 nothing of the others' state, and only the start-up is shared. Tests that
 need the installed script itself (its entry point, ``--help`` from a
