@@ -9,6 +9,7 @@ it expects, in one transaction with any other row the outcome touches.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -285,20 +286,25 @@ class Operations:
         (up to ``outcome_wait`` seconds): a call that changed the backend
         must not leave its resource transient with its request failed."""
 
-        def waiting(state: tenacity.RetryCallState) -> None:
-            if state.attempt_number == 1:
-                LOG.warning("%s: the database is away; its outcome waits for it", what)
-
-        won = first_then_retry(
-            is_outage, lambda: tenacity.Retrying(
-                retry=tenacity.retry_if_exception(is_outage), reraise=True,
-                wait=tenacity.wait_exponential(multiplier=0.2, max=5),
-                stop=tenacity.stop_after_delay(self.outcome_wait), before_sleep=waiting),
-            db_api.transition_with_request, self.db, changes, None)
+        won = first_then_retry(is_outage, functools.partial(self._outcome_retrying, what),
+                               db_api.transition_with_request, self.db, changes, None)
         if not won:
             self._lost(rtype, ident)
             raise Lost(f"{what} changed while the driver worked (taken over); outcome not "
                        "written, the resource is re-observed")
+
+    def _outcome_retrying(self, what: str) -> tenacity.Retrying:
+        """The outcome's wait for the database, made only once the first
+        try met an outage (not for each of the outcomes that go through)."""
+
+        def waiting(state: tenacity.RetryCallState) -> None:
+            if state.attempt_number == 1:
+                LOG.warning("%s: the database is away; its outcome waits for it", what)
+
+        return tenacity.Retrying(
+            retry=tenacity.retry_if_exception(is_outage), reraise=True,
+            wait=tenacity.wait_exponential(multiplier=0.2, max=5),
+            stop=tenacity.stop_after_delay(self.outcome_wait), before_sleep=waiting)
 
     def _lost(self, rtype: str, ident: str) -> None:
         """A late outcome is looked at, not dropped: the resource is

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import filelock
 import pytest
+import redis
 import sqlalchemy as sa
 from sharemgr.db import migration
 from sharemgr.db.engine import Database
@@ -92,16 +93,40 @@ _DROPPER = concurrent.futures.ThreadPoolExecutor(max_workers=1)
 _DROPS: list[concurrent.futures.Future] = []
 
 
+# The Redis key namespaces the running test used: tooz leaves its groups'
+# keys without an expiry, so they go once the test's engines have stopped.
+_NAMESPACES: list[str] = []
+
+
+def _drop_made() -> None:
+    while _MADE:
+        _DROPS.append(_DROPPER.submit(_drop_database, *_MADE.pop()))
+
+
+def _drop_namespaces() -> None:
+    if not _NAMESPACES:
+        return
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        while _NAMESPACES:
+            keys = list(client.scan_iter(match=f"{_NAMESPACES.pop()}*", count=1000))
+            if keys:
+                client.delete(*keys)
+    finally:
+        client.close()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """After every function-scoped fixture of the test has finished with its
     databases (e.g. the engines a deployment started, whatever the order the
-    test names its fixtures in), they are dropped in the background."""
+    test names its fixtures in), they are dropped in the background; so are
+    its Redis namespaces' keys, at once."""
     try:
         return (yield)
     finally:
-        while _MADE:
-            _DROPS.append(_DROPPER.submit(_drop_database, *_MADE.pop()))
+        _drop_made()
+        _drop_namespaces()
 
 
 @pytest.fixture(scope="session")
@@ -109,8 +134,7 @@ def _databases_to_drop():
     """The list a test's database fixtures add to; at the session's end every
     drop is waited for, and one that failed fails the run's teardown."""
     yield _MADE
-    while _MADE:
-        _DROPS.append(_DROPPER.submit(_drop_database, *_MADE.pop()))
+    _drop_made()
     for done in _DROPS:
         done.result()
 
@@ -153,7 +177,9 @@ def redis_url():
     on other workers (the same host name, the same engines group) must not
     see each other's engines come and go."""
     need_server("Redis", "127.0.0.1", 6379)
-    return f"{REDIS_URL}?namespace=sm_{uuid.uuid4().hex[:12]}"
+    namespace = f"sm_{uuid.uuid4().hex[:12]}"
+    _NAMESPACES.append(namespace)
+    return f"{REDIS_URL}?namespace={namespace}"
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "mysql"])

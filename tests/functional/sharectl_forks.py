@@ -39,19 +39,16 @@ import sharemgr.cli.app as app
 # What a run would import on its way (the commands import the database side
 # lazily, so that --help stays quick): imported here once, where it costs
 # nothing per run. An import that fails here fails the same way in the run.
+names = ["sqlalchemy.dialects.sqlite.pysqlite", "sqlalchemy.dialects.postgresql.psycopg2",
+         "sqlalchemy.dialects.mysql.pymysql", "tooz.drivers.redis", "tooz.drivers.file",
+         "cliff.formatters.json_format", "cliff.formatters.table",
+         "cliff.formatters.value", "cliff.formatters.yaml_format",
+         "cliff.formatters.commaseparated", "cliff.formatters.shell"]
 for package in ("common", "db", "manager", "drivers", "cli"):
     module = importlib.import_module(f"sharemgr.{package}")
-    for info in pkgutil.iter_modules(module.__path__, module.__name__ + "."):
-        if not info.ispkg:
-            try:
-                importlib.import_module(info.name)
-            except ImportError:
-                pass
-for name in ("sqlalchemy.dialects.sqlite.pysqlite", "sqlalchemy.dialects.postgresql.psycopg2",
-             "sqlalchemy.dialects.mysql.pymysql", "tooz.drivers.redis", "tooz.drivers.file",
-             "cliff.formatters.json_format", "cliff.formatters.table",
-             "cliff.formatters.value", "cliff.formatters.yaml_format",
-             "cliff.formatters.commaseparated", "cliff.formatters.shell"):
+    names += [info.name for info in pkgutil.iter_modules(module.__path__, module.__name__ + ".")
+              if not info.ispkg]
+for name in names:
     try:
         importlib.import_module(name)
     except ImportError:
