@@ -25,6 +25,11 @@ if TYPE_CHECKING:  # the counts' type; the benchmarks also run older code (doc/p
 PG_ADMIN = os.environ.get("SHAREMGR_TEST_PG", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("SHAREMGR_TEST_REDIS", "redis://127.0.0.1:6379")
 
+# Engines as a user starts them: exec'ed, with no more than the daemon
+# imports (the tests fork them from a process that imported the whole
+# package: tests/functional/forks.py).
+os.environ.setdefault("SHAREMGR_TEST_DAEMON", "exec")
+
 # The daemon's own defaults (the test harness shortens some of them).
 DEFAULTS = {"request_poll_interval": "0.2", "heartbeat_interval": "10",
             "request_poll_max_interval": "5"}

@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from tests.functional import sharectl_forks
+from tests.functional import forks
 
 # What sharectl's ``-f json`` and the dummy's CLI print, as json.loads gives it:
 # any JSON value (a test knows which shape it asked for).
@@ -29,7 +29,7 @@ def tool(name: str) -> str:
 
 
 class Engine:
-    def __init__(self, proc: subprocess.Popen, log: Path) -> None:
+    def __init__(self, proc: subprocess.Popen | forks.Forked, log: Path) -> None:
         self.proc = proc
         self.log = log
 
@@ -124,7 +124,7 @@ class Deployment:
 
     def sharectl(self, *args: str, check: bool = True, timeout: float = 120,
                  config: Path | None = None) -> subprocess.CompletedProcess:
-        out = sharectl_forks.run(tool("sharectl"),
+        out = forks.run(tool("sharectl"),
                                  ["--config-file", str(config or self.config), *args], timeout)
         if check and out.returncode != 0:
             raise AssertionError(
@@ -144,11 +144,15 @@ class Deployment:
         it execs, so the engine keeps the pid signals go to)."""
         n = len(self.engines)
         log = self.root / f"{name or 'engine'}-{n}.log"
-        proc = subprocess.Popen(
-            [*wrap, tool("share-manager"), "--config-file", str(config or self.config)],
-            stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})}, preexec_fn=preexec_fn,
-        )
+        argv = ["--config-file", str(config or self.config)]
+        proc: subprocess.Popen | forks.Forked | None = None
+        with open(log, "wb") as out:
+            if not (wrap or env or preexec_fn):
+                proc = forks.engine(tool("share-manager"), argv, out.fileno())
+            if proc is None:
+                proc = subprocess.Popen(
+                    [*wrap, tool("share-manager"), *argv], stdout=out, stderr=subprocess.STDOUT,
+                    env={**os.environ, **(env or {})}, preexec_fn=preexec_fn)
         engine = Engine(proc, log)
         self.engines.append(engine)
         if wait:

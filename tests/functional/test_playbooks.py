@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.conftest import IN_CI
-from tests.functional import sharectl_forks
+from tests.functional import forks
 
 pytestmark = pytest.mark.functional
 
@@ -89,8 +89,8 @@ class Run:
         self.root.mkdir()
         self.log = self.root / "ansible.out"
         # sharectl through the worker's fork server: the playbook runs it
-        # about 60 times a run (tests/functional/sharectl_forks.py).
-        bin_dir = sharectl_forks.commands(self.root / "bin")
+        # about 60 times a run (tests/functional/forks.py).
+        bin_dir = forks.commands(self.root / "bin")
         vars_ = {"sm_root": str(self.root / "deployment"), "sm_bin_dir": str(bin_dir), **extra}
         self.proc = subprocess.Popen(
             [ansible_playbook(), str(RECONCILIATION), "-e", json.dumps(vars_), *args],
