@@ -54,7 +54,7 @@ class BackupMethods:
 
         :raises ShareBackendException: the backend refused or failed.
         """
-        # base.py's _inherited, here where the base method is defined.
+        # base.py's _delete_unsupported, here where the base method is defined.
         if type(self).create_backup is BackupMethods.create_backup:
             return None  # it never creates backups: there is nothing to delete
         raise OperationNotSupported("delete_backup")

@@ -72,12 +72,14 @@ __all__ = [
 ]
 
 
-def _inherited(driver: object, method: str) -> bool:
-    """Whether ``driver`` keeps the base class's ``method`` (does not
-    implement it). A driver that never creates an object kind has none to
-    delete: deleting one (a row left by a failed create) succeeds, so the row
-    never blocks its parent."""
-    return getattr(type(driver), method) is getattr(ShareDriver, method)
+def _delete_unsupported(driver: object, create: str, delete: str) -> None:
+    """The base class's ``delete``: a driver that keeps the base class's
+    ``create`` (never creates that object kind) has none to delete, so
+    deleting one (a row left by a failed create) succeeds and the row never
+    blocks its parent; one that creates them and does not delete them is
+    refused."""
+    if getattr(type(driver), create) is not getattr(ShareDriver, create):
+        raise OperationNotSupported(delete)
 
 
 class ShareDriver(BackupMethods, ManageMethods, MigrationMethods, ReadMethods):
@@ -312,9 +314,7 @@ class ShareDriver(BackupMethods, ManageMethods, MigrationMethods, ReadMethods):
 
         :raises ShareBackendException: the backend refused or failed.
         """
-        if _inherited(self, "create_replica"):
-            return None  # it never creates replicas: there is nothing to delete
-        raise OperationNotSupported("delete_replica")
+        _delete_unsupported(self, "create_replica", "delete_replica")
 
     def promote_replica(
         self,
@@ -388,9 +388,7 @@ class ShareDriver(BackupMethods, ManageMethods, MigrationMethods, ReadMethods):
 
         :raises ShareBackendException: the backend refused or failed.
         """
-        if _inherited(self, "create_share_group"):
-            return None  # it never creates share groups: there is nothing to delete
-        raise OperationNotSupported("delete_share_group")
+        _delete_unsupported(self, "create_share_group", "delete_share_group")
 
     def create_share_group_snapshot(
         self, group_snapshot: GroupSnapshot, share_server: ShareServer | None = None
@@ -410,9 +408,7 @@ class ShareDriver(BackupMethods, ManageMethods, MigrationMethods, ReadMethods):
 
         :raises ShareBackendException: the backend refused or failed.
         """
-        if _inherited(self, "create_share_group_snapshot"):
-            return None  # it never creates group snapshots: there is nothing to delete
-        raise OperationNotSupported("delete_share_group_snapshot")
+        _delete_unsupported(self, "create_share_group_snapshot", "delete_share_group_snapshot")
 
     # Share servers (DHSS) ------------------------------------------------------
 
@@ -439,9 +435,7 @@ class ShareDriver(BackupMethods, ManageMethods, MigrationMethods, ReadMethods):
         :raises ShareBackendException: the backend refused (e.g. the server
             still holds shares) or failed.
         """
-        if _inherited(self, "setup_server"):
-            return None  # it never creates share servers: there is nothing to delete
-        raise OperationNotSupported("teardown_server")
+        _delete_unsupported(self, "setup_server", "teardown_server")
 
     # Access rules ------------------------------------------------------------
 

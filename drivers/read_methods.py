@@ -67,51 +67,31 @@ class ReadMethods:
     def get_share_status(
         self, share: Share, share_server: ShareServer | None = None
     ) -> StatusReport:
-        """:returns: ``{"status", "size", "export_locations"}`` of a share instance.
-
-        :raises ShareResourceNotFound: the backend has no such share.
-        :raises NotImplementedError: the driver cannot tell.
-        """
+        """:returns: ``{"status", "size", "export_locations"}`` of a share instance."""
         raise NotImplementedError("get_share_status")
 
     def get_snapshot_status(
         self, snapshot: Snapshot, share_server: ShareServer | None = None
     ) -> StatusReport:
-        """:returns: ``{"status", ...}`` of a snapshot instance.
-
-        :raises ShareResourceNotFound: the backend has no such snapshot.
-        :raises NotImplementedError: the driver cannot tell.
-        """
+        """:returns: ``{"status", ...}`` of a snapshot instance."""
         raise NotImplementedError("get_snapshot_status")
 
     def get_replica_status(
         self, replica: Replica, share_server: ShareServer | None = None
     ) -> StatusReport:
-        """:returns: ``{"status", "replica_state", "export_locations", ...}``.
-
-        :raises ShareResourceNotFound: the backend has no such replica.
-        :raises NotImplementedError: the driver cannot tell.
-        """
+        """:returns: ``{"status", "replica_state", "export_locations", ...}``."""
         raise NotImplementedError("get_replica_status")
 
     def get_share_group_status(
         self, group: ShareGroup, share_server: ShareServer | None = None
     ) -> StatusReport:
-        """:returns: ``{"status", ...}`` of a share group.
-
-        :raises ShareResourceNotFound: the backend has no such group.
-        :raises NotImplementedError: the driver cannot tell.
-        """
+        """:returns: ``{"status", ...}`` of a share group."""
         raise NotImplementedError("get_share_group_status")
 
     def get_share_group_snapshot_status(
         self, group_snapshot: GroupSnapshot, share_server: ShareServer | None = None
     ) -> StatusReport:
-        """:returns: ``{"status", ...}`` of a group snapshot.
-
-        :raises ShareResourceNotFound: the backend has no such group snapshot.
-        :raises NotImplementedError: the driver cannot tell.
-        """
+        """:returns: ``{"status", ...}`` of a group snapshot."""
         raise NotImplementedError("get_share_group_snapshot_status")
 
     # Optional listing ------------------------------------------------------------
