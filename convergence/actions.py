@@ -62,6 +62,11 @@ def create(db: Database, name: str, template: Template,
     return lifecycle.create_stack(db, name, template, disable_rollback, timeout_seconds)
 
 
+# A DELETE's tries against traversals that keep starting first (a stack
+# updated by several clients at once).
+DELETE_TRIES = 5
+
+
 def start(
     db: Database,
     name_or_id: str,
@@ -74,9 +79,23 @@ def start(
     (``timeout_seconds`` None keeps the stack's timeout; ``guard``: see
     ``prepare.prepare_traversal_tx``). Raises StackNotFound,
     InvalidStackAction, TraversalLost (another traversal started first:
-    nothing written), and what ``guard`` raises (nothing written)."""
-    stack = stacks.stack_lookup(db, name_or_id)
-    return lifecycle.prepare_traversal(db, stack, action, template, timeout_seconds, guard)
+    nothing written), and what ``guard`` raises (nothing written).
+
+    A DELETE that lost to another traversal reads the stack again and
+    tries again (``DELETE_TRIES`` in all): what it does depends on no
+    traversal, so the one that came first changes nothing of it. An UPDATE
+    or a ROLLBACK was asked of the stack as its caller saw it, and is
+    refused."""
+    tries = DELETE_TRIES if action == vocab.STACK_DELETE else 1
+    while True:
+        stack = stacks.stack_lookup(db, name_or_id)
+        try:
+            return lifecycle.prepare_traversal(db, stack, action, template, timeout_seconds,
+                                               guard)
+        except prepare.TraversalLost:
+            tries -= 1
+            if not tries:
+                raise
 
 
 # Describing ------------------------------------------------------------------------

@@ -45,7 +45,6 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "common/vocab.py": (UNIT + "test_column_lengths.py",),
     # a node's check, step by step, and the watchdog
     "convergence/act.py": WORKER,
-    "convergence/actions.py": (*WORKER, FUNC + "test_stacks.py"),
     "convergence/decide.py": WORKER,
     "convergence/engine.py": WORKER,
     "convergence/lifecycle.py": (*WORKER, UNIT + "convergence/test_prepare.py"),
