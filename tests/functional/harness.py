@@ -125,7 +125,7 @@ class Deployment:
     def sharectl(self, *args: str, check: bool = True, timeout: float = 120,
                  config: Path | None = None) -> subprocess.CompletedProcess:
         out = forks.run(tool("sharectl"),
-                                 ["--config-file", str(config or self.config), *args], timeout)
+                        ["--config-file", str(config or self.config), *args], timeout)
         if check and out.returncode != 0:
             raise AssertionError(
                 f"{' '.join(args)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}"
