@@ -354,6 +354,10 @@ def fault_failures(world: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A long run from the command line starts its engines as a user does:
+    # each its own interpreter (its own hash seed), not forked from the
+    # test worker's server (tests/functional/forks.py) as in the suite.
+    os.environ.setdefault("SHAREMGR_TEST_DAEMON", "exec")
     p = argparse.ArgumentParser(
         prog="python -m tests.functional.faults",
         description="Pause and partition faults on two engines (PostgreSQL + Redis); then "

@@ -24,7 +24,14 @@ exit would end it: its non-daemon threads joined, then the ``atexit``
 functions. An engine started with its own environment, under a wrapper or
 with a ``preexec_fn`` (libfaketime, a network namespace, systemd's
 socket) is exec'ed as before, and ``SHAREMGR_TEST_DAEMON=exec`` makes every
-start do so."""
+start do so. The engine stays in the test worker's process group, as an
+exec'ed one does; the server's child ignores SIGINT so that it can tell
+the engine's end, and reaps the engine only once the test has read it, so
+that its pid cannot be another process's meanwhile. What still differs
+from an exec'ed engine: the engines of one worker share the server's hash
+seed (sets of strings iterate alike in all of them), and oslo.log names
+the program ``<string>`` where it takes a log file's name from it (no test
+sets ``log_dir`` without ``log_file``)."""
 
 from __future__ import annotations
 
@@ -45,7 +52,9 @@ from typing import TextIO
 SERVER = r"""
 import json, os, random, socket, socketserver, sys
 sys.argv[0] = "sharectl"  # cliff names the program from it at import (usage lines)
-import atexit, importlib, pkgutil, threading, traceback
+# A console script's first path is its own folder, not the working folder.
+sys.path[0] = os.path.dirname(sys.executable)
+import atexit, importlib, pkgutil, signal, threading, traceback
 import sharemgr.cli.app as app
 import sharemgr.daemon.service as daemon
 
@@ -96,7 +105,6 @@ def flush():
 
 def become(req, fds):
     # This process takes the run's streams, folder, environment and argv.
-    os.setsid()  # signals for the run's group reach it alone
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -113,8 +121,8 @@ def engine(req, fds, conn):
     pid = os.fork()
     if pid == 0:
         # Only this run's streams: the test sees the run end when it ends.
+        # In the group of the test's worker, as an exec'ed engine is.
         conn.close()
-        server.socket.close()
         become(req, fds)
         code = exit_code(lambda: daemon.main(req["argv"]))
         # As the interpreter's exit: non-daemon threads, then atexit.
@@ -124,20 +132,40 @@ def engine(req, fds, conn):
         os._exit(code)
     for fd in fds:
         os.close(fd)
+    # This one tells the engine's end: a Ctrl-C that reaches the engine
+    # (as it would an exec'ed one) must not end this one first.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     return pid
+
+
+def status(pid):
+    # The engine's end as Popen says it, the engine left unreaped.
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
 class Run(socketserver.BaseRequestHandler):
     def handle(self):
+        # A connection to a server that died must fail, not wait in the
+        # queue of a socket this process would keep open.
+        self.server.socket.close()
         msg, fds, _flags, _addr = socket.recv_fds(self.request, 1 << 20, 3)
         req = json.loads(msg)
         if req["program"] == "share-manager":
             pid = engine(req, fds, self.request)
             self.request.sendall(f"{pid}\n".encode())
-            _, status = os.waitpid(pid, 0)
-            self.request.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+            self.request.sendall(f"{status(pid)}\n".encode())
+            # Reaped once the test has read its end (or is gone): until then
+            # its pid is not another process's, as a Popen's is not.
+            try:
+                while self.request.recv(64):
+                    pass
+            except OSError:
+                pass
+            os.waitpid(pid, 0)
             return
         self.request.sendall(f"{os.getpid()}\n".encode())
+        os.setsid()  # signals for the run's group reach it alone
         become(req, fds)
         code = exit_code(lambda: app.main(req["argv"]))
         flush()
@@ -229,6 +257,7 @@ class Forked:
         self.returncode: int | None = None
         self._conn = conn
         self._buffer = b""
+        self._gone = False
         self._lock = threading.Lock()
         line = self._line(None)
         if not line:
@@ -252,15 +281,18 @@ class Forked:
         return line
 
     def _status(self, timeout: float | None, block: bool = True) -> int | None:
-        if not self._lock.acquire(block):
+        if self.returncode is not None:
+            return self.returncode
+        if not self._lock.acquire(block, -1 if timeout is None or not block else timeout):
             return None  # another thread waits for it (as Popen.poll)
         try:
             if self.returncode is None:
-                line = self._line(timeout)
-                if line is None:
+                line = None if self._gone else self._line(timeout)
+                if line is None and not self._gone:
                     return None
                 self._conn.close()
                 if not line:
+                    self._gone = True
                     raise RuntimeError(f"the fork server's child of {self.pid} ended "
                                        "without its wait status")
                 self.returncode = int(line)

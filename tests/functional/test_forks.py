@@ -54,3 +54,25 @@ def test_a_start_up_failure_exits_with_the_daemon_s_code(deployment, how):
     engine = d.start(wait=False)
     assert engine.proc.wait(60) == 2
     assert "configuration error" in engine.text()
+
+
+def test_an_engine_outlives_its_fork_server(deployment, monkeypatch):
+    """The worker's fork server killed under a running engine: the engine
+    still tells its end, the next start gets a new server, and the dead
+    server's socket refuses at once (no child of it keeps it listening)."""
+    monkeypatch.delenv("SHAREMGR_TEST_DAEMON", raising=False)
+    d = deployment()
+    d.sync()
+    engine = d.start()
+    old = forks._FORKS.address()
+    server = forks._FORKS._proc
+    assert server is not None
+    server.kill()
+    server.wait(10)
+    with pytest.raises(ConnectionRefusedError):
+        forks.connect(old, "sharectl", ["--version"], [0, 1, 2])
+    second = d.start()
+    assert isinstance(second.proc, forks.Forked) and forks._FORKS.address() != old
+    engine.proc.send_signal(signal.SIGTERM)
+    assert engine.proc.wait(60) == 0
+    assert d.json("share", "create", "1", "--proto", "NFS", "--wait")["status"] == "available"

@@ -37,8 +37,12 @@ def setup(deployment, request):
 
 
 class Copies:
-    """Samples the rsync copies running into a folder (the first process of
-    each: rsync forks its receiver); the most seen at once."""
+    """Samples the rsync copies running into a folder; the most seen at once.
+    A copy is a process group: the data mover starts rsync in a group of its
+    own, and rsync's receiver, its child, stays in it. (Counting the
+    processes whose parent is not an rsync counted one copy twice when a
+    sample read the sender alive and then its receiver already orphaned by
+    the sender's death: /proc is not read at one instant.)"""
 
     def __init__(self, folder: Path) -> None:
         self.folder, self.most, self._stop = str(folder), 0, threading.Event()
@@ -46,17 +50,17 @@ class Copies:
         self._thread.start()
 
     def running(self) -> int:
-        procs: dict[int, tuple[int, str]] = {}
+        groups = set()
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                pgid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
             except (OSError, IndexError, ValueError):
                 continue
-            procs[int(pid)] = (ppid, " ".join(a.decode(errors="replace") for a in argv))
-        return sum(1 for ppid, cmd in procs.values()
-                   if cmd.startswith("rsync ") and self.folder in cmd
-                   and not procs.get(ppid, (0, ""))[1].startswith("rsync "))
+            cmd = " ".join(a.decode(errors="replace") for a in argv)
+            if cmd.startswith("rsync ") and self.folder in cmd:
+                groups.add(pgid)
+        return len(groups)
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):

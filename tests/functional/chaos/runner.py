@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import random
 import shutil
 import sys
@@ -335,6 +336,10 @@ def run(opts: Options) -> Result:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A long run from the command line starts its engines as a user does:
+    # each its own interpreter (its own hash seed), not forked from the
+    # test worker's server (tests/functional/forks.py) as in the suite.
+    os.environ.setdefault("SHAREMGR_TEST_DAEMON", "exec")
     p = argparse.ArgumentParser(
         prog="python -m tests.functional.chaos",
         description="Crash chaos: random share operations and stack actions while "
