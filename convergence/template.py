@@ -20,8 +20,9 @@ This module holds the entry points, :func:`parse` and
 ``template_validation.py`` (checking everything before a caller writes
 anything), ``intrinsics.py`` (``get_resource``/``get_attr``) and
 ``dependency_order.py``. The names callers use from those are re-exported
-here, so ``from sharemgr.convergence.template import ...`` stays the one
-import a caller needs.
+here (each ``import X as X``, the form a strict type checker reads as a
+re-export), so ``from sharemgr.convergence.template import ...`` stays the
+one import a caller needs.
 """
 
 from __future__ import annotations
@@ -29,34 +30,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sharemgr.convergence import template_yaml
-from sharemgr.convergence.intrinsics import GetAttr, GetResource
-from sharemgr.convergence.resource_types import (
-    ACCESS_RULES,
-    IN_PLACE,
-    INTEGER,
-    MAX_CONVERGE_INTERVAL,
-    MAX_TIMEOUT_MINUTES,
-    NAME_PROPERTY_MAX,
-    REF,
-    REPLACE,
-    RESOURCE_TYPES,
-    STRING,
-    PropertySchema,
-    ResolutionError,
-    ResourceType,
-    TemplateError,
-    check_stack_name,
-)
-from sharemgr.convergence.template_model import ResourceDefinition, Template
+from sharemgr.convergence.intrinsics import GetAttr as GetAttr
+from sharemgr.convergence.intrinsics import GetResource as GetResource
+from sharemgr.convergence.resource_types import ACCESS_RULES as ACCESS_RULES
+from sharemgr.convergence.resource_types import IN_PLACE as IN_PLACE
+from sharemgr.convergence.resource_types import INTEGER as INTEGER
+from sharemgr.convergence.resource_types import MAX_CONVERGE_INTERVAL as MAX_CONVERGE_INTERVAL
+from sharemgr.convergence.resource_types import MAX_TIMEOUT_MINUTES as MAX_TIMEOUT_MINUTES
+from sharemgr.convergence.resource_types import NAME_PROPERTY_MAX as NAME_PROPERTY_MAX
+from sharemgr.convergence.resource_types import REF as REF
+from sharemgr.convergence.resource_types import REPLACE as REPLACE
+from sharemgr.convergence.resource_types import RESOURCE_TYPES as RESOURCE_TYPES
+from sharemgr.convergence.resource_types import STRING as STRING
+from sharemgr.convergence.resource_types import PropertySchema as PropertySchema
+from sharemgr.convergence.resource_types import ResolutionError as ResolutionError
+from sharemgr.convergence.resource_types import ResourceType as ResourceType
+from sharemgr.convergence.resource_types import TemplateError as TemplateError
+from sharemgr.convergence.resource_types import check_stack_name as check_stack_name
+from sharemgr.convergence.template_model import ResourceDefinition as ResourceDefinition
+from sharemgr.convergence.template_model import Template as Template
 from sharemgr.convergence.template_validation import validate
-
-__all__ = [
-    "ACCESS_RULES", "IN_PLACE", "INTEGER", "MAX_CONVERGE_INTERVAL", "MAX_TIMEOUT_MINUTES",
-    "NAME_PROPERTY_MAX", "REF", "REPLACE", "RESOURCE_TYPES", "STRING",
-    "GetAttr", "GetResource", "PropertySchema", "ResolutionError", "ResourceDefinition",
-    "ResourceType", "Template", "TemplateError",
-    "check_stack_name", "parse", "template_from_dict",
-]
 
 
 def template_from_dict(data: object) -> Template:
