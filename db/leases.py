@@ -124,11 +124,29 @@ class Lease(Protocol):
     def deadline(self) -> float: ...
 
 
+class TakenOver(Exception):
+    """The request a take was for is no longer this engine's running one (a
+    pass abandoned it: its lease expired, or its engine left the group): the
+    row was not taken, so the call of whoever took the work over stands."""
+
+
+def _mine_tx(session: Session, request_id: int, engine_id: str) -> bool:
+    """Whether request ``request_id`` is still this engine's running one,
+    its row locked until the transaction ends: a pass's abandon of it
+    (db/reconcile.py) then waits for the take, or the take sees it."""
+    r = models.Request.__table__
+    found = session.execute(
+        sa.select(r.c.id).where(r.c.id == request_id, r.c.engine_id == engine_id,
+                                r.c.status == vocab.REQUEST_RUNNING).with_for_update())
+    return found.first() is not None
+
+
 @retry_on_conflict
 def read_and_lease(db: Database, model: type[M], ident: str, engine_id: str,
                    lease_by_status: Mapping[str, Lease | None],
                    read: Callable[[Session, str], tuple[M | None, P]] | None = None,
-                   take: tuple[str, ...] | None = None) -> tuple[M | None, P | None, int]:
+                   take: tuple[str, ...] | None = None, request_id: int | None = None
+                   ) -> tuple[M | None, P | None, int]:
     """Re-read a resource row (None if gone or deleted) and, in the same
     transaction, set the lease of this engine's running request about it to
     the one ``lease_by_status`` gives for the status read (none for a status
@@ -137,11 +155,15 @@ def read_and_lease(db: Database, model: type[M], ident: str, engine_id: str,
     statement: ``resources.instance_with_share_tx``), by default by primary
     key alone. ``take``: the statuses in which the row is taken first
     (``take_tx``: its fencing token bumped), so the row read carries the new
-    token. Returns the row, what ``read`` read with it, and how many requests
-    were leased. A read that takes nothing and leases nothing (a row
-    inserted taken with its request's lease, a ``fresh`` without a take)
-    holds no write lock: on SQLite a write transaction queues behind every
-    other writer of the engine, and this one would write nothing."""
+    token; ``request_id``: the request the take is for, which must still be
+    this engine's and running, or nothing is taken and ``TakenOver`` is
+    raised (an engine back from a pause or a cut must not fence out the
+    call of the pass that took its work over). Returns the row, what
+    ``read`` read with it, and how many requests were leased. A read that
+    takes nothing and leases nothing (a row inserted taken with its
+    request's lease, a ``fresh`` without a take) holds no write lock: on
+    SQLite a write transaction queues behind every other writer of the
+    engine, and this one would write nothing."""
     def reread(session: Session) -> tuple[M | None, P | None]:
         if read is None:
             return db_api.get_tx(session, model, ident), None
@@ -156,6 +178,9 @@ def read_and_lease(db: Database, model: type[M], ident: str, engine_id: str,
     with db.session() as session:
         if take is not None and fenced:
             take_tx(session, model, ident, take)
+            # Raised, the take is rolled back with the rest of the transaction.
+            if request_id is not None and not _mine_tx(session, request_id, engine_id):
+                raise TakenOver(f"request {request_id} is no longer {engine_id}'s")
         row, parent = reread(session)
         terms = None if row is None else lease_by_status.get(getattr(row, "status", ""))
         if terms is None:

@@ -236,7 +236,8 @@ class Operations:
                       expected: tuple[str, ...],
                       read: Callable[[Session, str], tuple[R | None, object]] | None,
                       written: leases.Terms | None, taken: int | None = None,
-                      reread: Reread | None = None) -> tuple[R, object, _Lease, bool]:
+                      reread: Reread | None = None, request_id: int | None = None,
+                      ) -> tuple[R, object, _Lease, bool]:
         """``fresh`` and the lease of the call about to start, in one
         transaction. The lease is chosen for each status the call expects
         before the read (the method may depend on the status: the spec's
@@ -246,8 +247,10 @@ class Operations:
         was written with (``Op.lease``); ``taken``: the token the row was
         inserted with, taken (``Op.taken``): it is not taken again while it
         still has it; ``reread``: the row as the caller read it under the lock
-        (``Op.reread``). Returns the row, what ``read`` read with it, the lease
-        of its status and whether this engine's request holds it."""
+        (``Op.reread``); ``request_id``: the request the call is for, without
+        which nothing is taken once a pass has abandoned it (``Lost``).
+        Returns the row, what ``read`` read with it, the lease of its status
+        and whether this engine's request holds it."""
         chosen: dict[str, _Lease] = {}
         for status in expected:
             name = spec.methods[status]
@@ -271,12 +274,14 @@ class Operations:
             # transaction: the call and its outcome carry the new token.
             found, parent, leased = db_leases.read_and_lease(
                 self.db, model, ident, self.engine_id, to_write, read,
-                take=expected if taken is None else None)
+                take=expected if taken is None else None, request_id=request_id)
         if taken is not None and found is not None and getattr(found, "fence", None) != taken:
             # Taken by someone else since it was inserted: taken back, as any
-            # call takes its row (whose outcome wins is the fence's to say).
+            # call takes its row (whose outcome wins is the fence's to say),
+            # unless its request was taken over with it.
             found, parent, leased = db_leases.read_and_lease(
-                self.db, model, ident, self.engine_id, to_write, read, take=expected)
+                self.db, model, ident, self.engine_id, to_write, read, take=expected,
+                request_id=request_id)
         row = _expect(model, ident, found, expected)
         lease = chosen[row.status]
         return row, parent, lease, bool(leased) or lease.written
@@ -360,9 +365,12 @@ class Operations:
             why = self.not_member()
             if why:  # not even the take below: it would fence out our replacement
                 raise NotNow(f"{what}: not calling the driver: {why}")
-            row, parent, lease, leased = self._fresh_leased(model, ident, spec, expected,
-                                                            step.read, op.lease, op.taken,
-                                                            op.reread)
+            try:
+                row, parent, lease, leased = self._fresh_leased(
+                    model, ident, spec, expected, step.read, op.lease, op.taken, op.reread,
+                    op.request_id)
+            except db_leases.TakenOver as exc:  # nothing taken, nothing called
+                raise Lost(f"{what}: {exc}; the pass that abandoned it settles it")
             method, terms = lease.method, lease.terms
             fence = getattr(row, "fence", None)
             with self.keeper.holding(ident, terms, leased):

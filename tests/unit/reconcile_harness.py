@@ -28,6 +28,7 @@ from sharemgr.manager import kinds
 from sharemgr.manager.coordination import Coordinator
 from sharemgr.manager.handlers import HANDLERS
 from sharemgr.manager.operations import Operations
+from sharemgr.manager.plans import Op
 from sharemgr.reconcile.reconciler import Reconciler
 
 HOST = "hostA"
@@ -449,6 +450,15 @@ def add_request(db: Database, rtype: str, ident: str, host: str,
                     claimed_at=models.utcnow() if engine_id else None)
     add(db, req)
     return req.id
+
+
+def claimed(eng: Engine, req: models.Request) -> Op:
+    """``req`` as the request runner hands it to its handler: claimed,
+    running for ``eng`` (an operation takes its row only for a request that
+    is still its engine's running one: ``db.leases.read_and_lease``)."""
+    assert api.conditional_update(eng.db, models.Request, req.id, {},
+                                  {"status": vocab.REQUEST_RUNNING, "engine_id": eng.engine_id})
+    return Op.of_request(req)
 
 
 def request_row(db: Database, request_id: int) -> models.Request:

@@ -22,6 +22,7 @@ from tests.unit.reconcile_harness import (
     HOSTBE,
     FakeDriver,
     add_request,
+    claimed,
     expect,
     make_share,
 )
@@ -177,8 +178,9 @@ def _run_request(eng, inst):
     req = [r for r in api.request_list(eng.db, vocab.REQUEST_PENDING)
            if r.resource_id == inst.id][0]
     assert (req.resource_type, req.action) == (vocab.SHARE_INSTANCE, vocab.ACTION_UPDATE_ACCESS)
+    outcome = eng.operations.perform(claimed(eng, req))
     api.conditional_update(eng.db, models.Request, req.id, {}, {"status": vocab.REQUEST_DONE})
-    return eng.operations.perform(Op.of_request(req))
+    return outcome
 
 
 def test_allow_and_deny_go_through_queued_states_to_the_backend(eng):
@@ -339,7 +341,7 @@ def test_ensure_resources_reapplies_the_rules_of_each_share_it_ensured(eng):
     (req,) = api.request_list(db, vocab.REQUEST_PENDING)
     assert (req.resource_id, req.action, req.args) == (
         with_rules.id, vocab.ACTION_UPDATE_ACCESS, {"resync": True})
-    expect(eng.operations.perform(Op.of_request(req)), Result.DONE)
+    expect(eng.operations.perform(claimed(eng, req)), Result.DONE)
     # The full set, nothing as a change: the backend is made to match.
     assert driver.sent == [(["10.9.0.1"], [], [])]
     assert without.id not in driver.exported
@@ -416,13 +418,13 @@ def test_rules_queued_behind_an_operation_cut_off_meanwhile_go_to_a_request(eng)
     extend = [r for r in api.request_list(db, vocab.REQUEST_PENDING)
               if r.resource_id == inst.id]
     assert [r.action for r in extend] == [vocab.ACTION_EXTEND]
-    api.conditional_update(db, models.Request, extend[0].id, {}, {"status": vocab.REQUEST_DONE})
+    op = claimed(eng, extend[0])
 
     def extend_share(share, new_size, server=None):
         eng.operations.not_member = lambda: "its membership expired"
 
     driver.extend_share = extend_share
-    expect(eng.operations.perform(Op.of_request(extend[0])), Result.DONE)
+    expect(eng.operations.perform(op), Result.DONE)
     assert api.get(db, models.ShareInstance, inst.id).status == vocab.AVAILABLE
     assert driver.sent == []
     assert _rules(db, inst.share_id) == {"10.9.0.1": vocab.ACCESS_QUEUED_TO_APPLY}

@@ -17,9 +17,16 @@ from sharemgr.drivers.dummy import DummyDriver
 from sharemgr.drivers.exceptions import InvalidShareRequest
 from sharemgr.drivers.testing import build_driver
 from sharemgr.manager.intake import Intake, InvalidRequest
-from sharemgr.manager.plans import Op
 
-from tests.unit.reconcile_harness import BACKEND, HOST, Engine, coord_url, expect, make_share
+from tests.unit.reconcile_harness import (
+    BACKEND,
+    HOST,
+    Engine,
+    claimed,
+    coord_url,
+    expect,
+    make_share,
+)
 
 DHSS = "srv"
 
@@ -47,8 +54,9 @@ def eng(engine_db, tmp_path):
 def run(eng, ident):
     """Carry out the resource's pending request, as the runner would."""
     req = [r for r in api.request_list(eng.db, vocab.REQUEST_PENDING) if r.resource_id == ident][0]
+    outcome = eng.operations.perform(claimed(eng, req))
     api.conditional_update(eng.db, models.Request, req.id, {}, {"status": vocab.REQUEST_DONE})
-    return eng.operations.perform(Op.of_request(req))
+    return outcome
 
 
 def backend_share(eng, size=3, proto="NFS", backend=BACKEND):

@@ -17,9 +17,8 @@ from sharemgr.db import messages as db_messages
 from sharemgr.drivers.exceptions import ShareBackendException
 from sharemgr.manager import migration_continue, migration_plans
 from sharemgr.manager.intake import Intake, InvalidRequest
-from sharemgr.manager.plans import Op
 
-from tests.unit.reconcile_harness import BACKEND, HOST, HOSTBE, FakeDriver, add, make_share
+from tests.unit.reconcile_harness import BACKEND, HOST, HOSTBE, FakeDriver, add, claimed, make_share
 
 DEST = f"{HOST}@beta"
 
@@ -87,10 +86,10 @@ def _run(eng, inst_id: str) -> Outcome[object]:
     would: done or failed, its request ends; otherwise it stays."""
     req = [r for r in api.request_list(eng.db, resource_id=inst_id)
            if r.status == vocab.REQUEST_PENDING][0]
-    outcome = eng.operations.perform(Op.of_request(req))
-    if outcome.result in (Result.DONE, Result.FAILED):
-        api.conditional_update(eng.db, models.Request, req.id, {},
-                               {"status": vocab.REQUEST_DONE})
+    outcome = eng.operations.perform(claimed(eng, req))
+    api.conditional_update(eng.db, models.Request, req.id, {}, (
+        {"status": vocab.REQUEST_DONE} if outcome.result in (Result.DONE, Result.FAILED)
+        else {"status": vocab.REQUEST_PENDING, "engine_id": None}))
     return outcome
 
 

@@ -10,6 +10,7 @@ import pytest
 from sharemgr.common import vocab
 from sharemgr.common.outcome import Result
 from sharemgr.db import api, models
+from sharemgr.db import reconcile as db_rec
 from sharemgr.drivers import timing
 from sharemgr.manager import driver_args, share_ops
 from sharemgr.manager.plans import Op
@@ -176,3 +177,35 @@ def test_an_engine_out_of_the_group_takes_no_row(timed):
     after = fetch(engine.db, vocab.SHARE_INSTANCE, inst.id)
     assert (after.status, after.fence) == (vocab.DELETING, fence)
     assert engine.driver.methods() == []
+
+
+def test_an_engine_whose_request_was_taken_over_takes_no_row(any_engine):
+    """Back from a pause or a cut, an engine whose request a pass abandoned
+    (its lease expired: the pass took the row without the lock a stuck call
+    may hold, and called the driver itself) takes nothing: its take would
+    bump the row's token and fence out that pass's call, and the work would
+    be done again (the fault run, seed 7412: one delete called three times).
+    LOST, the row as the pass left it, no driver call; on every database
+    (the request's row is read locked, so an abandon waits for a take)."""
+    engine = any_engine
+    timing.time_calls(engine.driver, BACKEND)
+    inst = make_share(engine.db, vocab.DELETING)
+    rid = add_request(engine.db, vocab.SHARE_INSTANCE, inst.id, HOSTBE,
+                      status=vocab.REQUEST_RUNNING, engine_id=engine.engine_id,
+                      action=vocab.ACTION_DELETE)
+    assert db_rec.abandon_request(engine.db, rid, engine.engine_id, "stuck; reconciled by B")
+    fence = fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).fence
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                        host=HOSTBE, request_id=rid)),
+           Result.LOST, f"request {rid} is no longer")
+    after = fetch(engine.db, vocab.SHARE_INSTANCE, inst.id)
+    assert (after.status, after.fence) == (vocab.DELETING, fence)
+    assert engine.driver.methods() == []
+    assert api.get(engine.db, models.Request, rid).status == vocab.REQUEST_ABANDONED
+    # Its own running request: the same call takes the row and calls the driver.
+    mine = add_request(engine.db, vocab.SHARE_INSTANCE, inst.id, HOSTBE,
+                       status=vocab.REQUEST_RUNNING, engine_id=engine.engine_id,
+                       action=vocab.ACTION_DELETE)
+    expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
+                                        host=HOSTBE, request_id=mine)), Result.DONE)
+    assert engine.driver.methods() == ["delete_share"]
