@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ else:
 EXIT_OK = 0
 EXIT_ERROR_STATUS = 1
 EXIT_BAD_INPUT = 2
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE's
 
 
 class UserError(Exception):
@@ -98,6 +100,13 @@ class _Errors(_Base):
         except OperationFailed as exc:
             sys.stderr.write(f"sharectl: {exc}\n")
             return EXIT_ERROR_STATUS
+        except BrokenPipeError:
+            # The reader stopped reading (``| head -1``): what it read is
+            # what it wanted. No message, and none at exit either (the
+            # interpreter's flush of stdout would fail the same way); the
+            # status a program killed by SIGPIPE has, as coreutils' do.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_BROKEN_PIPE
         except Exception as exc:
             if isinstance(exc, (UserError, *_loaded(_BAD_INPUT))):
                 sys.stderr.write(f"sharectl: error: {exc}\n")
@@ -161,7 +170,7 @@ class Lister(_Errors, lister.Lister):
         # Lists and dicts stay structured in json/yaml, one JSON string elsewhere.
         if parsed_args.formatter not in STRUCTURED_FORMATS:
             data = [tuple(_flat(v) for v in row) for row in data]
-        with _columns_named():
+        with _columns_named(parsed_args, column_names):
             return super().produce_output(parsed_args, column_names, data)
 
 
@@ -170,14 +179,21 @@ class ShowOne(_Errors, show.ShowOne):
                        data: Sequence[object]) -> int:
         if parsed_args.formatter not in STRUCTURED_FORMATS:
             data = tuple(_flat(v) for v in data)
-        with _columns_named():
+        with _columns_named(parsed_args, column_names):
             return super().produce_output(parsed_args, column_names, data)
 
 
 @contextlib.contextmanager
-def _columns_named() -> Iterator[None]:
-    """cliff's refusal of a ``-c`` naming no column (a ValueError) is the
-    user's mistake: exit 2, as any bad input."""
+def _columns_named(parsed_args: argparse.Namespace, column_names: Sequence[str]
+                   ) -> Iterator[None]:
+    """A ``-c`` naming no column is the user's mistake: exit 2, as any bad
+    input, before anything is printed. cliff drops such a name when another
+    is known (a typo's column silently missing) and refuses it with a
+    ValueError only when none is."""
+    unknown = [c for c in getattr(parsed_args, "columns", None) or () if c not in column_names]
+    if unknown:
+        raise UserError(f"no column {', '.join(map(repr, unknown))}: the columns are "
+                        f"{', '.join(column_names)}")
     try:
         yield
     except ValueError as exc:

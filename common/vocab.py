@@ -171,6 +171,12 @@ ERROR_STATUSES = frozenset(
     }
 )
 
+# Error statuses of a resource whose data is still there: an extend, shrink,
+# revert, restore, manage or unmanage that failed on a resource that held it.
+# A stack never replaces such a resource (the replacement's delete would destroy
+# what the failure kept): its node fails until an admin has looked and reset it.
+ERRORS_KEEPING_DATA = ERROR_STATUSES - {ERROR, ERROR_DELETING}
+
 # Request statuses.
 # A backend of an engine (service_backends.state, sharectl service list).
 BACKEND_INITIALIZING = "initializing"  # its first set-up has not ended

@@ -152,6 +152,9 @@ class Actor:
             return self.fail(effective, decide_mod.nominal(effective),
                              f"physical resource {effective.physical_id} "
                              f"is {d.observed.status}: another operation is under way")
+        if d.kind == Work.KEPT:
+            return self.fail(effective, decide_mod.nominal(effective),
+                             decide_mod.kept_reason(effective, d.observed.status))
         if d.kind == Work.MIGRATE:
             return migrate.run(self, ctx, stack, row, effective, d)
         if d.kind == Work.NOOP:

@@ -36,6 +36,7 @@ class Work(enum.StrEnum):
     REPLACE = "replace"
     MIGRATE = "migrate"  # a share moved to another backend, its data kept
     BUSY = "busy"  # another operation is under way on it
+    KEPT = "kept"  # in an error that kept its data: never replaced, the node fails
 
 
 class RowEnd(TypedDict):
@@ -80,6 +81,8 @@ def decide(db: Database, template: Template, row: models.StackResource,
         kind = Work.REPLACE  # doc/specs.rst, spec 001: update node whose row is being deleted
     elif unhealthy(effective):
         kind = Work.REPLACE  # marked so by the user (stack resource mark-unhealthy)
+    elif observed.state == phys.ERROR and observed.status in vocab.ERRORS_KEEPING_DATA:
+        kind = Work.KEPT  # a failed resize or the like: replaced, its data would be deleted
     elif observed.state == phys.GONE:
         kind = Work.CREATE
     elif observed.state == phys.BUSY:
@@ -132,6 +135,14 @@ def migrates(db: Database, row: models.StackResource, diff: PropertyDiff,
     if why:
         LOG.info("share %s cannot move to %s (%s): it is replaced", row.physical_id, dest, why)
     return why is None
+
+
+def kept_reason(row: models.StackResource, status: str | None) -> str:
+    """Why a resource in an error that kept its data is not replaced."""
+    return (f"physical resource {row.physical_id} is {status}: the failure kept its data, "
+            "so the stack does not replace it; look at it on the backend, reset its status "
+            f"(sharectl {row.type.replace('_', '-')} reset-state {row.physical_id} --state "
+            "available) and update the stack again")
 
 
 def unhealthy(row: models.StackResource) -> bool:

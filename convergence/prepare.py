@@ -51,10 +51,13 @@ LOG = logging.getLogger(__name__)
 
 _ANY = None
 # The stack states (action, status; None = any) each action refuses to start from.
+# A stack being deleted, or whose delete failed, is only deleted again (as in
+# Heat): its delete has already forgotten its template and parameters, so an
+# update would judge its surviving resources against defaults and replace them.
 REFUSED_FROM: Mapping[str, tuple[tuple[str | None, str | None], ...]] = {
     vocab.STACK_CREATE: (),  # checked apart: only a stack that never had a traversal
-    vocab.STACK_UPDATE: ((vocab.STACK_INIT, _ANY), (vocab.STACK_DELETE, vocab.STACK_IN_PROGRESS)),
-    vocab.STACK_ROLLBACK: ((vocab.STACK_INIT, _ANY), (vocab.STACK_DELETE, vocab.STACK_IN_PROGRESS)),
+    vocab.STACK_UPDATE: ((vocab.STACK_INIT, _ANY), (vocab.STACK_DELETE, _ANY)),
+    vocab.STACK_ROLLBACK: ((vocab.STACK_INIT, _ANY), (vocab.STACK_DELETE, _ANY)),
     vocab.STACK_DELETE: (),
 }
 
@@ -219,7 +222,10 @@ def _check_action(stack: models.Stack, action: str) -> None:
         if stack.action == refused_action and refused_status in (None, stack.status):
             raise InvalidStackAction(
                 f"cannot {action.lower()} stack {stack.name!r} while it is "
-                f"{stack.action} {stack.status}"
+                f"{stack.action} {stack.status}" + (
+                    "; only a delete may follow: 'sharectl stack delete' again once what "
+                    "stopped it is gone, or 'sharectl stack abandon' to keep its resources"
+                    if stack.action == vocab.STACK_DELETE else "")
             )
 
 

@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from sharemgr.common import vocab
 from sharemgr.convergence import actions, prepare, retain
 from sharemgr.convergence import physical as phys
-from sharemgr.convergence.decide import Work, current_properties, decide, unhealthy
+from sharemgr.convergence.decide import (
+    Work,
+    current_properties,
+    decide,
+    kept_reason,
+    unhealthy,
+)
 from sharemgr.convergence.graph import Node
 from sharemgr.convergence.properties import (
     ResourceData,
@@ -125,6 +131,8 @@ def preview(db: Database, template: Template,
         elif kind == Work.REPLACE:
             change = Change(name, defn.type, REPLACED, forcing,
                             "" if forcing else f"resource is {row.action} {row.status}")
+        elif kind == Work.KEPT:
+            change = Change(name, defn.type, UNKNOWN, reason=kept_reason(row, observed.status))
         elif kind == Work.CREATE:
             change = Change(name, defn.type, REPLACED, (),
                             "its physical resource is gone: made anew")

@@ -34,13 +34,46 @@ def test_debug_shows_the_traceback(monkeypatch, capsys):
 
 
 def test_a_column_no_listing_has_is_bad_input(tmp_path, capsys):
-    """cliff refuses ``-c`` naming no column with a ValueError: the user's
-    mistake, exit 2 and cliff's one line, not a bug's."""
+    """A ``-c`` naming no column is the user's mistake, exit 2 and one line,
+    not a bug's; also beside a known one (cliff dropped it silently)."""
     conf = tmp_path / "sharemgr.conf"
     conf.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\nenabled_share_backends = dummy\n"
                     "[dummy]\nshare_driver = dummy\n")
     assert app.main(["--config-file", str(conf), "db", "sync"]) == 0
     capsys.readouterr()
-    assert app.main(["--config-file", str(conf), "share", "list", "-c", "nope"]) == 2
-    (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("sharectl: error: No recognized column names in ['nope']")
+    for columns in (["-c", "nope"], ["-c", "id", "-c", "nope"]):
+        assert app.main(["--config-file", str(conf), "share", "list", *columns]) == 2
+        out, err = capsys.readouterr()
+        (line,) = err.splitlines()
+        assert line.startswith("sharectl: error: no column 'nope': the columns are id, name")
+        assert out == ""  # nothing printed, the known column neither
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(tmp_path, capsys):
+    """``sharectl share list -f value -c id | head -1``: once the reader has
+    gone, the write fails (EPIPE); sharectl stops with the status of a
+    program SIGPIPE killed and no message, where it printed "unexpected
+    error: BrokenPipeError" and exited 1. The pipe has no reader from the
+    start here, so the write fails whenever it comes."""
+    import os
+    import subprocess
+    import sys
+
+    from sharemgr.cli.base import EXIT_BROKEN_PIPE
+
+    conf = tmp_path / "sharemgr.conf"
+    conf.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\nenabled_share_backends = dummy\n"
+                    "[dummy]\nshare_driver = dummy\n")
+    assert app.main(["--config-file", str(conf), "db", "sync"]) == 0
+    assert app.main(["--config-file", str(conf), "share", "create", "1", "--proto", "NFS",
+                     "--backend", "dummy"]) == 0
+    capsys.readouterr()
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "sharemgr.cli.app", "--config-file",
+                               str(conf), "share", "list", "-f", "value", "-c", "id"],
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (EXIT_BROKEN_PIPE, "")

@@ -260,7 +260,17 @@ def test_delete(db):
     with pytest.raises(prepare.InvalidStackAction):
         lifecycle.prepare_traversal(db, stacks.stack_get(db, stack.id), "UPDATE", V1)
     # Deleting again while deleting is allowed (it restarts the traversal).
-    lifecycle.prepare_traversal(db, stacks.stack_get(db, stack.id), "DELETE")
+    again = lifecycle.prepare_traversal(db, stacks.stack_get(db, stack.id), "DELETE")
+    # A delete that failed (a user's snapshot in the way) is only deleted
+    # again: an update would judge what is left against the template's
+    # defaults, its parameters forgotten (as Heat refuses it).
+    assert lifecycle.fail(db, stack.id, again.traversal_id, "a snapshot is in the way")
+    failed = stacks.stack_get(db, stack.id)
+    assert (failed.action, failed.status) == ("DELETE", "FAILED")
+    for action, template in (("UPDATE", V1), ("ROLLBACK", None)):
+        with pytest.raises(prepare.InvalidStackAction, match="DELETE FAILED; only a delete"):
+            lifecycle.prepare_traversal(db, failed, action, template)
+    lifecycle.prepare_traversal(db, failed, "DELETE")
 
 
 def test_nothing_to_do_completes_at_once(db):

@@ -6,9 +6,9 @@ watchdog, nodes cut before their driver call, and claims that no longer fit
 
 from __future__ import annotations
 
-from sharemgr.convergence import lifecycle
+from sharemgr.convergence import actions, lifecycle, preview
 from sharemgr.convergence import physical as phys
-from sharemgr.db import api, resource_locks, stack_work, stacks
+from sharemgr.db import api, models, resource_locks, stack_work, stacks
 from sharemgr.reconcile.reconciler import Reconciler
 
 from tests.unit.stack_rig import HOST, V1, Rig, _add, _creates, _one_each, _status
@@ -159,6 +159,42 @@ def test_failed_update_rolls_back_to_the_replaced_row(tmp_path):
         rig.create("other", V1.replace("data", "main"))
         e.pump()
         assert _status(rig, "other") == ("CREATE", "COMPLETE")
+    finally:
+        rig.close()
+
+
+def test_a_failed_resize_is_never_undone_by_replacing_the_share(tmp_path):
+    """A shrink the backend refuses leaves the share shrinking_error, its data
+    there: the rollback to the old size must not replace it (a new, empty
+    share and the old one deleted, as it did), nor may a later update; each
+    fails on it, saying how to reset it, and the share is the same one."""
+    rig = Rig(tmp_path, backends={"dummy": {"dummy_fail_methods": "shrink_share"}})
+    try:
+        e = rig.engine()
+        two = "resources:\n  vol: {type: share, properties: {size: 2, proto: NFS}}\n"
+        rig.create("shr", two)
+        e.pump()
+        (vol,) = rig.rows("shr")["vol"]
+        rig.update("shr", two.replace("size: 2", "size: 1"))
+        e.pump()
+        stack = rig.stack("shr")
+        assert (stack.action, stack.status) == ("ROLLBACK", "FAILED")
+        assert "shrinking_error" in stack.status_reason
+        assert f"share reset-state {vol.physical_id}" in stack.status_reason
+        assert [r.physical_id for r in rig.rows("shr")["vol"]] == [vol.physical_id]
+        assert [(o["kind"], o["status"]) for o in rig.objects()] == [("share", "available")]
+        assert [c["method"] for c in rig.calls()].count("create_share") == 1
+        assert api.get(rig.db, models.Share, vol.physical_id) is not None
+        # The preview says so too, and the next update fails the same way.
+        changes = {c.name: c for c in preview.preview(
+            rig.db, actions.load_template(two, rig.backends),
+            actions.current_rows(rig.db, rig.stack("shr"))).changes}
+        assert changes["vol"].change == preview.UNKNOWN
+        assert "shrinking_error" in changes["vol"].reason
+        rig.update("shr", two)
+        e.pump()
+        assert rig.stack("shr").status == "FAILED"
+        assert [r.physical_id for r in rig.rows("shr")["vol"]] == [vol.physical_id]
     finally:
         rig.close()
 
