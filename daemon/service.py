@@ -390,12 +390,12 @@ class ShareManagerService:
         LOG.info("share-manager got SIGHUP: reloading the mutable options")
         failure = None
         try:
-            self.conf.mutate_config_files()
-            config.validate(self.conf)
+            config.reload(self.conf)
         except Exception as exc:  # a broken file or value: say so in one line
             failure = " ".join(str(exc).split())
         if failure is not None:  # outside the except: oslo.log would repeat it
-            LOG.error("reloading the configuration failed: %s", failure)
+            LOG.error("reloading the configuration failed: %s; every option keeps the "
+                      "value it had", failure)
 
     def request_stop(self, signum: int | None = None) -> None:
         """SIGTERM or SIGINT, on the signals thread (daemon/signals.py)."""

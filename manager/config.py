@@ -156,6 +156,41 @@ def validate(conf: cfg.ConfigOpts) -> None:
     _read_all(conf)
 
 
+def _values(conf: cfg.ConfigOpts) -> dict[tuple[str | None, str], object]:
+    """Every option's value now, by (group, name); DEFAULT's group is None."""
+    out: dict[tuple[str | None, str], object] = {}
+    for name in list(conf):
+        value = conf[name]
+        if isinstance(value, cfg.ConfigOpts.GroupAttr):
+            out.update({(name, opt): getattr(value, opt) for opt in list(value)})
+        else:
+            out[(None, name)] = value
+    return out
+
+
+# The values a failed reload put back, by configuration: cleared by the next one.
+_PUT_BACK: dict[int, list[tuple[str | None, str]]] = {}
+
+
+def reload(conf: cfg.ConfigOpts) -> None:
+    """Re-read the config files (SIGHUP): the mutable options take their new
+    values, all or none. A bad value raises ConfigError and every option
+    keeps the value it had: oslo.config has swapped the files' new values in
+    by the time one fails to read (a graceful stop reading it then failed),
+    so the old ones are put back as overrides, which the next reload clears."""
+    before = _values(conf)
+    for group, name in _PUT_BACK.pop(id(conf), []):
+        conf.clear_override(name, group)
+    try:
+        conf.mutate_config_files()
+        validate(conf)
+    except BaseException:
+        for (group, name), value in before.items():
+            conf.set_override(name, value, group)
+        _PUT_BACK[id(conf)] = list(before)
+        raise
+
+
 def load(
     argv: list[str] | None,
     config_file: str | None = None,

@@ -267,9 +267,9 @@ def test_delete(db):
     assert lifecycle.fail(db, stack.id, again.traversal_id, "a snapshot is in the way")
     failed = stacks.stack_get(db, stack.id)
     assert (failed.action, failed.status) == ("DELETE", "FAILED")
-    for action, template in (("UPDATE", V1), ("ROLLBACK", None)):
+    for action, target in (("UPDATE", V1), ("ROLLBACK", None)):
         with pytest.raises(prepare.InvalidStackAction, match="DELETE FAILED; only a delete"):
-            lifecycle.prepare_traversal(db, failed, action, template)
+            lifecycle.prepare_traversal(db, failed, action, target)
     lifecycle.prepare_traversal(db, failed, "DELETE")
 
 

@@ -97,3 +97,24 @@ def test_an_etcd_call_ends_in_time_for_its_heartbeat_retry():
         call = config.etcd_call_timeout(ttl)
         assert call >= 1 and ttl / 2 + call + 1 < ttl, ttl
     assert config.etcd_call_timeout(2) == 1
+
+
+def test_a_reload_with_a_bad_value_changes_nothing(tmp_path):
+    """SIGHUP with a file whose mutable option cannot be read: the reload
+    fails with one line and every option keeps its value, the good new ones
+    too (all or nothing). Before, oslo.config had swapped the bad value in:
+    the next graceful stop failed reading it, and the engine said it had
+    stopped while a driver call still ran. A later good reload applies."""
+    conf = _load(tmp_path, "[DEFAULT]\ngraceful_shutdown_timeout = 30\n"
+                           "backend_setup_retry_interval = 5\n")
+    path = tmp_path / "s.conf"
+    path.write_text("[DEFAULT]\ngraceful_shutdown_timeout = abc\n"
+                    "backend_setup_retry_interval = 7\n")
+    with pytest.raises(config.ConfigError, match="graceful_shutdown_timeout"):
+        config.reload(conf)
+    assert (conf.graceful_shutdown_timeout, conf.backend_setup_retry_interval) == (30, 5)
+    config.validate(conf)  # every option still reads
+    path.write_text("[DEFAULT]\ngraceful_shutdown_timeout = 45\n"
+                    "backend_setup_retry_interval = 7\n")
+    config.reload(conf)
+    assert (conf.graceful_shutdown_timeout, conf.backend_setup_retry_interval) == (45, 7)
