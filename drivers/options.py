@@ -8,11 +8,30 @@ from __future__ import annotations
 
 import os
 
-from oslo_config import cfg
+from oslo_config import cfg, types
+
+
+class AbsolutePath(types.String):
+    """A path that means the same from any folder the daemon or sharectl is
+    started in: a relative ``state_path`` put the database under one and the
+    coordination folder (``file://relative/...``: a host name to tooz) at
+    the root."""
+
+    def __init__(self) -> None:
+        super().__init__(type_name="absolute path")
+
+    def __call__(self, value: object) -> str:
+        text = super().__call__(value)
+        if not os.path.isabs(text):
+            raise ValueError("must be an absolute path (a relative one would depend on the "
+                             "folder the daemon or sharectl is started in)")
+        return text
+
 
 common_opts = [
-    cfg.StrOpt(
+    cfg.Opt(
         "state_path",
+        type=AbsolutePath(),
         default=os.path.join(os.getcwd(), ".state"),
         sample_default="$PWD/.state",
         help="Folder for the embedded default's state: the SQLite database, the "

@@ -63,6 +63,7 @@ def test_backend_groups_are_registered(tmp_path):
         ("[DEFAULT]\nenabled_share_backends = x\n[x]\ndriver_handles_share_servers = maybe\n",
          "[x] driver_handles_share_servers"),
         ("[DEFAULT\nhost = a\n", "cannot parse"),
+        ("[DEFAULT]\nstate_path = relative/dir\n", "must be an absolute path"),
     ],
 )
 def test_bad_values_fail_at_load(tmp_path, text, needle):
