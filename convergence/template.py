@@ -62,5 +62,9 @@ def parse(text: str | bytes, parameters: Mapping[str, object] | None = None) -> 
     """Parse and validate a YAML template, ``parameters`` (name: value, from
     -P and -e) substituted for its ``get_param`` calls. Raises
     :class:`TemplateError`."""
-    return validate(template_yaml.load(text), parameters)
+    data = template_yaml.load(text)
+    if data is None:  # an empty file, or nothing but comments: a mistake, as Heat says
+        raise TemplateError("the template is empty (a stack of no resources says "
+                            "'resources: {}')")
+    return validate(data, parameters)
 

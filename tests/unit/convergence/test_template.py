@@ -339,3 +339,13 @@ outputs:
     assert tmpl.output_resources == {"a", "c"}
     assert template.parse("resources: {a: {type: share, properties: {size: 1, proto: NFS}}}"
                           ).output_resources == frozenset()
+
+
+@pytest.mark.parametrize("text", ["", "\n", "# nothing yet\n"])
+def test_an_empty_template_is_refused(text):
+    """An empty file is a mistake (the wrong file, a file not yet written):
+    refused, as Heat refuses it, where it made a stack of nothing; a stack
+    of nothing says so (``resources: {}``)."""
+    with pytest.raises(template.TemplateError, match="the template is empty"):
+        template.parse(text)
+    assert template.parse("resources: {}\n").resources == {}
