@@ -10,6 +10,7 @@ registered option once and turns the first bad value into one clear error.
 from __future__ import annotations
 
 import configparser
+import difflib
 import os
 import urllib.parse
 
@@ -277,8 +278,11 @@ def unknown_options(conf: cfg.ConfigOpts) -> list[str]:
     """'file:line: [group] name' of every option the config files set in a
     known group that no one registered (a typo is otherwise ignored).
     Sections no option is registered in (another program's) are not ours
-    to judge. Call it once every driver has registered its options."""
+    to judge, unless their name is a near miss of one of ours (``[databse]``:
+    its options would be ignored, the daemon quietly on the defaults). Call
+    it once every driver has registered its options."""
     out = []
+    ours = [name for name in conf if isinstance(conf[name], cfg.ConfigOpts.GroupAttr)]
     for path in conf.config_file or []:
         parser = _Assignments()
         try:
@@ -288,6 +292,10 @@ def unknown_options(conf: cfg.ConfigOpts) -> list[str]:
             continue  # load() already refused a file it could not parse
         for section, name, line in parser.found:
             if section != "DEFAULT" and section not in conf:
+                near = difflib.get_close_matches(section, ours, n=1, cutoff=0.8)
+                if near:
+                    out.append(f"{path}:{line}: [{section}] {name} (a section of no option: "
+                               f"[{near[0]}]?)")
                 continue
             known = set(conf if section == "DEFAULT" else conf[section])
             if name.replace("-", "_") not in known and name not in _deprecated_names(section):

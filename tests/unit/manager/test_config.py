@@ -119,3 +119,17 @@ def test_a_reload_with_a_bad_value_changes_nothing(tmp_path):
                     "backend_setup_retry_interval = 7\n")
     config.reload(conf)
     assert (conf.graceful_shutdown_timeout, conf.backend_setup_retry_interval) == (45, 7)
+
+
+def test_typos_in_the_files_are_named(tmp_path):
+    """What the daemon warns of at start (each line then 'unknown option,
+    ignored'): an option no one registered in one of our groups, and a
+    section whose name is a near miss of ours (``[databse]``: its
+    ``connection`` would be ignored, the daemon quietly on SQLite). Another
+    program's section is not ours to judge."""
+    conf = _load(tmp_path, "[DEFAULT]\nhots = a\n[databse]\nconnection = sqlite://\n"
+                           "[keystone_authtoken]\nauth_url = http://x\n")
+    path = tmp_path / "s.conf"
+    assert config.unknown_options(conf) == [
+        f"{path}:2: [DEFAULT] hots",
+        f"{path}:4: [databse] connection (a section of no option: [database]?)"]
