@@ -63,6 +63,16 @@ def unserved(app: SharectlApp, ident: str) -> str | None:
     return None if host.partition("@")[0] in alive else host
 
 
+def warn_unserved(app: SharectlApp, ident: str) -> None:
+    """Say at once when no live engine serves the resource's open request
+    (it waits on: one may be started)."""
+    host = unserved(app, ident)
+    if host is not None:
+        sys.stderr.write(f"sharectl: warning: no live share-manager serves {host}: the "
+                         "request waits until one starts there (see 'sharectl service "
+                         "list')\n")
+
+
 def wait_for(app: SharectlApp, kind: Noun, ident: str, timeout: float,
              deleting: bool = False) -> str:
     """Poll until the resource leaves its transient status; show progress on a
@@ -72,11 +82,7 @@ def wait_for(app: SharectlApp, kind: Noun, ident: str, timeout: float,
     tty = sys.stderr.isatty()
     start = time.monotonic()
     last = None
-    host = unserved(app, ident)
-    if host is not None:
-        sys.stderr.write(f"sharectl: warning: no live share-manager serves {host}: the "
-                         "request waits until one starts there (see 'sharectl service "
-                         "list')\n")
+    warn_unserved(app, ident)
     while True:
         status = kind.status(db, ident)
         if status != last and tty:
@@ -219,6 +225,10 @@ class _Create(base.ShowOne):
         status = None
         if parsed_args.wait:
             status = wait_for(self.app, self.kind, ident, parsed_args.timeout)
+        elif getattr(parsed_args, "host", None):
+            # Another engine's host, named by hand: a typo's request would
+            # wait for ever, its resource transient (the warning --wait gives).
+            warn_unserved(self.app, ident)
         result = _columns_values(self.kind.show(self.app.context.db, ident))
         if status is not None and status not in ok:
             # Show the row, then exit 1.

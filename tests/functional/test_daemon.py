@@ -147,6 +147,11 @@ def test_wait_says_at_once_when_no_engine_serves_the_host(deployment):
     assert "no live share-manager serves elsewhere@dummy" in out.stderr
     assert "still creating after 1s" in out.stderr
     assert [s["host"] for s in d.json("share", "list")] == ["elsewhere@dummy"]
+    # Without --wait too: a host named by hand that no engine serves (a typo?).
+    out = d.sharectl("share", "create", "1", "--proto", "NFS", "--host", "elsewhere",
+                     check=False)
+    assert out.returncode == 0
+    assert "no live share-manager serves elsewhere@dummy" in out.stderr
     bad = d.sharectl("share", "create", "1", "--proto", "NFS", "--host", "a@b", check=False)
     assert bad.returncode == 2 and "invalid host" in bad.stderr
 
