@@ -324,17 +324,25 @@ class ShareShrink(_Resize):
     extend = False
 
 
-class SnapshotCreate(_Create):
+class _OfParent(_Create):
+    """A create of a resource of PARENT (its id, the one positional), with
+    an optional --name: a snapshot, a group snapshot, a backup."""
+
+    parent: str  # the positional's metavar
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("parent", metavar=self.parent)
+        parser.add_argument("--name")
+
+
+class SnapshotCreate(_OfParent):
     """Snapshot a share."""
 
     kind = NOUNS["snapshot"]
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("share", metavar="SHARE_ID")
-        parser.add_argument("--name")
+    parent = "SHARE_ID"
 
     def submit(self, intake: Intake, a: argparse.Namespace) -> str:
-        return intake.create_snapshot(a.share, a.name).id
+        return intake.create_snapshot(a.parent, a.name).id
 
 
 class ReplicaCreate(_Create):
@@ -379,30 +387,24 @@ class ShareGroupCreate(_Create):
         return intake.create_share_group(a.name, a.backend, a.share_server, a.host).id
 
 
-class GroupSnapshotCreate(_Create):
+class GroupSnapshotCreate(_OfParent):
     """Snapshot a share group."""
 
     kind = NOUNS["group-snapshot"]
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("group", metavar="SHARE_GROUP_ID")
-        parser.add_argument("--name")
+    parent = "SHARE_GROUP_ID"
 
     def submit(self, intake: Intake, a: argparse.Namespace) -> str:
-        return intake.create_group_snapshot(a.group, a.name).id
+        return intake.create_group_snapshot(a.parent, a.name).id
 
 
-class BackupCreate(_Create):
+class BackupCreate(_OfParent):
     """Back up a share (two-phase: the backup is available when complete)."""
 
     kind = NOUNS["backup"]
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("share", metavar="SHARE_ID")
-        parser.add_argument("--name")
+    parent = "SHARE_ID"
 
     def submit(self, intake: Intake, a: argparse.Namespace) -> str:
-        return intake.create_backup(a.share, a.name).id
+        return intake.create_backup(a.parent, a.name).id
 
 
 class BackupRestore(_Create):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from oslo_config import cfg, types
 from sharemgr.drivers import base
+from sharemgr.drivers.options import method_seconds
 
 dummy_opts = [
     cfg.StrOpt(
@@ -14,11 +15,9 @@ dummy_opts = [
         help="Folder of the dummy backend's state (objects and call log). "
         "Default: '<state_path>/dummy/<backend group name>'.",
     ),
-    cfg.Opt(
+    method_seconds(
         "dummy_method_delays",
-        type=types.Dict(value_type=types.Float(min=0)),
-        default={},
-        help="Seconds each driver method sleeps before changing the backend, as "
+        "Seconds each driver method sleeps before changing the backend, as "
         "'method:seconds,...', e.g. 'create_share:0.5,delete_share:0.2'. A key "
         "'method.prefix' applies only to resources whose name starts with prefix.",
     ),

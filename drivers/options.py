@@ -28,6 +28,13 @@ class AbsolutePath(types.String):
         return text
 
 
+def method_seconds(name: str, help: str) -> cfg.Opt:
+    """An option of seconds per driver method, written 'method:seconds,...'
+    (the dummy's delays, the operations' leases)."""
+    return cfg.Opt(name, type=types.Dict(value_type=types.Float(min=0)), default={},
+                   help=help)
+
+
 common_opts = [
     cfg.Opt(
         "state_path",

@@ -330,11 +330,9 @@ reconcile_opts = [
         "periodic reconciliation pass then settles its resource. 0: no lease, an "
         "operation of a live engine is never stuck.",
     ),
-    cfg.Opt(
+    driver_options.method_seconds(
         "operation_lease_seconds_by_method",
-        type=types.Dict(value_type=types.Float(min=0)),
-        default={},
-        help="Per driver method lease seconds overriding operation_lease_seconds, "
+        "Per driver method lease seconds overriding operation_lease_seconds, "
         "as 'method:seconds,...', e.g. 'create_share:600,extend_share:1800' "
         "(0: no lease for that method).",
     ),
