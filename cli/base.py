@@ -126,6 +126,18 @@ class _Errors(_Base):
             return EXIT_ERROR_STATUS
 
 
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a ``--limit``: 0 or
+    a negative one was taken and ignored)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
 def _database_error(cmd: _Errors, exc: BaseException) -> str:
     """One line for a failed query: a schema that is missing or behind
     (the usual cause: 'db sync' not run) says so; else the driver's first

@@ -438,7 +438,7 @@ class RequestList(base.Lister):
         parser.add_argument("--resource", metavar="ID",
                             help="a resource's id: a share or snapshot includes its "
                             "instances' (and a share its backups') requests")
-        parser.add_argument("--limit", type=int, default=None)
+        parser.add_argument("--limit", type=base.positive, default=None)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:

@@ -8,6 +8,7 @@ racing for one resource cannot both start an operation on it.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any, TypeVar
 
 from oslo_config import cfg
@@ -47,10 +48,15 @@ def check_size(size: object, what: str = "size") -> int:
 
 
 def check_name(name: str | None, model: models.ModelClass, what: str) -> None:
-    """A name must fit its column (the same limit on every database)."""
+    """A name must fit its column (the same limit on every database) and
+    hold no control character: a newline in one breaks every line-oriented
+    reader of ``-f value`` output."""
     limit = model.__table__.c.name.type.length
     if name is not None and len(name) > limit:
         raise InvalidRequest(f"{what} name is {len(name)} characters long; at most {limit}")
+    if name is not None and any(unicodedata.category(c) == "Cc" for c in name):
+        raise InvalidRequest(f"{what} name {name!r} holds a control character (a newline, "
+                             "a tab, ...)")
 
 
 T = TypeVar("T")

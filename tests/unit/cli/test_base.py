@@ -77,3 +77,17 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(tmp_path, capsys):
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (EXIT_BROKEN_PIPE, "")
+
+
+@pytest.mark.parametrize("command", [["message", "list"], ["request", "list"],
+                                     ["reconcile", "list"]])
+@pytest.mark.parametrize("limit", ["0", "-1"])
+def test_a_limit_below_one_is_bad_input(tmp_path, capsys, command, limit):
+    """``--limit 0`` (or a negative one) was taken and ignored: every row
+    listed. It is refused, exit 2, saying why."""
+    conf = tmp_path / "sharemgr.conf"
+    conf.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\n")
+    with pytest.raises(SystemExit) as done:
+        app.main(["--config-file", str(conf), *command, "--limit", limit])
+    assert done.value.code == 2
+    assert f"argument --limit: must be at least 1: {limit}" in capsys.readouterr().err

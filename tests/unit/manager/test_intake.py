@@ -120,3 +120,15 @@ def test_a_resize_the_wrong_way_is_refused(intake, db, extend, new_size, message
     _available(db, models.ShareInstance, share_id=share.id)
     with pytest.raises(plans.Refused, match=message):
         intake.resize_share(share.id, new_size, extend=extend)
+
+
+@pytest.mark.parametrize("name", ["a\nb", "tab\there", "bell\x07"])
+def test_a_name_with_a_control_character_is_refused(intake, db, name):
+    """A newline in a share's name made two lines of one share in ``-f
+    value`` output (a script reading ids by line read a name instead)."""
+    from sharemgr.manager.intake import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match="holds a control character"):
+        intake.create_share(1, "NFS", name=name)
+    assert api.request_list(db) == []
+    assert intake.create_share(1, "NFS", name="naïve name").name == "naïve name"
