@@ -8,7 +8,7 @@ import datetime
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from cliff import command, lister, show
@@ -126,16 +126,20 @@ class _Errors(_Base):
             return EXIT_ERROR_STATUS
 
 
-def positive(text: str) -> int:
-    """An argparse type: a whole number of at least 1 (a ``--limit``: 0 or
-    a negative one was taken and ignored)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
-    return value
+def whole(low: int | None = None, what: str = "an integer") -> Callable[[str], int]:
+    """An argparse type: a whole number, at least ``low`` when given (a
+    ``--limit`` of 0 or less was taken and ignored); ``what`` names it in
+    the refusal."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}")
+        if low is not None and value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}: {value}")
+        return value
+
+    return parse
 
 
 def _database_error(cmd: _Errors, exc: BaseException) -> str:

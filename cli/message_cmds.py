@@ -32,7 +32,7 @@ class MessageList(base.Lister):
         parser.add_argument("--resource", metavar="ID",
                             help="a share, snapshot, replica or other resource's id (a "
                                  "share's include its replicas')")
-        parser.add_argument("--limit", type=base.positive, default=None)
+        parser.add_argument("--limit", type=base.whole(1), default=None)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:

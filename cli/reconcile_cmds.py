@@ -149,7 +149,7 @@ class ReconcileList(base.Lister):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.add_argument("--limit", type=base.positive, default=20)
+        parser.add_argument("--limit", type=base.whole(1), default=20)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:

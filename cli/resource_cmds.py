@@ -121,12 +121,7 @@ def add_host(parser: argparse.ArgumentParser) -> None:
                         "machine's [DEFAULT] host)")
 
 
-def integer(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}")
-    return value
+integer = base.whole()
 
 
 # Generic commands, one class per kind made by ``commands_for``. ----------------
@@ -438,7 +433,7 @@ class RequestList(base.Lister):
         parser.add_argument("--resource", metavar="ID",
                             help="a resource's id: a share or snapshot includes its "
                             "instances' (and a share its backups') requests")
-        parser.add_argument("--limit", type=base.positive, default=None)
+        parser.add_argument("--limit", type=base.whole(1), default=None)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Listed:

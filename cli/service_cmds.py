@@ -46,14 +46,7 @@ class ServiceList(base.Lister):
         return columns, [tuple(base.fmt(v) for v in row) for row in data]
 
 
-def _seconds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
+_seconds = base.whole(0, "a whole number of seconds")
 
 
 def died_at(row: models.Service, alive: bool) -> datetime.datetime | None:
