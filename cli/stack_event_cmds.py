@@ -74,6 +74,13 @@ class StackEventList(base.OnStack, base.Lister):
                 self.app.stdout.flush()
             return COLUMNS, []
         rows = stack_events.events(self.app.context.db, stack.id, parsed_args.resource)
+        if not rows and parsed_args.resource is not None:
+            from sharemgr.db import stacks
+
+            names = {r.name for r in stacks.resource_list(self.app.context.db, stack.id)}
+            if parsed_args.resource not in names:  # a typo, not a quiet resource (as Heat)
+                raise base.UserError(f"stack {stack.name} has no resource "
+                                     f"{parsed_args.resource!r}")
         return COLUMNS, [_row(e) for e in rows]
 
     def produce_output(self, parsed_args: argparse.Namespace, column_names: Sequence[str],

@@ -92,6 +92,8 @@ def test_events_failures_follow_and_cap(deployment, setup, tmp_path):  # noqa: F
     assert out.returncode == 2 and "no stack named" in out.stderr and "Traceback" not in out.stderr
     out = d.sharectl("stack", "event", "show", "web", "999999", check=False)
     assert out.returncode == 2 and "has no event 999999" in out.stderr
+    out = d.sharectl("stack", "event", "list", "web", "--resource", "nosuch", check=False)
+    assert out.returncode == 2 and "stack web has no resource 'nosuch'" in out.stderr
     out = d.sharectl("stack", "failures", "list", "nope", check=False)
     assert out.returncode == 2
 
