@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from cliff import command, lister, show
@@ -186,8 +185,8 @@ class Lister(_Errors, lister.Lister):
         # Lists and dicts stay structured in json/yaml, one JSON string elsewhere.
         if parsed_args.formatter not in STRUCTURED_FORMATS:
             data = [tuple(_flat(v) for v in row) for row in data]
-        with _columns_named(parsed_args, column_names):
-            return super().produce_output(parsed_args, column_names, data)
+        _check_columns(parsed_args, column_names)
+        return super().produce_output(parsed_args, column_names, data)
 
 
 class ShowOne(_Errors, show.ShowOne):
@@ -195,24 +194,17 @@ class ShowOne(_Errors, show.ShowOne):
                        data: Sequence[object]) -> int:
         if parsed_args.formatter not in STRUCTURED_FORMATS:
             data = tuple(_flat(v) for v in data)
-        with _columns_named(parsed_args, column_names):
-            return super().produce_output(parsed_args, column_names, data)
+        _check_columns(parsed_args, column_names)
+        return super().produce_output(parsed_args, column_names, data)
 
 
-@contextlib.contextmanager
-def _columns_named(parsed_args: argparse.Namespace, column_names: Sequence[str]
-                   ) -> Iterator[None]:
+def _check_columns(parsed_args: argparse.Namespace, column_names: Sequence[str]) -> None:
     """A ``-c`` naming no column is the user's mistake: exit 2, as any bad
     input, before anything is printed. cliff drops such a name when another
-    is known (a typo's column silently missing) and refuses it with a
-    ValueError only when none is."""
+    is known (a typo's column silently missing), and refuses it (with a
+    ValueError, a bug's exit) only when none is: checked here first, its
+    refusal is never reached."""
     unknown = [c for c in getattr(parsed_args, "columns", None) or () if c not in column_names]
     if unknown:
         raise UserError(f"no column {', '.join(map(repr, unknown))}: the columns are "
                         f"{', '.join(column_names)}")
-    try:
-        yield
-    except ValueError as exc:
-        if "column" not in str(exc):
-            raise
-        raise UserError(str(exc)) from exc
