@@ -129,44 +129,39 @@ def _bad_value(conf: cfg.ConfigOpts, group: str, name: str, exc: Exception) -> C
     return ConfigError(f"invalid value for [{group}] {name}{shown}: {reason}")
 
 
-def validate_group(conf: cfg.ConfigOpts, group: str) -> None:
+def validate_group(conf: cfg.ConfigOpts, group: str) -> dict[str, object]:
     """Read every option of one group (e.g. a backend group after a driver
-    registered its options) so a bad value fails now."""
+    registered its options) so a bad value fails now; their values."""
     attr = conf[group]
+    values: dict[str, object] = {}
     for opt_name in list(attr):
         try:
-            getattr(attr, opt_name)
+            values[opt_name] = getattr(attr, opt_name)
         except (cfg.ConfigFileValueError, ValueError) as exc:
             raise _bad_value(conf, group, opt_name, exc)
+    return values
 
 
-def _read_all(conf: cfg.ConfigOpts) -> None:
-    """Read every registered option so that a bad value fails now, not later."""
+def _read_all(conf: cfg.ConfigOpts) -> dict[tuple[str | None, str], object]:
+    """Read every registered option so that a bad value fails now, not later;
+    every value, by (group, name), DEFAULT's group None."""
+    values: dict[tuple[str | None, str], object] = {}
     for name in list(conf):
         try:
             value = conf[name]
         except (cfg.ConfigFileValueError, ValueError) as exc:
             raise _bad_value(conf, "DEFAULT", name, exc)
         if isinstance(value, cfg.ConfigOpts.GroupAttr):
-            validate_group(conf, name)
+            values.update({(name, opt): v for opt, v in validate_group(conf, name).items()})
+        else:
+            values[(None, name)] = value
+    return values
 
 
 def validate(conf: cfg.ConfigOpts) -> None:
     """Read every registered option (e.g. after a reload); raises
     ConfigError with one line for the first bad value."""
     _read_all(conf)
-
-
-def _values(conf: cfg.ConfigOpts) -> dict[tuple[str | None, str], object]:
-    """Every option's value now, by (group, name); DEFAULT's group is None."""
-    out: dict[tuple[str | None, str], object] = {}
-    for name in list(conf):
-        value = conf[name]
-        if isinstance(value, cfg.ConfigOpts.GroupAttr):
-            out.update({(name, opt): getattr(value, opt) for opt in list(value)})
-        else:
-            out[(None, name)] = value
-    return out
 
 
 # The values a failed reload put back, by configuration: cleared by the next one.
@@ -179,7 +174,7 @@ def reload(conf: cfg.ConfigOpts) -> None:
     keeps the value it had: oslo.config has swapped the files' new values in
     by the time one fails to read (a graceful stop reading it then failed),
     so the old ones are put back as overrides, which the next reload clears."""
-    before = _values(conf)
+    before = _read_all(conf)
     for group, name in _PUT_BACK.pop(id(conf), []):
         conf.clear_override(name, group)
     try:

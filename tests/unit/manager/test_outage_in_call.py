@@ -37,9 +37,9 @@ def timed(engine):
     return engine
 
 
-def _running(engine, inst: models.ShareInstance, action: str) -> None:
-    add_request(engine.db, vocab.SHARE_INSTANCE, inst.id, HOSTBE,
-                status=vocab.REQUEST_RUNNING, engine_id=engine.engine_id, action=action)
+def _running(engine, inst: models.ShareInstance, action: str) -> int:
+    return add_request(engine.db, vocab.SHARE_INSTANCE, inst.id, HOSTBE,
+                       status=vocab.REQUEST_RUNNING, engine_id=engine.engine_id, action=action)
 
 
 def _once(monkeypatch, target: object, name: str) -> list[str]:
@@ -190,9 +190,7 @@ def test_an_engine_whose_request_was_taken_over_takes_no_row(any_engine):
     engine = any_engine
     timing.time_calls(engine.driver, BACKEND)
     inst = make_share(engine.db, vocab.DELETING)
-    rid = add_request(engine.db, vocab.SHARE_INSTANCE, inst.id, HOSTBE,
-                      status=vocab.REQUEST_RUNNING, engine_id=engine.engine_id,
-                      action=vocab.ACTION_DELETE)
+    rid = _running(engine, inst, vocab.ACTION_DELETE)
     assert db_rec.abandon_request(engine.db, rid, engine.engine_id, "stuck; reconciled by B")
     fence = fetch(engine.db, vocab.SHARE_INSTANCE, inst.id).fence
     expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
@@ -203,9 +201,7 @@ def test_an_engine_whose_request_was_taken_over_takes_no_row(any_engine):
     assert engine.driver.methods() == []
     assert api.get(engine.db, models.Request, rid).status == vocab.REQUEST_ABANDONED
     # Its own running request: the same call takes the row and calls the driver.
-    mine = add_request(engine.db, vocab.SHARE_INSTANCE, inst.id, HOSTBE,
-                       status=vocab.REQUEST_RUNNING, engine_id=engine.engine_id,
-                       action=vocab.ACTION_DELETE)
+    mine = _running(engine, inst, vocab.ACTION_DELETE)
     expect(engine.operations.perform(Op(vocab.SHARE_INSTANCE, inst.id, vocab.ACTION_DELETE,
                                         host=HOSTBE, request_id=mine)), Result.DONE)
     assert engine.driver.methods() == ["delete_share"]
