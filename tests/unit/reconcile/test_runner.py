@@ -140,6 +140,9 @@ def test_a_manual_pass_in_an_outage_fails_at_once(engine, runner, monkeypatch):
     monkeypatch.setattr(runner.reconciler, "run", down)
     expect(runner.handle_request(types.SimpleNamespace(id=7, args={})), Result.FAILED,
            "OperationalError")
+    # The failure's log line is written by the worker after the waiter
+    # wakes: let it come before the test's log capture closes.
+    _drain(runner)
 
 
 def test_a_peer_leaving_before_the_startup_pass_is_left_to_it(engine, runner):
