@@ -25,6 +25,12 @@ class Context:
 
     @property
     def db(self) -> Database:
+        """The database, which must be there (an SQLite file is not made)."""
+        return self.database(create=False)
+
+    def database(self, create: bool) -> Database:
+        """The database; ``create``: an SQLite file that is not there is made
+        (``db sync`` only)."""
         if self._db is None:
             from sharemgr.db.engine import Database
 
@@ -32,6 +38,7 @@ class Context:
                 config.database_url(self.conf),
                 connect_timeout=self.conf.database.connect_timeout,
                 pool_size=2,
+                create=create,
             )
             db.retry = config.retry_policy(self.conf)
             db.max_events_per_stack = self.conf.max_events_per_stack

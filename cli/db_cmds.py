@@ -13,7 +13,7 @@ class DbSync(base.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from sharemgr.db import migration  # alembic is slow to import: only here
 
-        db = self.app.context.db
+        db = self.app.context.database(create=True)
         before = migration.current(db)
         migration.upgrade(db)
         self.app.stdout.write(

@@ -208,12 +208,15 @@ class Database:
 
     def __init__(self, url: str, connect_timeout: int = 10, pool_size: int = 10,
                  max_overflow: int | None = None, pool_timeout: int = 30,
-                 recycle: int = 3600, idle_transaction_timeout: int = 0) -> None:
+                 recycle: int = 3600, idle_transaction_timeout: int = 0,
+                 create: bool = True) -> None:
         """``pool_size``, ``max_overflow`` (default twice ``pool_size``),
         ``pool_timeout`` and ``recycle`` (seconds; -1 never) shape the
         connection pool of PostgreSQL and MariaDB; a transaction left idle
         ``idle_transaction_timeout`` seconds is ended by their server (0:
-        as the server says)."""
+        as the server says). ``create``: an SQLite file that is not there is
+        made (else refused: a reader in the wrong folder, or with another
+        configuration, would make an empty one and read it)."""
         self.url = url
         try:
             parsed = make_url(url)
@@ -224,6 +227,12 @@ class Database:
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
                 folder = os.path.dirname(os.path.abspath(parsed.database))
+                if not create and not os.path.exists(parsed.database):
+                    raise DatabaseUnavailable(
+                        f"no database at {os.path.abspath(parsed.database)}: run 'sharectl "
+                        "db sync' to make it, or, for a daemon's, give sharectl its "
+                        "configuration (--config-file; the default state_path is the folder "
+                        "the daemon was started in)")
                 try:
                     os.makedirs(folder, exist_ok=True)
                 except OSError as exc:  # under a file, permission denied

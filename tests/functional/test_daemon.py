@@ -136,6 +136,11 @@ def test_sharectl_on_a_database_never_synced_says_what_to_do(deployment):
     assert out.stderr.strip().splitlines() == [
         out.stderr.strip()] and "run 'sharectl db sync'" in out.stderr
     assert "SELECT" not in out.stderr and "Traceback" not in out.stderr
+    # Not made either: a sharectl started in another folder than the
+    # daemon's (the default state_path) would read an empty one of its own.
+    assert "no database at " in out.stderr and not (d.state / "sharemgr.sqlite").exists()
+    d.sync()
+    assert d.sharectl("share", "list", "-f", "json").stdout.strip() == "[]"
 
 
 def test_wait_says_at_once_when_no_engine_serves_the_host(deployment):
