@@ -480,10 +480,16 @@ def serve(service: ShareManagerService) -> int:
     except config.ConfigError as exc:  # a bad option value, as at load: exit 2
         failure, code = str(exc), 2
     if failure is not None:
+        service_stopped = service.stopping.is_set()
         # Logged outside the except block: oslo.log would append the exception.
-        LOG.error("share-manager cannot start: %s", failure)
+        if service_stopped:
+            # Asked to stop while it waited (a database late at start): what
+            # it was asked, not a failure to report (systemd's stop, exit 0).
+            LOG.info("share-manager stopped before it was up (it was waiting: %s)", failure)
+        else:
+            LOG.error("share-manager cannot start: %s", failure)
         service.stop()
-        return code
+        return 0 if service_stopped else code
     service.wait()
     service.stop()
     return 0

@@ -185,6 +185,12 @@ def test_a_database_late_at_start_is_waited_for(deployment, pg_url, redis_url):
     finally:
         proxy.cut()
 
+    # Asked to stop while it waits: stopped as asked (exit 0), no error.
+    waiting = d.start(config=late, wait=False)
+    waiting.wait_for_log("trying again in 1s")
+    assert waiting.terminate() == 0
+    assert "stopped before it was up" in waiting.text() and " ERROR " not in waiting.text()
+
     # A bounded number of tries: then the one line, exit code 1.
     bounded = d.write_config(d.root / "bounded.conf", database={
         "connection": via, "max_retries": "1", "retry_interval": "1", "connect_timeout": "2"})
