@@ -165,8 +165,13 @@ class ResourceDelete(base.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         delete = self.kind.delete
         assert delete is not None  # the command exists only for nouns with a delete
-        delete(_intake(self.app), parsed_args.id, parsed_args.force)
-        if parsed_args.wait:
+        intake = _intake(self.app)
+        delete(intake, parsed_args.id, parsed_args.force)
+        if intake.done_at_once:
+            # Its create had not begun: deleted at once (manager/delete_plans.py).
+            self.app.stdout.write(f"{self.kind.noun} {parsed_args.id} deleted (no engine had "
+                                  "begun its create: no driver was called)\n")
+        elif parsed_args.wait:
             status = wait_for(self.app, self.kind, parsed_args.id, parsed_args.timeout,
                               deleting=True)
             _finish(self.app, self.kind, parsed_args.id, status, (vocab.DELETED,))

@@ -9,7 +9,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import models, quiet, resources
 from sharemgr.db.engine import Database
 from sharemgr.db.records import Record
-from sharemgr.manager import kinds, operation_table
+from sharemgr.manager import kinds, operation_table, successes
 from sharemgr.manager.plans import Op, Plan, Refused, get, need, quiet_share, replica, snapshot
 
 # What a share's family must not be doing while one of its members starts
@@ -18,20 +18,53 @@ _RESIZING = frozenset({vocab.EXTENDING, vocab.SHRINKING, vocab.REVERTING,
                        vocab.REPLICATION_CHANGE})
 
 
-def _deleting(kind: kinds.Kind, row: kinds.StatusRow | Record, what: str,
+def _deleting(db: Database, kind: kinds.Kind, row: kinds.StatusRow | Record, what: str,
               host: str | None,
               shown: object = None, force: bool = False) -> Plan:
     """``row`` holds the status; ``shown`` is what users know (a share, not
     its instance), when it differs. A forced delete (admin) starts from any
     status, as Manila's force-delete does: its request carries
-    ``{"force": True}`` and ends in deleted whatever the driver says."""
+    ``{"force": True}`` and ends in deleted whatever the driver says; one
+    of a resource whose create no engine has taken is written at once
+    (``_never_taken``)."""
     spec = operation_table.spec(kind.name, vocab.ACTION_DELETE)
     if not force:
         need(row.status, spec.starts_from, what, "delete")
+    elif (at_once := _never_taken(db, kind, row, what, shown)) is not None:
+        return at_once
     return Plan(None, [], [(kind.model, row.id, {"status": row.status},
                             {"status": spec.transient[0]})],
                 Op(kind.name, row.id, vocab.ACTION_DELETE, host,
                    {"force": True} if force else {}), shown or row)
+
+
+def _never_taken(db: Database, kind: kinds.Kind, row: kinds.StatusRow | Record, what: str,
+                 shown: object) -> Plan | None:
+    """A forced delete of a resource whose create is still pending — no
+    engine took it (none serves its host, or none got to it yet), so no
+    driver was called about it: its records go at once, with the create's
+    request failed, in one transaction and only while that request is still
+    pending (an engine that takes it meanwhile wins: the delete is refused
+    as changed meanwhile, and a second one waits for the create as any
+    forced delete does). Else None. A delete request would wait, for ever
+    where no engine serves the host (Manila deletes a share that has no
+    host in its API, for the same reason)."""
+    create = operation_table.SPECS.get((kind.name, vocab.ACTION_CREATE))
+    if create is None or row.status not in create.transient:
+        return None
+    waiting = db_api.pending_request(db, kind.name, row.id, vocab.ACTION_CREATE)
+    if waiting is None:
+        return None
+    found = db_api.get(db, kind.model, row.id)  # the model's row, as a success reads it
+    if found is None or found.status != row.status:
+        return None
+    failed = (models.Request, waiting.id, {"status": vocab.REQUEST_PENDING, "engine_id": None},
+              {"status": vocab.REQUEST_FAILED, "finished_at": models.utcnow(),
+               "error": f"not carried out: {what} was force-deleted before an engine "
+                        "took this request"})
+    gone = successes.changes(db, operation_table.spec(kind.name, vocab.ACTION_DELETE), found,
+                             None, force=True)
+    return Plan(None, [], [failed, *gone], None, shown or row)
 
 
 def _in_use(db: Database, checks: tuple[tuple[type, str], ...], ident: str) -> bool:
@@ -117,7 +150,7 @@ def _delete_share(db: Database, ident: str, force: bool = False,
               quiet.Quiet(models.ShareSnapshotInstance, {"share_instance_id": inst.id},
                           frozenset(vocab.VALID_STATUSES[vocab.SNAPSHOT_INSTANCE]),
                           f"share {ident} has snapshots ({{statuses}}): delete them first"))
-    return _deleting(kinds.SHARE_INSTANCE, inst, f"share {ident}", inst.host, row, force) \
+    return _deleting(db, kinds.SHARE_INSTANCE, inst, f"share {ident}", inst.host, row, force) \
         .and_then(changes=[quiet.anchor(row.id)], conditions=others)
 
 
@@ -138,13 +171,13 @@ def _delete_instance(db: Database, ident: str, force: bool = False) -> Plan:
     if any(i.status in (vocab.MIGRATING, vocab.MIGRATING_TO) for i in live):
         raise Refused(f"share {row.share_id} is migrating: cancel its migration first "
                       "(sharectl share migration cancel)")
-    return _deleting(kinds.SHARE_INSTANCE, row, f"share instance {ident}", row.host,
+    return _deleting(db, kinds.SHARE_INSTANCE, row, f"share instance {ident}", row.host,
                      force=force)
 
 
 def _delete_snapshot(db: Database, ident: str, force: bool = False) -> Plan:
     snap, inst = snapshot(db, ident)
-    return _deleting(kinds.SNAPSHOT_INSTANCE, inst, f"snapshot {ident}",
+    return _deleting(db, kinds.SNAPSHOT_INSTANCE, inst, f"snapshot {ident}",
                      kinds.SNAPSHOT_INSTANCE.host_of(db, inst), snap, force)
 
 
@@ -152,7 +185,7 @@ def _delete_replica(db: Database, ident: str, force: bool = False) -> Plan:
     """Refused while its share is resized or another replica promoted (even
     forced: the two would call the driver on it at once)."""
     row = replica(db, ident)
-    return quiet_share(db, _deleting(kinds.REPLICA, row, f"replica {ident}", row.host,
+    return quiet_share(db, _deleting(db, kinds.REPLICA, row, f"replica {ident}", row.host,
                                      force=force), row.share_id,
                        quiet.Quiet(models.ShareInstance, {"share_id": row.share_id}, _RESIZING,
                                    f"cannot delete replica {ident}: its share is "
@@ -164,7 +197,7 @@ def _delete_server(db: Database, ident: str, force: bool = False) -> Plan:
     if _in_use(db, ((models.ShareInstance, "share_server_id"),
                     (models.ShareGroup, "share_server_id")), row.id):
         raise Refused(f"share server {ident} is in use by shares or groups")
-    return _deleting(kinds.SHARE_SERVER, row, f"share server {ident}", row.host, force=force)
+    return _deleting(db, kinds.SHARE_SERVER, row, f"share server {ident}", row.host, force=force)
 
 
 def _delete_group(db: Database, ident: str, force: bool = False) -> Plan:
@@ -174,18 +207,18 @@ def _delete_group(db: Database, ident: str, force: bool = False) -> Plan:
     # Forced, its group snapshots' records go with it (as Manila's force-delete).
     if not force and _in_use(db, ((models.ShareGroupSnapshot, "share_group_id"),), row.id):
         raise Refused(f"share group {ident} has snapshots: delete them first")
-    return _deleting(kinds.SHARE_GROUP, row, f"share group {ident}", row.host, force=force)
+    return _deleting(db, kinds.SHARE_GROUP, row, f"share group {ident}", row.host, force=force)
 
 
 def _delete_group_snapshot(db: Database, ident: str, force: bool = False) -> Plan:
     row = get(db, models.ShareGroupSnapshot, ident, "group snapshot")
-    return _deleting(kinds.GROUP_SNAPSHOT, row, f"group snapshot {ident}",
+    return _deleting(db, kinds.GROUP_SNAPSHOT, row, f"group snapshot {ident}",
                      kinds.GROUP_SNAPSHOT.host_of(db, row), force=force)
 
 
 def _delete_backup(db: Database, ident: str, force: bool = False) -> Plan:
     row = get(db, models.ShareBackup, ident, "backup")
-    return _deleting(kinds.BACKUP, row, f"backup {ident}", row.host, force=force)
+    return _deleting(db, kinds.BACKUP, row, f"backup {ident}", row.host, force=force)
 
 
 _DELETERS = {

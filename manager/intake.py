@@ -66,6 +66,9 @@ class Intake:
     def __init__(self, db: Database, conf: cfg.ConfigOpts) -> None:
         self.db = db
         self.conf = conf
+        # Whether the last write was all of it, no operation queued (a forced
+        # delete of a resource whose create no engine took: delete_plans.py).
+        self.done_at_once = False
 
     # Helpers ---------------------------------------------------------------
 
@@ -102,21 +105,24 @@ class Intake:
         concurrent change makes it fail with a clear message. Returns the
         resource's row as the plan wrote or read it (checked against ``model``
         before anything is written)."""
-        assert plan.op is not None
         assert isinstance(plan.row, model), (plan.row, model)
+        # No operation: the plan's changes are all of it (a forced delete of
+        # a resource whose create no engine took: delete_plans.py).
+        action = plan.op.action if plan.op is not None else vocab.ACTION_DELETE
         try:
-            written = db_api.transition_with_request(self.db, plan.changes, plan.op.request(),
-                                                     rows=plan.add, claims=plan.claims,
-                                                     conditions=plan.conditions)
+            written = db_api.transition_with_request(
+                self.db, plan.changes, plan.op.request() if plan.op is not None else None,
+                rows=plan.add, claims=plan.claims, conditions=plan.conditions)
         except quiet.Busy as exc:  # busy meanwhile (its plan's early check passed)
             raise InvalidRequest(str(exc))
         except db_capacity.NoRoom as exc:
             # Placed meanwhile by another request: the room is gone.
-            raise InvalidRequest(f"cannot {plan.op.action} {what}: {exc} (placed meanwhile "
+            raise InvalidRequest(f"cannot {action} {what}: {exc} (placed meanwhile "
                                  "by other requests)")
         if not written:
-            raise InvalidRequest(f"cannot {plan.op.action} {what}: it changed meanwhile, "
+            raise InvalidRequest(f"cannot {action} {what}: it changed meanwhile, "
                                  "try again")
+        self.done_at_once = plan.op is None
         return plan.row
 
     def _delete(self, type_: str, ident: str, force: bool, model: type[T]) -> T:

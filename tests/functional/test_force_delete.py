@@ -3,6 +3,8 @@ through real share-manager processes, on SQLite and on PostgreSQL + Redis."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.functional.harness import SETUPS, servers
@@ -70,3 +72,27 @@ def test_force_delete_out_of_error_deleting(setup):
     assert {(o["kind"], o["id"]) for o in d.backend("list")} == {("replica", replica)}
     forced = [r for r in d.json("request", "list") if r["action"] == "delete"]
     assert {r["status"] for r in forced} == {"done", "failed"}
+
+
+def test_force_delete_of_a_share_no_engine_serves(setup):
+    """A share created for a host no engine serves waits in creating; its
+    forced delete removes it at once (a delete request would wait for ever
+    too), and its create's request ends failed: nothing reached a backend."""
+    d = setup
+    d.start()
+    out = d.sharectl("share", "create", "1", "--proto", "NFS", "--host", "nowhere",
+                     "-f", "json")
+    assert "no live share-manager serves nowhere@dummy" in out.stderr
+    share = d.json("share", "show", json.loads(out.stdout)["id"])
+    assert share["status"] == "creating"
+    # Not forced: refused from creating, as before.
+    out = d.sharectl("share", "delete", share["id"], check=False)
+    assert out.returncode == 2 and "its status is 'creating'" in out.stderr
+    out = d.sharectl("share", "delete", share["id"], "--force", "--wait")
+    assert f"share {share['id']} deleted (no engine had begun its create" in out.stdout
+    assert "no live share-manager" not in out.stderr  # nothing left to wait for
+    assert d.sharectl("share", "show", share["id"], check=False).returncode == 2
+    (create,) = [r for r in d.json("request", "list", "--resource", share["id"])
+                 if r["action"] == "create"]
+    assert create["status"] == "failed" and "force-deleted" in create["error"]
+    assert not [c for c in d.backend("calls") if c["resource_id"] is not None]

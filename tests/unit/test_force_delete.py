@@ -78,6 +78,57 @@ def test_forced_share_delete_waits_for_a_backup_in_progress(engine):
     assert plan.op.args == {"force": True}
 
 
+def _create_request(db, inst, status: str, engine: str | None = None) -> models.Request:
+    req = models.Request(resource_type=vocab.SHARE_INSTANCE, resource_id=inst.id,
+                         action=vocab.ACTION_CREATE, host=HOSTBE, status=status, args={},
+                         engine_id=engine,
+                         claimed_at=models.utcnow() if engine else None)
+    add(db, req)
+    return req
+
+
+def test_a_forced_delete_of_a_create_no_engine_took_deletes_at_once(any_engine):
+    """No driver was called about a share whose create is still pending:
+    its records go at once, the create's request failed with them (a delete
+    request would wait for ever where no engine serves its host)."""
+    from sharemgr.manager.intake import Intake
+
+    db = any_engine.db
+    inst = make_share(db, vocab.CREATING)
+    req = _create_request(db, inst, vocab.REQUEST_PENDING)
+    Intake(db, None).delete_share(inst.share_id, force=True)
+    assert fetch(db, vocab.SHARE_INSTANCE, inst.id).status == vocab.DELETED
+    assert api.get(db, models.Share, inst.share_id) is None
+    (create,) = [r for r in api.request_list(db) if r.resource_id == inst.id]
+    assert (create.id, create.status) == (req.id, vocab.REQUEST_FAILED)
+    assert "force-deleted before an engine took this request" in create.error
+    assert any_engine.driver.calls == []
+    # A plain delete is still refused from creating.
+    other = make_share(db, vocab.CREATING)
+    _create_request(db, other, vocab.REQUEST_PENDING)
+    with pytest.raises(plans.Refused, match="its status is 'creating'"):
+        delete_plans.delete(db, vocab.SHARE, other.share_id)
+
+
+def test_a_forced_delete_of_a_create_an_engine_took_waits_for_it(any_engine):
+    """Taken (running), or taken between the plan and its write: the delete
+    is the operation it always was, or refused as changed meanwhile."""
+    db = any_engine.db
+    inst = make_share(db, vocab.CREATING)
+    _create_request(db, inst, vocab.REQUEST_RUNNING, any_engine.engine_id)
+    plan = delete_plans.delete(db, vocab.SHARE, inst.share_id, force=True)
+    assert plan.op is not None and plan.op.args == {"force": True}
+    late = make_share(db, vocab.CREATING)
+    req = _create_request(db, late, vocab.REQUEST_PENDING)
+    plan = delete_plans.delete(db, vocab.SHARE, late.share_id, force=True)
+    assert plan.op is None
+    assert api.conditional_update(db, models.Request, req.id, {"status": vocab.REQUEST_PENDING},
+                                  {"status": vocab.REQUEST_RUNNING,
+                                   "engine_id": any_engine.engine_id})
+    assert not api.transition_with_request(db, plan.changes, None, conditions=plan.conditions)
+    assert fetch(db, vocab.SHARE_INSTANCE, late.id).status == vocab.CREATING
+
+
 # The operation -------------------------------------------------------------------------
 
 
