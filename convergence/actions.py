@@ -119,7 +119,11 @@ def progress(db: Database, stack: models.Stack) -> Progress:
     if stack.status != vocab.STACK_IN_PROGRESS or not stack.current_traversal:
         # The resources of the graph's nodes, without building the graph.
         total = len(resource_ids_in(stack.current_deps))
-        return Progress(total if stack.status == vocab.STACK_COMPLETE else 0, total)
+        # A check is no traversal and runs only after one that completed
+        # (reconcile/stack_check.py): its FAILED says what drifted, not how
+        # far the traversal got.
+        done = stack.status == vocab.STACK_COMPLETE or stack.action == vocab.STACK_CHECK
+        return Progress(total if done else 0, total)
     graph = prepare.load_traversal_graph(stack)
     resources = graph.resource_ids()
     reported: set[str] = set()

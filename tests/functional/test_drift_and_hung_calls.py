@@ -320,6 +320,9 @@ def test_stack_check_finds_drift_and_converge_repairs_it(deployment, servers):
     assert "stack web CHECK FAILED: drifted: data (missing); logs (size 2 on record, " \
            "5 on the backend); snap (missing)" in out.stderr
     assert "Traceback" not in out.stderr
+    # The traversal the check looked at completed: its progress stays whole.
+    shown = d.json("stack", "show", "web")
+    assert (shown["action"], shown["status"], shown["progress"]) == ("CHECK", "FAILED", "3/3")
     assert _show(db, phys["data"])["status"] == vocab.ERROR
     assert _show(db, phys["logs"])["size"] == 5  # the backend's truth, for the converge
 
