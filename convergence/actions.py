@@ -122,8 +122,8 @@ def progress(db: Database, stack: models.Stack) -> Progress:
         # A check is no traversal and runs only after one that completed
         # (reconcile/stack_check.py): its FAILED says what drifted, not how
         # far the traversal got.
-        done = stack.status == vocab.STACK_COMPLETE or stack.action == vocab.STACK_CHECK
-        return Progress(total if done else 0, total)
+        whole = stack.status == vocab.STACK_COMPLETE or stack.action == vocab.STACK_CHECK
+        return Progress(total if whole else 0, total)
     graph = prepare.load_traversal_graph(stack)
     resources = graph.resource_ids()
     reported: set[str] = set()
