@@ -38,6 +38,14 @@ def _deleting(db: Database, kind: kinds.Kind, row: kinds.StatusRow | Record, wha
                    {"force": True} if force else {}), shown or row)
 
 
+# The kinds whose create writes its own rows alone until it runs: its
+# records can go without it. A backup's create also made its share
+# backup_creating, which its own operation ends.
+_CREATE_OWN_ROWS_ONLY = frozenset({
+    vocab.SHARE_INSTANCE, vocab.SNAPSHOT_INSTANCE, vocab.REPLICA, vocab.SHARE_SERVER,
+    vocab.SHARE_GROUP, vocab.GROUP_SNAPSHOT})
+
+
 def _never_taken(db: Database, kind: kinds.Kind, row: kinds.StatusRow | Record, what: str,
                  shown: object) -> Plan | None:
     """A forced delete of a resource whose create is still pending — no
@@ -50,7 +58,8 @@ def _never_taken(db: Database, kind: kinds.Kind, row: kinds.StatusRow | Record, 
     where no engine serves the host (Manila deletes a share that has no
     host in its API, for the same reason)."""
     create = operation_table.SPECS.get((kind.name, vocab.ACTION_CREATE))
-    if create is None or row.status not in create.transient:
+    if kind.name not in _CREATE_OWN_ROWS_ONLY or create is None \
+            or row.status not in create.transient:
         return None
     waiting = db_api.pending_request(db, kind.name, row.id, vocab.ACTION_CREATE)
     if waiting is None:

@@ -127,6 +127,13 @@ def test_a_forced_delete_of_a_create_an_engine_took_waits_for_it(any_engine):
                                    "engine_id": any_engine.engine_id})
     assert not api.transition_with_request(db, plan.changes, None, conditions=plan.conditions)
     assert fetch(db, vocab.SHARE_INSTANCE, late.id).status == vocab.CREATING
+    # A backup's create made its share backup_creating, which only its own
+    # operation ends: queued, pending create or not.
+    backup = make_backup(db, vocab.CREATING, share_status=vocab.BACKUP_CREATING)
+    add(db, models.Request(resource_type=vocab.BACKUP, resource_id=backup.id,
+                           action=vocab.ACTION_CREATE, host=HOSTBE,
+                           status=vocab.REQUEST_PENDING, args={}))
+    assert delete_plans.delete(db, vocab.BACKUP, backup.id, force=True).op is not None
 
 
 # The operation -------------------------------------------------------------------------
