@@ -98,7 +98,11 @@ def _share_to_delete_stmt() -> records.Query:
     snapshots = (sa.select(sa.func.count()).select_from(snap)
                  .where(snap.c.share_id == s.c.id, snap.c.deleted_at.is_(None))
                  .scalar_subquery())
-    return (sa.select(s, si, snapshots.label("snapshots"))
+    bk = models.ShareBackup.__table__
+    backups = (sa.select(sa.func.count()).select_from(bk)
+               .where(bk.c.share_id == s.c.id, bk.c.deleted_at.is_(None))
+               .scalar_subquery())
+    return (sa.select(s, si, snapshots.label("snapshots"), backups.label("backups"))
             .select_from(s.outerjoin(si, sa.and_(si.c.share_id == s.c.id,
                                                  si.c.deleted_at.is_(None))))
             .where(s.c.id == sa.bindparam("id"), s.c.deleted_at.is_(None))
@@ -110,20 +114,24 @@ def _share_to_delete_stmt() -> records.Query:
 _SHARE_TO_DELETE = _share_to_delete_stmt()
 
 
-def share_to_delete(db: Database, share_id: str
-                    ) -> tuple[Record | None, list[Record], int]:
-    """A live share, its live instances (oldest first) and the number of its
-    live snapshots, in one statement: what a delete's plan checks (a
-    stack's delete makes one per resource), as read-only records. (None,
-    [], 0) when the share is not live."""
+# A share to delete: its row, its live instances, its live snapshots and backups.
+ToDelete = tuple[Record | None, list[Record], int, int]
+NOT_LIVE: ToDelete = (None, [], 0, 0)
+
+
+def share_to_delete(db: Database, share_id: str) -> ToDelete:
+    """A live share, its live instances (oldest first) and the numbers of
+    its live snapshots and backups, in one statement: what a delete's plan
+    checks (a stack's delete makes one per resource), as read-only records.
+    ``NOT_LIVE`` when the share is not live."""
     s, si = models.Share.__table__, models.ShareInstance.__table__
     with db.connect() as conn:
         rows = conn.execute(_SHARE_TO_DELETE, {"id": share_id}).all()
     if not rows:
-        return None, [], 0
+        return NOT_LIVE
     pairs = [records.pair(r, s, si) for r in rows]
     return (pairs[0][0], [inst for _share, inst in pairs if inst is not None],
-            int(rows[0].snapshots or 0))
+            int(rows[0].snapshots or 0), int(rows[0].backups or 0))
 
 
 def _gone_if_last() -> sa.ColumnElement[Any]:

@@ -98,7 +98,7 @@ def delete_seen(db: Database, type_: str, ident: str) -> tuple[kinds.Observed, P
     if type_ != vocab.SHARE:
         observed = kinds.observe(db, type_, ident)
         return observed, None if observed.state == kinds.GONE else delete(db, type_, ident)
-    found = resources.share_to_delete(db, ident) if ident else (None, [], 0)
+    found = resources.share_to_delete(db, ident) if ident else resources.NOT_LIVE
     row, inst = found[0], _primary(found[1])
     seen = None if row is None or inst is None else kinds.observe_rows(
         vocab.SHARE, {models.Share: row, models.ShareInstance: inst})
@@ -114,14 +114,13 @@ def _primary(live: list[Record]) -> Record | None:
 
 
 def _delete_share(db: Database, ident: str, force: bool = False,
-                  found: tuple[Record | None, list[Record], int] | None = None
-                  ) -> Plan:
+                  found: resources.ToDelete | None = None) -> Plan:
     # One read (a stack's delete makes one per resource): the share, its live
-    # instances (the primary and any other a replica) and its snapshots;
-    # ``found``: that read, made by the caller.
+    # instances (the primary and any other a replica), its snapshots and
+    # backups; ``found``: that read, made by the caller.
     if found is None:
-        found = resources.share_to_delete(db, ident) if ident else (None, [], 0)
-    row, live, snapshots = found
+        found = resources.share_to_delete(db, ident) if ident else resources.NOT_LIVE
+    row, live, snapshots, backups = found
     if row is None:
         raise Refused(f"no share with id {ident!r}")
     inst = _primary(live)
@@ -139,14 +138,12 @@ def _delete_share(db: Database, ident: str, force: bool = False,
             raise Refused(f"share {ident} has another instance ({', '.join(kept)}): delete "
                           "it first (sharectl share-instance delete)")
         raise Refused(f"share {ident} has replicas: delete them first")
-    if force:
-        # Any status goes, but a backup being made or restored owns the share
-        # (its continue task needs it): that backup must settle or go first.
-        busy = [b.id for b in db_api.query(db, models.ShareBackup, {"share_id": row.id})
-                if b.status in (vocab.CREATING, vocab.RESTORING)]
-        if busy:
-            raise Refused(f"share {ident} has a backup in progress ({', '.join(busy)}): "
-                          "wait for it or force-delete the backup first")
+    if backups:
+        # A backup is restored into its share alone (as in Manila): one left
+        # behind could never be restored. Forced too, as for snapshots (a
+        # backup being made or restored also owns the share).
+        raise Refused(f"share {ident} has {backups} backup(s): delete them first "
+                      "(sharectl backup list, backup delete)")
     # Checked again in the writing transaction, after the share's anchor
     # (db/quiet.py): a replica or a snapshot created since the read above,
     # whose plan anchors the share too, refuses the delete there; else both
@@ -158,7 +155,10 @@ def _delete_share(db: Database, ident: str, force: bool = False,
                           but=(inst.id,)),
               quiet.Quiet(models.ShareSnapshotInstance, {"share_instance_id": inst.id},
                           frozenset(vocab.VALID_STATUSES[vocab.SNAPSHOT_INSTANCE]),
-                          f"share {ident} has snapshots ({{statuses}}): delete them first"))
+                          f"share {ident} has snapshots ({{statuses}}): delete them first"),
+              quiet.Quiet(models.ShareBackup, {"share_id": row.id},
+                          frozenset(vocab.VALID_STATUSES[vocab.BACKUP]),
+                          f"share {ident} has backups ({{statuses}}): delete them first"))
     return _deleting(db, kinds.SHARE_INSTANCE, inst, f"share {ident}", inst.host, row, force) \
         .and_then(changes=[quiet.anchor(row.id)], conditions=others)
 
@@ -172,7 +172,7 @@ def _delete_instance(db: Database, ident: str, force: bool = False) -> Plan:
     row = get(db, models.ShareInstance, ident, "share instance")
     if kinds.is_secondary(row):
         raise Refused(f"share instance {ident} is a replica: sharectl replica delete")
-    _share, live, _snapshots = resources.share_to_delete(db, row.share_id)
+    _share, live, _snapshots, _backups = resources.share_to_delete(db, row.share_id)
     primary = _primary(live)
     if primary is not None and primary.id == row.id:
         raise Refused(f"share instance {ident} is its share's own: delete the share "
@@ -194,11 +194,20 @@ def _delete_replica(db: Database, ident: str, force: bool = False) -> Plan:
     """Refused while its share is resized or another replica promoted (even
     forced: the two would call the driver on it at once)."""
     row = replica(db, ident)
+    # Snapshots stay on the replica that was active when they were taken: a
+    # promote leaves them on the old one, a secondary now. Deleting it
+    # would leave them pointing at a deleted instance (a revert of one
+    # would land there), forced or not.
+    held = quiet.Quiet(models.ShareSnapshotInstance, {"share_instance_id": row.id},
+                       frozenset(vocab.VALID_STATUSES[vocab.SNAPSHOT_INSTANCE]),
+                       f"replica {ident} holds snapshots of its share (taken while it was the "
+                       "active replica; {statuses}): delete them first")
     return quiet_share(db, _deleting(db, kinds.REPLICA, row, f"replica {ident}", row.host,
                                      force=force), row.share_id,
                        quiet.Quiet(models.ShareInstance, {"share_id": row.share_id}, _RESIZING,
                                    f"cannot delete replica {ident}: its share is "
-                                   "{statuses}; try again when it is done", but=(row.id,)))
+                                   "{statuses}; try again when it is done", but=(row.id,)),
+                       held)
 
 
 def _delete_server(db: Database, ident: str, force: bool = False) -> Plan:

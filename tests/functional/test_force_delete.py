@@ -96,3 +96,18 @@ def test_force_delete_of_a_share_no_engine_serves(setup):
                  if r["action"] == "create"]
     assert create["status"] == "failed" and "force-deleted" in create["error"]
     assert not [c for c in d.backend("calls") if c["resource_id"] is not None]
+
+
+def test_a_share_with_a_backup_is_not_deleted_even_forced(setup):
+    """A backup is restored into its share alone: the share waits for its
+    backups to go, as in Manila."""
+    d = setup
+    d.start()
+    share = d.json("share", "create", "1", "--proto", "NFS", "--wait")["id"]
+    backup = d.json("backup", "create", share, "--name", "b", "--wait")["id"]
+    for extra in ((), ("--force",)):
+        out = d.sharectl("share", "delete", share, *extra, check=False)
+        assert out.returncode == 2 and "has 1 backup(s)" in out.stderr, out.stderr
+    assert d.json("share", "show", share)["status"] == "available"
+    d.sharectl("backup", "delete", backup, "--wait")
+    assert f"share {share} deleted" in d.sharectl("share", "delete", share, "--wait").stdout

@@ -74,6 +74,12 @@ def test_revert_promote_resync_and_their_crashes(setup, tmp_path):
     assert d.json("replica", "resync", old, "--wait")["replica_state"] == "out_of_sync"
     out = d.sharectl("replica", "promote", "no-such-id", check=False)
     assert out.returncode == 2 and "no replica with id 'no-such-id'" in out.stderr
+    # The old active holds the share's snapshots: not deleted under them.
+    for extra in ((), ("--force",)):
+        out = d.sharectl("replica", "delete", old, *extra, check=False)
+        assert out.returncode == 2 and f"replica {old} holds snapshots" in out.stderr, \
+            out.stderr
+    assert d.json("replica", "show", old)["status"] == "available"
 
     # A crash inside a revert: the spec's outcome, the share and its
     # snapshot error (what a revert cut short left is unknown).

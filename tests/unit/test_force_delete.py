@@ -65,17 +65,50 @@ def test_forced_share_delete_is_still_refused_while_it_has_snapshots(engine):
         delete_plans.delete(engine.db, vocab.SHARE, inst.share_id, force=True)
 
 
-def test_forced_share_delete_waits_for_a_backup_in_progress(engine):
-    db = engine.db
+def test_a_share_with_backups_is_refused_forced_or_not(any_engine):
+    """A backup is restored into its share alone (as in Manila): the share
+    goes once its backups have gone, whatever their status; one made while
+    the delete was planned refuses it in the writing transaction."""
+    db = any_engine.db
     inst = make_share(db, vocab.BACKUP_CREATING)
     backup = models.ShareBackup(id=models.new_id(), share_id=inst.share_id, host=HOSTBE,
                                 status=vocab.CREATING, size=5)
     add(db, backup)
-    with pytest.raises(plans.Refused, match=f"backup in progress \\({backup.id}\\)"):
-        delete_plans.delete(db, vocab.SHARE, inst.share_id, force=True)
+    for force in (False, True):
+        with pytest.raises(plans.Refused, match="has 1 backup"):
+            delete_plans.delete(db, vocab.SHARE, inst.share_id, force=force)
     api.conditional_update(db, models.ShareBackup, backup.id, {}, {"status": vocab.ERROR})
-    plan = delete_plans.delete(db, vocab.SHARE, inst.share_id, force=True)
-    assert plan.op.args == {"force": True}
+    api.conditional_update(db, models.ShareInstance, inst.id, {}, {"status": vocab.AVAILABLE})
+    with pytest.raises(plans.Refused, match="has 1 backup"):
+        delete_plans.delete(db, vocab.SHARE, inst.share_id, force=True)
+    api.conditional_update(db, models.ShareBackup, backup.id, {},
+                           {"status": vocab.DELETED, "deleted_at": models.utcnow()})
+    plan = delete_plans.delete(db, vocab.SHARE, inst.share_id)
+    late = models.ShareBackup(id=models.new_id(), share_id=inst.share_id, host=HOSTBE,
+                              status=vocab.AVAILABLE, size=5)
+    add(db, late)  # made between the plan and its write
+    with pytest.raises(quiet.Busy, match="has backups"):
+        api.transition_with_request(db, plan.changes, plan.op.request(),
+                                    conditions=plan.conditions)
+    assert fetch(db, vocab.SHARE_INSTANCE, inst.id).status == vocab.AVAILABLE
+
+
+def test_a_replica_holding_snapshots_is_refused_forced_or_not(any_engine):
+    """Snapshots stay on the replica that was active when they were taken;
+    after a promote that is a secondary, whose delete would leave them on a
+    deleted instance (a revert would land there)."""
+    db = any_engine.db
+    old = make(db, vocab.REPLICA, vocab.AVAILABLE)  # a secondary now
+    snap = models.ShareSnapshot(id=models.new_id(), share_id=old.share_id, size=5, name="s")
+    snap_inst = models.ShareSnapshotInstance(id=models.new_id(), snapshot_id=snap.id,
+                                             share_instance_id=old.id, status=vocab.AVAILABLE)
+    add(db, snap, snap_inst)
+    for force in (False, True):
+        with pytest.raises(plans.Refused, match=f"replica {old.id} holds snapshots"):
+            delete_plans.delete(db, vocab.REPLICA, old.id, force=force)
+    api.conditional_update(db, models.ShareSnapshotInstance, snap_inst.id, {},
+                           {"status": vocab.DELETED, "deleted_at": models.utcnow()})
+    assert delete_plans.delete(db, vocab.REPLICA, old.id).op is not None
 
 
 def _create_request(db, inst, status: str, engine: str | None = None) -> models.Request:
@@ -282,7 +315,8 @@ def test_share_delete_plan_refuses_replicas_and_takes_the_primary(engine):
     assert list(plan.changes) == [(models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
                                    {"status": vocab.DELETING}), quiet.anchor(inst.share_id)]
     assert [c.model for c in plan.conditions] == [models.ShareInstance,
-                                                  models.ShareSnapshotInstance]
+                                                  models.ShareSnapshotInstance,
+                                                  models.ShareBackup]
     rep = make_replica(db, vocab.AVAILABLE)
     with pytest.raises(plans.Refused, match="has replicas"):
         delete_plans.delete(db, vocab.SHARE, rep.share_id)

@@ -37,8 +37,12 @@ def test_live_instances_oldest_first_and_live_snapshots_counted(db):
     sid, ids = _share(db, [(None, False), ("in_sync", False), (None, True)],
                       [False, False, True])
     other, _ = _share(db, [(None, False)], [False])
-    share, live, snapshots = resources.share_to_delete(db, sid)
-    assert share.id == sid
+    with db.session() as session:
+        for gone in (False, True, False):
+            session.add(models.ShareBackup(share_id=sid, host="h@b", status="available", size=1,
+                                           deleted_at=models.utcnow() if gone else None))
+    share, live, snapshots, backups = resources.share_to_delete(db, sid)
+    assert share.id == sid and backups == 2
     # Created 10 s, 9 s, 8 s after the epoch, in that order: the deleted one is left out.
     assert [i.id for i in live] == [ids[1], ids[0]]
     assert snapshots == 2
@@ -47,16 +51,16 @@ def test_live_instances_oldest_first_and_live_snapshots_counted(db):
 
 def test_a_share_without_instances_or_snapshots(db):
     sid, _ = _share(db)
-    share, live, snapshots = resources.share_to_delete(db, sid)
-    assert (share.id, live, snapshots) == (sid, [], 0)
+    share, live, snapshots, backups = resources.share_to_delete(db, sid)
+    assert (share.id, live, snapshots, backups) == (sid, [], 0, 0)
 
 
 def test_a_deleted_or_unknown_share_is_none(db):
     sid, _ = _share(db, [(None, False)])
     with db.session() as session:
         session.get(models.Share, sid).deleted_at = models.utcnow()
-    assert resources.share_to_delete(db, sid) == (None, [], 0)
-    assert resources.share_to_delete(db, "nope") == (None, [], 0)
+    assert resources.share_to_delete(db, sid) == resources.NOT_LIVE
+    assert resources.share_to_delete(db, "nope") == resources.NOT_LIVE
 
 
 def test_instances_read_with_their_shares_in_one_statement(db):
