@@ -434,9 +434,20 @@ def restore_backup(db: Database, backup_id: str) -> Plan:
     need(inst.status, (vocab.AVAILABLE,), f"share {row.id}", "restore into")
     spec = operation_table.spec(vocab.BACKUP, vocab.ACTION_RESTORE)
     need(backup.status, spec.starts_from, f"backup {backup_id}", "restore")
+    if row.size < backup.size:
+        raise Refused(f"cannot restore backup {backup_id} ({backup.size} GiB) into share "
+                      f"{row.id} of {row.size} GiB: extend the share first")
+    now_on = hosts.host_of(inst.host) if inst.host else None
+    if backup.host != now_on:  # the share migrated since
+        raise Refused(f"cannot restore backup {backup_id}: it was made on {backup.host} and "
+                      f"share {row.id} is on {now_on} now; a backup is restored by the "
+                      "backend that made it")
     return Plan(backup.id, [], [
         (models.ShareBackup, backup.id, {"status": backup.status},
          {"status": spec.transient[0], "restore_progress": None}),
         (models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
          {"status": vocab.BACKUP_RESTORING}),
+        # The size checked above, still the share's (no resize began and
+        # ended meanwhile).
+        quiet.anchor(row.id, {"size": row.size}),
     ], Op(vocab.BACKUP, backup.id, vocab.ACTION_RESTORE, backup.host), backup)

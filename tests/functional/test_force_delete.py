@@ -100,11 +100,18 @@ def test_force_delete_of_a_share_no_engine_serves(setup):
 
 def test_a_share_with_a_backup_is_not_deleted_even_forced(setup):
     """A backup is restored into its share alone: the share waits for its
-    backups to go, as in Manila."""
+    backups to go, as in Manila; a restore into it once shrunk below the
+    backup is refused before anything is written."""
     d = setup
     d.start()
-    share = d.json("share", "create", "1", "--proto", "NFS", "--wait")["id"]
+    share = d.json("share", "create", "2", "--proto", "NFS", "--wait")["id"]
     backup = d.json("backup", "create", share, "--name", "b", "--wait")["id"]
+    d.sharectl("share", "shrink", share, "1", "--wait")
+    out = d.sharectl("backup", "restore", backup, "--wait", check=False)
+    assert out.returncode == 2 and "(2 GiB) into share" in out.stderr, out.stderr
+    assert d.json("share", "show", share)["status"] == "available"
+    d.sharectl("share", "extend", share, "2", "--wait")
+    assert d.json("backup", "restore", backup, "--wait")["status"] == "available"
     for extra in ((), ("--force",)):
         out = d.sharectl("share", "delete", share, *extra, check=False)
         assert out.returncode == 2 and "has 1 backup(s)" in out.stderr, out.stderr

@@ -132,3 +132,30 @@ def test_a_name_with_a_control_character_is_refused(intake, db, name):
         intake.create_share(1, "NFS", name=name)
     assert api.request_list(db) == []
     assert intake.create_share(1, "NFS", name="naïve name").name == "naïve name"
+
+
+def test_a_backup_is_restored_into_its_share_alone_as_big_on_its_backend(intake, db):
+    """Refused before anything is written: into a share smaller than the
+    backup, or one migrated to another backend since (the restore would run
+    on the backup's and fail there, leaving the share in error); a resize
+    that began and ended between the plan and its write refuses it too."""
+    share = intake.create_share(2, "NFS")
+    inst = _available(db, models.ShareInstance, share_id=share.id)
+    backup = intake.create_backup(share.id, "b")
+    api.conditional_update(db, models.ShareBackup, backup.id, {}, {"status": vocab.AVAILABLE})
+    api.conditional_update(db, models.ShareInstance, inst.id, {}, {"status": vocab.AVAILABLE})
+    api.conditional_update(db, models.Share, share.id, {}, {"size": 1})  # shrunk since
+    with pytest.raises(plans.Refused, match=r"\(2 GiB\) into share \S+ of 1 GiB: extend"):
+        intake.restore_backup(backup.id)
+    api.conditional_update(db, models.Share, share.id, {}, {"size": 2})
+    api.conditional_update(db, models.ShareInstance, inst.id, {}, {"host": "hostB@dummy#p"})
+    with pytest.raises(plans.Refused, match=r"made on hostA@dummy and share \S+ is on "
+                                            "hostB@dummy now"):
+        intake.restore_backup(backup.id)
+    api.conditional_update(db, models.ShareInstance, inst.id, {}, {"host": inst.host})
+    plan = plans.restore_backup(db, backup.id)
+    api.conditional_update(db, models.Share, share.id, {}, {"size": 3})  # resized meanwhile
+    assert not api.transition_with_request(db, plan.changes, plan.op.request())
+    api.conditional_update(db, models.Share, share.id, {}, {"size": 2})
+    assert intake.restore_backup(backup.id).id == backup.id
+    assert (vocab.BACKUP, vocab.ACTION_RESTORE) in _requests(db)
