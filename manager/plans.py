@@ -434,7 +434,7 @@ def restore_backup(db: Database, backup_id: str) -> Plan:
     need(inst.status, (vocab.AVAILABLE,), f"share {row.id}", "restore into")
     spec = operation_table.spec(vocab.BACKUP, vocab.ACTION_RESTORE)
     need(backup.status, spec.starts_from, f"backup {backup_id}", "restore")
-    if row.size < backup.size:
+    if backup.size is not None and row.size < backup.size:
         raise Refused(f"cannot restore backup {backup_id} ({backup.size} GiB) into share "
                       f"{row.id} of {row.size} GiB: extend the share first")
     now_on = hosts.host_of(inst.host) if inst.host else None
