@@ -23,24 +23,18 @@ from collections.abc import Mapping
 
 from sharemgr.common import vocab
 from sharemgr.drivers import base
+from sharemgr.drivers.dummy_access import apply_rules
 from sharemgr.drivers.dummy_calls import CREATED, SHARE_KINDS
 from sharemgr.drivers.dummy_manage import DummyManage
 from sharemgr.drivers.dummy_migration import DummyMigration
 from sharemgr.drivers.dummy_options import dummy_opts
 from sharemgr.drivers.dummy_reads import DummyReads
 from sharemgr.drivers.dummy_replicas import DummyReplicas
-from sharemgr.drivers.dummy_state import AppliedRule, Details, ProgressKey, Tx
+from sharemgr.drivers.dummy_state import Details, ProgressKey, Tx
 from sharemgr.drivers.exceptions import InvalidShareRequest, ShareBackendException
 
 # manager/config.py lists the options from here for oslo-config-generator.
 __all__ = ["DummyDriver", "dummy_opts"]
-
-# What the dummy backend can export each protocol to, as a real one would
-# (NFS by address, CIFS by user or address, CephFS by cephx identity): a
-# rule of another type is refused, the others applied.
-ACCESS_TYPES_BY_PROTO = {"NFS": ("ip",), "CIFS": ("user", "ip"), "CEPHFS": ("cephx",),
-                         "GLUSTERFS": ("ip", "cert"), "HDFS": ("user",), "MAPRFS": ("user",)}
-
 
 def _pool(resource: base.Share | base.Replica) -> Details:
     """The pool of a share or replica ('host@backend#pool'), kept in the
@@ -109,8 +103,9 @@ class DummyDriver(DummyManage, DummyReplicas, DummyMigration, DummyReads):
             return self._create_share(tx, share, share_server, snapshot_id, size)
 
     def delete_share(self, share: base.Share, share_server: base.ShareServer | None = None) -> None:
+        # Either kind: a promote makes a replica the share's instance.
         with self._op("delete_share", share) as tx:
-            if tx.get(share["id"], ("share",)) is not None:
+            if tx.get(share["id"], SHARE_KINDS) is not None:
                 # A real backend cannot drop a volume that still has snapshots.
                 self._refuse_if_used(tx, "share_instance_id", share["id"], ("snapshot",),
                                      "share")
@@ -151,23 +146,7 @@ class DummyDriver(DummyManage, DummyReplicas, DummyMigration, DummyReads):
         ``delete_rules`` are not needed: the full set is the truth."""
         with self._op("update_access", share) as tx:
             obj = self._need(tx, share["id"], SHARE_KINDS, "share")
-            details = obj["details"].copy()
-            allowed = ACCESS_TYPES_BY_PROTO.get(
-                str(details.get("share_proto") or share.get("share_proto") or "").upper(),
-                ("ip", "user", "cert"))
-            applied: list[AppliedRule] = []
-            refused: dict[str, base.RuleError] = {}
-            for rule in access_rules:
-                if rule["access_type"] in allowed:
-                    applied.append({"id": rule["id"], "access_type": rule["access_type"],
-                                    "access_to": rule["access_to"],
-                                    "access_level": rule["access_level"]})
-                else:
-                    refused[rule["id"]] = {"state": vocab.ACCESS_ERROR}
-            details["access_rules"] = sorted(applied, key=lambda r: (r["access_type"],
-                                                                     r["access_to"]))
-            tx.update(obj["id"], details=details)
-            return refused or None
+            return apply_rules(tx, obj, share, access_rules) or None
 
     # Snapshots -------------------------------------------------------------
 
@@ -217,8 +196,11 @@ class DummyDriver(DummyManage, DummyReplicas, DummyMigration, DummyReads):
 
     def delete_replica(self, replica: base.Replica,
                        share_server: base.ShareServer | None = None) -> None:
+        # Either kind: a promote leaves the share's first instance a replica.
         with self._op("delete_replica", replica) as tx:
-            if tx.get(replica["id"], ("replica",)) is not None:
+            if tx.get(replica["id"], SHARE_KINDS) is not None:
+                self._refuse_if_used(tx, "share_instance_id", replica["id"], ("snapshot",),
+                                     "replica")
                 tx.delete(replica["id"])
 
     # Share groups ---------------------------------------------------------------

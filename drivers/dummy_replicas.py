@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sharemgr.common import vocab
 from sharemgr.drivers import base
+from sharemgr.drivers.dummy_access import apply_rules
 from sharemgr.drivers.dummy_calls import SHARE_KINDS, DummyCalls
 from sharemgr.drivers.exceptions import InvalidShareRequest
 
@@ -19,7 +20,7 @@ class DummyReplicas(DummyCalls):
                         share_server: base.ShareServer | None = None
                         ) -> list[base.ReplicaState]:
         with self._op("promote_replica", replica) as tx:
-            self._need(tx, replica["id"], SHARE_KINDS, "replica")
+            promoted = self._need(tx, replica["id"], SHARE_KINDS, "replica")
             states: list[base.ReplicaState] = []
             for other in replica_list:
                 if other["id"] == replica["id"]:
@@ -28,6 +29,9 @@ class DummyReplicas(DummyCalls):
                 if obj is not None and other.get("replica_state") == vocab.REPLICA_ACTIVE:
                     tx.update(obj["id"], replica_state=vocab.REPLICA_IN_SYNC)
                     states.append({"id": obj["id"], "replica_state": vocab.REPLICA_IN_SYNC})
+            # The new active serves the share's rules (Manila's promote
+            # contract: the manager hands them in for that).
+            apply_rules(tx, promoted, replica, access_rules)
             tx.update(replica["id"], replica_state=vocab.REPLICA_ACTIVE)
             states.append({"id": replica["id"], "replica_state": vocab.REPLICA_ACTIVE})
             return states

@@ -60,8 +60,12 @@ def test_revert_promote_resync_and_their_crashes(setup, tmp_path):
         "size", rep, 3, 2)
     d.backend("set", rep, "size=3")
 
-    # Promote: the replica becomes active, the old active a replica.
+    # Promote: the replica becomes active, the old active a replica; the
+    # new active serves the share's rules.
+    rule = d.json("access", "allow", share["id"], "--type", "ip", "--to", "10.0.0.0/24",
+                  "--wait")
     promoted = d.json("replica", "promote", rep, "--wait")
+    assert [r["id"] for r in _objects(d)[rep]["details"]["access_rules"]] == [rule["id"]]
     assert (promoted["status"], promoted["replica_state"]) == ("available", "active")
     states = {r["id"]: r["replica_state"] for r in d.json("replica", "list")}
     assert states == {rep: "active", share["instance_id"]: "in_sync"}

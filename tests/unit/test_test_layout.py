@@ -102,6 +102,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "manager/migration_plans.py": (UNIT + "manager/test_migration.py",),
     "drivers/read_methods.py": (UNIT + "drivers/test_base.py", UNIT + "common/test_metrics.py"),
     "drivers/dummy_calls.py": (UNIT + "drivers/test_dummy.py",),
+    "drivers/dummy_access.py": (UNIT + "drivers/test_dummy.py",),
     "drivers/dummy_cli.py": (UNIT + "drivers/test_dummy.py",),
     "drivers/dummy_options.py": (UNIT + "drivers/test_dummy.py", UNIT + "manager/test_config.py"),
     "drivers/dummy_reads.py": (UNIT + "drivers/test_dummy.py",),

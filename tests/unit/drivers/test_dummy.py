@@ -103,6 +103,30 @@ def test_delete_of_a_share_with_snapshots_is_refused(tmp_path):
     assert objects(drv) == []
 
 
+def test_a_promote_moves_the_rules_and_the_deletes_find_either_kind(tmp_path):
+    """The new active serves the rules the manager hands in; after a
+    promote the share's delete and the old active's are each of the other
+    kind of object, and still delete it."""
+    drv = make(tmp_path)
+    share = share_dict()
+    drv.create_share(share)
+    rep = {**share_dict(), "share_id": share["share_id"], "replica_state": "out_of_sync"}
+    drv.create_replica(rep, {**share, "replica_state": "active"})
+    rule = {"id": "r1", "access_type": "ip", "access_to": "10.0.0.0/24",
+            "access_level": "rw"}
+    denied = {"id": "r2", "access_type": "user", "access_to": "alice", "access_level": "rw"}
+    states = drv.promote_replica([{**share, "replica_state": "active"}, rep], rep,
+                                 [rule, denied])
+    assert {s["id"]: s["replica_state"] for s in states} == {
+        share["id"]: "in_sync", rep["id"]: "active"}
+    by_id = {o["id"]: o for o in objects(drv)}
+    assert by_id[rep["id"]]["details"]["access_rules"] == [
+        {k: rule[k] for k in ("id", "access_type", "access_to", "access_level")}]
+    drv.delete_replica(share)  # the first instance, a replica now
+    drv.delete_share(rep)  # the promoted one, the share's instance now
+    assert objects(drv) == []
+
+
 def test_dhss_needs_a_known_share_server(tmp_path):
     drv = make(tmp_path, driver_handles_share_servers=True)
     with pytest.raises(InvalidShareRequest, match="needs a share server"):
