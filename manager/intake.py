@@ -157,6 +157,9 @@ class Intake:
                 raise InvalidRequest(f"snapshot {snapshot_id} is on no backend: its share "
                                      "is gone")
             host = found
+        elif share_group_id and backend is None and host is None:
+            # A share goes where its group is (as Manila places it).
+            host = plans.get(self.db, models.ShareGroup, share_group_id, "share group").host
         else:
             host = self.host_for(backend, host)
         plan = plans.create_share(self.db, host, self.dhss(host), size, proto, name,

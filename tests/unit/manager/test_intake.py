@@ -159,3 +159,19 @@ def test_a_backup_is_restored_into_its_share_alone_as_big_on_its_backend(intake,
     api.conditional_update(db, models.Share, share.id, {}, {"size": 2})
     assert intake.restore_backup(backup.id).id == backup.id
     assert (vocab.BACKUP, vocab.ACTION_RESTORE) in _requests(db)
+
+
+def test_a_share_of_a_group_goes_where_the_group_is(db, tmp_path):
+    """Without --backend or --host a group's share is placed on the group's
+    backend (it was placed on the first enabled one and refused)."""
+    path = tmp_path / "two.conf"
+    path.write_text("[DEFAULT]\nhost = hostA\nenabled_share_backends = dummy,other\n"
+                    "[other]\nshare_driver = dummy\n")
+    intake = Intake(db, config.load([], config_file=str(path), conf=cfg.ConfigOpts()))
+    group = intake.create_share_group("g", backend="other")
+    _available(db, models.ShareGroup, id=group.id)
+    share = intake.create_share(1, "NFS", share_group_id=group.id)
+    (inst,) = api.query(db, models.ShareInstance, {"share_id": share.id})
+    assert inst.host.startswith("hostA@other")
+    with pytest.raises(plans.Refused, match=f"share group {group.id} is on hostA@other"):
+        intake.create_share(1, "NFS", share_group_id=group.id, backend="dummy")
