@@ -141,6 +141,18 @@ def whole(low: int | None = None, what: str = "an integer") -> Callable[[str], i
     return parse
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a time in seconds, more than 0 (a timeout of 0 or
+    less gave up before the first look)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}")
+    if not value > 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text}")
+    return value
+
+
 def _database_error(cmd: _Errors, exc: BaseException) -> str:
     """One line for a failed query: a schema that is missing or behind
     (the usual cause: 'db sync' not run) says so; else the driver's first

@@ -36,7 +36,7 @@ class ReconcileRun(base.Lister):
         parser = super().get_parser(prog_name)
         parser.add_argument("--dry-run", action="store_true",
                             help="print the plan (resource, status, intended action) only")
-        parser.add_argument("--timeout", type=float, default=120, metavar="SECONDS",
+        parser.add_argument("--timeout", type=base.seconds, default=120, metavar="SECONDS",
                             help="how long to wait for a manager to run it (default 120)")
         return parser
 
@@ -105,7 +105,7 @@ class ReconcileDrift(base.Lister):
         parser = super().get_parser(prog_name)
         parser.add_argument("--dry-run", action="store_true",
                             help="find and print the drift only; record and change nothing")
-        parser.add_argument("--timeout", type=float, default=120, metavar="SECONDS",
+        parser.add_argument("--timeout", type=base.seconds, default=120, metavar="SECONDS",
                             help="how long to wait for a manager to run it (default 120)")
         return parser
 

@@ -112,7 +112,7 @@ def _finish(app: SharectlApp, kind: Noun, ident: str, status: str, ok: tuple[str
 def add_wait(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait", action="store_true",
                         help="block until a terminal status; exit 1 if it is an error")
-    parser.add_argument("--timeout", type=float, default=600, metavar="SECONDS",
+    parser.add_argument("--timeout", type=base.seconds, default=600, metavar="SECONDS",
                         help="with --wait: give up after this long (default 600)")
 
 

@@ -89,7 +89,7 @@ class _Start(base.OnStack, base.ShowOne):
         parser.add_argument("--wait", action="store_true",
                             help="block until the traversal (or its rollback) ends; exit 1 "
                             "unless it completed")
-        parser.add_argument("--wait-timeout", type=float, default=None, metavar="SECONDS",
+        parser.add_argument("--wait-timeout", type=base.seconds, default=None, metavar="SECONDS",
                             help="with --wait: give up after this long (default: until the "
                             "traversal ends)")
         return parser
@@ -350,7 +350,7 @@ class StackCheck(base.OnStack, base.ShowOne):
     repairs them."""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--timeout", type=float, default=120, metavar="SECONDS",
+        parser.add_argument("--timeout", type=base.seconds, default=120, metavar="SECONDS",
                             help="how long to wait for a manager to run it (default 120)")
 
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:

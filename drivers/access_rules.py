@@ -64,10 +64,13 @@ class Rule(NamedTuple):
 Limits = Mapping[str, object]  # one protocol's {type: {limit: value}}
 
 
-def _show(value: str) -> str:
-    """A value as a refusal quotes it: bounded, control characters escaped."""
+def _show(value: str, counted: bool = True) -> str:
+    """A value as a refusal quotes it: bounded, control characters escaped;
+    ``counted``: a cut one says its length (not where the refusal does)."""
     text = repr(value[:40])
-    return text + f" (of {len(value)} characters)" if len(value) > 40 else text
+    if len(value) <= 40:
+        return text
+    return text + (f" (of {len(value)} characters)" if counted else "...")
 
 
 def ip(value: str, limits: Mapping[str, object] | None = None) -> str:
@@ -106,11 +109,11 @@ def _named(value: str, what: str, default: re.Pattern[str] | None, hint: str,
     pattern = limits.get("pattern")
     longest, shortest = limits.get("max_length"), limits.get("min_length")
     if isinstance(longest, int) and len(value) > longest:
-        raise RuleRefused(f"{what} {_show(value)} is {len(value)} characters long; at most "
-                          f"{longest}")
+        raise RuleRefused(f"{what} {_show(value, False)} is {len(value)} characters long; "
+                          f"at most {longest}")
     if isinstance(shortest, int) and len(value) < shortest:
-        raise RuleRefused(f"{what} {_show(value)} is {len(value)} characters long; at least "
-                          f"{shortest}")
+        raise RuleRefused(f"{what} {_show(value, False)} is {len(value)} characters long; "
+                          f"at least {shortest}")
     if isinstance(pattern, str) and not re.fullmatch(pattern, value):
         raise RuleRefused(f"invalid {what} {_show(value)}: "
                           f"{limits.get('hint') or 'must match ' + pattern}")
@@ -125,8 +128,8 @@ def user(value: str, limits: Mapping[str, object] | None = None) -> str:
 def cert(value: str, limits: Mapping[str, object] | None = None) -> str:
     """A certificate's common name."""
     if len(value) > CERT_MAX:
-        raise RuleRefused(f"certificate common name {_show(value)} is {len(value)} characters "
-                          f"long; at most {CERT_MAX}")
+        raise RuleRefused(f"certificate common name {_show(value, False)} is {len(value)} "
+                          f"characters long; at most {CERT_MAX}")
     return _named(value, "certificate common name", None, "", limits)
 
 

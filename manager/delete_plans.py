@@ -29,7 +29,8 @@ def _deleting(db: Database, kind: kinds.Kind, row: kinds.StatusRow | Record, wha
     (``_never_taken``)."""
     spec = operation_table.spec(kind.name, vocab.ACTION_DELETE)
     if not force:
-        need(row.status, spec.starts_from, what, "delete")
+        need(row.status, spec.starts_from, what, "delete",
+             "an admin's delete --force starts from any status")
     elif (at_once := _never_taken(db, kind, row, what, shown)) is not None:
         return at_once
     return Plan(None, [], [(kind.model, row.id, {"status": row.status},

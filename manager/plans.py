@@ -130,10 +130,11 @@ class Plan:
         return more
 
 
-def need(status: str, allowed: tuple[str, ...], what: str, doing: str) -> None:
+def need(status: str, allowed: tuple[str, ...], what: str, doing: str, hint: str = "") -> None:
+    """Refused unless ``status`` is one of ``allowed``; ``hint``: the way out."""
     if status not in allowed:
         raise Refused(f"cannot {doing} {what}: its status is {status!r} "
-                      f"(needs {' or '.join(allowed)})")
+                      f"(needs {' or '.join(allowed)}{'; ' + hint if hint else ''})")
 
 
 def quiet_share(db: Database, plan: Plan, share_id: str, *conditions: quiet.Quiet,

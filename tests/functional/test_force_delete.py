@@ -88,6 +88,7 @@ def test_force_delete_of_a_share_no_engine_serves(setup):
     # Not forced: refused from creating, as before.
     out = d.sharectl("share", "delete", share["id"], check=False)
     assert out.returncode == 2 and "its status is 'creating'" in out.stderr
+    assert "an admin's delete --force starts from any status" in out.stderr
     out = d.sharectl("share", "delete", share["id"], "--force", "--wait")
     assert f"share {share['id']} deleted (no engine had begun its create" in out.stdout
     assert "no live share-manager" not in out.stderr  # nothing left to wait for

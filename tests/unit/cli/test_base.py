@@ -91,3 +91,22 @@ def test_a_limit_below_one_is_bad_input(tmp_path, capsys, command, limit):
         app.main(["--config-file", str(conf), *command, "--limit", limit])
     assert done.value.code == 2
     assert f"argument --limit: must be at least 1: {limit}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command,option", [
+    (["share", "create", "1", "--proto", "NFS", "--wait"], "--timeout"),
+    (["reconcile", "run"], "--timeout"),
+    (["stack", "delete", "web", "--wait"], "--wait-timeout"),
+])
+@pytest.mark.parametrize("seconds,why", [("-5", "must be more than 0 seconds: -5"),
+                                         ("0", "must be more than 0 seconds: 0"),
+                                         ("soon", "not a number of seconds: 'soon'")])
+def test_a_timeout_that_is_not_a_time_is_bad_input(tmp_path, capsys, command, option,
+                                                   seconds, why):
+    """A negative timeout was taken: the wait gave up before its first look."""
+    conf = tmp_path / "sharemgr.conf"
+    conf.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\n")
+    with pytest.raises(SystemExit) as done:
+        app.main(["--config-file", str(conf), *command, option, seconds])
+    assert done.value.code == 2
+    assert f"argument {option}: {why}" in capsys.readouterr().err

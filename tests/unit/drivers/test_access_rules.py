@@ -99,3 +99,10 @@ def test_set_limits_refuse_the_newer_of_two_rules_that_clash():
     assert list(access_rules.conflicts(rules[1::-1], limits)) == ["r1"]
     assert access_rules.conflicts(rules, {"ip": {}, "user": {}}) == {}
     assert access_rules.conflicts(rules, None) == {}
+
+
+def test_a_name_too_long_is_cut_and_counted_once():
+    with pytest.raises(RuleRefused) as refused:
+        check("cert", "a" * 65)
+    assert str(refused.value) == (f"certificate common name {'a' * 40!r}... is 65 characters "
+                                  "long; at most 64")
