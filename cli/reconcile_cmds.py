@@ -119,8 +119,8 @@ class ReconcileDrift(base.Lister):
 
 
 class ReconcileShow(base.ShowOne):
-    """Show the newest reconciliation pass of this host that changed things
-    (not a dry run; or --dry-run, or --id N)."""
+    """Show this host's newest reconciliation pass that was not a dry run
+    (--dry-run: the newest dry run; --id N: pass N of any host)."""
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -135,11 +135,13 @@ class ReconcileShow(base.ShowOne):
         from sharemgr.db import reconcile as db_rec
 
         ctx = self.app.context
-        host = None if parsed_args.any_host or parsed_args.id else ctx.conf.host
+        by_id = parsed_args.id is not None
+        host = None if parsed_args.any_host or by_id else ctx.conf.host
         found = db_rec.passes(ctx.db, host, pass_id=parsed_args.id,
-                              dry_run=None if parsed_args.id else parsed_args.dry_run)
+                              dry_run=None if by_id else parsed_args.dry_run)
         if not found:
-            raise base.UserError("no reconciliation pass recorded"
+            raise base.UserError(f"no reconciliation pass with id {parsed_args.id}" if by_id
+                                 else "no reconciliation pass recorded"
                                  + (f" for host {host}" if host else ""))
         return _summary_row(found[0])
 

@@ -110,3 +110,15 @@ def test_a_timeout_that_is_not_a_time_is_bad_input(tmp_path, capsys, command, op
         app.main(["--config-file", str(conf), *command, option, seconds])
     assert done.value.code == 2
     assert f"argument {option}: {why}" in capsys.readouterr().err
+
+
+def test_reconcile_show_of_a_pass_that_is_not_there_names_it(tmp_path, capsys):
+    conf = tmp_path / "sharemgr.conf"
+    conf.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\nhost = hostA\n")
+    assert app.main(["--config-file", str(conf), "db", "sync"]) == 0
+    capsys.readouterr()
+    for given, said in ((["--id", "999"], "no reconciliation pass with id 999"),
+                        (["--id", "0"], "no reconciliation pass with id 0"),
+                        ([], "no reconciliation pass recorded for host hostA")):
+        assert app.main(["--config-file", str(conf), "reconcile", "show", *given]) == 2
+        assert capsys.readouterr().err == f"sharectl: error: {said}\n"
