@@ -69,8 +69,8 @@ def _destination(db: Database, source: models.ShareInstance, given: str) -> str:
     if not (name and at and backend) or "@" in backend or (("#" in given) and not pool):
         raise Refused(f"invalid destination {given!r}: use host@backend or host@backend#pool")
     if capabilities.report(db, host) is None:
-        raise Refused(f"unknown destination {given!r}: no engine serves backend {host!r} "
-                      "(it has never reported; see 'sharectl pool list')")
+        raise Refused(f"unknown destination {given!r}: no engine serves {host} (it has "
+                      "never reported; 'sharectl backend list' shows those that have)")
     same_pool = capabilities.pool_of(source.host) == (pool or None)
     if hosts.host_of(source.host) == host and (same_pool or not pool):
         raise Refused(f"share {source.share_id} is on {source.host} already")

@@ -107,7 +107,8 @@ def _written(db) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("dest, flags, words", [
-    ("nohost@beta", {}, "unknown destination"),
+    ("nohost@beta", {}, "no engine serves nohost@beta \\(it has never reported; "
+                        "'sharectl backend list'"),
     (HOSTBE, {}, "is on hostA@be already"),
     ("beta", {}, "invalid destination"),
     ("a@b@c", {}, "invalid destination"),
