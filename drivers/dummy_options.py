@@ -95,6 +95,12 @@ dummy_opts = [
         help="Report replication_type; 'none' reports None, and intake refuses "
         "replicas on this backend.",
     ),
+    cfg.StrOpt(
+        "dummy_replication_domain",
+        help="Report replication_domain: dummy backends reporting the same one may "
+        "hold replicas of each other's shares (they must share one dummy_state_path, "
+        "where the active replica is). Unset: replicas stay on the share's backend.",
+    ),
     cfg.BoolOpt(
         "dummy_share_group_support",
         default=True,

@@ -66,6 +66,7 @@ class DummyReads(DummyCalls):
             "snapshot_support": conf.dummy_snapshot_support,
             "create_share_from_snapshot_support": conf.dummy_create_share_from_snapshot_support,
             "replication_type": None if replication == "none" else replication,
+            "replication_domain": conf.dummy_replication_domain,
             "share_group_support": conf.dummy_share_group_support,
             # What migration_check_compatibility answers (dummy_migration.py).
             "migration_support": {"driver_assisted": not self.driver_handles_share_servers,

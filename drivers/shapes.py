@@ -173,6 +173,9 @@ class ShareStats(TypedDict, total=False):
     snapshot_support: bool
     create_share_from_snapshot_support: bool
     replication_type: str | None  # None, "readable", "writable" or "dr"
+    # Backends that report the same one may hold replicas of each other's
+    # shares (Manila's); without one, a share's replicas stay on its backend.
+    replication_domain: str | None
     share_group_support: bool
     total_capacity_gb: Capacity  # a backend without pools reports its capacity here
     free_capacity_gb: Capacity

@@ -315,6 +315,7 @@ def create_replica(db: Database, share_id: str, host: str | None, dhss: bool) ->
     host = host or inst.host
     caps = capabilities.report(db, host)
     _can(caps, capabilities.REPLICATION, f"replicate share {share_id}")
+    _same_domain(db, share_id, inst.host, host, caps)
     host, claim = room(db, caps, host, row.size,
                         f"replicate share {share_id} ({row.size} GiB)")
     rep = models.ShareInstance(id=models.new_id(), share_id=row.id, host=host,
@@ -332,6 +333,21 @@ def create_replica(db: Database, share_id: str, host: str | None, dhss: bool) ->
                                 Op(vocab.REPLICA, rep.id, vocab.ACTION_CREATE, host),
                                 claims=[claim] if claim else []), row.id,
                        expect={"size": row.size})
+
+
+def _same_domain(db: Database, share_id: str, here: str | None, there: str,
+                 caps: capabilities.Report | None) -> None:
+    """A replica on another backend only within a replication domain both
+    report (Manila's rule): else the driver, which holds the active replica
+    elsewhere, fails the create after it was accepted."""
+    if here is None or hosts.host_of(here) == hosts.host_of(there):
+        return
+    mine = capabilities.report(db, here)
+    domain = caps.stats.get("replication_domain") if caps is not None else None
+    if not domain or mine is None or mine.stats.get("replication_domain") != domain:
+        raise Refused(f"cannot replicate share {share_id} to {hosts.host_of(there)}: it is "
+                      f"not in the replication domain of {hosts.host_of(here)} (both "
+                      "backends must report the same replication_domain)")
 
 
 def create_share_server(host: str, dhss: bool) -> Plan:

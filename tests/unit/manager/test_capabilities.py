@@ -323,3 +323,22 @@ def test_drivers_support_both_modes_unless_they_say_otherwise():
 
     assert ShareDriver.supported_dhss_modes == (False, True)
     assert DummyDriver.supported_dhss_modes == (False, True)
+
+
+def test_a_replica_elsewhere_only_within_one_replication_domain(intake, sqlite_db):
+    """Manila's rule: another backend holds a share's replica only when both
+    report the same replication_domain (it was accepted and the driver,
+    without the active replica, failed it)."""
+    report(sqlite_db)
+    share, _ = available_share(intake, sqlite_db)
+    for mine, theirs in ((None, None), ("d1", None), ("d1", "d2"), (None, "d1")):
+        report(sqlite_db, replication_domain=mine)
+        db_capabilities.save(sqlite_db, "hostB@dummy", {**FULL, "replication_domain": theirs},
+                             "test-engine")
+        refused(sqlite_db, lambda: intake.create_replica(share.id, host="hostB"),
+                f"cannot replicate share {share.id} to hostB@dummy", "same replication_domain")
+    report(sqlite_db, replication_domain="d1")
+    db_capabilities.save(sqlite_db, "hostB@dummy", {**FULL, "replication_domain": "d1"},
+                         "test-engine")
+    assert intake.create_replica(share.id, host="hostB").host == "hostB@dummy"
+    assert intake.create_replica(share.id).host == HOST  # its own backend: no domain needed
