@@ -43,10 +43,7 @@ class Tx:
     queue: list[Node] = field(default_factory=list)  # clean-ups with nothing to do: reported in it
     inlined: int = 0  # how many joined the queue
     later: Work = field(default_factory=list)
-    # The keys of the roots reported to the stack's point at the end, and
-    # how many roots the graph has (read with the reports, from the graph).
-    roots: list[str] = field(default_factory=list)
-    root_total: int = 0
+    roots: list[Node] = field(default_factory=list)  # reported to the stack's point at the end
     # claimed: request, args, node
     pending: list[tuple[int, models.RequestArgs, Node]] = field(default_factory=list)
     batch: list[Node] = field(default_factory=list)  # the successors being reported to
@@ -76,13 +73,14 @@ class Points:
                                                     bool(args.get("is_update")))))
 
     def endings_tx(self, session: Session, endings: Sequence[Ending], tx: Tx,
-                   laters: list[Work]) -> bool:
+                   laters: list[Work]) -> tuple[bool, bool]:
         """Each ending's reports to its first ``REPORT_IN_ONE`` successors
         (the rest left in its entry of ``laters``) and for the clean-ups
-        they make ready; the roots among them are left in ``tx.roots`` for
-        the caller's ``roots_tx``, the last write of its transaction.
-        Whether every point was there (if not, the traversal is over: the
-        reports after the missing one are not written)."""
+        they make ready, then, from every root among them, the stack's
+        point once. Whether every point was there (if not, the traversal is
+        over: the reports after the missing one are not written), and
+        whether the stack's point was made ready (the caller ends the
+        traversal)."""
         found = True
         for e, later in zip(endings, laters, strict=True):
             node, data = e.ctx.node, e.outcome.data
@@ -93,7 +91,9 @@ class Points:
             found = found and self.reports_tx(session, e.ctx, tx, node, data,
                                               targets[:REPORT_IN_ONE]) \
                 and self.cascade_tx(session, e.ctx, tx, roots=False)
-        return found
+        if not found:
+            return False, False
+        return self.roots_tx(session, endings[0].ctx, tx)
 
     def claimed_tx(self, session: Session, tx: Tx, take: int) -> list[Claimed]:
         """The checks ``tx`` claimed to run next in this thread: a successor
@@ -128,9 +128,7 @@ class Points:
             if result.fired:
                 self.ready_tx(ctx, tx, succ, session, result.input_data)
         if not succs and graph.is_root(sender):
-            # Written last, together (``roots_tx``).
-            tx.roots.append(sender.key)
-            tx.root_total = len(graph.root_keys())
+            tx.roots.append(sender)  # written last, together (``cascade_tx``)
         return True
 
     def ready_tx(self, ctx: Ctx, tx: Tx, succ: Node, session: Session,
@@ -221,7 +219,8 @@ class Points:
         if not tx.roots:
             return True, False
         result = sync_points.report_roots_tx(
-            session, ctx.stack_id, ctx.traversal, tx.roots, tx.root_total)
+            session, ctx.stack_id, ctx.traversal, [r.key for r in tx.roots],
+            len(ctx.graph.root_keys()))
         tx.roots = []
         return result.found, result.fired
 

@@ -92,11 +92,10 @@ class Reporter:
                  ) -> tuple[list[Outcome[object]], tuple[Claimed, ...]]:
         """End nodes of one traversal in one transaction: report each to
         its successors' SyncPoints (up to ``REPORT_IN_ONE`` of them, in
-        sorted order) — the points first, for the lock order —; end the
+        sorted order) — the points first, for the lock order —, then, from
+        the roots among them, to the stack's point in one count; end the
         rows' actions (a fast path's ``end``) and release their locks, and
-        record the checks' own requests; last, from the roots among them,
-        report to the stack's point in one count (the one row every report
-        of the traversal writes, so held for the least time). A successor made ready is
+        record the checks' own requests. A successor made ready is
         enqueued in it, or (the first) claimed by this engine to run next in
         this thread (its request row, ``running`` for us, is the durable
         trigger); with none, up to ``take`` pending checks are taken to run
@@ -169,16 +168,12 @@ class Reporter:
 
         def report(session: Session) -> bool:
             nonlocal marked
-            found = self.points.endings_tx(session, endings, tx, laters)
+            found, fired = self.points.endings_tx(session, endings, tx, laters)
+            if fired:
+                complete(session)
             own_writes(session)
             claimed.extend(self.points.claimed_tx(
                 session, tx, take if tx.claim and self.take_next() else 0))
-            if found:
-                # The stack's point last: every report of every engine counts
-                # on its one row, locked from this write to the commit.
-                found, fired = self.points.roots_tx(session, first, tx)
-                if fired:
-                    complete(session)
             # Before the commit: from it on, these senders have reports left.
             for e, later in zip(endings, laters, strict=True):
                 self._mark(e.ctx, later)
