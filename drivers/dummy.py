@@ -36,6 +36,7 @@ from sharemgr.drivers.exceptions import InvalidShareRequest, ShareBackendExcepti
 # manager/config.py lists the options from here for oslo-config-generator.
 __all__ = ["DummyDriver", "dummy_opts"]
 
+
 def _pool(resource: base.Share | base.Replica) -> Details:
     """The pool of a share or replica ('host@backend#pool'), kept in the
     object's details so get_share_stats can count what each pool holds."""
