@@ -5,9 +5,25 @@ print of a bare ``assert``'s exception."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from sharemgr.cli import app, context
 from sharemgr.cli.base import EXIT_ERROR_STATUS
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_as_it_was():
+    """Each sharectl run adds its console handler, on the stream of the
+    test's capture, to the root logger (cliff; once per process in use):
+    taken off after the test, or a later test's warning in this worker is
+    written to a closed file ("--- Logging error ---")."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in [h for h in root.handlers if h not in handlers]:
+        root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.mark.parametrize("exc, shown", [

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import types
 from collections.abc import Iterator
 
 import sqlalchemy as sa
@@ -77,7 +78,17 @@ def test_a_lease_that_runs_out_during_the_pass_is_left_to_the_next(engine, monke
     row = _stuck(engine, vocab.SHARE_INSTANCE)
     req = add_request(engine.db, vocab.SHARE_INSTANCE, row.id, HOSTBE, vocab.REQUEST_RUNNING,
                       engine_id())
-    _lease(engine.db, req, datetime.timedelta(seconds=0.2))
+    _lease(engine.db, req, datetime.timedelta(minutes=5))
+    real = takeover.time
+
+    def sleep(seconds: float) -> None:
+        # It runs out while the pass waits for the lock, however slow the
+        # machine (a lease of 0.2 s ran out before a loaded pass began).
+        _lease(engine.db, req, -datetime.timedelta(seconds=1))
+        real.sleep(seconds)
+
+    monkeypatch.setattr(takeover, "time", types.SimpleNamespace(monotonic=real.monotonic,
+                                                                sleep=sleep))
     with _held_by_departed(engine, vocab.SHARE_INSTANCE, row.id):
         engine.run()
         _untouched(engine, vocab.SHARE_INSTANCE, row)
