@@ -25,7 +25,6 @@ from sharemgr.db.inserts import insert_rows_tx as insert_rows_tx
 from sharemgr.db.inserts import insert_statement as insert_statement
 from sharemgr.db.models import M
 from sharemgr.db.request_queue import NewRequest as NewRequest
-from sharemgr.db.request_queue import pending_request as pending_request
 from sharemgr.db.request_queue import request_add_tx as request_add_tx
 from sharemgr.db.request_queue import request_claim as request_claim
 from sharemgr.db.request_queue import request_finish as request_finish

@@ -270,16 +270,4 @@ def request_list(
         return list(session.scalars(stmt))
 
 
-def pending_request(db: Database, resource_type: str, resource_id: str, action: str
-                    ) -> models.Request | None:
-    """The oldest request of ``action`` on the resource still pending (no
-    engine holds it), or None."""
-    stmt = sa.select(models.Request).where(
-        models.Request.resource_type == resource_type,
-        models.Request.resource_id == resource_id, models.Request.action == action,
-        models.Request.status == vocab.REQUEST_PENDING).order_by(models.Request.id).limit(1)
-    with db.reading() as session:
-        return session.scalars(stmt).first()
-
-
 # Intake: a resource change and its request in one transaction ---------------

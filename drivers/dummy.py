@@ -103,14 +103,17 @@ class DummyDriver(DummyManage, DummyReplicas, DummyMigration, DummyReads):
             snapshot_id = share.get("snapshot_id") or snapshot.get("snapshot_id") or snap["id"]
             return self._create_share(tx, share, share_server, snapshot_id, size)
 
-    def delete_share(self, share: base.Share, share_server: base.ShareServer | None = None) -> None:
-        # Either kind: a promote makes a replica the share's instance.
-        with self._op("delete_share", share) as tx:
-            if tx.get(share["id"], SHARE_KINDS) is not None:
+    def _drop_instance(self, method: str, obj: base.Share | base.Replica, what: str) -> None:
+        """A share's instance gone, of either kind (a promote makes a replica
+        the share's instance, and the share's first one a replica)."""
+        with self._op(method, obj) as tx:
+            if tx.get(obj["id"], SHARE_KINDS) is not None:
                 # A real backend cannot drop a volume that still has snapshots.
-                self._refuse_if_used(tx, "share_instance_id", share["id"], ("snapshot",),
-                                     "share")
-                tx.delete(share["id"])
+                self._refuse_if_used(tx, "share_instance_id", obj["id"], ("snapshot",), what)
+                tx.delete(obj["id"])
+
+    def delete_share(self, share: base.Share, share_server: base.ShareServer | None = None) -> None:
+        self._drop_instance("delete_share", share, "share")
         # Its files, if a host-assisted migration asked for them.
         shutil.rmtree(self.data_folder(share["id"]), ignore_errors=True)
 
@@ -197,12 +200,7 @@ class DummyDriver(DummyManage, DummyReplicas, DummyMigration, DummyReads):
 
     def delete_replica(self, replica: base.Replica,
                        share_server: base.ShareServer | None = None) -> None:
-        # Either kind: a promote leaves the share's first instance a replica.
-        with self._op("delete_replica", replica) as tx:
-            if tx.get(replica["id"], SHARE_KINDS) is not None:
-                self._refuse_if_used(tx, "share_instance_id", replica["id"], ("snapshot",),
-                                     "replica")
-                tx.delete(replica["id"])
+        self._drop_instance("delete_replica", replica, "replica")
 
     # Share groups ---------------------------------------------------------------
 

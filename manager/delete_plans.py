@@ -62,13 +62,15 @@ def _never_taken(db: Database, kind: kinds.Kind, row: kinds.StatusRow | Record, 
     if kind.name not in _CREATE_OWN_ROWS_ONLY or create is None \
             or row.status not in create.transient:
         return None
-    waiting = db_api.pending_request(db, kind.name, row.id, vocab.ACTION_CREATE)
-    if waiting is None:
+    waiting = db_api.query(db, models.Request, {
+        "resource_type": kind.name, "resource_id": row.id, "action": vocab.ACTION_CREATE,
+        "status": vocab.REQUEST_PENDING}, order_by="id", limit=1)
+    if not waiting:
         return None
     found = db_api.get(db, kind.model, row.id)  # the model's row, as a success reads it
     if found is None or found.status != row.status:
         return None
-    failed = (models.Request, waiting.id, {"status": vocab.REQUEST_PENDING, "engine_id": None},
+    failed = (models.Request, waiting[0].id, {"status": vocab.REQUEST_PENDING, "engine_id": None},
               {"status": vocab.REQUEST_FAILED, "finished_at": models.utcnow(),
                "error": f"not carried out: {what} was force-deleted before an engine "
                         "took this request"})
