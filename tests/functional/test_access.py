@@ -112,5 +112,7 @@ def test_access_rules(setup, tmp_path):
     wait_until(lambda: _rules(d, crashy["id"]) == {"10.9.0.0/16": ("rw", "active")},
                timeout=60, what="the rule settled by the startup pass")
     assert _exported(d, crashy["instance_id"]) == [("ip", "10.9.0.0/16", "rw")]
-    passes = d.json("reconcile", "list")
-    assert any(p["outcomes"].get("access_rule") == {"active": 1} for p in passes), passes
+    # Its outcomes are written at the pass's end, after the rule it settled.
+    wait_until(lambda: any(p["outcomes"].get("access_rule") == {"active": 1}
+                           for p in d.json("reconcile", "list")),
+               what="the startup pass's outcomes recorded")
