@@ -34,29 +34,6 @@ from sharemgr.db import leases as db_leases
 from sharemgr.db.engine import Database
 
 
-class Leases:
-    """Lease seconds per driver method; ``None`` means no lease (never stuck)."""
-
-    def __init__(self, default: float, by_method: Mapping[str, float] | None = None,
-                 heartbeat: float = 0) -> None:
-        self.default = default
-        self.by_method = dict(by_method or {})
-        self.heartbeat = heartbeat  # 0: no renewal, the lease is the deadline
-
-    def seconds(self, method: str | None) -> float | None:
-        value = self.by_method.get(method or "", self.default)
-        return value if value > 0 else None
-
-    @classmethod
-    def from_conf(cls, conf: cfg.ConfigOpts) -> Leases:
-        return cls(conf.operation_lease_seconds, conf.operation_lease_seconds_by_method or {},
-                   conf.operation_heartbeat_seconds)
-
-
-# No leases at all: what Operations uses until the daemon configures them.
-NONE = Leases(0)
-
-
 @dataclass(frozen=True)
 class Terms:
     """A call's lease, in seconds from when the database writes it (its
@@ -75,6 +52,44 @@ class Terms:
         return self.started + self.until - time.monotonic()
 
 
+def shaped(seconds: float | None, heartbeat: float, started: float) -> Terms | None:
+    """A call's lease starting ``started``: ``seconds`` to its deadline
+    (None: no lease), renewed ``heartbeat`` ahead when that is shorter."""
+    if seconds is None:
+        return None
+    renewed = 0 < heartbeat < seconds
+    return Terms(heartbeat if renewed else seconds, seconds, heartbeat if renewed else 0, started)
+
+
+class Leases:
+    """Lease seconds per driver method; ``None`` means no lease (never stuck).
+    Each method's terms are shaped once, from the options (``shapes``,
+    ``default_shape``: unstarted, None for no lease): a call stamps its
+    start on them (``dataclasses.replace``) with nothing left to work out."""
+
+    def __init__(self, default: float, by_method: Mapping[str, float] | None = None,
+                 heartbeat: float = 0) -> None:
+        self.default = default
+        self.by_method = dict(by_method or {})
+        self.heartbeat = heartbeat  # 0: no renewal, the lease is the deadline
+        self.default_shape = shaped(self.seconds(None), heartbeat, 0.0)
+        self.shapes = {method: shaped(self.seconds(method), heartbeat, 0.0)
+                       for method in self.by_method}
+
+    def seconds(self, method: str | None) -> float | None:
+        value = self.by_method.get(method or "", self.default)
+        return value if value > 0 else None
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Leases:
+        return cls(conf.operation_lease_seconds, conf.operation_lease_seconds_by_method or {},
+                   conf.operation_heartbeat_seconds)
+
+
+# No leases at all: what Operations uses until the daemon configures them.
+NONE = Leases(0)
+
+
 class Keeper:
     """The leases of this engine's driver calls in progress: set as a call
     starts, renewed by ``renew`` (a daemon periodic) while it runs, never
@@ -89,13 +104,8 @@ class Keeper:
 
     @staticmethod
     def terms(seconds: float | None, heartbeat: float) -> Terms | None:
-        """A call's lease starting now: ``seconds`` to its deadline (None:
-        no lease), renewed ``heartbeat`` ahead when that is shorter."""
-        if seconds is None:
-            return None
-        renewed = 0 < heartbeat < seconds
-        return Terms(heartbeat if renewed else seconds, seconds, heartbeat if renewed else 0,
-                     time.monotonic())
+        """A call's lease starting now (see ``shaped``)."""
+        return shaped(seconds, heartbeat, time.monotonic())
 
     @contextlib.contextmanager
     def lease(self, ident: str, seconds: float | None, heartbeat: float) -> Iterator[None]:

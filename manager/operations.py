@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -166,7 +167,7 @@ class Operations:
         starting now (None: no lease). A caller that writes the request row
         just before the call (a stack's begin) writes it with the row and
         passes it in ``Op.lease``: the call then writes it no more."""
-        return self.keeper.terms(self.leases.seconds(None), self.leases.heartbeat)
+        return _starting(self.leases.default_shape)
 
     def handle(self, req: models.Request) -> Outcome[list[Change]]:
         """The request runner's handler for a claimed request."""
@@ -254,13 +255,12 @@ class Operations:
         chosen: dict[str, _Lease] = {}
         for status in expected:
             name = spec.methods[status]
-            seconds = self.leases.seconds(name)
-            if written is not None and seconds == self.leases.seconds(None):
+            shape = self.leases.shapes.get(name or "", self.leases.default_shape)
+            if written is not None and shape == self.leases.default_shape:
                 # The request row was written with this lease a moment ago.
                 chosen[status] = _Lease(name, written, True)
             else:
-                chosen[status] = _Lease(name, self.keeper.terms(seconds, self.leases.heartbeat),
-                                        False)
+                chosen[status] = _Lease(name, _starting(shape), False)
         to_write = {status: None if lease.written else lease.terms
                     for status, lease in chosen.items()}
         found: R | None
@@ -373,10 +373,11 @@ class Operations:
                 raise Lost(f"{what}: {exc}; the pass that abandoned it settles it")
             method, terms = lease.method, lease.terms
             fence = getattr(row, "fence", None)
+            # Asked right before the call; a call refused renews nothing.
+            self.guard(what, terms if leased else None, lock)
             with self.keeper.holding(ident, terms, leased):
                 begun = timing.BEGUN.count
                 try:
-                    self.guard(what, terms if leased else None, lock)
                     try:
                         result = step.call(row, parent)
                     except ShareResourceNotFound as exc:
@@ -482,6 +483,11 @@ def _fenced(changes: list[Change], model: models.ModelClass, ident: str, fence: 
     return [(m, i, {**expected, "fence": fence}, values)
             if m is model and i == ident and "status" in expected else (m, i, expected, values)
             for m, i, expected, values in changes]
+
+
+def _starting(shape: leases.Terms | None) -> leases.Terms | None:
+    """A lease of ``shape`` (``Leases.shapes``) starting now."""
+    return None if shape is None else replace(shape, started=time.monotonic())
 
 
 def _expect(model: type[R], ident: str, row: R | None, expected: tuple[str, ...]) -> R:
