@@ -13,7 +13,7 @@ written: decide only reads.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sharemgr.common import vocab
 from sharemgr.convergence import actions, prepare, retain
@@ -54,6 +54,7 @@ class Change:
     properties: tuple[str, ...] = ()  # replaced: the ones that force it; updated: changed
     reason: str = ""
     kept: bool = False  # replaced, the old physical resource retained (deletion_policy)
+    was: str = ""  # replaced by a resource of another type: the old one's type
 
 
 @dataclass
@@ -71,7 +72,8 @@ class Preview:
         marked unhealthy, whose replacement the user asked for, nor one
         whose old share is retained (its data stays, outside the stack)."""
         return [c for c in self.changes
-                if c.change == REPLACED and c.type == "share" and c.properties and not c.kept]
+                if c.change == REPLACED and vocab.SHARE in (c.type, c.was) and c.properties
+                and not c.kept]
 
 
 def preview(db: Database, template: Template,
@@ -97,8 +99,11 @@ def preview(db: Database, template: Template,
             data[name] = unchanged[name]
             continue
         if row.type != defn.type:
-            out.changes.append(_kept(db, row, Change(name, defn.type, REPLACED, ("type",),
-                                                     f"type {row.type} -> {defn.type}")))
+            # A share made another type is a share replaced (its data lost),
+            # unless it was never made.
+            out.changes.append(_kept(db, row, Change(
+                name, defn.type, REPLACED, ("type",) if row.physical_id else (),
+                f"type {row.type} -> {defn.type}", was=row.type)))
             data[name] = ResourceData(name, None, f"(new {name})")
             continue
         input_data = {n: data[n].to_dict() for n in defn.requires if n in data}
@@ -198,9 +203,9 @@ def _kept(db: Database, row: models.StackResource, change: Change) -> Change:
     change too) says so."""
     if change.change != REPLACED or not retain.keeps(db, vocab.STACK_UPDATE, row):
         return change
-    return Change(change.name, change.type, change.change, change.properties,
-                  "; ".join(filter(None, (change.reason, "the old one is retained"))),
-                  kept=True)
+    return replace(change, reason="; ".join(filter(None, (change.reason,
+                                                        "the old one is retained"))),
+                   kept=True)
 
 
 def _shares_observed(db: Database, rows: Iterable[models.StackResource]

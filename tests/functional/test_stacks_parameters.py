@@ -119,3 +119,39 @@ def test_parameters_outputs_and_preview(deployment, either):
     }
     said = {kind: {n for n, c in preview.items() if c.split(" ")[0] == kind} for kind in did}
     assert did == said
+
+
+TYPED = """
+resources:
+  base: {type: share, properties: {size: 1, proto: NFS}}
+  x: {type: share, properties: {size: 1, proto: NFS}}
+"""
+# x becomes a snapshot of base: the share x is deleted, its data lost.
+RETYPED = TYPED.replace("x: {type: share, properties: {size: 1, proto: NFS}}",
+                        "x: {type: snapshot, properties: {share: {get_resource: base}}}")
+
+
+def test_a_share_made_another_type_is_refused_without_allow_replace(deployment, either):
+    """A share whose type the new template changes is replaced (deleted,
+    data and all): the update's guard refuses it as it refuses a property
+    that forces a new share. Before, the preview said replaced and the
+    update went on and deleted the share."""
+    d = _setup(deployment, either)
+    d.sync()
+    d.start()
+    d.sharectl("stack", "create", "web", "-t", _write(d, "typed", TYPED), "--wait")
+    retyped = _write(d, "retyped", RETYPED)
+    assert d.json("stack", "update", "web", "-t", retyped, "--dry-run")["x"] == \
+        "replaced (type): type share -> snapshot"
+    unchanged_db = _snapshot(d)
+    share_x = _rows(d, "web")["x"].physical_id
+
+    out = d.sharectl("stack", "update", "web", "-t", retyped, "--wait", check=False)
+    assert out.returncode == 2 and "share 'x' (type)" in out.stderr, out.stderr
+    assert _snapshot(d) == unchanged_db
+    assert share_x in {s["id"] for s in d.json("share", "list")}
+
+    shown = d.json("stack", "update", "web", "-t", retyped, "--wait", "--allow-replace")
+    assert shown["status"] == "COMPLETE"
+    assert _rows(d, "web")["x"].type == "snapshot"
+    assert share_x not in {s["id"] for s in d.json("share", "list")}

@@ -67,8 +67,11 @@ def test_a_type_change_is_a_replacement_named_by_type(rig):
     e.pump()
     changed = V1.replace("keep: {type: share, properties: {size: 1, proto: NFS}}",
                          "keep: {type: share_server}")
-    (c,) = [c for c in _preview(rig, changed).changes if c.name == "keep"]
-    assert (c.change, c.properties) == ("replaced", ("type",))
+    got = _preview(rig, changed)
+    (c,) = [c for c in got.changes if c.name == "keep"]
+    assert (c.change, c.properties, c.was) == ("replaced", ("type",), "share")
+    # A share made another type is lost as much as one a property replaces.
+    assert [c.name for c in got.lost_shares()] == ["keep"]
 
 
 def test_shares_are_observed_in_bulk_with_the_same_classification(rig):
