@@ -163,9 +163,8 @@ class Operations:
             return outcome_of(before_call(f"{op.kind} {op.action} of {op.ident}", exc))
 
     def default_lease(self) -> leases.Terms | None:
-        """The lease of a call of a method with no lease of its own,
-        starting now (None: no lease). A caller that writes the request row
-        just before the call (a stack's begin) writes it with the row and
+        """The lease of a method with no lease of its own, starting now
+        (None: none). A stack's begin writes it with the request row and
         passes it in ``Op.lease``: the call then writes it no more."""
         return _starting(self.leases.default_shape)
 
@@ -240,18 +239,16 @@ class Operations:
                       reread: Reread | None = None, request_id: int | None = None,
                       ) -> tuple[R, object, _Lease, bool]:
         """``fresh`` and the lease of the call about to start, in one
-        transaction. The lease is chosen for each status the call expects
-        before the read (the method may depend on the status: the spec's
-        ``methods``), as data the read picks from; ``read`` re-reads the
-        row, with what else the call needs, in that transaction (see
-        ``db_leases.read_and_lease``); ``written``: the lease the request row
-        was written with (``Op.lease``); ``taken``: the token the row was
-        inserted with, taken (``Op.taken``): it is not taken again while it
-        still has it; ``reread``: the row as the caller read it under the lock
-        (``Op.reread``); ``request_id``: the request the call is for, without
-        which nothing is taken once a pass has abandoned it (``Lost``).
-        Returns the row, what ``read`` read with it, the lease of its status
-        and whether this engine's request holds it."""
+        transaction. A lease starts for each status the call expects before
+        the read (the spec's ``methods`` by status), which picks one;
+        ``read`` re-reads the row and what else the call needs (see
+        ``db_leases.read_and_lease``); ``written``: the request row's lease
+        (``Op.lease``); ``taken``: the token the row was inserted with,
+        taken (``Op.taken``): not taken again while it still has it;
+        ``reread``: the row as read under the lock (``Op.reread``);
+        ``request_id``: the call's request, without which nothing is taken
+        once a pass has abandoned it (``Lost``). Returns the row, what
+        ``read`` read, its status's lease and whether our request holds it."""
         chosen: dict[str, _Lease] = {}
         for status in expected:
             name = spec.methods[status]
