@@ -46,9 +46,12 @@ def load_template(app: SharectlApp, path: str, args: argparse.Namespace | None =
     text = read(path, "template")
     given: dict[str, object] = {}
     if args is not None:
-        try:
-            for env in args.environment or ():
+        for env in args.environment or ():
+            try:
                 given.update(params.read_environment(read(env, "environment")))
+            except params.ParameterError as exc:
+                raise base.UserError(f"invalid environment {env}: {exc}")
+        try:
             given.update(params.parse_assignments(args.parameter or []))
         except params.ParameterError as exc:
             raise base.UserError(str(exc))
@@ -62,7 +65,9 @@ def load_template(app: SharectlApp, path: str, args: argparse.Namespace | None =
             given = {**{k: v for k, v in previous.parameter_values.items()
                         if k in declared}, **given}
     try:
-        return actions.load_template(text, app.context.conf.enabled_share_backends, given)
+        template = actions.load_template(text, app.context.conf.enabled_share_backends, given)
+        actions.check_references(app.context.db, template)
+        return template
     except TemplateError as exc:
         raise base.UserError(f"invalid template {path}: {exc}")
 

@@ -146,7 +146,7 @@ class Actor:
         template = self.template(stack)
         try:
             d = decide_mod.decide(self.db, template, row, effective, ctx.input_data)
-        except TemplateError as exc:
+        except (TemplateError, phys.CheckError) as exc:  # the parent named is gone, say
             return self.fail(effective, decide_mod.nominal(effective), str(exc))
         if d.kind == Work.BUSY:
             return self.fail(effective, decide_mod.nominal(effective),

@@ -17,6 +17,8 @@ from sharemgr.convergence import physical as phys
 from sharemgr.convergence.graph import Node, resource_ids_in
 from sharemgr.convergence.properties import ResourceData, resolve_outputs
 from sharemgr.convergence.template import (
+    REF,
+    RESOURCE_TYPES,
     Template,
     TemplateError,
     check_stack_name,
@@ -42,6 +44,25 @@ def load_template(text: str | bytes, backends: Iterable[str],
                 f"enabled backends: {', '.join(known) or 'none'}"
             )
     return template
+
+
+def check_references(db: Database, template: Template) -> None:
+    """A literal id given for a reference (a share's ``share_server``, a
+    snapshot's ``share`` …) must name a live resource of its type, as
+    ``sharectl snapshot create`` requires of its share: refused here,
+    before anything is written, as Heat's constraints refuse an unknown
+    volume. A reference to another of the template's resources is checked
+    as its node runs (the resource may be made by then)."""
+    for name, defn in template.resources.items():
+        schema = RESOURCE_TYPES[defn.type].properties
+        for prop, value in defn.properties.items():
+            ref = schema.get(prop)
+            if ref is None or ref.type != REF or not isinstance(value, str):
+                continue
+            if not any(phys.observe(db, t, value).host for t in ref.ref_types):
+                what = " or ".join(t.replace("_", " ") for t in ref.ref_types)
+                raise TemplateError(f"resource {name!r} property {prop!r}: no {what} with "
+                                    f"id {value!r}")
 
 
 def timeout_for(template: Template | None, given: float | None, default: float) -> int:

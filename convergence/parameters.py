@@ -260,12 +260,13 @@ def shown(params: Mapping[str, Parameter], resolved: Mapping[str, object]
 def read_environment(text: str | bytes) -> dict[str, object]:
     """An environment file's values: ``parameter_defaults`` overridden by
     ``parameters`` (both maps of name: value)."""
-    import yaml
+    from sharemgr.convergence import template_yaml
+    from sharemgr.convergence.resource_types import TemplateError
 
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ParameterError(f"malformed YAML: {exc}")
+    try:  # as a template is read: one line naming where, duplicate keys refused
+        data = template_yaml.load(text)
+    except TemplateError as exc:
+        raise ParameterError(str(exc))
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -222,11 +222,18 @@ def _check_action(stack: models.Stack, action: str) -> None:
         if stack.action == refused_action and refused_status in (None, stack.status):
             raise InvalidStackAction(
                 f"cannot {action.lower()} stack {stack.name!r} while it is "
-                f"{stack.action} {stack.status}" + (
-                    "; only a delete may follow: 'sharectl stack delete' again once what "
-                    "stopped it is gone, or 'sharectl stack abandon' to keep its resources"
-                    if stack.action == vocab.STACK_DELETE else "")
-            )
+                f"{stack.action} {stack.status}" + _after_delete(stack))
+
+
+def _after_delete(stack: models.Stack) -> str:
+    """What may follow a stack's delete, for a refusal's message."""
+    if stack.action != vocab.STACK_DELETE:
+        return ""
+    if stack.status == vocab.STACK_IN_PROGRESS:
+        return ("; only a delete may follow, and this one is still running ('sharectl "
+                "stack show' follows it), or 'sharectl stack abandon' to keep its resources")
+    return ("; only a delete may follow: 'sharectl stack delete' again once what stopped it "
+            "is gone, or 'sharectl stack abandon' to keep its resources")
 
 
 def _target_template(

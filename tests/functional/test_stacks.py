@@ -289,6 +289,8 @@ def test_invalid_templates_write_nothing(deployment):
             "dependency cycle",
         "resources:\n  a: {type: share, properties: {size: 1, proto: NFS, backend: x}}\n":
             "resource 'a' property 'backend': unknown backend 'x'",
+        "resources:\n  t: {type: snapshot, properties: {share: not-a-uuid}}\n":
+            "resource 't' property 'share': no share with id 'not-a-uuid'",
     }
     paths = [_write(d, f"bad{i}", text) for i, text in enumerate(cases)]
     with concurrent.futures.ThreadPoolExecutor(len(paths)) as pool:  # sharectl start-up is slow

@@ -75,6 +75,12 @@ def test_parameters_outputs_and_preview(deployment, either):
     assert out.returncode == 2 and "parameter 'size'" in out.stderr, out.stderr
     out = d.sharectl("stack", "create", "web", "-t", v1, "-e", str(env), check=False)
     assert out.returncode == 2 and "parameter 'size': must be at most 5" in out.stderr
+    bad_env = d.root / "bad-env.yaml"
+    bad_env.write_text("parameters:\n  size: [1\n")
+    out = d.sharectl("stack", "create", "web", "-t", v1, "-e", str(bad_env), check=False)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        f"sharectl: error: invalid environment {bad_env}: malformed YAML at line 3, column 1: "
+        "expected ',' or ']', but got '<stream end>'"), out.stderr
     assert d.json("stack", "list") == []
 
     # -P wins over -e.

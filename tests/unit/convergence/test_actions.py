@@ -61,3 +61,49 @@ def test_an_update_overtaken_by_another_is_refused_with_nothing_written(db, monk
     with pytest.raises(prepare.TraversalLost):
         actions.start(db, "web", "UPDATE", V1)
     assert stacks.stack_get(db, stack_id).current_traversal == overtaken[0].traversal_id
+
+
+UNKNOWN_SERVER = "00000000-0000-0000-0000-000000000000"
+MISSING = f"""
+resources:
+  s: {{type: share, properties: {{size: 1, proto: NFS, share_server: {UNKNOWN_SERVER}}}}}
+  t: {{type: snapshot, properties: {{share: not-a-uuid}}}}
+"""
+
+
+def test_a_literal_id_must_name_a_live_resource_of_its_type(rig):
+    """Refused before anything is written, naming the resource and the
+    property (a user's typo is not a stack created and rolled back)."""
+    tmpl = actions.load_template(MISSING, rig.backends)
+    with pytest.raises(template.TemplateError, match=(
+            f"resource 's' property 'share_server': no share server with id '{UNKNOWN_SERVER}'")):
+        actions.check_references(rig.db, tmpl)
+    e = rig.engine()
+    rig.create("base", "resources:\n  a: {type: share, properties: {size: 1, proto: NFS}}\n")
+    e.pump()
+    share_id = rig.rows("base")["a"][0].physical_id
+    good = actions.load_template(f"resources:\n  t: {{type: snapshot, properties: {{share: "
+                                 f"{share_id}}}}}\n", rig.backends)
+    actions.check_references(rig.db, good)  # a live share: accepted
+    # A snapshot's id is not a share's.
+    rig.create("snap", f"resources:\n  t: {{type: snapshot, properties: {{share: {share_id}}}}}\n")
+    e.pump()
+    snap_id = rig.rows("snap")["t"][0].physical_id
+    wrong = actions.load_template(f"resources:\n  t: {{type: snapshot, properties: {{share: "
+                                  f"{snap_id}}}}}\n", rig.backends)
+    with pytest.raises(template.TemplateError, match="property 'share': no share with id"):
+        actions.check_references(rig.db, wrong)
+
+
+def test_a_literal_id_gone_by_the_time_its_node_runs_fails_the_node_by_name(rig):
+    """Checked again as the node runs (the resource may be deleted since):
+    the node fails with its name and the reason, as a refused plan does,
+    not as an engine's bug (the exception's class name, a traceback)."""
+    e = rig.engine()
+    rig.create("web", MISSING, disable_rollback=True)  # the rig writes it unchecked
+    e.pump()
+    stack = rig.stack("web")
+    assert stack.status == "FAILED"
+    (s,) = rig.rows("web")["s"]
+    assert s.status_reason == f"s: share server {UNKNOWN_SERVER} does not exist"
+    assert stack.status_reason == f"Resource CREATE failed: {s.status_reason}"

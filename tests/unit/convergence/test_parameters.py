@@ -89,6 +89,13 @@ def test_environment_parameters_win_over_parameter_defaults_and_p_parses():
     assert env == {"a": 1, "b": 3}
     with pytest.raises(params.ParameterError, match="unknown environment section"):
         params.read_environment("resource_registry: {}\n")
+    # Malformed YAML in one line naming where (not PyYAML's dump); a key
+    # given twice is refused, as in a template.
+    with pytest.raises(params.ParameterError) as bad:
+        params.read_environment("parameters:\n  a: [1\n")
+    assert str(bad.value).startswith("malformed YAML at line 3") and "\n" not in str(bad.value)
+    with pytest.raises(params.ParameterError, match="duplicate key"):
+        params.read_environment("parameters: {a: 1, a: 2}\n")
     assert params.parse_assignments(["a=1", "b=x=y", "a=2"]) == {"a": "2", "b": "x=y"}
     with pytest.raises(params.ParameterError, match="expected NAME=VALUE"):
         params.parse_assignments(["novalue"])

@@ -257,7 +257,8 @@ def test_delete(db):
     assert tr.graph.topological_order() == [Node(c, C), Node(s, C), Node(d, C)]
     assert tr.leaves == (Node(c, C),) and _check_requests(db, tr.traversal_id) == [(c, False)]
     assert stacks.stack_get(db, stack.id).action == "DELETE"
-    with pytest.raises(prepare.InvalidStackAction):
+    # Refused while the delete runs, saying so (not "once what stopped it is gone").
+    with pytest.raises(prepare.InvalidStackAction, match="this one is still running"):
         lifecycle.prepare_traversal(db, stacks.stack_get(db, stack.id), "UPDATE", V1)
     # Deleting again while deleting is allowed (it restarts the traversal).
     again = lifecycle.prepare_traversal(db, stacks.stack_get(db, stack.id), "DELETE")
