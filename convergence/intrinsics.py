@@ -26,6 +26,30 @@ class GetAttr:
     path: tuple[str | int, ...] = ()
 
 
+# Heat's functions this template language does not have: a call of one,
+# or of any other ``get_…``, is said to be one (not a value of a wrong type).
+HEAT_ONLY = frozenset({
+    "get_file", "list_join", "str_replace", "str_replace_strict", "str_replace_vstrict",
+    "repeat", "digest", "resource_facade", "str_split", "map_merge", "map_replace", "yaql",
+    "equals", "if", "not", "and", "or", "filter", "make_url", "contains", "list_concat",
+    "list_concat_unique"})
+
+
+def refuse_unknown_call(where: str, value: object) -> None:
+    """Raise TemplateError if ``value`` calls a function this language lacks,
+    or a ``get_param`` substitution left (so not declared: with none
+    declared, substitution does not run)."""
+    if isinstance(value, dict) and len(value) == 1:
+        ((key, arg),) = value.items()
+        if key == "get_param":
+            name = arg[0] if isinstance(arg, list) and arg else arg
+            raise TemplateError(f"{where}: get_param names undeclared parameter {name!r}")
+        if isinstance(key, str) and key not in FUNCTIONS and (
+                key in HEAT_ONLY or key.startswith("get_")):
+            raise TemplateError(f"{where}: unknown function {key!r} (a template may call "
+                                "get_param, get_resource and get_attr)")
+
+
 def call_of(value: object) -> tuple[str, object] | None:
     """(function name, argument) if ``value`` is an intrinsic function call."""
     if isinstance(value, dict) and len(value) == 1:
@@ -58,6 +82,7 @@ def references(where: str, value: object) -> Iterable[GetResource | GetAttr]:
     if call is not None:
         yield parse_call(where, *call)
     elif isinstance(value, dict):
+        refuse_unknown_call(where, value)
         for v in value.values():
             yield from references(where, v)
     elif isinstance(value, list):

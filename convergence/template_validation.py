@@ -9,7 +9,14 @@ from collections.abc import Mapping
 from sharemgr.convergence import groups as grp
 from sharemgr.convergence import parameters as params
 from sharemgr.convergence.dependency_order import toposort
-from sharemgr.convergence.intrinsics import GetAttr, GetResource, call_of, parse_call, references
+from sharemgr.convergence.intrinsics import (
+    GetAttr,
+    GetResource,
+    call_of,
+    parse_call,
+    references,
+    refuse_unknown_call,
+)
 from sharemgr.convergence.keys import first_unknown
 from sharemgr.convergence.resource_types import (
     DELETE_POLICY,
@@ -39,7 +46,7 @@ def validate(data: object, given: Mapping[str, object] | None = None) -> Templat
             f"(allowed: {', '.join(sorted(TOP_LEVEL_KEYS - {'parameter_values'}))})"
         )
     declarations, given = _parameters(data, given)
-    if declarations or given:
+    if declarations or given:  # else a get_param left is refused as undeclared
         data = _substituted(data, declarations, given)
     raw_resources = data.get("resources") or {}
     if not isinstance(raw_resources, dict):
@@ -180,6 +187,7 @@ def _validate_resource(name: str, raw: dict[str, object],
         ps = schema.properties[prop]
         call = call_of(value)
         if call is None:
+            refuse_unknown_call(pwhere, value)
             check_value(pwhere, ps, value)
             continue
         ref = parse_call(pwhere, *call)

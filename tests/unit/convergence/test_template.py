@@ -90,6 +90,22 @@ outputs:
     "text, words",
     [
         ("resources: [", ["malformed YAML", "line 1"]),
+        # A get_param with no parameters declared names the parameter (it
+        # was left a literal, "must be an integer, got {'get_param': …}").
+        ("resources: {a: {type: share, properties: {size: {get_param: sz}, proto: NFS}}}",
+         ["resource 'a'", "undeclared parameter 'sz'"]),
+        ("resources: {a: {type: share, properties: {size: 1, proto: NFS}}}\n"
+         "outputs: {o: {get_param: zz}}", ["output 'o'", "undeclared parameter 'zz'"]),
+        # A function this language lacks, or misspelt, is said to be one.
+        ("resources: {b: {type: share, properties: {size: 1, proto: NFS}},\n"
+         "  a: {type: share, properties: {size: 1, proto: NFS, name: {get_resourse: b}}}}",
+         ["resource 'a' property 'name'", "unknown function 'get_resourse'"]),
+        ("resources: {a: {type: share, properties: {size: 1, proto: NFS,\n"
+         "  name: {list_join: [',', [x]]}}}}", ["property 'name'", "unknown function 'list_join'"]),
+        ("resources: {a: {type: share, properties: {size: 1, proto: NFS}}}\n"
+         "outputs: {z: {get_resourse: a}}", ["output 'z'", "unknown function 'get_resourse'"]),
+        ("resources: {a: {type: share, properties: {size: 1, proto: NFS}}}\n"
+         "outputs: {q: {value: [{str_replace: {}}]}}", ["output 'q'", "'str_replace'"]),
         ("- a\n- b\n", ["mapping"]),
         ("resources: {}\nconditions: {}\n", ["conditions"]),
         ("resources: {a: {type: volume}}", ["'a'", "unknown type 'volume'"]),
