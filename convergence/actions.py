@@ -136,15 +136,24 @@ def progress(db: Database, stack: models.Stack) -> Progress:
     template keeps when its update node has reported, one being removed when
     its clean-up node has (a node has reported once its key is in a
     SyncPoint's input data), and one whose node the preparation settled (it
-    has no point). A finished traversal counts all of them."""
+    has no point). A completed traversal counts all of them, a failed one
+    those whose rows ended their work in it."""
     if stack.status != vocab.STACK_IN_PROGRESS or not stack.current_traversal:
         # The resources of the graph's nodes, without building the graph.
-        total = len(resource_ids_in(stack.current_deps))
+        ids = resource_ids_in(stack.current_deps)
         # A check is no traversal and runs only after one that completed
         # (reconcile/stack_check.py): its FAILED says what drifted, not how
         # far the traversal got.
         whole = stack.status == vocab.STACK_COMPLETE or stack.action == vocab.STACK_CHECK
-        return Progress(total if whole else 0, total)
+        if whole or stack.status != vocab.STACK_FAILED:
+            return Progress(len(ids) if whole else 0, len(ids))
+        # Failed: its SyncPoints are gone; the rows say which ended their work.
+        deleting = stack.action == vocab.STACK_DELETE
+        done = sum(1 for r in stacks.resource_list(db, stack.id)
+                   if r.id in ids and r.status == vocab.STACK_COMPLETE
+                   and r.action != vocab.STACK_INIT
+                   and (r.action == vocab.STACK_DELETE) == deleting)
+        return Progress(done, len(ids))
     graph = prepare.load_traversal_graph(stack)
     resources = graph.resource_ids()
     reported: set[str] = set()

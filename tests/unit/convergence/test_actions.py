@@ -107,3 +107,36 @@ def test_a_literal_id_gone_by_the_time_its_node_runs_fails_the_node_by_name(rig)
     (s,) = rig.rows("web")["s"]
     assert s.status_reason == f"s: share server {UNKNOWN_SERVER} does not exist"
     assert stack.status_reason == f"Resource CREATE failed: {s.status_reason}"
+
+
+def test_a_failed_traversal_shows_the_resources_it_did(tmp_path):
+    """``stack show``'s progress of a FAILED create counts the resources made
+    (it said 0/N whatever was done), and a FAILED delete those deleted."""
+    from tests.unit.stack_rig import Rig
+
+    rig = Rig(tmp_path, backends={"dummy": {"dummy_fail_methods": "create_share.web-bad-,"
+                                                                  "delete_share.gone-last-"}})
+    three = ("resources:\n"
+             "  {1}: {{type: share, properties: {{size: 1, proto: NFS}}}}\n"
+             "  good: {{type: share, properties: {{size: 1, proto: NFS}}{0}}}\n"
+             "  other: {{type: share, properties: {{size: 1, proto: NFS}}{0}}}\n")
+    try:
+        e = rig.engine()
+        # bad is made last (after good and other), and its create fails.
+        rig.create("web", three.format("", "bad").replace(
+            "bad: {type: share, properties: {size: 1, proto: NFS}}",
+            "bad: {type: share, properties: {size: 1, proto: NFS}, depends_on: [good, other]}"),
+            disable_rollback=True)
+        # last is deleted last (after good and other), and its delete fails.
+        rig.create("gone", three.format(", depends_on: [last]", "last"))
+        e.pump()
+        stack = rig.stack("web")
+        assert (stack.action, stack.status) == ("CREATE", "FAILED")
+        assert str(actions.progress(rig.db, stack)) == "2/3"  # good and other made
+        rig.start("gone", "DELETE")
+        e.pump()
+        stack = rig.stack("gone")
+        assert (stack.action, stack.status) == ("DELETE", "FAILED"), stack.status_reason
+        assert str(actions.progress(rig.db, stack)) == "2/3"  # good and other deleted
+    finally:
+        rig.close()
