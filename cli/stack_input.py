@@ -44,26 +44,30 @@ def load_template(app: SharectlApp, path: str, args: argparse.Namespace | None =
     from sharemgr.convergence.template import TemplateError
 
     text = read(path, "template")
-    given: dict[str, object] = {}
-    if args is not None:
-        for env in args.environment or ():
-            try:
-                given.update(params.read_environment(read(env, "environment")))
-            except params.ParameterError as exc:
-                raise base.UserError(f"invalid environment {env}: {exc}")
+    environments: list[params.Environment] = []
+    for env in (args.environment or ()) if args is not None else ():
         try:
-            given.update(params.parse_assignments(args.parameter or []))
+            environments.append(params.read_environment(read(env, "environment")))
         except params.ParameterError as exc:
-            raise base.UserError(str(exc))
-    if previous is not None and previous.parameter_values:
+            raise base.UserError(f"invalid environment {env}: {exc}")
+    declared: dict[str, object] | None = None
+    if any(e.defaults for e in environments) or (previous is not None
+                                                  and previous.parameter_values):
         try:  # libyaml's parser where PyYAML has it (template_yaml.py says why)
             raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
         except yaml.YAMLError:
             raw = None  # parse() below names the error
-        declared = raw.get("parameters") if isinstance(raw, dict) else None
-        if isinstance(declared, dict):
-            given = {**{k: v for k, v in previous.parameter_values.items()
-                        if k in declared}, **given}
+        if isinstance(raw, dict):  # else parse() below names what is wrong
+            found = raw.get("parameters")
+            declared = found if isinstance(found, dict) else {}
+    given = params.given_values(environments, declared)
+    try:
+        given.update(params.parse_assignments(args.parameter or []) if args is not None else {})
+    except params.ParameterError as exc:
+        raise base.UserError(str(exc))
+    if previous is not None and previous.parameter_values and declared is not None:
+        given = {**{k: v for k, v in previous.parameter_values.items()
+                    if k in declared}, **given}
     try:
         template = actions.load_template(text, app.context.conf.enabled_share_backends, given)
         actions.check_references(app.context.db, template)

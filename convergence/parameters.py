@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 STRING = "string"
@@ -257,9 +257,20 @@ def shown(params: Mapping[str, Parameter], resolved: Mapping[str, object]
     return {n: MASK if params[n].hidden else resolved.get(n) for n in params}
 
 
-def read_environment(text: str | bytes) -> dict[str, object]:
-    """An environment file's values: ``parameter_defaults`` overridden by
-    ``parameters`` (both maps of name: value)."""
+@dataclass(frozen=True)
+class Environment:
+    """An environment file's values: ``defaults`` (``parameter_defaults``:
+    for the parameters a template declares, others ignored, as in Heat,
+    so one file serves several templates) and ``parameters`` (refused
+    where the template does not declare them)."""
+
+    defaults: dict[str, object]
+    parameters: dict[str, object]
+
+
+def read_environment(text: str | bytes) -> Environment:
+    """An environment file (``parameter_defaults`` and ``parameters``, both
+    maps of name: value)."""
     from sharemgr.convergence import template_yaml
     from sharemgr.convergence.resource_types import TemplateError
 
@@ -268,7 +279,7 @@ def read_environment(text: str | bytes) -> dict[str, object]:
     except TemplateError as exc:
         raise ParameterError(str(exc))
     if data is None:
-        return {}
+        return Environment({}, {})
     if not isinstance(data, dict):
         raise ParameterError("an environment must be a mapping with 'parameters' and/or "
                              "'parameter_defaults'")
@@ -276,12 +287,27 @@ def read_environment(text: str | bytes) -> dict[str, object]:
     if unknown:
         raise ParameterError(f"unknown environment section {unknown[0]!r} "
                              "(allowed: parameter_defaults, parameters)")
-    out: dict[str, object] = {}
+    out: list[dict[str, object]] = []
     for section in ("parameter_defaults", "parameters"):
         part = data.get(section) or {}
         if not isinstance(part, dict):
             raise ParameterError(f"environment {section!r} must be a mapping")
-        out.update({str(k): v for k, v in part.items()})
+        out.append({str(k): v for k, v in part.items()})
+    return Environment(*out)
+
+
+def given_values(environments: list[Environment], declared: Collection[str] | None
+                 ) -> dict[str, object]:
+    """The values the environments give a template declaring ``declared``
+    (None: not known, every default kept): every file's defaults of a
+    declared parameter, then every file's parameters (a later file wins in
+    each; a parameter beats any default)."""
+    out: dict[str, object] = {}
+    for env in environments:
+        out.update({k: v for k, v in env.defaults.items()
+                    if declared is None or k in declared})
+    for env in environments:
+        out.update(env.parameters)
     return out
 
 

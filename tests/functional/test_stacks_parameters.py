@@ -68,7 +68,10 @@ def test_parameters_outputs_and_preview(deployment, either):
     d.start()
     v1, v2 = _write(d, "v1", V1), _write(d, "v2", V2)
     env = d.root / "env.yaml"
-    env.write_text("parameter_defaults: {size: 4}\nparameters: {size: 9, label: secret}\n")
+    # A default for a parameter V1 does not declare (replicas) is ignored, as
+    # in Heat: one environment serves several templates.
+    env.write_text("parameter_defaults: {size: 4, replicas: 3}\n"
+                   "parameters: {size: 9, label: secret}\n")
 
     # Missing and invalid values: exit 2 naming the parameter, nothing written.
     out = d.sharectl("stack", "create", "web", "-t", v1, check=False)
@@ -81,6 +84,10 @@ def test_parameters_outputs_and_preview(deployment, either):
     assert out.returncode == 2 and out.stderr.strip() == (
         f"sharectl: error: invalid environment {bad_env}: malformed YAML at line 3, column 1: "
         "expected ',' or ']', but got '<stream end>'"), out.stderr
+    undeclared = d.root / "undeclared-env.yaml"
+    undeclared.write_text("parameters: {size: 2, replicas: 3}\n")
+    out = d.sharectl("stack", "create", "web", "-t", v1, "-e", str(undeclared), check=False)
+    assert out.returncode == 2 and "'replicas' is not declared" in out.stderr, out.stderr
     assert d.json("stack", "list") == []
 
     # -P wins over -e.

@@ -86,7 +86,13 @@ def test_get_param_of_an_undeclared_parameter_or_missing_element_is_refused():
 
 def test_environment_parameters_win_over_parameter_defaults_and_p_parses():
     env = params.read_environment("parameter_defaults: {a: 1, b: 2}\nparameters: {b: 3}\n")
-    assert env == {"a": 1, "b": 3}
+    assert params.given_values([env], {"a", "b"}) == {"a": 1, "b": 3}
+    # Heat's parameter_defaults: only for the parameters a template declares
+    # (one file serves several templates), and any file's parameter beats
+    # any file's default; a later file wins within each.
+    later = params.read_environment("parameter_defaults: {b: 4, c: 5}\nparameters: {a: 6}\n")
+    assert params.given_values([env, later], {"a", "b"}) == {"a": 6, "b": 3}
+    assert params.given_values([env, later], set()) == {"b": 3, "a": 6}
     with pytest.raises(params.ParameterError, match="unknown environment section"):
         params.read_environment("resource_registry: {}\n")
     # Malformed YAML in one line naming where (not PyYAML's dump); a key
