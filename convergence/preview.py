@@ -123,7 +123,11 @@ def preview(db: Database, template: Template,
         diff = diff_properties(row.type, current_properties(row, observed, props), props)
         schema = RESOURCE_TYPES[row.type].properties
         forcing = tuple(sorted(p for p in diff.changed if schema[p].update == REPLACE))
-        if kind == Work.NOOP:
+        if row.physical_id is None and kind in (Work.CREATE, Work.REPLACE):
+            # Its create never began (a traversal failed before it): nothing
+            # is replaced, whatever its references became meanwhile.
+            change = Change(name, defn.type, REPLACED, (), "never made: made now")
+        elif kind == Work.NOOP:
             change = Change(name, defn.type, UNCHANGED)
         elif kind == Work.UPDATE:
             change = Change(name, defn.type, UPDATED, tuple(sorted(diff.in_place)))

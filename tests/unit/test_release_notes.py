@@ -30,6 +30,15 @@ def test_every_note_in_the_tree_passes_reno_lint() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_no_note_gives_a_section_twice() -> None:
+    """reno reads a note with PyYAML, which keeps the last of two
+    ``fixes:`` and drops the first without a word; so does ``reno lint``."""
+    from sharemgr.convergence import template_yaml
+
+    for note in sorted((ROOT / "releasenotes" / "notes").glob("*.yaml")):
+        template_yaml.load(note.read_text())  # raises on a key given twice
+
+
 def test_notes_are_grouped_under_the_release_that_first_carried_them(tmp_path: Path) -> None:
     repo = tmp_path / "r"
     notes = repo / "releasenotes" / "notes"

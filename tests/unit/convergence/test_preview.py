@@ -175,3 +175,34 @@ def test_the_safeguard_judges_settled_resources_without_a_second_look(rig, monke
     # The shares data, keep and old were settled; logs changed, and the
     # snapshot is not a type the preparation settles.
     assert sorted(decided) == ["logs", "snap"]
+
+
+def test_a_resource_never_made_is_made_not_replaced(tmp_path):
+    """After a create failed before them, a share made from a snapshot of
+    the failed share was previewed "replaced (proto, snapshot)", so the
+    update fixing the failure was refused as losing data (--allow-replace)
+    that never existed; the snapshot said "replaced (share)" but was only
+    made."""
+    from tests.unit.stack_rig import Rig
+
+    rig = Rig(tmp_path, backends={"dummy": {"dummy_fail_methods": "create_share.web-bad-"}})
+    try:
+        e = rig.engine()
+        text = """
+resources:
+  bad: {type: share, properties: {size: 1, proto: NFS}}
+  snap: {type: snapshot, properties: {share: {get_resource: bad}}}
+  copy: {type: share, properties: {size: 1, proto: NFS, snapshot: {get_resource: snap}}}
+"""
+        rig.create("web", text, disable_rollback=True)
+        e.pump()
+        assert rig.stack("web").status == "FAILED"
+        got = _preview(rig, text.replace("bad: {type: share, properties: {size: 1",
+                                         "bad: {type: share, properties: {size: 2"))
+        by_name = {c.name: c for c in got.changes}
+        assert by_name["bad"].reason == "resource is CREATE FAILED"
+        assert {(by_name[n].change, by_name[n].properties, by_name[n].reason)
+                for n in ("snap", "copy")} == {("replaced", (), "never made: made now")}
+        assert got.lost_shares() == []
+    finally:
+        rig.close()
