@@ -171,9 +171,16 @@ _PUT_BACK: dict[int, list[tuple[str | None, str]]] = {}
 def reload(conf: cfg.ConfigOpts) -> None:
     """Re-read the config files (SIGHUP): the mutable options take their new
     values, all or none. A bad value raises ConfigError and every option
-    keeps the value it had: oslo.config has swapped the files' new values in
-    by the time one fails to read (a graceful stop reading it then failed),
-    so the old ones are put back as overrides, which the next reload clears."""
+    keeps the value it had. The files are first read whole into a conf of
+    their own, as a start reads them: oslo.config's reload calls the
+    mutate hooks as it goes (oslo.log's turned debug on for a reload that
+    then failed), and never reads an immutable option (a bad one passed,
+    and the next start failed on it). Should a file change between that
+    read and the reload, the old values are put back as overrides, which
+    the next reload clears."""
+    argv = [arg for path in conf.config_file or () for arg in ("--config-file", path)]
+    argv += [arg for path in conf.config_dir or () for arg in ("--config-dir", path)]
+    load(argv, conf=cfg.ConfigOpts(), prog=conf.prog or "sharemgr")
     before = _read_all(conf)
     for group, name in _PUT_BACK.pop(id(conf), []):
         conf.clear_override(name, group)

@@ -121,6 +121,28 @@ def test_a_reload_with_a_bad_value_changes_nothing(tmp_path):
     assert (conf.graceful_shutdown_timeout, conf.backend_setup_retry_interval) == (45, 7)
 
 
+def test_a_failing_reload_calls_no_hook_and_reads_the_immutable_options(tmp_path):
+    """oslo.config calls the mutate hooks while it reloads: oslo.log's turned
+    debug logging on for a reload that then failed on another option. And a
+    bad value of an option only a restart changes passed the reload (it is
+    not read), the next start then failing on it."""
+    conf = _load(tmp_path, "[DEFAULT]\ndebug = false\ngraceful_shutdown_timeout = 30\n")
+    called = []
+    conf.register_mutate_hook(lambda conf, changed: called.append(dict(changed)))
+    path = tmp_path / "s.conf"
+    path.write_text("[DEFAULT]\ndebug = true\ngraceful_shutdown_timeout = abc\n")
+    with pytest.raises(config.ConfigError, match="graceful_shutdown_timeout"):
+        config.reload(conf)
+    assert called == [] and conf.debug is False
+    path.write_text("[DEFAULT]\ndebug = false\nrequest_workers = abc\n")
+    with pytest.raises(config.ConfigError, match="request_workers"):
+        config.reload(conf)
+    assert called == []
+    path.write_text("[DEFAULT]\ndebug = true\ngraceful_shutdown_timeout = 30\n")
+    config.reload(conf)
+    assert conf.debug is True and len(called) == 1
+
+
 def test_typos_in_the_files_are_named(tmp_path):
     """What the daemon warns of at start (each line then 'unknown option,
     ignored'): an option no one registered in one of our groups, and a
