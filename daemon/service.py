@@ -92,6 +92,7 @@ class ShareManagerService:
         self.membership: Membership | None = None
         self.background = Background()
         self.registered = False
+        self.cut_short = False  # driver calls outlived graceful_shutdown_timeout
         # The backends that are up; one whose set-up failed joins when a
         # retry passes (daemon/backends.py: a new dict for every holder).
         self.drivers: dict[str, ShareDriver] = {}
@@ -382,11 +383,8 @@ class ShareManagerService:
         self.reload_requested = True
 
     def reload(self) -> None:
-        """Re-read the config files; options marked mutable (manager/config.py,
-        oslo.log's debug and log levels) take their new values, oslo.config
-        warns of each change to another one. Log files need no reopening:
-        oslo.log writes them through WatchedFileHandler, which reopens a file
-        rotated away."""
+        """Re-read the config files (manager/config.py's ``reload``). Log
+        files need no reopening: oslo.log's WatchedFileHandler does it."""
         LOG.info("share-manager got SIGHUP: reloading the mutable options")
         failure = None
         try:
@@ -405,6 +403,7 @@ class ShareManagerService:
 
     def _stop_runner(self) -> None:
         if not started(self.runner).stop(self.conf.graceful_shutdown_timeout):
+            self.cut_short = True  # serve() ends the process: they end with it
             LOG.warning("driver calls still running after graceful_shutdown_timeout "
                         "(%ss); their resources stay transient until reconciled",
                         self.conf.graceful_shutdown_timeout)
@@ -492,6 +491,8 @@ def serve(service: ShareManagerService) -> int:
         return 0 if service_stopped else code
     service.wait()
     service.stop()
+    if service.cut_short:  # its threads would keep the process (oslo.service's way too)
+        signals.end_process(1, "share-manager exits with driver calls still running")
     return 0
 
 

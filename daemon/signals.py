@@ -15,6 +15,7 @@ what a running engine, or one that does not stop, waits on."""
 from __future__ import annotations
 
 import gc
+import logging as logging_std
 import os
 import signal
 import sys
@@ -54,6 +55,17 @@ def watch(actions: dict[int, Callable[[int], object]]) -> threading.Thread:
                     LOG.exception("acting on signal %s failed", signum)
 
     return tasks.start_thread(loop, name="signals")
+
+
+def end_process(code: int, why: str) -> None:
+    """End the process now, whatever its other threads do: a driver call
+    that outlived ``graceful_shutdown_timeout`` would keep it up for ever
+    (its thread is joined at exit) and write its outcome after the engine
+    said it had stopped and left the group. Its resource is then settled as
+    after a crash. The log is flushed first."""
+    LOG.warning("%s: ending the process (exit %s)", why, code)
+    logging_std.shutdown()
+    os._exit(code)
 
 
 def _current_frames() -> dict[int, types.FrameType]:

@@ -237,3 +237,36 @@ def test_a_coordination_outage_is_one_warning(deployment, redis_url):
     text = engine.text()
     assert text.count(OUTAGE) == 1 and text.count(BACK) == 1, text[-4000:]
     assert "Traceback" not in text and " ERROR " not in text, text[-4000:]
+
+
+def test_sigterm_ends_the_process_when_a_call_outlives_the_grace(deployment):
+    """A driver call still running when graceful_shutdown_timeout ends no
+    longer keeps the process: it exits 1 at once (as oslo.service does),
+    its resource left transient for a reconciliation to settle. Before, the
+    engine said it had stopped, left the group and kept running until the
+    call returned (for ever for a hung one), then wrote its outcome."""
+    d = deployment(extra={"DEFAULT": {"graceful_shutdown_timeout": "1",
+                                      "startup_reconciliation_wait_seconds": "0"}})
+    gates = d.root / "gates"
+    gates.mkdir()
+    d.sections["dummy"].update(dummy_gate_dir=str(gates), dummy_gate_poll_interval="0.02")
+    d.write_config()
+    d.sync()
+    engine = d.start()
+    (gates / "create_share.held-").touch()
+    share = d.json("share", "create", "1", "--proto", "NFS", "--name", "held-1")["id"]
+    wait_until(lambda: any(c["method"] == "create_share" for c in d.backend("calls")),
+               what="the create at its gate")
+    engine.proc.send_signal(signal.SIGTERM)
+    assert engine.proc.wait(30) == 1, engine.text()[-3000:]
+    text = engine.text()
+    assert "driver calls still running after graceful_shutdown_timeout" in text, text[-3000:]
+    assert "ending the process (exit 1)" in text and "Traceback" not in text, text[-3000:]
+    assert d.json("share", "show", share)["status"] == "creating"
+    (gates / "create_share.held-").unlink()  # the backend let it go: nobody is left to call
+    time.sleep(0.5)
+    assert d.json("share", "show", share)["status"] == "creating"
+    # The next start's pass settles it (never made on the backend: error).
+    d.start()
+    wait_until(lambda: d.json("share", "show", share)["status"] == "error",
+               what="the cut create settled")
