@@ -25,12 +25,16 @@ class Context:
 
     @property
     def db(self) -> Database:
-        """The database, which must be there (an SQLite file is not made)."""
+        """The database, which must be there (an SQLite file is not made)
+        with a schema this release may use."""
         return self.database(create=False)
 
-    def database(self, create: bool) -> Database:
+    def database(self, create: bool, schema: bool = True) -> Database:
         """The database; ``create``: an SQLite file that is not there is made
-        (``db sync`` only)."""
+        (``db sync`` only); ``schema``: refused (DatabaseUnavailable) unless
+        its schema is one this release may use, as the daemon refuses it
+        (a sharectl of another release wrote rows into a schema it was not
+        built for, and said so only when a query happened to fail)."""
         if self._db is None:
             from sharemgr.db.engine import Database
 
@@ -43,6 +47,8 @@ class Context:
             db.retry = config.retry_policy(self.conf)
             db.max_events_per_stack = self.conf.max_events_per_stack
             db.check()
+            if schema and not create:
+                _check_schema(db)
             self._db = db
         return self._db
 
@@ -64,3 +70,17 @@ class Context:
             self._coordinator.stop()
         if self._db is not None:
             self._db.dispose()
+
+
+def _check_schema(db: Database) -> None:
+    from sharemgr.db import schema_rev
+
+    if schema_rev.current(db) == schema_rev.HEAD:  # without alembic: nearly always
+        return
+    from sharemgr.db import migration
+    from sharemgr.db.engine import DatabaseUnavailable, safe_url
+
+    runs, why = migration.can_run(db, who="sharectl")
+    if not runs:
+        db.dispose()
+        raise DatabaseUnavailable(f"database {safe_url(db.url)}: {why}")

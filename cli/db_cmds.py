@@ -15,6 +15,15 @@ class DbSync(base.Command):
 
         db = self.app.context.database(create=True)
         before = migration.current(db)
+        if migration.is_newer(before):  # a later release's: not this one's to change
+            from sharemgr.db.engine import DatabaseUnavailable, safe_url
+
+            runs, why = migration.can_run(db, who="sharectl")
+            if not runs:
+                raise DatabaseUnavailable(f"database {safe_url(db.url)}: {why}")
+            self.app.stdout.write(f"database at revision {before}, newer than this "
+                                  f"release's {migration.head()}: nothing to do\n")
+            return 0
         migration.upgrade(db)
         self.app.stdout.write(
             f"database at revision {migration.current(db)} (was {before or 'empty'})\n"
@@ -28,7 +37,7 @@ class DbVersion(base.ShowOne):
     def take_action(self, parsed_args: argparse.Namespace) -> base.Shown:
         from sharemgr.db import migration
 
-        db = self.app.context.db
+        db = self.app.context.database(create=False, schema=False)  # whatever it is at
         current = migration.current(db)
         head = migration.head()
         return ("current", "head", "up_to_date"), (current, head, current == head)

@@ -39,6 +39,7 @@ def open_database(conf: cfg.ConfigOpts, stopping: threading.Event | None = None)
         pool_timeout=opts.pool_timeout,
         recycle=opts.connection_recycle_time,
         idle_transaction_timeout=opts.idle_transaction_timeout,
+        create=False,  # only 'sharectl db sync' makes one (an empty file said "revision None")
     )
     db.retry = config.retry_policy(conf)
     db.max_events_per_stack = conf.max_events_per_stack

@@ -152,27 +152,37 @@ def _read_floor(db: Database) -> str | None:
         return None
 
 
-def can_run(db: Database) -> tuple[bool, str | None]:
-    """Whether an engine of this release may run on ``db``'s schema, and
-    why not or the note to log (None: the schema is at this head)."""
+def is_newer(at: str | None, script: ScriptDirectory | None = None) -> bool:
+    """Whether revision ``at`` is one this release has never heard of (a
+    later release's)."""
+    if at is None:
+        return False
+    try:
+        return (script or _script()).get_revision(at) is None
+    except Exception:  # alembic raises for a revision it cannot locate
+        return True
+
+
+def can_run(db: Database, who: str = "engine") -> tuple[bool, str | None]:
+    """Whether an engine (or ``who`` else) of this release may run on
+    ``db``'s schema, and why not or the note to log (None: the schema is at
+    this head)."""
     at, mine = current(db), head()
     if at == mine:
         return True, None
+    if at is None:
+        return False, "the database has no schema (it is empty): run 'sharectl db sync'"
     script = _script()
-    try:
-        known = at is not None and script.get_revision(at) is not None
-    except Exception:  # a revision this release has never heard of
-        known = False
-    if at is None or known:
+    if not is_newer(at, script):
         return False, f"the database is at revision {at}, not {mine}: run 'sharectl db sync'"
     lowest = _read_floor(db)
     mine_and_older = {r.revision for r in script.iterate_revisions(mine, "base")}
     if lowest is not None and lowest in mine_and_older:
-        return True, (f"the database is at revision {at}, newer than this engine's {mine}; "
-                      f"engines from revision {lowest} on work on it (expand migrations "
+        return True, (f"the database is at revision {at}, newer than this {who}'s {mine}; "
+                      f"{who}s from revision {lowest} on work on it (expand migrations "
                       "only): running")
-    return False, (f"the database is at revision {at}, newer than this engine's {mine}, "
-                   f"and needs engines from revision {lowest or at} on: upgrade this engine")
+    return False, (f"the database is at revision {at}, newer than this {who}'s {mine}, "
+                   f"and needs {who}s from revision {lowest or at} on: upgrade this {who}")
 
 
 def schema_diff(conn: Connection) -> list[object]:

@@ -139,6 +139,10 @@ def test_sharectl_on_a_database_never_synced_says_what_to_do(deployment):
     # Not made either: a sharectl started in another folder than the
     # daemon's (the default state_path) would read an empty one of its own.
     assert "no database at " in out.stderr and not (d.state / "sharemgr.sqlite").exists()
+    # Nor does share-manager make one (an empty file, then "revision None").
+    started = d.run_manager()
+    assert started.returncode == 1 and "no database at " in one_error_line(started)
+    assert not (d.state / "sharemgr.sqlite").exists()
     d.sync()
     assert d.sharectl("share", "list", "-f", "json").stdout.strip() == "[]"
 
