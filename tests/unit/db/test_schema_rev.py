@@ -8,11 +8,12 @@ from __future__ import annotations
 import logging
 
 import pytest
-import sqlalchemy as sa
 from sharemgr.cli import app
 from sharemgr.cli.base import EXIT_ERROR_STATUS
 from sharemgr.db import migration, schema_rev
 from sharemgr.db.engine import Database
+
+from tests.unit.db.test_migration import _set
 
 
 def test_the_head_from_the_file_names_is_alembics():
@@ -43,12 +44,7 @@ def _sharectl(conf, capsys, *args):
 
 def _stamp(tmp_path, revision, floor=None):
     db = Database(f"sqlite:///{tmp_path}/sharemgr.sqlite")
-    with db.engine.begin() as conn:
-        conn.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{revision}'")
-        conn.exec_driver_sql("DELETE FROM schema_info")
-        if floor is not None:
-            conn.execute(sa.text("INSERT INTO schema_info (name, value) VALUES (:n, :v)"),
-                         {"n": migration.FLOOR, "v": floor})
+    _set(db, revision, floor)
     db.dispose()
 
 
