@@ -111,12 +111,9 @@ class ShareManagerService:
     # Start -----------------------------------------------------------------
 
     def start(self) -> None:
-        LOG.info(
-            "share-manager starting: engine %s, database %s, coordination %s",
-            self.engine_id,
-            safe_url(config.database_url(self.conf)),
-            safe_url(config.coordination_url(self.conf)),
-        )
+        LOG.info("share-manager starting: engine %s, database %s, coordination %s",
+                 self.engine_id, safe_url(config.database_url(self.conf)),
+                 safe_url(config.coordination_url(self.conf)))
         try:
             # The default database, coordination and dummy state live here.
             os.makedirs(self.conf.state_path, exist_ok=True)
@@ -487,6 +484,9 @@ def serve(service: ShareManagerService) -> int:
             LOG.info("share-manager stopped before it was up (it was waiting: %s)", failure)
         else:
             LOG.error("share-manager cannot start: %s", failure)
+            if service.conf.log_file or service.conf.use_journal or service.conf.use_syslog:
+                # The log is elsewhere: who started it by hand sees the line too.
+                print(f"{BINARY}: cannot start: {failure}", file=sys.stderr)
         service.stop()
         return 0 if service_stopped else code
     service.wait()

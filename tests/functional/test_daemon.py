@@ -143,6 +143,13 @@ def test_sharectl_on_a_database_never_synced_says_what_to_do(deployment):
     started = d.run_manager()
     assert started.returncode == 1 and "no database at " in one_error_line(started)
     assert not (d.state / "sharemgr.sqlite").exists()
+    # Its log in a file: the line is on the terminal too (it was only there).
+    logged = d.write_config(d.root / "logged.conf",
+                            DEFAULT={"log_file": str(d.root / "manager.log")})
+    started = d.run_manager(config=logged)
+    assert started.returncode == 1 and started.stderr.startswith(
+        "share-manager: cannot start: no database at "), started.stderr
+    assert "no database at " in (d.root / "manager.log").read_text()
     d.sync()
     assert d.sharectl("share", "list", "-f", "json").stdout.strip() == "[]"
 
