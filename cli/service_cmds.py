@@ -13,8 +13,12 @@ if TYPE_CHECKING:
     from sharemgr.db import models
 
 
-def backend_states(rows: Iterable[models.ServiceBackend]) -> str:
-    """'dummy: up, broken: failed (reason)': each backend's state."""
+def backend_states(rows: Iterable[models.ServiceBackend], alive: bool = True) -> str:
+    """'dummy: up, broken: failed (reason)': each backend's state; an engine
+    not alive serves none, whatever it last wrote ('dummy: down (engine not
+    alive; was up)')."""
+    if not alive:
+        return ", ".join(f"{r.backend}: down (engine not alive; was {r.state})" for r in rows)
     return ", ".join(f"{r.backend}: {r.state}" + (f" ({r.reason})" if r.reason else "")
                      for r in rows)
 
@@ -39,8 +43,8 @@ class ServiceList(base.Lister):
                    "heartbeat_at", "stopped_at", "died_at", "out_of_group")
         data = [
             (r.host, r.binary, r.engine_id, r.engine_id in alive,
-             backend_states(backends[r.engine_id]), r.started_at, r.heartbeat_at, r.stopped_at,
-             died_at(r, r.engine_id in alive), r.out_of_group)
+             backend_states(backends[r.engine_id], r.engine_id in alive), r.started_at,
+             r.heartbeat_at, r.stopped_at, died_at(r, r.engine_id in alive), r.out_of_group)
             for r in rows
         ]
         return columns, [tuple(base.fmt(v) for v in row) for row in data]

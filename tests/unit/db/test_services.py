@@ -49,6 +49,11 @@ def test_the_list_column_names_each_backend_and_why_it_failed(sqlite_db):
     rows = services.service_backends(sqlite_db, [ENGINE])[ENGINE]
     assert backend_states(rows) == (
         "broken: failed (do_setup failed: OSError: no route), dummy: up, slow: initializing")
+    # An engine not alive (killed, its membership expired) serves none: its
+    # last states said "up" for ever.
+    assert backend_states(rows, alive=False) == (
+        "broken: down (engine not alive; was failed), dummy: down (engine not alive; was up), "
+        "slow: down (engine not alive; was initializing)")
 
 
 def test_the_health_endpoint_sees_each_backends_state(sqlite_db):
@@ -71,6 +76,11 @@ def test_the_health_endpoint_sees_each_backends_state(sqlite_db):
     rows = services.service_backends(sqlite_db, [ENGINE])[ENGINE]
     assert backend_states(rows) == (
         "broken: failed (do_setup failed: OSError: no route), dummy: up, slow: initializing")
+    # An engine not alive (killed, its membership expired) serves none: its
+    # last states said "up" for ever.
+    assert backend_states(rows, alive=False) == (
+        "broken: down (engine not alive; was failed), dummy: down (engine not alive; was up), "
+        "slow: down (engine not alive; was initializing)")
 
 
 def test_heartbeats_are_written_and_aged_by_the_databases_clock(db, monkeypatch):
