@@ -154,6 +154,9 @@ class Fleet:
             rec.ended = self.last_call_time(rec) or rec.ended
         elif rec.signal_sent == "term" and rc in (0, -signal.SIGTERM):
             rec.how = "sigterm"
+        elif rec.signal_sent == "term" and rc == 1 and \
+                "driver calls still running after graceful_shutdown_timeout" in rec.engine.text():
+            rec.how = "sigterm-cut"  # calls outlived the grace: the process ended with them
         elif rec.signal_sent == "term" and rc == -signal.SIGKILL:
             rec.how = "sigkill"  # did not stop in time, escalated
         else:

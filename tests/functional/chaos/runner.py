@@ -310,7 +310,8 @@ def run(opts: Options) -> Result:
             except Exception as exc:
                 log(f"could not drop {made_db}: {exc}")
 
-    kills = {k: fleet.counts[k] for k in ("sigkill", "crash-point", "sigterm", "starts")}
+    kills = {k: fleet.counts[k] for k in ("sigkill", "crash-point", "sigterm", "sigterm-cut",
+                                         "starts")}
     kills["total"] = fleet.kills
     stacks_final = getattr(checker, "final_states", {})
     result = Result(
