@@ -50,6 +50,15 @@ def refuse_unknown_call(where: str, value: object) -> None:
                                 "get_param, get_resource and get_attr)")
 
 
+def refuse_unknown_calls(where: str, value: object) -> None:
+    """``refuse_unknown_call`` on ``value`` and everything inside it."""
+    refuse_unknown_call(where, value)
+    children = value.values() if isinstance(value, dict) else \
+        value if isinstance(value, list) else ()
+    for child in children:
+        refuse_unknown_calls(where, child)
+
+
 def call_of(value: object) -> tuple[str, object] | None:
     """(function name, argument) if ``value`` is an intrinsic function call."""
     if isinstance(value, dict) and len(value) == 1:
@@ -82,7 +91,6 @@ def references(where: str, value: object) -> Iterable[GetResource | GetAttr]:
     if call is not None:
         yield parse_call(where, *call)
     elif isinstance(value, dict):
-        refuse_unknown_call(where, value)
         for v in value.values():
             yield from references(where, v)
     elif isinstance(value, list):

@@ -55,7 +55,7 @@ from sharemgr.convergence.template_validation import validate
 def template_from_dict(data: object) -> Template:
     """The template stored in ``stack_templates`` (``Template.to_dict``),
     validated again. Raises :class:`TemplateError`."""
-    return validate(data)
+    return validate(data, stored=True)
 
 
 def parse(text: str | bytes, parameters: Mapping[str, object] | None = None) -> Template:

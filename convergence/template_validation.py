@@ -16,6 +16,7 @@ from sharemgr.convergence.intrinsics import (
     parse_call,
     references,
     refuse_unknown_call,
+    refuse_unknown_calls,
 )
 from sharemgr.convergence.keys import first_unknown
 from sharemgr.convergence.resource_types import (
@@ -35,7 +36,11 @@ from sharemgr.convergence.resource_types import (
 from sharemgr.convergence.template_model import ResourceDefinition, Template
 
 
-def validate(data: object, given: Mapping[str, object] | None = None) -> Template:
+def validate(data: object, given: Mapping[str, object] | None = None,
+             stored: bool = False) -> Template:
+    """The template ``data`` describes; ``stored``: as ``stack_templates``
+    holds it, whose outputs a release before their check may have stored
+    with a function this language lacks (shown as written, as then)."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -79,6 +84,8 @@ def validate(data: object, given: Mapping[str, object] | None = None) -> Templat
         # Heat's form {value: ..., description: ...} and the short form both work.
         if isinstance(value, dict) and "value" in value and set(value) <= {"value", "description"}:
             value = value["value"]
+        if not stored:
+            refuse_unknown_calls(f"output {name!r}", value)
         for ref in references(f"output {name!r}", value):
             _check_reference(f"output {name!r}", ref, resources)
         outputs[str(name)] = value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sharemgr.convergence import physical, properties, template
 
@@ -365,3 +367,14 @@ def test_an_empty_template_is_refused(text):
     with pytest.raises(template.TemplateError, match="the template is empty"):
         template.parse(text)
     assert template.parse("resources: {}\n").resources == {}
+
+
+def test_a_stored_template_with_an_output_calling_an_unknown_function_still_loads():
+    """Outputs were not checked for unknown functions before: a stack whose
+    stored template has one must still load (every traversal of it would
+    fail), its output shown as written; a new template is refused."""
+    stored = {"resources": {"a": {"type": "share", "properties": {"size": 1, "proto": "NFS"}}},
+              "outputs": {"q": {"list_join": [",", ["x"]]}, "p": {"get_param": "zz"}}}
+    assert template.template_from_dict(stored).outputs == stored["outputs"]
+    with pytest.raises(template.TemplateError, match="unknown function 'list_join'"):
+        template.parse(json.dumps(stored))
