@@ -208,8 +208,8 @@ class LocalDriver(base.ShareDriver):
             self._destroy(oid)  # what a crashed create left half made
         record = {"id": oid, "kind": "share", "proto": proto, "size": share["size"],
                   "share_id": share.get("share_id"), "name": share.get("name"),
-                  "export_id": self.exports.new_export_id(), "rules": [], "state": CREATING}
-        self.records.put(record)
+                  "rules": [], "state": CREATING}
+        self.exports.put_new(record)
         try:
             fill(self._image(oid))
             images.mount(self._image(oid), self._mount(oid))

@@ -87,13 +87,20 @@ class Exports:
             return serving.nfs(self.ganesha, record, self._mount(record["id"]), rules)
         return serving.cifs(self.samba, record, rules)
 
-    def new_export_id(self) -> int:
+    def put_new(self, record: Record) -> None:
+        """Write a new share's ``record`` with a free export id, chosen and
+        written under the backend's lock: two creates at once each chose the
+        same free id before either wrote it, and NFS-Ganesha, holding that id
+        for one share's path, refused every later exports file (the backend
+        never came up again)."""
         with self.backend_lock():
             used = {r.get("export_id") for r in self.records.all("share")}
-        for candidate in range(1, MAX_EXPORT_ID + 1):
-            if candidate not in used:
-                return candidate
-        raise ShareBackendException("local driver: no free NFS export id (65535 shares)")
+            free = next((c for c in range(1, MAX_EXPORT_ID + 1) if c not in used), None)
+            if free is None:
+                raise ShareBackendException("local driver: no free NFS export id (65535 "
+                                            "shares)")
+            record["export_id"] = free
+            self.records.put(record)
 
     # Shares ---------------------------------------------------------------------
 

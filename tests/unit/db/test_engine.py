@@ -21,6 +21,9 @@ def _opened(tmp_path, url, options=""):
     conf_file = tmp_path / "sharemgr.conf"
     conf_file.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\n[database]\n"
                          f"connection = {url}\n{options}")
+    made = Database(url)  # as db sync leaves it: the daemon makes no SQLite file
+    made.check()
+    made.dispose()
     db = open_database(config.load([], config_file=str(conf_file), conf=cfg.ConfigOpts()))
     try:
         yield db

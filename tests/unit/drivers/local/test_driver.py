@@ -190,6 +190,41 @@ def test_update_access_errors_the_newer_of_two_rules_that_clash(tmp_path, monkey
     assert [r["id"] for r in validation.servable(record)] == ["r1"] and published == [1]
 
 
+def test_two_creates_at_once_never_share_an_export_id(tmp_path, monkeypatch):
+    """A create chose a free export id and wrote its record later, outside
+    the backend's lock: two creates at once (a short crash chaos run) both
+    took id 2, and NFS-Ganesha, holding 2 for one share's path, refused
+    every exports file after (the backend never came up). The second
+    create's choice now waits for the first one's record."""
+    import threading
+
+    driver = _driver(tmp_path)
+    driver.fence.setup()
+    driver.records.setup()
+    first_writing, go_on = threading.Event(), threading.Event()
+    put = driver.records.put
+
+    def slow_put(record):
+        if record["id"] == "a":  # the first create, paused as it writes
+            first_writing.set()
+            go_on.wait(10)
+        put(record)
+
+    monkeypatch.setattr(driver.records, "put", slow_put)
+    first = threading.Thread(target=driver.exports.put_new, args=({"id": "a", "kind": "share"},))
+    first.start()
+    assert first_writing.wait(10)
+    second = threading.Thread(target=driver.exports.put_new,
+                              args=({"id": "b", "kind": "share"},))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive()  # waits for the first's record
+    go_on.set()
+    first.join(10)
+    second.join(10)
+    assert sorted(r["export_id"] for r in driver.records.all("share")) == [1, 2]
+
+
 def test_ganesha_writes_the_narrowest_client_first():
     """Ganesha admits a client by the first CLIENT that names it: an
     address's rule comes before a network's, whatever the order of the rules."""
