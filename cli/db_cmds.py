@@ -14,15 +14,15 @@ class DbSync(base.Command):
         from sharemgr.db import migration  # alembic is slow to import: only here
 
         db = self.app.context.database(create=True)
-        before = migration.current(db)
-        if migration.is_newer(before):  # a later release's: not this one's to change
+        before, scripts = migration.current(db), migration.script()
+        if migration.is_newer(before, scripts):  # a later release's: not this one's to change
             from sharemgr.db.engine import DatabaseUnavailable, safe_url
 
-            runs, why = migration.can_run(db, who="sharectl")
+            runs, why = migration.can_run(db, who="sharectl", scripts=scripts)
             if not runs:
                 raise DatabaseUnavailable(f"database {safe_url(db.url)}: {why}")
             self.app.stdout.write(f"database at revision {before}, newer than this "
-                                  f"release's {migration.head()}: nothing to do\n")
+                                  f"release's {migration.head(scripts)}: nothing to do\n")
             return 0
         migration.upgrade(db)
         self.app.stdout.write(

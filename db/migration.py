@@ -11,6 +11,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sharemgr.db import schema_rev
 from sharemgr.db.engine import Database, DatabaseUnavailable
 from sqlalchemy.engine import Connection
 
@@ -26,20 +27,21 @@ def _config() -> Config:
     return cfg
 
 
-def _script() -> ScriptDirectory:
+def script() -> ScriptDirectory:
+    """The migration scripts (loading them costs tens of milliseconds: a
+    caller asking several questions passes one in)."""
     return ScriptDirectory.from_config(_config())
 
 
-def head() -> str:
-    current = _script().get_current_head()
+def head(scripts: ScriptDirectory | None = None) -> str:
+    current = (scripts or script()).get_current_head()
     if current is None:
         raise RuntimeError("the migration scripts have no head")
     return current
 
 
 def current(db: Database) -> str | None:
-    with db.engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+    return schema_rev.current(db)
 
 
 # Concurrent ``db sync`` runs (two hosts' playbooks at once) take turns: the
@@ -123,16 +125,16 @@ def _pragma(conn: Connection, sql: str) -> None:
     raw.execute(sql)
 
 
-def floor(script: ScriptDirectory | None = None) -> str:
+def floor(scripts: ScriptDirectory | None = None) -> str:
     """The oldest revision whose engines work on the head's schema: the
     head, walked back over the expand migrations just below it."""
-    script = script or _script()
-    rev = script.get_revision(script.get_current_head() or "head")
+    scripts = scripts or script()
+    rev = scripts.get_revision(scripts.get_current_head() or "head")
     oldest = rev.revision
     while getattr(rev.module, "compat", "contract") == "expand" and rev.down_revision:
         down = rev.down_revision
         assert isinstance(down, str), "the migrations are one line, without merges"
-        oldest, rev = down, script.get_revision(down)
+        oldest, rev = down, scripts.get_revision(down)
     return oldest
 
 
@@ -152,31 +154,32 @@ def _read_floor(db: Database) -> str | None:
         return None
 
 
-def is_newer(at: str | None, script: ScriptDirectory | None = None) -> bool:
+def is_newer(at: str | None, scripts: ScriptDirectory | None = None) -> bool:
     """Whether revision ``at`` is one this release has never heard of (a
     later release's)."""
     if at is None:
         return False
     try:
-        return (script or _script()).get_revision(at) is None
+        return (scripts or script()).get_revision(at) is None
     except Exception:  # alembic raises for a revision it cannot locate
         return True
 
 
-def can_run(db: Database, who: str = "engine") -> tuple[bool, str | None]:
+def can_run(db: Database, who: str = "engine",
+            scripts: ScriptDirectory | None = None) -> tuple[bool, str | None]:
     """Whether an engine (or ``who`` else) of this release may run on
     ``db``'s schema, and why not or the note to log (None: the schema is at
     this head)."""
-    at, mine = current(db), head()
+    at, mine = current(db), schema_rev.HEAD
     if at == mine:
         return True, None
     if at is None:
         return False, "the database has no schema (it is empty): run 'sharectl db sync'"
-    script = _script()
-    if not is_newer(at, script):
+    scripts = scripts or script()
+    if not is_newer(at, scripts):
         return False, f"the database is at revision {at}, not {mine}: run 'sharectl db sync'"
     lowest = _read_floor(db)
-    mine_and_older = {r.revision for r in script.iterate_revisions(mine, "base")}
+    mine_and_older = {r.revision for r in scripts.iterate_revisions(mine, "base")}
     if lowest is not None and lowest in mine_and_older:
         return True, (f"the database is at revision {at}, newer than this {who}'s {mine}; "
                       f"{who}s from revision {lowest} on work on it (expand migrations "

@@ -16,7 +16,7 @@ VERSIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "migrations"
 
 def _head() -> str:
     # The migrations are one line, each file NNNN_*.py of revision "NNNN"
-    # (tests/unit/db/test_migrations.py holds alembic's head to it).
+    # (tests/unit/db/test_schema_rev.py holds alembic's head to it).
     return max(name[:4] for name in os.listdir(VERSIONS) if name[:4].isdigit())
 
 

@@ -23,7 +23,7 @@ def _set(db: Database, revision: str, floor: str | None) -> None:
 def test_the_floor_walks_back_over_expand_migrations():
     head = migration.head()
     floor = migration.floor()
-    script = migration._script()
+    script = migration.script()
     # Every migration above the floor is an expand; the floor's own is not
     # (or it is the first).
     rev = script.get_revision(head)
