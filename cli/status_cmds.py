@@ -25,7 +25,8 @@ class EngineState(TypedDict):
 
 class EnginesSummary(TypedDict):
     alive: int | None
-    running: int
+    running: int  # services rows not marked stopped, alive or not
+    not_alive: int | None  # of those: killed, or cut off from coordination
     engines: list[EngineState]
     coordination_error: NotRequired[str]
 
@@ -102,8 +103,10 @@ class Status(base.ShowOne):
 
         structured = parsed_args.formatter in base.STRUCTURED_FORMATS
         n_alive = None if alive is None else sum(1 for e in engines if e["alive"])
-        summary: EnginesSummary = {"alive": n_alive, "running": len(engines),
-                                   "engines": engines}
+        summary: EnginesSummary = {
+            "alive": n_alive, "running": len(engines),
+            "not_alive": None if n_alive is None else len(engines) - n_alive,
+            "engines": engines}
         if coord_error:
             summary["coordination_error"] = coord_error
         columns = ("host", "engines", "backends", "queue", "stuck", "last_pass")
@@ -134,8 +137,13 @@ class Status(base.ShowOne):
 
     @staticmethod
     def _engines_text(summary: EnginesSummary) -> str:
-        alive = "?" if summary["alive"] is None else summary["alive"]
-        lines = [f"{alive} alive of {summary['running']} running"]
+        alive, dead = summary["alive"], summary["not_alive"]
+        if alive is None:
+            lines = [f"? alive of {summary['running']} not stopped"]
+        elif dead:  # "running" would count the dead: they did not stop, they died
+            lines = [f"{alive} alive, {dead} not alive (killed or cut off, not stopped)"]
+        else:
+            lines = [f"{alive} alive of {summary['running']} running"]
         if summary.get("coordination_error"):
             lines.append(f"alive unknown: {summary['coordination_error']}")
         for e in summary["engines"]:

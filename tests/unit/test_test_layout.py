@@ -38,7 +38,6 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "cli/stack_input.py": (FUNC + "test_stacks.py", FUNC + "test_stacks_parameters.py",
                            FUNC + "test_stack_keep.py"),
     "cli/stack_keep_cmds.py": (FUNC + "test_stack_keep.py",),
-    "cli/status_cmds.py": (FUNC + "test_health.py",),
     "common/messages.py": (UNIT + "db/test_messages.py",),
     "common/tasks.py": (FUNC + "test_limits_races_and_logged_errors.py",),
     "common/version.py": (UNIT + "test_packaging.py",),
