@@ -221,6 +221,19 @@ class Actor:
         return self.fail(row, vocab.STACK_DELETE, "its physical resources kept changing while "
                          f"its delete was planned ({REPLAN_ATTEMPTS} attempts)")
 
+    def _let_go(self, ctx: Ctx, row: models.StackResource) -> Outcome:
+        """DELETE COMPLETE, without events, for a row whose action never
+        began (a rollback's or a delete's of resources a failure left
+        unmade): as Heat, its event list shows no delete of what never was."""
+        work = replace(self.work(ctx, vocab.STACK_DELETE, {"status_reason": None}, phys.Plan()),
+                       event=False)
+        begun = stack_work.begin(self.db, row.id, self.engine_id, ctx.stack_id, ctx.traversal, work)
+        if isinstance(begun, Outcome):
+            return begun
+        won = stack_work.end(self.db, row.id, self.engine_id, vocab.STACK_DELETE,
+                             vocab.STACK_COMPLETE, op_request_id=begun.op_request_id, event=False)
+        return ended(won, row.name, Outcome.done())
+
     def _retain_row(self, ctx: Ctx, row: models.StackResource) -> Outcome:
         """DELETE COMPLETE without a driver call, the row no longer naming
         its physical resource, which stays as any user's (``begin`` checks
@@ -241,6 +254,8 @@ class Actor:
     def _delete_once(self, ctx: Ctx, row: models.StackResource) -> Outcome:
         if row.action == vocab.STACK_DELETE and row.status == vocab.STACK_COMPLETE:
             return Outcome.done()
+        if row.action == vocab.STACK_INIT and row.physical_id is None:
+            return self._let_go(ctx, row)
         observed = phys.observe(self.db, row.type, row.physical_id)
         if observed.state == phys.BUSY:
             return self.fail(row, vocab.STACK_DELETE, f"physical resource {row.physical_id} is "

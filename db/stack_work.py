@@ -171,6 +171,7 @@ class Begin(Generic[L]):
     op_taken: int | None = None  # the token its row is inserted with, taken (``Op.taken``)
     claims: Sequence[capacity.Claim] = ()  # pool capacity its rows take (NoRoom)
     conditions: Sequence[quiet.Quiet] = ()  # checked after the changes (db/quiet.py)
+    event: bool = True  # False: a row never made is let go, as Heat, without events
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,7 @@ def begin(
                 if new is None:
                     raise _NotBegun(REPLAN)
                 rid = new.id
-            _start_tx(session, rid, engine_id, traversal_id, work, lock_key)
+            _start_tx(session, rid, engine_id, traversal_id, work, lock_key, work.event)
             if work.add:
                 api.insert_rows_tx(session, work.add)
             _changes_tx(session, work)
@@ -276,7 +277,8 @@ def begin_many(
             api.insert_rows_tx(session, [row for _rid, work, _key in items for row in work.add])
             for _rid, work, _key in items:
                 _changes_tx(session, work)
-            stack_events.resource_events_tx(session, [rid for rid, _work, _key in items])
+            stack_events.resource_events_tx(
+                session, [rid for rid, work, _key in items if work.event])
             ops = db_leases.running_requests_tx(
                 session, engine_id, [None if work.op is None else (work.op, work.op_lease)
                                      for _rid, work, _key in items])

@@ -1,7 +1,8 @@
 """The events the in-process engine (tests/unit/stack_rig.py) records, on
 SQLite, PostgreSQL and MariaDB: an update's settled and unchanged nodes have
 none, a replacement is a CREATE and a DELETE, a failure rolls back with one
-ROLLBACK IN_PROGRESS event saying why (doc/convergence.rst, "Events")."""
+ROLLBACK IN_PROGRESS event saying why, and a resource the failure left
+unmade has no event (doc/convergence.rst, "Events")."""
 
 from __future__ import annotations
 
@@ -66,13 +67,18 @@ def test_an_update_records_what_it_changed_only(any_rig):
 def test_a_failure_rolls_back_with_its_reason(any_rig):
     rig = any_rig
     e = rig.engine()
-    rig.create("web", SHARES.replace("  c:", "  bad:"))
+    rig.create("web", SHARES.replace("  c:", "  bad:")
+               + "  later: {type: share, properties: {size: 1, proto: NFS}, depends_on: [bad]}\n")
     e.pump()
     stack = rig.stack("web")
     assert (stack.action, stack.status) == ("ROLLBACK", "COMPLETE")
     events = stack_events.events(rig.db, stack.id)
     mine = [(x.resource_name, x.action, x.status) for x in events]
     assert ("bad", "CREATE", "FAILED") in mine
+    assert ("bad", "DELETE", "COMPLETE") in mine
+    # Never made: neither created nor deleted (was DELETE IN_PROGRESS and
+    # COMPLETE, as if the rollback had removed something).
+    assert not [m for m in mine if m[0] == "later"], mine
     stack_level = [x for x in events if x.resource_name is None]
     assert [(x.action, x.status) for x in stack_level] == [
         ("CREATE", "IN_PROGRESS"), ("CREATE", "FAILED"), ("ROLLBACK", "IN_PROGRESS"),
