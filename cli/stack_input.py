@@ -42,6 +42,7 @@ def load_template(app: SharectlApp, path: str, args: argparse.Namespace | None =
     from sharemgr.convergence import actions
     from sharemgr.convergence import parameters as params
     from sharemgr.convergence.template import TemplateError
+    from sharemgr.manager import intake
 
     text = read(path, "template")
     environments: list[params.Environment] = []
@@ -71,6 +72,9 @@ def load_template(app: SharectlApp, path: str, args: argparse.Namespace | None =
     try:
         template = actions.load_template(text, app.context.conf.enabled_share_backends, given)
         actions.check_references(app.context.db, template)
+        conf = app.context.conf
+        actions.check_servers(template, {b: intake.handles_servers(conf, b)
+                                         for b in conf.enabled_share_backends})
         return template
     except TemplateError as exc:
         raise base.UserError(f"invalid template {path}: {exc}")

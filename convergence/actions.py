@@ -65,6 +65,21 @@ def check_references(db: Database, template: Template) -> None:
                                     f"id {value!r}")
 
 
+def check_servers(template: Template, dhss: Mapping[str, bool]) -> None:
+    """A share server goes only on a backend that handles share servers:
+    ``dhss`` says which of the enabled backends do (in their order: the
+    first is where one without a ``backend`` goes), as ``sharectl
+    share-server create`` refuses. Refused here, before anything is written;
+    a ``backend`` given by a function is checked as its node runs."""
+    for name, defn in template.resources.items():
+        if defn.type != vocab.SHARE_SERVER:
+            continue
+        backend = defn.properties.get("backend", next(iter(dhss), None))
+        if isinstance(backend, str) and dhss.get(backend) is False:
+            raise TemplateError(f"resource {name!r}: backend {backend!r} does not handle share "
+                                "servers (driver_handles_share_servers = False)")
+
+
 def timeout_for(template: Template | None, given: float | None, default: float) -> int:
     """The timeout of a CREATE or UPDATE in seconds (0: none), from minutes:
     ``--timeout``, else the template's ``timeout``, else the

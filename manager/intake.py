@@ -62,6 +62,14 @@ def check_name(name: str | None, model: models.ModelClass, what: str) -> None:
 T = TypeVar("T")
 
 
+def handles_servers(conf: cfg.ConfigOpts, backend: str) -> bool:
+    """Whether ``backend``'s configuration says it handles share servers."""
+    try:
+        return bool(conf[backend].driver_handles_share_servers)
+    except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
+        return False
+
+
 class Intake:
     def __init__(self, db: Database, conf: cfg.ConfigOpts) -> None:
         self.db = db
@@ -94,11 +102,7 @@ class Intake:
         return host
 
     def dhss(self, host: str) -> bool:
-        backend = hosts.backend_of(host)
-        try:
-            return bool(self.conf[backend].driver_handles_share_servers)
-        except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
-            return False
+        return handles_servers(self.conf, hosts.backend_of(host))
 
     def _write(self, plan: plans.Plan, what: str, model: type[T]) -> T:
         """The plan's rows, changes and pending request in one transaction; a

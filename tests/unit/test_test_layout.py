@@ -35,8 +35,6 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "cli/resource_cmds.py": (FUNC + "test_operations.py",),
     "cli/service_cmds.py": (UNIT + "db/test_services.py",),
     "cli/stack_cmds.py": (FUNC + "test_stacks.py", FUNC + "test_stacks_hang.py"),
-    "cli/stack_input.py": (FUNC + "test_stacks.py", FUNC + "test_stacks_parameters.py",
-                           FUNC + "test_stack_keep.py"),
     "cli/stack_keep_cmds.py": (FUNC + "test_stack_keep.py",),
     "common/messages.py": (UNIT + "db/test_messages.py",),
     "common/tasks.py": (FUNC + "test_limits_races_and_logged_errors.py",),

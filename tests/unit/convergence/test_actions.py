@@ -140,3 +140,21 @@ def test_a_failed_traversal_shows_the_resources_it_did(tmp_path):
         assert str(actions.progress(rig.db, stack)) == "2/3"  # good and other deleted
     finally:
         rig.close()
+
+
+def test_a_share_server_on_a_backend_without_them_is_refused_by_name():
+    """As ``sharectl share-server create`` refuses: before anything is
+    written (it was found as the node ran, and the stack rolled back)."""
+    dhss = {"plain": False, "servers": True}
+    given = actions.load_template(
+        "resources:\n  srv: {type: share_server, properties: {backend: plain}}\n", dhss)
+    with pytest.raises(template.TemplateError, match=(
+            "resource 'srv': backend 'plain' does not handle share servers")):
+        actions.check_servers(given, dhss)
+    # Without a backend it goes to the first enabled one.
+    bare = actions.load_template("resources:\n  srv: {type: share_server}\n", dhss)
+    with pytest.raises(template.TemplateError, match="backend 'plain'"):
+        actions.check_servers(bare, dhss)
+    actions.check_servers(bare, {"servers": True, "plain": False})
+    actions.check_servers(actions.load_template(
+        "resources:\n  srv: {type: share_server, properties: {backend: servers}}\n", dhss), dhss)
