@@ -217,6 +217,18 @@ _group_rows, _group_one = _plain(
     "ShareGroup", ("id", "name", "host", "status", "share_server_id", "created_at"))
 _gsnap_rows, _gsnap_one = _plain(
     "ShareGroupSnapshot", ("id", "name", "share_group_id", "status", "created_at"))
+
+
+def _gsnap_with_members(db: Database, ident: str) -> Row | None:
+    """A group snapshot as ``show`` gives it: with the shares it holds."""
+    from sharemgr.db import resources
+
+    row = _gsnap_one(db, ident)
+    if row is None:
+        return None
+    return {**row, "members": [m.share_id for m in resources.group_snapshot_members(db, ident)]}
+
+
 _backup_rows, _backup_one = _plain(
     "ShareBackup", ("id", "name", "share_id", "host", "status", "size", "progress",
                     "restore_progress", "created_at"))
@@ -244,7 +256,7 @@ NOUNS: dict[str, Noun] = {
              _group_rows, _group_one,
              lambda i, ident, force: i.delete_share_group(ident, force)),
         Noun("group-snapshot", vocab.GROUP_SNAPSHOT, ("id", "name", "share_group_id", "status"),
-             _gsnap_rows, _gsnap_one,
+             _gsnap_rows, _gsnap_with_members,
              lambda i, ident, force: i.delete_group_snapshot(ident, force)),
         Noun("backup", vocab.BACKUP, ("id", "name", "share_id", "status", "progress"),
              _backup_rows, _backup_one, lambda i, ident, force: i.delete_backup(ident, force)),

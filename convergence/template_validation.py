@@ -4,12 +4,15 @@ problem raises one :class:`TemplateError` whose message names the resource
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
+from sharemgr.common import vocab
 from sharemgr.convergence import groups as grp
 from sharemgr.convergence import parameters as params
 from sharemgr.convergence.dependency_order import toposort
 from sharemgr.convergence.intrinsics import (
+    GET_RESOURCE,
     GetAttr,
     GetResource,
     call_of,
@@ -78,6 +81,7 @@ def validate(data: object, given: Mapping[str, object] | None = None,
     resources = {n: _validate_resource(n, r, raw_resources, _member_label(members, n))
                  for n, r in raw_resources.items()}
     _check_retained_parents(resources)
+    resources = _snapshots_after_their_shares(resources)
 
     outputs = {}
     for name, value in raw_outputs.items():
@@ -112,6 +116,32 @@ def validate(data: object, given: Mapping[str, object] | None = None,
                     timeout=timeout, converge_interval=interval,
                     parameter_declarations=declarations, parameter_values=dict(given),
                     groups=groups)
+
+
+def _snapshots_after_their_shares(resources: dict[str, ResourceDefinition]
+                                  ) -> dict[str, ResourceDefinition]:
+    """A group snapshot of a group the template makes requires the
+    template's shares of that group (Heat adds such implicit dependencies):
+    it is taken of them, once they are made, and deleted before them (a
+    share a group snapshot holds is not deleted)."""
+    in_group: dict[str, set[str]] = {}
+    for name, defn in resources.items():
+        group = _resource_named(defn.properties.get("share_group"))
+        if defn.type == vocab.SHARE and group is not None:
+            in_group.setdefault(group, set()).add(name)
+    for name, defn in list(resources.items()):
+        group = _resource_named(defn.properties.get("share_group"))
+        if defn.type == vocab.GROUP_SNAPSHOT and group in in_group:
+            resources[name] = dataclasses.replace(
+                defn, requires=defn.requires | frozenset(in_group[group]))
+    return resources
+
+
+def _resource_named(value: object) -> str | None:
+    """The resource ``{get_resource: NAME}`` names; None for anything else."""
+    call = call_of(value)
+    return call[1] if call is not None and call[0] == GET_RESOURCE \
+        and isinstance(call[1], str) else None
 
 
 def _member_label(members: Mapping[str, tuple[str, int]], name: str) -> str | None:

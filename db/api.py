@@ -369,7 +369,7 @@ def transition_with_request(
     request: NewRequest | None,
     rows: Sequence[models.Base] = (),
     claims: Sequence[capacity.Claim] = (),
-    conditions: Sequence[quiet.Quiet] = (),
+    conditions: Sequence[quiet.Condition] = (),
 ) -> bool:
     """Apply conditional updates ``(model, id, expected, values)``, insert
     ``rows`` and add a request, all or nothing: if any update loses, the

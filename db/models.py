@@ -222,6 +222,18 @@ class ShareGroupSnapshot(_Fenced, Base):
     project_id: Mapped[str | None]
 
 
+class ShareGroupSnapshotMember(Base):
+    __table__ = tables.share_group_snapshot_members
+
+    id: Mapped[str]
+    share_group_snapshot_id: Mapped[str]
+    share_id: Mapped[str]
+    share_instance_id: Mapped[str]
+    size: Mapped[int]
+    share_proto: Mapped[str]
+    created_at: Mapped[datetime.datetime]
+
+
 class ShareBackup(_Fenced, Base):
     __table__ = tables.share_backups
 

@@ -42,6 +42,19 @@ class Quiet:
     but: tuple[str, ...] = field(default=())
 
 
+@dataclass(frozen=True)
+class Unheld:
+    """No live group snapshot may hold share ``share_id`` (have it among
+    its members); ``refusal`` as :class:`Quiet`'s, with the statuses of the
+    group snapshots that do."""
+
+    share_id: str
+    refusal: str
+
+
+Condition = Quiet | Unheld
+
+
 def anchor(share_id: str, expect: dict[str, object] | None = None
            ) -> tuple[type[models.Share], str, dict[str, object], dict[str, object]]:
     """The change every plan of a share's family ends with (a
@@ -52,7 +65,15 @@ def anchor(share_id: str, expect: dict[str, object] | None = None
     return (models.Share, share_id, dict(expect or {}), {})
 
 
-def busy_tx(session: Session, quiet: Quiet) -> list[str]:
+_gs, _gm = models.ShareGroupSnapshot.__table__, models.ShareGroupSnapshotMember.__table__
+_HOLDING = (sa.select(_gs.c.status).distinct()
+            .select_from(_gs.join(_gm, _gm.c.share_group_snapshot_id == _gs.c.id))
+            .where(_gm.c.share_id == sa.bindparam("share"), _gs.c.deleted_at.is_(None)))
+
+
+def busy_tx(session: Session, quiet: Condition) -> list[str]:
+    if isinstance(quiet, Unheld):
+        return sorted(session.scalars(_HOLDING, {"share": quiet.share_id}))
     c = quiet.model.__table__.c
     stmt = (sa.select(c.status).distinct()
             .where(*[c[k] == v for k, v in quiet.where.items()],
@@ -62,7 +83,7 @@ def busy_tx(session: Session, quiet: Quiet) -> list[str]:
     return sorted(session.scalars(stmt))
 
 
-def check_tx(session: Session, conditions: Iterable[Quiet]) -> None:
+def check_tx(session: Session, conditions: Iterable[Condition]) -> None:
     """Raise :class:`Busy` with the first failed condition's message."""
     for quiet in conditions:
         found = busy_tx(session, quiet)
@@ -70,7 +91,7 @@ def check_tx(session: Session, conditions: Iterable[Quiet]) -> None:
             raise Busy(quiet.refusal.format(statuses=", ".join(found)))
 
 
-def check(db: Database, conditions: Iterable[Quiet]) -> None:
+def check(db: Database, conditions: Iterable[Condition]) -> None:
     """:func:`check_tx` in a reading transaction of its own (a plan's early
     answer; the writing transaction checks again)."""
     with db.reading() as session:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sharemgr.common import vocab
@@ -102,7 +102,13 @@ def _share_to_delete_stmt() -> records.Query:
     backups = (sa.select(sa.func.count()).select_from(bk)
                .where(bk.c.share_id == s.c.id, bk.c.deleted_at.is_(None))
                .scalar_subquery())
-    return (sa.select(s, si, snapshots.label("snapshots"), backups.label("backups"))
+    gs, gm = models.ShareGroupSnapshot.__table__, models.ShareGroupSnapshotMember.__table__
+    held = (sa.select(sa.func.count(sa.distinct(gs.c.id)))
+            .select_from(gs.join(gm, gm.c.share_group_snapshot_id == gs.c.id))
+            .where(gm.c.share_id == s.c.id, gs.c.deleted_at.is_(None))
+            .scalar_subquery())
+    return (sa.select(s, si, snapshots.label("snapshots"), backups.label("backups"),
+                      held.label("group_snapshots"))
             .select_from(s.outerjoin(si, sa.and_(si.c.share_id == s.c.id,
                                                  si.c.deleted_at.is_(None))))
             .where(s.c.id == sa.bindparam("id"), s.c.deleted_at.is_(None))
@@ -114,14 +120,23 @@ def _share_to_delete_stmt() -> records.Query:
 _SHARE_TO_DELETE = _share_to_delete_stmt()
 
 
-# A share to delete: its row, its live instances, its live snapshots and backups.
-ToDelete = tuple[Record | None, list[Record], int, int]
-NOT_LIVE: ToDelete = (None, [], 0, 0)
+class ToDelete(NamedTuple):
+    """A share to delete: its row, its live instances, the numbers of its
+    live snapshots and backups and of the live group snapshots holding it."""
+
+    share: Record | None
+    live: list[Record]
+    snapshots: int
+    backups: int
+    group_snapshots: int
+
+
+NOT_LIVE = ToDelete(None, [], 0, 0, 0)
 
 
 def share_to_delete(db: Database, share_id: str) -> ToDelete:
     """A live share, its live instances (oldest first) and the numbers of
-    its live snapshots and backups, in one statement: what a delete's plan
+    its live snapshots, backups and group snapshots, in one statement: what a delete's plan
     checks (a stack's delete makes one per resource), as read-only records.
     ``NOT_LIVE`` when the share is not live."""
     s, si = models.Share.__table__, models.ShareInstance.__table__
@@ -130,8 +145,9 @@ def share_to_delete(db: Database, share_id: str) -> ToDelete:
     if not rows:
         return NOT_LIVE
     pairs = [records.pair(r, s, si) for r in rows]
-    return (pairs[0][0], [inst for _share, inst in pairs if inst is not None],
-            int(rows[0].snapshots or 0), int(rows[0].backups or 0))
+    return ToDelete(pairs[0][0], [inst for _share, inst in pairs if inst is not None],
+                    int(rows[0].snapshots or 0), int(rows[0].backups or 0),
+                    int(rows[0].group_snapshots or 0))
 
 
 def _gone_if_last() -> sa.ColumnElement[Any]:
@@ -159,6 +175,25 @@ def share_gone_with_last_instance(share_id: str) -> list[db_api.Change]:
     the list never loses on them."""
     gone = db_api.Computed(_GONE_IF_LAST, {"g_share": share_id, "g_now": models.utcnow()})
     return [quiet.anchor(share_id), (models.Share, share_id, {}, {"deleted_at": gone})]
+
+
+def group_shares(db: Database, group_id: str) -> list[models.Share]:
+    """The group's live shares, oldest first."""
+    with db.reading() as session:
+        return list(session.scalars(
+            sa.select(models.Share).where(models.Share.share_group_id == group_id,
+                                          models.Share.deleted_at.is_(None))
+            .order_by(models.Share.created_at, models.Share.id)))
+
+
+def group_snapshot_members(db: Database, group_snapshot_id: str
+                           ) -> list[models.ShareGroupSnapshotMember]:
+    """The shares a group snapshot was taken of, oldest share first."""
+    m = models.ShareGroupSnapshotMember
+    with db.reading() as session:
+        return list(session.scalars(sa.select(m).where(m.share_group_snapshot_id
+                                                       == group_snapshot_id)
+                                    .order_by(m.created_at, m.share_id)))
 
 
 def live_count(db: Database, model: type[models.Live], **filters: object) -> int:

@@ -170,7 +170,7 @@ class Begin(Generic[L]):
     op_lease: L | None = None  # its lease (``Operations.default_lease``), written with it
     op_taken: int | None = None  # the token its row is inserted with, taken (``Op.taken``)
     claims: Sequence[capacity.Claim] = ()  # pool capacity its rows take (NoRoom)
-    conditions: Sequence[quiet.Quiet] = ()  # checked after the changes (db/quiet.py)
+    conditions: Sequence[quiet.Condition] = ()  # checked after the changes (db/quiet.py)
     event: bool = True  # False: a row never made is let go, as Heat, without events
 
 

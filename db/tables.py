@@ -245,6 +245,25 @@ share_group_snapshots = sa.Table(
 )
 
 
+# What a group snapshot holds: one row per share of its group when it was
+# taken (Manila's share group snapshot members, migration 0020). A member
+# lives while its group snapshot does, and keeps its share from a delete.
+share_group_snapshot_members = sa.Table(
+    "share_group_snapshot_members", metadata,
+    sa.Column("id", String(36), primary_key=True, default=new_id),
+    sa.Column("share_group_snapshot_id", String(36), ForeignKey("share_group_snapshots.id"),
+              nullable=False),
+    sa.Column("share_id", String(36), ForeignKey("shares.id"), nullable=False),
+    sa.Column("share_instance_id", String(36), ForeignKey("share_instances.id"), nullable=False),
+    sa.Column("size", Integer, nullable=False),
+    sa.Column("share_proto", String(16), nullable=False),
+    sa.Column("created_at", DateTime, default=utcnow, nullable=False),
+    Index("ix_group_snapshot_members_snapshot", "share_group_snapshot_id"),
+    # A share's delete looks for the group snapshots that hold it.
+    Index("ix_group_snapshot_members_share", "share_id"),
+)
+
+
 share_backups = sa.Table(
     "share_backups", metadata,
     sa.Column("id", String(36), primary_key=True, default=new_id),

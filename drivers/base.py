@@ -393,7 +393,9 @@ class ShareDriver(BackupMethods, ManageMethods, MigrationMethods, ReadMethods):
     def create_share_group_snapshot(
         self, group_snapshot: GroupSnapshot, share_server: ShareServer | None = None
     ) -> ModelUpdate | None:
-        """Snapshot the group ``group_snapshot["share_group_id"]``.
+        """Snapshot the group ``group_snapshot["share_group_id"]``: each share
+        of ``group_snapshot["members"]`` (``share_id``, ``share_instance_id``,
+        ``size``, ``share_proto``), together, as one consistent point.
 
         :returns: ``None`` or a model update (``status``).
         :raises ShareResourceNotFound: the backend has no such group.

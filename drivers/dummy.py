@@ -110,6 +110,11 @@ class DummyDriver(DummyManage, DummyReplicas, DummyMigration, DummyReads):
             if tx.get(obj["id"], SHARE_KINDS) is not None:
                 # A real backend cannot drop a volume that still has snapshots.
                 self._refuse_if_used(tx, "share_instance_id", obj["id"], ("snapshot",), what)
+                held = [g["id"] for g in tx.objects("group_snapshot")
+                        if obj["id"] in g["details"].get("members", ())]
+                if held:
+                    raise InvalidShareRequest(f"dummy backend: {what} {obj['id']} is in use by "
+                                              f"group snapshot {', '.join(held)}")
                 tx.delete(obj["id"])
 
     def delete_share(self, share: base.Share, share_server: base.ShareServer | None = None) -> None:
@@ -231,10 +236,14 @@ class DummyDriver(DummyManage, DummyReplicas, DummyMigration, DummyReads):
                 tx, group_snapshot.get("share_group_id"), ("share_group",), "share group"
             )
             if tx.get(group_snapshot["id"], ("group_snapshot",)) is None:
+                # Each member's share snapshotted with the rest, as an array's
+                # consistency group does: one missing, none is.
+                members = [self._need(tx, m.get("share_instance_id"), SHARE_KINDS, "share")["id"]
+                           for m in group_snapshot.get("members", [])]
                 tx.insert(
                     id=group_snapshot["id"], kind="group_snapshot",
                     share_group_id=group["id"], name=group_snapshot.get("name"),
-                    status=CREATED,
+                    status=CREATED, details={"members": members},
                 )
         return None
 

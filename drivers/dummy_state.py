@@ -117,6 +117,7 @@ class Details(TypedDict, total=False):
     address: str
     managed_with: dict[str, str]  # managed objects: the driver options given
     provider_location: str  # managed snapshots: where they were found
+    members: list[str]  # group snapshots: the share instances they hold
 
 
 # The progress keys of a backup's details, one per phase.

@@ -85,7 +85,8 @@ class Kit:
 
     def group_snapshot_dict(self, group: ShareGroup) -> GroupSnapshot:
         gs_id, name = self._ids("group-snapshot")
-        return {"id": gs_id, "name": name, "share_group_id": group["id"], "share_group": group}
+        return {"id": gs_id, "name": name, "share_group_id": group["id"], "share_group": group,
+                "members": []}  # the kit's groups hold no shares
 
     def backup_dict(self, share: Share) -> Backup:
         backup_id, name = self._ids("backup")

@@ -123,7 +123,7 @@ def _delete_share(db: Database, ident: str, force: bool = False,
     # backups; ``found``: that read, made by the caller.
     if found is None:
         found = resources.share_to_delete(db, ident) if ident else resources.NOT_LIVE
-    row, live, snapshots, backups = found
+    row, live, snapshots, backups, group_snapshots = found
     if row is None:
         raise Refused(f"no share with id {ident!r}")
     inst = _primary(live)
@@ -141,6 +141,10 @@ def _delete_share(db: Database, ident: str, force: bool = False,
             raise Refused(f"share {ident} has another instance ({', '.join(kept)}): delete "
                           "it first (sharectl share-instance delete)")
         raise Refused(f"share {ident} has replicas: delete them first")
+    if group_snapshots:
+        # As Manila (its share's group snapshot members): forced too.
+        raise Refused(f"share {ident} is in {group_snapshots} group snapshot(s) of its group: "
+                      "delete them first (sharectl group-snapshot list, group-snapshot delete)")
     if backups:
         # A backup is restored into its share alone (as in Manila): one left
         # behind could never be restored. Forced too, as for snapshots (a
@@ -148,7 +152,7 @@ def _delete_share(db: Database, ident: str, force: bool = False,
         raise Refused(f"share {ident} has {backups} backup(s): delete them first "
                       "(sharectl backup list, backup delete)")
     # Checked again in the writing transaction, after the share's anchor
-    # (db/quiet.py): a replica or a snapshot created since the read above,
+    # (db/quiet.py): a replica or a (group) snapshot created since the read above,
     # whose plan anchors the share too, refuses the delete there; else both
     # were accepted, and the share was left live with no live instance (a
     # fault run's replica create beside a share delete).
@@ -161,7 +165,9 @@ def _delete_share(db: Database, ident: str, force: bool = False,
                           f"share {ident} has snapshots ({{statuses}}): delete them first"),
               quiet.Quiet(models.ShareBackup, {"share_id": row.id},
                           frozenset(vocab.VALID_STATUSES[vocab.BACKUP]),
-                          f"share {ident} has backups ({{statuses}}): delete them first"))
+                          f"share {ident} has backups ({{statuses}}): delete them first"),
+              quiet.Unheld(row.id, f"share {ident} is in group snapshots ({{statuses}}): "
+                                   "delete them first"))
     return _deleting(db, kinds.SHARE_INSTANCE, inst, f"share {ident}", inst.host, row, force) \
         .and_then(changes=[quiet.anchor(row.id)], conditions=others)
 
@@ -175,7 +181,7 @@ def _delete_instance(db: Database, ident: str, force: bool = False) -> Plan:
     row = get(db, models.ShareInstance, ident, "share instance")
     if kinds.is_secondary(row):
         raise Refused(f"share instance {ident} is a replica: sharectl replica delete")
-    _share, live, _snapshots, _backups = resources.share_to_delete(db, row.share_id)
+    live = resources.share_to_delete(db, row.share_id).live
     primary = _primary(live)
     if primary is not None and primary.id == row.id:
         raise Refused(f"share instance {ident} is its share's own: delete the share "

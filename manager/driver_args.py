@@ -113,12 +113,19 @@ def _group(db: Database, op: Op, row: Row, read: object) -> tuple[object, ...]:
     return views.group(row), server_dict(db, row.share_server_id)
 
 
-def _group_snapshot(db: Database, op: Op, row: Row, read: object) -> tuple[object, ...]:
+def group_snapshot_parts(db: Database, row: Row) -> tuple[object, ...]:
+    """A group snapshot's driver arguments: it, with its group and its
+    members, and its group's share server."""
     assert isinstance(row, models.ShareGroupSnapshot)
     group = db_api.get(db, models.ShareGroup, row.share_group_id, include_deleted=True)
     if group is None:
         raise Stale(f"the share group of group snapshot {row.id} is gone")
-    return views.group_snapshot(row, group), server_dict(db, group.share_server_id)
+    return (views.group_snapshot(row, group, resources.group_snapshot_members(db, row.id)),
+            server_dict(db, group.share_server_id))
+
+
+def _group_snapshot(db: Database, op: Op, row: Row, read: object) -> tuple[object, ...]:
+    return group_snapshot_parts(db, row)
 
 
 def _backup(db: Database, op: Op, row: Row, read: object) -> tuple[object, ...]:

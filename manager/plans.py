@@ -108,7 +108,7 @@ class Plan:
     claims: Sequence[db_capacity.Claim] = ()
     # No related row busy: checked now and again after the changes, in the
     # transaction that writes them (db/quiet.py).
-    conditions: Sequence[quiet.Quiet] = ()
+    conditions: Sequence[quiet.Condition] = ()
 
     def __post_init__(self) -> None:
         # Tuples: a plan handed on cannot be changed behind its planner's back.
@@ -119,7 +119,7 @@ class Plan:
 
     def and_then(self, add: Sequence[models.Base] = (), changes: Sequence[Change] = (),
                  op: Op | None = None, claims: Sequence[db_capacity.Claim] = (),
-                 conditions: Sequence[quiet.Quiet] = ()) -> Plan:
+                 conditions: Sequence[quiet.Condition] = ()) -> Plan:
         """This plan with more rows, changes, claims and conditions after its
         own, and ``op`` if it has none."""
         more = dataclasses.replace(
@@ -137,7 +137,7 @@ def need(status: str, allowed: tuple[str, ...], what: str, doing: str, hint: str
                       f"(needs {' or '.join(allowed)}{'; ' + hint if hint else ''})")
 
 
-def quiet_share(db: Database, plan: Plan, share_id: str, *conditions: quiet.Quiet,
+def quiet_share(db: Database, plan: Plan, share_id: str, *conditions: quiet.Condition,
                 expect: dict[str, object] | None = None) -> Plan:
     """``plan`` as one of the share's family (db/quiet.py): its changes end
     with the share's anchor (written only if the share's row still has the
@@ -376,7 +376,25 @@ def create_group_snapshot(db: Database, group_id: str, name: str | None = None) 
     need(group.status, (vocab.AVAILABLE,), f"share group {group_id}", "snapshot")
     gsnap = models.ShareGroupSnapshot(id=models.new_id(), share_group_id=group.id, name=name,
                                       status=vocab.CREATING)
-    return Plan(gsnap.id, [gsnap], [],
+    # Its members: every share of the group, each available (as for a
+    # snapshot of one) and still so when written; the shares' anchors make
+    # a delete of one of them, which checks for members (delete_plans.py),
+    # wait for this plan's transaction or this plan fail on its status.
+    members: list[models.Base] = []
+    held: list[Change] = []
+    for row in resources.group_shares(db, group.id):
+        inst = resources.primary_instance(db, row.id)
+        if inst is None:
+            raise Refused(f"share {row.id} of share group {group_id} has no instance")
+        need(inst.status, (vocab.AVAILABLE,), f"share {row.id} of share group {group_id}",
+             "snapshot")
+        members.append(models.ShareGroupSnapshotMember(
+            id=models.new_id(), share_group_snapshot_id=gsnap.id, share_id=row.id,
+            share_instance_id=inst.id, size=row.size, share_proto=row.share_proto))
+        held.append((models.ShareInstance, inst.id, {"status": vocab.AVAILABLE}, {}))
+    anchors = [quiet.anchor(m.share_id) for m in members
+               if isinstance(m, models.ShareGroupSnapshotMember)]
+    return Plan(gsnap.id, [gsnap, *members], [*held, *anchors],  # instances, then shares
                 Op(vocab.GROUP_SNAPSHOT, gsnap.id, vocab.ACTION_CREATE, group.host))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sharemgr.db import models
 
 
@@ -60,12 +62,18 @@ def group(row: models.ShareGroup) -> dict[str, object]:
     }
 
 
-def group_snapshot(row: models.ShareGroupSnapshot, grp: models.ShareGroup) -> dict[str, object]:
+def group_snapshot(row: models.ShareGroupSnapshot, grp: models.ShareGroup,
+                   members: Sequence[models.ShareGroupSnapshotMember] = ()
+                   ) -> dict[str, object]:
+    """``members``: the shares it is taken of (Manila's
+    ``share_group_snapshot_members``), one dict each."""
     return {
         "id": row.id,
         "name": row.name or f"group-snapshot-{row.id}",
         "share_group_id": grp.id,
         "share_group": group(grp),
+        "members": [{"id": m.id, "share_id": m.share_id, "share_instance_id": m.share_instance_id,
+                     "size": m.size, "share_proto": m.share_proto} for m in members],
         "fence_token": _fence(row),
     }
 

@@ -8,7 +8,6 @@ import collections
 from collections.abc import Mapping
 
 from sharemgr.common import vocab
-from sharemgr.db import api as db_api
 from sharemgr.db import models
 from sharemgr.db import resources as db_res
 from sharemgr.db.api import Change
@@ -85,8 +84,7 @@ def _status_args(db: Database, ops: Operations, cand: Candidate) -> tuple[object
         return driver_args.snapshot_parts(ops.db, cand.row)
     if cand.rtype == vocab.SHARE_GROUP:
         return views.group(cand.row), driver_args.server_dict(ops.db, cand.row.share_server_id)
-    grp = db_api.get(db, models.ShareGroup, cand.row.share_group_id, include_deleted=True)
-    return views.group_snapshot(cand.row, grp), driver_args.server_dict(ops.db, grp.share_server_id)
+    return driver_args.group_snapshot_parts(ops.db, cand.row)
 
 
 def healthy_values(cand: Candidate, answer: Mapping[str, object]

@@ -79,6 +79,14 @@ def test_every_operation(setup):
     group = _make(d, "share-group", "create", "--name", "g")
     member = _make(d, "share", "create", "1", "--proto", "NFS", "--share-group", group)
     gsnap = _make(d, "group-snapshot", "create", group)
+    # It holds its group's share, on the array too: the share is not deleted
+    # under it (it was, as Manila refuses).
+    assert d.json("group-snapshot", "show", gsnap)["members"] == [member]
+    on_array = {o["id"]: o for o in d.backend("list")}
+    assert on_array[gsnap]["details"]["members"] == [
+        d.json("share", "show", member)["instance_id"]]
+    out = d.sharectl("share", "delete", member, check=False)
+    assert out.returncode == 2 and "is in 1 group snapshot(s)" in out.stderr, out.stderr
     statuses = {r["id"]: r["status"] for r in d.json("share", "list")}
     assert statuses[share] == "available"  # the backup and restore gave it back
     assert_backend_agrees(d)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from sharemgr.common import vocab
 from sharemgr.common.outcome import Result
-from sharemgr.db import api, models, quiet
+from sharemgr.db import api, models, quiet, resources
 from sharemgr.manager import backup_ops, delete_plans, plans
 from sharemgr.manager.plans import Op
 
@@ -314,9 +314,9 @@ def test_share_delete_plan_refuses_replicas_and_takes_the_primary(engine):
     # checked again after it, in the writing transaction (db/quiet.py).
     assert list(plan.changes) == [(models.ShareInstance, inst.id, {"status": vocab.AVAILABLE},
                                    {"status": vocab.DELETING}), quiet.anchor(inst.share_id)]
-    assert [c.model for c in plan.conditions] == [models.ShareInstance,
-                                                  models.ShareSnapshotInstance,
-                                                  models.ShareBackup]
+    assert [getattr(c, "model", None) for c in plan.conditions] == [
+        models.ShareInstance, models.ShareSnapshotInstance, models.ShareBackup, None]
+    assert plan.conditions[-1] == quiet.Unheld(inst.share_id, plan.conditions[-1].refusal)
     rep = make_replica(db, vocab.AVAILABLE)
     with pytest.raises(plans.Refused, match="has replicas"):
         delete_plans.delete(db, vocab.SHARE, rep.share_id)
@@ -385,3 +385,64 @@ def test_share_delete_reads_the_instance_once_before_its_outcome(engine):
     # decided in the outcome's UPDATE (``share_gone_with_last_instance``).
     assert len(selects) == 1, selects
     assert "shares" in selects[0].split("FROM", 1)[1]
+
+
+def _grouped_share(db):
+    from tests.unit.reconcile_harness import make_group
+
+    group = make_group(db, vocab.AVAILABLE)
+    inst = make_share(db, vocab.AVAILABLE)
+    api.conditional_update(db, models.Share, inst.share_id, {}, {"share_group_id": group.id})
+    return group, inst
+
+
+def _write(db, plan):
+    return api.transition_with_request(db, plan.changes, plan.op.request(), plan.add,
+                                       conditions=plan.conditions)
+
+
+def test_a_share_a_group_snapshot_holds_is_not_deleted_forced_or_not(any_engine):
+    """As Manila (a share's group snapshot members): the group snapshot
+    would be left holding a share the backend no longer has."""
+    db = any_engine.db
+    group, inst = _grouped_share(db)
+    gplan = plans.create_group_snapshot(db, group.id)
+    assert _write(db, gplan)
+    members = [(m.share_id, m.share_instance_id)
+               for m in resources.group_snapshot_members(db, gplan.row.id)]
+    assert members == [(inst.share_id, inst.id)]
+    for force in (False, True):
+        with pytest.raises(plans.Refused, match="is in 1 group snapshot"):
+            delete_plans.delete(db, vocab.SHARE, inst.share_id, force=force)
+    api.conditional_update(db, models.ShareGroupSnapshot, gplan.row.id, {},
+                           {"status": vocab.DELETED, "deleted_at": models.utcnow()})
+    assert delete_plans.delete(db, vocab.SHARE, inst.share_id).op is not None
+
+
+def test_a_group_snapshot_written_after_a_share_deletes_read_refuses_it(any_engine):
+    """Each plan read before the other wrote: whichever writes second loses
+    (the share's anchor orders them; db/quiet.py)."""
+    db = any_engine.db
+    group, inst = _grouped_share(db)
+    plan = delete_plans.delete(db, vocab.SHARE, inst.share_id)
+    gplan = plans.create_group_snapshot(db, group.id)
+    assert _write(db, gplan)  # between the delete's read and its write
+    with pytest.raises(quiet.Busy, match="is in group snapshots \\(creating\\)"):
+        _write(db, plan)
+    assert fetch(db, vocab.SHARE_INSTANCE, inst.id).status == vocab.AVAILABLE
+
+    # The other way round: the delete written first, the group snapshot's
+    # write finds the share no longer available and writes nothing.
+    other_group, other = _grouped_share(db)
+    gplan = plans.create_group_snapshot(db, other_group.id)
+    assert _write(db, delete_plans.delete(db, vocab.SHARE, other.share_id))
+    assert not _write(db, gplan)
+    assert api.get(db, models.ShareGroupSnapshot, gplan.row.id) is None
+
+
+def test_a_group_snapshot_needs_every_share_of_its_group_available(any_engine):
+    db = any_engine.db
+    group, inst = _grouped_share(db)
+    api.conditional_update(db, models.ShareInstance, inst.id, {}, {"status": vocab.EXTENDING})
+    with pytest.raises(plans.Refused, match=f"share {inst.share_id} of share group"):
+        plans.create_group_snapshot(db, group.id)

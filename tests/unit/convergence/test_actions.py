@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 from sharemgr.convergence import actions, lifecycle, prepare, template
-from sharemgr.db import stacks
+from sharemgr.db import resources, stacks
+
+from tests.unit.stack_rig import _status
 
 V1 = template.parse("resources:\n  data: {type: share, properties: {size: 1, proto: NFS}}\n")
 V2 = template.parse("resources:\n  data: {type: share, properties: {size: 2, proto: NFS}}\n")
@@ -158,3 +160,33 @@ def test_a_share_server_on_a_backend_without_them_is_refused_by_name():
     actions.check_servers(bare, {"servers": True, "plain": False})
     actions.check_servers(actions.load_template(
         "resources:\n  srv: {type: share_server, properties: {backend: servers}}\n", dhss), dhss)
+
+
+GROUPED = """
+resources:
+  grp: {type: share_group}
+  gs: {type: group_snapshot, properties: {share_group: {get_resource: grp}}}
+  a: {type: share, properties: {size: 1, proto: NFS, share_group: {get_resource: grp}}}
+  b: {type: share, properties: {size: 1, proto: NFS, share_group: {get_resource: grp}}}
+"""
+
+
+def test_a_group_snapshot_is_taken_of_the_stacks_shares_and_deleted_before_them(rig):
+    """Nothing in the template orders the group snapshot after the shares:
+    the implicit dependency does (template_validation.py). Without it the
+    snapshot could be taken of an empty group, and the stack's delete
+    deleted the shares first, which a group snapshot holding them refuses."""
+    e = rig.engine()
+    rig.create("web", GROUPED)
+    e.pump()
+    assert _status(rig, "web") == ("CREATE", "COMPLETE")
+    rows = rig.rows("web")
+    held = {m.share_id for m in resources.group_snapshot_members(
+        rig.db, rows["gs"][0].physical_id)}
+    assert held == {rows["a"][0].physical_id, rows["b"][0].physical_id}
+    rig.start("web", "DELETE")
+    e.pump()
+    assert _status(rig, "web") == ("DELETE", "COMPLETE")
+    assert rig.objects() == []
+    methods = [c["method"] for c in rig.calls()]
+    assert methods.index("delete_share_group_snapshot") < methods.index("delete_share")

@@ -575,3 +575,4 @@ def test_a_share_a_check_creates_is_inserted_taken_and_not_taken_again(rig, monk
     rig.create("two", one)
     e.pump()
     assert _status(rig, "two") == ("CREATE", "COMPLETE") and tokens == [1, 3]
+
