@@ -151,10 +151,15 @@ class Operator:
             args = ["share", "create", str(rng.randint(1, 3)), "--proto",
                     rng.choice(("NFS", "CIFS")), "--name", f"m{n}"]
             from_snap = [s for s in snaps if s["status"] == vocab.AVAILABLE]
+            open_groups = [g for g in groups if g["status"] == vocab.AVAILABLE]
             if from_snap and rng.random() < 0.25:
                 snap = rng.choice(from_snap)
                 args[2] = str(snap["size"] + rng.randint(0, 1))
                 args += ["--snapshot", snap["id"]]
+            elif open_groups and rng.random() < 0.2:
+                # In a group: its group snapshots hold it (a delete of it is
+                # refused while one lives; the backend refuses it too).
+                args += ["--share-group", rng.choice(open_groups)["id"]]
             return Op(label, args)
         if label == "share extend":
             s = rng.choice(available)
