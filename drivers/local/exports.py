@@ -5,6 +5,7 @@ running server serves of a share, export ids and export locations."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from sharemgr.drivers.local.fencing import file_lock
 from sharemgr.drivers.local.ganesha import GaneshaServer, NfsExport, pseudo_path
 from sharemgr.drivers.local.records import AVAILABLE, Record, Records
 from sharemgr.drivers.local.samba import CifsShare, SambaServer
+
+LOG = logging.getLogger(__name__)
 
 MAX_EXPORT_ID = 65535  # Ganesha's export ids are 16 bits; 0 is its pseudo root
 
@@ -57,7 +60,7 @@ class Exports:
             nfs: list[NfsExport] = []
             cifs: list[CifsShare] = []
             records: dict[str, Record] = {}
-            for record in self.records.all("share"):
+            for record in self._one_id_each(self.records.all("share")):
                 oid = record["id"]
                 if record.get("state") != AVAILABLE or not images.is_mounted(self._mount(oid)):
                     continue
@@ -79,6 +82,30 @@ class Exports:
                 if marked:
                     self.records.put(record)
             return left_out
+
+    def _one_id_each(self, shares: list[Record]) -> list[Record]:
+        """``shares`` with no export id held twice: the records of a release
+        before ``put_new`` took the backend's lock may hold one id for two
+        shares, and NFS-Ganesha refuses the whole exports file then. The
+        first in id order keeps it; each other is given a free id, written
+        to its record (under the backend's lock, which the caller holds)."""
+        used = {r.get("export_id") for r in shares}
+        kept: dict[object, str] = {}
+        for record in shares:
+            held = record.get("export_id")
+            if held is None or held not in kept:
+                kept[held] = record["id"]
+                continue
+            free = next((c for c in range(1, MAX_EXPORT_ID + 1) if c not in used), None)
+            if free is None:
+                raise ShareBackendException("local driver: no free NFS export id (65535 "
+                                            "shares)")
+            used.add(free)
+            record["export_id"] = free
+            self.records.put(record)
+            LOG.warning("local driver: shares %s and %s held NFS export id %s: %s now has "
+                        "export id %s", kept[held], record["id"], held, record["id"], free)
+        return shares
 
     def serving(self, record: Record, rules: list[object] | None = None) -> serving.Serving:
         """What the running server serves of the share (asked of it), with

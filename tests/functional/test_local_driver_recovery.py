@@ -289,3 +289,36 @@ def test_short_crash_chaos(local, tmp_path):
                what="every share deleted")
     assert lh.mounts_under(root) == [] and lh.loops_under(root) == []
     assert not list((root / "images").iterdir())
+
+
+def test_two_shares_holding_one_export_id_are_both_served_after_a_restart(local, tmp_path):
+    """What the create race (fixed since) left on disk: two records with
+    one NFS export id. NFS-Ganesha refused every exports file after it, and
+    the release note said to mend one record by hand. The engine's start
+    gives the second share a free id, and a client reads both again."""
+    d, options = local()
+    client = lh.Client(options)
+    root = lh.local_root(d.state)
+    engine = d.start()
+    shares = [d.json("share", "create", "1", "--proto", "NFS", "--name", f"twin{n}",
+                     "--backend", "local", "--wait") for n in (1, 2)]
+    note = tmp_path / "note.txt"
+    note.write_text("served\n")
+    for share in shares:
+        _rule(d, share["id"], "--type", "ip", "--to", "127.0.0.1")
+        assert client.put("NFS", _location(d, share["id"]), note, "note.txt").returncode == 0
+    assert engine.terminate() == 0
+    first, second = (root / "records" / f"{s['instance_id']}.json" for s in shares)
+    record = json.loads(second.read_text())
+    record["export_id"] = json.loads(first.read_text())["export_id"]
+    second.write_text(json.dumps(record))
+
+    d.start()
+    back = tmp_path / "back.txt"
+    for share in shares:
+        wait_until(lambda share=share: client.get("NFS", _location(d, share["id"]), "note.txt",
+                                                  back).returncode == 0,
+                   timeout=60, interval=1, what=f"share {share['name']} served again")
+        assert back.read_text() == "served\n"
+    held = {r["export_id"] for r in _records(root).values() if r.get("kind") == "share"}
+    assert len(held) == 2

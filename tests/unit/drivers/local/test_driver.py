@@ -509,3 +509,24 @@ def test_served_clients_compare_as_networks():
     assert collapsed(halves) == collapsed({("0.0.0.0/0", "rw"), ("10.0.0.1/32", "ro")})
     assert collapsed({("10.0.0.0/24", "rw")}) != collapsed({("10.0.0.0/24", "ro")})
     assert collapsed({("::/1", "rw"), ("8000::/1", "rw")}) == {("::/0", "rw")}
+
+
+def test_records_holding_one_export_id_are_given_one_each(tmp_path, monkeypatch, caplog):
+    """Records a release before the lock above wrote may hold one export id
+    for two shares: NFS-Ganesha then refused every exports file, until an
+    admin changed one by hand. The next publish gives the second a free id."""
+    driver = _driver(tmp_path)
+    driver.fence.setup()
+    driver.records.setup()
+    for oid, export_id in (("a", 1), ("b", 2), ("c", 1), ("d", 2)):
+        driver.records.put({"id": oid, "kind": "share", "proto": "NFS", "export_id": export_id,
+                            "rules": [], "state": "creating"})
+    monkeypatch.setattr(driver.exports.ganesha, "write_exports", lambda nfs: {})
+    monkeypatch.setattr(driver.exports.samba, "write_shares", lambda cifs: None)
+    with caplog.at_level("WARNING"):
+        driver.exports.publish()
+    held = {r["id"]: r["export_id"] for r in driver.records.all("share")}
+    assert held == {"a": 1, "b": 2, "c": 3, "d": 4}
+    assert "shares a and c held NFS export id 1: c now has export id 3" in caplog.text
+    driver.exports.publish()  # mended: nothing moves again
+    assert {r["id"]: r["export_id"] for r in driver.records.all("share")} == held
