@@ -158,10 +158,16 @@ def get(db: Database, model: type[T], ident: str | None, what: str) -> T:
 
 
 def share(db: Database, share_id: str | None) -> tuple[models.Share, models.ShareInstance]:
-    row = get(db, models.Share, share_id, "share")
+    return share_of(db, get(db, models.Share, share_id, "share"))
+
+
+def share_of(db: Database, row: models.Share, where: str = ""
+             ) -> tuple[models.Share, models.ShareInstance]:
+    """``row`` and its primary instance (``where`` says whose share it is in
+    the refusal)."""
     inst = resources.primary_instance(db, row.id)
     if inst is None:
-        raise Refused(f"share {share_id} has no instance")
+        raise Refused(f"share {row.id}{where} has no instance")
     return row, inst
 
 
@@ -382,18 +388,16 @@ def create_group_snapshot(db: Database, group_id: str, name: str | None = None) 
     # wait for this plan's transaction or this plan fail on its status.
     members: list[models.Base] = []
     held: list[Change] = []
+    anchors: list[Change] = []
     for row in resources.group_shares(db, group.id):
-        inst = resources.primary_instance(db, row.id)
-        if inst is None:
-            raise Refused(f"share {row.id} of share group {group_id} has no instance")
+        _, inst = share_of(db, row, f" of share group {group_id}")
         need(inst.status, (vocab.AVAILABLE,), f"share {row.id} of share group {group_id}",
              "snapshot")
         members.append(models.ShareGroupSnapshotMember(
             id=models.new_id(), share_group_snapshot_id=gsnap.id, share_id=row.id,
             share_instance_id=inst.id, size=row.size, share_proto=row.share_proto))
         held.append((models.ShareInstance, inst.id, {"status": vocab.AVAILABLE}, {}))
-    anchors = [quiet.anchor(m.share_id) for m in members
-               if isinstance(m, models.ShareGroupSnapshotMember)]
+        anchors.append(quiet.anchor(row.id))
     return Plan(gsnap.id, [gsnap, *members], [*held, *anchors],  # instances, then shares
                 Op(vocab.GROUP_SNAPSHOT, gsnap.id, vocab.ACTION_CREATE, group.host))
 

@@ -71,13 +71,13 @@ def status_args(db: Database, operations: Operations, cands: list[Candidate]
     for cand in cands:
         if cand.id not in parts:
             try:
-                parts[cand.id] = _status_args(db, operations, cand)
+                parts[cand.id] = _status_args(operations, cand)
             except Exception as exc:
                 parts[cand.id] = exc
     return parts
 
 
-def _status_args(db: Database, ops: Operations, cand: Candidate) -> tuple[object, ...]:
+def _status_args(ops: Operations, cand: Candidate) -> tuple[object, ...]:
     if cand.rtype in (vocab.SHARE_INSTANCE, vocab.REPLICA):
         return driver_args.share_parts(ops.db, cand.row)
     if cand.rtype == vocab.SNAPSHOT_INSTANCE:

@@ -96,10 +96,7 @@ class Exports:
             if held is None or held not in kept:
                 kept[held] = record["id"]
                 continue
-            free = next((c for c in range(1, MAX_EXPORT_ID + 1) if c not in used), None)
-            if free is None:
-                raise ShareBackendException("local driver: no free NFS export id (65535 "
-                                            "shares)")
+            free = _free_id(used)
             used.add(free)
             record["export_id"] = free
             self.records.put(record)
@@ -122,14 +119,18 @@ class Exports:
         never came up again)."""
         with self.backend_lock():
             used = {r.get("export_id") for r in self.records.all("share")}
-            free = next((c for c in range(1, MAX_EXPORT_ID + 1) if c not in used), None)
-            if free is None:
-                raise ShareBackendException("local driver: no free NFS export id (65535 "
-                                            "shares)")
-            record["export_id"] = free
+            record["export_id"] = _free_id(used)
             self.records.put(record)
 
     # Shares ---------------------------------------------------------------------
+
+def _free_id(used: set[object]) -> int:
+    free = next((c for c in range(1, MAX_EXPORT_ID + 1) if c not in used), None)
+    if free is None:
+        raise ShareBackendException(f"local driver: no free NFS export id ({MAX_EXPORT_ID} "
+                                    "shares)")
+    return free
+
 
 def _cifs_share(name: str, path: Path, rules: list[validation.CheckedRule]) -> CifsShare:
     if not rules:

@@ -80,7 +80,7 @@ def test_every_operation(setup):
     member = _make(d, "share", "create", "1", "--proto", "NFS", "--share-group", group)
     gsnap = _make(d, "group-snapshot", "create", group)
     # It holds its group's share, on the array too: the share is not deleted
-    # under it (it was, as Manila refuses).
+    # under it (it used to be; Manila refuses that).
     assert d.json("group-snapshot", "show", gsnap)["members"] == [member]
     on_array = {o["id"]: o for o in d.backend("list")}
     assert on_array[gsnap]["details"]["members"] == [
