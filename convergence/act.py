@@ -26,6 +26,7 @@ from sharemgr.convergence.node_check import (
     SUPERSEDED,
     Ctx,
     End,
+    Late,
     Outcome,
     Result,
     ended,
@@ -37,7 +38,7 @@ from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
-from sharemgr.manager import operation_table, plans, successes
+from sharemgr.manager import late_outcome, operation_table, plans, successes
 from sharemgr.manager.leases import Terms
 from sharemgr.manager.operations import Operations
 
@@ -328,10 +329,14 @@ class Actor:
             known = (row.id, row.type, row.physical_id)
         rid, type_, physical_id = known
         written = None
+        late = None
         op = begun_op(plan, begun)
         if op is not None:
+            # Its success is left to the report only when the report writes it.
+            op = replace(op, reread=reread if defer or reread is None
+                         else replace(reread, defer=False))
             try:
-                performed = self.operations.perform(replace(op, reread=reread))
+                performed = self.operations.perform(op)
             except Exception as exc:  # the caller fails the node; the request must not stay
                 # running for a live engine that no longer runs it: reconciliation
                 # settles a transient resource once no request is in progress.
@@ -353,6 +358,8 @@ class Actor:
                                      op_error=performed.reason)
                 return ended(won, name, Outcome.failed(reason)), None
             written = performed.data
+            if reread is not None and written is not None and late_outcome.defers(op, written):
+                late = Late(op, written)  # the report writes it
         if written is not None and plan.op is not None and successes.copy_goes_on(written):
             # A share from a snapshot still copying in the backend: the
             # resource is complete when the status poll ends its create.
@@ -365,15 +372,20 @@ class Actor:
                                      reason, op_request_id=begun.op_request_id, op_error=reason)
                 return ended(won, name, Outcome.failed(reason)), None
             written = None  # the rows are read
-        if action == vocab.STACK_DELETE and plan.op is not None:
-            observed = phys.Observed(phys.GONE)  # its delete succeeded: nothing to read
-        else:
-            observed = phys.observe_after(self.db, type_, physical_id, plan, written)
-        values = {**final, "attributes": dict(observed.attributes)}
-        done = Outcome.done(ResourceData(name, rid, physical_id, observed.attributes)
-                            .passed_on(ctx.template))
+        try:
+            if action == vocab.STACK_DELETE and plan.op is not None:
+                observed = phys.Observed(phys.GONE)  # its delete succeeded: nothing to read
+            else:
+                observed = phys.observe_after(self.db, type_, physical_id, plan, written)
+            values = {**final, "attributes": dict(observed.attributes)}
+            done = Outcome.done(ResourceData(name, rid, physical_id, observed.attributes)
+                                .passed_on(ctx.template))
+        except BaseException:
+            if late is not None:  # its success is written all the same
+                late_outcome.write_alone(self.operations, late.op, late.changes)
+            raise
         if defer:
-            return done, (rid, action, values, begun.op_request_id, begun.key)
+            return done, End(rid, action, values, begun.op_request_id, begun.key, late)
         won = stack_work.end(self.db, rid, self.engine_id, action, vocab.STACK_COMPLETE, None,
                              values, op_request_id=begun.op_request_id)
         return ended(won, name, done), None

@@ -117,12 +117,18 @@ def begin_together(worker: Checks, run: Run, claimed: Sequence[Claimed]) -> list
                                                                           strict=True)])
     each = (time.monotonic() - started) / len(planned)
     with ExitStack() as every:
-        for _op, stack in held:  # released on the way out, whatever ends the loop
+        for _op, stack in held:  # released on the way out of a failure
             every.push(stack)
         for (c, p), b, (op, stack) in zip(planned, begun, held, strict=True):
-            with stack:  # its lock, once its operation is carried out
+            try:
                 chained(worker, run, c, functools.partial(
                     worker.fast_begun, p, b, run, None if op is None else op.reread), each)
+            finally:
+                # Its lock, once its operation is carried out; where its
+                # success waits for the run's report, once that wrote it.
+                if not run.writes_late(c.req_id):
+                    stack.close()
+        every.pop_all()
     return rest
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from oslo_log import log as logging
 from sharemgr.common.outcome import ENDED, RECORDED, REPLAN, RETRY, SUPERSEDED, Outcome, Result
 from sharemgr.convergence.graph import Graph, Node
 from sharemgr.convergence.template import Template
 from sharemgr.db import models
+from sharemgr.manager.plans import Change, Op
 
 __all__ = ["ENDED", "RECORDED", "REPLAN", "RETRY", "SUPERSEDED", "Claimed", "Ctx",
            "Ending", "NodeEnd", "Outcome", "Result", "cut_short", "ended"]
@@ -38,9 +40,25 @@ def cut_short(exc: BaseException) -> Outcome:
     return Outcome.not_now(f"an outage cut the check: {type(exc).__name__}: {first}")
 
 
-# A check's end left to the report's transaction: (row, action, values, op
-# request, the row lock's key while the check holds it: ``Begun.key``).
-End = tuple[int, str, dict[str, object], "int | None", "int | None"]
+class Late(NamedTuple):
+    """A fast path's operation whose success is written by the report's
+    transaction (``manager/late_outcome.py``): the op, holding its lock, and
+    the changes, fenced."""
+
+    op: Op
+    changes: list[Change]
+
+
+class End(NamedTuple):
+    """A check's end left to the report's transaction."""
+
+    rid: int  # the row
+    action: str
+    values: dict[str, object]
+    op_request_id: int | None
+    key: int | None  # the row lock's key while the check holds it: ``Begun.key``
+    late: Late | None = None  # its operation's success, not yet written
+
 Head = tuple["models.Stack | None", "models.StackResource | None"]
 
 

@@ -232,4 +232,4 @@ def inline(ctx: Ctx, end: End | None, succ: Node) -> bool:
     to clean up; its lock, ours, is released in that same transaction."""
     return (end is not None and ctx.node.is_update
             and succ == Node(ctx.node.resource_id, False)
-            and end[0] == ctx.node.resource_id and ctx.node.resource_id in ctx.held)
+            and end.rid == ctx.node.resource_id and ctx.node.resource_id in ctx.held)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.common.jsontypes import JSONValue
-from sharemgr.convergence import lifecycle, prepare
+from sharemgr.convergence import ends_apart, lifecycle, prepare
 from sharemgr.convergence.graph import Node
 from sharemgr.convergence.node_check import (
     RECORDED,
@@ -41,13 +41,13 @@ from sharemgr.convergence.node_check import (
     Outcome,
     Result,
     cut_short,
-    ended,
 )
 from sharemgr.convergence.points import REPORT_IN_ONE, Points, Tx, Work
 from sharemgr.convergence.row_locks import RowLocks
 from sharemgr.db import resource_locks, stack_events, stack_work, sync_points
 from sharemgr.db.engine import Database
-from sharemgr.db.retry import is_conflict
+from sharemgr.manager import late_outcome
+from sharemgr.manager.operations import Operations
 from sharemgr.manager.outage import is_outage
 from sharemgr.manager.runner import unexpected
 from sqlalchemy.orm import Session
@@ -70,8 +70,10 @@ class _RowTaken(Exception):
 
 
 class Reporter:
-    def __init__(self, db: Database, engine_id: str, locks: RowLocks) -> None:
+    def __init__(self, db: Database, engine_id: str, locks: RowLocks,
+                 operations: Operations) -> None:
         self.db = db
+        self.operations = operations  # whose successes the report writes (late_ends.py)
         self.engine_id = engine_id
         self.locks = locks
         self.tracker = locks.tracker
@@ -114,11 +116,11 @@ class Reporter:
                 if isinstance(exc, _RowTaken):
                     LOG.info("%s: the row of one was taken over; each ends alone", what)
                 else:
-                    _split(exc, f"{what}: their ends and reports")
+                    ends_apart.split(exc, f"{what}: their ends and reports")
                 return [self._alone(e) for e in endings], ()
             if isinstance(exc, _RowTaken):
-                return [self._row_taken(endings[0], exc.rid)], ()
-            return [self._apart(endings[0], exc)], ()
+                return [ends_apart.row_taken(self, endings[0], exc.rid)], ()
+            return [ends_apart.apart(self, endings[0], exc)], ()
         self._after_commit(endings, found, laters, claimed)
         return [RECORDED] * len(endings), claimed
 
@@ -128,6 +130,7 @@ class Reporter:
         there, each ending's reports left for later, the checks claimed.
         Raises with nothing written (``_RowTaken``: a row's lock moved)."""
         first = endings[0].ctx
+        lates = [e.end.late for e in endings if e.end is not None and e.end.late is not None]
         claimed: list[Claimed] = []
         laters: list[Work] = [[] for _ in endings]
         written = marked = False
@@ -137,20 +140,24 @@ class Reporter:
             if written:
                 return
             written = True
+            for late in lates:  # first, as their own outcomes would be
+                if not late_outcome.write_tx(session, late.changes):
+                    raise ends_apart.OutcomeLost(f"{late.op.kind} {late.op.ident} was taken over")
             # The operations' requests and the checks' own, done in one UPDATE;
             # requests before the rows, as a lone end writes them.
             stack_work.finish_requests_tx(session, [
                 *(e.ctx.req_id for e in endings),
-                *(e.end[3] for e in endings if e.end is not None and e.end[3] is not None)],
+                *(e.end.op_request_id for e in endings
+                  if e.end is not None and e.end.op_request_id is not None)],
                 self.engine_id, vocab.REQUEST_DONE)
             ended_rids = []
             for e in endings:
                 ended_rid = None
                 if e.end is not None:
-                    ended_rid, action, values, _op, key = e.end
-                    if not stack_work.end_tx(session, ended_rid, self.engine_id, action,
-                                             vocab.STACK_COMPLETE, None, values,
-                                             release=ended_rid in e.ctx.held, key=key,
+                    ended_rid = e.end.rid
+                    if not stack_work.end_tx(session, ended_rid, self.engine_id, e.end.action,
+                                             vocab.STACK_COMPLETE, None, e.end.values,
+                                             release=ended_rid in e.ctx.held, key=e.end.key,
                                              event=False):
                         raise _RowTaken(ended_rid)  # nothing of this transaction may commit
                     ended_rids.append(ended_rid)
@@ -196,6 +203,12 @@ class Reporter:
         for later, or, where a point was gone, the retrigger in the newest
         traversal. One ending's failure here does not keep the others'
         reports from being written; the first is raised after them."""
+        for e in endings:  # their operations' rules queued meanwhile; their locks let go
+            if e.end is not None and e.end.late is not None:
+                try:
+                    late_outcome.written(self.operations, e.end.late.op, e.end.late.changes)
+                except Exception:
+                    LOG.exception("%s: after its operation's outcome", e.ctx.node)
         for e in endings:
             for rid in e.ctx.held:
                 self.tracker.unclaim(rid)
@@ -229,50 +242,6 @@ class Reporter:
             return self.end_many([e], 0)[0][0]
         except Exception as exc:
             return raised(exc, e.ctx.req_id)
-
-    def _apart(self, e: Ending, exc: Exception) -> Outcome[object]:
-        """A lone ending whose transaction failed: its row's end, its locks'
-        release and its reports written step by step (``after``)."""
-        ctx, outcome, end = e.ctx, e.outcome, e.end
-        _split(exc, f"node {ctx.node} (traversal {ctx.traversal}): its report")
-        moved = None  # the row whose lock moved on: not ours to release
-        try:
-            if end is not None:
-                rid, action, values, op_id, key = end
-                won = stack_work.end(self.db, rid, self.engine_id, action,
-                                     vocab.STACK_COMPLETE, None, values,
-                                     op_request_id=op_id, key=key)
-                moved = rid if not won and key is not None else None
-                outcome = ended(won, f"node {ctx.node} (resource {rid})", outcome)
-        finally:
-            # Also when the end fails (the database still away): a lock the
-            # engine believes a check of its own holds is never taken over,
-            # and every later check of the node bails on it. Let go of, it
-            # is a leaked lock the next check takes over.
-            self.locks.let_go(ctx.held, moved)
-        self.after(ctx, outcome)
-        return Outcome.done()
-
-    def _row_taken(self, e: Ending, rid: int) -> Outcome[object]:
-        """The row's end found its lock another engine's (its watchdog judged
-        this engine dead while the driver worked): the report was rolled
-        back, so the node bails as the general path's does (``node_check.ended``).
-        Its driver call succeeded: its request is done; the row is the new
-        holder's to end."""
-        ctx, end = e.ctx, e.end
-        name = f"node {ctx.node} (traversal {ctx.traversal}, resource {rid})"
-        try:
-            if end is not None and end[3] is not None:
-                stack_work.finish_request(self.db, end[3], self.engine_id, vocab.REQUEST_DONE)
-        finally:
-            # Its lock moved on when the key did, maybe back to this engine
-            # for another check: that one's, not released.
-            self.locks.let_go(ctx.held, end[0] if end is not None and end[4] is not None
-                              else None)
-        # Not won: node_check's one bail for a taken row (logged there).
-        outcome = ended(False, name, Outcome.bailed(name))
-        self.after(ctx, outcome)
-        return Outcome.stale(outcome.reason or name)
 
     def after(self, ctx: Ctx, outcome: Outcome) -> None:
         """Report the node's outcome once its locks are released; whenever
@@ -363,8 +332,8 @@ class Reporter:
                         work.extend(tx.later)
                         continue
                     except Exception as exc:
-                        _split(exc, f"node {sender} (traversal {traversal}): its report to "
-                               f"{len(batch)} points")
+                        ends_apart.split(exc, f"node {sender} (traversal {traversal}): its "
+                                         f"report to {len(batch)} points")
                     for succ in batch:
                         if not self._report_alone(ctx, sender, data, succ):
                             return False
@@ -395,21 +364,6 @@ def raised(exc: Exception, req_id: int) -> Outcome[object]:
     block): an outage gives it back (``cut_short``); anything else is
     unexpected — logged with its traceback, failed."""
     return cut_short(exc) if is_outage(exc) else unexpected(exc, req_id, vocab.ACTION_CHECK)
-
-
-def _split(exc: Exception, what: str) -> None:
-    """A transaction of reports failed; they are written again in smaller
-    ones, which do the same work. A conflict (the database chose it as a
-    deadlock's victim: a stack's points purged while its nodes report) is
-    expected under contention, and an outage under a failover or a cut:
-    one line each. Anything else, with its traceback."""
-    expected = "lost a conflict" if is_conflict(exc) else \
-        "met an outage" if is_outage(exc) else None
-    if expected:
-        LOG.warning("%s %s (%s); writing it step by step", what, expected,
-                    (str(exc).strip().splitlines() or [""])[0])
-    else:
-        LOG.error("%s failed; writing it step by step", what, exc_info=exc)
 
 
 @dataclass
@@ -464,6 +418,12 @@ class Run:
     def waits_for(self, req_id: int) -> bool:
         """Whether the end of check ``req_id`` waits for the run's report."""
         return any(e.ctx.req_id == req_id for e in self.ends)
+
+    def writes_late(self, req_id: int) -> bool:
+        """Whether the success of check ``req_id``'s operation waits for the
+        run's report, its lock held until then (``late_ends.py``)."""
+        return any(e.ctx.req_id == req_id and e.end is not None and e.end.late is not None
+                   for e in self.ends)
 
     def full(self) -> bool:
         """Whether the report is due although more checks are queued: a

@@ -105,7 +105,7 @@ class Worker:
         self.tracker = Tracker()
         self.locks = RowLocks(db, coordinator, engine_id, self.tracker)
         self.actor = Actor(db, operations, engine_id, placement, self.locks, self.template)
-        self.reporter = Reporter(db, engine_id, self.locks)
+        self.reporter = Reporter(db, engine_id, self.locks, operations)
         self._templates: _Cache[Template] = _Cache(64)
         self._graphs: _Cache[Graph | None] = _Cache(16)
         self.pace = Pace()
@@ -439,7 +439,7 @@ class Worker:
     def reread_held(self, ops: Sequence[Op | None]) -> list[tuple[Op | None, ExitStack]]:
         """A batch's operations with their rows read under their locks, each
         with the stack that releases its lock (``manager/held_reads.py``)."""
-        return held_reads.reread_held(self.actor.operations, ops)
+        return held_reads.reread_held(self.actor.operations, ops, defer=True)
 
     def _cut_by_outage(self, ctx: Ctx, exc: Exception) -> None:
         """Re-raise ``exc`` if it is an outage (``_check`` gives the check

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from sharemgr.common import vocab
 from sharemgr.db import api as db_api
 from sharemgr.db import models, resources
-from sharemgr.manager import driver_args, operation_table, views
+from sharemgr.manager import driver_args, kinds, operation_table, views
 from sharemgr.manager.op_errors import OperationFailed, Stale, log_failure
 from sharemgr.manager.operations import Step
 from sharemgr.manager.plans import Change, Op
@@ -90,7 +90,8 @@ def continue_backups(ops: Operations, hosts: list[str]) -> None:
         column = "progress" if status == vocab.CREATING else "restore_progress"
         _continue_one(ops, ident, status, column)
 
-    ops.each_unlocked(vocab.BACKUP, started, act, "continue task")
+    ops.coordinator.each_unlocked(kinds.kind(vocab.BACKUP).lock_name, started, act,
+                                  "continue task")
 
 
 def _continue_one(ops: Operations, ident: str, status: str, column: str) -> None:

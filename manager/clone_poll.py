@@ -20,7 +20,7 @@ from sharemgr.drivers.exceptions import (
     ShareBackendException,
     ShareResourceNotFound,
 )
-from sharemgr.manager import access_sync, driver_args, operation_table, successes
+from sharemgr.manager import access_sync, driver_args, kinds, operation_table, successes
 from sharemgr.manager.op_errors import log_failure
 
 if TYPE_CHECKING:
@@ -34,9 +34,9 @@ _STATUS = operation_table.STATUS_METHOD[vocab.SHARE_INSTANCE]
 def poll_clones(ops: Operations, hosts: list[str]) -> None:
     """One run over these hosts' creates in progress; a failure about one
     is logged and leaves it for the next run."""
-    ops.each_unlocked(vocab.SHARE_INSTANCE,
-                      [i.id for i in resources.clones_in_progress(ops.db, hosts)],
-                      lambda ident: poll_one(ops, ident), "the status poll")
+    ops.coordinator.each_unlocked(
+        kinds.SHARE_INSTANCE.lock_name, [i.id for i in resources.clones_in_progress(ops.db, hosts)],
+        lambda ident: poll_one(ops, ident), "the status poll")
 
 
 def poll_one(ops: Operations, ident: str) -> str | None:

@@ -6,7 +6,7 @@ import contextlib
 import socket
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import tenacity
 import tooz
@@ -169,6 +169,21 @@ class Coordinator:
         """A fresh lock object: tooz's file driver keeps a stale count on a lock
         object reused after a failed non-blocking acquire (doc/specs.rst, architecture §10)."""
         return self._coord.get_lock(name)
+
+    def each_unlocked(self, lock: Callable[[str], bytes], idents: Iterable[str],
+                      act: Callable[[str], object], what: str) -> None:
+        """A periodic task's work: ``act(ident)`` for each resource whose lock
+        (named by ``lock``) this engine gets at once (one held by its request,
+        a pass or another engine is left for the next run); a failure about
+        one is logged with its traceback and the others go on."""
+        for ident in idents:
+            with self.try_lock(lock(ident)) as got:
+                if not got:
+                    continue
+                try:
+                    act(ident)
+                except Exception:
+                    LOG.exception("%s of %s failed", what, ident)
 
     @contextlib.contextmanager
     def try_lock(self, name: bytes) -> Iterator[bool]:

@@ -29,7 +29,7 @@ LOG = logging.getLogger(__name__)
 __all__ = ["reread_held"]
 
 
-def reread_held(ops: operations.Operations, batch: Sequence[Op | None]
+def reread_held(ops: operations.Operations, batch: Sequence[Op | None], defer: bool = False
                 ) -> list[tuple[Op | None, contextlib.ExitStack]]:
     """Each op of ``batch`` with its row re-read under its lock, and the
     stack that releases that lock: its ``run`` closes it once the outcome is
@@ -41,7 +41,9 @@ def reread_held(ops: operations.Operations, batch: Sequence[Op | None]
     under the lock), one whose lock the coordination backend would not give
     now, one whose row the read did not find (gone, deleted), two about one
     resource. If the read fails (the database away), every op comes back as
-    it was, no lock held: each meets the failure in its own run, as alone."""
+    it was, no lock held: each meets the failure in its own run, as alone.
+    ``defer``: each served op's success is left to the caller to write
+    (``Reread.defer``), and its lock to let go once it is."""
     stacks = [contextlib.ExitStack() for _ in batch]
     served = [(i, op) for i, op in enumerate(batch)
               if op is not None and op.taken is not None and op.reread is None
@@ -78,7 +80,8 @@ def reread_held(ops: operations.Operations, batch: Sequence[Op | None]
             stack.close()  # nothing read for it: its run takes the lock itself
             out.append((given, stack))
         else:
-            out.append((replace(given, reread=Reread(*read, release=stack.close)), stack))
+            out.append((replace(given, reread=Reread(*read, release=stack.close, defer=defer)),
+                        stack))
     return out
 
 

@@ -20,6 +20,7 @@ from sharemgr.db import models, resources
 from sharemgr.drivers.exceptions import OperationNotSupported
 from sharemgr.manager import (
     data_mover,
+    kinds,
     migration_host,
     migration_ops,
     migration_plans,
@@ -60,7 +61,8 @@ def continue_migrations(ops: Operations, hosts: list[str]) -> None:
         elif ident in orphans:
             _settle_orphan(ops, ident, str(state))
 
-    ops.each_unlocked(vocab.SHARE_INSTANCE, by_id, act, "migration continue")
+    ops.coordinator.each_unlocked(kinds.SHARE_INSTANCE.lock_name, by_id, act,
+                                  "migration continue")
 
 
 def _destination_gone(ops: Operations, source: models.ShareInstance) -> bool:

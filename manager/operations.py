@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -34,6 +34,7 @@ from sharemgr.manager import (
     driver_args,
     hosts,
     kinds,
+    late_outcome,
     leases,
     operation_table,
     successes,
@@ -61,7 +62,6 @@ LOG = logging.getLogger(__name__)
 R = TypeVar("R", bound=kinds.StatusRow)
 # Carries out one (kind, action): the operations, the op, whether the lock is held.
 OpHandler = Callable[["Operations", Op, bool], "list[Change] | None"]
-
 
 # Seconds an outcome waits for a database that is away before it gives up
 # (the resource then stays transient until a reconciliation pass).
@@ -193,31 +193,17 @@ class Operations:
             yield
 
     def _lock_scope(self, op: Op, rtype: str, ident: str, lock: bytes, held: bool
-                    ) -> contextlib.AbstractContextManager[object]:
-        """``run``'s hold of the resource's lock: its own, or none when the
-        caller holds it, or, where a batch took it for the op (``Op.reread``),
-        let go at the end as its own would be (a share's copy from a snapshot,
-        awaited after the call, needs the clone poll to get the lock)."""
+                    ) -> contextlib.ExitStack:
+        """``run``'s hold of the resource's lock: its own, none when the caller
+        holds it, or, where a batch took it (``Op.reread``), let go at the end
+        as its own would be (a copy from a snapshot needs the clone poll to get
+        it), unless ``run`` leaves its success to the batch (``late_outcome``)."""
+        scope = contextlib.ExitStack()
         if op.reread is not None:
-            scope = contextlib.ExitStack()
             scope.callback(op.reread.release)
-            return scope
-        return contextlib.nullcontext() if held else self.locked(rtype, ident, lock)
-
-    def each_unlocked(self, rtype: str, idents: Iterable[str], act: Callable[[str], object],
-                      what: str) -> None:
-        """A periodic task's work: ``act(ident)`` for each resource whose lock
-        this engine gets at once (one held by its request, a pass or another
-        engine is left for the next run); a failure about one is logged with
-        its traceback and the others go on."""
-        for ident in idents:
-            with self.coordinator.try_lock(lock_name(rtype, ident)) as got:
-                if not got:
-                    continue
-                try:
-                    act(ident)
-                except Exception:
-                    LOG.exception("%s %s: %s failed", rtype, ident, what)
+        elif not held:
+            scope.enter_context(self.locked(rtype, ident, lock))
+        return scope
 
     def fresh(self, model: type[R], ident: str, expected: tuple[str, ...],
               take: bool = False) -> R:
@@ -283,7 +269,7 @@ class Operations:
         lease = chosen[row.status]
         return row, parent, lease, bool(leased) or lease.written
 
-    def _commit(self, changes: list[Change], what: str, rtype: str, ident: str) -> None:
+    def write_outcome(self, changes: list[Change], what: str, rtype: str, ident: str) -> None:
         """Write the outcome; while the database is away it waits for it
         (up to ``outcome_wait`` seconds): a call that changed the backend
         must not leave its resource transient with its request failed."""
@@ -291,14 +277,13 @@ class Operations:
         won = first_then_retry(is_outage, functools.partial(self._outcome_retrying, what),
                                db_api.transition_with_request, self.db, changes, None)
         if not won:
-            self._lost(rtype, ident)
+            self.re_observe(rtype, ident)
             raise Lost(f"{what} changed while the driver worked (taken over); outcome not "
                        "written, the resource is re-observed")
 
     def _outcome_retrying(self, what: str) -> tenacity.Retrying:
         """The outcome's wait for the database, made only once the first
         try met an outage (not for each of the outcomes that go through)."""
-
         def waiting(state: tenacity.RetryCallState) -> None:
             if state.attempt_number == 1:
                 LOG.warning("%s: the database is away; its outcome waits for it", what)
@@ -308,7 +293,7 @@ class Operations:
             wait=tenacity.wait_exponential(multiplier=0.2, max=5),
             stop=tenacity.stop_after_delay(self.outcome_wait), before_sleep=waiting)
 
-    def _lost(self, rtype: str, ident: str) -> None:
+    def re_observe(self, rtype: str, ident: str) -> None:
         """A late outcome is looked at, not dropped: the resource is
         re-observed (doc/reconciliation.rst, "Fencing")."""
         try:
@@ -358,7 +343,7 @@ class Operations:
             # the forced one finishes it from that error status.
             expected = (*expected, spec.error_values()["status"])
         lock = lock_name(rtype, ident)
-        with self._lock_scope(op, rtype, ident, lock, held):
+        with self._lock_scope(op, rtype, ident, lock, held) as scope:
             why = self.not_member()
             if why:  # not even the take below: it would fence out our replacement
                 raise NotNow(f"{what}: not calling the driver: {why}")
@@ -389,7 +374,7 @@ class Operations:
                     # The backend refused the call: another engine holds a
                     # newer token. Nothing changed; the outcome is theirs.
                     LOG.warning("%s: the backend refused the call as fenced: %s", what, exc)
-                    self._lost(rtype, ident)
+                    self.re_observe(rtype, ident)
                     raise Lost(f"{what}: fenced by the backend: {exc}")
                 except Exception as exc:
                     if is_outage(exc) and timing.BEGUN.count == begun:
@@ -404,7 +389,8 @@ class Operations:
                         else:
                             changes = [(model, ident, {"status": row.status},
                                         spec.error_values())]
-                        self._commit(_fenced(changes, model, ident, fence), what, rtype, ident)
+                        self.write_outcome(_fenced(changes, model, ident, fence), what,
+                                           rtype, ident)
                         # The driver's exception is the cause: a handler may
                         # tell its user more (a shrink refused to keep data).
                         raise OperationFailed(f"{what} failed: {exc}") from exc
@@ -415,7 +401,11 @@ class Operations:
                                 kind.host_of(self.db, row))
                     result = None
                 changes = step.done(row, result)
-                self._commit(_fenced(changes, model, ident, fence), what, rtype, ident)
+                fenced = _fenced(changes, model, ident, fence)
+                if op.reread is not None and late_outcome.defers(op, changes):  # its holder's
+                    scope.pop_all()
+                    return fenced
+                self.write_outcome(fenced, what, rtype, ident)
                 if step.then is not None:
                     step.then(row, changes)
                 return changes

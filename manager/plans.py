@@ -34,11 +34,14 @@ class Refused(Exception):
 class Reread:
     """An operation's row and what its read brought with it (a share instance's
     share), read under the resource's lock by its holder; ``release`` lets
-    that lock go (the call's ``run`` does, once the outcome is written)."""
+    that lock go (the call's ``run`` does, once the outcome is written).
+    ``defer``: a success is written by the holder, not ``run``, which hands
+    it back unwritten with the lock held (``late_outcome.py``)."""
 
     row: object
     parent: object
     release: Callable[[], object]
+    defer: bool = False
 
 
 @dataclass(frozen=True)

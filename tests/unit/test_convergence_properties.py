@@ -223,4 +223,6 @@ def test_a_crash_at_every_boundary_of_a_batch(tmp_path):
     without a crash the ends were written in batches."""
     at, batched = _crash_at_each_boundary(
         tmp_path, ({"resources": {n: _SHARE_A for n in "abcd"}},), _batched_ends)
-    assert at > 15 and batched >= 2
+    # Fewer than a lone node's each: the batch's successes are written in its
+    # report's transaction (late_outcome.py), not each in one of its own.
+    assert at > 12 and batched >= 2

@@ -347,10 +347,10 @@ def _pumped_losing_one_deadlock(e, monkeypatch, caplog, hit) -> None:
         return real(db, work)
 
     monkeypatch.setattr(lifecycle, "in_one_transaction", in_one_transaction)
-    with caplog.at_level(logging.WARNING, logger="sharemgr.convergence.report"):
+    with caplog.at_level(logging.WARNING, logger="sharemgr.convergence.ends_apart"):
         e.pump()
     assert lost
-    lines = [r for r in caplog.records if r.name == "sharemgr.convergence.report"]
+    lines = [r for r in caplog.records if r.name == "sharemgr.convergence.ends_apart"]
     assert [r.levelname for r in lines] == ["WARNING"], [r.getMessage() for r in lines]
     assert "lost a conflict" in lines[0].getMessage() and lines[0].exc_info is None
 

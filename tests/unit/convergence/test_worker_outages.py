@@ -67,13 +67,13 @@ def test_a_report_that_meets_an_outage_says_so_in_one_line(caplog):
     logged one per cut); anything else keeps its traceback."""
     import logging
 
-    from sharemgr.convergence import report
+    from sharemgr.convergence import ends_apart
 
     away = sa_exc.OperationalError("UPDATE sync_points", {}, Exception(
         "server closed the connection unexpectedly"))
     with caplog.at_level(logging.WARNING):
-        report._split(away, "a report")
-        report._split(ValueError("a bug"), "a report")
+        ends_apart.split(away, "a report")
+        ends_apart.split(ValueError("a bug"), "a report")
     (cut, bug) = caplog.records
     assert (cut.levelno, cut.exc_info) == (logging.WARNING, None)
     assert "met an outage" in cut.getMessage()
