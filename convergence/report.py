@@ -140,9 +140,10 @@ class Reporter:
             if written:
                 return
             written = True
-            for late in lates:  # first, as their own outcomes would be
-                if not late_outcome.write_tx(session, late.changes):
-                    raise ends_apart.OutcomeLost(f"{late.op.kind} {late.op.ident} was taken over")
+            # The operations' successes first, as their own outcomes would be.
+            if lates and not late_outcome.write_tx(session, [late.changes for late in lates]):
+                raise ends_apart.OutcomeLost(f"one of {len(lates)} operations' rows was taken "
+                                             "over while its driver worked")
             # The operations' requests and the checks' own, done in one UPDATE;
             # requests before the rows, as a lone end writes them.
             stack_work.finish_requests_tx(session, [

@@ -9,6 +9,7 @@ into one transaction.
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -191,11 +192,13 @@ def conditional_update_rows_tx(session: Session, model: type[models.HasTable],
     expected and set columns; each row ``(id, expected, values)`` with its
     own values) in one ``UPDATE … FROM given RETURNING id`` (the rows one
     JSON parameter: db/given_rows.py), each row still checked against its
-    own ``expected`` (plain values); the ids of the rows that matched."""
+    own ``expected`` (plain values; a column expected None is expected NULL
+    in every row); the ids of the rows that matched."""
     table = model.__table__
     c = table.c
     _, first_expected, first_values = rows[0]
-    tests, columns = tuple(first_expected), tuple(first_values)
+    nulls = tuple(n for n, v in first_expected.items() if v is None)
+    tests, columns = tuple(n for n in first_expected if n not in nulls), tuple(first_values)
     dialect = session.get_bind().dialect
     if dialect.name == "sqlite":
         # SQLite keeps any length: the values are checked here as a plain
@@ -212,10 +215,53 @@ def conditional_update_rows_tx(session: Session, model: type[models.HasTable],
          for ident, expected, values in rows])
     new = _stamped(model, {n: given.c[f"v_{n}"] for n in columns})
     stmt = (sa.update(table)
-            .where(c.id == given.c.id, *[c[n] == given.c[f"w_{n}"] for n in tests])
+            .where(c.id == given.c.id, *[c[n] == given.c[f"w_{n}"] for n in tests],
+                   *[c[n].is_(None) for n in nulls])
             .values({n: c[n] + 1 if v is PLUS_ONE else v for n, v in new.items()})
             .returning(c.id))
     return set(session.scalars(stmt))
+
+
+def _plain(value: object) -> bool:
+    return isinstance(value, (str, int, float, bool))
+
+
+def applied_together_tx(session: Session, groups: Sequence[Sequence[Change]]) -> dict[int, bool]:
+    """The one-change groups of one shape (the same columns expected, the
+    same of them expected NULL, the same set), applied together per up to
+    ``MANY_AT_ONCE`` rows in one ``UPDATE … FROM given RETURNING id``, each
+    row with its own values (a pass writes each share's export locations)
+    and still checked against what it was read with; {group index:
+    applied}. A row named by more than one group, or a value computed in
+    SQL, is left to the one by one path, in order; nothing on a database
+    without ``UPDATE … RETURNING`` (MariaDB)."""
+    if not session.info["database"].update_returning:
+        return {}
+    seen: collections.Counter[tuple[type[models.HasTable], Ident]] = collections.Counter(
+        (change[0], change[1]) for group in groups for change in group)
+    # (model, the expected columns, the set columns) -> the groups of that shape
+    buckets: dict[tuple[type[models.HasTable], tuple[str, ...], tuple[str, ...],
+                        tuple[str, ...]], list[int]] = {}
+    for i, group in enumerate(groups):
+        if len(group) != 1:
+            continue
+        model, ident, expected, values = group[0]
+        if seen[(model, ident)] > 1 \
+                or not all(v is None or _plain(v) for v in expected.values()) \
+                or any(isinstance(v, (sa.ClauseElement, Computed)) or v is PLUS_ONE
+                       for v in values.values()):
+            continue
+        nulls = tuple(n for n, v in expected.items() if v is None)
+        buckets.setdefault((model, tuple(expected), nulls, tuple(values)), []).append(i)
+    out: dict[int, bool] = {}
+    for (model, *_shape), members in buckets.items():
+        if len(members) < 2:
+            continue
+        for at in range(0, len(members), MANY_AT_ONCE):
+            part = members[at:at + MANY_AT_ONCE]
+            won = conditional_update_rows_tx(session, model, [groups[i][0][1:] for i in part])
+            out.update((i, groups[i][0][1] in won) for i in part)
+    return out
 
 
 def conditional_update_tx(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import datetime
 from collections.abc import Mapping
 from typing import cast
@@ -15,7 +14,6 @@ from sharemgr.db import messages as db_messages
 from sharemgr.db.engine import Database
 from sharemgr.db.resources import host_match
 from sharemgr.db.retry import retry_on_conflict
-from sqlalchemy.orm import Session
 
 
 @retry_on_conflict
@@ -71,44 +69,6 @@ def abandon_request(db: Database, request_id: int, dead_engine: str | None, note
         return won
 
 
-def _plain(value: object) -> bool:
-    return isinstance(value, (str, int, float, bool))
-
-
-def _applied_together(session: Session, groups: list[list[db_api.Change]]) -> dict[int, bool]:
-    """The one-change groups of one shape (the same columns expected and
-    set), applied together per up to ``db_api.MANY_AT_ONCE`` rows in one
-    ``UPDATE … FROM (VALUES …) RETURNING id``, each row with its own values (a pass
-    writes each share's export locations) and still checked against what
-    it was read with; {group index: applied}. A row named by more than one
-    group, or a value computed in SQL, is left to the one by one path, in
-    order."""
-    seen: collections.Counter[tuple[type[models.HasTable], db_api.Ident]] = collections.Counter(
-        (change[0], change[1]) for group in groups for change in group)
-    # (model, the expected columns, the set columns) -> the groups of that shape
-    buckets: dict[tuple[type[models.HasTable], tuple[str, ...], tuple[str, ...]],
-                  list[int]] = {}
-    for i, group in enumerate(groups):
-        if len(group) != 1:
-            continue
-        model, ident, expected, values = group[0]
-        if seen[(model, ident)] > 1 or not all(_plain(v) for v in expected.values()) \
-                or any(isinstance(v, (sa.ClauseElement, db_api.Computed)) or v is db_api.PLUS_ONE
-                       for v in values.values()):
-            continue
-        buckets.setdefault((model, tuple(expected), tuple(values)), []).append(i)
-    out: dict[int, bool] = {}
-    for (model, _expected, _values), members in buckets.items():
-        if len(members) < 2:
-            continue
-        for at in range(0, len(members), db_api.MANY_AT_ONCE):
-            part = members[at:at + db_api.MANY_AT_ONCE]
-            won = db_api.conditional_update_rows_tx(session, model,
-                                                    [groups[i][0][1:] for i in part])
-            out.update((i, groups[i][0][1] in won) for i in part)
-    return out
-
-
 @retry_on_conflict
 def transitions(db: Database, groups: list[list[db_api.Change]]) -> list[bool]:
     """Apply many resources' outcomes in one transaction: each group is one
@@ -118,8 +78,7 @@ def transitions(db: Database, groups: list[list[db_api.Change]]) -> list[bool]:
     and the others still apply. Returns, per group, whether it applied."""
     applied: list[bool] = []
     with db.session() as session:
-        together = (_applied_together(session, groups)
-                    if db.update_returning else {})
+        together = db_api.applied_together_tx(session, groups)
         for i, group in enumerate(groups):
             if i in together:
                 applied.append(together[i])

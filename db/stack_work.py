@@ -272,8 +272,7 @@ def begin_many(
         with db.session() as session:
             if not db_stacks.traversal_is_current_tx(session, stack_id, traversal_id):
                 raise _NotBegun(SUPERSEDED)
-            for rid, work, key in items:
-                _start_tx(session, rid, engine_id, traversal_id, work, key, event=False)
+            _starts_tx(session, engine_id, traversal_id, items)
             api.insert_rows_tx(session, [row for _rid, work, _key in items for row in work.add])
             for _rid, work, _key in items:
                 _changes_tx(session, work)
@@ -297,6 +296,23 @@ def _start_tx(session: Session, rid: int, engine_id: str, traversal_id: str, wor
         raise _NotBegun(_lock_lost(rid) if lock_key is None else RETRY)
     for claim in work.claims:
         capacity.claim_tx(session, claim)
+
+
+def _starts_tx(session: Session, engine_id: str, traversal_id: str,
+               items: Sequence[tuple[int, Begin[L], int]]) -> None:
+    """``_start_tx`` of each of ``items``, the rows' starts of one shape in
+    one statement (``api.applied_together_tx``), then their claims."""
+    starts = [[(db_stacks.Resource, rid, *db_stacks.start_change(
+        engine_id, traversal_id, work.action, work.values, key))] for rid, work, key in items]
+    together = api.applied_together_tx(session, starts)
+    for i, (rid, work, key) in enumerate(items):
+        if i not in together:
+            _start_tx(session, rid, engine_id, traversal_id, work, key, event=False)
+        elif not together[i]:
+            raise _NotBegun(RETRY)  # a lock moved: each begins alone
+        else:
+            for claim in work.claims:
+                capacity.claim_tx(session, claim)
 
 
 def _changes_tx(session: Session, work: Begin[L]) -> None:

@@ -393,18 +393,25 @@ def resource_start_tx(
     the lock is no longer ours. With ``lock_key``: take the lock in the same
     statement, only if nobody holds it and its key is still ``lock_key``.
     ``event=False``: the caller writes its event (several rows' in one)."""
-    values = {**(values or {}), "current_traversal": traversal_id}
     if lock_key is None:
         return resource_set_state_tx(
-            session, resource_id, engine_id, action, vocab.STACK_IN_PROGRESS, None, values,
-            event=event)
-    won = resource_update_tx(
-        session, resource_id, {"engine_id": None, "atomic_key": lock_key},
-        {**values, "engine_id": engine_id, "atomic_key": lock_key + 1, "action": action,
-         "status": vocab.STACK_IN_PROGRESS, "status_reason": None})
+            session, resource_id, engine_id, action, vocab.STACK_IN_PROGRESS, None,
+            {**(values or {}), "current_traversal": traversal_id}, event=event)
+    won = api.conditional_update_tx(session, Resource, resource_id, *start_change(
+        engine_id, traversal_id, action, values, lock_key))
     if won and event:
         stack_events.resource_event_tx(session, resource_id)
     return won
+
+
+def start_change(engine_id: str, traversal_id: str, action: str,
+                 values: api.Columns | None, lock_key: int) -> tuple[api.Columns, api.Columns]:
+    """``resource_start_tx``'s change of a row whose lock it takes with
+    ``lock_key``: (what the row must have, what it is given)."""
+    return ({"engine_id": None, "atomic_key": lock_key, "deleted_at": None},
+            {**(values or {}), "current_traversal": traversal_id, "engine_id": engine_id,
+             "atomic_key": lock_key + 1, "action": action,
+             "status": vocab.STACK_IN_PROGRESS, "status_reason": None})
 
 
 def resource_replace_tx(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+import sqlalchemy as sa
 from sharemgr.common import vocab
 from sharemgr.common.outcome import Result
 from sharemgr.db import api, models
@@ -58,7 +59,7 @@ def test_a_success_left_to_the_holder_is_written_in_its_transaction(engine):
             assert not _free(engine, inst)
             done.append(performed.data)
         with engine.db.session() as session:
-            assert all(late_outcome.write_tx(session, changes) for changes in done)
+            assert late_outcome.write_tx(session, done)
         for (op, inst), changes in zip(ops, done, strict=True):
             late_outcome.written(engine.operations, op, changes)
             assert _free(engine, inst)
@@ -80,7 +81,7 @@ def test_a_success_whose_row_was_taken_meanwhile_is_lost_and_re_observed(engine)
         assert api.conditional_update(engine.db, models.ShareInstance, inst.id, {},
                                       {"fence": fence + 1})
         with engine.db.session() as session:
-            assert not late_outcome.write_tx(session, performed.data)
+            assert not late_outcome.write_tx(session, [performed.data])
             session.rollback()
         with pytest.raises(Lost):
             late_outcome.write_alone(engine.operations, op, performed.data)
@@ -100,3 +101,51 @@ def test_a_copy_the_driver_goes_on_with_is_never_left_to_the_holder():
     assert late_outcome.defers(op, [(models.ShareInstance, "i", {}, {"status": "available"})])
     assert not late_outcome.defers(Op(vocab.SHARE_INSTANCE, "i", vocab.ACTION_CREATE),
                                    [(models.ShareInstance, "i", {}, {"status": "available"})])
+
+
+def _creating(db) -> models.ShareInstance:
+    share = models.Share(size=1, share_proto="NFS", name="s")
+    with db.session() as session:
+        session.add(share)
+        session.flush()
+        inst = models.ShareInstance(share_id=share.id, host=HOSTBE, status=vocab.CREATING)
+        session.add(inst)
+    return inst
+
+
+def _success(inst: models.ShareInstance, i: int) -> list:
+    return [(models.ShareInstance, inst.id, {"status": vocab.CREATING, "fence": inst.fence},
+             {"status": vocab.AVAILABLE,
+              "export_locations": [{"path": f"10.0.0.{i}:/s", "is_admin_only": False}]})]
+
+
+def test_a_batchs_successes_are_written_together_or_not_at_all(db):
+    """On every database: a report's successes (each its own export
+    locations, each fenced) all win, or one lost and the caller's
+    transaction writes none; on PostgreSQL and SQLite those of one shape are
+    one UPDATE."""
+    insts = [_creating(db) for _ in range(3)]
+    sent: list[str] = []
+    sa.event.listen(db.engine, "before_cursor_execute",
+                    lambda *a: sent.append(a[2]) if " ".join(a[2].split()).startswith(
+                        ("UPDATE", "WITH given")) else None)
+    # One taken meanwhile (its fencing token moved): nothing is written.
+    api.conditional_update(db, models.ShareInstance, insts[1].id, {}, {"fence": 7})
+    sent.clear()
+    with pytest.raises(_RolledBack), db.session() as session:
+        if not late_outcome.write_tx(session, [_success(r, i) for i, r in enumerate(insts)]):
+            raise _RolledBack
+    assert [api.get(db, models.ShareInstance, r.id).status for r in insts] == [
+        vocab.CREATING] * 3
+    # MariaDB: one by one, up to the one that lost.
+    assert len(sent) == (2 if db.dialect == "mysql" else 1)
+    others = [insts[0], insts[2]]
+    with db.session() as session:
+        assert late_outcome.write_tx(session, [_success(r, i) for i, r in enumerate(others)])
+    got = [api.get(db, models.ShareInstance, r.id) for r in others]
+    assert [(g.status, g.export_locations[0]["path"]) for g in got] == [
+        (vocab.AVAILABLE, "10.0.0.0:/s"), (vocab.AVAILABLE, "10.0.0.1:/s")]
+
+
+class _RolledBack(Exception):
+    pass
