@@ -73,7 +73,7 @@ class Reporter:
     def __init__(self, db: Database, engine_id: str, locks: RowLocks,
                  operations: Operations) -> None:
         self.db = db
-        self.operations = operations  # whose successes the report writes (late_ends.py)
+        self.operations = operations  # whose successes the report writes (late_outcome.py)
         self.engine_id = engine_id
         self.locks = locks
         self.tracker = locks.tracker
@@ -207,7 +207,7 @@ class Reporter:
         for e in endings:  # their operations' rules queued meanwhile; their locks let go
             if e.end is not None and e.end.late is not None:
                 try:
-                    late_outcome.written(self.operations, e.end.late.op, e.end.late.changes)
+                    late_outcome.written(self.operations, e.end.late.op)
                 except Exception:
                     LOG.exception("%s: after its operation's outcome", e.ctx.node)
         for e in endings:
@@ -422,7 +422,7 @@ class Run:
 
     def writes_late(self, req_id: int) -> bool:
         """Whether the success of check ``req_id``'s operation waits for the
-        run's report, its lock held until then (``late_ends.py``)."""
+        run's report, its lock held until then (``manager/late_outcome.py``)."""
         return any(e.ctx.req_id == req_id and e.end is not None and e.end.late is not None
                    for e in self.ends)
 

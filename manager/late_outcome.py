@@ -7,9 +7,9 @@ unwritten, fenced as ``run`` would write them, its lock still held: the
 holder writes them in its own transaction (``write_tx``), then ``written``
 does what ``run`` does after its outcome (the rules queued meanwhile) and
 lets the lock go. The promises are ``run``'s: the outcome is written under
-the lock, only while the row has the operation's fencing token, and a lost
-one is re-observed (``given_up``); where the holder's transaction cannot
-be written, ``write_alone`` writes it as ``run`` would have. A crash
+the lock, only while the row has the operation's fencing token; where the
+holder's transaction cannot be written, ``write_alone`` writes it as
+``run`` would have, and one lost there is re-observed. A crash
 before it is written leaves the resource as a crash after the call always
 did: transient, with its request running, for reconciliation to settle.
 """
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from sharemgr.manager.operations import Operations
     from sqlalchemy.orm import Session
 
-__all__ = ["defers", "given_up", "release", "write_alone", "write_tx", "written"]
+__all__ = ["defers", "write_alone", "write_tx", "written"]
 
 
 def defers(op: Op, changes: Sequence[Change]) -> bool:
@@ -48,7 +48,7 @@ def write_tx(session: Session, successes: Sequence[Sequence[Change]]) -> bool:
                for i, changes in enumerate(successes))
 
 
-def written(ops: Operations, op: Op, changes: Sequence[Change]) -> None:
+def written(ops: Operations, op: Op) -> None:
     """Once the holder's transaction committed: what ``run`` does after an
     outcome (the rules queued meanwhile), then the lock let go."""
     try:
@@ -59,16 +59,7 @@ def written(ops: Operations, op: Op, changes: Sequence[Change]) -> None:
                 and operation_table.SPECS[(op.kind, op.action)].flushes_access):
             access_sync.flush_access(ops, row)
     finally:
-        release(op)
-
-
-def given_up(ops: Operations, op: Op) -> None:
-    """The success could not be written (the row was taken over while the
-    driver worked): the resource is re-observed, the lock let go."""
-    try:
-        ops.re_observe(op.kind, op.ident)
-    finally:
-        release(op)
+        _release(op)
 
 
 def write_alone(ops: Operations, op: Op, changes: list[Change]) -> None:
@@ -80,11 +71,11 @@ def write_alone(ops: Operations, op: Op, changes: list[Change]) -> None:
     try:
         ops.write_outcome(changes, what, op.kind, op.ident)
     except BaseException:
-        release(op)
+        _release(op)
         raise
-    written(ops, op, changes)
+    written(ops, op)
 
 
-def release(op: Op) -> None:
+def _release(op: Op) -> None:
     if op.reread is not None:
         op.reread.release()
