@@ -11,6 +11,7 @@ a physical resource is never created twice. Each step returns an
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -40,6 +41,7 @@ from sharemgr.db import models, stack_work, stacks
 from sharemgr.db.engine import Database
 from sharemgr.manager import late_outcome, operation_table, plans, successes
 from sharemgr.manager.leases import Terms
+from sharemgr.manager.op_errors import Lost
 from sharemgr.manager.operations import Operations
 
 LOG = logging.getLogger(__name__)
@@ -381,8 +383,9 @@ class Actor:
             done = Outcome.done(ResourceData(name, rid, physical_id, observed.attributes)
                                 .passed_on(ctx.template))
         except BaseException:
-            if late is not None:  # its success is written all the same
-                late_outcome.write_alone(self.operations, late.op, late.changes)
+            if late is not None:  # its success is written all the same (or, lost, re-observed)
+                with contextlib.suppress(Lost):
+                    late_outcome.write_alone(self.operations, late.op, late.changes)
             raise
         if defer:
             return done, End(rid, action, values, begun.op_request_id, begun.key, late)
