@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from oslo_log import log as logging
@@ -35,6 +35,7 @@ from sharemgr.convergence.node_check import (
 from sharemgr.convergence.properties import ResourceData
 from sharemgr.convergence.row_locks import RowLocks
 from sharemgr.convergence.template import Template, TemplateError
+from sharemgr.convergence.tracking import Tracker
 from sharemgr.db import api as db_api
 from sharemgr.db import capacity as db_capacity
 from sharemgr.db import models, stack_work, stacks
@@ -411,25 +412,9 @@ class Actor:
             why: Outcome[object]) -> Outcome:
         """The engine could not see the operation through — out of the
         group or its lease running out before the driver call (NOT_NOW),
-        or the resource taken over while the driver worked (LOST). That
-        is not the stack's failure: the node bails as if its engine had
-        died there, the row's lock left held (no check takes it while the
-        resource is transient), and the watchdog retriggers it once the
-        resource has settled. An operation that never reached the driver is
-        given back for a member to run; a lost one is abandoned (its
-        resource is being re-observed)."""
-        if rid in ctx.held:
-            ctx.held.remove(rid)
-            self.locks.tracker.unclaim(rid)
-        if op_request_id is not None:
-            if why.result is Result.NOT_NOW:
-                db_api.request_release(self.db, op_request_id, self.engine_id,
-                                       f"given back: {why.reason}")
-            else:
-                stack_work.finish_request(self.db, op_request_id, self.engine_id,
-                                          vocab.REQUEST_ABANDONED, f"lost: {why.reason}")
-        LOG.warning("%s: %s; the node waits for the watchdog", name, why.reason)
-        return Outcome.bailed(f"{name}: {why.reason}")
+        or the resource taken over while the driver worked (LOST): ``cut``."""
+        return cut(self.db, self.engine_id, self.locks.tracker, ctx, (rid,), name,
+                   op_request_id, why)
 
     # Failure -----------------------------------------------------------------------
 
@@ -446,3 +431,29 @@ class Actor:
                                           action or row.action, vocab.STACK_FAILED, reason)
         except Exception:  # the stack's failure matters more than the row's
             LOG.exception("could not mark resource %s FAILED", rid)
+
+
+def cut(db: Database, engine_id: str, tracker: Tracker, ctx: Ctx,
+        rids: Iterable[int], name: str, op_request_id: int | None,
+        why: Outcome[object]) -> Outcome:
+    """A node whose operation its engine could not see through is not the
+    stack's failure: it bails as if its engine had died there, its rows'
+    locks left held (no check takes a row while its resource is transient),
+    and the watchdog retriggers it once the resource has settled. An
+    operation that never reached the driver is given back for a member to
+    run; a lost one is abandoned (its resource is being re-observed)."""
+    for rid in rids:
+        if rid in ctx.held:
+            ctx.held.remove(rid)
+            tracker.unclaim(rid)
+    try:
+        if op_request_id is not None:
+            if why.result is Result.NOT_NOW:
+                db_api.request_release(db, op_request_id, engine_id,
+                                       f"given back: {why.reason}")
+            else:
+                stack_work.finish_request(db, op_request_id, engine_id,
+                                          vocab.REQUEST_ABANDONED, f"lost: {why.reason}")
+    finally:
+        LOG.warning("%s: %s; the node waits for the watchdog", name, why.reason)
+    return Outcome.bailed(f"{name}: {why.reason}")

@@ -5,7 +5,7 @@ operations' successes (``manager/late_outcome.py``) and their reports in one
 transaction. When that fails for one node, what it held is written here
 piece by piece: the operation's success alone first (``write_alone``; one
 whose row was taken over while the driver worked is lost, and the node is
-cut as ``Actor.cut`` cuts a lost operation's: ``cut``), then its row's end
+cut as ``act.cut`` cuts a lost operation's: ``cut``), then its row's end
 and its reports (``apart``), or, when the row's lock moved on, the node
 bails (``row_taken``).
 """
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from oslo_log import log as logging
 from sharemgr.common import vocab
+from sharemgr.convergence import act
 from sharemgr.convergence.node_check import Ending, Outcome, ended
 from sharemgr.db import stack_work
 from sharemgr.db.retry import is_conflict
@@ -107,22 +108,13 @@ def write_alone(reporter: Reporter, e: Ending) -> Outcome[object] | None:
 
 
 def cut(reporter: Reporter, e: Ending, why: str) -> Outcome[object]:
-    """A node whose operation's success was lost bails as if its engine had
-    died there (``Actor.cut``): its row's lock left held (its resource is
-    re-observed; no check takes the row while it is transient), its
-    operation's request abandoned; the watchdog retriggers it."""
+    """A node whose operation's success was lost bails as a lost operation's
+    node does (``act.cut``): its rows' locks left held, its operation's
+    request abandoned; the watchdog retriggers it."""
     ctx, end = e.ctx, e.end
-    for rid in ctx.held:
-        reporter.tracker.unclaim(rid)
-    ctx.held.clear()
     name = f"node {ctx.node} (traversal {ctx.traversal})"
-    try:
-        if end is not None and end.op_request_id is not None:
-            stack_work.finish_request(reporter.db, end.op_request_id, reporter.engine_id,
-                                      vocab.REQUEST_ABANDONED, f"lost: {why}")
-    finally:
-        LOG.warning("%s: %s; the node waits for the watchdog", name, why)
-    outcome = Outcome.bailed(f"{name}: {why}")
+    outcome = act.cut(reporter.db, reporter.engine_id, reporter.tracker, ctx, list(ctx.held),
+                      name, end.op_request_id if end is not None else None, Outcome.lost(why))
     reporter.after(ctx, outcome)
     return Outcome.stale(outcome.reason or name)
 

@@ -122,7 +122,6 @@ class Exports:
             record["export_id"] = _free_id(used)
             self.records.put(record)
 
-    # Shares ---------------------------------------------------------------------
 
 def _free_id(used: set[object]) -> int:
     free = next((c for c in range(1, MAX_EXPORT_ID + 1) if c not in used), None)
@@ -131,6 +130,8 @@ def _free_id(used: set[object]) -> int:
                                     "shares)")
     return free
 
+
+# Shares -------------------------------------------------------------------------
 
 def _cifs_share(name: str, path: Path, rules: list[validation.CheckedRule]) -> CifsShare:
     if not rules:
