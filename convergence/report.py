@@ -151,21 +151,17 @@ class Reporter:
                 *(e.end.op_request_id for e in endings
                   if e.end is not None and e.end.op_request_id is not None)],
                 self.engine_id, vocab.REQUEST_DONE)
-            ended_rids = []
+            # The rows' ends, those of one shape in one UPDATE.
+            ends = [(e.end.rid, e.end.action, e.end.values, e.end.rid in e.ctx.held, e.end.key)
+                    for e in endings if e.end is not None]
+            taken = stack_work.ends_tx(session, self.engine_id, vocab.STACK_COMPLETE, ends)
+            if taken is not None:
+                raise _RowTaken(taken)  # nothing of this transaction may commit
             for e in endings:
-                ended_rid = None
-                if e.end is not None:
-                    ended_rid = e.end.rid
-                    if not stack_work.end_tx(session, ended_rid, self.engine_id, e.end.action,
-                                             vocab.STACK_COMPLETE, None, e.end.values,
-                                             release=ended_rid in e.ctx.held, key=e.end.key,
-                                             event=False):
-                        raise _RowTaken(ended_rid)  # nothing of this transaction may commit
-                    ended_rids.append(ended_rid)
                 for rid in dict.fromkeys(e.ctx.held):
-                    if rid != ended_rid:  # released as it ended
+                    if e.end is None or rid != e.end.rid:  # released as it ended
                         resource_locks.resource_lock_release_tx(session, rid, self.engine_id)
-            stack_events.resource_events_tx(session, ended_rids)  # their events in one
+            stack_events.resource_events_tx(session, [end[0] for end in ends])  # in one
 
         def complete(session: Session) -> None:
             over = lifecycle.end_tx(session, first.stack_id, first.traversal)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import functools
 import importlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,12 +193,15 @@ def conditional_update_rows_tx(session: Session, model: type[models.HasTable],
     own values) in one ``UPDATE … FROM given RETURNING id`` (the rows one
     JSON parameter: db/given_rows.py), each row still checked against its
     own ``expected`` (plain values; a column expected None is expected NULL
-    in every row); the ids of the rows that matched."""
+    in every row; a column set ``PLUS_ONE`` is so in every row); the ids of
+    the rows that matched."""
     table = model.__table__
     c = table.c
     _, first_expected, first_values = rows[0]
     nulls = tuple(n for n, v in first_expected.items() if v is None)
-    tests, columns = tuple(n for n in first_expected if n not in nulls), tuple(first_values)
+    tests = tuple(n for n in first_expected if n not in nulls)
+    plus_one = tuple(n for n, v in first_values.items() if v is PLUS_ONE)
+    columns = tuple(n for n in first_values if n not in plus_one)
     dialect = session.get_bind().dialect
     if dialect.name == "sqlite":
         # SQLite keeps any length: the values are checked here as a plain
@@ -208,18 +211,41 @@ def conditional_update_rows_tx(session: Session, model: type[models.HasTable],
                 problem = limit_problem(c[n], values[n])
                 if problem:
                     raise sa.exc.DataError(None, None, ColumnLimitError(problem))
-    given = given_rows.given(
-        dialect, [("id", c.id.type), *[(f"w_{n}", c[n].type) for n in tests],
-                  *[(f"v_{n}", c[n].type) for n in columns]],
-        [(ident, *[expected[n] for n in tests], *[values[n] for n in columns])
-         for ident, expected, values in rows])
-    new = _stamped(model, {n: given.c[f"v_{n}"] for n in columns})
+    shape = (("id", c.id.type), *[(f"w_{n}", c[n].type) for n in tests],
+             *[(f"v_{n}", c[n].type) for n in columns])
+    stmt, stamp = _update_rows_stmt(dialect, table, shape, tests, nulls, columns, plus_one,
+                                    tuple(_stamped(model, dict.fromkeys(first_values))))
+    doc = given_rows.document(dialect, shape, [
+        (ident, *[expected[n] for n in tests], *[values[n] for n in columns])
+        for ident, expected, values in rows])
+    return set(session.scalars(stmt, {given_rows.PARAM: doc, **(
+        {"stamp": utcnow()} if stamp else {})}))
+
+
+@functools.lru_cache(maxsize=128)
+def _update_rows_stmt(dialect: sa.Dialect, table: sa.Table,
+                      shape: tuple[tuple[str, sa.types.TypeEngine[object]], ...],
+                      tests: tuple[str, ...], nulls: tuple[str, ...], columns: tuple[str, ...],
+                      plus_one: tuple[str, ...], stamped: tuple[str, ...]
+                      ) -> tuple[sa.Update, bool]:
+    """``conditional_update_rows_tx``'s statement, built once per shape (its
+    cache key with it); whether it stamps ``updated_at`` (the parameter
+    ``stamp``)."""
+    c = table.c
+    given = given_rows.given(dialect, shape)
+    new: dict[str, object] = {n: given.c[f"v_{n}"] for n in columns}
+    new.update({n: c[n] + 1 for n in plus_one})
+    stamp = "updated_at" in stamped and "updated_at" not in columns
+    if stamp:
+        new["updated_at"] = sa.bindparam("stamp", type_=c.updated_at.type)
+    if "fence" in stamped and "fence" not in columns and "fence" not in plus_one:
+        new["fence"] = c.fence + 1
     stmt = (sa.update(table)
             .where(c.id == given.c.id, *[c[n] == given.c[f"w_{n}"] for n in tests],
                    *[c[n].is_(None) for n in nulls])
-            .values({n: c[n] + 1 if v is PLUS_ONE else v for n, v in new.items()})
+            .values(new)
             .returning(c.id))
-    return set(session.scalars(stmt))
+    return stmt, stamp
 
 
 def _plain(value: object) -> bool:
@@ -230,29 +256,30 @@ def applied_together_tx(session: Session, groups: Sequence[Sequence[Change]]) ->
     """The one-change groups of one shape (the same columns expected, the
     same of them expected NULL, the same set), applied together per up to
     ``MANY_AT_ONCE`` rows in one ``UPDATE … FROM given RETURNING id``, each
-    row with its own values (a pass writes each share's export locations)
-    and still checked against what it was read with; {group index:
-    applied}. A row named by more than one group, or a value computed in
-    SQL, is left to the one by one path, in order; nothing on a database
-    without ``UPDATE … RETURNING`` (MariaDB)."""
+    row with its own values (a pass writes each share's export locations;
+    ``PLUS_ONE`` is part of the shape) and still checked against what it
+    was read with; {group index: applied}. A row named by more than one
+    group, or another value computed in SQL, is left to the one by one path,
+    in order; nothing on a database without ``UPDATE … RETURNING`` (MariaDB)."""
     if not session.info["database"].update_returning:
         return {}
     seen: collections.Counter[tuple[type[models.HasTable], Ident]] = collections.Counter(
         (change[0], change[1]) for group in groups for change in group)
     # (model, the expected columns, the set columns) -> the groups of that shape
     buckets: dict[tuple[type[models.HasTable], tuple[str, ...], tuple[str, ...],
-                        tuple[str, ...]], list[int]] = {}
+                        tuple[str, ...], tuple[str, ...]], list[int]] = {}
     for i, group in enumerate(groups):
         if len(group) != 1:
             continue
         model, ident, expected, values = group[0]
         if seen[(model, ident)] > 1 \
                 or not all(v is None or _plain(v) for v in expected.values()) \
-                or any(isinstance(v, (sa.ClauseElement, Computed)) or v is PLUS_ONE
-                       for v in values.values()):
+                or any(isinstance(v, (sa.ClauseElement, Computed)) for v in values.values()):
             continue
         nulls = tuple(n for n, v in expected.items() if v is None)
-        buckets.setdefault((model, tuple(expected), nulls, tuple(values)), []).append(i)
+        plus_one = tuple(n for n, v in values.items() if v is PLUS_ONE)
+        buckets.setdefault((model, tuple(expected), nulls, tuple(values), plus_one),
+                           []).append(i)
     out: dict[int, bool] = {}
     for (model, *_shape), members in buckets.items():
         if len(members) < 2:
@@ -262,6 +289,17 @@ def applied_together_tx(session: Session, groups: Sequence[Sequence[Change]]) ->
             won = conditional_update_rows_tx(session, model, [groups[i][0][1:] for i in part])
             out.update((i, groups[i][0][1] in won) for i in part)
     return out
+
+
+def applied_tx(session: Session, groups: Sequence[Sequence[Change]]) -> Iterator[bool]:
+    """Whether each group of changes applied (all its changes matched): those
+    of one shape together (``applied_together_tx``), the rest one by one,
+    each as it is asked for (a caller that stops at the first lost writes
+    no more: it rolls back)."""
+    together = applied_together_tx(session, groups)
+    for i, changes in enumerate(groups):
+        yield together[i] if i in together else \
+            all(conditional_update_tx(session, *change) for change in changes)
 
 
 def conditional_update_tx(

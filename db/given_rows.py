@@ -11,6 +11,7 @@ the statement has the same text for any number of rows and is compiled once.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 from collections.abc import Callable, Sequence
 
@@ -40,27 +41,35 @@ def _is_json(dialect: sa.Dialect, type_: sa.types.TypeEngine[object]) -> bool:
     return isinstance(type_.dialect_impl(dialect), sa.JSON)
 
 
-def given(dialect: sa.Dialect, columns: Sequence[tuple[str, sa.types.TypeEngine[object]]],
-          rows: Sequence[Sequence[object]]) -> sa.FromClause:
-    """A FROM clause named ``given`` with ``columns`` (name, type) and one
-    row per item of ``rows`` (values in the order of ``columns``), passed
-    as one parameter. SQLite and PostgreSQL only."""
+@functools.lru_cache(maxsize=128)
+def given(dialect: sa.Dialect, columns: tuple[tuple[str, sa.types.TypeEngine[object]], ...]
+          ) -> sa.FromClause:
+    """A FROM clause named ``given`` with ``columns`` (name, type), its rows
+    the parameter ``PARAM`` (``document``), built once per shape: a
+    statement built on it is too, and its cache key is computed once.
+    SQLite and PostgreSQL only."""
+    param = sa.bindparam(PARAM, type_=sa.Text)
     if dialect.name == "sqlite":
-        ready = [_ready(dialect, t) for _, t in columns]
-        doc = json.dumps([[r(v) for r, v in zip(ready, row, strict=True)] for row in rows])
-        each = sa.func.json_each(sa.bindparam(PARAM, doc, type_=sa.Text)).table_valued("value")
+        each = sa.func.json_each(param).table_valued("value")
         return sa.select(*[
             sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{i}]'"), type_=t).label(n)
             for i, (n, t) in enumerate(columns)]).select_from(each).cte("given")
     if dialect.name == "postgresql":
-        ready = [_ready(dialect, t) for _, t in columns]
-        doc = json.dumps([{n: r(v) for (n, _), r, v in zip(columns, ready, row, strict=True)}
-                          for row in rows])
-        records = sa.func.jsonb_to_recordset(sa.cast(sa.bindparam(PARAM, doc, type_=sa.Text),
-                                                     JSONB)).table_valued(
+        records = sa.func.jsonb_to_recordset(sa.cast(param, JSONB)).table_valued(
             *[sa.column(n, sa.Text() if _is_json(dialect, t) else t) for n, t in columns]
         ).render_derived(name="rows", with_types=True)
         return sa.select(*[
             (sa.cast(records.c[n], t) if _is_json(dialect, t) else records.c[n]).label(n)
             for n, t in columns]).select_from(records).cte("given")
     raise ValueError(f"no JSON rows on {dialect.name}")
+
+
+def document(dialect: sa.Dialect, columns: Sequence[tuple[str, sa.types.TypeEngine[object]]],
+             rows: Sequence[Sequence[object]]) -> str:
+    """The value of ``PARAM`` for ``given``'s clause of ``columns``: ``rows``
+    (values in the order of ``columns``) as one JSON document."""
+    ready = [_ready(dialect, t) for _, t in columns]
+    if dialect.name == "postgresql":
+        return json.dumps([{n: r(v) for (n, _), r, v in zip(columns, ready, row, strict=True)}
+                           for row in rows])
+    return json.dumps([[r(v) for r, v in zip(ready, row, strict=True)] for row in rows])

@@ -379,6 +379,22 @@ def end_tx(
 end = in_own_transaction(end_tx)
 
 
+def ends_tx(session: Session, engine_id: str, status: str,
+            ends: Sequence[tuple[int, str, Mapping[str, object] | None, bool, int | None]]
+            ) -> int | None:
+    """Rows' ends ``(id, action, values, release, key)``, each as ``end_tx``
+    writes one without a request, changes or event, those of one shape in
+    one statement; the first row whose lock was no longer ours (the caller
+    rolls back), or None."""
+    groups = [[db_stacks.state_change(
+        rid, engine_id, action, status, None,
+        {**(values or {}), **resource_locks.RELEASED} if release else values,
+        None if key is None else {"atomic_key": key})]
+        for rid, action, values, release, key in ends]
+    return next((end[0] for end, won in zip(ends, api.applied_tx(session, groups), strict=True)
+                 if not won), None)
+
+
 def finish_request_tx(
     session: Session, request_id: int, engine_id: str, status: str, error: str | None = None
 ) -> bool:

@@ -363,15 +363,20 @@ def resource_set_state_tx(
     happens only while ``engine_id`` holds the row's lock (and it matches
     ``expected``). A write that won is recorded as an event, unless
     ``event`` is False (the caller knows action and status are unchanged)."""
-    won = resource_update_tx(
-        session,
-        resource_id,
-        {**(expected or {}), "engine_id": engine_id},
-        {**(values or {}), "action": action, "status": status, "status_reason": reason},
-    )
+    won = api.conditional_update_tx(session, *state_change(
+        resource_id, engine_id, action, status, reason, values, expected))
     if won and event:
         stack_events.resource_event_tx(session, resource_id)
     return won
+
+
+def state_change(resource_id: int, engine_id: str, action: str, status: str,
+                 reason: str | None = None, values: api.Columns | None = None,
+                 expected: api.Columns | None = None) -> api.Change:
+    """``resource_set_state_tx``'s conditional change, for a caller that writes
+    many rows' together (``stack_work.ends_tx``)."""
+    return (Resource, resource_id, {**(expected or {}), "engine_id": engine_id, "deleted_at": None},
+            {**(values or {}), "action": action, "status": status, "status_reason": reason})
 
 
 resource_set_state = in_own_transaction(resource_set_state_tx)

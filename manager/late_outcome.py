@@ -40,12 +40,9 @@ def defers(op: Op, changes: Sequence[Change]) -> bool:
 
 def write_tx(session: Session, successes: Sequence[Sequence[Change]]) -> bool:
     """Write the successes in the holder's transaction (those of one shape
-    in one statement: ``db_api.applied_together_tx``); False (the caller
+    in one statement: ``db_api.applied_tx``); False (the caller
     rolls it back) when a change lost: its row moved on, taken over."""
-    together = db_api.applied_together_tx(session, successes)
-    return all(together[i] if i in together else
-               all(db_api.conditional_update_tx(session, *change) for change in changes)
-               for i, changes in enumerate(successes))
+    return all(db_api.applied_tx(session, successes))
 
 
 def written(ops: Operations, op: Op) -> None:

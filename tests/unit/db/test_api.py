@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -344,6 +345,32 @@ def test_transitions_with_each_rows_own_values(db):
     got = [api.get(db, models.ShareInstance, r.id) for r in rows]
     assert [g.status for g in got] == ["available", "available", "error", "available"]
     assert [g.export_locations for g in got] == [places[0], places[1], [], places[3]]
+
+
+def test_rows_statement_is_built_once_and_each_call_stamps_its_own_time(db):
+    # db/api._update_rows_stmt: one statement object per shape (its cache key
+    # computed once); the time it stamps and the fence it bumps are the
+    # call's, not the first call's.
+    if not db.update_returning:
+        pytest.skip("MariaDB updates row by row (no UPDATE … RETURNING)")
+    rows = [_instance(db) for _ in range(4)]
+    api._update_rows_stmt.cache_clear()
+    stamps = []
+    for part, (seen, new) in zip((rows[:2], rows[2:]), (("creating", "available"),
+                                                        ("creating", "error")), strict=True):
+        with db.session() as session:
+            won = api.conditional_update_rows_tx(
+                session, models.ShareInstance, [(r.id, {"status": seen}, {"status": new})
+                                                for r in part])
+        assert won == {r.id for r in part}
+        got = [api.get(db, models.ShareInstance, r.id) for r in part]
+        assert {g.status for g in got} == {new} and {g.fence for g in got} == {
+            part[0].fence + 1}
+        stamps.append({g.updated_at for g in got})
+        time.sleep(0.01)
+    built = api._update_rows_stmt.cache_info()
+    assert (built.misses, built.hits) == (1, 1)
+    assert len(stamps[0]) == len(stamps[1]) == 1 and min(stamps[1]) > max(stamps[0])
 
 
 def test_rows_of_own_values_store_what_a_plain_update_would(db):

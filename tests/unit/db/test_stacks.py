@@ -281,3 +281,44 @@ def test_begin_many_begins_every_row_or_none(db, stack):
         assert req.lease_expires_at is not None and b.op_lease is not None
     assert [e.resource_id for e in stack_events.events(db, stack.id)[events:]] == [
         r.id for r in rows]
+
+
+def test_ends_end_every_row_as_end_does_in_one_statement(db, stack):
+    """``ends_tx``: rows' ends as ``end_tx`` writes each (action and status,
+    values, the lock let go with its key moved on), those of one shape in
+    one UPDATE on PostgreSQL and SQLite; a row whose key moved is named and
+    the caller's transaction writes nothing."""
+    rows = [_resource(db, stack, f"e{i}") for i in range(3)]
+    keys = []
+    for r in rows:
+        assert resource_locks.resource_lock_acquire(db, r.id, ME)
+        keys.append(stacks.resource_get(db, r.id).atomic_key)
+
+    def ends(of):
+        return [(r.id, "CREATE", {"physical_id": f"p{i}"}, True, k)
+                for i, (r, k) in enumerate(zip(rows, of, strict=True))]
+
+    class RolledBack(Exception):
+        pass
+
+    with pytest.raises(RolledBack), db.session() as session:
+        assert stack_work.ends_tx(session, ME, "COMPLETE",
+                                  ends([keys[0], keys[1] + 1, keys[2]])) == rows[1].id
+        raise RolledBack
+    assert {stacks.resource_get(db, r.id).engine_id for r in rows} == {ME}
+    sent: list[str] = []
+
+    def seen(*args):
+        if args[2].lstrip().startswith(("UPDATE", "WITH")):
+            sent.append(args[2])
+
+    sa.event.listen(db.engine, "before_cursor_execute", seen)
+    try:
+        with db.session() as session:
+            assert stack_work.ends_tx(session, ME, "COMPLETE", ends(keys)) is None
+    finally:
+        sa.event.remove(db.engine, "before_cursor_execute", seen)
+    assert len(sent) == (3 if db.dialect == "mysql" else 1)
+    got = [stacks.resource_get(db, r.id) for r in rows]
+    assert [(g.engine_id, g.action, g.status, g.physical_id, g.atomic_key) for g in got] == [
+        (None, "CREATE", "COMPLETE", f"p{i}", k + 1) for i, k in enumerate(keys)]
