@@ -14,7 +14,7 @@ from sharemgr.convergence import prepare
 from sharemgr.convergence.graph import Node
 from sharemgr.convergence.node_check import Claimed, Ctx, End, Ending
 from sharemgr.convergence.tracking import Tracker
-from sharemgr.db import models, request_queue, stack_work, sync_points
+from sharemgr.db import first_reports, models, request_queue, stack_work, sync_points
 from sqlalchemy.orm import Session
 
 __all__ = ["INLINE_LIMIT", "REPORT_IN_ONE", "Points", "Tx", "Work"]
@@ -47,6 +47,9 @@ class Tx:
     # claimed: request, args, node
     pending: list[tuple[int, models.RequestArgs, Node]] = field(default_factory=list)
     batch: list[Node] = field(default_factory=list)  # the successors being reported to
+    # Points whose first report the batch wrote together (True), or found
+    # written or gone (False: read them): ``Points.first_reports_tx``.
+    firsts: dict[Node, bool] = field(default_factory=dict)
     free: dict[int, bool] = field(default_factory=dict)  # rows read free and current, or not
 
 
@@ -82,6 +85,7 @@ class Points:
         whether the stack's point was made ready (the caller ends the
         traversal)."""
         found = True
+        self.first_reports_tx(session, endings, tx)
         for e, later in zip(endings, laters, strict=True):
             node, data = e.ctx.node, e.outcome.data
             targets = sorted(e.ctx.graph.required_by(node))
@@ -94,6 +98,23 @@ class Points:
         if not found:
             return False, False
         return self.roots_tx(session, endings[0].ctx, tx)
+
+    def first_reports_tx(self, session: Session, endings: Sequence[Ending], tx: Tx) -> None:
+        """The endings' reports to points that wait for their sender alone
+        (a row's clean-up, for its update), written together, before the
+        rest (``db/first_reports.py``); ``reports_tx`` reads what won."""
+        wanted: dict[Node, dict[str, JSONValue]] = {}
+        for e in endings:
+            node, graph = e.ctx.node, e.ctx.graph
+            for succ in sorted(graph.required_by(node))[:REPORT_IN_ONE]:
+                sent, known = graph.sent(node, succ, e.outcome.data)
+                if not known and {node.key} == graph.requires_keys(succ):
+                    wanted[succ] = {node.key: sent}
+        written = first_reports.first_reports_tx(session, endings[0].ctx.traversal, [
+            (s.resource_id, s.is_update, data) for s, data in wanted.items()]) \
+            if len(wanted) > 1 else None
+        if written is not None:
+            tx.firsts = {s: (str(s.resource_id), s.is_update) in written for s in wanted}
 
     def claimed_tx(self, session: Session, tx: Tx, take: int) -> list[Claimed]:
         """The checks ``tx`` claimed to run next in this thread: a successor
@@ -121,8 +142,11 @@ class Points:
         tx.batch = succs
         for succ in succs:
             sent, known = graph.sent(sender, succ, data)
-            result = sync_points.sync_tx(session, succ.resource_id, traversal, succ.is_update,
-                                         sender.key, sent, graph.requires_keys(succ), known)
+            first = tx.firsts.pop(succ, None)
+            result = sync_points.merged({}, {sender.key: sent}, graph.requires_keys(succ)) \
+                if first else sync_points.sync_tx(
+                    session, succ.resource_id, traversal, succ.is_update, sender.key, sent,
+                    graph.requires_keys(succ), known, blind=first is None)
             if not result.found:
                 return False
             if result.fired:

@@ -16,17 +16,16 @@ after ``lock_after`` lost races it reads the row ``FOR UPDATE`` (PostgreSQL,
 MariaDB), so a wide fan-in cannot starve a writer. On SQLite the transaction
 already holds the write lock (``BEGIN IMMEDIATE``), so the CAS never loses.
 
-:func:`sync_tx` says whether the write made the point complete
-(``fired``); the caller enqueues the successor in the transaction of that
-CAS, which it owns (``convergence/report.py``): the enqueue commits with the
-write or not at all, and exactly one writer sees the transition from
-incomplete to complete. The statements are here, the transactions are the
-protocol's. A missing SyncPoint means the
-traversal is over: superseded (a new preparation deletes the old points in
-the transaction that swaps the stack's traversal, see doc/specs.rst, spec
-001), completed or failed (the transaction that writes the stack row's end
-deletes them first). So a point that exists, read under its lock, says its
-traversal is current and in progress.
+:func:`sync_tx` says whether the write made the point complete (``fired``);
+the caller enqueues the successor in the transaction of that CAS, which it
+owns (``convergence/report.py``): the enqueue commits with the write or not
+at all, and exactly one writer sees the transition from incomplete to
+complete. The statements are here, the transactions are the protocol's. A
+missing SyncPoint means the traversal is over: superseded (a new preparation
+deletes the old points in the transaction that swaps the stack's traversal,
+see doc/specs.rst, spec 001), completed or failed (the transaction that
+writes the stack row's end deletes them first). So a point that exists, read
+under its lock, says its traversal is current and in progress.
 
 Lock order: a SyncPoint row before the ``stacks`` row and ``stack_resources``
 rows (preparation deletes the old points first); among points, none: a
@@ -49,7 +48,7 @@ import sqlalchemy as sa
 import tenacity
 from sharemgr.common import metrics
 from sharemgr.common.jsontypes import JSONValue
-from sharemgr.db import models, records
+from sharemgr.db import first_reports, models, records
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
 
@@ -340,7 +339,7 @@ def sync_tx(
     prior = _known(sender, required, known) if blind else None
     if prior is not None and blind_write_tx(
             session, entity_id, traversal_id, is_update, prior, sender, data):
-        return _merged(prior, {sender: data}, required)
+        return merged(prior, {sender: data}, required)
     return _read_and_cas(session, entity_id, traversal_id, is_update, {sender: data}, required,
                          lock)
 
@@ -358,17 +357,19 @@ def report_roots_tx(session: Session, stack_id: str, traversal_id: str,
                     keys: Collection[str], roots: int) -> SyncResult:
     """The reports of roots ``keys`` to the stack, in the caller's
     transaction: each root's point (:func:`root_entity`) written from key 0
-    to 1 with ``{key: None}`` — a root reporting again finds it written and
-    changes nothing —, then the stack's point's key raised by the number of
-    roots that reported for the first time, in one UPDATE that locks it.
+    to 1 with ``{key: None}``, several in one statement (``first_reports.py``;
+    a root reporting again finds it written and changes nothing), then the
+    stack's point's key raised by the number of roots new to it, locking it.
     ``fired``: this report brought the count to ``roots`` (exactly one
-    transaction sees that). The points are written in sorted order, the
-    stack's last. Returns ``found=False`` if a point is gone (the traversal
-    is over)."""
+    transaction sees that). The stack's point is written last. Returns
+    ``found=False`` if a point is gone (the traversal is over)."""
     new = 0
-    for key in sorted(keys):
-        entity = root_entity(stack_id, key)
-        if cas_tx(session, entity, traversal_id, False, 0, {key: None}):
+    points = [(root_entity(stack_id, key), False, dict.fromkeys([key])) for key in sorted(keys)]
+    firsts = first_reports.first_reports_tx(session, traversal_id, points) \
+        if points[1:] else None  # None: one by one
+    for entity, _, data in points:
+        if (entity, False) in firsts if firsts is not None else \
+                cas_tx(session, entity, traversal_id, False, 0, data):
             new += 1
         elif get_tx(session, entity, traversal_id, False) is None:
             return SyncResult(found=False, attempts=1)
@@ -396,16 +397,16 @@ def _read_and_cas(session: Session, entity_id: EntityId, traversal_id: str, is_u
     point = get_tx(session, entity_id, traversal_id, is_update, lock=lock)
     if point is None:
         return SyncResult(found=False, attempts=1)
-    merged = {**point.input_data, **reports}
-    if not cas_tx(session, entity_id, traversal_id, is_update, point.atomic_key, merged):
+    both = {**point.input_data, **reports}
+    if not cas_tx(session, entity_id, traversal_id, is_update, point.atomic_key, both):
         if lock:
             raise SyncPointContention(f"SyncPoint {entity_id}/{traversal_id}/{is_update}: "
                                       "changed under its row lock")
         raise CasLost()
-    return _merged(point.input_data, reports, required)
+    return merged(point.input_data, reports, required)
 
 
-def _merged(prior: Mapping[str, JSONValue], reports: Mapping[str, JSONValue],
+def merged(prior: Mapping[str, JSONValue], reports: Mapping[str, JSONValue],
             required: Collection[str]) -> SyncResult:
     merged = {**prior, **reports}
     ready = is_ready(merged, required)

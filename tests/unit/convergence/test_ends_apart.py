@@ -136,3 +136,34 @@ def test_a_report_that_fails_writes_each_success_alone(rig, monkeypatch):
     insts = [_instance(rig, n) for n in "abc"]
     assert {i.status for i in insts} == {vocab.AVAILABLE}
     assert sorted(alone) == sorted(i.id for i in insts)
+
+
+def test_a_batchs_report_writes_its_rows_and_points_one_statement_each(rig, monkeypatch):
+    """The two creates begun together end in one report whose rows' ends,
+    clean-up points and root points are one UPDATE each (``ends_tx``,
+    ``first_reports_tx``); only the lone first check writes its row and its
+    two points one statement each."""
+    e, _alone = _batched(rig, monkeypatch)
+    sent: list[str] = []
+
+    def seen(*args):
+        sent.append(" ".join(args[2].split()))
+
+    sa.event.listen(rig.db.engine, "before_cursor_execute", seen)
+    try:
+        rig.create("web", THREE)
+        assert e.step(1) == 1
+    finally:
+        sa.event.remove(rig.db.engine, "before_cursor_execute", seen)
+    assert _status(rig, "web") == ("CREATE", "COMPLETE")
+    updates = [q for q in sent if q.startswith(("UPDATE", "WITH given"))]
+    per_row_points = [q for q in updates if q.startswith("UPDATE sync_points SET")
+                      and "input_data=?" in q]
+    together_points = [q for q in updates if q.startswith("WITH given")
+                       and "UPDATE sync_points SET" in q]
+    per_row_ends = [q for q in updates if q.startswith("UPDATE stack_resources SET")
+                    and "atomic_key=(stack_resources.atomic_key + ?)" in q]
+    together_ends = [q for q in updates if q.startswith("WITH given")
+                     and "UPDATE stack_resources SET" in q and "w_engine_id" in q]
+    assert (len(per_row_points), len(together_points)) == (2, 2), updates
+    assert (len(per_row_ends), len(together_ends)) == (1, 1), updates

@@ -1,0 +1,51 @@
+"""Many SyncPoints' first reports in one statement (db/first_reports.py), on
+SQLite, PostgreSQL and MariaDB."""
+
+from __future__ import annotations
+
+import uuid
+
+import sqlalchemy as sa
+from sharemgr.db import first_reports, stacks, sync_points
+
+T1, T2 = str(uuid.uuid4()), str(uuid.uuid4())
+
+
+def _get(db, *key):
+    with db.session() as session:
+        return sync_points.get_tx(session, *key)
+
+
+def test_first_reports_write_each_point_still_at_key_0_in_one_statement(db):
+    """Each point at key 0 gets its ``{sender: data}`` and key 1; one already
+    written (its sender reporting again) and one of another traversal are
+    left as they are and not named; MariaDB writes nothing (None: the
+    caller goes one by one)."""
+    with db.session() as session:
+        stack = stacks.stack_create_tx(session, f"s-{uuid.uuid4().hex[:6]}")
+        sync_points.create_tx(session, stack.id, T1, [(1, False), (2, True), (3, False)],
+                              reported={("3", False): {"3:update": "old"}})
+        sync_points.create_tx(session, stack.id, T2, [(4, False)], include_stack=False)
+    sent: list[str] = []
+
+    def seen(*args):
+        if args[2].lstrip().startswith(("UPDATE", "WITH")):
+            sent.append(args[2])
+
+    sa.event.listen(db.engine, "before_cursor_execute", seen)
+    try:
+        with db.session() as session:
+            written = first_reports.first_reports_tx(session, T1, [
+                (1, False, {"1:update": None}), (2, True, {"9:update": {"size": 2}}),
+                (3, False, {"3:update": "new"}), (4, False, {"4:update": None})])
+    finally:
+        sa.event.remove(db.engine, "before_cursor_execute", seen)
+    if db.dialect == "mysql":
+        assert written is None and sent == []
+        return
+    assert written == {("1", False), ("2", True)} and len(sent) == 1
+    got = [_get(db, e, t, u) for e, t, u in ((1, T1, False), (2, T1, True), (3, T1, False),
+                                             (4, T2, False))]
+    assert [(p.atomic_key, p.input_data) for p in got] == [
+        (1, {"1:update": None}), (1, {"9:update": {"size": 2}}), (1, {"3:update": "old"}),
+        (0, {})]
