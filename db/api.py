@@ -215,11 +215,10 @@ def conditional_update_rows_tx(session: Session, model: type[models.HasTable],
              *[(f"v_{n}", c[n].type) for n in columns])
     stmt, stamp = _update_rows_stmt(dialect, table, shape, tests, nulls, columns, plus_one,
                                     tuple(_stamped(model, dict.fromkeys(first_values))))
-    doc = given_rows.document(dialect, shape, [
+    given = given_rows.params(dialect, shape, [
         (ident, *[expected[n] for n in tests], *[values[n] for n in columns])
         for ident, expected, values in rows])
-    return set(session.scalars(stmt, {given_rows.PARAM: doc, **(
-        {"stamp": utcnow()} if stamp else {})}))
+    return set(session.scalars(stmt, {**given, **({"stamp": utcnow()} if stamp else {})}))
 
 
 @functools.lru_cache(maxsize=128)

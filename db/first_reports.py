@@ -51,9 +51,9 @@ def first_reports_tx(session: Session, traversal_id: str,
         return None
     dialect = session.get_bind().dialect
     c = _SP.c
-    doc = given_rows.document(dialect, (("e", c.entity_id.type), ("u", c.is_update.type),
+    given = given_rows.params(dialect, (("e", c.entity_id.type), ("u", c.is_update.type),
                                         ("data", c.input_data.type)),
                               [(str(e), bool(u), data) for e, u, data in points])
-    rows = session.execute(_statement(dialect), {given_rows.PARAM: doc, "t": traversal_id,
+    rows = session.execute(_statement(dialect), {**given, "t": traversal_id,
                                                   "now": models.utcnow()})
     return {(str(e), bool(u)) for e, u in rows}

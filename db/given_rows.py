@@ -18,8 +18,12 @@ from collections.abc import Callable, Sequence
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
-# The parameter the document is bound to.
+# The parameter the document is bound to, and, on PostgreSQL, its number
+# of rows: the planner reads a set-returning function as 100 rows, and
+# against a large table would scan it all (a hash join) for a batch of a
+# few; a LIMIT of the real count lets it look each row up by its key.
 PARAM = "given_rows"
+COUNT = "given_count"
 
 
 def _ready(dialect: sa.Dialect, type_: sa.types.TypeEngine[object]
@@ -45,7 +49,7 @@ def _is_json(dialect: sa.Dialect, type_: sa.types.TypeEngine[object]) -> bool:
 def given(dialect: sa.Dialect, columns: tuple[tuple[str, sa.types.TypeEngine[object]], ...]
           ) -> sa.FromClause:
     """A FROM clause named ``given`` with ``columns`` (name, type), its rows
-    the parameter ``PARAM`` (``document``), built once per shape: a
+    the parameters ``params`` gives, built once per shape: a
     statement built on it is too, and its cache key is computed once.
     SQLite and PostgreSQL only."""
     param = sa.bindparam(PARAM, type_=sa.Text)
@@ -60,16 +64,18 @@ def given(dialect: sa.Dialect, columns: tuple[tuple[str, sa.types.TypeEngine[obj
         ).render_derived(name="rows", with_types=True)
         return sa.select(*[
             (sa.cast(records.c[n], t) if _is_json(dialect, t) else records.c[n]).label(n)
-            for n, t in columns]).select_from(records).cte("given")
+            for n, t in columns]).select_from(records).limit(
+                sa.bindparam(COUNT, type_=sa.Integer)).cte("given")
     raise ValueError(f"no JSON rows on {dialect.name}")
 
 
-def document(dialect: sa.Dialect, columns: Sequence[tuple[str, sa.types.TypeEngine[object]]],
-             rows: Sequence[Sequence[object]]) -> str:
-    """The value of ``PARAM`` for ``given``'s clause of ``columns``: ``rows``
-    (values in the order of ``columns``) as one JSON document."""
+def params(dialect: sa.Dialect, columns: Sequence[tuple[str, sa.types.TypeEngine[object]]],
+           rows: Sequence[Sequence[object]]) -> dict[str, object]:
+    """The parameters of ``given``'s clause of ``columns``: ``rows`` (values
+    in the order of ``columns``) as one JSON document, and their number."""
     ready = [_ready(dialect, t) for _, t in columns]
     if dialect.name == "postgresql":
-        return json.dumps([{n: r(v) for (n, _), r, v in zip(columns, ready, row, strict=True)}
-                           for row in rows])
-    return json.dumps([[r(v) for r, v in zip(ready, row, strict=True)] for row in rows])
+        return {PARAM: json.dumps([{n: r(v) for (n, _), r, v in zip(columns, ready, row,
+                                                                    strict=True)}
+                                   for row in rows]), COUNT: len(rows)}
+    return {PARAM: json.dumps([[r(v) for r, v in zip(ready, row, strict=True)] for row in rows])}

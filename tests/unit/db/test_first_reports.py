@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 import sqlalchemy as sa
 from sharemgr.db import first_reports, stacks, sync_points
 
@@ -49,3 +50,38 @@ def test_first_reports_write_each_point_still_at_key_0_in_one_statement(db):
     assert [(p.atomic_key, p.input_data) for p in got] == [
         (1, {"1:update": None}), (1, {"9:update": {"size": 2}}), (1, {"3:update": "old"}),
         (0, {})]
+
+
+def test_a_few_first_reports_look_their_points_up_by_key_on_postgresql(db):
+    """PostgreSQL reads the rows of a JSON document as 100 and, against a
+    table of thousands of points, planned a hash join over all of them for
+    a batch of a few; the document's row count (``given_rows.COUNT``) lets
+    it look each point up by its key."""
+    if db.dialect != "postgresql":
+        pytest.skip("a PostgreSQL planner's choice")
+    with db.session() as session:
+        stack = stacks.stack_create_tx(session, f"s-{uuid.uuid4().hex[:6]}")
+        sync_points.create_tx(session, stack.id, T1, [(i, u) for i in range(4000)
+                                                      for u in (False, True)])
+    with db.engine.connect() as conn:
+        conn.exec_driver_sql("ANALYZE sync_points")
+        conn.commit()
+    sent: list[tuple[str, object]] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().startswith("WITH given"):
+            sent.append((statement, parameters))
+
+    sa.event.listen(db.engine, "before_cursor_execute", seen)
+    try:
+        with db.session() as session:
+            assert first_reports.first_reports_tx(session, T1, [
+                (7, False, {"7:update": None}), (8, False, {"8:update": None})]) == {
+                ("7", False), ("8", False)}
+    finally:
+        sa.event.remove(db.engine, "before_cursor_execute", seen)
+    (statement, parameters), = sent
+    with db.engine.connect() as conn:
+        plan = "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + statement,
+                                                             parameters))
+    assert "Index Scan" in plan and "Seq Scan on sync_points" not in plan, plan
