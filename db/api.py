@@ -241,7 +241,8 @@ def _update_rows_stmt(dialect: sa.Dialect, table: sa.Table,
         new["fence"] = c.fence + 1
     stmt = (sa.update(table)
             .where(c.id == given.c.id, *[c[n] == given.c[f"w_{n}"] for n in tests],
-                   *[c[n].is_(None) for n in nulls])
+                   *[c[n].is_(None) for n in nulls],
+                   *given_rows.looked_up(dialect, c.id, given.c.id))
             .values(new)
             .returning(c.id))
     return stmt, stamp

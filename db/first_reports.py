@@ -27,14 +27,22 @@ __all__ = ["first_reports_tx"]
 _SP = models.SyncPoint.__table__
 
 
+def _columns() -> tuple[tuple[str, sa.types.TypeEngine[object]], ...]:
+    c = _SP.c
+    return (("e", c.entity_id.type), ("t", c.traversal_id.type), ("u", c.is_update.type),
+            ("data", c.input_data.type))
+
+
 @functools.lru_cache(maxsize=8)
 def _statement(dialect: sa.Dialect) -> sa.Update:
+    # The traversal is each given row's, not a constant: PostgreSQL, which
+    # knows nothing of a new traversal's id, would read its points by it.
     c = _SP.c
-    given = given_rows.given(dialect, (("e", c.entity_id.type), ("u", c.is_update.type),
-                                       ("data", c.input_data.type)))
+    given = given_rows.given(dialect, _columns())
     return (sa.update(_SP)
-            .where(c.entity_id == given.c.e, c.traversal_id == sa.bindparam("t"),
-                   c.is_update == given.c.u, c.atomic_key == 0)
+            .where(c.entity_id == given.c.e, c.traversal_id == given.c.t,
+                   c.is_update == given.c.u, c.atomic_key == 0,
+                   *given_rows.looked_up(dialect, c.entity_id, given.c.e))
             .values(input_data=given.c.data, atomic_key=1, updated_at=sa.bindparam("now"))
             .returning(c.entity_id, c.is_update))
 
@@ -50,10 +58,7 @@ def first_reports_tx(session: Session, traversal_id: str,
     if not session.info["database"].update_returning:
         return None
     dialect = session.get_bind().dialect
-    c = _SP.c
-    given = given_rows.params(dialect, (("e", c.entity_id.type), ("u", c.is_update.type),
-                                        ("data", c.input_data.type)),
-                              [(str(e), bool(u), data) for e, u, data in points])
-    rows = session.execute(_statement(dialect), {**given, "t": traversal_id,
-                                                  "now": models.utcnow()})
+    given = given_rows.params(dialect, _columns(), [(str(e), traversal_id, bool(u), data)
+                                                    for e, u, data in points])
+    rows = session.execute(_statement(dialect), {**given, "now": models.utcnow()})
     return {(str(e), bool(u)) for e, u in rows}
