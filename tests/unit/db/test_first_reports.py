@@ -6,8 +6,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
-import sqlalchemy as sa
 from sharemgr.db import first_reports, stacks, sync_points
+
+from tests.unit import statements
 
 T1, T2 = str(uuid.uuid4()), str(uuid.uuid4())
 
@@ -27,20 +28,10 @@ def test_first_reports_write_each_point_still_at_key_0_in_one_statement(db):
         sync_points.create_tx(session, stack.id, T1, [(1, False), (2, True), (3, False)],
                               reported={("3", False): {"3:update": "old"}})
         sync_points.create_tx(session, stack.id, T2, [(4, False)], include_stack=False)
-    sent: list[str] = []
-
-    def seen(*args):
-        if args[2].lstrip().startswith(("UPDATE", "WITH")):
-            sent.append(args[2])
-
-    sa.event.listen(db.engine, "before_cursor_execute", seen)
-    try:
-        with db.session() as session:
-            written = first_reports.first_reports_tx(session, T1, [
-                (1, False, {"1:update": None}), (2, True, {"9:update": {"size": 2}}),
-                (3, False, {"3:update": "new"}), (4, False, {"4:update": None})])
-    finally:
-        sa.event.remove(db.engine, "before_cursor_execute", seen)
+    with statements.sent(db, "UPDATE", "WITH") as sent, db.session() as session:
+        written = first_reports.first_reports_tx(session, T1, [
+            (1, False, {"1:update": None}), (2, True, {"9:update": {"size": 2}}),
+            (3, False, {"3:update": "new"}), (4, False, {"4:update": None})])
     if db.dialect == "mysql":
         assert written is None and sent == []
         return
@@ -64,20 +55,10 @@ def test_a_few_first_reports_look_their_points_up_by_key_on_postgresql(db):
         stack = stacks.stack_create_tx(session, f"s-{uuid.uuid4().hex[:6]}")
         sync_points.create_tx(session, stack.id, T1, [(i, u) for i in range(4000)
                                                       for u in (False, True)])
-    sent: list[tuple[str, object]] = []
-
-    def seen(conn, cursor, statement, parameters, context, executemany):
-        if statement.lstrip().startswith("WITH given"):
-            sent.append((statement, parameters))
-
-    sa.event.listen(db.engine, "before_cursor_execute", seen)
-    try:
-        with db.session() as session:
-            assert first_reports.first_reports_tx(session, T1, [
-                (7, False, {"7:update": None}), (8, False, {"8:update": None})]) == {
-                ("7", False), ("8", False)}
-    finally:
-        sa.event.remove(db.engine, "before_cursor_execute", seen)
+    with statements.sent(db, "WITH given") as sent, db.session() as session:
+        assert first_reports.first_reports_tx(session, T1, [
+            (7, False, {"7:update": None}), (8, False, {"8:update": None})]) == {
+            ("7", False), ("8", False)}
     (statement, parameters), = sent
     for analyze in (False, True):
         with db.engine.connect() as conn:

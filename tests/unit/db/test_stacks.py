@@ -10,6 +10,8 @@ import sqlalchemy as sa
 from sharemgr.common import outcome
 from sharemgr.db import api, models, resource_locks, stack_events, stack_purge, stack_work, stacks
 
+from tests.unit import statements
+
 ME, OTHER, DEAD = "host-a.1", "host-b.2", "host-c.3"
 
 
@@ -306,18 +308,8 @@ def test_ends_end_every_row_as_end_does_in_one_statement(db, stack):
                                   ends([keys[0], keys[1] + 1, keys[2]])) == rows[1].id
         raise RolledBack
     assert {stacks.resource_get(db, r.id).engine_id for r in rows} == {ME}
-    sent: list[str] = []
-
-    def seen(*args):
-        if args[2].lstrip().startswith(("UPDATE", "WITH")):
-            sent.append(args[2])
-
-    sa.event.listen(db.engine, "before_cursor_execute", seen)
-    try:
-        with db.session() as session:
-            assert stack_work.ends_tx(session, ME, "COMPLETE", ends(keys)) is None
-    finally:
-        sa.event.remove(db.engine, "before_cursor_execute", seen)
+    with statements.sent(db, "UPDATE", "WITH") as sent, db.session() as session:
+        assert stack_work.ends_tx(session, ME, "COMPLETE", ends(keys)) is None
     assert len(sent) == (3 if db.dialect == "mysql" else 1)
     got = [stacks.resource_get(db, r.id) for r in rows]
     assert [(g.engine_id, g.action, g.status, g.physical_id, g.atomic_key) for g in got] == [
