@@ -47,9 +47,9 @@ class Tx:
     # claimed: request, args, node
     pending: list[tuple[int, models.RequestArgs, Node]] = field(default_factory=list)
     batch: list[Node] = field(default_factory=list)  # the successors being reported to
-    # Points whose first report the batch wrote together (True), or found
-    # written or gone (False: read them): ``Points.first_reports_tx``.
-    firsts: dict[Node, bool] = field(default_factory=dict)
+    # Points whose first report the batch wrote together (what it made of
+    # them), or found written or gone (None: read them): ``Points.first_reports_tx``.
+    firsts: dict[Node, sync_points.SyncResult | None] = field(default_factory=dict)
     free: dict[int, bool] = field(default_factory=dict)  # rows read free and current, or not
 
 
@@ -113,8 +113,10 @@ class Points:
         written = first_reports.first_reports_tx(session, endings[0].ctx.traversal, [
             (s.resource_id, s.is_update, data) for s, data in wanted.items()]) \
             if len(wanted) > 1 else None
-        if written is not None:
-            tx.firsts = {s: (str(s.resource_id), s.is_update) in written for s in wanted}
+        if written is not None:  # each waits for its one sender: ready once written
+            tx.firsts = {s: sync_points.merged({}, data, data)
+                         if (str(s.resource_id), s.is_update) in written else None
+                         for s, data in wanted.items()}
 
     def claimed_tx(self, session: Session, tx: Tx, take: int) -> list[Claimed]:
         """The checks ``tx`` claimed to run next in this thread: a successor
@@ -141,12 +143,13 @@ class Points:
         graph, traversal = ctx.graph, ctx.traversal
         tx.batch = succs
         for succ in succs:
-            sent, known = graph.sent(sender, succ, data)
-            first = tx.firsts.pop(succ, None)
-            result = sync_points.merged({}, {sender.key: sent}, graph.requires_keys(succ)) \
-                if first else sync_points.sync_tx(
+            tried = succ in tx.firsts
+            result = tx.firsts.pop(succ, None)
+            if result is None:
+                sent, known = graph.sent(sender, succ, data)
+                result = sync_points.sync_tx(
                     session, succ.resource_id, traversal, succ.is_update, sender.key, sent,
-                    graph.requires_keys(succ), known, blind=first is None)
+                    graph.requires_keys(succ), known, blind=not tried)
             if not result.found:
                 return False
             if result.fired:

@@ -178,9 +178,8 @@ def create_tx(
                 "is_update": bool(is_update), "stack_id": stack_id, "atomic_key": len(data),
                 "input_data": data, "created_at": now}
 
-    rows = [row(entity, is_update) for entity, is_update in nodes]
     markers = [row(root_entity(stack_id, key), False) for key in roots]
-    rows += markers
+    rows = [row(entity, is_update) for entity, is_update in nodes] + markers
     if include_stack:
         rows.append(row(stack_id, True))
         rows[-1]["atomic_key"] = settled_roots + sum(1 for m in markers if m["atomic_key"])
@@ -407,11 +406,12 @@ def _read_and_cas(session: Session, entity_id: EntityId, traversal_id: str, is_u
 
 
 def merged(prior: Mapping[str, JSONValue], reports: Mapping[str, JSONValue],
-            required: Collection[str]) -> SyncResult:
-    merged = {**prior, **reports}
-    ready = is_ready(merged, required)
+           required: Collection[str]) -> SyncResult:
+    """The result of writing ``reports`` to a point that held ``prior``."""
+    both = {**prior, **reports}
+    ready = is_ready(both, required)
     return SyncResult(found=True, ready=ready, fired=ready and not is_ready(prior, required),
-                      input_data=merged, attempts=1)
+                      input_data=both, attempts=1)
 
 
 def retrying(lock_after: int | None = LOCK_AFTER, max_attempts: int = MAX_ATTEMPTS,
