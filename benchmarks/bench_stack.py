@@ -160,6 +160,23 @@ def traversal_seconds(url: str, name: str) -> float | None:
     return (parse(stack[2]) - min(starts)).total_seconds()
 
 
+def stack_seconds(url: str, name: str) -> float:
+    """The issue's measure of a stack's time: from its row's ``created_at``
+    (the preparation's first write) to its end (``updated_at``), without
+    ``sharectl``'s start and ``--wait``'s polling. Database timestamps."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            created, ended = conn.execute(sa.text(
+                "SELECT created_at, updated_at FROM stacks WHERE name = :n"), {"n": name}).one()
+    finally:
+        engine.dispose()
+
+    def parse(value):
+        return value if not isinstance(value, str) else datetime.datetime.fromisoformat(value)
+    return (parse(ended) - parse(created)).total_seconds()
+
+
 def profile(pid: int, output: Path, gil: bool = False) -> subprocess.Popen:
     """py-spy sampling a running engine until it exits (``pip install
     py-spy``); its raw output is what profile_summary.py reads. With ``gil``
@@ -212,6 +229,7 @@ def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[
             work = diff(before, after)
             nodes = graph_nodes(url, name)
             traversal = traversal_seconds(url, name)
+            stack_time = stack_seconds(url, name)
             # Peak since the engine started: shapes run in order, so a later
             # shape's figure covers the earlier ones (run one shape for its own).
             peak = max(memory_kib(e.proc.pid)["peak_rss_kib"] for e in d.engines)
@@ -223,6 +241,9 @@ def run_engines(d: Deployment, url: str, root: Path, engines: int, shapes: dict[
             out.append({
                 "shape": shape, "engines": engines, "resources": resources, "nodes": nodes,
                 "seconds": round(elapsed, 3), "nodes_per_s": round(nodes / elapsed, 1),
+                # The stack's own time (created_at to its end) and resources a second in it.
+                "stack_seconds": round(stack_time, 3),
+                "resources_per_s": round(resources / stack_time, 1),
                 # The engines' part: from the traversal's first request to its end.
                 "traversal_seconds": None if traversal is None else round(traversal, 3),
                 "traversal_nodes_per_s": None if not traversal else round(nodes / traversal, 1),
@@ -314,6 +335,7 @@ def main() -> None:
                                     "reference_commits": args.reference_commits},
                          "results": {f"{r['shape']}/{r['engines']}": {
                              k: r[k] for k in ("nodes", "nodes_per_s", "traversal_nodes_per_s",
+                                               "resources_per_s",
                                                "statements_per_node",
                                                "commits_per_node", "engine_idle_rss_kib",
                                                "engine_peak_rss_kib", "engine_cpu_ms_per_node",

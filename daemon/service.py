@@ -14,7 +14,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 from sharemgr.common import vocab
 from sharemgr.convergence.engine import StackEngine
-from sharemgr.daemon import health, signals, systemd
+from sharemgr.daemon import health, heap, signals, systemd
 from sharemgr.daemon.backends import BackendSetup
 from sharemgr.daemon.background import Background
 from sharemgr.daemon.database import open_database
@@ -55,7 +55,6 @@ CONTEXT_FORMAT = ("%(asctime)s.%(msecs)03d %(process)d %(levelname)s %(name)s "
                   "[%(request_id)s] %(instance)s%(message)s")
 
 
-
 class Handlers(dict[tuple[str, str], "RequestHandler"]):
     """(resource_type, action) → handler of a claimed request."""
 
@@ -81,8 +80,7 @@ class ShareManagerService:
 
     def __init__(self, conf: cfg.ConfigOpts, worker: int = 0) -> None:
         self.conf = conf
-        #: Its index among the engine processes of this share-manager
-        #: (``[DEFAULT] workers``, daemon/workers.py); 0 when alone.
+        #: Its index among this share-manager's engine processes (``workers``; 0: alone).
         self.worker = worker
         self.host = conf.host
         self.engine_id = f"{conf.host}.{uuid.uuid4()}"
@@ -433,8 +431,8 @@ class ShareManagerService:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    conf = config.CONF
+    argv, conf = sys.argv[1:] if argv is None else argv, config.CONF
+    heap.tune()
     # Before load(): oslo.config caches values once read.
     logging.set_defaults(
         # A request's lines show its id, and its resource as oslo.log shows
@@ -475,6 +473,8 @@ def serve(service: ShareManagerService) -> int:
         failure = str(exc)
     except config.ConfigError as exc:  # a bad option value, as at load: exit 2
         failure, code = str(exc), 2
+    else:
+        heap.freeze_started()  # start-up's objects: out of the collector's passes
     if failure is not None:
         service_stopped = service.stopping.is_set()
         # Logged outside the except block: oslo.log would append the exception.
