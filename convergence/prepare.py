@@ -42,7 +42,7 @@ from sharemgr.convergence.graph import (
     build_traversal_graph,
 )
 from sharemgr.convergence.template import Template, template_from_dict
-from sharemgr.db import api, models, stack_purge, sync_points
+from sharemgr.db import api, models, new_stack_rows, stack_purge, sync_points
 from sharemgr.db import stacks as db_stacks
 from sharemgr.db.engine import Database
 from sqlalchemy.orm import Session
@@ -323,37 +323,26 @@ def _prepare_locked(
     chosen_rows, replaced_rows = choose_rows(rows, template, template_id, stack.template_id)
 
     # Rows for resources without a usable row; a type change replaces the old row.
-    new_rows = {
-        name: db_stacks.resource_new(
-            stack.id,
-            name,
-            defn.type,
-            template_id,
-            replaces=replaced_rows[name].id if name in replaced_rows else None,
-        )
-        for name, defn in template.resources.items()
-        if name not in chosen_rows
-    }
-    if new_rows:
-        db_stacks.resources_add_tx(session, new_rows.values())
+    replaces = {name: old.id for name, old in replaced_rows.items()}
+    new_names = [name for name in template.resources if name not in chosen_rows]
     chosen = {name: row.id for name, row in chosen_rows.items()}
-    chosen.update({name: row.id for name, row in new_rows.items()})
+    chosen.update(new_stack_rows.insert_tx(session, stack.id, template_id, [
+        (name, template.resources[name].type, replaces.get(name)) for name in new_names]))
     deps = template.dependencies()
-    if new_rows:
-        # A new row requires what its resource requires, so that should this
-        # traversal be cut short, the next one still cleans up in order.
-        for name, row in new_rows.items():
-            row.requires = sorted(chosen[d] for d in deps[name])
-        session.flush()
+    # A new row requires what its resource requires, so that should this
+    # traversal be cut short, the next one still cleans up in order.
+    requires = {chosen[name]: sorted(chosen[d] for d in deps[name]) for name in new_names}
+    new_stack_rows.require_tx(session, {rid: req for rid, req in requires.items() if req})
     for name, old in replaced_rows.items():
         db_stacks.resource_update_tx(
             session, old.id, {"replaced_by": None}, {"replaced_by": chosen[name]}
         )
 
-    all_rows = rows + list(new_rows.values())
     graph = build_traversal_graph(
         {chosen[name]: [chosen[d] for d in deps[name]] for name in template.resources},
-        [ExistingResource(r.id, tuple(r.requires or ()), r.replaces) for r in all_rows],
+        [ExistingResource(r.id, tuple(r.requires or ()), r.replaces) for r in rows]
+        + [ExistingResource(chosen[n], tuple(requires[chosen[n]]), replaces.get(n))
+           for n in new_names],
     )
 
     traversal_id = str(uuid.uuid4())
@@ -411,7 +400,7 @@ def _prepare_locked(
         for leaf in leaves])
     LOG.info(
         "stack %s: %s traversal %s prepared: %d nodes (%d settled), %d triggered, %d new rows",
-        stack.name, action, traversal_id, len(graph), len(settled), len(leaves), len(new_rows),
+        stack.name, action, traversal_id, len(graph), len(settled), len(leaves), len(new_names),
     )
     return Traversal(
         stack_id=stack.id,
@@ -420,9 +409,9 @@ def _prepare_locked(
         template_id=template_id,
         template=template,
         graph=graph,
-        names={r.id: r.name for r in all_rows},
+        names={**{r.id: r.name for r in rows}, **{chosen[n]: n for n in new_names}},
         chosen=chosen,
-        created=tuple(sorted(r.id for r in new_rows.values())),
+        created=tuple(sorted(chosen[n] for n in new_names)),
         leaves=leaves,
         complete=complete,
         settled=frozenset(settled.data),

@@ -184,7 +184,7 @@ def create_tx(
         rows.append(row(stack_id, True))
         rows[-1]["atomic_key"] = settled_roots + sum(1 for m in markers if m["atomic_key"])
     if rows:
-        session.execute(sa.insert(SP), rows)
+        session.execute(sa.insert(SP.__table__), rows)  # not the ORM's bulk path: half the CPU
     return len(rows)
 
 

@@ -70,6 +70,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "db/migrations/env.py": (UNIT + "db/test_migration.py",),
     "db/inserts.py": (UNIT + "db/test_api.py", UNIT + "db/test_share_gone.py"),
     "db/given_rows.py": (UNIT + "db/test_api.py",),
+    "db/new_stack_rows.py": (UNIT + "convergence/test_prepare.py",),
     "db/notify.py": (FUNC + "test_wakeups.py",),
     "db/request_queue.py": (UNIT + "db/test_api.py", UNIT + "db/test_claim_plan.py"),
     "db/leases.py": (UNIT + "manager/test_leases.py", UNIT + "test_fencing.py"),

@@ -12,6 +12,8 @@ from sharemgr.convergence.graph import Graph, Node
 from sharemgr.db import api, migration, models, stack_purge, stacks, sync_points
 from sharemgr.db.engine import Database
 
+from tests.unit import statements
+
 U, C = True, False
 
 V1 = template.parse(
@@ -80,6 +82,23 @@ def _create(db, name="web", tmpl=V1):
     with db.session() as session:
         stack = stacks.stack_create_tx(session, name)
     return lifecycle.prepare_traversal(db, stack, "CREATE", tmpl)
+
+
+def test_new_rows_are_one_insert_and_one_update_however_many(db):
+    """A preparation's new rows go in one INSERT, and the ``requires`` of
+    those that require others in one UPDATE sent for all of them (it was a
+    statement per row, then one per row again for ``requires``)."""
+    chain = "".join(f"  s{i}: {{type: share, properties: {{size: 1, proto: NFS}}"
+                    f"{f', depends_on: [s{i - 1}]' if i else ''}}}\n" for i in range(40))
+    with statements.sent(db, "INSERT INTO stack_resources", "UPDATE stack_resources") as seen:
+        tr = _create(db, tmpl=template.parse("resources:\n" + chain))
+    assert [text.split()[0] for text, _ in seen] == ["INSERT", "UPDATE"]
+    rows = _rows(db, tr.stack_id)
+    assert sorted(tr.created) == sorted(rows) and len(rows) == 40
+    for i in range(40):
+        row = rows[tr.chosen[f"s{i}"]]
+        assert row.name == f"s{i}" and (row.action, row.status) == ("INIT", "COMPLETE")
+        assert row.requires == ([tr.chosen[f"s{i - 1}"]] if i else [])
 
 
 def test_create(db):
