@@ -14,6 +14,7 @@ the physical names. A plan that cannot be carried out raises
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -192,6 +193,11 @@ def observe_after(db: Database, type_: str, physical_id: str | None, plan: Plan,
     return observe(db, type_, physical_id)
 
 
+@functools.cache
+def _columns(model: type[models.Base]) -> tuple[str, ...]:
+    return tuple(c.key for c in model.__table__.columns)
+
+
 def _as_written(add: Sequence[models.Base], written: Sequence[Change]
                 ) -> dict[type, SimpleNamespace]:
     """The new rows by model, each with ``written``'s values for it; a model
@@ -199,7 +205,9 @@ def _as_written(add: Sequence[models.Base], written: Sequence[Change]
     rows: dict[type, SimpleNamespace | None] = {}
     for row in add:
         model = type(row)
-        values = {c.key: getattr(row, c.key, None) for c in model.__table__.columns}
+        # A new object's values are in its __dict__ (an unset column: None, as
+        # its attribute would say), read without the ORM's attribute machinery.
+        values = {key: row.__dict__.get(key) for key in _columns(model)}
         for m, ident, _expected, changed in written:
             if m is model and ident == values.get("id"):
                 values.update(changed)

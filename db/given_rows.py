@@ -64,11 +64,18 @@ def given(dialect: sa.Dialect, columns: tuple[tuple[str, sa.types.TypeEngine[obj
     raise ValueError(f"no JSON rows on {dialect.name}")
 
 
-def params(dialect: sa.Dialect, columns: Sequence[tuple[str, sa.types.TypeEngine[object]]],
+@functools.lru_cache(maxsize=128)
+def _readies(dialect: sa.Dialect, columns: tuple[tuple[str, sa.types.TypeEngine[object]], ...]
+             ) -> tuple[Callable[[object], object], ...]:
+    # Once per shape: each column type's processor, as ``given`` is.
+    return tuple(_ready(dialect, t) for _, t in columns)
+
+
+def params(dialect: sa.Dialect, columns: tuple[tuple[str, sa.types.TypeEngine[object]], ...],
            rows: Sequence[Sequence[object]]) -> dict[str, object]:
     """The parameter of ``given``'s clause of ``columns``: ``rows`` (values
     in the order of ``columns``) as one JSON document."""
-    ready = [_ready(dialect, t) for _, t in columns]
+    ready = _readies(dialect, columns)
     if dialect.name == "postgresql":
         return {PARAM: json.dumps([{n: r(v) for (n, _), r, v in zip(columns, ready, row,
                                                                     strict=True)}
