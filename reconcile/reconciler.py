@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -96,6 +97,9 @@ class Reconciler:
         self.workers = workers
         #: How long the user messages of the requests it abandons are kept.
         self.message_ttl: float = messages.DEFAULT_TTL
+        #: Set when the engine is stopping (``PassRunner`` gives its own): a
+        #: pass then starts no more delete retries, each a driver call.
+        self.stopping = threading.Event()
 
     @property
     def hosts(self) -> list[str]:
@@ -339,6 +343,9 @@ class Reconciler:
         for cand, rule in live:
             try:
                 if rule.action == rules.DELETE:
+                    if self.stopping.is_set():  # left in its status for the next pass
+                        self._skip(cand, "the engine is stopping", summary, False)
+                        continue
                     # The delete retry is an operation of its own (driver
                     # call, its own transaction): one by one.
                     outcome = self._delete(cand, rule)

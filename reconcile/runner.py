@@ -47,6 +47,9 @@ class PassRunner:
     def __init__(self, reconciler: Reconciler, stopping: threading.Event) -> None:
         self.reconciler = reconciler
         self.stopping = stopping
+        # A pass under way when the engine is asked to stop starts no more
+        # driver calls: they outlived graceful_shutdown_timeout one by one.
+        reconciler.stopping = stopping
         self.executor = futurist.ThreadPoolExecutor(max_workers=1)
         self._futures: list[Pending] = []
         # Until the startup pass begins, a peer of this host that leaves (this

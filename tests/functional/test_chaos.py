@@ -229,3 +229,17 @@ def test_teardown_counts_what_a_deleted_stack_left_but_its_kept_shares():
         "teardown: snapshot p (s1-snap1-x5, available) outlived its deleted stack s1",
         "teardown: backend share i-d (s1-data1-x2) outlived its deleted stack s1",
     ]), found
+
+
+def test_an_engine_killed_after_a_sigterm_died_at_its_kill_not_at_the_sigterm():
+    """An engine that did not stop for its SIGTERM in time lived on until the
+    escalated SIGKILL: a delete it began meanwhile, which a peer then
+    retried, is a retry after its death, not a double (a 1,000-kill run's
+    three false "twice")."""
+    term, kill, ended = (parse_time(f"2026-01-01T00:00:{s:02d}") for s in (10, 30, 31))
+    escalated = chaos.EngineRecord(0, None, {}, "", term, signal_sent="term", signalled_at=term,
+                                   ended=ended, how="sigkill")
+    assert escalated.died_at == ended
+    killed = chaos.EngineRecord(0, None, {}, "", term, signal_sent="kill", signalled_at=kill,
+                                ended=ended, how="sigkill")
+    assert killed.died_at == kill

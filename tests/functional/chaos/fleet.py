@@ -56,8 +56,9 @@ class EngineRecord:
     @property
     def died_at(self) -> datetime.datetime | None:
         """When it died: the SIGKILL, else when it was seen gone (a crash
-        point: its last driver call)."""
-        if self.how == "sigkill" and self.signalled_at is not None:
+        point: its last driver call; a SIGTERM it did not stop for in time,
+        escalated to a SIGKILL: not the SIGTERM, after which it lived on)."""
+        if self.how == "sigkill" and self.signal_sent == "kill" and self.signalled_at is not None:
             return self.signalled_at
         return self.ended
 

@@ -249,6 +249,20 @@ def test_delete_rule(engine, rtype, status, succeeds):
         assert (snap.deleted_at is not None) == succeeds
 
 
+@pytest.mark.parametrize("rtype,status", DELETE_CASES[:1])
+def test_a_stopping_engine_starts_no_delete_retry(engine, rtype, status):
+    """Asked to stop, a pass under way calls no driver for a row it would
+    retry the delete of: the row stays in its status for the next pass (a
+    chaos run's engine, SIGTERMed, went on retrying deletes one by one
+    until it was killed, and a peer then retried the one it was in)."""
+    row = make(engine.db, rtype, status)
+    engine.reconciler.stopping.set()
+    result = engine.run()
+    assert engine.driver.calls == []
+    assert fetch(engine.db, rtype, row.id).status == status
+    assert result["skipped"] == {"the engine is stopping": 1}
+
+
 def test_deleting_one_of_two_instances_keeps_the_share(engine):
     db = engine.db
     inst = make_share(db, vocab.DELETING)
