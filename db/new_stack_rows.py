@@ -2,7 +2,7 @@
 
 Made as mapped objects and flushed, 1,000 new rows were 1,000 INSERTs (the
 ORM fetches each autoincrement key alone), and their objects' construction
-and their ``requires`` written after cost as much again: a third of a
+and their ``requires`` written after cost as much again: about 40 % of a
 1,000-share ``stack create``'s preparation (doc/performance.rst). Here
 they are one INSERT of many rows whose RETURNING gives each row's key
 with its name (unique among them: the order of RETURNING's rows is not
